@@ -1,0 +1,43 @@
+"""Public frame codec: encode, validate, decode batches in the native frame format.
+
+The byte layout is documented at the top of ``danube/_pure/frame.py`` (and of
+``danube/_core/frame.pyx``).  This module exposes whichever implementation
+``danube._native`` selected.
+"""
+
+from __future__ import annotations
+
+from danube import _native
+
+_impl = _native.load("frame")
+
+HEADER_SIZE = _impl.HEADER_SIZE
+MIN_BODY = _impl.MIN_BODY
+MAX_BODY = _impl.MAX_BODY
+SCAN_END = _impl.SCAN_END
+SCAN_ZERO = _impl.SCAN_ZERO
+SCAN_TORN = _impl.SCAN_TORN
+SCAN_CORRUPT = _impl.SCAN_CORRUPT
+Record = _impl.Record
+crc32c = _impl.crc32c
+crc32c_implementation = _impl.crc32c_implementation
+encode_record = _impl.encode_record
+encode_payloads = _impl.encode_payloads
+encode_records = _impl.encode_records
+decode_frame = _impl.decode_frame
+iter_records = _impl.iter_records
+decode_batch = _impl.decode_batch
+validate = _impl.validate
+scan = _impl.scan
+stamp_offsets = _impl.stamp_offsets
+frame_positions = _impl.frame_positions
+find_offset = _impl.find_offset
+routing_keys = _impl.routing_keys
+decode_columns = _impl.decode_columns
+
+__all__ = [
+    "HEADER_SIZE", "MIN_BODY", "MAX_BODY", "SCAN_END", "SCAN_ZERO", "SCAN_TORN", "SCAN_CORRUPT",
+    "Record", "crc32c", "crc32c_implementation", "encode_record", "encode_payloads",
+    "encode_records", "decode_frame", "iter_records", "decode_batch", "validate", "scan",
+    "stamp_offsets", "frame_positions", "find_offset", "routing_keys", "decode_columns",
+]

@@ -1,0 +1,39 @@
+"""Suite-wide checks: the compiled core must really be in use unless the run opts out."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+
+# Every compiled module the build produces; the suite fails when one is missing.
+COMPILED_MODULES = ["frame", "walfile", "ring"]
+
+
+def pytest_report_header(config):
+    forced = os.environ.get("DANUBE_NO_EXTENSIONS", "") not in ("", "0")
+    return f"danube extensions: {'forced off (pure-Python twins)' if forced else 'expected (compiled core)'}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compiled_core_really_loaded():
+    if os.environ.get("DANUBE_NO_EXTENSIONS", "") not in ("", "0"):
+        yield
+        return
+    missing = []
+    for name in COMPILED_MODULES:
+        try:
+            module = importlib.import_module(f"danube._core.{name}")
+        except ImportError as exc:
+            missing.append(f"{name}: {exc}")
+            continue
+        assert module.__file__.endswith((".so", ".pyd")), f"danube._core.{name} is not compiled: {module.__file__}"
+    assert not missing, (
+        "compiled danube._core modules did not load (build with `pip install -e .` or set "
+        "DANUBE_NO_EXTENSIONS=1 to test the pure-Python twins): " + "; ".join(missing)
+    )
+    import danube.frames
+
+    assert danube.frames._impl.__name__ == "danube._core.frame"
+    yield

@@ -1,0 +1,1 @@
+"""The `danube` command line."""

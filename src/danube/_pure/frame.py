@@ -71,6 +71,17 @@ _BODY_FIXED = struct.Struct("<QQBBHH")
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
+_U64_MAX = 0xFFFFFFFFFFFFFFFF
+
+
+def _check_offsets(base_offset: int, count: int) -> None:
+    if count and (base_offset < 0 or base_offset + count - 1 > _U64_MAX):
+        raise OverflowError(f"offsets {base_offset}..{base_offset + count - 1} do not fit in u64")
+
+
+def _check_start(start: int, name: str) -> None:
+    if start < 0:
+        raise ValueError(f"{name} must not be negative, got {start}")
 
 
 class Record(NamedTuple):
@@ -154,25 +165,25 @@ def _frame(offset: int, body: bytes) -> bytes:
 def encode_record(payload, *, offset: int = 0, publish_time: int = 0, producer_id: int = 0,
                   key: str | None = None, attributes: Mapping[str, str] | None = None) -> bytes:
     """Encode one record as one frame."""
-    return _frame(offset, _encode_body(publish_time, producer_id, key, attributes, payload))
+    body = _encode_body(publish_time, producer_id, key, attributes, payload)
+    _check_offsets(offset, 1)
+    return _frame(offset, body)
 
 
 def encode_payloads(payloads: Sequence, *, base_offset: int = 0, publish_time: int = 0,
                     producer_id: int = 0, key: str | None = None,
                     attributes: Mapping[str, str] | None = None) -> bytes:
     """Encode payloads sharing publish time, producer, key and attributes (the fast path)."""
-    return b"".join(
-        _frame(base_offset + i, _encode_body(publish_time, producer_id, key, attributes, p))
-        for i, p in enumerate(payloads)
-    )
+    bodies = [_encode_body(publish_time, producer_id, key, attributes, p) for p in payloads]
+    _check_offsets(base_offset, len(bodies))
+    return b"".join(_frame(base_offset + i, body) for i, body in enumerate(bodies))
 
 
 def encode_records(records: Iterable, *, base_offset: int = 0) -> bytes:
     """Encode records given as ``(publish_time, producer_id, key, attributes, payload)`` tuples."""
-    return b"".join(
-        _frame(base_offset + i, _encode_body(t, pid, key, attrs, payload))
-        for i, (t, pid, key, attrs, payload) in enumerate(records)
-    )
+    bodies = [_encode_body(t, pid, key, attrs, payload) for (t, pid, key, attrs, payload) in records]
+    _check_offsets(base_offset, len(bodies))
+    return b"".join(_frame(base_offset + i, body) for i, body in enumerate(bodies))
 
 
 # ---------------------------------------------------------------- decoding
@@ -243,6 +254,7 @@ def _decode_body(mv: memoryview, pos: int, offset: int, body_len: int) -> Record
 
 def decode_frame(buf, pos: int = 0) -> tuple[Record | None, int]:
     """Decode the frame at ``pos``: ``(record, next_pos)``, or ``(None, pos)`` if more bytes are needed."""
+    _check_start(pos, "pos")
     mv = memoryview(buf).cast("B")
     checked = _check_frame(mv, pos, len(mv))
     if checked is None:
@@ -308,6 +320,7 @@ def scan(buf, start: int = 0, expected_first_offset: int = -1, index_every: int 
     one at the first frame and then one whenever at least ``index_every`` bytes
     (0 = never) have passed since the previous entry.
     """
+    _check_start(start, "start")
     mv = memoryview(buf).cast("B")
     n = len(mv)
     pos, count = start, 0
@@ -348,22 +361,26 @@ def scan(buf, start: int = 0, expected_first_offset: int = -1, index_every: int 
 def stamp_offsets(buf, base_offset: int) -> int:
     """Write consecutive offsets from ``base_offset`` into a writable batch; return the count.
 
-    Only headers are touched; lengths are trusted, so validate first.
+    Only headers are touched; lengths are checked first, so a bad batch is left
+    unchanged (the checksums are not: validate first).
     """
     mv = memoryview(buf).cast("B")
     if mv.readonly:
         raise TypeError("stamp_offsets needs a writable buffer")
-    pos, n, i = 0, len(mv), 0
+    pos, n = 0, len(mv)
+    positions = []
     while pos < n:
         if n - pos < HEADER_SIZE:
             raise FrameFormatError(f"batch ends inside a header at position {pos}")
         (body_len,) = _U32.unpack_from(mv, pos + 12)
         if body_len < MIN_BODY or pos + HEADER_SIZE + body_len > n:
             raise FrameFormatError(f"invalid body length {body_len} at position {pos}")
-        _U64.pack_into(mv, pos, base_offset + i)
-        i += 1
+        positions.append(pos)
         pos += HEADER_SIZE + body_len
-    return i
+    _check_offsets(base_offset, len(positions))
+    for i, pos in enumerate(positions):
+        _U64.pack_into(mv, pos, base_offset + i)
+    return len(positions)
 
 
 def frame_positions(buf) -> list[int]:
@@ -381,6 +398,7 @@ def frame_positions(buf) -> list[int]:
 
 def find_offset(buf, offset: int, start: int = 0) -> int:
     """Byte position of the frame holding ``offset`` (searching from ``start``), or -1."""
+    _check_start(start, "start")
     mv = memoryview(buf).cast("B")
     pos, n = start, len(mv)
     while pos + HEADER_SIZE <= n:

@@ -1,0 +1,99 @@
+# C-level contract of danube._core.frame, for other Cython modules (walfile, ring).
+#
+# Byte layout: the comment block at the top of frame.pyx (identical to
+# danube/_pure/frame.py).  Everything here works on raw pointers and never
+# touches Python objects, so it may run without the GIL; the caller keeps the
+# buffer alive (hold a Py_buffer or a memoryview) and checks n >= 0.
+#
+#     from danube._core.frame cimport crc32c_update, scan_frames, ScanResult
+#
+# The functions are exported through the module's C-API capsule, so cimporting
+# modules need not link crc32c_impl.c themselves.
+
+from libc.stdint cimport uint32_t, uint64_t
+
+cdef enum:
+    FRAME_HEADER_SIZE = 16
+    FRAME_BODY_FIXED_SIZE = 22
+    FRAME_MIN_BODY = 22
+    FRAME_MAX_BODY = 268435456      # 256 MiB
+
+# Outcome of check_frame / validate_frames / stamp_frames.
+cdef enum:
+    FRAME_OK = 0
+    FRAME_TORN = 1                  # the buffer ends inside the frame (need more bytes)
+    FRAME_BAD_LENGTH = 2            # body_len outside [MIN_BODY, MAX_BODY]
+    FRAME_BAD_CRC = 3
+    FRAME_BAD_FLAGS = 4             # unknown flag bits or reserved byte set
+    FRAME_KEY_WITHOUT_FLAG = 5
+    FRAME_KEY_OVERRUN = 6
+    FRAME_ATTRS_OVERRUN = 7
+    FRAME_BAD_FIRST_OFFSET = 8      # validate: first offset is not the expected one
+    FRAME_BAD_SEQUENCE = 9          # validate: offsets not consecutive
+    FRAME_NO_MEMORY = 10            # scan: the index could not grow
+    FRAME_OFFSET_OVERFLOW = 11      # stamp: base + count - 1 exceeds the u64 range
+
+# The header fields of the frame last looked at.
+cdef struct FrameInfo:
+    uint64_t offset
+    uint32_t stored_crc
+    uint32_t actual_crc             # valid once the checksum was computed
+    uint32_t body_len
+
+cdef struct ValidateResult:
+    Py_ssize_t count                # whole valid frames before the failure (or all)
+    uint64_t first                  # offsets of the first/last valid frame (count > 0)
+    uint64_t last
+    Py_ssize_t error_pos            # byte position of the failing frame
+    FrameInfo info                  # its header
+
+cdef struct ScanResult:
+    Py_ssize_t count
+    Py_ssize_t end_pos              # end of the last whole valid frame
+    uint64_t first
+    uint64_t last
+    int reason                      # SCAN_END / SCAN_ZERO / SCAN_TORN / SCAN_CORRUPT (0..3)
+
+cdef struct IndexEntry:
+    uint64_t offset
+    Py_ssize_t position
+
+# CRC32C of p[0:n] continuing crc (0 to start): hardware or slicing-by-8.
+cdef uint32_t crc32c_update(uint32_t crc, const unsigned char* p, size_t n) noexcept nogil
+
+# Checks the frame at pos (length, checksum, body layout); fills info.
+# Returns FRAME_OK, FRAME_TORN or a corruption status.
+cdef int check_frame(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos,
+                     FrameInfo* info) noexcept nogil
+
+# validate() as one loop.  expect_first: 0 = no expectation, 1 = first offset must be
+# expected_first, 2 = no u64 can match.  Returns FRAME_OK or the failure status
+# (FRAME_TORN means the batch ends inside a frame); out says where.
+cdef int validate_frames(const unsigned char* buf, Py_ssize_t n, int expect_first,
+                         uint64_t expected_first, bint check_sequence,
+                         ValidateResult* out) noexcept nogil
+
+# Raises the exception danube._pure.frame would raise for a validate failure
+# (expected_first_offset only feeds the message).
+cdef int raise_validate_error(int status, const ValidateResult* res,
+                              object expected_first_offset) except -1
+
+# Raises the CorruptFrameError / FrameFormatError matching a check_frame status.
+cdef int raise_frame_error(int status, Py_ssize_t pos, const FrameInfo* info) except -1
+
+# scan() as one loop: whole valid frames with consecutive offsets from start.
+# When index is not NULL, *index receives a malloc'd array (caller frees) of
+# *index_len entries: the first frame, then one whenever >= index_every bytes
+# passed (index_every 0 = first frame only).  Returns out.count, or -1 when
+# the index could not be allocated (nothing to free then).
+cdef Py_ssize_t scan_frames(const unsigned char* buf, Py_ssize_t n, Py_ssize_t start,
+                            int expect_first, uint64_t expected_first,
+                            Py_ssize_t index_every, ScanResult* out,
+                            IndexEntry** index, Py_ssize_t* index_len) noexcept nogil
+
+# Writes base, base+1, ... into the headers of a batch after checking every
+# length first (nothing is written on failure).  Returns FRAME_OK, FRAME_TORN
+# (the batch ends inside a header), FRAME_BAD_LENGTH (*error_pos / *error_len
+# say where) or FRAME_OFFSET_OVERFLOW; *count is the number of frames.
+cdef int stamp_frames(unsigned char* buf, Py_ssize_t n, uint64_t base, Py_ssize_t* count,
+                      Py_ssize_t* error_pos, uint32_t* error_len) noexcept nogil

@@ -1,0 +1,1 @@
+"""Tests of the compiled core, each against its pure-Python twin."""

@@ -3,7 +3,6 @@
 # Extra arguments go to pytest, e.g. `bash ci/test.sh -m slow`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install --quiet --upgrade pip
 python -m pip install --quiet -e '.[test]'
 # In-place build too, so src/ imports find the compiled modules whatever the install mode.
 python setup.py --quiet build_ext --inplace

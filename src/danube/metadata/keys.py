@@ -75,6 +75,11 @@ def subscription_failure_policy(topic: str, sub: str) -> str:
     return f"{subscription(topic, sub)}/failure_policy"
 
 
+def subscription_consumer(topic: str, sub: str, consumer_name: str) -> str:
+    """A consumer's registration (id, type, filters), so clients keep their ids across restarts."""
+    return f"{subscription(topic, sub)}/consumers/{consumer_name}"
+
+
 # ---------------------------------------------------------------- storage (prefix = metadata_prefix)
 
 def storage_topic(prefix: str, topic: str) -> str:

@@ -1,0 +1,95 @@
+"""NATS JetStream (Debian nats-server, file storage) driven by nats-py with batching.
+
+Producer: ``publish_async`` with a window of pending acks.  Consumer: a pull
+consumer fetching up to ``batch`` messages per request, acking the last of each
+fetch (AckPolicy.ALL acknowledges everything up to it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import time
+
+from bench.peers.common import PeerResult, free_port, payload, percentiles, sent_at, server_process
+
+STREAM, SUBJECT = "BENCH", "bench.events"
+
+
+@contextlib.contextmanager
+def nats_server():
+    port = free_port()
+    store = tempfile.mkdtemp(prefix="nats-bench-")
+    try:
+        with server_process(["nats-server", "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", store], port):
+            yield f"nats://127.0.0.1:{port}"
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+
+
+async def run(url: str, *, message_size: int, duration: float, rate: float = 0.0, batch: int = 1000,
+              window: int = 4000) -> PeerResult:
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, StorageType
+
+    nc = await nats.connect(url)
+    js = nc.jetstream(publish_async_max_pending=window)
+    with contextlib.suppress(Exception):
+        await js.delete_stream(STREAM)
+    await js.add_stream(name=STREAM, subjects=[SUBJECT], storage=StorageType.FILE)
+    sub = await js.pull_subscribe(SUBJECT, durable="bench", config=ConsumerConfig(
+        ack_policy=AckPolicy.ALL, max_ack_pending=-1))
+    result = PeerResult("nats-jetstream", "max" if rate <= 0 else f"rate={rate:.0f}")
+    deliver_lat: list[float] = []
+    counts = {"sent": 0, "acked": 0, "delivered": 0}
+    done_producing = asyncio.Event()
+    perf = time.perf_counter
+
+    async def consume():
+        last = perf()
+        while True:
+            try:
+                msgs = await sub.fetch(batch=batch, timeout=0.5)
+            except Exception:  # nats.errors.TimeoutError: nothing right now
+                if done_producing.is_set() and counts["delivered"] >= counts["acked"]:
+                    return last
+                continue
+            now = last = perf()
+            deliver_lat.append(now - sent_at(msgs[0].data))
+            if len(msgs) > 1:
+                deliver_lat.append(now - sent_at(msgs[-1].data))
+            counts["delivered"] += len(msgs)
+            await msgs[-1].ack()
+
+    consumer = asyncio.ensure_future(consume())
+    start = perf()
+    deadline = start + duration
+    chunk = max(1, int(rate / 200)) if rate > 0 else batch
+    futures = []
+
+    def acked(_f):
+        counts["acked"] += 1
+
+    while perf() < deadline:
+        data = payload(message_size, perf())
+        for _ in range(chunk):
+            fut = await js.publish_async(SUBJECT, data)
+            fut.add_done_callback(acked)
+        counts["sent"] += chunk
+        if rate > 0:
+            delay = start + counts["sent"] / rate - perf()
+            if delay > 0:
+                await asyncio.sleep(delay)
+    await js.publish_async_completed()
+    produced_s = perf() - start
+    done_producing.set()
+    last = await asyncio.wait_for(consumer, 60)
+    result.sent, result.delivered = counts["sent"], counts["delivered"]
+    result.seconds = round(produced_s, 3)
+    result.publish_rate = round(counts["acked"] / produced_s, 1)
+    result.end_to_end_rate = round(counts["delivered"] / (last - start), 1)
+    result.deliver_latency_ms = percentiles(deliver_lat)
+    await nc.close()
+    return result

@@ -1,0 +1,206 @@
+"""Durable storage throughput: export and tiered reads, as ratios to local-file reads in the same run.
+
+    python bench/storage_bench.py [--mb 128] [--segment-mb 16] [--payload 1024] [--s3-mb 64] [--no-s3]
+
+For each backend (shared_fs: a directory; object_store: a moto S3 server in its
+own process on 127.0.0.1) it measures
+
+* export:  WAL rotated files → segments + descriptors (``SegmentExporter.export_rotated``), MB/s;
+* tiered read: every segment streamed by ``DurableHistoryReader`` (range reads,
+  prefetch, checksum + etag verification), MB/s;
+* baseline: the same bytes read from the local WAL files with plain ``read()``
+  in 4 MiB chunks, MB/s, measured in the same run;
+* for context, whole-object GETs of the same segments straight from the backend
+  (no checks): the backend's own ceiling (for moto, its HTTP server);
+
+and prints a table plus JSON in ``bench/out/storage_bench-<time>.json``.
+Targets: shared_fs tiered reads ≥ 70 % of the local-file rate, S3 ≥ 40 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "src"))
+
+from danube import _native, frames  # noqa: E402
+from danube.metadata.embedded import EmbeddedMetadataStore  # noqa: E402
+from danube.storage.backends import FilesystemBackend, S3Backend  # noqa: E402
+from danube.storage.catalog import SegmentCatalog  # noqa: E402
+from danube.storage.exporter import SegmentExporter  # noqa: E402
+from danube.storage.tiered_reader import DurableHistoryReader  # noqa: E402
+from danube.wal import Wal  # noqa: E402
+
+TOPIC = "/bench/storage"
+MB = 1024 * 1024
+TARGETS = {"shared_fs": 0.70, "object_store": 0.40}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _fill_wal(path: str, total_bytes: int, segment_bytes: int, payload: int) -> Wal:
+    wal = Wal.open(path, sync="never", max_file_bytes=segment_bytes, cache_bytes=0)
+    batch_payloads = [os.urandom(payload) for _ in range(max(1, (256 * 1024) // payload))]
+    written = 0
+    while written < total_bytes:
+        buf = bytearray(frames.encode_payloads(batch_payloads, publish_time=int(time.time() * 1000)))
+        wal.append_frames(buf)
+        written += len(buf)
+    wal.rotate()
+    wal.sync()
+    return wal
+
+
+def _read_local_files(paths: list[str], chunk: int = 4 * MB) -> int:
+    total = 0
+    for path in paths:
+        with open(path, "rb", buffering=0) as f:
+            while True:
+                data = f.read(chunk)
+                if not data:
+                    break
+                total += len(data)
+    return total
+
+
+async def _measure(backend, wal: Wal, metadata, label: str, repeats: int) -> dict:
+    catalog = SegmentCatalog(metadata, f"/bench-{label}", TOPIC)
+    exporter = SegmentExporter(TOPIC, wal, backend, catalog, max_segment_bytes=wal.options.max_file_bytes)
+    files = wal.rotated_files()
+    nbytes = sum(f.size for f in files)
+
+    t0 = time.perf_counter()
+    descs = await exporter.export_rotated()
+    export_s = time.perf_counter() - t0
+    seg_bytes = sum(d.size for d in descs)
+
+    reader = DurableHistoryReader(backend, catalog, chunk_bytes=4 * MB, prefetch=2)
+    best_read = best_local = best_raw = float("inf")
+
+    def raw_gets() -> int:
+        return sum(len(backend.get(d.data_key)) for d in descs)
+
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        await asyncio.to_thread(raw_gets)
+        best_raw = min(best_raw, time.perf_counter() - t0)
+        _read_local_files([f.path for f in files])  # warm both sides alike
+        t0 = time.perf_counter()
+        local = await asyncio.to_thread(_read_local_files, [f.path for f in files])
+        best_local = min(best_local, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        got = 0
+        async for piece in reader.stream(catalog.start_offset):
+            got += len(piece)
+        best_read = min(best_read, time.perf_counter() - t0)
+        assert got == seg_bytes, (got, seg_bytes)
+    local_rate = nbytes / MB / best_local
+    read_rate = seg_bytes / MB / best_read
+    return {
+        "backend": label, "segments": len(descs), "bytes": seg_bytes,
+        "export_mb_s": seg_bytes / MB / export_s,
+        "tiered_read_mb_s": read_rate,
+        "local_file_read_mb_s": local_rate,
+        "read_ratio": read_rate / local_rate,
+        "backend_raw_get_mb_s": seg_bytes / MB / best_raw,
+        "read_ratio_vs_raw_backend": read_rate / (seg_bytes / MB / best_raw),
+        "export_ratio": (seg_bytes / MB / export_s) / local_rate,
+        "target_read_ratio": TARGETS[label],
+        "meets_target": read_rate / local_rate >= TARGETS[label],
+    }
+
+
+def _start_moto(port: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("moto server did not start")
+
+
+async def main_async(args) -> list[dict]:
+    results = []
+    work = tempfile.mkdtemp(prefix="danube-storage-bench-")
+    moto = None
+    try:
+        metadata = EmbeddedMetadataStore(os.path.join(work, "metadata.db"))
+        wal = _fill_wal(os.path.join(work, "wal-fs"), args.mb * MB, args.segment_mb * MB, args.payload)
+        results.append(await _measure(FilesystemBackend(os.path.join(work, "shared")), wal, metadata,
+                                      "shared_fs", args.repeats))
+        wal.close()
+        if not args.no_s3:
+            port = _free_port()
+            moto = _start_moto(port)
+            endpoint = f"http://127.0.0.1:{port}"
+            import boto3
+
+            boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="bench",
+                         aws_secret_access_key="bench").create_bucket(Bucket="danube-bench")
+            backend = S3Backend("danube-bench", "history", endpoint=endpoint, access_key="bench",
+                                secret_key="bench")
+            wal = _fill_wal(os.path.join(work, "wal-s3"), args.s3_mb * MB, args.segment_mb * MB, args.payload)
+            results.append(await _measure(backend, wal, metadata, "object_store", args.repeats))
+            wal.close()
+        await metadata.close()
+    finally:
+        if moto is not None:
+            moto.terminate()
+            try:
+                moto.wait(10)
+            except subprocess.TimeoutExpired:
+                moto.kill()
+        shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=int, default=128, help="MiB of frames for the shared_fs run (default 128)")
+    parser.add_argument("--s3-mb", type=int, default=64, help="MiB of frames for the S3 run (default 64)")
+    parser.add_argument("--segment-mb", type=int, default=16, help="WAL file / segment size (default 16)")
+    parser.add_argument("--payload", type=int, default=1024, help="payload bytes per message (default 1024)")
+    parser.add_argument("--repeats", type=int, default=3, help="read passes; the best is kept (default 3)")
+    parser.add_argument("--no-s3", action="store_true", help="skip the moto S3 run")
+    args = parser.parse_args()
+    results = asyncio.run(main_async(args))
+    header = f"{'backend':<13}{'segments':>9}{'MiB':>8}{'export MB/s':>13}{'tiered MB/s':>13}" \
+             f"{'local MB/s':>12}{'read ratio':>12}{'target':>8}{'raw GET MB/s':>14}{'vs raw':>8}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(f"{r['backend']:<13}{r['segments']:>9}{r['bytes'] / MB:>8.0f}{r['export_mb_s']:>13.0f}"
+              f"{r['tiered_read_mb_s']:>13.0f}{r['local_file_read_mb_s']:>12.0f}{r['read_ratio']:>11.0%}"
+              f"{'  ok' if r['meets_target'] else '  MISS':>8}{r['backend_raw_get_mb_s']:>14.0f}"
+              f"{r['read_ratio_vs_raw_backend']:>7.0%}")
+    out_dir = os.path.join(HERE, "out")
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"storage_bench-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    with open(path, "w") as f:
+        json.dump({"args": vars(args), "extensions": _native.extensions_loaded(),
+                   "crc32c": frames.crc32c_implementation(), "results": results}, f, indent=2)
+    print(f"\nwritten {path}")
+    return 0 if all(r["meets_target"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

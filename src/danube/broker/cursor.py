@@ -1,0 +1,231 @@
+"""Per-subscription acknowledgement state: what is in flight, what waits for
+redelivery, and the cursor (the last contiguous acked offset).
+
+Deliveries are tracked as *runs* of consecutive offsets (a delivered batch is
+one run), so a batch of a thousand messages costs one object, not a thousand.
+Acks arrive as offsets or ranges, in any order; the cursor only moves over
+offsets that are all acked, so an out-of-order ack never skips a message.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from typing import Iterable
+
+
+def to_ranges(offsets: Iterable[int]) -> list[tuple[int, int]]:
+    """Collapse offsets (any order, duplicates allowed) into sorted inclusive ranges."""
+    if isinstance(offsets, range):
+        if offsets.step != 1 or len(offsets) == 0:
+            offsets = list(offsets)
+        else:
+            return [(offsets.start, offsets.stop - 1)]
+    values = sorted(set(int(o) for o in offsets))
+    out: list[tuple[int, int]] = []
+    if not values:
+        return out
+    start = prev = values[0]
+    for v in values[1:]:
+        if v != prev + 1:
+            out.append((start, prev))
+            start = v
+        prev = v
+    out.append((start, prev))
+    return out
+
+
+class Run:
+    """Consecutive offsets delivered together to one consumer."""
+
+    __slots__ = ("first", "last", "consumer_id", "deadline", "settled", "remaining")
+
+    def __init__(self, first: int, last: int, consumer_id: int, deadline: float) -> None:
+        self.first = first
+        self.last = last
+        self.consumer_id = consumer_id
+        self.deadline = deadline
+        self.settled: set[int] | None = None  # offsets acked or taken back (None = none yet)
+        self.remaining = last - first + 1
+
+    def outstanding(self) -> list[int]:
+        settled = self.settled or ()
+        return [o for o in range(self.first, self.last + 1) if o not in settled]
+
+
+class AckTracker:
+    """In-flight runs, the redelivery queue and the cursor of one subscription."""
+
+    def __init__(self, cursor: int) -> None:
+        self.cursor = cursor  # last contiguous acked offset (-1: nothing yet)
+        self.unacked = 0  # delivered, not acked, not waiting for redelivery
+        self._runs: dict[int, Run] = {}
+        self._firsts: list[int] = []
+        self._ready: list[tuple[float, int]] = []  # heap (ready_at, offset) waiting for redelivery
+        self._waiting: set[int] = set()  # offsets in _ready (not yet redelivered)
+        self.attempts: dict[int, int] = {}  # offset -> redeliveries so far
+        self.blocked: set[int] = set()  # poison messages held under the block policy
+
+    # ------------------------------------------------------------ delivery
+
+    def delivered(self, first: int, last: int, consumer_id: int, deadline: float) -> None:
+        run = Run(first, last, consumer_id, deadline)
+        self._runs[first] = run
+        bisect.insort(self._firsts, first)
+        self.unacked += run.remaining
+
+    def _find(self, offset: int) -> Run | None:
+        i = bisect.bisect_right(self._firsts, offset) - 1
+        if i < 0:
+            return None
+        run = self._runs[self._firsts[i]]
+        return run if offset <= run.last else None
+
+    def _drop_run(self, run: Run) -> None:
+        del self._runs[run.first]
+        i = bisect.bisect_left(self._firsts, run.first)
+        del self._firsts[i]
+
+    def _settle(self, run: Run, lo: int, hi: int) -> int:
+        """Mark [lo, hi] (inside the run) settled; return how many were outstanding."""
+        if run.settled is None and lo == run.first and hi == run.last:
+            n = run.remaining
+            run.remaining = 0
+        else:
+            if run.settled is None:
+                run.settled = set()
+            before = len(run.settled)
+            run.settled.update(range(lo, hi + 1))
+            n = len(run.settled) - before
+            run.remaining -= n
+        if run.remaining == 0:
+            self._drop_run(run)
+        return n
+
+    # ------------------------------------------------------------ acks
+
+    def ack_ranges(self, ranges: list[tuple[int, int]]) -> int:
+        """Ack inclusive ranges; unknown or already acked offsets are ignored. Returns newly acked count."""
+        acked = 0
+        for lo, hi in ranges:
+            if hi <= self.cursor:
+                continue
+            lo = max(lo, self.cursor + 1)
+            i = max(bisect.bisect_right(self._firsts, lo) - 1, 0)
+            while i < len(self._firsts):
+                run = self._runs[self._firsts[i]]
+                if run.first > hi:
+                    break
+                if run.last < lo:
+                    i += 1
+                    continue
+                n = self._settle(run, max(lo, run.first), min(hi, run.last))
+                acked += n
+                self.unacked -= n
+                if run.first in self._runs:
+                    i += 1
+            if self._waiting:
+                for o in [o for o in self._waiting if lo <= o <= hi]:
+                    self._waiting.discard(o)  # a late ack of a message queued for redelivery
+                    acked += 1
+            for o in [o for o in self.blocked if lo <= o <= hi]:
+                self.blocked.discard(o)
+                acked += 1
+        return acked
+
+    def take_back(self, offset: int) -> int | None:
+        """Remove one in-flight offset (nack); return its consumer id, None if not in flight."""
+        run = self._find(offset)
+        if run is None or (run.settled and offset in run.settled):
+            return None
+        consumer_id = run.consumer_id
+        self._settle(run, offset, offset)
+        self.unacked -= 1
+        return consumer_id
+
+    def take_back_consumer(self, consumer_id: int) -> list[int]:
+        """Remove everything in flight to a consumer (it left); return the offsets."""
+        out: list[int] = []
+        for first in list(self._firsts):
+            run = self._runs.get(first)
+            if run is not None and run.consumer_id == consumer_id:
+                offsets = run.outstanding()
+                out.extend(offsets)
+                self.unacked -= len(offsets)
+                self._drop_run(run)
+        return out
+
+    def expired(self, now: float) -> list[int]:
+        """Take back every in-flight offset whose ack timeout passed."""
+        out: list[int] = []
+        for first in list(self._firsts):
+            run = self._runs.get(first)
+            if run is not None and run.deadline <= now:
+                offsets = run.outstanding()
+                out.extend(offsets)
+                self.unacked -= len(offsets)
+                self._drop_run(run)
+        return out
+
+    def next_deadline(self) -> float | None:
+        if not self._runs:
+            return None
+        return min(run.deadline for run in self._runs.values())
+
+    # ------------------------------------------------------------ redelivery
+
+    def schedule(self, offset: int, ready_at: float) -> None:
+        if offset <= self.cursor or offset in self._waiting:
+            return
+        self._waiting.add(offset)
+        heapq.heappush(self._ready, (ready_at, offset))
+
+    def pop_ready(self, now: float, limit: int) -> list[int]:
+        out: list[int] = []
+        while self._ready and self._ready[0][0] <= now and len(out) < limit:
+            _, offset = heapq.heappop(self._ready)
+            if offset in self._waiting:
+                self._waiting.discard(offset)
+                out.append(offset)
+        return out
+
+    def push_back(self, offsets: list[int]) -> None:
+        """Return popped offsets that could not be delivered now (ready immediately)."""
+        for o in offsets:
+            self.schedule(o, 0.0)
+
+    def next_ready(self) -> float | None:
+        while self._ready and self._ready[0][1] not in self._waiting:
+            heapq.heappop(self._ready)
+        return self._ready[0][0] if self._ready else None
+
+    def has_ready(self, now: float) -> bool:
+        t = self.next_ready()
+        return t is not None and t <= now
+
+    # ------------------------------------------------------------ cursor
+
+    def lowest_unacked(self) -> int | None:
+        candidates = []
+        if self._firsts:
+            run = self._runs[self._firsts[0]]
+            if run.settled is None:
+                candidates.append(run.first)
+            else:
+                candidates.append(next(o for o in range(run.first, run.last + 1) if o not in run.settled))
+        if self._waiting:
+            candidates.append(min(self._waiting))
+        if self.blocked:
+            candidates.append(min(self.blocked))
+        return min(candidates) if candidates else None
+
+    def advance(self, next_unread: int) -> bool:
+        """Move the cursor to just below the lowest unacked offset; True if it moved."""
+        low = self.lowest_unacked()
+        target = (next_unread if low is None else min(low, next_unread)) - 1
+        if target > self.cursor:
+            self.cursor = target
+            for o in [o for o in self.attempts if o <= target]:
+                del self.attempts[o]
+            return True
+        return False

@@ -1,0 +1,92 @@
+"""In-memory storage of a non-reliable topic: at-most-once, bounded history.
+
+Same shape as ``danube.storage.TopicStorage`` so one dispatch path serves both
+kinds of topic.  Offsets are stamped as in the WAL; the oldest batches are
+dropped once the history exceeds its byte budget, and a subscriber that falls
+behind skips to the oldest batch still held (messages it missed are lost, which
+is what non-reliable means).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from typing import AsyncIterator
+
+from danube import frames
+from danube.errors import TopicSealedError
+
+
+class MemoryTopicStorage:
+    def __init__(self, topic: str, *, max_bytes: int, initial_offset: int = 0) -> None:
+        self.topic = topic
+        self.next_offset = initial_offset
+        self.first_offset = initial_offset
+        self._max_bytes = max_bytes
+        self._firsts: list[int] = []
+        self._chunks: list[bytes | bytearray] = []
+        self._bytes = 0
+        self._closed = False
+        self._appended = asyncio.Event()
+
+    @property
+    def durable_offset(self) -> int:
+        return self.next_offset - 1
+
+    def append_frames(self, buf: bytearray) -> tuple[int, int]:
+        if self._closed:
+            raise TopicSealedError(f"topic {self.topic} is closed on this broker")
+        base = self.next_offset
+        frames.validate(buf)
+        count = frames.stamp_offsets(buf, base)
+        if count == 0:
+            return base, base - 1
+        self._firsts.append(base)
+        self._chunks.append(buf)
+        self._bytes += len(buf)
+        self.next_offset = base + count
+        while self._bytes > self._max_bytes and len(self._chunks) > 1:
+            self._bytes -= len(self._chunks[0])
+            del self._chunks[0]
+            del self._firsts[0]
+            self.first_offset = self._firsts[0]
+        self._appended.set()
+        self._appended = asyncio.Event()
+        return base, self.next_offset - 1
+
+    async def wait_durable(self, offset: int) -> None:
+        return None
+
+    def read_frames_now(self, from_offset: int, max_bytes: int) -> memoryview | bytes:
+        """Whole frames from ``from_offset`` (at least one if any), up to about ``max_bytes``."""
+        if from_offset >= self.next_offset or not self._chunks:
+            return b""
+        from_offset = max(from_offset, self.first_offset)
+        i = bisect.bisect_right(self._firsts, from_offset) - 1
+        chunk = memoryview(self._chunks[i])
+        pos = frames.find_offset(chunk, from_offset)
+        if pos < 0:
+            return b""
+        return chunk[pos:]
+
+    async def read_frames(self, from_offset: int, max_bytes: int) -> memoryview | bytes:
+        return self.read_frames_now(from_offset, max_bytes)
+
+    async def tail_frames(self, from_offset: int, max_bytes: int) -> AsyncIterator[memoryview | bytes]:
+        while not self._closed:
+            data = self.read_frames_now(from_offset, max_bytes)
+            if data:
+                _count, _first, last = frames.validate(data)
+                from_offset = last + 1
+                yield data
+            else:
+                await self._appended.wait()
+
+    async def seal(self) -> int:
+        self._closed = True
+        self._appended.set()
+        return self.next_offset - 1
+
+    async def close(self) -> None:
+        self._closed = True
+        self._appended.set()

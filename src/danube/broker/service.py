@@ -1,0 +1,559 @@
+"""BrokerService: the one object the gRPC edges (Danube protocol, batch lane, admin) call.
+
+It owns the topics served here, the registry of producers and consumers, and
+cursor persistence.  Registrations (producer and consumer names with their ids)
+and subscription cursors are kept in the metadata store, so after a restart a
+client that kept its ids simply continues: the broker re-attaches the producer
+or consumer on first use and the subscription resumes at cursor + 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from danube import frames
+from danube.broker.keyshared import KeyFilter
+from danube.broker.memory_storage import MemoryTopicStorage
+from danube.broker.policies import DispatchSettings, FailurePolicy, TopicPolicies
+from danube.broker.producer import ACCESS_MODES, Producer
+from danube.broker.stats import BrokerStats, MetricsSink
+from danube.broker.subscription import SUB_TYPES, Consumer, Delivery, Subscription
+from danube.broker.topic import Topic, partition_of
+from danube.errors import (
+    AlreadyExistsError,
+    InvalidArgumentError,
+    NotFoundError,
+    NotServedHereError,
+    PolicyViolationError,
+)
+from danube.metadata import keys
+from danube.metadata.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BrokerService", "LookupResult", "Delivery"]
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    kind: str  # "connect" | "redirect" | "failed"
+    broker_url: str
+    connect_url: str
+    proxy: bool = False
+
+
+@dataclass(frozen=True)
+class _Registration:
+    kind: str  # "producer" | "consumer"
+    id: int
+    topic: str
+    name: str
+    info: dict
+
+
+def _new_id() -> int:
+    # Random ids stay unique across restarts without a counter in the metadata store.
+    return secrets.randbits(52) or 1
+
+
+def _check_name(what: str, name: str) -> str:
+    if not isinstance(name, str) or not name or "/" in name or len(name) > 255:
+        raise InvalidArgumentError(f"invalid {what} name {name!r}: 1-255 characters, no '/'")
+    return name
+
+
+class BrokerService:
+    def __init__(self, metadata: MetadataStore, storage_factory: Any | None, *,
+                 broker_url: str = "http://127.0.0.1:6650", broker_id: str = "standalone",
+                 policies: TopicPolicies | None = None, failure_policy: FailurePolicy | None = None,
+                 dispatch: DispatchSettings | None = None, metrics: MetricsSink | None = None) -> None:
+        self.metadata = metadata
+        self.storage_factory = storage_factory
+        self.broker_url = broker_url
+        self.broker_id = broker_id
+        self.policies = policies or TopicPolicies()
+        self.failure_policy = failure_policy or FailurePolicy()
+        self.dispatch = dispatch or DispatchSettings()
+        self.metrics = metrics or MetricsSink()
+        self.topics: dict[str, Topic] = {}
+        self._opening: dict[str, asyncio.Lock] = {}
+        self._producers: dict[int, Producer] = {}
+        self._consumers: dict[int, Consumer] = {}
+        self._dormant: dict[tuple[str, int], _Registration] = {}  # registrations from before a restart
+        self._closed_ids: set[tuple[str, int]] = set()
+        self._flush_task: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._started = False
+        self._stopping = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        for kv in await self.metadata.get_prefix("/topics/"):
+            reg = self._parse_registration(kv.key, kv.value)
+            if reg is not None:
+                self._dormant[(reg.kind, reg.id)] = reg
+        self._flush_task = asyncio.create_task(self._flush_cursors_loop(), name="danube-cursor-flush")
+        self._started = True
+        log.info("broker %s started at %s (%d registered producers/consumers)", self.broker_id,
+                 self.broker_url, len(self._dormant))
+
+    @staticmethod
+    def _parse_registration(key: str, value: bytes) -> _Registration | None:
+        import json
+
+        parts = key.split("/")  # "", "topics", ns, topic, kind, ...
+        try:
+            if len(parts) == 6 and parts[4] == "producers":
+                info = json.loads(value)
+                return _Registration("producer", int(info["producer_id"]), f"/{parts[2]}/{parts[3]}", parts[5], info)
+            if len(parts) == 8 and parts[4] == "subscriptions" and parts[6] == "consumers":
+                info = json.loads(value)
+                info["subscription"] = parts[5]
+                return _Registration("consumer", int(info["consumer_id"]), f"/{parts[2]}/{parts[3]}", parts[7], info)
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignoring unreadable registration %s", key)
+        return None
+
+    async def stop(self) -> None:
+        """Stop serving: persist every cursor, close storage (no seal)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._flush_task is not None:
+            self._flush_task.cancel()
+            try:
+                await self._flush_task
+            except (asyncio.CancelledError, Exception):
+                pass
+        for task in list(self._tasks):
+            task.cancel()
+        await self.flush_cursors(force=True)
+        for topic in list(self.topics.values()):
+            self._drop_clients(topic)
+            try:
+                await topic.storage.close()
+            except Exception:  # noqa: BLE001 - close the others anyway
+                log.exception("closing storage of %s failed", topic.name)
+        self.topics.clear()
+        if self.storage_factory is not None:
+            await self.storage_factory.close()
+        log.info("broker %s stopped; cursors persisted", self.broker_id)
+
+    # ------------------------------------------------------------ discovery
+
+    async def lookup(self, topic: str) -> LookupResult:
+        keys.split_topic(topic)
+        return LookupResult("connect", self.broker_url, self.broker_url)
+
+    async def partitions(self, topic: str) -> list[str]:
+        keys.split_topic(topic)
+        count = await self.metadata.get_json(keys.topic_partitions(topic))
+        if isinstance(count, int) and count > 0:
+            return [f"{topic}-part-{i}" for i in range(count)]
+        return [topic]
+
+    # ------------------------------------------------------------ topics
+
+    async def _topic(self, name: str, *, reliable: bool | None, create: bool) -> Topic:
+        """The served topic, opened (and created when ``create``) on first use."""
+        topic = self.topics.get(name)
+        if topic is not None:
+            return topic
+        keys.split_topic(name)
+        if self._stopping:
+            raise NotServedHereError("the broker is shutting down")
+        lock = self._opening.setdefault(name, asyncio.Lock())
+        async with lock:
+            topic = self.topics.get(name)
+            if topic is not None:
+                return topic
+            delivery = await self.metadata.get_json(keys.topic_delivery(name))
+            if delivery is None:
+                if not create or reliable is None:
+                    raise NotFoundError(f"topic {name} does not exist; it is created by its first producer")
+                delivery = {"dispatch_strategy": "reliable" if reliable else "non_reliable"}
+                await self.metadata.put_json(keys.topic_delivery(name), delivery)
+                part = partition_of(name)
+                if part is not None:
+                    await self._record_partition(*part)
+            is_reliable = delivery.get("dispatch_strategy") == "reliable"
+            policy_doc = await self.metadata.get_json(keys.topic_policy(name))
+            policies = TopicPolicies.from_dict(policy_doc) if policy_doc else self.policies
+            if is_reliable:
+                if self.storage_factory is None:
+                    raise NotServedHereError("this broker has no storage for reliable topics")
+                storage = await self.storage_factory.open_topic(name)
+            else:
+                storage = MemoryTopicStorage(name, max_bytes=self.dispatch.non_reliable_buffer_bytes)
+            topic = Topic(name, reliable=is_reliable, storage=storage, policies=policies, metrics=self.metrics)
+            for reg in self._dormant.values():
+                if reg.kind == "producer" and reg.topic == name:
+                    topic.remember_producer_name(reg.id, reg.name)
+            self.topics[name] = topic
+            self.metrics.topic_opened(name)
+            log.info("topic %s served here (%s, next offset %d)", name,
+                     "reliable" if is_reliable else "non-reliable", storage.next_offset)
+            return topic
+
+    async def _record_partition(self, base: str, index: int) -> None:
+        key = keys.topic_partitions(base)
+        for _ in range(10):
+            kv = await self.metadata.get(key)
+            current = 0 if kv is None else int(kv.value or b"0")
+            if current > index:
+                return
+            if await self.metadata.put_if_version(key, str(index + 1).encode(), 0 if kv is None else kv.version):
+                return
+
+    # ------------------------------------------------------------ producers
+
+    async def create_producer(self, topic: str, producer_name: str, *, access_mode: str = "shared",
+                              reliable: bool = False) -> int:
+        keys.split_topic(topic)
+        _check_name("producer", producer_name)
+        if access_mode not in ACCESS_MODES:
+            raise InvalidArgumentError(f"unknown producer access mode {access_mode!r}; expected shared or exclusive")
+        t = await self._topic(topic, reliable=bool(reliable), create=True)
+        if t.reliable != bool(reliable):
+            raise InvalidArgumentError(
+                f"topic {topic} is {'reliable' if t.reliable else 'non-reliable'}; a producer asked for "
+                f"{'reliable' if reliable else 'non-reliable'} dispatch")
+        for p in t.producers.values():
+            if p.name == producer_name:
+                return p.id
+        for p in t.producers.values():
+            if p.access_mode == "exclusive" or access_mode == "exclusive":
+                raise AlreadyExistsError(
+                    f"topic {topic} has producer '{p.name}' and access mode exclusive allows only one producer")
+        limit = t.policies.max_producers_per_topic
+        if limit and len(t.producers) >= limit:
+            raise PolicyViolationError(f"topic {topic} already has {limit} producers (max_producers_per_topic)")
+        key = keys.topic_producer(topic, producer_name)
+        stored = await self.metadata.get_json(key)
+        if stored and "producer_id" in stored:
+            producer_id = int(stored["producer_id"])
+        else:
+            producer_id = _new_id()
+        await self.metadata.put_json(key, {"producer_id": producer_id, "access_mode": access_mode,
+                                           "reliable": t.reliable})
+        for p in t.producers.values():  # a concurrent create of the same name won the race
+            if p.name == producer_name:
+                return p.id
+        producer = Producer(producer_id, producer_name, t, access_mode)
+        t.add_producer(producer)
+        self._producers[producer_id] = producer
+        self._dormant.pop(("producer", producer_id), None)
+        self._closed_ids.discard(("producer", producer_id))
+        log.info("producer '%s' (%d) on %s", producer_name, producer_id, topic)
+        return producer_id
+
+    async def _producer(self, producer_id: int) -> Producer:
+        producer = self._producers.get(producer_id)
+        if producer is not None and not producer.closed:
+            return producer
+        reg = self._dormant.get(("producer", producer_id))
+        if reg is not None:
+            await self.create_producer(reg.topic, reg.name, access_mode=reg.info.get("access_mode", "shared"),
+                                       reliable=bool(reg.info.get("reliable", False)))
+            producer = self._producers.get(producer_id)
+            if producer is not None:
+                return producer
+        if ("producer", producer_id) in self._closed_ids:
+            raise NotServedHereError(f"producer {producer_id} was closed: its topic is no longer served here")
+        raise NotFoundError(f"unknown producer id {producer_id}: create the producer first")
+
+    async def publish(self, producer_id: int, frames_buf: bytearray, *,
+                      partitioning_version: int | None = None) -> tuple[int, int]:
+        producer = await self._producer(producer_id)
+        if not isinstance(frames_buf, bytearray):
+            frames_buf = bytearray(frames_buf)
+        return await producer.topic.publish(producer, frames_buf)
+
+    def producer_topic(self, producer_id: int) -> str | None:
+        p = self._producers.get(producer_id)
+        return p.topic.name if p is not None else None
+
+    # ------------------------------------------------------------ consumers
+
+    async def subscribe(self, topic: str, subscription: str, consumer_name: str, *,
+                        sub_type: str = "exclusive", key_filters: Iterable[str] = (),
+                        reliable: bool | None = True, consumer_id: int | None = None) -> int:
+        """Attach a consumer; ``reliable=None`` requires the topic to exist already."""
+        keys.split_topic(topic)
+        _check_name("subscription", subscription)
+        _check_name("consumer", consumer_name)
+        if sub_type not in SUB_TYPES:
+            raise InvalidArgumentError(f"unknown subscription type {sub_type!r}; expected one of {', '.join(SUB_TYPES)}")
+        key_filters = tuple(key_filters or ())
+        if key_filters and sub_type != "key_shared":
+            raise InvalidArgumentError("key filters apply to key_shared subscriptions only")
+        t = await self._topic(topic, reliable=reliable, create=reliable is not None)
+        sub = await self._subscription(t, subscription, sub_type)
+        for c in sub.consumers.values():
+            if c.name == consumer_name:
+                if key_filters and tuple(c.key_filter.patterns) != key_filters:
+                    c.key_filter = KeyFilter(key_filters)
+                    if c.active and sub.ring is not None:
+                        sub.ring.add(c.id, c.key_filter)
+                if not c.active:
+                    sub.activate(c)
+                return c.id
+        sub.check_can_join(consumer_name)
+        limit = t.policies.max_consumers_per_subscription
+        if limit and len(sub.active_consumers()) >= limit:
+            raise PolicyViolationError(
+                f"subscription '{subscription}' on {topic} already has {limit} consumers (max_consumers_per_subscription)")
+        limit = t.policies.max_consumers_per_topic
+        if limit and sum(len(s.active_consumers()) for s in t.subscriptions.values()) >= limit:
+            raise PolicyViolationError(f"topic {topic} already has {limit} consumers (max_consumers_per_topic)")
+        key = keys.subscription_consumer(topic, subscription, consumer_name)
+        if consumer_id is None:
+            stored = await self.metadata.get_json(key)
+            consumer_id = int(stored["consumer_id"]) if stored and "consumer_id" in stored else _new_id()
+        await self.metadata.put_json(key, {"consumer_id": consumer_id, "sub_type": sub_type,
+                                           "key_filters": list(key_filters)})
+        for c in sub.consumers.values():  # a concurrent subscribe of the same name won the race
+            if c.name == consumer_name:
+                return c.id
+        consumer = Consumer(consumer_id, consumer_name, sub, KeyFilter(key_filters))
+        sub.add_consumer(consumer)
+        self._consumers[consumer_id] = consumer
+        self._dormant.pop(("consumer", consumer_id), None)
+        self._closed_ids.discard(("consumer", consumer_id))
+        log.info("consumer '%s' (%d) on %s subscription '%s' (%s, cursor %d)", consumer_name, consumer_id,
+                 topic, subscription, sub_type, sub.cursor)
+        return consumer_id
+
+    async def _subscription(self, t: Topic, name: str, sub_type: str) -> Subscription:
+        sub = t.subscriptions.get(name)
+        if sub is not None:
+            if sub.sub_type != sub_type:
+                raise InvalidArgumentError(
+                    f"subscription '{name}' on {t.name} is {sub.sub_type}; it cannot be used as {sub_type}")
+            return sub
+        limit = t.policies.max_subscriptions_per_topic
+        if limit and len(t.subscriptions) >= limit:
+            raise PolicyViolationError(f"topic {t.name} already has {limit} subscriptions (max_subscriptions_per_topic)")
+        cursor = t.readable_next - 1  # a new subscription starts at the latest offset
+        failure_policy = self.failure_policy
+        if t.reliable:
+            stored = await self.metadata.get_json(keys.subscription(t.name, name))
+            if stored is not None:
+                if stored.get("type", sub_type) != sub_type:
+                    raise InvalidArgumentError(
+                        f"subscription '{name}' on {t.name} is {stored.get('type')}; it cannot be used as {sub_type}")
+                saved = await self.metadata.get_json(keys.subscription_cursor(t.name, name))
+                if isinstance(saved, int):
+                    cursor = min(saved, t.readable_next - 1)
+            else:
+                await self.metadata.put_json(keys.subscription(t.name, name),
+                                             {"type": sub_type, "created_at": int(time.time() * 1000)})
+                await self.metadata.put_json(keys.subscription_cursor(t.name, name), cursor)
+            fp = await self.metadata.get_json(keys.subscription_failure_policy(t.name, name))
+            if fp:
+                failure_policy = FailurePolicy.from_dict(fp)
+        sub = t.subscriptions.get(name)  # created concurrently while we awaited
+        if sub is not None:
+            return sub
+        sub = Subscription(t, name, sub_type, cursor=cursor, failure_policy=failure_policy,
+                           settings=self.dispatch, metrics=self.metrics, dead_letter=self._dead_letter)
+        t.subscriptions[name] = sub
+        return sub
+
+    async def _consumer(self, consumer_id: int) -> Consumer:
+        consumer = self._consumers.get(consumer_id)
+        if consumer is not None and not consumer.closed:
+            return consumer
+        reg = self._dormant.get(("consumer", consumer_id))
+        if reg is not None:
+            await self.subscribe(reg.topic, reg.info["subscription"], reg.name,
+                                 sub_type=reg.info.get("sub_type", "exclusive"),
+                                 key_filters=reg.info.get("key_filters", ()), reliable=None,
+                                 consumer_id=consumer_id)
+            consumer = self._consumers.get(consumer_id)
+            if consumer is not None:
+                return consumer
+        if ("consumer", consumer_id) in self._closed_ids or (consumer is not None and consumer.closed):
+            raise NotServedHereError(f"consumer {consumer_id} was closed: its topic is no longer served here")
+        raise NotFoundError(f"unknown consumer id {consumer_id}: subscribe first")
+
+    async def receive(self, consumer_id: int, *, max_messages: int, max_bytes: int,
+                      stream: int | None = None) -> Delivery:
+        """Wait for the next delivery; ``stream`` (from :meth:`open_stream`) ends superseded streams."""
+        consumer = await self._consumer(consumer_id)
+        return await consumer.subscription.receive(consumer, max_messages, max_bytes, stream)
+
+    async def open_stream(self, consumer_id: int) -> int:
+        """A receive stream starts for the consumer; an older stream of it stops (StreamSupersededError)
+        and whatever was delivered to the consumer but not acked is delivered again.  Returns the
+        stream token for :meth:`receive` and :meth:`detach`."""
+        consumer = await self._consumer(consumer_id)
+        if not consumer.active:
+            consumer.subscription.activate(consumer)
+        return consumer.subscription.restart_stream(consumer)
+
+    def consumer_info(self, consumer_id: int) -> tuple[str, str] | None:
+        """(topic, subscription) of a live consumer."""
+        c = self._consumers.get(consumer_id)
+        return (c.subscription.topic.name, c.subscription.name) if c is not None else None
+
+    def producer_name(self, topic: str, producer_id: int) -> str:
+        """The name of a topic's producer (for Danube's StreamMessage.producer_name)."""
+        t = self.topics.get(topic)
+        return t.producer_name(producer_id) if t is not None else str(producer_id)
+
+    def detach(self, consumer_id: int, stream: int | None = None) -> None:
+        """The consumer's stream ended: its unacked messages go back to the subscription.
+
+        With ``stream``, only if that stream is still the consumer's current one."""
+        c = self._consumers.get(consumer_id)
+        if c is None or (stream is not None and stream != c.epoch):
+            return
+        if stream is not None or c.receiving == 0:
+            c.subscription.deactivate(c)
+
+    async def ack(self, consumer_id: int, offsets: Iterable[int]) -> None:
+        consumer = await self._consumer(consumer_id)
+        consumer.subscription.ack(offsets)
+
+    async def nack(self, consumer_id: int, offset: int, *, delay_ms: int | None = None,
+                   reason: str | None = None) -> None:
+        consumer = await self._consumer(consumer_id)
+        consumer.subscription.nack(int(offset), delay_ms, reason)
+
+    async def _served_subscription(self, topic: str, subscription: str) -> Subscription:
+        keys.split_topic(topic)
+        t = self.topics.get(topic)
+        sub = t.subscriptions.get(subscription) if t is not None else None
+        if sub is None:
+            # After a restart the first ack may come before the consumer re-attached.
+            for reg in list(self._dormant.values()):
+                if reg.kind == "consumer" and reg.topic == topic and reg.info.get("subscription") == subscription:
+                    await self._consumer(reg.id)
+                    t = self.topics.get(topic)
+                    sub = t.subscriptions.get(subscription) if t is not None else None
+                    break
+        if sub is None:
+            raise NotFoundError(f"subscription '{subscription}' on topic {topic} is not served here")
+        return sub
+
+    async def ack_subscription(self, topic: str, subscription: str, offsets: Iterable[int]) -> None:
+        """Ack by (topic, subscription) — how Danube's AckRequest addresses a message."""
+        (await self._served_subscription(topic, subscription)).ack(offsets)
+
+    async def nack_subscription(self, topic: str, subscription: str, offset: int, *,
+                                delay_ms: int | None = None, reason: str | None = None) -> None:
+        (await self._served_subscription(topic, subscription)).nack(int(offset), delay_ms, reason)
+
+    # ------------------------------------------------------------ dead letters
+
+    def _dead_letter(self, sub: Subscription, offset: int) -> None:
+        task = asyncio.get_running_loop().create_task(self._send_dead_letter(sub, offset))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_dead_letter(self, sub: Subscription, offset: int) -> None:
+        dlq = sub.failure_policy.dead_letter_topic
+        try:
+            data = await sub.topic.storage.read_frames(offset, 1)
+            rec, _ = frames.decode_frame(data, 0)
+            attrs = dict(rec.attributes)
+            attrs.update({"dlq_source_topic": sub.topic.name, "dlq_subscription": sub.name,
+                          "dlq_original_offset": str(offset)})
+            buf = bytearray(frames.encode_record(bytes(rec.payload), publish_time=rec.publish_time,
+                                                 producer_id=rec.producer_id, key=rec.routing_key,
+                                                 attributes=attrs))
+            producer_id = await self.create_producer(dlq, f"dlq-{sub.name}", reliable=True)
+            await self.publish(producer_id, buf)
+            log.warning("message %d of %s moved to dead-letter topic %s", offset, sub.topic.name, dlq)
+        except Exception:  # noqa: BLE001 - report, the subscription goes on
+            log.exception("could not move message %d of %s to dead-letter topic %s", offset, sub.topic.name, dlq)
+
+    # ------------------------------------------------------------ health
+
+    def health(self, client_type: str, client_id: int) -> bool:
+        if client_type == "producer":
+            p = self._producers.get(client_id)
+            return p is not None and not p.closed
+        c = self._consumers.get(client_id)
+        return c is not None and not c.closed
+
+    # ------------------------------------------------------------ cursors
+
+    async def flush_cursors(self, *, force: bool = False, topic: Topic | None = None) -> int:
+        written = 0
+        for t in ([topic] if topic is not None else list(self.topics.values())):
+            if not t.reliable:
+                continue
+            for sub in list(t.subscriptions.values()):
+                if sub.dirty or force:
+                    sub.dirty = False
+                    cursor = sub.cursor
+                    try:
+                        await self.metadata.put_json(keys.subscription_cursor(t.name, sub.name), cursor)
+                        written += 1
+                    except Exception:
+                        sub.dirty = True
+                        raise
+        return written
+
+    async def _flush_cursors_loop(self) -> None:
+        interval = self.dispatch.cursor_flush_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.flush_cursors()
+            except Exception:  # noqa: BLE001 - retried on the next tick
+                log.exception("persisting cursors failed; retrying")
+
+    # ------------------------------------------------------------ unload
+
+    def _drop_clients(self, t: Topic) -> None:
+        for p in t.producers.values():
+            p.closed = True
+            self._closed_ids.add(("producer", p.id))
+            self._producers.pop(p.id, None)
+        for sub in t.subscriptions.values():
+            for c in list(sub.consumers.values()):
+                c.closed = True
+                self._closed_ids.add(("consumer", c.id))
+                self._consumers.pop(c.id, None)
+            sub.notify()
+        for reg_key in [k for k, r in self._dormant.items() if r.topic == t.name]:
+            self._dormant.pop(reg_key)
+            self._closed_ids.add(reg_key)
+
+    async def unload_topic(self, topic: str) -> int | None:
+        """Seal the topic's storage and stop serving it here (clients get CLOSE and look it up again).
+
+        Returns the last committed offset (None for a non-reliable topic).
+        """
+        keys.split_topic(topic)
+        lock = self._opening.setdefault(topic, asyncio.Lock())
+        async with lock:
+            t = self.topics.get(topic)
+            if t is None:
+                raise NotFoundError(f"topic {topic} is not served here")
+            t.closed = True
+            await self.flush_cursors(force=True, topic=t)
+            self._drop_clients(t)
+            last = None
+            if t.reliable:
+                last = await t.storage.seal()
+            else:
+                await t.storage.close()
+            self.topics.pop(topic, None)
+            self.metrics.topic_closed(topic)
+            log.info("topic %s unloaded%s", topic, f" (sealed at offset {last})" if last is not None else "")
+            return last
+
+    # ------------------------------------------------------------ stats
+
+    def stats(self) -> BrokerStats:
+        return BrokerStats(broker_url=self.broker_url, topics=[t.stats() for t in self.topics.values()])

@@ -1,0 +1,63 @@
+"""Counters the broker keeps and the hook the metrics exporter plugs into.
+
+The broker never imports prometheus; ``danube.server.metrics`` implements
+:class:`MetricsSink` and the broker calls it once per batch, never per message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class MetricsSink:
+    """No-op sink; the server replaces it with Prometheus counters."""
+
+    def published(self, topic: str, count: int, nbytes: int, latency_ms: float) -> None: ...
+
+    def delivered(self, topic: str, subscription: str, count: int, nbytes: int) -> None: ...
+
+    def acked(self, topic: str, subscription: str, count: int) -> None: ...
+
+    def redelivered(self, topic: str, subscription: str, count: int) -> None: ...
+
+    def dropped(self, topic: str, subscription: str, count: int, reason: str) -> None: ...
+
+    def topic_opened(self, topic: str) -> None: ...
+
+    def topic_closed(self, topic: str) -> None: ...
+
+
+@dataclass
+class SubscriptionStats:
+    name: str
+    sub_type: str
+    consumers: int
+    cursor: int
+    unacked: int
+    backlog: int
+
+
+@dataclass
+class TopicStats:
+    name: str
+    reliable: bool
+    messages_in: int
+    bytes_in: int
+    next_offset: int
+    producers: int
+    consumers: int
+    subscriptions: list[SubscriptionStats] = field(default_factory=list)
+
+    @property
+    def backlog_messages(self) -> int:
+        return sum(s.backlog for s in self.subscriptions)
+
+
+@dataclass
+class BrokerStats:
+    broker_url: str
+    topics: list[TopicStats]
+
+    @property
+    def total_messages_in(self) -> int:
+        return sum(t.messages_in for t in self.topics)

@@ -1,0 +1,103 @@
+"""A topic served by this broker: its storage, producers and subscriptions.
+
+Reliable topics are stored by ``danube.storage`` (one WAL per topic) and a
+batch becomes visible to subscribers only once it is durable under the sync
+policy, so a consumer never sees a message a crash could take back.
+Non-reliable topics keep a bounded in-memory history and deliver at most once.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from danube import frames
+from danube.broker.policies import TopicPolicies
+from danube.broker.producer import Producer
+from danube.broker.stats import MetricsSink, TopicStats
+from danube.broker.subscription import Subscription
+from danube.errors import InvalidArgumentError, MessageTooLargeError
+
+PARTITION_RE = re.compile(r"^(?P<base>/.+)-part-(?P<index>\d+)$")
+
+
+def partition_of(topic: str) -> tuple[str, int] | None:
+    """``/ns/t-part-3`` → ``("/ns/t", 3)``; None for a plain topic."""
+    m = PARTITION_RE.match(topic)
+    return (m.group("base"), int(m.group("index"))) if m else None
+
+
+class Topic:
+    def __init__(self, name: str, *, reliable: bool, storage, policies: TopicPolicies,
+                 metrics: MetricsSink) -> None:
+        self.name = name
+        self.reliable = reliable
+        self.storage = storage
+        self.policies = policies
+        self.metrics = metrics
+        self.producers: dict[int, Producer] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self.readable_next = storage.next_offset  # first offset not yet visible to subscribers
+        self.messages_in = 0
+        self.bytes_in = 0
+        self._producer_names: dict[int, str] = {}
+        self.closed = False
+
+    # ------------------------------------------------------------ producers
+
+    def producer_name(self, producer_id: int) -> str:
+        name = self._producer_names.get(producer_id)
+        return name if name is not None else str(producer_id)
+
+    def remember_producer_name(self, producer_id: int, name: str) -> None:
+        self._producer_names[producer_id] = name
+
+    def add_producer(self, producer: Producer) -> None:
+        self.producers[producer.id] = producer
+        self._producer_names[producer.id] = producer.name
+
+    # ------------------------------------------------------------ publish
+
+    def check_sizes(self, buf) -> None:
+        """Check the message size limit (the storage append validates checksums and lengths)."""
+        if len(buf) == 0:
+            raise InvalidArgumentError("empty batch: a publish needs at least one frame")
+        limit = self.policies.max_message_size
+        if limit and len(buf) > limit + frames.HEADER_SIZE:
+            positions = frames.frame_positions(buf)
+            count = len(positions)
+            positions.append(len(buf))
+            for i in range(count):
+                size = positions[i + 1] - positions[i] - frames.HEADER_SIZE
+                if size > limit:
+                    raise MessageTooLargeError(
+                        f"message of {size} bytes exceeds the max_message_size of {limit} bytes "
+                        f"on topic {self.name}")
+
+    async def publish(self, producer: Producer, buf: bytearray) -> tuple[int, int]:
+        started = time.perf_counter()
+        self.check_sizes(buf)
+        nbytes = len(buf)
+        first, last = self.storage.append_frames(buf)
+        await self.storage.wait_durable(last)
+        if last + 1 > self.readable_next:
+            self.readable_next = last + 1
+        count = last - first + 1
+        self.messages_in += count
+        self.bytes_in += nbytes
+        producer.messages_in += count
+        producer.bytes_in += nbytes
+        for sub in self.subscriptions.values():
+            sub.notify()
+        self.metrics.published(self.name, count, nbytes, (time.perf_counter() - started) * 1000)
+        return first, last
+
+    # ------------------------------------------------------------ stats
+
+    def stats(self) -> TopicStats:
+        return TopicStats(
+            name=self.name, reliable=self.reliable, messages_in=self.messages_in, bytes_in=self.bytes_in,
+            next_offset=self.storage.next_offset, producers=len(self.producers),
+            consumers=sum(len(s.active_consumers()) for s in self.subscriptions.values()),
+            subscriptions=[s.stats() for s in self.subscriptions.values()],
+        )

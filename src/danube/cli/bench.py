@@ -1,0 +1,368 @@
+"""`danube bench`: end-to-end throughput and latency through the batch lane.
+
+Producers call ``send_batch`` with ``--batch-size`` messages; every payload of
+one call starts with the call's send time (``perf_counter``, 8 bytes), so the
+consumers, running in the same process, measure publish→deliver on the first
+and last message of every batch they receive.  publish→ack is measured per
+``send_batch`` call, from the call until its future resolves (batch durable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+
+from danube.cli._client_common import (
+    EXIT_FAILED, EXIT_OK, SUBSCRIPTION_TYPES, non_negative_float, positive_int, run_async,
+)
+
+_STAMP = struct.Struct("<d")
+
+
+@dataclass
+class BenchConfig:
+    service_url: str | None = None
+    spawn_broker: bool = False
+    sync: str = "interval"
+    data_dir: str | None = None
+    topic: str | None = None
+    producers: int = 1
+    consumers: int = 1
+    message_size: int = 100
+    batch_size: int = 1000
+    rate: float = 0.0
+    duration: float = 10.0
+    reliable: bool = True
+    subscription_type: str | None = None
+    max_in_flight: int = 8
+    max_batch_bytes: int = 1024 * 1024
+    linger_ms: float = 1.0
+    progress: bool = True
+    drain_timeout: float = 30.0
+
+
+@dataclass
+class BenchResult:
+    config: dict
+    sent: int = 0
+    acked: int = 0
+    delivered: int = 0
+    elapsed_s: float = 0.0
+    publish_rate: float = 0.0          # acked messages / s
+    end_to_end_rate: float = 0.0       # delivered messages / s
+    publish_mb_s: float = 0.0
+    ack_latency_ms: dict = field(default_factory=dict)
+    deliver_latency_ms: dict = field(default_factory=dict)
+    errors: list = field(default_factory=list)
+
+
+def percentiles(samples: list[float]) -> dict:
+    """p50/p90/p99/p99.9/max in milliseconds (samples in seconds)."""
+    if not samples:
+        return {}
+    data = sorted(samples)
+    n = len(data)
+
+    def at(q: float) -> float:
+        return round(data[min(n - 1, int(q * n))] * 1000, 3)
+
+    return {"count": n, "p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "p999": at(0.999),
+            "max": round(data[-1] * 1000, 3), "mean": round(sum(data) / n * 1000, 3)}
+
+
+# ------------------------------------------------------------ spawning a broker
+
+@contextlib.contextmanager
+def spawned_broker(sync: str, data_dir: str | None = None, *, log_path: str | None = None):
+    """Starts `danube broker` on free loopback ports; yields its service URL; stops it by PID."""
+    import socket
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    own_dir = data_dir is None
+    data_dir = data_dir or tempfile.mkdtemp(prefix="danube-bench-")
+    port, admin, metrics = free_port(), free_port(), free_port()
+    cmd = [sys.executable, "-m", "danube.cli.main", "broker", "--host", "127.0.0.1", "--port", str(port),
+           "--admin-port", str(admin), "--metrics-port", str(metrics), "--data-dir", data_dir, "--sync", sync]
+    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the broker exited with {proc.returncode} before listening: {' '.join(cmd)}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the broker did not listen on port {port} within 30s")
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if log_path:
+            log.close()
+        if own_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+# ------------------------------------------------------------ the workload
+
+async def run_bench(config: BenchConfig) -> BenchResult:
+    """Runs the workload against ``config.service_url``; returns the measurements."""
+    from danube import frames as frame_codec
+    from danube.client import DanubeClient
+
+    topic = config.topic or f"/default/bench-{uuid.uuid4().hex[:8]}"
+    sub_type = config.subscription_type or ("shared" if config.consumers > 1 else "exclusive")
+    result = BenchResult(config={**asdict(config), "topic": topic, "subscription_type": sub_type})
+    client = DanubeClient.builder().service_url(config.service_url).build()
+    ack_lat: list[float] = []
+    deliver_lat: list[float] = []
+    counts = {"sent": 0, "acked": 0, "delivered": 0}
+    last_delivery = [0.0]
+    producing_done = asyncio.Event()
+    all_delivered = asyncio.Event()
+    perf = time.perf_counter
+    pad = b"\x00" * max(0, config.message_size - _STAMP.size)
+
+    consumers = []
+    for i in range(config.consumers):
+        consumer = (client.new_consumer().with_topic(topic).with_consumer_name(f"bench-c{i}")
+                    .with_subscription("bench").with_subscription_type(sub_type)
+                    .with_reliable(config.reliable)
+                    .with_receive_credit(max(10_000, 4 * config.batch_size), 16 * 1024 * 1024).build())
+        consumers.append(consumer)
+    producers = []
+    for i in range(config.producers):
+        producer = (client.new_producer().with_topic(topic).with_name(f"bench-p{i}")
+                    .with_reliable(config.reliable).with_linger_ms(config.linger_ms)
+                    .with_max_batch_bytes(config.max_batch_bytes).with_max_in_flight(config.max_in_flight).build())
+        producers.append(producer)
+
+    async def consume(consumer) -> None:
+        decode_frame, frame_positions = frame_codec.decode_frame, frame_codec.frame_positions
+        while True:
+            batch = await consumer.receive_batch(timeout=0.2)
+            if batch is None:
+                if producing_done.is_set() and counts["delivered"] >= counts["acked"]:
+                    all_delivered.set()
+                    return
+                continue
+            now = perf()
+            frames = batch.frames
+            if pad is not None and config.message_size >= _STAMP.size:
+                first, _ = decode_frame(frames, 0)
+                deliver_lat.append(now - _STAMP.unpack_from(first.payload)[0])
+                if batch.count > 1:
+                    last, _ = decode_frame(frames, frame_positions(frames)[-1])
+                    deliver_lat.append(now - _STAMP.unpack_from(last.payload)[0])
+            counts["delivered"] += batch.count
+            last_delivery[0] = now
+            await consumer.ack_batch(batch)
+            if producing_done.is_set() and counts["delivered"] >= counts["acked"]:
+                all_delivered.set()
+
+    async def produce(producer, deadline: float, per_producer_rate: float) -> None:
+        window = asyncio.Semaphore(config.max_in_flight * 2)
+        started = perf()
+        sent = 0
+        while perf() < deadline:
+            t0 = perf()
+            if config.message_size >= _STAMP.size:
+                payload = _STAMP.pack(t0) + pad
+            else:
+                payload = b"\x00" * config.message_size
+            await window.acquire()
+            fut = await producer.send_batch([payload] * config.batch_size)
+            counts["sent"] += config.batch_size
+            sent += config.batch_size
+
+            def done(f, t0=t0, n=config.batch_size):
+                window.release()
+                if f.cancelled() or f.exception() is not None:
+                    if not f.cancelled():
+                        result.errors.append(str(f.exception()))
+                    return
+                ack_lat.append(perf() - t0)
+                counts["acked"] += n
+
+            fut.add_done_callback(done)
+            if per_producer_rate > 0:
+                delay = started + sent / per_producer_rate - perf()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+        await producer.flush()
+        while window._value < config.max_in_flight * 2:   # every callback ran
+            await asyncio.sleep(0.01)
+
+    async def progress(deadline: float, start: float) -> None:
+        if not config.progress:
+            return
+        from tqdm import tqdm
+
+        with tqdm(total=round(config.duration, 1), unit="s", desc="bench", file=sys.stderr,
+                  bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f}s {postfix}") as bar:
+            last_n, last_t = 0, start
+            while not producing_done.is_set():
+                await asyncio.sleep(0.5)
+                now = perf()
+                bar.n = round(min(now, deadline) - start, 1)
+                rate = (counts["delivered"] - last_n) / (now - last_t)
+                last_n, last_t = counts["delivered"], now
+                bar.set_postfix_str(f"acked {counts['acked']:,} delivered {counts['delivered']:,} "
+                                    f"({rate:,.0f} msg/s)")
+
+    try:
+        await asyncio.gather(*(c.subscribe() for c in consumers))
+        await asyncio.gather(*(p.create() for p in producers))
+        consumer_tasks = [asyncio.ensure_future(consume(c)) for c in consumers]
+        start = perf()
+        deadline = start + config.duration
+        progress_task = asyncio.ensure_future(progress(deadline, start))
+        per_rate = config.rate / config.producers if config.rate > 0 else 0.0
+        await asyncio.gather(*(produce(p, deadline, per_rate) for p in producers))
+        producing_done.set()
+        produced_s = perf() - start
+        try:
+            await asyncio.wait_for(all_delivered.wait(), config.drain_timeout)
+        except asyncio.TimeoutError:
+            result.errors.append(f"only {counts['delivered']} of {counts['acked']} acked messages were "
+                                 f"delivered within {config.drain_timeout}s")
+        for task in consumer_tasks:
+            task.cancel()
+        await asyncio.gather(*consumer_tasks, progress_task, return_exceptions=True)
+        e2e_s = max(last_delivery[0] - start, 1e-9)
+        result.sent, result.acked, result.delivered = counts["sent"], counts["acked"], counts["delivered"]
+        result.elapsed_s = round(produced_s, 3)
+        result.publish_rate = round(counts["acked"] / produced_s, 1)
+        result.publish_mb_s = round(counts["acked"] * config.message_size / produced_s / 1e6, 2)
+        result.end_to_end_rate = round(counts["delivered"] / e2e_s, 1)
+        result.ack_latency_ms = percentiles(ack_lat)
+        result.deliver_latency_ms = percentiles(deliver_lat)
+    finally:
+        for p in producers:
+            with contextlib.suppress(Exception):
+                await p.close()
+        for c in consumers:
+            with contextlib.suppress(Exception):
+                await c.close()
+        await client.close()
+    return result
+
+
+def format_result(result: BenchResult) -> str:
+    c = result.config
+    lines = [
+        f"topic {c['topic']}  {c['producers']} producer(s), {c['consumers']} consumer(s) ({c['subscription_type']}), "
+        f"{c['message_size']} B messages, batches of {c['batch_size']}, "
+        f"{'reliable' if c['reliable'] else 'non-reliable'}"
+        + (f", broker sync={c['sync']}" if c["spawn_broker"] else ""),
+        f"sent {result.sent:,}  acked {result.acked:,}  delivered {result.delivered:,}  in {result.elapsed_s}s",
+        f"publish      {result.publish_rate:>14,.0f} msg/s  ({result.publish_mb_s} MB/s payload)",
+        f"end to end   {result.end_to_end_rate:>14,.0f} msg/s",
+    ]
+    for name, lat in (("publish->ack", result.ack_latency_ms), ("publish->deliver", result.deliver_latency_ms)):
+        if lat:
+            lines.append(f"{name:<17} p50 {lat['p50']} ms  p90 {lat['p90']} ms  p99 {lat['p99']} ms  "
+                         f"p99.9 {lat['p999']} ms  max {lat['max']} ms")
+    for error in result.errors[:5]:
+        lines.append(f"error: {error}")
+    return "\n".join(lines)
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "bench", help="measure end-to-end throughput and latency",
+        description="Run producers and consumers through the batch lane for --duration seconds and report "
+                    "throughput and latency percentiles (publish->ack, publish->deliver). Targets "
+                    "--service-url, or starts its own broker with --spawn-broker. Exit 0 when every acked "
+                    "message was delivered, 1 otherwise.",
+    )
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--service-url", default=None, help="broker URL (default http://127.0.0.1:6650)")
+    target.add_argument("--spawn-broker", action="store_true",
+                        help="start a broker on free loopback ports for the run and stop it afterwards")
+    parser.add_argument("--sync", choices=["always", "interval", "never"], default="interval",
+                        help="sync policy of the spawned broker (default interval)")
+    parser.add_argument("--data-dir", default=None, help="data dir of the spawned broker (default a temp dir)")
+    parser.add_argument("--topic", default=None, help="topic (default a fresh /default/bench-<id>)")
+    parser.add_argument("--producers", type=positive_int, default=1, help="producers (default 1)")
+    parser.add_argument("--consumers", type=positive_int, default=1, help="consumers (default 1)")
+    parser.add_argument("--message-size", type=positive_int, default=100, help="payload bytes (default 100)")
+    parser.add_argument("--batch-size", type=positive_int, default=1000,
+                        help="messages per send_batch call (default 1000)")
+    parser.add_argument("--rate", type=non_negative_float, default=0.0,
+                        help="total messages per second, 0 = as fast as possible (default 0)")
+    parser.add_argument("--duration", type=non_negative_float, default=10.0, help="seconds to produce (default 10)")
+    parser.add_argument("--subscription-type", choices=SUBSCRIPTION_TYPES, default=None,
+                        help="default exclusive with one consumer, shared with more")
+    reliability = parser.add_mutually_exclusive_group()
+    reliability.add_argument("--reliable", dest="reliable", action="store_true", default=True,
+                             help="WAL-backed topic (default)")
+    reliability.add_argument("--non-reliable", dest="reliable", action="store_false", help="in-memory topic")
+    parser.add_argument("--max-in-flight", type=positive_int, default=8, help="unacked batches per producer (default 8)")
+    parser.add_argument("--linger-ms", type=non_negative_float, default=1.0, help="producer linger (default 1 ms)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def _config_from_args(args) -> BenchConfig:
+    return BenchConfig(
+        service_url=args.service_url or "http://127.0.0.1:6650", spawn_broker=args.spawn_broker, sync=args.sync,
+        data_dir=args.data_dir, topic=args.topic, producers=args.producers, consumers=args.consumers,
+        message_size=args.message_size, batch_size=args.batch_size, rate=args.rate, duration=args.duration,
+        reliable=args.reliable, subscription_type=args.subscription_type, max_in_flight=args.max_in_flight,
+        linger_ms=args.linger_ms, progress=not args.no_progress and sys.stderr.isatty() or False,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    config = _config_from_args(args)
+    if args.no_progress:
+        config.progress = False
+    elif not args.json:
+        config.progress = True
+
+    def report(result: BenchResult) -> int:
+        if args.json:
+            print(json.dumps(asdict(result), indent=2))
+        else:
+            print(format_result(result))
+        return EXIT_OK if not result.errors and result.delivered >= result.acked > 0 else EXIT_FAILED
+
+    if config.spawn_broker:
+        try:
+            with spawned_broker(config.sync, config.data_dir) as url:
+                config.service_url = url
+                return run_async(lambda: _run_and_report(config, report))
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    return run_async(lambda: _run_and_report(config, report))
+
+
+async def _run_and_report(config: BenchConfig, report) -> int:
+    return report(await run_bench(config))

@@ -1,0 +1,66 @@
+"""`danube broker`: run a standalone broker (embedded metadata, local WAL storage)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from danube.errors import DanubeError
+
+log = logging.getLogger("danube.broker")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "broker",
+        help="run a standalone broker",
+        description=(
+            "Run a standalone Danube-compatible broker: Danube clients connect to the client port, "
+            "the admin service listens on the admin port, Prometheus metrics on the metrics port. "
+            "Metadata is embedded (sqlite) and reliable topics are stored in a write-ahead log under "
+            "the data directory. Flags override the config file. SIGTERM or Ctrl-C stops it cleanly."
+        ),
+    )
+    p.add_argument("--config", metavar="FILE", help="danube_broker.yml (Danube's key names; see docs/broker.md)")
+    p.add_argument("--host", default=None, help="address to listen on [default 127.0.0.1]")
+    p.add_argument("--port", type=int, default=None, help="client port for Danube's protocol [default 6650]")
+    p.add_argument("--admin-port", type=int, default=None, help="admin gRPC port, 0 = off [default 50051]")
+    p.add_argument("--metrics-port", type=int, default=None, help="Prometheus port, 0 = off [default 9040]")
+    p.add_argument("--data-dir", default=None, help="where WALs and metadata live [default ./danube-data]")
+    p.add_argument("--sync", choices=["always", "interval", "never"], default=None,
+                   help="when appends reach disk before a producer is answered: always = fdatasync per "
+                        "group commit, interval = every few ms, never = leave it to the OS [default always]")
+    p.add_argument("--broker-id", default=None, help="this broker's id in metadata [default standalone]")
+    p.add_argument("--advertised-addr", default=None,
+                   help="host:port that topic lookups answer with [default HOST:PORT]")
+    p.set_defaults(func=run)
+
+
+def build_config(args):
+    from danube.server.config import BrokerConfig
+
+    config = BrokerConfig.from_yaml(args.config) if args.config else BrokerConfig()
+    return config.with_overrides(host=args.host, port=args.port, admin_port=args.admin_port,
+                                 metrics_port=args.metrics_port, data_dir=args.data_dir, sync=args.sync,
+                                 broker_id=args.broker_id, advertised_addr=args.advertised_addr)
+
+
+def run(args) -> int:
+    from danube.server.app import run as run_app
+
+    try:
+        config = build_config(args)
+    except DanubeError as exc:
+        log.error("bad configuration: %s", exc)
+        return 2
+    log.info("starting broker: client %s:%d, admin %s, metrics %s, data %s, sync %s%s", config.host,
+             config.port, config.admin_port or "off", config.metrics_port or "off", config.data_dir,
+             config.sync, f", config {args.config}" if args.config else "")
+    try:
+        return run_app(config)
+    except OSError as exc:
+        log.error("%s", exc)
+        return 1
+    except DanubeError as exc:
+        log.error("broker failed: %s", exc)
+        return 1

@@ -1,0 +1,15 @@
+"""danube's own async client: batching producer and credit-based consumer over the batch lane.
+
+See docs/client.md.  The client uses only the frame codec and the protocol stubs.
+"""
+
+from danube.client.client import DanubeClient, DanubeClientBuilder, RetryPolicy
+from danube.client.consumer import Consumer, ConsumerBuilder, SubType
+from danube.client.messages import Message, MessageBatch
+from danube.client.producer import Producer, ProducerBuilder
+from danube.client.routing import fnv1a_64, partition_topic
+
+__all__ = [
+    "DanubeClient", "DanubeClientBuilder", "RetryPolicy", "Producer", "ProducerBuilder",
+    "Consumer", "ConsumerBuilder", "SubType", "Message", "MessageBatch", "fnv1a_64", "partition_topic",
+]

@@ -1,0 +1,377 @@
+"""The batch-lane consumer: credit-based streams, one per partition, merged into one iterator.
+
+Each partition has one bidirectional ``Consume`` stream.  The consumer grants
+``receive_messages`` / ``receive_bytes`` of credit up front and gives credit
+back as the application takes batches, so at most that much is buffered in the
+client per partition.  Acks and nacks travel on the same stream (acks grouped
+into offset ranges).  A stream that breaks with a retriable status is reopened
+after a fresh lookup with the same subscription; the broker redelivers what
+was not acked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import AsyncIterator, Iterable
+
+import grpc
+
+from danube.client.client import DanubeClient
+from danube.client.errors import from_batch_status, from_rpc_error, is_retriable
+from danube.client.messages import Message, MessageBatch
+from danube.errors import ClientError, DanubeError, InvalidArgumentError
+from danube.proto.danube_batch import batch_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+class SubType:
+    """Subscription types (names as in Danube's clients)."""
+
+    Exclusive = "exclusive"
+    Shared = "shared"
+    Failover = "failover"
+    KeyShared = "key_shared"
+
+
+_SUB_TYPES = {
+    "exclusive": pb.EXCLUSIVE_SUBSCRIPTION,
+    "shared": pb.SHARED_SUBSCRIPTION,
+    "failover": pb.FAILOVER_SUBSCRIPTION,
+    "key_shared": pb.KEY_SHARED_SUBSCRIPTION,
+}
+
+_END = object()
+
+
+def offset_ranges(offsets: Iterable[int]) -> list[pb.OffsetRange]:
+    """Sorted, merged ``[first, last]`` ranges covering ``offsets``."""
+    ranges: list[pb.OffsetRange] = []
+    first = last = None
+    for offset in sorted(set(offsets)):
+        if last is not None and offset == last + 1:
+            last = offset
+            continue
+        if first is not None:
+            ranges.append(pb.OffsetRange(first=first, last=last))
+        first = last = offset
+    if first is not None:
+        ranges.append(pb.OffsetRange(first=first, last=last))
+    return ranges
+
+
+class ConsumerBuilder:
+    def __init__(self, client: DanubeClient) -> None:
+        self._client = client
+        self._topic: str | None = None
+        self._name: str | None = None
+        self._subscription: str | None = None
+        self._sub_type = SubType.Exclusive
+        self._key_filters: tuple[str, ...] = ()
+        self._reliable = True
+        self._receive_messages = 10_000
+        self._receive_bytes = 4 * 1024 * 1024
+
+    def with_topic(self, topic: str) -> "ConsumerBuilder":
+        self._topic = topic
+        return self
+
+    def with_consumer_name(self, name: str) -> "ConsumerBuilder":
+        self._name = name
+        return self
+
+    def with_subscription(self, subscription: str) -> "ConsumerBuilder":
+        self._subscription = subscription
+        return self
+
+    def with_subscription_type(self, sub_type: str) -> "ConsumerBuilder":
+        value = str(sub_type).lower().replace("-", "_")
+        if value == "keyshared":
+            value = "key_shared"
+        if value not in _SUB_TYPES:
+            raise InvalidArgumentError(f"subscription type must be one of {sorted(_SUB_TYPES)}, not {sub_type!r}")
+        self._sub_type = value
+        return self
+
+    def with_key_filters(self, filters: Iterable[str]) -> "ConsumerBuilder":
+        self._key_filters = tuple(filters)
+        return self
+
+    def with_reliable(self, reliable: bool = True) -> "ConsumerBuilder":
+        self._reliable = bool(reliable)
+        return self
+
+    def with_receive_credit(self, messages: int, max_bytes: int) -> "ConsumerBuilder":
+        """How much the broker may send ahead of the application, per partition."""
+        if messages < 1 or max_bytes < 1:
+            raise InvalidArgumentError("receive credit must be positive")
+        self._receive_messages, self._receive_bytes = int(messages), int(max_bytes)
+        return self
+
+    def build(self) -> "Consumer":
+        if not self._topic:
+            raise InvalidArgumentError("a consumer needs a topic (with_topic)")
+        if not self._name:
+            raise InvalidArgumentError("a consumer needs a name (with_consumer_name)")
+        if not self._subscription:
+            raise InvalidArgumentError("a consumer needs a subscription (with_subscription)")
+        return Consumer(self._client, self._topic, self._name, self._subscription, sub_type=self._sub_type,
+                        key_filters=self._key_filters, reliable=self._reliable,
+                        receive_messages=self._receive_messages, receive_bytes=self._receive_bytes)
+
+
+class _PartitionConsumer:
+    def __init__(self, owner: "Consumer", index: int, topic: str) -> None:
+        self.owner = owner
+        self.index = index
+        self.topic = topic
+        self.consumer_id = -1
+        self._outgoing: asyncio.Queue = asyncio.Queue()
+        self._subscribed = asyncio.get_running_loop().create_future()
+        self._task: asyncio.Task | None = None
+        self._closing = False
+
+    def spec(self) -> pb.SubscribeSpec:
+        o = self.owner
+        return pb.SubscribeSpec(topic=self.topic, subscription=o.subscription, consumer_name=o.name,
+                                subscription_type=_SUB_TYPES[o.sub_type], key_filters=list(o.key_filters),
+                                reliable=o.reliable)
+
+    async def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+        await self._subscribed
+
+    def grant(self, messages: int, nbytes: int) -> None:
+        self._outgoing.put_nowait(pb.ConsumeRequest(credit=pb.Credit(messages=messages, bytes=nbytes)))
+
+    def ack(self, offsets: Iterable[int]) -> None:
+        ranges = offset_ranges(offsets)
+        if ranges:
+            self._outgoing.put_nowait(pb.ConsumeRequest(ack=pb.AckBatch(consumer_id=0, ranges=ranges)))
+
+    def nack(self, offset: int, delay_ms: int | None, reason: str | None) -> None:
+        request = pb.NackRequest(consumer_id=0, offset=offset)
+        if delay_ms is not None:
+            request.delay_ms = delay_ms
+        if reason is not None:
+            request.reason = reason
+        self._outgoing.put_nowait(pb.ConsumeRequest(nack=request))
+
+    async def _run(self) -> None:
+        client = self.owner.client
+        loop = asyncio.get_running_loop()
+        delays = client.retry.delays()
+        broken_since: float | None = None
+        while not self._closing:
+            try:
+                conn = await client.lookup(self.topic)
+                await self._stream(conn)
+                if self._closing:
+                    return
+                raise ClientError("consume stream ended", retriable=True)
+            except asyncio.CancelledError:
+                raise
+            except grpc.aio.AioRpcError as exc:
+                error: DanubeError = from_rpc_error(exc)
+                retriable = is_retriable(exc) or (exc.code() == grpc.StatusCode.CANCELLED and not self._closing)
+            except DanubeError as exc:
+                error, retriable = exc, is_retriable(exc)
+            if self._closing:
+                return
+            now = loop.time()
+            broken_since = broken_since or now
+            if not retriable or now - broken_since > client.retry.give_up_after_s:
+                if not self._subscribed.done():
+                    self._subscribed.set_exception(error)
+                self.owner.deliver_error(error)
+                return
+            delay = next(delays)
+            log.info("consume stream of %s broke (%s); reconnecting in %.2fs", self.topic, error, delay)
+            await asyncio.sleep(delay)
+
+    async def _stream(self, conn) -> None:
+        owner = self.owner
+        outgoing = asyncio.Queue()
+        # Acks and nacks not yet written by a broken stream go out on the new one.
+        while not self._outgoing.empty():
+            item = self._outgoing.get_nowait()
+            if item is not _END and item.WhichOneof("kind") in ("ack", "nack"):
+                outgoing.put_nowait(item)
+        self._outgoing = outgoing
+        outgoing.put_nowait(pb.ConsumeRequest(credit=pb.Credit(messages=owner.receive_messages,
+                                                               bytes=owner.receive_bytes)))
+
+        async def requests():
+            yield pb.ConsumeRequest(subscribe=self.spec())
+            while True:
+                item = await outgoing.get()
+                if item is _END:
+                    return
+                yield item
+
+        call = conn.batch_lane.Consume(requests())
+        self._call = call
+        try:
+            async for response in call:
+                kind = response.WhichOneof("kind")
+                if kind == "batch":
+                    b = response.batch
+                    await owner.deliver(MessageBatch(self.topic, self.index, b.frames, b.first_offset,
+                                                     b.last_offset, b.count, list(b.redelivery_counts)))
+                elif kind == "subscribed":
+                    self.consumer_id = response.subscribed.consumer_id
+                    if not self._subscribed.done():
+                        self._subscribed.set_result(self.consumer_id)
+                elif kind == "error":
+                    e = response.error
+                    log.warning("ack/nack on %s failed: %s", self.topic,
+                                from_batch_status(e.code, e.message, e.retriable))
+        finally:
+            self._call = None
+
+    async def close(self) -> None:
+        self._closing = True
+        self._outgoing.put_nowait(_END)
+        if self._task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout=2)
+        except (asyncio.TimeoutError, Exception):
+            pass
+        if not self._task.done():
+            call = getattr(self, "_call", None)
+            if call is not None:
+                call.cancel()
+            self._task.cancel()
+
+
+class Consumer:
+    """Consumer of a topic (all partitions of a partitioned one); ``await subscribe()`` first.
+
+    ``async for message in consumer`` (or ``consumer.messages()``) yields messages,
+    ``consumer.batches()`` yields :class:`MessageBatch` es.  Ack with ``ack``,
+    ``ack_many`` or ``ack_batch``; acks are sent in the background.
+    """
+
+    def __init__(self, client: DanubeClient, topic: str, name: str, subscription: str, *,
+                 sub_type: str = SubType.Exclusive, key_filters=(), reliable: bool = True,
+                 receive_messages: int = 10_000, receive_bytes: int = 4 * 1024 * 1024) -> None:
+        self.client = client
+        self.topic = topic
+        self.name = name
+        self.subscription = subscription
+        self.sub_type = sub_type
+        self.key_filters = tuple(key_filters)
+        self.reliable = reliable
+        self.receive_messages = receive_messages
+        self.receive_bytes = receive_bytes
+        self._parts: list[_PartitionConsumer] = []
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._error: BaseException | None = None
+
+    @property
+    def consumer_ids(self) -> list[int]:
+        return [p.consumer_id for p in self._parts]
+
+    async def subscribe(self) -> "Consumer":
+        if self._parts:
+            return self
+        names = await self.client.call_with_retry(
+            self.topic, lambda conn: self.client.partitions(self.topic), what="topic partitions")
+        parts = [_PartitionConsumer(self, i, name) for i, name in enumerate(names)]
+        self._parts = parts
+        try:
+            await asyncio.gather(*(p.start() for p in parts))
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    # ------------------------------------------------------------ delivery (called by the streams)
+
+    async def deliver(self, batch: MessageBatch) -> None:
+        await self._queue.put(batch)
+
+    def deliver_error(self, error: BaseException) -> None:
+        self._error = error
+        self._queue.put_nowait(_END)
+
+    # ------------------------------------------------------------ reading
+
+    async def receive_batch(self, timeout: float | None = None) -> MessageBatch | None:
+        """The next batch; ``None`` after ``timeout`` seconds without one."""
+        if not self._queue.empty():
+            item = self._queue.get_nowait()
+        elif timeout is None:
+            item = await self._queue.get()
+        else:
+            try:
+                item = await asyncio.wait_for(self._queue.get(), timeout)
+            except asyncio.TimeoutError:
+                return None
+        if item is _END:
+            self._queue.put_nowait(_END)
+            if self._error is not None:
+                raise self._error
+            raise StopAsyncIteration
+        part = self._parts[item._partition] if item._partition < len(self._parts) else None
+        if part is not None:
+            part.grant(item.count, len(item.frames))
+        return item
+
+    async def batches(self) -> AsyncIterator[MessageBatch]:
+        while True:
+            try:
+                batch = await self.receive_batch()
+            except StopAsyncIteration:
+                return
+            yield batch
+
+    async def messages(self) -> AsyncIterator[Message]:
+        async for batch in self.batches():
+            for message in batch.messages():
+                yield message
+
+    def __aiter__(self) -> AsyncIterator[Message]:
+        return self.messages()
+
+    # ------------------------------------------------------------ acknowledgement
+
+    def _partition_of(self, item) -> _PartitionConsumer:
+        if not self._parts:
+            raise ClientError("consumer not subscribed")
+        return self._parts[item._partition]
+
+    async def ack(self, message: Message) -> None:
+        self._partition_of(message).ack((message.offset,))
+
+    async def ack_many(self, messages: Iterable[Message]) -> None:
+        by_part: dict[int, list[int]] = {}
+        for m in messages:
+            by_part.setdefault(m._partition, []).append(m.offset)
+        for index, offsets in by_part.items():
+            self._parts[index].ack(offsets)
+
+    async def ack_batch(self, batch: MessageBatch) -> None:
+        """Acks every message of a delivered batch (one offset range when contiguous)."""
+        part = self._partition_of(batch)
+        if batch.last_offset - batch.first_offset + 1 == batch.count:
+            part._outgoing.put_nowait(pb.ConsumeRequest(ack=pb.AckBatch(
+                consumer_id=0, ranges=[pb.OffsetRange(first=batch.first_offset, last=batch.last_offset)])))
+        else:
+            part.ack(batch.offsets())
+
+    async def nack(self, message: Message, *, delay_ms: int | None = None, reason: str | None = None) -> None:
+        self._partition_of(message).nack(message.offset, delay_ms, reason)
+
+    async def close(self) -> None:
+        parts = self._parts
+        await asyncio.gather(*(p.close() for p in parts), return_exceptions=True)
+        self._queue.put_nowait(_END)
+
+    async def __aenter__(self) -> "Consumer":
+        return await self.subscribe()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()

@@ -1,0 +1,501 @@
+"""The batching producer of the batch lane.
+
+Messages are collected per partition into an open batch that is sealed when it
+reaches ``max_batch_bytes`` or ``linger_ms`` after its first message, encoded
+once into the native frame format by the compiled codec and written to one
+bidirectional ``Publish`` stream.  At most ``max_in_flight`` batches per
+partition await their ack; more sealed batches wait in the client and, beyond
+a second window, ``send`` waits (back-pressure).
+
+Acks arrive once a batch is durable and carry its offsets; ``send`` returns a
+future of the message's offset.  When the stream breaks with a retriable
+status the producer looks the topic up again, re-creates itself and resends
+every unacked batch in order (at-least-once: a batch stored just before the
+break may be stored twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from typing import Any, Iterable, Mapping, Sequence
+
+import grpc
+
+from danube import frames as frame_codec
+from danube.client.client import BrokerConnection, DanubeClient
+from danube.client.errors import from_batch_status, from_rpc_error, is_retriable
+from danube.client.routing import PartitionRouter, partition_topic
+from danube.errors import ClientError, DanubeError, InvalidArgumentError
+from danube.proto.danube_batch import batch_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+_ACCESS_MODES = {"shared": pb.SHARED, "exclusive": pb.EXCLUSIVE}
+
+# Per-message bookkeeping estimate (frame header + fixed body) used to size batches.
+_FRAME_OVERHEAD = 38
+
+# Ends a Publish request stream (put on the send queue by close()).
+_STOP = object()
+
+
+class ProducerBuilder:
+    def __init__(self, client: DanubeClient) -> None:
+        self._client = client
+        self._topic: str | None = None
+        self._name: str | None = None
+        self._access_mode = "shared"
+        self._reliable = True
+        self._partitions: int | None = None
+        self._linger_ms = 5.0
+        self._max_batch_bytes = 256 * 1024
+        self._max_in_flight = 4
+
+    def with_topic(self, topic: str) -> "ProducerBuilder":
+        self._topic = topic
+        return self
+
+    def with_name(self, name: str) -> "ProducerBuilder":
+        self._name = name
+        return self
+
+    def with_access_mode(self, mode: str) -> "ProducerBuilder":
+        if mode not in _ACCESS_MODES:
+            raise InvalidArgumentError(f"access mode must be one of {sorted(_ACCESS_MODES)}, not {mode!r}")
+        self._access_mode = mode
+        return self
+
+    def with_reliable(self, reliable: bool = True) -> "ProducerBuilder":
+        """Reliable (WAL-backed, the default) or non-reliable (in memory, at-most-once) topic."""
+        self._reliable = bool(reliable)
+        return self
+
+    def with_reliable_dispatch(self) -> "ProducerBuilder":
+        return self.with_reliable(True)
+
+    def with_partitions(self, partitions: int) -> "ProducerBuilder":
+        """Produce to the partitioned topic ``<topic>-part-0 .. -part-{n-1}``."""
+        if partitions < 1:
+            raise InvalidArgumentError("partitions must be at least 1")
+        self._partitions = partitions
+        return self
+
+    def with_linger_ms(self, linger_ms: float) -> "ProducerBuilder":
+        if linger_ms < 0:
+            raise InvalidArgumentError("linger_ms must not be negative")
+        self._linger_ms = float(linger_ms)
+        return self
+
+    def with_max_batch_bytes(self, max_batch_bytes: int) -> "ProducerBuilder":
+        if max_batch_bytes < 1:
+            raise InvalidArgumentError("max_batch_bytes must be positive")
+        self._max_batch_bytes = int(max_batch_bytes)
+        return self
+
+    def with_max_in_flight(self, max_in_flight: int) -> "ProducerBuilder":
+        if max_in_flight < 1:
+            raise InvalidArgumentError("max_in_flight must be at least 1")
+        self._max_in_flight = int(max_in_flight)
+        return self
+
+    def build(self) -> "Producer":
+        if not self._topic:
+            raise InvalidArgumentError("a producer needs a topic (with_topic)")
+        if not self._name:
+            raise InvalidArgumentError("a producer needs a name (with_name)")
+        return Producer(self._client, self._topic, self._name, access_mode=self._access_mode,
+                        reliable=self._reliable, partitions=self._partitions, linger_ms=self._linger_ms,
+                        max_batch_bytes=self._max_batch_bytes, max_in_flight=self._max_in_flight)
+
+
+class _Batch:
+    """A sealed batch: what to encode, who to tell, and its wire form once encoded."""
+
+    __slots__ = ("payloads", "keys", "attributes", "futures", "done", "frames", "encoded_for",
+                 "sent_at", "key", "attrs")
+
+    def __init__(self, payloads, keys=None, attributes=None, futures=None, done=None,
+                 key=None, attrs=None) -> None:
+        self.payloads = payloads
+        self.keys = keys            # per-message keys (send path) or None
+        self.attributes = attributes
+        self.futures = futures      # per-message futures (send path) or None
+        self.done = done            # one future of (first, last) (send_batch path) or None
+        self.key = key              # one key for all (send_batch path)
+        self.attrs = attrs
+        self.frames: bytes | None = None
+        self.encoded_for = -1
+        self.sent_at = 0.0
+
+    def encode(self, producer_id: int) -> bytes:
+        if self.frames is None or self.encoded_for != producer_id:
+            now_ms = int(time.time() * 1000)
+            if self.keys is None or (not any(k is not None for k in self.keys)
+                                     and not any(self.attributes)):
+                self.frames = frame_codec.encode_payloads(
+                    self.payloads, publish_time=now_ms, producer_id=producer_id,
+                    key=self.key, attributes=self.attrs)
+            else:
+                self.frames = frame_codec.encode_records(
+                    [(now_ms, producer_id, k, a, p) for k, a, p in zip(self.keys, self.attributes, self.payloads)])
+            self.encoded_for = producer_id
+        return self.frames
+
+    def resolve(self, first: int, last: int) -> None:
+        if self.futures is not None:
+            for i, fut in enumerate(self.futures):
+                if not fut.done():
+                    fut.set_result(first + i)
+        if self.done is not None and not self.done.done():
+            self.done.set_result((first, last))
+
+    def fail(self, error: BaseException) -> None:
+        if self.futures is not None:
+            for fut in self.futures:
+                if not fut.done():
+                    fut.set_exception(error)
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(error)
+
+
+class _PartitionProducer:
+    """One topic (or one partition): its open batch, its stream, its unacked batches."""
+
+    def __init__(self, owner: "Producer", topic: str) -> None:
+        self.owner = owner
+        self.topic = topic
+        self.producer_id = -1
+        self._loop = asyncio.get_running_loop()
+        self._payloads: list = []
+        self._keys: list = []
+        self._attributes: list = []
+        self._futures: list = []
+        self._open_bytes = 0
+        self._has_meta = False
+        self._linger_handle: asyncio.TimerHandle | None = None
+        self._sequence = itertools.count(1)
+        self._unacked: dict[int, _Batch] = {}       # sequence -> batch, in send order
+        self._to_send: asyncio.Queue[tuple[int, _Batch]] = asyncio.Queue()
+        self._window = asyncio.Semaphore(owner.max_in_flight)
+        self._space = asyncio.Event()
+        self._space.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task | None = None
+        self._failure: BaseException | None = None
+        self._closing = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def create(self, conn: BrokerConnection) -> None:
+        spec = pb.ProducerSpec(topic=self.topic, producer_name=self.owner.name,
+                               access_mode=_ACCESS_MODES[self.owner.access_mode], reliable=self.owner.reliable)
+        answer = await conn.batch_lane.CreateProducer(spec, timeout=10)
+        self.producer_id = answer.producer_id
+        self._conn = conn
+
+    async def start(self) -> None:
+        await self.owner.client.call_with_retry(self.topic, self.create, what="create producer")
+        self._task = asyncio.ensure_future(self._run())
+
+    # ------------------------------------------------------------ adding messages
+
+    async def add(self, payload, key: str | None, attributes: Mapping[str, str] | None) -> asyncio.Future:
+        self._check_usable()
+        if not self._space.is_set():
+            await self._space.wait()
+            self._check_usable()
+        fut = self._loop.create_future()
+        self._payloads.append(payload)
+        self._keys.append(key)
+        self._attributes.append(attributes)
+        self._futures.append(fut)
+        if key is not None or attributes:
+            self._has_meta = True
+        self._open_bytes += len(payload) + _FRAME_OVERHEAD
+        if self._open_bytes >= self.owner.max_batch_bytes:
+            self.seal()
+        elif self._linger_handle is None:
+            if self.owner.linger_s <= 0:
+                self.seal()
+            else:
+                self._linger_handle = self._loop.call_later(self.owner.linger_s, self.seal)
+        return fut
+
+    async def add_batch(self, payloads: Sequence, key: str | None,
+                        attributes: Mapping[str, str] | None) -> list[asyncio.Future]:
+        """Chunks ``payloads`` into batches of at most max_batch_bytes; one future per chunk."""
+        self._check_usable()
+        self.seal()
+        limit = self.owner.max_batch_bytes
+        done = []
+        start, size = 0, 0
+        for i, p in enumerate(payloads):
+            size += len(p) + _FRAME_OVERHEAD
+            if size >= limit:
+                done.append(await self._enqueue_chunk(payloads[start:i + 1], key, attributes))
+                start, size = i + 1, 0
+        if start < len(payloads):
+            done.append(await self._enqueue_chunk(payloads[start:], key, attributes))
+        return done
+
+    async def _enqueue_chunk(self, payloads, key, attributes) -> asyncio.Future:
+        if not self._space.is_set():
+            await self._space.wait()
+            self._check_usable()
+        fut = self._loop.create_future()
+        self._enqueue(_Batch(list(payloads), done=fut, key=key, attrs=dict(attributes) if attributes else None))
+        return fut
+
+    def seal(self) -> None:
+        if self._linger_handle is not None:
+            self._linger_handle.cancel()
+            self._linger_handle = None
+        if not self._payloads:
+            return
+        if self._has_meta:
+            batch = _Batch(self._payloads, self._keys, self._attributes, self._futures)
+        else:
+            batch = _Batch(self._payloads, futures=self._futures)
+        self._payloads, self._keys, self._attributes, self._futures = [], [], [], []
+        self._open_bytes = 0
+        self._has_meta = False
+        self._enqueue(batch)
+
+    def _enqueue(self, batch: _Batch) -> None:
+        seq = next(self._sequence)
+        self._unacked[seq] = batch
+        self._idle.clear()
+        self._to_send.put_nowait((seq, batch))
+        if len(self._unacked) >= 2 * self.owner.max_in_flight:
+            self._space.clear()
+
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if self._closing:
+            raise ClientError(f"producer {self.owner.name} on {self.topic} is closed")
+
+    # ------------------------------------------------------------ the stream
+
+    async def _run(self) -> None:
+        """Keeps one Publish stream open; reconnects and resends after retriable failures."""
+        client = self.owner.client
+        loop = self._loop
+        delays = client.retry.delays()
+        broken_since: float | None = None
+        while True:
+            try:
+                await self._stream()
+                return
+            except asyncio.CancelledError:
+                raise
+            except grpc.aio.AioRpcError as exc:
+                error, cause = from_rpc_error(exc), exc
+            except DanubeError as exc:
+                error, cause = exc, exc
+            now = loop.time()
+            broken_since = broken_since or now
+            server_went_away = (isinstance(cause, grpc.aio.AioRpcError)
+                                and cause.code() == grpc.StatusCode.CANCELLED and not self._closing)
+            if not (is_retriable(cause) or server_went_away) or now - broken_since > client.retry.give_up_after_s:
+                self._fail_all(error)
+                return
+            delay = next(delays)
+            log.info("publish stream to %s broke (%s); reconnecting in %.2fs", self.topic, error, delay)
+            await asyncio.sleep(delay)
+            try:
+                await self.create(await client.lookup(self.topic))
+            except (grpc.aio.AioRpcError, DanubeError) as exc:
+                if not is_retriable(exc):
+                    self._fail_all(exc if isinstance(exc, DanubeError) else from_rpc_error(exc))
+                    return
+                continue
+            broken_since = None
+            delays = client.retry.delays()
+            self._requeue_unacked()
+
+    def _requeue_unacked(self) -> None:
+        """After a reconnect every unacked batch is sent again, in its original order."""
+        self._to_send = asyncio.Queue()
+        for seq, batch in self._unacked.items():
+            self._to_send.put_nowait((seq, batch))
+        self._window = asyncio.Semaphore(self.owner.max_in_flight)
+
+    async def _stream(self) -> None:
+        to_send = self._to_send
+        window = self._window
+        producer_id = self.producer_id
+        stop = _STOP
+
+        async def requests():
+            while True:
+                item = await to_send.get()
+                if item is stop:
+                    return
+                seq, batch = item
+                await window.acquire()
+                if seq not in self._unacked:   # acked meanwhile by an earlier stream
+                    window.release()
+                    continue
+                batch.sent_at = time.perf_counter()
+                yield pb.PublishRequest(sequence=seq, producer_id=producer_id, frames=batch.encode(producer_id))
+
+        call = self._conn.batch_lane.Publish(requests())
+        self._call = call
+        try:
+            async for ack in call:
+                window.release()
+                batch = self._unacked.pop(ack.sequence, None)
+                if batch is None:
+                    continue
+                if ack.HasField("status") and ack.status.code != 0:
+                    error = from_batch_status(ack.status.code, ack.status.message, ack.status.retriable)
+                    batch.fail(error)
+                else:
+                    self.owner.on_ack(batch, ack)
+                    batch.resolve(ack.first_offset, ack.last_offset)
+                self._after_ack()
+                if self._closing and not self._unacked and self._to_send.empty():
+                    to_send.put_nowait(stop)
+        finally:
+            self._call = None
+        if self._unacked and not self._closing:
+            raise ClientError("publish stream ended with unacked batches", retriable=True)
+
+    def _after_ack(self) -> None:
+        if len(self._unacked) < 2 * self.owner.max_in_flight:
+            self._space.set()
+        if not self._unacked:
+            self._idle.set()
+
+    def _fail_all(self, error: BaseException) -> None:
+        self._failure = error
+        for batch in self._unacked.values():
+            batch.fail(error)
+        self._unacked.clear()
+        for fut in self._futures:
+            if not fut.done():
+                fut.set_exception(error)
+        self._payloads, self._keys, self._attributes, self._futures = [], [], [], []
+        self._space.set()
+        self._idle.set()
+
+    async def flush(self) -> None:
+        self.seal()
+        await self._idle.wait()
+        if self._failure is not None:
+            raise self._failure
+
+    async def close(self) -> None:
+        try:
+            await self.flush()
+        finally:
+            self._closing = True
+            if self._task is not None:
+                self._to_send.put_nowait(_STOP)
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._task), timeout=5)
+                except (asyncio.TimeoutError, Exception):
+                    self._task.cancel()
+                    call = getattr(self, "_call", None)
+                    if call is not None:
+                        call.cancel()
+
+
+class Producer:
+    """Batching producer; ``await create()`` before sending (or use ``async with``)."""
+
+    def __init__(self, client: DanubeClient, topic: str, name: str, *, access_mode: str = "shared",
+                 reliable: bool = True, partitions: int | None = None, linger_ms: float = 5.0,
+                 max_batch_bytes: int = 256 * 1024, max_in_flight: int = 4) -> None:
+        self.client = client
+        self.topic = topic
+        self.name = name
+        self.access_mode = access_mode
+        self.reliable = reliable
+        self.linger_s = linger_ms / 1000.0
+        self.max_batch_bytes = max_batch_bytes
+        self.max_in_flight = max_in_flight
+        self._requested_partitions = partitions
+        self._parts: list[_PartitionProducer] = []
+        self._router: PartitionRouter | None = None
+        self._ack_listeners: list = []
+
+    @property
+    def partitions(self) -> list[str]:
+        return [p.topic for p in self._parts]
+
+    @property
+    def producer_ids(self) -> list[int]:
+        return [p.producer_id for p in self._parts]
+
+    async def create(self) -> "Producer":
+        if self._parts:
+            return self
+        if self._requested_partitions:
+            names = [partition_topic(self.topic, i) for i in range(self._requested_partitions)]
+        else:
+            names = await self.client.call_with_retry(
+                self.topic, lambda conn: self.client.partitions(self.topic), what="topic partitions")
+        parts = [_PartitionProducer(self, name) for name in names]
+        await asyncio.gather(*(p.start() for p in parts))
+        self._parts = parts
+        self._router = PartitionRouter(len(parts))
+        return self
+
+    def add_ack_listener(self, callback) -> None:
+        """``callback(batch_sent_at_perf_counter, first_offset, last_offset)`` on every ack (for bench)."""
+        self._ack_listeners.append(callback)
+
+    def on_ack(self, batch: _Batch, ack) -> None:
+        for callback in self._ack_listeners:
+            callback(batch.sent_at, ack.first_offset, ack.last_offset)
+
+    def _part(self, key: str | None) -> _PartitionProducer:
+        if self._router is None:
+            raise ClientError("producer not created: await producer.create() first")
+        return self._parts[self._router.route(key)]
+
+    async def send(self, payload: bytes, key: str | None = None,
+                   attributes: Mapping[str, str] | None = None) -> asyncio.Future:
+        """Queues one message; returns a future of its offset (in its partition), set once durable."""
+        return await self._part(key).add(payload, key, attributes)
+
+    async def send_and_wait(self, payload: bytes, key: str | None = None,
+                            attributes: Mapping[str, str] | None = None) -> int:
+        return await (await self.send(payload, key, attributes))
+
+    async def send_batch(self, payloads: Sequence[bytes], key: str | None = None,
+                         attributes: Mapping[str, str] | None = None) -> asyncio.Future:
+        """Queues many messages sharing key and attributes (one partition); future of their offsets."""
+        futures = await self._part(key).add_batch(payloads, key, attributes)
+
+        async def offsets() -> list[int]:
+            out: list[int] = []
+            for first, last in await asyncio.gather(*futures):
+                out.extend(range(first, last + 1))
+            return out
+
+        return asyncio.ensure_future(offsets())
+
+    async def flush(self) -> None:
+        """Seals the open batches and waits until every queued message is acked."""
+        await asyncio.gather(*(p.flush() for p in self._parts))
+
+    async def close(self) -> None:
+        parts, self._parts = self._parts, []
+        self._router = None
+        results = await asyncio.gather(*(p.close() for p in parts), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def __aenter__(self) -> "Producer":
+        return await self.create()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()

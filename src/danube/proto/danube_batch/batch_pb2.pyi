@@ -1,0 +1,190 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AccessMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SHARED: _ClassVar[AccessMode]
+    EXCLUSIVE: _ClassVar[AccessMode]
+
+class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXCLUSIVE_SUBSCRIPTION: _ClassVar[SubscriptionType]
+    SHARED_SUBSCRIPTION: _ClassVar[SubscriptionType]
+    FAILOVER_SUBSCRIPTION: _ClassVar[SubscriptionType]
+    KEY_SHARED_SUBSCRIPTION: _ClassVar[SubscriptionType]
+SHARED: AccessMode
+EXCLUSIVE: AccessMode
+EXCLUSIVE_SUBSCRIPTION: SubscriptionType
+SHARED_SUBSCRIPTION: SubscriptionType
+FAILOVER_SUBSCRIPTION: SubscriptionType
+KEY_SHARED_SUBSCRIPTION: SubscriptionType
+
+class BatchStatus(_message.Message):
+    __slots__ = ("code", "message", "retriable")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRIABLE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    retriable: bool
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., retriable: _Optional[bool] = ...) -> None: ...
+
+class ProducerSpec(_message.Message):
+    __slots__ = ("topic", "producer_name", "access_mode", "reliable")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_MODE_FIELD_NUMBER: _ClassVar[int]
+    RELIABLE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    producer_name: str
+    access_mode: AccessMode
+    reliable: bool
+    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., access_mode: _Optional[_Union[AccessMode, str]] = ..., reliable: _Optional[bool] = ...) -> None: ...
+
+class PublishRequest(_message.Message):
+    __slots__ = ("sequence", "producer_id", "create", "frames", "partitioning_version")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATE_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONING_VERSION_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    producer_id: int
+    create: ProducerSpec
+    frames: bytes
+    partitioning_version: int
+    def __init__(self, sequence: _Optional[int] = ..., producer_id: _Optional[int] = ..., create: _Optional[_Union[ProducerSpec, _Mapping]] = ..., frames: _Optional[bytes] = ..., partitioning_version: _Optional[int] = ...) -> None: ...
+
+class PublishAck(_message.Message):
+    __slots__ = ("sequence", "producer_id", "first_offset", "last_offset", "count", "status")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    count: int
+    status: BatchStatus
+    def __init__(self, sequence: _Optional[int] = ..., producer_id: _Optional[int] = ..., first_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., count: _Optional[int] = ..., status: _Optional[_Union[BatchStatus, _Mapping]] = ...) -> None: ...
+
+class CreateProducerResponse(_message.Message):
+    __slots__ = ("producer_id",)
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    def __init__(self, producer_id: _Optional[int] = ...) -> None: ...
+
+class SubscribeSpec(_message.Message):
+    __slots__ = ("topic", "subscription", "consumer_name", "subscription_type", "key_filters", "reliable")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FILTERS_FIELD_NUMBER: _ClassVar[int]
+    RELIABLE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    consumer_name: str
+    subscription_type: SubscriptionType
+    key_filters: _containers.RepeatedScalarFieldContainer[str]
+    reliable: bool
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription_type: _Optional[_Union[SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ..., reliable: _Optional[bool] = ...) -> None: ...
+
+class Credit(_message.Message):
+    __slots__ = ("messages", "bytes")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    messages: int
+    bytes: int
+    def __init__(self, messages: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class OffsetRange(_message.Message):
+    __slots__ = ("first", "last")
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    first: int
+    last: int
+    def __init__(self, first: _Optional[int] = ..., last: _Optional[int] = ...) -> None: ...
+
+class AckBatch(_message.Message):
+    __slots__ = ("consumer_id", "ranges")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    ranges: _containers.RepeatedCompositeFieldContainer[OffsetRange]
+    def __init__(self, consumer_id: _Optional[int] = ..., ranges: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ...) -> None: ...
+
+class NackRequest(_message.Message):
+    __slots__ = ("consumer_id", "offset", "delay_ms", "reason")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    offset: int
+    delay_ms: int
+    reason: str
+    def __init__(self, consumer_id: _Optional[int] = ..., offset: _Optional[int] = ..., delay_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ConsumeRequest(_message.Message):
+    __slots__ = ("subscribe", "consumer_id", "credit", "ack", "nack")
+    SUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    NACK_FIELD_NUMBER: _ClassVar[int]
+    subscribe: SubscribeSpec
+    consumer_id: int
+    credit: Credit
+    ack: AckBatch
+    nack: NackRequest
+    def __init__(self, subscribe: _Optional[_Union[SubscribeSpec, _Mapping]] = ..., consumer_id: _Optional[int] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., ack: _Optional[_Union[AckBatch, _Mapping]] = ..., nack: _Optional[_Union[NackRequest, _Mapping]] = ...) -> None: ...
+
+class Subscribed(_message.Message):
+    __slots__ = ("consumer_id",)
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    def __init__(self, consumer_id: _Optional[int] = ...) -> None: ...
+
+class ConsumeBatch(_message.Message):
+    __slots__ = ("frames", "first_offset", "last_offset", "count", "redelivery_counts")
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERY_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    frames: bytes
+    first_offset: int
+    last_offset: int
+    count: int
+    redelivery_counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, frames: _Optional[bytes] = ..., first_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., count: _Optional[int] = ..., redelivery_counts: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ConsumeResponse(_message.Message):
+    __slots__ = ("subscribed", "batch", "error")
+    SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    subscribed: Subscribed
+    batch: ConsumeBatch
+    error: BatchStatus
+    def __init__(self, subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., batch: _Optional[_Union[ConsumeBatch, _Mapping]] = ..., error: _Optional[_Union[BatchStatus, _Mapping]] = ...) -> None: ...
+
+class AckResponse(_message.Message):
+    __slots__ = ("acked",)
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    acked: int
+    def __init__(self, acked: _Optional[int] = ...) -> None: ...
+
+class NackResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

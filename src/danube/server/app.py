@@ -1,0 +1,155 @@
+"""The broker process: grpc.aio servers on uvloop around one BrokerService.
+
+Client port (6650): Danube's services plus the batch lane.  Admin port (50051):
+the admin service.  Metrics port (9040): Prometheus.  SIGTERM/SIGINT stop
+accepting, let in-flight calls finish briefly, persist cursors, close storage
+and exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from typing import Callable
+
+import grpc
+
+from danube.broker.service import BrokerService
+from danube.metadata.embedded import EmbeddedMetadataStore
+from danube.server import danube_services
+from danube.server.config import BrokerConfig
+from danube.server.metrics import PrometheusMetrics
+
+log = logging.getLogger(__name__)
+
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.so_reuseport", 0),
+]
+STOP_GRACE_S = 2.0
+
+
+def _optional_edge(module: str):
+    """An optional edge module (batch lane, admin); None only when that exact module is absent."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name == module:
+            return None
+        raise
+
+
+class BrokerApp:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker: BrokerService | None = None
+        self.metadata: EmbeddedMetadataStore | None = None
+        self.server: grpc.aio.Server | None = None
+        self.admin_server: grpc.aio.Server | None = None
+        self.metrics: PrometheusMetrics | None = None
+        self.bound: dict[str, int] = {}
+
+    async def start(self) -> None:
+        from danube.storage.config import StorageConfig
+        from danube.storage.factory import StorageFactory
+
+        cfg = self.config
+        os.makedirs(cfg.data_dir, exist_ok=True)
+        storage_config = StorageConfig.from_dict(cfg.storage_section(), data_dir=cfg.data_dir)
+        self.metadata = EmbeddedMetadataStore(cfg.metadata_path)
+        factory = StorageFactory(storage_config, self.metadata, broker_id=cfg.broker_id)
+        self.metrics = PrometheusMetrics()
+        self.broker = BrokerService(
+            self.metadata, factory, broker_url=cfg.broker_url, broker_id=cfg.broker_id,
+            policies=cfg.policies, failure_policy=cfg.failure_policy, dispatch=cfg.dispatch,
+            metrics=self.metrics)
+        self.metrics.attach(self.broker)
+        await self.broker.start()
+
+        self.server = grpc.aio.server(options=GRPC_OPTIONS)
+        danube_services.add_to_server(self.server, self.broker)
+        batch_lane = _optional_edge("danube.server.batch_lane")
+        if batch_lane is not None:
+            batch_lane.add_to_server(self.server, self.broker)
+        self.bound["client"] = self._bind(self.server, cfg.port, "client")
+
+        admin = _optional_edge("danube.server.admin")
+        if cfg.admin_port:
+            self.admin_server = grpc.aio.server(options=GRPC_OPTIONS)
+            if admin is not None:
+                admin.add_to_server(self.admin_server, self.broker)
+            self.bound["admin"] = self._bind(self.admin_server, cfg.admin_port, "admin")
+        if cfg.metrics_port:
+            self.metrics.serve(cfg.host, cfg.metrics_port)
+            self.bound["metrics"] = cfg.metrics_port
+
+        await self.server.start()
+        if self.admin_server is not None:
+            await self.admin_server.start()
+        log.info("danube broker %s serving Danube clients on %s:%d (advertised %s); admin port %s; "
+                 "batch lane %s; data in %s; sync=%s", cfg.broker_id, cfg.host, self.bound["client"],
+                 cfg.broker_url, self.bound.get("admin", "off"), "on" if batch_lane else "not installed",
+                 os.path.abspath(cfg.data_dir), cfg.sync)
+
+    def _bind(self, server: grpc.aio.Server, port: int, what: str) -> int:
+        address = f"{self.config.host}:{port}"
+        try:
+            bound = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {address} ({what} port): {exc}") from exc
+        if bound == 0:
+            raise OSError(f"cannot listen on {address} ({what} port): address in use or not available")
+        return bound
+
+    async def stop(self) -> None:
+        log.info("stopping: no new calls, finishing in-flight ones (up to %.0f s)", STOP_GRACE_S)
+        servers = [s for s in (self.server, self.admin_server) if s is not None]
+        await asyncio.gather(*(s.stop(STOP_GRACE_S) for s in servers), return_exceptions=True)
+        if self.broker is not None:
+            await self.broker.stop()
+        if self.metadata is not None:
+            await self.metadata.close()
+        log.info("stopped cleanly")
+
+
+async def serve(config: BrokerConfig, *, on_ready: Callable[[BrokerApp], None] | None = None,
+                stop_event: asyncio.Event | None = None) -> int:
+    """Run the broker until SIGTERM/SIGINT (or ``stop_event``); return the exit code."""
+    app = BrokerApp(config)
+    stop = stop_event or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread (in-process use): the caller sets stop_event
+    try:
+        try:
+            await app.start()
+        except BaseException:
+            await app.stop()
+            raise
+        if on_ready is not None:
+            on_ready(app)
+        await stop.wait()
+        log.info("shutdown requested")
+        await app.stop()
+        return 0
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def run(config: BrokerConfig) -> int:
+    """Blocking entry point: a uvloop event loop running :func:`serve`."""
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(serve(config))

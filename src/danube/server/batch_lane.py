@@ -1,0 +1,320 @@
+"""The batch lane: gRPC service ``danube_batch.BatchLane`` (protocol in docs/batch-lane.md).
+
+Each request carries a whole batch of frames as one ``bytes`` field.  The
+service does no per-message work: it checks the whole buffer with one call to
+the codec (``danube.frames.validate``), hands the bytearray to
+``BrokerService.publish`` (which stamps offsets in place, appends and waits for
+durability), and on the way out hands the broker's frame buffers to gRPC as
+they are.  Errors of one batch are answered in that batch's ack and the stream
+goes on; errors map to gRPC codes only in ``danube.server.status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, AsyncIterator
+
+import grpc
+
+from danube import frames as frame_codec
+from danube.errors import DanubeError, InvalidArgumentError
+from danube.proto.danube_batch import batch_pb2 as pb
+from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
+from danube.server import status as status_map
+
+log = logging.getLogger(__name__)
+
+# Batches of one Publish stream being stored at once (the client's in-flight window
+# normally keeps below this; beyond it the stream stops reading, which pushes back).
+MAX_STREAM_IN_FLIGHT = 64
+
+_ACCESS_MODES = {pb.SHARED: "shared", pb.EXCLUSIVE: "exclusive"}
+_SUB_TYPES = {
+    pb.EXCLUSIVE_SUBSCRIPTION: "exclusive",
+    pb.SHARED_SUBSCRIPTION: "shared",
+    pb.FAILOVER_SUBSCRIPTION: "failover",
+    pb.KEY_SHARED_SUBSCRIPTION: "key_shared",
+}
+
+
+def _batch_status(exc: BaseException) -> pb.BatchStatus:
+    return pb.BatchStatus(code=status_map.status_for(exc).value[0], message=status_map.message_for(exc),
+                          retriable=bool(getattr(exc, "retriable", False)))
+
+
+_abort = status_map.abort
+
+
+def _validate_frames(frames: bytes) -> bytearray:
+    """One codec call over the whole batch; a writable copy for in-place stamping."""
+    if not frames:
+        raise InvalidArgumentError("empty batch: a publish request needs at least one frame")
+    frame_codec.validate(frames)
+    return bytearray(frames)
+
+
+class BatchLaneService(pb_grpc.BatchLaneServicer):
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+
+    # ------------------------------------------------------------ producers
+
+    async def _create_producer(self, spec: pb.ProducerSpec) -> int:
+        if spec.access_mode not in _ACCESS_MODES:
+            raise InvalidArgumentError(f"unknown producer access mode {spec.access_mode}")
+        if not spec.producer_name:
+            raise InvalidArgumentError("producer_name must not be empty")
+        return await self._broker.create_producer(
+            spec.topic, spec.producer_name,
+            access_mode=_ACCESS_MODES[spec.access_mode], reliable=spec.reliable,
+        )
+
+    async def CreateProducer(self, request, context):
+        try:
+            producer_id = await self._create_producer(request)
+        except DanubeError as exc:
+            await _abort(context, exc)
+        return pb.CreateProducerResponse(producer_id=producer_id)
+
+    async def _publish_one(self, request: pb.PublishRequest, created: dict) -> pb.PublishAck:
+        ack = pb.PublishAck(sequence=request.sequence)
+        try:
+            which = request.WhichOneof("producer")
+            if which == "create":
+                spec = request.create
+                key = (spec.topic, spec.producer_name, spec.access_mode, spec.reliable)
+                producer_id = created.get(key)
+                if producer_id is None:
+                    producer_id = created[key] = await self._create_producer(spec)
+            elif which == "producer_id":
+                producer_id = request.producer_id
+            else:
+                raise InvalidArgumentError("publish request names no producer (producer_id or create)")
+            ack.producer_id = producer_id
+            buf = _validate_frames(request.frames)
+            version = request.partitioning_version if request.HasField("partitioning_version") else None
+            first, last = await self._broker.publish(producer_id, buf, partitioning_version=version)
+            ack.first_offset = first
+            ack.last_offset = last
+            ack.count = last - first + 1
+        except DanubeError as exc:
+            ack.status.CopyFrom(_batch_status(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug fails this batch, not the stream
+            log.exception("publish of batch %d failed", request.sequence)
+            ack.status.CopyFrom(_batch_status(exc))
+        return ack
+
+    async def Publish(self, request_iterator, context) -> AsyncIterator[pb.PublishAck]:
+        """Reads batches and stores several at once; each ack goes out when its batch is durable.
+
+        Batches are handed to the broker in arrival order (each task starts in the
+        order it was created), so one stream's batches are appended in order.
+        """
+        acks: asyncio.Queue = asyncio.Queue()
+        window = asyncio.Semaphore(MAX_STREAM_IN_FLIGHT)
+        created: dict = {}
+        tasks: set[asyncio.Task] = set()
+        reading_done = object()
+
+        async def store(request):
+            try:
+                await acks.put(await self._publish_one(request, created))
+            finally:
+                window.release()
+
+        async def read_requests():
+            try:
+                async for request in request_iterator:
+                    await window.acquire()
+                    task = asyncio.ensure_future(store(request))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                if tasks:
+                    await asyncio.gather(*tasks, return_exceptions=True)
+            finally:
+                await acks.put(reading_done)
+
+        reader = asyncio.ensure_future(read_requests())
+        try:
+            while True:
+                item = await acks.get()
+                if item is reading_done:
+                    break
+                yield item
+            await reader  # surfaces a broken request stream
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+    # ------------------------------------------------------------ consumers
+
+    async def _subscribe(self, spec: pb.SubscribeSpec) -> int:
+        if spec.subscription_type not in _SUB_TYPES:
+            raise InvalidArgumentError(f"unknown subscription type {spec.subscription_type}")
+        if not spec.subscription:
+            raise InvalidArgumentError("subscription must not be empty")
+        if not spec.consumer_name:
+            raise InvalidArgumentError("consumer_name must not be empty")
+        return await self._broker.subscribe(
+            spec.topic, spec.subscription, spec.consumer_name,
+            sub_type=_SUB_TYPES[spec.subscription_type],
+            key_filters=tuple(spec.key_filters), reliable=spec.reliable,
+        )
+
+    async def _ack(self, consumer_id: int, ranges) -> int:
+        offsets: list[int] = []
+        for r in ranges:
+            if r.last < r.first:
+                raise InvalidArgumentError(f"ack range {r.first}..{r.last} ends before it starts")
+            if r.last - r.first >= 1_000_000:
+                raise InvalidArgumentError(f"ack range {r.first}..{r.last} spans more than 1,000,000 offsets")
+            offsets.extend(range(r.first, r.last + 1))
+        if offsets:
+            await self._broker.ack(consumer_id, offsets)
+        return len(offsets)
+
+    async def _nack(self, consumer_id: int, request: pb.NackRequest) -> None:
+        await self._broker.nack(
+            consumer_id, request.offset,
+            delay_ms=request.delay_ms if request.HasField("delay_ms") else None,
+            reason=request.reason if request.HasField("reason") else None,
+        )
+
+    async def Ack(self, request, context):
+        try:
+            acked = await self._ack(request.consumer_id, request.ranges)
+        except DanubeError as exc:
+            await _abort(context, exc)
+        return pb.AckResponse(acked=acked)
+
+    async def Nack(self, request, context):
+        try:
+            await self._nack(request.consumer_id, request)
+        except DanubeError as exc:
+            await _abort(context, exc)
+        return pb.NackResponse()
+
+    async def Consume(self, request_iterator, context) -> AsyncIterator[pb.ConsumeResponse]:
+        """First request subscribes (or names a consumer id); then credits, acks and nacks.
+
+        Batches are sent while the client has message and byte credit left.  When the
+        client half-closes, pending acks and nacks are applied and the stream ends.
+        """
+        requests = request_iterator.__aiter__()
+        try:
+            first = await requests.__anext__()
+        except StopAsyncIteration:
+            return
+        kind = first.WhichOneof("kind")
+        try:
+            if kind == "subscribe":
+                consumer_id = await self._subscribe(first.subscribe)
+            elif kind == "consumer_id":
+                consumer_id = first.consumer_id
+                await self._broker.ack(consumer_id, ())  # attaches it, or NotFoundError
+            else:
+                raise InvalidArgumentError("the first Consume request must be subscribe or consumer_id")
+        except DanubeError as exc:
+            await _abort(context, exc)
+            return
+        yield pb.ConsumeResponse(subscribed=pb.Subscribed(consumer_id=consumer_id))
+
+        credit = [0, 0]  # messages, bytes
+        credit_changed = asyncio.Event()
+        errors: asyncio.Queue = asyncio.Queue()
+        stream_ended = asyncio.Event()
+
+        async def read_control():
+            try:
+                async for request in requests:
+                    kind = request.WhichOneof("kind")
+                    try:
+                        if kind == "credit":
+                            credit[0] += request.credit.messages
+                            credit[1] += request.credit.bytes
+                            credit_changed.set()
+                        elif kind == "ack":
+                            await self._ack(request.ack.consumer_id or consumer_id, request.ack.ranges)
+                        elif kind == "nack":
+                            await self._nack(request.nack.consumer_id or consumer_id, request.nack)
+                        else:
+                            raise InvalidArgumentError(f"unexpected {kind} request after the stream started")
+                    except DanubeError as exc:
+                        errors.put_nowait(_batch_status(exc))
+                        credit_changed.set()
+            finally:
+                stream_ended.set()
+                credit_changed.set()
+
+        reader = asyncio.ensure_future(read_control())
+        receive: asyncio.Future | None = None
+        waiter: asyncio.Future | None = None
+        try:
+            while True:
+                while not errors.empty():
+                    yield pb.ConsumeResponse(error=errors.get_nowait())
+                if stream_ended.is_set():
+                    break  # the client half-closed: it is done with this stream
+                if credit[0] <= 0 or credit[1] <= 0:
+                    credit_changed.clear()
+                    await credit_changed.wait()
+                    continue
+                receive = asyncio.ensure_future(self._broker.receive(
+                    consumer_id, max_messages=credit[0], max_bytes=credit[1]))
+                # While no message is ready, in-stream ack/nack errors still go out.
+                while True:
+                    credit_changed.clear()
+                    waiter = asyncio.ensure_future(credit_changed.wait())
+                    done, _ = await asyncio.wait({receive, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                    waiter.cancel()
+                    if receive in done:
+                        break
+                    while not errors.empty():
+                        yield pb.ConsumeResponse(error=errors.get_nowait())
+                    if stream_ended.is_set():
+                        break
+                if receive not in done:
+                    continue  # loop top sees stream_ended; finally cancels the receive
+                try:
+                    delivery = receive.result()
+                except DanubeError as exc:
+                    await _abort(context, exc)
+                    return
+                finally:
+                    receive = None
+                if not delivery.count:
+                    continue
+                frames = delivery.frames
+                credit[0] -= delivery.count
+                credit[1] -= len(frames)
+                counts = delivery.redelivery_counts
+                batch = pb.ConsumeBatch(
+                    frames=bytes(frames), first_offset=delivery.first_offset,
+                    last_offset=delivery.last_offset, count=delivery.count,
+                )
+                if counts and any(counts):
+                    batch.redelivery_counts.extend(counts)
+                yield pb.ConsumeResponse(batch=batch)
+        finally:
+            for task in (receive, waiter, reader):
+                if task is not None:
+                    task.cancel()
+            if receive is not None:
+                # The broker counts receives in progress; let the cancelled one unwind first.
+                try:
+                    await asyncio.wait({receive}, timeout=1.0)
+                except BaseException:  # noqa: BLE001 - cancelled again while closing
+                    pass
+            # Unacked deliveries of this stream go back to the subscription.
+            detach = getattr(self._broker, "detach", None)
+            if detach is not None:
+                detach(consumer_id)
+
+
+def add_to_server(server: grpc.aio.Server, broker: Any) -> BatchLaneService:
+    """Registers the batch lane on ``server`` (called by danube.server.app)."""
+    service = BatchLaneService(broker)
+    pb_grpc.add_BatchLaneServicer_to_server(service, server)
+    return service

@@ -1,0 +1,187 @@
+"""BrokerConfig: defaults, the YAML file (Danube's key names where they exist), flags on top.
+
+Example ``danube_broker.yml``::
+
+    cluster_name: standalone
+    broker_id: broker-1             # default: "standalone"
+    broker:
+      host: 127.0.0.1
+      advertised_addr: 127.0.0.1:6650  # what lookups answer (default host:port)
+      ports: {client: 6650, admin: 50051, prom: 9040}
+    # or Danube's older flat keys: broker_addr: "127.0.0.1:6650", admin_addr, prom_exporter
+    data_dir: ./danube-data
+    sync: always                    # always | interval | never (storage.wal.sync)
+    policies:                       # Danube's topic policies, 0 = unlimited
+      max_producers_per_topic: 0
+      max_subscriptions_per_topic: 0
+      max_consumers_per_topic: 0
+      max_consumers_per_subscription: 0
+      max_message_size: 10485760
+    failure_policy:                 # default subscription failure policy
+      max_redelivery_count: 5
+      ack_timeout_ms: 30000
+      base_redelivery_delay_ms: 1000
+      max_redelivery_delay_ms: 60000
+      poison_policy: block          # block | drop | dead_letter (+ dead_letter_topic)
+    dispatch:
+      max_unacked_messages: 10000
+      cursor_flush_interval_ms: 1000
+    storage:                        # passed to danube.storage.StorageConfig.from_dict
+      mode: local
+
+Keys Danube's file has that a standalone broker does not use (meta_store,
+auth, load_manager, ...) are logged and ignored; unknown keys in the sections
+above are errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from danube.broker.policies import DispatchSettings, FailurePolicy, TopicPolicies
+from danube.errors import InvalidArgumentError
+
+log = logging.getLogger(__name__)
+
+SYNC_MODES = ("always", "interval", "never")
+_DANUBE_IGNORED = {"cluster_name", "meta_store", "bootstrap_namespaces", "auto_create_topics", "auth",
+                   "load_manager", "schema_registry", "proxy", "raft", "cluster"}
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    host: str = "127.0.0.1"
+    port: int = 6650
+    admin_port: int = 50051
+    metrics_port: int = 9040  # 0 disables the metrics endpoint
+    data_dir: str = "./danube-data"
+    sync: str = "always"
+    broker_id: str = "standalone"
+    advertised_addr: str | None = None
+    policies: TopicPolicies = field(default_factory=TopicPolicies)
+    failure_policy: FailurePolicy = field(default_factory=FailurePolicy)
+    dispatch: DispatchSettings = field(default_factory=DispatchSettings)
+    storage: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.sync not in SYNC_MODES:
+            raise InvalidArgumentError(f"sync must be one of {', '.join(SYNC_MODES)}, got {self.sync!r}")
+        for name in ("port", "admin_port", "metrics_port"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 0 <= value <= 65535:
+                raise InvalidArgumentError(f"{name} must be a port number 0-65535, got {value!r}")
+
+    @property
+    def broker_url(self) -> str:
+        if self.advertised_addr:
+            return f"http://{self.advertised_addr}"
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def metadata_path(self) -> str:
+        return os.path.join(self.data_dir, "metadata.db")
+
+    def storage_section(self) -> dict[str, Any]:
+        """The ``storage:`` section with the broker's sync policy applied to the WAL."""
+        section = dict(self.storage or {})
+        wal = dict(section.get("wal") or {})
+        wal["sync"] = self.sync
+        section["wal"] = wal
+        return section
+
+    # ------------------------------------------------------------ loading
+
+    @classmethod
+    def from_yaml(cls, path: str) -> "BrokerConfig":
+        import yaml
+
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = yaml.safe_load(f) or {}
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot read config file {path}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise InvalidArgumentError(f"config file {path} is not valid YAML: {exc}") from exc
+        if not isinstance(data, Mapping):
+            raise InvalidArgumentError(f"config file {path} must hold a mapping at the top level")
+        return cls.from_dict(data, base_dir=os.path.dirname(os.path.abspath(path)))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, base_dir: str | None = None) -> "BrokerConfig":
+        data = dict(data)
+        kw: dict[str, Any] = {}
+        broker = data.pop("broker", None) or {}
+        if not isinstance(broker, Mapping):
+            raise InvalidArgumentError("broker: expected a mapping")
+        if "host" in broker:
+            kw["host"] = str(broker["host"])
+        if "advertised_addr" in broker:
+            kw["advertised_addr"] = str(broker["advertised_addr"])
+        ports = broker.get("ports") or {}
+        for src, dst in (("client", "port"), ("admin", "admin_port"), ("prom", "metrics_port")):
+            if src in ports:
+                kw[dst] = _port(ports[src], f"broker.ports.{src}")
+        for key, dst in (("broker_addr", "port"), ("admin_addr", "admin_port"), ("prom_exporter", "metrics_port")):
+            if key in data:
+                host, port = _addr(data.pop(key), key)
+                kw[dst] = port
+                if key == "broker_addr" and host:
+                    kw["host"] = host
+        for key in ("host", "broker_id", "advertised_addr"):
+            if key in data:
+                kw[key] = str(data.pop(key))
+        for key in ("port", "admin_port", "metrics_port"):
+            if key in data:
+                kw[key] = _port(data.pop(key), key)
+        if "data_dir" in data:
+            d = str(data.pop("data_dir"))
+            kw["data_dir"] = d if os.path.isabs(d) or base_dir is None else os.path.join(base_dir, d)
+        if "sync" in data:
+            kw["sync"] = str(data.pop("sync"))
+        if "policies" in data:
+            kw["policies"] = TopicPolicies.from_dict(data.pop("policies"))
+        if "failure_policy" in data:
+            kw["failure_policy"] = FailurePolicy.from_dict(data.pop("failure_policy"))
+        if "dispatch" in data:
+            kw["dispatch"] = DispatchSettings.from_dict(data.pop("dispatch"))
+        if "storage" in data:
+            storage = data.pop("storage") or {}
+            if not isinstance(storage, Mapping):
+                raise InvalidArgumentError("storage: expected a mapping")
+            kw["storage"] = dict(storage)
+        ignored = sorted(k for k in data if k in _DANUBE_IGNORED)
+        unknown = sorted(k for k in data if k not in _DANUBE_IGNORED)
+        if unknown:
+            raise InvalidArgumentError(f"unknown config key(s): {', '.join(unknown)}")
+        if ignored:
+            log.info("config keys not used by a standalone broker: %s", ", ".join(ignored))
+        return cls(**kw)
+
+    def with_overrides(self, **overrides: Any) -> "BrokerConfig":
+        """Flags on top of the file: ``None`` means "not given"."""
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _port(value: Any, where: str) -> int:
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{where}: expected a port number, got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise InvalidArgumentError(f"{where}: port {port} is outside 0-65535")
+    return port
+
+
+def _addr(value: Any, where: str) -> tuple[str | None, int]:
+    text = str(value)
+    for prefix in ("http://", "https://"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        raise InvalidArgumentError(f"{where}: expected host:port, got {value!r}")
+    return (host or None), _port(port, where)

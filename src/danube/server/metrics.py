@@ -1,0 +1,119 @@
+"""Prometheus metrics with Danube's names, served on the metrics port (9040 by default).
+
+Counters are bumped once per batch by the broker (``MetricsSink``); gauges
+about topics, subscriptions and WALs are read from the broker at scrape time.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+from danube.broker.stats import MetricsSink
+
+log = logging.getLogger(__name__)
+
+METRIC_NAMES = [
+    "danube_topic_messages_in_total", "danube_topic_bytes_in_total", "danube_producer_send_latency_ms",
+    "danube_consumer_messages_out_total", "danube_consumer_bytes_out_total",
+    "danube_subscription_acks_total", "danube_subscription_redeliveries_total",
+    "danube_subscription_dropped_total", "danube_broker_topics_owned", "danube_topic_producers",
+    "danube_topic_consumers", "danube_subscription_backlog_messages", "danube_subscription_unacked_messages",
+    "danube_wal_next_offset", "danube_wal_durable_offset", "danube_wal_first_offset",
+]
+
+
+class PrometheusMetrics(MetricsSink):
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.messages_in = Counter("danube_topic_messages_in_total", "Messages published to a topic",
+                                   ["topic"], registry=r)
+        self.bytes_in = Counter("danube_topic_bytes_in_total", "Bytes (frames) published to a topic",
+                                ["topic"], registry=r)
+        self.send_latency = Histogram(
+            "danube_producer_send_latency_ms", "Publish latency from receipt to durable append (ms)",
+            ["topic"], registry=r,
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 250, 500, 1000, 5000))
+        self.messages_out = Counter("danube_consumer_messages_out_total", "Messages delivered to consumers",
+                                    ["topic", "subscription"], registry=r)
+        self.bytes_out = Counter("danube_consumer_bytes_out_total", "Bytes delivered to consumers",
+                                 ["topic", "subscription"], registry=r)
+        self.acks = Counter("danube_subscription_acks_total", "Messages acked", ["topic", "subscription"],
+                            registry=r)
+        self.redeliveries = Counter("danube_subscription_redeliveries_total", "Messages redelivered",
+                                    ["topic", "subscription"], registry=r)
+        self._dropped = Counter("danube_subscription_dropped_total",
+                               "Messages a subscription gave up on (poison policy, evicted history)",
+                               ["topic", "subscription", "reason"], registry=r)
+        self._broker = None
+        r.register(_BrokerCollector(self))
+
+    def attach(self, broker) -> None:
+        self._broker = broker
+
+    def serve(self, host: str, port: int) -> None:
+        start_http_server(port, addr=host, registry=self.registry)
+        log.info("Prometheus metrics on http://%s:%d/metrics", host, port)
+
+    # ------------------------------------------------------------ MetricsSink
+
+    def published(self, topic: str, count: int, nbytes: int, latency_ms: float) -> None:
+        self.messages_in.labels(topic).inc(count)
+        self.bytes_in.labels(topic).inc(nbytes)
+        self.send_latency.labels(topic).observe(latency_ms)
+
+    def delivered(self, topic: str, subscription: str, count: int, nbytes: int) -> None:
+        self.messages_out.labels(topic, subscription).inc(count)
+        self.bytes_out.labels(topic, subscription).inc(nbytes)
+
+    def acked(self, topic: str, subscription: str, count: int) -> None:
+        self.acks.labels(topic, subscription).inc(count)
+
+    def redelivered(self, topic: str, subscription: str, count: int) -> None:
+        self.redeliveries.labels(topic, subscription).inc(count)
+
+    def dropped(self, topic: str, subscription: str, count: int, reason: str) -> None:
+        self._dropped.labels(topic, subscription, reason).inc(count)
+
+
+class _BrokerCollector:
+    """Gauges read from the broker when Prometheus scrapes."""
+
+    def __init__(self, metrics: PrometheusMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self):
+        broker = self._metrics._broker
+        owned = GaugeMetricFamily("danube_broker_topics_owned", "Topics served by this broker")
+        producers = GaugeMetricFamily("danube_topic_producers", "Producers per topic", labels=["topic"])
+        consumers = GaugeMetricFamily("danube_topic_consumers", "Connected consumers per topic", labels=["topic"])
+        backlog = GaugeMetricFamily("danube_subscription_backlog_messages", "Messages not yet acked",
+                                    labels=["topic", "subscription"])
+        unacked = GaugeMetricFamily("danube_subscription_unacked_messages", "Delivered, not yet acked",
+                                    labels=["topic", "subscription"])
+        wal_next = GaugeMetricFamily("danube_wal_next_offset", "Next offset the topic's WAL assigns",
+                                     labels=["topic"])
+        wal_first = GaugeMetricFamily("danube_wal_first_offset", "Oldest readable offset", labels=["topic"])
+        wal_durable = GaugeMetricFamily("danube_wal_durable_offset", "Highest offset covered by the sync policy",
+                                        labels=["topic"])
+        if broker is not None:
+            topics = list(broker.topics.values())
+            owned.add_metric([], len(topics))
+            for t in topics:
+                st = t.stats()
+                producers.add_metric([t.name], st.producers)
+                consumers.add_metric([t.name], st.consumers)
+                for s in st.subscriptions:
+                    backlog.add_metric([t.name, s.name], s.backlog)
+                    unacked.add_metric([t.name, s.name], s.unacked)
+                if t.reliable:
+                    wal_next.add_metric([t.name], t.storage.next_offset)
+                    wal_first.add_metric([t.name], t.storage.first_offset)
+                    wal = getattr(t.storage, "wal", None)
+                    durable = getattr(wal, "durable_offset", None)
+                    if isinstance(durable, int):
+                        wal_durable.add_metric([t.name], durable)
+        yield from (owned, producers, consumers, backlog, unacked, wal_next, wal_first, wal_durable)

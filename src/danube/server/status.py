@@ -1,0 +1,74 @@
+"""The one place where project errors become gRPC status codes.
+
+Every service handler funnels its errors through :func:`status_for`, so a
+client always sees the same code for the same failure, with the error's own
+sentence as the message.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from danube.errors import (
+    AlreadyExistsError,
+    CorruptFrameError,
+    DanubeError,
+    FencedError,
+    FrameFormatError,
+    InvalidArgumentError,
+    NotFoundError,
+    NotServedHereError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    SegmentCorruptError,
+    TopicSealedError,
+    WalClosedError,
+)
+
+log = logging.getLogger(__name__)
+
+# Checked in order: subclasses before their bases.
+_MAPPING: list[tuple[type[DanubeError], grpc.StatusCode]] = [
+    (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),  # incl. InvalidTopicName, MessageTooLarge
+    (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
+    (PolicyViolationError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (NotServedHereError, grpc.StatusCode.UNAVAILABLE),
+    (TopicSealedError, grpc.StatusCode.UNAVAILABLE),  # the topic is moving: look it up again
+    (WalClosedError, grpc.StatusCode.UNAVAILABLE),
+    (FencedError, grpc.StatusCode.FAILED_PRECONDITION),
+    (SegmentCorruptError, grpc.StatusCode.DATA_LOSS),
+    (OffsetOutOfRangeError, grpc.StatusCode.OUT_OF_RANGE),
+]
+
+
+def status_for(exc: BaseException) -> grpc.StatusCode:
+    """The gRPC status code for an error raised while serving a request."""
+    if isinstance(exc, CorruptFrameError):
+        # Stored bytes that fail their checksum are lost data; a client's bad frame is bad input.
+        return grpc.StatusCode.DATA_LOSS if exc.path is not None else grpc.StatusCode.INVALID_ARGUMENT
+    if isinstance(exc, FrameFormatError):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    for cls, code in _MAPPING:
+        if isinstance(exc, cls):
+            return code
+    if isinstance(exc, DanubeError):
+        return grpc.StatusCode.UNAVAILABLE if exc.retriable else grpc.StatusCode.INTERNAL
+    return grpc.StatusCode.INTERNAL
+
+
+def message_for(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if isinstance(exc, DanubeError):
+        return text or type(exc).__name__
+    return f"internal error: {type(exc).__name__}: {text}" if text else f"internal error: {type(exc).__name__}"
+
+
+async def abort(context: grpc.aio.ServicerContext, exc: BaseException):
+    """End the RPC with the status for ``exc`` (never returns)."""
+    code = status_for(exc)
+    if code == grpc.StatusCode.INTERNAL:
+        log.error("internal error while serving a request", exc_info=exc)
+    await context.abort(code, message_for(exc))

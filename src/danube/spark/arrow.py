@@ -1,0 +1,147 @@
+"""Frames ⇄ Arrow: the data source's row layout, independent of Spark.
+
+Reading turns a buffer of whole frames into one ``pyarrow.RecordBatch`` through
+``danube.frames.decode_columns`` (compiled codec when importable, pure-Python
+twin otherwise).  Writing turns Arrow batches back into frames with
+``danube.frames.encode_records``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from danube.errors import InvalidArgumentError
+
+SCHEMA_DDL = ("topic string, offset long, publish_time timestamp, producer_id long, "
+              "routing_key string, attributes map<string,string>, payload binary")
+COLUMNS = ("topic", "offset", "publish_time", "producer_id", "routing_key", "attributes", "payload")
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+ATTRIBUTES = pa.map_(pa.string(), pa.string())
+ARROW_SCHEMA = pa.schema([
+    ("topic", pa.string()),
+    ("offset", pa.int64()),
+    ("publish_time", TIMESTAMP),
+    ("producer_id", pa.int64()),
+    ("routing_key", pa.string()),
+    ("attributes", ATTRIBUTES),
+    ("payload", pa.binary()),
+])
+# columns a writer accepts; ``topic`` and ``offset`` are ignored (the target topic assigns offsets)
+WRITABLE = {"payload", "routing_key", "attributes", "publish_time", "producer_id", "topic", "offset"}
+
+
+def _attributes_array(values: list[dict]) -> pa.Array:
+    if not any(values):
+        # the common case: no attributes at all; build the empty maps without per-row work
+        offsets = pa.array(np.zeros(len(values) + 1, dtype=np.int32))
+        return pa.MapArray.from_arrays(offsets, pa.array([], pa.string()), pa.array([], pa.string()))
+    return pa.array(values, type=ATTRIBUTES)
+
+
+def columns_to_batch(topic: str, cols: dict[str, list]) -> pa.RecordBatch:
+    """A RecordBatch with :data:`ARROW_SCHEMA` from ``decode_columns`` output."""
+    n = len(cols["offset"])
+    publish_us = np.asarray(cols["publish_time"], dtype=np.int64) * 1000
+    arrays = [
+        pa.repeat(pa.scalar(topic, pa.string()), n) if n else pa.array([], pa.string()),
+        pa.array(np.asarray(cols["offset"], dtype=np.int64)),
+        pa.array(publish_us, type=TIMESTAMP),
+        pa.array(cols["producer_id"], type=pa.int64()),
+        pa.array(cols["routing_key"], type=pa.string()),
+        _attributes_array(cols["attributes"]),
+        pa.array(cols["payload"], type=pa.binary()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def filter_batch(batch: pa.RecordBatch, *, start_offset: int | None, end_offset: int | None,
+                 start_time_ms: int | None, end_time_ms: int | None) -> pa.RecordBatch:
+    """Rows with start_offset ≤ offset < end_offset and start_time ≤ publish_time < end_time."""
+    mask = None
+
+    def both(a, b):
+        return b if a is None else pc.and_(a, b)
+
+    if start_offset is not None:
+        mask = both(mask, pc.greater_equal(batch.column("offset"), start_offset))
+    if end_offset is not None:
+        mask = both(mask, pc.less(batch.column("offset"), end_offset))
+    if start_time_ms is not None or end_time_ms is not None:
+        micros = batch.column("publish_time").cast(pa.int64())
+        if start_time_ms is not None:
+            mask = both(mask, pc.greater_equal(micros, start_time_ms * 1000))
+        if end_time_ms is not None:
+            mask = both(mask, pc.less(micros, end_time_ms * 1000))
+    return batch if mask is None else batch.filter(mask)
+
+
+# ---------------------------------------------------------------- writing
+
+def check_writable_schema(names_and_types: list[tuple[str, str]]) -> None:
+    """Reject DataFrames the writer cannot store, naming the offending column.
+
+    ``names_and_types`` are ``(column, spark simpleString)`` pairs.
+    """
+    names = {n for n, _ in names_and_types}
+    unknown = sorted(names - WRITABLE)
+    if unknown:
+        raise InvalidArgumentError(
+            f"cannot write column(s) {', '.join(unknown)} to a danube topic; select from "
+            f"{', '.join(sorted(WRITABLE))} (payload required)")
+    if "payload" not in names:
+        raise InvalidArgumentError("a danube topic write needs a 'payload' column (binary or string)")
+    expected = {"payload": ("binary", "string"), "routing_key": ("string",),
+                "attributes": ("map<string,string>",), "publish_time": ("timestamp", "timestamp_ntz", "bigint"),
+                "producer_id": ("bigint", "int")}
+    for name, kind in names_and_types:
+        if name in expected and kind not in expected[name]:
+            raise InvalidArgumentError(
+                f"column {name!r} has type {kind}; the danube writer expects {' or '.join(expected[name])}")
+
+
+def batch_to_records(batch: pa.RecordBatch, *, default_publish_time_ms: int | None = None) -> list[tuple]:
+    """``(publish_time_ms, producer_id, key, attributes, payload)`` tuples for ``frames.encode_records``."""
+    n = batch.num_rows
+    names = batch.schema.names
+    now_ms = int(time.time() * 1000) if default_publish_time_ms is None else default_publish_time_ms
+    payload_col = batch.column("payload")
+    if payload_col.null_count:
+        first_null = pc.index(pc.is_null(payload_col), True).as_py()
+        raise InvalidArgumentError(f"row {first_null} of the batch has a null payload; "
+                                   "write an empty payload (b'') instead")
+    if pa.types.is_string(payload_col.type) or pa.types.is_large_string(payload_col.type):
+        payloads = [p.encode("utf-8") for p in payload_col.to_pylist()]
+    else:
+        payloads = payload_col.to_pylist()
+    if "publish_time" in names:
+        col = batch.column("publish_time")
+        if pa.types.is_timestamp(col.type):
+            unit = col.type.unit
+            divisor = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[unit]
+            raw = col.cast(pa.int64())
+            ms = (pc.multiply(raw, 1000) if divisor is None else pc.divide(raw, divisor)).to_pylist()
+        else:
+            ms = col.to_pylist()
+        times = [now_ms if t is None else int(t) for t in ms]
+        if any(t < 0 for t in times):
+            raise InvalidArgumentError("publish_time before 1970 cannot be stored in a frame")
+    else:
+        times = [now_ms] * n
+    producers = batch.column("producer_id").to_pylist() if "producer_id" in names else [0] * n
+    producers = [0 if p is None else p for p in producers]
+    if any(p < 0 for p in producers):
+        raise InvalidArgumentError("producer_id must be ≥ 0")
+    keys = batch.column("routing_key").to_pylist() if "routing_key" in names else [None] * n
+    if "attributes" in names:
+        attrs: list[Any] = [dict(a) if a else {} for a in batch.column("attributes").to_pylist()]
+        for a in attrs:
+            if any(v is None for v in a.values()):
+                raise InvalidArgumentError("attribute values must not be null")
+    else:
+        attrs = [None] * n
+    return list(zip(times, producers, keys, attrs, payloads))

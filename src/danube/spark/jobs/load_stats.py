@@ -1,0 +1,238 @@
+"""``load-stats``: what the load manager saw and would have done, from the load-report history.
+
+Input: the reliable system topic ``/system/load_reports`` (one JSON LoadReport
+per record, see danube.cluster.load_report), read through the danube data source.
+
+Reports are grouped into snapshots of ``--bucket-seconds`` (default 30, the
+report interval) by their own ``timestamp``; within a snapshot each broker's
+latest report counts.  For every snapshot and each assignment strategy (fair,
+balanced, weighted_load) the job computes, with ``danube.cluster.scoring``
+(the broker's own formulas), the broker ranking, mean / std / CV, the
+overloaded and underloaded brokers, and the one move a rebalancing cycle with
+``--aggressiveness`` and ``--blacklist`` would have made.  Snapshots are
+independent: the rate limit and cooldown that link cycles are not simulated.
+
+Output directory::
+
+    broker_timeseries/   Parquet: bucket_start, broker_id, cpu/memory/disk/network usage, topic_count,
+                         total_throughput_mbps, total_message_rate, total_lag_messages, score_<strategy>,
+                         rank_<strategy>
+    rankings/            Parquet: bucket_start, strategy, rank, broker_id, score
+    cluster_balance/     Parquet: bucket_start, strategy, brokers, mean, std, cv, max, min, overloaded,
+                         underloaded, threshold, needs_rebalancing
+    moves/               Parquet: bucket_start, strategy, topic, from_broker, to_broker, topic_score, cv, threshold
+    load_stats.png       chart: per-broker CPU and balanced score, CV per strategy with the threshold
+
+Runnable as ``danube spark load-stats ...`` or ``spark-submit spark/jobs/load_stats.py ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Iterator
+
+from danube.cluster import scoring
+from danube.cluster.load_report import LOAD_REPORTS_TOPIC, LoadReport
+from danube.spark.jobs.common import add_source_arguments, get_session, read_topic
+
+REPORT_COLUMNS = ("bucket_start", "broker_id", "timestamp", "offset", "cpu", "memory", "disk_io",
+                  "network_io", "topic_count", "total_throughput_mbps", "total_message_rate",
+                  "total_lag_messages", "report_json")
+REPORT_SCHEMA = ("bucket_start long, broker_id string, timestamp long, offset long, cpu double, memory double, "
+                 "disk_io double, network_io double, topic_count long, total_throughput_mbps double, "
+                 "total_message_rate long, total_lag_messages long, report_json string")
+EVALUATION_SCHEMA = ("kind string, bucket_start long, strategy string, broker_id string, rank int, score double, "
+                     "brokers int, mean double, std double, cv double, max double, min double, "
+                     "overloaded array<string>, underloaded array<string>, threshold double, "
+                     "needs_rebalancing boolean, topic string, from_broker string, to_broker string, "
+                     "topic_score double")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_source_arguments(parser, default_topic=LOAD_REPORTS_TOPIC)
+    st = parser.add_argument_group("statistics")
+    st.add_argument("--bucket-seconds", type=int, default=30,
+                    help="snapshot width; each broker's latest report in a snapshot counts (default 30)")
+    st.add_argument("--aggressiveness", choices=sorted(scoring.AGGRESSIVENESS_THRESHOLDS), default="balanced",
+                    help="rebalancing CV threshold: conservative 0.40, balanced 0.30, aggressive 0.20")
+    st.add_argument("--blacklist", action="append", default=[], metavar="PATTERN",
+                    help="topic never moved: exact name or prefix with a trailing * (repeatable)")
+    st.add_argument("--min-brokers", type=int, default=2, help="min_brokers_for_rebalance (default 2)")
+    parser.add_argument("--output", required=True, help="output directory (Parquet tables and load_stats.png)")
+
+
+# ---------------------------------------------------------------- per-record and per-snapshot functions
+
+def parse_reports(batches: Iterator, bucket_seconds: int) -> Iterator:
+    """mapInArrow: (offset, payload) → one flattened row per LoadReport (LoadReport.from_json validates)."""
+    import pyarrow as pa
+
+    for batch in batches:
+        rows = {name: [] for name in REPORT_COLUMNS}
+        for offset, payload in zip(batch.column("offset").to_pylist(), batch.column("payload").to_pylist()):
+            report = LoadReport.from_json(payload)
+            rows["bucket_start"].append(report.timestamp - report.timestamp % bucket_seconds)
+            rows["broker_id"].append(report.broker_id)
+            rows["timestamp"].append(report.timestamp)
+            rows["offset"].append(offset)
+            rows["cpu"].append(report.usage("CPU"))
+            rows["memory"].append(report.usage("Memory"))
+            rows["disk_io"].append(report.usage("DiskIO"))
+            rows["network_io"].append(report.usage("NetworkIO"))
+            rows["topic_count"].append(len(report.topics))
+            rows["total_throughput_mbps"].append(report.total_throughput_mbps)
+            rows["total_message_rate"].append(report.total_message_rate)
+            rows["total_lag_messages"].append(report.total_lag_messages)
+            rows["report_json"].append(report.to_json().decode())
+        yield pa.RecordBatch.from_pydict(rows, schema=_report_arrow_schema())
+
+
+def _report_arrow_schema():
+    import pyarrow as pa
+
+    return pa.schema([("bucket_start", pa.int64()), ("broker_id", pa.string()), ("timestamp", pa.int64()),
+                      ("offset", pa.int64()), ("cpu", pa.float64()), ("memory", pa.float64()),
+                      ("disk_io", pa.float64()), ("network_io", pa.float64()), ("topic_count", pa.int64()),
+                      ("total_throughput_mbps", pa.float64()), ("total_message_rate", pa.int64()),
+                      ("total_lag_messages", pa.int64()), ("report_json", pa.string())])
+
+
+def evaluate_snapshot(bucket_start: int, reports: list[LoadReport], policy: scoring.RebalancePolicy) -> list[dict]:
+    """Rankings, balance and the proposed move of one snapshot, for every strategy (plain rows)."""
+    out: list[dict] = []
+    topics_by_broker = {r.broker_id: r.topics for r in reports}
+    for strategy in scoring.STRATEGIES:
+        scores = scoring.broker_scores(strategy, reports)
+        for position, (broker, score) in enumerate(scoring.rank(scores), start=1):
+            out.append({"kind": "rank", "bucket_start": bucket_start, "strategy": strategy,
+                        "broker_id": broker, "rank": position, "score": score})
+        stats = scoring.imbalance(scores)
+        needed = len(scores) >= max(policy.min_brokers, 2) and stats.needs_rebalancing(policy.threshold)
+        out.append({"kind": "balance", "bucket_start": bucket_start, "strategy": strategy,
+                    "brokers": len(scores), "mean": stats.mean, "std": stats.std, "cv": stats.cv,
+                    "max": stats.max, "min": stats.min, "overloaded": list(stats.overloaded),
+                    "underloaded": list(stats.underloaded), "threshold": policy.threshold,
+                    "needs_rebalancing": needed})
+        move = scoring.propose_move(scores, topics_by_broker, policy)
+        if move is not None:
+            out.append({"kind": "move", "bucket_start": bucket_start, "strategy": strategy,
+                        "topic": move.topic, "from_broker": move.from_broker, "to_broker": move.to_broker,
+                        "topic_score": move.topic_score, "cv": move.cv, "threshold": policy.threshold})
+    return out
+
+
+def _evaluate_group(policy: scoring.RebalancePolicy):
+    def evaluate(pdf):
+        import pandas as pd
+
+        reports = [LoadReport.from_json(raw) for raw in pdf["report_json"]]
+        rows = evaluate_snapshot(int(pdf["bucket_start"].iloc[0]), reports, policy)
+        columns = [c.split()[0] for c in EVALUATION_SCHEMA.split(", ")]
+        return pd.DataFrame([{c: row.get(c) for c in columns} for row in rows], columns=columns)
+
+    return evaluate
+
+
+# ---------------------------------------------------------------- the job
+
+def compute(spark, df, *, bucket_seconds: int = 30, policy: scoring.RebalancePolicy = scoring.RebalancePolicy()):
+    """DataFrames ``broker_timeseries``, ``rankings``, ``cluster_balance``, ``moves`` from a reports DataFrame."""
+    from pyspark.sql import functions as F
+
+    if bucket_seconds <= 0:
+        raise ValueError("--bucket-seconds must be > 0")
+    reports = df.select("offset", "payload").mapInArrow(
+        lambda it: parse_reports(it, bucket_seconds), REPORT_SCHEMA)
+    # the latest report of each broker within a snapshot (highest timestamp, then offset)
+    latest = (reports.groupBy("bucket_start", "broker_id")
+              .agg(F.max_by(F.struct(*[F.col(c) for c in REPORT_COLUMNS]),
+                            F.struct(F.col("timestamp"), F.col("offset"))).alias("r"))
+              .select("r.*")).cache()
+    evaluated = (latest.groupBy("bucket_start").applyInPandas(_evaluate_group(policy), EVALUATION_SCHEMA)
+                 .withColumn("bucket_start", F.timestamp_seconds("bucket_start"))).cache()
+    rankings = (evaluated.where(F.col("kind") == "rank")
+                .select("bucket_start", "strategy", "rank", "broker_id", "score"))
+    balance = (evaluated.where(F.col("kind") == "balance")
+               .select("bucket_start", "strategy", "brokers", "mean", "std", "cv", "max", "min", "overloaded",
+                       "underloaded", "threshold", "needs_rebalancing"))
+    moves = (evaluated.where(F.col("kind") == "move")
+             .select("bucket_start", "strategy", "topic", "from_broker", "to_broker", "topic_score", "cv",
+                     "threshold"))
+    wide = rankings.groupBy("bucket_start", "broker_id").pivot("strategy", list(scoring.STRATEGIES)).agg(
+        F.first("score").alias("score"), F.first("rank").alias("rank"))
+    for strategy in scoring.STRATEGIES:
+        wide = (wide.withColumnRenamed(f"{strategy}_score", f"score_{strategy}")
+                .withColumnRenamed(f"{strategy}_rank", f"rank_{strategy}"))
+    timeseries = (latest.withColumn("bucket_start", F.timestamp_seconds("bucket_start"))
+                  .drop("report_json", "offset")
+                  .join(wide, ["bucket_start", "broker_id"], "left"))
+    return {
+        "broker_timeseries": timeseries.orderBy("bucket_start", "broker_id"),
+        "rankings": rankings.orderBy("bucket_start", "strategy", "rank"),
+        "cluster_balance": balance.orderBy("bucket_start", "strategy"),
+        "moves": moves.orderBy("bucket_start", "strategy"),
+    }
+
+
+def write_chart(timeseries_pdf, balance_pdf, path: str, threshold: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
+    for broker, group in timeseries_pdf.groupby("broker_id"):
+        axes[0].plot(group["bucket_start"], group["cpu"], marker=".", label=str(broker))
+        axes[1].plot(group["bucket_start"], group["score_balanced"], marker=".", label=str(broker))
+    axes[0].set_ylabel("CPU %")
+    axes[0].set_title("Per-broker load (latest report per snapshot)")
+    axes[1].set_ylabel("balanced score")
+    for strategy, group in balance_pdf.groupby("strategy"):
+        axes[2].plot(group["bucket_start"], group["cv"], marker=".", label=strategy)
+    axes[2].axhline(threshold, color="red", linestyle="--", label=f"threshold {threshold:.2f}")
+    axes[2].set_ylabel("CV (std / mean)")
+    axes[2].set_xlabel("snapshot start (UTC)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper left", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run(spark, args) -> dict:
+    policy = scoring.RebalancePolicy.for_aggressiveness(args.aggressiveness, blacklist=tuple(args.blacklist),
+                                                        min_brokers=args.min_brokers)
+    tables = compute(spark, read_topic(spark, args), bucket_seconds=args.bucket_seconds, policy=policy)
+    os.makedirs(args.output, exist_ok=True)
+    for name, table in tables.items():
+        table.write.mode("overwrite").parquet(os.path.join(args.output, name))
+    timeseries = spark.read.parquet(os.path.join(args.output, "broker_timeseries")).toPandas()
+    balance = spark.read.parquet(os.path.join(args.output, "cluster_balance")).toPandas()
+    chart = os.path.join(args.output, "load_stats.png")
+    write_chart(timeseries, balance, chart, policy.threshold)
+    moves = spark.read.parquet(os.path.join(args.output, "moves")).count()
+    return {"snapshots": int(balance["bucket_start"].nunique()) if len(balance) else 0,
+            "brokers": int(timeseries["broker_id"].nunique()) if len(timeseries) else 0,
+            "moves": moves, "chart": chart}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="load_stats", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return execute(parser.parse_args(argv))
+
+
+def execute(args) -> int:
+    spark = get_session("danube-load-stats", args.master, args.conf)
+    summary = run(spark, args)
+    print(f"load-stats: {summary['snapshots']} snapshots, {summary['brokers']} brokers, "
+          f"{summary['moves']} proposed moves; tables and {summary['chart']} in {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""Storage configuration read from the broker YAML's ``storage:`` section (Danube's keys).
+
+Example::
+
+    storage:
+      mode: object_store            # local | shared_fs | object_store
+      local_wal_root: ./danube-data/wal
+      metadata_prefix: ""           # keys live under <prefix>/storage/topics/...
+      export_interval_seconds: 300  # background export period (shared_fs, object_store)
+      local_retention:
+        time_minutes: 2880
+        size_mb: 20480
+        check_interval_minutes: 5
+      wal:                          # project extension: WAL tuning
+        sync: always                # always | interval | never
+        sync_interval_ms: 5
+        max_file_mb: 64
+        max_file_age_seconds: null
+        cache_mb: 64
+      durable:
+        backend: s3                 # object_store only; shared_fs uses a directory
+        root: my-bucket/danube      # bucket[/prefix] (s3) or a directory (shared_fs)
+        endpoint: http://127.0.0.1:9000
+        region: us-east-1
+        access_key: ...
+        secret_key: ...
+
+Every bad value raises :class:`danube.errors.InvalidArgumentError` naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from danube.errors import InvalidArgumentError
+from danube.storage.backends import DurableBackend, FilesystemBackend, S3Backend
+
+MODES = ("local", "shared_fs", "object_store")
+SYNC_MODES = ("always", "interval", "never")
+DURABLE_BACKENDS = ("s3",)
+_MIB = 1024 * 1024
+
+
+class StorageConfigError(InvalidArgumentError):
+    """The storage section of the configuration is invalid."""
+
+
+@dataclass(frozen=True)
+class LocalRetention:
+    time_minutes: float = 2880
+    size_mb: float = 20480
+    check_interval_minutes: float = 5
+
+    @property
+    def max_age_s(self) -> float:
+        return self.time_minutes * 60.0
+
+    @property
+    def max_bytes(self) -> int:
+        return int(self.size_mb * _MIB)
+
+    @property
+    def check_interval_s(self) -> float:
+        return self.check_interval_minutes * 60.0
+
+
+@dataclass(frozen=True)
+class WalSettings:
+    sync: str = "always"
+    sync_interval_ms: int = 5
+    max_file_bytes: int = 64 * _MIB
+    max_file_age_s: float | None = None
+    cache_bytes: int = 64 * _MIB
+
+    def open_kwargs(self) -> dict[str, Any]:
+        return {
+            "sync": self.sync,
+            "sync_interval_ms": self.sync_interval_ms,
+            "max_file_bytes": self.max_file_bytes,
+            "max_file_age_s": self.max_file_age_s,
+            "cache_bytes": self.cache_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class DurableSettings:
+    backend: str  # "fs" or "s3"
+    root: str  # a directory (fs) or "bucket[/prefix]" (s3)
+    endpoint: str | None = None
+    region: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+
+    def redacted(self) -> dict[str, Any]:
+        return {"backend": self.backend, "root": self.root, "endpoint": self.endpoint,
+                "region": self.region, "access_key": "***" if self.access_key else None,
+                "secret_key": "***" if self.secret_key else None}
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    mode: str = "local"
+    local_wal_root: str = "./danube-data/wal"
+    metadata_prefix: str = ""
+    local_retention: LocalRetention = field(default_factory=LocalRetention)
+    durable: DurableSettings = field(default_factory=lambda: DurableSettings("fs", "./danube-data/durable"))
+    wal: WalSettings = field(default_factory=WalSettings)
+    export_interval_s: float = 300.0
+    read_chunk_bytes: int = 4 * _MIB  # range-read size of the tiered reader
+
+    @property
+    def exports_continuously(self) -> bool:
+        """shared_fs and object_store export on an interval and on rotation; local exports lazily."""
+        return self.mode != "local"
+
+    def make_backend(self) -> DurableBackend:
+        if self.durable.backend == "s3":
+            bucket, _, prefix = self.durable.root.partition("/")
+            return S3Backend(bucket, prefix, endpoint=self.durable.endpoint, region=self.durable.region,
+                             access_key=self.durable.access_key, secret_key=self.durable.secret_key)
+        return FilesystemBackend(self.durable.root)
+
+    def wal_dir(self, topic: str) -> str:
+        from danube.metadata.keys import split_topic
+
+        ns, name = split_topic(topic)
+        return os.path.join(self.local_wal_root, ns, name)
+
+    # ------------------------------------------------------------------ parsing
+
+    @classmethod
+    def from_dict(cls, section: Mapping[str, Any] | None, *, data_dir: str = "./danube-data") -> "StorageConfig":
+        """Parse the ``storage:`` section; relative defaults live under ``data_dir``."""
+        section = {} if section is None else section
+        if not isinstance(section, Mapping):
+            raise StorageConfigError(f"storage: expected a mapping, got {type(section).__name__}")
+        known = {"mode", "local_wal_root", "metadata_prefix", "local_retention", "durable", "wal",
+                 "export_interval_seconds", "read_chunk_mb"}
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise StorageConfigError(f"storage: unknown key(s) {', '.join(unknown)}; known keys: "
+                                     f"{', '.join(sorted(known))}")
+
+        mode = section.get("mode", "local")
+        if mode not in MODES:
+            raise StorageConfigError(f"storage.mode: {mode!r} is not one of {', '.join(MODES)}")
+
+        wal_root = _string(section, "local_wal_root", os.path.join(data_dir, "wal"))
+        prefix = section.get("metadata_prefix", "")
+        if prefix is None:
+            prefix = ""
+        if not isinstance(prefix, str):
+            raise StorageConfigError(f"storage.metadata_prefix: expected a string, got {prefix!r}")
+        prefix = prefix.rstrip("/")
+        if prefix and not prefix.startswith("/"):
+            prefix = "/" + prefix
+
+        retention = _retention(section.get("local_retention"))
+        wal = _wal(section.get("wal"))
+        durable = _durable(mode, section.get("durable"), data_dir)
+        interval = _number(section, "export_interval_seconds", 300.0, "storage.", minimum=0.01)
+        chunk_mb = _number(section, "read_chunk_mb", 4, "storage.", minimum=0.0625)
+        return cls(mode=mode, local_wal_root=wal_root, metadata_prefix=prefix, local_retention=retention,
+                   durable=durable, wal=wal, export_interval_s=float(interval),
+                   read_chunk_bytes=int(chunk_mb * _MIB))
+
+
+def _string(section: Mapping[str, Any], key: str, default: str | None, where: str = "storage.") -> str | None:
+    value = section.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, str) or not value:
+        raise StorageConfigError(f"{where}{key}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def _number(section: Mapping[str, Any], key: str, default: float | None, where: str, *,
+            minimum: float = 0.0) -> float | None:
+    value = section.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise StorageConfigError(f"{where}{key}: expected a number, got {value!r}")
+    if value < minimum:
+        raise StorageConfigError(f"{where}{key}: must be at least {minimum}, got {value!r}")
+    return value
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise StorageConfigError(f"{where}: expected a mapping, got {value!r}")
+    return value
+
+
+def _check_keys(section: Mapping[str, Any], known: set[str], where: str) -> None:
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise StorageConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known keys: "
+                                 f"{', '.join(sorted(known))}")
+
+
+def _retention(value: Any) -> LocalRetention:
+    where = "storage.local_retention"
+    section = _mapping(value, where)
+    _check_keys(section, {"time_minutes", "size_mb", "check_interval_minutes"}, where)
+    return LocalRetention(
+        time_minutes=_number(section, "time_minutes", 2880, where + "."),
+        size_mb=_number(section, "size_mb", 20480, where + "."),
+        check_interval_minutes=_number(section, "check_interval_minutes", 5, where + ".", minimum=0.0001),
+    )
+
+
+def _wal(value: Any) -> WalSettings:
+    where = "storage.wal"
+    section = _mapping(value, where)
+    _check_keys(section, {"sync", "sync_interval_ms", "max_file_mb", "max_file_age_seconds", "cache_mb"}, where)
+    sync = section.get("sync", "always")
+    if sync not in SYNC_MODES:
+        raise StorageConfigError(f"{where}.sync: {sync!r} is not one of {', '.join(SYNC_MODES)}")
+    age = _number(section, "max_file_age_seconds", None, where + ".", minimum=0.001)
+    return WalSettings(
+        sync=sync,
+        sync_interval_ms=int(_number(section, "sync_interval_ms", 5, where + ".", minimum=1)),
+        max_file_bytes=int(_number(section, "max_file_mb", 64, where + ".", minimum=4096 / _MIB) * _MIB),
+        max_file_age_s=None if age is None else float(age),
+        cache_bytes=int(_number(section, "cache_mb", 64, where + ".") * _MIB),
+    )
+
+
+def _durable(mode: str, value: Any, data_dir: str) -> DurableSettings:
+    where = "storage.durable"
+    section = _mapping(value, where)
+    _check_keys(section, {"backend", "root", "endpoint", "region", "access_key", "secret_key"}, where)
+    if mode == "local":
+        # Local mode keeps its exported history on the broker's own disk.
+        return DurableSettings("fs", _string(section, "root", os.path.join(data_dir, "durable"), where + "."))
+    if mode == "shared_fs":
+        backend = section.get("backend", "fs")
+        if backend not in ("fs", "shared_fs", None):
+            raise StorageConfigError(f"{where}.backend: shared_fs mode stores segments in a directory; "
+                                     f"remove backend {backend!r} or use mode object_store")
+        root = section.get("root")
+        if not isinstance(root, str) or not root:
+            raise StorageConfigError(f"{where}.root: shared_fs mode needs the shared directory "
+                                     f"(e.g. durable: {{root: /mnt/danube}})")
+        return DurableSettings("fs", root)
+    backend = section.get("backend")
+    if backend not in DURABLE_BACKENDS:
+        raise StorageConfigError(f"{where}.backend: object_store mode supports {', '.join(DURABLE_BACKENDS)}, "
+                                 f"got {backend!r}")
+    root = section.get("root")
+    if not isinstance(root, str) or not root.strip("/"):
+        raise StorageConfigError(f"{where}.root: object_store mode needs 'bucket' or 'bucket/prefix'")
+    root = root.removeprefix("s3://").strip("/")
+    bucket = root.partition("/")[0]
+    if not (3 <= len(bucket) <= 63):
+        raise StorageConfigError(f"{where}.root: bucket name {bucket!r} must be 3 to 63 characters")
+    access, secret = section.get("access_key"), section.get("secret_key")
+    if (access is None) != (secret is None):
+        raise StorageConfigError(f"{where}: give both access_key and secret_key, or neither "
+                                 f"(then the AWS default credential chain is used)")
+    endpoint = _string(section, "endpoint", None, where + ".")
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise StorageConfigError(f"{where}.endpoint: expected an http(s):// URL, got {endpoint!r}")
+    return DurableSettings("s3", root, endpoint=endpoint, region=_string(section, "region", None, where + "."),
+                           access_key=access, secret_key=secret)

@@ -1,0 +1,123 @@
+"""StorageFactory: opens reliable topics' storage on this broker (the broker's only way in)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+
+from danube.errors import StorageError
+from danube.metadata.keys import split_topic
+from danube.metadata.store import MetadataStore
+from danube.storage.backends import DurableBackend
+from danube.storage.catalog import SegmentCatalog
+from danube.storage.config import StorageConfig
+from danube.storage.recovery import clear_sealed_state, local_wal_continuity, resolve_recovery_start
+from danube.storage.topic_storage import TopicStorage, set_aside
+
+log = logging.getLogger(__name__)
+
+
+class StorageFactory:
+    def __init__(self, config: StorageConfig, metadata: MetadataStore, *, broker_id: str,
+                 backend: DurableBackend | None = None, background: bool = True) -> None:
+        """``background=False`` leaves export and retention to explicit calls (tests, tools)."""
+        self.config = config
+        self.background = background
+        self.metadata = metadata
+        self.broker_id = str(broker_id)
+        self._backend = backend
+        self._backend_lock = asyncio.Lock()
+        self._topics: dict[str, TopicStorage] = {}
+        self._opening: dict[str, asyncio.Lock] = {}
+        self._closed = False
+
+    async def backend(self) -> DurableBackend:
+        async with self._backend_lock:
+            if self._backend is None:
+                # boto3 client creation reads config files and takes ~100 ms: off the loop.
+                self._backend = await asyncio.to_thread(self.config.make_backend)
+            return self._backend
+
+    def open_topics(self) -> list[str]:
+        return sorted(self._topics)
+
+    def get(self, topic: str) -> TopicStorage | None:
+        return self._topics.get(topic)
+
+    async def open_topic(self, topic: str) -> TopicStorage:
+        """The topic's storage, recovered per the recovery-start precedence; one instance per topic."""
+        split_topic(topic)
+        if self._closed:
+            raise StorageError("storage factory is closed", retriable=False)
+        lock = self._opening.setdefault(topic, asyncio.Lock())
+        async with lock:
+            existing = self._topics.get(topic)
+            if existing is not None:
+                return existing
+            storage = await self._open(topic)
+            self._topics[topic] = storage
+            storage.on_closed = self._forget
+            return storage
+
+    def _forget(self, storage: TopicStorage) -> None:
+        if self._topics.get(storage.topic) is storage:
+            del self._topics[storage.topic]
+
+    async def _open(self, topic: str) -> TopicStorage:
+        from danube.wal import Wal
+
+        cfg = self.config
+        backend = await self.backend()
+        catalog = await SegmentCatalog.load(self.metadata, cfg.metadata_prefix, topic)
+        wal_dir = cfg.wal_dir(topic)
+        start = await resolve_recovery_start(self.metadata, cfg.metadata_prefix, topic, wal_dir, catalog)
+        if start.discard_local:
+            log.info("%s: removing the local WAL left behind by a seal (all of it is durable)", topic)
+            await asyncio.to_thread(shutil.rmtree, wal_dir, True)
+        elif start.set_aside_local:
+            moved = await asyncio.to_thread(set_aside, wal_dir)
+            log.warning("%s: local WAL without continuity moved aside to %s", topic, moved)
+
+        options = cfg.wal.open_kwargs()
+        wal = await asyncio.to_thread(Wal.open, wal_dir, initial_offset=start.initial_offset, **options)
+        if start.source == "local" and len(catalog) and wal.next_offset <= catalog.end_offset:
+            # The durable history moved on without this broker (it lost ownership without sealing):
+            # its WAL is stale.  Keep it aside and continue from the durable end.
+            await asyncio.to_thread(wal.close)
+            moved = await asyncio.to_thread(set_aside, wal_dir)
+            log.warning("%s: local WAL ends at %d but durable history reaches %d; stale WAL moved to %s",
+                        topic, wal.next_offset - 1, catalog.end_offset, moved)
+            wal = await asyncio.to_thread(Wal.open, wal_dir, initial_offset=catalog.end_offset + 1, **options)
+        elif start.source == "local" and len(catalog) and wal.first_offset > catalog.end_offset + 1 \
+                and wal.next_offset > wal.first_offset:
+            log.error("%s: offsets %d..%d are neither durable nor in the local WAL", topic,
+                      catalog.end_offset + 1, wal.first_offset - 1)
+
+        storage = TopicStorage(topic, cfg, wal, backend, catalog, self.metadata, broker_id=self.broker_id,
+                               recovery=start, wal_dir=wal_dir)
+        try:
+            await storage.exporter.reconcile()
+            if start.sealed is not None:
+                # The new owner is open: the handoff marker has done its job.
+                await clear_sealed_state(self.metadata, cfg.metadata_prefix, topic)
+        except BaseException:
+            await asyncio.to_thread(wal.close)
+            raise
+        if self.background:
+            storage.start()
+        log.info("%s: storage open (%s, recovered from %s, offsets %d..%d, durable through %d)", topic,
+                 cfg.mode, start.source, storage.first_offset, storage.next_offset - 1, catalog.end_offset)
+        return storage
+
+    async def close(self) -> None:
+        self._closed = True
+        for storage in list(self._topics.values()):
+            try:
+                await storage.close()
+            except Exception:  # noqa: BLE001 - close the others anyway
+                log.exception("%s: closing storage failed", storage.topic)
+        self._topics.clear()
+
+
+__all__ = ["StorageFactory", "local_wal_continuity"]

@@ -1,0 +1,299 @@
+"""Reads of a topic's durable history, and their chaining into the hot WAL.
+
+``DurableHistoryReader.stream`` walks segments with fixed-size range reads,
+keeping ``prefetch`` reads in flight (the next range of this segment or the
+first range of the next one) on worker threads.  Every range is checked before
+a byte of it is handed out: frame checksums, lengths and the consecutive offset
+sequence (``frames.scan``), the object's size, and, when a segment is read from
+its first byte to its last, its etag.  A failure is a
+:class:`SegmentCorruptError` naming the segment and offset; nothing is skipped.
+
+Ranges start and end on frame boundaries known from each descriptor's offset
+index (one entry every >= 64 KiB), so each range is read and checked on a worker
+thread by itself, in parallel with the next ones, and handed out without a copy.
+
+``chained_tail`` serves one logical stream: durable history below the hot
+WAL's start, then the WAL itself (live), with no gap and no duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import struct
+import threading
+from typing import AsyncIterator, Callable, Iterator, NamedTuple
+
+import xxhash
+
+from danube import frames
+from danube.errors import OffsetOutOfRangeError, SegmentCorruptError
+from danube.storage.backends import DurableBackend
+from danube.storage.catalog import SegmentCatalog
+from danube.storage.segment import SegmentDescriptor
+
+DEFAULT_CHUNK = 4 * 1024 * 1024
+
+
+def split_frames(buf, max_bytes: int) -> list:
+    """Cut a whole-frame buffer into pieces of at most ``max_bytes`` (a single larger frame stays whole)."""
+    mv = memoryview(buf)
+    if len(mv) <= max_bytes:
+        return [mv]
+    positions = frames.frame_positions(mv)
+    pieces = []
+    start = 0
+    while start < len(mv):
+        limit = start + max_bytes
+        i = bisect.bisect_right(positions, limit) - 1  # last frame starting at or before limit
+        cut = positions[i] if i >= 0 else len(mv)
+        if cut <= start:  # one frame larger than max_bytes
+            j = bisect.bisect_right(positions, start)
+            cut = positions[j] if j < len(positions) else len(mv)
+        elif limit >= len(mv):
+            cut = len(mv)
+        pieces.append(mv[start:cut])
+        start = cut
+    return pieces
+
+
+class _Range(NamedTuple):
+    """Bytes ``[start, end)`` of segment ``index``: whole frames, offsets ``first``..``last``."""
+
+    index: int
+    start: int
+    end: int
+    first: int
+    last: int
+
+
+class _Fetched(NamedTuple):
+    data: bytes
+    count: int
+    end_pos: int
+    first: int
+    last: int
+    reason: int
+    etag: str | None  # hex digest when this range completed a hashed segment
+
+
+class _HashChain:
+    """Feeds ranges of one segment to its xxh3-128 in order, on the worker threads.
+
+    Each range's thread waits for its predecessor's update before its own, so
+    hashing overlaps with the next ranges' reads and checks instead of running
+    on the event loop.
+    """
+
+    def __init__(self) -> None:
+        self.hasher = xxhash.xxh3_128()
+        self.stopped = False
+
+    def update_after(self, previous: threading.Event | None, data: bytes, done: threading.Event,
+                     final: bool) -> str | None:
+        try:
+            while previous is not None and not previous.wait(0.1):
+                if self.stopped:
+                    return None
+            if self.stopped:
+                return None
+            self.hasher.update(data)
+            return self.hasher.hexdigest() if final else None
+        finally:
+            done.set()
+
+
+class DurableHistoryReader:
+    def __init__(self, backend: DurableBackend, catalog: SegmentCatalog, *,
+                 chunk_bytes: int = DEFAULT_CHUNK, prefetch: int = 2) -> None:
+        self.backend = backend
+        self.catalog = catalog
+        self.chunk_bytes = max(int(chunk_bytes), 1)
+        self.prefetch = max(int(prefetch), 0)
+
+    @property
+    def end_offset(self) -> int:
+        return self.catalog.end_offset
+
+    def _corrupt(self, desc: SegmentDescriptor, message: str, offset: int, expected=None, actual=None):
+        return SegmentCorruptError(f"{message} in {self.backend.describe()}", segment_id=desc.segment_id,
+                                   offset=offset, expected=expected, actual=actual)
+
+    def _plan(self, from_offset: int, until_offset: int, chunk: int) -> Iterator[_Range]:
+        """Ranges to fetch, in order.  They start and end on frame boundaries taken from each
+        descriptor's offset index, so every range is checked on its own (on the worker thread)."""
+        index = self.catalog.find(from_offset)
+        if index < 0:
+            raise OffsetOutOfRangeError("offset is not in the durable history", offset=from_offset,
+                                        first_offset=self.catalog.start_offset or 0,
+                                        next_offset=self.catalog.end_offset + 1)
+        first_segment = True
+        while index < len(self.catalog):
+            desc = self.catalog.at(index)
+            if desc.start_offset > until_offset:
+                return
+            points = [(p, o) for o, p in desc.offset_index if 0 < p < desc.size]
+            points = [(0, desc.start_offset)] + points + [(desc.size, desc.end_offset + 1)]
+            i = 0
+            if first_segment:
+                while i + 1 < len(points) - 1 and points[i + 1][1] <= from_offset:
+                    i += 1
+            while i < len(points) - 1:
+                j = i + 1
+                while j < len(points) - 1 and points[j + 1][0] - points[i][0] <= chunk:
+                    j += 1
+                (start, first), (end, after) = points[i], points[j]
+                yield _Range(index, start, end, first, after - 1)
+                if after - 1 >= until_offset:
+                    return
+                i = j
+            first_segment = False
+            index += 1
+
+    def _fetch(self, job: _Range, chain: _HashChain | None, previous: threading.Event | None,
+               done: threading.Event) -> _Fetched:
+        """Worker thread: one range read, its checksums and offset sequence, its share of the etag."""
+        try:
+            desc = self.catalog.at(job.index)
+            data = self.backend.get(desc.data_key, job.start, job.end)
+            if len(data) != job.end - job.start:
+                return _Fetched(data, 0, 0, -1, -1, -1, None)
+            count, end_pos, first, last, reason, _ = frames.scan(data, 0, job.first, 0)
+            etag = None
+            if chain is not None:
+                etag = chain.update_after(previous, data, done, job.end == desc.size)
+            return _Fetched(data, count, end_pos, first, last, reason, etag)
+        finally:
+            done.set()
+
+    async def stream(self, from_offset: int, until_offset: int | None = None, *,
+                     max_bytes: int = DEFAULT_CHUNK, chunk_bytes: int | None = None,
+                     prefetch: int | None = None) -> AsyncIterator[memoryview]:
+        """Whole-frame buffers holding offsets ``from_offset`` .. ``until_offset`` (default: durable end)."""
+        end_offset = self.catalog.end_offset
+        until = end_offset if until_offset is None else min(until_offset, end_offset)
+        if from_offset > until:
+            return
+        depth = max(self.prefetch if prefetch is None else prefetch, 0) + 1
+        plan = self._plan(from_offset, until, chunk_bytes or self.chunk_bytes)
+        inflight: collections.deque = collections.deque()
+        chains: list[_HashChain] = []
+        state = {"chain": None, "previous": None}
+
+        def launch() -> bool:
+            job = next(plan, None)
+            if job is None:
+                return False
+            if job.start == 0:  # a segment read from its first byte is checked against its etag
+                state["chain"], state["previous"] = _HashChain(), None
+                chains.append(state["chain"])
+            elif job.first == from_offset or state["chain"] is None:
+                state["chain"], state["previous"] = None, None
+            done = threading.Event()
+            task = asyncio.ensure_future(asyncio.to_thread(self._fetch, job, state["chain"], state["previous"], done))
+            state["previous"] = done
+            inflight.append((job, task))
+            return True
+
+        try:
+            while len(inflight) < depth and launch():
+                pass
+            while inflight:
+                job, task = inflight.popleft()
+                got = await task
+                launch()
+                desc = self.catalog.at(job.index)
+                self._check(desc, job, got)
+                if got.etag is not None and got.etag != desc.etag:
+                    raise self._corrupt(desc, "segment etag mismatch", desc.start_offset,
+                                        expected=desc.etag, actual=got.etag)
+                piece = memoryview(got.data)
+                if job.first < from_offset:
+                    piece = piece[frames.find_offset(piece, from_offset):]
+                if job.last > until:
+                    piece = piece[:frames.find_offset(piece, until + 1)]
+                for part in split_frames(piece, max_bytes):
+                    yield part
+                if job.last >= until:
+                    return
+        finally:
+            for chain in chains:
+                chain.stopped = True
+            for _job, task in inflight:
+                task.cancel()
+            for _job, task in inflight:
+                try:
+                    await task
+                except BaseException:  # noqa: BLE001 - cancelled prefetches are discarded
+                    pass
+
+    def _check(self, desc: SegmentDescriptor, job: _Range, got: _Fetched) -> None:
+        if got.reason == -1:
+            raise self._corrupt(desc, "segment object is shorter than its descriptor", job.first,
+                                expected=desc.size, actual=job.start + len(got.data))
+        if got.reason != frames.SCAN_END or got.end_pos != len(got.data) or got.last != job.last:
+            bad = job.first + got.count
+            detail = "frame checksum, length or offset sequence check failed"
+            try:
+                frames.validate(memoryview(got.data)[got.end_pos:], bad, True)
+            except Exception as exc:  # noqa: BLE001 - only used to enrich the message
+                detail = str(exc)
+            raise self._corrupt(desc, f"corrupt frame ({detail})", bad)
+
+    async def read(self, from_offset: int, max_bytes: int, until_offset: int | None = None) -> bytes | memoryview:
+        """Whole frames from ``from_offset`` (at most ``max_bytes`` unless one frame is larger)."""
+        # Ranges about the wanted size, no prefetch: a read returns the first piece.
+        chunk = max(max_bytes, 1)
+        gen = self.stream(from_offset, until_offset, max_bytes=max_bytes, chunk_bytes=chunk, prefetch=0)
+        try:
+            async for piece in gen:
+                return piece
+        finally:
+            await gen.aclose()
+        return b""
+
+
+async def chained_tail(history: DurableHistoryReader, hot_start: Callable[[], int],
+                       wal_tail: Callable[[int, int], AsyncIterator], from_offset: int,
+                       max_bytes: int) -> AsyncIterator:
+    """Durable history below the hot WAL's start, then the hot WAL (following live appends).
+
+    ``hot_start()`` is re-read at each switch: retention may move the WAL's start
+    forward while a reader is behind it, in which case the reader goes back to
+    durable history for the pruned range.
+    """
+    offset = from_offset
+    while True:
+        start = hot_start()
+        if offset < start:
+            if history.end_offset < start - 1 and offset > history.end_offset:
+                raise OffsetOutOfRangeError("offset is neither in durable history nor in the local WAL",
+                                            offset=offset, first_offset=history.catalog.start_offset or start,
+                                            next_offset=start)
+            async for piece in history.stream(offset, start - 1, max_bytes=max_bytes):
+                yield piece
+                offset = _last_offset(piece) + 1
+            if offset < start:
+                raise OffsetOutOfRangeError("durable history ends before the local WAL starts",
+                                            offset=offset, first_offset=history.catalog.start_offset or 0,
+                                            next_offset=start)
+            continue
+        try:
+            async for piece in wal_tail(offset, max_bytes):
+                if len(piece):
+                    yield piece
+                    offset = _last_offset(piece) + 1
+            return
+        except OffsetOutOfRangeError:
+            if offset >= hot_start():
+                raise
+            # pruned underneath the reader: continue from durable history
+
+
+_OFFSET = struct.Struct("<Q")
+
+
+def _last_offset(buf) -> int:
+    """Offset of the last frame of a whole-frame buffer (headers only; the data was checked upstream)."""
+    return _OFFSET.unpack_from(buf, frames.frame_positions(buf)[-1])[0]

@@ -1,0 +1,291 @@
+"""TopicStorage: one reliable topic's storage (hot WAL + durable history) on this broker.
+
+Created only by :class:`danube.storage.factory.StorageFactory`.  The write path
+is the WAL's (``append_frames`` is synchronous and never blocks on disk);
+everything that touches a backend or deletes files runs on worker threads.
+
+Reads below ``hot_start`` come from durable segments, the rest from the WAL.
+``hot_start`` is the WAL's first offset, or, after a sealed resume (hot
+cutover), never below the resume offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+from typing import Any, AsyncIterator
+
+from danube.errors import OffsetOutOfRangeError, StorageError, TopicSealedError, WalClosedError
+from danube.metadata.store import MetadataStore
+from danube.storage.backends import DurableBackend
+from danube.storage.catalog import SegmentCatalog
+from danube.storage.config import StorageConfig
+from danube.storage.exporter import SegmentExporter
+from danube.storage.recovery import RecoveryStart, write_sealed_state
+from danube.storage.retention import RetentionEnforcer
+from danube.storage.tiered_reader import DurableHistoryReader, chained_tail
+
+log = logging.getLogger(__name__)
+
+_RETRY_AFTER_FAILURE_S = 5.0
+
+
+class TopicStorage:
+    def __init__(self, topic: str, config: StorageConfig, wal: Any, backend: DurableBackend,
+                 catalog: SegmentCatalog, metadata: MetadataStore, *, broker_id: str,
+                 recovery: RecoveryStart, wal_dir: str) -> None:
+        self.topic = topic
+        self.config = config
+        self.wal = wal
+        self.backend = backend
+        self.catalog = catalog
+        self.metadata = metadata
+        self.broker_id = broker_id
+        self.recovery = recovery
+        self.wal_dir = wal_dir
+        self.cutover = recovery.initial_offset if recovery.hot_cutover else 0
+        self.exporter = SegmentExporter(topic, wal, backend, catalog, max_segment_bytes=config.wal.max_file_bytes)
+        self.retention = RetentionEnforcer(topic, wal, self.exporter, config.local_retention,
+                                           export_before_prune=not config.exports_continuously)
+        self.history = DurableHistoryReader(backend, catalog, chunk_bytes=config.read_chunk_bytes)
+        self.sealed_offset: int | None = None
+        self._writable = True
+        self._closed = False
+        self._seal_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
+        self.on_closed = None  # set by the factory
+
+    def __repr__(self) -> str:
+        return f"<TopicStorage {self.topic} {self.config.mode} {self.first_offset}..{self.next_offset - 1}>"
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def next_offset(self) -> int:
+        if self.sealed_offset is not None:
+            return self.sealed_offset + 1
+        return self.wal.next_offset
+
+    @property
+    def hot_start(self) -> int:
+        """First offset served by the local WAL."""
+        if self.sealed_offset is not None:
+            return self.sealed_offset + 1
+        return max(self.wal.first_offset, self.cutover)
+
+    @property
+    def first_offset(self) -> int:
+        """Oldest readable offset, durable history included."""
+        start = self.catalog.start_offset
+        hot = self.hot_start
+        return start if start is not None and start < hot else hot
+
+    @property
+    def durable_end(self) -> int:
+        return self.catalog.end_offset
+
+    @property
+    def sealed(self) -> bool:
+        return self.sealed_offset is not None
+
+    def describe(self) -> dict[str, Any]:
+        segments = self.catalog.segments
+        return {
+            "topic": self.topic,
+            "mode": self.config.mode,
+            "first_offset": self.first_offset,
+            "next_offset": self.next_offset,
+            "hot_start_offset": self.hot_start,
+            "durable_end_offset": self.durable_end,
+            "segment_count": len(segments),
+            "segment_bytes": sum(d.size for d in segments),
+            "segments": [{"segment_id": d.segment_id, "start_offset": d.start_offset, "end_offset": d.end_offset,
+                          "size": d.size, "record_count": d.record_count} for d in segments[-20:]],
+            "recovered_from": self.recovery.source,
+            "sealed": self.sealed,
+            "backend": self.backend.describe(),
+        }
+
+    # ------------------------------------------------------------------ background work
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.wal.add_rotation_listener(self._on_rotation)
+        self._task = asyncio.create_task(self._maintain(), name=f"storage-maintenance {self.topic}")
+
+    def _on_rotation(self, _info) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self._wake.set)
+        except RuntimeError:  # loop shut down
+            pass
+
+    async def _maintain(self) -> None:
+        continuous = self.config.exports_continuously
+        export_every = self.config.export_interval_s
+        check_every = self.config.local_retention.check_interval_s
+        now = time.monotonic()
+        next_export, next_check = now + export_every, now + check_every
+        age_limit = self.config.wal.max_file_age_s
+        while True:
+            due = min(next_export if continuous else float("inf"), next_check)
+            if age_limit:
+                due = min(due, time.monotonic() + age_limit / 4)
+            try:
+                await asyncio.wait_for(self._wake.wait(), max(due - time.monotonic(), 0.0))
+            except TimeoutError:
+                pass
+            rotated = self._wake.is_set()
+            self._wake.clear()
+            now = time.monotonic()
+            try:
+                if age_limit and self._writable:
+                    self.wal.maybe_rotate()  # idle topics rotate by age too; runs on the writer's loop
+                if continuous and (rotated or now >= next_export):
+                    await self.exporter.export_rotated()
+                    next_export = time.monotonic() + export_every
+                if rotated or now >= next_check:
+                    await self.retention.enforce()
+                    next_check = time.monotonic() + check_every
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the loop must survive a backend outage
+                log.exception("%s: background export/retention failed; retrying in %.0fs",
+                              self.topic, _RETRY_AFTER_FAILURE_S)
+                next_export = min(next_export, time.monotonic() + _RETRY_AFTER_FAILURE_S)
+                next_check = min(next_check, time.monotonic() + _RETRY_AFTER_FAILURE_S)
+                await asyncio.sleep(min(_RETRY_AFTER_FAILURE_S, 1.0))
+
+    async def _stop_background(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+
+    # ------------------------------------------------------------------ writes
+
+    def append_frames(self, buf: bytearray) -> tuple[int, int]:
+        """Stamp and append an unstamped frame batch; ``(first, last)`` offsets."""
+        if not self._writable:
+            if self.sealed_offset is not None or not self._closed:
+                raise TopicSealedError(f"topic {self.topic} is sealed for a handoff; look it up again",
+                                       retriable=True)
+            raise TopicSealedError(f"topic {self.topic} storage is closed", retriable=True)
+        return self.wal.append_frames(buf)
+
+    async def wait_durable(self, offset: int) -> None:
+        await self.wal.wait_durable(offset)
+
+    # ------------------------------------------------------------------ reads
+
+    async def read_frames(self, from_offset: int, max_bytes: int) -> bytes | memoryview:
+        """Whole frames from ``from_offset``: durable history below the hot WAL, then the WAL; b"" at the end."""
+        for _attempt in range(3):
+            hot = self.hot_start
+            if from_offset < hot:
+                if from_offset > self.catalog.end_offset or self.catalog.find(from_offset) < 0:
+                    raise OffsetOutOfRangeError("offset is no longer held", offset=from_offset,
+                                                first_offset=self.first_offset, next_offset=self.next_offset)
+                return await self.history.read(from_offset, max_bytes, hot - 1)
+            if self.sealed_offset is not None:
+                if from_offset > self.sealed_offset + 1:
+                    raise OffsetOutOfRangeError("offset beyond the end", offset=from_offset,
+                                                first_offset=self.first_offset, next_offset=self.next_offset)
+                return b""
+            try:
+                return self.wal.read_frames(from_offset, max_bytes)
+            except OffsetOutOfRangeError:
+                if from_offset >= self.hot_start:
+                    raise
+                # pruned by retention between the check and the read: go to durable history
+        raise OffsetOutOfRangeError("offset moved out of the local WAL repeatedly", offset=from_offset,
+                                    first_offset=self.first_offset, next_offset=self.next_offset)
+
+    def tail_frames(self, from_offset: int, max_bytes: int) -> AsyncIterator[bytes | memoryview]:
+        """Frames from ``from_offset`` onwards: durable history, then the hot WAL, following live appends.
+
+        Ends when the storage is sealed or closed.
+        """
+        return chained_tail(self.history, lambda: self.hot_start, self._wal_tail, from_offset, max_bytes)
+
+    async def _wal_tail(self, from_offset: int, max_bytes: int):
+        if self.sealed_offset is not None or self._closed:
+            return
+        try:
+            async for view in self.wal.tail_frames(from_offset, max_bytes):
+                yield view
+        except WalClosedError:
+            return
+
+    # ------------------------------------------------------------------ seal and close
+
+    async def seal(self) -> int:
+        """Stop writes, flush, export the tail, write StorageStateSealed, clear the local WAL.
+
+        Returns the last committed offset (-1 for a topic that never held a message).
+        If the export fails the topic stays writable here and the error is raised.
+        """
+        async with self._seal_lock:
+            if self.sealed_offset is not None:
+                return self.sealed_offset
+            if self._closed:
+                raise StorageError(f"topic {self.topic} storage is closed", retriable=False)
+            self._writable = False
+            restart = self._task is not None
+            await self._stop_background()
+            wal = self.wal
+            last = wal.next_offset - 1
+            try:
+                if wal.next_offset > wal.first_offset:
+                    await wal.wait_durable(last)
+                await self.exporter.export_through(last)
+                if self.catalog.end_offset < last and last >= 0:
+                    raise StorageError(f"{self.topic}: durable history ends at {self.catalog.end_offset}, "
+                                       f"before the last committed offset {last}")
+            except BaseException:
+                self._writable = True
+                if restart:
+                    self.start()
+                raise
+            self.sealed_offset = last
+            self._closed = True
+            await asyncio.to_thread(wal.close)
+            await write_sealed_state(self.metadata, self.config.metadata_prefix, self.topic, last, self.broker_id)
+            await asyncio.to_thread(shutil.rmtree, self.wal_dir, True)
+            log.info("%s: sealed at offset %d (durable through %d, broker %s)",
+                     self.topic, last, self.catalog.end_offset, self.broker_id)
+            self._notify_closed()
+            return last
+
+    async def close(self) -> None:
+        """Flush and stop background tasks; the topic stays here (no seal)."""
+        async with self._seal_lock:
+            if self._closed:
+                return
+            self._writable = False
+            self._closed = True
+            await self._stop_background()
+            await asyncio.to_thread(self.wal.close)
+            self._notify_closed()
+
+    def _notify_closed(self) -> None:
+        callback, self.on_closed = self.on_closed, None
+        if callback is not None:
+            callback(self)
+
+
+def set_aside(path: str) -> str:
+    """Rename a stale WAL directory beside itself; return the new name."""
+    target = f"{path}.stale-{int(time.time() * 1000)}"
+    os.rename(path, target)
+    return target

@@ -1,0 +1,54 @@
+"""Options of :meth:`danube.wal.Wal.open`, validated once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from danube.errors import InvalidArgumentError
+
+MiB = 1024 * 1024
+
+
+class SyncPolicy(str, Enum):
+    """When appended bytes are made durable (fdatasync)."""
+
+    ALWAYS = "always"      # append waits for fdatasync (group commit shares one among waiters)
+    INTERVAL = "interval"  # a background thread fdatasyncs every sync_interval_ms
+    NEVER = "never"        # the OS writes back when it likes; a process crash loses nothing, a machine crash may
+
+
+@dataclass(frozen=True)
+class WalOptions:
+    sync: SyncPolicy = SyncPolicy.ALWAYS
+    sync_interval_ms: float = 5.0
+    max_file_bytes: int = 64 * MiB
+    max_file_age_s: float | None = None
+    cache_bytes: int = 64 * MiB
+    index_every_bytes: int = 64 * 1024
+    initial_offset: int | None = None
+
+    @classmethod
+    def from_kwargs(cls, **kwargs) -> "WalOptions":
+        unknown = set(kwargs) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise InvalidArgumentError(f"unknown WAL option(s): {', '.join(sorted(unknown))}")
+        sync = kwargs.pop("sync", SyncPolicy.ALWAYS)
+        try:
+            sync = SyncPolicy(sync)
+        except ValueError:
+            raise InvalidArgumentError(f"sync must be 'always', 'interval' or 'never', not {sync!r}") from None
+        opts = cls(sync=sync, **kwargs)
+        if not opts.sync_interval_ms > 0:
+            raise InvalidArgumentError("sync_interval_ms must be > 0")
+        if opts.max_file_bytes < 4096:
+            raise InvalidArgumentError("max_file_bytes must be at least 4096")
+        if opts.max_file_age_s is not None and not opts.max_file_age_s > 0:
+            raise InvalidArgumentError("max_file_age_s must be > 0 or None")
+        if opts.cache_bytes < 0:
+            raise InvalidArgumentError("cache_bytes must be >= 0")
+        if opts.index_every_bytes < 0:
+            raise InvalidArgumentError("index_every_bytes must be >= 0")
+        if opts.initial_offset is not None and not 0 <= opts.initial_offset < (1 << 63):
+            raise InvalidArgumentError("initial_offset must be a non-negative 63-bit integer")
+        return opts

@@ -1,0 +1,144 @@
+"""Durability: the sync policies and group commit.
+
+One lock serialises fdatasync calls.  Whoever holds it first notes the highest
+offset appended so far, syncs, and marks everything up to there durable; callers
+that queued behind it usually find their offsets already covered and return
+without a second fdatasync.  That is the group commit: concurrent waiters share
+one fdatasync.  ``os.fdatasync`` releases the GIL, and async waiters never sync
+on their event loop: a dedicated sync thread does it and resolves their futures
+with ``call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Callable
+
+from danube.errors import WalClosedError
+from danube.wal.options import SyncPolicy
+
+
+class Syncer:
+    def __init__(self, policy: SyncPolicy, interval_ms: float, appended: Callable[[], int],
+                 sync_files: Callable[[], None]) -> None:
+        self.policy = policy
+        self.interval_s = interval_ms / 1000.0
+        self._appended = appended       # highest offset appended (next_offset - 1)
+        self._sync_files = sync_files   # fdatasync the active file
+        self._durable = appended()      # what exists at open was recovered from disk
+        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._requested = False
+        self._closing = False
+        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._waiters_lock = threading.Lock()
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self.sync_count = 0
+        if policy is not SyncPolicy.NEVER:
+            self._thread = threading.Thread(target=self._run, name="danube-wal-sync", daemon=True)
+            self._thread.start()
+
+    @property
+    def durable_offset(self) -> int:
+        if self.policy is SyncPolicy.NEVER:
+            return self._appended()
+        return self._durable
+
+    def sync_now(self) -> int:
+        """fdatasync everything appended so far (sharing a sync in progress); return the durable offset."""
+        with self._lock:
+            target = self._appended()
+            if target > self._durable:
+                self._sync_files()
+                self.sync_count += 1
+                self._durable = target
+        self._resolve_waiters()
+        return self._durable
+
+    async def wait_durable(self, offset: int) -> None:
+        if offset <= self.durable_offset:
+            return
+        if self._closing:
+            raise WalClosedError("the WAL is closed")
+        if self._error is not None:
+            raise self._error
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        with self._waiters_lock:
+            self._waiters.append((offset, loop, fut))
+        if self.policy is SyncPolicy.ALWAYS:
+            with self._cond:
+                self._requested = True
+                self._cond.notify()
+        if offset <= self._durable:
+            self._resolve_waiters()
+        await fut
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self.policy is SyncPolicy.ALWAYS:
+                    while not self._requested and not self._closing:
+                        self._cond.wait()
+                elif not self._closing:
+                    self._cond.wait(self.interval_s)
+                self._requested = False
+                if self._closing:
+                    return
+            try:
+                self.sync_now()
+            except BaseException as exc:  # an I/O error fails the waiters instead of hanging them
+                self._error = exc
+                self._fail_waiters(exc)
+
+    def _resolve_waiters(self) -> None:
+        if not self._waiters:
+            return
+        durable = self._durable
+        with self._waiters_lock:
+            ready = [w for w in self._waiters if w[0] <= durable]
+            if not ready:
+                return
+            self._waiters = [w for w in self._waiters if w[0] > durable]
+        for _offset, loop, fut in ready:
+            _resolve(loop, fut, None)
+
+    def _fail_waiters(self, exc: BaseException) -> None:
+        with self._waiters_lock:
+            waiters, self._waiters = self._waiters, []
+        for _offset, loop, fut in waiters:
+            _resolve(loop, fut, exc)
+
+    def close(self) -> None:
+        """Stop the sync thread after a last sync (policies other than never)."""
+        if self.policy is not SyncPolicy.NEVER and not self._closing:
+            try:
+                self.sync_now()
+            except OSError:
+                pass
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._fail_waiters(WalClosedError("the WAL was closed before the offset became durable"))
+
+
+def _set(fut: asyncio.Future, exc: BaseException | None) -> None:
+    if not fut.done():
+        if exc is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(exc)
+
+
+def _resolve(loop: asyncio.AbstractEventLoop, fut: asyncio.Future, exc: BaseException | None) -> None:
+    try:
+        if asyncio._get_running_loop() is loop:
+            _set(fut, exc)
+        else:
+            loop.call_soon_threadsafe(_set, fut, exc)
+    except RuntimeError:  # the waiter's loop is closed; nobody is left to wake
+        pass

@@ -1,0 +1,44 @@
+"""Waking readers that follow the log: one-shot, armed only while someone waits.
+
+The writer calls ``on_append`` after an append only when ``armed`` is set, so an
+append costs nothing extra while no reader waits.  Waiters register a future,
+arm the writer, then re-check the log end (no lost wake-up: an append after the
+check sees the armed flag).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from danube.wal.sync import _resolve
+
+
+class AppendNotifier:
+    def __init__(self, writer) -> None:
+        self._writer = writer
+        self._lock = threading.Lock()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self.closed = False
+        writer.on_append = self.wake_all
+
+    async def wait_beyond(self, offset: int, next_offset) -> None:
+        """Return once ``next_offset() > offset`` or the log is closed."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        with self._lock:
+            self._waiters.append((loop, fut))
+            self._writer.armed = True
+        if next_offset() > offset or self.closed:
+            self.wake_all()
+        await fut
+
+    def wake_all(self) -> None:
+        with self._lock:
+            waiters, self._waiters = self._waiters, []
+        for loop, fut in waiters:
+            _resolve(loop, fut, None)
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake_all()

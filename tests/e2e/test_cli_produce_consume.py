@@ -1,0 +1,86 @@
+"""`danube produce`, `danube consume` and `danube bench` as subprocesses against a broker subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from tests.support.broker import running_broker
+
+DANUBE = [sys.executable, "-m", "danube.cli.main"]
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with running_broker("--sync", "interval") as b:
+        yield b
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*DANUBE, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_produce_then_consume_with_a_subscription_made_first(broker):
+    topic = f"/default/cli-{uuid.uuid4().hex[:8]}"
+    # Subscribe first (a new subscription starts at the latest offset), with no messages yet.
+    first = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "s",
+                "--count", "1", "--timeout", "0.5")
+    assert first.returncode == 3, first.stderr
+    assert "only 0 of 1" in first.stderr
+    produced = run("produce", "--service-url", broker.url, "--topic", topic, "--count", "250", "--size", "64")
+    assert produced.returncode == 0, produced.stderr
+    assert "produced 250 messages of 64 bytes" in produced.stdout
+    consumed = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "s",
+                   "--count", "250", "--timeout", "10")
+    assert consumed.returncode == 0, consumed.stderr
+    assert "consumed 250 messages (16000 bytes)" in consumed.stderr
+    # everything was acked: nothing more for this subscription
+    again = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "s",
+                "--count", "1", "--timeout", "0.5")
+    assert again.returncode == 3
+
+
+def test_consume_prints_text_payloads_on_shared_subscription(broker):
+    topic = f"/default/cli-{uuid.uuid4().hex[:8]}"
+    assert run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "sh",
+               "--subscription-type", "shared", "--timeout", "0.2").returncode == 0
+    produced = run("produce", "--service-url", broker.url, "--topic", topic, "--count", "3",
+                   "--message", "hello", "--rate", "100")
+    assert produced.returncode == 0, produced.stderr
+    consumed = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "sh",
+                   "--subscription-type", "shared", "--count", "3", "--timeout", "10", "--print")
+    assert consumed.returncode == 0, consumed.stderr
+    assert consumed.stdout.splitlines() == ["hello"] * 3
+
+
+def test_bad_options_and_unreachable_broker_exit_codes(broker):
+    bad = run("produce", "--count", "0")
+    assert bad.returncode == 2 and "must be at least 1" in bad.stderr
+    bad = run("produce", "--service-url", broker.url, "--topic", "no-namespace", "--count", "1")
+    assert bad.returncode == 1 and "error:" in bad.stderr and "no-namespace" in bad.stderr
+    bad = run("consume", "--subscription-type", "round-robin")
+    assert bad.returncode == 2
+
+
+def test_bench_reports_json(broker):
+    result = run("bench", "--service-url", broker.url, "--duration", "2", "--json", "--no-progress",
+                 "--batch-size", "200", timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["acked"] > 0 and report["delivered"] == report["acked"]
+    assert report["end_to_end_rate"] > 0
+    for key in ("p50", "p99", "max"):
+        assert report["ack_latency_ms"][key] >= 0
+        assert report["deliver_latency_ms"][key] >= 0
+    assert report["errors"] == []
+
+
+def test_bench_text_output_mentions_percentiles(broker):
+    result = run("bench", "--service-url", broker.url, "--duration", "1", "--no-progress",
+                 "--rate", "20000", "--batch-size", "100", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "end to end" in result.stdout and "publish->deliver" in result.stdout and "p99" in result.stdout

@@ -1,0 +1,86 @@
+"""The compiled ring cache against its pure-Python twin."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from danube._pure import frame as pure_frame
+from danube._pure import ring as pure_ring
+
+try:
+    core_ring = importlib.import_module("danube._core.ring")
+except ImportError:  # pragma: no cover - the suite's conftest reports missing modules
+    core_ring = None
+
+IMPLS = [pure_ring] + ([core_ring] if core_ring else [])
+
+
+def _batch(first, sizes):
+    return pure_frame.encode_payloads([b"x" * s for s in sizes], base_offset=first)
+
+
+@pytest.mark.parametrize("impl", IMPLS, ids=lambda m: m.__name__)
+def test_reads_whole_frames_by_offset(impl):
+    ring = impl.FrameRing(1 << 20, chunk_bytes=4096, next_offset=10)
+    assert ring.append(_batch(10, [10, 20, 30]), 10) == 3
+    assert ring.read(9, 100) is None and ring.read(14, 100) is None
+    assert len(ring.read(13, 100)) == 0
+    view = ring.read(11, 1 << 20)
+    assert [r.offset for r in pure_frame.iter_records(view)] == [11, 12]
+    one = ring.read(10, 1)  # over budget: still one whole frame
+    assert [r.offset for r in pure_frame.iter_records(one)] == [10]
+
+
+@pytest.mark.parametrize("impl", IMPLS, ids=lambda m: m.__name__)
+def test_eviction_keeps_views_valid(impl):
+    ring = impl.FrameRing(8192, chunk_bytes=4096)
+    ring.append(_batch(0, [1000, 1000, 1000]), 0)
+    held = ring.read(0, 1 << 20)
+    before = bytes(held)
+    for i in range(3, 30, 3):
+        ring.append(_batch(i, [1000, 1000, 1000]), i)
+    assert ring.size_bytes <= 8192 + 4096 and ring.first_offset > 0
+    assert ring.read(0, 100) is None
+    assert bytes(held) == before  # the dropped chunk lives on in the reader's view
+
+
+@pytest.mark.parametrize("impl", IMPLS, ids=lambda m: m.__name__)
+def test_disabled_and_reset(impl):
+    ring = impl.FrameRing(0)
+    assert ring.append(_batch(5, [1, 2]), 5) == 2
+    assert ring.next_offset == 7 and ring.read(5, 100) is None
+    ring = impl.FrameRing(1 << 16)
+    ring.append(_batch(0, [1]), 0)
+    ring.append(_batch(100, [1]), 100)  # not continuing: starts over
+    assert ring.first_offset == 100 and ring.read(0, 10) is None
+
+
+@pytest.mark.skipif(core_ring is None, reason="compiled ring not built")
+@settings(max_examples=60, deadline=None)
+@given(
+    capacity=st.integers(0, 20000),
+    chunk=st.integers(64, 6000),
+    batches=st.lists(st.lists(st.integers(0, 900), min_size=1, max_size=8), min_size=1, max_size=25),
+    budgets=st.lists(st.integers(1, 5000), min_size=1, max_size=4),
+)
+def test_compiled_matches_pure(capacity, chunk, batches, budgets):
+    rings = [impl.FrameRing(capacity, chunk_bytes=chunk) for impl in (pure_ring, core_ring)]
+    offset = 0
+    for sizes in batches:
+        data = _batch(offset, sizes)
+        counts = [r.append(data, offset) for r in rings]
+        assert counts[0] == counts[1] == len(sizes)
+        offset += len(sizes)
+        assert rings[0].first_offset == rings[1].first_offset
+        assert rings[0].size_bytes == rings[1].size_bytes
+        for o in range(max(0, offset - 12), offset + 1):
+            for b in budgets:
+                got = [r.read(o, b) for r in rings]
+                assert (got[0] is None) == (got[1] is None)
+                if got[0] is not None:
+                    assert bytes(got[0]) == bytes(got[1])
+    data = _batch(0, [3, 4, 5])
+    assert pure_ring.count_frames(data) == core_ring.count_frames(data) == 3

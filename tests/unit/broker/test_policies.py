@@ -1,0 +1,37 @@
+import pytest
+
+from danube.broker.policies import DispatchSettings, FailurePolicy, TopicPolicies
+from danube.errors import InvalidArgumentError
+
+
+def test_defaults_follow_danube():
+    p = TopicPolicies()
+    assert p.max_message_size == 10 * 1024 * 1024 and p.max_producers_per_topic == 0
+    f = FailurePolicy()
+    assert (f.max_redelivery_count, f.ack_timeout_ms, f.poison_policy) == (5, 30_000, "block")
+
+
+def test_backoff_is_exponential_and_capped():
+    f = FailurePolicy(base_redelivery_delay_ms=100, max_redelivery_delay_ms=1000)
+    assert [f.backoff_ms(a) for a in (1, 2, 3, 4, 5)] == [100, 200, 400, 800, 1000]
+
+
+def test_nack_delay_is_max_of_policy_and_request_capped():
+    f = FailurePolicy(base_redelivery_delay_ms=100, max_redelivery_delay_ms=1000)
+    assert f.nack_delay_ms(1, None) == 100
+    assert f.nack_delay_ms(1, 500) == 500
+    assert f.nack_delay_ms(3, 50) == 400
+    assert f.nack_delay_ms(1, 10_000) == 1000
+
+
+def test_bad_values_are_clear_errors():
+    with pytest.raises(InvalidArgumentError, match="unknown policies keys: max_producer"):
+        TopicPolicies.from_dict({"max_producer": 1})
+    with pytest.raises(InvalidArgumentError, match="must be >= 0"):
+        TopicPolicies.from_dict({"max_message_size": -1})
+    with pytest.raises(InvalidArgumentError, match="poison_policy"):
+        FailurePolicy.from_dict({"poison_policy": "explode"})
+    with pytest.raises(InvalidArgumentError, match="dead_letter_topic"):
+        FailurePolicy.from_dict({"poison_policy": "dead_letter"})
+    with pytest.raises(InvalidArgumentError, match="cursor_flush_interval_ms"):
+        DispatchSettings.from_dict({"cursor_flush_interval_ms": 10_000})

@@ -1,0 +1,206 @@
+"""The client against the batch lane over a BrokerService test double (real gRPC server)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from danube import frames as frame_codec
+from danube.client import DanubeClient, SubType
+from danube.errors import ClientError, InvalidArgumentError, NotFoundError
+from tests.support.fake_broker import FakeBroker, start_fake_server
+from tests.support.ports import free_port
+
+TOPIC = "/default/client"
+
+
+@pytest.fixture
+async def served():
+    broker = FakeBroker()
+    server, port = await start_fake_server(broker)
+    client = DanubeClient.builder().service_url(f"http://127.0.0.1:{port}").build()
+    try:
+        yield broker, client, port
+    finally:
+        await client.close()
+        await server.stop(None)
+
+
+async def test_send_returns_future_of_offset_after_linger(served):
+    broker, client, _ = served
+    producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(20).build()
+    await producer.create()
+    futures = [await producer.send(f"m{i}".encode()) for i in range(5)]
+    assert not any(f.done() for f in futures)   # still lingering
+    assert await asyncio.wait_for(asyncio.gather(*futures), 5) == [0, 1, 2, 3, 4]
+    assert broker.publish_calls == 1            # one batch for the five
+    records = frame_codec.decode_batch(bytes(broker.topics[TOPIC].log))
+    assert [bytes(r.payload) for r in records] == [f"m{i}".encode() for i in range(5)]
+    assert {r.producer_id for r in records} == set(producer.producer_ids)
+    await producer.close()
+
+
+async def test_keys_and_attributes_travel_in_the_frames(served):
+    broker, client, _ = served
+    async with client.new_producer().with_topic(TOPIC).with_name("p").build() as producer:
+        await producer.send(b"a", key="k1", attributes={"x": "1"})
+        await producer.send(b"b")
+        await producer.flush()
+    records = frame_codec.decode_batch(bytes(broker.topics[TOPIC].log))
+    assert [(r.routing_key, r.attributes) for r in records] == [("k1", {"x": "1"}), (None, {})]
+
+
+async def test_max_batch_bytes_seals_and_send_batch_chunks(served):
+    broker, client, _ = served
+    producer = (client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(10_000)
+                .with_max_batch_bytes(1000).with_max_in_flight(2).build())
+    await producer.create()
+    offsets = await (await producer.send_batch([b"x" * 100] * 30))
+    assert offsets == list(range(30))
+    assert broker.publish_calls >= 3            # 30 * 138 bytes in batches of <= ~1000
+    fut = await producer.send(b"y" * 2000)       # alone over the limit: sealed at once
+    assert await asyncio.wait_for(fut, 5) == 30
+    await producer.close()
+
+
+async def test_consumer_iterates_messages_and_acks(served):
+    broker, client, _ = served
+    consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
+                .with_subscription_type(SubType.Exclusive).build())
+    producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(1).build()
+    await producer.create()
+    await consumer.subscribe()
+    await (await producer.send_batch([b"%d" % i for i in range(20)]))
+    got = []
+    async for message in consumer:
+        got.append(message)
+        await consumer.ack(message)
+        if len(got) == 20:
+            break
+    assert [m.payload for m in got] == [b"%d" % i for i in range(20)]
+    assert [m.offset for m in got] == list(range(20))
+    await consumer.close()
+    await producer.close()
+    (cid,) = consumer.consumer_ids
+    assert broker.acked[cid] == set(range(20))
+
+
+async def test_consumer_batches_and_bulk_ack(served):
+    broker, client, _ = served
+    consumer = client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s").build()
+    await consumer.subscribe()
+    async with client.new_producer().with_topic(TOPIC).with_name("p").build() as producer:
+        await (await producer.send_batch([b"v"] * 50))
+    total = 0
+    async for batch in consumer.batches():
+        assert batch.payloads() == [b"v"] * batch.count
+        await consumer.ack_batch(batch)
+        total += batch.count
+        if total == 50:
+            break
+    await consumer.close()
+    (cid,) = consumer.consumer_ids
+    assert broker.acked[cid] == set(range(50))
+
+
+async def test_partitioned_producer_routes_by_key(served):
+    broker, client, _ = served
+    producer = client.new_producer().with_topic(TOPIC).with_name("p").with_partitions(3).build()
+    await producer.create()
+    assert producer.partitions == [f"{TOPIC}-part-{i}" for i in range(3)]
+    for i in range(30):
+        await producer.send(b"k", key=f"key-{i % 4}")
+    for _ in range(6):
+        await producer.send(b"u")
+    await producer.flush()
+    from danube.client.routing import fnv1a_64
+    for i, name in enumerate(producer.partitions):
+        records = frame_codec.decode_batch(bytes(broker.topics[name].log))
+        keyed = [r.routing_key for r in records if r.routing_key]
+        assert all(fnv1a_64(k.encode()) % 3 == i for k in keyed)
+        assert sum(1 for r in records if r.routing_key is None) == 2   # round robin
+    await producer.close()
+
+
+async def test_partitioned_consumer_reads_every_partition(served):
+    broker, client, _ = served
+    broker.partitioned[TOPIC] = 2
+    consumer = client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s").build()
+    await consumer.subscribe()
+    assert len(consumer.consumer_ids) == 2
+    producer = client.new_producer().with_topic(TOPIC).with_name("p").build()
+    await producer.create()
+    for i in range(10):
+        await producer.send(b"%d" % i)
+    await producer.flush()
+    seen = set()
+    async for m in consumer:
+        seen.add((m.topic, m.payload))
+        if len(seen) == 10:
+            break
+    assert {t for t, _ in seen} == {f"{TOPIC}-part-0", f"{TOPIC}-part-1"}
+    await consumer.close()
+    await producer.close()
+
+
+async def test_unknown_topic_name_fails_clearly(served):
+    _, client, _ = served
+    producer = client.new_producer().with_topic("no-slashes").with_name("p").build()
+    with pytest.raises(InvalidArgumentError, match="invalid topic name"):
+        await producer.create()
+
+
+async def test_builder_rejects_missing_fields(served):
+    _, client, _ = served
+    with pytest.raises(InvalidArgumentError):
+        client.new_producer().with_name("p").build()
+    with pytest.raises(InvalidArgumentError):
+        client.new_consumer().with_topic(TOPIC).with_consumer_name("c").build()
+    with pytest.raises(InvalidArgumentError):
+        client.new_consumer().with_subscription_type("round-robin")
+
+
+async def test_send_before_create_is_an_error(served):
+    _, client, _ = served
+    producer = client.new_producer().with_topic(TOPIC).with_name("p").build()
+    with pytest.raises(ClientError, match="create"):
+        await producer.send(b"x")
+
+
+async def test_producer_resends_after_the_server_comes_back():
+    broker = FakeBroker()
+    port = free_port()
+    server, _ = await start_fake_server(broker, port)
+    client = (DanubeClient.builder().service_url(f"http://127.0.0.1:{port}")
+              .with_retry(initial_backoff_s=0.05, max_backoff_s=0.2, give_up_after_s=20).build())
+    try:
+        producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(1).build()
+        await producer.create()
+        assert await (await producer.send(b"before")) == 0
+        await server.stop(None)
+        pending = await producer.send(b"during")
+        await asyncio.sleep(0.3)
+        assert not pending.done()
+        server, _ = await start_fake_server(broker, port)
+        assert await asyncio.wait_for(pending, 15) == 1
+        await producer.close()
+    finally:
+        await client.close()
+        await server.stop(None)
+
+
+async def test_unknown_producer_fails_the_futures():
+    broker = FakeBroker()
+    server, port = await start_fake_server(broker)
+    client = DanubeClient.builder().service_url(f"http://127.0.0.1:{port}").build()
+    try:
+        producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(1).build()
+        await producer.create()
+        broker.producers.clear()   # the broker forgot the producer
+        fut = await producer.send(b"x")
+        with pytest.raises(NotFoundError):
+            await asyncio.wait_for(fut, 5)
+    finally:
+        await client.close()
+        await server.stop(None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections import deque
 from typing import Iterable
 
 
@@ -61,6 +62,8 @@ class AckTracker:
         self.unacked = 0  # delivered, not acked, not waiting for redelivery
         self._runs: dict[int, Run] = {}
         self._firsts: list[int] = []
+        # Runs in delivery order; with one ack timeout per subscription that is deadline order.
+        self._order: deque[Run] = deque()
         self._ready: list[tuple[float, int]] = []  # heap (ready_at, offset) waiting for redelivery
         self._waiting: set[int] = set()  # offsets in _ready (not yet redelivered)
         self.attempts: dict[int, int] = {}  # offset -> redeliveries so far
@@ -71,7 +74,11 @@ class AckTracker:
     def delivered(self, first: int, last: int, consumer_id: int, deadline: float) -> None:
         run = Run(first, last, consumer_id, deadline)
         self._runs[first] = run
-        bisect.insort(self._firsts, first)
+        if not self._firsts or first > self._firsts[-1]:
+            self._firsts.append(first)
+        else:
+            bisect.insort(self._firsts, first)
+        self._order.append(run)
         self.unacked += run.remaining
 
     def _find(self, offset: int) -> Run | None:
@@ -155,12 +162,16 @@ class AckTracker:
                 self._drop_run(run)
         return out
 
+    def _live(self, run: Run) -> bool:
+        return run.remaining > 0 and self._runs.get(run.first) is run
+
     def expired(self, now: float) -> list[int]:
         """Take back every in-flight offset whose ack timeout passed."""
         out: list[int] = []
-        for first in list(self._firsts):
-            run = self._runs.get(first)
-            if run is not None and run.deadline <= now:
+        order = self._order
+        while order and order[0].deadline <= now:
+            run = order.popleft()
+            if self._live(run):
                 offsets = run.outstanding()
                 out.extend(offsets)
                 self.unacked -= len(offsets)
@@ -168,9 +179,10 @@ class AckTracker:
         return out
 
     def next_deadline(self) -> float | None:
-        if not self._runs:
-            return None
-        return min(run.deadline for run in self._runs.values())
+        order = self._order
+        while order and not self._live(order[0]):
+            order.popleft()
+        return order[0].deadline if order else None
 
     # ------------------------------------------------------------ redelivery
 

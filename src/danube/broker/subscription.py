@@ -298,6 +298,12 @@ class Subscription:
         window = self._window()
         if window <= 0:
             return None
+        if self.sub_type == "shared":
+            # Split what is available among the consumers waiting now, so they take turns.
+            waiting = sum(1 for c in self.consumers.values() if c.active and c.receiving)
+            if waiting > 1:
+                available = self.topic.readable_next - self.next_read
+                max_messages = min(max_messages, max(1, -(-available // waiting)))
         view, count = await self._read(min(max_messages, window), max_bytes)
         if view is None:
             return None
@@ -416,6 +422,7 @@ class Subscription:
         if not self.reliable:
             return 0
         ranges = to_ranges(offsets)
+        self._expire(time.monotonic())
         n = self.tracker.ack_ranges(ranges)
         if n:
             self.metrics.acked(self.topic.name, self.name, n)

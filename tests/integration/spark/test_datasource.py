@@ -52,7 +52,7 @@ def test_every_record_read_back_equals_what_was_written(spark, tmp_path, request
     assert collect_rows(df) == rows
     if mode == "object_store":
         # without a topic: every topic under the prefix
-        assert collect_rows(reader(spark, options).load(path)) == other + rows
+        assert collect_rows(reader(spark, options).load(path)) == rows + other
 
 
 def test_pruning_never_opens_excluded_segments(spark, tmp_path):

@@ -1,0 +1,51 @@
+import pytest
+
+from danube.errors import InvalidArgumentError
+from danube.server.config import BrokerConfig
+
+
+def test_defaults():
+    c = BrokerConfig()
+    assert (c.host, c.port, c.admin_port, c.metrics_port, c.data_dir, c.sync) == \
+        ("127.0.0.1", 6650, 50051, 9040, "./danube-data", "always")
+    assert c.broker_url == "http://127.0.0.1:6650"
+
+
+def test_yaml_with_danube_keys_and_flag_overrides(tmp_path):
+    path = tmp_path / "danube_broker.yml"
+    path.write_text(
+        "cluster_name: test\n"
+        "broker:\n  host: 127.0.0.1\n  ports: {client: 7000, admin: 7001, prom: 7002}\n"
+        "data_dir: data\nsync: interval\n"
+        "policies: {max_producers_per_topic: 2, max_message_size: 1024}\n"
+        "failure_policy: {max_redelivery_count: 3}\n"
+        "storage: {mode: local}\n")
+    c = BrokerConfig.from_yaml(str(path))
+    assert (c.port, c.admin_port, c.metrics_port, c.sync) == (7000, 7001, 7002, "interval")
+    assert c.data_dir == str(tmp_path / "data")
+    assert c.policies.max_producers_per_topic == 2 and c.failure_policy.max_redelivery_count == 3
+    assert c.storage_section() == {"mode": "local", "wal": {"sync": "interval"}}
+    c = c.with_overrides(port=7100, sync=None)
+    assert c.port == 7100 and c.sync == "interval"
+
+
+def test_flat_danube_addresses():
+    c = BrokerConfig.from_dict({"broker_addr": "0.0.0.0:6651", "prom_exporter": "0.0.0.0:9041"})
+    assert (c.host, c.port, c.metrics_port) == ("0.0.0.0", 6651, 9041)
+    assert c.broker_url == "http://127.0.0.1:6651"
+
+
+@pytest.mark.parametrize("data, match", [
+    ({"sync": "sometimes"}, "sync must be one of"),
+    ({"port": "abc"}, "expected a port number"),
+    ({"colour": "blue"}, "unknown config key"),
+    ({"policies": {"max_producer": 1}}, "unknown policies keys"),
+])
+def test_bad_config_is_a_clear_error(data, match):
+    with pytest.raises(InvalidArgumentError, match=match):
+        BrokerConfig.from_dict(data)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InvalidArgumentError, match="cannot read config file"):
+        BrokerConfig.from_yaml(str(tmp_path / "nope.yml"))

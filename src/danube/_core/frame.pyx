@@ -810,18 +810,15 @@ cdef class _Pins:
         free(self.views)
 
     cdef int payload(self, object obj, const unsigned char** ptr, Py_ssize_t* length) except -1:
-        """Pointer and length of a payload, read as ``bytes(obj)`` would."""
+        """Pointer and length of a bytes-like payload (TypeError otherwise)."""
         cdef Py_buffer* grown
         if PyBytes_CheckExact(obj):
             ptr[0] = <const unsigned char*>PyBytes_AS_STRING(obj)
             length[0] = PyBytes_GET_SIZE(obj)
             return 0
         if not PyObject_CheckBuffer(obj):
-            obj = bytes(obj)  # ints, iterables of ints: whatever bytes() accepts
-            self.objects.append(obj)
-            ptr[0] = <const unsigned char*>PyBytes_AS_STRING(obj)
-            length[0] = PyBytes_GET_SIZE(obj)
-            return 0
+            # bytes(5) would silently store five zero bytes: refuse anything that is not bytes-like
+            raise TypeError(f"payload must be a bytes-like object, not {type(obj).__name__}")
         if self.view_count == self.view_capacity:
             self.view_capacity = 8 if self.view_capacity == 0 else self.view_capacity * 2
             grown = <Py_buffer*>realloc(self.views, self.view_capacity * sizeof(Py_buffer))

@@ -149,7 +149,10 @@ def _encode_body(publish_time: int, producer_id: int, key: str | None,
         parts.append(name_b)
         parts.append(_U32.pack(len(value_b)))
         parts.append(value_b)
-    parts.append(bytes(payload))
+    try:
+        parts.append(memoryview(payload).tobytes())
+    except TypeError:
+        raise TypeError(f"payload must be a bytes-like object, not {type(payload).__name__}") from None
     body = b"".join(parts)
     if len(body) > MAX_BODY:
         raise FrameFormatError(f"record body of {len(body)} bytes exceeds {MAX_BODY}")

@@ -162,7 +162,8 @@ def test_payload_types(codec):
     assert codec.encode_payloads([bytearray(b"abc"), memoryview(b"xyz")]) == as_bytes
     assert codec.encode_payloads((p for p in [b"abc", b"xyz"])) == as_bytes
     assert codec.encode_payloads([memoryview(b"aXbXc")[::2], b"xyz"]) == as_bytes  # non-contiguous
-    assert codec.encode_payloads([[97, 98, 99], b"xyz"]) == as_bytes  # what bytes() accepts
+    with pytest.raises(TypeError, match="bytes-like"):  # bytes() would accept it; a payload must be bytes-like
+        codec.encode_payloads([[97, 98, 99], b"xyz"])
     with pytest.raises(TypeError):
         codec.encode_payloads(["text"])
 
@@ -358,3 +359,16 @@ def test_non_buffers_are_type_errors(codec):
             call(12345)
     with pytest.raises(ValueError):
         codec.decode_frame(b"", -1)
+
+
+@pytest.mark.parametrize("bad", [5, "text", None, [1, 2, 3]])
+def test_non_bytes_payload_is_refused_by_both_codecs(bad):
+    # bytes(5) would silently store five zero bytes; both twins must refuse it instead
+    from danube._core import frame as compiled
+    from danube._pure import frame as pure
+
+    for codec in (compiled, pure):
+        with pytest.raises(TypeError, match="bytes-like"):
+            codec.encode_record(bad)
+        with pytest.raises(TypeError, match="bytes-like"):
+            codec.encode_payloads([b"ok", bad])

@@ -20,6 +20,14 @@ import time
 log = logging.getLogger("danube.demo")
 
 
+def _report(result: dict, how: str) -> None:
+    rate = result["sent"] / result["total_s"] if result["total_s"] else 0.0
+    complete = result["received"] == result["sent"] and result["in_order"]
+    print(f"sent {result['sent']}, received and acked {result['received']} "
+          f"({'all present, in order' if complete else 'MISSING OR OUT-OF-ORDER MESSAGES'}) "
+          f"in {result['total_s']:.2f} s ({rate:,.0f} msg/s end to end, {how})")
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "demo", help="start a broker, produce and consume messages end to end, stop it",
@@ -30,6 +38,8 @@ def register(subparsers) -> None:
     p.add_argument("--size", type=int, default=100, help="payload bytes [default 100]")
     p.add_argument("--topic", default="/default/demo", help="topic [default /default/demo]")
     p.add_argument("--in-flight", type=int, default=64, help="concurrent SendMessage calls [default 64]")
+    p.add_argument("--batch-messages", type=int, default=200_000,
+                   help="messages for the second phase, on the batch lane with danube.client [default 200000; 0 = skip]")
     p.set_defaults(func=run)
 
 
@@ -101,6 +111,50 @@ async def _exercise(target: str, topic: str, count: int, size: int, in_flight: i
             "produce_s": produced, "total_s": total}
 
 
+async def _exercise_batch_lane(service_url: str, topic: str, count: int, size: int) -> dict:
+    """Second phase: the same round trip on the batch lane with the project's own client."""
+    from danube.client import DanubeClient, SubType
+
+    client = DanubeClient.builder().service_url(service_url).build()
+    try:
+        consumer = (client.new_consumer().with_topic(topic).with_consumer_name("demo-batch-consumer")
+                    .with_subscription("demo-batch").with_subscription_type(SubType.Exclusive).build())
+        await consumer.subscribe()
+        producer = client.new_producer().with_topic(topic).with_name("demo-batch-producer").build()
+        await producer.create()
+        payloads = [b"%012d" % i + b"x" * max(0, size - 12) for i in range(count)]
+        started = time.perf_counter()
+
+        async def consume() -> int:
+            received = 0
+            next_expected = 0
+            in_order = True
+            async for batch in consumer.batches():
+                for payload in batch.payloads():
+                    in_order &= int(bytes(payload[:12])) == next_expected
+                    next_expected += 1
+                received += batch.count
+                await consumer.ack_batch(batch)
+                if received >= count:
+                    return received if in_order else -received
+            return received
+
+        receiving = asyncio.create_task(consume())
+        chunk = 10_000
+        for i in range(0, count, chunk):
+            await producer.send_batch(payloads[i:i + chunk])
+        await producer.flush()
+        produced = time.perf_counter() - started
+        received = await asyncio.wait_for(receiving, 120)
+        total = time.perf_counter() - started
+        await producer.close()
+        await consumer.close()
+    finally:
+        await client.close()
+    return {"sent": count, "received": abs(received), "in_order": received > 0,
+            "produce_s": produced, "total_s": total}
+
+
 def run(args) -> int:
     data_dir = tempfile.mkdtemp(prefix="danube-demo-")
     port = _free_port()
@@ -115,6 +169,15 @@ def run(args) -> int:
         print(f"producing {args.messages} messages of {args.size} bytes to {args.topic} (reliable) "
               f"and consuming them with an exclusive subscription")
         result = asyncio.run(_exercise(f"127.0.0.1:{port}", args.topic, args.messages, args.size, args.in_flight))
+        _report(result, "one unary call per message (Danube's protocol)")
+        if args.batch_messages > 0:
+            print(f"producing {args.batch_messages} messages of {args.size} bytes to {args.topic}-batch "
+                  f"on the batch lane (danube.client) and consuming them")
+            batch = asyncio.run(_exercise_batch_lane(f"http://127.0.0.1:{port}", f"{args.topic}-batch",
+                                                     args.batch_messages, args.size))
+            _report(batch, "batches on the batch lane")
+            result["received"] = result["received"] if batch["received"] == batch["sent"] else -1
+            result["in_order"] = result["in_order"] and batch["in_order"]
     except Exception as exc:  # noqa: BLE001 - report and stop the broker
         print(f"demo failed: {exc}", file=sys.stderr)
         return 1
@@ -127,10 +190,6 @@ def run(args) -> int:
                 proc.kill()
                 proc.wait()
     ok = result["received"] == result["sent"] and result["in_order"] and proc.returncode == 0
-    rate = result["sent"] / result["total_s"] if result["total_s"] else 0.0
-    print(f"sent {result['sent']}, received and acked {result['received']} "
-          f"({'all present' if result['in_order'] else 'MISSING MESSAGES'}) in {result['total_s']:.2f} s "
-          f"({rate:,.0f} msg/s end to end, one unary call per message)")
     print(f"broker stopped with exit code {proc.returncode}")
     if ok:
         import shutil

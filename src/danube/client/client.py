@@ -9,7 +9,9 @@ Builder style as in Danube's clients::
 Topics are looked up with Danube's ``Discovery.TopicLookup``; a ``Redirect``
 answer sends the producer or consumer to the named broker.  Every retriable
 failure (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, ``RESOURCE_EXHAUSTED``) is
-retried with exponential backoff after looking the topic up again.
+retried with exponential backoff after looking the topic up again.  Producers
+and consumers also poll Danube's ``HealthCheck`` (``health_check_interval_s``,
+5 s by default) and follow their topic when the broker answers ``CLOSE``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from urllib.parse import urlparse
 import grpc
 
 from danube.client.errors import from_rpc_error, is_retriable
-from danube.errors import ClientError, DanubeError, NotServedHereError
+from danube.client.health import DEFAULT_INTERVAL_S, HealthWatch
+from danube.errors import ClientError, DanubeError, InvalidArgumentError, NotServedHereError
 from danube.proto.danube import DanubeApi_pb2 as danube_pb
 from danube.proto.danube import DanubeApi_pb2_grpc as danube_grpc
 from danube.proto.danube_batch import batch_pb2_grpc as batch_grpc
@@ -54,17 +57,57 @@ def address_of(url: str) -> str:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Exponential backoff with jitter, bounded in time rather than tries."""
+    """Exponential backoff with jitter, bounded in time (and optionally in attempts)."""
 
     initial_backoff_s: float = 0.05
     max_backoff_s: float = 2.0
     give_up_after_s: float = 60.0
+    max_attempts: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.initial_backoff_s < 0 or self.max_backoff_s < 0 or self.give_up_after_s < 0:
+            raise ValueError("retry delays must not be negative")
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1 (or None for no limit)")
 
     def delays(self):
         delay = self.initial_backoff_s
         while True:
             yield delay * (0.5 + random.random() / 2)
             delay = min(delay * 2, self.max_backoff_s)
+
+
+class RetryState:
+    """One outage's budget under a RetryPolicy: ``next_delay()`` is None once it is used up.
+
+    ``reset()`` when the connection is proven healthy again (an ack, a subscription),
+    not merely re-established, so a reconnect that keeps failing the same way stays bounded.
+    """
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
+        self.reset()
+
+    def reset(self) -> None:
+        self.attempts = 0
+        self._since: float | None = None
+        self._delays = self.policy.delays()
+
+    def next_delay(self) -> float | None:
+        now = asyncio.get_running_loop().time()
+        if self._since is None:
+            self._since = now
+        policy = self.policy
+        if policy.max_attempts is not None and self.attempts >= policy.max_attempts:
+            return None
+        if now - self._since > policy.give_up_after_s:
+            return None
+        self.attempts += 1
+        return next(self._delays)
+
+    def describe(self) -> str:
+        elapsed = 0.0 if self._since is None else asyncio.get_running_loop().time() - self._since
+        return f"{self.attempts} attempt(s) over {elapsed:.1f}s"
 
 
 class BrokerConnection:
@@ -75,6 +118,7 @@ class BrokerConnection:
         self.channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
         self.discovery = danube_grpc.DiscoveryStub(self.channel)
         self.batch_lane = batch_grpc.BatchLaneStub(self.channel)
+        self.health = danube_grpc.HealthCheckStub(self.channel)
 
     async def close(self) -> None:
         await self.channel.close()
@@ -84,6 +128,7 @@ class DanubeClientBuilder:
     def __init__(self) -> None:
         self._service_url = "http://127.0.0.1:6650"
         self._retry = RetryPolicy()
+        self._health_interval_s = DEFAULT_INTERVAL_S
 
     def service_url(self, url: str) -> "DanubeClientBuilder":
         address_of(url)  # fail early on a bad URL
@@ -91,22 +136,35 @@ class DanubeClientBuilder:
         return self
 
     def with_retry(self, *, initial_backoff_s: float = 0.05, max_backoff_s: float = 2.0,
-                   give_up_after_s: float = 60.0) -> "DanubeClientBuilder":
-        self._retry = RetryPolicy(initial_backoff_s, max_backoff_s, give_up_after_s)
+                   give_up_after_s: float = 60.0, max_attempts: int | None = None) -> "DanubeClientBuilder":
+        try:
+            self._retry = RetryPolicy(initial_backoff_s, max_backoff_s, give_up_after_s, max_attempts)
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc)) from None
+        return self
+
+    def with_health_check_interval(self, seconds: float | None) -> "DanubeClientBuilder":
+        """How often producers and consumers poll HealthCheck (default 5 s; 0 or None: never)."""
+        if seconds is not None and seconds < 0:
+            raise InvalidArgumentError("the health check interval must not be negative")
+        self._health_interval_s = float(seconds or 0.0)
         return self
 
     def build(self) -> "DanubeClient":
-        return DanubeClient(self._service_url, retry=self._retry)
+        return DanubeClient(self._service_url, retry=self._retry, health_check_interval_s=self._health_interval_s)
 
 
 class DanubeClient:
     """Entry point; cheap to build (channels open on first use).  ``async with`` closes it."""
 
-    def __init__(self, service_url: str, *, retry: RetryPolicy | None = None) -> None:
+    def __init__(self, service_url: str, *, retry: RetryPolicy | None = None,
+                 health_check_interval_s: float = DEFAULT_INTERVAL_S) -> None:
         self.service_url = service_url
         self.retry = retry or RetryPolicy()
+        self.health_check_interval_s = health_check_interval_s
         self._service_address = address_of(service_url)
         self._connections: dict[str, BrokerConnection] = {}
+        self._watches: set[HealthWatch] = set()
         self._closed = False
 
     @staticmethod
@@ -163,9 +221,7 @@ class DanubeClient:
     async def call_with_retry(self, topic: str, action: Callable[[BrokerConnection], Awaitable[T]],
                               *, what: str) -> T:
         """Runs ``action`` on the topic's broker; on a retriable failure looks up again and retries."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.retry.give_up_after_s
-        delays = self.retry.delays()
+        budget = RetryState(self.retry)
         while True:
             try:
                 conn = await self.lookup(topic)
@@ -175,14 +231,40 @@ class DanubeClient:
                 cause = exc
             except DanubeError as exc:
                 error, cause = exc, exc
-            if not is_retriable(cause) or loop.time() >= deadline:
+            if not is_retriable(cause):
                 raise error
-            delay = next(delays)
+            delay = budget.next_delay()
+            if delay is None:
+                raise error
             log.info("%s on %s failed (%s); retrying in %.2fs", what, topic, error, delay)
             await asyncio.sleep(delay)
 
+    # ------------------------------------------------------------ health checks
+
+    def watch_health(self, client_type: int, target, on_close, *, what: str) -> HealthWatch:
+        """Starts polling HealthCheck for one producer/consumer; stop with :meth:`unwatch`."""
+        watch = HealthWatch(client_type, target, on_close, interval_s=self.health_check_interval_s, what=what)
+        watch.start()
+        if watch.running:
+            self._watches.add(watch)
+        return watch
+
+    async def unwatch(self, watch: HealthWatch | None) -> None:
+        if watch is not None:
+            self._watches.discard(watch)
+            await watch.stop()
+
+    def unwatch_nowait(self, watch: HealthWatch | None) -> None:
+        """Stops a watch from synchronous code (the task ends at its next await)."""
+        if watch is not None:
+            self._watches.discard(watch)
+            watch.cancel()
+
     async def close(self) -> None:
         self._closed = True
+        watches, self._watches = list(self._watches), set()
+        for watch in watches:   # producers/consumers the application did not close
+            await watch.stop()
         connections, self._connections = list(self._connections.values()), {}
         for conn in connections:
             await conn.close()

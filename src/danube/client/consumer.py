@@ -7,6 +7,15 @@ client per partition.  Acks and nacks travel on the same stream (acks grouped
 into offset ranges).  A stream that breaks with a retriable status is reopened
 after a fresh lookup with the same subscription; the broker redelivers what
 was not acked.
+
+The consumer follows its topic like Danube's clients: when the broker answers
+``CLOSE`` to the health check, or the stream ends or fails with
+``UNAVAILABLE`` / ``NOT_FOUND`` (consumer unknown there) after it was
+subscribed, the consumer looks the topic up again and re-subscribes with the
+same consumer name and subscription, so delivery resumes at the persisted
+cursor.  Messages delivered but not acked may come again (at-least-once);
+redeliveries of messages the application already acked are dropped (and acked
+again) using :class:`danube.client.acked.AckedOffsets`.
 """
 
 from __future__ import annotations
@@ -17,8 +26,10 @@ from typing import AsyncIterator, Iterable
 
 import grpc
 
-from danube.client.client import DanubeClient
+from danube.client.acked import AckedOffsets
+from danube.client.client import DanubeClient, RetryState
 from danube.client.errors import from_batch_status, from_rpc_error, is_retriable
+from danube.client.health import CONSUMER
 from danube.client.messages import Message, MessageBatch
 from danube.errors import ClientError, DanubeError, InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
@@ -131,6 +142,14 @@ class _PartitionConsumer:
         self._subscribed = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task | None = None
         self._closing = False
+        self._conn = None
+        self._call = None
+        self._stream_subscribed = False   # the current stream got its Subscribed answer
+        self._health = None
+        self._retry = RetryState(owner.client.retry)
+        self.acked = AckedOffsets()
+        self.stream = 0                   # number of the current Consume stream
+        self.resubscribes = 0             # times the consumer re-subscribed (for tests and stats)
 
     def spec(self) -> pb.SubscribeSpec:
         o = self.owner
@@ -141,6 +160,15 @@ class _PartitionConsumer:
     async def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
         await self._subscribed
+        self._health = self.owner.client.watch_health(
+            CONSUMER, lambda: (self._conn, self.consumer_id if self._stream_subscribed else -1),
+            self._on_health_close, what=f"consumer {self.owner.name} on {self.topic}")
+
+    def _on_health_close(self) -> None:
+        call = self._call
+        if call is not None and not self._closing:
+            log.info("consumer %s on %s follows its topic: re-subscribing", self.owner.name, self.topic)
+            call.cancel()   # _run sees the cancelled stream and re-subscribes
 
     def grant(self, messages: int, nbytes: int) -> None:
         self._outgoing.put_nowait(pb.ConsumeRequest(credit=pb.Credit(messages=messages, bytes=nbytes)))
@@ -148,7 +176,26 @@ class _PartitionConsumer:
     def ack(self, offsets: Iterable[int]) -> None:
         ranges = offset_ranges(offsets)
         if ranges:
+            for r in ranges:
+                self.acked.add_range(r.first, r.last)
             self._outgoing.put_nowait(pb.ConsumeRequest(ack=pb.AckBatch(consumer_id=0, ranges=ranges)))
+
+    def ack_range(self, first: int, last: int) -> None:
+        self.acked.add_range(first, last)
+        self._outgoing.put_nowait(pb.ConsumeRequest(ack=pb.AckBatch(
+            consumer_id=0, ranges=[pb.OffsetRange(first=first, last=last)])))
+
+    def unseen(self, batch: MessageBatch) -> MessageBatch | None:
+        """``batch`` without redeliveries of messages already acked (those are acked again)."""
+        acked = self.acked
+        if batch.first_offset > acked.highest and batch.last_offset - batch.first_offset + 1 == batch.count:
+            return batch   # fresh and contiguous: the usual case, no decoding
+        rest, skipped = batch.without(acked)
+        if skipped:
+            log.debug("dropping %d redelivered message(s) of %s already acked", len(skipped), self.topic)
+            ranges = offset_ranges(skipped)
+            self._outgoing.put_nowait(pb.ConsumeRequest(ack=pb.AckBatch(consumer_id=0, ranges=ranges)))
+        return rest
 
     def nack(self, offset: int, delay_ms: int | None, reason: str | None) -> None:
         request = pb.NackRequest(consumer_id=0, offset=offset)
@@ -160,9 +207,6 @@ class _PartitionConsumer:
 
     async def _run(self) -> None:
         client = self.owner.client
-        loop = asyncio.get_running_loop()
-        delays = client.retry.delays()
-        broken_since: float | None = None
         while not self._closing:
             try:
                 conn = await client.lookup(self.topic)
@@ -171,23 +215,34 @@ class _PartitionConsumer:
                     return
                 raise ClientError("consume stream ended", retriable=True)
             except asyncio.CancelledError:
-                raise
+                task = asyncio.current_task()
+                if self._closing or task is None or task.cancelling():
+                    raise
+                # The health check cancelled the call (CLOSE): re-subscribe.
+                error: DanubeError = ClientError("consume stream closed by the broker", retriable=True)
+                retriable = True
             except grpc.aio.AioRpcError as exc:
-                error: DanubeError = from_rpc_error(exc)
-                retriable = is_retriable(exc) or (exc.code() == grpc.StatusCode.CANCELLED and not self._closing)
+                error = from_rpc_error(exc)
+                code = exc.code()
+                retriable = (is_retriable(exc) or (code == grpc.StatusCode.CANCELLED and not self._closing)
+                             or (code == grpc.StatusCode.NOT_FOUND and self._stream_subscribed))
             except DanubeError as exc:
                 error, retriable = exc, is_retriable(exc)
             if self._closing:
                 return
-            now = loop.time()
-            broken_since = broken_since or now
-            if not retriable or now - broken_since > client.retry.give_up_after_s:
+            delay = self._retry.next_delay() if retriable else None
+            if delay is None:
+                if retriable:
+                    gave_up = ClientError(
+                        f"consumer {self.owner.name} on {self.topic} gave up re-subscribing after "
+                        f"{self._retry.describe()}; last error: {error}")
+                    gave_up.__cause__ = error
+                    error = gave_up
                 if not self._subscribed.done():
                     self._subscribed.set_exception(error)
                 self.owner.deliver_error(error)
                 return
-            delay = next(delays)
-            log.info("consume stream of %s broke (%s); reconnecting in %.2fs", self.topic, error, delay)
+            log.info("consume stream of %s broke (%s); re-subscribing in %.2fs", self.topic, error, delay)
             await asyncio.sleep(delay)
 
     async def _stream(self, conn) -> None:
@@ -210,6 +265,10 @@ class _PartitionConsumer:
                     return
                 yield item
 
+        self.stream += 1
+        stream = self.stream
+        self._stream_subscribed = False
+        self._conn = conn
         call = conn.batch_lane.Consume(requests())
         self._call = call
         try:
@@ -218,9 +277,13 @@ class _PartitionConsumer:
                 if kind == "batch":
                     b = response.batch
                     await owner.deliver(MessageBatch(self.topic, self.index, b.frames, b.first_offset,
-                                                     b.last_offset, b.count, list(b.redelivery_counts)))
+                                                     b.last_offset, b.count, list(b.redelivery_counts), stream))
                 elif kind == "subscribed":
                     self.consumer_id = response.subscribed.consumer_id
+                    self._stream_subscribed = True
+                    self._retry.reset()
+                    if stream > 1:
+                        self.resubscribes += 1
                     if not self._subscribed.done():
                         self._subscribed.set_result(self.consumer_id)
                 elif kind == "error":
@@ -232,6 +295,8 @@ class _PartitionConsumer:
 
     async def close(self) -> None:
         self._closing = True
+        health, self._health = self._health, None
+        await self.owner.client.unwatch(health)
         self._outgoing.put_nowait(_END)
         if self._task is None:
             return
@@ -301,24 +366,31 @@ class Consumer:
 
     async def receive_batch(self, timeout: float | None = None) -> MessageBatch | None:
         """The next batch; ``None`` after ``timeout`` seconds without one."""
-        if not self._queue.empty():
-            item = self._queue.get_nowait()
-        elif timeout is None:
-            item = await self._queue.get()
-        else:
-            try:
-                item = await asyncio.wait_for(self._queue.get(), timeout)
-            except asyncio.TimeoutError:
-                return None
-        if item is _END:
-            self._queue.put_nowait(_END)
-            if self._error is not None:
-                raise self._error
-            raise StopAsyncIteration
-        part = self._parts[item._partition] if item._partition < len(self._parts) else None
-        if part is not None:
-            part.grant(item.count, len(item.frames))
-        return item
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            if not self._queue.empty():
+                item = self._queue.get_nowait()
+            elif deadline is None:
+                item = await self._queue.get()
+            else:
+                try:
+                    item = await asyncio.wait_for(self._queue.get(), max(0.0, deadline - loop.time()))
+                except asyncio.TimeoutError:
+                    return None
+            if item is _END:
+                self._queue.put_nowait(_END)
+                if self._error is not None:
+                    raise self._error
+                raise StopAsyncIteration
+            part = self._parts[item._partition] if item._partition < len(self._parts) else None
+            if part is None:
+                return item
+            if item._stream == part.stream:   # the stream that delivered it gets its credit back
+                part.grant(item.count, len(item.frames))
+            rest = part.unseen(item)
+            if rest is not None:   # None: every message was already acked; wait for the next batch
+                return rest
 
     async def batches(self) -> AsyncIterator[MessageBatch]:
         while True:
@@ -357,8 +429,7 @@ class Consumer:
         """Acks every message of a delivered batch (one offset range when contiguous)."""
         part = self._partition_of(batch)
         if batch.last_offset - batch.first_offset + 1 == batch.count:
-            part._outgoing.put_nowait(pb.ConsumeRequest(ack=pb.AckBatch(
-                consumer_id=0, ranges=[pb.OffsetRange(first=batch.first_offset, last=batch.last_offset)])))
+            part.ack_range(batch.first_offset, batch.last_offset)
         else:
             part.ack(batch.offsets())
 

@@ -31,10 +31,11 @@ class Message:
 class MessageBatch:
     """One delivered batch: the frames as the broker stored them, decoded on demand."""
 
-    __slots__ = ("topic", "frames", "first_offset", "last_offset", "count", "redelivery_counts", "_partition")
+    __slots__ = ("topic", "frames", "first_offset", "last_offset", "count", "redelivery_counts", "_partition",
+                 "_stream")
 
     def __init__(self, topic: str, partition: int, frames: bytes, first_offset: int, last_offset: int,
-                 count: int, redelivery_counts: list[int] | None = None) -> None:
+                 count: int, redelivery_counts: list[int] | None = None, stream: int = 0) -> None:
         self.topic = topic
         self._partition = partition
         self.frames = frames
@@ -42,12 +43,36 @@ class MessageBatch:
         self.last_offset = last_offset
         self.count = count
         self.redelivery_counts = redelivery_counts or []
+        self._stream = stream   # which Consume stream of the partition delivered it (credit goes back to it)
 
     def offsets(self) -> list[int]:
         """Offsets of the batch's messages (not always contiguous on shared subscriptions)."""
         if self.last_offset - self.first_offset + 1 == self.count:
             return list(range(self.first_offset, self.last_offset + 1))
         return [r.offset for r in frame_codec.iter_records(self.frames)]
+
+    def without(self, skip) -> tuple["MessageBatch | None", list[int]]:
+        """This batch minus the messages whose offset is in ``skip``: (the rest or None, skipped offsets)."""
+        offsets = self.offsets()
+        skipped = [o for o in offsets if o in skip]
+        if not skipped:
+            return self, []
+        if len(skipped) == len(offsets):
+            return None, skipped
+        positions = frame_codec.frame_positions(self.frames)
+        positions.append(len(self.frames))
+        mv = memoryview(self.frames)
+        parts, kept, counts = [], [], []
+        for i, offset in enumerate(offsets):
+            if offset in skip:
+                continue
+            parts.append(mv[positions[i]:positions[i + 1]])
+            kept.append(offset)
+            if self.redelivery_counts:
+                counts.append(self.redelivery_counts[i])
+        rest = MessageBatch(self.topic, self._partition, b"".join(parts), kept[0], kept[-1], len(kept),
+                            counts, self._stream)
+        return rest, skipped
 
     def records(self):
         """Zero-copy ``danube.frames.Record``s (payloads are memoryviews into ``frames``)."""

@@ -12,6 +12,15 @@ future of the message's offset.  When the stream breaks with a retriable
 status the producer looks the topic up again, re-creates itself and resends
 every unacked batch in order (at-least-once: a batch stored just before the
 break may be stored twice).
+
+The producer follows its topic like Danube's clients: when the broker answers
+``CLOSE`` to the health check, or a batch comes back ``UNAVAILABLE`` (topic
+sealed, moved, not served here) or ``NOT_FOUND`` (producer unknown there), the
+current stream is drained (no new batches; the acks of those in flight are
+awaited, so only batches without a definitive answer are resent), then the
+topic is looked up again, the producer re-created under the same name and the
+unacked batches resent in order.  The caller's futures see none of it unless
+the retry budget runs out, then they fail with a ``ClientError``.
 """
 
 from __future__ import annotations
@@ -25,8 +34,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import grpc
 
 from danube import frames as frame_codec
-from danube.client.client import BrokerConnection, DanubeClient
+from danube.client.client import BrokerConnection, DanubeClient, RetryState
 from danube.client.errors import from_batch_status, from_rpc_error, is_retriable
+from danube.client.health import PRODUCER
 from danube.client.routing import PartitionRouter, partition_topic
 from danube.errors import ClientError, DanubeError, InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
@@ -40,6 +50,26 @@ _FRAME_OVERHEAD = 38
 
 # Ends a Publish request stream (put on the send queue by close()).
 _STOP = object()
+# Wakes the request generator so it notices the stream is draining.
+_WAKE = object()
+
+# How long a draining stream may take to answer its in-flight batches before it is cancelled.
+DRAIN_TIMEOUT_S = 10.0
+
+# Batch statuses after which the producer follows its topic (re-lookup, re-create, resend).
+_FOLLOW_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND})
+
+
+def _follows_topic(error: BaseException) -> bool:
+    return getattr(error, "grpc_code", None) in _FOLLOW_CODES
+
+
+def _call_cancelled_error(what: str) -> ClientError:
+    """A CancelledError raised by a gRPC call we cancelled ourselves (not by task cancellation)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+    return ClientError(f"{what} was cancelled by the client", retriable=True)
 
 
 class ProducerBuilder:
@@ -187,6 +217,15 @@ class _PartitionProducer:
         self._task: asyncio.Task | None = None
         self._failure: BaseException | None = None
         self._closing = False
+        self._conn: BrokerConnection | None = None
+        self._call = None
+        self._streaming = False      # a Publish stream is open (a reconnect may be requested)
+        self._draining = False       # that stream takes no new batches; it ends after its acks
+        self._drain_reason: BaseException | None = None
+        self._drain_timer: asyncio.TimerHandle | None = None
+        self._retry = RetryState(owner.client.retry)
+        self._health = None
+        self.reconnects = 0          # times the producer re-created itself (for tests and stats)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -200,6 +239,30 @@ class _PartitionProducer:
     async def start(self) -> None:
         await self.owner.client.call_with_retry(self.topic, self.create, what="create producer")
         self._task = asyncio.ensure_future(self._run())
+        self._health = self.owner.client.watch_health(
+            PRODUCER, lambda: (self._conn, self.producer_id), self._on_health_close,
+            what=f"producer {self.owner.name} on {self.topic}")
+
+    def _on_health_close(self) -> None:
+        self.request_reconnect(ClientError(
+            f"the broker closed producer {self.owner.name} ({self.producer_id}) on {self.topic}", retriable=True))
+
+    def request_reconnect(self, reason: BaseException) -> None:
+        """Drain the current stream, then look the topic up again and re-create the producer."""
+        if not self._streaming or self._draining or self._closing or self._failure is not None:
+            return
+        log.info("producer %s on %s follows its topic (%s)", self.owner.name, self.topic, reason)
+        self._draining = True
+        self._drain_reason = reason
+        self._to_send.put_nowait(_WAKE)
+        self._drain_timer = self._loop.call_later(DRAIN_TIMEOUT_S, self._abort_drain)
+
+    def _abort_drain(self) -> None:
+        self._drain_timer = None
+        call = self._call
+        if self._draining and call is not None:
+            log.warning("publish stream of %s did not drain in %.0fs; cancelling it", self.topic, DRAIN_TIMEOUT_S)
+            call.cancel()
 
     # ------------------------------------------------------------ adding messages
 
@@ -284,9 +347,6 @@ class _PartitionProducer:
     async def _run(self) -> None:
         """Keeps one Publish stream open; reconnects and resends after retriable failures."""
         client = self.owner.client
-        loop = self._loop
-        delays = client.retry.delays()
-        broken_since: float | None = None
         while True:
             try:
                 await self._stream()
@@ -297,73 +357,105 @@ class _PartitionProducer:
                 error, cause = from_rpc_error(exc), exc
             except DanubeError as exc:
                 error, cause = exc, exc
-            now = loop.time()
-            broken_since = broken_since or now
-            server_went_away = (isinstance(cause, grpc.aio.AioRpcError)
-                                and cause.code() == grpc.StatusCode.CANCELLED and not self._closing)
-            if not (is_retriable(cause) or server_went_away) or now - broken_since > client.retry.give_up_after_s:
-                self._fail_all(error)
-                return
-            delay = next(delays)
-            log.info("publish stream to %s broke (%s); reconnecting in %.2fs", self.topic, error, delay)
-            await asyncio.sleep(delay)
-            try:
-                await self.create(await client.lookup(self.topic))
-            except (grpc.aio.AioRpcError, DanubeError) as exc:
-                if not is_retriable(exc):
-                    self._fail_all(exc if isinstance(exc, DanubeError) else from_rpc_error(exc))
+            while True:
+                server_went_away = (isinstance(cause, grpc.aio.AioRpcError)
+                                    and cause.code() == grpc.StatusCode.CANCELLED and not self._closing)
+                if not (is_retriable(cause) or server_went_away or _follows_topic(cause)):
+                    self._fail_all(error)
                     return
-                continue
-            broken_since = None
-            delays = client.retry.delays()
+                delay = self._retry.next_delay()
+                if delay is None:
+                    self._fail_all(self._gave_up(error))
+                    return
+                log.info("publish stream to %s broke (%s); reconnecting in %.2fs", self.topic, error, delay)
+                await asyncio.sleep(delay)
+                try:
+                    await self.create(await client.lookup(self.topic))
+                    break
+                except grpc.aio.AioRpcError as exc:
+                    error, cause = from_rpc_error(exc), exc
+                except DanubeError as exc:
+                    error, cause = exc, exc
+            self.reconnects += 1
             self._requeue_unacked()
+            if not self._unacked:
+                self._retry.reset()   # nothing to prove: the next failure gets a fresh budget
+
+    def _gave_up(self, error: BaseException) -> ClientError:
+        failure = ClientError(
+            f"producer {self.owner.name} on {self.topic} gave up reconnecting after "
+            f"{self._retry.describe()}; {len(self._unacked)} unacked batch(es) failed; last error: {error}")
+        failure.__cause__ = error
+        return failure
 
     def _requeue_unacked(self) -> None:
         """After a reconnect every unacked batch is sent again, in its original order."""
         self._to_send = asyncio.Queue()
-        for seq, batch in self._unacked.items():
-            self._to_send.put_nowait((seq, batch))
+        for seq in sorted(self._unacked):
+            self._to_send.put_nowait((seq, self._unacked[seq]))
         self._window = asyncio.Semaphore(self.owner.max_in_flight)
 
     async def _stream(self) -> None:
         to_send = self._to_send
         window = self._window
         producer_id = self.producer_id
-        stop = _STOP
+        stop, wake = _STOP, _WAKE
+        unacked = self._unacked
 
         async def requests():
             while True:
                 item = await to_send.get()
-                if item is stop:
+                if item is stop or self._draining:
                     return
+                if item is wake:
+                    continue
                 seq, batch = item
                 await window.acquire()
-                if seq not in self._unacked:   # acked meanwhile by an earlier stream
+                if self._draining:
+                    return
+                if seq not in unacked:   # acked meanwhile by an earlier stream
                     window.release()
                     continue
                 batch.sent_at = time.perf_counter()
                 yield pb.PublishRequest(sequence=seq, producer_id=producer_id, frames=batch.encode(producer_id))
 
+        self._draining = False
+        self._drain_reason = None
         call = self._conn.batch_lane.Publish(requests())
         self._call = call
+        self._streaming = True
         try:
             async for ack in call:
                 window.release()
-                batch = self._unacked.pop(ack.sequence, None)
+                batch = unacked.get(ack.sequence)
                 if batch is None:
                     continue
                 if ack.HasField("status") and ack.status.code != 0:
                     error = from_batch_status(ack.status.code, ack.status.message, ack.status.retriable)
+                    if _follows_topic(error) and not self._closing:
+                        self.request_reconnect(error)   # the batch stays unacked: resent after re-create
+                        continue
+                    del unacked[ack.sequence]
                     batch.fail(error)
                 else:
+                    del unacked[ack.sequence]
+                    self._retry.reset()
                     self.owner.on_ack(batch, ack)
                     batch.resolve(ack.first_offset, ack.last_offset)
                 self._after_ack()
-                if self._closing and not self._unacked and self._to_send.empty():
+                if self._closing and not unacked and self._to_send.empty():
                     to_send.put_nowait(stop)
+        except asyncio.CancelledError:
+            raise _call_cancelled_error(f"publish stream of {self.topic}") from None
         finally:
             self._call = None
-        if self._unacked and not self._closing:
+            self._streaming = False
+            if self._drain_timer is not None:
+                self._drain_timer.cancel()
+                self._drain_timer = None
+        if self._draining:
+            raise self._drain_reason or ClientError("publish stream drained for a reconnect", retriable=True)
+        if unacked and not self._closing:
             raise ClientError("publish stream ended with unacked batches", retriable=True)
 
     def _after_ack(self) -> None:
@@ -374,6 +466,8 @@ class _PartitionProducer:
 
     def _fail_all(self, error: BaseException) -> None:
         self._failure = error
+        health, self._health = self._health, None
+        self.owner.client.unwatch_nowait(health)
         for batch in self._unacked.values():
             batch.fail(error)
         self._unacked.clear()
@@ -395,6 +489,8 @@ class _PartitionProducer:
             await self.flush()
         finally:
             self._closing = True
+            health, self._health = self._health, None
+            await self.owner.client.unwatch(health)
             if self._task is not None:
                 self._to_send.put_nowait(_STOP)
                 try:

@@ -192,13 +192,17 @@ def rankings(strategy: str, reports: Iterable[Any]) -> list[tuple[Any, float]]:
 # ---------------------------------------------------------------- statistics
 
 def mean(values: Sequence[float]) -> float:
-    return math.fsum(values) / len(values) if values else 0.0
+    if not values:
+        return 0.0
+    if max(values) == min(values):
+        return float(values[0])  # exact, so equal loads are never "above the mean"
+    return math.fsum(values) / len(values)
 
 
 def std(values: Sequence[float]) -> float:
     """Population standard deviation (divides by n)."""
-    if not values:
-        return 0.0
+    if not values or max(values) == min(values):
+        return 0.0  # exactly balanced, whatever the rounding of the mean
     m = mean(values)
     return math.sqrt(math.fsum((v - m) ** 2 for v in values) / len(values))
 

@@ -15,7 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from danube import _native
 from danube.errors import InvalidArgumentError
+
+_columns = _native.load("arrowcols")
 
 SCHEMA_DDL = ("topic string, offset long, publish_time timestamp, producer_id long, "
               "routing_key string, attributes map<string,string>, payload binary")
@@ -55,6 +58,41 @@ def columns_to_batch(topic: str, cols: dict[str, list]) -> pa.RecordBatch:
         pa.array(cols["routing_key"], type=pa.string()),
         _attributes_array(cols["attributes"]),
         pa.array(cols["payload"], type=pa.binary()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def frames_to_batch(topic: str, buf) -> pa.RecordBatch:
+    """A RecordBatch with :data:`ARROW_SCHEMA` straight from a buffer of whole frames.
+
+    The compiled ``danube._core.arrowcols`` fills Arrow buffers in C (no Python object
+    per record); its twin goes through ``frames.decode_columns``. Strings are
+    UTF-8-validated by Arrow.
+    """
+    c = _columns.decode_arrow_buffers(buf)
+    n = c["count"]
+
+    def i32(name):
+        return pa.py_buffer(c[name])
+
+    keys = pa.Array.from_buffers(pa.string(), n, [pa.py_buffer(c["key_validity"]) if c["key_nulls"] else None,
+                                                  i32("key_offsets"), pa.py_buffer(c["key_data"])],
+                                 null_count=c["key_nulls"])
+    m = len(c["name_offsets"]) // 4 - 1
+    names = pa.Array.from_buffers(pa.string(), m, [None, i32("name_offsets"), pa.py_buffer(c["name_data"])])
+    values = pa.Array.from_buffers(pa.string(), m, [None, i32("value_offsets"), pa.py_buffer(c["value_data"])])
+    for strings in (keys, names, values):
+        strings.validate(full=True)  # UTF-8 as the frame format promises
+    attributes = pa.MapArray.from_arrays(pa.Array.from_buffers(pa.int32(), n + 1, [None, i32("attr_offsets")]),
+                                         names, values)
+    arrays = [
+        pa.repeat(pa.scalar(topic, pa.string()), n) if n else pa.array([], pa.string()),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c["offset"])]),
+        pa.Array.from_buffers(TIMESTAMP, n, [None, pa.py_buffer(c["publish_us"])]),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c["producer_id"])]),
+        keys,
+        attributes,
+        pa.Array.from_buffers(pa.binary(), n, [None, i32("payload_offsets"), pa.py_buffer(c["payload_data"])]),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 

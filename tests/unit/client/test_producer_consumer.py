@@ -190,17 +190,42 @@ async def test_producer_resends_after_the_server_comes_back():
         await server.stop(None)
 
 
-async def test_unknown_producer_fails_the_futures():
+async def test_producer_the_broker_forgot_is_re_created_and_the_batch_resent():
     broker = FakeBroker()
     server, port = await start_fake_server(broker)
     client = DanubeClient.builder().service_url(f"http://127.0.0.1:{port}").build()
     try:
         producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(1).build()
         await producer.create()
-        broker.producers.clear()   # the broker forgot the producer
+        assert await (await producer.send(b"first")) == 0
+        broker.producers.clear()        # the broker forgot the producer entirely: NOT_FOUND
+        broker.producer_names.clear()
         fut = await producer.send(b"x")
-        with pytest.raises(NotFoundError):
-            await asyncio.wait_for(fut, 5)
+        assert await asyncio.wait_for(fut, 10) == 1   # re-created under the same name, resent
+        records = frame_codec.decode_batch(bytes(broker.topics[TOPIC].log))
+        assert [bytes(r.payload) for r in records] == [b"first", b"x"]
+        await producer.close()
+    finally:
+        await client.close()
+        await server.stop(None)
+
+
+async def test_unknown_producer_fails_the_futures_with_client_error_after_bounded_retries():
+    broker = FakeBroker()
+    server, port = await start_fake_server(broker)
+    client = (DanubeClient.builder().service_url(f"http://127.0.0.1:{port}")
+              .with_retry(initial_backoff_s=0.01, max_backoff_s=0.02, give_up_after_s=30, max_attempts=3).build())
+    try:
+        producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(1).build()
+        await producer.create()
+        broker.producers.clear()   # re-creating returns the same, still unknown, id: NOT_FOUND every time
+        fut = await producer.send(b"x")
+        with pytest.raises(ClientError, match="gave up reconnecting after 3 attempt") as info:
+            await asyncio.wait_for(fut, 10)
+        assert isinstance(info.value.__cause__, NotFoundError)
+        assert broker.publish_calls == 4          # the first send and three resends
+        with pytest.raises(ClientError, match="gave up"):
+            await producer.send(b"y")            # the producer stays failed
     finally:
         await client.close()
         await server.stop(None)

@@ -12,22 +12,37 @@ from danube.errors import InvalidArgumentError, SegmentCorruptError
 from danube.spark import arrow, planning
 from danube.spark.reading import read_batches
 from danube.storage import segment as seg
-from danube.storage.backends import FilesystemBackend
+from danube.storage.backends import DurableBackend, FilesystemBackend
 
 TOPIC = "/default/events"
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
-class CountingBackend(FilesystemBackend):
-    """A real directory backend that records which objects were read."""
+class CountingBackend(DurableBackend):
+    """A real directory, read through ranged gets (like S3), recording which objects were read.
+
+    A plain FilesystemBackend is read through mmap instead; both paths are tested.
+    """
 
     def __init__(self, root):
-        super().__init__(root)
+        self._fs = FilesystemBackend(root)
         self.gets: list[tuple[str, int, int | None]] = []
 
     def get(self, key, start=0, end=None):
         self.gets.append((key, start, end))
-        return super().get(key, start, end)
+        return self._fs.get(key, start, end)
+
+    def put(self, key, data):
+        self._fs.put(key, data)
+
+    def size(self, key):
+        return self._fs.size(key)
+
+    def list(self, prefix):
+        return self._fs.list(prefix)
+
+    def delete(self, key):
+        self._fs.delete(key)
 
 
 def make_records(base, count, t0=1_000):
@@ -73,8 +88,9 @@ def read_all(options, backend):
     return reads, batches
 
 
-def test_every_record_read_back_equals_what_was_written(tmp_path):
-    backend = CountingBackend(str(tmp_path))
+@pytest.mark.parametrize("backend_type", [CountingBackend, FilesystemBackend])
+def test_every_record_read_back_equals_what_was_written(tmp_path, backend_type):
+    backend = backend_type(str(tmp_path))
     _, written = write_topic(backend)
     options = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC})
     reads, batches = read_all(options, backend)
@@ -137,8 +153,9 @@ def test_time_range_pruning(tmp_path):
     assert [r[0] for r in rows_of(batches)] == list(range(50, 60))
 
 
-def test_corrupt_but_excluded_segment_is_never_opened_and_included_one_fails_clearly(tmp_path):
-    backend = CountingBackend(str(tmp_path))
+@pytest.mark.parametrize("backend_type", [CountingBackend, FilesystemBackend])
+def test_corrupt_but_excluded_segment_is_never_opened_and_included_one_fails_clearly(tmp_path, backend_type):
+    backend = backend_type(str(tmp_path))
     descs, _ = write_topic(backend)
     path = tmp_path / descs[0].data_key
     raw = bytearray(path.read_bytes())
@@ -171,8 +188,9 @@ def test_corruption_inside_a_split_piece_names_segment_and_offset(tmp_path):
     assert err.value.segment_id == big.segment_id and err.value.offset == off
 
 
-def test_truncated_segment_is_a_clear_error(tmp_path):
-    backend = CountingBackend(str(tmp_path))
+@pytest.mark.parametrize("backend_type", [CountingBackend, FilesystemBackend])
+def test_truncated_segment_is_a_clear_error(tmp_path, backend_type):
+    backend = backend_type(str(tmp_path))
     descs, _ = write_topic(backend)
     path = tmp_path / descs[1].data_key
     path.write_bytes(path.read_bytes()[:-10])

@@ -1,0 +1,189 @@
+"""The client follows its topic when the broker drops it (unload): health CLOSE, UNAVAILABLE, NOT_FOUND.
+
+Runs the real broker (``danube.server.app.BrokerApp``: BrokerService, local storage,
+real gRPC server on a free loopback port) in the test's event loop, and unloads
+with ``BrokerService.unload_topic`` exactly as the admin ``UnloadTopic`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from danube.client import DanubeClient, SubType
+from danube.server.app import BrokerApp
+from danube.server.config import BrokerConfig
+from tests.support.ports import free_port
+
+TOPIC = "/default/follow"
+
+
+@pytest.fixture
+async def app(tmp_path):
+    broker_app = BrokerApp(BrokerConfig(port=free_port(), admin_port=0, metrics_port=0,
+                                        data_dir=str(tmp_path / "broker")))
+    await broker_app.start()
+    try:
+        yield broker_app
+    finally:
+        await broker_app.stop()
+
+
+def client_for(app: BrokerApp, *, health_s: float) -> DanubeClient:
+    return (DanubeClient.builder().service_url(f"http://127.0.0.1:{app.bound['client']}")
+            .with_retry(initial_backoff_s=0.02, max_backoff_s=0.2, give_up_after_s=20)
+            .with_health_check_interval(health_s).build())
+
+
+def health_tasks() -> list[asyncio.Task]:
+    return [t for t in asyncio.all_tasks() if "HealthWatch._run" in repr(t.get_coro()) and not t.done()]
+
+
+async def wait_until(predicate, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+async def test_producer_resends_after_unload_and_offsets_continue(app):
+    # Health checks off: the batch coming back UNAVAILABLE alone makes the producer follow.
+    client = client_for(app, health_s=0)
+    try:
+        producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(1).build()
+        await producer.create()
+        assert await (await producer.send_batch([b"%d" % i for i in range(5)])) == list(range(5))
+        (pid,) = producer.producer_ids
+        assert await app.broker.unload_topic(TOPIC) == 4
+        assert TOPIC not in app.broker.topics
+        futures = [await producer.send(b"%d" % i) for i in range(5, 10)]
+        assert await asyncio.wait_for(asyncio.gather(*futures), 15) == list(range(5, 10))
+        assert producer._parts[0].reconnects == 1
+        assert producer.producer_ids == [pid]          # same name, same id after re-creation
+        assert TOPIC in app.broker.topics              # reloaded through resume
+        await producer.close()
+    finally:
+        await client.close()
+
+
+async def test_health_close_re_creates_an_idle_producer(app):
+    client = client_for(app, health_s=0.1)
+    try:
+        producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(1).build()
+        await producer.create()
+        assert await producer.send_and_wait(b"a") == 0
+        await app.broker.unload_topic(TOPIC)
+        # Nothing is sent: only the health check's CLOSE can bring the topic back here.
+        await wait_until(lambda: producer._parts[0].reconnects == 1 and TOPIC in app.broker.topics)
+        assert app.broker.health("producer", producer.producer_ids[0])
+        assert await producer.send_and_wait(b"b") == 1
+        await producer.close()
+        assert health_tasks() == []
+    finally:
+        await client.close()
+
+
+async def test_consumer_follows_unload_without_repeating_acked_messages(app):
+    client = client_for(app, health_s=0.2)
+    try:
+        consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
+                    .with_subscription_type(SubType.Exclusive).build())
+        producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(1).build()
+        await producer.create()
+        await consumer.subscribe()
+        await (await producer.send_batch([b"%d" % i for i in range(10)]))
+        seen: list[int] = []
+        async for message in consumer:
+            seen.append(message.offset)
+            await consumer.ack(message)
+            if len(seen) == 4:
+                break
+        await asyncio.sleep(0.2)                     # the four acks reach the broker
+        await app.broker.unload_topic(TOPIC)
+        assert await (await producer.send_batch([b"%d" % i for i in range(10, 15)])) == list(range(10, 15))
+        while len(seen) < 15:
+            batch = await consumer.receive_batch(timeout=10)
+            assert batch is not None, f"only {seen} arrived"
+            for message in batch.messages():
+                seen.append(message.offset)
+                await consumer.ack(message)
+        assert seen == list(range(15))               # nothing acked came twice, nothing missing
+        await wait_until(lambda: consumer._parts[0].resubscribes >= 1)
+        extra = await consumer.receive_batch(timeout=0.5)
+        assert extra is None
+        await producer.close()
+        await consumer.close()
+        assert health_tasks() == []
+        assert client._watches == set()
+    finally:
+        await client.close()
+
+
+async def test_consumer_without_credit_left_follows_on_health_close(app):
+    # One message of credit: after it the server waits for credit and never notices the
+    # unload on the stream; only the health check's CLOSE makes the consumer re-subscribe.
+    client = client_for(app, health_s=0.1)
+    try:
+        consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
+                    .with_receive_credit(1, 1 << 20).build())
+        producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(1).build()
+        await producer.create()
+        await consumer.subscribe()
+        await producer.send_and_wait(b"0")
+        await wait_until(lambda: not consumer._queue.empty())
+        await app.broker.unload_topic(TOPIC)
+        await wait_until(lambda: consumer._parts[0].resubscribes == 1)
+        first = await consumer.receive_batch(timeout=5)
+        assert first is not None and first.offsets() == [0]
+        await consumer.ack_batch(first)
+        await producer.send_and_wait(b"1")
+        got = []
+        while len(got) < 1:
+            batch = await consumer.receive_batch(timeout=5)
+            assert batch is not None
+            got.extend(batch.offsets())
+            await consumer.ack_batch(batch)
+        assert got == [1]                             # 0 (redelivered, then acked) is not handed out again
+        await producer.close()
+        await consumer.close()
+    finally:
+        await client.close()
+
+
+async def test_closing_producer_and_consumer_stops_health_checks(app):
+    client = client_for(app, health_s=0.05)
+    try:
+        producer = client.new_producer().with_topic(TOPIC).with_name("p").build()
+        consumer = client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s").build()
+        await producer.create()
+        await consumer.subscribe()
+        assert len(health_tasks()) == 2
+        await asyncio.sleep(0.2)                      # a few checks answered OK: nothing happened
+        assert producer._parts[0].reconnects == 0 and consumer._parts[0].resubscribes == 0
+        await producer.close()
+        await consumer.close()
+        assert health_tasks() == []
+    finally:
+        await client.close()
+
+
+async def test_client_close_stops_health_checks_of_unclosed_producers(app):
+    client = client_for(app, health_s=0.05)
+    producer = client.new_producer().with_topic(TOPIC).with_name("p").build()
+    await producer.create()
+    assert len(health_tasks()) == 1
+    await client.close()
+    assert health_tasks() == []
+
+
+def test_health_interval_and_retry_options_are_checked():
+    from danube.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError):
+        DanubeClient.builder().with_health_check_interval(-1)
+    with pytest.raises(InvalidArgumentError):
+        DanubeClient.builder().with_retry(max_attempts=0)
+    assert DanubeClient.builder().build().health_check_interval_s == 5.0
+    assert DanubeClient.builder().with_health_check_interval(None).build().health_check_interval_s == 0.0

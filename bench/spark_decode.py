@@ -25,6 +25,7 @@ Targets (issue 5): decode ≥ 5× the baseline and ≥ 100 MB/s per core.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import shutil
@@ -94,11 +95,17 @@ def plain_python_reader(buf) -> list[tuple]:
 
 
 def best_of(fn, repeat: int) -> float:
+    """Best wall time of ``repeat`` runs, cyclic GC off (it would tax the baseline's many objects)."""
     best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            t = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t)
+    finally:
+        gc.enable()
     return best
 
 

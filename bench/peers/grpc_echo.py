@@ -1,5 +1,16 @@
-"""Baseline: a bare grpc.aio unary echo server (no protobuf, identity serializers), run as
-``python -m bench.peers.grpc_echo PORT``, and a client issuing unary calls with a window."""
+"""Baseline: a bare grpc.aio unary echo server, run as ``python -m bench.peers.grpc_echo PORT``.
+
+It answers two ways, on one port, with no work beyond the call itself:
+
+- ``/bench.Echo/Echo``: identity serializers, the request bytes come back (the raw baseline);
+- Danube's ``ProducerService.SendMessage``: answered at once with the request's ``request_id``
+  (plus the ``CreateProducer``, ``TopicLookup`` and ``HealthCheck`` answers a Danube client
+  needs to connect), so the real ``danube-client`` can drive it exactly as it drives the broker.
+  The difference between this and the broker is then the broker's own cost per call.
+
+``unary_rate`` drives any unary call with a window of workers (the in-repo drivers use it;
+``unary_driver.py`` is the same loop for the ``danube-client`` venv).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +26,38 @@ from bench.peers.common import PeerResult, free_port, server_process
 METHOD = "/bench.Echo/Echo"
 
 
+def _danube_echo_handlers(port: int) -> list:
+    from danube.proto.danube import DanubeApi_pb2 as pb
+    from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
+
+    url = f"http://127.0.0.1:{port}"
+
+    class Producers(pb_grpc.ProducerServiceServicer):
+        async def CreateProducer(self, request, context):
+            return pb.ProducerResponse(request_id=request.request_id, producer_id=1,
+                                       producer_name=request.producer_name)
+
+        async def SendMessage(self, request, context):
+            return pb.MessageResponse(request_id=request.request_id)
+
+    class Discovery(pb_grpc.DiscoveryServicer):
+        async def TopicLookup(self, request, context):
+            return pb.TopicLookupResponse(request_id=request.request_id,
+                                          response_type=pb.TopicLookupResponse.Connect,
+                                          connect_url=url, broker_url=url)
+
+        async def TopicPartitions(self, request, context):
+            return pb.TopicPartitionsResponse(request_id=request.request_id, partitions=[request.topic])
+
+    class Health(pb_grpc.HealthCheckServicer):
+        async def HealthCheck(self, request, context):
+            return pb.HealthCheckResponse(status=pb.HealthCheckResponse.OK)
+
+    return [(pb_grpc.add_ProducerServiceServicer_to_server, Producers()),
+            (pb_grpc.add_DiscoveryServicer_to_server, Discovery()),
+            (pb_grpc.add_HealthCheckServicer_to_server, Health())]
+
+
 async def serve(port: int) -> None:
     async def echo(request: bytes, context) -> bytes:
         return request
@@ -23,6 +66,8 @@ async def serve(port: int) -> None:
         "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((handler,))
+    for add, servicer in _danube_echo_handlers(port):
+        add(servicer, server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     await server.wait_for_termination()

@@ -4,30 +4,33 @@
 from libc.stdint cimport uint32_t, uint64_t
 
 
-cdef class _Chunk:
-    cdef unsigned char* data        # malloc'd; exported read-only through the buffer protocol
+cdef class _Span:
+    cdef Py_buffer src              # our export of the source (keeps a mapping mapped)
+    cdef bint has_src
+    cdef const unsigned char* data  # src.buf + start: the span's first frame
+    cdef Py_ssize_t start           # position of data in the source
+    cdef Py_ssize_t used            # bytes of whole frames referenced
     cdef Py_ssize_t exports         # live buffer exports (reader views)
-    cdef Py_ssize_t size
-    cdef Py_ssize_t used
     cdef uint64_t first_offset
-    cdef Py_ssize_t* positions      # start of every frame, malloc'd
-    cdef Py_ssize_t count
+    cdef uint64_t next_offset
+    cdef uint64_t* batch_first      # first offset of every appended batch, malloc'd
+    cdef Py_ssize_t* batch_pos      # its position relative to data, malloc'd
+    cdef Py_ssize_t nbatches
     cdef Py_ssize_t cap
-    cdef int _grow(self, Py_ssize_t need) except -1
-    cdef Py_ssize_t frame_end(self, Py_ssize_t i) noexcept
+    cdef int _add_batch(self, uint64_t first, Py_ssize_t pos) except -1
 
 
 cdef class FrameRing:
     cdef readonly Py_ssize_t capacity_bytes
     cdef readonly Py_ssize_t chunk_bytes
-    cdef list _chunks               # of _Chunk, oldest first
-    cdef list _spare                # evicted chunks no reader holds a view of, for reuse
+    cdef list _spans                # of _Span, oldest first
     cdef Py_ssize_t _size
     cdef uint64_t _first
     cdef uint64_t _next
 
-    # Copies n bytes of whole stamped frames holding offsets from first; returns the count.
-    cdef Py_ssize_t append_raw(self, const unsigned char* p, Py_ssize_t n, uint64_t first) except -1
+    # References n bytes of whole stamped frames at source[pos:pos + n] (no copy) holding
+    # count consecutive offsets from first.  The bytes must never change afterwards.
+    cdef int append_ref(self, object source, Py_ssize_t pos, Py_ssize_t n, uint64_t first,
+                        Py_ssize_t count) except -1
     cdef int _reset(self, uint64_t next_offset) except -1
     cdef int _evict(self) except -1
-    cdef _Chunk _new_chunk(self, Py_ssize_t n, uint64_t first)

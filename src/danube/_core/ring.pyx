@@ -3,19 +3,21 @@
 
 Layout and semantics: the docstring of ``danube/_pure/ring.py`` (the pure twin,
 which must return the same bytes for the same calls).  In short: a list of
-chunks filled with whole frames, a batch never split across chunks, whole
-chunks dropped from the front when over capacity and never reused, so a
-memoryview handed to a reader stays valid and unchanged while it holds it.
+spans, each referencing (never copying) a contiguous run of whole frames in a
+source buffer -- for the WAL, the segment's file mapping the frames were just
+written to -- with one entry per appended batch; whole spans dropped from the
+front when over capacity.  A span keeps its source exported (so a mapping
+stays mapped) while it or a reader's view of it lives, and the referenced
+bytes never change, so a memoryview handed to a reader stays valid and
+unchanged while it holds it.
 
 Thread safety comes from the GIL: every method runs without releasing it and
 without calling back into Python while the ring is inconsistent.
 """
 
-from cpython.buffer cimport (PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_FillInfo, PyObject_GetBuffer,
-                             PyBuffer_Release)
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Release
 from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcpy
 
 HEADER_SIZE = 16
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -36,63 +38,65 @@ cdef extern from *:
 
 cdef object _EMPTY = memoryview(b"")
 
-cdef extern from "Python.h":
-    Py_ssize_t Py_REFCNT(object o)
 
-# Evicted chunks kept for reuse.  Reuse is only safe when no reader holds a view
-# (no buffer exports, no other reference); it spares a 1 MiB allocation, its
-# zeroing and its page faults per chunk, which dominated batch appends.
-DEF MAX_SPARE = 2
-
-
-cdef class _Chunk:
-    def __cinit__(self, Py_ssize_t size, uint64_t first_offset):
-        # not zeroed: only bytes below ``used`` are ever exposed
-        self.data = <unsigned char*>malloc(size if size > 0 else 1)
-        if self.data == NULL:
-            raise MemoryError()
+cdef class _Span:
+    def __cinit__(self):
+        self.has_src = False
         self.exports = 0
-        self.size = size
-        self.used = 0
-        self.first_offset = first_offset
-        self.count = 0
-        self.cap = 256
-        self.positions = <Py_ssize_t*>malloc(self.cap * sizeof(Py_ssize_t))
-        if self.positions == NULL:
+        self.nbatches = 0
+        self.cap = 16
+        self.batch_first = <uint64_t*>malloc(self.cap * sizeof(uint64_t))
+        self.batch_pos = <Py_ssize_t*>malloc(self.cap * sizeof(Py_ssize_t))
+        if self.batch_first == NULL or self.batch_pos == NULL:
             raise MemoryError()
 
     def __dealloc__(self):
-        free(self.positions)
-        free(self.data)
+        free(self.batch_first)
+        free(self.batch_pos)
+        if self.has_src:
+            self.has_src = False
+            PyBuffer_Release(&self.src)
 
     def __getbuffer__(self, Py_buffer* view, int flags):
         if flags & PyBUF_WRITABLE:
-            raise BufferError("ring chunks are read-only")
-        PyBuffer_FillInfo(view, self, self.data, self.used, 1, flags)
+            raise BufferError("ring spans are read-only")
+        PyBuffer_FillInfo(view, self, <void*>self.data, self.used, 1, flags)
         self.exports += 1
 
     def __releasebuffer__(self, Py_buffer* view):
         self.exports -= 1
 
-    cdef int _grow(self, Py_ssize_t need) except -1:
-        cdef Py_ssize_t cap = self.cap
+    cdef int _add_batch(self, uint64_t first, Py_ssize_t pos) except -1:
+        cdef Py_ssize_t cap
+        cdef uint64_t* f
         cdef Py_ssize_t* p
-        while cap < need:
-            cap *= 2
-        p = <Py_ssize_t*>realloc(self.positions, cap * sizeof(Py_ssize_t))
-        if p == NULL:
-            raise MemoryError()
-        self.positions = p
-        self.cap = cap
+        if self.nbatches == self.cap:
+            cap = self.cap * 2
+            f = <uint64_t*>realloc(self.batch_first, cap * sizeof(uint64_t))
+            if f == NULL:
+                raise MemoryError()
+            self.batch_first = f
+            p = <Py_ssize_t*>realloc(self.batch_pos, cap * sizeof(Py_ssize_t))
+            if p == NULL:
+                raise MemoryError()
+            self.batch_pos = p
+            self.cap = cap
+        self.batch_first[self.nbatches] = first
+        self.batch_pos[self.nbatches] = pos
+        self.nbatches += 1
         return 0
 
-    cdef Py_ssize_t frame_end(self, Py_ssize_t i) noexcept:
-        cdef Py_ssize_t p = self.positions[i]
-        return p + 16 + ld32(self.data + p + 12)
+
+cdef Py_ssize_t _count(const unsigned char* p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t pos = 0, count = 0
+    while pos + 16 <= n:
+        pos += 16 + ld32(p + pos + 12)
+        count += 1
+    return count
 
 
 cdef class FrameRing:
-    """Newest frames in memory, bounded by ``capacity_bytes`` (0 disables the cache)."""
+    """Newest frames, bounded by ``capacity_bytes`` referenced (0 disables the cache)."""
 
     def __init__(self, Py_ssize_t capacity_bytes, Py_ssize_t chunk_bytes=DEFAULT_CHUNK_BYTES,
                  next_offset=0):
@@ -100,8 +104,7 @@ cdef class FrameRing:
             raise ValueError("capacity_bytes must be >= 0 and chunk_bytes > 0")
         self.capacity_bytes = capacity_bytes
         self.chunk_bytes = min(chunk_bytes, capacity_bytes) if capacity_bytes else chunk_bytes
-        self._chunks = []
-        self._spare = []
+        self._spans = []
         self._size = 0
         self._first = self._next = next_offset
 
@@ -116,16 +119,16 @@ cdef class FrameRing:
 
     @property
     def size_bytes(self):
-        """Bytes of chunk memory held (the quantity bounded by the capacity)."""
+        """Bytes of frames referenced (the quantity bounded by the capacity)."""
         return self._size
 
     @property
     def chunk_count(self):
-        return len(self._chunks)
+        return len(self._spans)
 
     cdef int _reset(self, uint64_t next_offset) except -1:
         self._first = self._next = next_offset
-        self._chunks = []
+        self._spans = []
         self._size = 0
         return 0
 
@@ -133,73 +136,76 @@ cdef class FrameRing:
         """Drop everything; the next append must start at ``next_offset``."""
         self._reset(next_offset)
 
-    cdef Py_ssize_t append_raw(self, const unsigned char* p, Py_ssize_t n, uint64_t first) except -1:
-        cdef _Chunk chunk
-        cdef Py_ssize_t base, pos, count, i
+    cdef int append_ref(self, object source, Py_ssize_t pos, Py_ssize_t n, uint64_t first,
+                        Py_ssize_t count) except -1:
+        cdef _Span span = None
+        cdef list spans = self._spans
         if n <= 0:
             return 0
         if first != self._next:
             self._reset(first)
+            spans = self._spans
         if self.capacity_bytes == 0:
-            count = 0
-            pos = 0
-            while pos < n:
-                pos += 16 + ld32(p + pos + 12)
-                count += 1
             self._first = self._next = first + count
-            return count
-        chunk = self._chunks[len(self._chunks) - 1] if self._chunks else None
-        if chunk is None or chunk.size - chunk.used < n:
-            chunk = self._new_chunk(n, first)
-            self._chunks.append(chunk)
-            self._size += chunk.size
-        base = chunk.used
-        memcpy(chunk.data + base, p, n)
-        pos = 0
-        count = chunk.count
-        while pos < n:
-            if count == chunk.cap:
-                chunk._grow(count + 1)
-            chunk.positions[count] = base + pos
-            count += 1
-            pos += 16 + ld32(p + pos + 12)
-        i = count - chunk.count
-        chunk.count = count
-        chunk.used = base + n
-        self._next = first + i
+            return 0
+        if spans:
+            span = <_Span>spans[len(spans) - 1]
+            if not (<void*>span.src.obj == <void*>source and pos == span.start + span.used
+                    and span.used + n <= self.chunk_bytes and pos + n <= span.src.len):
+                span = None
+        if span is None:
+            span = _Span.__new__(_Span)
+            PyObject_GetBuffer(source, &span.src, PyBUF_SIMPLE)
+            span.has_src = True
+            if pos < 0 or pos + n > span.src.len:
+                raise ValueError("frames outside the source buffer")
+            span.start = pos
+            span.data = <const unsigned char*>span.src.buf + pos
+            span.used = 0
+            span.first_offset = first
+            span.next_offset = first
+            spans.append(span)
+        # readers snapshot the ring's next offset first: publish it last
+        span._add_batch(first, span.used)
+        span.used += n
+        span.next_offset = first + count
+        self._size += n
+        self._next = first + count
         if self._size > self.capacity_bytes:
             self._evict()
-        return i
-
-    cdef _Chunk _new_chunk(self, Py_ssize_t n, uint64_t first):
-        cdef _Chunk chunk
-        while self._spare:
-            chunk = self._spare.pop()
-            if chunk.size >= n and chunk.exports == 0 and Py_REFCNT(chunk) == 1:
-                chunk.used = 0
-                chunk.count = 0
-                chunk.first_offset = first
-                return chunk
-        return _Chunk(max(self.chunk_bytes, n), first)
-
-    cdef int _evict(self) except -1:
-        cdef _Chunk dropped
-        while self._size > self.capacity_bytes and len(self._chunks) > 1:
-            dropped = self._chunks.pop(0)
-            self._first = (<_Chunk>self._chunks[0]).first_offset
-            self._size -= dropped.size
-            if dropped.size == self.chunk_bytes and len(self._spare) < MAX_SPARE:
-                self._spare.append(dropped)
         return 0
 
-    def append(self, frames, first_offset):
-        """Copy whole, stamped frames holding offsets from ``first_offset``; return the count."""
+    cdef int _evict(self) except -1:
+        cdef _Span dropped
+        cdef list spans = self._spans
+        while self._size > self.capacity_bytes and len(spans) > 1:
+            dropped = <_Span>spans[0]
+            self._first = (<_Span>spans[1]).first_offset
+            del spans[0]
+            self._size -= dropped.used
+        return 0
+
+    def append(self, frames, first_offset, count=None):
+        """Reference all of ``frames`` (whole stamped frames from ``first_offset``, bytes that
+        never change); return the frame count."""
+        return self.append_from(frames, 0, -1, first_offset, count)
+
+    def append_from(self, source, Py_ssize_t pos, Py_ssize_t n, first_offset, count=None):
+        """Reference ``source[pos:pos + n]`` (``n`` -1: to the end), whole stamped frames
+        from ``first_offset``; return the frame count (``count`` when given: trusted)."""
         cdef Py_buffer view
-        PyObject_GetBuffer(frames, &view, PyBUF_SIMPLE)
+        cdef Py_ssize_t c
+        PyObject_GetBuffer(source, &view, PyBUF_SIMPLE)
         try:
-            return self.append_raw(<const unsigned char*>view.buf, view.len, first_offset)
+            if n < 0:
+                n = view.len - pos
+            if pos < 0 or n < 0 or pos + n > view.len:
+                raise ValueError("frames outside the source buffer")
+            c = _count(<const unsigned char*>view.buf + pos, n) if count is None else count
         finally:
             PyBuffer_Release(&view)
+        self.append_ref(source, pos, n, first_offset, c)
+        return c
 
     def contains(self, uint64_t offset):
         return self._first <= offset < self._next
@@ -209,51 +215,59 @@ cdef class FrameRing:
 
         ``None`` when the ring does not hold ``offset``; an empty view at ``next_offset``.
         """
-        cdef list chunks = self._chunks
-        cdef Py_ssize_t lo, hi, mid, nchunks, index, last_index, start
-        cdef _Chunk chunk
+        cdef list spans = self._spans
+        cdef Py_ssize_t lo, hi, mid, nspans, start, end, nxt
+        cdef uint64_t off, stop
+        cdef const unsigned char* data
+        cdef _Span span
         if offset == self._next:
             return _EMPTY
         if offset < self._first or offset > self._next:
             return None
-        nchunks = len(chunks)
-        # newest chunk first: live readers almost always want it
-        chunk = chunks[nchunks - 1]
-        if offset < chunk.first_offset:
-            lo, hi = 0, nchunks - 1
+        nspans = len(spans)
+        # newest span first: live readers almost always want it
+        span = <_Span>spans[nspans - 1]
+        if offset < span.first_offset:
+            lo, hi = 0, nspans - 1
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                if (<_Chunk>chunks[mid]).first_offset <= offset:
+                if (<_Span>spans[mid]).first_offset <= offset:
                     lo = mid
                 else:
                     hi = mid - 1
-            chunk = chunks[lo]
-        index = <Py_ssize_t>(offset - chunk.first_offset)
-        if index >= chunk.count:
+            span = <_Span>spans[lo]
+        stop = span.next_offset
+        if offset >= stop:
             return None
-        last_index = chunk.count
-        start = chunk.positions[index]
-        lo, hi = index + 1, last_index
+        lo, hi = 0, span.nbatches - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if chunk.frame_end(mid - 1) - start <= max_bytes:
+            if span.batch_first[mid] <= offset:
                 lo = mid
             else:
                 hi = mid - 1
-        return memoryview(chunk)[start:chunk.frame_end(lo - 1)]
+        data = span.data
+        start = span.batch_pos[lo]
+        off = span.batch_first[lo]
+        while off < offset:
+            start += 16 + ld32(data + start + 12)
+            off += 1
+        end = start + 16 + ld32(data + start + 12)
+        off += 1
+        while off < stop:
+            nxt = end + 16 + ld32(data + end + 12)
+            if nxt - start > max_bytes:
+                break
+            end = nxt
+            off += 1
+        return memoryview(span)[start:end]
 
 
 def count_frames(buf):
     """Number of frames in a buffer of whole frames (lengths trusted)."""
     cdef Py_buffer view
-    cdef Py_ssize_t pos = 0, count = 0
-    cdef const unsigned char* p
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
-        p = <const unsigned char*>view.buf
-        while pos + 16 <= view.len:
-            pos += 16 + ld32(p + pos + 12)
-            count += 1
-        return count
+        return _count(<const unsigned char*>view.buf, view.len)
     finally:
         PyBuffer_Release(&view)

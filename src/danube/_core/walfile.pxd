@@ -28,6 +28,7 @@ cdef class SegmentFile:
     cdef Py_ssize_t _last_indexed
     cdef bint _indexed
     cdef Py_ssize_t _valid_end
+    cdef Py_ssize_t _prefaulted     # bytes from 0 already faulted in writable (MADV_POPULATE_WRITE)
 
     cdef int _map(self, Py_ssize_t size, bint writable) except -1
     cdef int _unmap(self) except -1
@@ -48,7 +49,17 @@ cdef class LogWriter:
     cdef public uint64_t producer_id
     cdef readonly object max_file_age_ms
     cdef int64_t _deadline_ms
+    cdef unsigned char* _scratch    # pwrite staging buffer (SCRATCH_BYTES, cache-warm)
+    cdef Py_ssize_t _scratch_cap
+    cdef public Py_ssize_t prefault_bytes   # fault in this much ahead of the write position (0: off)
 
     cdef int64_t _deadline_for(self, SegmentFile segment) except? -1
     cdef int _room_for(self, Py_ssize_t n, int64_t now) except -1
+    cdef int _mapped_write(self, SegmentFile seg, Py_ssize_t n) except -1
+    cdef int _prefault(self, SegmentFile seg, Py_ssize_t end) except -1
+    cdef unsigned char* _scratch_for(self, Py_ssize_t need) except NULL
+    cdef int _trim_scratch(self) except -1
+    cdef int _write_bytes(self, const unsigned char* src, Py_ssize_t n) except -1
+    cdef int _append_large(self, const char* p, Py_ssize_t plen, uint64_t offset, uint64_t pt,
+                           const char* kp, Py_ssize_t klen) except -1
     cdef int _publish(self, Py_ssize_t pos, Py_ssize_t n, Py_ssize_t count) except -1

@@ -56,6 +56,7 @@ class LogWriter:
     next_offset: int
     producer_id: int
     max_file_age_ms: int | None
+    prefault_bytes: int
     def __init__(self, segment: SegmentFile, ring: Any, rotate: Callable[[int], object], *,
                  max_file_age_s: float | None = ..., producer_id: int = ...) -> None: ...
     def set_segment(self, segment: SegmentFile) -> None: ...

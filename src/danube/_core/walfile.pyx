@@ -63,7 +63,8 @@ import time
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyObject_GetBuffer, PyBuffer_Release
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
-from libc.errno cimport errno as c_errno
+from posix.types cimport off_t
+from libc.errno cimport EINTR, EINVAL, errno as c_errno
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
@@ -79,6 +80,17 @@ from danube.errors import CorruptFrameError, FrameFormatError, WalClosedError, W
 
 cdef extern from "<unistd.h>" nogil:
     int fdatasync(int fd)
+    ssize_t pwrite(int fd, const void* buf, size_t count, off_t offset)
+
+cdef extern from *:
+    """
+    #include <sys/mman.h>
+    #ifndef MADV_POPULATE_WRITE
+    #define MADV_POPULATE_WRITE 23
+    #endif
+    """
+    int madvise(void* addr, size_t length, int advice) nogil
+    int MADV_POPULATE_WRITE
 
 cdef extern from *:
     """
@@ -118,9 +130,12 @@ FILE_HEADER_SIZE = 64
 FRAME_HEADER_SIZE = 16
 DEF HEADER = 64
 DEF NOGIL_BYTES = 65536
+DEF PWRITE_MIN_BYTES = 16384    # batches this big go through pwrite (see LogWriter)
+DEF SCRATCH_BYTES = 262144      # the pwrite staging buffer: stays in L2
 _FILE_HEADER = struct.Struct("<8sIIQQQ")
 _U32 = struct.Struct("<I")
-_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+cdef Py_ssize_t _PAGE = mmap.PAGESIZE
+cdef bint _populate_write_ok = True   # cleared when the kernel lacks MADV_POPULATE_WRITE (< 5.14)
 
 cdef object _encode_record = _frame.encode_record
 cdef object _encode_payloads = _frame.encode_payloads
@@ -221,9 +236,10 @@ cdef class SegmentFile:
 
     cdef int _map(self, Py_ssize_t size, bint writable) except -1:
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-        # a writable (active) file is prefaulted in one go: one page fault per 4 KiB
-        # in the append path cost more than the whole copy
-        mm = mmap.mmap(self._fd, size, mmap.MAP_SHARED | (_MAP_POPULATE if writable else 0), prot)
+        # no MAP_POPULATE: it read-faults the whole file (~1 s for 256 MiB, measured) at
+        # open and at every rotation, and still leaves one write fault per page; the writer
+        # populates a window ahead of itself instead (LogWriter.prefault_bytes)
+        mm = mmap.mmap(self._fd, size, mmap.MAP_SHARED, prot)
         PyObject_GetBuffer(mm, &self._view, PyBUF_WRITABLE if writable else PyBUF_SIMPLE)
         self._has_view = True
         self._mm = mm
@@ -291,6 +307,7 @@ cdef class SegmentFile:
         seg.created_ms = created_ms
         seg.write_pos = HEADER
         seg._valid_end = HEADER
+        seg._prefaulted = 0
         seg.count = 0
         seg.writable = True
         seg.index_every = index_every
@@ -571,6 +588,47 @@ cdef void _encode_into(unsigned char* out, Py_ssize_t count, const char** ptrs, 
         out += 16 + body_len
 
 
+cdef int _pwrite_all(int fd, const unsigned char* p, Py_ssize_t n, Py_ssize_t pos) noexcept nogil:
+    """Write all of ``p[0:n]`` at ``pos``; 0 or an errno."""
+    cdef Py_ssize_t done
+    while n > 0:
+        done = pwrite(fd, p, <size_t>n, <off_t>pos)
+        if done < 0:
+            if c_errno == EINTR:
+                continue
+            return c_errno
+        p += done
+        n -= done
+        pos += done
+    return 0
+
+
+cdef int _encode_pwrite(int fd, Py_ssize_t pos, unsigned char* scratch, Py_ssize_t scratch_cap,
+                        Py_ssize_t count, const char** ptrs, const Py_ssize_t* lens, uint64_t first,
+                        uint64_t pt, uint64_t pid, unsigned char flag, const char* kp,
+                        Py_ssize_t klen) noexcept nogil:
+    """Encode the frames into the (cache-warm) scratch buffer a piece at a time and pwrite
+    each piece at ``pos``; 0 or an errno.  Every frame fits the scratch buffer."""
+    cdef Py_ssize_t i = 0, j, fill, size
+    cdef int err
+    while i < count:
+        j = i
+        fill = 0
+        while j < count:
+            size = 38 + klen + lens[j]
+            if fill + size > scratch_cap:
+                break
+            fill += size
+            j += 1
+        _encode_into(scratch, j - i, ptrs + i, lens + i, first + i, pt, pid, flag, kp, klen)
+        err = _pwrite_all(fd, scratch, fill, pos)
+        if err:
+            return err
+        pos += fill
+        i = j
+    return 0
+
+
 cdef int _stamp_copy(unsigned char* dest, unsigned char* src, Py_ssize_t n, bint src_writable,
                      uint64_t first) noexcept nogil:
     """Stamp the caller's buffer when writable (it sees its offsets), copy it into the log,
@@ -588,8 +646,30 @@ cdef int _stamp_copy(unsigned char* dest, unsigned char* src, Py_ssize_t n, bint
     return status
 
 
+cdef int _raise_errno(int err) except -1:
+    raise OSError(err, os.strerror(err))
+
+
 cdef class LogWriter:
-    """The single writer of a log (contract: the pure twin's docstring)."""
+    """The single writer of a log (contract: the pure twin's docstring).
+
+    Compiled specifics.  Small appends are encoded straight into the file mapping
+    (one store of every byte; with ``prefault_bytes`` the pages ahead are faulted in
+    writable in one system call per window).  Batches of ``PWRITE_MIN_BYTES`` and
+    more are encoded into a small cache-warm scratch buffer and written with
+    ``pwrite``: a full-page write needs neither the read-fault (zero fill) nor the
+    write-fault (page_mkwrite) a store through a shared mapping takes on each fresh
+    page -- measured 3 GB/s against 0.8 GB/s (faults) and 1.6-1.9 GB/s (populated
+    ahead) into a preallocated ext4 file.  Both land in the same page cache, so the
+    mapping (readers, the ring) sees the bytes as soon as ``pwrite`` returns.
+    """
+
+    def __cinit__(self):
+        self._scratch = NULL
+        self._scratch_cap = 0
+
+    def __dealloc__(self):
+        free(self._scratch)
 
     def __init__(self, SegmentFile segment, FrameRing ring, rotate, *, max_file_age_s=None,
                  producer_id=0):
@@ -602,6 +682,7 @@ cdef class LogWriter:
         self.armed = False
         self.on_append = None
         self.closed = False
+        self.prefault_bytes = 0
         self._deadline_ms = self._deadline_for(segment)
 
     cdef int64_t _deadline_for(self, SegmentFile segment) except? -1:
@@ -632,6 +713,55 @@ cdef class LogWriter:
                 raise WalError(f"rotation left {seg.capacity - seg.write_pos} bytes free, {n} needed")
         return 0
 
+    cdef inline int _mapped_write(self, SegmentFile seg, Py_ssize_t n) except -1:
+        """About to store ``n`` bytes at the write position through the mapping."""
+        if self.prefault_bytes and seg.write_pos + n > seg._prefaulted:
+            self._prefault(seg, seg.write_pos + n)
+        return 0
+
+    cdef int _prefault(self, SegmentFile seg, Py_ssize_t end) except -1:
+        """Fault ``[_prefaulted, end + prefault_bytes)`` in writable, in one system call.
+
+        A shared file mapping otherwise takes a write fault (ext4 page_mkwrite) on the
+        first store to every 4 KiB page: measured 0.8 GB/s for 138-byte frames, against
+        1.6-1.9 GB/s with 1-4 MiB windows populated ahead.  The populated pages are dirty
+        zeros until overwritten, so only sync=never uses it (a sync would write them).
+        Advisory: any failure just leaves the faults to the stores.
+        """
+        global _populate_write_ok
+        cdef Py_ssize_t start = max(seg._prefaulted, seg.write_pos)
+        cdef Py_ssize_t stop = min(end + self.prefault_bytes, seg.capacity)
+        cdef int rc
+        start -= start % _PAGE
+        if not _populate_write_ok or seg.base == NULL or not seg.writable or stop <= start:
+            return 0
+        seg._prefaulted = stop
+        with nogil:
+            rc = madvise(seg.base + start, stop - start, MADV_POPULATE_WRITE)
+        if rc != 0 and c_errno == EINVAL:
+            _populate_write_ok = False
+        return 0
+
+    cdef unsigned char* _scratch_for(self, Py_ssize_t need) except NULL:
+        """The scratch buffer, at least ``need`` (and SCRATCH_BYTES) bytes."""
+        cdef unsigned char* p
+        need = max(need, SCRATCH_BYTES)
+        if self._scratch_cap < need:
+            p = <unsigned char*>realloc(self._scratch, need)
+            if p == NULL:
+                raise MemoryError()
+            self._scratch = p
+            self._scratch_cap = need
+        return self._scratch
+
+    cdef int _trim_scratch(self) except -1:
+        """Give back a scratch buffer a huge frame grew."""
+        if self._scratch_cap > 4 * SCRATCH_BYTES:
+            free(self._scratch)
+            self._scratch = NULL
+            self._scratch_cap = 0
+        return 0
+
     cdef int _publish(self, Py_ssize_t pos, Py_ssize_t n, Py_ssize_t count) except -1:
         """The frames at ``pos`` are written: index, make visible, cache, wake."""
         cdef SegmentFile seg = self.segment
@@ -640,21 +770,34 @@ cdef class LogWriter:
         seg.write_pos = pos + n
         seg._valid_end = pos + n
         seg.count += count
-        self.ring.append_raw(seg.base + pos, n, first)
+        self.ring.append_ref(seg._mm, pos, n, first, count)
         self.next_offset = first + count
         if self.armed:
             self.armed = False
             self.on_append()
         return 0
 
+    cdef int _write_bytes(self, const unsigned char* src, Py_ssize_t n) except -1:
+        """Write ``n`` bytes of frames at the write position (room already made)."""
+        cdef SegmentFile seg = self.segment
+        cdef Py_ssize_t pos = seg.write_pos
+        cdef int err = 0
+        if n >= PWRITE_MIN_BYTES:
+            with nogil:
+                err = _pwrite_all(seg._fd, src, n, pos)
+            if err:
+                _raise_errno(err)
+        else:
+            self._mapped_write(seg, n)
+            memcpy(seg.base + pos, src, n)
+        return 0
+
     def _write_encoded(self, data, Py_ssize_t count, int64_t now):
         cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
-        cdef SegmentFile seg
         cdef Py_ssize_t pos
         self._room_for(n, now)
-        seg = self.segment
-        pos = seg.write_pos
-        memcpy(seg.base + pos, PyBytes_AS_STRING(data), n)
+        pos = self.segment.write_pos
+        self._write_bytes(<const unsigned char*>PyBytes_AS_STRING(data), n)
         self._publish(pos, n, count)
 
     def append(self, payload, *, key=None, attributes=None, publish_time=None):
@@ -696,22 +839,21 @@ cdef class LogWriter:
             self._room_for(n, now)
             seg = self.segment
             pos = seg.write_pos
-            out = seg.base + pos
-            st64(out, offset)
-            st32(out + 12, <uint32_t>body_len)
-            st64(out + 16, pt)
-            st64(out + 24, self.producer_id)
-            out[32] = 1 if kp != NULL else 0
-            out[33] = 0
-            st16(out + 34, 0)
-            st16(out + 36, <uint16_t>klen)
-            if klen:
-                memcpy(out + 38, kp, klen)
-            if plen >= NOGIL_BYTES:
-                with nogil:
-                    memcpy(out + 38 + klen, p, plen)
-                    st32(out + 8, crc32c_update(0, out + 12, 4 + body_len))
+            if n >= PWRITE_MIN_BYTES:
+                self._append_large(p, plen, offset, pt, kp, klen)
             else:
+                self._mapped_write(seg, n)
+                out = seg.base + pos
+                st64(out, offset)
+                st32(out + 12, <uint32_t>body_len)
+                st64(out + 16, pt)
+                st64(out + 24, self.producer_id)
+                out[32] = 1 if kp != NULL else 0
+                out[33] = 0
+                st16(out + 34, 0)
+                st16(out + 36, <uint16_t>klen)
+                if klen:
+                    memcpy(out + 38, kp, klen)
                 memcpy(out + 38 + klen, p, plen)
                 st32(out + 8, crc32c_update(0, out + 12, 4 + body_len))
         finally:
@@ -720,21 +862,37 @@ cdef class LogWriter:
         self._publish(pos, n, 1)
         return offset
 
+    cdef int _append_large(self, const char* p, Py_ssize_t plen, uint64_t offset, uint64_t pt,
+                           const char* kp, Py_ssize_t klen) except -1:
+        cdef Py_ssize_t n = 38 + klen + plen
+        cdef unsigned char* scratch = self._scratch_for(n)
+        cdef int err
+        cdef SegmentFile seg = self.segment
+        cdef unsigned char flag = 1 if kp != NULL else 0
+        with nogil:
+            err = _encode_pwrite(seg._fd, seg.write_pos, scratch, self._scratch_cap, 1, &p, &plen,
+                                 offset, pt, self.producer_id, flag, kp, klen)
+        self._trim_scratch()
+        if err:
+            _raise_errno(err)
+        return 0
+
     def append_payloads(self, payloads, *, key=None, attributes=None, publish_time=None):
         """Append payloads sharing key, attributes and publish time; return ``(first, last)``."""
         cdef tuple items
-        cdef Py_ssize_t count, i, total, klen = 0, plen, body_len, pos, n
+        cdef Py_ssize_t count, i, total, klen = 0, plen, pos, biggest = 0
         cdef const char** ptrs
         cdef Py_ssize_t* lens
         cdef const char* kp = NULL
         cdef int64_t now = _now_ms()
         cdef uint64_t pt, first = self.next_offset
         cdef uint64_t pid = self.producer_id
-        cdef unsigned char* out
-        cdef unsigned char* start
+        cdef unsigned char* scratch
         cdef unsigned char flag
+        cdef int err = 0
+        cdef int fd
         cdef SegmentFile seg
-        items = tuple(payloads)
+        items = payloads if type(payloads) is tuple else tuple(payloads)
         count = len(items)
         if count == 0:
             raise ValueError("append_payloads needs at least one payload")
@@ -770,16 +928,28 @@ cdef class LogWriter:
                 lens[i] = plen
                 if 22 + klen + plen > FRAME_MAX_BODY:
                     raise FrameFormatError(f"record body of {22 + klen + plen} bytes exceeds {FRAME_MAX_BODY}")
+                if plen > biggest:
+                    biggest = plen
                 total += 38 + klen + plen
             self._room_for(total, now)
             seg = self.segment
             pos = seg.write_pos
-            start = seg.base + pos
-            if total >= NOGIL_BYTES:
-                with nogil:
-                    _encode_into(start, count, ptrs, lens, first, pt, pid, flag, kp, klen)
+            if total >= PWRITE_MIN_BYTES:
+                scratch = self._scratch_for(38 + klen + biggest)
+                fd = seg._fd
+                if total >= NOGIL_BYTES:
+                    with nogil:
+                        err = _encode_pwrite(fd, pos, scratch, self._scratch_cap, count, ptrs, lens,
+                                             first, pt, pid, flag, kp, klen)
+                else:
+                    err = _encode_pwrite(fd, pos, scratch, self._scratch_cap, count, ptrs, lens,
+                                         first, pt, pid, flag, kp, klen)
+                self._trim_scratch()
+                if err:
+                    _raise_errno(err)
             else:
-                _encode_into(start, count, ptrs, lens, first, pt, pid, flag, kp, klen)
+                self._mapped_write(seg, total)
+                _encode_into(seg.base + pos, count, ptrs, lens, first, pt, pid, flag, kp, klen)
         finally:
             free(ptrs)
             free(lens)
@@ -791,10 +961,12 @@ cdef class LogWriter:
         cdef Py_buffer view
         cdef bint writable = True
         cdef ValidateResult res
-        cdef int status
-        cdef Py_ssize_t n, pos
+        cdef int status = FRAME_OK, err = 0
+        cdef Py_ssize_t n, pos, count, error_pos
+        cdef uint32_t error_len
         cdef uint64_t first
-        cdef unsigned char* dest
+        cdef unsigned char* src
+        cdef unsigned char* scratch
         cdef SegmentFile seg
         try:
             PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
@@ -803,11 +975,12 @@ cdef class LogWriter:
             PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         try:
             n = view.len
+            src = <unsigned char*>view.buf
             if n >= NOGIL_BYTES:
                 with nogil:
-                    status = validate_frames(<const unsigned char*>view.buf, n, 0, 0, False, &res)
+                    status = validate_frames(src, n, 0, 0, False, &res)
             else:
-                status = validate_frames(<const unsigned char*>view.buf, n, 0, 0, False, &res)
+                status = validate_frames(src, n, 0, 0, False, &res)
             if status != FRAME_OK:
                 raise_validate_error(status, &res, -1)
             if res.count == 0:
@@ -816,14 +989,28 @@ cdef class LogWriter:
             first = self.next_offset
             seg = self.segment
             pos = seg.write_pos
-            dest = seg.base + pos
-            if n >= NOGIL_BYTES:
-                with nogil:
-                    status = _stamp_copy(dest, <unsigned char*>view.buf, n, writable, first)
+            if n >= PWRITE_MIN_BYTES:
+                if writable:
+                    # the caller sees its offsets; the stamped bytes go out in one pwrite
+                    with nogil:
+                        status = stamp_frames(src, n, first, &count, &error_pos, &error_len)
+                        if status == FRAME_OK:
+                            err = _pwrite_all(seg._fd, src, n, pos)
+                else:
+                    scratch = self._scratch_for(n)
+                    with nogil:
+                        memcpy(scratch, src, n)
+                        status = stamp_frames(scratch, n, first, &count, &error_pos, &error_len)
+                        if status == FRAME_OK:
+                            err = _pwrite_all(seg._fd, scratch, n, pos)
+                    self._trim_scratch()
             else:
-                status = _stamp_copy(dest, <unsigned char*>view.buf, n, writable, first)
+                self._mapped_write(seg, n)
+                status = _stamp_copy(seg.base + pos, src, n, writable, first)
             if status != FRAME_OK:
                 raise FrameFormatError(f"cannot stamp offsets from {first} (status {status})")
+            if err:
+                _raise_errno(err)
         finally:
             PyBuffer_Release(&view)
         self._publish(pos, n, res.count)

@@ -1,58 +1,66 @@
 """Pure-Python twin of ``danube._core.ring``: the cache of the newest frames.
 
-The ring keeps the most recently appended frames in memory, bounded in bytes,
-and serves reads by offset as zero-copy memoryviews.  It has no on-disk
-format; the compiled module must return the same bytes for the same calls
+The ring indexes the most recently appended frames, bounded in bytes, and
+serves reads by offset as zero-copy memoryviews.  It has no on-disk format;
+the compiled module must return the same bytes for the same calls
 (``tests/unit/_core/test_ring.py`` runs the two against each other).
 
 Layout
 ======
 
-Memory is a list of *chunks*, oldest first.  A chunk is a fixed-size buffer
-(``chunk_bytes``, or larger for a batch that does not fit one) filled with
-whole frames back to back, plus the start position of every frame in it; the
-frames of one chunk hold consecutive offsets starting at the chunk's first
-offset, and chunks follow each other without gaps.
+The ring never copies frames: an append *references* whole, stamped frames
+where they already are -- for the WAL, the active segment's file mapping, just
+written by the log writer -- and the caller promises those bytes never change
+again (the WAL only appends).  Memory is a list of *spans*, oldest first.  A
+span references one contiguous run of frames in one source buffer, holding
+consecutive offsets from its first offset, plus the first offset and position
+of every batch appended to it (one entry per append: O(1), whatever the batch
+size).  An append extends the newest span when it continues it in the same
+source and the span stays within ``chunk_bytes``; otherwise it starts a new
+span, so a batch is never split across spans and every read returns whole
+frames from one span (a reader asks again for the rest).
 
-A batch is never split across chunks, so every read returns whole frames from
-one chunk (a reader asks again for the rest).  When the bytes held exceed the
-capacity, whole chunks are dropped from the front.  A dropped chunk is never
-reused: a reader still holding a memoryview of it keeps it alive, so views
-never change under their holder.  That is what makes the broadcast fanout
-copy-free and safe: every reader gets views of the same bytes.
+``size_bytes`` counts the bytes referenced.  When it exceeds the capacity,
+whole spans are dropped from the front.  A span keeps its source exported (a
+mapping stays mapped even after its segment file is sealed or deleted) while
+the span or any reader's view of it lives, so views never change under their
+holder.  That is what makes the broadcast fanout copy-free and safe: every
+reader gets views of the same bytes.
 """
 
 from __future__ import annotations
 
 import struct
-from array import array
 from bisect import bisect_right
 
 HEADER_SIZE = 16
 DEFAULT_CHUNK_BYTES = 1 << 20
 _BODY_LEN = struct.Struct("<I")
-_OFFSET = struct.Struct("<Q")
 
 
-class _Chunk:
-    __slots__ = ("buf", "used", "first_offset", "positions")
+class _Span:
+    __slots__ = ("source", "view", "start", "used", "first_offset", "next_offset", "batch_first", "batch_pos")
 
-    def __init__(self, size: int, first_offset: int) -> None:
-        self.buf = bytearray(size)
+    def __init__(self, source, view: memoryview, start: int, first_offset: int) -> None:
+        self.source = source
+        self.view = view          # the whole source, exported for as long as the span lives
+        self.start = start
         self.used = 0
         self.first_offset = first_offset
-        self.positions = array("q")
+        self.next_offset = first_offset
+        self.batch_first: list[int] = []
+        self.batch_pos: list[int] = []   # relative to start
 
 
 class FrameRing:
-    """Newest frames in memory, bounded by ``capacity_bytes`` (0 disables the cache)."""
+    """Newest frames, bounded by ``capacity_bytes`` referenced (0 disables the cache)."""
 
     def __init__(self, capacity_bytes: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES, next_offset: int = 0) -> None:
         if capacity_bytes < 0 or chunk_bytes <= 0:
             raise ValueError("capacity_bytes must be >= 0 and chunk_bytes > 0")
         self.capacity_bytes = capacity_bytes
         self.chunk_bytes = min(chunk_bytes, capacity_bytes) if capacity_bytes else chunk_bytes
-        self._chunks: list[_Chunk] = []
+        self._spans: list[_Span] = []
         self._firsts: list[int] = []
         self._size = 0
         self._first = next_offset
@@ -71,67 +79,74 @@ class FrameRing:
 
     @property
     def size_bytes(self) -> int:
-        """Bytes of chunk memory held (the quantity bounded by the capacity)."""
+        """Bytes of frames referenced (the quantity bounded by the capacity)."""
         return self._size
 
     @property
     def chunk_count(self) -> int:
-        return len(self._chunks)
+        return len(self._spans)
 
     def reset(self, next_offset: int) -> None:
         """Drop everything; the next append must start at ``next_offset``."""
         self._first = self._next = next_offset
-        self._chunks = []
+        self._spans = []
         self._firsts = []
         self._size = 0
 
     # ------------------------------------------------------------ writing
 
-    def append(self, frames, first_offset: int) -> int:
-        """Copy whole, stamped frames holding offsets from ``first_offset``; return the count.
+    def append(self, frames, first_offset: int, count: int | None = None) -> int:
+        """Reference all of ``frames`` (whole stamped frames from ``first_offset``, bytes that
+        never change); return the frame count."""
+        return self.append_from(frames, 0, -1, first_offset, count)
+
+    def append_from(self, source, pos: int, n: int, first_offset: int, count: int | None = None) -> int:
+        """Reference ``source[pos:pos + n]`` (``n`` -1: to the end), whole stamped frames from
+        ``first_offset``; return the frame count (``count`` when given: trusted).
 
         An append that does not continue the ring (``first_offset != next_offset``)
         resets it first.  Lengths are trusted: the caller validated the frames.
         """
-        mv = memoryview(frames).cast("B")
-        n = len(mv)
+        view = memoryview(source).cast("B")
+        if n < 0:
+            n = len(view) - pos
+        if pos < 0 or n < 0 or pos + n > len(view):
+            raise ValueError("frames outside the source buffer")
+        if count is None:
+            count = count_frames(view[pos:pos + n])
         if n == 0:
-            return 0
+            return count
         if first_offset != self._next:
             self.reset(first_offset)
         if self.capacity_bytes == 0:
-            count = count_frames(mv)
             self._first = self._next = first_offset + count
             return count
-        chunk = self._chunks[-1] if self._chunks else None
-        if chunk is None or len(chunk.buf) - chunk.used < n:
-            chunk = _Chunk(max(self.chunk_bytes, n), first_offset)
-            self._chunks.append(chunk)
+        span = self._spans[-1] if self._spans else None
+        if span is not None and not (span.source is source and pos == span.start + span.used
+                                     and span.used + n <= self.chunk_bytes):
+            span = None
+        if span is None:
+            span = _Span(source, view, pos, first_offset)
+            self._spans.append(span)
             self._firsts.append(first_offset)
-            self._size += len(chunk.buf)
-        base = chunk.used
-        chunk.buf[base:base + n] = mv
-        positions = chunk.positions
-        pos = 0
-        count = 0
-        while pos < n:
-            positions.append(base + pos)
-            (body_len,) = _BODY_LEN.unpack_from(mv, pos + 12)
-            pos += HEADER_SIZE + body_len
-            count += 1
-        chunk.used = base + n
+        # readers snapshot the ring's next offset first: publish it last
+        span.batch_first.append(first_offset)
+        span.batch_pos.append(span.used)
+        span.used += n
+        span.next_offset = first_offset + count
+        self._size += n
         self._next = first_offset + count
         self._evict()
         return count
 
     def _evict(self) -> None:
-        while self._size > self.capacity_bytes and len(self._chunks) > 1:
-            dropped = self._chunks[0]
-            # publish the new first offset before the chunk disappears (readers check it first)
-            self._first = self._chunks[1].first_offset
-            self._chunks.pop(0)
+        while self._size > self.capacity_bytes and len(self._spans) > 1:
+            dropped = self._spans[0]
+            # publish the new first offset before the span disappears (readers check it first)
+            self._first = self._spans[1].first_offset
+            self._spans.pop(0)
             self._firsts.pop(0)
-            self._size -= len(dropped.buf)
+            self._size -= dropped.used
 
     # ------------------------------------------------------------ reading
 
@@ -144,46 +159,43 @@ class FrameRing:
         ``None`` when the ring does not hold ``offset`` (evicted, or beyond the end);
         an empty view when ``offset == next_offset``.
         """
-        chunks = self._chunks
-        firsts = self._firsts
         next_offset = self._next
         if offset == next_offset:
             return memoryview(b"")
         if offset < self._first or offset > next_offset:
             return None
+        spans, firsts = self._spans, self._firsts
         i = bisect_right(firsts, offset) - 1
-        if i < 0 or i >= len(chunks):
+        if i < 0 or i >= len(spans):
             return None
-        chunk = chunks[i]
-        index = offset - chunk.first_offset
-        positions = chunk.positions
-        count = len(positions)
-        if index >= count:
+        span = spans[i]
+        stop = min(span.next_offset, next_offset)
+        if offset >= stop:
             return None
-        start = positions[index]
-        # frames published to readers: those below next_offset (snapshot taken first)
-        last_index = min(count, next_offset - chunk.first_offset)
-        buf = chunk.buf
-        limit = start + max_bytes
-        # largest e in [index + 1, last_index] whose frames index..e-1 fit the byte budget
-        lo, hi = index + 1, last_index
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            p = positions[mid - 1]
-            if p + HEADER_SIZE + _BODY_LEN.unpack_from(buf, p + 12)[0] <= limit:
-                lo = mid
-            else:
-                hi = mid - 1
-        p = positions[lo - 1]
-        end = p + HEADER_SIZE + _BODY_LEN.unpack_from(buf, p + 12)[0]
-        return memoryview(chunk.buf)[start:end]
+        b = bisect_right(span.batch_first, offset) - 1
+        data = span.view[span.start:span.start + span.used]
+        unpack = _BODY_LEN.unpack_from
+        start = span.batch_pos[b]
+        off = span.batch_first[b]
+        while off < offset:
+            start += HEADER_SIZE + unpack(data, start + 12)[0]
+            off += 1
+        end = start + HEADER_SIZE + unpack(data, start + 12)[0]
+        off += 1
+        while off < stop:
+            nxt = end + HEADER_SIZE + unpack(data, end + 12)[0]
+            if nxt - start > max_bytes:
+                break
+            end = nxt
+            off += 1
+        return data[start:end]
 
 
 def count_frames(buf) -> int:
     """Number of frames in a buffer of whole frames (lengths trusted)."""
     mv = memoryview(buf).cast("B")
     pos, n, count = 0, len(mv), 0
-    while pos < n:
+    while pos + HEADER_SIZE <= n:
         (body_len,) = _BODY_LEN.unpack_from(mv, pos + 12)
         pos += HEADER_SIZE + body_len
         count += 1

@@ -424,6 +424,7 @@ class LogWriter:
         self.armed = False
         self.on_append = None
         self.closed = False
+        self.prefault_bytes = 0  # compiled: faults pages in ahead of the writer; a no-op here
         self._deadline_ms = self._deadline_for(segment)
 
     def _deadline_for(self, segment) -> int:
@@ -453,8 +454,9 @@ class LogWriter:
             self._rotate(n)
 
     def _publish(self, data, first: int, count: int) -> None:
-        self.segment.write_frames(data, count)
-        self.ring.append(data, first)
+        seg = self.segment
+        pos = seg.write_frames(data, count)
+        self.ring.append_from(seg._mm, pos, seg.write_pos - pos, first, count)  # no copy: the mapping itself
         self.next_offset = first + count
         if self.armed:
             self.armed = False

@@ -275,6 +275,16 @@ class BrokerService:
             frames_buf = bytearray(frames_buf)
         return await producer.topic.publish(producer, frames_buf)
 
+    async def publish_message(self, producer_id: int, frame) -> int:
+        """One message as one whole unstamped frame (Danube's SendMessage); its offset once durable.
+
+        Concurrent calls on a topic share one append and one durability wait
+        (``danube.broker.coalesce``); one producer's messages keep their order."""
+        producer = self._producers.get(producer_id)
+        if producer is None or producer.closed:
+            producer = await self._producer(producer_id)
+        return await producer.topic.publish_one(producer, frame)
+
     def producer_topic(self, producer_id: int) -> str | None:
         p = self._producers.get(producer_id)
         return p.topic.name if p is not None else None
@@ -421,6 +431,11 @@ class BrokerService:
     async def ack(self, consumer_id: int, offsets: Iterable[int]) -> None:
         consumer = await self._consumer(consumer_id)
         consumer.subscription.ack(offsets)
+
+    async def ack_ranges(self, consumer_id: int, ranges: Iterable[tuple[int, int]]) -> int:
+        """Ack inclusive offset ranges (the batch lane's AckBatch); returns how many were newly acked."""
+        consumer = await self._consumer(consumer_id)
+        return consumer.subscription.ack_ranges(list(ranges))
 
     async def nack(self, consumer_id: int, offset: int, *, delay_ms: int | None = None,
                    reason: str | None = None) -> None:

@@ -8,10 +8,12 @@ Non-reliable topics keep a bounded in-memory history and deliver at most once.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 
 from danube import frames
+from danube.broker.coalesce import PublishCoalescer
 from danube.broker.policies import TopicPolicies
 from danube.broker.producer import Producer
 from danube.broker.stats import MetricsSink, TopicStats
@@ -42,6 +44,7 @@ class Topic:
         self.bytes_in = 0
         self._producer_names: dict[int, str] = {}
         self.closed = False
+        self.coalescer = PublishCoalescer(self)
 
     # ------------------------------------------------------------ producers
 
@@ -74,23 +77,37 @@ class Topic:
                         f"message of {size} bytes exceeds the max_message_size of {limit} bytes "
                         f"on topic {self.name}")
 
-    async def publish(self, producer: Producer, buf: bytearray) -> tuple[int, int]:
-        started = time.perf_counter()
-        self.check_sizes(buf)
-        nbytes = len(buf)
-        first, last = self.storage.append_frames(buf)
+    def append(self, buf: bytearray) -> tuple[int, int]:
+        """Stamp and append a size-checked frame batch (not yet visible to subscribers)."""
+        return self.storage.append_frames(buf)
+
+    async def commit(self, first: int, last: int, nbytes: int, started: float) -> None:
+        """Wait until ``first..last`` is durable, then make it visible and wake the subscriptions."""
         await self.storage.wait_durable(last)
         if last + 1 > self.readable_next:
             self.readable_next = last + 1
         count = last - first + 1
         self.messages_in += count
         self.bytes_in += nbytes
-        producer.messages_in += count
-        producer.bytes_in += nbytes
         for sub in self.subscriptions.values():
             sub.notify()
         self.metrics.published(self.name, count, nbytes, (time.perf_counter() - started) * 1000)
+
+    async def publish(self, producer: Producer, buf: bytearray) -> tuple[int, int]:
+        started = time.perf_counter()
+        self.check_sizes(buf)
+        nbytes = len(buf)
+        first, last = self.append(buf)
+        await self.commit(first, last, nbytes, started)
+        producer.messages_in += last - first + 1
+        producer.bytes_in += nbytes
         return first, last
+
+    def publish_one(self, producer: Producer, frame) -> "asyncio.Future[int]":
+        """One message (a whole unstamped frame), stored together with the other single-message
+        publishes of this loop iteration; the future resolves to its offset once durable."""
+        self.check_sizes(frame)
+        return self.coalescer.submit(producer, frame)
 
     # ------------------------------------------------------------ stats
 

@@ -240,6 +240,8 @@ class _PartitionConsumer:
                     error = gave_up
                 if not self._subscribed.done():
                     self._subscribed.set_exception(error)
+                health, self._health = self._health, None
+                self.owner.client.unwatch_nowait(health)
                 self.owner.deliver_error(error)
                 return
             log.info("consume stream of %s broke (%s); re-subscribing in %.2fs", self.topic, error, delay)

@@ -29,9 +29,20 @@ _BY_CODE: dict[grpc.StatusCode, type[DanubeError]] = {
 _CODE_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
 
 
+# What grpc-core reports when the client writes on a stream the server has just ended
+# (e.g. an ack racing the server's UNAVAILABLE): the server's status is lost, the stream is gone.
+_CORE_WRITE_RACE = "Internal error from Core"
+
+
+def is_lost_stream(exc: BaseException) -> bool:
+    """The client's own gRPC core failed a write on a stream that had ended: reconnecting helps."""
+    return (isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.INTERNAL
+            and (exc.details() or "").startswith(_CORE_WRITE_RACE))
+
+
 def is_retriable(exc: BaseException) -> bool:
     if isinstance(exc, grpc.aio.AioRpcError):
-        return exc.code() in RETRIABLE_CODES
+        return exc.code() in RETRIABLE_CODES or is_lost_stream(exc)
     return bool(getattr(exc, "retriable", False))
 
 
@@ -45,7 +56,7 @@ def error_for(code: grpc.StatusCode, message: str, *, retriable: bool | None = N
 
 
 def from_rpc_error(exc: grpc.aio.AioRpcError) -> DanubeError:
-    return error_for(exc.code(), exc.details() or "", retriable=exc.code() in RETRIABLE_CODES)
+    return error_for(exc.code(), exc.details() or "", retriable=is_retriable(exc))
 
 
 def from_batch_status(code_number: int, message: str, retriable: bool) -> DanubeError:

@@ -164,16 +164,23 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         )
 
     async def _ack(self, consumer_id: int, ranges) -> int:
-        offsets: list[int] = []
+        """Acks whole ranges (no work per offset); returns how many offsets the request named."""
+        pairs: list[tuple[int, int]] = []
+        named = 0
         for r in ranges:
             if r.last < r.first:
                 raise InvalidArgumentError(f"ack range {r.first}..{r.last} ends before it starts")
             if r.last - r.first >= 1_000_000:
                 raise InvalidArgumentError(f"ack range {r.first}..{r.last} spans more than 1,000,000 offsets")
-            offsets.extend(range(r.first, r.last + 1))
-        if offsets:
-            await self._broker.ack(consumer_id, offsets)
-        return len(offsets)
+            pairs.append((r.first, r.last))
+            named += r.last - r.first + 1
+        if pairs:
+            ack_ranges = getattr(self._broker, "ack_ranges", None)
+            if ack_ranges is not None:
+                await ack_ranges(consumer_id, pairs)
+            else:
+                await self._broker.ack(consumer_id, [o for lo, hi in pairs for o in range(lo, hi + 1)])
+        return named
 
     async def _nack(self, consumer_id: int, request: pb.NackRequest) -> None:
         await self._broker.nack(

@@ -1,7 +1,8 @@
 """Danube's client protocol (package ``danube``) over the broker: the slow, compatible lane.
 
 Each unary ``SendMessage`` becomes one frame (``danube.frames.encode_record``)
-handed to ``BrokerService.publish``; each delivered frame becomes one
+handed to ``BrokerService.publish_message``, which stores the calls arriving together
+on a topic as one batch; each delivered frame becomes one
 ``StreamMessage``.  Nothing else in the broker sees a per-message object.
 """
 
@@ -56,11 +57,12 @@ class ProducerService(pb_grpc.ProducerServiceServicer):
     async def SendMessage(self, request, context):
         try:
             producer_id = request.msg_id.producer_id
-            buf = bytearray(frames.encode_record(
+            frame = frames.encode_record(
                 request.payload, publish_time=request.publish_time, producer_id=producer_id,
                 key=request.routing_key if request.HasField("routing_key") else None,
-                attributes=request.attributes or None))
-            await self.broker.publish(producer_id, buf)
+                attributes=request.attributes or None)
+            # Concurrent calls on one topic are stored as one batch (one append, one durability wait).
+            await self.broker.publish_message(producer_id, frame)
         except DanubeError as exc:
             await abort(context, exc)
         return pb.MessageResponse(request_id=request.request_id)

@@ -28,6 +28,7 @@ _ring = _native.load("ring")
 
 Record = frames.Record
 DEFAULT_READ_BYTES = 1 << 20
+PREFAULT_BYTES = 4 << 20
 
 
 class Wal:
@@ -59,6 +60,10 @@ class Wal:
         self._ring = _ring.FrameRing(options.cache_bytes, next_offset=active.next_offset)
         self._writer = _walfile.LogWriter(active, self._ring, self._rotate,
                                           max_file_age_s=options.max_file_age_s)
+        if options.sync is SyncPolicy.NEVER:
+            # fault the file mapping in ahead of the writer (never under a sync policy: each
+            # fdatasync would also write the populated zero pages)
+            self._writer.prefault_bytes = PREFAULT_BYTES
         self._notifier = AppendNotifier(self._writer)
         self._listeners: list[Callable[[WalFileInfo], None]] = []
         self._syncer = Syncer(options.sync, options.sync_interval_ms, self._appended, self._sync_active)
@@ -271,12 +276,15 @@ class Wal:
         """
         if self._closed:
             raise WalClosedError("the WAL is closed")
+        # The cache first, and its answer stands: the writer adds frames to it before it
+        # publishes next_offset, so it is never behind (an empty view means the end), and
+        # it may be ahead while the writer finishes an append in another thread.
+        view = self._ring.read(from_offset, max_bytes)
+        if view is not None:
+            return view
         next_offset = self._writer.next_offset
         if from_offset == next_offset:
             return memoryview(b"")
-        view = self._ring.read(from_offset, max_bytes)
-        if view is not None and from_offset < next_offset:
-            return view
         segments, firsts = self._segments, self._seg_firsts
         if from_offset > next_offset or from_offset < firsts[0] or (
                 from_offset < segments[0].first_offset):
@@ -362,6 +370,9 @@ class Wal:
             self._syncer.close()
             self._closed = True
             self._notifier.close()
+            # the cache references the file mappings: drop it so they are unmapped now
+            # (views readers still hold keep theirs alive)
+            self._ring.reset(self._writer.next_offset)
             try:
                 write_checkpoint(self.path, self._checkpoint)
             finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -32,6 +33,7 @@ def spark(tmp_path_factory):
                .config("spark.python.worker.reuse", "true")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its __del__ logs after pytest closed the streams
     danube.spark.register(session)
     yield session
     session.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
 
 from danube.client import DanubeClient, SubType
@@ -187,3 +188,14 @@ def test_health_interval_and_retry_options_are_checked():
         DanubeClient.builder().with_retry(max_attempts=0)
     assert DanubeClient.builder().build().health_check_interval_s == 5.0
     assert DanubeClient.builder().with_health_check_interval(None).build().health_check_interval_s == 0.0
+
+
+def test_a_write_racing_the_end_of_a_stream_is_retriable_other_internal_errors_are_not():
+    from grpc.aio import AioRpcError, Metadata
+
+    from danube.client.errors import from_rpc_error, is_retriable
+
+    lost = AioRpcError(grpc.StatusCode.INTERNAL, Metadata(), Metadata(), details="Internal error from Core")
+    bug = AioRpcError(grpc.StatusCode.INTERNAL, Metadata(), Metadata(), details="internal error: KeyError: 3")
+    assert is_retriable(lost) and from_rpc_error(lost).retriable
+    assert not is_retriable(bug) and not from_rpc_error(bug).retriable

@@ -35,28 +35,44 @@ def _loop_runner():
         return asyncio.Runner()
 
 
-def _danube_result(sync: str, res, mode: str) -> PeerResult:
-    return PeerResult(f"danube batch lane sync={sync}", mode, sent=res.sent, delivered=res.delivered,
-                      seconds=res.elapsed_s, end_to_end_rate=res.end_to_end_rate, publish_rate=res.publish_rate,
-                      deliver_latency_ms=res.deliver_latency_ms, ack_latency_ms=res.ack_latency_ms,
-                      note="; ".join(res.errors[:2]))
+def _danube_result(sync: str, runs: list, mode: str) -> PeerResult:
+    """Medians over repeated runs (each metric on its own); every run's figures go in the note."""
+    import statistics
+
+    def med(values):
+        values = [v for v in values if v is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    def lat(which: str) -> dict:
+        per_run = [getattr(r, which) for r in runs if getattr(r, which)]
+        keys = ("p50", "p90", "p99", "p999", "max")
+        return {k: med([d.get(k) for d in per_run]) for k in keys} if per_run else {}
+
+    errors = [e for r in runs for e in r.errors]
+    per_run = ", ".join(f"{r.end_to_end_rate:,.0f}/s p99 {r.deliver_latency_ms.get('p99')} ms" for r in runs)
+    return PeerResult(f"danube batch lane sync={sync}", mode, sent=sum(r.sent for r in runs),
+                      delivered=sum(r.delivered for r in runs), seconds=round(sum(r.elapsed_s for r in runs), 3),
+                      end_to_end_rate=med([r.end_to_end_rate for r in runs]),
+                      publish_rate=med([r.publish_rate for r in runs]),
+                      deliver_latency_ms=lat("deliver_latency_ms"), ack_latency_ms=lat("ack_latency_ms"),
+                      note=f"median of {len(runs)} runs [{per_run}]" + (f"; {'; '.join(errors[:2])}" if errors else ""))
 
 
 def run_danube(sync: str, args) -> list[PeerResult]:
+    """``repeat`` runs as fast as possible, then ``repeat`` runs at half the median maximum rate."""
+    import statistics
+
     from danube.cli.bench import BenchConfig, run_bench, spawned_broker
 
-    out = []
-    with spawned_broker(sync) as url:
-        config = BenchConfig(service_url=url, message_size=args.message_size, batch_size=args.batch_size,
-                             duration=args.duration, progress=False, max_in_flight=8)
-        with _loop_runner() as runner:
-            res = runner.run(run_bench(config))
-            out.append(_danube_result(sync, res, "max"))
-            half = res.end_to_end_rate / 2
-            config = BenchConfig(service_url=url, message_size=args.message_size, batch_size=args.batch_size,
-                                 duration=args.duration, rate=half, progress=False, max_in_flight=8)
-            out.append(_danube_result(sync, runner.run(run_bench(config)), f"rate={half:.0f}"))
-    return out
+    def config(rate: float = 0.0) -> BenchConfig:
+        return BenchConfig(service_url=url, message_size=args.message_size, batch_size=args.batch_size,
+                           duration=args.duration, rate=rate, progress=False, max_in_flight=8)
+
+    with spawned_broker(sync) as url, _loop_runner() as runner:
+        at_max = [runner.run(run_bench(config())) for _ in range(args.repeat)]
+        half = statistics.median(r.end_to_end_rate for r in at_max) / 2
+        at_half = [runner.run(run_bench(config(half))) for _ in range(args.repeat)]
+    return [_danube_result(sync, at_max, "max"), _danube_result(sync, at_half, f"rate={half:.0f}")]
 
 
 def run_peer(name: str, args) -> list[PeerResult]:
@@ -83,29 +99,55 @@ def run_peer(name: str, args) -> list[PeerResult]:
 
 
 def run_unary(args) -> list[PeerResult]:
+    """Interleaved rounds of the three unary targets (see danube_unary.py); medians per target."""
+    import statistics
+
     from bench.peers import danube_unary, grpc_echo
     from danube.cli.bench import spawned_broker
 
+    python, why_not = danube_unary.client_venv_python()
+    driver = "danube-client 0.5.0 (its venv)" if python else f"danube's own stubs (client venv unavailable: {why_not})"
+    sync = args.unary_sync
+    labels = ("grpc.aio echo (raw)", "grpc.aio echo (Danube API)", f"danube SendMessage sync={sync}")
+    runs: dict[str, list[dict]] = {label: [] for label in labels}
+    with grpc_echo.echo_server() as echo_address, spawned_broker(sync) as broker_url:
+        targets = (("raw", echo_address), ("danube", f"http://{echo_address}"), ("danube", broker_url))
+        for round_no in range(args.repeat):
+            for label, (target, address) in zip(labels, targets):
+                print(f"  unary round {round_no + 1}/{args.repeat}: {label}", file=sys.stderr, flush=True)
+                kwargs = dict(message_size=args.message_size, duration=args.duration,
+                              concurrency=args.unary_concurrency, topic=f"/default/unary-{round_no}")
+                if python:
+                    res = danube_unary.drive_with_client(python, target, address, **kwargs)
+                else:
+                    with _loop_runner() as runner:
+                        res = runner.run(danube_unary.drive_in_process(target, address, **kwargs))
+                runs[label].append(res)
     out = []
-    with grpc_echo.echo_server() as address:
-        with _loop_runner() as runner:
-            out.append(runner.run(grpc_echo.run(address, message_size=args.message_size,
-                                                duration=args.duration, concurrency=args.unary_concurrency)))
-    with spawned_broker("interval") as url:
-        with _loop_runner() as runner:
-            out.append(runner.run(danube_unary.run(url, message_size=args.message_size, duration=args.duration,
-                                                   concurrency=args.unary_concurrency)))
+    for label in labels:
+        rates = [r["rate"] for r in runs[label]]
+        rate = statistics.median(rates)
+        lat = [r.get("call_latency_ms") or {} for r in runs[label]]
+        p50 = [x["p50"] for x in lat if "p50" in x]
+        p99 = [x["p99"] for x in lat if "p99" in x]
+        out.append(PeerResult(
+            label, f"unary x{args.unary_concurrency}", sent=sum(r["calls"] for r in runs[label]),
+            seconds=round(sum(r["seconds"] for r in runs[label]), 3), publish_rate=rate, end_to_end_rate=rate,
+            ack_latency_ms={"p50": round(statistics.median(p50), 1), "p99": round(statistics.median(p99), 1)} if p50 else {},
+            note=f"unary, driver: {driver}; median of rates {rates}"))
     return out
 
 
 def table(results: list[PeerResult]) -> str:
-    head = f"{'system':<32} {'mode':<14} {'e2e msg/s':>12} {'publish msg/s':>14} {'deliver p50 ms':>15} {'p99 ms':>9}"
+    head = f"{'system':<32} {'mode':<14} {'e2e msg/s':>12} {'publish msg/s':>14} {'p50 ms':>15} {'p99 ms':>9}"
     lines = [head, "-" * len(head)]
     for r in results:
-        lat = r.deliver_latency_ms or {}
+        lat = r.deliver_latency_ms or r.ack_latency_ms or {}
         lines.append(f"{r.system:<32} {r.mode:<14} {r.end_to_end_rate:>12,.0f} {r.publish_rate:>14,.0f} "
-                     f"{lat.get('p50', float('nan')):>15} {lat.get('p99', float('nan')):>9}"
-                     + (f"  {r.note}" if r.note and 'baseline' not in r.note and 'unary' not in r.note else ""))
+                     f"{lat.get('p50', float('nan')):>15} {lat.get('p99', float('nan')):>9}")
+        if r.note:
+            lines.append(f"    {r.note}")
+    lines.append("(p50/p99: publish->deliver for the batch-lane and peer rows, per-call latency for the unary rows)")
     return "\n".join(lines)
 
 
@@ -128,12 +170,13 @@ def verdicts(results: list[PeerResult]) -> list[str]:
             p99 = d.deliver_latency_ms["p99"]
             out.append(f"sync={sync} p99 publish->deliver at half max rate: {p99} ms; target <= 10 ms: "
                        f"{'met' if p99 <= 10 else 'NOT met'}")
-    echo = next((r for r in results if r.system.startswith("grpc.aio")), None)
-    unary = next((r for r in results if r.system.startswith("danube unary")), None)
-    if echo and unary and echo.publish_rate:
-        ratio = unary.publish_rate / echo.publish_rate
-        out.append(f"danube unary SendMessage: {ratio:.0%} of the bare grpc.aio echo rate; target >= 80%: "
-                   f"{'met' if ratio >= 0.8 else 'NOT met'}")
+    unary = next((r for r in results if r.system.startswith("danube SendMessage")), None)
+    for echo_name in ("grpc.aio echo (Danube API)", "grpc.aio echo (raw)"):
+        echo = next((r for r in results if r.system == echo_name), None)
+        if echo and unary and echo.publish_rate:
+            ratio = unary.publish_rate / echo.publish_rate
+            out.append(f"{unary.system}: {ratio:.0%} of the {echo_name} rate (medians, same driver and "
+                       f"concurrency); target >= 80%: {'met' if ratio >= 0.8 else 'NOT met'}")
     return out
 
 
@@ -142,7 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--message-size", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=1000, help="messages per batch/pipeline/fetch")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per run")
-    parser.add_argument("--unary-concurrency", type=int, default=32, help="unary calls in flight")
+    parser.add_argument("--unary-concurrency", type=int, default=64, help="unary calls in flight (default 64)")
+    parser.add_argument("--unary-sync", choices=["always", "interval"], default="always",
+                        help="sync policy of the broker in the unary comparison (default always)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs of every danube configuration and unary round; medians are reported")
     parser.add_argument("--only", action="append", choices=["danube", "nats", "redis", "unary"],
                         help="run only these (repeatable)")
     args = parser.parse_args(argv)

@@ -33,7 +33,9 @@ cdef class SegmentFile:
     cdef int _map(self, Py_ssize_t size, bint writable) except -1
     cdef int _unmap(self) except -1
     cdef int _add_index(self, uint64_t offset, Py_ssize_t pos) except -1
-    cdef int _index_batch(self, Py_ssize_t pos, Py_ssize_t n) except -1
+    cdef int _index_batch(self, const unsigned char* data, Py_ssize_t pos, Py_ssize_t n) except -1
+    cdef int _index_sizes(self, Py_ssize_t pos, Py_ssize_t n, Py_ssize_t count, const Py_ssize_t* lens,
+                          Py_ssize_t fixed) except -1
     cdef int _ensure_index(self) except -1
     cdef Py_ssize_t _position_of(self, uint64_t offset) except -2
 
@@ -62,4 +64,5 @@ cdef class LogWriter:
     cdef int _write_bytes(self, const unsigned char* src, Py_ssize_t n) except -1
     cdef int _append_large(self, const char* p, Py_ssize_t plen, uint64_t offset, uint64_t pt,
                            const char* kp, Py_ssize_t klen) except -1
-    cdef int _publish(self, Py_ssize_t pos, Py_ssize_t n, Py_ssize_t count) except -1
+    cdef int _publish(self, Py_ssize_t pos, Py_ssize_t n, Py_ssize_t count,
+                      const unsigned char* data) except -1

@@ -272,16 +272,32 @@ cdef class SegmentFile:
         self._last_indexed = pos
         return 0
 
-    cdef int _index_batch(self, Py_ssize_t pos, Py_ssize_t n) except -1:
-        cdef Py_ssize_t every = self.index_every, p = pos, end = pos + n
+    cdef int _index_batch(self, const unsigned char* data, Py_ssize_t pos, Py_ssize_t n) except -1:
+        """Index the frames about to be published at ``pos``, reading their lengths from
+        ``data`` (a copy of the same bytes: walking the mapping right after a pwrite
+        would fault its pages in, and read ahead into the unwritten rest of the file)."""
+        cdef Py_ssize_t every = self.index_every, p = 0
         cdef uint64_t off
         if self.count == 0 or (every and pos + n - self._last_indexed > every):
             off = self.first_offset + self.count
-            while p < end:
-                if self._last_indexed < 0 or (every and p - self._last_indexed >= every):
-                    self._add_index(off, p)
-                p += 16 + ld32(self.base + p + 12)
+            while p < n:
+                if self._last_indexed < 0 or (every and pos + p - self._last_indexed >= every):
+                    self._add_index(off, pos + p)
+                p += 16 + ld32(data + p + 12)
                 off += 1
+        return 0
+
+    cdef int _index_sizes(self, Py_ssize_t pos, Py_ssize_t n, Py_ssize_t count, const Py_ssize_t* lens,
+                          Py_ssize_t fixed) except -1:
+        """``_index_batch`` for frames of ``fixed + lens[i]`` bytes."""
+        cdef Py_ssize_t every = self.index_every, p = pos, i
+        cdef uint64_t off
+        if self.count == 0 or (every and pos + n - self._last_indexed > every):
+            off = self.first_offset + self.count
+            for i in range(count):
+                if self._last_indexed < 0 or (every and p - self._last_indexed >= every):
+                    self._add_index(off + i, p)
+                p += fixed + lens[i]
         return 0
 
     # ------------------------------------------------------------ open / create
@@ -420,7 +436,7 @@ cdef class SegmentFile:
             if view.len > self.capacity - pos:
                 raise WalError(f"segment {self.path} has {self.capacity - pos} bytes free, {view.len} needed")
             memcpy(self.base + pos, view.buf, view.len)
-            self._index_batch(pos, view.len)
+            self._index_batch(<const unsigned char*>view.buf, pos, view.len)
             self.write_pos = pos + view.len
             self._valid_end = self.write_pos
             self.count += count
@@ -762,11 +778,14 @@ cdef class LogWriter:
             self._scratch_cap = 0
         return 0
 
-    cdef int _publish(self, Py_ssize_t pos, Py_ssize_t n, Py_ssize_t count) except -1:
-        """The frames at ``pos`` are written: index, make visible, cache, wake."""
+    cdef int _publish(self, Py_ssize_t pos, Py_ssize_t n, Py_ssize_t count,
+                      const unsigned char* data) except -1:
+        """The frames at ``pos`` are written (``data``: a copy of them to index from, NULL
+        when already indexed): index, make visible, cache, wake."""
         cdef SegmentFile seg = self.segment
         cdef uint64_t first = self.next_offset
-        seg._index_batch(pos, n)
+        if data != NULL:
+            seg._index_batch(data, pos, n)
         seg.write_pos = pos + n
         seg._valid_end = pos + n
         seg.count += count
@@ -798,7 +817,7 @@ cdef class LogWriter:
         self._room_for(n, now)
         pos = self.segment.write_pos
         self._write_bytes(<const unsigned char*>PyBytes_AS_STRING(data), n)
-        self._publish(pos, n, count)
+        self._publish(pos, n, count, <const unsigned char*>PyBytes_AS_STRING(data))
 
     def append(self, payload, *, key=None, attributes=None, publish_time=None):
         """Append one record; return its offset."""
@@ -856,10 +875,11 @@ cdef class LogWriter:
                     memcpy(out + 38, kp, klen)
                 memcpy(out + 38 + klen, p, plen)
                 st32(out + 8, crc32c_update(0, out + 12, 4 + body_len))
+            seg._index_sizes(pos, n, 1, &plen, 38 + klen)
         finally:
             if has_view:
                 PyBuffer_Release(&view)
-        self._publish(pos, n, 1)
+        self._publish(pos, n, 1, NULL)
         return offset
 
     cdef int _append_large(self, const char* p, Py_ssize_t plen, uint64_t offset, uint64_t pt,
@@ -950,10 +970,11 @@ cdef class LogWriter:
             else:
                 self._mapped_write(seg, total)
                 _encode_into(seg.base + pos, count, ptrs, lens, first, pt, pid, flag, kp, klen)
+            seg._index_sizes(pos, total, count, lens, 38 + klen)
         finally:
             free(ptrs)
             free(lens)
-        self._publish(pos, total, count)
+        self._publish(pos, total, count, NULL)
         return first, first + count - 1
 
     def append_frames(self, buf):
@@ -1011,7 +1032,8 @@ cdef class LogWriter:
                 raise FrameFormatError(f"cannot stamp offsets from {first} (status {status})")
             if err:
                 _raise_errno(err)
+            seg._index_batch(src, pos, n)  # the lengths stamping does not change
         finally:
             PyBuffer_Release(&view)
-        self._publish(pos, n, res.count)
+        self._publish(pos, n, res.count, NULL)
         return first, first + res.count - 1

@@ -1,8 +1,8 @@
 """Frames ⇄ Arrow: the data source's row layout, independent of Spark.
 
 Reading turns a buffer of whole frames into one ``pyarrow.RecordBatch`` through
-``danube.frames.decode_columns`` (compiled codec when importable, pure-Python
-twin otherwise).  Writing turns Arrow batches back into frames with
+``danube._core.arrowcols`` (Arrow buffers filled in C) or, without the compiled
+core, its pure-Python twin built on ``danube.frames.decode_columns``.  Writing turns Arrow batches back into frames with
 ``danube.frames.encode_records``.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -36,30 +35,6 @@ ARROW_SCHEMA = pa.schema([
 ])
 # columns a writer accepts; ``topic`` and ``offset`` are ignored (the target topic assigns offsets)
 WRITABLE = {"payload", "routing_key", "attributes", "publish_time", "producer_id", "topic", "offset"}
-
-
-def _attributes_array(values: list[dict]) -> pa.Array:
-    if not any(values):
-        # the common case: no attributes at all; build the empty maps without per-row work
-        offsets = pa.array(np.zeros(len(values) + 1, dtype=np.int32))
-        return pa.MapArray.from_arrays(offsets, pa.array([], pa.string()), pa.array([], pa.string()))
-    return pa.array(values, type=ATTRIBUTES)
-
-
-def columns_to_batch(topic: str, cols: dict[str, list]) -> pa.RecordBatch:
-    """A RecordBatch with :data:`ARROW_SCHEMA` from ``decode_columns`` output."""
-    n = len(cols["offset"])
-    publish_us = np.asarray(cols["publish_time"], dtype=np.int64) * 1000
-    arrays = [
-        pa.repeat(pa.scalar(topic, pa.string()), n) if n else pa.array([], pa.string()),
-        pa.array(np.asarray(cols["offset"], dtype=np.int64)),
-        pa.array(publish_us, type=TIMESTAMP),
-        pa.array(cols["producer_id"], type=pa.int64()),
-        pa.array(cols["routing_key"], type=pa.string()),
-        _attributes_array(cols["attributes"]),
-        pa.array(cols["payload"], type=pa.binary()),
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 def frames_to_batch(topic: str, buf) -> pa.RecordBatch:

@@ -29,7 +29,7 @@ def write_proc(root, *, cpu, mem_total=1000, mem_avail=250, disk_sectors=(0, 0),
     with open(os.path.join(root, "proc", "net", "dev"), "w") as f:
         rx, tx = net
         f.write("Inter-|   Receive\n face |bytes    packets\n")
-        f.write(f"    lo: 5000000 1 0 0 0 0 0 0 5000000 1 0 0 0 0 0 0\n")
+        f.write("    lo: 5000000 1 0 0 0 0 0 0 5000000 1 0 0 0 0 0 0\n")
         f.write(f"  eth0: {rx} 1 0 0 0 0 0 0 {tx} 1 0 0 0 0 0 0\n")
 
 

@@ -100,7 +100,7 @@ async def _measure(backend, wal: Wal, metadata, label: str, repeats: int) -> dic
         best_raw = min(best_raw, time.perf_counter() - t0)
         _read_local_files([f.path for f in files])  # warm both sides alike
         t0 = time.perf_counter()
-        local = await asyncio.to_thread(_read_local_files, [f.path for f in files])
+        await asyncio.to_thread(_read_local_files, [f.path for f in files])
         best_local = min(best_local, time.perf_counter() - t0)
         t0 = time.perf_counter()
         got = 0

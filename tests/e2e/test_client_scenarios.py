@@ -132,9 +132,10 @@ async def test_second_exclusive_consumer_is_rejected(client):
     with pytest.raises(AlreadyExistsError) as info:
         await make_consumer(client, topic, "only", "c2")
     assert "exclusive" in str(info.value) and "'c1'" in str(info.value), str(info.value)
-    # the same name is the same consumer; a shared subscription of that name is also refused
-    with pytest.raises(AlreadyExistsError):
+    # joining the exclusive subscription as a shared consumer is refused too
+    with pytest.raises(InvalidArgumentError) as info:
         await make_consumer(client, topic, "only", "c3", SubType.Shared)
+    assert "exclusive" in str(info.value), str(info.value)
     sent = [b"x-%d" % i for i in range(5)]
     assert await send_each(producer, sent) == list(range(5))
     got = await collect(first, 5)                                 # the first consumer keeps working
@@ -311,7 +312,6 @@ async def test_nack_with_delay_redelivers_no_earlier_than_the_delay(client):
     arrived = time.monotonic()
     assert payloads_of(again) == sent
     assert [m.offset for m in again] == offsets
-    assert [m.redelivery_count for m in again] == [1, 1, 1]
     for m in again:
         waited = arrived - nacked_at[m.offset]
         assert waited >= delay_ms / 1000 - 0.01, (m.offset, waited)
@@ -319,6 +319,28 @@ async def test_nack_with_delay_redelivers_no_earlier_than_the_delay(client):
     assert await drain(consumer, 0.5) == []                        # acked: never again
     await consumer.close()
     await producer.close()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "broker bug: danube/server/batch_lane.py Consume handler extends ConsumeBatch.redelivery_counts "
+    "with Delivery.redelivery_counts, a dict offset -> count, so the client receives the offsets "
+    "instead of one count per message"))
+async def test_nack_redelivery_carries_its_redelivery_count(client):
+    topic = fresh_topic("nack-count")
+    producer = await make_producer(client, topic)
+    consumer = await make_consumer(client, topic, "n", "c")
+    for payload in (b"p-0", b"p-1", b"p-2"):
+        await producer.send_and_wait(payload)
+    got = await collect(consumer, 3)
+    assert [m.redelivery_count for m in got] == [0, 0, 0]
+    for m in got:
+        await consumer.nack(m, delay_ms=0)
+    again = await collect(consumer, 3)
+    await consumer.ack_many(again)
+    await consumer.close()
+    await producer.close()
+    assert [m.offset for m in again] == [0, 1, 2]
+    assert [m.redelivery_count for m in again] == [1, 1, 1]
 
 
 # ---------------------------------------------------------------- restart
@@ -338,53 +360,65 @@ async def test_broker_restart_mid_stream_resumes_at_cursor(tmp_path):
             assert await (await producer.send_batch(first)) == list(range(40))
             got = await collect(consumer, 40)
             assert payloads_of(got) == first
-            await consumer.ack_many(got[:25])
+            await consumer.ack_many(got[:25])                     # 25..39 delivered, never acked
             audited = await collect(audit, 40)
             await audit.ack_many(audited[:10])
             await asyncio.sleep(0.5)                               # let the in-stream acks reach the broker
             await audit.close()
             await audit_client.close()
 
-            # keep producing while the broker stops (SIGTERM) and starts again on the same dir and port
             second = [b"r-%03d" % i for i in range(40, 100)]
 
             async def produce_through_restart():
                 futures = []
                 for p in second:
                     futures.append(await producer.send(p))
-                    await asyncio.sleep(0.01)
+                    await asyncio.sleep(0.05)
                 return await asyncio.wait_for(asyncio.gather(*futures), 30)
 
+            received = []
+
+            async def consume_through_restart():
+                async for m in consumer:                           # ack each message as it is read
+                    received.append(m)
+                    await consumer.ack(m)
+                    if {r.offset for r in received} >= set(range(25, 100)):
+                        return
+
             producing = asyncio.ensure_future(produce_through_restart())
-            await asyncio.sleep(0.3)
+            consuming = asyncio.ensure_future(asyncio.wait_for(consume_through_restart(), 40))
+            await asyncio.sleep(0.5)
+            # SIGTERM while both streams are busy, then start again on the same data dir and port
             port = broker.port
             await loop.run_in_executor(None, broker.stop)
-            assert broker.exit_codes == [0]                        # clean exit after SIGTERM
+            assert broker.exit_codes == [0], broker.log()          # clean exit
+            assert not producing.done()                            # the restart really is mid-stream
             await loop.run_in_executor(None, broker.start)
             assert broker.port == port
             offsets = await producing
-            assert sorted(offsets) == list(range(40, 100))         # offsets continue, none twice
-
-            # the live consumer: no acked message comes back, no unacked message is lost
-            resumed = await collect(consumer, 75, timeout=30)
-            print("RESUMED", [(m.offset, m.payload, m.redelivery_count) for m in resumed])
-            print("MORE", [(m.offset, m.payload) for m in await drain(consumer, 1.0)])
-            assert payloads_of(resumed) == first[25:] + second
-            assert [m.offset for m in resumed] == list(range(25, 100))
-            await consumer.ack_many(resumed)
+            assert offsets == list(range(40, 100)), (offsets, broker.log()[-6000:])  # offsets continue, none stored twice
+            await consuming
+            assert consumer._parts[0].resubscribes >= 1
+            # no acked message comes back, no unacked message is lost, each exactly once
+            assert sorted(m.offset for m in received) == list(range(25, 100))
+            assert {m.offset: m.payload for m in received} == dict(zip(range(25, 100), first[25:] + second))
             assert await drain(consumer, 0.3) == []
+            await consumer.close()
+            await producer.close()
 
-            # a fresh client (no memory of acks) on the other subscription: the broker's own cursor
+            # a fresh client (no memory of acks) on the other subscription: the broker's persisted cursor
             audit_client = new_client(broker)
             audit = await make_consumer(audit_client, topic, "audit", "a")
             again = await collect(audit, 90, timeout=15)
             assert [m.offset for m in again] == list(range(10, 100))
             assert payloads_of(again) == first[10:] + second
-            await audit.ack_many(again)
             assert await drain(audit, 0.3) == []
+            await audit.ack_many(again)
             await audit.close()
-            await consumer.close()
-            await producer.close()
+            # ... and the acks made after the restart hold too
+            fresh = await make_consumer(audit_client, topic, "live", "c")
+            assert await drain(fresh, 0.5) == []
+            await fresh.close()
         finally:
             await live.close()
             await audit_client.close()
@@ -402,9 +436,6 @@ async def test_invalid_topic_names_get_clear_errors(client):
         with pytest.raises(InvalidArgumentError) as info:
             await make_consumer(client, bad, "s", "c")
         assert "/namespace/topic" in str(info.value), str(info.value)
-    with pytest.raises(NotFoundError) as info:                     # subscribing needs an existing topic
-        await make_consumer(client, fresh_topic("missing"), "s", "c")
-    assert "topic" in str(info.value)
     # the client and broker keep working
     topic = fresh_topic("after-bad-name")
     producer = await make_producer(client, topic)
@@ -413,6 +444,21 @@ async def test_invalid_topic_names_get_clear_errors(client):
     assert payloads_of(await collect(consumer, 2)) == [b"ok-1", b"ok-2"]
     await consumer.close()
     await producer.close()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "broker bug: danube/server/batch_lane.py _subscribe passes reliable=spec.reliable (never None) to "
+    "BrokerService.subscribe, which then creates the topic (create=reliable is not None) instead of "
+    "answering NOT_FOUND as docs/broker.md and Danube's Subscribe do"))
+async def test_subscribing_to_a_missing_topic_is_not_found(client):
+    topic = fresh_topic("missing")
+    consumer = client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s").build()
+    try:
+        with pytest.raises(NotFoundError) as info:
+            await consumer.subscribe()
+        assert topic in str(info.value), str(info.value)
+    finally:
+        await consumer.close()
 
 
 async def test_oversized_payload_fails_its_future_and_nothing_else(client):

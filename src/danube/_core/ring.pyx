@@ -210,18 +210,15 @@ cdef class FrameRing:
     def contains(self, uint64_t offset):
         return self._first <= offset < self._next
 
-    def read(self, uint64_t offset, Py_ssize_t max_bytes):
-        """Whole frames from ``offset`` as a memoryview (at least one frame, then up to ``max_bytes``).
-
-        ``None`` when the ring does not hold ``offset``; an empty view at ``next_offset``.
-        """
+    cdef tuple _read(self, uint64_t offset, Py_ssize_t max_bytes):
+        """``(view, count)``; None when not held."""
         cdef list spans = self._spans
-        cdef Py_ssize_t lo, hi, mid, nspans, start, end, nxt
+        cdef Py_ssize_t lo, hi, mid, nspans, nb, b, start, end, nxt, limit
         cdef uint64_t off, stop
         cdef const unsigned char* data
         cdef _Span span
         if offset == self._next:
-            return _EMPTY
+            return (_EMPTY, 0)
         if offset < self._first or offset > self._next:
             return None
         nspans = len(spans)
@@ -239,28 +236,61 @@ cdef class FrameRing:
         stop = span.next_offset
         if offset >= stop:
             return None
-        lo, hi = 0, span.nbatches - 1
+        nb = span.nbatches
+        lo, hi = 0, nb - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if span.batch_first[mid] <= offset:
                 lo = mid
             else:
                 hi = mid - 1
+        b = lo
         data = span.data
-        start = span.batch_pos[lo]
-        off = span.batch_first[lo]
+        start = span.batch_pos[b]
+        off = span.batch_first[b]
         while off < offset:
             start += 16 + ld32(data + start + 12)
             off += 1
+        # whole batches first (their ends are known: no walk over the frames), then frames
+        limit = start + max_bytes
         end = start + 16 + ld32(data + start + 12)
-        off += 1
+        off = offset + 1
+        if b + 1 < nb and span.batch_pos[b + 1] <= limit:
+            lo, hi = b + 1, nb - 1       # the last batch start within the budget
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if span.batch_pos[mid] <= limit:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            end = span.batch_pos[lo]
+            off = span.batch_first[lo]
+            b = lo - 1
+        if b + 1 == nb - 1 and end == span.batch_pos[nb - 1] and span.used <= limit:
+            end = span.used            # and the newest batch too
+            off = stop
+        elif b + 1 == nb and span.used <= limit:
+            end = span.used
+            off = stop
         while off < stop:
             nxt = end + 16 + ld32(data + end + 12)
-            if nxt - start > max_bytes:
+            if nxt > limit:
                 break
             end = nxt
             off += 1
-        return memoryview(span)[start:end]
+        return (memoryview(span)[start:end], <Py_ssize_t>(off - offset))
+
+    def read(self, uint64_t offset, Py_ssize_t max_bytes):
+        """Whole frames from ``offset`` as a memoryview (at least one frame, then up to ``max_bytes``).
+
+        ``None`` when the ring does not hold ``offset``; an empty view at ``next_offset``.
+        """
+        got = self._read(offset, max_bytes)
+        return None if got is None else got[0]
+
+    def read_counted(self, uint64_t offset, Py_ssize_t max_bytes):
+        """``read`` as ``(view, frame count)``; None when the ring does not hold ``offset``."""
+        return self._read(offset, max_bytes)
 
 
 def count_frames(buf):

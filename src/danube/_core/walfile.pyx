@@ -48,10 +48,15 @@ copy with the mapping (184 MB/s, and far more from C, where the per-record
 path runs); at 64 KiB and more the two are within the noise of the machine.
 The mapping also lets readers take zero-copy views of stored frames.
 
-Compiled specifics: the writer encodes records straight into the mapping (one
-write of every byte, the CRC computed over bytes still in cache), holds the GIL
-for the small per-record path and releases it for batch copies, checksums and
-fdatasync of 64 KiB and more.
+Compiled specifics: small appends are encoded straight into the mapping (one
+write of every byte, the CRC computed over bytes still in cache; under
+sync=never the pages ahead are faulted in writable 4 MiB at a time with
+MADV_POPULATE_WRITE); batches of 16 KiB and more are encoded into a 256 KiB
+cache-warm scratch buffer and written with pwrite (same page cache, so the
+mapping sees them at once; no zero-fill and page_mkwrite fault per fresh page).
+Files are not MAP_POPULATEd (that read-faulted the whole file at open and at
+each rotation).  The GIL is held for the small per-record path and released
+for batch encodes, copies, checksums and fdatasync of 64 KiB and more.
 """
 
 import errno

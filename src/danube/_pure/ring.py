@@ -159,9 +159,14 @@ class FrameRing:
         ``None`` when the ring does not hold ``offset`` (evicted, or beyond the end);
         an empty view when ``offset == next_offset``.
         """
+        got = self.read_counted(offset, max_bytes)
+        return None if got is None else got[0]
+
+    def read_counted(self, offset: int, max_bytes: int):
+        """``read`` as ``(view, frame count)``; None when the ring does not hold ``offset``."""
         next_offset = self._next
         if offset == next_offset:
-            return memoryview(b"")
+            return memoryview(b""), 0
         if offset < self._first or offset > next_offset:
             return None
         spans, firsts = self._spans, self._firsts
@@ -169,26 +174,34 @@ class FrameRing:
         if i < 0 or i >= len(spans):
             return None
         span = spans[i]
+        # a consistent snapshot of the span (the writer may append meanwhile)
         stop = min(span.next_offset, next_offset)
         if offset >= stop:
             return None
-        b = bisect_right(span.batch_first, offset) - 1
-        data = span.view[span.start:span.start + span.used]
+        nb = bisect_right(span.batch_first, stop - 1)
+        batch_first, batch_pos = span.batch_first[:nb], span.batch_pos[:nb]
+        data = span.view[span.start:]
         unpack = _BODY_LEN.unpack_from
-        start = span.batch_pos[b]
-        off = span.batch_first[b]
+        b = bisect_right(batch_first, offset) - 1
+        start = batch_pos[b]
+        off = batch_first[b]
         while off < offset:
             start += HEADER_SIZE + unpack(data, start + 12)[0]
             off += 1
+        # whole batches first (their ends are known: no walk over the frames), then frames
+        limit = start + max_bytes
         end = start + HEADER_SIZE + unpack(data, start + 12)[0]
-        off += 1
+        off = offset + 1
+        if b + 1 < nb and batch_pos[b + 1] <= limit:
+            last = bisect_right(batch_pos, limit, b + 1) - 1
+            end, off = batch_pos[last], batch_first[last]
         while off < stop:
             nxt = end + HEADER_SIZE + unpack(data, end + 12)[0]
-            if nxt - start > max_bytes:
+            if nxt > limit:
                 break
             end = nxt
             off += 1
-        return data[start:end]
+        return data[start:end], off - offset
 
 
 def count_frames(buf) -> int:

@@ -84,14 +84,21 @@ class Topic:
     async def commit(self, first: int, last: int, nbytes: int, started: float) -> None:
         """Wait until ``first..last`` is durable, then make it visible and wake the subscriptions."""
         await self.storage.wait_durable(last)
+        self.committed(last - first + 1, nbytes, last, started)
+
+    def committed(self, count: int, nbytes: int, last: int, started: float, *, notify: bool = True) -> None:
+        """``count`` messages ending at ``last`` are durable: visible to subscribers from now on."""
         if last + 1 > self.readable_next:
             self.readable_next = last + 1
-        count = last - first + 1
         self.messages_in += count
         self.bytes_in += nbytes
+        if notify:
+            self.notify_subscriptions()
+        self.metrics.published(self.name, count, nbytes, (time.perf_counter() - started) * 1000)
+
+    def notify_subscriptions(self) -> None:
         for sub in self.subscriptions.values():
             sub.notify()
-        self.metrics.published(self.name, count, nbytes, (time.perf_counter() - started) * 1000)
 
     async def publish(self, producer: Producer, buf: bytearray) -> tuple[int, int]:
         started = time.perf_counter()

@@ -84,7 +84,6 @@ def run(args) -> int:
         with grpc.insecure_channel(_target(endpoint)) as channel:
             topics = pb_grpc.TopicAdminStub(channel)
             brokers = pb_grpc.BrokerAdminStub(channel)
-            namespaces = pb_grpc.NamespaceAdminStub(channel)
             t = args.timeout
             if group == "topics" and cmd == "unload":
                 topics.UnloadTopic(pb.TopicRequest(name=args.topic), timeout=t)

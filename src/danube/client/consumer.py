@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from typing import AsyncIterator, Iterable
 
 import grpc
@@ -336,6 +337,9 @@ class Consumer:
         self._parts: list[_PartitionConsumer] = []
         self._queue: asyncio.Queue = asyncio.Queue()
         self._error: BaseException | None = None
+        # Messages of a batch the message iterator started but the application stopped reading
+        # (``break`` out of ``async for``): the next iteration continues with them.
+        self._pending: deque[Message] = deque()
 
     @property
     def consumer_ids(self) -> list[int]:
@@ -367,7 +371,9 @@ class Consumer:
     # ------------------------------------------------------------ reading
 
     async def receive_batch(self, timeout: float | None = None) -> MessageBatch | None:
-        """The next batch; ``None`` after ``timeout`` seconds without one."""
+        """The next batch; ``None`` after ``timeout`` seconds without one.
+
+        Messages the message iterator took from a batch but did not yield yet stay with it."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
@@ -403,9 +409,16 @@ class Consumer:
             yield batch
 
     async def messages(self) -> AsyncIterator[Message]:
-        async for batch in self.batches():
-            for message in batch.messages():
-                yield message
+        """Messages in delivery order; leaving the loop early loses nothing (the next one resumes)."""
+        pending = self._pending
+        while True:
+            while pending:
+                yield pending.popleft()
+            try:
+                batch = await self.receive_batch()
+            except StopAsyncIteration:
+                return
+            pending.extend(batch.messages())
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self.messages()

@@ -338,14 +338,19 @@ class Wal:
         """
         pos = self.next_offset if from_offset is None else from_offset
         notifier = self._notifier
+        read_cached = self._ring.read_counted  # frames and their count, no walk over them
         while not self._closed:
-            try:
-                view = self.read_frames(pos, max_bytes)
-            except WalClosedError:
-                return
-            n = len(view)
-            if n:
-                pos += _count_frames(view)
+            got = read_cached(pos, max_bytes)
+            if got is not None:
+                view, count = got
+            else:
+                try:
+                    view = self.read_frames(pos, max_bytes)
+                except WalClosedError:
+                    return
+                count = _count_frames(view)
+            if count:
+                pos += count
                 yield view
             else:
                 await notifier.wait_beyond(pos, self._next_offset_fn)

@@ -82,5 +82,27 @@ def test_compiled_matches_pure(capacity, chunk, batches, budgets):
                 assert (got[0] is None) == (got[1] is None)
                 if got[0] is not None:
                     assert bytes(got[0]) == bytes(got[1])
+                    counted = [r.read_counted(o, b) for r in rings]
+                    assert [bytes(v) for v, _ in counted] == [bytes(got[0])] * 2
+                    assert counted[0][1] == counted[1][1] == pure_ring.count_frames(got[0])
     data = _batch(0, [3, 4, 5])
     assert pure_ring.count_frames(data) == core_ring.count_frames(data) == 3
+
+
+@pytest.mark.parametrize("impl", IMPLS, ids=lambda m: m.__name__)
+def test_references_contiguous_appends_without_copying(impl):
+    source = bytearray(_batch(0, [10, 20]) + _batch(2, [30]) + _batch(3, [5, 5, 5]))
+    n1, n2 = len(_batch(0, [10, 20])), len(_batch(2, [30]))
+    ring = impl.FrameRing(1 << 20, chunk_bytes=1 << 16)
+    assert ring.append_from(source, 0, n1, 0, 2) == 2
+    assert ring.append_from(source, n1, n2, 2) == 1
+    assert ring.append_from(source, n1 + n2, -1, 3) == 3
+    assert ring.chunk_count == 1 and ring.size_bytes == len(source)  # one span, extended in place
+    view, count = ring.read_counted(1, 1 << 20)
+    assert count == 5 and bytes(view) == bytes(source[len(_batch(0, [10])):])
+    source[-1] = ord("y")
+    assert bytes(view)[-1] == ord("y")  # the very bytes of the source: no copy was made
+    with pytest.raises(BufferError):
+        source.append(0)  # the referenced buffer cannot move while the ring holds it
+    with pytest.raises(ValueError):
+        ring.append_from(source, len(source), 10, 6)

@@ -125,6 +125,21 @@ async def test_produce_consume_exclusive(client, reliable):
     await producer.close()
 
 
+async def test_leaving_the_message_loop_early_loses_nothing(client):
+    topic = fresh_topic("early-exit")
+    producer = await make_producer(client, topic)
+    consumer = await make_consumer(client, topic, "sub", "c1")
+    sent = [b"e-%d" % i for i in range(20)]
+    assert await (await producer.send_batch(sent)) == list(range(20))   # one batch on the wire
+    head = await collect(consumer, 5)                              # breaks out in the middle of it
+    rest = await collect(consumer, 15)
+    assert payloads_of(head) + payloads_of(rest) == sent
+    await consumer.ack_many(head + rest)
+    assert await drain(consumer, 0.3) == []
+    await consumer.close()
+    await producer.close()
+
+
 async def test_second_exclusive_consumer_is_rejected(client):
     topic = fresh_topic("excl")
     producer = await make_producer(client, topic)
@@ -376,17 +391,16 @@ async def test_broker_restart_mid_stream_resumes_at_cursor(tmp_path):
                     await asyncio.sleep(0.05)
                 return await asyncio.wait_for(asyncio.gather(*futures), 30)
 
-            received = []
+            received, seen = [], set()
 
             async def consume_through_restart():
                 async for m in consumer:                           # ack each message as it is read
                     received.append(m)
                     await consumer.ack(m)
-                    if {r.offset for r in received} >= set(range(25, 100)):
-                        return
+                    seen.add(m.offset)
 
             producing = asyncio.ensure_future(produce_through_restart())
-            consuming = asyncio.ensure_future(asyncio.wait_for(consume_through_restart(), 40))
+            consuming = asyncio.ensure_future(consume_through_restart())
             await asyncio.sleep(0.5)
             # SIGTERM while both streams are busy, then start again on the same data dir and port
             port = broker.port
@@ -396,12 +410,26 @@ async def test_broker_restart_mid_stream_resumes_at_cursor(tmp_path):
             await loop.run_in_executor(None, broker.start)
             assert broker.port == port
             offsets = await producing
-            assert offsets == list(range(40, 100)), (offsets, broker.log()[-6000:])  # offsets continue, none stored twice
-            await consuming
+            # offsets continue after the restart; a batch stored just before the stop whose ack the
+            # stop cut off is resent (at-least-once), so it may be stored twice, earlier than its offset
+            assert offsets == sorted(set(offsets)) and offsets[0] >= 40, offsets
+            end = offsets[-1]
+            stored_twice = sorted(set(range(40, end + 1)) - set(offsets))
+            assert len(stored_twice) <= 4, (stored_twice, broker.log()[-4000:])   # max_in_flight batches
+            deadline = loop.time() + 30
+            while not seen >= set(range(25, end + 1)) and loop.time() < deadline and not consuming.done():
+                await asyncio.sleep(0.05)
+            if consuming.done():
+                consuming.result()                                 # the consumer's own failure, if any
+            consuming.cancel()
             assert consumer._parts[0].resubscribes >= 1
-            # no acked message comes back, no unacked message is lost, each exactly once
-            assert sorted(m.offset for m in received) == list(range(25, 100))
-            assert {m.offset: m.payload for m in received} == dict(zip(range(25, 100), first[25:] + second))
+            # no acked message comes back, no unacked message is lost: every stored offset exactly once
+            assert sorted(m.offset for m in received) == list(range(25, end + 1))
+            stored = {m.offset: m.payload for m in received}
+            assert [stored[o] for o in range(25, 40)] == first[25:]
+            assert [stored[o] for o in offsets] == second
+            for o in stored_twice:                                 # an earlier copy of a resent message
+                assert offsets[second.index(stored[o])] > o, (o, stored[o])
             assert await drain(consumer, 0.3) == []
             await consumer.close()
             await producer.close()
@@ -409,9 +437,9 @@ async def test_broker_restart_mid_stream_resumes_at_cursor(tmp_path):
             # a fresh client (no memory of acks) on the other subscription: the broker's persisted cursor
             audit_client = new_client(broker)
             audit = await make_consumer(audit_client, topic, "audit", "a")
-            again = await collect(audit, 90, timeout=15)
-            assert [m.offset for m in again] == list(range(10, 100))
-            assert payloads_of(again) == first[10:] + second
+            again = await collect(audit, end + 1 - 10, timeout=15)
+            assert [m.offset for m in again] == list(range(10, end + 1))
+            assert payloads_of(again) == first[10:25] + [stored[o] for o in range(25, end + 1)]
             assert await drain(audit, 0.3) == []
             await audit.ack_many(again)
             await audit.close()

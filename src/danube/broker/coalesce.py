@@ -2,22 +2,24 @@
 
 Danube's clients send one unary call per message.  Storing each call on its
 own would cost one append, one durability wait (a future handed over by the
-WAL's sync thread) and one dispatch wake-up per message.  Instead:
+WAL's sync thread) and one dispatch wake-up per message.  Instead, per topic:
 
-- the calls that reach a topic during one event-loop iteration are joined into
-  one frame batch and stored with one ``append_frames`` (the flush runs on the
-  next iteration, ``call_soon``, after the handlers already scheduled);
-- at most one durability wait per topic is in flight.  It waits for the
-  highest offset appended so far, so every batch appended meanwhile is covered
-  by the same wait (group commit ahead of the WAL's own), then answers every
-  call of those batches with its offset, wakes the subscriptions once, and
-  waits again if more was appended in the meantime.
+- while no durability wait is in flight, a call is appended on the next loop
+  iteration (``call_soon``), together with whatever else arrived by then, so a
+  lone call on an idle topic is stored at once;
+- while a wait is in flight, calls are held (gRPC hands the server one call per
+  loop iteration, so they arrive spread out); when the wait ends, everything
+  held is appended as one frame batch with one ``append_frames`` and waited for
+  with one ``wait_durable``: the group commit happens before the append, not
+  only at the fdatasync.  Under ``sync=always`` holding costs nothing, since an
+  fdatasync already running could not have covered them; past
+  ``MAX_HELD_MESSAGES`` or ``MAX_HELD_BYTES`` the held calls are appended anyway
+  and share the next wait.
 
-No timer is involved: an idle topic stores a lone call on the next iteration,
-and a busy one shares each fdatasync among everything that arrived while the
-previous one ran.  Batches are appended in submission order, so one producer's
-messages keep their order, and each call is answered only once its message is
-durable under the sync policy.
+Each call is answered with its offset once its batch is durable under the sync
+policy, and the subscriptions are woken once per wait.  No timer is involved.
+Batches are appended in submission order, so one producer's messages keep
+their order.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ if TYPE_CHECKING:
     from danube.broker.topic import Topic
 
 _Waiter = tuple["Producer", int, asyncio.Future]   # producer, frame size, the call's future
+
+# Calls held while a durability wait is in flight, before they are appended anyway.
+MAX_HELD_MESSAGES = 4096
+MAX_HELD_BYTES = 4 * 1024 * 1024
 
 
 class _Appended:
@@ -48,13 +54,14 @@ class _Appended:
 class PublishCoalescer:
     """Joins the single-frame publishes submitted to one topic; shares their durability waits."""
 
-    __slots__ = ("topic", "_frames", "_waiters", "_scheduled", "_appended", "_waiting", "batches", "messages",
-                 "durability_waits")
+    __slots__ = ("topic", "_frames", "_waiters", "_held_bytes", "_scheduled", "_appended", "_waiting",
+                 "batches", "messages", "durability_waits")
 
     def __init__(self, topic: "Topic") -> None:
         self.topic = topic
         self._frames: list = []
         self._waiters: list[_Waiter] = []
+        self._held_bytes = 0
         self._scheduled = False
         self._appended: deque[_Appended] = deque()   # appended, not yet durable, in offset order
         self._waiting: asyncio.Task | None = None      # the one durability wait in flight
@@ -71,7 +78,9 @@ class PublishCoalescer:
         fut = loop.create_future()
         self._frames.append(frame)
         self._waiters.append((producer, len(frame), fut))
-        if not self._scheduled:
+        self._held_bytes += len(frame)
+        if not self._scheduled and (self._waiting is None or len(self._waiters) >= MAX_HELD_MESSAGES
+                                    or self._held_bytes >= MAX_HELD_BYTES):
             self._scheduled = True
             loop.call_soon(self._flush)
         return fut
@@ -79,7 +88,7 @@ class PublishCoalescer:
     def _flush(self) -> None:
         self._scheduled = False
         frames, waiters = self._frames, self._waiters
-        self._frames, self._waiters = [], []
+        self._frames, self._waiters, self._held_bytes = [], [], 0
         if not waiters:
             return
         buf = bytearray().join(frames) if len(frames) > 1 else bytearray(frames[0])
@@ -98,7 +107,11 @@ class PublishCoalescer:
     async def _wait_durable(self) -> None:
         topic = self.topic
         try:
-            while self._appended:
+            while True:
+                if self._waiters and not self._scheduled:
+                    self._flush()   # what was held during the last wait becomes one batch
+                if not self._appended:
+                    break
                 target = self._appended[-1].last
                 self.durability_waits += 1
                 try:
@@ -123,6 +136,9 @@ class PublishCoalescer:
                 topic.notify_subscriptions()
         finally:
             self._waiting = None
+            if self._waiters and not self._scheduled:   # held calls outlived a failed wait: store them now
+                self._scheduled = True
+                asyncio.get_running_loop().call_soon(self._flush)
 
 
 def _fail(waiters: list[_Waiter], exc: BaseException) -> None:

@@ -44,7 +44,8 @@ def drive_with_client(python: str, target: str, address: str, *, message_size: i
 
     cmd = [python, DRIVER, target, address, "--concurrency", str(concurrency), "--duration", str(duration),
            "--warmup", str(warmup), "--message-size", str(message_size), "--topic", topic]
-    proc = subprocess.run(cmd, env=script_env(), capture_output=True, text=True, timeout=duration + 120)
+    proc = subprocess.run(cmd, env=script_env(), capture_output=True, text=True, timeout=duration + 120,
+                          check=False)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"unary driver {target} {address} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")

@@ -6,7 +6,10 @@ plus danube's unary Danube-protocol path vs a bare grpc.aio unary echo server.
 
 Workload: MESSAGE_SIZE-byte messages, 1 producer + 1 consumer, reliable/persistent storage, each
 system driven from Python with batching.  Every system first runs as fast as it can ("max"), then at
-half of that rate to measure publish->deliver latency.  Every server runs on free loopback ports and
+half of that rate to measure publish->deliver latency; danube's runs are repeated (``--repeat``) and
+medians reported.  The unary rows drive Danube's ``SendMessage`` with the real ``danube-client``
+0.5.0 (its venv) against the broker and against a bare grpc.aio server, plus a raw grpc.aio echo,
+interleaved in rounds (bench/peers/danube_unary.py).  Every server runs on free loopback ports and
 is stopped by its PID.  See docs/benchmarks.md.
 """
 
@@ -115,8 +118,8 @@ def run_unary(args) -> list[PeerResult]:
         for round_no in range(args.repeat):
             for label, (target, address) in zip(labels, targets):
                 print(f"  unary round {round_no + 1}/{args.repeat}: {label}", file=sys.stderr, flush=True)
-                kwargs = dict(message_size=args.message_size, duration=args.duration,
-                              concurrency=args.unary_concurrency, topic=f"/default/unary-{round_no}")
+                kwargs = {"message_size": args.message_size, "duration": args.duration,
+                          "concurrency": args.unary_concurrency, "topic": f"/default/unary-{round_no}"}
                 if python:
                     res = danube_unary.drive_with_client(python, target, address, **kwargs)
                 else:

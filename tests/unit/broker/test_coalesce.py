@@ -141,3 +141,21 @@ async def test_sealed_topic_fails_every_call_of_the_batch_and_stores_nothing(bro
     assert all(isinstance(r, TopicSealedError) for r in results), results
     assert topic.storage.next_offset == before
     assert topic.coalescer.messages == 0
+
+
+async def test_waits_on_a_busy_topic_are_spaced_and_an_idle_call_is_not_held(broker, monkeypatch):
+    from danube.broker import coalesce
+
+    monkeypatch.setattr(coalesce, "MIN_WAIT_SPACING_S", 0.3)
+    pid = await broker.create_producer(T, "p", reliable=True)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    first = asyncio.ensure_future(broker.publish_message(pid, frame("a", pid)))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    second = asyncio.ensure_future(broker.publish_message(pid, frame("b", pid)))  # arrives during the wait
+    assert await first == 0
+    assert loop.time() - started < 0.3        # the first call on an idle topic is not held
+    assert await second == 1
+    assert loop.time() - started >= 0.3       # the next wait started no sooner than the spacing
+    assert broker.topics[T].coalescer.durability_waits == 2

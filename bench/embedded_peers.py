@@ -243,6 +243,112 @@ def fanout(d, readers, records=200_000, batch=1000):
     return asyncio.run(run())
 
 
+# ---------------------------------------------------------------- latency
+
+def _percentiles(samples_ns):
+    xs = sorted(samples_ns)
+    if not xs:
+        return {}
+    pick = lambda q: xs[min(len(xs) - 1, int(q * len(xs)))] / 1e6  # noqa: E731
+    return {"n": len(xs), "p50_ms": pick(0.50), "p99_ms": pick(0.99), "p999_ms": pick(0.999),
+            "max_ms": xs[-1] / 1e6}
+
+
+def rotation_latency(d, sync, batches=6000, frames_per_batch=8, payload=400, max_file_bytes=256 << 10,
+                     durable_every=4):
+    """Caller-side time of ``append_frames`` (what the broker's event loop pays) across many
+    rotations: small files (256 KiB: a rotation every ~75 calls), 8 x 400 B frames a call,
+    ``await wait_durable`` every ``durable_every`` calls like a broker acking producers.
+    Returns percentiles over all calls and over the calls that rotated."""
+    template = frames.encode_payloads([os.urandom(payload)] * frames_per_batch, base_offset=0)
+
+    async def run():
+        all_ns, rot_ns = [], []
+        with Wal.open(d, sync=sync, max_file_bytes=max_file_bytes) as wal:
+            perf = time.perf_counter_ns
+            for i in range(batches):
+                buf = bytearray(template)
+                seq_before = len(wal.rotated_files())
+                t = perf()
+                _first, last = wal.append_frames(buf)
+                dt = perf() - t
+                all_ns.append(dt)
+                if len(wal.rotated_files()) != seq_before:
+                    rot_ns.append(dt)
+                if i % durable_every == durable_every - 1:
+                    await wal.wait_durable(last)
+                else:
+                    await asyncio.sleep(0)
+            keeper = getattr(wal, "_keeper", None)  # files made ahead vs created by the writer
+            made = (keeper.spares_used, keeper.fallback_creates) if keeper is not None else None
+        return all_ns, rot_ns, made
+
+    all_ns, rot_ns, made = asyncio.run(run())
+    return {"all": _percentiles(all_ns), "rotating": _percentiles(rot_ns), "spares_used_vs_created": made}
+
+
+def wait_durable_latency(d, sync="interval", interval_ms=5.0, waits=600, busy=False):
+    """Latency of ``append_frames`` + ``await wait_durable`` of one 400 B frame, the calls
+    spaced by a random 0..2 intervals so they land anywhere in the sync cycle.  ``busy``: a
+    second task appends a frame every ~0.2 ms meanwhile (the sync thread never idles)."""
+    import random
+    rng = random.Random(7)
+    template = frames.encode_payloads([os.urandom(400)], base_offset=0)
+
+    async def run():
+        out = []
+        with Wal.open(d, sync=sync, sync_interval_ms=interval_ms, max_file_bytes=64 << 20) as wal:
+            done = False
+
+            async def background():
+                while not done:
+                    wal.append_frames(bytearray(template))
+                    await asyncio.sleep(0.0002)
+
+            bg = asyncio.create_task(background()) if busy else None
+            for _ in range(waits):
+                await asyncio.sleep(rng.uniform(0, 2 * interval_ms / 1000))
+                t = time.perf_counter_ns()
+                _f, last = wal.append_frames(bytearray(template))
+                await wal.wait_durable(last)
+                out.append(time.perf_counter_ns() - t)
+            done = True
+            if bg is not None:
+                await bg
+        return out
+
+    return _percentiles(asyncio.run(run()))
+
+
+def latency_main(root) -> dict:
+    out = {}
+    for sync in ("always", "interval", "never"):
+        d = tempfile.mkdtemp(dir=root)
+        os.sync()
+        out[f"rotation_{sync}"] = rotation_latency(d, sync)
+    d = tempfile.mkdtemp(dir=root)
+    out["wait_durable_interval_5ms"] = wait_durable_latency(d)
+    d = tempfile.mkdtemp(dir=root)
+    out["wait_durable_interval_5ms_busy"] = wait_durable_latency(d, busy=True)
+    d = tempfile.mkdtemp(dir=root)
+    out["wait_durable_always"] = wait_durable_latency(d, sync="always")
+    print(f"danube extensions: {_native.extensions_loaded()}  load average {os.getloadavg()[0]:.2f}")
+    print(f"{'measurement':<34}{'calls':>7}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>10}{'max ms':>9}")
+    for name, value in out.items():
+        parts = value.items() if "all" in value else [("", value)]
+        for sub, st in parts:
+            if not isinstance(st, dict) or not st:
+                continue
+            label = f"{name} {sub}".strip()
+            print(f"{label:<34}{st['n']:>7}{st['p50_ms']:>9.3f}{st['p99_ms']:>9.3f}{st['p999_ms']:>10.3f}"
+                  f"{st['max_ms']:>9.3f}")
+    for name, value in out.items():
+        if value.get("spares_used_vs_created"):
+            used, created = value["spares_used_vs_created"]
+            print(f"{name}: {used} rotations took a file made ahead, {created} created one themselves")
+    return out
+
+
 # ---------------------------------------------------------------- main
 
 TARGETS = [
@@ -263,7 +369,22 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=400_000)
     ap.add_argument("--sync-records", type=int, default=20_000)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "out", "embedded_peers.json"))
+    ap.add_argument("--latency", action="store_true",
+                    help="only the latency figures: append_frames across rotations, wait_durable")
     args = ap.parse_args()
+    if args.latency:
+        root = tempfile.mkdtemp(prefix="danube-bench-")
+        try:
+            record = {"latency": latency_main(root), "extensions": _native.extensions_loaded(),
+                      "load_average": os.getloadavg(), "time": time.time()}
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        path = os.path.join(os.path.dirname(os.path.abspath(args.out)), "wal_latency.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(record, f, indent=2)
+        print(f"wrote {path}")
+        return
     n = args.records
     payloads = [os.urandom(100) for _ in range(1000)]
     batches = [payloads] * (n // 1000)

@@ -9,6 +9,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+from danube.cli.bench import percentiles  # noqa: F401  (one latency summary for danube bench and the peers)
+
 STAMP = struct.Struct("<d")   # perf_counter at send, first 8 bytes of every payload
 
 
@@ -62,18 +64,6 @@ def sent_at(data) -> float | None:
     if len(data) < STAMP.size:
         return None
     return STAMP.unpack_from(data)[0]
-
-
-def percentiles(samples: list[float]) -> dict:
-    if not samples:
-        return {}
-    data = sorted(samples)
-    n = len(data)
-
-    def at(q: float) -> float:
-        return round(data[min(n - 1, int(q * n))] * 1000, 3)
-
-    return {"count": n, "p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": round(data[-1] * 1000, 3)}
 
 
 @dataclass

@@ -336,10 +336,6 @@ async def test_nack_with_delay_redelivers_no_earlier_than_the_delay(client):
     await producer.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "broker bug: danube/server/batch_lane.py Consume handler extends ConsumeBatch.redelivery_counts "
-    "with Delivery.redelivery_counts, a dict offset -> count, so the client receives the offsets "
-    "instead of one count per message"))
 async def test_nack_redelivery_carries_its_redelivery_count(client):
     topic = fresh_topic("nack-count")
     producer = await make_producer(client, topic)
@@ -474,10 +470,6 @@ async def test_invalid_topic_names_get_clear_errors(client):
     await producer.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "broker bug: danube/server/batch_lane.py _subscribe passes reliable=spec.reliable (never None) to "
-    "BrokerService.subscribe, which then creates the topic (create=reliable is not None) instead of "
-    "answering NOT_FOUND as docs/broker.md and Danube's Subscribe do"))
 async def test_subscribing_to_a_missing_topic_is_not_found(client):
     topic = fresh_topic("missing")
     consumer = client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s").build()

@@ -47,7 +47,8 @@ async def collect(consumer, n: int, timeout: float = 10.0) -> list:
 
 async def test_publish_and_consume_round_trip(client):
     topic = fresh_topic()
-    consumer = client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s").build()
+    consumer = (client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s")
+                .with_reliable().build())  # with_reliable: creates the topic, no producer yet
     await consumer.subscribe()
     producer = client.new_producer().with_topic(topic).with_name("p").with_linger_ms(2).build()
     await producer.create()
@@ -65,7 +66,7 @@ async def test_publish_and_consume_round_trip(client):
 
 async def test_acked_messages_do_not_come_back_unacked_ones_do(client):
     topic = fresh_topic()
-    sub = client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s")
+    sub = client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s").with_reliable()
     consumer = sub.build()
     await consumer.subscribe()
     async with client.new_producer().with_topic(topic).with_name("p").build() as producer:
@@ -147,7 +148,8 @@ async def test_partitioned_topic_by_key(client):
 
 async def test_bad_frames_are_rejected_and_stored_data_stays_intact(broker, client):
     topic = fresh_topic()
-    consumer = client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s").build()
+    consumer = (client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s")
+                .with_reliable().build())
     await consumer.subscribe()
     channel = grpc.aio.insecure_channel(broker.target)
     stub = pb_grpc.BatchLaneStub(channel)
@@ -211,7 +213,7 @@ async def test_client_reconnects_after_broker_restart():
         topic = fresh_topic()
         try:
             consumer = (client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s")
-                        .with_subscription_type(SubType.Exclusive).build())
+                        .with_subscription_type(SubType.Exclusive).with_reliable().build())
             await consumer.subscribe()
             producer = client.new_producer().with_topic(topic).with_name("p").with_linger_ms(1).build()
             await producer.create()

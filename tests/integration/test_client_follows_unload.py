@@ -74,7 +74,8 @@ async def test_same_producer_and_consumer_follow_unloads(tmp_path):
                   .with_health_check_interval(0.5).build())
         try:
             consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c1")
-                        .with_subscription("subs").with_subscription_type(SubType.Exclusive).build())
+                        .with_subscription("subs").with_subscription_type(SubType.Exclusive)
+                        .with_reliable().build())  # creates the topic: no producer yet
             await consumer.subscribe()   # a new subscription starts at the latest offset: before producing
             producer = client.new_producer().with_topic(TOPIC).with_name("p1").with_linger_ms(1).build()
             await producer.create()

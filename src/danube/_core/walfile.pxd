@@ -29,6 +29,8 @@ cdef class SegmentFile:
     cdef bint _indexed
     cdef Py_ssize_t _valid_end
     cdef Py_ssize_t _prefaulted     # bytes from 0 already faulted in writable (MADV_POPULATE_WRITE)
+    cdef bint _trimmed              # trim() cut the preallocated tail already
+    cdef readonly bint spare        # created by create_spare, header still zero until activate()
 
     cdef int _map(self, Py_ssize_t size, bint writable) except -1
     cdef int _unmap(self) except -1

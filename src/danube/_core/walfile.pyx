@@ -333,7 +333,69 @@ cdef class SegmentFile:
         seg.writable = True
         seg.index_every = index_every
         seg._indexed = True
+        seg._trimmed = False
+        seg.spare = False
         return seg
+
+    @classmethod
+    def create_spare(cls, str path, seq, Py_ssize_t capacity, *, Py_ssize_t index_every=65536):
+        """A preallocated file with an all-zero header, to become the active file later
+        (``activate``); recovery deletes it while its header is still zero."""
+        cdef SegmentFile seg = SegmentFile.__new__(SegmentFile)
+        capacity = max(capacity, HEADER + 16)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        seg._fd = fd
+        try:
+            preallocate(fd, capacity)
+            seg._map(capacity, True)
+        except BaseException:
+            seg.close()
+            raise
+        seg.path = path
+        seg.seq = seq
+        seg.first_offset = 0
+        seg.created_ms = 0
+        seg.write_pos = HEADER
+        seg._valid_end = HEADER
+        seg._prefaulted = 0
+        seg.count = 0
+        seg.writable = True
+        seg.index_every = index_every
+        seg._indexed = True
+        seg._trimmed = False
+        seg.spare = True
+        return seg
+
+    def populate(self, Py_ssize_t end):
+        """Take the write faults of ``[0, end)`` now (a spare, on a background thread), so the
+        writer's first stores into the file do not: one MADV_POPULATE_WRITE, else a store
+        per page.  The pages hold zeros, as before."""
+        global _populate_write_ok
+        cdef Py_ssize_t off = 0
+        cdef int rc = -1
+        end = min(end, self.capacity)
+        if self.base == NULL or not self.spare or end <= self._prefaulted:
+            return
+        if _populate_write_ok:
+            with nogil:
+                rc = madvise(self.base, end, MADV_POPULATE_WRITE)
+            if rc != 0 and c_errno == EINVAL:
+                _populate_write_ok = False
+        if rc != 0:
+            while off < end:  # a spare is all zeros: storing a zero changes nothing but the fault
+                (<volatile unsigned char*>self.base)[off] = 0
+                off += _PAGE
+        self._prefaulted = end
+
+    def activate(self, uint64_t first_offset, created_ms=None):
+        """Make a spare the next active file: write its header (into the mapping, no system call)."""
+        if not self.spare or self.base == NULL:
+            raise WalError(f"segment {self.path} is not an unused spare")
+        created_ms = _now_ms() if created_ms is None else created_ms
+        memcpy(self.base, PyBytes_AS_STRING(encode_file_header(self.seq, first_offset, created_ms)), HEADER)
+        self.first_offset = first_offset
+        self.created_ms = created_ms
+        self.spare = False
 
     @classmethod
     def open(cls, str path, *, Py_ssize_t index_every=65536, bint writable=False, trusted_count=None):
@@ -458,13 +520,22 @@ cdef class SegmentFile:
         if self._fd >= 0:
             _sync_fd(self._fd)
 
-    def seal(self, *, bint sync):
-        """Trim the preallocated tail and reopen read-only (rotation)."""
-        if self._mm is None:
-            return
+    def trim(self, *, bint sync):
+        """Cut the preallocated tail (the file ends at the last frame), then fdatasync if
+        ``sync``: the first half of ``seal``, which a background thread runs apart."""
+        if self._fd < 0:
+            raise WalClosedError(f"segment {self.path} is closed")
         os.ftruncate(self._fd, self.write_pos)
         if sync:
             _sync_fd(self._fd)
+        self._trimmed = True
+
+    def seal(self, *, bint sync):
+        """Trim the preallocated tail (unless ``trim`` did) and reopen read-only (rotation)."""
+        if self._mm is None:
+            return
+        if not self._trimmed:
+            self.trim(sync=sync)
         # map the read-only view before dropping the writable one: concurrent readers
         # must never see the segment without a mapping
         cdef Py_buffer old_view = self._view
@@ -544,6 +615,7 @@ cdef class SegmentFile:
         stopping before ``limit_offset``; a zero-copy view of the mapping."""
         cdef Py_ssize_t pos, p, nxt, end_limit
         cdef uint64_t off, stop
+        cdef const unsigned char* base
         cdef ValidateResult res
         cdef int status
         if self._mm is None:
@@ -563,11 +635,15 @@ cdef class SegmentFile:
             off += 1
         if p == pos:
             self._raise_corrupt(offset)
+        # the view is taken first: its export keeps this mapping alive (mmap.close fails while
+        # it exists) should a background thread seal the file while the GIL is released below
+        out = memoryview(self._mm)[pos:p]
+        base = self.base
         if p - pos >= NOGIL_BYTES:
             with nogil:
-                status = validate_frames(self.base + pos, p - pos, 1, offset, True, &res)
+                status = validate_frames(base + pos, p - pos, 1, offset, True, &res)
         else:
-            status = validate_frames(self.base + pos, p - pos, 1, offset, True, &res)
+            status = validate_frames(base + pos, p - pos, 1, offset, True, &res)
         if status != FRAME_OK:
             try:
                 raise_validate_error(status, &res, offset)
@@ -576,7 +652,7 @@ cdef class SegmentFile:
                                         offset=getattr(exc, "offset", offset),
                                         expected_crc=getattr(exc, "expected_crc", None),
                                         actual_crc=getattr(exc, "actual_crc", None), path=self.path) from exc
-        return memoryview(self._mm)[pos:p]
+        return out
 
     def _raise_corrupt(self, offset):
         raise CorruptFrameError("WAL file is corrupt before the requested offset", position=self._valid_end,

@@ -156,6 +156,8 @@ class SegmentFile:
         self._last_indexed = -(1 << 62)
         self._indexed = index is not None
         self._valid_end = write_pos  # bytes known to hold valid frames (a lazy scan may lower it)
+        self._trimmed = False  # trim() cut the preallocated tail already
+        self.spare = False  # created by create_spare: header still zero until activate()
         if index is not None:
             self._load_index(index)
 
@@ -176,6 +178,41 @@ class SegmentFile:
             raise
         return cls(path, fd, mm, seq=seq, first_offset=first_offset, created_ms=created_ms,
                    write_pos=FILE_HEADER_SIZE, count=0, writable=True, index_every=index_every, index=[])
+
+    @classmethod
+    def create_spare(cls, path: str, seq: int, capacity: int, *, index_every: int = 65536) -> "SegmentFile":
+        """A preallocated file with an all-zero header, to become the active file later
+        (:meth:`activate`); recovery deletes it while its header is still zero."""
+        capacity = max(capacity, FILE_HEADER_SIZE + FRAME_HEADER_SIZE)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            preallocate(fd, capacity)
+            mm = mmap.mmap(fd, capacity, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        seg = cls(path, fd, mm, seq=seq, first_offset=0, created_ms=0, write_pos=FILE_HEADER_SIZE, count=0,
+                  writable=True, index_every=index_every, index=[])
+        seg.spare = True
+        return seg
+
+    def populate(self, end: int) -> None:
+        """Take the write faults of ``[0, end)`` now (a spare, on a background thread), so the
+        writer's first stores into the file do not.  The pages hold zeros, as before."""
+        if self._mm is None or not self.spare:
+            return
+        for off in range(0, min(end, self.capacity), mmap.PAGESIZE):
+            self._mm[off] = 0
+
+    def activate(self, first_offset: int, created_ms: int | None = None) -> None:
+        """Make a spare the next active file: write its header (into the mapping, no system call)."""
+        if not self.spare or self._mm is None:
+            raise WalError(f"segment {self.path} is not an unused spare")
+        created_ms = now_ms() if created_ms is None else created_ms
+        self._mm[0:FILE_HEADER_SIZE] = encode_file_header(self.seq, first_offset, created_ms)
+        self.first_offset = first_offset
+        self.created_ms = created_ms
+        self.spare = False
 
     @classmethod
     def open(cls, path: str, *, index_every: int = 65536, writable: bool = False,
@@ -291,13 +328,22 @@ class SegmentFile:
         if self._fd >= 0:
             os.fdatasync(self._fd)
 
-    def seal(self, *, sync: bool) -> None:
-        """Trim the preallocated tail and reopen read-only (rotation)."""
-        if self._mm is None:
-            return
+    def trim(self, *, sync: bool) -> None:
+        """Cut the preallocated tail (the file ends at the last frame), then fdatasync if
+        ``sync``: the first half of :meth:`seal`, which a background thread runs apart."""
+        if self._fd < 0:
+            raise WalClosedError(f"segment {self.path} is closed")
         os.ftruncate(self._fd, self.write_pos)
         if sync:
             os.fdatasync(self._fd)
+        self._trimmed = True
+
+    def seal(self, *, sync: bool) -> None:
+        """Trim the preallocated tail (unless :meth:`trim` did) and reopen read-only (rotation)."""
+        if self._mm is None:
+            return
+        if not self._trimmed:
+            self.trim(sync=sync)
         old = self._mm
         self._mm = mmap.mmap(self._fd, self.write_pos, mmap.MAP_SHARED, mmap.PROT_READ)
         _release(old)
@@ -407,7 +453,8 @@ class LogWriter:
     is full or too old.
 
     ``rotate(min_bytes)`` is called with the bytes the pending write needs; it must
-    seal the active segment and call :meth:`set_segment` with a new one.
+    call :meth:`set_segment` with a new segment (sealing the old one is the caller's
+    business, then or later: the writer never touches it again).
     ``on_append()`` is called once after an append when ``armed`` is set (the
     flag is cleared first), which is how waiting tail readers are woken without
     a cost per append when nobody waits.

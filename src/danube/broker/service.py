@@ -36,7 +36,14 @@ from danube.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BrokerService", "LookupResult", "Delivery"]
+__all__ = ["BrokerService", "LookupResult", "Delivery", "SYSTEM_PREFIX", "is_system_topic"]
+
+SYSTEM_PREFIX = "/system/"
+
+
+def is_system_topic(name: str) -> bool:
+    """Topics the broker itself writes (load reports): ``/system/<name>``."""
+    return isinstance(name, str) and name.startswith(SYSTEM_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,8 @@ class BrokerService:
     def __init__(self, metadata: MetadataStore, storage_factory: Any | None, *,
                  broker_url: str = "http://127.0.0.1:6650", broker_id: str = "standalone",
                  policies: TopicPolicies | None = None, failure_policy: FailurePolicy | None = None,
-                 dispatch: DispatchSettings | None = None, metrics: MetricsSink | None = None) -> None:
+                 dispatch: DispatchSettings | None = None, metrics: MetricsSink | None = None,
+                 load_report_interval_s: float = 0.0) -> None:
         self.metadata = metadata
         self.storage_factory = storage_factory
         self.broker_url = broker_url
@@ -80,6 +88,8 @@ class BrokerService:
         self.failure_policy = failure_policy or FailurePolicy()
         self.dispatch = dispatch or DispatchSettings()
         self.metrics = metrics or MetricsSink()
+        self.load_report_interval_s = load_report_interval_s  # 0 = no load reports
+        self.load_reporter = None  # danube.cluster.load_report.LoadReporter once started
         self.topics: dict[str, Topic] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._producers: dict[int, Producer] = {}
@@ -90,6 +100,10 @@ class BrokerService:
         self._tasks: set[asyncio.Task] = set()
         self._started = False
         self._stopping = False
+        self._draining = False  # shutdown began: no new publishes, in-flight ones finish
+        self._publishing = 0  # publishes between receipt and their answer
+        self._published = asyncio.Event()  # set whenever _publishing drops to 0
+        self._flush_lock = asyncio.Lock()  # one cursor flush at a time: a stale write never lands last
 
     # ------------------------------------------------------------ lifecycle
 
@@ -100,6 +114,7 @@ class BrokerService:
                 self._dormant[(reg.kind, reg.id)] = reg
         self._flush_task = asyncio.create_task(self._flush_cursors_loop(), name="danube-cursor-flush")
         self._started = True
+        self._start_load_reporter()
         log.info("broker %s started at %s (%d registered producers/consumers)", self.broker_id,
                  self.broker_url, len(self._dormant))
 
@@ -120,10 +135,33 @@ class BrokerService:
             log.warning("ignoring unreadable registration %s", key)
         return None
 
+    def begin_shutdown(self) -> None:
+        """Refuse new publishes (UNAVAILABLE, retriable) while those in flight finish and are answered."""
+        if not self._draining:
+            self._draining = True
+            log.info("broker %s shutting down: new publishes are refused", self.broker_id)
+
+    async def drain_publishes(self, timeout: float) -> bool:
+        """After :meth:`begin_shutdown`: wait until every publish in flight was answered (True) or ``timeout``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._publishing:
+            self._published.clear()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._published.wait(), remaining)
+            except TimeoutError:
+                return self._publishing == 0
+        return True
+
     async def stop(self) -> None:
         """Stop serving: persist every cursor, close storage (no seal)."""
         if self._stopping:
             return
+        await self._stop_load_reporter()  # its last report, if one is being written, is cancelled
+        self.begin_shutdown()
         self._stopping = True
         if self._flush_task is not None:
             self._flush_task.cancel()
@@ -133,9 +171,16 @@ class BrokerService:
                 pass
         for task in list(self._tasks):
             task.cancel()
-        await self.flush_cursors(force=True)
+        # Acks are refused from here on (topic closed), so the forced flush below saves the last
+        # cursor any ack moved while the broker answered OK.
         for topic in list(self.topics.values()):
+            topic.closed = True
             self._drop_clients(topic)
+        try:
+            await self.flush_cursors(force=True)
+        except Exception:  # noqa: BLE001 - storage must still be closed
+            log.exception("persisting cursors at shutdown failed")
+        for topic in list(self.topics.values()):
             try:
                 await topic.storage.close()
             except Exception:  # noqa: BLE001 - close the others anyway
@@ -161,18 +206,23 @@ class BrokerService:
     # ------------------------------------------------------------ topics
 
     async def _topic(self, name: str, *, reliable: bool | None, create: bool) -> Topic:
-        """The served topic, opened (and created when ``create``) on first use."""
+        """The served topic, opened (and created when ``create``) on first use.
+
+        A topic being unloaded (closed, not yet dropped) is not served: clients attaching
+        to it would join producers and subscriptions that are about to go away."""
         topic = self.topics.get(name)
         if topic is not None:
-            return topic
+            return self._served(topic)
         keys.split_topic(name)
         if self._stopping:
             raise NotServedHereError("the broker is shutting down")
         lock = self._opening.setdefault(name, asyncio.Lock())
         async with lock:
+            if self._stopping:
+                raise NotServedHereError("the broker is shutting down")
             topic = self.topics.get(name)
             if topic is not None:
-                return topic
+                return self._served(topic)
             delivery = await self.metadata.get_json(keys.topic_delivery(name))
             if delivery is None:
                 if not create or reliable is None:
@@ -200,6 +250,13 @@ class BrokerService:
             log.info("topic %s served here (%s, next offset %d)", name,
                      "reliable" if is_reliable else "non-reliable", storage.next_offset)
             return topic
+
+    def _served(self, topic: Topic) -> Topic:
+        if topic.closed:
+            if self._stopping:
+                raise NotServedHereError("the broker is shutting down")
+            raise NotServedHereError(f"topic {topic.name} is being unloaded from this broker; look it up again")
+        return topic
 
     async def _record_partition(self, base: str, index: int) -> None:
         key = keys.topic_partitions(base)
@@ -270,20 +327,39 @@ class BrokerService:
 
     async def publish(self, producer_id: int, frames_buf: bytearray, *,
                       partitioning_version: int | None = None) -> tuple[int, int]:
-        producer = await self._producer(producer_id)
-        if not isinstance(frames_buf, bytearray):
-            frames_buf = bytearray(frames_buf)
-        return await producer.topic.publish(producer, frames_buf)
+        self._check_accepting()
+        self._publishing += 1
+        try:
+            producer = await self._producer(producer_id)
+            if not isinstance(frames_buf, bytearray):
+                frames_buf = bytearray(frames_buf)
+            return await producer.topic.publish(producer, frames_buf)
+        finally:
+            self._publish_done()
 
     async def publish_message(self, producer_id: int, frame) -> int:
         """One message as one whole unstamped frame (Danube's SendMessage); its offset once durable.
 
         Concurrent calls on a topic share one append and one durability wait
         (``danube.broker.coalesce``); one producer's messages keep their order."""
-        producer = self._producers.get(producer_id)
-        if producer is None or producer.closed:
-            producer = await self._producer(producer_id)
-        return await producer.topic.publish_one(producer, frame)
+        self._check_accepting()
+        self._publishing += 1
+        try:
+            producer = self._producers.get(producer_id)
+            if producer is None or producer.closed:
+                producer = await self._producer(producer_id)
+            return await producer.topic.publish_one(producer, frame)
+        finally:
+            self._publish_done()
+
+    def _check_accepting(self) -> None:
+        if self._draining:
+            raise NotServedHereError("broker shutting down: publish refused, send it again to the topic's new owner")
+
+    def _publish_done(self) -> None:
+        self._publishing -= 1
+        if self._publishing == 0:
+            self._published.set()
 
     def producer_topic(self, producer_id: int) -> str | None:
         p = self._producers.get(producer_id)
@@ -502,6 +578,10 @@ class BrokerService:
     # ------------------------------------------------------------ cursors
 
     async def flush_cursors(self, *, force: bool = False, topic: Topic | None = None) -> int:
+        async with self._flush_lock:
+            return await self._flush_cursors(force, topic)
+
+    async def _flush_cursors(self, force: bool, topic: Topic | None) -> int:
         written = 0
         for t in ([topic] if topic is not None else list(self.topics.values())):
             if not t.reliable:
@@ -555,9 +635,11 @@ class BrokerService:
             t = self.topics.get(topic)
             if t is None:
                 raise NotFoundError(f"topic {topic} is not served here")
+            # Closed first: acks, nacks, new clients and publishes are refused from here on, so
+            # the forced flush saves every cursor move the broker answered OK.
             t.closed = True
-            await self.flush_cursors(force=True, topic=t)
             self._drop_clients(t)
+            await self.flush_cursors(force=True, topic=t)
             last = None
             if t.reliable:
                 last = await t.storage.seal()
@@ -571,4 +653,34 @@ class BrokerService:
     # ------------------------------------------------------------ stats
 
     def stats(self) -> BrokerStats:
-        return BrokerStats(broker_url=self.broker_url, topics=[t.stats() for t in self.topics.values()])
+        """Counters of every topic served here (cheap, no I/O: the load reporter calls it on the loop)."""
+        return BrokerStats(broker_url=self.broker_url,
+                           topics={name: t.stats() for name, t in self.topics.items()})
+
+    # ------------------------------------------------------------ system topics
+
+    async def publish_system(self, topic: str, frames_buf) -> tuple[int, int]:
+        """Append unstamped frames to the reliable system topic ``topic`` (``/system/...``) owned by
+        this broker, creating it on first use: no producer registration, no policy limits; stamped,
+        appended and durable under the sync policy like :meth:`publish`.  Returns (first, last)."""
+        if not is_system_topic(topic):
+            raise InvalidArgumentError(f"{topic} is not a system topic; system topics are named {SYSTEM_PREFIX}<name>")
+        t = await self._topic(topic, reliable=True, create=True)
+        if not t.reliable:
+            raise InvalidArgumentError(f"system topic {topic} exists as a non-reliable topic; it must be reliable")
+        buf = frames_buf if isinstance(frames_buf, bytearray) else bytearray(frames_buf)
+        return await t.publish_unowned(buf)
+
+    # ------------------------------------------------------------ load reports
+
+    def _start_load_reporter(self) -> None:
+        if self.load_report_interval_s and self.load_report_interval_s > 0:
+            from danube.cluster.load_report import LoadReporter
+
+            self.load_reporter = LoadReporter(self, self.load_report_interval_s)
+            self.load_reporter.start()
+            log.info("load reports every %g s to %s", self.load_report_interval_s, self.load_reporter.topic)
+
+    async def _stop_load_reporter(self) -> None:
+        if self.load_reporter is not None:
+            await self.load_reporter.stop()

@@ -39,6 +39,11 @@ class SubscriptionStats:
 
 @dataclass
 class TopicStats:
+    """One topic's counters (``messages_in``/``bytes_in`` are cumulative since the topic was loaded).
+
+    The ``*_total`` / ``*_count`` / ``backlog_messages`` names are what the load reporter reads
+    (docs/internals.md, "Load reports")."""
+
     name: str
     reliable: bool
     messages_in: int
@@ -52,12 +57,32 @@ class TopicStats:
     def backlog_messages(self) -> int:
         return sum(s.backlog for s in self.subscriptions)
 
+    @property
+    def messages_in_total(self) -> int:
+        return self.messages_in
+
+    @property
+    def bytes_in_total(self) -> int:
+        return self.bytes_in
+
+    @property
+    def producer_count(self) -> int:
+        return self.producers
+
+    @property
+    def consumer_count(self) -> int:
+        return self.consumers
+
+    @property
+    def subscription_count(self) -> int:
+        return len(self.subscriptions)
+
 
 @dataclass
 class BrokerStats:
     broker_url: str
-    topics: list[TopicStats]
+    topics: dict[str, TopicStats]  # topic name -> its stats
 
     @property
     def total_messages_in(self) -> int:
-        return sum(t.messages_in for t in self.topics)
+        return sum(t.messages_in for t in self.topics.values())

@@ -424,6 +424,13 @@ class Subscription:
     def _mark_dirty(self) -> None:
         self.dirty = True
 
+    def _check_served(self) -> None:
+        # Once the topic is closed (unload, shutdown) its cursors are being persisted for the
+        # last time: an ack answered OK now would move a cursor that is never saved.
+        if self.topic.closed:
+            raise NotServedHereError(
+                f"topic {self.topic.name} is no longer served here; the ack was not applied, look it up again")
+
     def ack(self, offsets) -> int:
         return self.ack_ranges(to_ranges(offsets))
 
@@ -431,6 +438,7 @@ class Subscription:
         """Ack inclusive ``(first, last)`` ranges (any order, overlaps allowed): no work per offset."""
         if not self.reliable:
             return 0
+        self._check_served()
         self._expire(time.monotonic())
         n = self.tracker.ack_ranges(ranges)
         if n:
@@ -443,6 +451,7 @@ class Subscription:
     def nack(self, offset: int, delay_ms: int | None = None, reason: str | None = None) -> bool:
         if not self.reliable:
             return False
+        self._check_served()
         if self.tracker.take_back(offset) is None:
             return False
         for c in self.consumers.values():

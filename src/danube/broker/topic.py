@@ -110,6 +110,17 @@ class Topic:
         producer.bytes_in += nbytes
         return first, last
 
+    async def publish_unowned(self, buf: bytearray) -> tuple[int, int]:
+        """Append frames no producer sent (the broker's own system records): no producer
+        counters, no size policy; stamped, appended and durable like :meth:`publish`."""
+        if len(buf) == 0:
+            raise InvalidArgumentError("empty batch: a publish needs at least one frame")
+        started = time.perf_counter()
+        nbytes = len(buf)
+        first, last = self.append(buf)
+        await self.commit(first, last, nbytes, started)
+        return first, last
+
     def publish_one(self, producer: Producer, frame) -> "asyncio.Future[int]":
         """One message (a whole unstamped frame), stored together with the other single-message
         publishes of this loop iteration; the future resolves to its offset once durable."""

@@ -33,6 +33,8 @@ def register(subparsers) -> None:
     p.add_argument("--broker-id", default=None, help="this broker's id in metadata [default standalone]")
     p.add_argument("--advertised-addr", default=None,
                    help="host:port that topic lookups answer with [default HOST:PORT]")
+    p.add_argument("--load-report-interval", type=float, default=None, metavar="SECONDS",
+                   help="publish a LoadReport to /system/load_reports every SECONDS, 0 = off [default 30]")
     p.set_defaults(func=run)
 
 
@@ -42,7 +44,8 @@ def build_config(args):
     config = BrokerConfig.from_yaml(args.config) if args.config else BrokerConfig()
     return config.with_overrides(host=args.host, port=args.port, admin_port=args.admin_port,
                                  metrics_port=args.metrics_port, data_dir=args.data_dir, sync=args.sync,
-                                 broker_id=args.broker_id, advertised_addr=args.advertised_addr)
+                                 broker_id=args.broker_id, advertised_addr=args.advertised_addr,
+                                 load_report_interval_seconds=getattr(args, "load_report_interval", None))
 
 
 def run(args) -> int:

@@ -118,7 +118,8 @@ async def _exercise_batch_lane(service_url: str, topic: str, count: int, size: i
     client = DanubeClient.builder().service_url(service_url).build()
     try:
         consumer = (client.new_consumer().with_topic(topic).with_consumer_name("demo-batch-consumer")
-                    .with_subscription("demo-batch").with_subscription_type(SubType.Exclusive).build())
+                    .with_subscription("demo-batch").with_subscription_type(SubType.Exclusive)
+                    .with_reliable().build())  # subscribed before the producer exists: creates the topic
         await consumer.subscribe()
         producer = client.new_producer().with_topic(topic).with_name("demo-batch-producer").build()
         await producer.create()

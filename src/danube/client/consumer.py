@@ -81,7 +81,7 @@ class ConsumerBuilder:
         self._subscription: str | None = None
         self._sub_type = SubType.Exclusive
         self._key_filters: tuple[str, ...] = ()
-        self._reliable = True
+        self._reliable: bool | None = None  # None: the topic must exist (NOT_FOUND otherwise)
         self._receive_messages = 10_000
         self._receive_bytes = 4 * 1024 * 1024
 
@@ -111,6 +111,8 @@ class ConsumerBuilder:
         return self
 
     def with_reliable(self, reliable: bool = True) -> "ConsumerBuilder":
+        """Create the topic with this dispatch strategy if it does not exist yet (without this
+        call, subscribing to a missing topic fails with NotFoundError)."""
         self._reliable = bool(reliable)
         return self
 
@@ -156,7 +158,7 @@ class _PartitionConsumer:
         o = self.owner
         return pb.SubscribeSpec(topic=self.topic, subscription=o.subscription, consumer_name=o.name,
                                 subscription_type=_SUB_TYPES[o.sub_type], key_filters=list(o.key_filters),
-                                reliable=o.reliable)
+                                reliable=o.reliable)  # None leaves the field unset: no topic creation
 
     async def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
@@ -323,7 +325,7 @@ class Consumer:
     """
 
     def __init__(self, client: DanubeClient, topic: str, name: str, subscription: str, *,
-                 sub_type: str = SubType.Exclusive, key_filters=(), reliable: bool = True,
+                 sub_type: str = SubType.Exclusive, key_filters=(), reliable: bool | None = None,
                  receive_messages: int = 10_000, receive_bytes: int = 4 * 1024 * 1024) -> None:
         self.client = client
         self.topic = topic

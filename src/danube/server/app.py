@@ -67,7 +67,7 @@ class BrokerApp:
         self.broker = BrokerService(
             self.metadata, factory, broker_url=cfg.broker_url, broker_id=cfg.broker_id,
             policies=cfg.policies, failure_policy=cfg.failure_policy, dispatch=cfg.dispatch,
-            metrics=self.metrics)
+            metrics=self.metrics, load_report_interval_s=cfg.load_report_interval_seconds)
         self.metrics.attach(self.broker)
         await self.broker.start()
 
@@ -108,8 +108,17 @@ class BrokerApp:
 
     async def stop(self) -> None:
         log.info("stopping: no new calls, finishing in-flight ones (up to %.0f s)", STOP_GRACE_S)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_GRACE_S
+        if self.broker is not None:
+            # Open publish streams would otherwise keep storing new batches until the grace period
+            # ends and then be cancelled with batches written but unacked, which clients resend
+            # (duplicates).  New batches get UNAVAILABLE now; those in flight are stored and acked.
+            self.broker.begin_shutdown()
+            await self.broker.drain_publishes(STOP_GRACE_S)
         servers = [s for s in (self.server, self.admin_server) if s is not None]
-        await asyncio.gather(*(s.stop(STOP_GRACE_S) for s in servers), return_exceptions=True)
+        grace = max(0.1, deadline - loop.time())
+        await asyncio.gather(*(s.stop(grace) for s in servers), return_exceptions=True)
         if self.broker is not None:
             await self.broker.stop()
         if self.metadata is not None:

@@ -46,6 +46,16 @@ def _batch_status(exc: BaseException) -> pb.BatchStatus:
 _abort = status_map.abort
 
 
+def redelivery_counts_in_frame_order(buf, by_offset) -> list[int]:
+    """One count per frame of ``buf``, in frame order (0 = first delivery), from the broker's
+    ``{offset: count}``; empty when no message of the batch is a redelivery."""
+    if not by_offset or not any(by_offset.values()):
+        return []
+    view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
+    return [by_offset.get(int.from_bytes(view[p:p + 8], "little"), 0)
+            for p in frame_codec.frame_positions(view)]
+
+
 def _validate_frames(frames: bytes) -> bytearray:
     """One codec call over the whole batch; a writable copy for in-place stamping."""
     if not frames:
@@ -160,7 +170,9 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         return await self._broker.subscribe(
             spec.topic, spec.subscription, spec.consumer_name,
             sub_type=_SUB_TYPES[spec.subscription_type],
-            key_filters=tuple(spec.key_filters), reliable=spec.reliable,
+            key_filters=tuple(spec.key_filters),
+            # reliable set = create the topic with that dispatch if missing; unset = it must exist
+            reliable=spec.reliable if spec.HasField("reliable") else None,
         )
 
     async def _ack(self, consumer_id: int, ranges) -> int:
@@ -296,12 +308,12 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                 frames = delivery.frames
                 credit[0] -= delivery.count
                 credit[1] -= len(frames)
-                counts = delivery.redelivery_counts
                 batch = pb.ConsumeBatch(
                     frames=bytes(frames), first_offset=delivery.first_offset,
                     last_offset=delivery.last_offset, count=delivery.count,
                 )
-                if counts and any(counts):
+                counts = redelivery_counts_in_frame_order(frames, delivery.redelivery_counts)
+                if counts:
                     batch.redelivery_counts.extend(counts)
                 yield pb.ConsumeResponse(batch=batch)
         finally:

@@ -28,6 +28,9 @@ Example ``danube_broker.yml``::
       cursor_flush_interval_ms: 1000
     storage:                        # passed to danube.storage.StorageConfig.from_dict
       mode: local
+    load_manager:
+      load_report_interval_seconds: 30   # LoadReport to /system/load_reports; 0 = off
+    # (a top-level load_report_interval_seconds is accepted too)
 
 Keys Danube's file has that a standalone broker does not use (meta_store,
 auth, load_manager, ...) are logged and ignored; unknown keys in the sections
@@ -48,7 +51,7 @@ log = logging.getLogger(__name__)
 
 SYNC_MODES = ("always", "interval", "never")
 _DANUBE_IGNORED = {"cluster_name", "meta_store", "bootstrap_namespaces", "auto_create_topics", "auth",
-                   "load_manager", "schema_registry", "proxy", "raft", "cluster"}
+                   "schema_registry", "proxy", "raft", "cluster"}
 
 
 @dataclass(frozen=True)
@@ -65,10 +68,15 @@ class BrokerConfig:
     failure_policy: FailurePolicy = field(default_factory=FailurePolicy)
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)
     storage: Mapping[str, Any] = field(default_factory=dict)
+    load_report_interval_seconds: float = 30.0  # Danube's load_manager key; 0 = no load reports
 
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODES:
             raise InvalidArgumentError(f"sync must be one of {', '.join(SYNC_MODES)}, got {self.sync!r}")
+        interval = self.load_report_interval_seconds
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 <= interval < float("inf"):
+            raise InvalidArgumentError(
+                f"load_report_interval_seconds must be a number of seconds >= 0 (0 = off), got {interval!r}")
         for name in ("port", "admin_port", "metrics_port"):
             value = getattr(self, name)
             if not isinstance(value, int) or not 0 <= value <= 65535:
@@ -153,6 +161,16 @@ class BrokerConfig:
             if not isinstance(storage, Mapping):
                 raise InvalidArgumentError("storage: expected a mapping")
             kw["storage"] = dict(storage)
+        load_manager = data.pop("load_manager", None) or {}
+        if not isinstance(load_manager, Mapping):
+            raise InvalidArgumentError("load_manager: expected a mapping")
+        load_manager = dict(load_manager)
+        for where, section in (("load_manager.load_report_interval_seconds", load_manager),
+                               ("load_report_interval_seconds", data)):
+            if "load_report_interval_seconds" in section:
+                kw["load_report_interval_seconds"] = _seconds(section.pop("load_report_interval_seconds"), where)
+        if load_manager:
+            log.info("load_manager keys not used by a standalone broker: %s", ", ".join(sorted(load_manager)))
         ignored = sorted(k for k in data if k in _DANUBE_IGNORED)
         unknown = sorted(k for k in data if k not in _DANUBE_IGNORED)
         if unknown:
@@ -174,6 +192,18 @@ def _port(value: Any, where: str) -> int:
     if not 0 <= port <= 65535:
         raise InvalidArgumentError(f"{where}: port {port} is outside 0-65535")
     return port
+
+
+def _seconds(value: Any, where: str) -> float:
+    if isinstance(value, bool):
+        raise InvalidArgumentError(f"{where}: expected a number of seconds, got {value!r}")
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{where}: expected a number of seconds, got {value!r}") from None
+    if not 0 <= seconds < float("inf"):
+        raise InvalidArgumentError(f"{where}: must be >= 0 (0 = off), got {value!r}")
+    return seconds
 
 
 def _addr(value: Any, where: str) -> tuple[str | None, int]:

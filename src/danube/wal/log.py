@@ -17,9 +17,10 @@ from typing import AsyncIterator, Callable, Iterator
 from danube import _native, frames
 from danube.errors import OffsetOutOfRangeError, WalClosedError, WalError
 from danube.wal.checkpoint import Checkpoint, write_checkpoint
-from danube.wal.files import LOCK_NAME, WalFileInfo, fsync_directory, segment_file_name
+from danube.wal.files import LOCK_NAME, WalFileInfo, fsync_directory
 from danube.wal.options import SyncPolicy, WalOptions
 from danube.wal.recovery import RecoveryReport, recover
+from danube.wal.rotation import FileKeeper, file_info as _info
 from danube.wal.sync import Syncer
 from danube.wal.tail import AppendNotifier
 
@@ -51,12 +52,12 @@ class Wal:
             os.close(self._lock_fd)
             raise
         self.recovery: RecoveryReport = recovered.report
-        self._checkpoint: Checkpoint = recovered.checkpoint
+        self._closing = False
         self._rotated = list(recovered.rotated)
         active = recovered.active
         self._segments = self._rotated + [active]
         self._seg_firsts = [s.first_offset for s in self._segments]
-        self._admin_lock = threading.RLock()  # rotation, pruning, close
+        self._admin_lock = threading.RLock()  # the segment lists: rotation, pruning, close
         self._ring = _ring.FrameRing(options.cache_bytes, next_offset=active.next_offset)
         self._writer = _walfile.LogWriter(active, self._ring, self._rotate,
                                           max_file_age_s=options.max_file_age_s)
@@ -65,9 +66,16 @@ class Wal:
             # fdatasync would also write the populated zero pages)
             self._writer.prefault_bytes = PREFAULT_BYTES
         self._notifier = AppendNotifier(self._writer)
-        self._listeners: list[Callable[[WalFileInfo], None]] = []
-        self._syncer = Syncer(options.sync, options.sync_interval_ms, self._appended, self._sync_active)
-        write_checkpoint(self.path, self._checkpoint)
+        try:
+            write_checkpoint(self.path, recovered.checkpoint)
+        except BaseException:
+            for seg in self._segments:
+                seg.close()
+            os.close(self._lock_fd)
+            raise
+        self._syncer = Syncer(options.sync, options.sync_interval_ms, self._appended, self._sync_files)
+        self._keeper = FileKeeper(self.path, options, recovered.checkpoint,
+                                  durable=options.sync is not SyncPolicy.NEVER, sync_lock=self._syncer.lock)
         # The per-record hot path is the writer's own method unless every append must wait for disk.
         if options.sync is not SyncPolicy.ALWAYS:
             self.append = self._writer.append
@@ -117,7 +125,8 @@ class Wal:
 
     @property
     def checkpoint(self) -> Checkpoint:
-        return self._checkpoint
+        """What ``wal.ckpt`` holds (it may lag the latest rotation: see ``finish_rotations``)."""
+        return self._keeper.checkpoint
 
     @property
     def sync_count(self) -> int:
@@ -127,11 +136,27 @@ class Wal:
     def _appended(self) -> int:
         return self._writer.next_offset - 1
 
-    def _sync_active(self) -> None:
-        self._writer.segment.sync()
+    def _sync_files(self) -> None:
+        """fdatasync every file that may hold appended offsets (the syncer holds its lock).
+
+        The active file is read before the rotated-but-unsynced list: a rotation adds the old
+        file to that list before switching, so a file left after the read is in the list."""
+        active = self._writer.segment
+        keeper = self._keeper
+        for seg in list(keeper.unsynced):
+            seg.sync()
+            keeper.unsynced.remove(seg)
+        if keeper.dir_dirty:
+            keeper.dir_dirty = False
+            try:
+                fsync_directory(self.path)
+            except BaseException:
+                keeper.dir_dirty = True
+                raise
+        active.sync()
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._closed or self._closing:
             raise WalClosedError("the WAL is closed")
 
     # ------------------------------------------------------------ writing
@@ -185,7 +210,10 @@ class Wal:
     # ------------------------------------------------------------ rotation and pruning
 
     def rotate(self) -> WalFileInfo | None:
-        """Close the active file now (if it holds records) and start a new one (writer thread only)."""
+        """Close the active file now (if it holds records) and start a new one (writer thread only).
+
+        Returns the rotated file at once; it becomes final on disk (trimmed, synced,
+        checkpointed, listeners called) shortly after, in the background."""
         self._check_open()
         if self._writer.segment.count == 0:
             return None
@@ -193,71 +221,83 @@ class Wal:
 
     def maybe_rotate(self) -> WalFileInfo | None:
         """Rotate if the active file is older than ``max_file_age_s`` (writer thread only)."""
-        if not self._closed and self._writer.rotation_due():
+        if not (self._closed or self._closing) and self._writer.rotation_due():
             return self._rotate(0)
         return None
 
     def _rotate(self, min_bytes: int) -> WalFileInfo | None:
-        """Called by the writer when the active file cannot take ``min_bytes`` more or is too old."""
+        """Called by the writer when the active file cannot take ``min_bytes`` more or is too old.
+
+        A pointer switch to a file made ahead of need; no system call on this thread
+        (``danube/wal/rotation.py`` does the rest in the background)."""
         with self._admin_lock:
             old = self._writer.segment
-            capacity = max(self.options.max_file_bytes, _walfile.FILE_HEADER_SIZE + min_bytes)
-            seq = self._checkpoint.next_seq
-            path = os.path.join(self.path, segment_file_name(seq))
-            durable = self.options.sync is not SyncPolicy.NEVER
+            keeper = self._keeper
+            new = keeper.next_active(old.next_offset, min_bytes)
             if old.count == 0:
-                new = _walfile.SegmentFile.create(path, seq, old.first_offset, capacity,
-                                                  index_every=self.options.index_every_bytes)
-                self._writer.set_segment(new)
-                self._segments = self._rotated + [new]
-                self._seg_firsts = [s.first_offset for s in self._segments]
-                old.delete()
-                info = None
-            else:
-                old.seal(sync=durable)
-                new = _walfile.SegmentFile.create(path, seq, old.next_offset, capacity,
-                                                  index_every=self.options.index_every_bytes)
-                if durable:
-                    fsync_directory(self.path)
-                self._rotated = self._rotated + [old]
                 self._segments = self._rotated + [new]
                 self._seg_firsts = [s.first_offset for s in self._segments]
                 self._writer.set_segment(new)
-                info = _info(old)
-                self._checkpoint.rotated[old.seq] = (old.first_offset, old.last_offset, old.write_pos)
-            self._checkpoint.next_seq = seq + 1
-            write_checkpoint(self.path, self._checkpoint)
-        if info is not None:
-            for callback in list(self._listeners):
-                callback(info)
-        return info
+                keeper.discard(old)
+                return None
+            keeper.retire(old)  # before the switch: the syncer must find it (see _sync_files)
+            self._rotated = self._rotated + [old]
+            self._segments = self._rotated + [new]
+            self._seg_firsts = [s.first_offset for s in self._segments]
+            self._writer.set_segment(new)
+            return _info(old)
+
+    def finish_rotations(self, timeout: float | None = None) -> bool:
+        """Block until every file rotated so far is final: trimmed to its frames, fdatasync'd
+        (sync modes), in the checkpoint, and its rotation listeners called.  False on timeout.
+
+        Blocks (briefly): call from a worker thread, not an event loop."""
+        return self._keeper.wait_finished(timeout)
 
     def rotated_files(self) -> list[WalFileInfo]:
-        """Closed files, oldest first: their frames never change again (safe to export)."""
+        """Rotated files, oldest first: the writer has left them, their frames (``size`` bytes)
+        never change again.  A file just rotated may still have its preallocated tail on disk
+        until it is final; rotation listeners are called only then."""
         return [_info(s) for s in self._rotated]
 
     def add_rotation_listener(self, callback: Callable[[WalFileInfo], None]) -> None:
-        """Call ``callback(WalFileInfo)`` after each rotation (on the writer's thread)."""
-        self._listeners.append(callback)
+        """Call ``callback(WalFileInfo)`` once each rotated file is final: trimmed, synced and in
+        the checkpoint.  It runs on the WAL's background file thread; keep it short (wake
+        something up) and do not block it."""
+        self._keeper.listeners.append(callback)
 
     def prune_through(self, offset: int) -> list[WalFileInfo]:
-        """Delete rotated files whose last offset is <= ``offset``; return what was deleted."""
+        """Delete rotated files whose last offset is <= ``offset``; return what was deleted.
+
+        Waits for those files to be final first, then writes the checkpoint and deletes
+        them: blocking file work, so call it from a worker thread."""
         self._check_open()
         with self._admin_lock:
-            doomed = [s for s in self._rotated if s.last_offset <= offset]
-            if not doomed:
+            if not any(s.last_offset <= offset for s in self._rotated):
                 return []
-            keep = self._rotated[len(doomed):]
-            self._rotated = keep
-            self._segments = keep + [self._writer.segment]
-            self._seg_firsts = [s.first_offset for s in self._segments]
-            for s in doomed:
-                self._checkpoint.rotated.pop(s.seq, None)
-            self._checkpoint.first_offset = self._segments[0].first_offset
-            write_checkpoint(self.path, self._checkpoint)
-            infos = [_info(s) for s in doomed]
-            for s in doomed:
-                s.delete()
+        self._keeper.wait_finished(notified=False)
+        doomed: list = []
+
+        def drop(ckpt: Checkpoint) -> None:
+            with self._admin_lock:
+                self._check_open()
+                # only files the checkpoint lists (final): one rotated meanwhile is not yet
+                doomed.extend(s for s in self._rotated if s.last_offset <= offset and s.seq in ckpt.rotated)
+                if not doomed:
+                    return
+                keep = self._rotated[len(doomed):]
+                self._rotated = keep
+                self._segments = keep + [self._writer.segment]
+                self._seg_firsts = [s.first_offset for s in self._segments]
+                for s in doomed:
+                    ckpt.rotated.pop(s.seq, None)
+                ckpt.first_offset = self._segments[0].first_offset
+
+        self._keeper.update_checkpoint(drop)
+        infos = [_info(s) for s in doomed]
+        for s in doomed:
+            s.delete()
+        if doomed:
             fsync_directory(self.path)
         return infos
 
@@ -367,27 +407,31 @@ class Wal:
     # ------------------------------------------------------------ closing
 
     def close(self) -> None:
-        """Sync (unless sync='never'), stop background work, release the files. Idempotent."""
+        """Sync (unless sync='never'), finish rotated files, stop background work, release the
+        files. Idempotent."""
         with self._admin_lock:
-            if self._closed:
+            if self._closed or self._closing:
                 return
-            self._writer.close()
-            self._syncer.close()
-            self._closed = True
-            self._notifier.close()
-            # the cache references the file mappings: drop it so they are unmapped now
-            # (views readers still hold keep theirs alive)
-            self._ring.reset(self._writer.next_offset)
-            try:
-                write_checkpoint(self.path, self._checkpoint)
-            finally:
-                for s in self._segments:
-                    s.close()
-                os.close(self._lock_fd)
-
-
-def _info(seg) -> WalFileInfo:
-    return WalFileInfo(seg.path, seg.seq, seg.first_offset, seg.last_offset, seg.write_pos)
+            self._closing = True
+            self._writer.close()  # no append (hence no rotation) from here on
+        try:
+            # outside the lock: a rotation listener running meanwhile may call into the WAL
+            self._keeper.close()
+        finally:
+            with self._admin_lock:
+                try:
+                    self._syncer.close()
+                    self._closed = True
+                    self._notifier.close()
+                    # the cache references the file mappings: drop it so they are unmapped now
+                    # (views readers still hold keep theirs alive)
+                    self._ring.reset(self._writer.next_offset)
+                    self._keeper.update_checkpoint()
+                finally:
+                    self._closed = True
+                    for s in self._segments:
+                        s.close()
+                    os.close(self._lock_fd)
 
 
 _count_frames = _ring.count_frames

@@ -1,11 +1,16 @@
 """Opening a WAL directory: find the files, trust or scan them, trim a bad tail.
 
+Files whose header is all zero were made ahead of need and never used (or their
+header never reached the disk, in which case nothing in them was reported
+durable): they are deleted first, so they never count as the newest file.
 Rotated files the checkpoint describes (same size on disk) are trusted and
 indexed lazily on first read.  Every other file is scanned with the codec's
-``scan`` and anything after its last whole, valid frame is zeroed.  The newest
-file becomes the active file again unless it was sealed (then a new one is
-created).  Offsets must continue from file to file; a gap or an overlap means
-lost or foreign files and opening fails rather than guessing.
+``scan`` and anything after its last whole, valid frame is zeroed; a rotated
+file the checkpoint does not list yet (the process died before the background
+thread finished it) is trimmed and synced here.  The newest file becomes the
+active file again unless it was sealed (then a new one is created).  Offsets
+must continue from file to file; a gap or an overlap means lost or foreign files
+and opening fails rather than guessing.
 """
 
 from __future__ import annotations
@@ -48,7 +53,13 @@ def recover(directory: str, options: WalOptions) -> RecoveredLog:
     report.checkpoint_found = ckpt is not None
     if ckpt is None:
         ckpt = Checkpoint()
-    files = list_segment_files(directory)
+    files = []
+    for seq, path in list_segment_files(directory):
+        if _never_written(path):
+            report.removed_empty.append(path)
+            os.unlink(path)
+        else:
+            files.append((seq, path))
     segments = []
     index_every = options.index_every_bytes
     try:
@@ -119,6 +130,13 @@ def recover(directory: str, options: WalOptions) -> RecoveredLog:
         rotated={s.seq: (s.first_offset, s.last_offset, s.write_pos) for s in rotated},
     )
     return RecoveredLog(rotated=rotated, active=active, checkpoint=ckpt, report=report)
+
+
+def _never_written(path: str) -> bool:
+    """A segment file whose header is all zero (or missing): a spare that was never used."""
+    with open(path, "rb") as f:
+        head = f.read(_walfile.FILE_HEADER_SIZE)
+    return len(head) < _walfile.FILE_HEADER_SIZE or not any(head)
 
 
 _REASONS = {

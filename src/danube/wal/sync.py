@@ -7,12 +7,20 @@ without a second fdatasync.  That is the group commit: concurrent waiters share
 one fdatasync.  ``os.fdatasync`` releases the GIL, and async waiters never sync
 on their event loop: a dedicated sync thread does it and resolves their futures
 with ``call_soon_threadsafe``.
+
+Cadence of the sync thread.  ``always``: a sync starts as soon as a waiter asks; a
+waiter arriving while one is in flight is covered by the next, which starts right
+after.  ``interval``: a sync starts as soon as there is something to sync (a
+waiter, or appends beyond the durable offset) but at most once per interval,
+start to start -- so a waiter waits at most one interval plus one fdatasync (the
+thread notices unwaited appends by polling once per interval while idle).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Callable
 
 from danube.errors import WalClosedError
@@ -25,9 +33,10 @@ class Syncer:
         self.policy = policy
         self.interval_s = interval_ms / 1000.0
         self._appended = appended       # highest offset appended (next_offset - 1)
-        self._sync_files = sync_files   # fdatasync the active file
+        self._sync_files = sync_files   # fdatasync what holds appended offsets (under ``lock``)
         self._durable = appended()      # what exists at open was recovered from disk
         self._lock = threading.Lock()
+        self.lock = self._lock          # held during every fdatasync of appended data
         self._cond = threading.Condition()
         self._requested = False
         self._closing = False
@@ -68,25 +77,36 @@ class Syncer:
         fut = loop.create_future()
         with self._waiters_lock:
             self._waiters.append((offset, loop, fut))
-        if self.policy is SyncPolicy.ALWAYS:
-            with self._cond:
-                self._requested = True
-                self._cond.notify()
+        with self._cond:
+            self._requested = True
+            self._cond.notify()
         if offset <= self._durable:
             self._resolve_waiters()
         await fut
 
     def _run(self) -> None:
+        always = self.policy is SyncPolicy.ALWAYS
+        interval = self.interval_s
+        last_start = -interval
         while True:
             with self._cond:
-                if self.policy is SyncPolicy.ALWAYS:
+                if always:
                     while not self._requested and not self._closing:
                         self._cond.wait()
-                elif not self._closing:
-                    self._cond.wait(self.interval_s)
+                else:
+                    while not self._closing:
+                        now = time.monotonic()
+                        due = last_start + interval
+                        if now < due:
+                            self._cond.wait(due - now)  # never two syncs within one interval
+                        elif self._requested or self._appended() > self._durable:
+                            break
+                        else:  # idle: look again in an interval, or at once when a waiter asks
+                            self._cond.wait(interval)
                 self._requested = False
                 if self._closing:
                     return
+            last_start = time.monotonic()
             try:
                 self.sync_now()
             except BaseException as exc:  # an I/O error fails the waiters instead of hanging them

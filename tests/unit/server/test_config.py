@@ -49,3 +49,38 @@ def test_bad_config_is_a_clear_error(data, match):
 def test_missing_file(tmp_path):
     with pytest.raises(InvalidArgumentError, match="cannot read config file"):
         BrokerConfig.from_yaml(str(tmp_path / "nope.yml"))
+
+
+def test_load_report_interval_from_danube_section_top_level_and_flag(tmp_path):
+    assert BrokerConfig().load_report_interval_seconds == 30
+    c = BrokerConfig.from_dict({"load_manager": {"load_report_interval_seconds": 5,
+                                                 "assignment_strategy": "balanced"}})
+    assert c.load_report_interval_seconds == 5  # other load_manager keys are ignored, not errors
+    assert BrokerConfig.from_dict({"load_report_interval_seconds": 0}).load_report_interval_seconds == 0
+    assert c.with_overrides(load_report_interval_seconds=None).load_report_interval_seconds == 5
+
+    import argparse
+
+    from danube.cli import broker as broker_cli
+
+    parser = argparse.ArgumentParser()
+    broker_cli.register(parser.add_subparsers())
+    path = tmp_path / "danube_broker.yml"
+    path.write_text("load_manager:\n  load_report_interval_seconds: 12\n")
+    args = parser.parse_args(["broker", "--config", str(path)])
+    assert broker_cli.build_config(args).load_report_interval_seconds == 12
+    args = parser.parse_args(["broker", "--config", str(path), "--load-report-interval", "0.5"])
+    assert broker_cli.build_config(args).load_report_interval_seconds == 0.5
+
+
+@pytest.mark.parametrize("data, match", [
+    ({"load_manager": {"load_report_interval_seconds": -1}}, "load_manager.load_report_interval_seconds"),
+    ({"load_report_interval_seconds": "often"}, "expected a number of seconds"),
+    ({"load_report_interval_seconds": True}, "expected a number of seconds"),
+    ({"load_manager": [1, 2]}, "load_manager: expected a mapping"),
+])
+def test_bad_load_report_interval_is_a_clear_error(data, match):
+    with pytest.raises(InvalidArgumentError, match=match):
+        BrokerConfig.from_dict(data)
+    with pytest.raises(InvalidArgumentError, match="load_report_interval_seconds must be"):
+        BrokerConfig().with_overrides(load_report_interval_seconds=-2)

@@ -11,6 +11,11 @@ from danube.wal.checkpoint import read_checkpoint
 from danube.wal.files import list_segment_files
 
 
+def _has_header(path):
+    with open(path, "rb") as f:
+        return any(f.read(64))
+
+
 def _fill(wal, n, size=200):
     for i in range(n):
         wal.append(b"%06d" % i + b"." * (size - 6))
@@ -22,9 +27,10 @@ def test_size_rotation_and_checkpoint(open_wal, tmp_path):
     wal.add_rotation_listener(rotations.append)
     _fill(wal, 200)
     files = wal.rotated_files()
+    assert wal.finish_rotations(timeout=10)  # listeners run once a file is final, in the background
     assert len(files) >= 4 and files == rotations
     for prev, cur in zip(files, files[1:]):
-        assert cur.first_offset == prev.last_offset + 1 and cur.seq == prev.seq + 1
+        assert cur.first_offset == prev.last_offset + 1 and cur.seq > prev.seq  # a seq may be skipped
     for info in files:
         assert os.path.getsize(info.path) == info.size <= 8192
         assert info.size > info.data_start
@@ -39,8 +45,8 @@ def test_reopen_trusts_checkpointed_files_and_reads_them(tmp_path):
         rotated = wal.rotated_files()
     with Wal.open(tmp_path / "w", max_file_bytes=8192, sync="never") as wal:
         assert wal.rotated_files() == rotated
-        assert set(wal.recovery.scanned_files) == {p for _s, p in list_segment_files(str(tmp_path / "w"))} - {
-            r.path for r in rotated}
+        on_disk = {p for _s, p in list_segment_files(str(tmp_path / "w")) if _has_header(p)}  # not the spare
+        assert set(wal.recovery.scanned_files) == on_disk - {r.path for r in rotated}
         assert [bytes(r.payload)[:6] for r in wal.read(0)] == [b"%06d" % i for i in range(200)]
         assert wal.next_offset == 200
 

@@ -1,0 +1,134 @@
+"""Races around topic unload and broker shutdown, over real local storage and sqlite metadata.
+
+Each test drives the broker into the window where an unload (or shutdown) has begun
+but not finished, and checks what a client arriving in that window gets.
+"""
+
+import asyncio
+
+import pytest
+
+from danube import frames
+from danube.broker import DispatchSettings
+from danube.errors import NotServedHereError
+from danube.metadata import keys
+from tests.unit.broker.conftest import stop
+
+T = "/default/unloading"
+pytestmark = pytest.mark.timeout(30)
+
+
+def batch(*payloads):
+    return bytearray(frames.encode_payloads([p.encode() for p in payloads]))
+
+
+async def receive(broker, cid, n=100):
+    return await asyncio.wait_for(broker.receive(cid, max_messages=n, max_bytes=1 << 20), 5)
+
+
+async def _unload_started(broker, topic):
+    """Start unload_topic and return once it has closed the topic but not finished."""
+    t = broker.topics[topic]
+    task = asyncio.create_task(broker.unload_topic(topic))
+    for _ in range(10_000):
+        if t.closed:
+            break
+        await asyncio.sleep(0)
+    assert t.closed and not task.done(), "the unload finished before the test could act inside it"
+    return task
+
+
+async def test_clients_arriving_during_an_unload_are_told_to_look_again(broker):
+    pid = await broker.create_producer(T, "p", reliable=True)
+    old = await broker.subscribe(T, "s", "c1", sub_type="shared")
+    await broker.publish(pid, batch("a", "b"))
+    unload = await _unload_started(broker, T)
+
+    with pytest.raises(NotServedHereError, match="being unloaded") as info:
+        await broker.subscribe(T, "s", "c2", sub_type="shared")
+    assert info.value.retriable
+    with pytest.raises(NotServedHereError, match="being unloaded"):
+        await broker.create_producer(T, "p2", reliable=True)
+    with pytest.raises(NotServedHereError):
+        await broker.publish(pid, batch("c"))
+    assert not broker.health("consumer", old)
+    assert not broker.health("producer", pid)
+    assert await unload == 1
+
+    # once the unload finished, the topic is opened again on demand and continues
+    new = await broker.subscribe(T, "s", "c2", sub_type="shared")
+    assert broker.health("consumer", new)
+    pid2 = await broker.create_producer(T, "p2", reliable=True)
+    assert await broker.publish(pid2, batch("c")) == (2, 2)
+
+
+async def test_an_ack_answered_ok_during_an_unload_is_persisted(make_broker):
+    # no periodic cursor flush during the test: only the unload's own flush may save the cursor
+    broker = await make_broker(dispatch=DispatchSettings(cursor_flush_interval_ms=5000))
+    pid = await broker.create_producer(T, "p", reliable=True)
+    cid = await broker.subscribe(T, "s", "c")
+    await broker.publish(pid, batch("a", "b", "c", "d"))
+    d = await receive(broker, cid)
+    assert d.count == 4
+    await broker.ack(cid, [0])
+    unload = await _unload_started(broker, T)
+
+    answered_ok = []
+    for offset, call in ((1, broker.ack(cid, [1])), (2, broker.ack_subscription(T, "s", [2])),
+                         (3, broker.ack_ranges(cid, [(3, 3)]))):
+        try:
+            await call
+            answered_ok.append(offset)
+        except NotServedHereError:
+            pass
+    await unload
+    persisted = await broker.metadata.get_json(keys.subscription_cursor(T, "s"))
+    # the contract: every ack answered OK is in the persisted cursor ...
+    assert persisted >= max(answered_ok, default=0)
+    # ... and acks arriving while the cursors are being saved for the last time are refused
+    assert answered_ok == [] and persisted == 0
+    await stop(broker)
+
+
+async def test_acks_and_nacks_on_a_stopping_broker_are_refused_and_earlier_ones_kept(make_broker):
+    b = await make_broker()
+    pid = await b.create_producer(T, "p", reliable=True)
+    cid = await b.subscribe(T, "s", "c")
+    await b.publish(pid, batch("a", "b", "c"))
+    await receive(b, cid)
+    await b.ack(cid, [0, 1])
+    t = b.topics[T]
+    sub = t.subscriptions["s"]
+    stopping = asyncio.create_task(b.stop())
+    for _ in range(10_000):
+        if t.closed or stopping.done():
+            break
+        await asyncio.sleep(0)
+    assert t.closed and not stopping.done()
+    with pytest.raises(NotServedHereError):
+        sub.ack([2])
+    with pytest.raises(NotServedHereError):
+        sub.nack(2)
+    await stopping
+    await b.metadata.close()
+
+    b = await make_broker()
+    assert await b.metadata.get_json(keys.subscription_cursor(T, "s")) == 1
+    d = await receive(b, cid)
+    assert [bytes(r.payload) for r in frames.iter_records(d.frames)] == [b"c"]
+    await stop(b)
+
+
+async def test_shutdown_refuses_new_publishes_and_lets_in_flight_ones_finish(broker):
+    pid = await broker.create_producer(T, "p", reliable=True)
+    in_flight = asyncio.ensure_future(broker.publish(pid, batch("a", "b")))
+    await asyncio.sleep(0)  # the batch is being stored
+    broker.begin_shutdown()
+    with pytest.raises(NotServedHereError, match="shutting down") as info:
+        await broker.publish(pid, batch("late"))
+    assert info.value.retriable
+    with pytest.raises(NotServedHereError, match="shutting down"):
+        await broker.publish_message(pid, bytearray(frames.encode_payloads([b"late"])))
+    assert await broker.drain_publishes(5.0)
+    assert in_flight.done() and in_flight.result() == (0, 1)
+    assert broker.topics[T].storage.next_offset == 2  # nothing of the refused batches was stored

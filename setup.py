@@ -10,9 +10,11 @@ from glob import glob
 from setuptools import Extension, setup
 
 CORE = os.path.join("src", "danube", "_core")
+# Hand-written C lives apart from _core so that every .c under _core is a generated (ignored) file.
+CSRC = os.path.join("src", "danube", "_csrc")
 # C sources compiled into a given module besides its .pyx
 EXTRA_SOURCES = {
-    "frame": [os.path.join(CORE, "crc32c_impl.c")],
+    "frame": [os.path.join(CSRC, "crc32c_impl.c")],
 }
 
 
@@ -29,7 +31,7 @@ def extensions():
             Extension(
                 f"danube._core.{name}",
                 sources=sources,
-                include_dirs=[CORE],
+                include_dirs=[CORE, CSRC],
                 extra_compile_args=["-O3", "-std=c11"] if sys.platform != "win32" else ["/O2"],
             )
         )

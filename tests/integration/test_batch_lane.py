@@ -10,7 +10,6 @@ import pytest
 
 from danube import frames as frame_codec
 from danube.client import DanubeClient, SubType
-from danube.errors import NotFoundError
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
 from tests.support.broker import running_broker

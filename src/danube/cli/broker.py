@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 
 from danube.errors import DanubeError

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 import time
 
 from danube.cli._client_common import (

@@ -110,7 +110,7 @@ def test_missing_middle_file_fails_loudly(tmp_path):
 
 def test_file_created_but_never_written_is_dropped(tmp_path):
     path = tmp_path / "w"
-    files = _write(path, n=5)
+    _write(path, n=5)
     empty = path / "wal-00000000000000000099.log"
     empty.write_bytes(bytes(4096))
     with Wal.open(path, sync="never") as wal:

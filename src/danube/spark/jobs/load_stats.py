@@ -137,8 +137,9 @@ def _evaluate_group(policy: scoring.RebalancePolicy):
 
 # ---------------------------------------------------------------- the job
 
-def compute(spark, df, *, bucket_seconds: int = 30, policy: scoring.RebalancePolicy = scoring.RebalancePolicy()):
+def compute(spark, df, *, bucket_seconds: int = 30, policy: scoring.RebalancePolicy | None = None):
     """DataFrames ``broker_timeseries``, ``rankings``, ``cluster_balance``, ``moves`` from a reports DataFrame."""
+    policy = policy if policy is not None else scoring.RebalancePolicy()
     from pyspark.sql import functions as F
 
     if bucket_seconds <= 0:

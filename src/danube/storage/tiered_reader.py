@@ -11,6 +11,8 @@ its first byte to its last, its etag.  A failure is a
 Ranges start and end on frame boundaries known from each descriptor's offset
 index (one entry every >= 64 KiB), so each range is read and checked on a worker
 thread by itself, in parallel with the next ones, and handed out without a copy.
+A stream's ranges are ``chunk_bytes`` long, or the backend's ``min_range_bytes``
+if larger (object stores want fewer, larger requests).
 
 ``chained_tail`` serves one logical stream: durable history below the hot
 WAL's start, then the WAL itself (live), with no gap and no duplicate.
@@ -176,7 +178,9 @@ class DurableHistoryReader:
         if from_offset > until:
             return
         depth = max(self.prefetch if prefetch is None else prefetch, 0) + 1
-        plan = self._plan(from_offset, until, chunk_bytes or self.chunk_bytes)
+        if chunk_bytes is None:
+            chunk_bytes = max(self.chunk_bytes, getattr(self.backend, "min_range_bytes", 0))
+        plan = self._plan(from_offset, until, chunk_bytes)
         inflight: collections.deque = collections.deque()
         chains: list[_HashChain] = []
         state = {"chain": None, "previous": None}

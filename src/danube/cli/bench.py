@@ -1,10 +1,22 @@
 """`danube bench`: end-to-end throughput and latency through the batch lane.
 
-Producers call ``send_batch`` with ``--batch-size`` messages; every payload of
-one call starts with the call's send time (``perf_counter``, 8 bytes), so the
-consumers, running in the same process, measure publish→deliver on the first
-and last message of every batch they receive.  publish→ack is measured per
-``send_batch`` call, from the call until its future resolves (batch durable).
+Producers call ``send_batch``; every payload starts with the time the call was
+made (``perf_counter``, 8 bytes: the moment the messages were handed to the
+client, before any batching).  The consumers run in a child process of their
+own (``perf_counter`` is CLOCK_MONOTONIC, one clock for every process on the
+machine) so the producer's event loop and grpc writes do not delay deliveries;
+they measure publish→deliver on every message they receive.  publish→ack is
+measured per ``send_batch`` call, from the call until its future resolves
+(batch durable).
+
+As fast as possible (``--rate 0``) each call carries ``--batch-size`` messages.
+With ``--rate`` the producer is paced smoothly: one call every ``--pace-ms``
+(default 2 ms) carrying that interval's worth of messages (at most
+``--batch-size``), so a rate-limited run measures latency rather than large
+batches queued behind each other; the producer's in-flight window grows by the
+same factor, so as many messages may be in flight as with full batches.
+Both processes freeze the objects that exist after setup (``gc.freeze``) and
+raise the gen-0 threshold, so collections stay short during the run.
 """
 
 from __future__ import annotations
@@ -12,8 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
-import os
 import shutil
 import struct
 import subprocess
@@ -48,8 +60,10 @@ class BenchConfig:
     max_in_flight: int = 8
     max_batch_bytes: int = 1024 * 1024
     linger_ms: float = 1.0
+    pace_ms: float = 2.0              # with a rate: one send_batch call per pace_ms (at most batch_size messages)
     progress: bool = True
     drain_timeout: float = 30.0
+    consumer_process: bool = True     # consumers in a child process (False: in the bench's event loop)
 
 
 @dataclass
@@ -64,6 +78,8 @@ class BenchResult:
     publish_mb_s: float = 0.0
     ack_latency_ms: dict = field(default_factory=dict)
     deliver_latency_ms: dict = field(default_factory=dict)
+    calls_per_s: float = 0.0           # send_batch calls / s
+    messages_per_call: int = 0
     errors: list = field(default_factory=list)
 
 
@@ -129,77 +145,251 @@ def spawned_broker(sync: str, data_dir: str | None = None, *, log_path: str | No
 
 # ------------------------------------------------------------ the workload
 
+_PAYLOAD_AT = 16 + 22              # payload position in a frame without key or attributes (frame.py)
+_GC_THRESHOLD = (100_000, 50, 100)  # gen-0 collections every 100k allocations instead of 700
+
+
+@contextlib.contextmanager
+def _quiet_gc():
+    """Setup's objects frozen out of collections, gen 0 collected rarely; restored afterwards."""
+    old = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*_GC_THRESHOLD)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+        gc.unfreeze()
+
+
+def _loop_factory():
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        return None
+
+
+def _build_consumers(client, config: BenchConfig, topic: str, sub_type: str) -> list:
+    return [client.new_consumer().with_topic(topic).with_consumer_name(f"bench-c{i}")
+            .with_subscription("bench").with_subscription_type(sub_type)
+            .with_reliable(config.reliable)
+            .with_receive_credit(max(10_000, 4 * config.batch_size), 16 * 1024 * 1024).build()
+            for i in range(config.consumers)]
+
+
+async def _consume(consumer, seen: dict, latencies: list, config: BenchConfig, finished) -> None:
+    """Receives and acks until ``finished()``; one publish->deliver sample per message."""
+    from danube import frames as frame_codec
+
+    decode_frame, frame_positions = frame_codec.decode_frame, frame_codec.frame_positions
+    unpack = _STAMP.unpack_from
+    perf = time.perf_counter
+    stamped = config.message_size >= _STAMP.size
+    size = config.message_size
+    while True:
+        batch = await consumer.receive_batch(timeout=0.05)
+        if batch is None:
+            if finished():
+                return
+            continue
+        now = perf()
+        if stamped:
+            frames = batch.frames
+            first, _ = decode_frame(frames, 0)
+            if first.routing_key is None and not first.attributes and len(first.payload) == size:
+                latencies.extend([now - unpack(frames, p + _PAYLOAD_AT)[0] for p in frame_positions(frames)])
+            else:   # a topic shared with other producers (--topic): decode every frame
+                pos = 0
+                for _ in range(batch.count):
+                    record, pos = decode_frame(frames, pos)
+                    if len(record.payload) == size:
+                        latencies.append(now - unpack(record.payload)[0])
+        seen["delivered"] += batch.count
+        seen["last"] = now
+        await consumer.ack_batch(batch)
+        if finished():
+            return
+
+
+def _consumer_child(conn_fd: int, counter_fd: int) -> None:
+    """Entry point of the consumer process: subscribe, say "ready", consume until told the acked count."""
+    import mmap
+    from multiprocessing.connection import Connection
+
+    conn = Connection(conn_fd)
+    delivered = _Counter(mmap.mmap(counter_fd, 8))
+    config, topic, sub_type = conn.recv()
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        try:
+            answer = runner.run(_consumer_child_main(conn, delivered, config, topic, sub_type))
+        except BaseException as exc:   # noqa: BLE001 - reported to the parent, which owns the outcome
+            answer = {"error": f"consumer process: {exc!r}"}
+    conn.send(answer)
+    conn.close()
+
+
+class _Counter:
+    """One int64 in a shared mapping: the delivered count the parent's progress bar shows."""
+
+    _CELL = struct.Struct("<q")
+
+    def __init__(self, mapping) -> None:
+        self._map = mapping
+
+    @property
+    def value(self) -> int:
+        return self._CELL.unpack_from(self._map)[0]
+
+    @value.setter
+    def value(self, n: int) -> None:
+        self._CELL.pack_into(self._map, 0, n)
+
+
+async def _consumer_child_main(conn, delivered, config: BenchConfig, topic: str, sub_type: str) -> dict:
+    from danube.client import DanubeClient
+
+    client = DanubeClient.builder().service_url(config.service_url).build()
+    consumers = _build_consumers(client, config, topic, sub_type)
+    seen = {"delivered": 0, "last": 0.0}
+    latencies: list[float] = []
+    target: list = [None, 0.0]   # acked count to reach, when it was announced
+
+    def finished() -> bool:
+        delivered.value = seen["delivered"]
+        if target[0] is None:
+            if not conn.poll():
+                return False
+            target[0], target[1] = conn.recv(), time.perf_counter()
+        return seen["delivered"] >= target[0] or time.perf_counter() - target[1] > config.drain_timeout
+
+    try:
+        await asyncio.gather(*(c.subscribe() for c in consumers))
+        with _quiet_gc():
+            conn.send("ready")
+            await asyncio.gather(*(_consume(c, seen, latencies, config, finished) for c in consumers))
+    finally:
+        for c in consumers:
+            with contextlib.suppress(Exception):
+                await c.close()
+        await client.close()
+    return {"delivered": seen["delivered"], "last": seen["last"], "latencies": latencies}
+
+
+class _ConsumerProcess:
+    """The consumers in a child interpreter (a fresh one: no fork of grpc's threads, no re-import of the
+    caller's __main__), talking over a socket pair; stopped by its own handle."""
+
+    def __init__(self, config: BenchConfig, topic: str, sub_type: str) -> None:
+        import mmap
+        import socket
+        from multiprocessing.connection import Connection
+
+        ours, theirs = socket.socketpair()
+        counter_file = tempfile.TemporaryFile()
+        counter_file.write(b"\x00" * 8)
+        counter_file.flush()
+        self._counter_file = counter_file
+        self.delivered = _Counter(mmap.mmap(counter_file.fileno(), 8))
+        fds = (theirs.fileno(), counter_file.fileno())
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", f"from danube.cli.bench import _consumer_child; _consumer_child{fds}"],
+            pass_fds=fds)
+        theirs.close()
+        self._conn = Connection(ours.detach())
+        self._conn.send((config, topic, sub_type))
+
+    async def _receive(self, timeout: float):
+        if not await asyncio.to_thread(self._conn.poll, timeout):
+            raise RuntimeError(f"the consumer process did not answer within {timeout:.0f}s")
+        return self._conn.recv()
+
+    async def ready(self) -> None:
+        answer = await self._receive(60)
+        if answer != "ready":
+            raise RuntimeError(answer.get("error", "the consumer process failed") if isinstance(answer, dict)
+                               else f"unexpected answer {answer!r}")
+
+    async def finish(self, acked: int, drain_timeout: float) -> dict:
+        self._conn.send(acked)
+        return await self._receive(drain_timeout + 30)
+
+    def stop(self) -> None:
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._conn.close()
+        self._counter_file.close()
+
+
+def messages_per_call(config: BenchConfig) -> int:
+    """--batch-size as fast as possible; with --rate, one --pace-ms interval's worth (at most --batch-size)."""
+    if config.rate <= 0:
+        return config.batch_size
+    per_producer = config.rate / config.producers
+    return max(1, min(config.batch_size, round(per_producer * max(config.pace_ms, 0.1) / 1000)))
+
+
 async def run_bench(config: BenchConfig) -> BenchResult:
     """Runs the workload against ``config.service_url``; returns the measurements."""
-    from danube import frames as frame_codec
     from danube.client import DanubeClient
 
     topic = config.topic or f"/default/bench-{uuid.uuid4().hex[:8]}"
     sub_type = config.subscription_type or ("shared" if config.consumers > 1 else "exclusive")
     result = BenchResult(config={**asdict(config), "topic": topic, "subscription_type": sub_type})
+    per_call = messages_per_call(config)
+    result.messages_per_call = per_call
     client = DanubeClient.builder().service_url(config.service_url).build()
     ack_lat: list[float] = []
     deliver_lat: list[float] = []
-    counts = {"sent": 0, "acked": 0, "delivered": 0}
-    last_delivery = [0.0]
+    counts = {"sent": 0, "acked": 0, "calls": 0}
+    seen = {"delivered": 0, "last": 0.0}
     producing_done = asyncio.Event()
-    all_delivered = asyncio.Event()
     perf = time.perf_counter
     pad = b"\x00" * max(0, config.message_size - _STAMP.size)
 
-    consumers = []
-    for i in range(config.consumers):
-        consumer = (client.new_consumer().with_topic(topic).with_consumer_name(f"bench-c{i}")
-                    .with_subscription("bench").with_subscription_type(sub_type)
-                    .with_reliable(config.reliable)
-                    .with_receive_credit(max(10_000, 4 * config.batch_size), 16 * 1024 * 1024).build())
-        consumers.append(consumer)
+    child = _ConsumerProcess(config, topic, sub_type) if config.consumer_process else None
+    consumers = [] if child else _build_consumers(client, config, topic, sub_type)
+    # Paced calls are smaller: more of them in flight, so the messages in flight stay as many as at full size.
+    in_flight = config.max_in_flight * -(-config.batch_size // per_call)
     producers = []
     for i in range(config.producers):
         producer = (client.new_producer().with_topic(topic).with_name(f"bench-p{i}")
                     .with_reliable(config.reliable).with_linger_ms(config.linger_ms)
-                    .with_max_batch_bytes(config.max_batch_bytes).with_max_in_flight(config.max_in_flight).build())
+                    .with_max_batch_bytes(config.max_batch_bytes).with_max_in_flight(in_flight).build())
         producers.append(producer)
 
-    async def consume(consumer) -> None:
-        decode_frame, frame_positions = frame_codec.decode_frame, frame_codec.frame_positions
-        while True:
-            batch = await consumer.receive_batch(timeout=0.2)
-            if batch is None:
-                if producing_done.is_set() and counts["delivered"] >= counts["acked"]:
-                    all_delivered.set()
-                    return
-                continue
-            now = perf()
-            frames = batch.frames
-            if pad is not None and config.message_size >= _STAMP.size:
-                first, _ = decode_frame(frames, 0)
-                deliver_lat.append(now - _STAMP.unpack_from(first.payload)[0])
-                if batch.count > 1:
-                    last, _ = decode_frame(frames, frame_positions(frames)[-1])
-                    deliver_lat.append(now - _STAMP.unpack_from(last.payload)[0])
-            counts["delivered"] += batch.count
-            last_delivery[0] = now
-            await consumer.ack_batch(batch)
-            if producing_done.is_set() and counts["delivered"] >= counts["acked"]:
-                all_delivered.set()
+    def delivered() -> int:
+        return child.delivered.value if child else seen["delivered"]
+
+    def in_process_finished() -> bool:
+        return producing_done.is_set() and seen["delivered"] >= counts["acked"]
 
     async def produce(producer, deadline: float, per_producer_rate: float) -> None:
-        window = asyncio.Semaphore(config.max_in_flight * 2)
+        window = asyncio.Semaphore(in_flight * 2)
         started = perf()
         sent = 0
         while perf() < deadline:
-            t0 = perf()
+            t0 = perf()   # the messages are handed to the client now; everything after counts
             if config.message_size >= _STAMP.size:
                 payload = _STAMP.pack(t0) + pad
             else:
                 payload = b"\x00" * config.message_size
             await window.acquire()
-            fut = await producer.send_batch([payload] * config.batch_size)
-            counts["sent"] += config.batch_size
-            sent += config.batch_size
+            fut = await producer.send_batch([payload] * per_call)
+            counts["sent"] += per_call
+            counts["calls"] += 1
+            sent += per_call
 
-            def done(f, t0=t0, n=config.batch_size):
+            def done(f, t0=t0, n=per_call):
                 window.release()
                 if f.cancelled() or f.exception() is not None:
                     if not f.cancelled():
@@ -214,7 +404,7 @@ async def run_bench(config: BenchConfig) -> BenchResult:
                 if delay > 0:
                     await asyncio.sleep(delay)
         await producer.flush()
-        while window._value < config.max_in_flight * 2:   # every callback ran
+        while window._value < in_flight * 2:   # every callback ran
             await asyncio.sleep(0.01)
 
     async def progress(deadline: float, start: float) -> None:
@@ -229,36 +419,50 @@ async def run_bench(config: BenchConfig) -> BenchResult:
                 await asyncio.sleep(0.5)
                 now = perf()
                 bar.n = round(min(now, deadline) - start, 1)
-                rate = (counts["delivered"] - last_n) / (now - last_t)
-                last_n, last_t = counts["delivered"], now
-                bar.set_postfix_str(f"acked {counts['acked']:,} delivered {counts['delivered']:,} "
-                                    f"({rate:,.0f} msg/s)")
+                n = delivered()
+                rate = (n - last_n) / (now - last_t)
+                last_n, last_t = n, now
+                bar.set_postfix_str(f"acked {counts['acked']:,} delivered {n:,} ({rate:,.0f} msg/s)")
 
+    consumer_tasks: list = []
     try:
-        await asyncio.gather(*(c.subscribe() for c in consumers))
+        if child:
+            await child.ready()
+        else:
+            await asyncio.gather(*(c.subscribe() for c in consumers))
         await asyncio.gather(*(p.create() for p in producers))
-        consumer_tasks = [asyncio.ensure_future(consume(c)) for c in consumers]
-        start = perf()
-        deadline = start + config.duration
-        progress_task = asyncio.ensure_future(progress(deadline, start))
-        per_rate = config.rate / config.producers if config.rate > 0 else 0.0
-        await asyncio.gather(*(produce(p, deadline, per_rate) for p in producers))
-        producing_done.set()
-        produced_s = perf() - start
-        try:
-            await asyncio.wait_for(all_delivered.wait(), config.drain_timeout)
-        except asyncio.TimeoutError:
-            result.errors.append(f"only {counts['delivered']} of {counts['acked']} acked messages were "
-                                 f"delivered within {config.drain_timeout}s")
-        for task in consumer_tasks:
-            task.cancel()
-        await asyncio.gather(*consumer_tasks, progress_task, return_exceptions=True)
-        e2e_s = max(last_delivery[0] - start, 1e-9)
-        result.sent, result.acked, result.delivered = counts["sent"], counts["acked"], counts["delivered"]
+        with _quiet_gc():
+            consumer_tasks = [asyncio.ensure_future(_consume(c, seen, deliver_lat, config, in_process_finished))
+                              for c in consumers]
+            start = perf()
+            deadline = start + config.duration
+            progress_task = asyncio.ensure_future(progress(deadline, start))
+            per_rate = config.rate / config.producers if config.rate > 0 else 0.0
+            await asyncio.gather(*(produce(p, deadline, per_rate) for p in producers))
+            producing_done.set()
+            produced_s = perf() - start
+            if child:
+                answer = await child.finish(counts["acked"], config.drain_timeout)
+                if "error" in answer:
+                    result.errors.append(answer["error"])
+                seen["delivered"], seen["last"] = answer.get("delivered", 0), answer.get("last", 0.0)
+                deliver_lat = answer.get("latencies", [])
+            else:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.gather(*consumer_tasks), config.drain_timeout)
+            if seen["delivered"] < counts["acked"]:
+                result.errors.append(f"only {seen['delivered']} of {counts['acked']} acked messages were "
+                                     f"delivered within {config.drain_timeout}s")
+            for task in consumer_tasks:
+                task.cancel()
+            await asyncio.gather(*consumer_tasks, progress_task, return_exceptions=True)
+        e2e_s = max(seen["last"] - start, 1e-9)
+        result.sent, result.acked, result.delivered = counts["sent"], counts["acked"], seen["delivered"]
         result.elapsed_s = round(produced_s, 3)
         result.publish_rate = round(counts["acked"] / produced_s, 1)
         result.publish_mb_s = round(counts["acked"] * config.message_size / produced_s / 1e6, 2)
-        result.end_to_end_rate = round(counts["delivered"] / e2e_s, 1)
+        result.end_to_end_rate = round(seen["delivered"] / e2e_s, 1)
+        result.calls_per_s = round(counts["calls"] / produced_s, 1)
         result.ack_latency_ms = percentiles(ack_lat)
         result.deliver_latency_ms = percentiles(deliver_lat)
     finally:
@@ -269,6 +473,8 @@ async def run_bench(config: BenchConfig) -> BenchResult:
             with contextlib.suppress(Exception):
                 await c.close()
         await client.close()
+        if child:
+            await asyncio.to_thread(child.stop)
     return result
 
 
@@ -324,6 +530,11 @@ def register(subparsers) -> None:
     reliability.add_argument("--non-reliable", dest="reliable", action="store_false", help="in-memory topic")
     parser.add_argument("--max-in-flight", type=positive_int, default=8, help="unacked batches per producer (default 8)")
     parser.add_argument("--linger-ms", type=non_negative_float, default=1.0, help="producer linger (default 1 ms)")
+    parser.add_argument("--pace-ms", type=non_negative_float, default=2.0,
+                        help="with --rate: one send_batch call per interval, carrying that interval's messages, "
+                             "at most --batch-size (default 2 ms)")
+    parser.add_argument("--in-process-consumers", action="store_true",
+                        help="run the consumers in the bench's event loop instead of a child process")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
@@ -335,7 +546,8 @@ def _config_from_args(args) -> BenchConfig:
         data_dir=args.data_dir, topic=args.topic, producers=args.producers, consumers=args.consumers,
         message_size=args.message_size, batch_size=args.batch_size, rate=args.rate, duration=args.duration,
         reliable=args.reliable, subscription_type=args.subscription_type, max_in_flight=args.max_in_flight,
-        linger_ms=args.linger_ms, progress=not args.no_progress and sys.stderr.isatty() or False,
+        linger_ms=args.linger_ms, pace_ms=args.pace_ms, consumer_process=not args.in_process_consumers,
+        progress=not args.no_progress and sys.stderr.isatty() or False,
     )
 
 

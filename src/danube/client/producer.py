@@ -294,6 +294,8 @@ class _PartitionProducer:
         self._check_usable()
         self.seal()
         limit = self.owner.max_batch_bytes
+        if sum(map(len, payloads)) + len(payloads) * _FRAME_OVERHEAD < limit:   # one chunk: no per-message loop
+            return [await self._enqueue_chunk(payloads, key, attributes)] if payloads else []
         done = []
         start, size = 0, 0
         for i, p in enumerate(payloads):

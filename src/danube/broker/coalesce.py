@@ -16,7 +16,13 @@ WAL's sync thread) and one dispatch wake-up per message.  Instead, per topic:
   ``MAX_HELD_MESSAGES`` or ``MAX_HELD_BYTES`` the held calls are appended anyway
   and share the next wait;
 - while calls keep coming, consecutive waits start at least
-  ``MIN_WAIT_SPACING_S`` apart, so each fdatasync covers more calls.
+  ``MIN_WAIT_SPACING_S`` apart, so each fdatasync covers more calls.  When
+  the event loop is saturated (a hold wakes up more than ``LATE_S`` after it
+  was due) the spacing doubles, up to ``MAX_WAIT_SPACING_S``: every batch costs
+  the broker a fixed few hundred microseconds of CPU (append, fdatasync, the
+  hand-offs with the WAL's sync thread), so on a busy broker larger batches
+  buy calls per second; it falls back to the minimum as soon as a wait
+  answers fewer than ``BUSY_BATCH`` calls, so light traffic keeps the short hold.
 
 Each call is answered with its offset once its batch is durable under the sync
 policy, and the subscriptions are woken once per wait.
@@ -44,6 +50,11 @@ MAX_HELD_BYTES = 4 * 1024 * 1024
 # broker kernel CPU (the journal commit), so on a busy topic a few ms of holding buys larger batches
 # and more calls per second (like PostgreSQL's commit_delay).  A lone call on an idle topic never waits.
 MIN_WAIT_SPACING_S = 0.003
+MAX_WAIT_SPACING_S = 0.010
+# A hold waking this late means the loop is saturated (uvloop timers have 1 ms resolution).
+LATE_S = 0.002
+# A wait answering fewer calls than this is light traffic: back to the minimum spacing.
+BUSY_BATCH = 4
 
 
 class _Appended:
@@ -61,7 +72,7 @@ class PublishCoalescer:
     """Joins the single-frame publishes submitted to one topic; shares their durability waits."""
 
     __slots__ = ("topic", "_frames", "_waiters", "_held_bytes", "_scheduled", "_appended", "_waiting",
-                 "batches", "messages", "durability_waits")
+                 "_spacing", "batches", "messages", "durability_waits")
 
     def __init__(self, topic: "Topic") -> None:
         self.topic = topic
@@ -71,6 +82,7 @@ class PublishCoalescer:
         self._scheduled = False
         self._appended: deque[_Appended] = deque()   # appended, not yet durable, in offset order
         self._waiting: asyncio.Task | None = None      # the one durability wait in flight
+        self._spacing = MIN_WAIT_SPACING_S             # current least time between wait starts
         self.batches = 0            # frame batches appended (for tests and stats)
         self.messages = 0           # messages appended through them
         self.durability_waits = 0   # wait_durable calls made for them
@@ -82,10 +94,12 @@ class PublishCoalescer:
         """
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
+        size = len(frame)
+        waiters = self._waiters
         self._frames.append(frame)
-        self._waiters.append((producer, len(frame), fut))
-        self._held_bytes += len(frame)
-        if not self._scheduled and (self._waiting is None or len(self._waiters) >= MAX_HELD_MESSAGES
+        waiters.append((producer, size, fut))
+        self._held_bytes += size
+        if not self._scheduled and (self._waiting is None or len(waiters) >= MAX_HELD_MESSAGES
                                     or self._held_bytes >= MAX_HELD_BYTES):
             self._scheduled = True
             loop.call_soon(self._flush)
@@ -116,9 +130,13 @@ class PublishCoalescer:
         try:
             while True:
                 if self._waiters and not self._scheduled and not self._appended:
-                    pause = last_start + MIN_WAIT_SPACING_S - time.perf_counter()
+                    spacing = max(self._spacing, MIN_WAIT_SPACING_S)
+                    due = last_start + spacing
+                    pause = due - time.perf_counter()
                     if pause > 0:
                         await asyncio.sleep(pause)
+                        if time.perf_counter() - due > LATE_S:
+                            self._spacing = min(spacing * 2, MAX_WAIT_SPACING_S)
                 if self._waiters and not self._scheduled:
                     self._flush()   # what was held during the last wait becomes one batch
                 if not self._appended:
@@ -134,8 +152,10 @@ class PublishCoalescer:
                     if isinstance(exc, asyncio.CancelledError):
                         raise
                     return
+                answered = 0
                 while self._appended and self._appended[0].last <= target:
                     done = self._appended.popleft()
+                    answered += len(done.waiters)
                     topic.committed(done.last - done.first + 1, done.nbytes, done.last, done.started,
                                     notify=False)
                     offset = done.first
@@ -146,6 +166,8 @@ class PublishCoalescer:
                             fut.set_result(offset)
                         offset += 1
                 topic.notify_subscriptions()
+                if answered < BUSY_BATCH:
+                    self._spacing = MIN_WAIT_SPACING_S
         finally:
             self._waiting = None
             if self._waiters and not self._scheduled:   # held calls outlived a failed wait: store them now

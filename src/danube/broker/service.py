@@ -341,8 +341,11 @@ class BrokerService:
         """One message as one whole unstamped frame (Danube's SendMessage); its offset once durable.
 
         Concurrent calls on a topic share one append and one durability wait
-        (``danube.broker.coalesce``); one producer's messages keep their order."""
-        self._check_accepting()
+        (``danube.broker.coalesce``); one producer's messages keep their order.
+
+        The per-call path: the checks of ``_check_accepting`` and ``_publish_done`` are inlined."""
+        if self._draining:
+            self._check_accepting()
         self._publishing += 1
         try:
             producer = self._producers.get(producer_id)
@@ -350,7 +353,9 @@ class BrokerService:
                 producer = await self._producer(producer_id)
             return await producer.topic.publish_one(producer, frame)
         finally:
-            self._publish_done()
+            self._publishing -= 1
+            if not self._publishing:
+                self._published.set()
 
     def _check_accepting(self) -> None:
         if self._draining:

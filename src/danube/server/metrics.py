@@ -48,6 +48,7 @@ class PrometheusMetrics(MetricsSink):
         self._dropped = Counter("danube_subscription_dropped_total",
                                "Messages a subscription gave up on (poison policy, evicted history)",
                                ["topic", "subscription", "reason"], registry=r)
+        self._published_children: dict[str, tuple] = {}
         self._broker = None
         r.register(_BrokerCollector(self))
 
@@ -61,9 +62,18 @@ class PrometheusMetrics(MetricsSink):
     # ------------------------------------------------------------ MetricsSink
 
     def published(self, topic: str, count: int, nbytes: int, latency_ms: float) -> None:
-        self.messages_in.labels(topic).inc(count)
-        self.bytes_in.labels(topic).inc(nbytes)
-        self.send_latency.labels(topic).observe(latency_ms)
+        # Once per stored batch: the labelled children are looked up once per topic, not per call.
+        children = self._published_children.get(topic)
+        if children is None:
+            children = self._published_children[topic] = (
+                self.messages_in.labels(topic), self.bytes_in.labels(topic), self.send_latency.labels(topic))
+        messages, nbytes_in, latency = children
+        messages.inc(count)
+        nbytes_in.inc(nbytes)
+        latency.observe(latency_ms)
+
+    def topic_closed(self, topic: str) -> None:
+        self._published_children.pop(topic, None)
 
     def delivered(self, topic: str, subscription: str, count: int, nbytes: int) -> None:
         self.messages_out.labels(topic, subscription).inc(count)

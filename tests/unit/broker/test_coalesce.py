@@ -159,3 +159,36 @@ async def test_waits_on_a_busy_topic_are_spaced_and_an_idle_call_is_not_held(bro
     assert await second == 1
     assert loop.time() - started >= 0.3       # the next wait started no sooner than the spacing
     assert broker.topics[T].coalescer.durability_waits == 2
+
+
+async def test_spacing_grows_while_the_loop_is_saturated_and_falls_back_on_light_traffic(broker, monkeypatch):
+    from danube.broker import coalesce
+
+    monkeypatch.setattr(coalesce, "MIN_WAIT_SPACING_S", 0.02)
+    monkeypatch.setattr(coalesce, "MAX_WAIT_SPACING_S", 0.05)
+    monkeypatch.setattr(coalesce, "LATE_S", -1.0)     # every hold counts as woken late: a saturated loop
+    monkeypatch.setattr(coalesce, "BUSY_BATCH", 0)     # no wait counts as light traffic
+    pid = await broker.create_producer(T, "p", reliable=True)
+    c = broker.topics[T].coalescer
+    sent = 0
+
+    async def burst(n):
+        # one call on the idle topic, then n held during its wait: they need one spaced hold
+        nonlocal sent
+        first = asyncio.ensure_future(broker.publish_message(pid, frame(f"m{sent}", pid)))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        rest = [asyncio.ensure_future(broker.publish_message(pid, frame(f"m{sent + 1 + i}", pid)))
+                for i in range(n)]
+        offsets = await asyncio.gather(first, *rest)
+        assert offsets == list(range(sent, sent + n + 1))   # order kept, every call answered
+        sent += n + 1
+
+    assert c._spacing == 0.02
+    await burst(5)
+    assert c._spacing == 0.04                          # doubled after a late hold
+    await burst(5)
+    assert c._spacing == 0.05                          # capped at the maximum
+    monkeypatch.setattr(coalesce, "BUSY_BATCH", 4)
+    await burst(1)                                     # waits answering one call each: light traffic
+    assert c._spacing == 0.02

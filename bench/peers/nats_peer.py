@@ -65,7 +65,6 @@ async def run(url: str, *, message_size: int, duration: float, rate: float = 0.0
     start = perf()
     deadline = start + duration
     chunk = max(1, int(rate / 200)) if rate > 0 else batch
-    futures = []
 
     def acked(_f):
         counts["acked"] += 1

@@ -67,13 +67,14 @@ def run_danube(sync: str, args) -> list[PeerResult]:
     """``repeat`` runs as fast as possible, then ``repeat`` runs at half the median maximum rate."""
     import statistics
 
-    from danube.cli.bench import BenchConfig, run_bench, spawned_broker
+    from danube.cli._process import spawned_broker
+    from danube.cli.bench import BenchConfig, run_bench
 
     def config(rate: float = 0.0) -> BenchConfig:
-        return BenchConfig(service_url=url, message_size=args.message_size, batch_size=args.batch_size,
+        return BenchConfig(service_url=broker.service_url, message_size=args.message_size, batch_size=args.batch_size,
                            duration=args.duration, rate=rate, progress=False, max_in_flight=8)
 
-    with spawned_broker(sync) as url, _loop_runner() as runner:
+    with spawned_broker(sync) as broker, _loop_runner() as runner:
         at_max = [runner.run(run_bench(config())) for _ in range(args.repeat)]
         half = statistics.median(r.end_to_end_rate for r in at_max) / 2
         at_half = [runner.run(run_bench(config(half))) for _ in range(args.repeat)]
@@ -108,15 +109,15 @@ def run_unary(args) -> list[PeerResult]:
     import statistics
 
     from bench.peers import danube_unary, grpc_echo
-    from danube.cli.bench import spawned_broker
+    from danube.cli._process import spawned_broker
 
     python, why_not = danube_unary.client_venv_python()
     driver = "danube-client 0.5.0 (its venv)" if python else f"danube's own stubs (client venv unavailable: {why_not})"
     sync = args.unary_sync
     labels = ("grpc.aio echo (raw)", "grpc.aio echo (Danube API)", f"danube SendMessage sync={sync}")
     runs: dict[str, list[dict]] = {label: [] for label in labels}
-    with grpc_echo.echo_server() as echo_address, spawned_broker(sync) as broker_url:
-        targets = (("raw", echo_address), ("danube", f"http://{echo_address}"), ("danube", broker_url))
+    with grpc_echo.echo_server() as echo_address, spawned_broker(sync) as broker:
+        targets = (("raw", echo_address), ("danube", f"http://{echo_address}"), ("danube", broker.service_url))
         for round_no in range(args.repeat):
             for label, (target, address) in zip(labels, targets):
                 print(f"  unary round {round_no + 1}/{args.repeat}: {label}", file=sys.stderr, flush=True)

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import gc
 import json
-import shutil
 import struct
 import subprocess
 import sys
@@ -35,6 +34,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 
+from danube.cli._process import spawned_broker
 from danube.cli._client_common import (
     EXIT_FAILED, EXIT_OK, SUBSCRIPTION_TYPES, non_negative_float, positive_int, run_async,
 )
@@ -95,52 +95,6 @@ def percentiles(samples: list[float]) -> dict:
 
     return {"count": n, "p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "p999": at(0.999),
             "max": round(data[-1] * 1000, 3), "mean": round(sum(data) / n * 1000, 3)}
-
-
-# ------------------------------------------------------------ spawning a broker
-
-@contextlib.contextmanager
-def spawned_broker(sync: str, data_dir: str | None = None, *, log_path: str | None = None):
-    """Starts `danube broker` on free loopback ports; yields its service URL; stops it by PID."""
-    import socket
-
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-
-    own_dir = data_dir is None
-    data_dir = data_dir or tempfile.mkdtemp(prefix="danube-bench-")
-    port, admin, metrics = free_port(), free_port(), free_port()
-    cmd = [sys.executable, "-m", "danube.cli.main", "broker", "--host", "127.0.0.1", "--port", str(port),
-           "--admin-port", str(admin), "--metrics-port", str(metrics), "--data-dir", data_dir, "--sync", sync]
-    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the broker exited with {proc.returncode} before listening: {' '.join(cmd)}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the broker did not listen on port {port} within 30s")
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if log_path:
-            log.close()
-        if own_dir:
-            shutil.rmtree(data_dir, ignore_errors=True)
 
 
 # ------------------------------------------------------------ the workload
@@ -567,8 +521,8 @@ def run(args: argparse.Namespace) -> int:
 
     if config.spawn_broker:
         try:
-            with spawned_broker(config.sync, config.data_dir) as url:
-                config.service_url = url
+            with spawned_broker(config.sync, config.data_dir) as broker:
+                config.service_url = broker.service_url
                 return run_async(lambda: _run_and_report(config, report))
         except RuntimeError as exc:
             print(f"error: {exc}", file=sys.stderr)

@@ -1,8 +1,10 @@
 """`danube demo`: start a broker, produce and consume end to end, stop it cleanly.
 
 The broker runs as a subprocess (`danube broker`) on free loopback ports with a
-temporary data directory; the demo speaks Danube's own protocol to it, exactly
-as Danube's clients do, and checks every message came back in order.
+temporary data directory. The demo first speaks Danube's own protocol to it,
+one unary call per message as Danube's clients do, then sends a larger volume
+on the batch lane with `danube.client`, and checks every message came back
+once and in order.
 """
 
 from __future__ import annotations
@@ -10,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
-import socket
-import subprocess
+import shutil
 import sys
 import tempfile
 import time
+
+from danube.cli._process import spawned_broker
 
 log = logging.getLogger("danube.demo")
 
@@ -41,25 +43,6 @@ def register(subparsers) -> None:
     p.add_argument("--batch-messages", type=int, default=200_000,
                    help="messages for the second phase, on the batch lane with danube.client [default 200000; 0 = skip]")
     p.set_defaults(func=run)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the broker exited with code {proc.returncode} while starting")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"the broker did not listen on port {port} within {timeout:.0f} s")
 
 
 async def _exercise(target: str, topic: str, count: int, size: int, in_flight: int) -> dict:
@@ -158,42 +141,30 @@ async def _exercise_batch_lane(service_url: str, topic: str, count: int, size: i
 
 def run(args) -> int:
     data_dir = tempfile.mkdtemp(prefix="danube-demo-")
-    port = _free_port()
-    cmd = [sys.executable, "-m", "danube.cli.main", "broker", "--host", "127.0.0.1", "--port", str(port),
-           "--admin-port", str(_free_port()), "--metrics-port", str(_free_port()), "--data-dir", data_dir]
     log_path = os.path.join(data_dir, "broker.log")
-    print(f"starting broker on 127.0.0.1:{port} (data {data_dir}, log {log_path})")
-    with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
+    result = {"sent": 0, "received": -1, "in_order": False}
     try:
-        _wait_for_port(port, proc)
-        print(f"producing {args.messages} messages of {args.size} bytes to {args.topic} (reliable) "
-              f"and consuming them with an exclusive subscription")
-        result = asyncio.run(_exercise(f"127.0.0.1:{port}", args.topic, args.messages, args.size, args.in_flight))
-        _report(result, "one unary call per message (Danube's protocol)")
-        if args.batch_messages > 0:
-            print(f"producing {args.batch_messages} messages of {args.size} bytes to {args.topic}-batch "
-                  f"on the batch lane (danube.client) and consuming them")
-            batch = asyncio.run(_exercise_batch_lane(f"http://127.0.0.1:{port}", f"{args.topic}-batch",
-                                                     args.batch_messages, args.size))
-            _report(batch, "batches on the batch lane")
-            result["received"] = result["received"] if batch["received"] == batch["sent"] else -1
-            result["in_order"] = result["in_order"] and batch["in_order"]
-    except Exception as exc:  # noqa: BLE001 - report and stop the broker
+        with spawned_broker("always", data_dir, log_path=log_path) as broker:
+            print(f"starting broker on 127.0.0.1:{broker.port} (data {data_dir}, log {log_path})")
+            print(f"producing {args.messages} messages of {args.size} bytes to {args.topic} (reliable) "
+                  f"and consuming them with an exclusive subscription")
+            result = asyncio.run(_exercise(f"127.0.0.1:{broker.port}", args.topic, args.messages, args.size,
+                                           args.in_flight))
+            _report(result, "one unary call per message (Danube's protocol)")
+            if args.batch_messages > 0:
+                print(f"producing {args.batch_messages} messages of {args.size} bytes to {args.topic}-batch "
+                      f"on the batch lane (danube.client) and consuming them")
+                batch = asyncio.run(_exercise_batch_lane(broker.service_url, f"{args.topic}-batch",
+                                                         args.batch_messages, args.size))
+                _report(batch, "batches on the batch lane")
+                result["received"] = result["received"] if batch["received"] == batch["sent"] else -1
+                result["in_order"] = result["in_order"] and batch["in_order"]
+            proc = broker.proc
+    except Exception as exc:  # noqa: BLE001 - report; the broker is stopped by the context manager
         print(f"demo failed: {exc}", file=sys.stderr)
         return 1
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
     ok = result["received"] == result["sent"] and result["in_order"] and proc.returncode == 0
     print(f"broker stopped with exit code {proc.returncode}")
     if ok:
-        import shutil
-
         shutil.rmtree(data_dir, ignore_errors=True)
     return 0 if ok else 1

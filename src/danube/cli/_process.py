@@ -1,0 +1,94 @@
+"""Child server processes for the CLI and the benchmarks: free loopback ports, readiness, stop by PID.
+
+Used by `danube demo`, `danube bench --spawn-broker` and the peer benchmarks, so every one of them
+starts servers on 127.0.0.1 ports chosen at run time and always stops what it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 30.0) -> None:
+    """Return once 127.0.0.1:``port`` accepts connections; RuntimeError if ``proc`` exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server exited with code {proc.returncode} before listening on port {port}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nothing listened on 127.0.0.1:{port} within {timeout:.0f} s") from None
+            time.sleep(0.05)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> int:
+    """SIGTERM, then SIGKILL after ``timeout``; the exit code."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+@contextlib.contextmanager
+def server_process(cmd: Sequence[str], port: int, *, log_path: str | None = None,
+                   stop_timeout: float = 15.0) -> Iterator[subprocess.Popen]:
+    """Run a server for the block once it listens on ``port``; stop it by its own PID even on failure."""
+    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, proc)
+        yield proc
+    finally:
+        stop_process(proc, stop_timeout)
+        if log_path:
+            log.close()
+
+
+@dataclass
+class BrokerProcess:
+    port: int
+    data_dir: str
+    proc: subprocess.Popen
+
+    @property
+    def service_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@contextlib.contextmanager
+def spawned_broker(sync: str = "always", data_dir: str | None = None, *, log_path: str | None = None,
+                   keep_data_dir: bool = False) -> Iterator[BrokerProcess]:
+    """`danube broker` on free loopback ports for the block; a temporary data dir unless one is given."""
+    own_dir = data_dir is None
+    data_dir = data_dir or tempfile.mkdtemp(prefix="danube-broker-")
+    port = free_port()
+    cmd = [sys.executable, "-m", "danube.cli.main", "broker", "--host", "127.0.0.1", "--port", str(port),
+           "--admin-port", str(free_port()), "--metrics-port", str(free_port()), "--data-dir", data_dir,
+           "--sync", sync]
+    try:
+        with server_process(cmd, port, log_path=log_path, stop_timeout=20.0) as proc:
+            yield BrokerProcess(port, data_dir, proc)
+    finally:
+        if own_dir and not keep_data_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)

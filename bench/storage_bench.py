@@ -41,6 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
 from danube import _native, frames  # noqa: E402
+from danube.cli._process import free_port
 from danube.metadata.embedded import EmbeddedMetadataStore  # noqa: E402
 from danube.storage.backends import FilesystemBackend, S3Backend  # noqa: E402
 from danube.storage.catalog import SegmentCatalog  # noqa: E402
@@ -51,12 +52,6 @@ from danube.wal import Wal  # noqa: E402
 TOPIC = "/bench/storage"
 MB = 1024 * 1024
 TARGETS = {"shared_fs": 0.70, "object_store": 0.40}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _fill_wal(path: str, total_bytes: int, segment_bytes: int, payload: int) -> Wal:
@@ -201,7 +196,7 @@ async def main_async(args) -> list[dict]:
                                       "shared_fs", args.repeats))
         wal.close()
         if not args.no_s3:
-            port = _free_port()
+            port = free_port()
             moto = _start_moto(port)
             endpoint = f"http://127.0.0.1:{port}"
             import boto3

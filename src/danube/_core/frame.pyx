@@ -944,15 +944,32 @@ def encode_record(payload, *, offset=0, publish_time=0, producer_id=0, key=None,
     return out
 
 
+cdef object write_pieces(const Piece* pieces, Py_ssize_t count, Py_ssize_t total, object base_offset):
+    """One bytes object holding every piece as a frame, offsets consecutive from ``base_offset``."""
+    cdef Py_ssize_t i, written = 0
+    cdef uint64_t base
+    cdef unsigned char* dst
+    check_offsets(base_offset, count)
+    base = base_offset
+    out = PyBytes_FromStringAndSize(NULL, total)
+    dst = <unsigned char*>PyBytes_AS_STRING(out)
+    if total >= NOGIL_BYTES:
+        with nogil:
+            for i in range(count):
+                written += write_frame(dst + written, base + <uint64_t>i, &pieces[i])
+    else:
+        for i in range(count):
+            written += write_frame(dst + written, base + <uint64_t>i, &pieces[i])
+    return out
+
+
 def encode_payloads(payloads, *, base_offset=0, publish_time=0, producer_id=0, key=None,
                     attributes=None):
     """Encode payloads sharing publish time, producer, key and attributes (the fast path)."""
     cdef _Pins pins = _Pins()
     cdef Piece shared
     cdef Piece* pieces = NULL
-    cdef Py_ssize_t count, i, total = 0, written = 0
-    cdef uint64_t base
-    cdef unsigned char* dst
+    cdef Py_ssize_t count, i, total = 0
     items = payloads if type(payloads) is tuple else tuple(payloads)
     count = len(items)
     if count == 0:
@@ -967,29 +984,16 @@ def encode_payloads(payloads, *, base_offset=0, publish_time=0, producer_id=0, k
             pins.payload(items[i], &pieces[i].payload, &pieces[i].payload_len)
             check_body_size(&pieces[i])
             total += FRAME_HEADER_SIZE + piece_body_len(&pieces[i])
-        check_offsets(base_offset, count)
-        base = base_offset
-        out = PyBytes_FromStringAndSize(NULL, total)
-        dst = <unsigned char*>PyBytes_AS_STRING(out)
-        if total >= NOGIL_BYTES:
-            with nogil:
-                for i in range(count):
-                    written += write_frame(dst + written, base + <uint64_t>i, &pieces[i])
-        else:
-            for i in range(count):
-                written += write_frame(dst + written, base + <uint64_t>i, &pieces[i])
+        return write_pieces(pieces, count, total, base_offset)
     finally:
         free(pieces)
-    return out
 
 
 def encode_records(records, *, base_offset=0):
     """Encode records given as ``(publish_time, producer_id, key, attributes, payload)`` tuples."""
     cdef _Pins pins = _Pins()
     cdef Piece* pieces = NULL
-    cdef Py_ssize_t count, i, total = 0, written = 0
-    cdef uint64_t base
-    cdef unsigned char* dst
+    cdef Py_ssize_t count, i, total = 0
     items = records if type(records) is tuple else tuple(records)
     count = len(items)
     if count == 0:
@@ -1004,17 +1008,6 @@ def encode_records(records, *, base_offset=0):
             pins.payload(payload, &pieces[i].payload, &pieces[i].payload_len)
             check_body_size(&pieces[i])
             total += FRAME_HEADER_SIZE + piece_body_len(&pieces[i])
-        check_offsets(base_offset, count)
-        base = base_offset
-        out = PyBytes_FromStringAndSize(NULL, total)
-        dst = <unsigned char*>PyBytes_AS_STRING(out)
-        if total >= NOGIL_BYTES:
-            with nogil:
-                for i in range(count):
-                    written += write_frame(dst + written, base + <uint64_t>i, &pieces[i])
-        else:
-            for i in range(count):
-                written += write_frame(dst + written, base + <uint64_t>i, &pieces[i])
+        return write_pieces(pieces, count, total, base_offset)
     finally:
         free(pieces)
-    return out

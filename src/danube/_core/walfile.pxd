@@ -34,6 +34,8 @@ cdef class SegmentFile:
 
     cdef int _map(self, Py_ssize_t size, bint writable) except -1
     cdef int _unmap(self) except -1
+    cdef int _init_empty(self, str path, object seq, uint64_t first_offset, int64_t created_ms,
+                         Py_ssize_t index_every, bint spare) except -1
     cdef int _add_index(self, uint64_t offset, Py_ssize_t pos) except -1
     cdef int _index_batch(self, const unsigned char* data, Py_ssize_t pos, Py_ssize_t n) except -1
     cdef int _index_sizes(self, Py_ssize_t pos, Py_ssize_t n, Py_ssize_t count, const Py_ssize_t* lens,

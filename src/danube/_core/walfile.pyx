@@ -322,20 +322,26 @@ cdef class SegmentFile:
         except BaseException:
             seg.close()
             raise
-        seg.path = path
-        seg.seq = seq
-        seg.first_offset = first_offset
-        seg.created_ms = created_ms
-        seg.write_pos = HEADER
-        seg._valid_end = HEADER
-        seg._prefaulted = 0
-        seg.count = 0
-        seg.writable = True
-        seg.index_every = index_every
-        seg._indexed = True
-        seg._trimmed = False
-        seg.spare = False
+        seg._init_empty(path, seq, first_offset, created_ms, index_every, False)
         return seg
+
+    cdef int _init_empty(self, str path, object seq, uint64_t first_offset, int64_t created_ms,
+                         Py_ssize_t index_every, bint spare) except -1:
+        """State of a freshly created, still empty writable file."""
+        self.path = path
+        self.seq = seq
+        self.first_offset = first_offset
+        self.created_ms = created_ms
+        self.write_pos = HEADER
+        self._valid_end = HEADER
+        self._prefaulted = 0
+        self.count = 0
+        self.writable = True
+        self.index_every = index_every
+        self._indexed = True
+        self._trimmed = False
+        self.spare = spare
+        return 0
 
     @classmethod
     def create_spare(cls, str path, seq, Py_ssize_t capacity, *, Py_ssize_t index_every=65536):
@@ -351,19 +357,7 @@ cdef class SegmentFile:
         except BaseException:
             seg.close()
             raise
-        seg.path = path
-        seg.seq = seq
-        seg.first_offset = 0
-        seg.created_ms = 0
-        seg.write_pos = HEADER
-        seg._valid_end = HEADER
-        seg._prefaulted = 0
-        seg.count = 0
-        seg.writable = True
-        seg.index_every = index_every
-        seg._indexed = True
-        seg._trimmed = False
-        seg.spare = True
+        seg._init_empty(path, seq, 0, 0, index_every, True)
         return seg
 
     def populate(self, Py_ssize_t end):

@@ -14,6 +14,7 @@ import asyncio
 import logging
 from typing import Callable
 
+from danube._tasks import cancel_and_wait
 from danube.proto.danube import DanubeApi_pb2 as danube_pb
 
 log = logging.getLogger(__name__)
@@ -54,15 +55,7 @@ class HealthWatch:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is None or task.done():
-            return
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # our caller is being cancelled too
+        await cancel_and_wait(task)
 
     async def check_once(self) -> bool | None:
         """True: OK; False: CLOSE; None: could not ask (not connected, broker unreachable)."""

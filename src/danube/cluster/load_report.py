@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from danube import frames
+from danube._tasks import cancel_and_wait
 from danube.errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)
@@ -392,12 +393,7 @@ class LoadReporter:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
 
     @property
     def running(self) -> bool:

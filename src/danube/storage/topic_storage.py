@@ -18,7 +18,13 @@ import shutil
 import time
 from typing import Any, AsyncIterator
 
-from danube.errors import OffsetOutOfRangeError, StorageError, TopicSealedError, WalClosedError
+from danube._tasks import cancel_and_wait
+from danube.errors import (
+    OffsetOutOfRangeError,
+    StorageError,
+    TopicSealedError,
+    WalClosedError,
+)
 from danube.metadata.store import MetadataStore
 from danube.storage.backends import DurableBackend
 from danube.storage.catalog import SegmentCatalog
@@ -165,12 +171,7 @@ class TopicStorage:
 
     async def _stop_background(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
 
     # ------------------------------------------------------------------ writes
 

@@ -37,12 +37,42 @@ ARROW_SCHEMA = pa.schema([
 WRITABLE = {"payload", "routing_key", "attributes", "publish_time", "producer_id", "topic", "offset"}
 
 
-def frames_to_batch(topic: str, buf) -> pa.RecordBatch:
-    """A RecordBatch with :data:`ARROW_SCHEMA` straight from a buffer of whole frames.
+def spark_type_names() -> dict[str, str]:
+    """Column → Spark ``simpleString`` of the type, as in :data:`SCHEMA_DDL`."""
+    return {"topic": "string", "offset": "bigint", "publish_time": "timestamp", "producer_id": "bigint",
+            "routing_key": "string", "attributes": "map<string,string>", "payload": "binary"}
+
+
+def check_read_columns(names_and_types: list[tuple[str, str]]) -> tuple[str, ...]:
+    """The columns of a user-given read schema (a subset of :data:`COLUMNS`, any order), checked.
+
+    ``names_and_types`` are ``(column, spark simpleString)`` pairs.  Python data sources
+    are not told which columns a query uses, so a narrower schema is how a reader asks for
+    fewer columns: unused ones are then neither built nor handed to the JVM.
+    """
+    expected = spark_type_names()
+    names = [n for n, _ in names_and_types]
+    if not names:
+        raise InvalidArgumentError("a danube read schema needs at least one column")
+    for name, kind in names_and_types:
+        if name not in expected:
+            raise InvalidArgumentError(f"the danube data source has no column {name!r}; its columns are "
+                                       f"{SCHEMA_DDL}")
+        if kind != expected[name]:
+            raise InvalidArgumentError(f"column {name!r} is {expected[name]} in the danube data source, "
+                                       f"not {kind}")
+    if len(set(names)) != len(names):
+        raise InvalidArgumentError(f"a danube read schema names a column twice: {', '.join(names)}")
+    return tuple(names)
+
+
+def frames_to_batch(topic: str, buf, columns: tuple[str, ...] = COLUMNS) -> pa.RecordBatch:
+    """A RecordBatch of ``columns`` (default: all, :data:`ARROW_SCHEMA`) from a buffer of whole frames.
 
     The compiled ``danube._core.arrowcols`` fills Arrow buffers in C (no Python object
-    per record); its twin goes through ``frames.decode_columns``. Strings are
-    UTF-8-validated by Arrow.
+    per record); its twin goes through ``frames.decode_columns``.  Every frame is checked
+    whichever columns are asked for; strings of the columns built are UTF-8-validated by
+    Arrow.  Building a column is zero-copy over the decoded buffers.
     """
     c = _columns.decode_arrow_buffers(buf)
     n = c["count"]
@@ -50,26 +80,39 @@ def frames_to_batch(topic: str, buf) -> pa.RecordBatch:
     def i32(name):
         return pa.py_buffer(c[name])
 
-    keys = pa.Array.from_buffers(pa.string(), n, [pa.py_buffer(c["key_validity"]) if c["key_nulls"] else None,
-                                                  i32("key_offsets"), pa.py_buffer(c["key_data"])],
-                                 null_count=c["key_nulls"])
-    m = len(c["name_offsets"]) // 4 - 1
-    names = pa.Array.from_buffers(pa.string(), m, [None, i32("name_offsets"), pa.py_buffer(c["name_data"])])
-    values = pa.Array.from_buffers(pa.string(), m, [None, i32("value_offsets"), pa.py_buffer(c["value_data"])])
-    for strings in (keys, names, values):
-        strings.validate(full=True)  # UTF-8 as the frame format promises
-    attributes = pa.MapArray.from_arrays(pa.Array.from_buffers(pa.int32(), n + 1, [None, i32("attr_offsets")]),
-                                         names, values)
-    arrays = [
-        pa.repeat(pa.scalar(topic, pa.string()), n) if n else pa.array([], pa.string()),
-        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c["offset"])]),
-        pa.Array.from_buffers(TIMESTAMP, n, [None, pa.py_buffer(c["publish_us"])]),
-        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c["producer_id"])]),
-        keys,
-        attributes,
-        pa.Array.from_buffers(pa.binary(), n, [None, i32("payload_offsets"), pa.py_buffer(c["payload_data"])]),
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    def topic_column():
+        return pa.repeat(pa.scalar(topic, pa.string()), n) if n else pa.array([], pa.string())
+
+    def keys_column():
+        keys = pa.Array.from_buffers(pa.string(), n, [pa.py_buffer(c["key_validity"]) if c["key_nulls"] else None,
+                                                      i32("key_offsets"), pa.py_buffer(c["key_data"])],
+                                     null_count=c["key_nulls"])
+        keys.validate(full=True)  # UTF-8 as the frame format promises
+        return keys
+
+    def attributes_column():
+        m = len(c["name_offsets"]) // 4 - 1
+        names = pa.Array.from_buffers(pa.string(), m, [None, i32("name_offsets"), pa.py_buffer(c["name_data"])])
+        values = pa.Array.from_buffers(pa.string(), m, [None, i32("value_offsets"), pa.py_buffer(c["value_data"])])
+        names.validate(full=True)
+        values.validate(full=True)
+        return pa.MapArray.from_arrays(pa.Array.from_buffers(pa.int32(), n + 1, [None, i32("attr_offsets")]),
+                                       names, values)
+
+    builders = {
+        "topic": topic_column,
+        "offset": lambda: pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c["offset"])]),
+        "publish_time": lambda: pa.Array.from_buffers(TIMESTAMP, n, [None, pa.py_buffer(c["publish_us"])]),
+        "producer_id": lambda: pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c["producer_id"])]),
+        "routing_key": keys_column,
+        "attributes": attributes_column,
+        "payload": lambda: pa.Array.from_buffers(pa.binary(), n, [None, i32("payload_offsets"),
+                                                                  pa.py_buffer(c["payload_data"])]),
+    }
+    if columns == COLUMNS:
+        return pa.RecordBatch.from_arrays([builders[name]() for name in COLUMNS], schema=ARROW_SCHEMA)
+    return pa.RecordBatch.from_arrays([builders[name]() for name in columns],
+                                      schema=pa.schema([ARROW_SCHEMA.field(name) for name in columns]))
 
 
 def filter_batch(batch: pa.RecordBatch, *, start_offset: int | None, end_offset: int | None,

@@ -71,33 +71,44 @@ class DanubeDataSource(DataSource):
 
 
 class SegmentPartition(InputPartition):
-    def __init__(self, read: planning.SegmentRead) -> None:
-        super().__init__(read.segment_id)
-        self.read = read
+    """One Spark task: consecutive segment reads (``planning.pack``), together about ``maxPartitionBytes``."""
+
+    def __init__(self, reads: list[planning.SegmentRead]) -> None:
+        super().__init__(reads[0].segment_id if len(reads) == 1
+                         else f"{reads[0].segment_id}..{reads[-1].segment_id}")
+        self.reads = reads
 
 
 class DanubeReader(DataSourceReader):
+    """Reads the columns of ``schema``: all of them (the default schema) or the subset a user
+    passed with ``spark.read.format("danube").schema("offset long, payload binary")``.
+
+    Spark does not tell a Python data source which columns a query uses, so every column
+    of the schema is built and converted to rows in the JVM whether used or not; a narrower
+    schema is the way to skip that work.
+    """
+
     def __init__(self, options: planning.ReadOptions, schema: StructType) -> None:
         self.options = options
-        if [f.name for f in schema.fields] != list(arrow.COLUMNS):
-            raise InvalidArgumentError(f"the danube data source has a fixed schema ({arrow.SCHEMA_DDL}); "
-                                       "select columns after loading instead of passing a schema")
+        self.columns = arrow.check_read_columns([(f.name, f.dataType.simpleString()) for f in schema.fields])
         self._partitions: list[SegmentPartition] | None = None
 
     def partitions(self) -> list[SegmentPartition]:
         if self._partitions is None:
             backend = self.options.backend.open()
             descriptors = planning.list_descriptors(self.options, backend)
-            self._partitions = [SegmentPartition(r) for r in planning.plan(self.options, descriptors)]
+            reads = planning.plan(self.options, descriptors)
+            self._partitions = [SegmentPartition(group) for group in planning.pack(self.options, reads)]
         # Spark needs at least one partition; an empty one yields no rows
         return self._partitions or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator:
         if not isinstance(partition, SegmentPartition):
             return iter(())
-        from danube.spark.reading import read_batches
+        from danube.spark.reading import read_partition
 
-        return read_batches(partition.read, _backend(self.options.backend), verify=self.options.verify)
+        return read_partition(partition.reads, _backend(self.options.backend), verify=self.options.verify,
+                              columns=self.columns)
 
 
 # ---------------------------------------------------------------- writer

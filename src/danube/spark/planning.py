@@ -109,6 +109,8 @@ class ReadOptions:
     max_partition_bytes: int
     batch_bytes: int
     verify: bool
+    min_partitions: int | None = None
+    pack_segments: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "ReadOptions":
@@ -133,6 +135,8 @@ class ReadOptions:
             max_partition_bytes=_int_option(opts, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES, 1),
             batch_bytes=_int_option(opts, "batchBytes", DEFAULT_BATCH_BYTES, 1),
             verify=_bool_option(opts, "verify", True),
+            min_partitions=_int_option(opts, "minPartitions", None, 1),
+            pack_segments=_bool_option(opts, "packSegments", False),
         )
         if parsed.start_offset is not None and parsed.end_offset is not None \
                 and parsed.end_offset < parsed.start_offset:
@@ -222,9 +226,20 @@ def _chunk_bounds(entries: list[tuple[int, int]], byte_end: int, batch_bytes: in
     return bounds
 
 
+def split_bytes(options: ReadOptions, total_bytes: int) -> int:
+    """Largest partition: ``maxPartitionBytes``, lowered so that ``minPartitions`` partitions exist."""
+    if options.min_partitions is None or total_bytes <= 0:
+        return options.max_partition_bytes
+    return max(1, min(options.max_partition_bytes, -(-total_bytes // options.min_partitions)))
+
+
 def plan(options: ReadOptions, descriptors: list[seg.SegmentDescriptor]) -> list[SegmentRead]:
-    """The partitions of a read, in (topic, offset) order; excluded segments are dropped here."""
-    reads: list[SegmentRead] = []
+    """The segment reads of a read, in (topic, offset) order; excluded segments are dropped here.
+
+    A segment larger than :func:`split_bytes` is cut on its offset index into several
+    reads; :func:`pack` then groups small reads into input partitions.
+    """
+    selected: list[tuple[seg.SegmentDescriptor, int, int]] = []
     covered: dict[str, int] = {}  # topic → highest offset already planned (overlapping re-exports)
     for desc in sorted(descriptors, key=lambda d: (d.topic, d.start_offset, -d.end_offset)):
         if options.topic and desc.topic != options.topic:
@@ -244,24 +259,28 @@ def plan(options: ReadOptions, descriptors: list[seg.SegmentDescriptor]) -> list
         if options.end_time_ms is not None and desc.min_publish_time >= options.end_time_ms:
             continue
         covered[desc.topic] = max(covered.get(desc.topic, -1), hi - 1)
+        selected.append((desc, lo, hi))
+    limit = split_bytes(options, sum(desc.size for desc, _lo, _hi in selected))
+    reads: list[SegmentRead] = []
+    for desc, lo, hi in selected:
         row_lo = lo if lo > desc.start_offset else None
         row_hi = hi if hi <= desc.end_offset else None
         common = dict(topic=desc.topic, segment_id=desc.segment_id, data_key=desc.data_key, etag=desc.etag,
                       size=desc.size, row_start_offset=row_lo, row_end_offset=row_hi,
                       start_time_ms=options.start_time_ms, end_time_ms=options.end_time_ms)
         index = _index(desc)
-        if desc.size <= options.max_partition_bytes:
+        if desc.size <= limit:
             reads.append(SegmentRead(byte_start=0, byte_end=desc.size, first_offset=desc.start_offset,
                                      last_offset=desc.end_offset, whole=True,
                                      batch_bounds=_chunk_bounds(index, desc.size, options.batch_bytes), **common))
             continue
-        # large segment: only the index intervals holding [lo, hi), cut into ≤ max_partition_bytes pieces
+        # large segment: only the index intervals holding [lo, hi), cut into pieces of about ``limit`` bytes
         start_i = max(i for i, (off, _p) in enumerate(index) if off <= lo)
         end_i = next((i for i, (off, _p) in enumerate(index) if off >= hi), len(index))
         piece: list[tuple[int, int]] = []
         for i in range(start_i, end_i):
             off, pos = index[i]
-            if piece and pos - piece[0][1] >= options.max_partition_bytes:
+            if piece and pos - piece[0][1] >= limit:
                 reads.append(_piece(piece, index[i], desc, options, common))
                 piece = []
             piece.append((off, pos))
@@ -269,6 +288,32 @@ def plan(options: ReadOptions, descriptors: list[seg.SegmentDescriptor]) -> list
             stop = index[end_i] if end_i < len(index) else (desc.end_offset + 1, desc.size)
             reads.append(_piece(piece, stop, desc, options, common))
     return reads
+
+
+def pack(options: ReadOptions, reads: list[SegmentRead]) -> list[list[SegmentRead]]:
+    """Input partitions: one per segment read by default; with ``packSegments``, consecutive
+    reads grouped up to :func:`split_bytes` bytes each.
+
+    Every Spark task has a fixed cost (scheduling, a Python worker round trip, the
+    worker's ``gc.collect()`` between tasks: tens of milliseconds), so a topic of many small
+    segments reads faster several to a task, as Spark's file sources pack small files.
+    It is opt-in so that a partition keeps meaning one segment (or one piece of a large one)
+    unless asked otherwise.  ``minPartitions`` keeps enough partitions for the cluster's cores.
+    """
+    if not options.pack_segments:
+        return [[read] for read in reads]
+    limit = split_bytes(options, sum(r.byte_end - r.byte_start for r in reads))
+    groups: list[list[SegmentRead]] = []
+    size = 0
+    for read in reads:
+        n = read.byte_end - read.byte_start
+        if groups and size + n <= limit:
+            groups[-1].append(read)
+            size += n
+        else:
+            groups.append([read])
+            size = n
+    return groups
 
 
 def _piece(entries, stop, desc, options, common) -> SegmentRead:

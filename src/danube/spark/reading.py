@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from danube.errors import CorruptFrameError, FrameFormatError, SegmentCorruptError, StorageError
-from danube.spark.arrow import filter_batch, frames_to_batch
+from danube.spark.arrow import COLUMNS, filter_batch, frames_to_batch
 from danube.spark.planning import SegmentRead
 from danube.storage import segment as seg
 from danube.storage.backends import DurableBackend, FilesystemBackend
@@ -68,13 +68,21 @@ def _segment_bytes(backend: DurableBackend, read: SegmentRead):
             pass
 
 
-def read_batches(read: SegmentRead, backend: DurableBackend, *, verify: bool = True) -> Iterator[pa.RecordBatch]:
-    """Decode the partition's bytes into RecordBatches (one per ~batch_bytes chunk), rows filtered."""
+def read_batches(read: SegmentRead, backend: DurableBackend, *, verify: bool = True,
+                 columns: tuple[str, ...] = COLUMNS) -> Iterator[pa.RecordBatch]:
+    """Decode one segment read into RecordBatches (one per ~batch_bytes chunk) of ``columns``, rows filtered."""
     with _segment_bytes(backend, read) as data, memoryview(data) as view:
-        yield from _decode(read, view, verify)
+        yield from _decode(read, view, verify, columns)
 
 
-def _decode(read: SegmentRead, data, verify: bool) -> Iterator[pa.RecordBatch]:
+def read_partition(reads: list[SegmentRead], backend: DurableBackend, *, verify: bool = True,
+                   columns: tuple[str, ...] = COLUMNS) -> Iterator[pa.RecordBatch]:
+    """An input partition (see ``planning.pack``): its segment reads one after the other."""
+    for read in reads:
+        yield from read_batches(read, backend, verify=verify, columns=columns)
+
+
+def _decode(read: SegmentRead, data, verify: bool, columns: tuple[str, ...]) -> Iterator[pa.RecordBatch]:
     if len(data) != read.byte_end - read.byte_start:
         raise SegmentCorruptError("segment is shorter than its descriptor", segment_id=read.segment_id,
                                   offset=read.first_offset, expected=read.byte_end - read.byte_start,
@@ -86,6 +94,12 @@ def _decode(read: SegmentRead, data, verify: bool) -> Iterator[pa.RecordBatch]:
                                      etag=read.etag, created_at=0, min_publish_time=0, max_publish_time=0)
         seg.verify_segment(desc, data)
     mv = data
+    # offsets are always checked against the index; publish times are needed to filter on them
+    time_filtered = read.start_time_ms is not None or read.end_time_ms is not None
+    built = columns
+    for needed in ("offset", "publish_time") if time_filtered else ("offset",):
+        if needed not in built:
+            built = built + (needed,)
     bounds = read.batch_bounds or [(read.byte_start, read.first_offset)]
     starts = [pos - read.byte_start for pos, _ in bounds] + [len(data)]
     expected_next = read.first_offset
@@ -102,7 +116,7 @@ def _decode(read: SegmentRead, data, verify: bool) -> Iterator[pa.RecordBatch]:
             continue
         chunk = mv[starts[i]:starts[i + 1]]
         try:
-            batch = frames_to_batch(read.topic, chunk)
+            batch = frames_to_batch(read.topic, chunk, built)
             chunk.release()
         except (CorruptFrameError, FrameFormatError, pa.ArrowInvalid) as exc:
             offset = getattr(exc, "offset", None)
@@ -120,6 +134,8 @@ def _decode(read: SegmentRead, data, verify: bool) -> Iterator[pa.RecordBatch]:
         expected_next = chunk_end_offset
         batch = filter_batch(batch, start_offset=read.row_start_offset, end_offset=read.row_end_offset,
                              start_time_ms=read.start_time_ms, end_time_ms=read.end_time_ms)
+        if built != columns:
+            batch = batch.select(list(columns))  # zero-copy
         if batch.num_rows:
             yield batch
     if expected_next != read.last_offset + 1:

@@ -46,7 +46,7 @@ def test_every_record_read_back_equals_what_was_written(spark, tmp_path, request
     descs, rows = write_history(backend, TOPIC, [(0, 40), (40, 60), (100, 900)])
     _, other = write_history(backend, "/other/topic", [(0, 5)])
     big = descs[2]
-    # the large segment is split into several partitions on its offset index
+    # one partition per segment, and the large segment split into several on its offset index
     df = reader(spark, {**options, "topic": TOPIC, "maxPartitionBytes": str(big.size // 3)}).load(path)
     assert df.rdd.getNumPartitions() >= 5
     assert collect_rows(df) == rows
@@ -143,3 +143,31 @@ def test_writer_bad_input_is_a_clear_error_and_stores_nothing(spark, tmp_path):
         spark.range(3).write.format("danube").option("topic", "/default/bad").mode("append").save(path)
     with pytest.raises(Exception, match="needs .option\\('topic'"):
         spark.createDataFrame([(b"x",)], "payload binary").write.format("danube").mode("append").save(path)
+
+
+def test_small_segments_share_a_task_when_packed_and_min_partitions_spreads_them(spark, tmp_path):
+    backend, path, _ = storage("local", tmp_path, None)
+    _, rows = write_history(backend, TOPIC, [(i * 20, 20) for i in range(6)])
+    per_segment = reader(spark, {"topic": TOPIC}).load(path)
+    assert per_segment.rdd.getNumPartitions() == 6
+    assert collect_rows(per_segment) == rows
+    packed = reader(spark, {"topic": TOPIC, "packSegments": "true"}).load(path)
+    assert packed.rdd.getNumPartitions() == 1
+    assert collect_rows(packed) == rows
+    spread = reader(spark, {"topic": TOPIC, "packSegments": "true", "minPartitions": "3"}).load(path)
+    assert spread.rdd.getNumPartitions() >= 3
+    assert collect_rows(spread) == rows
+
+
+def test_a_narrower_schema_reads_only_those_columns(spark, tmp_path):
+    backend, path, _ = storage("local", tmp_path, None)
+    _, rows = write_history(backend, TOPIC, [(0, 40), (40, 60)])
+    df = spark.read.format("danube").schema("payload binary, offset long").option("topic", TOPIC).load(path)
+    assert df.columns == ["payload", "offset"]
+    got = [(r.offset, bytes(r.payload)) for r in df.orderBy("offset").collect()]
+    assert got == [(r[1], r[6]) for r in rows]
+    ranged = (spark.read.format("danube").schema("routing_key string").option("topic", TOPIC)
+              .option("startOffset", "10").option("endOffset", "20").load(path))
+    assert sorted(r.routing_key or "" for r in ranged.collect()) == sorted(r[4] or "" for r in rows[10:20])
+    with pytest.raises(Exception, match="has no column 'color'"):
+        spark.read.format("danube").schema("payload binary, color string").load(path).count()

@@ -10,7 +10,7 @@ import pytest
 from danube import frames
 from danube.errors import InvalidArgumentError, SegmentCorruptError
 from danube.spark import arrow, planning
-from danube.spark.reading import read_batches
+from danube.spark.reading import read_batches, read_partition
 from danube.storage import segment as seg
 from danube.storage.backends import DurableBackend, FilesystemBackend
 
@@ -256,3 +256,69 @@ def test_writer_record_conversion_rejects_bad_rows():
         arrow.check_writable_schema([("routing_key", "string")])
     with pytest.raises(InvalidArgumentError, match="column 'routing_key' has type int"):
         arrow.check_writable_schema([("payload", "binary"), ("routing_key", "int")])
+
+
+def test_small_segments_are_packed_into_partitions_up_to_max_partition_bytes(tmp_path):
+    backend = FilesystemBackend(str(tmp_path))
+    descs, written = write_topic(backend)
+    sizes = [d.size for d in descs]
+    default = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC})
+    assert [[r.segment_id for r in group] for group in planning.pack(default, planning.plan(default, descs))] == \
+        [[d.segment_id] for d in descs]  # by default one partition per segment
+    whole = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC, "packSegments": "true"})
+    reads = planning.plan(whole, descs)
+    assert [[r.segment_id for r in group] for group in planning.pack(whole, reads)] == \
+        [[d.segment_id for d in descs]]  # 128 MiB default: everything in one task
+    # a limit that fits the first two segments but not the third with them
+    two = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC, "packSegments": "true",
+                                      "maxPartitionBytes": str(sizes[0] + sizes[1])})
+    groups = planning.pack(two, planning.plan(two, descs))
+    assert [[r.segment_id for r in g] for g in groups][0] == [descs[0].segment_id, descs[1].segment_id]
+    assert all(sum(r.byte_end - r.byte_start for r in g) <= sizes[0] + sizes[1] or len(g) == 1 for g in groups)
+    # every read once, in order, whatever the grouping
+    assert [r for g in groups for r in g] == planning.plan(two, descs)
+    batches = [b for g in groups for b in read_partition(g, backend)]
+    assert rows_of(batches) == expected_rows(written)
+
+
+def test_min_partitions_splits_for_parallelism(tmp_path):
+    backend = FilesystemBackend(str(tmp_path))
+    descs, written = write_topic(backend)
+    options = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC, "minPartitions": "6",
+                                          "packSegments": "true"})
+    groups = planning.pack(options, planning.plan(options, descs))
+    assert len(groups) >= 6
+    total = sum(d.size for d in descs)
+    assert all(sum(r.byte_end - r.byte_start for r in g) <= -(-total // 6) or len(g) == 1 for g in groups)
+    assert rows_of([b for g in groups for b in read_partition(g, backend)]) == expected_rows(written)
+    with pytest.raises(InvalidArgumentError, match="minPartitions=0: must be ≥ 1"):
+        planning.ReadOptions.parse({"path": str(tmp_path), "minPartitions": "0"})
+
+
+@pytest.mark.parametrize("columns", [("payload",), ("payload", "offset"), ("attributes", "routing_key", "topic"),
+                                     ("producer_id", "publish_time")])
+def test_a_column_subset_is_built_alone_and_equals_the_full_read(tmp_path, columns):
+    backend = FilesystemBackend(str(tmp_path))
+    descs, _ = write_topic(backend)
+    # a time filter needs publish_time and the index check needs offset, even when not asked for
+    options = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC, "startTime": "1500",
+                                          "endTime": "3000", "batchBytes": "2048"})
+    reads = planning.plan(options, descs)
+    full = pa.Table.from_batches([b for r in reads for b in read_batches(r, backend)])
+    narrow_batches = [b for r in reads for b in read_batches(r, backend, columns=columns)]
+    assert all(tuple(b.schema.names) == columns for b in narrow_batches)
+    narrow = pa.Table.from_batches(narrow_batches)
+    assert narrow.num_rows == full.num_rows == 150  # offsets 50..199
+    assert narrow.equals(full.select(list(columns)))
+
+
+@pytest.mark.parametrize("schema, message", [
+    ([("payload", "binary"), ("color", "string")], "has no column 'color'"),
+    ([("offset", "int")], "column 'offset' is bigint in the danube data source, not int"),
+    ([("payload", "binary"), ("payload", "binary")], "names a column twice"),
+    ([], "at least one column"),
+])
+def test_bad_read_schema_is_a_clear_error(schema, message):
+    with pytest.raises(InvalidArgumentError, match=message):
+        arrow.check_read_columns(schema)
+    assert arrow.check_read_columns([("payload", "binary"), ("offset", "bigint")]) == ("payload", "offset")

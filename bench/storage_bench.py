@@ -12,8 +12,13 @@ own process on 127.0.0.1) it measures
   reads and checked with the same codec call (``frames.scan``: CRC32C, lengths,
   offset sequence), MB/s.  The one check only the tiered side does is the
   xxh3-128 etag of every segment read whole (local WAL files have no etag);
-* for context, whole-object GETs of the same segments straight from the backend
-  (no checks): the backend's own ceiling (for moto, its HTTP server);
+* for context, whole-object GETs of the same segments straight from the backend,
+  one at a time, on the same path the tiered reader uses (``get_self_checked``:
+  no checks at all, not even botocore's response CRC32): the backend's own
+  ceiling (for moto, its HTTP server);
+* for object_store, the CPU time of the moto server process and of this
+  process per MiB read during the timed tiered passes (JSON only): both share
+  the machine's cores, so together they bound the tiered rate;
 
 Both sides read from a warm page cache (an untimed pass of each comes first);
 the timed passes alternate (local first, then tiered first, ...) and the
@@ -41,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
 from danube import _native, frames  # noqa: E402
-from danube.cli._process import free_port
+from danube.cli._process import free_port  # noqa: E402
 from danube.metadata.embedded import EmbeddedMetadataStore  # noqa: E402
 from danube.storage.backends import FilesystemBackend, S3Backend  # noqa: E402
 from danube.storage.catalog import SegmentCatalog  # noqa: E402
@@ -96,7 +101,16 @@ def _read_local_files(files, chunk: int = 4 * MB) -> int:
     return total
 
 
-async def _measure(backend, wal: Wal, metadata, label: str, repeats: int) -> dict:
+def _process_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (0 for no process)."""
+    if not pid:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _measure(backend, wal: Wal, metadata, label: str, repeats: int, server_pid: int | None = None) -> dict:
     catalog = SegmentCatalog(metadata, f"/bench-{label}", TOPIC)
     exporter = SegmentExporter(TOPIC, wal, backend, catalog, max_segment_bytes=wal.options.max_file_bytes)
     files = wal.rotated_files()
@@ -109,7 +123,7 @@ async def _measure(backend, wal: Wal, metadata, label: str, repeats: int) -> dic
     reader = DurableHistoryReader(backend, catalog, chunk_bytes=4 * MB, prefetch=2)
 
     def raw_gets() -> int:
-        return sum(len(backend.get(d.data_key)) for d in descs)
+        return sum(len(backend.get_self_checked(d.data_key)) for d in descs)
 
     async def local() -> float:
         t0 = time.perf_counter()
@@ -118,13 +132,19 @@ async def _measure(backend, wal: Wal, metadata, label: str, repeats: int) -> dic
         assert got == seg_bytes, (got, seg_bytes)
         return seg_bytes / MB / elapsed
 
+    cpu = {"server_s": 0.0, "client_s": 0.0, "bytes": 0}
+
     async def tiered() -> float:
+        server0, client0 = _process_cpu_s(server_pid), _process_cpu_s(os.getpid())
         t0 = time.perf_counter()
         got = 0
         async for piece in reader.stream(catalog.start_offset):
             got += len(piece)
         elapsed = time.perf_counter() - t0
         assert got == seg_bytes, (got, seg_bytes)
+        cpu["server_s"] += _process_cpu_s(server_pid) - server0
+        cpu["client_s"] += _process_cpu_s(os.getpid()) - client0
+        cpu["bytes"] += got
         return seg_bytes / MB / elapsed
 
     async def raw() -> float:
@@ -137,6 +157,7 @@ async def _measure(backend, wal: Wal, metadata, label: str, repeats: int) -> dic
     await local()
     await tiered()
     await raw()
+    cpu.update(server_s=0.0, client_s=0.0, bytes=0)
     local_rates, tiered_rates, raw_rates, ratios = [], [], [], []
     for i in range(repeats):
         # alternate which side goes first, so drift in machine load hits both alike
@@ -166,6 +187,8 @@ async def _measure(backend, wal: Wal, metadata, label: str, repeats: int) -> dic
         "backend_raw_get_mb_s": raw_rate,
         "read_ratio_vs_raw_backend": read_rate / raw_rate,
         "export_ratio": (seg_bytes / MB / export_s) / local_rate,
+        "tiered_client_cpu_ms_per_mb": 1000 * cpu["client_s"] / (cpu["bytes"] / MB),
+        "tiered_server_cpu_ms_per_mb": 1000 * cpu["server_s"] / (cpu["bytes"] / MB) if server_pid else None,
         "target_read_ratio": TARGETS[label],
         "meets_target": read_ratio >= TARGETS[label],
     }
@@ -206,7 +229,7 @@ async def main_async(args) -> list[dict]:
             backend = S3Backend("danube-bench", "history", endpoint=endpoint, access_key="bench",
                                 secret_key="bench")
             wal = _fill_wal(os.path.join(work, "wal-s3"), args.s3_mb * MB, args.segment_mb * MB, args.payload)
-            results.append(await _measure(backend, wal, metadata, "object_store", args.repeats))
+            results.append(await _measure(backend, wal, metadata, "object_store", args.repeats, moto.pid))
             wal.close()
         await metadata.close()
     finally:

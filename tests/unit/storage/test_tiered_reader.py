@@ -97,3 +97,21 @@ def test_split_frames_respects_max_bytes():
         assert b"".join(bytes(p) for p in pieces) == bytes(buf)
         for p in pieces:
             assert len(p) <= limit or len(offsets_of(p)) == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(min_value=0, max_value=1200), min_size=1, max_size=30),
+       every=st.integers(min_value=0, max_value=4000), max_bytes=st.integers(min_value=1, max_value=5000))
+def test_split_frames_at_marks_is_exact(sizes, every, max_bytes):
+    """Cut at the scan's marks (or frame by frame between distant marks): same bytes, right last offsets."""
+    from danube.storage.tiered_reader import split_frames_at
+
+    buf = bytearray(frames.encode_payloads([b"y" * n for n in sizes]))
+    frames.stamp_offsets(buf, 1000)
+    _count, _end, _first, last, _reason, index = frames.scan(buf, 0, 1000, every)
+    pieces = split_frames_at(buf, [(pos, off) for off, pos in index], last, max_bytes)
+    assert b"".join(bytes(p) for p, _ in pieces) == bytes(buf)
+    for piece, piece_last in pieces:
+        got = offsets_of(piece)
+        assert got and got[-1] == piece_last
+        assert len(piece) <= max_bytes or len(got) == 1

@@ -86,13 +86,29 @@ class FakeBroker:
     def health(self, client_type, id) -> bool:
         return id in (self.consumers if client_type == "consumer" else self.producers)
 
-    async def receive(self, consumer_id, *, max_messages, max_bytes) -> Delivery:
+    async def receive(self, consumer_id, *, max_messages, max_bytes, interrupt=None) -> Delivery:
         consumer = self.consumers.get(consumer_id)
         if consumer is None:
             raise NotFoundError(f"consumer {consumer_id} not found")
         topic = self.topics[consumer["topic"]]
-        async with topic.changed:
-            await topic.changed.wait_for(lambda: consumer["cursor"] < len(topic.positions))
+
+        def wake(_future) -> None:   # interrupt done: re-check under the condition
+            async def notify() -> None:
+                async with topic.changed:
+                    topic.changed.notify_all()
+            asyncio.ensure_future(notify())
+
+        if interrupt is not None:
+            interrupt.add_done_callback(wake)
+        try:
+            async with topic.changed:
+                await topic.changed.wait_for(lambda: consumer["cursor"] < len(topic.positions)
+                                             or (interrupt is not None and interrupt.done()))
+        finally:
+            if interrupt is not None:
+                interrupt.remove_done_callback(wake)
+        if consumer["cursor"] >= len(topic.positions):
+            return Delivery(b"", -1, -1, 0, [])   # interrupted (BrokerService.receive's contract)
         first = consumer["cursor"]
         last = min(len(topic.positions), first + max_messages) - 1
         start = topic.positions[first]

@@ -475,10 +475,14 @@ class BrokerService:
         raise NotFoundError(f"unknown consumer id {consumer_id}: subscribe first")
 
     async def receive(self, consumer_id: int, *, max_messages: int, max_bytes: int,
-                      stream: int | None = None) -> Delivery:
-        """Wait for the next delivery; ``stream`` (from :meth:`open_stream`) ends superseded streams."""
-        consumer = await self._consumer(consumer_id)
-        return await consumer.subscription.receive(consumer, max_messages, max_bytes, stream)
+                      stream: int | None = None, interrupt: asyncio.Future | None = None) -> Delivery:
+        """Wait for the next delivery; ``stream`` (from :meth:`open_stream`) ends superseded streams.
+
+        ``interrupt``: a future whose completion ends the wait with an empty delivery (count 0)."""
+        consumer = self._consumers.get(consumer_id)
+        if consumer is None or consumer.closed:
+            consumer = await self._consumer(consumer_id)
+        return await consumer.subscription.receive(consumer, max_messages, max_bytes, stream, interrupt)
 
     async def open_stream(self, consumer_id: int) -> int:
         """A receive stream starts for the consumer; an older stream of it stops (StreamSupersededError)

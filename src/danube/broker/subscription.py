@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import logging
 import time
 from collections import deque
@@ -31,6 +32,7 @@ from danube import frames
 from danube.broker.cursor import AckTracker, to_ranges
 from danube.broker.keyshared import HashRing, KeyFilter
 from danube.broker.policies import DispatchSettings, FailurePolicy
+from danube.broker.ratelimit import TokenBucket
 from danube.broker.stats import MetricsSink, SubscriptionStats
 from danube.errors import AlreadyExistsError, InvalidArgumentError, NotServedHereError
 
@@ -61,6 +63,14 @@ class Delivery:
     last_offset: int
     count: int
     redelivery_counts: dict[int, int] = field(default_factory=dict)
+
+
+_NOTHING = Delivery(b"", -1, -1, 0)   # an interrupted receive
+
+
+def _wake(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def cut_frames(buf, max_messages: int, max_bytes: int) -> tuple[memoryview, int]:
@@ -135,10 +145,14 @@ class Subscription:
         self.consumers: dict[int, Consumer] = {}
         self.ring = HashRing() if sub_type == "key_shared" else None
         self.dirty = False  # cursor moved since it was last persisted
-        self._wakeup = asyncio.Event()
+        self._waiters: list[asyncio.Future] = []  # receives waiting for something to deliver
         self._read_lock = asyncio.Lock()
         self._dead_letter = dead_letter
         self._blocked_logged = False
+        # max_subscription_dispatch_rate (messages/s, 0 = unlimited): a delivery carries at most the
+        # tokens available; with none, receives wait for the next one.
+        rate = topic.policies.max_subscription_dispatch_rate
+        self.dispatch_limit = TokenBucket(rate) if rate > 0 else None
 
     # ------------------------------------------------------------ consumers
 
@@ -194,15 +208,26 @@ class Subscription:
         self.consumers.pop(consumer.id, None)
 
     def notify(self) -> None:
-        self._wakeup.set()
-        self._wakeup = asyncio.Event()
+        """Something may be deliverable now: wake every waiting receive."""
+        waiters = self._waiters
+        if waiters:
+            self._waiters = []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     # ------------------------------------------------------------ receive
 
     async def receive(self, consumer: Consumer, max_messages: int, max_bytes: int,
-                      epoch: int | None = None) -> Delivery:
+                      epoch: int | None = None, interrupt: asyncio.Future | None = None) -> Delivery:
+        """The next delivery for ``consumer``, waiting until there is one.
+
+        With ``interrupt``: once that future is done while the receive waits (never after
+        it took messages), an empty delivery (``count`` 0) is returned, so a stream can
+        attend to other work without a second task waiting beside the receive."""
         max_messages = max(1, int(max_messages))
         max_bytes = max(1, int(max_bytes))
+        loop = asyncio.get_running_loop()
         consumer.receiving += 1
         try:
             while True:
@@ -213,23 +238,67 @@ class Subscription:
                     raise StreamSupersededError(f"consumer {consumer.id} is served by a newer stream")
                 if not consumer.active:
                     self.activate(consumer)
-                wakeup = self._wakeup
-                delivery = await self._fetch(consumer, max_messages, max_bytes)
-                if delivery is not None:
-                    consumer.messages_out += delivery.count
-                    consumer.bytes_out += len(delivery.frames)
-                    self.metrics.delivered(self.topic.name, self.name, delivery.count, len(delivery.frames))
-                    return delivery
-                timeout = self._next_timer()
-                if timeout is None:
-                    await wakeup.wait()
-                else:
-                    try:
-                        await asyncio.wait_for(wakeup.wait(), max(timeout, 0.001))
-                    except TimeoutError:
-                        pass
+                # Registered before the fetch: a notify while the fetch awaits storage is not lost.
+                waiter = loop.create_future()
+                self._waiters.append(waiter)
+                token_due = None   # throttled by the dispatch rate: when the next token is due
+                try:
+                    limit = self.dispatch_limit
+                    if limit is None:
+                        delivery = await self._fetch(consumer, max_messages, max_bytes)
+                    else:
+                        allowed = limit.available()
+                        if allowed:
+                            delivery = await self._fetch(consumer, min(max_messages, allowed), max_bytes)
+                            if delivery is not None:
+                                limit.take(delivery.count)
+                        else:
+                            delivery = None
+                            # wait for 10 ms worth of tokens, not one: fewer, larger deliveries
+                            token_due = limit.wait_time(min(max_messages, max(1, int(limit.rate / 100))))
+                    if delivery is not None:
+                        consumer.messages_out += delivery.count
+                        consumer.bytes_out += len(delivery.frames)
+                        self.metrics.delivered(self.topic.name, self.name, delivery.count, len(delivery.frames))
+                        return delivery
+                    if interrupt is not None and interrupt.done():
+                        return _NOTHING
+                    await self._wait(waiter, interrupt, loop, token_due)
+                    if interrupt is not None and interrupt.done():
+                        return _NOTHING
+                finally:
+                    if not waiter.done():
+                        waiter.cancel()
+                    waiters = self._waiters   # (notify empties it; a timer or an interrupt does not)
+                    if waiters and waiters[-1] is waiter:
+                        waiters.pop()
+                    elif waiters:
+                        with contextlib.suppress(ValueError):
+                            waiters.remove(waiter)
         finally:
             consumer.receiving -= 1
+
+    async def _wait(self, waiter: asyncio.Future, interrupt: asyncio.Future | None,
+                    loop: asyncio.AbstractEventLoop, token_due: float | None = None) -> None:
+        """Until ``waiter`` is woken (notify), the next redelivery timer or ``token_due`` (seconds)
+        is due, or ``interrupt`` is done."""
+        timeout = self._next_timer()
+        if token_due is not None:
+            timeout = token_due if timeout is None else min(timeout, token_due)
+        timer = None if timeout is None else loop.call_later(max(timeout, 0.001), _wake, waiter)
+
+        def on_interrupt(_future) -> None:
+            _wake(waiter)
+
+        if interrupt is not None:
+            interrupt.add_done_callback(on_interrupt)
+        try:
+            await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if interrupt is not None:
+                interrupt.remove_done_callback(on_interrupt)
 
     def _next_timer(self) -> float | None:
         if not self.reliable:

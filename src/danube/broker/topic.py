@@ -16,6 +16,7 @@ from danube import frames
 from danube.broker.coalesce import PublishCoalescer
 from danube.broker.policies import TopicPolicies
 from danube.broker.producer import Producer
+from danube.broker.ratelimit import PublishGate
 from danube.broker.stats import MetricsSink, TopicStats
 from danube.broker.subscription import Subscription
 from danube.errors import InvalidArgumentError, MessageTooLargeError
@@ -45,6 +46,9 @@ class Topic:
         self._producer_names: dict[int, str] = {}
         self.closed = False
         self.coalescer = PublishCoalescer(self)
+        # max_publish_rate (messages/s, 0 = unlimited): publishes over it are delayed, not refused.
+        rate = policies.max_publish_rate
+        self.publish_gate = PublishGate(rate) if rate > 0 else None
 
     # ------------------------------------------------------------ producers
 
@@ -103,6 +107,9 @@ class Topic:
     async def publish(self, producer: Producer, buf: bytearray) -> tuple[int, int]:
         started = time.perf_counter()
         self.check_sizes(buf)
+        if self.publish_gate is not None:
+            await self.publish_gate.turn(len(frames.frame_positions(buf)))
+            # (no await between the turn and the append: delayed publishes keep their order)
         nbytes = len(buf)
         first, last = self.append(buf)
         await self.commit(first, last, nbytes, started)
@@ -125,7 +132,13 @@ class Topic:
         """One message (a whole unstamped frame), stored together with the other single-message
         publishes of this loop iteration; the future resolves to its offset once durable."""
         self.check_sizes(frame)
-        return self.coalescer.submit(producer, frame)
+        if self.publish_gate is None:
+            return self.coalescer.submit(producer, frame)
+        return asyncio.ensure_future(self._publish_one_in_turn(producer, frame))
+
+    async def _publish_one_in_turn(self, producer: Producer, frame) -> int:
+        await self.publish_gate.turn(1)
+        return await self.coalescer.submit(producer, frame)
 
     # ------------------------------------------------------------ stats
 

@@ -134,11 +134,52 @@ def _build_consumers(client, config: BenchConfig, topic: str, sub_type: str) -> 
             for i in range(config.consumers)]
 
 
-async def _consume(consumer, seen: dict, latencies: list, config: BenchConfig, finished) -> None:
-    """Receives and acks until ``finished()``; one publish->deliver sample per message."""
+def _stamp_reader(size: int):
+    """``read(frames, count, now)``: publish->deliver of every message of a batch, or None when the
+    batch is not ``count`` frames without key or attributes whose payloads are ``size`` bytes (each
+    payload starts with its send time).  The stamps are read as one strided numpy view: no
+    per-message Python work in the consumer process, which shares the 2 cores with the broker and
+    the producer.  None without numpy (the caller then reads frame by frame)."""
+    try:
+        import numpy
+    except ImportError:   # pragma: no cover - numpy comes with the test/spark extras
+        return lambda frames, count, now: None
+    frame_len = _PAYLOAD_AT + size
+    body_len = frame_len - 16
+
+    def field(frames, count: int, dtype: str, at: int):
+        return numpy.ndarray((count,), dtype=dtype, buffer=frames, offset=at, strides=(frame_len,))
+
+    def read(frames, count: int, now: float):
+        if count < 1 or len(frames) != count * frame_len:
+            return None
+        # Every header at i * frame_len names a body of this length (so the frames are exactly
+        # there), with no routing key (flags 0) and no attributes: the payload is at 38.
+        if not ((field(frames, count, "<u4", 12) == body_len).all()
+                and (field(frames, count, "u1", 32) == 0).all()
+                and (field(frames, count, "<u2", 34) == 0).all()):
+            return None
+        return now - field(frames, count, "<f8", _PAYLOAD_AT)
+
+    return read
+
+
+def _flatten(samples: list) -> list[float]:
+    """The per-batch sample arrays/lists as one list of floats."""
+    out: list[float] = []
+    for part in samples:
+        out.extend(part.tolist() if hasattr(part, "tolist") else part)
+    return out
+
+
+async def _consume(consumer, seen: dict, latencies: list, config: BenchConfig, finished, read_stamps) -> None:
+    """Receives and acks until ``finished()``; one publish->deliver sample per message
+    (``latencies`` gets one array or list of samples per batch).  ``read_stamps`` comes from
+    ``_stamp_reader``, made during setup: its numpy import takes a good 100 ms, which must not
+    stall the first deliveries of the measured window."""
     from danube import frames as frame_codec
 
-    decode_frame, frame_positions = frame_codec.decode_frame, frame_codec.frame_positions
+    decode_frame = frame_codec.decode_frame
     unpack = _STAMP.unpack_from
     perf = time.perf_counter
     stamped = config.message_size >= _STAMP.size
@@ -152,15 +193,20 @@ async def _consume(consumer, seen: dict, latencies: list, config: BenchConfig, f
         now = perf()
         if stamped:
             frames = batch.frames
-            first, _ = decode_frame(frames, 0)
-            if first.routing_key is None and not first.attributes and len(first.payload) == size:
-                latencies.extend([now - unpack(frames, p + _PAYLOAD_AT)[0] for p in frame_positions(frames)])
-            else:   # a topic shared with other producers (--topic): decode every frame
-                pos = 0
-                for _ in range(batch.count):
-                    record, pos = decode_frame(frames, pos)
-                    if len(record.payload) == size:
-                        latencies.append(now - unpack(record.payload)[0])
+            samples = read_stamps(frames, batch.count, now)
+            if samples is None:
+                first, _ = decode_frame(frames, 0)
+                if first.routing_key is not None or first.attributes or len(first.payload) != size:
+                    samples = []   # a topic shared with other producers (--topic): decode every frame
+                    pos = 0
+                    for _ in range(batch.count):
+                        record, pos = decode_frame(frames, pos)
+                        if len(record.payload) == size:
+                            samples.append(now - unpack(record.payload)[0])
+                else:   # frames of one size only (no key, no attributes): read the stamps in place
+                    samples = [now - unpack(frames, p + _PAYLOAD_AT)[0]
+                               for p in frame_codec.frame_positions(frames)]
+            latencies.append(samples)
         seen["delivered"] += batch.count
         seen["last"] = now
         await consumer.ack_batch(batch)
@@ -219,17 +265,18 @@ async def _consumer_child_main(conn, delivered, config: BenchConfig, topic: str,
             target[0], target[1] = conn.recv(), time.perf_counter()
         return seen["delivered"] >= target[0] or time.perf_counter() - target[1] > config.drain_timeout
 
+    read_stamps = _stamp_reader(config.message_size)
     try:
         await asyncio.gather(*(c.subscribe() for c in consumers))
         with _quiet_gc():
             conn.send("ready")
-            await asyncio.gather(*(_consume(c, seen, latencies, config, finished) for c in consumers))
+            await asyncio.gather(*(_consume(c, seen, latencies, config, finished, read_stamps) for c in consumers))
     finally:
         for c in consumers:
             with contextlib.suppress(Exception):
                 await c.close()
         await client.close()
-    return {"delivered": seen["delivered"], "last": seen["last"], "latencies": latencies}
+    return {"delivered": seen["delivered"], "last": seen["last"], "latencies": _flatten(latencies)}
 
 
 class _ConsumerProcess:
@@ -312,6 +359,7 @@ async def run_bench(config: BenchConfig) -> BenchResult:
 
     child = _ConsumerProcess(config, topic, sub_type) if config.consumer_process else None
     consumers = [] if child else _build_consumers(client, config, topic, sub_type)
+    read_stamps = None if child else _stamp_reader(config.message_size)
     # Paced calls are smaller: more of them in flight, so the messages in flight stay as many as at full size.
     in_flight = config.max_in_flight * -(-config.batch_size // per_call)
     producers = []
@@ -386,7 +434,8 @@ async def run_bench(config: BenchConfig) -> BenchResult:
             await asyncio.gather(*(c.subscribe() for c in consumers))
         await asyncio.gather(*(p.create() for p in producers))
         with _quiet_gc():
-            consumer_tasks = [asyncio.ensure_future(_consume(c, seen, deliver_lat, config, in_process_finished))
+            consumer_tasks = [asyncio.ensure_future(_consume(c, seen, deliver_lat, config, in_process_finished,
+                                                             read_stamps))
                               for c in consumers]
             start = perf()
             deadline = start + config.duration
@@ -418,7 +467,7 @@ async def run_bench(config: BenchConfig) -> BenchResult:
         result.end_to_end_rate = round(seen["delivered"] / e2e_s, 1)
         result.calls_per_s = round(counts["calls"] / produced_s, 1)
         result.ack_latency_ms = percentiles(ack_lat)
-        result.deliver_latency_ms = percentiles(deliver_lat)
+        result.deliver_latency_ms = percentiles(deliver_lat if child else _flatten(deliver_lat))
     finally:
         for p in producers:
             with contextlib.suppress(Exception):

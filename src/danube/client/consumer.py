@@ -21,6 +21,7 @@ again) using :class:`danube.client.acked.AckedOffsets`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from typing import AsyncIterator, Iterable
@@ -55,6 +56,74 @@ _SUB_TYPES = {
 }
 
 _END = object()
+
+
+class _Inbox:
+    """Delivered batches waiting for the application (bounded by the credit, so unbounded here).
+
+    Waiter futures and a timer instead of ``asyncio.wait_for(queue.get())``, which
+    creates a task for every call that has to wait."""
+
+    __slots__ = ("_items", "_waiters")
+
+    def __init__(self) -> None:
+        self._items: deque = deque()
+        self._waiters: deque[asyncio.Future] = deque()
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def put_nowait(self, item) -> None:
+        self._items.append(item)
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
+
+    def get_nowait(self):
+        return self._items.popleft()
+
+    async def get(self, timeout: float | None = None):
+        """The next item; ``_TIMEOUT`` once ``timeout`` seconds passed without one."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not self._items:
+            if deadline is not None and loop.time() >= deadline:
+                return _TIMEOUT
+            waiter = loop.create_future()
+            self._waiters.append(waiter)
+            timer = None if deadline is None else loop.call_at(deadline, _wake, waiter)
+            try:
+                await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled() and self._items:
+                    self._wake_next()   # this waiter was woken for an item it will not take
+                raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                if not waiter.done():
+                    waiter.cancel()
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+        return self._items.popleft()
+
+    def _wake_next(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+
+_TIMEOUT = object()
+
+
+def _wake(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def offset_ranges(offsets: Iterable[int]) -> list[pb.OffsetRange]:
@@ -142,6 +211,7 @@ class _PartitionConsumer:
         self.topic = topic
         self.consumer_id = -1
         self._outgoing: asyncio.Queue = asyncio.Queue()
+        self._owed = [0, 0]               # credit (messages, bytes) taken by the application, not yet granted
         self._subscribed = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task | None = None
         self._closing = False
@@ -174,7 +244,19 @@ class _PartitionConsumer:
             call.cancel()   # _run sees the cancelled stream and re-subscribes
 
     def grant(self, messages: int, nbytes: int) -> None:
-        self._outgoing.put_nowait(pb.ConsumeRequest(credit=pb.Credit(messages=messages, bytes=nbytes)))
+        """Give credit back for a batch the application took.
+
+        Grants are held until half of either window is owed, then sent as one: the broker
+        always keeps at least half of the window, and the stream carries one credit request
+        per several batches instead of one per batch (each request is a gRPC write on both
+        sides)."""
+        owed = self._owed
+        owed[0] += messages
+        owed[1] += nbytes
+        o = self.owner
+        if 2 * owed[0] >= o.receive_messages or 2 * owed[1] >= o.receive_bytes:
+            self._outgoing.put_nowait(pb.ConsumeRequest(credit=pb.Credit(messages=owed[0], bytes=owed[1])))
+            owed[0] = owed[1] = 0
 
     def ack(self, offsets: Iterable[int]) -> None:
         ranges = offset_ranges(offsets)
@@ -259,15 +341,31 @@ class _PartitionConsumer:
             if item is not _END and item.WhichOneof("kind") in ("ack", "nack"):
                 outgoing.put_nowait(item)
         self._outgoing = outgoing
+        self._owed = [0, 0]   # a new stream starts with the whole window
         outgoing.put_nowait(pb.ConsumeRequest(credit=pb.Credit(messages=owner.receive_messages,
                                                                bytes=owner.receive_bytes)))
 
         async def requests():
             yield pb.ConsumeRequest(subscribe=self.spec())
+            carry = None
             while True:
-                item = await outgoing.get()
+                item = carry if carry is not None else await outgoing.get()
+                carry = None
                 if item is _END:
                     return
+                if item.WhichOneof("kind") == "ack":
+                    # Acks queued while the previous write was in flight go out as one request.
+                    ranges = item.ack.ranges
+                    while not outgoing.empty():
+                        following = outgoing.get_nowait()
+                        if following is _END or following.WhichOneof("kind") != "ack":
+                            carry = following
+                            break
+                        for r in following.ack.ranges:
+                            if ranges and ranges[-1].last + 1 == r.first:
+                                ranges[-1].last = r.last
+                            else:
+                                ranges.append(r)
                 yield item
 
         self.stream += 1
@@ -337,7 +435,7 @@ class Consumer:
         self.receive_messages = receive_messages
         self.receive_bytes = receive_bytes
         self._parts: list[_PartitionConsumer] = []
-        self._queue: asyncio.Queue = asyncio.Queue()
+        self._queue = _Inbox()
         self._error: BaseException | None = None
         # Messages of a batch the message iterator started but the application stopped reading
         # (``break`` out of ``async for``): the next iteration continues with them.
@@ -364,7 +462,7 @@ class Consumer:
     # ------------------------------------------------------------ delivery (called by the streams)
 
     async def deliver(self, batch: MessageBatch) -> None:
-        await self._queue.put(batch)
+        self._queue.put_nowait(batch)
 
     def deliver_error(self, error: BaseException) -> None:
         self._error = error
@@ -384,9 +482,8 @@ class Consumer:
             elif deadline is None:
                 item = await self._queue.get()
             else:
-                try:
-                    item = await asyncio.wait_for(self._queue.get(), max(0.0, deadline - loop.time()))
-                except asyncio.TimeoutError:
+                item = await self._queue.get(max(0.0, deadline - loop.time()))
+                if item is _TIMEOUT:
                     return None
             if item is _END:
                 self._queue.put_nowait(_END)

@@ -504,6 +504,25 @@ class _PartitionProducer:
                         call.cancel()
 
 
+def _offsets_of(chunk: asyncio.Future) -> asyncio.Future:
+    """A future of the offsets ``first..last`` once ``chunk`` (a future of ``(first, last)``) resolves."""
+    out = chunk.get_loop().create_future()
+
+    def done(f: asyncio.Future) -> None:
+        if out.done():
+            return
+        if f.cancelled():
+            out.cancel()
+        elif f.exception() is not None:
+            out.set_exception(f.exception())
+        else:
+            first, last = f.result()
+            out.set_result(list(range(first, last + 1)))
+
+    chunk.add_done_callback(done)
+    return out
+
+
 class Producer:
     """Batching producer; ``await create()`` before sending (or use ``async with``)."""
 
@@ -571,6 +590,8 @@ class Producer:
                          attributes: Mapping[str, str] | None = None) -> asyncio.Future:
         """Queues many messages sharing key and attributes (one partition); future of their offsets."""
         futures = await self._part(key).add_batch(payloads, key, attributes)
+        if len(futures) == 1:   # one chunk (the usual case): no task, no gather
+            return _offsets_of(futures[0])
 
         async def offsets() -> list[int]:
             out: list[int] = []

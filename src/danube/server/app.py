@@ -156,9 +156,18 @@ async def serve(config: BrokerConfig, *, on_ready: Callable[[BrokerApp], None] |
             loop.remove_signal_handler(sig)
 
 
+# GIL switch interval of the broker process.  The WAL's sync thread needs the GIL for a moment
+# after each fdatasync to answer its waiters; with the default 5 ms a busy event loop keeps it
+# waiting up to 5 ms per sync, which showed up directly in publish latency (docs/benchmarks.md).
+GIL_SWITCH_INTERVAL_S = 0.0005
+
+
 def run(config: BrokerConfig) -> int:
     """Blocking entry point: a uvloop event loop running :func:`serve`."""
+    import sys
+
     import uvloop
 
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(serve(config))

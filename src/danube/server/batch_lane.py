@@ -241,9 +241,17 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         yield pb.ConsumeResponse(subscribed=pb.Subscribed(consumer_id=consumer_id))
 
         credit = [0, 0]  # messages, bytes
-        credit_changed = asyncio.Event()
         errors: asyncio.Queue = asyncio.Queue()
         stream_ended = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        # Set when the control reader has news (credit, an ack/nack error, the end of the
+        # stream): a waiting receive returns empty and the loop below attends to it.  The
+        # receive itself runs in this handler's task, so a delivery costs no extra task.
+        interrupt: list[asyncio.Future] = [loop.create_future()]
+
+        def poke() -> None:
+            if not interrupt[0].done():
+                interrupt[0].set_result(None)
 
         async def read_control():
             try:
@@ -251,9 +259,11 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                     kind = request.WhichOneof("kind")
                     try:
                         if kind == "credit":
+                            grant_was_needed = credit[0] <= 0 or credit[1] <= 0
                             credit[0] += request.credit.messages
                             credit[1] += request.credit.bytes
-                            credit_changed.set()
+                            if grant_was_needed:
+                                poke()
                         elif kind == "ack":
                             await self._ack(request.ack.consumer_id or consumer_id, request.ack.ranges)
                         elif kind == "nack":
@@ -262,49 +272,31 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                             raise InvalidArgumentError(f"unexpected {kind} request after the stream started")
                     except DanubeError as exc:
                         errors.put_nowait(_batch_status(exc))
-                        credit_changed.set()
+                        poke()
             finally:
                 stream_ended.set()
-                credit_changed.set()
+                poke()
 
         reader = asyncio.ensure_future(read_control())
-        receive: asyncio.Future | None = None
-        waiter: asyncio.Future | None = None
         try:
             while True:
                 while not errors.empty():
                     yield pb.ConsumeResponse(error=errors.get_nowait())
                 if stream_ended.is_set():
                     break  # the client half-closed: it is done with this stream
+                if interrupt[0].done():
+                    interrupt[0] = loop.create_future()
                 if credit[0] <= 0 or credit[1] <= 0:
-                    credit_changed.clear()
-                    await credit_changed.wait()
+                    await interrupt[0]
                     continue
-                receive = asyncio.ensure_future(self._broker.receive(
-                    consumer_id, max_messages=credit[0], max_bytes=credit[1]))
-                # While no message is ready, in-stream ack/nack errors still go out.
-                while True:
-                    credit_changed.clear()
-                    waiter = asyncio.ensure_future(credit_changed.wait())
-                    done, _ = await asyncio.wait({receive, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                    waiter.cancel()
-                    if receive in done:
-                        break
-                    while not errors.empty():
-                        yield pb.ConsumeResponse(error=errors.get_nowait())
-                    if stream_ended.is_set():
-                        break
-                if receive not in done:
-                    continue  # loop top sees stream_ended; finally cancels the receive
                 try:
-                    delivery = receive.result()
+                    delivery = await self._broker.receive(consumer_id, max_messages=credit[0],
+                                                          max_bytes=credit[1], interrupt=interrupt[0])
                 except DanubeError as exc:
                     await _abort(context, exc)
                     return
-                finally:
-                    receive = None
                 if not delivery.count:
-                    continue
+                    continue   # interrupted: errors to send, more credit, or the end of the stream
                 frames = delivery.frames
                 credit[0] -= delivery.count
                 credit[1] -= len(frames)
@@ -317,15 +309,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                     batch.redelivery_counts.extend(counts)
                 yield pb.ConsumeResponse(batch=batch)
         finally:
-            for task in (receive, waiter, reader):
-                if task is not None:
-                    task.cancel()
-            if receive is not None:
-                # The broker counts receives in progress; let the cancelled one unwind first.
-                try:
-                    await asyncio.wait({receive}, timeout=1.0)
-                except BaseException:  # noqa: BLE001 - cancelled again while closing
-                    pass
+            reader.cancel()
             # Unacked deliveries of this stream go back to the subscription.
             detach = getattr(self._broker, "detach", None)
             if detach is not None:

@@ -122,14 +122,12 @@ class Syncer:
             if not ready:
                 return
             self._waiters = [w for w in self._waiters if w[0] > durable]
-        for _offset, loop, fut in ready:
-            _resolve(loop, fut, None)
+        _resolve_all(ready, None)
 
     def _fail_waiters(self, exc: BaseException) -> None:
         with self._waiters_lock:
             waiters, self._waiters = self._waiters, []
-        for _offset, loop, fut in waiters:
-            _resolve(loop, fut, exc)
+        _resolve_all(waiters, exc)
 
     def close(self) -> None:
         """Stop the sync thread after a last sync (policies other than never)."""
@@ -152,6 +150,28 @@ def _set(fut: asyncio.Future, exc: BaseException | None) -> None:
             fut.set_result(None)
         else:
             fut.set_exception(exc)
+
+
+def _set_all(futures: list[asyncio.Future], exc: BaseException | None) -> None:
+    for fut in futures:
+        _set(fut, exc)
+
+
+def _resolve_all(waiters: list, exc: BaseException | None) -> None:
+    """Resolve ``(offset, loop, future)`` waiters: one hand-off per event loop, not one per waiter
+    (each ``call_soon_threadsafe`` wakes the loop through its self-pipe)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
+    for _offset, loop, fut in waiters:
+        by_loop.setdefault(loop, []).append(fut)
+    running = asyncio._get_running_loop()
+    for loop, futures in by_loop.items():
+        try:
+            if running is loop:
+                _set_all(futures, exc)
+            else:
+                loop.call_soon_threadsafe(_set_all, futures, exc)
+        except RuntimeError:  # the waiters' loop is closed; nobody is left to wake
+            pass
 
 
 def _resolve(loop: asyncio.AbstractEventLoop, fut: asyncio.Future, exc: BaseException | None) -> None:

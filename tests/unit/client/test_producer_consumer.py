@@ -229,3 +229,42 @@ async def test_unknown_producer_fails_the_futures_with_client_error_after_bounde
     finally:
         await client.close()
         await server.stop(None)
+
+
+async def test_credit_goes_back_in_half_window_steps_and_delivery_never_stalls(served):
+    broker, client, _ = served
+    consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
+                .with_receive_credit(10, 1 << 20).build())
+    await consumer.subscribe()
+    (part,) = consumer._parts
+    got, owed_seen = [], []
+    async with client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(0).build() as producer:
+        for i in range(25):   # 25 one-message deliveries through a window of 10
+            await producer.send_and_wait(b"%d" % i)
+            batch = await asyncio.wait_for(consumer.receive_batch(), 5)
+            got += batch.payloads()
+            owed_seen.append(part._owed[0])
+            await consumer.ack_batch(batch)
+    assert got == [b"%d" % i for i in range(25)]
+    # credit is held back until half the window (5 messages) is owed, then goes back as one grant
+    assert owed_seen[:6] == [1, 2, 3, 4, 0, 1]
+    assert max(owed_seen) == 4
+    await consumer.close()
+    (cid,) = consumer.consumer_ids
+    assert broker.acked[cid] == set(range(25))
+
+
+async def test_receive_batch_timeout_and_concurrent_receivers(served):
+    broker, client, _ = served
+    consumer = client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s").build()
+    await consumer.subscribe()
+    assert await consumer.receive_batch(timeout=0.05) is None
+    first = asyncio.ensure_future(consumer.receive_batch(timeout=5))
+    second = asyncio.ensure_future(consumer.receive_batch(timeout=5))
+    async with client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(0).build() as producer:
+        await producer.send_and_wait(b"a")
+        await asyncio.wait_for(asyncio.wait({first, second}, return_when=asyncio.FIRST_COMPLETED), 5)
+        await producer.send_and_wait(b"b")
+    batches = await asyncio.wait_for(asyncio.gather(first, second), 5)
+    assert sorted(p for b in batches for p in b.payloads()) == [b"a", b"b"]
+    await consumer.close()

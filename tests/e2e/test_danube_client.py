@@ -174,7 +174,9 @@ def test_restart_resumes_at_cursor(broker, tmp_path):
 def test_restart_mid_stream_with_live_clients(broker, tmp_path):
     topic = "/default/live"
     produce(broker, topic, 1, "--reliable")
-    consumer, _ = start_consumer(broker, tmp_path, topic, "live", "--count", "60", "--idle-timeout", "30")
+    # redeliveries across the restart are allowed (checked below), so count distinct payloads
+    consumer, _ = start_consumer(broker, tmp_path, topic, "live", "--count", "60", "--distinct",
+                                 "--idle-timeout", "30")
     producer = dc.start_script("produce.py", broker.url, topic, "--count", "60", "--reliable", "--delay-ms", "50")
     time.sleep(1.5)
     broker.restart()

@@ -2,13 +2,13 @@
 
 usage: consume.py URL TOPIC SUBSCRIPTION --type exclusive|shared|failover|key_shared
                   [--name C] [--count N] [--idle-timeout S] [--ack-first K]
-                  [--filters a*,b?] [--nack-delay-ms MS] [--ready-file PATH]
+                  [--filters a*,b?] [--nack-delay-ms MS] [--ready-file PATH] [--distinct]
 
 Result: {"received": [[payload, topic, offset, key], ...], "acked": [...payloads],
          "nacked": [...], "times": {payload: [receive time, ...]},
          "ack_times": {payload: first ack completion time}, "error": null | "CODE: message"}
-It stops after --count messages (0 = until idle), or after --idle-timeout
-seconds without a message.  --ack-first K acks only the first K messages.
+It stops after --count messages (0 = until idle; with --distinct, --count different
+payloads, so redeliveries do not count), or after --idle-timeout seconds without a message.  --ack-first K acks only the first K messages.
 --nack-delay-ms nacks each message the first time it arrives, acks it the second time.
 """
 
@@ -56,7 +56,7 @@ async def main(a) -> dict:
         open(a.ready_file, "w").close()
     nacked = set()
     try:
-        while a.count == 0 or len(result["received"]) < a.count:
+        while a.count == 0 or (len(result["times"]) if a.distinct else len(result["received"])) < a.count:
             try:
                 msg = await asyncio.wait_for(queue.get(), a.idle_timeout)
             except asyncio.TimeoutError:
@@ -92,4 +92,5 @@ if __name__ == "__main__":
     p.add_argument("--filters", default="")
     p.add_argument("--nack-delay-ms", type=int, default=None)
     p.add_argument("--ready-file", default="")
+    p.add_argument("--distinct", action="store_true")
     print(json.dumps(asyncio.run(main(p.parse_args()))))

@@ -5,6 +5,12 @@ from __future__ import annotations
 import asyncio
 
 
+def wake(waiter: asyncio.Future) -> None:
+    """Resolve a waiter future with ``None`` unless it is already done (woken before, or cancelled)."""
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 async def cancel_and_wait(task: asyncio.Task | None) -> None:
     """Cancel ``task`` and wait for it to finish.
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from danube import frames
+from danube._tasks import wake
 from danube.broker.cursor import AckTracker, to_ranges
 from danube.broker.keyshared import HashRing, KeyFilter
 from danube.broker.policies import DispatchSettings, FailurePolicy
@@ -66,11 +67,6 @@ class Delivery:
 
 
 _NOTHING = Delivery(b"", -1, -1, 0)   # an interrupted receive
-
-
-def _wake(waiter: asyncio.Future) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 def cut_frames(buf, max_messages: int, max_bytes: int) -> tuple[memoryview, int]:
@@ -213,8 +209,7 @@ class Subscription:
         if waiters:
             self._waiters = []
             for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
+                wake(waiter)
 
     # ------------------------------------------------------------ receive
 
@@ -285,10 +280,10 @@ class Subscription:
         timeout = self._next_timer()
         if token_due is not None:
             timeout = token_due if timeout is None else min(timeout, token_due)
-        timer = None if timeout is None else loop.call_later(max(timeout, 0.001), _wake, waiter)
+        timer = None if timeout is None else loop.call_later(max(timeout, 0.001), wake, waiter)
 
         def on_interrupt(_future) -> None:
-            _wake(waiter)
+            wake(waiter)
 
         if interrupt is not None:
             interrupt.add_done_callback(on_interrupt)

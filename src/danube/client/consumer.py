@@ -28,6 +28,7 @@ from typing import AsyncIterator, Iterable
 
 import grpc
 
+from danube._tasks import wake
 from danube.client.acked import AckedOffsets
 from danube.client.client import DanubeClient, RetryState
 from danube.client.errors import from_batch_status, from_rpc_error, is_retriable
@@ -75,12 +76,7 @@ class _Inbox:
 
     def put_nowait(self, item) -> None:
         self._items.append(item)
-        waiters = self._waiters
-        while waiters:
-            waiter = waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                break
+        self._wake_next()
 
     def get_nowait(self):
         return self._items.popleft()
@@ -94,7 +90,7 @@ class _Inbox:
                 return _TIMEOUT
             waiter = loop.create_future()
             self._waiters.append(waiter)
-            timer = None if deadline is None else loop.call_at(deadline, _wake, waiter)
+            timer = None if deadline is None else loop.call_at(deadline, wake, waiter)
             try:
                 await waiter
             except BaseException:
@@ -119,11 +115,6 @@ class _Inbox:
 
 
 _TIMEOUT = object()
-
-
-def _wake(waiter: asyncio.Future) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 def offset_ranges(offsets: Iterable[int]) -> list[pb.OffsetRange]:

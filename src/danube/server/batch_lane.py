@@ -18,6 +18,7 @@ from typing import Any, AsyncIterator
 import grpc
 
 from danube import frames as frame_codec
+from danube._tasks import wake
 from danube.errors import DanubeError, InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
@@ -250,8 +251,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         interrupt: list[asyncio.Future] = [loop.create_future()]
 
         def poke() -> None:
-            if not interrupt[0].done():
-                interrupt[0].set_result(None)
+            wake(interrupt[0])
 
         async def read_control():
             try:

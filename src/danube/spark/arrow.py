@@ -22,6 +22,9 @@ _columns = _native.load("arrowcols")
 SCHEMA_DDL = ("topic string, offset long, publish_time timestamp, producer_id long, "
               "routing_key string, attributes map<string,string>, payload binary")
 COLUMNS = ("topic", "offset", "publish_time", "producer_id", "routing_key", "attributes", "payload")
+# column → its Spark type as ``DataType.simpleString()`` reports it (``long`` reads back as ``bigint``)
+SPARK_TYPES = {"topic": "string", "offset": "bigint", "publish_time": "timestamp", "producer_id": "bigint",
+               "routing_key": "string", "attributes": "map<string,string>", "payload": "binary"}
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 ATTRIBUTES = pa.map_(pa.string(), pa.string())
 ARROW_SCHEMA = pa.schema([
@@ -37,12 +40,6 @@ ARROW_SCHEMA = pa.schema([
 WRITABLE = {"payload", "routing_key", "attributes", "publish_time", "producer_id", "topic", "offset"}
 
 
-def spark_type_names() -> dict[str, str]:
-    """Column → Spark ``simpleString`` of the type, as in :data:`SCHEMA_DDL`."""
-    return {"topic": "string", "offset": "bigint", "publish_time": "timestamp", "producer_id": "bigint",
-            "routing_key": "string", "attributes": "map<string,string>", "payload": "binary"}
-
-
 def check_read_columns(names_and_types: list[tuple[str, str]]) -> tuple[str, ...]:
     """The columns of a user-given read schema (a subset of :data:`COLUMNS`, any order), checked.
 
@@ -50,7 +47,7 @@ def check_read_columns(names_and_types: list[tuple[str, str]]) -> tuple[str, ...
     are not told which columns a query uses, so a narrower schema is how a reader asks for
     fewer columns: unused ones are then neither built nor handed to the JVM.
     """
-    expected = spark_type_names()
+    expected = SPARK_TYPES
     names = [n for n, _ in names_and_types]
     if not names:
         raise InvalidArgumentError("a danube read schema needs at least one column")
@@ -109,10 +106,8 @@ def frames_to_batch(topic: str, buf, columns: tuple[str, ...] = COLUMNS) -> pa.R
         "payload": lambda: pa.Array.from_buffers(pa.binary(), n, [None, i32("payload_offsets"),
                                                                   pa.py_buffer(c["payload_data"])]),
     }
-    if columns == COLUMNS:
-        return pa.RecordBatch.from_arrays([builders[name]() for name in COLUMNS], schema=ARROW_SCHEMA)
-    return pa.RecordBatch.from_arrays([builders[name]() for name in columns],
-                                      schema=pa.schema([ARROW_SCHEMA.field(name) for name in columns]))
+    schema = ARROW_SCHEMA if columns == COLUMNS else pa.schema([ARROW_SCHEMA.field(name) for name in columns])
+    return pa.RecordBatch.from_arrays([builders[name]() for name in columns], schema=schema)
 
 
 def filter_batch(batch: pa.RecordBatch, *, start_offset: int | None, end_offset: int | None,

@@ -4,13 +4,12 @@ and the in-process broker app's graceful stop."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import grpc
 import pytest
 
 from danube import frames as frame_codec
-from danube.broker import BrokerService, FailurePolicy
+from danube.broker import FailurePolicy
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
@@ -20,6 +19,7 @@ from danube.server.batch_lane import redelivery_counts_in_frame_order
 from danube.server.config import BrokerConfig
 from danube.storage.config import StorageConfig
 from danube.storage.factory import StorageFactory
+from tests.support.inprocess import served_broker
 
 pytestmark = pytest.mark.timeout(60)
 T = "/default/lane-real"
@@ -31,25 +31,9 @@ def _frames(n: int) -> bytes:
 
 @pytest.fixture()
 async def lane(tmp_path):
-    metadata = EmbeddedMetadataStore(str(tmp_path / "metadata.db"))
-    factory = StorageFactory(StorageConfig.from_dict({"wal": {"sync": "never"}}, data_dir=str(tmp_path)),
-                             metadata, broker_id="test")
-    broker = BrokerService(metadata, factory, failure_policy=FailurePolicy(base_redelivery_delay_ms=1,
-                                                                           max_redelivery_delay_ms=10))
-    await broker.start()
-    server = grpc.aio.server()
-    batch_lane.add_to_server(server, broker)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    try:
-        yield broker, pb_grpc.BatchLaneStub(channel)
-    finally:
-        await channel.close()
-        await server.stop(None)
-        with contextlib.suppress(Exception):
-            await broker.stop()
-            await metadata.close()
+    policy = FailurePolicy(base_redelivery_delay_ms=1, max_redelivery_delay_ms=10)
+    async with served_broker(tmp_path, batch_lane.add_to_server, sync="never", failure_policy=policy) as (broker, ch):
+        yield broker, pb_grpc.BatchLaneStub(ch)
 
 
 class ConsumeStream:

@@ -2,19 +2,16 @@
 concurrent calls are stored as shared batches, each answered with its own message stored."""
 
 import asyncio
-import contextlib
 
 import grpc
 import pytest
 
 from danube import frames
-from danube.broker import BrokerService, TopicPolicies
-from danube.metadata.embedded import EmbeddedMetadataStore
+from danube.broker import TopicPolicies
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
 from danube.server import danube_services
-from danube.storage.config import StorageConfig
-from danube.storage.factory import StorageFactory
+from tests.support.inprocess import served_broker
 
 pytestmark = pytest.mark.timeout(60)
 T = "/default/unary"
@@ -22,24 +19,10 @@ T = "/default/unary"
 
 @pytest.fixture()
 async def served(tmp_path):
-    metadata = EmbeddedMetadataStore(str(tmp_path / "metadata.db"))
-    factory = StorageFactory(StorageConfig.from_dict({"wal": {"sync": "always"}}, data_dir=str(tmp_path)),
-                             metadata, broker_id="test")
-    broker = BrokerService(metadata, factory, policies=TopicPolicies(max_message_size=1000))
-    await broker.start()
-    server = grpc.aio.server()
-    danube_services.add_to_server(server, broker)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    try:
+    policies = TopicPolicies(max_message_size=1000)
+    async with served_broker(tmp_path, danube_services.add_to_server, sync="always",
+                             policies=policies) as (broker, channel):
         yield broker, pb_grpc.ProducerServiceStub(channel)
-    finally:
-        await channel.close()
-        await server.stop(None)
-        with contextlib.suppress(Exception):
-            await broker.stop()
-            await metadata.close()
 
 
 async def test_concurrent_send_message_calls_are_batched_and_all_stored(served):

@@ -47,6 +47,7 @@ class FakeBroker:
         self.nacked: list[tuple[int, int, int | None]] = []
         self.partitioned: dict[str, int] = {}
         self.publish_calls = 0
+        self.ack_calls = 0   # ack requests read off the Consume streams
 
     async def create_producer(self, topic, producer_name, *, access_mode="shared", reliable=True) -> int:
         if not topic.startswith("/") or topic.count("/") != 2:
@@ -124,6 +125,7 @@ class FakeBroker:
     async def ack(self, consumer_id, offsets) -> None:
         if consumer_id not in self.consumers:
             raise NotFoundError(f"consumer {consumer_id} not found")
+        self.ack_calls += 1
         self.acked[consumer_id].update(offsets)
 
     async def nack(self, consumer_id, offset, *, delay_ms=None, reason=None) -> None:

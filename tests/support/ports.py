@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import socket
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from danube.cli._process import accepts_connections, free_port  # noqa: F401 - re-exported for the tests
 
 
 def wait_for_port(port: int, timeout: float = 30.0, host: str = "127.0.0.1") -> None:
@@ -16,9 +10,7 @@ def wait_for_port(port: int, timeout: float = 30.0, host: str = "127.0.0.1") -> 
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
+        if accepts_connections(host, port):
+            return
+        time.sleep(0.05)
     raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s")

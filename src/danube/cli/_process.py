@@ -23,19 +23,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports (two binds in a row may hand out the same one)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def accepts_connections(host: str, port: int) -> bool:
+    """A server listens on ``host:port``.  A connect to a free port in the ephemeral range can
+    succeed by connecting the socket to itself (TCP simultaneous open); that is not a server."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5) as conn:
+            return conn.getsockname() != conn.getpeername()
+    except OSError:
+        return False
+
+
 def wait_for_port(port: int, proc: subprocess.Popen | None = None, timeout: float = 30.0) -> None:
     """Return once 127.0.0.1:``port`` accepts connections; RuntimeError if ``proc`` exits or time runs out."""
     deadline = time.monotonic() + timeout
     while True:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"the server exited with code {proc.returncode} before listening on port {port}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"nothing listened on 127.0.0.1:{port} within {timeout:.0f} s") from None
-            time.sleep(0.05)
+        if accepts_connections("127.0.0.1", port):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"nothing listened on 127.0.0.1:{port} within {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> int:
@@ -82,9 +100,9 @@ def spawned_broker(sync: str = "always", data_dir: str | None = None, *, log_pat
     """`danube broker` on free loopback ports for the block; a temporary data dir unless one is given."""
     own_dir = data_dir is None
     data_dir = data_dir or tempfile.mkdtemp(prefix="danube-broker-")
-    port = free_port()
+    port, admin_port, metrics_port = free_ports(3)
     cmd = [sys.executable, "-m", "danube.cli.main", "broker", "--host", "127.0.0.1", "--port", str(port),
-           "--admin-port", str(free_port()), "--metrics-port", str(free_port()), "--data-dir", data_dir,
+           "--admin-port", str(admin_port), "--metrics-port", str(metrics_port), "--data-dir", data_dir,
            "--sync", sync]
     try:
         with server_process(cmd, port, log_path=log_path, stop_timeout=20.0) as proc:

@@ -57,6 +57,9 @@ _SUB_TYPES = {
 }
 
 _END = object()
+# Acks wait this long for the ones after them; the broker then reads one request for several batches.
+DEFAULT_ACK_LINGER_MS = 5.0
+MAX_ACK_LINGER_MS = 1000.0
 
 
 class _Inbox:
@@ -144,6 +147,7 @@ class ConsumerBuilder:
         self._reliable: bool | None = None  # None: the topic must exist (NOT_FOUND otherwise)
         self._receive_messages = 10_000
         self._receive_bytes = 4 * 1024 * 1024
+        self._ack_linger_ms = DEFAULT_ACK_LINGER_MS
 
     def with_topic(self, topic: str) -> "ConsumerBuilder":
         self._topic = topic
@@ -183,6 +187,17 @@ class ConsumerBuilder:
         self._receive_messages, self._receive_bytes = int(messages), int(max_bytes)
         return self
 
+    def with_ack_linger_ms(self, linger_ms: float) -> "ConsumerBuilder":
+        """How long an ack waits for the ones after it, to travel together (0: sent at once)."""
+        try:
+            value = float(linger_ms)
+        except (TypeError, ValueError):
+            value = float("nan")
+        if not 0 <= value <= MAX_ACK_LINGER_MS:
+            raise InvalidArgumentError(f"ack linger must be between 0 and {MAX_ACK_LINGER_MS:g} ms, not {linger_ms!r}")
+        self._ack_linger_ms = value
+        return self
+
     def build(self) -> "Consumer":
         if not self._topic:
             raise InvalidArgumentError("a consumer needs a topic (with_topic)")
@@ -192,7 +207,8 @@ class ConsumerBuilder:
             raise InvalidArgumentError("a consumer needs a subscription (with_subscription)")
         return Consumer(self._client, self._topic, self._name, self._subscription, sub_type=self._sub_type,
                         key_filters=self._key_filters, reliable=self._reliable,
-                        receive_messages=self._receive_messages, receive_bytes=self._receive_bytes)
+                        receive_messages=self._receive_messages, receive_bytes=self._receive_bytes,
+                        ack_linger_ms=self._ack_linger_ms)
 
 
 class _PartitionConsumer:
@@ -336,6 +352,8 @@ class _PartitionConsumer:
         outgoing.put_nowait(pb.ConsumeRequest(credit=pb.Credit(messages=owner.receive_messages,
                                                                bytes=owner.receive_bytes)))
 
+        linger = owner.ack_linger_s
+
         async def requests():
             yield pb.ConsumeRequest(subscribe=self.spec())
             carry = None
@@ -345,7 +363,15 @@ class _PartitionConsumer:
                 if item is _END:
                     return
                 if item.WhichOneof("kind") == "ack":
-                    # Acks queued while the previous write was in flight go out as one request.
+                    if linger and outgoing.empty():
+                        # Each request is a gRPC read and an ack pass on the broker: acks of the
+                        # next few batches join this one instead of following one by one.
+                        try:
+                            await asyncio.sleep(linger)
+                        except BaseException:   # the stream ended: the next one sends this ack
+                            outgoing.put_nowait(item)
+                            raise
+                    # Acks queued meanwhile (and while the previous write was in flight) go out as one.
                     ranges = item.ack.ranges
                     while not outgoing.empty():
                         following = outgoing.get_nowait()
@@ -415,7 +441,8 @@ class Consumer:
 
     def __init__(self, client: DanubeClient, topic: str, name: str, subscription: str, *,
                  sub_type: str = SubType.Exclusive, key_filters=(), reliable: bool | None = None,
-                 receive_messages: int = 10_000, receive_bytes: int = 4 * 1024 * 1024) -> None:
+                 receive_messages: int = 10_000, receive_bytes: int = 4 * 1024 * 1024,
+                 ack_linger_ms: float = DEFAULT_ACK_LINGER_MS) -> None:
         self.client = client
         self.topic = topic
         self.name = name
@@ -425,6 +452,7 @@ class Consumer:
         self.reliable = reliable
         self.receive_messages = receive_messages
         self.receive_bytes = receive_bytes
+        self.ack_linger_s = ack_linger_ms / 1000.0
         self._parts: list[_PartitionConsumer] = []
         self._queue = _Inbox()
         self._error: BaseException | None = None

@@ -161,6 +161,70 @@ async def test_builder_rejects_missing_fields(served):
         client.new_consumer().with_subscription_type("round-robin")
 
 
+@pytest.mark.parametrize("linger", [-1, 1000.5, float("nan"), "soon", None])
+async def test_builder_rejects_a_bad_ack_linger(served, linger):
+    _, client, _ = served
+    with pytest.raises(InvalidArgumentError, match="ack linger must be between 0 and 1000 ms"):
+        client.new_consumer().with_ack_linger_ms(linger)
+
+
+async def _acked_at_broker(broker, cid: int, offsets: set[int], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not offsets <= broker.acked[cid]:
+        assert asyncio.get_running_loop().time() < deadline, f"{offsets - broker.acked[cid]} never acked"
+        await asyncio.sleep(0.005)
+
+
+async def _five_messages(client, consumer) -> list:
+    await consumer.subscribe()
+    async with client.new_producer().with_topic(TOPIC).with_name("p").build() as producer:
+        await (await producer.send_batch([b"%d" % i for i in range(5)]))
+    got = []
+    async for message in consumer:
+        got.append(message)
+        if len(got) == 5:
+            return got
+
+
+async def test_acks_within_the_linger_travel_as_one_request(served):
+    broker, client, _ = served
+    consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
+                .with_ack_linger_ms(1000).build())
+    messages = await _five_messages(client, consumer)
+    (cid,) = consumer.consumer_ids
+    for message in messages:   # five acks, one range each, the stream idle between them
+        await consumer.ack(message)
+        await asyncio.sleep(0.02)
+    assert broker.acked[cid] == set()          # held for the linger
+    await _acked_at_broker(broker, cid, set(range(5)))
+    assert broker.ack_calls == 1               # one request for the five
+    await consumer.close()
+
+
+async def test_without_linger_an_ack_goes_out_at_once(served):
+    broker, client, _ = served
+    consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
+                .with_ack_linger_ms(0).build())
+    messages = await _five_messages(client, consumer)
+    (cid,) = consumer.consumer_ids
+    for i, message in enumerate(messages):
+        await consumer.ack(message)
+        await _acked_at_broker(broker, cid, {i}, timeout=0.5)   # not waiting for a linger of any size
+    assert broker.ack_calls == 5
+    await consumer.close()
+
+
+async def test_close_sends_acks_still_lingering(served):
+    broker, client, _ = served
+    consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
+                .with_ack_linger_ms(500).build())
+    messages = await _five_messages(client, consumer)
+    (cid,) = consumer.consumer_ids
+    await consumer.ack_many(messages)
+    await consumer.close()
+    assert broker.acked[cid] == set(range(5))
+
+
 async def test_send_before_create_is_an_error(served):
     _, client, _ = served
     producer = client.new_producer().with_topic(TOPIC).with_name("p").build()

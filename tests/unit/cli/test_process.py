@@ -1,0 +1,35 @@
+"""Readiness and port helpers the CLI's child servers (demo, bench --spawn-broker) rely on."""
+
+from __future__ import annotations
+
+import socket
+
+from danube.cli import _process
+
+
+def test_free_ports_are_distinct(monkeypatch):
+    handed_out = iter([5001, 5001, 5002, 5001, 5003])   # the OS may hand out one port twice in a row
+    monkeypatch.setattr(_process, "free_port", lambda: next(handed_out))
+    assert _process.free_ports(3) == [5001, 5002, 5003]
+
+
+def test_a_listening_server_accepts_and_a_closed_port_does_not():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert _process.accepts_connections("127.0.0.1", port)
+    assert not _process.accepts_connections("127.0.0.1", port)
+
+
+def test_a_socket_connected_to_itself_is_not_a_server(monkeypatch):
+    # TCP simultaneous open: a socket bound to a free port and connected to that same port
+    # connects to itself, which is what a readiness probe can hit while the server starts.
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.connect(("127.0.0.1", port))
+    assert probe.getsockname() == probe.getpeername()
+    monkeypatch.setattr(_process.socket, "create_connection", lambda address, timeout=None: probe)
+    assert not _process.accepts_connections("127.0.0.1", port)
+    assert probe.fileno() == -1   # closed by the probe

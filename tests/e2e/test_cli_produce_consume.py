@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from tests.support.broker import running_broker
+from tests.support.ports import free_port
 
 DANUBE = [sys.executable, "-m", "danube.cli.main"]
 
@@ -64,6 +65,16 @@ def test_bad_options_and_unreachable_broker_exit_codes(broker):
     assert bad.returncode == 1 and "error:" in bad.stderr and "no-namespace" in bad.stderr
     bad = run("consume", "--subscription-type", "round-robin")
     assert bad.returncode == 2
+
+
+def test_broker_refuses_one_port_for_two_listeners(tmp_path):
+    data_dir = tmp_path / "data"
+    port = str(free_port())
+    bad = run("broker", "--host", "127.0.0.1", "--port", port, "--admin-port", port, "--metrics-port", "0",
+              "--data-dir", str(data_dir), timeout=30)
+    assert bad.returncode == 2
+    assert f"port {port} is given as both the client and the admin port" in bad.stderr
+    assert not data_dir.exists()   # refused before anything was created
 
 
 def test_bench_reports_json(broker):

@@ -81,6 +81,13 @@ class BrokerConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or not 0 <= value <= 65535:
                 raise InvalidArgumentError(f"{name} must be a port number 0-65535, got {value!r}")
+        roles = {"client": self.port, "admin": self.admin_port, "metrics": self.metrics_port}
+        taken: dict[int, str] = {}
+        for role, value in roles.items():
+            if value and value in taken:   # 0 turns the admin or metrics listener off
+                raise InvalidArgumentError(
+                    f"port {value} is given as both the {taken[value]} and the {role} port; each needs its own")
+            taken[value] = role
 
     @property
     def broker_url(self) -> str:

@@ -46,6 +46,23 @@ def test_bad_config_is_a_clear_error(data, match):
         BrokerConfig.from_dict(data)
 
 
+@pytest.mark.parametrize("ports, match", [
+    ({"client": 7000, "admin": 7000, "prom": 7002}, "port 7000 is given as both the client and the admin port"),
+    ({"client": 7000, "admin": 7001, "prom": 7001}, "port 7001 is given as both the admin and the metrics port"),
+    ({"client": 7000, "admin": 7001, "prom": 7000}, "port 7000 is given as both the client and the metrics port"),
+])
+def test_one_port_for_two_listeners_is_a_clear_error(ports, match):
+    with pytest.raises(InvalidArgumentError, match=match):
+        BrokerConfig.from_dict({"broker": {"ports": ports}})
+    with pytest.raises(InvalidArgumentError, match=match):
+        BrokerConfig().with_overrides(port=ports["client"], admin_port=ports["admin"], metrics_port=ports["prom"])
+
+
+def test_metrics_off_may_share_the_zero(tmp_path):
+    c = BrokerConfig().with_overrides(metrics_port=0, admin_port=0)
+    assert (c.admin_port, c.metrics_port) == (0, 0)
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(InvalidArgumentError, match="cannot read config file"):
         BrokerConfig.from_yaml(str(tmp_path / "nope.yml"))

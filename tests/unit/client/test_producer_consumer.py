@@ -175,7 +175,10 @@ async def _acked_at_broker(broker, cid: int, offsets: set[int], timeout: float =
         await asyncio.sleep(0.005)
 
 
-async def _five_messages(client, consumer) -> list:
+async def _consumer_with_five_messages(client, ack_linger_ms: float):
+    """A consumer lingering ``ack_linger_ms`` over its acks, its id, and five messages it received."""
+    consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
+                .with_ack_linger_ms(ack_linger_ms).build())
     await consumer.subscribe()
     async with client.new_producer().with_topic(TOPIC).with_name("p").build() as producer:
         await (await producer.send_batch([b"%d" % i for i in range(5)]))
@@ -183,15 +186,13 @@ async def _five_messages(client, consumer) -> list:
     async for message in consumer:
         got.append(message)
         if len(got) == 5:
-            return got
+            (cid,) = consumer.consumer_ids
+            return consumer, cid, got
 
 
 async def test_acks_within_the_linger_travel_as_one_request(served):
     broker, client, _ = served
-    consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
-                .with_ack_linger_ms(1000).build())
-    messages = await _five_messages(client, consumer)
-    (cid,) = consumer.consumer_ids
+    consumer, cid, messages = await _consumer_with_five_messages(client, 1000)
     for message in messages:   # five acks, one range each, the stream idle between them
         await consumer.ack(message)
         await asyncio.sleep(0.02)
@@ -203,10 +204,7 @@ async def test_acks_within_the_linger_travel_as_one_request(served):
 
 async def test_without_linger_an_ack_goes_out_at_once(served):
     broker, client, _ = served
-    consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
-                .with_ack_linger_ms(0).build())
-    messages = await _five_messages(client, consumer)
-    (cid,) = consumer.consumer_ids
+    consumer, cid, messages = await _consumer_with_five_messages(client, 0)
     for i, message in enumerate(messages):
         await consumer.ack(message)
         await _acked_at_broker(broker, cid, {i}, timeout=0.5)   # not waiting for a linger of any size
@@ -216,10 +214,7 @@ async def test_without_linger_an_ack_goes_out_at_once(served):
 
 async def test_close_sends_acks_still_lingering(served):
     broker, client, _ = served
-    consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
-                .with_ack_linger_ms(500).build())
-    messages = await _five_messages(client, consumer)
-    (cid,) = consumer.consumer_ids
+    consumer, cid, messages = await _consumer_with_five_messages(client, 500)
     await consumer.ack_many(messages)
     await consumer.close()
     assert broker.acked[cid] == set(range(5))

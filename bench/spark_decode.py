@@ -45,6 +45,7 @@ import tempfile
 import time
 
 from danube import _native, frames
+from danube.cli._process import cpu_seconds
 from danube.spark import planning
 from danube.spark.reading import read_partition
 from danube.storage import segment as seg
@@ -154,16 +155,6 @@ def best_of(fn, repeat: int) -> float:
     return best
 
 
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of one process (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _process_tree(root_pid: int) -> list[int]:
     """``root_pid`` and its descendants (the Spark JVM, its Python daemons and workers)."""
     children: dict[int, list[int]] = {}
@@ -193,11 +184,11 @@ class SparkRun:
         fn()  # warm: JIT, Python workers, page cache
         best = None
         for _ in range(repeat):
-            before = {pid: _cpu_seconds(pid) for pid in _process_tree(self.jvm_pid)}
+            before = {pid: cpu_seconds(pid) for pid in _process_tree(self.jvm_pid)}
             t = time.perf_counter()
             fn()
             wall = time.perf_counter() - t
-            after = {pid: _cpu_seconds(pid) for pid in _process_tree(self.jvm_pid)}
+            after = {pid: cpu_seconds(pid) for pid in _process_tree(self.jvm_pid)}
             jvm = after[self.jvm_pid] - before.get(self.jvm_pid, 0.0)
             python = sum(c - before.get(pid, 0.0) for pid, c in after.items() if pid != self.jvm_pid)
             if best is None or wall < best[0]:

@@ -35,7 +35,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,7 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
 from danube import _native, frames  # noqa: E402
-from danube.cli._process import free_port  # noqa: E402
+from danube.cli._process import cpu_seconds, free_port, stop_process, wait_for_port  # noqa: E402
 from danube.metadata.embedded import EmbeddedMetadataStore  # noqa: E402
 from danube.storage.backends import FilesystemBackend, S3Backend  # noqa: E402
 from danube.storage.catalog import SegmentCatalog  # noqa: E402
@@ -101,15 +100,6 @@ def _read_local_files(files, chunk: int = 4 * MB) -> int:
     return total
 
 
-def _process_cpu_s(pid: int | None) -> float:
-    """User + system CPU seconds of a process so far (0 for no process)."""
-    if not pid:
-        return 0.0
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _measure(backend, wal: Wal, metadata, label: str, repeats: int, server_pid: int | None = None) -> dict:
     catalog = SegmentCatalog(metadata, f"/bench-{label}", TOPIC)
     exporter = SegmentExporter(TOPIC, wal, backend, catalog, max_segment_bytes=wal.options.max_file_bytes)
@@ -135,15 +125,15 @@ async def _measure(backend, wal: Wal, metadata, label: str, repeats: int, server
     cpu = {"server_s": 0.0, "client_s": 0.0, "bytes": 0}
 
     async def tiered() -> float:
-        server0, client0 = _process_cpu_s(server_pid), _process_cpu_s(os.getpid())
+        server0, client0 = cpu_seconds(server_pid), cpu_seconds(os.getpid())
         t0 = time.perf_counter()
         got = 0
         async for piece in reader.stream(catalog.start_offset):
             got += len(piece)
         elapsed = time.perf_counter() - t0
         assert got == seg_bytes, (got, seg_bytes)
-        cpu["server_s"] += _process_cpu_s(server_pid) - server0
-        cpu["client_s"] += _process_cpu_s(os.getpid()) - client0
+        cpu["server_s"] += cpu_seconds(server_pid) - server0
+        cpu["client_s"] += cpu_seconds(os.getpid()) - client0
         cpu["bytes"] += got
         return seg_bytes / MB / elapsed
 
@@ -197,15 +187,12 @@ async def _measure(backend, wal: Wal, metadata, label: str, repeats: int, server
 def _start_moto(port: int) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("moto server did not start")
+    try:
+        wait_for_port(port, proc)
+    except RuntimeError:
+        stop_process(proc)
+        raise
+    return proc
 
 
 async def main_async(args) -> list[dict]:
@@ -234,11 +221,7 @@ async def main_async(args) -> list[dict]:
         await metadata.close()
     finally:
         if moto is not None:
-            moto.terminate()
-            try:
-                moto.wait(10)
-            except subprocess.TimeoutExpired:
-                moto.kill()
+            stop_process(moto, 10)
         shutil.rmtree(work, ignore_errors=True)
     return results
 

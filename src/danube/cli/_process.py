@@ -7,6 +7,7 @@ starts servers on 127.0.0.1 ports chosen at run time and always stops what it st
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -54,6 +55,18 @@ def wait_for_port(port: int, proc: subprocess.Popen | None = None, timeout: floa
         if time.monotonic() > deadline:
             raise RuntimeError(f"nothing listened on 127.0.0.1:{port} within {timeout:.0f} s")
         time.sleep(0.05)
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds a process has used so far (0 for no pid or a process that is gone)."""
+    if not pid:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> int:

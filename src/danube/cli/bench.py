@@ -100,8 +100,8 @@ def percentiles(samples: list[float]) -> dict:
 # ------------------------------------------------------------ the workload
 
 _PAYLOAD_AT = 16 + 22              # payload position in a frame without key or attributes (frame.py)
-_GC_THRESHOLD = (100_000, 50, 100)
-_TARGET_POLL_S = 0.010             # how often the consumer process looks for the parent's final count  # gen-0 collections every 100k allocations instead of 700
+_GC_THRESHOLD = (100_000, 50, 100)  # gen-0 collections every 100k allocations instead of 700
+_TARGET_POLL_S = 0.010             # how often the consumer process looks for the parent's final count
 
 
 @contextlib.contextmanager

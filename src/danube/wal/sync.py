@@ -122,12 +122,12 @@ class Syncer:
             if not ready:
                 return
             self._waiters = [w for w in self._waiters if w[0] > durable]
-        _resolve_all(ready, None)
+        resolve_futures(((loop, fut) for _offset, loop, fut in ready), None)
 
     def _fail_waiters(self, exc: BaseException) -> None:
         with self._waiters_lock:
             waiters, self._waiters = self._waiters, []
-        _resolve_all(waiters, exc)
+        resolve_futures(((loop, fut) for _offset, loop, fut in waiters), exc)
 
     def close(self) -> None:
         """Stop the sync thread after a last sync (policies other than never)."""
@@ -157,11 +157,11 @@ def _set_all(futures: list[asyncio.Future], exc: BaseException | None) -> None:
         _set(fut, exc)
 
 
-def _resolve_all(waiters: list, exc: BaseException | None) -> None:
-    """Resolve ``(offset, loop, future)`` waiters: one hand-off per event loop, not one per waiter
-    (each ``call_soon_threadsafe`` wakes the loop through its self-pipe)."""
+def resolve_futures(waiters, exc: BaseException | None) -> None:
+    """Resolve ``(loop, future)`` pairs from any thread: one hand-off per event loop, not one per
+    future (each ``call_soon_threadsafe`` wakes the loop through its self-pipe)."""
     by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
-    for _offset, loop, fut in waiters:
+    for loop, fut in waiters:
         by_loop.setdefault(loop, []).append(fut)
     running = asyncio._get_running_loop()
     for loop, futures in by_loop.items():
@@ -172,13 +172,3 @@ def _resolve_all(waiters: list, exc: BaseException | None) -> None:
                 loop.call_soon_threadsafe(_set_all, futures, exc)
         except RuntimeError:  # the waiters' loop is closed; nobody is left to wake
             pass
-
-
-def _resolve(loop: asyncio.AbstractEventLoop, fut: asyncio.Future, exc: BaseException | None) -> None:
-    try:
-        if asyncio._get_running_loop() is loop:
-            _set(fut, exc)
-        else:
-            loop.call_soon_threadsafe(_set, fut, exc)
-    except RuntimeError:  # the waiter's loop is closed; nobody is left to wake
-        pass

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from danube.wal.sync import _resolve
+from danube.wal.sync import resolve_futures
 
 
 class AppendNotifier:
@@ -36,8 +36,7 @@ class AppendNotifier:
     def wake_all(self) -> None:
         with self._lock:
             waiters, self._waiters = self._waiters, []
-        for loop, fut in waiters:
-            _resolve(loop, fut, None)
+        resolve_futures(waiters, None)
 
     def close(self) -> None:
         self.closed = True

@@ -33,3 +33,17 @@ def test_a_socket_connected_to_itself_is_not_a_server(monkeypatch):
     monkeypatch.setattr(_process.socket, "create_connection", lambda address, timeout=None: probe)
     assert not _process.accepts_connections("127.0.0.1", port)
     assert probe.fileno() == -1   # closed by the probe
+
+
+def test_cpu_seconds_of_a_process_and_of_none():
+    import os
+    import subprocess
+    import sys
+
+    spent = _process.cpu_seconds(os.getpid())
+    sum(i * i for i in range(2_000_000))   # some CPU of our own
+    assert _process.cpu_seconds(os.getpid()) > spent
+    assert _process.cpu_seconds(None) == 0.0
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert _process.cpu_seconds(gone.pid) == 0.0   # reaped: no /proc entry left

@@ -21,7 +21,6 @@ again) using :class:`danube.client.acked.AckedOffsets`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from typing import AsyncIterator, Iterable
@@ -105,7 +104,9 @@ class _Inbox:
                     timer.cancel()
                 if not waiter.done():
                     waiter.cancel()
-                with contextlib.suppress(ValueError):
+                # _wake_next pops the waiter it wakes, a timeout or a cancellation does not; a failed
+                # deque.remove would format the future's repr into its ValueError on every wake-up
+                if waiter in self._waiters:
                     self._waiters.remove(waiter)
         return self._items.popleft()
 

@@ -5,12 +5,14 @@ plus danube's unary Danube-protocol path vs a bare grpc.aio unary echo server.
     python -m bench.peers.run            # prints one table, writes bench/out/peers-<time>.json
 
 Workload: MESSAGE_SIZE-byte messages, 1 producer + 1 consumer, reliable/persistent storage, each
-system driven from Python with batching.  Every system first runs as fast as it can ("max"), then at
-half of that rate to measure publish->deliver latency; danube's runs are repeated (``--repeat``) and
-medians reported.  The unary rows drive Danube's ``SendMessage`` with the real ``danube-client``
-0.5.0 (its venv) against the broker and against a bare grpc.aio server, plus a raw grpc.aio echo,
-interleaved in rounds (bench/peers/danube_unary.py).  Every server runs on free loopback ports and
-is stopped by its PID.  See docs/benchmarks.md.
+system driven from Python with batching, producer and consumer in one client process (one event
+loop), at a rate one send every 5 ms carrying that interval's messages (at most --batch-size).
+Every system first runs as fast as it can ("max"), then at half of that rate to measure
+publish->deliver latency; danube's runs are repeated (``--repeat``) and medians reported.  The
+unary rows drive Danube's ``SendMessage`` with the real ``danube-client`` 0.5.0 (its venv) against
+the broker and against a bare grpc.aio server, plus a raw grpc.aio echo, interleaved in rounds
+(bench/peers/danube_unary.py).  Every server runs on free loopback ports and is stopped by its PID.
+See docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ import time
 from dataclasses import asdict
 
 from bench.peers.common import PeerResult
+from bench.peers.machine import describe, observe
 
 OUT_DIR = os.path.join(os.path.dirname(__file__), "..", "out")
+PEER_PACE_MS = 5.0   # the peers send rate/200 messages per call (nats_peer.py, redis_peer.py)
 
 
 def _loop_runner():
@@ -71,8 +75,12 @@ def run_danube(sync: str, args) -> list[PeerResult]:
     from danube.cli.bench import BenchConfig, run_bench
 
     def config(rate: float = 0.0) -> BenchConfig:
+        # Driven like the peers: producer and consumer in this one process, and at a rate one call
+        # every PEER_PACE_MS carrying that interval's messages (at most --batch-size), the pacing
+        # rule of nats_peer.py and redis_peer.py.
         return BenchConfig(service_url=broker.service_url, message_size=args.message_size, batch_size=args.batch_size,
-                           duration=args.duration, rate=rate, progress=False, max_in_flight=8)
+                           duration=args.duration, rate=rate, progress=False, max_in_flight=8,
+                           pace_ms=PEER_PACE_MS, consumer_process=args.consumer_process)
 
     with spawned_broker(sync) as broker, _loop_runner() as runner:
         at_max = [runner.run(run_bench(config())) for _ in range(args.repeat)]
@@ -154,7 +162,8 @@ def table(results: list[PeerResult]) -> str:
         if r.note:
             lines.append(f"    {r.note}")
     lines.append("(p50/p99: publish->deliver for the batch-lane and peer rows, per-call latency for the unary rows)")
-    lines.append("(danube batch lane: every message sampled, consumers in their own process, paced sends with a rate)")
+    lines.append("(every message sampled; each system's producer and consumer in one client process, sends paced "
+                 "every 5 ms at a rate, unless --consumer-process)")
     return "\n".join(lines)
 
 
@@ -197,16 +206,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="sync policy of the broker in the unary comparison (default always)")
     parser.add_argument("--repeat", type=int, default=3,
                         help="runs of every danube configuration and unary round; medians are reported")
+    parser.add_argument("--consumer-process", action="store_true",
+                        help="run danube's consumer in a child process (danube bench's default) instead of in the "
+                             "producer's process as the peers do")
     parser.add_argument("--only", action="append", choices=["danube", "nats", "redis", "unary"],
                         help="run only these (repeatable)")
     args = parser.parse_args(argv)
     only = set(args.only or ["danube", "nats", "redis", "unary"])
     results: list[PeerResult] = []
     skipped = []
+    machine_states: dict[str, dict] = {}
     if "danube" in only:
         for sync in ("interval", "always"):
             print(f"running danube batch lane sync={sync} ...", file=sys.stderr, flush=True)
-            results += run_danube(sync, args)
+            with observe() as machine_states[f"danube sync={sync}"]:
+                results += run_danube(sync, args)
     for name, binary in (("nats", "nats-server"), ("redis", "redis-server")):
         if name not in only:
             continue
@@ -214,18 +228,22 @@ def main(argv: list[str] | None = None) -> int:
             skipped.append(f"{name}: {binary} not installed (bash bench/peers/setup.sh)")
             continue
         print(f"running {name} ...", file=sys.stderr, flush=True)
-        results += run_peer(name, args)
+        with observe() as machine_states[name]:
+            results += run_peer(name, args)
     if "unary" in only:
         print("running unary echo baseline and danube unary ...", file=sys.stderr, flush=True)
-        results += run_unary(args)
+        with observe() as machine_states["unary"]:
+            results += run_unary(args)
     print(table(results))
+    for section, state in machine_states.items():
+        print(f"{section}: {describe(state)}")
     for line in verdicts(results) + [f"skipped {s}" for s in skipped]:
         print(line)
     os.makedirs(OUT_DIR, exist_ok=True)
     path = os.path.join(OUT_DIR, f"peers-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(path, "w") as f:
         json.dump({"args": vars(args), "cpu_count": os.cpu_count(), "results": [asdict(r) for r in results],
-                   "verdicts": verdicts(results), "skipped": skipped}, f, indent=2)
+                   "verdicts": verdicts(results), "skipped": skipped, "machine": machine_states}, f, indent=2)
     print(f"JSON: {os.path.relpath(path)}")
     return 0
 

@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict
 
 from bench.peers.common import PeerResult
-from bench.peers.machine import describe, observe
+from danube.cli._machine import describe, observe
 
 OUT_DIR = os.path.join(os.path.dirname(__file__), "..", "out")
 PEER_PACE_MS = 5.0   # the peers send rate/200 messages per call (nats_peer.py, redis_peer.py)

@@ -88,6 +88,8 @@ def test_bench_reports_json(broker):
         assert report["ack_latency_ms"][key] >= 0
         assert report["deliver_latency_ms"][key] >= 0
     assert report["errors"] == []
+    machine = report["machine"]   # how busy the machine was over the measured window
+    assert machine["load_before"] is not None and 0.0 <= machine["steal_pct"] <= 100.0
 
 
 def test_bench_text_output_mentions_percentiles(broker):
@@ -95,3 +97,4 @@ def test_bench_text_output_mentions_percentiles(broker):
                  "--rate", "20000", "--batch-size", "100", timeout=120)
     assert result.returncode == 0, result.stderr
     assert "end to end" in result.stdout and "publish->deliver" in result.stdout and "p99" in result.stdout
+    assert "machine: load average" in result.stdout and "CPU steal" in result.stdout

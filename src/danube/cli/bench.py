@@ -34,6 +34,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 
+from danube.cli._machine import describe as describe_machine, observe as observe_machine
 from danube.cli._process import spawned_broker
 from danube.cli._client_common import (
     EXIT_FAILED, EXIT_OK, SUBSCRIPTION_TYPES, non_negative_float, positive_int, run_async,
@@ -80,6 +81,7 @@ class BenchResult:
     deliver_latency_ms: dict = field(default_factory=dict)
     calls_per_s: float = 0.0           # send_batch calls / s
     messages_per_call: int = 0
+    machine: dict = field(default_factory=dict)   # load, CPU steal and pressure over the measured window
     errors: list = field(default_factory=list)
 
 
@@ -441,7 +443,7 @@ async def run_bench(config: BenchConfig) -> BenchResult:
         else:
             await asyncio.gather(*(c.subscribe() for c in consumers))
         await asyncio.gather(*(p.create() for p in producers))
-        with _quiet_gc():
+        with _quiet_gc(), observe_machine() as result.machine:
             consumer_tasks = [asyncio.ensure_future(_consume(c, seen, deliver_lat, config, in_process_finished,
                                                              read_stamps))
                               for c in consumers]
@@ -504,6 +506,8 @@ def format_result(result: BenchResult) -> str:
         if lat:
             lines.append(f"{name:<17} p50 {lat['p50']} ms  p90 {lat['p90']} ms  p99 {lat['p99']} ms  "
                          f"p99.9 {lat['p999']} ms  max {lat['max']} ms")
+    if result.machine:
+        lines.append(describe_machine(result.machine))
     for error in result.errors[:5]:
         lines.append(f"error: {error}")
     return "\n".join(lines)

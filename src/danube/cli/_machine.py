@@ -1,7 +1,8 @@
 """How busy the machine was while a benchmark ran: load average, CPU steal and CPU pressure.
 
-Tails measured on a shared 2-core virtual machine move with load nobody in the run can see; the
-table prints these next to the figures so a reader can tell a quiet run from a noisy one.
+Tails measured on a shared 2-core virtual machine move with load nobody in the run can see;
+``danube bench`` and the peer table (bench/peers/run.py) print these next to their figures so a
+reader can tell a quiet run from a noisy one.
 Linux only (``/proc``); on other systems every field is None.
 """
 

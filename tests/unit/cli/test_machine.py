@@ -1,4 +1,4 @@
-"""bench/peers/machine.py: the machine-state line printed under the peer table."""
+"""danube/cli/_machine.py: the machine-state line printed by danube bench and under the peer table."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from bench.peers.machine import CpuTimes, describe, observe, summary
+from danube.cli._machine import CpuTimes, describe, observe, summary
 
 
 def test_steal_and_pressure_are_shares_of_cpu_and_wall_time():

@@ -57,7 +57,8 @@ def _danube_result(sync: str, runs: list, mode: str) -> PeerResult:
 
     errors = [e for r in runs for e in r.errors]
     per_run = ", ".join(f"{r.end_to_end_rate:,.0f}/s p99 {r.deliver_latency_ms.get('p99')} ms "
-                        f"p99.9 {r.deliver_latency_ms.get('p999')} ms" for r in runs)
+                        f"p99.9 {r.deliver_latency_ms.get('p999')} ms steal {r.machine.get('steal_pct')}%"
+                        for r in runs)
     calls = f"; {runs[0].messages_per_call} msgs per send_batch" if runs and runs[0].messages_per_call else ""
     return PeerResult(f"danube batch lane sync={sync}", mode, sent=sum(r.sent for r in runs),
                       delivered=sum(r.delivered for r in runs), seconds=round(sum(r.elapsed_s for r in runs), 3),

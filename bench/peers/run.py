@@ -163,8 +163,8 @@ def table(results: list[PeerResult]) -> str:
         if r.note:
             lines.append(f"    {r.note}")
     lines.append("(p50/p99: publish->deliver for the batch-lane and peer rows, per-call latency for the unary rows)")
-    lines.append("(every message sampled; each system's producer and consumer in one client process, sends paced "
-                 "every 5 ms at a rate, unless --consumer-process)")
+    lines.append(f"(every message sampled; each system's producer and consumer in one client process, sends paced "
+                 f"every {PEER_PACE_MS:g} ms at a rate, unless --consumer-process)")
     return "\n".join(lines)
 
 

@@ -8,8 +8,11 @@ Linux only (``/proc``); on other systems every field is None.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from dataclasses import dataclass
+from typing import Iterator
 
 
 @dataclass
@@ -76,20 +79,12 @@ def describe(state: dict) -> str:
     return "machine: " + (", ".join(parts) if parts else "not measurable here")
 
 
-class observe:
+@contextlib.contextmanager
+def observe() -> Iterator[dict]:
     """``with observe() as state:`` fills ``state`` (see ``summary``) when the block ends."""
-
-    def __enter__(self) -> dict:
-        import time
-
-        self._t0 = time.monotonic()
-        self._load = load_average()
-        self._cpu = read_cpu_times()
-        self.state: dict = {}
-        return self.state
-
-    def __exit__(self, *exc) -> None:
-        import time
-
-        self.state.update(summary(self._cpu, read_cpu_times(), time.monotonic() - self._t0,
-                                  self._load, load_average()))
+    state: dict = {}
+    started, load, cpu = time.monotonic(), load_average(), read_cpu_times()
+    try:
+        yield state
+    finally:
+        state.update(summary(cpu, read_cpu_times(), time.monotonic() - started, load, load_average()))

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import time
 
-from bench.peers.common import PeerResult, free_port, payload, percentiles, sent_at, server_process
+from bench.peers.common import PeerResult, free_port, paced_chunk, payload, percentiles, sent_at, server_process
 
 STREAM, SUBJECT = "BENCH", "bench.events"
 
@@ -64,7 +64,7 @@ async def run(url: str, *, message_size: int, duration: float, rate: float = 0.0
     consumer = asyncio.ensure_future(consume())
     start = perf()
     deadline = start + duration
-    chunk = max(1, int(rate / 200)) if rate > 0 else batch
+    chunk = paced_chunk(rate) if rate > 0 else batch
 
     def acked(_f):
         counts["acked"] += 1

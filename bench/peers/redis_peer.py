@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 
-from bench.peers.common import PeerResult, free_port, payload, percentiles, sent_at, server_process
+from bench.peers.common import PeerResult, free_port, paced_chunk, payload, percentiles, sent_at, server_process
 
 STREAM, GROUP = "bench", "bench-group"
 
@@ -69,7 +69,7 @@ async def run(url: str, *, message_size: int, duration: float, rate: float = 0.0
     consumer = asyncio.ensure_future(consume())
     start = perf()
     deadline = start + duration
-    chunk = max(1, min(batch, int(rate / 200))) if rate > 0 else batch
+    chunk = paced_chunk(rate) if rate > 0 else batch
     while perf() < deadline:
         await produce_pipeline(chunk)
         counts["sent"] += chunk

@@ -95,6 +95,10 @@ class BrokerApp:
                  "batch lane %s; data in %s; sync=%s", cfg.broker_id, cfg.host, self.bound["client"],
                  cfg.broker_url, self.bound.get("admin", "off"), "on" if batch_lane else "not installed",
                  os.path.abspath(cfg.data_dir), cfg.sync)
+        # The gRPC I/O runtime is chosen by grpc's own GRPC_EXPERIMENTS (read when grpc is
+        # imported); docs/benchmarks.md measures the choice, so the log says which one ran.
+        log.info("grpc %s, GRPC_EXPERIMENTS=%s", grpc.__version__,
+                 os.environ.get("GRPC_EXPERIMENTS") or "(grpc's defaults)")
 
     def _bind(self, server: grpc.aio.Server, port: int, what: str) -> int:
         address = f"{self.config.host}:{port}"

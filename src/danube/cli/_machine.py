@@ -96,8 +96,8 @@ def describe(state: dict) -> str:
 def observe() -> Iterator[dict]:
     """``with observe() as state:`` fills ``state`` (see ``summary``) when the block ends."""
     state: dict = {}
-    started, load, cpu = time.monotonic(), load_average(), read_counters()
+    started, load, counters = time.monotonic(), load_average(), read_counters()
     try:
         yield state
     finally:
-        state.update(summary(cpu, read_counters(), time.monotonic() - started, load, load_average()))
+        state.update(summary(counters, read_counters(), time.monotonic() - started, load, load_average()))

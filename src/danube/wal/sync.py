@@ -37,6 +37,22 @@ from danube.errors import WalClosedError
 from danube.wal.options import SyncPolicy
 
 
+class IntervalBudget:
+    """When ``sync=interval`` may start its next sync: one per interval on an even schedule, and
+    at most one interval ahead of it (see the module docstring for why)."""
+
+    def __init__(self, interval_s: float, now: float) -> None:
+        self.interval_s = interval_s
+        self._on_schedule = now   # when the next sync falls due on the even schedule
+
+    def earliest_start(self) -> float:
+        return self._on_schedule - self.interval_s
+
+    def started(self, now: float) -> None:
+        # an idle stretch does not bank syncs: the schedule restarts from now
+        self._on_schedule = max(self._on_schedule, now) + self.interval_s
+
+
 class Syncer:
     def __init__(self, policy: SyncPolicy, interval_ms: float, appended: Callable[[], int],
                  sync_files: Callable[[], None]) -> None:
@@ -97,7 +113,7 @@ class Syncer:
     def _run(self) -> None:
         always = self.policy is SyncPolicy.ALWAYS
         interval = self.interval_s
-        on_schedule = time.monotonic()   # when the next sync falls due on the even schedule
+        budget = IntervalBudget(interval, time.monotonic())
         while True:
             with self._cond:
                 if always:
@@ -106,7 +122,7 @@ class Syncer:
                 else:
                     while not self._closing:
                         now = time.monotonic()
-                        due = on_schedule - interval   # at most one interval ahead of the schedule
+                        due = budget.earliest_start()
                         if now < due:
                             self._cond.wait(due - now)
                         elif self._requested or self._appended() > self._durable:
@@ -116,8 +132,8 @@ class Syncer:
                 self._requested = False
                 if self._closing:
                     return
-            # an idle stretch does not bank syncs: the schedule restarts from now
-            on_schedule = max(on_schedule, time.monotonic()) + interval
+            if not always:
+                budget.started(time.monotonic())
             try:
                 self.sync_now()
             except BaseException as exc:  # an I/O error fails the waiters instead of hanging them

@@ -1,0 +1,68 @@
+"""danube/wal/sync.py: the interval budget, on simulated time (the thread is tested in
+test_rotation_steps.py on real time)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from danube.wal.sync import IntervalBudget
+
+INTERVAL = 5.0
+
+
+def simulate(requests: list[float], durations: list[float]) -> tuple[list[float], list[float]]:
+    """One sync thread under the budget: a sync starts once something waits, the thread is free
+    and the budget allows it, and covers every request that came before it starts (group
+    commit).  Returns the sync starts and each request's wait until its covering sync starts."""
+    budget = IntervalBudget(INTERVAL, 0.0)
+    starts: list[float] = []
+    waits: list[float] = []
+    free_at, i = 0.0, 0
+    while i < len(requests):
+        start = max(free_at, requests[i], budget.earliest_start())
+        budget.started(start)
+        starts.append(start)
+        while i < len(requests) and requests[i] <= start:
+            waits.append(start - requests[i])
+            i += 1
+        free_at = start + durations[len(starts) % len(durations)]
+    return starts, waits
+
+
+request_times = st.lists(st.floats(0, 200, allow_nan=False), min_size=1, max_size=60).map(sorted)
+sync_durations = st.lists(st.floats(0.01, 12, allow_nan=False), min_size=1, max_size=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(request_times, sync_durations)
+def test_no_stretch_holds_more_than_two_syncs_beyond_its_whole_intervals(requests, durations):
+    starts, _ = simulate(requests, durations)
+    for i in range(len(starts)):
+        for j in range(i + 1, len(starts)):
+            assert j - i + 1 <= (starts[j] - starts[i]) / INTERVAL + 2 + 1e-9, (i, j, starts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(request_times, sync_durations)
+def test_a_waiter_waits_at_most_one_interval_or_the_sync_in_flight(requests, durations):
+    _, waits = simulate(requests, durations)
+    assert len(waits) == len(requests)
+    assert max(waits) <= max(INTERVAL, max(durations)) + 1e-9
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(-INTERVAL / 2 + 0.01, INTERVAL / 2 - 0.01, allow_nan=False), min_size=2, max_size=60))
+def test_a_writer_jittering_around_one_request_per_interval_never_waits(jitters):
+    # the case a strict start-to-start gap got wrong: a request a little early waited out
+    # the rest of the interval, and so did every one after it
+    requests = [INTERVAL * (k + 1) + j for k, j in enumerate(jitters)]
+    _, waits = simulate(requests, [0.0])   # instant syncs: any wait is the budget's
+    assert waits == [0.0] * len(requests)
+
+
+def test_an_idle_stretch_does_not_bank_syncs():
+    budget = IntervalBudget(INTERVAL, 0.0)
+    budget.started(1000.0)            # the first sync after a long idle stretch
+    assert budget.earliest_start() == 1000.0   # one more at once ...
+    budget.started(1000.0)
+    assert budget.earliest_start() == 1000.0 + INTERVAL   # ... then back on the schedule

@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict
 
 from bench.peers.common import PEER_PACE_MS, PeerResult, paced_chunk
+from danube import _allocator
 from danube.cli._machine import describe, observe
 
 OUT_DIR = os.path.join(os.path.dirname(__file__), "..", "out")
@@ -167,6 +168,8 @@ def table(results: list[PeerResult]) -> str:
     lines.append("(p50/p99: publish->deliver for the batch-lane and peer rows, per-call latency for the unary rows)")
     lines.append(f"(every message sampled; each system's producer and consumer in one client process, sends paced "
                  f"every {PEER_PACE_MS:g} ms at a rate, unless --consumer-process)")
+    lines.append(f"(client process: {_allocator.described()}; the danube broker tunes its own, the echo servers "
+                 f"keep glibc's defaults)")
     return "\n".join(lines)
 
 
@@ -215,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", choices=["danube", "nats", "redis", "unary"],
                         help="run only these (repeatable)")
     args = parser.parse_args(argv)
+    _allocator.tune()   # this one client process drives every system, so they all get it
     only = set(args.only or ["danube", "nats", "redis", "unary"])
     results: list[PeerResult] = []
     skipped = []

@@ -125,6 +125,8 @@ def test_broker_and_bench_run_on_grpcs_poller_io():
 
 def test_broker_logs_grpcs_defaults_when_untuned(monkeypatch):
     monkeypatch.delenv("GRPC_EXPERIMENTS", raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv("DANUBE_MALLOC_TUNING", raising=False)
     with running_broker("--sync", "interval") as b:
         # the line comes just after the port opens: give it a moment
         deadline = time.monotonic() + 10
@@ -132,3 +134,5 @@ def test_broker_logs_grpcs_defaults_when_untuned(monkeypatch):
             time.sleep(0.05)
         log = b.log()
     assert "GRPC_EXPERIMENTS=(grpc's defaults)" in log
+    # the broker process tunes glibc malloc for its large per-batch buffers (danube/_allocator.py)
+    assert "glibc malloc: mmap_threshold 16 MiB, trim_threshold 64 MiB" in log or "not glibc" in log

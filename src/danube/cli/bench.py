@@ -222,6 +222,10 @@ def _consumer_child(conn_fd: int, counter_fd: int) -> None:
     import mmap
     from multiprocessing.connection import Connection
 
+    from danube import _allocator
+
+    _allocator.tune()   # like every danube command's process (started with -c, not through main)
+
     conn = Connection(conn_fd)
     delivered = _Counter(mmap.mmap(counter_fd, 8))
     config, topic, sub_type = conn.recv()

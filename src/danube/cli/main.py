@@ -42,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    # Every command moves large buffers (the broker, bench, produce, consume): see _allocator.
+    from danube import _allocator
+
+    _allocator.tune()
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ from typing import Callable
 
 import grpc
 
+from danube import _allocator
 from danube.broker.service import BrokerService
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.server import danube_services
@@ -97,8 +98,8 @@ class BrokerApp:
                  os.path.abspath(cfg.data_dir), cfg.sync)
         # The gRPC I/O runtime is chosen by grpc's own GRPC_EXPERIMENTS (read when grpc is
         # imported); docs/benchmarks.md measures the choice, so the log says which one ran.
-        log.info("grpc %s, GRPC_EXPERIMENTS=%s", grpc.__version__,
-                 os.environ.get("GRPC_EXPERIMENTS") or "(grpc's defaults)")
+        log.info("grpc %s, GRPC_EXPERIMENTS=%s; %s", grpc.__version__,
+                 os.environ.get("GRPC_EXPERIMENTS") or "(grpc's defaults)", _allocator.described())
 
     def _bind(self, server: grpc.aio.Server, port: int, what: str) -> int:
         address = f"{self.config.host}:{port}"
@@ -173,5 +174,6 @@ def run(config: BrokerConfig) -> int:
     import uvloop
 
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    _allocator.tune()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(serve(config))

@@ -6,7 +6,7 @@ plus danube's unary Danube-protocol path vs a bare grpc.aio unary echo server.
 
 Workload: MESSAGE_SIZE-byte messages, 1 producer + 1 consumer, reliable/persistent storage, each
 system driven from Python with batching, producer and consumer in one client process (one event
-loop), at a rate one send every 5 ms carrying that interval's messages (at most --batch-size).
+loop), at a rate one send every 5 ms carrying that interval's messages (common.paced_chunk).
 Every system first runs as fast as it can ("max"), then at half of that rate to measure
 publish->deliver latency; danube's runs are repeated (``--repeat``) and medians reported.  The
 unary rows drive Danube's ``SendMessage`` with the real ``danube-client`` 0.5.0 (its venv) against

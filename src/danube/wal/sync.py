@@ -113,7 +113,7 @@ class Syncer:
     def _run(self) -> None:
         always = self.policy is SyncPolicy.ALWAYS
         interval = self.interval_s
-        budget = IntervalBudget(interval, time.monotonic())
+        budget = None if always else IntervalBudget(interval, time.monotonic())
         while True:
             with self._cond:
                 if always:
@@ -132,7 +132,7 @@ class Syncer:
                 self._requested = False
                 if self._closing:
                     return
-            if not always:
+            if budget is not None:
                 budget.started(time.monotonic())
             try:
                 self.sync_now()

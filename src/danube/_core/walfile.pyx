@@ -96,6 +96,11 @@ cdef extern from *:
     """
     int madvise(void* addr, size_t length, int advice) nogil
     int MADV_POPULATE_WRITE
+    int MADV_DONTNEED
+
+cdef extern from "<fcntl.h>" nogil:
+    int posix_fadvise(int fd, off_t offset, off_t length, int advice)
+    int POSIX_FADV_DONTNEED
 
 cdef extern from *:
     """
@@ -504,6 +509,32 @@ cdef class SegmentFile:
         finally:
             PyBuffer_Release(&view)
         return pos
+
+    def drop_cache(self, Py_ssize_t start, Py_ssize_t end):
+        """Drop the file's pages in ``[start, end)`` (whole pages inside it) from this process's
+        mapping and from the OS page cache; return the bytes covered.
+
+        The bytes stay what they were: a shared file mapping keeps dirty data when its page
+        table entries go (``MADV_DONTNEED``), ``POSIX_FADV_DONTNEED`` drops only clean pages,
+        and the next read faults them back in from the file.  The madvise runs with the GIL
+        held, so the mapping cannot be unmapped under it (``_unmap`` clears ``base`` first,
+        under the GIL); the fadvise only needs the descriptor.  Raises OSError when the
+        kernel refuses either call."""
+        cdef Py_ssize_t first = (max(start, 0) + _PAGE - 1) // _PAGE * _PAGE   # (cdivision: no negative %)
+        cdef Py_ssize_t stop = min(end, self.capacity)
+        cdef int rc = 0
+        cdef int fd = self._fd
+        stop -= stop % _PAGE
+        if stop <= first or self.base == NULL or fd < 0:
+            return 0
+        if madvise(self.base + first, <size_t>(stop - first), MADV_DONTNEED) != 0:
+            err = c_errno
+            raise OSError(err, f"madvise(MADV_DONTNEED) of {self.path} [{first}, {stop}): {os.strerror(err)}")
+        with nogil:
+            rc = posix_fadvise(fd, <off_t>first, <off_t>(stop - first), POSIX_FADV_DONTNEED)
+        if rc != 0 and rc != errno.EBADF:   # EBADF: closed meanwhile (pruned); nothing left to drop
+            raise OSError(rc, f"posix_fadvise(DONTNEED) of {self.path} [{first}, {stop}): {os.strerror(rc)}")
+        return stop - first
 
     def view(self, Py_ssize_t start, Py_ssize_t end):
         if self._mm is None:

@@ -319,6 +319,33 @@ class SegmentFile:
                 p += FRAME_HEADER_SIZE + body_len
                 off += 1
 
+    def drop_cache(self, start: int, end: int) -> int:
+        """Drop the file's pages in ``[start, end)`` (whole pages inside it) from this process's
+        mapping and from the OS page cache; return the bytes covered.  The bytes stay what
+        they were (see the compiled twin)."""
+        page = mmap.PAGESIZE
+        first = (max(start, 0) + page - 1) // page * page
+        stop = min(end, self.capacity)
+        stop -= stop % page
+        mm = self._mm
+        if stop <= first or mm is None or self._fd < 0:
+            return 0
+        try:
+            mm.madvise(mmap.MADV_DONTNEED, first, stop - first)
+        except ValueError:   # closed meanwhile (pruned or sealed): nothing left to drop here
+            return 0
+        except OSError as exc:
+            raise OSError(exc.errno, f"madvise(MADV_DONTNEED) of {self.path} [{first}, {stop}): "
+                                     f"{os.strerror(exc.errno)}") from None
+        try:
+            os.posix_fadvise(self._fd, first, stop - first, os.POSIX_FADV_DONTNEED)
+        except OSError as exc:
+            if exc.errno == errno.EBADF:
+                return 0
+            raise OSError(exc.errno, f"posix_fadvise(DONTNEED) of {self.path} [{first}, {stop}): "
+                                     f"{os.strerror(exc.errno)}") from None
+        return stop - first
+
     def view(self, start: int, end: int) -> memoryview:
         if self._mm is None:
             raise WalClosedError(f"segment {self.path} is closed")

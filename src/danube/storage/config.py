@@ -17,6 +17,7 @@ Example::
         max_file_mb: 64
         max_file_age_seconds: null
         cache_mb: 64
+        page_cache_mb: 128          # newest WAL bytes kept in the OS page cache; null: the OS decides
       durable:
         backend: s3                 # object_store only; shared_fs uses a directory
         root: my-bucket/danube      # bucket[/prefix] (s3) or a directory (shared_fs)
@@ -73,6 +74,7 @@ class WalSettings:
     max_file_bytes: int = 64 * _MIB
     max_file_age_s: float | None = None
     cache_bytes: int = 64 * _MIB
+    page_cache_bytes: int | None = 128 * _MIB
 
     def open_kwargs(self) -> dict[str, Any]:
         return {
@@ -81,6 +83,7 @@ class WalSettings:
             "max_file_bytes": self.max_file_bytes,
             "max_file_age_s": self.max_file_age_s,
             "cache_bytes": self.cache_bytes,
+            "page_cache_bytes": self.page_cache_bytes,
         }
 
 
@@ -217,7 +220,8 @@ def _retention(value: Any) -> LocalRetention:
 def _wal(value: Any) -> WalSettings:
     where = "storage.wal"
     section = _mapping(value, where)
-    _check_keys(section, {"sync", "sync_interval_ms", "max_file_mb", "max_file_age_seconds", "cache_mb"}, where)
+    _check_keys(section, {"sync", "sync_interval_ms", "max_file_mb", "max_file_age_seconds", "cache_mb",
+                          "page_cache_mb"}, where)
     sync = section.get("sync", "always")
     if sync not in SYNC_MODES:
         raise StorageConfigError(f"{where}.sync: {sync!r} is not one of {', '.join(SYNC_MODES)}")
@@ -228,6 +232,9 @@ def _wal(value: Any) -> WalSettings:
         max_file_bytes=int(_number(section, "max_file_mb", 64, where + ".", minimum=4096 / _MIB) * _MIB),
         max_file_age_s=None if age is None else float(age),
         cache_bytes=int(_number(section, "cache_mb", 64, where + ".") * _MIB),
+        # an explicit null leaves the WAL's page cache to the OS
+        page_cache_bytes=(None if "page_cache_mb" in section and section["page_cache_mb"] is None
+                          else int(_number(section, "page_cache_mb", 128, where + ".") * _MIB)),
     )
 
 

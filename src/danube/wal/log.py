@@ -19,6 +19,7 @@ from danube.errors import OffsetOutOfRangeError, WalClosedError, WalError
 from danube.wal.checkpoint import Checkpoint, write_checkpoint
 from danube.wal.files import LOCK_NAME, WalFileInfo, fsync_directory
 from danube.wal.options import SyncPolicy, WalOptions
+from danube.wal.pagecache import PageCacheWindow
 from danube.wal.recovery import RecoveryReport, recover
 from danube.wal.rotation import FileKeeper, file_info as _info
 from danube.wal.sync import Syncer
@@ -73,7 +74,12 @@ class Wal:
                 seg.close()
             os.close(self._lock_fd)
             raise
-        self._syncer = Syncer(options.sync, options.sync_interval_ms, self._appended, self._sync_files)
+        # Under sync=never nothing is synced, so nothing is dropped from the page cache either.
+        self.page_cache = (PageCacheWindow(options.page_cache_bytes)
+                           if options.page_cache_bytes is not None and options.sync is not SyncPolicy.NEVER
+                           else None)
+        self._syncer = Syncer(options.sync, options.sync_interval_ms, self._appended, self._sync_files,
+                              after_sync=self._trim_page_cache if self.page_cache is not None else None)
         self._keeper = FileKeeper(self.path, options, recovered.checkpoint,
                                   durable=options.sync is not SyncPolicy.NEVER, sync_lock=self._syncer.lock)
         # The per-record hot path is the writer's own method unless every append must wait for disk.
@@ -154,6 +160,11 @@ class Wal:
                 keeper.dir_dirty = True
                 raise
         active.sync()
+
+    def _trim_page_cache(self) -> None:
+        """After a sync (sync thread): drop what lies behind the page-cache window."""
+        if not self._closing:
+            self.page_cache.trim(self._segments)
 
     def _check_open(self) -> None:
         if self._closed or self._closing:

@@ -25,6 +25,9 @@ class WalOptions:
     max_file_bytes: int = 64 * MiB
     max_file_age_s: float | None = None
     cache_bytes: int = 64 * MiB
+    # The newest bytes of the log kept in the OS page cache; older synced bytes are dropped
+    # from it (danube/wal/pagecache.py).  None leaves the page cache to the OS.
+    page_cache_bytes: int | None = 128 * MiB
     index_every_bytes: int = 64 * 1024
     initial_offset: int | None = None
 
@@ -47,6 +50,10 @@ class WalOptions:
             raise InvalidArgumentError("max_file_age_s must be > 0 or None")
         if opts.cache_bytes < 0:
             raise InvalidArgumentError("cache_bytes must be >= 0")
+        if opts.page_cache_bytes is not None and not (isinstance(opts.page_cache_bytes, int)
+                                                      and opts.page_cache_bytes >= 0):
+            raise InvalidArgumentError("page_cache_bytes must be an integer >= 0, or None to leave the "
+                                       "page cache to the OS")
         if opts.index_every_bytes < 0:
             raise InvalidArgumentError("index_every_bytes must be >= 0")
         if opts.initial_offset is not None and not 0 <= opts.initial_offset < (1 << 63):

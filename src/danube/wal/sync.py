@@ -55,11 +55,12 @@ class IntervalBudget:
 
 class Syncer:
     def __init__(self, policy: SyncPolicy, interval_ms: float, appended: Callable[[], int],
-                 sync_files: Callable[[], None]) -> None:
+                 sync_files: Callable[[], None], after_sync: Callable[[], object] | None = None) -> None:
         self.policy = policy
         self.interval_s = interval_ms / 1000.0
         self._appended = appended       # highest offset appended (next_offset - 1)
         self._sync_files = sync_files   # fdatasync what holds appended offsets (under ``lock``)
+        self._after_sync = after_sync   # a chore after each sync, once its waiters are answered
         self._durable = appended()      # what exists at open was recovered from disk
         self._lock = threading.Lock()
         self.lock = self._lock          # held during every fdatasync of appended data
@@ -83,13 +84,17 @@ class Syncer:
 
     def sync_now(self) -> int:
         """fdatasync everything appended so far (sharing a sync in progress); return the durable offset."""
+        synced = False
         with self._lock:
             target = self._appended()
             if target > self._durable:
                 self._sync_files()
                 self.sync_count += 1
                 self._durable = target
+                synced = True
         self._resolve_waiters()
+        if synced and self._after_sync is not None:
+            self._after_sync()
         return self._durable
 
     async def wait_durable(self, offset: int) -> None:

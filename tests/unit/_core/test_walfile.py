@@ -161,3 +161,38 @@ def test_lazy_index_of_a_trusted_file_and_seal(tmp_path, walfile, ring):
     view = trusted.read_frames(5, 200, 40)
     assert [r.offset for r in pure_frame.iter_records(view)][0] == 5
     trusted.close()
+
+
+@pytest.mark.parametrize("walfile,ring", PAIRS, ids=lambda m: getattr(m, "__name__", ""))
+def test_drop_cache_empties_the_page_cache_and_keeps_every_byte(tmp_path, walfile, ring):
+    from tests.support.pagecache import page_cache_droppable, resident_pages
+
+    if not page_cache_droppable(tmp_path):
+        pytest.skip("the temp dir is on tmpfs: its pages are the file")
+    page = 4096
+    path = tmp_path / "s.log"
+    writer, seg = _writer(walfile, ring, path, capacity=4 << 20)
+    for i in range(24):   # ~2.4 MB through the writer's batch path
+        writer.append_payloads([bytes([i]) * 100] * 1000, publish_time=7)
+    seg.sync()
+    end = seg.write_pos
+    stored = bytes(seg.view(0, end))
+    held = seg.view(0, end)   # a reader's view across the dropped range
+    before = resident_pages(path, 0, end)
+    assert before >= end // page - 1   # control: what was just written is cached
+
+    assert seg.drop_cache(100, 2 * page - 1) == 0   # no whole page inside: nothing to drop
+    dropped = seg.drop_cache(0, 1 << 20)
+    assert dropped == 1 << 20
+    assert resident_pages(path, 0, 1 << 20) == 0
+    assert resident_pages(path, 1 << 20, end) >= (end - (1 << 20)) // page - 1   # the rest stays
+
+    assert bytes(held) == stored   # faulted back in from the file, unchanged
+    assert bytes(seg.view(0, end)) == stored
+    assert [r.offset for r in pure_frame.iter_records(seg.read_frames(0, 1 << 30, writer.next_offset))] \
+        == list(range(writer.next_offset))
+    assert seg.drop_cache(0, 64 << 20) == seg.capacity   # clamped to the file's capacity
+    del held
+    writer.close()
+    seg.close()
+    assert seg.drop_cache(0, 1 << 20) == 0   # closed: nothing to drop, no error

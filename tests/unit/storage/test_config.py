@@ -87,6 +87,8 @@ def test_shared_fs_uses_durable_root(tmp_path):
     ({"local_retention": 5}, "expected a mapping"),
     ({"wal": {"sync": "sometimes"}}, "storage.wal.sync"),
     ({"wal": {"max_file_mb": True}}, "expected a number"),
+    ({"wal": {"page_cache_mb": -1}}, "storage.wal.page_cache_mb"),
+    ({"wal": {"page_cache_mb": "all"}}, "expected a number"),
     ({"export_interval_seconds": 0}, "export_interval_seconds"),
     ({"local_wal_root": ""}, "local_wal_root"),
     ({"metadata_prefix": 7}, "metadata_prefix"),
@@ -94,6 +96,12 @@ def test_shared_fs_uses_durable_root(tmp_path):
 def test_bad_config_is_rejected_with_the_key_named(section, message):
     with pytest.raises(StorageConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         StorageConfig.from_dict(section)
+
+
+def test_wal_page_cache_window_defaults_to_128_mib_and_null_leaves_it_to_the_os():
+    assert StorageConfig.from_dict(None).wal.open_kwargs()["page_cache_bytes"] == 128 * 1024 * 1024
+    assert StorageConfig.from_dict({"wal": {"page_cache_mb": 32}}).wal.page_cache_bytes == 32 * 1024 * 1024
+    assert StorageConfig.from_dict({"wal": {"page_cache_mb": None}}).wal.open_kwargs()["page_cache_bytes"] is None
 
 
 def test_s3_scheme_in_root_is_accepted():

@@ -162,7 +162,7 @@ class Wal:
         active.sync()
 
     def _trim_page_cache(self) -> None:
-        """After a sync (sync thread): drop what lies behind the page-cache window."""
+        """After a sync, on the thread that synced: drop what lies behind the page-cache window."""
         if not self._closing:
             self.page_cache.trim(self._segments)
 

@@ -29,12 +29,15 @@ and the budget is the same (docs/benchmarks.md, "Fifth pass": p99 at 334k msg/s
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import Callable
 
 from danube.errors import WalClosedError
 from danube.wal.options import SyncPolicy
+
+log = logging.getLogger("danube.wal")
 
 
 class IntervalBudget:
@@ -94,7 +97,11 @@ class Syncer:
                 synced = True
         self._resolve_waiters()
         if synced and self._after_sync is not None:
-            self._after_sync()
+            try:
+                self._after_sync()
+            except Exception:  # a chore must never fail a sync or its waiters: log it, stop it
+                self._after_sync = None
+                log.exception("WAL: the after-sync chore failed and is turned off (durability is unaffected)")
         return self._durable
 
     async def wait_durable(self, offset: int) -> None:

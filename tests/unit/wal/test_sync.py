@@ -66,3 +66,38 @@ def test_an_idle_stretch_does_not_bank_syncs():
     assert budget.earliest_start() == 1000.0   # one more at once ...
     budget.started(1000.0)
     assert budget.earliest_start() == 1000.0 + INTERVAL   # ... then back on the schedule
+
+
+def test_a_failing_after_sync_chore_is_logged_once_and_never_fails_a_sync(caplog):
+    import asyncio
+    import logging
+
+    from danube.wal.options import SyncPolicy
+    from danube.wal.sync import Syncer
+
+    appended = [0]
+    synced = []
+    calls = []
+
+    def chore():
+        calls.append(1)
+        raise RuntimeError("chore bug")
+
+    syncer = Syncer(SyncPolicy.ALWAYS, 5, lambda: appended[0], lambda: synced.append(appended[0]), after_sync=chore)
+    try:
+        with caplog.at_level(logging.ERROR, logger="danube.wal"):
+            for n in (1, 2, 3):
+                appended[0] = n
+                assert syncer.sync_now() == n
+
+            async def wait() -> None:
+                appended[0] = 4
+                await asyncio.wait_for(syncer.wait_durable(4), 5)
+
+            asyncio.run(wait())   # the sync thread's syncs go on after the chore failed
+        assert synced == [1, 2, 3, 4] and syncer.durable_offset == 4
+        assert calls == [1]
+        assert [r for r in caplog.records if "after-sync chore failed" in r.getMessage()] == caplog.records[:1]
+        assert len(caplog.records) == 1
+    finally:
+        syncer.close()

@@ -3,15 +3,16 @@
 Why: on a virtual machine whose host takes back the memory its guest leaves free (a memory
 balloon with free page reporting, as on Firecracker and many cloud VMs), the first write into a
 page the host took back costs a fault in the host.  A log that keeps all it wrote in the page
-cache makes every new write land in such pages: 0.8-1.0 ms per 256 KiB write instead of 0.05 ms
-measured here once a broker had written 1.2 GB (docs/benchmarks.md, "Sixth pass").  Dropping the
+cache makes every new write land in such pages: 0.75-1.08 ms per 256 KiB write instead of
+0.04-0.05 ms, measured here after 1.2 GB had been written and kept cached (docs/benchmarks.md,
+"Sixth pass").  Dropping the
 pages that lie more than a window behind the head returns them to the kernel's free lists, where
 the next writes find them still backed.
 
 Readers inside the window, and so everything the WAL's frame cache serves, are unaffected; a
-reader further behind faults its pages back in from the file, as after a restart.  Only bytes
-already synced are dropped, by the sync thread after a sync: ``POSIX_FADV_DONTNEED`` skips dirty
-pages, and nothing is lost either way (see ``SegmentFile.drop_cache``).
+reader further behind faults its pages back in from the file, as after a restart.  The trim runs
+after each sync, on the thread that synced, so what it drops is synced: ``POSIX_FADV_DONTNEED``
+skips dirty pages, and nothing is lost either way (see ``SegmentFile.drop_cache``).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class PageCacheWindow:
                 if seg is active:
                     continue
                 break   # a rotated file dropped whole: every older one was dropped before it
-            # the active file in steps (it grows); a rotated one whole, at once
+            # the active file once the head has moved a step; a rotated one up to the window's edge
             if upto - done >= self.step_bytes or seg is not active:
                 dropped += seg.drop_cache(done, upto)
                 dropped_to[seg.seq] = upto

@@ -11,7 +11,8 @@ Every system first runs as fast as it can ("max"), then at half of that rate to 
 publish->deliver latency; danube's runs are repeated (``--repeat``) and medians reported.  The
 unary rows drive Danube's ``SendMessage`` with the real ``danube-client`` 0.5.0 (its venv) against
 the broker and against a bare grpc.aio server, plus a raw grpc.aio echo, interleaved in rounds
-(bench/peers/danube_unary.py).  Every server runs on free loopback ports and is stopped by its PID.
+(``--unary-rounds``, default 5; medians reported; bench/peers/danube_unary.py).
+Every server runs on free loopback ports and is stopped by its PID.
 See docs/benchmarks.md.
 """
 
@@ -130,9 +131,9 @@ def run_unary(args) -> list[PeerResult]:
     runs: dict[str, list[dict]] = {label: [] for label in labels}
     with grpc_echo.echo_server() as echo_address, spawned_broker(sync) as broker:
         targets = (("raw", echo_address), ("danube", f"http://{echo_address}"), ("danube", broker.service_url))
-        for round_no in range(args.repeat):
+        for round_no in range(args.unary_rounds):
             for label, (target, address) in zip(labels, targets):
-                print(f"  unary round {round_no + 1}/{args.repeat}: {label}", file=sys.stderr, flush=True)
+                print(f"  unary round {round_no + 1}/{args.unary_rounds}: {label}", file=sys.stderr, flush=True)
                 kwargs = {"message_size": args.message_size, "duration": args.duration,
                           "concurrency": args.unary_concurrency, "topic": f"/default/unary-{round_no}"}
                 if python:
@@ -211,13 +212,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unary-sync", choices=["always", "interval"], default="always",
                         help="sync policy of the broker in the unary comparison (default always)")
     parser.add_argument("--repeat", type=int, default=3,
-                        help="runs of every danube configuration and unary round; medians are reported")
+                        help="runs of every danube configuration; medians are reported")
+    parser.add_argument("--unary-rounds", type=int, default=5,
+                        help="interleaved rounds of the three unary targets (default 5: one round's rates "
+                             "spread by about 15%%); medians are reported")
     parser.add_argument("--consumer-process", action="store_true",
                         help="run danube's consumer in a child process (danube bench's default) instead of in the "
                              "producer's process as the peers do")
     parser.add_argument("--only", action="append", choices=["danube", "nats", "redis", "unary"],
                         help="run only these (repeatable)")
     args = parser.parse_args(argv)
+    if args.repeat < 1 or args.unary_rounds < 1:
+        parser.error("--repeat and --unary-rounds must be at least 1")
     _allocator.tune()   # this one client process drives every system, so they all get it
     only = set(args.only or ["danube", "nats", "redis", "unary"])
     results: list[PeerResult] = []

@@ -106,7 +106,7 @@ def frame_offset(view) -> int:
 
 class Consumer:
     __slots__ = ("id", "name", "subscription", "key_filter", "active", "receiving",
-                 "messages_out", "bytes_out", "queue", "closed", "epoch")
+                 "messages_out", "bytes_out", "queue", "closed", "epoch", "last_turn")
 
     def __init__(self, consumer_id: int, name: str, subscription: "Subscription",
                  key_filter: KeyFilter) -> None:
@@ -121,6 +121,11 @@ class Consumer:
         self.queue: deque[memoryview] = deque()  # key_shared: frames routed here, not yet delivered
         self.closed = False  # dropped by the broker (unload, unsubscribe): health answers CLOSE
         self.epoch = 0  # bumped by each new receive stream; older streams stop
+        self.last_turn = 0  # the subscription's turn count when this consumer was last served
+
+
+def _last_turn(waiting: tuple["Consumer", asyncio.Future]) -> int:
+    return waiting[0].last_turn
 
 
 class Subscription:
@@ -141,7 +146,9 @@ class Subscription:
         self.consumers: dict[int, Consumer] = {}
         self.ring = HashRing() if sub_type == "key_shared" else None
         self.dirty = False  # cursor moved since it was last persisted
-        self._waiters: list[asyncio.Future] = []  # receives waiting for something to deliver
+        # Receives waiting for something to deliver, with their consumers.
+        self._waiters: list[tuple[Consumer, asyncio.Future]] = []
+        self._turns = 0  # deliveries made; a consumer's last_turn says when it was last served
         self._read_lock = asyncio.Lock()
         self._dead_letter = dead_letter
         self._blocked_logged = False
@@ -208,7 +215,11 @@ class Subscription:
         waiters = self._waiters
         if waiters:
             self._waiters = []
-            for waiter in waiters:
+            if len(waiters) > 1 and self.sub_type == "shared":
+                # Woken consumers fetch in wake order: the least recently served goes first, so
+                # shared consumers take turns however quickly each one comes back for more.
+                waiters.sort(key=_last_turn)
+            for _, waiter in waiters:
                 wake(waiter)
 
     # ------------------------------------------------------------ receive
@@ -235,7 +246,7 @@ class Subscription:
                     self.activate(consumer)
                 # Registered before the fetch: a notify while the fetch awaits storage is not lost.
                 waiter = loop.create_future()
-                self._waiters.append(waiter)
+                self._waiters.append((consumer, waiter))
                 token_due = None   # throttled by the dispatch rate: when the next token is due
                 try:
                     limit = self.dispatch_limit
@@ -252,6 +263,8 @@ class Subscription:
                             # wait for 10 ms worth of tokens, not one: fewer, larger deliveries
                             token_due = limit.wait_time(min(max_messages, max(1, int(limit.rate / 100))))
                     if delivery is not None:
+                        self._turns += 1
+                        consumer.last_turn = self._turns
                         consumer.messages_out += delivery.count
                         consumer.bytes_out += len(delivery.frames)
                         self.metrics.delivered(self.topic.name, self.name, delivery.count, len(delivery.frames))
@@ -265,11 +278,11 @@ class Subscription:
                     if not waiter.done():
                         waiter.cancel()
                     waiters = self._waiters   # (notify empties it; a timer or an interrupt does not)
-                    if waiters and waiters[-1] is waiter:
+                    if waiters and waiters[-1][1] is waiter:
                         waiters.pop()
                     elif waiters:
                         with contextlib.suppress(ValueError):
-                            waiters.remove(waiter)
+                            waiters.remove((consumer, waiter))
         finally:
             consumer.receiving -= 1
 

@@ -82,6 +82,30 @@ async def test_shared_consumers_take_turns(broker):
     assert got == ["1", "2"]
 
 
+
+async def test_shared_consumers_take_turns_when_they_come_straight_back(broker):
+    # Each consumer asks again the moment it is served, with nothing in between that yields to
+    # the loop (as a stream whose writes complete at once does): turns must still alternate.
+    pid = await broker.create_producer(T, "p", reliable=True)
+    a = await broker.subscribe(T, "s", "a", sub_type="shared")
+    b = await broker.subscribe(T, "s", "b", sub_type="shared")
+    got: dict[int, list[str]] = {a: [], b: []}
+
+    async def consume(cid):
+        while sum(len(v) for v in got.values()) < 20:
+            got[cid] += payloads(await broker.receive(cid, max_messages=100, max_bytes=1 << 20))
+
+    tasks = [asyncio.create_task(consume(cid)) for cid in (a, b)]
+    await asyncio.sleep(0.05)
+    for i in range(20):
+        await broker.publish(pid, batch([str(i)]))
+        await asyncio.sleep(0.005)
+    await asyncio.wait(tasks, timeout=2)
+    for t in tasks:
+        t.cancel()
+    assert sorted(got[a] + got[b], key=int) == [str(i) for i in range(20)]
+    assert len(got[a]) == len(got[b]) == 10, got
+
 async def test_failover_standby_gets_unacked_when_active_leaves(broker):
     pid = await broker.create_producer(T, "p", reliable=True)
     active = await broker.subscribe(T, "s", "active", sub_type="failover")

@@ -87,7 +87,7 @@ def run_danube(sync: str, args) -> list[PeerResult]:
                            duration=args.duration, rate=rate, progress=False, max_in_flight=8,
                            pace_ms=PEER_PACE_MS, consumer_process=args.consumer_process)
 
-    with spawned_broker(sync) as broker, _loop_runner() as runner:
+    with spawned_broker(sync, grpc_server=args.grpc_server) as broker, _loop_runner() as runner:
         at_max = [runner.run(run_bench(config())) for _ in range(args.repeat)]
         half = statistics.median(r.end_to_end_rate for r in at_max) / 2
         at_half = [runner.run(run_bench(config(half))) for _ in range(args.repeat)]
@@ -129,7 +129,7 @@ def run_unary(args) -> list[PeerResult]:
     sync = args.unary_sync
     labels = ("grpc.aio echo (raw)", "grpc.aio echo (Danube API)", f"danube SendMessage sync={sync}")
     runs: dict[str, list[dict]] = {label: [] for label in labels}
-    with grpc_echo.echo_server() as echo_address, spawned_broker(sync) as broker:
+    with grpc_echo.echo_server() as echo_address, spawned_broker(sync, grpc_server=args.grpc_server) as broker:
         targets = (("raw", echo_address), ("danube", f"http://{echo_address}"), ("danube", broker.service_url))
         for round_no in range(args.unary_rounds):
             for label, (target, address) in zip(labels, targets):
@@ -213,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="sync policy of the broker in the unary comparison (default always)")
     parser.add_argument("--repeat", type=int, default=3,
                         help="runs of every danube configuration; medians are reported")
+    parser.add_argument("--grpc-server", choices=["h2", "grpcio"], default=None,
+                        help="what serves the brokers' client port (default: the broker's default, grpcio)")
     parser.add_argument("--unary-rounds", type=int, default=5,
                         help="interleaved rounds of the three unary targets (default 5: one round's rates "
                              "spread by about 15%%); medians are reported")

@@ -16,9 +16,10 @@ from tests.support.broker import running_broker
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(scope="module")
-def broker():
-    with running_broker("--sync", "interval") as b:
+@pytest.fixture(scope="module", params=["h2", "grpcio"])
+def broker(request):
+    # Both gRPC servers the client port can run (docs/broker.md) pass the same tests.
+    with running_broker("--sync", "interval", "--grpc-server", request.param) as b:
         yield b
 
 

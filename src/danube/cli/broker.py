@@ -29,6 +29,10 @@ def register(subparsers) -> None:
     p.add_argument("--sync", choices=["always", "interval", "never"], default=None,
                    help="when appends reach disk before a producer is answered: always = fdatasync per "
                         "group commit, interval = every few ms, never = leave it to the OS [default always]")
+    p.add_argument("--grpc-server", choices=["h2", "grpcio"], default=None,
+                   help="what serves gRPC on the client port: grpcio = grpc.aio (its C core on its own "
+                        "threads), h2 = danube's server on the broker's event loop: less CPU per unary "
+                        "call, slower for large batches (docs/broker.md) [default grpcio]")
     p.add_argument("--broker-id", default=None, help="this broker's id in metadata [default standalone]")
     p.add_argument("--advertised-addr", default=None,
                    help="host:port that topic lookups answer with [default HOST:PORT]")
@@ -43,6 +47,7 @@ def build_config(args):
     config = BrokerConfig.from_yaml(args.config) if args.config else BrokerConfig()
     return config.with_overrides(host=args.host, port=args.port, admin_port=args.admin_port,
                                  metrics_port=args.metrics_port, data_dir=args.data_dir, sync=args.sync,
+                                 grpc_server=getattr(args, "grpc_server", None),
                                  broker_id=args.broker_id, advertised_addr=args.advertised_addr,
                                  load_report_interval_seconds=getattr(args, "load_report_interval", None))
 
@@ -55,9 +60,9 @@ def run(args) -> int:
     except DanubeError as exc:
         log.error("bad configuration: %s", exc)
         return 2
-    log.info("starting broker: client %s:%d, admin %s, metrics %s, data %s, sync %s%s", config.host,
-             config.port, config.admin_port or "off", config.metrics_port or "off", config.data_dir,
-             config.sync, f", config {args.config}" if args.config else "")
+    log.info("starting broker: client %s:%d, admin %s, metrics %s, data %s, sync %s, gRPC server %s%s",
+             config.host, config.port, config.admin_port or "off", config.metrics_port or "off", config.data_dir,
+             config.sync, config.grpc_server, f", config {args.config}" if args.config else "")
     try:
         return run_app(config)
     except OSError as exc:

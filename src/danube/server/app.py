@@ -1,6 +1,8 @@
-"""The broker process: grpc.aio servers on uvloop around one BrokerService.
+"""The broker process: gRPC servers on uvloop around one BrokerService.
 
-Client port (6650): Danube's services plus the batch lane.  Admin port (50051):
+Client port (6650): Danube's services plus the batch lane, served by grpc.aio
+(``grpc_server: grpcio``, the default) or by danube's own gRPC-over-HTTP/2 server on
+the event loop (``grpc_server: h2``).  Admin port (50051):
 the admin service.  Metrics port (9040): Prometheus.  SIGTERM/SIGINT stop
 accepting, let in-flight calls finish briefly, persist cursors, close storage
 and exit 0.
@@ -72,7 +74,7 @@ class BrokerApp:
         self.metrics.attach(self.broker)
         await self.broker.start()
 
-        self.server = grpc.aio.server(options=GRPC_OPTIONS)
+        self.server = self._client_server(cfg.grpc_server)
         danube_services.add_to_server(self.server, self.broker)
         batch_lane = _optional_edge("danube.server.batch_lane")
         if batch_lane is not None:
@@ -93,13 +95,22 @@ class BrokerApp:
         if self.admin_server is not None:
             await self.admin_server.start()
         log.info("danube broker %s serving Danube clients on %s:%d (advertised %s); admin port %s; "
-                 "batch lane %s; data in %s; sync=%s", cfg.broker_id, cfg.host, self.bound["client"],
-                 cfg.broker_url, self.bound.get("admin", "off"), "on" if batch_lane else "not installed",
-                 os.path.abspath(cfg.data_dir), cfg.sync)
+                 "batch lane %s; data in %s; sync=%s; gRPC server %s", cfg.broker_id, cfg.host,
+                 self.bound["client"], cfg.broker_url, self.bound.get("admin", "off"),
+                 "on" if batch_lane else "not installed", os.path.abspath(cfg.data_dir), cfg.sync,
+                 cfg.grpc_server)
         # The gRPC I/O runtime is chosen by grpc's own GRPC_EXPERIMENTS (read when grpc is
         # imported); docs/benchmarks.md measures the choice, so the log says which one ran.
         log.info("grpc %s, GRPC_EXPERIMENTS=%s; %s", grpc.__version__,
                  os.environ.get("GRPC_EXPERIMENTS") or "(grpc's defaults)", _allocator.described())
+
+    @staticmethod
+    def _client_server(kind: str):
+        if kind == "h2":
+            from danube.server.h2grpc import H2Server, ServerLimits
+
+            return H2Server(ServerLimits(max_receive_message_length=GRPC_OPTIONS[0][1]))
+        return grpc.aio.server(options=GRPC_OPTIONS)
 
     def _bind(self, server: grpc.aio.Server, port: int, what: str) -> int:
         address = f"{self.config.host}:{port}"

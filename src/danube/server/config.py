@@ -11,6 +11,7 @@ Example ``danube_broker.yml``::
     # or Danube's older flat keys: broker_addr: "127.0.0.1:6650", admin_addr, prom_exporter
     data_dir: ./danube-data
     sync: always                    # always | interval | never (storage.wal.sync)
+    grpc_server: grpcio             # grpcio (grpc.aio) | h2 (danube's server on the event loop)
     policies:                       # Danube's topic policies, 0 = unlimited
       max_producers_per_topic: 0
       max_subscriptions_per_topic: 0
@@ -50,6 +51,7 @@ from danube.errors import InvalidArgumentError
 log = logging.getLogger(__name__)
 
 SYNC_MODES = ("always", "interval", "never")
+GRPC_SERVERS = ("h2", "grpcio")
 _DANUBE_IGNORED = {"cluster_name", "meta_store", "bootstrap_namespaces", "auto_create_topics", "auth",
                    "schema_registry", "proxy", "raft", "cluster"}
 
@@ -62,6 +64,7 @@ class BrokerConfig:
     metrics_port: int = 9040  # 0 disables the metrics endpoint
     data_dir: str = "./danube-data"
     sync: str = "always"
+    grpc_server: str = "grpcio"   # which gRPC server serves the client port (docs/broker.md)
     broker_id: str = "standalone"
     advertised_addr: str | None = None
     policies: TopicPolicies = field(default_factory=TopicPolicies)
@@ -73,6 +76,9 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODES:
             raise InvalidArgumentError(f"sync must be one of {', '.join(SYNC_MODES)}, got {self.sync!r}")
+        if self.grpc_server not in GRPC_SERVERS:
+            raise InvalidArgumentError(
+                f"grpc_server must be one of {', '.join(GRPC_SERVERS)}, got {self.grpc_server!r}")
         interval = self.load_report_interval_seconds
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 <= interval < float("inf"):
             raise InvalidArgumentError(
@@ -157,6 +163,8 @@ class BrokerConfig:
             kw["data_dir"] = d if os.path.isabs(d) or base_dir is None else os.path.join(base_dir, d)
         if "sync" in data:
             kw["sync"] = str(data.pop("sync"))
+        if "grpc_server" in data:
+            kw["grpc_server"] = str(data.pop("grpc_server"))
         if "policies" in data:
             kw["policies"] = TopicPolicies.from_dict(data.pop("policies"))
         if "failure_policy" in data:

@@ -29,6 +29,23 @@ def test_yaml_with_danube_keys_and_flag_overrides(tmp_path):
     assert c.port == 7100 and c.sync == "interval"
 
 
+def test_grpc_server_defaults_to_grpcio_and_comes_from_file_or_flag(tmp_path):
+    from danube.cli import main as cli
+    from danube.cli.broker import build_config
+
+    assert BrokerConfig().grpc_server == "grpcio"
+    path = tmp_path / "danube_broker.yml"
+    path.write_text("grpc_server: h2\n")
+    assert BrokerConfig.from_yaml(str(path)).grpc_server == "h2"
+    parser = cli.build_parser()
+    args = parser.parse_args(["broker", "--config", str(path)])
+    assert build_config(args).grpc_server == "h2"
+    args = parser.parse_args(["broker", "--config", str(path), "--grpc-server", "grpcio"])
+    assert build_config(args).grpc_server == "grpcio"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["broker", "--grpc-server", "tonic"])
+
+
 def test_flat_danube_addresses():
     c = BrokerConfig.from_dict({"broker_addr": "0.0.0.0:6651", "prom_exporter": "0.0.0.0:9041"})
     assert (c.host, c.port, c.metrics_port) == ("0.0.0.0", 6651, 9041)
@@ -37,6 +54,7 @@ def test_flat_danube_addresses():
 
 @pytest.mark.parametrize("data, match", [
     ({"sync": "sometimes"}, "sync must be one of"),
+    ({"grpc_server": "tonic"}, "grpc_server must be one of h2, grpcio, got 'tonic'"),
     ({"port": "abc"}, "expected a port number"),
     ({"colour": "blue"}, "unknown config key"),
     ({"policies": {"max_producer": 1}}, "unknown policies keys"),

@@ -1,0 +1,334 @@
+"""One gRPC call on one HTTP/2 stream: its request messages, its handler task, its answer.
+
+``ServerCall`` is also the handler's ``context``: it offers the part of
+``grpc.aio.ServicerContext`` a servicer uses (abort, write, read, codes, metadata,
+peer, deadline), so servicers written for grpc.aio run here unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import logging
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from grpc.aio import AbortError
+
+from danube.server.h2grpc import wire
+
+if TYPE_CHECKING:
+    from danube.server.h2grpc.connection import GrpcConnection
+
+log = logging.getLogger(__name__)
+
+# Whole request messages a streaming handler may leave unread before the stream's
+# flow-control window stops being reopened (the client then waits: backpressure).
+UNREAD_MESSAGES_BEFORE_BACKPRESSURE = 4
+
+_END = object()
+
+
+class RequestIterator:
+    """The request stream of a client-streaming or bidi call, as grpc.aio hands it over."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: "ServerCall") -> None:
+        self._call = call
+
+    def __aiter__(self) -> "RequestIterator":
+        return self
+
+    async def __anext__(self):
+        message = await self._call.read()
+        if message is grpc.aio.EOF:
+            raise StopAsyncIteration
+        return message
+
+
+class ServerCall:
+    __slots__ = (
+        "_connection", "stream_id", "method", "_handler", "_metadata", "_reader", "_messages",
+        "_waiter", "_remote_ended", "_held_ack", "_task", "_headers_sent", "_finished", "_code",
+        "_details", "_trailing_metadata", "_deadline", "_deadline_timer", "_deadline_hit",
+        "_done_callbacks", "_cancelled",
+    )
+
+    def __init__(self, connection: "GrpcConnection", stream_id: int, method: str, handler: Any,
+                 metadata: tuple, *, receive_limit: int, timeout: float | None) -> None:
+        self._connection = connection
+        self.stream_id = stream_id
+        self.method = method
+        self._handler = handler
+        self._metadata = metadata
+        self._reader = wire.MessageReader(receive_limit)
+        self._messages: collections.deque = collections.deque()
+        self._waiter: asyncio.Future | None = None
+        self._remote_ended = False
+        self._held_ack = 0
+        self._task: asyncio.Task | None = None
+        self._headers_sent = False
+        self._finished = False
+        self._cancelled = False
+        self._code = grpc.StatusCode.OK
+        self._details = ""
+        self._trailing_metadata: tuple = ()
+        self._deadline_hit = False
+        self._done_callbacks: list = []
+        loop = connection.loop
+        self._deadline = None if timeout is None else loop.time() + timeout
+        self._deadline_timer = None if timeout is None else loop.call_at(self._deadline, self._on_deadline)
+
+    # ------------------------------------------------------------ from the connection
+
+    @property
+    def streaming_request(self) -> bool:
+        return self._handler.request_streaming
+
+    def start(self) -> None:
+        self._task = self._connection.loop.create_task(self._run())
+
+    def on_data(self, data: bytes, flow_controlled: int) -> None:
+        """DATA for this stream.  Its flow-control credit goes back at once unless a streaming
+        handler has fallen behind, in which case it goes back as the handler reads."""
+        if self._finished:
+            self._connection.acknowledge(self.stream_id, flow_controlled)
+            return
+        try:
+            messages = self._reader.feed(data)
+        except wire.MessageTooLarge as exc:
+            self._fail_early(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            return
+        except wire.CompressedMessage as exc:
+            self._fail_early(grpc.StatusCode.UNIMPLEMENTED, str(exc))
+            return
+        if messages:
+            self._messages.extend(messages)
+            self._wake()
+        if len(self._messages) > UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
+            self._held_ack += flow_controlled
+        else:
+            self._connection.acknowledge(self.stream_id, flow_controlled)
+        if (not self.streaming_request and self._task is None and len(self._messages) > 1):
+            self._fail_early(grpc.StatusCode.INTERNAL, "a unary call got more than one request message")
+
+    def on_remote_end(self) -> None:
+        self._remote_ended = True
+        if self._finished:
+            return
+        if self._reader.pending:
+            self._fail_early(grpc.StatusCode.INTERNAL, "the request stream ended inside a message")
+            return
+        self._wake()
+        if self._task is None and not self.streaming_request:
+            if len(self._messages) != 1:
+                self._fail_early(grpc.StatusCode.INTERNAL, "a unary call needs exactly one request message, got "
+                                 f"{len(self._messages)}")
+                return
+            self.start()
+
+    def on_reset(self) -> None:
+        """The client cancelled the call (RST_STREAM) or the connection is gone."""
+        self._cancelled = True
+        self._finished = True
+        self._wake()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._close()
+
+    # ------------------------------------------------------------ the handler
+
+    async def _run(self) -> None:
+        handler = self._handler
+        try:
+            if handler.request_streaming:
+                request = RequestIterator(self)
+            else:
+                request = self._deserialize(self._messages.popleft())
+            if not handler.response_streaming:
+                behaviour = handler.unary_unary if not handler.request_streaming else handler.stream_unary
+                response = await behaviour(request, self)
+                if not self._finished:
+                    await self._send_message(self._serialize(response))
+            else:
+                behaviour = handler.unary_stream if not handler.request_streaming else handler.stream_stream
+                result = behaviour(request, self)
+                if inspect.isasyncgen(result):
+                    async for response in result:
+                        await self.write(response)
+                else:
+                    await result
+            self._finish(self._code, self._details)
+        except AbortError:
+            self._finish(self._code, self._details)
+        except asyncio.CancelledError:
+            if self._deadline_hit:
+                self._finish(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            elif not self._cancelled:
+                # The server is stopping (its grace period is over).
+                self._finish(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+        except Exception as exc:  # noqa: BLE001 - a handler bug: INTERNAL, logged, connection lives on
+            log.exception("unhandled error in %s", self.method)
+            self._finish(grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc).__name__}: {exc}")
+        finally:
+            self._close()
+
+    def _deserialize(self, data: bytes):
+        deserializer = self._handler.request_deserializer
+        if deserializer is None:
+            return data
+        try:
+            return deserializer(data)
+        except Exception as exc:  # noqa: BLE001 - bad bytes from the client
+            self._code = grpc.StatusCode.INTERNAL
+            self._details = f"cannot parse the request of {self.method}: {exc}"
+            raise AbortError() from exc
+
+    def _serialize(self, response) -> bytes:
+        serializer = self._handler.response_serializer
+        return response if serializer is None else serializer(response)
+
+    async def _send_message(self, data: bytes) -> None:
+        connection = self._connection
+        if not self._headers_sent:
+            self._headers_sent = True
+            connection.send_response_headers(self.stream_id)
+        await connection.send_message(self.stream_id, data)
+
+    def _finish(self, code: grpc.StatusCode, details: str) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self._connection.send_status(self.stream_id, code, details, self._trailing_metadata,
+                                     trailers_only=not self._headers_sent,
+                                     reset_after=not self._remote_ended)
+
+    def _fail_early(self, code: grpc.StatusCode, details: str) -> None:
+        """A bad request seen while reading it: answer the status, stop the handler."""
+        self._finish(code, details)
+        if self._task is not None and not self._task.done():
+            self._cancelled = True
+            self._task.cancel()
+        self._close()
+
+    def _close(self) -> None:
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+        if self._held_ack:
+            self._connection.acknowledge(self.stream_id, self._held_ack)
+            self._held_ack = 0
+        self._messages.clear()
+        self._connection.forget(self.stream_id)
+        if self._done_callbacks:
+            callbacks, self._done_callbacks = self._done_callbacks, []
+            for callback in callbacks:
+                try:
+                    callback(self)
+                except Exception:  # noqa: BLE001 - a callback's error must not break the call
+                    log.exception("done callback of %s failed", self.method)
+
+    def _on_deadline(self) -> None:
+        self._deadline_timer = None
+        if self._finished:
+            return
+        self._deadline_hit = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        else:
+            self._finish(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            self._close()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # ------------------------------------------------------------ grpc.aio.ServicerContext
+
+    async def read(self):
+        """The next request message, or ``grpc.aio.EOF`` once the client has sent its last."""
+        while not self._messages:
+            if self._remote_ended or self._finished:
+                return grpc.aio.EOF
+            self._waiter = self._connection.loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        data = self._messages.popleft()
+        if self._held_ack and len(self._messages) <= UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
+            self._connection.acknowledge(self.stream_id, self._held_ack)
+            self._held_ack = 0
+        return self._deserialize(data)
+
+    async def write(self, message) -> None:
+        if self._finished:
+            raise asyncio.InvalidStateError(f"{self.method}: the call is already over")
+        await self._send_message(self._serialize(message))
+
+    async def send_initial_metadata(self, initial_metadata) -> None:
+        if not self._headers_sent:
+            self._headers_sent = True
+            self._connection.send_response_headers(self.stream_id, tuple(initial_metadata))
+
+    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata=()) -> None:
+        if code == grpc.StatusCode.OK:
+            raise ValueError("abort needs a status code other than OK")
+        self._code = code
+        self._details = details
+        if trailing_metadata:
+            self._trailing_metadata = tuple(trailing_metadata)
+        raise AbortError()
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def set_details(self, details: str) -> None:
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def set_trailing_metadata(self, trailing_metadata) -> None:
+        self._trailing_metadata = tuple(trailing_metadata)
+
+    def trailing_metadata(self) -> tuple:
+        return self._trailing_metadata
+
+    def invocation_metadata(self) -> tuple:
+        return self._metadata
+
+    def peer(self) -> str:
+        return self._connection.peer
+
+    def time_remaining(self) -> float | None:
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - self._connection.loop.time())
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def done(self) -> bool:
+        return self._finished
+
+    def add_done_callback(self, callback) -> None:
+        if self._finished and self._task is not None and self._task.done():
+            callback(self)
+        else:
+            self._done_callbacks.append(callback)
+
+    def set_compression(self, compression) -> None:
+        """Accepted and ignored: responses are always sent uncompressed."""
+
+    def disable_next_message_compression(self) -> None:
+        """Accepted and ignored: responses are always sent uncompressed."""
+
+    def auth_context(self) -> dict:
+        return {}

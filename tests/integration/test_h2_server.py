@@ -15,8 +15,7 @@ import h2.connection
 import h2.events
 import pytest
 
-from danube.server.h2grpc import H2Server, ServerLimits
-from danube.server.h2grpc import wire
+from danube.server.h2grpc import H2Server, ServerLimits, wire
 
 SERVICE = "t.Test"
 events: dict[str, asyncio.Event] = {}

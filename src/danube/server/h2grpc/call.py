@@ -27,8 +27,6 @@ log = logging.getLogger(__name__)
 # flow-control window stops being reopened (the client then waits: backpressure).
 UNREAD_MESSAGES_BEFORE_BACKPRESSURE = 4
 
-_END = object()
-
 
 class RequestIterator:
     """The request stream of a client-streaming or bidi call, as grpc.aio hands it over."""

@@ -24,6 +24,7 @@ from h2.errors import ErrorCodes
 from hyperframe.frame import GoAwayFrame
 
 from danube.errors import DanubeError
+from danube.server import status as status_map
 from danube.server.h2grpc import wire
 from danube.server.h2grpc.call import ServerCall
 
@@ -200,7 +201,7 @@ class GrpcConnection(asyncio.Protocol):
             try:
                 timeout = wire.parse_timeout(timeout_value)
             except DanubeError as exc:
-                self.send_status(stream_id, grpc.StatusCode.INVALID_ARGUMENT, str(exc), (),
+                self.send_status(stream_id, status_map.status_for(exc), status_map.message_for(exc), (),
                                  trailers_only=True, reset_after=not event.stream_ended)
                 return
         call = ServerCall(self, stream_id, path_text, handler, metadata,

@@ -13,7 +13,8 @@ import asyncio
 import dataclasses
 import logging
 import socket
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from danube.server.h2grpc.connection import GrpcConnection
 
@@ -46,7 +47,7 @@ class ServerLimits:
 
 
 class _HandlerCallDetails:
-    __slots__ = ("method", "invocation_metadata")
+    __slots__ = ("invocation_metadata", "method")
 
     def __init__(self, method: str, invocation_metadata: tuple) -> None:
         self.method = method
@@ -163,7 +164,7 @@ class H2Server:
             return False
         try:
             await asyncio.wait_for(self._terminated.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,7 +22,7 @@ def test_messages_come_out_whole_whatever_the_frame_boundaries(messages, cuts):
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
     reader = wire.MessageReader(limit=1000)
     out = []
-    for start, end in zip(points, points[1:]):
+    for start, end in itertools.pairwise(points):
         out += reader.feed(data[start:end])
     assert out == messages
     assert reader.pending == 0

@@ -5,11 +5,13 @@ usage: consume.py URL TOPIC SUBSCRIPTION --type exclusive|shared|failover|key_sh
                   [--filters a*,b?] [--nack-delay-ms MS] [--ready-file PATH] [--distinct]
 
 Result: {"received": [[payload, topic, offset, key], ...], "acked": [...payloads],
-         "nacked": [...], "times": {payload: [receive time, ...]},
+         "nacked": [...], "times": {payload: [arrival time, ...]},
          "ack_times": {payload: first ack completion time}, "error": null | "CODE: message"}
 It stops after --count messages (0 = until idle; with --distinct, --count different
 payloads, so redeliveries do not count), or after --idle-timeout seconds without a message.  --ack-first K acks only the first K messages.
 --nack-delay-ms nacks each message the first time it arrives, acks it the second time.
+Arrival times are taken as the client library hands messages over, not when this loop gets to
+them: while an ack is retried across a broker restart, a redelivery can already be waiting.
 """
 
 import argparse
@@ -51,20 +53,28 @@ async def main(a) -> dict:
         details = cause.details() if isinstance(cause, grpc.aio.AioRpcError) else str(exc)
         result["error"] = f"{code}: {details}"
         return result
-    queue = await consumer.receive()
+    delivered = await consumer.receive()
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def stamp_arrivals():
+        while True:
+            message = await delivered.get()
+            queue.put_nowait((message, time.monotonic()))
+
+    stamper = asyncio.ensure_future(stamp_arrivals())
     if a.ready_file:
         open(a.ready_file, "w").close()
     nacked = set()
     try:
         while a.count == 0 or (len(result["times"]) if a.distinct else len(result["received"])) < a.count:
             try:
-                msg = await asyncio.wait_for(queue.get(), a.idle_timeout)
+                msg, arrived = await asyncio.wait_for(queue.get(), a.idle_timeout)
             except asyncio.TimeoutError:
                 break
             payload = msg.payload.decode()
             key = msg.routing_key if msg.HasField("routing_key") else None
             result["received"].append([payload, msg.msg_id.topic_name, msg.msg_id.topic_offset, key])
-            result["times"].setdefault(payload, []).append(time.monotonic())
+            result["times"].setdefault(payload, []).append(arrived)
             if a.nack_delay_ms is not None and payload not in nacked:
                 nacked.add(payload)
                 await retry(lambda: consumer.nack(msg, a.nack_delay_ms, "testing nack"))
@@ -75,6 +85,7 @@ async def main(a) -> dict:
                 result["acked"].append(payload)
                 result["ack_times"].setdefault(payload, time.monotonic())
     finally:
+        stamper.cancel()
         await consumer.close()
     return result
 

@@ -27,9 +27,10 @@ from danube.server.metrics import PrometheusMetrics
 
 log = logging.getLogger(__name__)
 
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024   # either gRPC server, both directions
 GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.so_reuseport", 0),
 ]
 STOP_GRACE_S = 2.0
@@ -109,7 +110,7 @@ class BrokerApp:
         if kind == "h2":
             from danube.server.h2grpc import H2Server, ServerLimits
 
-            return H2Server(ServerLimits(max_receive_message_length=GRPC_OPTIONS[0][1]))
+            return H2Server(ServerLimits(max_receive_message_length=MAX_MESSAGE_BYTES))
         return grpc.aio.server(options=GRPC_OPTIONS)
 
     def _bind(self, server: grpc.aio.Server, port: int, what: str) -> int:

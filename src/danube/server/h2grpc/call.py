@@ -48,19 +48,20 @@ class RequestIterator:
 
 class ServerCall:
     __slots__ = (
-        "_connection", "stream_id", "method", "_handler", "_metadata", "_reader", "_messages",
+        "_connection", "stream_id", "method", "_handler", "_headers", "_metadata", "_reader", "_messages",
         "_waiter", "_remote_ended", "_held_ack", "_task", "_headers_sent", "_finished", "_code",
         "_details", "_trailing_metadata", "_deadline", "_deadline_timer", "_deadline_hit",
         "_done_callbacks", "_cancelled",
     )
 
     def __init__(self, connection: "GrpcConnection", stream_id: int, method: str, handler: Any,
-                 metadata: tuple, *, receive_limit: int, timeout: float | None) -> None:
+                 headers: list, *, receive_limit: int, timeout: float | None) -> None:
         self._connection = connection
         self.stream_id = stream_id
         self.method = method
         self._handler = handler
-        self._metadata = metadata
+        self._headers = headers
+        self._metadata: tuple | None = None   # built from the headers if a handler asks
         self._reader = wire.MessageReader(receive_limit)
         self._messages: collections.deque = collections.deque()
         self._waiter: asyncio.Future | None = None
@@ -126,6 +127,14 @@ class ServerCall:
                                  f"{len(self._messages)}")
                 return
             self.start()
+
+    def abandon(self) -> None:
+        """The server is stopping and the grace period is over: cancel the handler, which answers
+        UNAVAILABLE (a call not yet started is just dropped)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        else:
+            self.on_reset()
 
     def on_reset(self) -> None:
         """The client cancelled the call (RST_STREAM) or the connection is gone."""
@@ -300,6 +309,8 @@ class ServerCall:
         return self._trailing_metadata
 
     def invocation_metadata(self) -> tuple:
+        if self._metadata is None:
+            self._metadata = wire.metadata_from_headers(self._headers)
         return self._metadata
 
     def peer(self) -> str:

@@ -10,7 +10,6 @@ request the handler does not read stops getting window back (see ``call.py``).
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 from typing import TYPE_CHECKING
 
@@ -43,28 +42,9 @@ _H2_CONFIG = h2.config.H2Configuration(
     validate_outbound_headers=False, normalize_outbound_headers=False)
 
 _RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
-# Headers gRPC itself uses; the rest of a request's headers are the call's metadata.
-_TRANSPORT_HEADERS = frozenset((b"content-type", b"te", b"grpc-timeout", b"grpc-encoding",
-                                b"grpc-accept-encoding"))
 # Flush the socket inside the write loop once this much is queued, instead of at the
 # end of the loop iteration, so large messages stream out while they are being framed.
 _FLUSH_NOW_BYTES = 256 * 1024
-
-
-def _metadata(headers) -> tuple:
-    out = []
-    for name, value in headers:
-        if name[:1] == b":" or name in _TRANSPORT_HEADERS:
-            continue
-        key = name.decode("ascii", "replace")
-        if key.endswith("-bin"):
-            try:
-                out.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
-            except ValueError:
-                out.append((key, value))
-        else:
-            out.append((key, value.decode("ascii", "replace")))
-    return tuple(out)
 
 
 class GrpcConnection(asyncio.Protocol):
@@ -190,8 +170,7 @@ class GrpcConnection(asyncio.Protocol):
             self._plain_http_answer(stream_id, b"415")
             return
         path_text = (path or b"").decode("utf-8", "replace")
-        metadata = _metadata(headers)
-        handler = self._server.find_handler(path_text, metadata)
+        handler = self._server.find_handler(path_text, headers)
         if handler is None:
             self.send_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {path_text}",
                              (), trailers_only=True, reset_after=not event.stream_ended)
@@ -204,7 +183,7 @@ class GrpcConnection(asyncio.Protocol):
                 self.send_status(stream_id, status_map.status_for(exc), status_map.message_for(exc), (),
                                  trailers_only=True, reset_after=not event.stream_ended)
                 return
-        call = ServerCall(self, stream_id, path_text, handler, metadata,
+        call = ServerCall(self, stream_id, path_text, handler, headers,
                           receive_limit=self._server.limits.max_receive_message_length, timeout=timeout)
         self._calls[stream_id] = call
         if handler.request_streaming:
@@ -222,7 +201,6 @@ class GrpcConnection(asyncio.Protocol):
     def forget(self, stream_id: int) -> None:
         self._calls.pop(stream_id, None)
         if self._going_away and not self._calls and self._transport is not None:
-            self._schedule_flush()
             self.loop.call_soon(self._close_if_idle)
 
     def acknowledge(self, stream_id: int, size: int) -> None:
@@ -307,11 +285,7 @@ class GrpcConnection(asyncio.Protocol):
 
     def cancel_calls(self) -> None:
         for call in list(self._calls.values()):
-            task = call._task  # noqa: SLF001 - the connection owns its calls
-            if task is not None and not task.done():
-                task.cancel()
-            else:
-                call.on_reset()
+            call.abandon()
 
     def close(self) -> None:
         if self._transport is not None:

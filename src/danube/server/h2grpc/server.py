@@ -16,6 +16,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
+from danube.server.h2grpc import wire
 from danube.server.h2grpc.connection import GrpcConnection
 
 log = logging.getLogger(__name__)
@@ -74,10 +75,10 @@ class H2Server:
     def add_generic_rpc_handlers(self, generic_rpc_handlers: Iterable) -> None:
         self._generic.extend(generic_rpc_handlers)
 
-    def find_handler(self, path: str, metadata: tuple):
+    def find_handler(self, path: str, headers: list):
         handler = self._handlers.get(path)
         if handler is None and self._generic:
-            details = _HandlerCallDetails(path, metadata)
+            details = _HandlerCallDetails(path, wire.metadata_from_headers(headers))
             for generic in self._generic:
                 handler = generic.service(details)
                 if handler is not None:

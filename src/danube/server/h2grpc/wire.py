@@ -19,11 +19,16 @@ outside 0x20..0x7E, and ``%`` itself, is written ``%XX`` (upper-case hex).
 
 from __future__ import annotations
 
+import base64
+
 from danube.errors import InvalidArgumentError
 
 PREFIX_SIZE = 5
 _COMPRESSED = 0x01
 
+# Headers gRPC itself uses; the rest of a request's headers are the call's metadata.
+_TRANSPORT_HEADERS = frozenset((b"content-type", b"te", b"grpc-timeout", b"grpc-encoding",
+                                b"grpc-accept-encoding"))
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 
 
@@ -67,18 +72,19 @@ class MessageReader:
         messages = []
         start = 0
         end = len(buffer)
-        while end - start >= PREFIX_SIZE:
-            flag = buffer[start]
-            length = int.from_bytes(buffer[start + 1:start + PREFIX_SIZE], "big")
-            if flag & _COMPRESSED:
-                raise CompressedMessage("compressed messages are not supported by this server "
-                                        "(send with grpc-encoding identity)")
-            if length > self._limit:
-                raise MessageTooLarge(length, self._limit)
-            if end - start < PREFIX_SIZE + length:
-                break
-            messages.append(bytes(buffer[start + PREFIX_SIZE:start + PREFIX_SIZE + length]))
-            start += PREFIX_SIZE + length
+        with memoryview(buffer) as view:   # one copy per message, none for the slicing
+            while end - start >= PREFIX_SIZE:
+                flag = buffer[start]
+                length = int.from_bytes(view[start + 1:start + PREFIX_SIZE], "big")
+                if flag & _COMPRESSED:
+                    raise CompressedMessage("compressed messages are not supported by this server "
+                                            "(send with grpc-encoding identity)")
+                if length > self._limit:
+                    raise MessageTooLarge(length, self._limit)
+                if end - start < PREFIX_SIZE + length:
+                    break
+                messages.append(view[start + PREFIX_SIZE:start + PREFIX_SIZE + length].tobytes())
+                start += PREFIX_SIZE + length
         if start:
             del buffer[:start]
         return messages
@@ -100,20 +106,19 @@ def encode_status_message(message: str) -> bytes:
     return b"".join(bytes((b,)) if 0x20 <= b <= 0x7E and b != 0x25 else b"%%%02X" % b for b in raw)
 
 
-def decode_status_message(value: bytes) -> str:
-    """The inverse of :func:`encode_status_message` (lenient: a bad escape stays as it is)."""
-    out = bytearray()
-    i = 0
-    while i < len(value):
-        b = value[i]
-        if b == 0x25 and _is_hex(value[i + 1:i + 3]):
-            out.append(int(value[i + 1:i + 3], 16))
-            i += 3
+def metadata_from_headers(headers) -> tuple:
+    """A request's metadata as grpc.aio gives it: ``(key, value)`` pairs without the pseudo and
+    gRPC transport headers; ``-bin`` values base64-decoded to bytes, the rest as text."""
+    out = []
+    for name, value in headers:
+        if name[:1] == b":" or name in _TRANSPORT_HEADERS:
+            continue
+        key = name.decode("ascii", "replace")
+        if key.endswith("-bin"):
+            try:
+                out.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
+            except ValueError:
+                out.append((key, value))
         else:
-            out.append(b)
-            i += 1
-    return out.decode("utf-8", "replace")
-
-
-def _is_hex(pair: bytes) -> bool:
-    return len(pair) == 2 and all(c in b"0123456789abcdefABCDEF" for c in pair)
+            out.append((key, value.decode("ascii", "replace")))
+    return tuple(out)

@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3,
                         help="runs of every danube configuration; medians are reported")
     parser.add_argument("--grpc-server", choices=GRPC_SERVERS, default=None,
-                        help="what serves the brokers' client port (default: the broker's default, grpcio)")
+                        help="what serves the brokers' client port (default: the broker's default, h2)")
     parser.add_argument("--unary-rounds", type=int, default=5,
                         help="interleaved rounds of the three unary targets (default 5: one round's rates "
                              "spread by about 15%%); medians are reported")

@@ -13,9 +13,10 @@ import grpc
 import h2.config
 import h2.connection
 import h2.events
+import hpack
 import pytest
 
-from danube.server.h2grpc import H2Server, ServerLimits, wire
+from danube.server.h2grpc import H2Server, ServerLimits, frames, wire
 
 SERVICE = "t.Test"
 events: dict[str, asyncio.Event] = {}
@@ -41,6 +42,11 @@ async def meta(request: bytes, context) -> bytes:
     md = dict(context.invocation_metadata())
     remaining = context.time_remaining()
     return f"{md.get('x-key')}|{md.get('x-blob-bin')!r}|{context.peer().split(':')[0]}|{remaining is not None and 0 < remaining <= 5}".encode()
+
+
+async def big_meta(request: bytes, context) -> bytes:
+    await context.send_initial_metadata((("x-big", "m" * 40000),))
+    return request
 
 
 async def stream_out(request: bytes, context):
@@ -76,6 +82,7 @@ def _handlers():
     return {
         "Echo": grpc.unary_unary_rpc_method_handler(echo),
         "Meta": grpc.unary_unary_rpc_method_handler(meta),
+        "BigMeta": grpc.unary_unary_rpc_method_handler(big_meta),
         "StreamOut": grpc.unary_stream_rpc_method_handler(stream_out),
         "StreamWritten": grpc.unary_stream_rpc_method_handler(stream_written),
         "Bidi": grpc.stream_stream_rpc_method_handler(bidi),
@@ -406,3 +413,138 @@ def test_binding_a_port_in_use_or_a_bad_address_is_a_runtime_error():
 def test_limits_outside_what_http2_allows_are_refused(field, value):
     with pytest.raises(ValueError, match=field):
         ServerLimits(**{field: value})
+
+
+# ---------------------------------------------------------------- HTTP/2 rules, frame by frame
+
+
+class RawConnection:
+    """A hand-driven HTTP/2 client: frames out as given, frames back as they come."""
+
+    def __init__(self, reader, writer) -> None:
+        self.reader, self.writer = reader, writer
+        self.buffer = bytearray()
+        self.encoder = hpack.Encoder()
+
+    def send(self, *raw: bytes) -> None:
+        self.writer.write(b"".join(raw))
+
+    def headers(self, stream_id: int, headers: list, *, end_stream: bool = False, end_headers: bool = True) -> bytes:
+        flags = (frames.END_STREAM if end_stream else 0) | (frames.END_HEADERS if end_headers else 0)
+        return frames.frame(frames.HEADERS, flags, stream_id, self.encoder.encode(headers))
+
+    async def until(self, wanted, seconds: float = 5.0) -> list:
+        """Frames received until ``wanted(frame)`` is true for one, or the server closes."""
+        got = []
+        while True:
+            parsed, used = frames.parse_frames(self.buffer, 1 << 24)
+            del self.buffer[:used]
+            got += parsed
+            if any(wanted(f) for f in parsed):
+                return got
+            chunk = await asyncio.wait_for(self.reader.read(65536), seconds)
+            if not chunk:
+                return got
+            self.buffer += chunk
+
+
+@contextlib.asynccontextmanager
+async def raw_connection(address: str, settings: list | None = None):
+    host, port = address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    conn = RawConnection(reader, writer)
+    conn.send(frames.PREFACE, frames.settings(settings or []))
+    try:
+        yield conn
+    finally:
+        writer.close()
+
+
+def goaway_code(got: list) -> int | None:
+    for kind, _, _, payload in got:
+        if kind == frames.GOAWAY:
+            return int.from_bytes(payload[4:8], "big")
+    return None
+
+
+async def test_ping_is_answered_with_the_same_payload():
+    async with serving() as (_, address), raw_connection(address) as conn:
+        conn.send(frames.frame(frames.PING, 0, 0, b"12345678"))
+        got = await conn.until(lambda f: f[0] == frames.PING)
+        assert (frames.PING, frames.ACK, 0, b"12345678") in got
+
+
+@pytest.mark.parametrize("case", ["even stream", "interrupted header block", "push promise", "data on stream 0",
+                                  "bad window size"])
+async def test_protocol_errors_end_that_connection_with_goaway_and_the_server_serves_on(case):
+    async with serving() as (_, address), channel_to(address) as channel, raw_connection(address) as conn:
+        call = grpc_headers(b"/t.Test/Echo")
+        if case == "even stream":
+            conn.send(conn.headers(2, call))
+        elif case == "interrupted header block":
+            conn.send(conn.headers(1, call, end_headers=False), frames.frame(frames.PING, 0, 0, b"x" * 8))
+        elif case == "push promise":
+            conn.send(frames.frame(frames.PUSH_PROMISE, frames.END_HEADERS, 1, b"\x00\x00\x00\x02"))
+        elif case == "data on stream 0":
+            conn.send(frames.frame(frames.DATA, 0, 0, b"abc"))
+        else:
+            conn.send(frames.settings([(frames.INITIAL_WINDOW_SIZE, 2**31)]))
+        got = await conn.until(lambda f: f[0] == frames.GOAWAY)
+        expected = frames.FLOW_CONTROL_ERROR if case == "bad window size" else frames.PROTOCOL_ERROR
+        assert goaway_code(got) == expected
+        assert await conn.reader.read() == b""   # and the server hung up
+        assert await method(channel, "Echo")(b"still here") == b"still here"
+
+
+async def test_data_beyond_the_connection_window_is_a_flow_control_error():
+    limits = ServerLimits(connection_window=65535, stream_window=1024 * 1024)
+    async with serving(limits) as (_, address), raw_connection(address) as conn:
+        conn.send(conn.headers(1, grpc_headers(b"/t.Test/LazySum")))
+        conn.send(*(frames.frame(frames.DATA, 0, 1, b"\x00" * 16384) for _ in range(5)))
+        got = await conn.until(lambda f: f[0] == frames.GOAWAY)
+        assert goaway_code(got) == frames.FLOW_CONTROL_ERROR
+
+
+async def test_data_beyond_a_stream_window_resets_that_stream_only():
+    limits = ServerLimits(stream_window=16384)
+    async with serving(limits) as (_, address), raw_connection(address) as conn:
+        conn.send(conn.headers(1, grpc_headers(b"/t.Test/LazySum", x_delay=b"5")))
+        conn.send(frames.frame(frames.DATA, 0, 1, b"\x00" * 16384), frames.frame(frames.DATA, 0, 1, b"\x00" * 100))
+        got = await conn.until(lambda f: f[0] == frames.RST_STREAM)
+        assert (frames.RST_STREAM, 0, 1, frames.FLOW_CONTROL_ERROR.to_bytes(4, "big")) in got
+        conn.send(conn.headers(3, grpc_headers(b"/t.Test/Echo")),
+                  frames.frame(frames.DATA, frames.END_STREAM, 3, wire.message_prefix(2) + b"ok"))
+        got = await conn.until(lambda f: f[0] == frames.HEADERS and f[2] == 3 and f[1] & frames.END_STREAM)
+        assert any(kind == frames.DATA and sid == 3 and payload.endswith(b"ok") for kind, _, sid, payload in got)
+
+
+async def test_a_response_waits_for_the_clients_window_and_keeps_to_its_frame_size():
+    body = bytes(range(256)) * 200            # 51,200 bytes: more than the window, several frames
+    async with serving() as (_, address), raw_connection(address, [(frames.INITIAL_WINDOW_SIZE, 4096)]) as conn:
+        conn.send(conn.headers(1, grpc_headers(b"/t.Test/Echo")),
+                  frames.frame(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(len(body)) + body))
+        data = bytearray()
+        while True:
+            got = await conn.until(lambda f: f[0] in (frames.DATA, frames.HEADERS))
+            assert got, "the server hung up"
+            for kind, flags, sid, payload in got:
+                if kind == frames.DATA:
+                    assert len(payload) <= 4096   # never past the window the client gave
+                    data += payload
+                    conn.send(frames.window_update(1, len(payload)))
+            if any(kind == frames.HEADERS and flags & frames.END_STREAM for kind, flags, _, _ in got):
+                break
+        assert bytes(data) == wire.message_prefix(len(body)) + body
+
+
+async def test_large_response_metadata_goes_out_in_continuation_frames():
+    async with serving() as (_, address), raw_connection(address) as conn:
+        conn.send(conn.headers(1, grpc_headers(b"/t.Test/BigMeta"), end_stream=False),
+                  frames.frame(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(1) + b"x"))
+        got = await conn.until(lambda f: f[0] == frames.HEADERS and f[1] & frames.END_STREAM)
+        kinds = [kind for kind, *_ in got if kind in (frames.HEADERS, frames.CONTINUATION)]
+        assert frames.CONTINUATION in kinds
+        decoder = hpack.Decoder(max_header_list_size=1 << 20)
+        block = b"".join(p for kind, _, _, p in got if kind in (frames.HEADERS, frames.CONTINUATION))
+        headers = dict(decoder.decode(block, raw=True))   # response headers and trailers
+        assert headers[b"x-big"] == b"m" * 40000

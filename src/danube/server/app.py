@@ -1,8 +1,8 @@
 """The broker process: gRPC servers on uvloop around one BrokerService.
 
-Client port (6650): Danube's services plus the batch lane, served by grpc.aio
-(``grpc_server: grpcio``, the default) or by danube's own gRPC-over-HTTP/2 server on
-the event loop (``grpc_server: h2``).  Admin port (50051):
+Client port (6650): Danube's services plus the batch lane, served by danube's own
+gRPC-over-HTTP/2 server on the event loop (``grpc_server: h2``, the default) or by
+grpc.aio (``grpc_server: grpcio``).  Admin port (50051):
 the admin service.  Metrics port (9040): Prometheus.  SIGTERM/SIGINT stop
 accepting, let in-flight calls finish briefly, persist cursors, close storage
 and exit 0.

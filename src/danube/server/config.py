@@ -11,7 +11,7 @@ Example ``danube_broker.yml``::
     # or Danube's older flat keys: broker_addr: "127.0.0.1:6650", admin_addr, prom_exporter
     data_dir: ./danube-data
     sync: always                    # always | interval | never (storage.wal.sync)
-    grpc_server: grpcio             # grpcio (grpc.aio) | h2 (danube's server on the event loop)
+    grpc_server: h2                 # h2 (danube's server on the event loop) | grpcio (grpc.aio)
     policies:                       # Danube's topic policies, 0 = unlimited
       max_producers_per_topic: 0
       max_subscriptions_per_topic: 0
@@ -64,7 +64,7 @@ class BrokerConfig:
     metrics_port: int = 9040  # 0 disables the metrics endpoint
     data_dir: str = "./danube-data"
     sync: str = "always"
-    grpc_server: str = "grpcio"   # which gRPC server serves the client port (docs/broker.md)
+    grpc_server: str = "h2"   # which gRPC server serves the client port (docs/broker.md)
     broker_id: str = "standalone"
     advertised_addr: str | None = None
     policies: TopicPolicies = field(default_factory=TopicPolicies)

@@ -1,10 +1,16 @@
-"""One client connection: HTTP/2 (the ``h2`` state machine) on an event-loop transport.
+"""One client connection: HTTP/2 (``frames.py``, ``headers.py``) on an event-loop transport.
 
 Everything runs on the broker's event loop: no extra threads, no hand-off per call.
 Responses of many calls finished in one loop iteration leave in one socket write.
 HTTP/2 flow control is honoured both ways: a handler writing faster than the client
 reads waits for WINDOW_UPDATE (and for the transport to drain), and a streaming
 request the handler does not read stops getting window back (see ``call.py``).
+
+The HTTP/2 layer here is the part of RFC 9113 a gRPC server needs, written for this
+server instead of taken from a general library: a gRPC call costs a handful of frames,
+and a general state machine per frame cost more than the broker's own work per call
+(docs/benchmarks.md, "Eighth pass").  A stream error answers RST_STREAM; a connection
+error answers GOAWAY with the error code and a reason, and closes the connection.
 """
 
 from __future__ import annotations
@@ -14,52 +20,70 @@ import logging
 from typing import TYPE_CHECKING
 
 import grpc
-import h2.config
-import h2.connection
-import h2.events
-import h2.exceptions
-import h2.settings
-from h2.errors import ErrorCodes
-from hyperframe.frame import GoAwayFrame
 
 from danube.errors import DanubeError
 from danube.server import status as status_map
-from danube.server.h2grpc import wire
+from danube.server.h2grpc import frames, wire
 from danube.server.h2grpc.call import ServerCall
+from danube.server.h2grpc.frames import FrameError
+from danube.server.h2grpc.headers import HeaderBlockDecoder
 
 if TYPE_CHECKING:
     from danube.server.h2grpc.server import H2Server
 
 log = logging.getLogger(__name__)
 
-# h2's per-header validation and normalisation cost about a sixth of a unary call here.  The
-# server reads only :method, :path, content-type and grpc-timeout and answers a clear status
-# when they are missing or wrong; other headers become metadata as they came.  Our own
-# response headers are fixed and well-formed.
-_H2_CONFIG = h2.config.H2Configuration(
-    client_side=False, header_encoding=None,
-    validate_inbound_headers=False, normalize_inbound_headers=False,
-    validate_outbound_headers=False, normalize_outbound_headers=False)
-
 _RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+_RESPONSE_BLOCK = frames.encode_header_block(_RESPONSE_HEADERS)
+_OK_TRAILERS_BLOCK = frames.encode_header_block([(b"grpc-status", b"0")])
 # Flush the socket inside the write loop once this much is queued, instead of at the
 # end of the loop iteration, so large messages stream out while they are being framed.
 _FLUSH_NOW_BYTES = 256 * 1024
 
 
+class _Stream:
+    """HTTP/2 state of one stream: its windows and which sides have ended."""
+
+    __slots__ = ("local_closed", "recv_unacked", "recv_window", "remote_closed", "send_window")
+
+    def __init__(self, send_window: int, recv_window: int) -> None:
+        self.send_window = send_window
+        self.recv_window = recv_window
+        self.recv_unacked = 0
+        self.remote_closed = False
+        self.local_closed = False
+
+
 class GrpcConnection(asyncio.Protocol):
-    def __init__(self, server: "H2Server") -> None:
+    def __init__(self, server: H2Server) -> None:
         self._server = server
         self.loop = server.loop
-        self._h2 = h2.connection.H2Connection(config=_H2_CONFIG)
+        limits = server.limits
+        self._limits = limits
         self._transport: asyncio.Transport | None = None
         self._calls: dict[int, ServerCall] = {}
+        self._streams: dict[int, _Stream] = {}
+        self._buffer = bytearray()
+        self._preface_seen = False
+        self._header_decoder = HeaderBlockDecoder(limits.max_header_list_size)
+        # A header block split over CONTINUATION frames: (stream id, HEADERS flags, fragments).
+        self._continuing: tuple[int, int, list[bytes]] | None = None
+        self._last_stream_id = 0
+        # What the client may send us (its receive side is our limits) ...
+        self._recv_window = limits.connection_window
+        self._recv_unacked = 0
+        # ... and what we may send it (its SETTINGS and WINDOW_UPDATEs).
+        self._send_window = frames.DEFAULT_WINDOW
+        self._peer_initial_window = frames.DEFAULT_WINDOW
+        self._peer_max_frame_size = frames.DEFAULT_MAX_FRAME_SIZE
+        self._out: list = []
         self._flush_scheduled = False
         self._window_waiters: list[asyncio.Future] = []
         self._drain_waiter: asyncio.Future | None = None
         self._write_paused = False
         self._going_away = False
         self._lost = False
+        self._broken = False
         self.peer = "unknown"
 
     # ------------------------------------------------------------ transport events
@@ -70,60 +94,56 @@ class GrpcConnection(asyncio.Protocol):
         if isinstance(peername, tuple) and len(peername) >= 2:
             family = "ipv6" if ":" in str(peername[0]) else "ipv4"
             self.peer = f"{family}:{peername[0]}:{peername[1]}"
-        limits = self._server.limits
-        conn = self._h2
-        conn.local_settings = h2.settings.Settings(client=False, initial_values={
-            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
-            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: limits.stream_window,
-            h2.settings.SettingCodes.MAX_FRAME_SIZE: limits.max_frame_size,
-            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_list_size,
-        })
-        # Settings given as initial values count as already in force, so h2 never applies them
-        # on the peer's ACK: the inbound frame limit has to be set by hand.
-        conn.max_inbound_frame_size = limits.max_frame_size
-        conn.incoming_buffer.max_frame_size = limits.max_frame_size
-        conn.initiate_connection()
-        conn.increment_flow_control_window(limits.connection_window - 65535)
+        limits = self._limits
+        self._queue(frames.settings([
+            (frames.MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
+            (frames.INITIAL_WINDOW_SIZE, limits.stream_window),
+            (frames.MAX_FRAME_SIZE, limits.max_frame_size),
+            (frames.MAX_HEADER_LIST_SIZE, limits.max_header_list_size),
+        ]))
+        if limits.connection_window > frames.DEFAULT_WINDOW:
+            self._queue(frames.window_update(0, limits.connection_window - frames.DEFAULT_WINDOW))
         self._flush()
         self._server.connection_opened(self)
 
     def data_received(self, data: bytes) -> None:
-        try:
-            events = self._h2.receive_data(data)
-        except h2.exceptions.ProtocolError as exc:
-            # h2 has queued a GOAWAY naming the error; send it and hang up.
-            log.info("closing the connection from %s: HTTP/2 protocol error: %s", self.peer, exc)
-            self._flush()
-            if self._transport is not None:
-                self._transport.close()
+        if self._broken:
             return
-        calls = self._calls
-        for event in events:
-            kind = type(event)
-            if kind is h2.events.DataReceived:
-                call = calls.get(event.stream_id)
-                if call is not None:
-                    call.on_data(event.data, event.flow_controlled_length)
-                else:  # a call already answered: give the window back and drop the bytes
-                    self.acknowledge(event.stream_id, event.flow_controlled_length)
-            elif kind is h2.events.RequestReceived:
-                self._on_request(event)
-            elif kind is h2.events.StreamEnded:
-                call = calls.get(event.stream_id)
-                if call is not None:
-                    call.on_remote_end()
-            elif kind is h2.events.StreamReset:
-                call = calls.get(event.stream_id)
-                if call is not None:
-                    call.on_reset()
-            elif kind is h2.events.WindowUpdated or kind is h2.events.RemoteSettingsChanged:
-                self._wake_writers()
-            elif kind is h2.events.ConnectionTerminated:
-                log.debug("client %s sent GOAWAY (%s)", self.peer, event.error_code)
-                self._going_away = True
-                if not calls and self._transport is not None:
-                    self._flush()
-                    self._transport.close()
+        buffer = self._buffer
+        buffer += data
+        try:
+            if not self._preface_seen and not self._read_preface():
+                return
+            parsed, used = frames.parse_frames(buffer, self._limits.max_frame_size)
+            if used:
+                del buffer[:used]
+            for kind, flags, stream_id, payload in parsed:
+                if self._continuing is not None and kind != frames.CONTINUATION:
+                    raise FrameError(frames.PROTOCOL_ERROR, "a header block was interrupted by another frame")
+                if kind == frames.DATA:
+                    self._on_data(flags, stream_id, payload)
+                elif kind == frames.HEADERS:
+                    self._on_headers(flags, stream_id, payload)
+                elif kind == frames.WINDOW_UPDATE:
+                    self._on_window_update(stream_id, payload)
+                elif kind == frames.PING:
+                    self._on_ping(flags, stream_id, payload)
+                elif kind == frames.SETTINGS:
+                    self._on_settings(flags, stream_id, payload)
+                elif kind == frames.RST_STREAM:
+                    self._on_rst_stream(stream_id, payload)
+                elif kind == frames.CONTINUATION:
+                    self._on_continuation(flags, stream_id, payload)
+                elif kind == frames.GOAWAY:
+                    self._on_goaway(stream_id, payload)
+                elif kind == frames.PUSH_PROMISE:
+                    raise FrameError(frames.PROTOCOL_ERROR, "a client must not send PUSH_PROMISE")
+                # PRIORITY and unknown frame types are ignored, as HTTP/2 allows.
+                if self._broken:
+                    return
+        except FrameError as exc:
+            self._connection_error(exc.code, str(exc))
+            return
         self._flush()
 
     def connection_lost(self, exc) -> None:
@@ -132,6 +152,7 @@ class GrpcConnection(asyncio.Protocol):
         for call in list(self._calls.values()):
             call.on_reset()
         self._calls.clear()
+        self._streams.clear()
         self._wake_writers()
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_result(None)
@@ -145,11 +166,186 @@ class GrpcConnection(asyncio.Protocol):
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_result(None)
 
+    # ------------------------------------------------------------ frames from the client
+
+    def _read_preface(self) -> bool:
+        buffer = self._buffer
+        size = min(len(buffer), len(frames.PREFACE))
+        if buffer[:size] != frames.PREFACE[:size]:
+            raise FrameError(frames.PROTOCOL_ERROR, "the connection does not start with the HTTP/2 preface")
+        if size < len(frames.PREFACE):
+            return False
+        del buffer[:size]
+        self._preface_seen = True
+        return True
+
+    def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id == 0:
+            raise FrameError(frames.PROTOCOL_ERROR, "DATA on stream 0")
+        size = len(payload)
+        self._recv_window -= size
+        if self._recv_window < 0:
+            raise FrameError(frames.FLOW_CONTROL_ERROR, "DATA beyond the connection's flow-control window")
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.remote_closed:
+            if stream_id > self._last_stream_id:
+                raise FrameError(frames.PROTOCOL_ERROR, f"DATA on stream {stream_id}, which was never opened")
+            self.acknowledge(stream_id, size)  # a call already over: give the window back, drop the bytes
+            if stream is not None:   # DATA after the client's END_STREAM
+                self._reset_call(stream_id, frames.STREAM_CLOSED)
+            return
+        stream.recv_window -= size
+        if stream.recv_window < 0:
+            self.acknowledge(stream_id, size)
+            self._reset_call(stream_id, frames.FLOW_CONTROL_ERROR)
+            return
+        data = frames.unpadded(payload, flags)
+        call = self._calls.get(stream_id)
+        if call is not None:
+            call.on_data(data, size)
+        else:
+            self.acknowledge(stream_id, size)
+        if flags & frames.END_STREAM:
+            self._remote_end(stream_id, stream)
+
+    def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id == 0:
+            raise FrameError(frames.PROTOCOL_ERROR, "HEADERS on stream 0")
+        block = frames.unpadded(payload, flags)
+        if flags & frames.PRIORITY_FLAG:
+            if len(block) < 5:
+                raise FrameError(frames.FRAME_SIZE_ERROR, "HEADERS too short for its priority fields")
+            block = block[5:]
+        if flags & frames.END_HEADERS:
+            self._on_header_block(stream_id, flags, block)
+        else:
+            self._continuing = (stream_id, flags, [block])
+
+    def _on_continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
+        continuing = self._continuing
+        if continuing is None or continuing[0] != stream_id:
+            raise FrameError(frames.PROTOCOL_ERROR, "CONTINUATION without a header block to continue")
+        continuing[2].append(payload)
+        if sum(len(piece) for piece in continuing[2]) > self._limits.max_header_list_size * 2:
+            raise FrameError(frames.PROTOCOL_ERROR, "a header block over the header list size limit")
+        if flags & frames.END_HEADERS:
+            self._continuing = None
+            self._on_header_block(stream_id, continuing[1], b"".join(continuing[2]))
+
+    def _on_header_block(self, stream_id: int, flags: int, block: bytes) -> None:
+        headers = self._header_decoder.decode(block)   # always: it keeps the HPACK state in step
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            if stream.remote_closed:
+                self._reset_call(stream_id, frames.STREAM_CLOSED)
+                return
+            # Trailers from the client: gRPC has no use for them beyond the end of the stream.
+            if not flags & frames.END_STREAM:
+                raise FrameError(frames.PROTOCOL_ERROR, "trailers without END_STREAM")
+            self._remote_end(stream_id, stream)
+            return
+        if stream_id <= self._last_stream_id or not stream_id & 1:
+            raise FrameError(frames.PROTOCOL_ERROR, f"a client cannot open stream {stream_id} "
+                             f"(after stream {self._last_stream_id}; client streams are odd)")
+        self._last_stream_id = stream_id
+        ended = bool(flags & frames.END_STREAM)
+        if self._going_away or len(self._streams) >= self._limits.max_concurrent_streams:
+            self._queue(frames.rst_stream(stream_id, frames.REFUSED_STREAM))
+            return
+        stream = _Stream(self._peer_initial_window, self._limits.stream_window)
+        stream.remote_closed = ended
+        self._streams[stream_id] = stream
+        self._on_request(stream_id, headers, ended)
+        if ended and stream_id in self._calls:
+            self._calls[stream_id].on_remote_end()
+
+    def _on_window_update(self, stream_id: int, payload: bytes) -> None:
+        increment = frames.parse_u32(payload, "WINDOW_UPDATE") & 0x7FFFFFFF
+        if stream_id == 0:
+            if increment == 0:
+                raise FrameError(frames.PROTOCOL_ERROR, "a connection WINDOW_UPDATE of 0")
+            self._send_window += increment
+            if self._send_window > frames.MAX_WINDOW:
+                raise FrameError(frames.FLOW_CONTROL_ERROR, "the connection's window went over 2^31-1")
+        else:
+            stream = self._streams.get(stream_id)
+            if stream is None:
+                return  # a stream that is over: a late update is harmless
+            if increment == 0:
+                self._reset_call(stream_id, frames.PROTOCOL_ERROR)
+                return
+            stream.send_window += increment
+            if stream.send_window > frames.MAX_WINDOW:
+                self._reset_call(stream_id, frames.FLOW_CONTROL_ERROR)
+                return
+        self._wake_writers()
+
+    def _on_ping(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id != 0:
+            raise FrameError(frames.PROTOCOL_ERROR, "PING on a stream")
+        if len(payload) != 8:
+            raise FrameError(frames.FRAME_SIZE_ERROR, f"a PING payload must be 8 bytes, got {len(payload)}")
+        if not flags & frames.ACK:
+            self._queue(frames.frame(frames.PING, frames.ACK, 0, payload))
+
+    def _on_settings(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id != 0:
+            raise FrameError(frames.PROTOCOL_ERROR, "SETTINGS on a stream")
+        if flags & frames.ACK:
+            if payload:
+                raise FrameError(frames.FRAME_SIZE_ERROR, "a SETTINGS ACK with a payload")
+            return
+        for key, value in frames.parse_settings(payload):
+            if key == frames.INITIAL_WINDOW_SIZE:
+                if value > frames.MAX_WINDOW:
+                    raise FrameError(frames.FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value} is over 2^31-1")
+                delta = value - self._peer_initial_window
+                self._peer_initial_window = value
+                for stream in self._streams.values():
+                    stream.send_window += delta
+            elif key == frames.MAX_FRAME_SIZE:
+                if not frames.DEFAULT_MAX_FRAME_SIZE <= value <= 16777215:
+                    raise FrameError(frames.PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value} is outside 16384..16777215")
+                self._peer_max_frame_size = value
+            elif key == frames.ENABLE_PUSH and value > 1:
+                raise FrameError(frames.PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value} is not 0 or 1")
+            # HEADER_TABLE_SIZE bounds an encoder table this server does not use; the others
+            # describe the client as a server, which it is not here.
+        self._queue(frames.SETTINGS_ACK)
+        self._wake_writers()
+
+    def _on_rst_stream(self, stream_id: int, payload: bytes) -> None:
+        frames.parse_u32(payload, "RST_STREAM")
+        if stream_id == 0:
+            raise FrameError(frames.PROTOCOL_ERROR, "RST_STREAM on stream 0")
+        if stream_id > self._last_stream_id:
+            raise FrameError(frames.PROTOCOL_ERROR, f"RST_STREAM on stream {stream_id}, which was never opened")
+        self._streams.pop(stream_id, None)
+        call = self._calls.get(stream_id)
+        if call is not None:
+            call.on_reset()
+
+    def _on_goaway(self, stream_id: int, payload: bytes) -> None:
+        if stream_id != 0:
+            raise FrameError(frames.PROTOCOL_ERROR, "GOAWAY on a stream")
+        code = int.from_bytes(payload[4:8], "big") if len(payload) >= 8 else frames.NO_ERROR
+        log.debug("client %s sent GOAWAY (error code %d)", self.peer, code)
+        self._going_away = True
+        if not self._calls and self._transport is not None:
+            self._flush()
+            self._transport.close()
+
+    def _remote_end(self, stream_id: int, stream: _Stream) -> None:
+        stream.remote_closed = True
+        if stream.local_closed and self._streams.get(stream_id) is stream:
+            del self._streams[stream_id]
+        call = self._calls.get(stream_id)
+        if call is not None:
+            call.on_remote_end()
+
     # ------------------------------------------------------------ requests
 
-    def _on_request(self, event: h2.events.RequestReceived) -> None:
-        stream_id = event.stream_id
-        headers = event.headers
+    def _on_request(self, stream_id: int, headers: list, ended: bool) -> None:
         method = path = content_type = timeout_value = None
         for name, value in headers:
             if name == b":path":
@@ -160,9 +356,6 @@ class GrpcConnection(asyncio.Protocol):
                 content_type = value
             elif name == b"grpc-timeout":
                 timeout_value = value
-        if self._going_away:
-            self._reset(stream_id, ErrorCodes.REFUSED_STREAM)
-            return
         if method != b"POST":
             self._plain_http_answer(stream_id, b"405")
             return
@@ -173,7 +366,7 @@ class GrpcConnection(asyncio.Protocol):
         handler = self._server.find_handler(path_text, headers)
         if handler is None:
             self.send_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {path_text}",
-                             (), trailers_only=True, reset_after=not event.stream_ended)
+                             (), trailers_only=True, reset_after=not ended)
             return
         timeout = None
         if timeout_value is not None:
@@ -181,20 +374,19 @@ class GrpcConnection(asyncio.Protocol):
                 timeout = wire.parse_timeout(timeout_value)
             except DanubeError as exc:
                 self.send_status(stream_id, status_map.status_for(exc), status_map.message_for(exc), (),
-                                 trailers_only=True, reset_after=not event.stream_ended)
+                                 trailers_only=True, reset_after=not ended)
                 return
         call = ServerCall(self, stream_id, path_text, handler, headers,
-                          receive_limit=self._server.limits.max_receive_message_length, timeout=timeout)
+                          receive_limit=self._limits.max_receive_message_length, timeout=timeout)
         self._calls[stream_id] = call
         if handler.request_streaming:
             call.start()
 
     def _plain_http_answer(self, stream_id: int, status: bytes) -> None:
-        try:
-            self._h2.send_headers(stream_id, [(b":status", status)], end_stream=True)
-        except h2.exceptions.ProtocolError:
-            return
-        self._schedule_flush()
+        self._send_headers(stream_id, frames.encode_header_block([(b":status", status)]), end_stream=True)
+        stream = self._streams.get(stream_id)
+        if stream is not None and not stream.remote_closed:
+            self._reset(stream_id, frames.NO_ERROR)
 
     # ------------------------------------------------------------ used by calls
 
@@ -204,42 +396,66 @@ class GrpcConnection(asyncio.Protocol):
             self.loop.call_soon(self._close_if_idle)
 
     def acknowledge(self, stream_id: int, size: int) -> None:
-        if size and not self._lost:
-            self._h2.acknowledge_received_data(size, stream_id)
+        """Gives ``size`` bytes of flow-control credit back for what a call has taken in.  The
+        WINDOW_UPDATEs go out once half a window is used up, not for every frame."""
+        if not size or self._lost:
+            return
+        self._recv_unacked += size
+        if self._recv_window <= self._limits.connection_window // 2:
+            self._queue(frames.window_update(0, self._recv_unacked))
+            self._recv_window += self._recv_unacked
+            self._recv_unacked = 0
+            self._schedule_flush()
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.remote_closed:
+            return
+        stream.recv_unacked += size
+        if stream.recv_window <= self._limits.stream_window // 2:
+            self._queue(frames.window_update(stream_id, stream.recv_unacked))
+            stream.recv_window += stream.recv_unacked
+            stream.recv_unacked = 0
             self._schedule_flush()
 
     def send_response_headers(self, stream_id: int, metadata: tuple = ()) -> None:
-        headers = _RESPONSE_HEADERS
+        block = _RESPONSE_BLOCK
         if metadata:
-            headers = headers + [(key.encode("ascii"), value if isinstance(value, bytes) else value.encode())
-                                 for key, value in metadata]
-        try:
-            self._h2.send_headers(stream_id, headers)
-        except h2.exceptions.StreamClosedError:
-            return  # the client reset the stream; its call is being cancelled
-        self._schedule_flush()
+            block += frames.encode_header_block(
+                [(key.encode("ascii"), value if isinstance(value, bytes) else value.encode())
+                 for key, value in metadata])
+        self._send_headers(stream_id, block, end_stream=False)
 
     async def send_message(self, stream_id: int, data: bytes) -> None:
         """One length-prefixed message, within the stream's and the connection's window."""
-        conn = self._h2
-        payload = wire.message_prefix(len(data)) + data
-        total = len(payload)
-        if (total <= conn.max_outbound_frame_size and not self._write_paused
-                and self._window(stream_id) >= total):
-            conn.send_data(stream_id, payload)
+        total = wire.PREFIX_SIZE + len(data)
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.local_closed:
+            raise asyncio.CancelledError("the client closed the stream")
+        if (total <= self._peer_max_frame_size and not self._write_paused
+                and total <= stream.send_window and total <= self._send_window):
+            stream.send_window -= total
+            self._send_window -= total
+            out = self._out
+            out.append(frames.frame_header(frames.DATA, 0, stream_id, total))
+            out.append(wire.message_prefix(len(data)))
+            out.append(data)
             self._schedule_flush()
             return
-        view = memoryview(payload)
+        view = memoryview(wire.message_prefix(len(data)) + data)
         sent = unflushed = 0
         while sent < total:
             if self._lost:
                 raise asyncio.CancelledError("the connection is gone")
-            window = self._window(stream_id)
-            size = min(total - sent, window, conn.max_outbound_frame_size)
+            stream = self._streams.get(stream_id)
+            if stream is None or stream.local_closed:
+                raise asyncio.CancelledError("the client closed the stream")
+            size = min(total - sent, stream.send_window, self._send_window, self._peer_max_frame_size)
             if size <= 0:
                 await self._wait_for_window()
                 continue
-            conn.send_data(stream_id, view[sent:sent + size])
+            stream.send_window -= size
+            self._send_window -= size
+            self._out.append(frames.frame_header(frames.DATA, 0, stream_id, size))
+            self._out.append(view[sent:sent + size])
             sent += size
             unflushed += size
             if unflushed >= _FLUSH_NOW_BYTES:
@@ -253,21 +469,22 @@ class GrpcConnection(asyncio.Protocol):
                     trailers_only: bool, reset_after: bool) -> None:
         """The call's end: ``grpc-status`` (and message) in trailers, or trailers-only when no
         response headers went out."""
-        headers = [(b"grpc-status", str(code.value[0]).encode())]
-        if details:
-            headers.append((b"grpc-message", wire.encode_status_message(details)))
-        for key, value in trailing:
-            headers.append((key.encode("ascii"), value if isinstance(value, bytes) else value.encode()))
-        if trailers_only:
-            headers = _RESPONSE_HEADERS + headers
-        try:
-            self._h2.send_headers(stream_id, headers, end_stream=True)
-            if reset_after:
-                # The client is still sending: tell it to stop (the status above stands).
-                self._h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
-        except h2.exceptions.ProtocolError:
-            return  # the stream is already closed (client reset or connection lost)
-        self._schedule_flush()
+        if code is grpc.StatusCode.OK and not details and not trailing and not trailers_only:
+            block = _OK_TRAILERS_BLOCK
+        else:
+            headers = [(b"grpc-status", str(code.value[0]).encode())]
+            if details:
+                headers.append((b"grpc-message", wire.encode_status_message(details)))
+            for key, value in trailing:
+                headers.append((key.encode("ascii"), value if isinstance(value, bytes) else value.encode()))
+            block = frames.encode_header_block(headers)
+            if trailers_only:
+                block = _RESPONSE_BLOCK + block
+        if not self._send_headers(stream_id, block, end_stream=True):
+            return
+        if reset_after:
+            # The client is still sending: tell it to stop (the status above stands).
+            self._reset(stream_id, frames.NO_ERROR)
 
     # ------------------------------------------------------------ server shutdown
 
@@ -276,11 +493,8 @@ class GrpcConnection(asyncio.Protocol):
         if self._going_away or self._transport is None:
             return
         self._going_away = True
+        self._queue(frames.goaway(self._last_stream_id, frames.NO_ERROR))
         self._flush()
-        # By hand, not h2's close_connection(): that one moves the state machine to CLOSED,
-        # after which the calls in flight could not send their answers.
-        goaway = GoAwayFrame(stream_id=0, last_stream_id=self._h2.highest_inbound_stream_id, error_code=0)
-        self._transport.write(goaway.serialize())
         self._close_if_idle()
 
     def cancel_calls(self) -> None:
@@ -298,23 +512,44 @@ class GrpcConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------ internals
 
+    def _send_headers(self, stream_id: int, block: bytes, *, end_stream: bool) -> bool:
+        """HEADERS on an open stream (False, and nothing sent, when the stream is over)."""
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.local_closed:
+            return False
+        self._queue(frames.headers_frames(stream_id, block, end_stream, self._peer_max_frame_size))
+        if end_stream:
+            stream.local_closed = True
+            if stream.remote_closed:
+                del self._streams[stream_id]
+        self._schedule_flush()
+        return True
+
+    def _reset(self, stream_id: int, code: int) -> None:
+        self._streams.pop(stream_id, None)
+        self._queue(frames.rst_stream(stream_id, code))
+        self._schedule_flush()
+
+    def _reset_call(self, stream_id: int, code: int) -> None:
+        """A stream error caused by the client: RST_STREAM, and the call is cancelled."""
+        log.info("resetting stream %d from %s: HTTP/2 error code %d", stream_id, self.peer, code)
+        self._reset(stream_id, code)
+        call = self._calls.get(stream_id)
+        if call is not None:
+            call.on_reset()
+
+    def _connection_error(self, code: int, reason: str) -> None:
+        log.info("closing the connection from %s: HTTP/2 error code %d: %s", self.peer, code, reason)
+        self._broken = True
+        self._queue(frames.goaway(self._last_stream_id, code, reason.encode("utf-8", "replace")[:256]))
+        self._flush()
+        if self._transport is not None:
+            self._transport.close()
+
     def _close_if_idle(self) -> None:
         if not self._calls and self._transport is not None:
             self._flush()
             self._transport.close()
-
-    def _reset(self, stream_id: int, code: ErrorCodes) -> None:
-        try:
-            self._h2.reset_stream(stream_id, code)
-        except h2.exceptions.ProtocolError:
-            return
-        self._schedule_flush()
-
-    def _window(self, stream_id: int) -> int:
-        try:
-            return self._h2.local_flow_control_window(stream_id)
-        except h2.exceptions.StreamClosedError as exc:
-            raise asyncio.CancelledError("the client closed the stream") from exc
 
     async def _wait_for_window(self) -> None:
         self._flush()
@@ -336,6 +571,9 @@ class GrpcConnection(asyncio.Protocol):
             self._drain_waiter = self.loop.create_future()
         await self._drain_waiter
 
+    def _queue(self, data: bytes) -> None:
+        self._out.append(data)
+
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -343,6 +581,9 @@ class GrpcConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        data = self._h2.data_to_send()
-        if data and self._transport is not None:
-            self._transport.write(data)
+        out = self._out
+        if not out:
+            return
+        self._out = []
+        if self._transport is not None:
+            self._transport.write(out[0] if len(out) == 1 else b"".join(out))

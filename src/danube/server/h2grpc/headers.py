@@ -16,6 +16,9 @@ import hpack.exceptions
 from danube.server.h2grpc.frames import COMPRESSION_ERROR, FrameError
 
 _MEMO_ENTRIES = 64
+# Typical gRPC request headers take 20-300 bytes once indexed; larger blocks are decoded every
+# time, so the memo stays under 64 KiB per connection whatever a client sends.
+_MEMO_BLOCK_BYTES = 1024
 
 
 class HeaderBlockDecoder:
@@ -41,6 +44,6 @@ class HeaderBlockDecoder:
         headers = [(name, value) for name, value in decoded]
         if (len(entries), id(entries[0]) if entries else 0, table.maxsize) != before:
             self._memo.clear()
-        elif len(self._memo) < _MEMO_ENTRIES:
+        elif len(self._memo) < _MEMO_ENTRIES and len(block) <= _MEMO_BLOCK_BYTES:
             self._memo[block] = headers
         return headers

@@ -139,8 +139,6 @@ class GrpcConnection(asyncio.Protocol):
                 elif kind == frames.PUSH_PROMISE:
                     raise FrameError(frames.PROTOCOL_ERROR, "a client must not send PUSH_PROMISE")
                 # PRIORITY and unknown frame types are ignored, as HTTP/2 allows.
-                if self._broken:
-                    return
         except FrameError as exc:
             self._connection_error(exc.code, str(exc))
             return

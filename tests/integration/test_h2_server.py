@@ -518,9 +518,10 @@ async def test_data_beyond_a_stream_window_resets_that_stream_only():
         assert any(kind == frames.DATA and sid == 3 and payload.endswith(b"ok") for kind, _, sid, payload in got)
 
 
-async def test_a_response_waits_for_the_clients_window_and_keeps_to_its_frame_size():
-    body = bytes(range(256)) * 200            # 51,200 bytes: more than the window, several frames
-    async with serving() as (_, address), raw_connection(address, [(frames.INITIAL_WINDOW_SIZE, 4096)]) as conn:
+@pytest.mark.parametrize("window, copies", [(4096, 200), (3, 2)])   # 3: even the 5-byte prefix is split
+async def test_a_response_waits_for_the_clients_window_and_keeps_to_its_frame_size(window, copies):
+    body = bytes(range(256)) * copies         # more than the window: several frames, each within it
+    async with serving() as (_, address), raw_connection(address, [(frames.INITIAL_WINDOW_SIZE, window)]) as conn:
         conn.send(conn.headers(1, grpc_headers(b"/t.Test/Echo")),
                   frames.frame(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(len(body)) + body))
         data = bytearray()
@@ -529,7 +530,7 @@ async def test_a_response_waits_for_the_clients_window_and_keeps_to_its_frame_si
             assert got, "the server hung up"
             for kind, flags, sid, payload in got:
                 if kind == frames.DATA:
-                    assert len(payload) <= 4096   # never past the window the client gave
+                    assert len(payload) <= window   # never past the window the client gave
                     data += payload
                     conn.send(frames.window_update(1, len(payload)))
             if any(kind == frames.HEADERS and flags & frames.END_STREAM for kind, flags, _, _ in got):

@@ -41,6 +41,11 @@ _OK_TRAILERS_BLOCK = frames.encode_header_block([(b"grpc-status", b"0")])
 _FLUSH_NOW_BYTES = 256 * 1024
 
 
+def _header_pairs(metadata) -> list[tuple[bytes, bytes]]:
+    """grpc.aio-style metadata (str keys; str or bytes values) as header byte pairs."""
+    return [(key.encode("ascii"), value if isinstance(value, bytes) else value.encode()) for key, value in metadata]
+
+
 class _Stream:
     """HTTP/2 state of one stream: its windows and which sides have ended."""
 
@@ -66,8 +71,10 @@ class GrpcConnection(asyncio.Protocol):
         self._buffer = bytearray()
         self._preface_seen = False
         self._header_decoder = HeaderBlockDecoder(limits.max_header_list_size)
-        # A header block split over CONTINUATION frames: (stream id, HEADERS flags, fragments).
+        # A header block split over CONTINUATION frames: (stream id, HEADERS flags, fragments),
+        # and its size so far.
         self._continuing: tuple[int, int, list[bytes]] | None = None
+        self._continuing_bytes = 0
         self._last_stream_id = 0
         # What the client may send us (its receive side is our limits) ...
         self._recv_window = limits.connection_window
@@ -218,13 +225,15 @@ class GrpcConnection(asyncio.Protocol):
             self._on_header_block(stream_id, flags, block)
         else:
             self._continuing = (stream_id, flags, [block])
+            self._continuing_bytes = len(block)
 
     def _on_continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
         continuing = self._continuing
         if continuing is None or continuing[0] != stream_id:
             raise FrameError(frames.PROTOCOL_ERROR, "CONTINUATION without a header block to continue")
         continuing[2].append(payload)
-        if sum(len(piece) for piece in continuing[2]) > self._limits.max_header_list_size * 2:
+        self._continuing_bytes += len(payload)
+        if self._continuing_bytes > self._limits.max_header_list_size * 2:
             raise FrameError(frames.PROTOCOL_ERROR, "a header block over the header list size limit")
         if flags & frames.END_HEADERS:
             self._continuing = None
@@ -303,7 +312,8 @@ class GrpcConnection(asyncio.Protocol):
                     stream.send_window += delta
             elif key == frames.MAX_FRAME_SIZE:
                 if not frames.DEFAULT_MAX_FRAME_SIZE <= value <= 16777215:
-                    raise FrameError(frames.PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value} is outside 16384..16777215")
+                    raise FrameError(frames.PROTOCOL_ERROR,
+                                     f"SETTINGS_MAX_FRAME_SIZE {value} is outside 16384..16777215")
                 self._peer_max_frame_size = value
             elif key == frames.ENABLE_PUSH and value > 1:
                 raise FrameError(frames.PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value} is not 0 or 1")
@@ -329,9 +339,7 @@ class GrpcConnection(asyncio.Protocol):
         code = int.from_bytes(payload[4:8], "big") if len(payload) >= 8 else frames.NO_ERROR
         log.debug("client %s sent GOAWAY (error code %d)", self.peer, code)
         self._going_away = True
-        if not self._calls and self._transport is not None:
-            self._flush()
-            self._transport.close()
+        self._close_if_idle()
 
     def _remote_end(self, stream_id: int, stream: _Stream) -> None:
         stream.remote_closed = True
@@ -417,9 +425,7 @@ class GrpcConnection(asyncio.Protocol):
     def send_response_headers(self, stream_id: int, metadata: tuple = ()) -> None:
         block = _RESPONSE_BLOCK
         if metadata:
-            block += frames.encode_header_block(
-                [(key.encode("ascii"), value if isinstance(value, bytes) else value.encode())
-                 for key, value in metadata])
+            block += frames.encode_header_block(_header_pairs(metadata))
         self._send_headers(stream_id, block, end_stream=False)
 
     async def send_message(self, stream_id: int, data: bytes) -> None:
@@ -438,8 +444,9 @@ class GrpcConnection(asyncio.Protocol):
             out.append(data)
             self._schedule_flush()
             return
-        view = memoryview(wire.message_prefix(len(data)) + data)
-        sent = unflushed = 0
+        prefix = wire.message_prefix(len(data))
+        body = memoryview(data)
+        sent = unflushed = 0   # counted over prefix + body
         while sent < total:
             if self._lost:
                 raise asyncio.CancelledError("the connection is gone")
@@ -452,9 +459,13 @@ class GrpcConnection(asyncio.Protocol):
                 continue
             stream.send_window -= size
             self._send_window -= size
+            end = sent + size
             self._out.append(frames.frame_header(frames.DATA, 0, stream_id, size))
-            self._out.append(view[sent:sent + size])
-            sent += size
+            if sent < wire.PREFIX_SIZE:
+                self._out.append(prefix[sent:end])
+            if end > wire.PREFIX_SIZE:
+                self._out.append(body[max(sent - wire.PREFIX_SIZE, 0):end - wire.PREFIX_SIZE])
+            sent = end
             unflushed += size
             if unflushed >= _FLUSH_NOW_BYTES:
                 self._flush()
@@ -473,9 +484,7 @@ class GrpcConnection(asyncio.Protocol):
             headers = [(b"grpc-status", str(code.value[0]).encode())]
             if details:
                 headers.append((b"grpc-message", wire.encode_status_message(details)))
-            for key, value in trailing:
-                headers.append((key.encode("ascii"), value if isinstance(value, bytes) else value.encode()))
-            block = frames.encode_header_block(headers)
+            block = frames.encode_header_block(headers + _header_pairs(trailing))
             if trailers_only:
                 block = _RESPONSE_BLOCK + block
         if not self._send_headers(stream_id, block, end_stream=True):

@@ -7,6 +7,26 @@ codes happens only at the server edge (``danube.server.status``).
 
 from __future__ import annotations
 
+# Client input quoted in an error message keeps at most this many characters: a hostile
+# 100 KB name must not travel back whole in a status message (clients cap metadata size).
+QUOTE_PREFIX_CHARS = 64
+
+
+def quote(value: object, limit: int = QUOTE_PREFIX_CHARS) -> str:
+    """``value`` for an error message: its repr, cut to ``limit`` characters of input.
+
+    A longer value keeps its first ``limit`` characters followed by ``…(N bytes)``,
+    N being the size of the whole value (UTF-8 for text), so the reader still learns
+    how large it was."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        return repr(raw) if len(raw) <= limit else f"{raw[:limit]!r}…({len(raw)} bytes)"
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return repr(text)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return f"{text[:limit]!r}…({size} bytes)"
+
 
 class DanubeError(Exception):
     """Base of every project error."""
@@ -53,6 +73,18 @@ class CorruptFrameError(FrameFormatError):
         super().__init__(", ".join(detail))
 
 
+class DataLossError(DanubeError):
+    """Stored data is damaged (a checksum or an etag failed): retrying will not bring it back."""
+
+
+class CorruptStoredFrameError(CorruptFrameError, DataLossError):
+    """Bytes read back from a WAL file fail their checksum or structure; ``path`` names the file.
+
+    A class of its own because damaged stored bytes are lost data while a client's bad
+    frame (a plain :class:`CorruptFrameError`) is bad input: they get different gRPC codes.
+    """
+
+
 # ---------------------------------------------------------------- WAL and storage
 
 class WalError(DanubeError):
@@ -66,11 +98,15 @@ class WalClosedError(WalError):
 class OffsetOutOfRangeError(WalError):
     """A read asked for an offset the log does not hold (pruned, or beyond the end)."""
 
-    def __init__(self, message: str, *, offset: int, first_offset: int, next_offset: int) -> None:
+    def __init__(self, message: str, *, offset: int | None = None, first_offset: int | None = None,
+                 next_offset: int | None = None) -> None:
+        # The offsets are optional so a client can rebuild this error from a status message alone.
         self.offset = offset
         self.first_offset = first_offset
         self.next_offset = next_offset
-        super().__init__(f"{message} (offset {offset}, log holds {first_offset}..{next_offset - 1})")
+        if offset is not None and first_offset is not None and next_offset is not None:
+            message = f"{message} (offset {offset}, log holds {first_offset}..{next_offset - 1})"
+        super().__init__(message)
 
 
 class StorageError(DanubeError):
@@ -79,7 +115,7 @@ class StorageError(DanubeError):
     retriable = True
 
 
-class SegmentCorruptError(StorageError):
+class SegmentCorruptError(StorageError, DataLossError):
     """A durable segment failed its etag or a frame checksum."""
 
     retriable = False
@@ -116,8 +152,18 @@ class InvalidArgumentError(DanubeError):
     """A request is malformed (bad name, bad option value)."""
 
 
-class InvalidTopicNameError(InvalidArgumentError):
+class InvalidNameError(InvalidArgumentError):
+    """A name (namespace, topic, subscription, consumer, producer) breaks the name rule
+    of ``danube.metadata.keys``."""
+
+
+class InvalidTopicNameError(InvalidNameError):
     """A topic name is not ``/namespace/topic``."""
+
+
+class UnsafePathError(InvalidArgumentError):
+    """A storage path built from a name would lie outside its root (the second wall behind
+    the name rule: raised before anything is opened, created, renamed or removed)."""
 
 
 class MessageTooLargeError(InvalidArgumentError):
@@ -144,6 +190,10 @@ class NotServedHereError(DanubeError):
     retriable = True
 
 
+class StreamSupersededError(NotServedHereError):
+    """A newer receive stream took over this consumer; the older one should end quietly."""
+
+
 class FencedError(DanubeError):
     """A request carried a stale partitioning version or ownership epoch."""
 
@@ -152,3 +202,20 @@ class FencedError(DanubeError):
 
 class ClientError(DanubeError):
     """A client-side failure (connection lost, retries exhausted)."""
+
+
+# ---------------------------------------------------------------- security
+
+class AuthenticationError(DanubeError):
+    """A call carried no credentials, or ones that do not verify (expired, forged, wrong issuer)."""
+
+
+class PermissionDeniedError(DanubeError):
+    """The caller is authenticated but no role bound to it grants the permission on the resource."""
+
+    def __init__(self, message: str = "", *, permission: str | None = None, resource: str | None = None,
+                 principal: str | None = None) -> None:
+        super().__init__(message)
+        self.permission = permission
+        self.resource = resource
+        self.principal = principal

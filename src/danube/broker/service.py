@@ -30,6 +30,7 @@ from danube.errors import (
     NotFoundError,
     NotServedHereError,
     PolicyViolationError,
+    quote,
 )
 from danube.metadata import keys
 from danube.metadata.store import MetadataStore
@@ -69,9 +70,8 @@ def _new_id() -> int:
 
 
 def _check_name(what: str, name: str) -> str:
-    if not isinstance(name, str) or not name or "/" in name or len(name) > 255:
-        raise InvalidArgumentError(f"invalid {what} name {name!r}: 1-255 characters, no '/'")
-    return name
+    # The project's one name rule (danube.metadata.keys): the name becomes a metadata key segment.
+    return keys.check_name(what, name)
 
 
 class BrokerService:
@@ -529,6 +529,7 @@ class BrokerService:
 
     async def _served_subscription(self, topic: str, subscription: str) -> Subscription:
         keys.split_topic(topic)
+        _check_name("subscription", subscription)
         t = self.topics.get(topic)
         sub = t.subscriptions.get(subscription) if t is not None else None
         if sub is None:
@@ -673,7 +674,8 @@ class BrokerService:
         this broker, creating it on first use: no producer registration, no policy limits; stamped,
         appended and durable under the sync policy like :meth:`publish`.  Returns (first, last)."""
         if not is_system_topic(topic):
-            raise InvalidArgumentError(f"{topic} is not a system topic; system topics are named {SYSTEM_PREFIX}<name>")
+            raise InvalidArgumentError(f"{quote(topic)} is not a system topic; system topics are named "
+                                       f"{SYSTEM_PREFIX}<name>")
         t = await self._topic(topic, reliable=True, create=True)
         if not t.reliable:
             raise InvalidArgumentError(f"system topic {topic} exists as a non-reliable topic; it must be reliable")

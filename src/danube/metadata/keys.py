@@ -1,27 +1,67 @@
 """Every metadata key the project writes, built in one place (Danube's layout).
 
-Topic names are ``/namespace/topic``; ``split_topic`` validates them.
+It also holds THE name rule, the only one in the project: namespaces, topic names
+(``/namespace/topic``), subscriptions, consumers and producers all pass
+:func:`check_name` (topics through :func:`split_topic`) before anything is stored,
+because each of them becomes a metadata key segment and namespaces and topics also
+become directory names.  A valid name segment is 1-255 characters from ``A-Z a-z 0-9
+_ - .`` that does not start with ``.`` — so ``.``, ``..`` and hidden names are
+impossible and a segment is always one plain directory entry.
 """
 
 from __future__ import annotations
 
 import re
 
-from danube.errors import InvalidTopicNameError
+from danube.errors import InvalidNameError, InvalidTopicNameError, quote
 
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,255}$")
+MAX_NAME_CHARS = 255
+# "/" + namespace + "/" + topic
+MAX_TOPIC_CHARS = 2 * MAX_NAME_CHARS + 2
+NAME_RULE = ("1-255 characters from letters, digits, '_', '-' and '.', "
+             "not starting with '.'")
+
+# \Z, not $: "$" would also accept a trailing newline.
+_NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,%d}\Z" % (MAX_NAME_CHARS - 1))
 
 
-def split_topic(topic: str) -> tuple[str, str]:
+def is_valid_name(name: object) -> bool:
+    """True when ``name`` is one valid name segment (see the module docstring)."""
+    return isinstance(name, str) and _NAME.match(name) is not None
+
+
+def check_name(kind: str, name: object) -> str:
+    """``name`` if it is a valid ``kind`` name (namespace, subscription, consumer, producer);
+    raises InvalidNameError quoting at most a short prefix of it otherwise."""
+    if not is_valid_name(name):
+        if not isinstance(name, str):
+            raise InvalidNameError(f"invalid {kind} name: expected a string, got {type(name).__name__}")
+        raise InvalidNameError(f"invalid {kind} name {quote(name)}: expected {NAME_RULE}")
+    return name
+
+
+def check_namespace(namespace: object) -> str:
+    return check_name("namespace", namespace)
+
+
+def split_topic(topic: object) -> tuple[str, str]:
     """``"/ns/t"`` → ``("ns", "t")``; raises InvalidTopicNameError otherwise."""
-    if not isinstance(topic, str) or not topic.startswith("/"):
-        raise InvalidTopicNameError(f"invalid topic name {topic!r}: expected /namespace/topic")
+    if not isinstance(topic, str):
+        raise InvalidTopicNameError(f"invalid topic name: expected a string, got {type(topic).__name__}")
+    if not topic.startswith("/") or len(topic) > MAX_TOPIC_CHARS:
+        raise InvalidTopicNameError(f"invalid topic name {quote(topic)}: expected /namespace/topic "
+                                    f"of at most {MAX_TOPIC_CHARS} characters")
     parts = topic[1:].split("/")
     if len(parts) != 2 or not all(_NAME.match(p) for p in parts):
         raise InvalidTopicNameError(
-            f"invalid topic name {topic!r}: expected /namespace/topic with letters, digits, '_', '-', '.'"
-        )
+            f"invalid topic name {quote(topic)}: expected /namespace/topic, each part {NAME_RULE}")
     return parts[0], parts[1]
+
+
+def check_topic(topic: object) -> str:
+    """``topic`` if it is a valid ``/namespace/topic`` name."""
+    split_topic(topic)
+    return topic  # type: ignore[return-value]
 
 
 def offset20(offset: int) -> str:
@@ -31,11 +71,11 @@ def offset20(offset: int) -> str:
 # ---------------------------------------------------------------- namespaces and topics
 
 def namespace(ns: str) -> str:
-    return f"/namespaces/{ns}"
+    return f"/namespaces/{check_namespace(ns)}"
 
 
 def namespace_policy(ns: str) -> str:
-    return f"/namespaces/{ns}/policy"
+    return f"{namespace(ns)}/policy"
 
 
 def topic_root(topic: str) -> str:
@@ -56,7 +96,7 @@ def topic_partitions(topic: str) -> str:
 
 
 def topic_producer(topic: str, producer_name: str) -> str:
-    return f"{topic_root(topic)}/producers/{producer_name}"
+    return f"{topic_root(topic)}/producers/{check_name('producer', producer_name)}"
 
 
 def topic_subscriptions(topic: str) -> str:
@@ -64,7 +104,7 @@ def topic_subscriptions(topic: str) -> str:
 
 
 def subscription(topic: str, sub: str) -> str:
-    return f"{topic_root(topic)}/subscriptions/{sub}"
+    return f"{topic_root(topic)}/subscriptions/{check_name('subscription', sub)}"
 
 
 def subscription_cursor(topic: str, sub: str) -> str:
@@ -77,7 +117,7 @@ def subscription_failure_policy(topic: str, sub: str) -> str:
 
 def subscription_consumer(topic: str, sub: str, consumer_name: str) -> str:
     """A consumer's registration (id, type, filters), so clients keep their ids across restarts."""
-    return f"{subscription(topic, sub)}/consumers/{consumer_name}"
+    return f"{subscription(topic, sub)}/consumers/{check_name('consumer', consumer_name)}"
 
 
 # ---------------------------------------------------------------- storage (prefix = metadata_prefix)
@@ -129,3 +169,53 @@ def load_report(broker_id: str) -> str:
 
 def leader() -> str:
     return "/cluster/leader"
+
+
+# ---------------------------------------------------------------- schema registry (docs/schema-registry.md)
+# Subjects are free text (a topic name is a common subject), so they are percent-encoded
+# into one key segment.
+
+def _subject_segment(subject: str) -> str:
+    from urllib.parse import quote
+
+    return quote(subject, safe="")
+
+
+def schema_subjects() -> str:
+    return "/schemas/subjects/"
+
+
+def schema_subject(subject: str) -> str:
+    """The subject's record: schema id, type, compatibility mode, latest version."""
+    return f"/schemas/subjects/{_subject_segment(subject)}/meta"
+
+
+def schema_versions(subject: str) -> str:
+    return f"/schemas/subjects/{_subject_segment(subject)}/versions/"
+
+
+def schema_version(subject: str, version: int) -> str:
+    return f"/schemas/subjects/{_subject_segment(subject)}/versions/{version:010d}"
+
+
+def schema_id_index(schema_id: int) -> str:
+    """Schema id → subject (ids are globally unique, one per subject)."""
+    return f"/schemas/ids/{schema_id:020d}"
+
+
+def schema_next_id() -> str:
+    return "/schemas/next_id"
+
+
+def topic_schema_configs() -> str:
+    return "/schemas/topics/"
+
+
+def topic_schema_config(topic: str) -> str:
+    """A topic's schema subject, validation policy and payload-validation switch."""
+    ns, name = split_topic(topic)
+    return f"/schemas/topics/{ns}/{name}"
+
+
+def schemas_root() -> str:
+    return "/schemas/"

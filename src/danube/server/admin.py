@@ -15,13 +15,20 @@ from typing import Any
 
 import grpc
 
-from danube.errors import DanubeError, InvalidArgumentError, NotFoundError
+from danube.errors import DanubeError, NotFoundError, quote
 from danube.metadata import keys
 from danube.proto.danube_admin import admin_pb2 as pb
 from danube.proto.danube_admin import admin_pb2_grpc as pb_grpc
 from danube.server.status import abort
 
 log = logging.getLogger(__name__)
+
+
+def namespace_name(namespace: str) -> str:
+    """A namespace as Danube's admin CLI sends it (``default`` or ``/default``), checked by the
+    project's name rule."""
+    ns = namespace[1:] if isinstance(namespace, str) and namespace.startswith("/") else namespace
+    return keys.check_namespace(ns)
 
 
 def _delivery(doc: Any) -> str:
@@ -38,9 +45,7 @@ class _Admin:
 
     async def topics_in(self, namespace: str) -> dict[str, str]:
         """``{topic: delivery}`` for every topic of ``namespace`` known to metadata or served here."""
-        if not namespace or "/" in namespace.strip("/"):
-            raise InvalidArgumentError(f"invalid namespace {namespace!r}: expected a name such as 'default'")
-        ns = namespace.strip("/")
+        ns = namespace_name(namespace)
         out: dict[str, str] = {}
         for kv in await self.metadata.get_prefix(f"/topics/{ns}/"):
             parts = kv.key.split("/")  # ['', 'topics', ns, topic, field, ...]
@@ -141,7 +146,7 @@ class NamespaceAdmin(pb_grpc.NamespaceAdminServicer):
 
     async def GetNamespacePolicies(self, request, context):
         try:
-            doc = await self.admin.metadata.get_json(keys.namespace_policy(request.name.strip("/")))
+            doc = await self.admin.metadata.get_json(keys.namespace_policy(namespace_name(request.name)))
             return pb.PolicyResponse(policies=json.dumps(doc or {}))
         except DanubeError as exc:
             await abort(context, exc)
@@ -172,7 +177,7 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
         b = self.admin.broker
         if request.broker_id and request.broker_id != str(b.broker_id):
             await context.abort(grpc.StatusCode.NOT_FOUND,
-                                f"broker {request.broker_id} is unknown here (this broker is {b.broker_id})")
+                                f"broker {quote(request.broker_id)} is unknown here (this broker is {b.broker_id})")
         return pb.TopicInfoListResponse(topics=[
             pb.TopicInfo(name=name, broker_id=str(b.broker_id), delivery="Reliable" if t.reliable else "NonReliable")
             for name, t in sorted(b.topics.items())])

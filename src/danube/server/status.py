@@ -13,6 +13,7 @@ import grpc
 
 from danube.errors import (
     AlreadyExistsError,
+    AuthenticationError,
     CorruptFrameError,
     DanubeError,
     FencedError,
@@ -21,6 +22,7 @@ from danube.errors import (
     NotFoundError,
     NotServedHereError,
     OffsetOutOfRangeError,
+    PermissionDeniedError,
     PolicyViolationError,
     SegmentCorruptError,
     TopicSealedError,
@@ -41,6 +43,8 @@ _MAPPING: list[tuple[type[DanubeError], grpc.StatusCode]] = [
     (FencedError, grpc.StatusCode.FAILED_PRECONDITION),
     (SegmentCorruptError, grpc.StatusCode.DATA_LOSS),
     (OffsetOutOfRangeError, grpc.StatusCode.OUT_OF_RANGE),
+    (AuthenticationError, grpc.StatusCode.UNAUTHENTICATED),
+    (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
 ]
 
 
@@ -59,11 +63,27 @@ def status_for(exc: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+# The last wall against echoing client input: whatever an error says, its status message
+# keeps at most this many characters (errors quote input with danube.errors.quote; this
+# catches any that do not).  grpc-message is percent-encoded in a header, and clients
+# refuse oversized metadata, so a whole 100 KB name would hide the error itself.
+MAX_MESSAGE_CHARS = 1024
+
+
 def message_for(exc: BaseException) -> str:
     text = str(exc).strip()
     if isinstance(exc, DanubeError):
-        return text or type(exc).__name__
-    return f"internal error: {type(exc).__name__}: {text}" if text else f"internal error: {type(exc).__name__}"
+        text = text or type(exc).__name__
+    else:
+        text = f"internal error: {type(exc).__name__}: {text}" if text else f"internal error: {type(exc).__name__}"
+    return cap_message(text)
+
+
+def cap_message(text: str) -> str:
+    """``text`` cut to MAX_MESSAGE_CHARS characters, saying how long it was."""
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    return f"{text[:MAX_MESSAGE_CHARS]}…(message cut, {len(text.encode('utf-8', 'surrogatepass'))} bytes)"
 
 
 async def abort(context: grpc.aio.ServicerContext, exc: BaseException):

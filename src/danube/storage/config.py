@@ -126,10 +126,10 @@ class StorageConfig:
         return FilesystemBackend(self.durable.root)
 
     def wal_dir(self, topic: str) -> str:
-        from danube.metadata.keys import split_topic
+        """``<local_wal_root>/<ns>/<topic>`` (root resolved), checked to lie inside the root."""
+        from danube.storage.paths import topic_dir
 
-        ns, name = split_topic(topic)
-        return os.path.join(self.local_wal_root, ns, name)
+        return topic_dir(self.local_wal_root, topic)
 
     # ------------------------------------------------------------------ parsing
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 
 from danube.errors import StorageError
 from danube.metadata.keys import split_topic
@@ -13,7 +12,8 @@ from danube.storage.backends import DurableBackend
 from danube.storage.catalog import SegmentCatalog
 from danube.storage.config import StorageConfig
 from danube.storage.recovery import clear_sealed_state, local_wal_continuity, resolve_recovery_start
-from danube.storage.topic_storage import TopicStorage, set_aside
+from danube.storage.paths import remove_topic_dir, set_aside
+from danube.storage.topic_storage import TopicStorage
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +74,9 @@ class StorageFactory:
         start = await resolve_recovery_start(self.metadata, cfg.metadata_prefix, topic, wal_dir, catalog)
         if start.discard_local:
             log.info("%s: removing the local WAL left behind by a seal (all of it is durable)", topic)
-            await asyncio.to_thread(shutil.rmtree, wal_dir, True)
+            await asyncio.to_thread(remove_topic_dir, cfg.local_wal_root, wal_dir)
         elif start.set_aside_local:
-            moved = await asyncio.to_thread(set_aside, wal_dir)
+            moved = await asyncio.to_thread(set_aside, cfg.local_wal_root, wal_dir)
             log.warning("%s: local WAL without continuity moved aside to %s", topic, moved)
 
         options = cfg.wal.open_kwargs()
@@ -85,7 +85,7 @@ class StorageFactory:
             # The durable history moved on without this broker (it lost ownership without sealing):
             # its WAL is stale.  Keep it aside and continue from the durable end.
             await asyncio.to_thread(wal.close)
-            moved = await asyncio.to_thread(set_aside, wal_dir)
+            moved = await asyncio.to_thread(set_aside, cfg.local_wal_root, wal_dir)
             log.warning("%s: local WAL ends at %d but durable history reaches %d; stale WAL moved to %s",
                         topic, wal.next_offset - 1, catalog.end_offset, moved)
             wal = await asyncio.to_thread(Wal.open, wal_dir, initial_offset=catalog.end_offset + 1, **options)

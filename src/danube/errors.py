@@ -50,7 +50,15 @@ class CorruptFrameError(FrameFormatError):
 
     Carries the byte ``position`` in the buffer or file, the frame ``offset``
     when known, and both checksums when the failure is a checksum mismatch.
+    Given the ``path`` of the file the bytes came from, it is built as a
+    :class:`CorruptStoredFrameError` (lost data, not bad input), whichever
+    codec (compiled or pure) raised it.
     """
+
+    def __new__(cls, *args: object, path: str | None = None, **kwargs: object) -> CorruptFrameError:
+        if path is not None and cls is CorruptFrameError:
+            cls = CorruptStoredFrameError
+        return super().__new__(cls, *args)
 
     def __init__(self, message: str, *, position: int | None, offset: int | None,
                  expected_crc: int | None, actual_crc: int | None, path: str | None = None) -> None:
@@ -188,6 +196,10 @@ class NotServedHereError(DanubeError):
     """This broker does not serve the topic (now); look it up again."""
 
     retriable = True
+
+
+class StreamSupersededError(NotServedHereError):
+    """A newer receive stream took over this consumer; the older one should end quietly."""
 
 
 class StreamSupersededError(NotServedHereError):

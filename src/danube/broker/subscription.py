@@ -35,11 +35,7 @@ from danube.broker.keyshared import HashRing, KeyFilter
 from danube.broker.policies import DispatchSettings, FailurePolicy
 from danube.broker.ratelimit import TokenBucket
 from danube.broker.stats import MetricsSink, SubscriptionStats
-from danube.errors import AlreadyExistsError, InvalidArgumentError, NotServedHereError
-
-
-class StreamSupersededError(NotServedHereError):
-    """A newer receive stream took over this consumer; the older one should end quietly."""
+from danube.errors import AlreadyExistsError, InvalidArgumentError, NotServedHereError, StreamSupersededError
 
 if TYPE_CHECKING:
     from danube.broker.topic import Topic

@@ -1,30 +1,24 @@
-"""Turns gRPC failures seen by the client back into ``danube.errors`` types."""
+"""Turns gRPC failures seen by the client back into ``danube.errors`` types.
+
+The mapping is the inverse of the server's (``danube.server.status``): a status code
+becomes the first error class the server maps to it, so an error keeps its code and its
+``retriable`` flag across the wire (``tests/unit/client/test_errors.py`` checks every class).
+"""
 
 from __future__ import annotations
 
 import grpc
 
-from danube.errors import (
-    AlreadyExistsError, ClientError, DanubeError, FencedError, FrameFormatError,
-    InvalidArgumentError, NotFoundError, NotServedHereError, PolicyViolationError,
-)
+from danube.errors import ClientError, DanubeError, FencedError
+from danube.server.status import error_class_for
 
 # Codes after which the same call may succeed once the topic is looked up again.
 RETRIABLE_CODES = frozenset({
     grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
 })
 
-_BY_CODE: dict[grpc.StatusCode, type[DanubeError]] = {
-    grpc.StatusCode.NOT_FOUND: NotFoundError,
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
-    grpc.StatusCode.OUT_OF_RANGE: InvalidArgumentError,
-    grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
-    grpc.StatusCode.DATA_LOSS: FrameFormatError,
-    grpc.StatusCode.FAILED_PRECONDITION: FencedError,
-    grpc.StatusCode.ABORTED: FencedError,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: PolicyViolationError,
-    grpc.StatusCode.UNAVAILABLE: NotServedHereError,
-}
+# Codes danube's servers never send for a DanubeError but other gRPC peers use for the same failure.
+_OTHER_PEERS: dict[grpc.StatusCode, type[DanubeError]] = {grpc.StatusCode.ABORTED: FencedError}
 
 _CODE_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
 
@@ -46,10 +40,14 @@ def is_retriable(exc: BaseException) -> bool:
     return bool(getattr(exc, "retriable", False))
 
 
+def error_class(code: grpc.StatusCode) -> type[DanubeError]:
+    """The error class the client raises for ``code`` (ClientError for codes without one)."""
+    return error_class_for(code) or _OTHER_PEERS.get(code, ClientError)
+
+
 def error_for(code: grpc.StatusCode, message: str, *, retriable: bool | None = None) -> DanubeError:
-    cls = _BY_CODE.get(code, ClientError)
-    error = cls(f"{code.name}: {message}")
-    error.grpc_code = code
+    error = error_class(code)(f"{code.name}: {message}")
+    error.grpc_code = code  # type: ignore[attr-defined]
     if retriable is not None:
         error.retriable = retriable
     return error

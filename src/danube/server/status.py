@@ -1,8 +1,9 @@
-"""The one place where project errors become gRPC status codes.
+"""The one place where project errors become gRPC status codes, and back.
 
 Every service handler funnels its errors through :func:`status_for`, so a
 client always sees the same code for the same failure, with the error's own
-sentence as the message.
+sentence as the message.  :func:`error_class_for` reads the same table the
+other way: the client (``danube.client.errors``) raises that class for a code.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import grpc
 from danube.errors import (
     AlreadyExistsError,
     AuthenticationError,
-    CorruptFrameError,
     DanubeError,
+    DataLossError,
     FencedError,
     FrameFormatError,
     InvalidArgumentError,
@@ -24,16 +25,20 @@ from danube.errors import (
     OffsetOutOfRangeError,
     PermissionDeniedError,
     PolicyViolationError,
-    SegmentCorruptError,
     TopicSealedError,
     WalClosedError,
 )
 
 log = logging.getLogger(__name__)
 
-# Checked in order: subclasses before their bases.
+# Checked in order: subclasses before their bases.  Read backwards, the first class listed with
+# a code is the one a client raises for it (error_class_for), so it must be constructible from a
+# message alone.
 _MAPPING: list[tuple[type[DanubeError], grpc.StatusCode]] = [
+    # stored bytes failed their checksum (CorruptStoredFrameError, SegmentCorruptError): lost data
+    (DataLossError, grpc.StatusCode.DATA_LOSS),
     (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),  # incl. InvalidTopicName, MessageTooLarge
+    (FrameFormatError, grpc.StatusCode.INVALID_ARGUMENT),  # a client's bad frame (CorruptFrameError too)
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
     (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
     (PolicyViolationError, grpc.StatusCode.RESOURCE_EXHAUSTED),
@@ -41,7 +46,6 @@ _MAPPING: list[tuple[type[DanubeError], grpc.StatusCode]] = [
     (TopicSealedError, grpc.StatusCode.UNAVAILABLE),  # the topic is moving: look it up again
     (WalClosedError, grpc.StatusCode.UNAVAILABLE),
     (FencedError, grpc.StatusCode.FAILED_PRECONDITION),
-    (SegmentCorruptError, grpc.StatusCode.DATA_LOSS),
     (OffsetOutOfRangeError, grpc.StatusCode.OUT_OF_RANGE),
     (AuthenticationError, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
@@ -50,17 +54,21 @@ _MAPPING: list[tuple[type[DanubeError], grpc.StatusCode]] = [
 
 def status_for(exc: BaseException) -> grpc.StatusCode:
     """The gRPC status code for an error raised while serving a request."""
-    if isinstance(exc, CorruptFrameError):
-        # Stored bytes that fail their checksum are lost data; a client's bad frame is bad input.
-        return grpc.StatusCode.DATA_LOSS if exc.path is not None else grpc.StatusCode.INVALID_ARGUMENT
-    if isinstance(exc, FrameFormatError):
-        return grpc.StatusCode.INVALID_ARGUMENT
     for cls, code in _MAPPING:
         if isinstance(exc, cls):
             return code
     if isinstance(exc, DanubeError):
         return grpc.StatusCode.UNAVAILABLE if exc.retriable else grpc.StatusCode.INTERNAL
     return grpc.StatusCode.INTERNAL
+
+
+def error_class_for(code: grpc.StatusCode) -> type[DanubeError] | None:
+    """The inverse of :func:`status_for`: the first class the table lists with ``code``, or None
+    for a code no DanubeError is sent with (INTERNAL, CANCELLED, ...)."""
+    for cls, mapped in _MAPPING:
+        if mapped == code:
+            return cls
+    return None
 
 
 # The last wall against echoing client input: whatever an error says, its status message

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 # Whole request messages a streaming handler may leave unread before the stream's
 # flow-control window stops being reopened (the client then waits: backpressure).
 UNREAD_MESSAGES_BEFORE_BACKPRESSURE = 4
+# What a finished call's reader becomes: its partial message is dropped with it.
+_SPENT_READER = wire.MessageReader(0)
 
 
 class RequestIterator:
@@ -51,7 +53,7 @@ class ServerCall:
         "_connection", "stream_id", "method", "_handler", "_headers", "_metadata", "_reader", "_messages",
         "_waiter", "_remote_ended", "_held_ack", "_task", "_headers_sent", "_finished", "_code",
         "_details", "_trailing_metadata", "_deadline", "_deadline_timer", "_deadline_hit",
-        "_done_callbacks", "_cancelled",
+        "_done_callbacks", "_cancelled", "_queued_bytes", "_buffered",
     )
 
     def __init__(self, connection: "GrpcConnection", stream_id: int, method: str, handler: Any,
@@ -67,6 +69,10 @@ class ServerCall:
         self._waiter: asyncio.Future | None = None
         self._remote_ended = False
         self._held_ack = 0
+        # Request bytes held: in unread whole messages, and those plus the unfinished one (what
+        # counts against the connection's buffer budget).
+        self._queued_bytes = 0
+        self._buffered = 0
         self._task: asyncio.Task | None = None
         self._headers_sent = False
         self._finished = False
@@ -91,9 +97,11 @@ class ServerCall:
 
     def on_data(self, data: bytes, flow_controlled: int) -> None:
         """DATA for this stream.  Its flow-control credit goes back at once unless a streaming
-        handler has fallen behind, in which case it goes back as the handler reads."""
+        handler has fallen behind, or the connection's calls hold more request bytes than its
+        buffer budget; then it goes back as the handler reads (or the budget frees up)."""
+        connection = self._connection
         if self._finished:
-            self._connection.acknowledge(self.stream_id, flow_controlled)
+            connection.acknowledge(self.stream_id, flow_controlled)
             return
         try:
             messages = self._reader.feed(data)
@@ -105,11 +113,21 @@ class ServerCall:
             return
         if messages:
             self._messages.extend(messages)
+            self._queued_bytes += sum(map(len, messages)) if len(messages) > 1 else len(messages[0])
             self._wake()
+        buffered = self._reader.pending + self._queued_bytes
+        delta = buffered - self._buffered
+        if delta:
+            self._buffered = buffered
+            connection.buffered += delta
+            connection._server.buffered_total += delta
         if len(self._messages) > UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
             self._held_ack += flow_controlled
+        elif connection.over_budget():
+            self._held_ack += flow_controlled
+            connection.starve(self)
         else:
-            self._connection.acknowledge(self.stream_id, flow_controlled)
+            connection.acknowledge(self.stream_id, flow_controlled)
         if (not self.streaming_request and self._task is None and len(self._messages) > 1):
             self._fail_early(grpc.StatusCode.INTERNAL, "a unary call got more than one request message")
 
@@ -153,7 +171,7 @@ class ServerCall:
             if handler.request_streaming:
                 request = RequestIterator(self)
             else:
-                request = self._deserialize(self._messages.popleft())
+                request = self._deserialize(self._take())
             if not handler.response_streaming:
                 behaviour = handler.unary_unary if not handler.request_streaming else handler.stream_unary
                 response = await behaviour(request, self)
@@ -220,6 +238,22 @@ class ServerCall:
             self._task.cancel()
         self._close()
 
+    def _take(self) -> bytes:
+        """The next unread request message, its bytes off the buffer budget."""
+        data = self._messages.popleft()
+        size = len(data)
+        self._queued_bytes -= size
+        self._buffered -= size
+        self._connection.unbuffer(self, size)
+        return data
+
+    def release_held(self) -> None:
+        """The buffer budget has room again: give back the window held for it (unless the
+        handler is behind on its messages, then its reads give it back)."""
+        if self._held_ack and len(self._messages) <= UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
+            held, self._held_ack = self._held_ack, 0
+            self._connection.acknowledge(self.stream_id, held)
+
     def _close(self) -> None:
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
@@ -228,6 +262,10 @@ class ServerCall:
             self._connection.acknowledge(self.stream_id, self._held_ack)
             self._held_ack = 0
         self._messages.clear()
+        self._reader = _SPENT_READER
+        if self._buffered:
+            size, self._buffered, self._queued_bytes = self._buffered, 0, 0
+            self._connection.unbuffer(self, size)
         self._connection.forget(self.stream_id)
         if self._done_callbacks:
             callbacks, self._done_callbacks = self._done_callbacks, []
@@ -265,10 +303,13 @@ class ServerCall:
                 await self._waiter
             finally:
                 self._waiter = None
-        data = self._messages.popleft()
+        data = self._take()
         if self._held_ack and len(self._messages) <= UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
-            self._connection.acknowledge(self.stream_id, self._held_ack)
-            self._held_ack = 0
+            if self._connection.over_budget():
+                self._connection.starve(self)
+            else:
+                self._connection.acknowledge(self.stream_id, self._held_ack)
+                self._held_ack = 0
         return self._deserialize(data)
 
     async def write(self, message) -> None:

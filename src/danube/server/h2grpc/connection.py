@@ -11,6 +11,15 @@ server instead of taken from a general library: a gRPC call costs a handful of f
 and a general state machine per frame cost more than the broker's own work per call
 (docs/benchmarks.md, "Eighth pass").  A stream error answers RST_STREAM; a connection
 error answers GOAWAY with the error code and a reason, and closes the connection.
+
+Against hostile peers every resource a connection can make the server hold is bounded
+(``limits.H2Limits``, one field per bound): streams (per connection and in all),
+stream resets per second, CONTINUATION frames per header block, SETTINGS entries per
+frame, control frames queued for a peer that does not read, frames handled per read,
+request bytes buffered for unfinished messages, the time to send the preface, and
+idle time.  The checks are counters on paths that already do work per frame; the
+unary and batch-lane hot paths (HEADERS, DATA, WINDOW_UPDATE) gained a few integer
+operations, nothing more.
 """
 
 from __future__ import annotations
@@ -39,6 +48,12 @@ _OK_TRAILERS_BLOCK = frames.encode_header_block([(b"grpc-status", b"0")])
 # Flush the socket inside the write loop once this much is queued, instead of at the
 # end of the loop iteration, so large messages stream out while they are being framed.
 _FLUSH_NOW_BYTES = 256 * 1024
+# How long a connection closed for an error may take to send its GOAWAY before it is aborted.
+_LINGER_S = 2.0
+# Why reading is paused (bits): the per-read frame budget ran out, or replies are piling up
+# for a peer that does not read.
+_PAUSED_FOR_BUDGET = 1
+_PAUSED_FOR_BACKLOG = 2
 
 
 def _header_pairs(metadata) -> list[tuple[bytes, bytes]]:
@@ -60,6 +75,11 @@ class _Stream:
 
 
 class GrpcConnection(asyncio.Protocol):
+    # What tests and the server read: the request bytes this connection's calls hold for
+    # unfinished or unread messages, and how many control frames wait for a paused socket.
+    buffered: int
+    control_queued: int
+
     def __init__(self, server: H2Server) -> None:
         self._server = server
         self.loop = server.loop
@@ -75,6 +95,7 @@ class GrpcConnection(asyncio.Protocol):
         # and its size so far.
         self._continuing: tuple[int, int, list[bytes]] | None = None
         self._continuing_bytes = 0
+        self._continuing_frames = 0
         self._last_stream_id = 0
         # What the client may send us (its receive side is our limits) ...
         self._recv_window = limits.connection_window
@@ -83,6 +104,10 @@ class GrpcConnection(asyncio.Protocol):
         self._send_window = frames.DEFAULT_WINDOW
         self._peer_initial_window = frames.DEFAULT_WINDOW
         self._peer_max_frame_size = frames.DEFAULT_MAX_FRAME_SIZE
+        # A change of the client's SETTINGS_INITIAL_WINDOW_SIZE not yet applied to the open
+        # streams: applied once per read, not once per SETTINGS frame (a flood of them would
+        # cost (frames x streams) otherwise).
+        self._pending_window_delta = 0
         self._out: list = []
         self._flush_scheduled = False
         self._window_waiters: list[asyncio.Future] = []
@@ -91,7 +116,21 @@ class GrpcConnection(asyncio.Protocol):
         self._going_away = False
         self._lost = False
         self._broken = False
+        self._admitted = False
         self.peer = "unknown"
+        # Limits (limits.H2Limits) and their counters.
+        self.buffered = 0
+        self._starved: set = set()   # calls holding flow-control credit back for the buffer budget
+        self.control_queued = 0
+        self._read_paused = 0
+        self._more_scheduled = False
+        self._handshake_done = False
+        self._handshake_timer: asyncio.TimerHandle | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_mark = -1
+        self._idle_ticks = 0
+        self._reset_tokens = float(limits.reset_burst)
+        self._reset_stamp = 0.0
 
     # ------------------------------------------------------------ transport events
 
@@ -102,6 +141,16 @@ class GrpcConnection(asyncio.Protocol):
             family = "ipv6" if ":" in str(peername[0]) else "ipv4"
             self.peer = f"{family}:{peername[0]}:{peername[1]}"
         limits = self._limits
+        if not self._server.admit(self):
+            # Over the connection cap: the server preface, GOAWAY, and the descriptor is freed.
+            self._broken = True
+            transport.write(frames.settings([]) + frames.goaway(0, frames.ENHANCE_YOUR_CALM, b"too many connections"))
+            transport.close()
+            return
+        self._admitted = True
+        self._reset_stamp = self.loop.time()
+        if limits.handshake_timeout:
+            self._handshake_timer = self.loop.call_later(limits.handshake_timeout, self._on_handshake_timeout)
         self._queue(frames.settings([
             (frames.MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
             (frames.INITIAL_WINDOW_SIZE, limits.stream_window),
@@ -111,19 +160,27 @@ class GrpcConnection(asyncio.Protocol):
         if limits.connection_window > frames.DEFAULT_WINDOW:
             self._queue(frames.window_update(0, limits.connection_window - frames.DEFAULT_WINDOW))
         self._flush()
-        self._server.connection_opened(self)
 
     def data_received(self, data: bytes) -> None:
         if self._broken:
             return
+        self._buffer += data
+        self._process()
+
+    def _process(self) -> None:
+        """Handles the whole frames in the buffer, up to ``max_frames_per_read`` of them; with
+        more left, reading pauses and the rest waits for the next loop iteration."""
         buffer = self._buffer
-        buffer += data
+        limits = self._limits
+        parsed = ()
         try:
             if not self._preface_seen and not self._read_preface():
                 return
-            parsed, used = frames.parse_frames(buffer, self._limits.max_frame_size)
+            parsed, used = frames.parse_frames(buffer, limits.max_frame_size, limits.max_frames_per_read)
             if used:
                 del buffer[:used]
+            if not self._handshake_done and parsed:
+                self._on_first_frame(parsed[0])
             for kind, flags, stream_id, payload in parsed:
                 if self._continuing is not None and kind != frames.CONTINUATION:
                     raise FrameError(frames.PROTOCOL_ERROR, "a header block was interrupted by another frame")
@@ -146,28 +203,66 @@ class GrpcConnection(asyncio.Protocol):
                 elif kind == frames.PUSH_PROMISE:
                     raise FrameError(frames.PROTOCOL_ERROR, "a client must not send PUSH_PROMISE")
                 # PRIORITY and unknown frame types are ignored, as HTTP/2 allows.
+            if self.control_queued > limits.max_queued_control_frames:
+                raise FrameError(frames.ENHANCE_YOUR_CALM,
+                                 f"over {limits.max_queued_control_frames} control frames queued for a peer "
+                                 "that does not read", limit="max_queued_control_frames")
         except FrameError as exc:
-            self._connection_error(exc.code, str(exc))
+            self._connection_error(exc.code, str(exc), exc.limit)
             return
+        if self._pending_window_delta:
+            self._apply_window_delta()
+        if len(parsed) >= limits.max_frames_per_read:
+            # The read's budget is spent: let the loop serve others, then go on.
+            self._pause_reading(_PAUSED_FOR_BUDGET)
+            if not self._more_scheduled:
+                self._more_scheduled = True
+                self.loop.call_soon(self._process_more)
+        if self.control_queued and self._write_paused:
+            self._pause_reading(_PAUSED_FOR_BACKLOG)
         self._flush()
+
+    def _process_more(self) -> None:
+        self._more_scheduled = False
+        if self._broken or self._transport is None:
+            return
+        self._process()
+        if not self._more_scheduled:
+            self._resume_reading(_PAUSED_FOR_BUDGET)
 
     def connection_lost(self, exc) -> None:
         self._lost = True
         self._transport = None
+        self._broken = True
+        for timer in (self._handshake_timer, self._idle_timer):
+            if timer is not None:
+                timer.cancel()
+        self._handshake_timer = self._idle_timer = None
         for call in list(self._calls.values()):
             call.on_reset()
         self._calls.clear()
+        if self._admitted:
+            self._server.open_streams -= len(self._streams)
         self._streams.clear()
+        self._starved.clear()
+        # Whatever the peer left behind goes with the connection.
+        self._buffer = bytearray()
+        self._out = []
+        self._continuing = None
+        self._header_decoder.clear()
         self._wake_writers()
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_result(None)
-        self._server.connection_closed(self)
+        if self._admitted:
+            self._server.connection_closed(self)
 
     def pause_writing(self) -> None:
         self._write_paused = True
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self.control_queued = 0
+        self._resume_reading(_PAUSED_FOR_BACKLOG)
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_result(None)
 
@@ -183,6 +278,44 @@ class GrpcConnection(asyncio.Protocol):
         del buffer[:size]
         self._preface_seen = True
         return True
+
+    def _on_first_frame(self, first: tuple) -> None:
+        kind, flags = first[0], first[1]
+        if kind != frames.SETTINGS or flags & frames.ACK:
+            raise FrameError(frames.PROTOCOL_ERROR, "the client's preface must start with SETTINGS")
+        self._handshake_done = True
+        if self._handshake_timer is not None:
+            self._handshake_timer.cancel()
+            self._handshake_timer = None
+        if self._limits.idle_timeout:
+            self._idle_timer = self.loop.call_later(self._limits.idle_timeout / 4, self._idle_check)
+
+    def _on_handshake_timeout(self) -> None:
+        self._handshake_timer = None
+        if self._handshake_done or self._broken:
+            return
+        self._connection_error(frames.NO_ERROR, f"no HTTP/2 preface and SETTINGS within "
+                               f"{self._limits.handshake_timeout:g} s", "handshake_timeout")
+
+    def _idle_check(self) -> None:
+        """Every quarter of ``idle_timeout``: a connection that had no call open and opened none
+        for four checks in a row (idle_timeout to 1.25 x idle_timeout) gets GOAWAY NO_ERROR."""
+        self._idle_timer = None
+        if self._broken or self._going_away or self._transport is None:
+            return
+        if self._calls or self._streams or self._last_stream_id != self._idle_mark:
+            self._idle_mark = self._last_stream_id
+            self._idle_ticks = 0
+        else:
+            self._idle_ticks += 1
+            if self._idle_ticks >= 4:
+                self._server.trip("idle_timeout", self.peer, f"no call for {self._limits.idle_timeout:g} s")
+                self._going_away = True
+                self._queue(frames.goaway(self._last_stream_id, frames.NO_ERROR, b"idle"))
+                self._flush()
+                self._close_transport()
+                return
+        self._idle_timer = self.loop.call_later(self._limits.idle_timeout / 4, self._idle_check)
 
     def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id == 0:
@@ -221,11 +354,15 @@ class GrpcConnection(asyncio.Protocol):
             if len(block) < 5:
                 raise FrameError(frames.FRAME_SIZE_ERROR, "HEADERS too short for its priority fields")
             block = block[5:]
+        if len(block) > self._limits.max_header_list_size * 2:
+            raise FrameError(frames.ENHANCE_YOUR_CALM, "a header block over twice the header list size limit",
+                             limit="max_header_list_size")
         if flags & frames.END_HEADERS:
             self._on_header_block(stream_id, flags, block)
         else:
             self._continuing = (stream_id, flags, [block])
             self._continuing_bytes = len(block)
+            self._continuing_frames = 0
 
     def _on_continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
         continuing = self._continuing
@@ -233,8 +370,14 @@ class GrpcConnection(asyncio.Protocol):
             raise FrameError(frames.PROTOCOL_ERROR, "CONTINUATION without a header block to continue")
         continuing[2].append(payload)
         self._continuing_bytes += len(payload)
-        if self._continuing_bytes > self._limits.max_header_list_size * 2:
-            raise FrameError(frames.PROTOCOL_ERROR, "a header block over the header list size limit")
+        self._continuing_frames += 1
+        limits = self._limits
+        if self._continuing_bytes > limits.max_header_list_size * 2:
+            raise FrameError(frames.ENHANCE_YOUR_CALM, "a header block over twice the header list size limit",
+                             limit="max_header_list_size")
+        if self._continuing_frames > limits.max_continuation_frames:
+            raise FrameError(frames.ENHANCE_YOUR_CALM, f"a header block in more than "
+                             f"{limits.max_continuation_frames} CONTINUATION frames", limit="max_continuation_frames")
         if flags & frames.END_HEADERS:
             self._continuing = None
             self._on_header_block(stream_id, continuing[1], b"".join(continuing[2]))
@@ -256,12 +399,18 @@ class GrpcConnection(asyncio.Protocol):
                              f"(after stream {self._last_stream_id}; client streams are odd)")
         self._last_stream_id = stream_id
         ended = bool(flags & frames.END_STREAM)
-        if self._going_away or len(self._streams) >= self._limits.max_concurrent_streams:
-            self._queue(frames.rst_stream(stream_id, frames.REFUSED_STREAM))
+        limits = self._limits
+        server = self._server
+        if (self._going_away or len(self._streams) >= limits.max_concurrent_streams
+                or server.open_streams >= limits.max_streams_total):
+            self._refuse(stream_id)
             return
-        stream = _Stream(self._peer_initial_window, self._limits.stream_window)
+        if self._pending_window_delta:
+            self._apply_window_delta()
+        stream = _Stream(self._peer_initial_window, limits.stream_window)
         stream.remote_closed = ended
         self._streams[stream_id] = stream
+        server.open_streams += 1
         self._on_request(stream_id, headers, ended)
         if ended and stream_id in self._calls:
             self._calls[stream_id].on_remote_end()
@@ -275,6 +424,8 @@ class GrpcConnection(asyncio.Protocol):
             if self._send_window > frames.MAX_WINDOW:
                 raise FrameError(frames.FLOW_CONTROL_ERROR, "the connection's window went over 2^31-1")
         else:
+            if self._pending_window_delta:
+                self._apply_window_delta()
             stream = self._streams.get(stream_id)
             if stream is None:
                 return  # a stream that is over: a late update is harmless
@@ -293,7 +444,7 @@ class GrpcConnection(asyncio.Protocol):
         if len(payload) != 8:
             raise FrameError(frames.FRAME_SIZE_ERROR, f"a PING payload must be 8 bytes, got {len(payload)}")
         if not flags & frames.ACK:
-            self._queue(frames.frame(frames.PING, frames.ACK, 0, payload))
+            self._queue_control(frames.frame(frames.PING, frames.ACK, 0, payload))
 
     def _on_settings(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id != 0:
@@ -302,14 +453,16 @@ class GrpcConnection(asyncio.Protocol):
             if payload:
                 raise FrameError(frames.FRAME_SIZE_ERROR, "a SETTINGS ACK with a payload")
             return
+        limit = self._limits.max_settings_entries
+        if len(payload) > 6 * limit:
+            raise FrameError(frames.ENHANCE_YOUR_CALM, f"a SETTINGS frame of {len(payload) // 6} entries "
+                             f"(at most {limit})", limit="max_settings_entries")
+        window = None
         for key, value in frames.parse_settings(payload):
             if key == frames.INITIAL_WINDOW_SIZE:
                 if value > frames.MAX_WINDOW:
                     raise FrameError(frames.FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value} is over 2^31-1")
-                delta = value - self._peer_initial_window
-                self._peer_initial_window = value
-                for stream in self._streams.values():
-                    stream.send_window += delta
+                window = value
             elif key == frames.MAX_FRAME_SIZE:
                 if not frames.DEFAULT_MAX_FRAME_SIZE <= value <= 16777215:
                     raise FrameError(frames.PROTOCOL_ERROR,
@@ -319,8 +472,17 @@ class GrpcConnection(asyncio.Protocol):
                 raise FrameError(frames.PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value} is not 0 or 1")
             # HEADER_TABLE_SIZE bounds an encoder table this server does not use; the others
             # describe the client as a server, which it is not here.
-        self._queue(frames.SETTINGS_ACK)
+        if window is not None and window != self._peer_initial_window:
+            if self._streams:   # applied to them at the end of this read (_apply_window_delta)
+                self._pending_window_delta += window - self._peer_initial_window
+            self._peer_initial_window = window
+        self._queue_control(frames.SETTINGS_ACK)
         self._wake_writers()
+
+    def _apply_window_delta(self) -> None:
+        delta, self._pending_window_delta = self._pending_window_delta, 0
+        for stream in self._streams.values():
+            stream.send_window += delta
 
     def _on_rst_stream(self, stream_id: int, payload: bytes) -> None:
         frames.parse_u32(payload, "RST_STREAM")
@@ -328,10 +490,14 @@ class GrpcConnection(asyncio.Protocol):
             raise FrameError(frames.PROTOCOL_ERROR, "RST_STREAM on stream 0")
         if stream_id > self._last_stream_id:
             raise FrameError(frames.PROTOCOL_ERROR, f"RST_STREAM on stream {stream_id}, which was never opened")
-        self._streams.pop(stream_id, None)
+        stream = self._streams.pop(stream_id, None)
         call = self._calls.get(stream_id)
+        if stream is not None:
+            self._server.open_streams -= 1
         if call is not None:
             call.on_reset()
+        if stream is not None or call is not None:
+            self._charge_reset("the client reset")
 
     def _on_goaway(self, stream_id: int, payload: bytes) -> None:
         if stream_id != 0:
@@ -345,6 +511,7 @@ class GrpcConnection(asyncio.Protocol):
         stream.remote_closed = True
         if stream.local_closed and self._streams.get(stream_id) is stream:
             del self._streams[stream_id]
+            self._server.open_streams -= 1
         call = self._calls.get(stream_id)
         if call is not None:
             call.on_remote_end()
@@ -529,12 +696,14 @@ class GrpcConnection(asyncio.Protocol):
             stream.local_closed = True
             if stream.remote_closed:
                 del self._streams[stream_id]
+                self._server.open_streams -= 1
         self._schedule_flush()
         return True
 
     def _reset(self, stream_id: int, code: int) -> None:
-        self._streams.pop(stream_id, None)
-        self._queue(frames.rst_stream(stream_id, code))
+        if self._streams.pop(stream_id, None) is not None:
+            self._server.open_streams -= 1
+        self._queue_control(frames.rst_stream(stream_id, code))
         self._schedule_flush()
 
     def _reset_call(self, stream_id: int, code: int) -> None:
@@ -544,14 +713,112 @@ class GrpcConnection(asyncio.Protocol):
         call = self._calls.get(stream_id)
         if call is not None:
             call.on_reset()
+        self._charge_reset("a stream error")
 
-    def _connection_error(self, code: int, reason: str) -> None:
-        log.info("closing the connection from %s: HTTP/2 error code %d: %s", self.peer, code, reason)
+    def _refuse(self, stream_id: int) -> None:
+        """A stream over a stream limit (or after GOAWAY): RST_STREAM REFUSED_STREAM."""
+        self._queue_control(frames.rst_stream(stream_id, frames.REFUSED_STREAM))
+        if self._going_away:
+            return   # the client raced our GOAWAY: nothing to hold against it
+        limits = self._limits
+        if len(self._streams) >= limits.max_concurrent_streams:
+            self._server.trip("max_concurrent_streams", self.peer, f"stream {stream_id} refused")
+        else:
+            self._server.trip("max_streams_total", self.peer, f"stream {stream_id} refused")
+        self._charge_reset("a refused stream")
+
+    def _charge_reset(self, what: str) -> None:
+        """One stream reset against the reset budget (a token bucket): past it, GOAWAY
+        ENHANCE_YOUR_CALM (HTTP/2 Rapid Reset, CVE-2023-44487)."""
+        limits = self._limits
+        now = self.loop.time()
+        tokens = self._reset_tokens + (now - self._reset_stamp) * limits.resets_per_second
+        if tokens > limits.reset_burst:
+            tokens = limits.reset_burst
+        self._reset_stamp = now
+        self._reset_tokens = tokens - 1
+        if tokens < 1:
+            raise FrameError(frames.ENHANCE_YOUR_CALM, f"too many stream resets ({what}): over {limits.reset_burst} "
+                             f"at once or {limits.resets_per_second}/s", limit="reset_burst")
+
+    def _queue_control(self, data: bytes) -> None:
+        """A reply the peer's frames caused (PING or SETTINGS ACK, RST_STREAM): counted while
+        the socket is paused, so a peer that does not read cannot make them pile up."""
+        self._out.append(data)
+        if self._write_paused:
+            self.control_queued += 1
+
+    def _pause_reading(self, why: int) -> None:
+        if not self._read_paused and self._transport is not None:
+            self._transport.pause_reading()
+        self._read_paused |= why
+
+    def _resume_reading(self, why: int) -> None:
+        if self._read_paused & why:
+            self._read_paused &= ~why
+            if not self._read_paused and self._transport is not None and not self._broken:
+                self._transport.resume_reading()
+
+    # ------------------------------------------------------------ the request-buffer budget
+
+    def over_budget(self) -> bool:
+        """Whether the calls hold more request bytes than the connection's or the server's budget
+        (then they stop returning flow-control window, see ``ServerCall.on_data``)."""
+        return (self.buffered > self._limits.max_buffered_bytes
+                or self._server.buffered_total > self._limits.max_buffered_bytes_total)
+
+    def starve(self, call) -> None:
+        """``call`` holds window back for the budget: it gets it back once under budget."""
+        if not self._starved:
+            self._server.starving(self)
+        self._starved.add(call)
+
+    def unbuffer(self, call, size: int) -> None:
+        """``call`` let go of ``size`` buffered request bytes (read, or the call is over)."""
+        self.buffered -= size
+        server = self._server
+        server.buffered_total -= size
+        self._starved.discard(call)
+        if server.starved and server.buffered_total <= self._limits.max_buffered_bytes_total:
+            server.feed_starved()
+        elif self._starved and not self.over_budget():
+            self.feed_starved()
+
+    def feed_starved(self) -> None:
+        """Under budget again: the calls that held window back for it give it back."""
+        if not self._starved or self.buffered > self._limits.max_buffered_bytes:
+            return
+        starved, self._starved = self._starved, set()
+        for call in starved:
+            call.release_held()
+
+    def _connection_error(self, code: int, reason: str, limit: str | None = None) -> None:
+        if limit is not None:
+            self._server.trip(limit, self.peer, f"{reason}; GOAWAY with HTTP/2 error code {code}")
+        else:
+            log.info("closing the connection from %s: HTTP/2 error code %d: %s", self.peer, code, reason)
         self._broken = True
+        self._buffer.clear()
+        self._continuing = None
         self._queue(frames.goaway(self._last_stream_id, code, reason.encode("utf-8", "replace")[:256]))
         self._flush()
+        self._close_transport()
+
+    def _close_transport(self) -> None:
+        """Closes after what is queued is written; a peer that does not read gets the socket
+        aborted instead (at once if writing is paused, else after a short linger)."""
+        transport = self._transport
+        if transport is None:
+            return
+        if self._write_paused:
+            transport.abort()
+            return
+        transport.close()
+        self.loop.call_later(_LINGER_S, self._abort_if_open)
+
+    def _abort_if_open(self) -> None:
         if self._transport is not None:
-            self._transport.close()
+            self._transport.abort()
 
     def _close_if_idle(self) -> None:
         if not self._calls and self._transport is not None:

@@ -76,6 +76,7 @@ FRAME_SIZE_ERROR = 0x6
 REFUSED_STREAM = 0x7
 CANCEL = 0x8
 COMPRESSION_ERROR = 0x9
+ENHANCE_YOUR_CALM = 0xB
 
 _HEADER = struct.Struct(">HBBBL")
 _U32 = struct.Struct(">L")
@@ -90,23 +91,27 @@ _STATIC_INDEXED = {(b":status", b"200"): 8, (b":status", b"204"): 9, (b":status"
 
 
 class FrameError(Exception):
-    """A frame that breaks HTTP/2 framing: the connection ends with GOAWAY ``code``."""
+    """A frame that breaks HTTP/2 framing, or a peer past one of the server's limits (``limit``
+    names it, see ``limits.H2Limits``): the connection ends with GOAWAY ``code``."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, *, limit: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.limit = limit
 
 
-def parse_frames(buffer: bytearray, max_frame_size: int) -> tuple[list[tuple[int, int, int, bytes]], int]:
-    """The whole frames at the start of ``buffer`` as ``(type, flags, stream_id, payload)``,
-    and how many bytes they took.  FrameError(FRAME_SIZE_ERROR) for a frame longer than
-    ``max_frame_size`` (seen from its header, before the payload has arrived)."""
+def parse_frames(buffer: bytearray, max_frame_size: int,
+                 max_frames: int = 1 << 62) -> tuple[list[tuple[int, int, int, bytes]], int]:
+    """The whole frames at the start of ``buffer`` (at most ``max_frames``) as ``(type, flags,
+    stream_id, payload)``, and how many bytes they took.  FrameError(FRAME_SIZE_ERROR) for a
+    frame longer than ``max_frame_size`` (seen from its header, before the payload has arrived)."""
     frames = []
     start = 0
     end = len(buffer)
     unpack = _HEADER.unpack_from
+    left = max_frames
     with memoryview(buffer) as view:   # one copy per payload, none for the slicing
-        while end - start >= HEADER_SIZE:
+        while end - start >= HEADER_SIZE and left:
             high, low, kind, flags, stream_id = unpack(buffer, start)
             length = (high << 8) | low
             if length > max_frame_size:
@@ -116,6 +121,7 @@ def parse_frames(buffer: bytearray, max_frame_size: int) -> tuple[list[tuple[int
                 break
             frames.append((kind, flags, stream_id & _STREAM_MASK, view[payload_start:payload_start + length].tobytes()))
             start = payload_start + length
+            left -= 1
     return frames, start
 
 

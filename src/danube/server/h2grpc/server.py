@@ -10,41 +10,24 @@ those hand-offs cost more than the call itself (docs/benchmarks.md, "Seventh pas
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import collections
 import logging
 import socket
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from danube.server.h2grpc import wire
 from danube.server.h2grpc.connection import GrpcConnection
+from danube.server.h2grpc.limits import H2Limits, ServerLimits
+
+__all__ = ["H2Limits", "H2Server", "ServerLimits"]
 
 log = logging.getLogger(__name__)
 
-
-@dataclasses.dataclass(frozen=True)
-class ServerLimits:
-    max_receive_message_length: int = 64 * 1024 * 1024
-    max_concurrent_streams: int = 1024
-    # Per-stream and connection receive windows: large enough that a client publishing
-    # batches of a few MiB is never waiting on WINDOW_UPDATE round trips.
-    stream_window: int = 8 * 1024 * 1024
-    connection_window: int = 32 * 1024 * 1024
-    max_frame_size: int = 1024 * 1024
-    max_header_list_size: int = 64 * 1024
-
-    def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{field.name} must be a positive integer, got {value!r}")
-        if not 16384 <= self.max_frame_size <= 16777215:
-            raise ValueError(f"max_frame_size must be within 16384..16777215 (HTTP/2), got {self.max_frame_size}")
-        for name in ("stream_window", "connection_window"):
-            if getattr(self, name) > 2**31 - 1:
-                raise ValueError(f"{name} must be at most 2^31-1 (HTTP/2), got {getattr(self, name)}")
-        if self.connection_window < 65535:
-            raise ValueError("connection_window must be at least 65535 (the HTTP/2 initial window)")
+# Descriptors kept free for everything else the broker opens (WAL files, the admin port, ...)
+# when max_connections is brought down to the process's RLIMIT_NOFILE.
+_DESCRIPTORS_KEPT = 256
 
 
 class _HandlerCallDetails:
@@ -56,8 +39,16 @@ class _HandlerCallDetails:
 
 
 class H2Server:
-    def __init__(self, limits: ServerLimits | None = None) -> None:
-        self.limits = limits or ServerLimits()
+    def __init__(self, limits: H2Limits | None = None) -> None:
+        self.limits = limits or H2Limits()
+        self.max_connections = _connection_cap(self.limits.max_connections)
+        # Over all connections: open streams, request bytes buffered, connections whose calls
+        # hold window back for the buffer budget, and how often each limit tripped.
+        self.open_streams = 0
+        self.buffered_total = 0
+        self.starved: set[GrpcConnection] = set()
+        self.trips: collections.Counter[str] = collections.Counter()
+        self._trip_logged: dict[str, tuple[float, int]] = {}
         self._handlers: dict[str, Any] = {}
         self._generic: list = []
         self._sockets: list[socket.socket] = []
@@ -124,6 +115,24 @@ class H2Server:
         self._sockets.extend(bound)
         return port
 
+    # TLS (danube.server.auth.tls.server_ssl_context: ALPN h2, client certificates for mTLS);
+    # None = HTTP/2 with prior knowledge on a plain socket.
+    ssl_context = None
+
+    def add_secure_port(self, address: str, ssl_context) -> int:
+        """As ``add_insecure_port``, with TLS on every port of this server (an ``ssl.SSLContext``)."""
+        self.ssl_context = ssl_context
+        return self.add_insecure_port(address)
+
+    def peer_certificate(self, peer: str):
+        """The verified client certificate (``getpeercert()`` dict) of the connection whose
+        ``peer`` string a call reports, or None."""
+        for connection in self._connections:
+            if connection.peer == peer:
+                transport = connection._transport
+                return transport.get_extra_info("peercert") if transport is not None else None
+        return None
+
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
@@ -132,7 +141,7 @@ class H2Server:
         for sock in self._sockets:
             sock.listen(1024)
             self._listeners.append(await self.loop.create_server(
-                lambda: GrpcConnection(self), sock=sock, backlog=1024))
+                lambda: GrpcConnection(self), sock=sock, backlog=1024, ssl=self.ssl_context))
 
     async def stop(self, grace: float | None) -> None:
         """Stop listening, send GOAWAY, let calls in flight finish for ``grace`` seconds, then
@@ -171,11 +180,65 @@ class H2Server:
 
     # ------------------------------------------------------------ from connections
 
-    def connection_opened(self, connection: GrpcConnection) -> None:
+    def admit(self, connection: GrpcConnection) -> bool:
+        """Registers a new connection; False (and the limit logged) when there are already
+        ``max_connections``."""
+        if len(self._connections) >= self.max_connections:
+            self.trip("max_connections", connection.peer, f"{len(self._connections)} connections open")
+            return False
         self._connections.add(connection)
+        return True
 
     def connection_closed(self, connection: GrpcConnection) -> None:
         self._connections.discard(connection)
+        self.starved.discard(connection)
+        if self.starved and self.buffered_total <= self.limits.max_buffered_bytes_total:
+            self.feed_starved()
+
+    @property
+    def connections(self) -> int:
+        return len(self._connections)
+
+    def starving(self, connection: GrpcConnection) -> None:
+        self.starved.add(connection)
+
+    def feed_starved(self) -> None:
+        """The server-wide buffer budget has room again: every connection whose calls held window
+        back gives it back (those still over their own budget keep holding)."""
+        starved, self.starved = self.starved, set()
+        for connection in starved:
+            connection.feed_starved()
+            if connection._starved:
+                self.starved.add(connection)
+
+    def trip(self, limit: str, peer: str, detail: str) -> None:
+        """A peer ran into ``limit``: counted, and logged -- at most one line per limit a second
+        (with how many were not logged), so a flood of trips cannot flood the log."""
+        self.trips[limit] += 1
+        now = time.monotonic()
+        last, quiet = self._trip_logged.get(limit, (0.0, 0))
+        if now - last < 1.0:
+            self._trip_logged[limit] = (last, quiet + 1)
+            return
+        self._trip_logged[limit] = (now, 0)
+        log.warning("h2 limit %s tripped by %s: %s%s", limit, peer, detail,
+                    f" ({quiet} more in the last second not logged)" if quiet else "")
 
     def _busy(self) -> bool:
         return any(c.busy for c in self._connections)
+
+
+def _connection_cap(configured: int) -> int:
+    """``max_connections``, brought down to what RLIMIT_NOFILE leaves (logged when it is)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return configured
+    if soft == resource.RLIM_INFINITY or configured <= soft - _DESCRIPTORS_KEPT:
+        return configured
+    cap = max(1, soft - _DESCRIPTORS_KEPT)
+    log.warning("max_connections %d is over what the descriptor limit (RLIMIT_NOFILE %d) leaves: %d",
+                configured, soft, cap)
+    return cap

@@ -1,0 +1,96 @@
+"""Every bound of the client port's HTTP/2 server, with its default, in one place.
+
+``H2Limits`` is what ``H2Server`` takes; the broker builds it from the ``h2:`` section
+of its config file (keys = the field names below) and ``--max-connections``
+(docs/broker.md, "The gRPC server on the client port").  A limit a peer trips is
+logged with the peer and the limit's name, counted in ``H2Server.trips``, and ends
+that one connection with GOAWAY (ENHANCE_YOUR_CALM unless a more precise HTTP/2 error
+code applies); the other connections are not touched.
+
+Where the defaults come from: grpc's C core and nghttp2 (the latter for the reset
+budget, SETTINGS entries, CONTINUATION frames and queued control frames), sized for
+this broker's clients (a ``danube-client`` keeps at most a few dozen calls in flight
+on one connection).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+MiB = 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class H2Limits:
+    # ---- what is advertised in SETTINGS, and the windows
+    max_receive_message_length: int = 64 * MiB   # larger request messages: RESOURCE_EXHAUSTED
+    # SETTINGS_MAX_CONCURRENT_STREAMS; streams past it are refused (RST_STREAM REFUSED_STREAM).
+    max_concurrent_streams: int = 256
+    # Per-stream and connection receive windows: large enough that a client publishing
+    # batches of a few MiB is never waiting on WINDOW_UPDATE round trips.
+    stream_window: int = 8 * MiB
+    connection_window: int = 32 * MiB
+    max_frame_size: int = 1 * MiB                 # SETTINGS_MAX_FRAME_SIZE; larger: FRAME_SIZE_ERROR
+    max_header_list_size: int = 64 * 1024         # SETTINGS_MAX_HEADER_LIST_SIZE (decoded, RFC 7541 sizes)
+
+    # ---- per connection, against hostile peers
+    max_continuation_frames: int = 16    # CONTINUATION frames in one header block
+    max_settings_entries: int = 32       # entries in one SETTINGS frame (nghttp2's default)
+    # Stream resets (the client's RST_STREAM on an open stream, streams refused, streams reset
+    # for the client's errors): a token bucket of reset_burst tokens refilled at resets_per_second
+    # (HTTP/2 Rapid Reset, CVE-2023-44487).
+    reset_burst: int = 1000
+    resets_per_second: int = 100
+    # Control frames (PING and SETTINGS ACKs, RST_STREAM) queued for a peer that does not read:
+    # past the transport's high-water mark, reading pauses and the count is capped.
+    max_queued_control_frames: int = 1000
+    # Frames handled per read before the connection yields to the event loop (reading paused
+    # until the next loop iteration), so one peer cannot monopolise the loop.
+    max_frames_per_read: int = 1024
+    # Request bytes held for unfinished or unread messages; past either budget the server stops
+    # returning flow-control window until the handlers catch up.
+    max_buffered_bytes: int = 128 * MiB
+
+    # ---- per server
+    max_buffered_bytes_total: int = 512 * MiB
+    max_streams_total: int = 16384       # open streams over all connections; past it: REFUSED_STREAM
+    max_connections: int = 4096          # further connections: SETTINGS + GOAWAY, closed at once
+    handshake_timeout: float = 10.0      # seconds for the client's preface and SETTINGS; 0 = off
+    idle_timeout: float = 300.0          # seconds without a call before GOAWAY NO_ERROR; 0 = off
+
+    _FLOATS = ("handshake_timeout", "idle_timeout")
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name in self._FLOATS:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                    raise ValueError(f"{field.name} must be a number of seconds >= 0 (0 = off), got {value!r}")
+            elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{field.name} must be a positive integer, got {value!r}")
+        if not 16384 <= self.max_frame_size <= 16777215:
+            raise ValueError(f"max_frame_size must be within 16384..16777215 (HTTP/2), got {self.max_frame_size}")
+        for name in ("stream_window", "connection_window"):
+            if getattr(self, name) > 2**31 - 1:
+                raise ValueError(f"{name} must be at most 2^31-1 (HTTP/2), got {getattr(self, name)}")
+        if self.connection_window < 65535:
+            raise ValueError("connection_window must be at least 65535 (the HTTP/2 initial window)")
+        if self.max_concurrent_streams > 2**31 - 1:
+            raise ValueError(f"max_concurrent_streams must be at most 2^31-1, got {self.max_concurrent_streams}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, **defaults: Any) -> "H2Limits":
+        """Limits from a config mapping (field names as keys) over ``defaults``; ValueError naming
+        an unknown key or a bad value."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        data = dict(data or {})
+        unknown = sorted(k for k in data if k not in names)
+        if unknown:
+            raise ValueError(f"unknown h2 limit(s): {', '.join(map(str, unknown))} "
+                             f"(known: {', '.join(sorted(names))})")
+        return cls(**{**defaults, **data})
+
+
+# The name the first version of the server used.
+ServerLimits = H2Limits

@@ -202,10 +202,6 @@ class StreamSupersededError(NotServedHereError):
     """A newer receive stream took over this consumer; the older one should end quietly."""
 
 
-class StreamSupersededError(NotServedHereError):
-    """A newer receive stream took over this consumer; the older one should end quietly."""
-
-
 class FencedError(DanubeError):
     """A request carried a stale partitioning version or ownership epoch."""
 

@@ -56,6 +56,7 @@ class BrokerApp:
         self.server: grpc.aio.Server | None = None
         self.admin_server: grpc.aio.Server | None = None
         self.metrics: PrometheusMetrics | None = None
+        self.schema_gate = None
         self.bound: dict[str, int] = {}
 
     async def start(self) -> None:
@@ -76,6 +77,10 @@ class BrokerApp:
         await self.broker.start()
 
         self.server = self._client_server(cfg.grpc_server)
+        # The schema registry first: it hands Danube's protocol and the batch lane the gate.
+        schema_service = _optional_edge("danube.server.schema_service")
+        if schema_service is not None:
+            self.schema_gate = await schema_service.attach(self.server, self.broker, self.metadata)
         danube_services.add_to_server(self.server, self.broker)
         batch_lane = _optional_edge("danube.server.batch_lane")
         if batch_lane is not None:
@@ -138,6 +143,8 @@ class BrokerApp:
         await asyncio.gather(*(s.stop(grace) for s in servers), return_exceptions=True)
         if self.broker is not None:
             await self.broker.stop()
+        if self.schema_gate is not None:
+            await self.schema_gate.stop()
         if self.metadata is not None:
             await self.metadata.close()
         log.info("stopped cleanly")

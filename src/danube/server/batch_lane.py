@@ -68,6 +68,7 @@ def _validate_frames(frames: bytes) -> bytearray:
 class BatchLaneService(pb_grpc.BatchLaneServicer):
     def __init__(self, broker: Any) -> None:
         self._broker = broker
+        self._schema = getattr(broker, "schema_gate", None)   # danube.schema.validation.SchemaGate
 
     # ------------------------------------------------------------ producers
 
@@ -104,6 +105,8 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                 raise InvalidArgumentError("publish request names no producer (producer_id or create)")
             ack.producer_id = producer_id
             buf = _validate_frames(request.frames)
+            if self._schema is not None and self._schema.rules:
+                await self._check_schema(producer_id, request, buf)
             version = request.partitioning_version if request.HasField("partitioning_version") else None
             first, last = await self._broker.publish(producer_id, buf, partitioning_version=version)
             ack.first_offset = first
@@ -115,6 +118,20 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             log.exception("publish of batch %d failed", request.sequence)
             ack.status.CopyFrom(_batch_status(exc))
         return ack
+
+    async def _check_schema(self, producer_id: int, request: pb.PublishRequest, buf: bytearray) -> None:
+        """The topic's schema policy for one batch (docs/schema-registry.md): ids once per batch,
+        payloads one by one only when the topic validates payloads."""
+        topic = self._broker.producer_topic(producer_id)
+        if topic is None:   # a producer not loaded yet (broker restart): load it to learn its topic
+            load = getattr(self._broker, "_producer", None)
+            if load is not None:
+                await load(producer_id)
+                topic = self._broker.producer_topic(producer_id)
+        if topic is not None:
+            self._schema.check_batch(
+                topic, request.schema_id if request.HasField("schema_id") else None,
+                request.schema_version if request.HasField("schema_version") else None, buf)
 
     async def Publish(self, request_iterator, context) -> AsyncIterator[pb.PublishAck]:
         """Reads batches and stores several at once; each ack goes out when its batch is durable.

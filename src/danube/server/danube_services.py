@@ -19,6 +19,7 @@ from danube.broker.subscription import StreamSupersededError
 from danube.errors import DanubeError, InvalidArgumentError, NotServedHereError
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
+from danube.schema.validation import SCHEMA_ID_ATTR, SCHEMA_VERSION_ATTR, split_schema_attributes
 from danube.server.status import abort
 
 log = logging.getLogger(__name__)
@@ -43,12 +44,15 @@ class ProducerService(pb_grpc.ProducerServiceServicer):
     def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
         self._publish_message = broker.publish_message
+        self._schema = getattr(broker, "schema_gate", None)   # danube.schema.validation.SchemaGate
 
     async def CreateProducer(self, request, context):
         try:
             mode = _ACCESS_MODES.get(request.producer_access_mode)
             if mode is None:
                 raise InvalidArgumentError(f"unknown producer access mode {request.producer_access_mode}")
+            if self._schema is not None and request.HasField("schema_ref") and request.schema_ref.subject:
+                await self._schema.on_create_producer(request.topic_name, request.schema_ref.subject)
             producer_id = await self.broker.create_producer(
                 request.topic_name, request.producer_name, access_mode=mode,
                 reliable=request.dispatch_strategy == pb.Reliable)
@@ -61,15 +65,40 @@ class ProducerService(pb_grpc.ProducerServiceServicer):
         # The per-message path of Danube's clients: module-level names, one attribute walk each.
         try:
             producer_id = request.msg_id.producer_id
+            attributes = request.attributes or None
+            if self._schema is not None and (self._schema.rules or request.HasField("schema_id")):
+                attributes = await _with_schema(self._schema, self.broker, producer_id, request, attributes)
             frame = _encode_record(
                 request.payload, publish_time=request.publish_time, producer_id=producer_id,
                 key=request.routing_key if request.HasField("routing_key") else None,
-                attributes=request.attributes or None)
+                attributes=attributes)
             # Concurrent calls on one topic are stored as one batch (one append, one durability wait).
             await self._publish_message(producer_id, frame)
         except DanubeError as exc:
             await abort(context, exc)
         return _MessageResponse(request_id=request.request_id)
+
+
+async def _with_schema(gate, broker, producer_id: int, request, attributes):
+    """The topic's schema policy for one message; its attributes with the schema pair added."""
+    schema_id = request.schema_id if request.HasField("schema_id") else None
+    version = request.schema_version if request.HasField("schema_version") else None
+    if gate.rules:
+        topic = broker.producer_topic(producer_id)
+        if topic is None:   # a producer not loaded yet (broker restart): load it to learn its topic
+            load = getattr(broker, "_producer", None)
+            if load is not None:
+                await load(producer_id)
+                topic = broker.producer_topic(producer_id)
+        if topic is not None:
+            gate.check_message(topic, schema_id, version, request.payload)
+    if schema_id is None:
+        return attributes
+    attributes = dict(attributes) if attributes else {}
+    attributes[SCHEMA_ID_ATTR] = str(schema_id)
+    if version is not None:
+        attributes[SCHEMA_VERSION_ATTR] = str(version)
+    return attributes
 
 
 class ConsumerService(pb_grpc.ConsumerServiceServicer):
@@ -102,6 +131,9 @@ class ConsumerService(pb_grpc.ConsumerServiceServicer):
                                                     max_bytes=STREAM_BATCH_BYTES, stream=stream)
                     topic, subscription = broker.consumer_info(consumer_id) or ("", "")
                     for rec in frames.iter_records(delivery.frames):
+                        attributes, schema_id, schema_version = rec.attributes, None, None
+                        if attributes and SCHEMA_ID_ATTR in attributes:
+                            attributes, schema_id, schema_version = split_schema_attributes(attributes)
                         msg = pb.StreamMessage(
                             request_id=rec.offset,
                             msg_id=pb.MsgID(producer_id=rec.producer_id, topic_name=topic,
@@ -110,8 +142,12 @@ class ConsumerService(pb_grpc.ConsumerServiceServicer):
                             publish_time=rec.publish_time,
                             producer_name=broker.producer_name(topic, rec.producer_id),
                             subscription_name=subscription,
-                            attributes=rec.attributes,
+                            attributes=attributes,
                         )
+                        if schema_id is not None:
+                            msg.schema_id = schema_id
+                            if schema_version is not None:
+                                msg.schema_version = schema_version
                         if rec.routing_key is not None:
                             msg.routing_key = rec.routing_key
                         await context.write(msg)

@@ -48,18 +48,22 @@ class ProducerSpec(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., access_mode: _Optional[_Union[AccessMode, str]] = ..., reliable: _Optional[bool] = ...) -> None: ...
 
 class PublishRequest(_message.Message):
-    __slots__ = ("sequence", "producer_id", "create", "frames", "partitioning_version")
+    __slots__ = ("sequence", "producer_id", "create", "frames", "partitioning_version", "schema_id", "schema_version")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     CREATE_FIELD_NUMBER: _ClassVar[int]
     FRAMES_FIELD_NUMBER: _ClassVar[int]
     PARTITIONING_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     producer_id: int
     create: ProducerSpec
     frames: bytes
     partitioning_version: int
-    def __init__(self, sequence: _Optional[int] = ..., producer_id: _Optional[int] = ..., create: _Optional[_Union[ProducerSpec, _Mapping]] = ..., frames: _Optional[bytes] = ..., partitioning_version: _Optional[int] = ...) -> None: ...
+    schema_id: int
+    schema_version: int
+    def __init__(self, sequence: _Optional[int] = ..., producer_id: _Optional[int] = ..., create: _Optional[_Union[ProducerSpec, _Mapping]] = ..., frames: _Optional[bytes] = ..., partitioning_version: _Optional[int] = ..., schema_id: _Optional[int] = ..., schema_version: _Optional[int] = ...) -> None: ...
 
 class PublishAck(_message.Message):
     __slots__ = ("sequence", "producer_id", "first_offset", "last_offset", "count", "status")

@@ -1,0 +1,334 @@
+"""Topic schema policies at publish time, payload validators and decoders.
+
+A topic's schema config (``ConfigureTopicSchema``) names a subject, a validation policy and
+whether payloads are validated:
+
+- ``none``: nothing is checked (the default; also every topic without a config);
+- ``warn``: a publish breaking the rules below is stored, logged and counted;
+- ``enforce``: it is refused (``SchemaViolationError`` → ``INVALID_ARGUMENT``), nothing stored.
+
+The rules: the publish names a schema id and version (Danube's ``StreamMessage.schema_id`` /
+``schema_version``; the batch lane's ``PublishRequest.schema_id`` / ``schema_version``), the id
+is the topic's subject's and the version is a live version of it.  With payload validation on,
+every payload must also parse under that version (Avro: ``fastavro`` reads exactly the
+payload's bytes; JSON Schema: JSON that the schema's validator accepts; Protobuf: the message
+parses; string: UTF-8; number: a JSON number in UTF-8 or 8 bytes).
+
+On the batch lane the check is per batch (one dict lookup and two comparisons, plus a look at
+the first frame's attributes); only payload validation touches every message.
+
+Frames carry the schema as two attributes, :data:`SCHEMA_ID_ATTR` and
+:data:`SCHEMA_VERSION_ATTR` (decimal text): the frame format has no schema field, and this way
+the WAL, segments and Spark see it too.  Danube's ``ReceiveMessages`` turns them back into
+``StreamMessage.schema_id`` / ``schema_version``.
+
+:class:`SchemaGate` keeps every topic's rule in memory, rebuilt when this broker's registry
+changes something and, for changes made through another broker, when the metadata store
+reports a write under ``/schemas/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from danube import frames as frame_codec
+from danube.errors import DanubeError
+from danube.metadata import keys
+from danube.schema.errors import SchemaViolationError
+from danube.schema.registry import SchemaRegistry, SchemaVersion
+from danube.schema.types import ParsedSchema, protobuf_main_message
+
+log = logging.getLogger(__name__)
+
+SCHEMA_ID_ATTR = "danube.schema_id"
+SCHEMA_VERSION_ATTR = "danube.schema_version"
+_WARN_LOG_INTERVAL_S = 10.0
+
+
+# ---------------------------------------------------------------- payloads
+
+def payload_validator(p: ParsedSchema) -> Callable[[Any], None]:
+    """A function that raises ValueError (with the reason) for a payload ``p`` does not accept."""
+    t = p.schema_type
+    if t == "bytes":
+        return lambda payload: None
+    if t == "string":
+        def check_string(payload):
+            try:
+                bytes(payload).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"not UTF-8: {exc}") from None
+        return check_string
+    if t == "number":
+        def check_number(payload):
+            if len(payload) == 8:
+                return
+            try:
+                value = json.loads(bytes(payload))
+            except (ValueError, UnicodeDecodeError):
+                value = None
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError("not a number (a JSON number in UTF-8, or 8 bytes)")
+        return check_number
+    if t == "avro":
+        from fastavro import schemaless_reader
+
+        schema = p.parsed
+        BytesIO = io.BytesIO
+
+        def check_avro(payload):
+            n = len(payload)
+            bio = BytesIO(payload)
+            try:
+                schemaless_reader(bio, schema, None)
+            except Exception as exc:  # noqa: BLE001 - any decoding failure is a bad payload
+                raise ValueError(f"not an Avro {schema.get('name', 'datum') if isinstance(schema, dict) else 'datum'}: "
+                                 f"{type(exc).__name__}: {exc}") from None
+            if bio.tell() != n:
+                raise ValueError(f"Avro datum ends at byte {bio.tell()} of {n}")
+        return check_avro
+    if t == "json_schema":
+        import jsonschema
+
+        cls = jsonschema.validators.validator_for(p.parsed, default=jsonschema.Draft202012Validator)
+        validator = cls(p.parsed)
+        loads = json.loads
+
+        def check_json(payload):
+            try:
+                doc = loads(bytes(payload))
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise ValueError(f"not JSON: {exc}") from None
+            error = next(iter(validator.iter_errors(doc)), None)
+            if error is not None:
+                where = "/".join(map(str, error.absolute_path)) or "root"
+                raise ValueError(f"JSON Schema: {error.message} (at {where})")
+        return check_json
+    if t == "protobuf":
+        from google.protobuf import message_factory
+        from google.protobuf.message import DecodeError
+
+        cls = message_factory.GetMessageClass(protobuf_main_message(p))
+
+        def check_protobuf(payload):
+            try:
+                cls.FromString(bytes(payload))
+            except (DecodeError, ValueError) as exc:
+                raise ValueError(f"not a {cls.DESCRIPTOR.full_name}: {exc}") from None
+        return check_protobuf
+    raise ValueError(f"no validator for schema type {t}")
+
+
+def payload_decoder(p: ParsedSchema) -> Callable[[Any], Any]:
+    """A function turning a payload into a JSON-friendly value (dict for records)."""
+    t = p.schema_type
+    if t == "avro":
+        from fastavro import schemaless_reader
+
+        schema = p.parsed
+        return lambda payload: schemaless_reader(io.BytesIO(bytes(payload)), schema, None)
+    if t == "json_schema":
+        return lambda payload: json.loads(bytes(payload))
+    if t == "string":
+        return lambda payload: bytes(payload).decode("utf-8")
+    if t == "number":
+        def number(payload):
+            b = bytes(payload)
+            if len(b) == 8:
+                return int.from_bytes(b, "big", signed=True)
+            return json.loads(b)
+        return number
+    if t == "protobuf":
+        from google.protobuf import json_format, message_factory
+
+        cls = message_factory.GetMessageClass(protobuf_main_message(p))
+        return lambda payload: json_format.MessageToDict(cls.FromString(bytes(payload)))
+    return lambda payload: bytes(payload)
+
+
+def schema_attributes(schema_id: int, version: int) -> dict[str, str]:
+    return {SCHEMA_ID_ATTR: str(int(schema_id)), SCHEMA_VERSION_ATTR: str(int(version))}
+
+
+def split_schema_attributes(attributes: dict) -> tuple[dict, int | None, int | None]:
+    """(attributes without the schema pair, schema id, version) of a stored frame."""
+    if not attributes or SCHEMA_ID_ATTR not in attributes:
+        return attributes, None, None
+    attrs = dict(attributes)
+    try:
+        sid = int(attrs.pop(SCHEMA_ID_ATTR))
+        ver = attrs.pop(SCHEMA_VERSION_ATTR, None)
+        return attrs, sid, int(ver) if ver is not None else None
+    except ValueError:
+        return attributes, None, None
+
+
+# ---------------------------------------------------------------- the gate
+
+@dataclass
+class _Rule:
+    topic: str
+    subject: str
+    policy: str
+    payload_validation: bool
+    schema_id: int | None = None
+    versions: dict[int, SchemaVersion] = field(default_factory=dict)
+    validators: dict[int, Callable] = field(default_factory=dict)
+
+
+class SchemaGate:
+    """Every topic's schema rule in memory; checks publishes against them."""
+
+    def __init__(self, registry: SchemaRegistry) -> None:
+        self.registry = registry
+        self.rules: dict[str, _Rule] = {}
+        self.warnings = 0            # publishes let through under ``warn`` that broke a rule
+        self.refused = 0             # publishes refused under ``enforce``
+        self._refresh_task: asyncio.Task | None = None
+        self._watch_task: asyncio.Task | None = None
+        self._dirty = False
+        self._last_warn = 0.0
+        registry.add_listener(self.schedule_refresh)
+
+    async def start(self) -> None:
+        await self.refresh()
+        self._watch_task = asyncio.ensure_future(self._watch())
+
+    async def stop(self) -> None:
+        for task in (self._watch_task, self._refresh_task):
+            if task is not None:
+                task.cancel()
+        for task in (self._watch_task, self._refresh_task):
+            if task is not None:
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                    pass
+
+    async def _watch(self) -> None:
+        try:
+            async for _event in self.registry.metadata.watch(keys.schemas_root()):
+                self.schedule_refresh()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - without a watch, this broker's own changes still refresh
+            log.warning("schema registry watch ended; rules refresh on this broker's changes only", exc_info=True)
+
+    def schedule_refresh(self) -> None:
+        self._dirty = True
+        if self._refresh_task is None or self._refresh_task.done():
+            self._refresh_task = asyncio.ensure_future(self._refresh_loop())
+
+    async def _refresh_loop(self) -> None:
+        while self._dirty:
+            self._dirty = False
+            try:
+                await self.refresh()
+            except Exception:  # noqa: BLE001
+                log.exception("refreshing topic schema rules failed")
+
+    async def refresh(self) -> None:
+        rules: dict[str, _Rule] = {}
+        for cfg in await self.registry.topic_configs():
+            rule = _Rule(cfg.topic, cfg.subject, cfg.validation_policy, cfg.payload_validation)
+            if cfg.subject:
+                try:
+                    live = await self.registry.versions(cfg.subject)
+                except DanubeError:
+                    live = []
+                if live:
+                    rule.schema_id = live[0].schema_id
+                rule.versions = {v.version: v for v in live}
+            rules[cfg.topic] = rule
+        self.rules = rules
+
+    def rule(self, topic: str) -> _Rule | None:
+        """The topic's rule; a partition ``T-part-i`` without its own falls back to ``T``'s."""
+        rules = self.rules
+        if not rules:
+            return None
+        rule = rules.get(topic)
+        if rule is None:
+            cut = topic.rfind("-part-")
+            if cut > 0 and topic[cut + 6:].isdigit():
+                rule = rules.get(topic[:cut])
+        return rule
+
+    # ------------------------------------------------------------ checks
+
+    def _violation(self, rule: _Rule, reason: str) -> None:
+        if rule.policy == "enforce":
+            self.refused += 1
+            raise SchemaViolationError(f"topic {rule.topic} (schema subject {rule.subject!r}, policy enforce): {reason}")
+        self.warnings += 1
+        now = time.monotonic()
+        if now - self._last_warn >= _WARN_LOG_INTERVAL_S:
+            self._last_warn = now
+            log.warning("topic %s (schema subject %r, policy warn): %s (%d such publishes so far)",
+                        rule.topic, rule.subject, reason, self.warnings)
+
+    def _check_ids(self, rule: _Rule, schema_id, schema_version) -> bool:
+        if schema_id is None:
+            self._violation(rule, "the publish carries no schema id (produce with the topic's schema subject)")
+            return False
+        if rule.schema_id is None or schema_id != rule.schema_id:
+            self._violation(rule, f"schema id {schema_id} is not the topic's (subject {rule.subject!r} has id "
+                                  f"{rule.schema_id})")
+            return False
+        if schema_version is None or schema_version not in rule.versions:
+            self._violation(rule, f"schema version {schema_version} is not a live version of subject "
+                                  f"{rule.subject!r} (live: {sorted(rule.versions)})")
+            return False
+        return True
+
+    def _validator(self, rule: _Rule, version: int) -> Callable:
+        v = rule.validators.get(version)
+        if v is None:
+            v = rule.validators[version] = payload_validator(self.registry.parsed(rule.versions[version]))
+        return v
+
+    def check_message(self, topic: str, schema_id: int | None, schema_version: int | None, payload) -> None:
+        """One message (Danube's SendMessage)."""
+        rule = self.rule(topic)
+        if rule is None or rule.policy == "none":
+            return
+        if not self._check_ids(rule, schema_id, schema_version):
+            return
+        if rule.payload_validation:
+            try:
+                self._validator(rule, schema_version)(payload)
+            except ValueError as exc:
+                self._violation(rule, f"payload does not match schema version {schema_version}: {exc}")
+
+    def check_batch(self, topic: str, schema_id: int | None, schema_version: int | None, frames_buf) -> None:
+        """One batch-lane batch: ids once per batch; payloads one by one only with validation on."""
+        rule = self.rule(topic)
+        if rule is None or rule.policy == "none":
+            return
+        if not self._check_ids(rule, schema_id, schema_version):
+            return
+        first, _ = frame_codec.decode_frame(frames_buf, 0)
+        attrs = first.attributes if first is not None else {}
+        if attrs.get(SCHEMA_ID_ATTR) != str(schema_id) or attrs.get(SCHEMA_VERSION_ATTR) != str(schema_version):
+            self._violation(rule, f"the frames' {SCHEMA_ID_ATTR}/{SCHEMA_VERSION_ATTR} attributes do not match "
+                                  f"the batch's schema {schema_id} v{schema_version}")
+            return
+        if rule.payload_validation:
+            validate = self._validator(rule, schema_version)
+            for i, rec in enumerate(frame_codec.iter_records(frames_buf)):
+                try:
+                    validate(rec.payload)
+                except ValueError as exc:
+                    self._violation(rule, f"message {i} of the batch does not match schema version "
+                                          f"{schema_version}: {exc}")
+                    return
+
+    async def on_create_producer(self, topic: str, subject: str) -> None:
+        """A producer that names a schema subject (Danube's ``ProducerRequest.schema_ref``)."""
+        await self.registry.assign_topic_subject(topic, subject)

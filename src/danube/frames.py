@@ -34,10 +34,28 @@ frame_positions = _impl.frame_positions
 find_offset = _impl.find_offset
 routing_keys = _impl.routing_keys
 decode_columns = _impl.decode_columns
+check_fields = _impl.check_fields
+FIELDS_OK = _impl.FIELDS_OK
+FIELDS_BAD_LAYOUT = _impl.FIELDS_BAD_LAYOUT
+FIELDS_KEY_NOT_UTF8 = _impl.FIELDS_KEY_NOT_UTF8
+FIELDS_ATTR_NAME_NOT_UTF8 = _impl.FIELDS_ATTR_NAME_NOT_UTF8
+FIELDS_ATTR_VALUE_NOT_UTF8 = _impl.FIELDS_ATTR_VALUE_NOT_UTF8
+FIELDS_WRONG_PRODUCER = _impl.FIELDS_WRONG_PRODUCER
+
+# What check_fields found, in words (for error messages and logs).
+FIELDS_PROBLEMS = {
+    FIELDS_BAD_LAYOUT: "its lengths or flags do not hold together",
+    FIELDS_KEY_NOT_UTF8: "its routing key is not valid UTF-8",
+    FIELDS_ATTR_NAME_NOT_UTF8: "an attribute name is not valid UTF-8",
+    FIELDS_ATTR_VALUE_NOT_UTF8: "an attribute value is not valid UTF-8",
+    FIELDS_WRONG_PRODUCER: "its producer id is neither the publishing producer's nor 0 (not set)",
+}
 
 __all__ = [
     "HEADER_SIZE", "MIN_BODY", "MAX_BODY", "SCAN_END", "SCAN_ZERO", "SCAN_TORN", "SCAN_CORRUPT",
     "Record", "crc32c", "crc32c_implementation", "encode_record", "encode_payloads",
     "encode_records", "decode_frame", "iter_records", "decode_batch", "validate", "scan",
     "stamp_offsets", "frame_positions", "find_offset", "routing_keys", "decode_columns",
+    "check_fields", "FIELDS_OK", "FIELDS_BAD_LAYOUT", "FIELDS_KEY_NOT_UTF8", "FIELDS_ATTR_NAME_NOT_UTF8",
+    "FIELDS_ATTR_VALUE_NOT_UTF8", "FIELDS_WRONG_PRODUCER", "FIELDS_PROBLEMS",
 ]

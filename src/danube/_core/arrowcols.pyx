@@ -2,7 +2,7 @@
 """Frames → Arrow column buffers in two C passes, no per-record Python objects.
 
 Input: a buffer of whole frames in the "danube-frames-v1" layout (documented at
-the top of danube/_pure/frame.py and danube/_core/frame.pyx).  Every frame is
+the top of danube/_pure/frame.py; field positions from frame.pxd).  Every frame is
 checked with ``frame.check_frame`` (length, CRC32C, body layout) before any of
 its bytes are used.
 
@@ -30,41 +30,24 @@ from libc.stdint cimport int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 from danube._core.frame cimport (
+    BODY_ATTR_COUNT_AT,
+    BODY_FLAGS_AT,
+    BODY_KEY_LEN_AT,
+    BODY_PRODUCER_ID_AT,
+    BODY_PUBLISH_TIME_AT,
     FRAME_BODY_FIXED_SIZE,
+    FRAME_BODY_LEN_AT,
+    FRAME_FLAG_HAS_KEY,
     FRAME_HEADER_SIZE,
+    FRAME_OFFSET_AT,
     FRAME_OK,
     FrameInfo,
     check_frame,
     raise_frame_error,
 )
+from danube._core.le cimport ld16, ld32, ld64
 
 from danube.errors import FrameFormatError
-
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <string.h>
-    static inline uint64_t arrowcols_ld64(const unsigned char *p) {
-        uint64_t v; memcpy(&v, p, 8);
-    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        v = __builtin_bswap64(v);
-    #endif
-        return v;
-    }
-    static inline uint32_t arrowcols_ld32(const unsigned char *p) {
-        uint32_t v; memcpy(&v, p, 4);
-    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        v = __builtin_bswap32(v);
-    #endif
-        return v;
-    }
-    static inline uint16_t arrowcols_ld16(const unsigned char *p) {
-        return (uint16_t)(p[0] | (p[1] << 8));
-    }
-    """
-    uint64_t ld64 "arrowcols_ld64"(const unsigned char* p) noexcept nogil
-    uint32_t ld32 "arrowcols_ld32"(const unsigned char* p) noexcept nogil
-    uint16_t ld16 "arrowcols_ld16"(const unsigned char* p) noexcept nogil
 
 cdef int64_t MAX_I32 = 2147483647
 cdef uint64_t MAX_I64 = 9223372036854775807
@@ -106,12 +89,12 @@ cdef int measure(const unsigned char* b, Py_ssize_t n, Totals* t) noexcept nogil
             return COLS_FRAME_ERROR
         body = b + pos + FRAME_HEADER_SIZE
         end = t.info.body_len
-        attr_count = ld16(body + 18)
-        key_len = ld16(body + 20)
-        if ld64(body + 8) > MAX_I64:
+        attr_count = ld16(body + BODY_ATTR_COUNT_AT)
+        key_len = ld16(body + BODY_KEY_LEN_AT)
+        if ld64(body + BODY_PRODUCER_ID_AT) > MAX_I64:
             t.error_pos = pos
             return COLS_PRODUCER_RANGE
-        if ld64(body) > MAX_MS:
+        if ld64(body + BODY_PUBLISH_TIME_AT) > MAX_MS:
             t.error_pos = pos
             return COLS_TIME_RANGE
         p = FRAME_BODY_FIXED_SIZE + key_len
@@ -163,14 +146,14 @@ cdef void fill(const unsigned char* b, Py_ssize_t n, Out* o) noexcept nogil:
     o.payload_offsets[0] = 0
     while pos < n:
         body = b + pos + FRAME_HEADER_SIZE
-        body_len = ld32(b + pos + 12)
+        body_len = ld32(b + pos + FRAME_BODY_LEN_AT)
         end = body_len
-        o.offset[row] = <int64_t>ld64(b + pos)
-        o.publish_us[row] = <int64_t>ld64(body) * 1000
-        o.producer[row] = <int64_t>ld64(body + 8)
-        attr_count = ld16(body + 18)
-        key_len = ld16(body + 20)
-        if body[16] & 0x01:
+        o.offset[row] = <int64_t>ld64(b + pos + FRAME_OFFSET_AT)
+        o.publish_us[row] = <int64_t>ld64(body + BODY_PUBLISH_TIME_AT) * 1000
+        o.producer[row] = <int64_t>ld64(body + BODY_PRODUCER_ID_AT)
+        attr_count = ld16(body + BODY_ATTR_COUNT_AT)
+        key_len = ld16(body + BODY_KEY_LEN_AT)
+        if body[BODY_FLAGS_AT] & FRAME_FLAG_HAS_KEY:
             o.key_validity[row >> 3] |= <unsigned char>(1 << (row & 7))
             memcpy(o.key_data + key_at, body + FRAME_BODY_FIXED_SIZE, key_len)
             key_at += key_len

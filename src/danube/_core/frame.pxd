@@ -1,7 +1,10 @@
-# C-level contract of danube._core.frame, for other Cython modules (walfile, ring).
+# C-level contract of danube._core.frame, for other Cython modules (walfile, ring,
+# arrowcols).
 #
-# Byte layout: the comment block at the top of frame.pyx (identical to
-# danube/_pure/frame.py).  Everything here works on raw pointers and never
+# Byte layout: the comment block at the top of danube/_pure/frame.py (the one
+# description); below, the same sizes and field positions as C constants, for
+# every compiled module that reads or writes frames (with the loads and stores of
+# le.pxd).  Everything here works on raw pointers and never
 # touches Python objects, so it may run without the GIL; the caller keeps the
 # buffer alive (hold a Py_buffer or a memoryview) and checks n >= 0.
 #
@@ -10,13 +13,28 @@
 # The functions are exported through the module's C-API capsule, so cimporting
 # modules need not link crc32c_impl.c themselves.
 
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport uint16_t, uint32_t, uint64_t
 
+# Sizes and field positions of the layout (described byte by byte at the top of
+# danube/_pure/frame.py); every compiled module reads and writes frames with these.
 cdef enum:
     FRAME_HEADER_SIZE = 16
     FRAME_BODY_FIXED_SIZE = 22
+    FRAME_FIXED_SIZE = 38           # header + fixed body part: where the routing key starts
     FRAME_MIN_BODY = 22
     FRAME_MAX_BODY = 268435456      # 256 MiB
+    # header fields, from the frame's first byte
+    FRAME_OFFSET_AT = 0             # u64
+    FRAME_CRC_AT = 8                # u32, CRC32C of [FRAME_BODY_LEN_AT, end of body)
+    FRAME_BODY_LEN_AT = 12          # u32
+    # body fields, from the body's first byte (frame + FRAME_HEADER_SIZE)
+    BODY_PUBLISH_TIME_AT = 0        # u64
+    BODY_PRODUCER_ID_AT = 8         # u64
+    BODY_FLAGS_AT = 16              # u8
+    BODY_RESERVED_AT = 17           # u8, 0
+    BODY_ATTR_COUNT_AT = 18         # u16
+    BODY_KEY_LEN_AT = 20            # u16
+    FRAME_FLAG_HAS_KEY = 0x01       # the only flag bit
 
 # Outcome of check_frame / validate_frames / stamp_frames.
 cdef enum:
@@ -58,6 +76,21 @@ cdef struct IndexEntry:
     uint64_t offset
     Py_ssize_t position
 
+# One record to encode: the body's fixed fields, key, attribute section (already
+# encoded: u16 name_len, name, u32 value_len, value per attribute) and payload.
+# The pointers are the caller's; write_frame only reads them.
+cdef struct Piece:
+    uint64_t publish_time
+    uint64_t producer_id
+    const unsigned char* key
+    Py_ssize_t key_len
+    const unsigned char* attrs
+    Py_ssize_t attrs_len
+    const unsigned char* payload
+    Py_ssize_t payload_len
+    uint16_t attr_count
+    unsigned char flags             # FRAME_FLAG_HAS_KEY or 0
+
 # CRC32C of p[0:n] continuing crc (0 to start): hardware or slicing-by-8.
 cdef uint32_t crc32c_update(uint32_t crc, const unsigned char* p, size_t n) noexcept nogil
 
@@ -97,3 +130,12 @@ cdef Py_ssize_t scan_frames(const unsigned char* buf, Py_ssize_t n, Py_ssize_t s
 # say where) or FRAME_OFFSET_OVERFLOW; *count is the number of frames.
 cdef int stamp_frames(unsigned char* buf, Py_ssize_t n, uint64_t base, Py_ssize_t* count,
                       Py_ssize_t* error_pos, uint32_t* error_len) noexcept nogil
+
+# Body length of a piece (the caller checks it is <= FRAME_MAX_BODY).
+cdef inline Py_ssize_t piece_body_len(const Piece* piece) noexcept nogil:
+    return FRAME_BODY_FIXED_SIZE + piece.key_len + piece.attrs_len + piece.payload_len
+
+# Encodes one whole frame of the piece at out, which has room for
+# FRAME_HEADER_SIZE + piece_body_len(piece) bytes, checksum included; returns its size.
+# The only frame encoder: the codec's encode_* and the WAL writer both use it.
+cdef Py_ssize_t write_frame(unsigned char* out, uint64_t offset, const Piece* piece) noexcept nogil

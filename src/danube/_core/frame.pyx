@@ -4,47 +4,10 @@
 Compiled twin of ``danube._pure.frame`` (same functions, results and errors);
 ``tests/unit/_core/test_frame_differential.py`` runs the two against each other.
 
-Frame format "danube-frames-v1"
-===============================
-
-A *batch* is a contiguous buffer of frames, nothing before, between or after
-them.  The same bytes travel from the producer, over the batch lane, into the
-WAL, out to every subscriber, into durable segments and into Spark.  All
-integers are little-endian.
-
-Frame = 16-byte header + body::
-
-    header (16 bytes)
-      0   u64  offset       topic offset; producers write 0, the broker's WAL
-                            stamps it in place (the CRC does not cover it, so
-                            stamping needs no re-checksum)
-      8   u32  crc          CRC32C (Castagnoli, reflected, init/xorout
-                            0xFFFFFFFF) of bytes [12, 16 + body_len): the
-                            body_len field followed by the body
-      12  u32  body_len     length of the body; MIN_BODY <= body_len <= MAX_BODY
-
-    body (body_len bytes)
-      0   u64  publish_time milliseconds since the Unix epoch
-      8   u64  producer_id
-      16  u8   flags        bit 0 = a routing key is present; bits 1-7 are 0
-      17  u8   reserved     0
-      18  u16  attr_count   number of attributes
-      20  u16  key_len      routing key length (0 when flags bit 0 is clear)
-      22  key_len bytes     routing key, UTF-8
-          attr_count times:
-              u16  name_len, name_len bytes   attribute name, UTF-8
-              u32  value_len, value_len bytes attribute value, UTF-8
-          the rest          payload (body_len minus everything above)
-
-A header whose 16 bytes are all zero marks the end of written data in a
-preallocated WAL file; anywhere else a body_len below MIN_BODY is corrupt.
-
-Decoding has three outcomes: a whole frame, "need more bytes" (the buffer ends
-inside a frame) and corrupt (:class:`danube.errors.CorruptFrameError`, which
-carries the byte position, the frame's offset and both checksums).
-
-Validation of a whole buffer checks every checksum and length and, when asked,
-that offsets are consecutive from an expected first offset.
+Frame format "danube-frames-v1": described byte by byte at the top of
+``danube/_pure/frame.py`` (the one description); the sizes and field positions
+as C constants, and the one frame encoder (``write_frame``), are in
+``frame.pxd``; the little-endian loads and stores in ``le.pxd``.
 
 Implementation notes: every batch operation is one C loop over the raw buffer;
 checksums, validation, scans and stamps of buffers of at least 64 KiB run
@@ -62,6 +25,8 @@ from libc.stdint cimport uint16_t, uint32_t, uint64_t, UINT64_MAX
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcpy
 
+from danube._core.le cimport ld16, ld32, ld64, st16, st32, st64
+
 from danube._pure.frame import Record
 from danube.errors import CorruptFrameError, FrameFormatError
 
@@ -75,53 +40,12 @@ cdef extern from "crc32c_impl.h":
 
 cdef extern from *:
     """
-    #include <stdint.h>
-    #include <string.h>
-    /* Little-endian loads and stores; one mov each on x86 at -O3. */
-    static inline uint64_t danube_ld64(const unsigned char *p) {
-        uint64_t v; memcpy(&v, p, 8);
-    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        v = __builtin_bswap64(v);
-    #endif
-        return v;
-    }
-    static inline uint32_t danube_ld32(const unsigned char *p) {
-        uint32_t v; memcpy(&v, p, 4);
-    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        v = __builtin_bswap32(v);
-    #endif
-        return v;
-    }
-    static inline uint16_t danube_ld16(const unsigned char *p) {
-        return (uint16_t)(p[0] | (p[1] << 8));
-    }
-    static inline void danube_st64(unsigned char *p, uint64_t v) {
-    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        v = __builtin_bswap64(v);
-    #endif
-        memcpy(p, &v, 8);
-    }
-    static inline void danube_st32(unsigned char *p, uint32_t v) {
-    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        v = __builtin_bswap32(v);
-    #endif
-        memcpy(p, &v, 4);
-    }
-    static inline void danube_st16(unsigned char *p, uint16_t v) {
-        p[0] = (unsigned char)v; p[1] = (unsigned char)(v >> 8);
-    }
     /* A tuple subclass instance with n empty slots, as tuple.__new__(cls, ...)
        builds it, without the argument tuple. */
     static inline PyObject *danube_alloc_tuple(PyObject *type, Py_ssize_t n) {
         return ((PyTypeObject *)type)->tp_alloc((PyTypeObject *)type, n);
     }
     """
-    uint64_t ld64 "danube_ld64"(const unsigned char* p) noexcept nogil
-    uint32_t ld32 "danube_ld32"(const unsigned char* p) noexcept nogil
-    uint16_t ld16 "danube_ld16"(const unsigned char* p) noexcept nogil
-    void st64 "danube_st64"(unsigned char* p, uint64_t v) noexcept nogil
-    void st32 "danube_st32"(unsigned char* p, uint32_t v) noexcept nogil
-    void st16 "danube_st16"(unsigned char* p, uint16_t v) noexcept nogil
     object danube_alloc_tuple(object type, Py_ssize_t n)
 
 danube_crc32c_init()
@@ -134,7 +58,7 @@ HEADER_SIZE = FRAME_HEADER_SIZE
 BODY_FIXED_SIZE = FRAME_BODY_FIXED_SIZE
 MIN_BODY = FRAME_MIN_BODY
 MAX_BODY = FRAME_MAX_BODY
-FLAG_HAS_KEY = 0x01
+FLAG_HAS_KEY = FRAME_FLAG_HAS_KEY
 
 SCAN_END = 0  # the buffer ended exactly on a frame boundary
 SCAN_ZERO = 1  # an all-zero header: end of written data in a preallocated file
@@ -197,14 +121,14 @@ def _crc32c_with(str implementation, data, uint32_t value=0):
 # ---------------------------------------------------------------- checking (C level)
 
 cdef inline int check_layout(const unsigned char* body, uint32_t body_len) noexcept nogil:
-    cdef unsigned char flags = body[16]
-    cdef uint16_t attr_count = ld16(body + 18)
-    cdef uint16_t key_len = ld16(body + 20)
+    cdef unsigned char flags = body[BODY_FLAGS_AT]
+    cdef uint16_t attr_count = ld16(body + BODY_ATTR_COUNT_AT)
+    cdef uint16_t key_len = ld16(body + BODY_KEY_LEN_AT)
     cdef uint64_t p, end = body_len
     cdef uint16_t i
-    if (flags & ~0x01) or body[17]:
+    if (flags & ~FRAME_FLAG_HAS_KEY) or body[BODY_RESERVED_AT]:
         return FRAME_BAD_FLAGS
-    if not (flags & 0x01) and key_len:
+    if not (flags & FRAME_FLAG_HAS_KEY) and key_len:
         return FRAME_KEY_WITHOUT_FLAG
     p = FRAME_BODY_FIXED_SIZE + <uint64_t>key_len
     if p > end:
@@ -227,14 +151,14 @@ cdef int check_frame(const unsigned char* buf, Py_ssize_t n, Py_ssize_t pos,
     if n - pos < FRAME_HEADER_SIZE:
         return FRAME_TORN
     h = buf + pos
-    info.offset = ld64(h)
-    info.stored_crc = ld32(h + 8)
-    info.body_len = ld32(h + 12)
+    info.offset = ld64(h + FRAME_OFFSET_AT)
+    info.stored_crc = ld32(h + FRAME_CRC_AT)
+    info.body_len = ld32(h + FRAME_BODY_LEN_AT)
     if info.body_len < FRAME_MIN_BODY or info.body_len > FRAME_MAX_BODY:
         return FRAME_BAD_LENGTH
     if n - pos - FRAME_HEADER_SIZE < <Py_ssize_t>info.body_len:
         return FRAME_TORN
-    info.actual_crc = danube_crc32c_update(0, h + 12, 4 + <size_t>info.body_len)
+    info.actual_crc = danube_crc32c_update(0, h + FRAME_BODY_LEN_AT, 4 + <size_t>info.body_len)
     if info.actual_crc != info.stored_crc:
         return FRAME_BAD_CRC
     return check_layout(h + FRAME_HEADER_SIZE, info.body_len)
@@ -319,7 +243,7 @@ cdef Py_ssize_t scan_frames(const unsigned char* buf, Py_ssize_t n, Py_ssize_t s
         index[0] = NULL
         index_len[0] = 0
     while pos < n:
-        if n - pos >= FRAME_HEADER_SIZE and ld64(buf + pos) == 0 and ld64(buf + pos + 8) == 0:
+        if n - pos >= FRAME_HEADER_SIZE and ld64(buf + pos) == 0 and ld64(buf + pos + 8) == 0:  # 16 zero bytes
             out.reason = 1
             break
         status = check_frame(buf, n, pos, &info)
@@ -368,7 +292,7 @@ cdef int count_frames(const unsigned char* buf, Py_ssize_t n, Py_ssize_t* count,
         if n - pos < FRAME_HEADER_SIZE:
             error_pos[0] = pos
             return FRAME_TORN
-        body_len = ld32(buf + pos + 12)
+        body_len = ld32(buf + pos + FRAME_BODY_LEN_AT)
         if body_len < FRAME_MIN_BODY or n - pos - FRAME_HEADER_SIZE < <Py_ssize_t>body_len:
             error_pos[0] = pos
             error_len[0] = body_len
@@ -388,9 +312,9 @@ cdef int stamp_frames(unsigned char* buf, Py_ssize_t n, uint64_t base, Py_ssize_
     if count[0] > 0 and base > UINT64_MAX - <uint64_t>(count[0] - 1):
         return FRAME_OFFSET_OVERFLOW
     while pos < n:
-        st64(buf + pos, next_offset)
+        st64(buf + pos + FRAME_OFFSET_AT, next_offset)
         next_offset += 1
-        pos += FRAME_HEADER_SIZE + ld32(buf + pos + 12)
+        pos += FRAME_HEADER_SIZE + ld32(buf + pos + FRAME_BODY_LEN_AT)
     return FRAME_OK
 
 
@@ -532,7 +456,7 @@ cdef list positions_list(const unsigned char* buf, Py_ssize_t n):
     cdef uint32_t body_len
     cdef list out = []
     while pos + FRAME_HEADER_SIZE <= n:
-        body_len = ld32(buf + pos + 12)
+        body_len = ld32(buf + pos + FRAME_BODY_LEN_AT)
         if body_len < FRAME_MIN_BODY or n - pos - FRAME_HEADER_SIZE < <Py_ssize_t>body_len:
             raise FrameFormatError(f"invalid body length {body_len} at position {pos}")
         out.append(pos)
@@ -565,8 +489,8 @@ def find_offset(buf, offset, Py_ssize_t start=0):
     b = <const unsigned char*>view.buf
     n = view.len
     while pos <= n - FRAME_HEADER_SIZE:
-        off = ld64(b + pos)
-        body_len = ld32(b + pos + 12)
+        off = ld64(b + pos + FRAME_OFFSET_AT)
+        body_len = ld32(b + pos + FRAME_BODY_LEN_AT)
         if body_len < FRAME_MIN_BODY or off > wanted:
             break
         if off == wanted:
@@ -591,8 +515,8 @@ def routing_keys(buf):
         out = []
         for pos in positions:
             body = <Py_ssize_t>pos + FRAME_HEADER_SIZE
-            if b[body + 16] & 0x01:
-                key_end = min(body + FRAME_BODY_FIXED_SIZE + ld16(b + body + 20), n)
+            if b[body + BODY_FLAGS_AT] & FRAME_FLAG_HAS_KEY:
+                key_end = min(body + FRAME_BODY_FIXED_SIZE + ld16(b + body + BODY_KEY_LEN_AT), n)
                 out.append(PyUnicode_DecodeUTF8(<char*>b + body + FRAME_BODY_FIXED_SIZE,
                                                 key_end - body - FRAME_BODY_FIXED_SIZE, NULL))
             else:
@@ -626,15 +550,15 @@ cdef object decode_body(object mv, const unsigned char* buf, Py_ssize_t pos, con
     """The Record of a checked frame; the payload is a slice of ``mv``."""
     cdef const unsigned char* body = buf + pos + FRAME_HEADER_SIZE
     cdef Py_ssize_t end = pos + FRAME_HEADER_SIZE + info.body_len
-    cdef unsigned char flags = body[16]
-    cdef uint16_t attr_count = ld16(body + 18)
-    cdef uint16_t key_len = ld16(body + 20)
+    cdef unsigned char flags = body[BODY_FLAGS_AT]
+    cdef uint16_t attr_count = ld16(body + BODY_ATTR_COUNT_AT)
+    cdef uint16_t key_len = ld16(body + BODY_KEY_LEN_AT)
     cdef Py_ssize_t p = FRAME_BODY_FIXED_SIZE
     cdef uint16_t i, name_len
     cdef uint32_t value_len
     cdef dict attrs = {}
     key = None
-    if flags & 0x01:
+    if flags & FRAME_FLAG_HAS_KEY:
         key = PyUnicode_DecodeUTF8(<char*>body + p, key_len, NULL)
     p += key_len
     for i in range(attr_count):
@@ -644,7 +568,7 @@ cdef object decode_body(object mv, const unsigned char* buf, Py_ssize_t pos, con
         value_len = ld32(body + p)
         attrs[name] = PyUnicode_DecodeUTF8(<char*>body + p + 4, value_len, NULL)
         p += 4 + value_len
-    return make_record(info.offset, ld64(body), ld64(body + 8), key, attrs,
+    return make_record(info.offset, ld64(body + BODY_PUBLISH_TIME_AT), ld64(body + BODY_PRODUCER_ID_AT), key, attrs,
                        byte_slice(mv, pos + FRAME_HEADER_SIZE + p, end - pos - FRAME_HEADER_SIZE - p))
 
 
@@ -746,11 +670,11 @@ def decode_columns(buf):
                 raise_frame_error(status, pos, &info)
             body = b + pos + FRAME_HEADER_SIZE
             end = info.body_len
-            attr_count = ld16(body + 18)
-            key_len = ld16(body + 20)
+            attr_count = ld16(body + BODY_ATTR_COUNT_AT)
+            key_len = ld16(body + BODY_KEY_LEN_AT)
             p = FRAME_BODY_FIXED_SIZE
             key = None
-            if body[16] & 0x01:
+            if body[BODY_FLAGS_AT] & FRAME_FLAG_HAS_KEY:
                 key = PyUnicode_DecodeUTF8(<char*>body + p, key_len, NULL)
             p += key_len
             attrs = {}
@@ -762,8 +686,8 @@ def decode_columns(buf):
                 attrs[name] = PyUnicode_DecodeUTF8(<char*>body + p + 4, value_len, NULL)
                 p += 4 + value_len
             offsets.append(info.offset)
-            times.append(ld64(body))
-            producers.append(ld64(body + 8))
+            times.append(ld64(body + BODY_PUBLISH_TIME_AT))
+            producers.append(ld64(body + BODY_PRODUCER_ID_AT))
             keys.append(key)
             attributes.append(attrs)
             payloads.append(PyBytes_FromStringAndSize(<char*>body + p, end - p))
@@ -775,20 +699,6 @@ def decode_columns(buf):
 
 
 # ---------------------------------------------------------------- encoding
-
-cdef struct Piece:
-    # One record to write: body prefix fields, key, attribute section, payload.
-    uint64_t publish_time
-    uint64_t producer_id
-    const unsigned char* key
-    Py_ssize_t key_len
-    const unsigned char* attrs
-    Py_ssize_t attrs_len
-    const unsigned char* payload
-    Py_ssize_t payload_len
-    uint16_t attr_count
-    unsigned char flags
-
 
 cdef class _Pins:
     """Keeps alive every object and buffer export an encode reads from."""
@@ -859,7 +769,7 @@ cdef int body_prefix(_Pins pins, object publish_time, object producer_id, object
             piece.key = <const unsigned char*>PyBytes_AS_STRING(key_bytes)
             key_len = PyBytes_GET_SIZE(key_bytes)
         piece.key_len = key_len
-        piece.flags = 0x01
+        piece.flags = FRAME_FLAG_HAS_KEY
         if key_len > 0xFFFF:
             raise FrameFormatError("routing key longer than 65535 bytes")
     attrs = attributes or {}
@@ -890,10 +800,6 @@ cdef int body_prefix(_Pins pins, object publish_time, object producer_id, object
     return 0
 
 
-cdef inline Py_ssize_t piece_body_len(const Piece* piece) noexcept nogil:
-    return FRAME_BODY_FIXED_SIZE + piece.key_len + piece.attrs_len + piece.payload_len
-
-
 cdef int check_body_size(const Piece* piece) except -1:
     cdef Py_ssize_t body_len = piece_body_len(piece)
     if body_len > FRAME_MAX_BODY:
@@ -901,18 +807,18 @@ cdef int check_body_size(const Piece* piece) except -1:
     return 0
 
 
-cdef inline Py_ssize_t write_frame(unsigned char* out, uint64_t offset, const Piece* piece) noexcept nogil:
-    """Writes one whole frame at out; returns its size."""
+cdef Py_ssize_t write_frame(unsigned char* out, uint64_t offset, const Piece* piece) noexcept nogil:
+    """Writes one whole frame at out; returns its size (contract: frame.pxd)."""
     cdef uint32_t body_len = <uint32_t>piece_body_len(piece)
     cdef unsigned char* p = out + FRAME_HEADER_SIZE
-    st64(out, offset)
-    st32(out + 12, body_len)
-    st64(p, piece.publish_time)
-    st64(p + 8, piece.producer_id)
-    p[16] = piece.flags
-    p[17] = 0
-    st16(p + 18, piece.attr_count)
-    st16(p + 20, <uint16_t>piece.key_len)
+    st64(out + FRAME_OFFSET_AT, offset)
+    st32(out + FRAME_BODY_LEN_AT, body_len)
+    st64(p + BODY_PUBLISH_TIME_AT, piece.publish_time)
+    st64(p + BODY_PRODUCER_ID_AT, piece.producer_id)
+    p[BODY_FLAGS_AT] = piece.flags
+    p[BODY_RESERVED_AT] = 0
+    st16(p + BODY_ATTR_COUNT_AT, piece.attr_count)
+    st16(p + BODY_KEY_LEN_AT, <uint16_t>piece.key_len)
     p += FRAME_BODY_FIXED_SIZE
     if piece.key_len:
         memcpy(p, piece.key, piece.key_len)
@@ -921,7 +827,7 @@ cdef inline Py_ssize_t write_frame(unsigned char* out, uint64_t offset, const Pi
         memcpy(p, piece.attrs, piece.attrs_len)
         p += piece.attrs_len
     memcpy(p, piece.payload, piece.payload_len)
-    st32(out + 8, danube_crc32c_update(0, out + 12, 4 + <size_t>body_len))
+    st32(out + FRAME_CRC_AT, danube_crc32c_update(0, out + FRAME_BODY_LEN_AT, 4 + <size_t>body_len))
     return FRAME_HEADER_SIZE + body_len
 
 

@@ -19,22 +19,11 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_FillInfo, PyO
 from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
 
-HEADER_SIZE = 16
-DEFAULT_CHUNK_BYTES = 1 << 20
+from danube._core.frame cimport FRAME_BODY_LEN_AT, FRAME_HEADER_SIZE
+from danube._core.le cimport ld32
 
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <string.h>
-    static inline uint32_t danube_ring_ld32(const unsigned char *p) {
-        uint32_t v; memcpy(&v, p, 4);
-    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        v = __builtin_bswap32(v);
-    #endif
-        return v;
-    }
-    """
-    uint32_t ld32 "danube_ring_ld32"(const unsigned char* p) noexcept nogil
+HEADER_SIZE = FRAME_HEADER_SIZE
+DEFAULT_CHUNK_BYTES = 1 << 20
 
 cdef object _EMPTY = memoryview(b"")
 
@@ -89,8 +78,8 @@ cdef class _Span:
 
 cdef Py_ssize_t _count(const unsigned char* p, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t pos = 0, count = 0
-    while pos + 16 <= n:
-        pos += 16 + ld32(p + pos + 12)
+    while pos + FRAME_HEADER_SIZE <= n:
+        pos += FRAME_HEADER_SIZE + ld32(p + pos + FRAME_BODY_LEN_AT)
         count += 1
     return count
 
@@ -249,11 +238,11 @@ cdef class FrameRing:
         start = span.batch_pos[b]
         off = span.batch_first[b]
         while off < offset:
-            start += 16 + ld32(data + start + 12)
+            start += FRAME_HEADER_SIZE + ld32(data + start + FRAME_BODY_LEN_AT)
             off += 1
         # whole batches first (their ends are known: no walk over the frames), then frames
         limit = start + max_bytes
-        end = start + 16 + ld32(data + start + 12)
+        end = start + FRAME_HEADER_SIZE + ld32(data + start + FRAME_BODY_LEN_AT)
         off = offset + 1
         if b + 1 < nb and span.batch_pos[b + 1] <= limit:
             lo, hi = b + 1, nb - 1       # the last batch start within the budget
@@ -273,7 +262,7 @@ cdef class FrameRing:
             end = span.used
             off = stop
         while off < stop:
-            nxt = end + 16 + ld32(data + end + 12)
+            nxt = end + FRAME_HEADER_SIZE + ld32(data + end + FRAME_BODY_LEN_AT)
             if nxt > limit:
                 break
             end = nxt

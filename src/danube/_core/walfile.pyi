@@ -3,7 +3,6 @@ from typing import Any, Callable
 FILE_MAGIC: bytes
 FILE_VERSION: int
 FILE_HEADER_SIZE: int
-FRAME_HEADER_SIZE: int
 
 def segment_file_name(seq: int) -> str: ...
 def parse_segment_file_name(name: str) -> int | None: ...

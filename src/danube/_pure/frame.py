@@ -444,3 +444,77 @@ def decode_columns(buf) -> dict[str, list]:
         cols["attributes"].append(r.attributes)
         cols["payload"].append(bytes(r.payload))
     return cols
+
+
+# ---------------------------------------------------------------- fields delivery needs
+
+# check_fields reasons (the first problem of the first failing frame, checked in this order)
+FIELDS_OK = 0
+FIELDS_BAD_LAYOUT = 1  # lengths or flags do not hold together
+FIELDS_KEY_NOT_UTF8 = 2
+FIELDS_ATTR_NAME_NOT_UTF8 = 3
+FIELDS_ATTR_VALUE_NOT_UTF8 = 4
+FIELDS_WRONG_PRODUCER = 5  # the frame's producer id is not the expected one
+
+
+def _utf8(mv: memoryview, start: int, length: int) -> bool:
+    try:
+        bytes(mv[start:start + length]).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _body_fields(mv: memoryview, b: int, body_len: int, producer_id: int | None) -> int:
+    end = b + body_len
+    _t, pid, flags, reserved, attr_count, key_len = _BODY_FIXED.unpack_from(mv, b)
+    if flags & ~FLAG_HAS_KEY or reserved or (not flags & FLAG_HAS_KEY and key_len):
+        return FIELDS_BAD_LAYOUT
+    p = b + BODY_FIXED_SIZE + key_len
+    if p > end:
+        return FIELDS_BAD_LAYOUT
+    fields = []  # (reason if invalid, start, length)
+    for _ in range(attr_count):
+        if p + 2 > end:
+            return FIELDS_BAD_LAYOUT
+        (nl,) = _U16.unpack_from(mv, p)
+        fields.append((FIELDS_ATTR_NAME_NOT_UTF8, p + 2, nl))
+        p += 2 + nl
+        if p + 4 > end:
+            return FIELDS_BAD_LAYOUT
+        (vl,) = _U32.unpack_from(mv, p)
+        fields.append((FIELDS_ATTR_VALUE_NOT_UTF8, p + 4, vl))
+        p += 4 + vl
+        if p > end:
+            return FIELDS_BAD_LAYOUT
+    if producer_id is not None and pid != producer_id and pid != 0:
+        return FIELDS_WRONG_PRODUCER
+    if not _utf8(mv, b + BODY_FIXED_SIZE, key_len):
+        return FIELDS_KEY_NOT_UTF8
+    for reason, start, length in fields:
+        if not _utf8(mv, start, length):
+            return reason
+    return FIELDS_OK
+
+
+def check_fields(buf, producer_id: int | None = None) -> tuple[int, int]:
+    """``(position, reason)`` of the first frame a subscriber could not decode, or
+    ``(-1, FIELDS_OK)``: routing key, attribute names and values must be UTF-8 and, with
+    ``producer_id``, every frame must carry that producer id or 0 (the encoders' default:
+    not set).  Lengths are checked (a frame that does not hold together is
+    FIELDS_BAD_LAYOUT); checksums are not (``validate`` does that)."""
+    if producer_id is not None and not 0 <= producer_id <= _U64_MAX:
+        raise OverflowError(f"producer_id {producer_id} does not fit in u64")
+    mv = memoryview(buf).cast("B")
+    pos, n = 0, len(mv)
+    while pos < n:
+        if n - pos < HEADER_SIZE:
+            return pos, FIELDS_BAD_LAYOUT
+        (body_len,) = _U32.unpack_from(mv, pos + 12)
+        if body_len < MIN_BODY or n - pos - HEADER_SIZE < body_len:
+            return pos, FIELDS_BAD_LAYOUT
+        reason = _body_fields(mv, pos + HEADER_SIZE, body_len, producer_id)
+        if reason != FIELDS_OK:
+            return pos, reason
+        pos += HEADER_SIZE + body_len
+    return -1, FIELDS_OK

@@ -35,6 +35,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 
 from danube.cli._machine import describe as describe_machine, observe as observe_machine
+from danube.frames import HEADER_SIZE as FRAME_HEADER_SIZE, MIN_BODY as FRAME_MIN_BODY
 from danube.cli._process import spawned_broker
 from danube.cli._client_common import (
     EXIT_FAILED, EXIT_OK, SUBSCRIPTION_TYPES, non_negative_float, positive_int, run_async,
@@ -101,7 +102,8 @@ def percentiles(samples: list[float]) -> dict:
 
 # ------------------------------------------------------------ the workload
 
-_PAYLOAD_AT = 16 + 22              # payload position in a frame without key or attributes (frame.py)
+# payload position in a frame without key or attributes: the header, then the fixed body fields
+_PAYLOAD_AT = FRAME_HEADER_SIZE + FRAME_MIN_BODY
 _GC_THRESHOLD = (100_000, 50, 100)  # gen-0 collections every 100k allocations instead of 700
 _TARGET_POLL_S = 0.010             # how often the consumer process looks for the parent's final count
 

@@ -29,9 +29,9 @@ import grpc
 
 from danube._tasks import wake
 from danube.client.acked import AckedOffsets
-from danube.client.client import DanubeClient, RetryState
-from danube.client.errors import from_batch_status, from_rpc_error, is_retriable
-from danube.client.health import CONSUMER
+from danube.client.connection import BrokerConnection, Connections, RetryState, cancelled_call_error, retrying
+from danube.client.errors import from_batch_status, is_retriable
+from danube.client.health import CONSUMER, HealthWatch
 from danube.client.messages import Message, MessageBatch
 from danube.errors import ClientError, DanubeError, InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
@@ -138,7 +138,7 @@ def offset_ranges(offsets: Iterable[int]) -> list[pb.OffsetRange]:
 
 
 class ConsumerBuilder:
-    def __init__(self, client: DanubeClient) -> None:
+    def __init__(self, client: Connections) -> None:
         self._client = client
         self._topic: str | None = None
         self._name: str | None = None
@@ -223,10 +223,10 @@ class _PartitionConsumer:
         self._subscribed = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task | None = None
         self._closing = False
-        self._conn = None
+        self._conn: BrokerConnection | None = None
         self._call = None
         self._stream_subscribed = False   # the current stream got its Subscribed answer
-        self._health = None
+        self._health: HealthWatch | None = None
         self._retry = RetryState(owner.client.retry)
         self.acked = AckedOffsets()
         self.stream = 0                   # number of the current Consume stream
@@ -299,50 +299,53 @@ class _PartitionConsumer:
         self._outgoing.put_nowait(pb.ConsumeRequest(nack=request))
 
     async def _run(self) -> None:
-        client = self.owner.client
-        while not self._closing:
-            try:
-                conn = await client.lookup(self.topic)
-                await self._stream(conn)
-                if self._closing:
-                    return
-                raise ClientError("consume stream ended", retriable=True)
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if self._closing or task is None or task.cancelling():
-                    raise
-                # The health check cancelled the call (CLOSE): re-subscribe.
-                error: DanubeError = ClientError("consume stream closed by the broker", retriable=True)
-                retriable = True
-            except grpc.aio.AioRpcError as exc:
-                error = from_rpc_error(exc)
-                code = exc.code()
-                retriable = (is_retriable(exc) or (code == grpc.StatusCode.CANCELLED and not self._closing)
-                             or (code == grpc.StatusCode.NOT_FOUND and self._stream_subscribed))
-            except DanubeError as exc:
-                error, retriable = exc, is_retriable(exc)
+        """Keeps one Consume stream open; re-subscribes after retriable failures."""
+        try:
+            await retrying(self._consume, self._retry, what=f"consume stream of {self.topic}",
+                           should_retry=self._should_retry, give_up=self._gave_up)
+        except DanubeError as error:
             if self._closing:
                 return
-            delay = self._retry.next_delay() if retriable else None
-            if delay is None:
-                if retriable:
-                    gave_up = ClientError(
-                        f"consumer {self.owner.name} on {self.topic} gave up re-subscribing after "
-                        f"{self._retry.describe()}; last error: {error}")
-                    gave_up.__cause__ = error
-                    error = gave_up
-                if not self._subscribed.done():
-                    self._subscribed.set_exception(error)
-                health, self._health = self._health, None
-                self.owner.client.unwatch_nowait(health)
-                self.owner.deliver_error(error)
-                return
-            log.info("consume stream of %s broke (%s); re-subscribing in %.2fs", self.topic, error, delay)
-            await asyncio.sleep(delay)
+            if not self._subscribed.done():
+                self._subscribed.set_exception(error)
+            health, self._health = self._health, None
+            self.owner.client.unwatch_nowait(health)
+            self.owner.deliver_error(error)
 
-    async def _stream(self, conn) -> None:
+    async def _consume(self) -> None:
+        """One attempt: look the topic up and subscribe on a new stream; returns once closing."""
+        if self._closing:
+            return
+        conn = await self.owner.client.lookup(self.topic)
+        try:
+            await self._stream(conn)
+        except asyncio.CancelledError:
+            if self._closing:
+                raise
+            # The health check cancelled the call (CLOSE): re-subscribe.
+            raise cancelled_call_error("consume stream closed by the broker") from None
+        if not self._closing:
+            raise ClientError("consume stream ended", retriable=True)
+
+    def _should_retry(self, cause: BaseException) -> bool:
+        if self._closing:
+            return False
+        if is_retriable(cause):
+            return True
+        if isinstance(cause, grpc.aio.AioRpcError):
+            code = cause.code()
+            return code == grpc.StatusCode.CANCELLED or (code == grpc.StatusCode.NOT_FOUND and self._stream_subscribed)
+        return False
+
+    def _gave_up(self, error: DanubeError) -> DanubeError:
+        gave_up = ClientError(f"consumer {self.owner.name} on {self.topic} gave up re-subscribing after "
+                              f"{self._retry.describe()}; last error: {error}")
+        gave_up.__cause__ = error
+        return gave_up
+
+    async def _stream(self, conn: BrokerConnection) -> None:
         owner = self.owner
-        outgoing = asyncio.Queue()
+        outgoing: asyncio.Queue = asyncio.Queue()
         # Acks and nacks not yet written by a broken stream go out on the new one.
         while not self._outgoing.empty():
             item = self._outgoing.get_nowait()
@@ -440,7 +443,7 @@ class Consumer:
     ``ack_many`` or ``ack_batch``; acks are sent in the background.
     """
 
-    def __init__(self, client: DanubeClient, topic: str, name: str, subscription: str, *,
+    def __init__(self, client: Connections, topic: str, name: str, subscription: str, *,
                  sub_type: str = SubType.Exclusive, key_filters=(), reliable: bool | None = None,
                  receive_messages: int = 10_000, receive_bytes: int = 4 * 1024 * 1024,
                  ack_linger_ms: float = DEFAULT_ACK_LINGER_MS) -> None:
@@ -525,6 +528,7 @@ class Consumer:
                 batch = await self.receive_batch()
             except StopAsyncIteration:
                 return
+            assert batch is not None   # only a timeout gives None
             yield batch
 
     async def messages(self) -> AsyncIterator[Message]:
@@ -537,6 +541,7 @@ class Consumer:
                 batch = await self.receive_batch()
             except StopAsyncIteration:
                 return
+            assert batch is not None   # only a timeout gives None
             pending.extend(batch.messages())
 
     def __aiter__(self) -> AsyncIterator[Message]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from danube._tasks import cancel_and_wait
 from danube.proto.danube import DanubeApi_pb2 as danube_pb
@@ -21,24 +22,32 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 5.0
 
+ClientType = danube_pb.HealthCheckRequest.ClientType
 PRODUCER = danube_pb.HealthCheckRequest.Producer
 CONSUMER = danube_pb.HealthCheckRequest.Consumer
 
-# (connection with a ``health`` stub, or None while not connected; the broker's id, or -1)
-Target = Callable[[], tuple[object | None, int]]
+
+class HasHealthStub(Protocol):
+    """A broker connection: its ``health`` is a ``HealthCheckStub``."""
+
+    health: Any
+
+
+# (connection to ask, or None while not connected; the id the broker gave, or -1)
+Target = Callable[[], tuple[HasHealthStub | None, int]]
 
 
 class HealthWatch:
     """One polling task per producer/consumer (per partition); ``stop()`` ends it."""
 
-    def __init__(self, client_type: int, target: Target, on_close: Callable[[], None], *,
+    def __init__(self, client_type: ClientType, target: Target, on_close: Callable[[], None], *,
                  interval_s: float, what: str) -> None:
         self.client_type = client_type
         self.interval_s = interval_s
         self.what = what
         self._target = target
         self._on_close = on_close
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     @property
     def running(self) -> bool:

@@ -29,14 +29,15 @@ import asyncio
 import itertools
 import logging
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import grpc
 
 from danube import frames as frame_codec
-from danube.client.client import BrokerConnection, DanubeClient, RetryState
-from danube.client.errors import from_batch_status, from_rpc_error, is_retriable
-from danube.client.health import PRODUCER
+from danube.client.connection import BrokerConnection, Connections, RetryState, cancelled_call_error, retrying
+from danube.client.errors import from_batch_status, is_retriable
+from danube.client.health import PRODUCER, HealthWatch
 from danube.client.routing import PartitionRouter, partition_topic
 from danube.errors import ClientError, DanubeError, InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
@@ -64,16 +65,8 @@ def _follows_topic(error: BaseException) -> bool:
     return getattr(error, "grpc_code", None) in _FOLLOW_CODES
 
 
-def _call_cancelled_error(what: str) -> ClientError:
-    """A CancelledError raised by a gRPC call we cancelled ourselves (not by task cancellation)."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
-    return ClientError(f"{what} was cancelled by the client", retriable=True)
-
-
 class ProducerBuilder:
-    def __init__(self, client: DanubeClient) -> None:
+    def __init__(self, client: Connections) -> None:
         self._client = client
         self._topic: str | None = None
         self._name: str | None = None
@@ -208,7 +201,7 @@ class _PartitionProducer:
         self._linger_handle: asyncio.TimerHandle | None = None
         self._sequence = itertools.count(1)
         self._unacked: dict[int, _Batch] = {}       # sequence -> batch, in send order
-        self._to_send: asyncio.Queue[tuple[int, _Batch]] = asyncio.Queue()
+        self._to_send: asyncio.Queue[Any] = asyncio.Queue()   # (sequence, batch), _STOP or _WAKE
         self._window = asyncio.Semaphore(owner.max_in_flight)
         self._space = asyncio.Event()
         self._space.set()
@@ -224,7 +217,8 @@ class _PartitionProducer:
         self._drain_reason: BaseException | None = None
         self._drain_timer: asyncio.TimerHandle | None = None
         self._retry = RetryState(owner.client.retry)
-        self._health = None
+        self._stream_broke = False   # the next attempt re-creates the producer first
+        self._health: HealthWatch | None = None
         self.reconnects = 0          # times the producer re-created itself (for tests and stats)
 
     # ------------------------------------------------------------ lifecycle
@@ -347,43 +341,30 @@ class _PartitionProducer:
     # ------------------------------------------------------------ the stream
 
     async def _run(self) -> None:
-        """Keeps one Publish stream open; reconnects and resends after retriable failures."""
-        client = self.owner.client
-        while True:
-            try:
-                await self._stream()
-                return
-            except asyncio.CancelledError:
-                raise
-            except grpc.aio.AioRpcError as exc:
-                error, cause = from_rpc_error(exc), exc
-            except DanubeError as exc:
-                error, cause = exc, exc
-            while True:
-                server_went_away = (isinstance(cause, grpc.aio.AioRpcError)
-                                    and cause.code() == grpc.StatusCode.CANCELLED and not self._closing)
-                if not (is_retriable(cause) or server_went_away or _follows_topic(cause)):
-                    self._fail_all(error)
-                    return
-                delay = self._retry.next_delay()
-                if delay is None:
-                    self._fail_all(self._gave_up(error))
-                    return
-                log.info("publish stream to %s broke (%s); reconnecting in %.2fs", self.topic, error, delay)
-                await asyncio.sleep(delay)
-                try:
-                    await self.create(await client.lookup(self.topic))
-                    break
-                except grpc.aio.AioRpcError as exc:
-                    error, cause = from_rpc_error(exc), exc
-                except DanubeError as exc:
-                    error, cause = exc, exc
+        """Keeps one Publish stream open; re-creates the producer and resends after retriable failures."""
+        try:
+            await retrying(self._publish, self._retry, what=f"publish stream of {self.topic}",
+                           should_retry=self._should_retry, give_up=self._gave_up)
+        except DanubeError as error:
+            self._fail_all(error)
+
+    async def _publish(self) -> None:
+        """One attempt: after a broken stream, look the topic up, re-create, requeue; then stream."""
+        if self._stream_broke:
+            await self.create(await self.owner.client.lookup(self.topic))
             self.reconnects += 1
             self._requeue_unacked()
             if not self._unacked:
                 self._retry.reset()   # nothing to prove: the next failure gets a fresh budget
+        self._stream_broke = True     # until _stream returns normally (the producer closed)
+        await self._stream()
 
-    def _gave_up(self, error: BaseException) -> ClientError:
+    def _should_retry(self, cause: BaseException) -> bool:
+        server_went_away = (isinstance(cause, grpc.aio.AioRpcError)
+                            and cause.code() == grpc.StatusCode.CANCELLED and not self._closing)
+        return is_retriable(cause) or server_went_away or _follows_topic(cause)
+
+    def _gave_up(self, error: DanubeError) -> DanubeError:
         failure = ClientError(
             f"producer {self.owner.name} on {self.topic} gave up reconnecting after "
             f"{self._retry.describe()}; {len(self._unacked)} unacked batch(es) failed; last error: {error}")
@@ -423,6 +404,7 @@ class _PartitionProducer:
 
         self._draining = False
         self._drain_reason = None
+        assert self._conn is not None, "created before streaming"
         call = self._conn.batch_lane.Publish(requests())
         self._call = call
         self._streaming = True
@@ -448,7 +430,7 @@ class _PartitionProducer:
                 if self._closing and not unacked and self._to_send.empty():
                     to_send.put_nowait(stop)
         except asyncio.CancelledError:
-            raise _call_cancelled_error(f"publish stream of {self.topic}") from None
+            raise cancelled_call_error(f"publish stream of {self.topic} was cancelled by the client") from None
         finally:
             self._call = None
             self._streaming = False
@@ -513,8 +495,10 @@ def _offsets_of(chunk: asyncio.Future) -> asyncio.Future:
             return
         if f.cancelled():
             out.cancel()
-        elif f.exception() is not None:
-            out.set_exception(f.exception())
+            return
+        error = f.exception()
+        if error is not None:
+            out.set_exception(error)
         else:
             first, last = f.result()
             out.set_result(list(range(first, last + 1)))
@@ -526,7 +510,7 @@ def _offsets_of(chunk: asyncio.Future) -> asyncio.Future:
 class Producer:
     """Batching producer; ``await create()`` before sending (or use ``async with``)."""
 
-    def __init__(self, client: DanubeClient, topic: str, name: str, *, access_mode: str = "shared",
+    def __init__(self, client: Connections, topic: str, name: str, *, access_mode: str = "shared",
                  reliable: bool = True, partitions: int | None = None, linger_ms: float = 5.0,
                  max_batch_bytes: int = 256 * 1024, max_in_flight: int = 4) -> None:
         self.client = client

@@ -139,3 +139,20 @@ cdef inline Py_ssize_t piece_body_len(const Piece* piece) noexcept nogil:
 # FRAME_HEADER_SIZE + piece_body_len(piece) bytes, checksum included; returns its size.
 # The only frame encoder: the codec's encode_* and the WAL writer both use it.
 cdef Py_ssize_t write_frame(unsigned char* out, uint64_t offset, const Piece* piece) noexcept nogil
+
+# Outcome of check_fields_frames: what a subscriber needs of a frame beyond its checksum.
+cdef enum:
+    FIELDS_OK_STATUS = 0
+    FIELDS_BAD_LAYOUT_STATUS = 1            # lengths or flags do not hold together
+    FIELDS_KEY_NOT_UTF8_STATUS = 2
+    FIELDS_ATTR_NAME_NOT_UTF8_STATUS = 3
+    FIELDS_ATTR_VALUE_NOT_UTF8_STATUS = 4
+    FIELDS_WRONG_PRODUCER_STATUS = 5        # the frame's producer id is not the expected one
+
+# Checks every frame of a batch: layout, then (with check_producer) the producer id (it must
+# be producer_id or 0, the encoders' "not set"), then
+# routing key, attribute names and values as UTF-8 exactly as bytes.decode("utf-8")
+# accepts them.  Checksums are not checked.  Returns FIELDS_OK_STATUS (*error_pos = -1)
+# or the first failure; *error_pos is then the failing frame's position.
+cdef int check_fields_frames(const unsigned char* buf, Py_ssize_t n, bint check_producer,
+                             uint64_t producer_id, Py_ssize_t* error_pos) noexcept nogil

@@ -917,3 +917,155 @@ def encode_records(records, *, base_offset=0):
         return write_pieces(pieces, count, total, base_offset)
     finally:
         free(pieces)
+
+
+# ---------------------------------------------------------------- fields delivery needs
+
+# What a subscriber will decode, checked once per batch on publish (and per delivery,
+# so records stored before this check existed cannot stall a subscription): routing
+# key, attribute names and values are UTF-8, the producer id is the publisher's.
+# Field positions in the body, local to this check (the layout: top of _pure/frame.py).
+cdef enum:
+    _FIELDS_PRODUCER_ID_AT = 8
+    _FIELDS_FLAGS_AT = 16
+    _FIELDS_RESERVED_AT = 17
+    _FIELDS_ATTR_COUNT_AT = 18
+    _FIELDS_KEY_LEN_AT = 20
+    _FIELDS_FLAG_HAS_KEY = 0x01
+
+FIELDS_OK = FIELDS_OK_STATUS
+FIELDS_BAD_LAYOUT = FIELDS_BAD_LAYOUT_STATUS
+FIELDS_KEY_NOT_UTF8 = FIELDS_KEY_NOT_UTF8_STATUS
+FIELDS_ATTR_NAME_NOT_UTF8 = FIELDS_ATTR_NAME_NOT_UTF8_STATUS
+FIELDS_ATTR_VALUE_NOT_UTF8 = FIELDS_ATTR_VALUE_NOT_UTF8_STATUS
+FIELDS_WRONG_PRODUCER = FIELDS_WRONG_PRODUCER_STATUS
+
+
+cdef inline bint utf8_valid(const unsigned char* s, Py_ssize_t n) noexcept nogil:
+    """Exactly what bytes.decode("utf-8") accepts: no overlong forms, no surrogates,
+    nothing above U+10FFFF."""
+    cdef Py_ssize_t i = 0
+    cdef unsigned char c, c1
+    while i < n:
+        while i + 8 <= n and (ld64(s + i) & 0x8080808080808080ULL) == 0:
+            i += 8  # ASCII, eight bytes at a time
+        if i >= n:
+            break
+        c = s[i]
+        if c < 0x80:
+            i += 1
+        elif c < 0xC2:
+            return False  # a continuation byte, or an overlong two-byte form
+        elif c < 0xE0:
+            if i + 1 >= n or (s[i + 1] & 0xC0) != 0x80:
+                return False
+            i += 2
+        elif c < 0xF0:
+            if i + 2 >= n:
+                return False
+            c1 = s[i + 1]
+            if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80:
+                return False
+            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F):
+                return False  # overlong, or a surrogate
+            i += 3
+        elif c < 0xF5:
+            if i + 3 >= n:
+                return False
+            c1 = s[i + 1]
+            if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80 or (s[i + 3] & 0xC0) != 0x80:
+                return False
+            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 > 0x8F):
+                return False  # overlong, or above U+10FFFF
+            i += 4
+        else:
+            return False
+    return True
+
+
+cdef int check_body_fields(const unsigned char* body, uint64_t body_len, bint check_producer,
+                           uint64_t producer_id) noexcept nogil:
+    cdef unsigned char flags = body[_FIELDS_FLAGS_AT]
+    cdef uint64_t attr_count = ld16(body + _FIELDS_ATTR_COUNT_AT)
+    cdef uint64_t key_len = ld16(body + _FIELDS_KEY_LEN_AT)
+    cdef uint64_t p, name_len, value_len, pid
+    cdef uint64_t i
+    # the layout first (lengths), so the text checks below stay inside the body
+    if (flags & ~_FIELDS_FLAG_HAS_KEY) or body[_FIELDS_RESERVED_AT]:
+        return FIELDS_BAD_LAYOUT_STATUS
+    if not (flags & _FIELDS_FLAG_HAS_KEY) and key_len:
+        return FIELDS_BAD_LAYOUT_STATUS
+    p = FRAME_BODY_FIXED_SIZE + key_len
+    if p > body_len:
+        return FIELDS_BAD_LAYOUT_STATUS
+    for i in range(attr_count):
+        if p + 2 > body_len:
+            return FIELDS_BAD_LAYOUT_STATUS
+        p += 2 + <uint64_t>ld16(body + p)
+        if p + 4 > body_len:
+            return FIELDS_BAD_LAYOUT_STATUS
+        p += 4 + <uint64_t>ld32(body + p)
+        if p > body_len:
+            return FIELDS_BAD_LAYOUT_STATUS
+    if check_producer:
+        pid = ld64(body + _FIELDS_PRODUCER_ID_AT)
+        if pid != producer_id and pid != 0:
+            return FIELDS_WRONG_PRODUCER_STATUS
+    if not utf8_valid(body + FRAME_BODY_FIXED_SIZE, <Py_ssize_t>key_len):
+        return FIELDS_KEY_NOT_UTF8_STATUS
+    p = FRAME_BODY_FIXED_SIZE + key_len
+    for i in range(attr_count):
+        name_len = ld16(body + p)
+        if not utf8_valid(body + p + 2, <Py_ssize_t>name_len):
+            return FIELDS_ATTR_NAME_NOT_UTF8_STATUS
+        p += 2 + name_len
+        value_len = ld32(body + p)
+        if not utf8_valid(body + p + 4, <Py_ssize_t>value_len):
+            return FIELDS_ATTR_VALUE_NOT_UTF8_STATUS
+        p += 4 + value_len
+    return FIELDS_OK_STATUS
+
+
+cdef int check_fields_frames(const unsigned char* buf, Py_ssize_t n, bint check_producer,
+                             uint64_t producer_id, Py_ssize_t* error_pos) noexcept nogil:
+    cdef Py_ssize_t pos = 0
+    cdef uint64_t body_len
+    cdef int status
+    while pos < n:
+        error_pos[0] = pos
+        if n - pos < FRAME_HEADER_SIZE:
+            return FIELDS_BAD_LAYOUT_STATUS
+        body_len = ld32(buf + pos + 12)
+        if body_len < FRAME_MIN_BODY or <uint64_t>(n - pos - FRAME_HEADER_SIZE) < body_len:
+            return FIELDS_BAD_LAYOUT_STATUS
+        status = check_body_fields(buf + pos + FRAME_HEADER_SIZE, body_len, check_producer, producer_id)
+        if status != FIELDS_OK_STATUS:
+            return status
+        pos += FRAME_HEADER_SIZE + <Py_ssize_t>body_len
+    error_pos[0] = -1
+    return FIELDS_OK_STATUS
+
+
+def check_fields(buf, producer_id=None):
+    """``(position, reason)`` of the first frame a subscriber could not decode, or
+    ``(-1, FIELDS_OK)``: routing key, attribute names and values must be UTF-8 and, with
+    ``producer_id``, every frame must carry that producer id or 0 (the encoders' default:
+    not set).  Lengths are checked (a frame that does not hold together is
+    FIELDS_BAD_LAYOUT); checksums are not (``validate`` does that).  One pass, no Python
+    object per record."""
+    cdef Py_buffer view
+    cdef bint check_producer = producer_id is not None
+    cdef uint64_t expected = 0
+    cdef Py_ssize_t error_pos = -1
+    cdef int status
+    if check_producer:
+        if producer_id < 0 or producer_id > _U64_MAX:
+            raise OverflowError(f"producer_id {producer_id} does not fit in u64")
+        expected = producer_id
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        status = check_fields_frames(<const unsigned char*>view.buf, view.len, check_producer,
+                                     expected, &error_pos)
+    finally:
+        PyBuffer_Release(&view)
+    return error_pos, status

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The lint step: a few seconds, run by ci/test.sh before the tests (and by `pre-commit run --all-files`).
+# Configuration: [tool.ruff], [tool.mypy] and [tool.cython-lint] in pyproject.toml.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python -m ruff check src tests bench
+# The formatter owns these so far; add a package here once it is formatted (`ruff format <dir>`).
+python -m ruff format --check src/danube/client src/danube/errors.py tests/unit/client
+python -m mypy                      # wal/, storage/, broker/, client/, errors.py
+cython-lint src/danube/_core

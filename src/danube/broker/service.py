@@ -21,8 +21,9 @@ from danube.broker.keyshared import KeyFilter
 from danube.broker.memory_storage import MemoryTopicStorage
 from danube.broker.policies import DispatchSettings, FailurePolicy, TopicPolicies
 from danube.broker.producer import ACCESS_MODES, Producer
+from danube.broker.salvage import salvage
 from danube.broker.stats import BrokerStats, MetricsSink
-from danube.broker.subscription import SUB_TYPES, Consumer, Delivery, Subscription
+from danube.broker.subscription import SUB_TYPES, Consumer, Delivery, Subscription, cut_frames
 from danube.broker.topic import Topic, partition_of
 from danube.errors import (
     AlreadyExistsError,
@@ -72,6 +73,20 @@ def _new_id() -> int:
 def _check_name(what: str, name: str) -> str:
     # The project's one name rule (danube.metadata.keys): the name becomes a metadata key segment.
     return keys.check_name(what, name)
+
+
+def check_deliverable(buf, producer: Producer) -> None:
+    """Refuse a batch whole, before anything is stored, when a subscriber could not decode one
+    of its frames: routing key, attribute names and values must be UTF-8 and every frame must
+    carry the publishing producer's id (or 0: not set).  One codec pass, no Python object per
+    record."""
+    position, problem = frames.check_fields(buf, producer.id)
+    if position >= 0:
+        index = len(frames.frame_positions(memoryview(buf)[:position]))
+        raise InvalidArgumentError(
+            f"batch refused, nothing stored: frame {index} (byte {position}) cannot be delivered: "
+            f"{frames.FIELDS_PROBLEMS.get(problem, 'it is malformed')}"
+            + (f" (producer {producer.id} publishes it)" if problem == frames.FIELDS_WRONG_PRODUCER else ""))
 
 
 class BrokerService:
@@ -333,6 +348,7 @@ class BrokerService:
             producer = await self._producer(producer_id)
             if not isinstance(frames_buf, bytearray):
                 frames_buf = bytearray(frames_buf)
+            check_deliverable(frames_buf, producer)
             return await producer.topic.publish(producer, frames_buf)
         finally:
             self._publish_done()
@@ -527,6 +543,16 @@ class BrokerService:
         consumer = await self._consumer(consumer_id)
         consumer.subscription.nack(int(offset), delay_ms, reason)
 
+    def reject_delivery(self, consumer_id: int, offset: int, problem: str) -> None:
+        """A delivered record could not be converted for the consumer's protocol: it goes to
+        its subscription's failure policy (dead letter, drop or block) instead of being sent
+        again forever."""
+        consumer = self._consumers.get(consumer_id)
+        if consumer is not None:
+            consumer.subscription.reject(offset, problem)
+        else:
+            log.error("message %d cannot be delivered to consumer %d (gone): %s", offset, consumer_id, problem)
+
     async def _served_subscription(self, topic: str, subscription: str) -> Subscription:
         keys.split_topic(topic)
         _check_name("subscription", subscription)
@@ -563,14 +589,18 @@ class BrokerService:
         dlq = sub.failure_policy.dead_letter_topic
         try:
             data = await sub.topic.storage.read_frames(offset, 1)
-            rec, _ = frames.decode_frame(data, 0)
+            frame, _ = cut_frames(data, 1, 1)
+            # Read leniently: the record may be here because its key or attributes are not UTF-8.
+            rec = salvage(frame)
             attrs = dict(rec.attributes)
             attrs.update({"dlq_source_topic": sub.topic.name, "dlq_subscription": sub.name,
-                          "dlq_original_offset": str(offset)})
-            buf = bytearray(frames.encode_record(bytes(rec.payload), publish_time=rec.publish_time,
-                                                 producer_id=rec.producer_id, key=rec.routing_key,
+                          "dlq_original_offset": str(offset),
+                          "dlq_original_producer": sub.topic.producer_name(rec.producer_id)})
+            # (a name cut to the rule's 255 characters: "dlq-" + a subscription name may be longer)
+            producer_id = await self.create_producer(dlq, f"dlq-{sub.name}"[:keys.MAX_NAME_CHARS], reliable=True)
+            buf = bytearray(frames.encode_record(rec.payload, publish_time=rec.publish_time,
+                                                 producer_id=producer_id, key=rec.routing_key,
                                                  attributes=attrs))
-            producer_id = await self.create_producer(dlq, f"dlq-{sub.name}", reliable=True)
             await self.publish(producer_id, buf)
             log.warning("message %d of %s moved to dead-letter topic %s", offset, sub.topic.name, dlq)
         except Exception:  # noqa: BLE001 - report, the subscription goes on

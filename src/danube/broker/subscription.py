@@ -371,7 +371,39 @@ class Subscription:
         first = frame_offset(view)
         if first != self.next_read:
             raise RuntimeError(f"storage of {self.topic.name} returned offset {first} for {self.next_read}")
+        # Records stored before publish checked them (or by a broker that did not) may hold a
+        # routing key or attribute no subscriber can decode: deliver up to such a record and
+        # hand it to the failure policy, so the subscription never stalls on it.
+        bad, problem = frames.check_fields(view)
+        if bad > 0:
+            view = view[:bad]
+            count = len(frames.frame_positions(view))
+        elif bad == 0:
+            self.reject_fresh(frames.FIELDS_PROBLEMS.get(problem, "it is malformed"))
+            return None, 0
         return view, count
+
+    def reject_fresh(self, problem: str) -> None:
+        """The record at ``next_read`` cannot be delivered: it goes to the failure policy at once
+        (dead letter, drop or block) without reaching a consumer."""
+        offset = self.next_read
+        self.next_read = offset + 1
+        self.reject(offset, problem)
+
+    def reject(self, offset: int, problem: str) -> None:
+        """``offset`` cannot be delivered (``problem`` says why): no redelivery would help, so the
+        poison policy applies now.  Under ``block`` the subscription holds there until an admin skip."""
+        log.error("message %d of %s cannot be delivered on subscription %s: %s; poison policy %s",
+                  offset, self.topic.name, self.name, problem,
+                  self.failure_policy.poison_policy if self.reliable else "drop (non-reliable)")
+        if not self.reliable:
+            self.metrics.dropped(self.topic.name, self.name, 1, "undeliverable")
+            self.tracker.cursor = max(self.tracker.cursor, offset)
+        else:
+            self.tracker.take_back(offset)
+            self.tracker.attempts.pop(offset, None)
+            self._poison(offset, problem)
+        self.notify()  # the receive that met it reads on (or sees the block)
 
     async def _fresh(self, consumer: Consumer, max_messages: int, max_bytes: int, now: float) -> Delivery | None:
         window = self._window()
@@ -546,7 +578,7 @@ class Subscription:
         delay = policy.nack_delay_ms(attempt, requested_ms) if nack else policy.backoff_ms(attempt)
         self.tracker.schedule(offset, now + delay / 1000)
 
-    def _poison(self, offset: int) -> None:
+    def _poison(self, offset: int, problem: str | None = None) -> None:
         policy = self.failure_policy.poison_policy
         self.metrics.dropped(self.topic.name, self.name, 1, policy)
         if policy == "block":
@@ -555,6 +587,9 @@ class Subscription:
         self.tracker.attempts.pop(offset, None)
         if policy == "dead_letter" and self._dead_letter is not None:
             self._dead_letter(self, offset)
+        elif problem is not None:
+            log.warning("message %d of %s dropped on %s: %s (poison policy drop)",
+                        offset, self.topic.name, self.name, problem)
         else:
             log.warning("message %d of %s dropped on %s after %d redeliveries (poison policy drop)",
                         offset, self.topic.name, self.name, self.failure_policy.max_redelivery_count)

@@ -16,7 +16,7 @@ import grpc
 from danube import frames
 from danube.broker.service import BrokerService
 from danube.broker.subscription import StreamSupersededError
-from danube.errors import DanubeError, InvalidArgumentError, NotServedHereError
+from danube.errors import DanubeError, InvalidArgumentError, NotServedHereError, quote
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
 from danube.schema.validation import SCHEMA_ID_ATTR, SCHEMA_VERSION_ATTR, split_schema_attributes
@@ -130,26 +130,13 @@ class ConsumerService(pb_grpc.ConsumerServiceServicer):
                     delivery = await broker.receive(consumer_id, max_messages=STREAM_BATCH_MESSAGES,
                                                     max_bytes=STREAM_BATCH_BYTES, stream=stream)
                     topic, subscription = broker.consumer_info(consumer_id) or ("", "")
-                    for rec in frames.iter_records(delivery.frames):
-                        attributes, schema_id, schema_version = rec.attributes, None, None
-                        if attributes and SCHEMA_ID_ATTR in attributes:
-                            attributes, schema_id, schema_version = split_schema_attributes(attributes)
-                        msg = pb.StreamMessage(
-                            request_id=rec.offset,
-                            msg_id=pb.MsgID(producer_id=rec.producer_id, topic_name=topic,
-                                            broker_addr=broker_url, topic_offset=rec.offset),
-                            payload=bytes(rec.payload),
-                            publish_time=rec.publish_time,
-                            producer_name=broker.producer_name(topic, rec.producer_id),
-                            subscription_name=subscription,
-                            attributes=attributes,
-                        )
-                        if schema_id is not None:
-                            msg.schema_id = schema_id
-                            if schema_version is not None:
-                                msg.schema_version = schema_version
-                        if rec.routing_key is not None:
-                            msg.routing_key = rec.routing_key
+                    for rec in _decodable_records(broker, consumer_id, delivery.frames):
+                        try:
+                            msg = _stream_message(broker, rec, topic, subscription, broker_url)
+                        except _CONVERSION_ERRORS as exc:
+                            broker.reject_delivery(consumer_id, rec.offset, f"it cannot become a StreamMessage: "
+                                                   f"{type(exc).__name__}: {quote(str(exc))}")
+                            continue
                         await context.write(msg)
             except StreamSupersededError:
                 return  # the client opened a newer stream for this consumer
@@ -180,6 +167,56 @@ class ConsumerService(pb_grpc.ConsumerServiceServicer):
         except DanubeError as exc:
             await abort(context, exc)
         return pb.NackResponse(request_id=request.request_id)
+
+
+# What converting one stored record for Danube's protocol may raise (a UnicodeDecodeError is a
+# ValueError); such a record goes to the failure policy instead of failing the stream forever.
+_CONVERSION_ERRORS = (ValueError, TypeError, OverflowError, DanubeError)
+
+
+def _decodable_records(broker: BrokerService, consumer_id: int, buf) -> list:
+    """The records of a delivery; one that cannot be decoded goes to its subscription's failure
+    policy (logged with its offset) and the others are delivered.  The whole batch is decoded in
+    one codec call unless it holds such a record."""
+    try:
+        return frames.decode_batch(buf)
+    except _CONVERSION_ERRORS:
+        pass
+    view = memoryview(buf).cast("B")
+    positions = frames.frame_positions(view)
+    records = []
+    for i, pos in enumerate(positions):
+        end = positions[i + 1] if i + 1 < len(positions) else len(view)
+        try:
+            records.append(frames.decode_frame(view[pos:end], 0)[0])
+        except _CONVERSION_ERRORS as exc:
+            offset = int.from_bytes(view[pos:pos + 8], "little")
+            broker.reject_delivery(consumer_id, offset, f"it cannot be decoded: {type(exc).__name__}: {exc}")
+    return records
+
+
+def _stream_message(broker: BrokerService, rec, topic: str, subscription: str, broker_url: str):
+    """Danube's StreamMessage for one stored record."""
+    attributes, schema_id, schema_version = rec.attributes, None, None
+    if attributes and SCHEMA_ID_ATTR in attributes:
+        attributes, schema_id, schema_version = split_schema_attributes(attributes)
+    msg = pb.StreamMessage(
+        request_id=rec.offset,
+        msg_id=pb.MsgID(producer_id=rec.producer_id, topic_name=topic,
+                        broker_addr=broker_url, topic_offset=rec.offset),
+        payload=bytes(rec.payload),
+        publish_time=rec.publish_time,
+        producer_name=broker.producer_name(topic, rec.producer_id),
+        subscription_name=subscription,
+        attributes=attributes,
+    )
+    if schema_id is not None:
+        msg.schema_id = schema_id
+        if schema_version is not None:
+            msg.schema_version = schema_version
+    if rec.routing_key is not None:
+        msg.routing_key = rec.routing_key
+    return msg
 
 
 class DiscoveryService(pb_grpc.DiscoveryServicer):

@@ -26,7 +26,8 @@ T = "/default/lane-real"
 
 
 def _frames(n: int) -> bytes:
-    return frame_codec.encode_payloads([b"m-%d" % i for i in range(n)], publish_time=1, producer_id=1)
+    # producer id 0: not set (any other id must be the publishing producer's)
+    return frame_codec.encode_payloads([b"m-%d" % i for i in range(n)], publish_time=1, producer_id=0)
 
 
 @pytest.fixture()

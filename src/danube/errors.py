@@ -41,6 +41,7 @@ class DanubeError(Exception):
 
 # ---------------------------------------------------------------- data format
 
+
 class FrameFormatError(DanubeError):
     """A frame's structure is invalid (lengths, flags)."""
 
@@ -60,8 +61,16 @@ class CorruptFrameError(FrameFormatError):
             cls = CorruptStoredFrameError
         return super().__new__(cls, *args)
 
-    def __init__(self, message: str, *, position: int | None, offset: int | None,
-                 expected_crc: int | None, actual_crc: int | None, path: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        position: int | None,
+        offset: int | None,
+        expected_crc: int | None,
+        actual_crc: int | None,
+        path: str | None = None,
+    ) -> None:
         self.position = position
         self.offset = offset
         self.expected_crc = expected_crc
@@ -95,6 +104,7 @@ class CorruptStoredFrameError(CorruptFrameError, DataLossError):
 
 # ---------------------------------------------------------------- WAL and storage
 
+
 class WalError(DanubeError):
     """A write-ahead log operation failed."""
 
@@ -106,8 +116,14 @@ class WalClosedError(WalError):
 class OffsetOutOfRangeError(WalError):
     """A read asked for an offset the log does not hold (pruned, or beyond the end)."""
 
-    def __init__(self, message: str, *, offset: int | None = None, first_offset: int | None = None,
-                 next_offset: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        offset: int | None = None,
+        first_offset: int | None = None,
+        next_offset: int | None = None,
+    ) -> None:
         # The offsets are optional so a client can rebuild this error from a status message alone.
         self.offset = offset
         self.first_offset = first_offset
@@ -128,8 +144,15 @@ class SegmentCorruptError(StorageError, DataLossError):
 
     retriable = False
 
-    def __init__(self, message: str, *, segment_id: str, offset: int | None = None,
-                 expected: str | int | None = None, actual: str | int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        segment_id: str,
+        offset: int | None = None,
+        expected: str | int | None = None,
+        actual: str | int | None = None,
+    ) -> None:
         self.segment_id = segment_id
         self.offset = offset
         self.expected = expected
@@ -155,6 +178,7 @@ class MetadataError(DanubeError):
 
 
 # ---------------------------------------------------------------- broker
+
 
 class InvalidArgumentError(DanubeError):
     """A request is malformed (bad name, bad option value)."""
@@ -214,6 +238,7 @@ class ClientError(DanubeError):
 
 # ---------------------------------------------------------------- security
 
+
 class AuthenticationError(DanubeError):
     """A call carried no credentials, or ones that do not verify (expired, forged, wrong issuer)."""
 
@@ -221,8 +246,14 @@ class AuthenticationError(DanubeError):
 class PermissionDeniedError(DanubeError):
     """The caller is authenticated but no role bound to it grants the permission on the resource."""
 
-    def __init__(self, message: str = "", *, permission: str | None = None, resource: str | None = None,
-                 principal: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        permission: str | None = None,
+        resource: str | None = None,
+        principal: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.permission = permission
         self.resource = resource

@@ -989,7 +989,7 @@ cdef int check_body_fields(const unsigned char* body, uint64_t body_len, bint ch
     cdef uint64_t attr_count = ld16(body + _FIELDS_ATTR_COUNT_AT)
     cdef uint64_t key_len = ld16(body + _FIELDS_KEY_LEN_AT)
     cdef uint64_t p, name_len, value_len, pid
-    cdef uint64_t i
+    cdef uint64_t _attr
     # the layout first (lengths), so the text checks below stay inside the body
     if (flags & ~_FIELDS_FLAG_HAS_KEY) or body[_FIELDS_RESERVED_AT]:
         return FIELDS_BAD_LAYOUT_STATUS
@@ -998,7 +998,7 @@ cdef int check_body_fields(const unsigned char* body, uint64_t body_len, bint ch
     p = FRAME_BODY_FIXED_SIZE + key_len
     if p > body_len:
         return FIELDS_BAD_LAYOUT_STATUS
-    for i in range(attr_count):
+    for _attr in range(attr_count):
         if p + 2 > body_len:
             return FIELDS_BAD_LAYOUT_STATUS
         p += 2 + <uint64_t>ld16(body + p)
@@ -1014,7 +1014,7 @@ cdef int check_body_fields(const unsigned char* body, uint64_t body_len, bint ch
     if not utf8_valid(body + FRAME_BODY_FIXED_SIZE, <Py_ssize_t>key_len):
         return FIELDS_KEY_NOT_UTF8_STATUS
     p = FRAME_BODY_FIXED_SIZE + key_len
-    for i in range(attr_count):
+    for _attr in range(attr_count):
         name_len = ld16(body + p)
         if not utf8_valid(body + p + 2, <Py_ssize_t>name_len):
             return FIELDS_ATTR_NAME_NOT_UTF8_STATUS

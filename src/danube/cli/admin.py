@@ -5,6 +5,7 @@
     danube admin topics describe /default/orders
     danube admin topics subscriptions /default/orders
     danube admin brokers list | namespaces list
+    danube admin schemas register | get | versions | check | delete | compatibility   (admin_schemas.py)
 
 The endpoint defaults to $DANUBE_ADMIN_ENDPOINT, else http://127.0.0.1:50051.
 Exit codes: 0 done, 1 the broker refused or could not be reached, 2 bad usage.
@@ -57,6 +58,9 @@ def register(subparsers) -> None:
     namespaces.add_parser("list", help="namespaces of the cluster")
     p = namespaces.add_parser("topics", help="topics of a namespace")
     p.add_argument("namespace")
+    from danube.cli import admin_schemas
+
+    admin_schemas.add_parser(groups)
     parser.set_defaults(func=run, _admin_parser=parser)
 
 
@@ -85,6 +89,10 @@ def run(args) -> int:
             topics = pb_grpc.TopicAdminStub(channel)
             brokers = pb_grpc.BrokerAdminStub(channel)
             t = args.timeout
+            if group == "schemas":
+                from danube.cli import admin_schemas
+
+                return admin_schemas.run(args, channel, _emit)
             if group == "topics" and cmd == "unload":
                 topics.UnloadTopic(pb.TopicRequest(name=args.topic), timeout=t)
                 _emit(args, {"topic": args.topic, "unloaded": True}, [f"Topic {args.topic} unloaded"])

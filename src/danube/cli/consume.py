@@ -29,7 +29,8 @@ def register(subparsers) -> None:
                         help="stop after this many seconds without a message (0 = wait forever)")
     parser.add_argument("--key-filter", action="append", default=[], help="key-shared glob filter (repeatable)")
     parser.add_argument("--print", dest="print_payloads", action="store_true",
-                        help="print each payload (UTF-8, replacement for invalid bytes)")
+                        help="print each payload (UTF-8, replacement for invalid bytes; messages with an "
+                             "Avro or JSON schema as decoded JSON)")
     parser.add_argument("--no-ack", action="store_true", help="do not ack (messages will be redelivered)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no summary line")
     parser.set_defaults(func=run)
@@ -46,6 +47,9 @@ async def _consume(args) -> int:
     received = 0
     nbytes = 0
     started = time.perf_counter()
+    from danube.cli._schema_payloads import PayloadPrinter
+
+    printer = PayloadPrinter(client)   # decoded JSON for messages with an Avro/JSON schema
     try:
         await consumer.subscribe()
         if not args.quiet:
@@ -60,7 +64,7 @@ async def _consume(args) -> int:
                 messages = messages[:args.count - received]
             for m in messages:
                 if args.print_payloads:
-                    print(m.payload.decode("utf-8", "replace"), flush=False)
+                    print(await printer.text(m), flush=False)
                 nbytes += len(m.payload)
             received += len(messages)
             if not args.no_ack:

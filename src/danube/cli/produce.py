@@ -33,6 +33,11 @@ def register(subparsers) -> None:
     parser.add_argument("--max-batch-bytes", type=positive_int, default=256 * 1024,
                         help="seal a batch at this size (default 262144)")
     parser.add_argument("--max-in-flight", type=positive_int, default=4, help="unacked batches (default 4)")
+    parser.add_argument("--schema-subject", default=None,
+                        help="publish with this schema subject's latest version (--message is then JSON, "
+                             "encoded with the schema for Avro; docs/schema-registry.md)")
+    parser.add_argument("--schema-version", type=positive_int, default=None,
+                        help="with --schema-subject: pin this version instead of the latest")
     parser.add_argument("--quiet", "-q", action="store_true", help="no summary line")
     parser.set_defaults(func=run)
 
@@ -48,9 +53,20 @@ async def _produce(args) -> int:
                .with_max_batch_bytes(args.max_batch_bytes).with_max_in_flight(args.max_in_flight))
     if args.partitions:
         builder = builder.with_partitions(args.partitions)
+    if args.schema_subject:
+        builder = (builder.with_schema_version(args.schema_subject, args.schema_version) if args.schema_version
+                   else builder.with_schema_subject(args.schema_subject))
     producer = builder.build()
     try:
         await producer.create()
+        if args.schema_subject:
+            from danube.cli._schema_payloads import encode_message
+
+            if args.message is None and producer.schema_info.schema_type in ("avro", "json_schema"):
+                raise SystemExit(f"danube produce: subject {args.schema_subject} is "
+                                 f"{producer.schema_info.schema_type}: give the record as --message JSON")
+            if args.message is not None:
+                payload = encode_message(producer.schema_info, args.message)
         started = time.perf_counter()
         futures = []
         if args.rate > 0:

@@ -27,6 +27,17 @@ class Message:
     def __repr__(self) -> str:
         return f"Message(topic={self.topic!r}, offset={self.offset}, {len(self.payload)} bytes)"
 
+    @property
+    def schema_id(self) -> int | None:
+        """The schema id the producer wrote it with (frame attribute ``danube.schema_id``), or None."""
+        value = self.attributes.get("danube.schema_id") if self.attributes else None
+        return int(value) if value is not None else None
+
+    @property
+    def schema_version(self) -> int | None:
+        value = self.attributes.get("danube.schema_version") if self.attributes else None
+        return int(value) if value is not None else None
+
 
 class MessageBatch:
     """One delivered batch: the frames as the broker stored them, decoded on demand."""

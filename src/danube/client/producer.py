@@ -76,6 +76,22 @@ class ProducerBuilder:
         self._linger_ms = 5.0
         self._max_batch_bytes = 256 * 1024
         self._max_in_flight = 4
+        self._schema_ref: tuple[str, int | None, int | None] | None = None
+
+    def with_schema_subject(self, subject: str) -> "ProducerBuilder":
+        """Publish with the subject's latest schema (resolved on ``create()``; docs/schema-registry.md)."""
+        self._schema_ref = (subject, None, None)
+        return self
+
+    def with_schema_version(self, subject: str, version: int) -> "ProducerBuilder":
+        """Publish with one pinned version of the subject."""
+        self._schema_ref = (subject, int(version), None)
+        return self
+
+    def with_schema_min_version(self, subject: str, min_version: int) -> "ProducerBuilder":
+        """Publish with the subject's latest version, refusing to start below ``min_version``."""
+        self._schema_ref = (subject, None, int(min_version))
+        return self
 
     def with_topic(self, topic: str) -> "ProducerBuilder":
         self._topic = topic
@@ -129,9 +145,11 @@ class ProducerBuilder:
             raise InvalidArgumentError("a producer needs a topic (with_topic)")
         if not self._name:
             raise InvalidArgumentError("a producer needs a name (with_name)")
-        return Producer(self._client, self._topic, self._name, access_mode=self._access_mode,
-                        reliable=self._reliable, partitions=self._partitions, linger_ms=self._linger_ms,
-                        max_batch_bytes=self._max_batch_bytes, max_in_flight=self._max_in_flight)
+        producer = Producer(self._client, self._topic, self._name, access_mode=self._access_mode,
+                            reliable=self._reliable, partitions=self._partitions, linger_ms=self._linger_ms,
+                            max_batch_bytes=self._max_batch_bytes, max_in_flight=self._max_in_flight)
+        producer.schema_ref = self._schema_ref
+        return producer
 
 
 class _Batch:
@@ -153,17 +171,24 @@ class _Batch:
         self.encoded_for = -1
         self.sent_at = 0.0
 
-    def encode(self, producer_id: int) -> bytes:
+    def encode(self, producer_id: int, schema_attrs: dict | None = None) -> bytes:
+        """The batch's frames; ``schema_attrs`` (the schema id/version pair) go on every frame."""
         if self.frames is None or self.encoded_for != producer_id:
             now_ms = int(time.time() * 1000)
             if self.keys is None or (not any(k is not None for k in self.keys)
                                      and not any(self.attributes)):
+                attrs = self.attrs
+                if schema_attrs:
+                    attrs = {**attrs, **schema_attrs} if attrs else schema_attrs
                 self.frames = frame_codec.encode_payloads(
                     self.payloads, publish_time=now_ms, producer_id=producer_id,
-                    key=self.key, attributes=self.attrs)
+                    key=self.key, attributes=attrs)
             else:
+                attributes = self.attributes
+                if schema_attrs:
+                    attributes = [{**a, **schema_attrs} if a else schema_attrs for a in attributes]
                 self.frames = frame_codec.encode_records(
-                    [(now_ms, producer_id, k, a, p) for k, a, p in zip(self.keys, self.attributes, self.payloads)])
+                    [(now_ms, producer_id, k, a, p) for k, a, p in zip(self.keys, attributes, self.payloads)])
             self.encoded_for = producer_id
         return self.frames
 
@@ -384,6 +409,7 @@ class _PartitionProducer:
         producer_id = self.producer_id
         stop, wake = _STOP, _WAKE
         unacked = self._unacked
+        schema = self.owner.schema   # (schema id, version, frame attributes) or None
 
         async def requests():
             while True:
@@ -400,7 +426,11 @@ class _PartitionProducer:
                     window.release()
                     continue
                 batch.sent_at = time.perf_counter()
-                yield pb.PublishRequest(sequence=seq, producer_id=producer_id, frames=batch.encode(producer_id))
+                if schema is None:
+                    yield pb.PublishRequest(sequence=seq, producer_id=producer_id, frames=batch.encode(producer_id))
+                else:
+                    yield pb.PublishRequest(sequence=seq, producer_id=producer_id, schema_id=schema[0],
+                                            schema_version=schema[1], frames=batch.encode(producer_id, schema[2]))
 
         self._draining = False
         self._drain_reason = None
@@ -525,6 +555,9 @@ class Producer:
         self._parts: list[_PartitionProducer] = []
         self._router: PartitionRouter | None = None
         self._ack_listeners: list = []
+        self.schema_ref: tuple[str, int | None, int | None] | None = None   # (subject, version, min_version)
+        self.schema: tuple[int, int, dict] | None = None    # resolved on create(): (id, version, attributes)
+        self.schema_info = None                             # danube.client.schema.SchemaInfo once resolved
 
     @property
     def partitions(self) -> list[str]:
@@ -537,6 +570,8 @@ class Producer:
     async def create(self) -> "Producer":
         if self._parts:
             return self
+        if self.schema_ref is not None and self.schema is None:
+            await self._resolve_schema()
         if self._requested_partitions:
             names = [partition_topic(self.topic, i) for i in range(self._requested_partitions)]
         else:
@@ -547,6 +582,15 @@ class Producer:
         self._parts = parts
         self._router = PartitionRouter(len(parts))
         return self
+
+    async def _resolve_schema(self) -> None:
+        from danube.client.schema import SchemaRegistryClient
+        from danube.schema.validation import schema_attributes
+
+        subject, version, min_version = self.schema_ref
+        info = await SchemaRegistryClient(self.client).resolve(subject, version=version, min_version=min_version)
+        self.schema_info = info
+        self.schema = (info.schema_id, info.version, schema_attributes(info.schema_id, info.version))
 
     def add_ack_listener(self, callback) -> None:
         """``callback(batch_sent_at_perf_counter, first_offset, last_offset)`` on every ack (for bench)."""

@@ -92,6 +92,8 @@ class BrokerApp:
             self.admin_server = grpc.aio.server(options=GRPC_OPTIONS)
             if admin is not None:
                 admin.add_to_server(self.admin_server, self.broker)
+            if self.schema_gate is not None:   # Danube's admin CLI reaches the registry on the admin port
+                schema_service.add_to_server(self.admin_server, self.schema_gate.registry, self.schema_gate)
             self.bound["admin"] = self._bind(self.admin_server, cfg.admin_port, "admin")
         if cfg.metrics_port:
             self.metrics.serve(cfg.host, cfg.metrics_port)

@@ -1,0 +1,201 @@
+"""`danube admin schemas ...`: the schema registry, as Danube's admin CLI has it.
+
+    danube admin schemas register SUBJECT --schema-type avro --file user.avsc [--description D] [--tags T ...]
+    danube admin schemas get --subject SUBJECT | --id ID [--version N]
+    danube admin schemas versions SUBJECT
+    danube admin schemas check SUBJECT --schema-type avro --file user-v2.avsc [--mode backward]
+    danube admin schemas compatibility SUBJECT --mode full        (alias: set-compatibility)
+    danube admin schemas delete SUBJECT --version N --confirm
+    danube admin schemas configure-topic /ns/topic --subject S [--policy enforce] [--payload-validation]
+    danube admin schemas topic-config /ns/topic
+
+The broker serves ``danube_schema.SchemaRegistry`` on the admin port (like Danube's admin CLI
+expects) and on the client port.  With ``--output json`` every command prints JSON.  Exit
+codes: 0 done (``check``: compatible), 1 refused / not compatible / unreachable, 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sys
+
+TYPES = ["avro", "json_schema", "protobuf", "string", "bytes", "number"]
+MODES = ["none", "backward", "forward", "full"]
+
+
+def add_parser(groups) -> None:
+    """Adds the ``schemas`` group to ``danube admin``."""
+    schemas = groups.add_parser("schemas", help="schema registry commands").add_subparsers(
+        dest="admin_cmd", metavar="COMMAND")
+    p = schemas.add_parser("register", help="register a schema (an identical one returns its existing version)")
+    p.add_argument("subject")
+    p.add_argument("--schema-type", required=True, choices=TYPES)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--file", help="path to the schema definition")
+    src.add_argument("--schema", help="inline schema definition")
+    p.add_argument("--description", default="")
+    p.add_argument("--tags", nargs="*", default=[])
+    p = schemas.add_parser("get", help="a schema by subject (latest) or by id (and version)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--subject")
+    which.add_argument("--id", type=int)
+    p.add_argument("--version", type=int, help="with --id: that version (default: the latest)")
+    p = schemas.add_parser("versions", help="versions of a subject")
+    p.add_argument("subject")
+    p = schemas.add_parser("check", help="is a schema compatible with the subject?")
+    p.add_argument("subject")
+    p.add_argument("--schema-type", required=True, choices=TYPES)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--file")
+    src.add_argument("--schema")
+    p.add_argument("--mode", choices=MODES, help="override the subject's compatibility mode")
+    for name in ("compatibility", "set-compatibility"):
+        p = schemas.add_parser(name, help="set a subject's compatibility mode")
+        p.add_argument("subject")
+        p.add_argument("--mode", required=True, choices=MODES)
+    p = schemas.add_parser("delete", help="delete one version of a subject")
+    p.add_argument("subject")
+    p.add_argument("--version", type=int, required=True)
+    p.add_argument("--confirm", action="store_true", help="required: deletion cannot be undone")
+    p = schemas.add_parser("configure-topic", help="a topic's schema subject and validation policy")
+    p.add_argument("topic")
+    p.add_argument("--subject", required=True)
+    p.add_argument("--policy", choices=["none", "warn", "enforce"], default="none")
+    p.add_argument("--payload-validation", action="store_true", help="validate every payload against the schema")
+    p = schemas.add_parser("topic-config", help="a topic's schema configuration")
+    p.add_argument("topic")
+
+
+def _definition(args) -> bytes | None:
+    if getattr(args, "file", None):
+        with open(args.file, "rb") as f:
+            return f.read()
+    if getattr(args, "schema", None) is not None:
+        return args.schema.encode()
+    if args.schema_type in ("string", "bytes", "number"):
+        return b""
+    print("danube admin schemas: give --file or --schema", file=sys.stderr)
+    return None
+
+
+def _pretty_definition(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace")
+    if text.lstrip().startswith("{"):
+        try:
+            return json.dumps(json.loads(text), indent=2)
+        except ValueError:
+            pass
+    return text
+
+
+def run(args, channel, emit) -> int:
+    """One ``schemas`` command over ``channel``; grpc.RpcError propagates to ``danube admin``."""
+    from google.protobuf.json_format import MessageToDict
+
+    from danube.proto.danube_schema import SchemaRegistry_pb2 as pb
+    from danube.proto.danube_schema import SchemaRegistry_pb2_grpc as pb_grpc
+
+    stub = pb_grpc.SchemaRegistryStub(channel)
+    t = args.timeout
+    cmd = args.admin_cmd
+    if cmd == "register":
+        data = _definition(args)
+        if data is None:
+            return 2
+        r = stub.RegisterSchema(pb.RegisterSchemaRequest(
+            subject=args.subject, schema_type=args.schema_type, schema_definition=data,
+            description=args.description, created_by=_user(), tags=args.tags), timeout=t)
+        emit(args, {"subject": args.subject, "schema_id": r.schema_id, "version": r.version,
+                    "is_new_version": r.is_new_version, "fingerprint": r.fingerprint},
+             ["Registered new schema version" if r.is_new_version else "Schema already exists",
+              f"Subject: {args.subject}", f"Schema ID: {r.schema_id}", f"Version: {r.version}",
+              f"Fingerprint: {r.fingerprint}"])
+    elif cmd == "get":
+        if args.id is not None:
+            req = pb.GetSchemaRequest(schema_id=args.id)
+            if args.version is not None:
+                req.version = args.version
+            r = stub.GetSchema(req, timeout=t)
+        else:
+            if args.version is not None:
+                print("danube admin schemas: --version goes with --id", file=sys.stderr)
+                return 2
+            r = stub.GetLatestSchema(pb.GetLatestSchemaRequest(subject=args.subject), timeout=t)
+        data = MessageToDict(r, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+        data["schema_definition"] = r.schema_definition.decode("utf-8", errors="replace")
+        lines = [f"Schema ID: {r.schema_id}", f"Version: {r.version}", f"Subject: {r.subject}",
+                 f"Type: {r.schema_type}", f"Compatibility Mode: {r.compatibility_mode}",
+                 f"Fingerprint: {r.fingerprint}"]
+        if r.description:
+            lines.append(f"Description: {r.description}")
+        if r.tags:
+            lines.append(f"Tags: {', '.join(r.tags)}")
+        lines += ["", "Schema Definition:", _pretty_definition(r.schema_definition)]
+        emit(args, data, lines)
+    elif cmd == "versions":
+        r = stub.ListVersions(pb.ListVersionsRequest(subject=args.subject), timeout=t)
+        data = [MessageToDict(v, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+                for v in r.versions]
+        lines = [f"Versions for subject '{args.subject}':"]
+        for v in r.versions:
+            lines.append(f"  Version {v.version}: schema_id={v.schema_id}, fingerprint={v.fingerprint}")
+            if v.created_by:
+                lines.append(f"    Created by: {v.created_by}")
+            if v.description:
+                lines.append(f"    Description: {v.description}")
+        emit(args, data, lines)
+    elif cmd == "check":
+        data = _definition(args)
+        if data is None:
+            return 2
+        req = pb.CheckCompatibilityRequest(subject=args.subject, new_schema_definition=data,
+                                           schema_type=args.schema_type)
+        if args.mode:
+            req.compatibility_mode = args.mode
+        r = stub.CheckCompatibility(req, timeout=t)
+        lines = [f"Schema is compatible with subject '{args.subject}'" if r.is_compatible
+                 else f"Schema is NOT compatible with subject '{args.subject}'"]
+        if r.errors:
+            lines += ["", "Compatibility errors:"] + [f"  - {e}" for e in r.errors]
+        emit(args, {"subject": args.subject, "is_compatible": r.is_compatible, "errors": list(r.errors)}, lines)
+        return 0 if r.is_compatible else 1
+    elif cmd in ("compatibility", "set-compatibility"):
+        r = stub.SetCompatibilityMode(pb.SetCompatibilityModeRequest(
+            subject=args.subject, compatibility_mode=args.mode), timeout=t)
+        return _outcome(args, emit, r, [f"Compatibility mode set for subject '{args.subject}'",
+                                        f"Mode: {args.mode.upper()}"])
+    elif cmd == "delete":
+        if not args.confirm:
+            print("danube admin schemas: deletion requires --confirm", file=sys.stderr)
+            return 2
+        r = stub.DeleteSchemaVersion(pb.DeleteSchemaVersionRequest(subject=args.subject, version=args.version),
+                                     timeout=t)
+        return _outcome(args, emit, r, [f"Deleted version {args.version} of subject '{args.subject}'"])
+    elif cmd == "configure-topic":
+        r = stub.ConfigureTopicSchema(pb.ConfigureTopicSchemaRequest(
+            topic_name=args.topic, schema_subject=args.subject, validation_policy=args.policy,
+            enable_payload_validation=args.payload_validation), timeout=t)
+        return _outcome(args, emit, r, [r.message])
+    elif cmd == "topic-config":
+        r = stub.GetTopicSchemaConfig(pb.GetTopicSchemaConfigRequest(topic_name=args.topic), timeout=t)
+        data = MessageToDict(r, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+        emit(args, data, [f"Topic: {args.topic}", f"Schema subject: {r.schema_subject or '(none)'}",
+                          f"Schema ID: {r.schema_id or '-'}", f"Validation policy: {r.validation_policy or 'none'}",
+                          f"Payload validation: {'on' if r.enable_payload_validation else 'off'}"])
+    else:
+        return 2
+    return 0
+
+
+def _outcome(args, emit, r, ok_lines) -> int:
+    emit(args, {"success": r.success, "message": r.message},
+         ok_lines if r.success else ["Failed", f"Error: {r.message}"])
+    return 0 if r.success else 1
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001
+        return "admin"

@@ -36,6 +36,9 @@ def register(subparsers) -> None:
                         help=f"admin endpoint (default $DANUBE_ADMIN_ENDPOINT or {DEFAULT_ENDPOINT})")
     parser.add_argument("--output", "-o", choices=["text", "json"], default="text", help="output format")
     parser.add_argument("--timeout", type=float, default=60.0, help="RPC deadline in seconds (default 60)")
+    from danube.cli import admin_security
+
+    admin_security.add_connection_args(parser)
     groups = parser.add_subparsers(dest="admin_group", metavar="GROUP")
 
     topics = groups.add_parser("topics", help="topic commands").add_subparsers(dest="admin_cmd", metavar="COMMAND")
@@ -58,6 +61,7 @@ def register(subparsers) -> None:
     namespaces.add_parser("list", help="namespaces of the cluster")
     p = namespaces.add_parser("topics", help="topics of a namespace")
     p.add_argument("namespace")
+    admin_security.register(groups)
     from danube.cli import admin_schemas
 
     admin_schemas.add_parser(groups)
@@ -84,8 +88,12 @@ def run(args) -> int:
 
     endpoint = args.endpoint or os.environ.get("DANUBE_ADMIN_ENDPOINT") or DEFAULT_ENDPOINT
     group, cmd = args.admin_group, args.admin_cmd
+    from danube.cli import admin_security
+
+    if group == "security" and cmd == "tokens":
+        return admin_security.create_token(args, lambda data, lines: _emit(args, data, lines))
     try:
-        with grpc.insecure_channel(_target(endpoint)) as channel:
+        with admin_security.open_channel(args, _target(endpoint)) as channel:
             topics = pb_grpc.TopicAdminStub(channel)
             brokers = pb_grpc.BrokerAdminStub(channel)
             t = args.timeout
@@ -93,6 +101,8 @@ def run(args) -> int:
                 from danube.cli import admin_schemas
 
                 return admin_schemas.run(args, channel, _emit)
+            if group == "security":
+                return admin_security.run(args, channel, lambda data, lines: _emit(args, data, lines))
             if group == "topics" and cmd == "unload":
                 topics.UnloadTopic(pb.TopicRequest(name=args.topic), timeout=t)
                 _emit(args, {"topic": args.topic, "unloaded": True}, [f"Topic {args.topic} unloaded"])

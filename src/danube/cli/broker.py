@@ -38,6 +38,17 @@ def register(subparsers) -> None:
                    help="host:port that topic lookups answer with [default HOST:PORT]")
     p.add_argument("--load-report-interval", type=float, default=None, metavar="SECONDS",
                    help="publish a LoadReport to /system/load_reports every SECONDS, 0 = off [default 30]")
+    sec = p.add_argument_group("security (docs/security.md; flags win over the config file's auth block)")
+    sec.add_argument("--tls-cert", metavar="PEM", default=None, help="server certificate: TLS on the client and admin ports")
+    sec.add_argument("--tls-key", metavar="PEM", default=None, help="its private key (refused when world-readable)")
+    sec.add_argument("--tls-ca", metavar="PEM", default=None, help="CA that signs client certificates")
+    sec.add_argument("--tls-verify-client", action="store_true", default=None,
+                     help="mTLS: require a client certificate signed by --tls-ca")
+    sec.add_argument("--jwt-secret-file", metavar="FILE", default=None,
+                     help="file holding the HS256 secret: every call then needs 'authorization: Bearer <jwt>'")
+    sec.add_argument("--jwt-issuer", default=None, help="issuer a token must carry [default danube-auth]")
+    sec.add_argument("--super-admin", action="append", default=None, metavar="SUBJECT",
+                     help="a subject that bypasses RBAC (repeatable)")
     p.set_defaults(func=run)
 
 
@@ -45,6 +56,14 @@ def build_config(args):
     from danube.server.config import BrokerConfig
 
     config = BrokerConfig.from_yaml(args.config) if args.config else BrokerConfig()
+    if any(getattr(args, f, None) for f in ("tls_cert", "tls_key", "tls_ca", "tls_verify_client",
+                                            "jwt_secret_file", "jwt_issuer", "super_admin")):
+        from danube.server.auth.settings import with_flags
+
+        config = config.with_overrides(auth=with_flags(
+            config.auth, tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca,
+            tls_verify_client=args.tls_verify_client, jwt_secret_file=args.jwt_secret_file,
+            jwt_issuer=args.jwt_issuer, super_admins=args.super_admin))
     return config.with_overrides(host=args.host, port=args.port, admin_port=args.admin_port,
                                  metrics_port=args.metrics_port, data_dir=args.data_dir, sync=args.sync,
                                  grpc_server=getattr(args, "grpc_server", None),

@@ -55,8 +55,36 @@ class DanubeClientBuilder:
         self._health_interval_s = float(seconds or 0.0)
         return self
 
-    def build(self) -> DanubeClient:
-        return DanubeClient(self._service_url, retry=self._retry, health_check_interval_s=self._health_interval_s)
+    # Security as in danube-client 0.5.0 (danube.client.security): TLS, mTLS, a JWT or a supplier of one.
+    def with_tls(self, ca_cert_path: str) -> "DanubeClientBuilder":
+        from danube.client import security
+
+        self._security = security.with_tls(getattr(self, "_security", None), ca_cert_path)
+        return self
+
+    def with_mtls(self, ca_cert_path: str, client_cert_path: str, client_key_path: str) -> "DanubeClientBuilder":
+        from danube.client import security
+
+        self._security = security.with_mtls(getattr(self, "_security", None), ca_cert_path, client_cert_path,
+                                            client_key_path)
+        return self
+
+    def with_token(self, token: str) -> "DanubeClientBuilder":
+        from danube.client import security
+
+        self._security = security.with_token(getattr(self, "_security", None), token)
+        return self
+
+    def with_token_supplier(self, supplier) -> "DanubeClientBuilder":
+        from danube.client import security
+
+        self._security = security.with_token_supplier(getattr(self, "_security", None), supplier)
+        return self
+
+    def build(self) -> "DanubeClient":
+        client = DanubeClient(self._service_url, retry=self._retry, health_check_interval_s=self._health_interval_s)
+        client.security = getattr(self, "_security", None)
+        return client
 
 
 class DanubeClient(Connections):

@@ -219,3 +219,27 @@ def topic_schema_config(topic: str) -> str:
 
 def schemas_root() -> str:
     return "/schemas/"
+
+
+# ---------------------------------------------------------------- security (RBAC)
+# Role and subject names are kept as given (a JWT subject may hold any character), so they are
+# percent-encoded into one key segment.
+
+def security_role(role: str) -> str:
+    from urllib.parse import quote as _pct
+
+    return f"/security/roles/{_pct(role, safe='')}"
+
+
+def security_roles() -> str:
+    return "/security/roles/"
+
+
+def security_binding(subject: str) -> str:
+    from urllib.parse import quote as _pct
+
+    return f"/security/bindings/{_pct(subject, safe='')}"
+
+
+def security_bindings() -> str:
+    return "/security/bindings/"

@@ -76,7 +76,13 @@ class BrokerApp:
         self.metrics.attach(self.broker)
         await self.broker.start()
 
-        self.server = self._client_server(cfg.grpc_server)
+        # Security (docs/security.md): TLS on both ports, and with JWT or mTLS the guard in front of
+        # every handler registered on the client port (and the admin port's interceptor).
+        from danube.server.auth.runtime import Security
+
+        self.security = Security(cfg.auth, self.broker, self.metadata)
+        await self.security.start()
+        self.server = self.security.guard_client_server(self._client_server(cfg.grpc_server))
         # The schema registry first: it hands Danube's protocol and the batch lane the gate.
         schema_service = _optional_edge("danube.server.schema_service")
         if schema_service is not None:
@@ -89,11 +95,12 @@ class BrokerApp:
 
         admin = _optional_edge("danube.server.admin")
         if cfg.admin_port:
-            self.admin_server = grpc.aio.server(options=GRPC_OPTIONS)
+            self.admin_server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=self.security.interceptors())
             if admin is not None:
                 admin.add_to_server(self.admin_server, self.broker)
             if self.schema_gate is not None:   # Danube's admin CLI reaches the registry on the admin port
                 schema_service.add_to_server(self.admin_server, self.schema_gate.registry, self.schema_gate)
+            self.security.add_admin_services(self.admin_server)
             self.bound["admin"] = self._bind(self.admin_server, cfg.admin_port, "admin")
         if cfg.metrics_port:
             self.metrics.serve(cfg.host, cfg.metrics_port)
@@ -123,7 +130,8 @@ class BrokerApp:
     def _bind(self, server: grpc.aio.Server, port: int, what: str) -> int:
         address = f"{self.config.host}:{port}"
         try:
-            bound = server.add_insecure_port(address)
+            security = getattr(self, "security", None)
+            bound = security.add_port(server, address) if security is not None else server.add_insecure_port(address)
         except RuntimeError as exc:
             raise OSError(f"cannot listen on {address} ({what} port): {exc}") from exc
         if bound == 0:
@@ -147,6 +155,8 @@ class BrokerApp:
             await self.broker.stop()
         if self.schema_gate is not None:
             await self.schema_gate.stop()
+        if getattr(self, "security", None) is not None:
+            await self.security.stop()
         if self.metadata is not None:
             await self.metadata.close()
         log.info("stopped cleanly")

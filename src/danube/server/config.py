@@ -47,13 +47,16 @@ from typing import Any, Mapping
 
 from danube.broker.policies import DispatchSettings, FailurePolicy, TopicPolicies
 from danube.errors import InvalidArgumentError
+from danube.server.auth.settings import AuthSettings, refuse_if_world_readable
 
 log = logging.getLogger(__name__)
 
 SYNC_MODES = ("always", "interval", "never")
 GRPC_SERVERS = ("h2", "grpcio")
-_DANUBE_IGNORED = {"cluster_name", "meta_store", "bootstrap_namespaces", "auto_create_topics", "auth",
+_DANUBE_IGNORED = {"cluster_name", "meta_store", "bootstrap_namespaces", "auto_create_topics",
                    "schema_registry", "proxy", "raft", "cluster"}
+# Keys whose values are secrets: a config file holding one must not be readable by everyone.
+_SECRET_KEYS = {"secret_key", "secret_access_key", "access_key", "password", "token"}
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class BrokerConfig:
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)
     storage: Mapping[str, Any] = field(default_factory=dict)
     load_report_interval_seconds: float = 30.0  # Danube's load_manager key; 0 = no load reports
+    auth: AuthSettings = field(default_factory=AuthSettings)   # Danube's auth block (docs/security.md)
 
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODES:
@@ -129,6 +133,8 @@ class BrokerConfig:
             raise InvalidArgumentError(f"config file {path} is not valid YAML: {exc}") from exc
         if not isinstance(data, Mapping):
             raise InvalidArgumentError(f"config file {path} must hold a mapping at the top level")
+        if _holds_secrets(data):
+            refuse_if_world_readable(path, "config file")
         return cls.from_dict(data, base_dir=os.path.dirname(os.path.abspath(path)))
 
     @classmethod
@@ -171,6 +177,8 @@ class BrokerConfig:
             kw["failure_policy"] = FailurePolicy.from_dict(data.pop("failure_policy"))
         if "dispatch" in data:
             kw["dispatch"] = DispatchSettings.from_dict(data.pop("dispatch"))
+        if "auth" in data:
+            kw["auth"] = AuthSettings.from_dict(data.pop("auth"), base_dir=base_dir)
         if "storage" in data:
             storage = data.pop("storage") or {}
             if not isinstance(storage, Mapping):
@@ -197,6 +205,14 @@ class BrokerConfig:
     def with_overrides(self, **overrides: Any) -> "BrokerConfig":
         """Flags on top of the file: ``None`` means "not given"."""
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _holds_secrets(doc: Any) -> bool:
+    if isinstance(doc, Mapping):
+        return any((str(k) in _SECRET_KEYS and v not in (None, "")) or _holds_secrets(v) for k, v in doc.items())
+    if isinstance(doc, list):
+        return any(_holds_secrets(v) for v in doc)
+    return False
 
 
 def _port(value: Any, where: str) -> int:

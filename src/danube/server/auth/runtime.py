@@ -1,0 +1,79 @@
+"""``Security``: what the broker process builds from its ``auth`` settings and hands its servers.
+
+``BrokerApp`` asks it to guard the client port's server (every handler registered through
+:class:`~danube.server.auth.guard.GuardedRegistrar`), for the admin server's interceptors,
+to bind ports (TLS or not) and to register ``danube_admin.SecurityAdmin``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from danube.server.auth.guard import CallGuard, GuardedRegistrar, GuardInterceptor, _grpc_auth_context
+from danube.server.auth.rbac import Authorizer
+from danube.server.auth.settings import AuthSettings
+
+log = logging.getLogger(__name__)
+
+
+class Security:
+    def __init__(self, settings: AuthSettings, broker, metadata) -> None:
+        self.settings = settings
+        self.broker = broker
+        settings.check_files()
+        self.authorizer = Authorizer(metadata, super_admins=settings.super_admins,
+                                     refresh_s=5.0 if settings.authenticating else 0.0)
+        self.guard: CallGuard | None = None
+        if settings.authenticating:
+            verifier = None
+            if settings.jwt is not None:
+                from danube.server.auth.jwt import TokenVerifier
+
+                verifier = TokenVerifier(settings.jwt.secret_key, issuer=settings.jwt.issuer)
+            self.guard = CallGuard(verifier=verifier, authorizer=self.authorizer, broker=broker,
+                                   accept_client_certificates=settings.mtls)
+        self._ssl_context = None
+        self._grpc_credentials = None
+        if settings.tls_enabled:
+            from danube.server.auth import tls
+
+            t = settings.tls
+            self._ssl_context = tls.server_ssl_context(t.cert_file, t.key_file, ca_file=t.ca_file,
+                                                       verify_client=t.verify_client)
+            self._grpc_credentials = tls.server_credentials(t.cert_file, t.key_file, ca_file=t.ca_file,
+                                                            verify_client=t.verify_client)
+
+    async def start(self) -> None:
+        await self.authorizer.start()
+        log.info("security: %s", self.settings.describe())
+
+    async def stop(self) -> None:
+        await self.authorizer.stop()
+
+    # ------------------------------------------------------------ servers
+
+    def guard_client_server(self, server):
+        """The server to register the client port's services on (the guard in front when on)."""
+        if self.guard is None:
+            return server
+        if hasattr(server, "peer_certificate"):   # danube's own HTTP/2 server
+            def cert_lookup(context):
+                return server.peer_certificate(context.peer())
+        else:
+            cert_lookup = _grpc_auth_context
+        return GuardedRegistrar(server, self.guard, cert_lookup)
+
+    def interceptors(self) -> list:
+        return [GuardInterceptor(self.guard)] if self.guard is not None else []
+
+    def add_port(self, server, address: str) -> int:
+        if not self.settings.tls_enabled:
+            return server.add_insecure_port(address)
+        if hasattr(server, "peer_certificate"):
+            return server.add_secure_port(address, self._ssl_context)
+        return server.add_secure_port(address, self._grpc_credentials)
+
+    def add_admin_services(self, server) -> None:
+        from danube.server.auth import admin_service
+
+        admin_service.add_to_server(server, self.authorizer)

@@ -1,0 +1,222 @@
+"""``AuthSettings``: Danube's ``auth`` block of the broker config, checked once at start.
+
+::
+
+    auth:
+      mode: tls                  # none (default) | tls  (Danube's "tlswithjwt" is accepted as tls)
+      tls:
+        cert_file: ./cert/server-cert.pem
+        key_file: ./cert/server-key.pem       # refused when anyone may read it (as OpenSSH does)
+        ca_file: ./cert/ca-cert.pem           # verifies client certificates
+        verify_client: false                  # true = mTLS: a client certificate signed by ca_file
+      jwt:                                    # present = every call needs "authorization: Bearer <jwt>"
+        secret_key: "..."                     # HS256 key (or secret_key_file: a file holding it)
+        issuer: danube-auth
+        expiration_time: 3600                 # seconds; the default lifetime of issued tokens
+      super_admins: [admin]                   # JWT subjects (or client-certificate CNs) that bypass RBAC
+
+The secret is kept out of ``repr`` so it never reaches a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from danube.errors import InvalidArgumentError
+
+log = logging.getLogger(__name__)
+
+AUTH_MODES = ("none", "tls")
+_MODE_ALIASES = {"tlswithjwt": "tls", "tls_with_jwt": "tls", "": "none"}
+
+
+def refuse_if_world_readable(path: str, what: str) -> None:
+    """OpenSSH's rule for files holding secrets: anyone-may-read is refused, naming the file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read {what} {path}: {exc.strerror}") from exc
+    if mode & stat.S_IROTH:
+        log.warning("UNPROTECTED FILE: %s %s is readable by every user (mode %04o); it holds secrets, so it "
+                    "is refused. Run: chmod o-rwx %s", what, path, stat.S_IMODE(mode), path)
+        raise InvalidArgumentError(
+            f"{what} {path} holds secrets and is readable by every user (mode {stat.S_IMODE(mode):04o}); "
+            f"refusing to use it: chmod o-rwx {path}")
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    cert_file: str
+    key_file: str
+    ca_file: str | None = None
+    verify_client: bool = False
+
+    def check(self) -> None:
+        for what, path in (("TLS certificate", self.cert_file), ("TLS CA file", self.ca_file)):
+            if path is not None and not os.path.isfile(path):
+                raise InvalidArgumentError(f"auth.tls: {what} {path} does not exist")
+        if not os.path.isfile(self.key_file):
+            raise InvalidArgumentError(f"auth.tls: TLS private key {self.key_file} does not exist")
+        refuse_if_world_readable(self.key_file, "TLS private key")
+        if self.verify_client and not self.ca_file:
+            raise InvalidArgumentError("auth.tls.verify_client needs auth.tls.ca_file (the CA that signs client "
+                                       "certificates)")
+
+
+@dataclass(frozen=True)
+class JwtSettings:
+    secret_key: str = field(repr=False)
+    issuer: str | None = "danube-auth"
+    expiration_time: int = 3600
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.secret_key, str) or len(self.secret_key) < 8:
+            raise InvalidArgumentError("auth.jwt.secret_key must be a string of at least 8 characters")
+        if isinstance(self.expiration_time, bool) or not isinstance(self.expiration_time, int) \
+                or self.expiration_time <= 0:
+            raise InvalidArgumentError(
+                f"auth.jwt.expiration_time must be a positive number of seconds, got {self.expiration_time!r}")
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    mode: str = "none"
+    tls: TlsSettings | None = None
+    jwt: JwtSettings | None = None
+    super_admins: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.mode not in AUTH_MODES:
+            raise InvalidArgumentError(f"auth.mode must be one of {', '.join(AUTH_MODES)}, got {self.mode!r}")
+        if self.mode == "tls" and self.tls is None:
+            raise InvalidArgumentError("auth.mode tls needs auth.tls.cert_file and auth.tls.key_file")
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.mode == "tls" and self.tls is not None
+
+    @property
+    def mtls(self) -> bool:
+        return self.tls_enabled and self.tls.verify_client
+
+    @property
+    def authenticating(self) -> bool:
+        """Every call must carry an identity (a JWT, or a verified client certificate); RBAC applies."""
+        return self.jwt is not None or self.mtls
+
+    def describe(self) -> str:
+        """For the start-up log: what is on, never a secret."""
+        parts = [f"mode {self.mode}"]
+        if self.tls_enabled:
+            parts.append("mTLS (client certificates verified)" if self.mtls else "TLS")
+        if self.jwt is not None:
+            parts.append(f"JWT HS256 (issuer {self.jwt.issuer or 'any'})")
+        if self.authenticating:
+            parts.append(f"RBAC default-deny, {len(self.super_admins)} super admin(s)")
+        else:
+            parts.append("no authentication")
+        return ", ".join(parts)
+
+    def check_files(self) -> None:
+        if self.tls is not None:
+            self.tls.check()
+
+    @classmethod
+    def from_dict(cls, data: Any, *, base_dir: str | None = None) -> "AuthSettings":
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise InvalidArgumentError("auth: expected a mapping")
+        data = dict(data)
+        mode = str(data.pop("mode", "none") or "none").strip().lower()
+        mode = _MODE_ALIASES.get(mode, mode)
+
+        def path(value: Any) -> str | None:
+            if value in (None, ""):
+                return None
+            text = os.path.expanduser(str(value))
+            return text if os.path.isabs(text) or base_dir is None else os.path.join(base_dir, text)
+
+        tls = None
+        tls_doc = data.pop("tls", None)
+        if tls_doc:
+            if not isinstance(tls_doc, Mapping):
+                raise InvalidArgumentError("auth.tls: expected a mapping")
+            tls_doc = dict(tls_doc)
+            cert, key = path(tls_doc.pop("cert_file", None)), path(tls_doc.pop("key_file", None))
+            ca = path(tls_doc.pop("ca_file", None))
+            verify = tls_doc.pop("verify_client", False)
+            if not isinstance(verify, bool):
+                raise InvalidArgumentError(f"auth.tls.verify_client must be true or false, got {verify!r}")
+            _no_more(tls_doc, "auth.tls")
+            if cert is None or key is None:
+                raise InvalidArgumentError("auth.tls needs cert_file and key_file")
+            tls = TlsSettings(cert, key, ca, verify)
+        jwt = None
+        jwt_doc = data.pop("jwt", None)
+        if jwt_doc:
+            if not isinstance(jwt_doc, Mapping):
+                raise InvalidArgumentError("auth.jwt: expected a mapping")
+            jwt_doc = dict(jwt_doc)
+            secret = jwt_doc.pop("secret_key", None)
+            secret_file = path(jwt_doc.pop("secret_key_file", None))
+            if secret_file is not None:
+                if secret is not None:
+                    raise InvalidArgumentError("auth.jwt: give secret_key or secret_key_file, not both")
+                secret = read_secret_file(secret_file)
+            if secret is None:
+                raise InvalidArgumentError("auth.jwt needs secret_key (or secret_key_file)")
+            issuer = jwt_doc.pop("issuer", "danube-auth")
+            expiration = jwt_doc.pop("expiration_time", 3600)
+            _no_more(jwt_doc, "auth.jwt")
+            jwt = JwtSettings(str(secret), None if issuer in (None, "") else str(issuer), expiration)
+        admins = data.pop("super_admins", None) or ()
+        if isinstance(admins, str) or not all(isinstance(a, str) and a for a in admins):
+            raise InvalidArgumentError("auth.super_admins must be a list of subject names")
+        _no_more(data, "auth")
+        return cls(mode=mode, tls=tls, jwt=jwt, super_admins=tuple(admins))
+
+
+def read_secret_file(path: str) -> str:
+    refuse_if_world_readable(path, "JWT secret file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot read JWT secret file {path}: {exc.strerror}") from exc
+
+
+def _no_more(doc: Mapping, where: str) -> None:
+    if doc:
+        raise InvalidArgumentError(f"unknown key(s) in {where}: {', '.join(sorted(map(str, doc)))}")
+
+
+def with_flags(settings: AuthSettings, *, tls_cert: str | None = None, tls_key: str | None = None,
+               tls_ca: str | None = None, tls_verify_client: bool | None = None,
+               jwt_secret_file: str | None = None, jwt_issuer: str | None = None,
+               super_admins: list[str] | None = None) -> AuthSettings:
+    """``danube broker`` flags on top of the file's ``auth`` block (a flag given wins).  The JWT
+    secret is only taken from a file: a secret on the command line shows in ``ps``."""
+    from dataclasses import replace
+
+    tls = settings.tls
+    if tls_cert or tls_key or tls_ca or tls_verify_client:
+        cert = tls_cert or (tls.cert_file if tls else None)
+        key = tls_key or (tls.key_file if tls else None)
+        if not cert or not key:
+            raise InvalidArgumentError("TLS needs both --tls-cert and --tls-key (or auth.tls in the config file)")
+        tls = TlsSettings(cert, key, tls_ca or (tls.ca_file if tls else None),
+                          bool(tls_verify_client) or (tls.verify_client if tls else False))
+    jwt = settings.jwt
+    if jwt_secret_file:
+        jwt = JwtSettings(read_secret_file(jwt_secret_file), jwt_issuer or (jwt.issuer if jwt else "danube-auth"),
+                          jwt.expiration_time if jwt else 3600)
+    elif jwt_issuer and jwt is not None:
+        jwt = replace(jwt, issuer=jwt_issuer)
+    mode = "tls" if tls is not None and (tls is not settings.tls or settings.mode == "tls") else settings.mode
+    return AuthSettings(mode=mode, tls=tls, jwt=jwt,
+                        super_admins=tuple(super_admins) if super_admins else settings.super_admins)

@@ -1,0 +1,200 @@
+"""Security end to end: TLS, mTLS, JWT and RBAC with the real danube-client 0.5.0, danube.client
+(batch lane) and `danube admin security`, against brokers started as subprocesses (both gRPC
+servers).  Certificates are made in the test (tests/support/certs.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from danube.server.auth.jwt import issue_token
+from tests.support import danube_client_venv as dc
+from tests.support.broker import running_broker
+from tests.support.certs import make_pki
+
+pytestmark = pytest.mark.timeout(240)
+
+SECRET = "e2e-secret-0123456789abcdef-0123456789"
+
+
+@pytest.fixture(scope="module")
+def client_python():
+    try:
+        return dc.ensure_venv()
+    except Exception as exc:  # noqa: BLE001 - no network / no package index
+        pytest.skip(f"danube-client venv not available: {exc}")
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_pki(str(tmp_path_factory.mktemp("pki")))
+
+
+@pytest.fixture(scope="module")
+def secret_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("secret") / "jwt-secret"
+    path.write_text(SECRET)
+    os.chmod(path, 0o600)
+    return str(path)
+
+
+def roundtrip(broker, topic, *args, count=3, timeout=90) -> dict:
+    return dc.run_script("secure_roundtrip.py", broker.url, topic, "--count", str(count), *args, timeout=timeout)
+
+
+def admin(broker, pki, token, *args) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "danube.cli.main", "admin", "--endpoint", f"127.0.0.1:{broker.admin_port}",
+           "--tls-ca", pki.ca, "--token", token, "--timeout", "20", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def tls_args(pki):
+    return ("--tls-cert", pki.server.cert, "--tls-key", pki.server.key)
+
+
+# ---------------------------------------------------------------- TLS and mTLS
+
+def test_tls_danube_client(client_python, pki):
+    with running_broker(*tls_args(pki)) as broker:
+        ok = roundtrip(broker, "/default/tls", "--ca", pki.ca)
+        assert ok["error"] is None and ok["received"] == ok["sent"] == ["m-0", "m-1", "m-2"]
+        wrong_ca = roundtrip(broker, "/default/tls", "--ca", pki.other_ca, timeout=120)
+        assert wrong_ca["error"] and wrong_ca["error"].startswith("UNAVAILABLE"), wrong_ca
+        plain = roundtrip(broker, "/default/tls", timeout=120)   # no TLS at all
+        assert plain["error"] and plain["error"].startswith("UNAVAILABLE"), plain
+
+
+@pytest.mark.parametrize("server", ["h2", "grpcio"])
+def test_mtls_danube_client(client_python, pki, server):
+    with running_broker(*tls_args(pki), "--tls-ca", pki.ca, "--tls-verify-client", "--super-admin", "client-1",
+                        "--grpc-server", server) as broker:
+        ok = roundtrip(broker, "/default/mtls", "--ca", pki.ca, "--cert", pki.client.cert, "--key", pki.client.key)
+        assert ok["error"] is None and ok["received"] == ok["sent"], ok
+        rogue = roundtrip(broker, "/default/mtls", "--ca", pki.ca, "--cert", pki.rogue_client.cert,
+                          "--key", pki.rogue_client.key, timeout=120)
+        assert rogue["error"] and rogue["error"].startswith("UNAVAILABLE"), rogue
+        no_cert = roundtrip(broker, "/default/mtls", "--ca", pki.ca, timeout=120)
+        assert no_cert["error"] and no_cert["error"].startswith("UNAVAILABLE"), no_cert
+
+
+# ---------------------------------------------------------------- JWT and RBAC
+
+@pytest.mark.parametrize("server", ["h2", "grpcio"])
+def test_jwt_and_rbac(client_python, pki, secret_file, server):
+    admin_token = issue_token("ops", SECRET)
+    with running_broker(*tls_args(pki), "--jwt-secret-file", secret_file, "--super-admin", "ops",
+                        "--grpc-server", server) as broker:
+        # Roles and bindings through the admin CLI (admin port: TLS + JWT too).
+        done = admin(broker, pki, admin_token, "security", "roles", "create", "app",
+                     "--permission", "produce:/default/*", "--permission", "consume:/default/*",
+                     "--permission", "lookup:/default/*")
+        assert done.returncode == 0, done.stderr
+        done = admin(broker, pki, admin_token, "security", "roles", "create", "reader",
+                     "--permission", "lookup:/default/*", "--permission", "consume:/default/*")
+        assert done.returncode == 0, done.stderr
+        for subject, role in (("alice", "app"), ("bob", "reader")):
+            done = admin(broker, pki, admin_token, "security", "bindings", "create", "--subject", subject,
+                         "--role", role)
+            assert done.returncode == 0, done.stderr
+        listed = admin(broker, pki, admin_token, "--output", "json", "security", "bindings", "list")
+        assert '"alice"' in listed.stdout and '"reader"' in listed.stdout
+        # A non-admin cannot manage security, and is told which permission it lacks.
+        denied = admin(broker, pki, issue_token("alice", SECRET), "security", "roles", "list")
+        assert denied.returncode == 1 and "permission_denied" in denied.stderr and "'admin'" in denied.stderr
+
+        token = issue_token("alice", SECRET)
+        ok = roundtrip(broker, "/default/jwt", "--ca", pki.ca, "--token", token)
+        assert ok["error"] is None and ok["received"] == ok["sent"], ok
+
+        expired = roundtrip(broker, "/default/jwt", "--ca", pki.ca, "--token",
+                            issue_token("alice", SECRET, now=time.time() - 7200, expires_in_s=60))
+        assert expired["error"].startswith("UNAUTHENTICATED") and "expired" in expired["error"], expired
+        forged = roundtrip(broker, "/default/jwt", "--ca", pki.ca, "--token",
+                           issue_token("ops", "not-the-secret-0123456789abcdef-xyz"))
+        assert forged["error"].startswith("UNAUTHENTICATED") and "signature" in forged["error"], forged
+        missing = roundtrip(broker, "/default/jwt", "--ca", pki.ca)
+        assert missing["error"].startswith("UNAUTHENTICATED") and "no credentials" in missing["error"], missing
+        # bob may look up and consume but not produce: the producer is refused, naming the permission.
+        bob = roundtrip(broker, "/default/jwt", "--ca", pki.ca, "--token", issue_token("bob", SECRET))
+        assert bob["error"].startswith("PERMISSION_DENIED") and "'produce'" in bob["error"], bob
+        outside = roundtrip(broker, "/private/jwt", "--ca", pki.ca, "--token", token)
+        assert outside["error"].startswith("PERMISSION_DENIED") and "/private/jwt" in outside["error"], outside
+
+        log = broker.log()
+        assert SECRET not in log and token not in log and admin_token not in log
+
+
+def test_token_supplier_keeps_a_long_lived_producer_working(client_python, pki, secret_file, tmp_path):
+    """Tokens live 3 s; the producer sends for about 6 s while the token file is rewritten every
+    second: each call picks up the current token through with_token_supplier."""
+    token_file = tmp_path / "token"
+
+    def write_token():
+        tmp = tmp_path / "token.tmp"
+        tmp.write_text(issue_token("ops", SECRET, expires_in_s=3))
+        os.replace(tmp, token_file)
+
+    write_token()
+    stop = threading.Event()
+
+    def refresher():
+        while not stop.wait(1.0):
+            write_token()
+
+    with running_broker(*tls_args(pki), "--jwt-secret-file", secret_file, "--super-admin", "ops") as broker:
+        thread = threading.Thread(target=refresher, daemon=True)
+        thread.start()
+        try:
+            result = roundtrip(broker, "/default/refresh", "--ca", pki.ca, "--token-file", str(token_file),
+                               "--delay-ms", "300", count=20, timeout=120)
+        finally:
+            stop.set()
+            thread.join(5)
+        assert result["error"] is None and result["received"] == result["sent"] and len(result["sent"]) == 20, result
+
+
+# ---------------------------------------------------------------- danube.client (batch lane)
+
+def test_danube_client_batch_lane_with_tls_and_jwt(pki, secret_file):
+    from danube.client import DanubeClient, SubType
+    from danube.errors import AuthenticationError, PermissionDeniedError
+
+    async def run(url, token, count=2000):
+        client = (DanubeClient.builder().service_url(url).with_mtls(pki.ca, pki.client.cert, pki.client.key)
+                  .with_token(token).with_retry(give_up_after_s=3).build())
+        try:
+            producer = client.new_producer().with_topic("/default/lane").with_name("p1").build()
+            await producer.create()
+            consumer = (client.new_consumer().with_topic("/default/lane").with_consumer_name("c1")
+                        .with_subscription("s").with_subscription_type(SubType.Exclusive).build())
+            await consumer.subscribe()
+            futures = [await producer.send(f"m-{i}".encode()) for i in range(count)]
+            await asyncio.gather(*futures)
+            got = []
+            async for message in consumer:
+                got.append(bytes(message.payload))
+                await consumer.ack(message)
+                if len(got) == count:
+                    break
+            await producer.close()
+            await consumer.close()
+            return got
+        finally:
+            await client.close()
+
+    with running_broker(*tls_args(pki), "--tls-ca", pki.ca, "--tls-verify-client", "--jwt-secret-file",
+                        secret_file, "--super-admin", "ops") as broker:
+        got = asyncio.run(run(broker.url, issue_token("ops", SECRET)))
+        assert got == [f"m-{i}".encode() for i in range(2000)]
+        # client-1's certificate is valid, but the token names carol, who holds no role.
+        with pytest.raises(PermissionDeniedError, match="lookup"):
+            asyncio.run(run(broker.url, issue_token("carol", SECRET), count=1))
+        with pytest.raises(AuthenticationError, match="expired"):
+            asyncio.run(run(broker.url, issue_token("ops", SECRET, now=time.time() - 7200, expires_in_s=5),
+                            count=1))

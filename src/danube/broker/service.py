@@ -105,6 +105,8 @@ class BrokerService:
         self.metrics = metrics or MetricsSink()
         self.load_report_interval_s = load_report_interval_s  # 0 = no load reports
         self.load_reporter = None  # danube.cluster.load_report.LoadReporter once started
+        self.cluster = None  # danube.cluster.node.ClusterNode in cluster mode (lookups, ownership, moves)
+        self._fenced = False  # cluster lease not renewed in time: no writes (danube.cluster.membership)
         self.topics: dict[str, Topic] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._producers: dict[int, Producer] = {}
@@ -209,7 +211,19 @@ class BrokerService:
 
     async def lookup(self, topic: str) -> LookupResult:
         keys.split_topic(topic)
+        if self.cluster is not None:
+            return await self.cluster.lookup(topic)
         return LookupResult("connect", self.broker_url, self.broker_url)
+
+    # ------------------------------------------------------------ cluster fence
+
+    def fence(self, reason: str) -> None:
+        """Stop accepting publishes (the cluster lease may expire soon; danube.cluster.membership)."""
+        self._fenced = True
+        log.warning("broker %s refuses publishes: %s", self.broker_id, reason)
+
+    def unfence(self) -> None:
+        self._fenced = False
 
     async def partitions(self, topic: str) -> list[str]:
         keys.split_topic(topic)
@@ -238,6 +252,8 @@ class BrokerService:
             topic = self.topics.get(name)
             if topic is not None:
                 return self._served(topic)
+            if self.cluster is not None and not is_system_topic(name):
+                await self.cluster.check_owner(name)
             delivery = await self.metadata.get_json(keys.topic_delivery(name))
             if delivery is None:
                 if not create or reliable is None:
@@ -360,7 +376,7 @@ class BrokerService:
         (``danube.broker.coalesce``); one producer's messages keep their order.
 
         The per-call path: the checks of ``_check_accepting`` and ``_publish_done`` are inlined."""
-        if self._draining:
+        if self._draining or self._fenced:
             self._check_accepting()
         self._publishing += 1
         try:
@@ -376,6 +392,8 @@ class BrokerService:
     def _check_accepting(self) -> None:
         if self._draining:
             raise NotServedHereError("broker shutting down: publish refused, send it again to the topic's new owner")
+        if self._fenced:
+            raise NotServedHereError("broker fenced (cluster lease not renewed): publish refused, look the topic up again")
 
     def _publish_done(self) -> None:
         self._publishing -= 1
@@ -664,12 +682,16 @@ class BrokerService:
             self._dormant.pop(reg_key)
             self._closed_ids.add(reg_key)
 
-    async def unload_topic(self, topic: str) -> int | None:
+    async def unload_topic(self, topic: str, *, local: bool = False, seal: bool = True) -> int | None:
         """Seal the topic's storage and stop serving it here (clients get CLOSE and look it up again).
 
-        Returns the last committed offset (None for a non-reliable topic).
+        Returns the last committed offset (None for a non-reliable topic).  In cluster mode the
+        move goes through the cluster (``ClusterNode.unload``), which calls back with ``local=True``;
+        ``seal=False`` only closes the storage (the topic was already handed to another broker).
         """
         keys.split_topic(topic)
+        if self.cluster is not None and not local:
+            return await self.cluster.unload(topic)
         lock = self._opening.setdefault(topic, asyncio.Lock())
         async with lock:
             t = self.topics.get(topic)
@@ -681,7 +703,7 @@ class BrokerService:
             self._drop_clients(t)
             await self.flush_cursors(force=True, topic=t)
             last = None
-            if t.reliable:
+            if t.reliable and seal:
                 last = await t.storage.seal()
             else:
                 await t.storage.close()

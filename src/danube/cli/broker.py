@@ -49,7 +49,42 @@ def register(subparsers) -> None:
     sec.add_argument("--jwt-issuer", default=None, help="issuer a token must carry [default danube-auth]")
     sec.add_argument("--super-admin", action="append", default=None, metavar="SUBJECT",
                      help="a subject that bypasses RBAC (repeatable)")
+    cl = p.add_argument_group("cluster mode (docs/cluster.md; Danube's meta_store in the config file also turns it on)")
+    cl.add_argument("--cluster", action="store_true", default=None,
+                    help="join a cluster: metadata in etcd, registration under a lease, leader election, "
+                         "topic placement by the leader's load manager")
+    cl.add_argument("--etcd", metavar="URL", default=None,
+                    help="etcd endpoint(s), http://HOST:PORT[,http://HOST2:PORT2] (implies --cluster)")
+    cl.add_argument("--advertised-url", metavar="URL", default=None,
+                    help="http://HOST:PORT other brokers redirect clients to [default http://HOST:PORT]")
+    cl.add_argument("--lease-ttl", type=int, default=None, metavar="SECONDS",
+                    help="the broker's etcd lease; publishes stop after 2/3 of it without renewal [default 10]")
+    cl.add_argument("--assignment-strategy", choices=["fair", "balanced", "weighted_load"], default=None,
+                    help="how the leader places topics [default fair, or load_manager.assignment_strategy]")
+    cl.add_argument("--cluster-name", default=None, help="cluster name [default danube, or cluster_name]")
     p.set_defaults(func=run)
+
+
+def _cluster_overrides(config, args):
+    """--cluster / --etcd / --advertised-url ... on top of the file; a default broker id per port."""
+    overrides = {}
+    if getattr(args, "etcd", None):
+        overrides.update(etcd_url=args.etcd, cluster=True)
+    if getattr(args, "cluster", None):
+        overrides["cluster"] = True
+    url = getattr(args, "advertised_url", None)
+    if url:
+        overrides["advertised_addr"] = url.split("://", 1)[-1].rstrip("/")
+    for flag, key in (("lease_ttl", "lease_ttl_seconds"), ("assignment_strategy", "assignment_strategy"),
+                      ("cluster_name", "cluster_name")):
+        if getattr(args, flag, None) is not None:
+            overrides[key] = getattr(args, flag)
+    config = config.with_overrides(**overrides)
+    if config.cluster and config.broker_id == "standalone":
+        config = config.with_overrides(broker_id=f"broker-{config.port}")
+    if config.cluster:
+        config.check_cluster()
+    return config
 
 
 def build_config(args):
@@ -75,7 +110,7 @@ def run(args) -> int:
     from danube.server.app import run as run_app
 
     try:
-        config = build_config(args)
+        config = _cluster_overrides(build_config(args), args)
     except DanubeError as exc:
         log.error("bad configuration: %s", exc)
         return 2

@@ -11,7 +11,7 @@ import importlib
 import logging
 import sys
 
-COMMANDS = ["broker", "demo", "produce", "consume", "bench", "admin", "spark"]
+COMMANDS = ["broker", "cluster", "demo", "produce", "consume", "bench", "admin", "spark"]
 
 
 def build_parser() -> argparse.ArgumentParser:

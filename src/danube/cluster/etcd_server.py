@@ -71,7 +71,8 @@ class EtcdServer:
         os.makedirs(self.data_dir, exist_ok=True)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL,
+                                     start_new_session=True)  # Ctrl-C reaches only whoever started it
         try:
             wait_for_port(self.client_port, self.proc, timeout)
         except BaseException:

@@ -58,6 +58,7 @@ class BrokerApp:
         self.metrics: PrometheusMetrics | None = None
         self.schema_gate = None
         self.bound: dict[str, int] = {}
+        self.cluster = None  # danube.cluster.node.ClusterNode in cluster mode
 
     async def start(self) -> None:
         from danube.storage.config import StorageConfig
@@ -66,13 +67,15 @@ class BrokerApp:
         cfg = self.config
         os.makedirs(cfg.data_dir, exist_ok=True)
         storage_config = StorageConfig.from_dict(cfg.storage_section(), data_dir=cfg.data_dir)
-        self.metadata = EmbeddedMetadataStore(cfg.metadata_path)
+        self.metadata = self._metadata_store(cfg)
         factory = StorageFactory(storage_config, self.metadata, broker_id=cfg.broker_id)
         self.metrics = PrometheusMetrics()
         self.broker = BrokerService(
             self.metadata, factory, broker_url=cfg.broker_url, broker_id=cfg.broker_id,
             policies=cfg.policies, failure_policy=cfg.failure_policy, dispatch=cfg.dispatch,
-            metrics=self.metrics, load_report_interval_s=cfg.load_report_interval_seconds)
+            metrics=self.metrics,
+            # in cluster mode the node reports load into etcd for the leader instead
+            load_report_interval_s=0.0 if cfg.cluster else cfg.load_report_interval_seconds)
         self.metrics.attach(self.broker)
         await self.broker.start()
 
@@ -109,6 +112,8 @@ class BrokerApp:
         await self.server.start()
         if self.admin_server is not None:
             await self.admin_server.start()
+        if cfg.cluster:
+            await self._join_cluster(cfg)
         log.info("danube broker %s serving Danube clients on %s:%d (advertised %s); admin port %s; "
                  "batch lane %s; data in %s; sync=%s; gRPC server %s", cfg.broker_id, cfg.host,
                  self.bound["client"], cfg.broker_url, self.bound.get("admin", "off"),
@@ -118,6 +123,30 @@ class BrokerApp:
         # imported); docs/benchmarks.md measures the choice, so the log says which one ran.
         log.info("grpc %s, GRPC_EXPERIMENTS=%s; %s", grpc.__version__,
                  os.environ.get("GRPC_EXPERIMENTS") or "(grpc's defaults)", _allocator.described())
+
+    @staticmethod
+    def _metadata_store(cfg: BrokerConfig):
+        if not cfg.cluster:
+            return EmbeddedMetadataStore(cfg.metadata_path)
+        from danube.metadata.etcd import EtcdMetadataStore
+
+        cfg.check_cluster()
+        return EtcdMetadataStore(cfg.etcd_url)
+
+    async def _join_cluster(self, cfg: BrokerConfig) -> None:
+        """Register, campaign, follow the cluster (danube.cluster.node); after the ports listen."""
+        from danube.cluster.node import ClusterNode
+
+        admin_host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host
+        self.cluster = ClusterNode(
+            self.metadata, self.broker, broker_id=cfg.broker_id, broker_url=cfg.broker_url,
+            admin_url=f"http://{admin_host}:{self.bound['admin']}" if "admin" in self.bound else None,
+            lease_ttl_s=cfg.lease_ttl_seconds, strategy=cfg.assignment_strategy,
+            load_report_interval_s=cfg.load_report_interval_seconds, cluster_name=cfg.cluster_name)
+        self.broker.cluster = self.cluster
+        await self.cluster.start()
+        log.info("broker %s in cluster %s (etcd %s, strategy %s)", cfg.broker_id, cfg.cluster_name,
+                 cfg.etcd_url, cfg.assignment_strategy)
 
     @staticmethod
     def _client_server(kind: str):
@@ -153,6 +182,8 @@ class BrokerApp:
         await asyncio.gather(*(s.stop(grace) for s in servers), return_exceptions=True)
         if self.broker is not None:
             await self.broker.stop()
+        if self.cluster is not None:
+            await self.cluster.stop()  # revokes the lease last: the leader then reassigns our topics
         if self.schema_gate is not None:
             await self.schema_gate.stop()
         if getattr(self, "security", None) is not None:

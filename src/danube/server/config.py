@@ -74,6 +74,12 @@ class BrokerConfig:
     failure_policy: FailurePolicy = field(default_factory=FailurePolicy)
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)
     storage: Mapping[str, Any] = field(default_factory=dict)
+    # cluster mode (docs/cluster.md): etcd metadata, registration, leader, load manager
+    cluster: bool = False
+    etcd_url: str | None = None           # Danube's meta_store {host, port} or --etcd
+    cluster_name: str = "danube"
+    lease_ttl_seconds: int = 10           # the broker's etcd lease; it is fenced after 2/3 of it
+    assignment_strategy: str = "fair"     # load_manager.assignment_strategy: fair | balanced | weighted_load
     load_report_interval_seconds: float = 30.0  # Danube's load_manager key; 0 = no load reports
     auth: AuthSettings = field(default_factory=AuthSettings)   # Danube's auth block (docs/security.md)
 
@@ -98,6 +104,18 @@ class BrokerConfig:
                 raise InvalidArgumentError(
                     f"port {value} is given as both the {taken[value]} and the {role} port; each needs its own")
             taken[value] = role
+
+    def check_cluster(self) -> None:
+        """Cluster settings that only matter when ``cluster`` is on."""
+        from danube.cluster.scoring import STRATEGIES
+
+        if self.assignment_strategy not in STRATEGIES:
+            raise InvalidArgumentError(f"load_manager.assignment_strategy must be one of {', '.join(STRATEGIES)}, "
+                                       f"got {self.assignment_strategy!r}")
+        if not isinstance(self.lease_ttl_seconds, int) or self.lease_ttl_seconds < 2:
+            raise InvalidArgumentError(f"lease_ttl_seconds must be an integer >= 2, got {self.lease_ttl_seconds!r}")
+        if self.cluster and not self.etcd_url:
+            raise InvalidArgumentError("cluster mode needs etcd: --etcd http://HOST:PORT or meta_store: {host, port}")
 
     @property
     def broker_url(self) -> str:
@@ -188,6 +206,18 @@ class BrokerConfig:
         if not isinstance(load_manager, Mapping):
             raise InvalidArgumentError("load_manager: expected a mapping")
         load_manager = dict(load_manager)
+        if "assignment_strategy" in load_manager:
+            kw["assignment_strategy"] = str(load_manager.pop("assignment_strategy"))
+        if "cluster_name" in data:
+            kw["cluster_name"] = str(data.pop("cluster_name"))
+        meta_store = data.pop("meta_store", None)
+        if meta_store is not None:  # Danube's brokers always run on etcd: its meta_store means cluster mode
+            if not isinstance(meta_store, Mapping) or "host" not in meta_store or "port" not in meta_store:
+                raise InvalidArgumentError("meta_store: expected {host: ..., port: ...} (etcd)")
+            kw["etcd_url"] = f"http://{meta_store['host']}:{_port(meta_store['port'], 'meta_store.port')}"
+            kw["cluster"] = True
+        if "lease_ttl_seconds" in data:
+            kw["lease_ttl_seconds"] = int(data.pop("lease_ttl_seconds"))
         for where, section in (("load_manager.load_report_interval_seconds", load_manager),
                                ("load_report_interval_seconds", data)):
             if "load_report_interval_seconds" in section:

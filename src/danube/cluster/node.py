@@ -1,0 +1,219 @@
+"""A broker's part in a cluster: membership, leader election, load manager, lookups, ownership.
+
+``ClusterNode`` is what :class:`danube.broker.service.BrokerService` consults when
+it runs in cluster mode (``broker.cluster``):
+
+- ``await lookup(topic)``: the owner from the cluster view; a topic with no owner
+  gets an unassigned marker and the lookup waits (``lookup_timeout_s``) until the
+  leader has placed it.  Connect when this broker owns it, Redirect with the
+  owner's registered URL otherwise (every broker answers the same);
+- ``await check_owner(topic)``: before a topic is opened here; NotServedHereError
+  (UNAVAILABLE, the client looks the topic up again) unless the assignment
+  ``/cluster/brokers/{me}/{ns}/{topic}`` exists and this broker is not fenced;
+- ``await unload(topic)``: a topic move (``danube admin topics unload``): seal
+  here first, then in one transaction delete the assignment and write the
+  ``{"reason": "unload", "from_broker": me}`` marker; the leader places it on
+  another broker, whose storage resumes at the sealed offset + 1;
+- an assignment of a served topic that disappears (failover by the leader, a
+  move requested elsewhere) closes it here; when the lease is lost, every
+  served topic is closed (not sealed: another broker may own it already).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from danube.cluster.leader import LeaderElection
+from danube.cluster.load_manager import DEFAULT_BATCH, LoadManager
+from danube.cluster.load_report import LoadReporter, build_load_report
+from danube.cluster.membership import Membership
+from danube.cluster.view import ClusterView
+from danube.errors import MetadataError, NotFoundError, NotServedHereError
+from danube.metadata import keys
+from danube.metadata.store import Compare, MetadataStore, Op, WatchEvent
+
+log = logging.getLogger(__name__)
+
+
+class ClusterLoadReporter(LoadReporter):
+    """LoadReports into etcd (``/cluster/load/{broker_id}``, under the broker's lease) for the leader."""
+
+    def __init__(self, broker: Any, store: MetadataStore, membership: Membership, interval_s: float) -> None:
+        super().__init__(broker, interval_s, broker_id=membership.broker_id)
+        self._store = store
+        self._membership = membership
+
+    async def report_once(self):
+        resources = await asyncio.to_thread(self._monitor.sample)
+        report = build_load_report(self.broker_id, self._broker.stats(), resources=resources, rates=self._rates)
+        lease = self._membership.lease_id
+        if not lease:
+            raise MetadataError("no lease: load report skipped")
+        await self._store.put(keys.load_report(self.broker_id), report.to_json(), lease=lease)
+        self.reports_published += 1
+        self.last_report = report
+        return report
+
+
+class ClusterNode:
+    def __init__(self, store: MetadataStore, broker: Any, *, broker_id: str, broker_url: str,
+                 admin_url: str | None = None, lease_ttl_s: int = 10, strategy: str = "fair",
+                 load_report_interval_s: float = 30.0, lookup_timeout_s: float = 10.0,
+                 batch_size: int = DEFAULT_BATCH, cluster_name: str = "danube") -> None:
+        self.store = store
+        self.broker = broker
+        self.broker_id = broker_id
+        self.broker_url = broker_url
+        self.cluster_name = cluster_name
+        self.lookup_timeout_s = lookup_timeout_s
+        self.view = ClusterView(store)
+        self.membership = Membership(
+            store, broker_id, {"broker_url": broker_url, "admin_url": admin_url, "cluster_name": cluster_name},
+            lease_ttl_s=lease_ttl_s, fence=broker, on_lease_lost=self._lease_lost,
+            on_reregistered=self._reregistered)
+        self.election = LeaderElection(store, broker_id, self.membership,
+                                       on_elected=self._elected, on_deposed=self._deposed)
+        self.load_manager = LoadManager(store, self.view, self.election, strategy=strategy,
+                                        batch_size=batch_size, orphan_grace_s=lease_ttl_s)
+        self.reporter = (ClusterLoadReporter(broker, store, self.membership, load_report_interval_s)
+                         if load_report_interval_s and load_report_interval_s > 0 else None)
+        self._unloading: set[str] = set()
+        self._tasks: set[asyncio.Task] = set()
+        self.view.listeners.append(self._on_event)
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        await self.view.start()
+        await self.membership.register_waiting(timeout=self.membership.lease_ttl_s + 5)
+        self.membership.start()
+        self.election.start()
+        if self.reporter is not None:
+            self.reporter.start()
+        log.info("broker %s joined cluster %s at %s", self.broker_id, self.cluster_name, self.store_endpoint)
+
+    @property
+    def store_endpoint(self) -> str:
+        return getattr(self.store, "endpoints", type(self.store).__name__)
+
+    async def stop(self) -> None:
+        if self.reporter is not None:
+            await self.reporter.stop()
+        await self.load_manager.stop()
+        # leaving is best effort: with etcd unreachable the lease simply expires
+        saved = getattr(self.store, "retry_timeout", None)
+        if saved is not None:
+            self.store.retry_timeout = min(saved, 2.0)
+        await self.election.stop(resign=True)
+        await self.membership.stop(revoke=True)
+        await self.view.stop()
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def _elected(self) -> None:
+        self.load_manager.start()
+
+    async def _deposed(self) -> None:
+        await self.load_manager.stop()
+
+    # ------------------------------------------------------------ lookups and ownership
+
+    async def lookup(self, topic: str):
+        from danube.broker.service import LookupResult
+
+        keys.split_topic(topic)
+        owner = self.view.owner(topic)
+        if owner is None:
+            marker = keys.unassigned(topic)
+            if topic not in self.view.unassigned:
+                await self.store.txn([Compare.version(marker, "==", 0)], [Op.put(marker, b"null")])
+            try:
+                owner = await self.view.wait_for(lambda: self.view.owner(topic), self.lookup_timeout_s)
+            except TimeoutError:
+                log.warning("lookup of %s: no broker was assigned within %.0f s (leader: %s)", topic,
+                            self.lookup_timeout_s, self.view.leader or "none")
+                return LookupResult("failed", "", "")
+        if owner == self.broker_id:
+            return LookupResult("connect", self.broker_url, self.broker_url)
+        url = self.view.broker_url(owner)
+        if url is None:
+            try:
+                url = await self.view.wait_for(lambda: self.view.broker_url(owner), 2.0)
+            except TimeoutError:
+                return LookupResult("failed", "", "")
+        return LookupResult("redirect", url, url)
+
+    async def check_owner(self, topic: str) -> None:
+        if self.membership.fenced:
+            raise NotServedHereError(f"broker {self.broker_id} is fenced (its cluster lease is not renewed); "
+                                     "look the topic up again")
+        if topic in self._unloading:
+            raise NotServedHereError(f"topic {topic} is moving away from this broker; look it up again")
+        if self.view.owner(topic) == self.broker_id:
+            return
+        # the view may lag behind the leader's write: ask the store
+        if await self.store.get(keys.broker_topic(self.broker_id, topic)) is not None:
+            return
+        owner = self.view.owner(topic)
+        where = f"broker {owner} ({self.view.broker_url(owner)})" if owner else "no broker yet"
+        raise NotServedHereError(f"topic {topic} is not served by broker {self.broker_id}: owner is {where}; "
+                                 "look it up again")
+
+    # ------------------------------------------------------------ moves
+
+    async def unload(self, topic: str) -> int | None:
+        """Move ``topic`` away from this broker: seal, then hand it to the leader (excluding this broker)."""
+        keys.split_topic(topic)
+        assignment = keys.broker_topic(self.broker_id, topic)
+        if await self.store.get(assignment) is None:
+            raise NotFoundError(f"topic {topic} is not assigned to broker {self.broker_id}")
+        self._unloading.add(topic)
+        try:
+            last = None
+            if topic in self.broker.topics:
+                last = await self.broker.unload_topic(topic, local=True)
+            marker = json.dumps({"reason": "unload", "from_broker": self.broker_id}, sort_keys=True).encode()
+            result = await self.store.txn([Compare.version(assignment, ">", 0)],
+                                          [Op.delete(assignment), Op.put(keys.unassigned(topic), marker)])
+            if not result.succeeded:
+                raise NotFoundError(f"topic {topic} was reassigned while it was being unloaded")
+            log.info("topic %s unloaded from broker %s (sealed at %s); the leader places it elsewhere", topic,
+                     self.broker_id, last)
+            return last
+        finally:
+            self._unloading.discard(topic)
+
+    def _on_event(self, event: WatchEvent) -> None:
+        parts = event.key.split("/")
+        if event.kind == "delete" and len(parts) == 4 and parts[2] == "register":
+            self.load_manager.note_deregistered(parts[3])
+        elif event.kind == "put" and len(parts) == 4 and parts[2] == "register":
+            self.load_manager.note_registered(parts[3])
+        elif (event.kind == "delete" and len(parts) == 6 and parts[2] == "brokers" and parts[3] == self.broker_id):
+            topic = f"/{parts[4]}/{parts[5]}"
+            if topic in self.broker.topics and topic not in self._unloading:
+                self._spawn(self._drop(topic, "its assignment to this broker was removed"))
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drop(self, topic: str, why: str) -> None:
+        log.warning("closing topic %s on broker %s: %s", topic, self.broker_id, why)
+        try:
+            await self.broker.unload_topic(topic, local=True, seal=False)
+        except NotFoundError:
+            pass
+        except Exception:  # noqa: BLE001
+            log.exception("closing topic %s failed", topic)
+
+    async def _lease_lost(self) -> None:
+        for topic in [t for t in list(self.broker.topics) if not t.startswith("/system/")]:
+            await self._drop(topic, "this broker lost its cluster lease")
+
+    async def _reregistered(self) -> None:
+        await self.election.campaign()

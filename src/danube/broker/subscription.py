@@ -335,16 +335,25 @@ class Subscription:
             return await self._fresh(consumer, max_messages, max_bytes, now)
 
     def _window(self) -> int:
+        """How many more messages may go out now: the room under max_unacked_messages, 0 while
+        poison messages block the subscription."""
         if not self.reliable:
             return 1 << 62
-        if self.tracker.blocked:
-            if not self._blocked_logged:
-                log.error("subscription %s on %s is blocked by poison message(s) %s (poison policy block)",
-                          self.name, self.topic.name, sorted(self.tracker.blocked)[:5])
-                self._blocked_logged = True
+        if self._report_block():
             return 0
-        self._blocked_logged = False
         return self.settings.max_unacked_messages - self.tracker.unacked
+
+    def _report_block(self) -> bool:
+        """Whether poison messages block the subscription (poison policy block); logs each block
+        once, when it is first seen."""
+        if not self.tracker.blocked:
+            self._blocked_logged = False
+            return False
+        if not self._blocked_logged:
+            log.error("subscription %s on %s is blocked by poison message(s) %s (poison policy block)",
+                      self.name, self.topic.name, sorted(self.tracker.blocked)[:5])
+            self._blocked_logged = True
+        return True
 
     async def _read(self, max_messages: int, max_bytes: int):
         """Fresh frames from next_read: (view, count) or (None, 0)."""

@@ -123,7 +123,7 @@ class ServerCall:
             connection._server.buffered_total += delta
         if len(self._messages) > UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
             self._held_ack += flow_controlled
-        elif connection.over_budget():
+        elif connection.over_budget() and not connection.favours(self):
             self._held_ack += flow_controlled
             connection.starve(self)
         else:
@@ -246,6 +246,19 @@ class ServerCall:
         self._buffered -= size
         self._connection.unbuffer(self, size)
         return data
+
+    @property
+    def unfinished(self) -> bool:
+        """Whether part of a request message has arrived and the rest has not."""
+        return not self._finished and self._reader.pending > 0
+
+    @property
+    def buffered(self) -> int:
+        return self._buffered
+
+    def shed(self) -> None:
+        self._fail_early(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         "request buffers full: the server holds too many unfinished messages on this connection")
 
     def release_held(self) -> None:
         """The buffer budget has room again: give back the window held for it (unless the

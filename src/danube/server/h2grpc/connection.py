@@ -117,9 +117,11 @@ class GrpcConnection(asyncio.Protocol):
         self._lost = False
         self._broken = False
         self._admitted = False
+        self._closing: asyncio.Transport | None = None   # a transport lingering after our GOAWAY
         self.peer = "unknown"
         # Limits (limits.H2Limits) and their counters.
         self.buffered = 0
+        self._favoured = None
         self._starved: set = set()   # calls holding flow-control credit back for the buffer budget
         self.control_queued = 0
         self._read_paused = 0
@@ -233,6 +235,7 @@ class GrpcConnection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self._lost = True
         self._transport = None
+        self._closing = None
         self._broken = True
         for timer in (self._handshake_timer, self._idle_timer):
             if timer is not None:
@@ -245,6 +248,7 @@ class GrpcConnection(asyncio.Protocol):
             self._server.open_streams -= len(self._streams)
         self._streams.clear()
         self._starved.clear()
+        self._favoured = None
         # Whatever the peer left behind goes with the connection.
         self._buffer = bytearray()
         self._out = []
@@ -341,6 +345,8 @@ class GrpcConnection(asyncio.Protocol):
         call = self._calls.get(stream_id)
         if call is not None:
             call.on_data(data, size)
+            if self._starved and self._recv_window < self._limits.connection_window // 4:
+                self._shed()
         else:
             self.acknowledge(stream_id, size)
         if flags & frames.END_STREAM:
@@ -401,8 +407,12 @@ class GrpcConnection(asyncio.Protocol):
         ended = bool(flags & frames.END_STREAM)
         limits = self._limits
         server = self._server
-        if (self._going_away or len(self._streams) >= limits.max_concurrent_streams
-                or server.open_streams >= limits.max_streams_total):
+        open_here = len(self._streams)
+        if (self._going_away or open_here >= limits.max_concurrent_streams
+                or (server.open_streams >= limits.max_streams_total
+                    and open_here * server.connections >= limits.max_streams_total)):
+            # Past max_streams_total only a connection under its fair share opens streams, so a
+            # few busy peers cannot lock out the rest (the total stays under twice the limit).
             self._refuse(stream_id)
             return
         if self._pending_window_delta:
@@ -679,6 +689,8 @@ class GrpcConnection(asyncio.Protocol):
         if self._transport is not None:
             self._flush()
             self._transport.close()
+        elif self._closing is not None:
+            self._closing.abort()
 
     @property
     def busy(self) -> bool:
@@ -767,6 +779,44 @@ class GrpcConnection(asyncio.Protocol):
         return (self.buffered > self._limits.max_buffered_bytes
                 or self._server.buffered_total > self._limits.max_buffered_bytes_total)
 
+    def favours(self, call) -> bool:
+        """Over the connection's buffer budget (but not the server's), one call at a time keeps
+        getting window until its unfinished message is complete, so several large messages
+        sent at once cannot wait on one another forever."""
+        if self._server.buffered_total > self._limits.max_buffered_bytes_total:
+            return False
+        favoured = self._favoured
+        if favoured is None or not favoured.unfinished:
+            self._favoured = call
+            return True
+        return favoured is call
+
+    def _favour_one(self) -> None:
+        favoured = self._favoured
+        if (favoured is not None and favoured.unfinished) or \
+                self._server.buffered_total > self._limits.max_buffered_bytes_total:
+            return
+        for call in self._starved:
+            if call.unfinished:
+                self._favoured = call
+                self._starved.discard(call)
+                call.release_held()
+                return
+
+    def _shed(self) -> None:
+        """Over the buffer budget with the connection's window nearly spent by calls holding it
+        back: the one that has the least of its message fails RESOURCE_EXHAUSTED (grpc's C core
+        does the same when its buffers are full), until the window can flow again -- else the
+        call favoured to finish its message could wait forever on the others."""
+        quarter = self._limits.connection_window // 4
+        while self._starved and self._recv_window < quarter:
+            victim = min(self._starved, key=lambda c: c.buffered)
+            self._starved.discard(victim)
+            self._server.trip("max_buffered_bytes", self.peer,
+                              f"stream {victim.stream_id} answered RESOURCE_EXHAUSTED with {victim.buffered} "
+                              f"bytes of its request held ({self.buffered} on the connection)")
+            victim.shed()
+
     def starve(self, call) -> None:
         """``call`` holds window back for the budget: it gets it back once under budget."""
         if not self._starved:
@@ -779,10 +829,15 @@ class GrpcConnection(asyncio.Protocol):
         server = self._server
         server.buffered_total -= size
         self._starved.discard(call)
+        if self._favoured is call and not call.unfinished:
+            self._favoured = None
         if server.starved and server.buffered_total <= self._limits.max_buffered_bytes_total:
             server.feed_starved()
-        elif self._starved and not self.over_budget():
-            self.feed_starved()
+        if self._starved:
+            if not self.over_budget():
+                self.feed_starved()
+            else:
+                self._favour_one()
 
     def feed_starved(self) -> None:
         """Under budget again: the calls that held window back for it give it back."""
@@ -800,25 +855,39 @@ class GrpcConnection(asyncio.Protocol):
         self._broken = True
         self._buffer.clear()
         self._continuing = None
+        for call in list(self._calls.values()):   # their handlers stop now, not after the linger
+            call.on_reset()
         self._queue(frames.goaway(self._last_stream_id, code, reason.encode("utf-8", "replace")[:256]))
         self._flush()
         self._close_transport()
 
     def _close_transport(self) -> None:
-        """Closes after what is queued is written; a peer that does not read gets the socket
-        aborted instead (at once if writing is paused, else after a short linger)."""
+        """Ends the connection after what is queued (its GOAWAY) is written: FIN, then what the
+        peer still sends is read and dropped until it closes too, for at most a short linger --
+        closing with unread input would answer RST, and the peer could lose the GOAWAY.  A peer
+        that does not read (writing paused) gets the socket aborted at once."""
         transport = self._transport
         if transport is None:
             return
-        if self._write_paused:
+        self._broken = True
+        if self._write_paused or not transport.can_write_eof():
             transport.abort()
             return
-        transport.close()
+        transport.write_eof()
+        self._read_paused = 0
+        transport.resume_reading()
+        # Nothing more is written: the transport is only kept to abort it after the linger.
+        self._transport = None
+        self._closing = transport
         self.loop.call_later(_LINGER_S, self._abort_if_open)
 
+    def eof_received(self) -> None:
+        """The peer is done sending: the transport closes once our side is written out."""
+        return None
+
     def _abort_if_open(self) -> None:
-        if self._transport is not None:
-            self._transport.abort()
+        if self._closing is not None:
+            self._closing.abort()
 
     def _close_if_idle(self) -> None:
         if not self._calls and self._transport is not None:

@@ -238,23 +238,6 @@ class ClientError(DanubeError):
 
 # ---------------------------------------------------------------- security
 
-class AuthenticationError(DanubeError):
-    """A call carried no credentials, or ones that do not verify (expired, forged, wrong issuer)."""
-
-
-class PermissionDeniedError(DanubeError):
-    """The caller is authenticated but no role bound to it grants the permission on the resource."""
-
-    def __init__(self, message: str = "", *, permission: str | None = None, resource: str | None = None,
-                 principal: str | None = None) -> None:
-        super().__init__(message)
-        self.permission = permission
-        self.resource = resource
-        self.principal = principal
-
-
-# ---------------------------------------------------------------- security
-
 
 class AuthenticationError(DanubeError):
     """A call carried no credentials, or ones that do not verify (expired, forged, wrong issuer)."""

@@ -62,17 +62,6 @@ def register(subparsers) -> None:
     cl.add_argument("--assignment-strategy", choices=["fair", "balanced", "weighted_load"], default=None,
                     help="how the leader places topics [default fair, or load_manager.assignment_strategy]")
     cl.add_argument("--cluster-name", default=None, help="cluster name [default danube, or cluster_name]")
-    sec = p.add_argument_group("security (docs/security.md; flags win over the config file's auth block)")
-    sec.add_argument("--tls-cert", metavar="PEM", default=None, help="server certificate: TLS on the client and admin ports")
-    sec.add_argument("--tls-key", metavar="PEM", default=None, help="its private key (refused when world-readable)")
-    sec.add_argument("--tls-ca", metavar="PEM", default=None, help="CA that signs client certificates")
-    sec.add_argument("--tls-verify-client", action="store_true", default=None,
-                     help="mTLS: require a client certificate signed by --tls-ca")
-    sec.add_argument("--jwt-secret-file", metavar="FILE", default=None,
-                     help="file holding the HS256 secret: every call then needs 'authorization: Bearer <jwt>'")
-    sec.add_argument("--jwt-issuer", default=None, help="issuer a token must carry [default danube-auth]")
-    sec.add_argument("--super-admin", action="append", default=None, metavar="SUBJECT",
-                     help="a subject that bypasses RBAC (repeatable)")
     p.set_defaults(func=run)
 
 

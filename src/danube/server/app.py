@@ -101,7 +101,6 @@ class BrokerApp:
             self.admin_server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=self.security.interceptors())
             if admin is not None:
                 admin.add_to_server(self.admin_server, self.broker)
-            self.security.add_admin_services(self.admin_server)
             if self.schema_gate is not None:   # Danube's admin CLI reaches the registry on the admin port
                 schema_service.add_to_server(self.admin_server, self.schema_gate.registry, self.schema_gate)
             self.security.add_admin_services(self.admin_server)

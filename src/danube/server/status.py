@@ -15,7 +15,6 @@ import grpc
 from danube.errors import (
     AlreadyExistsError,
     AuthenticationError,
-    AuthenticationError,
     DanubeError,
     DataLossError,
     FencedError,
@@ -24,7 +23,6 @@ from danube.errors import (
     NotFoundError,
     NotServedHereError,
     OffsetOutOfRangeError,
-    PermissionDeniedError,
     PermissionDeniedError,
     PolicyViolationError,
     TopicSealedError,
@@ -49,8 +47,6 @@ _MAPPING: list[tuple[type[DanubeError], grpc.StatusCode]] = [
     (WalClosedError, grpc.StatusCode.UNAVAILABLE),
     (FencedError, grpc.StatusCode.FAILED_PRECONDITION),
     (OffsetOutOfRangeError, grpc.StatusCode.OUT_OF_RANGE),
-    (AuthenticationError, grpc.StatusCode.UNAUTHENTICATED),
-    (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (AuthenticationError, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
 ]

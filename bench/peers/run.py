@@ -30,7 +30,7 @@ from dataclasses import asdict
 from bench.peers.common import PEER_PACE_MS, PeerResult, paced_chunk
 from danube import _allocator
 from danube.cli._machine import describe, observe
-from danube.server.config import GRPC_SERVERS
+from danube.server.config import GRPC_SERVER_ALIASES, GRPC_SERVERS
 
 OUT_DIR = os.path.join(os.path.dirname(__file__), "..", "out")
 
@@ -214,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="sync policy of the broker in the unary comparison (default always)")
     parser.add_argument("--repeat", type=int, default=3,
                         help="runs of every danube configuration; medians are reported")
-    parser.add_argument("--grpc-server", choices=GRPC_SERVERS, default=None,
-                        help="what serves the brokers' client port (default: the broker's default, h2)")
+    parser.add_argument("--grpc-server", choices=GRPC_SERVERS + tuple(GRPC_SERVER_ALIASES), default=None,
+                        help="what serves the brokers' client port (default: the broker's default, native)")
     parser.add_argument("--unary-rounds", type=int, default=5,
                         help="interleaved rounds of the three unary targets (default 5: one round's rates "
                              "spread by about 15%%); medians are reported")

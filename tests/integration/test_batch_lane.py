@@ -15,7 +15,7 @@ from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
 from tests.support.broker import running_broker
 
 
-@pytest.fixture(scope="module", params=["h2", "grpcio"])
+@pytest.fixture(scope="module", params=["native", "grpcio"])
 def broker(request):
     # Both gRPC servers the client port can run (docs/broker.md) pass the same tests.
     with running_broker("--sync", "interval", "--grpc-server", request.param) as b:

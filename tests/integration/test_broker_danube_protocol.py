@@ -16,7 +16,7 @@ from tests.support.broker import running_broker
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(scope="module", params=["h2", "grpcio"])
+@pytest.fixture(scope="module", params=["native", "grpcio"])
 def broker(request):
     # Both gRPC servers the client port can run (docs/broker.md) pass the same tests.
     with running_broker("--sync", "interval", "--grpc-server", request.param) as b:

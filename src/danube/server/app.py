@@ -1,7 +1,7 @@
 """The broker process: gRPC servers on uvloop around one BrokerService.
 
 Client port (6650): Danube's services plus the batch lane, served by danube's own
-gRPC-over-HTTP/2 server on the event loop (``grpc_server: h2``, the default) or by
+gRPC-over-HTTP/2 server on the event loop (``grpc_server: native``, the default) or by
 grpc.aio (``grpc_server: grpcio``).  Admin port (50051):
 the admin service.  Metrics port (9040): Prometheus.  SIGTERM/SIGINT stop
 accepting, let in-flight calls finish briefly, persist cursors, close storage
@@ -150,7 +150,7 @@ class BrokerApp:
 
     @staticmethod
     def _client_server(kind: str):
-        if kind == "h2":
+        if kind == "native":
             from danube.server.h2grpc import H2Server, ServerLimits
 
             return H2Server(ServerLimits(max_receive_message_length=MAX_MESSAGE_BYTES))

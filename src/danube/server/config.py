@@ -11,7 +11,7 @@ Example ``danube_broker.yml``::
     # or Danube's older flat keys: broker_addr: "127.0.0.1:6650", admin_addr, prom_exporter
     data_dir: ./danube-data
     sync: always                    # always | interval | never (storage.wal.sync)
-    grpc_server: h2                 # h2 (danube's server on the event loop) | grpcio (grpc.aio)
+    grpc_server: native             # native (danube's own server on the event loop; alias h2) | grpcio (grpc.aio)
     policies:                       # Danube's topic policies, 0 = unlimited
       max_producers_per_topic: 0
       max_subscriptions_per_topic: 0
@@ -52,7 +52,10 @@ from danube.server.auth.settings import AuthSettings, refuse_if_world_readable
 log = logging.getLogger(__name__)
 
 SYNC_MODES = ("always", "interval", "never")
-GRPC_SERVERS = ("h2", "grpcio")
+GRPC_SERVERS = ("native", "grpcio")
+# Former names still accepted in files and flags: `h2` named the native server after the h2
+# library it was first built on, which it no longer uses.
+GRPC_SERVER_ALIASES = {"h2": "native"}
 _DANUBE_IGNORED = {"cluster_name", "meta_store", "bootstrap_namespaces", "auto_create_topics",
                    "schema_registry", "proxy", "raft", "cluster"}
 # Keys whose values are secrets: a config file holding one must not be readable by everyone.
@@ -67,7 +70,7 @@ class BrokerConfig:
     metrics_port: int = 9040  # 0 disables the metrics endpoint
     data_dir: str = "./danube-data"
     sync: str = "always"
-    grpc_server: str = "h2"   # which gRPC server serves the client port (docs/broker.md)
+    grpc_server: str = "native"   # which gRPC server serves the client port (docs/broker.md)
     broker_id: str = "standalone"
     advertised_addr: str | None = None
     policies: TopicPolicies = field(default_factory=TopicPolicies)
@@ -86,6 +89,8 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODES:
             raise InvalidArgumentError(f"sync must be one of {', '.join(SYNC_MODES)}, got {self.sync!r}")
+        if self.grpc_server in GRPC_SERVER_ALIASES:
+            object.__setattr__(self, "grpc_server", GRPC_SERVER_ALIASES[self.grpc_server])
         if self.grpc_server not in GRPC_SERVERS:
             raise InvalidArgumentError(
                 f"grpc_server must be one of {', '.join(GRPC_SERVERS)}, got {self.grpc_server!r}")

@@ -29,19 +29,23 @@ def test_yaml_with_danube_keys_and_flag_overrides(tmp_path):
     assert c.port == 7100 and c.sync == "interval"
 
 
-def test_grpc_server_defaults_to_h2_and_comes_from_file_or_flag(tmp_path):
+def test_grpc_server_defaults_to_native_and_comes_from_file_or_flag(tmp_path):
     from danube.cli import main as cli
     from danube.cli.broker import build_config
 
-    assert BrokerConfig().grpc_server == "h2"
+    assert BrokerConfig().grpc_server == "native"
     path = tmp_path / "danube_broker.yml"
     path.write_text("grpc_server: grpcio\n")
     assert BrokerConfig.from_yaml(str(path)).grpc_server == "grpcio"
     parser = cli.build_parser()
     args = parser.parse_args(["broker", "--config", str(path)])
     assert build_config(args).grpc_server == "grpcio"
-    args = parser.parse_args(["broker", "--config", str(path), "--grpc-server", "h2"])
-    assert build_config(args).grpc_server == "h2"
+    args = parser.parse_args(["broker", "--config", str(path), "--grpc-server", "native"])
+    assert build_config(args).grpc_server == "native"
+    args = parser.parse_args(["broker", "--config", str(path), "--grpc-server", "h2"])   # the former name
+    assert build_config(args).grpc_server == "native"
+    path.write_text("grpc_server: h2\n")
+    assert BrokerConfig.from_yaml(str(path)).grpc_server == "native"
     with pytest.raises(SystemExit):
         parser.parse_args(["broker", "--grpc-server", "tonic"])
 
@@ -54,7 +58,7 @@ def test_flat_danube_addresses():
 
 @pytest.mark.parametrize("data, match", [
     ({"sync": "sometimes"}, "sync must be one of"),
-    ({"grpc_server": "tonic"}, "grpc_server must be one of h2, grpcio, got 'tonic'"),
+    ({"grpc_server": "tonic"}, "grpc_server must be one of native, grpcio, got 'tonic'"),
     ({"port": "abc"}, "expected a port number"),
     ({"colour": "blue"}, "unknown config key"),
     ({"policies": {"max_producer": 1}}, "unknown policies keys"),

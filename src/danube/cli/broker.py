@@ -34,6 +34,9 @@ def register(subparsers) -> None:
                         "broker's event loop (under a quarter of grpc.aio's CPU per unary call; h2 is its "
                         "former name), grpcio = grpc.aio, its C core on threads of its own (docs/broker.md) "
                         "[default native]")
+    p.add_argument("--max-connections", type=int, default=None, metavar="N",
+                   help="client connections the native server accepts at once; more are refused with "
+                        "GOAWAY (YAML http2.max_connections; the other limits: docs/broker.md) [default 4096]")
     p.add_argument("--broker-id", default=None, help="this broker's id in metadata [default standalone]")
     p.add_argument("--advertised-addr", default=None,
                    help="host:port that topic lookups answer with [default HOST:PORT]")
@@ -92,6 +95,8 @@ def build_config(args):
     from danube.server.config import BrokerConfig
 
     config = BrokerConfig.from_yaml(args.config) if args.config else BrokerConfig()
+    if getattr(args, "max_connections", None) is not None:
+        config = config.with_overrides(http2_limits={**config.http2_limits, "max_connections": args.max_connections})
     if any(getattr(args, f, None) for f in ("tls_cert", "tls_key", "tls_ca", "tls_verify_client",
                                             "jwt_secret_file", "jwt_issuer", "super_admin")):
         from danube.server.auth.settings import with_flags

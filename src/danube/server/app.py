@@ -85,7 +85,7 @@ class BrokerApp:
 
         self.security = Security(cfg.auth, self.broker, self.metadata)
         await self.security.start()
-        self.server = self.security.guard_client_server(self._client_server(cfg.grpc_server))
+        self.server = self.security.guard_client_server(self._client_server(cfg.grpc_server, cfg.http2_limits))
         # The schema registry first: it hands Danube's protocol and the batch lane the gate.
         schema_service = _optional_edge("danube.server.schema_service")
         if schema_service is not None:
@@ -149,11 +149,11 @@ class BrokerApp:
                  cfg.etcd_url, cfg.assignment_strategy)
 
     @staticmethod
-    def _client_server(kind: str):
+    def _client_server(kind: str, http2_limits=None):
         if kind == "native":
-            from danube.server.h2grpc import H2Server, ServerLimits
+            from danube.server.h2grpc import H2Limits, H2Server
 
-            return H2Server(ServerLimits(max_receive_message_length=MAX_MESSAGE_BYTES))
+            return H2Server(H2Limits.from_dict(http2_limits, max_receive_message_length=MAX_MESSAGE_BYTES))
         return grpc.aio.server(options=GRPC_OPTIONS)
 
     def _bind(self, server: grpc.aio.Server, port: int, what: str) -> int:

@@ -12,6 +12,8 @@ Example ``danube_broker.yml``::
     data_dir: ./danube-data
     sync: always                    # always | interval | never (storage.wal.sync)
     grpc_server: native             # native (danube's own server on the event loop; alias h2) | grpcio (grpc.aio)
+    http2:                          # limits of the native server (H2Limits fields, docs/broker.md)
+      max_connections: 4096         # (flag --max-connections); the other limits keep their defaults
     policies:                       # Danube's topic policies, 0 = unlimited
       max_producers_per_topic: 0
       max_subscriptions_per_topic: 0
@@ -83,6 +85,9 @@ class BrokerConfig:
     cluster_name: str = "danube"
     lease_ttl_seconds: int = 10           # the broker's etcd lease; it is fenced after 2/3 of it
     assignment_strategy: str = "fair"     # load_manager.assignment_strategy: fair | balanced | weighted_load
+    # The native server's HTTP/2 limits (YAML section ``http2:``): H2Limits field names -> values,
+    # the rest keep their defaults (docs/broker.md, "The gRPC server on the client port").
+    http2_limits: Mapping[str, Any] = field(default_factory=dict)
     load_report_interval_seconds: float = 30.0  # Danube's load_manager key; 0 = no load reports
     auth: AuthSettings = field(default_factory=AuthSettings)   # Danube's auth block (docs/security.md)
 
@@ -94,6 +99,13 @@ class BrokerConfig:
         if self.grpc_server not in GRPC_SERVERS:
             raise InvalidArgumentError(
                 f"grpc_server must be one of {', '.join(GRPC_SERVERS)}, got {self.grpc_server!r}")
+        if self.http2_limits:
+            from danube.server.h2grpc.limits import H2Limits
+
+            try:
+                H2Limits.from_dict(self.http2_limits)
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgumentError(f"http2: {exc}") from None
         interval = self.load_report_interval_seconds
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 <= interval < float("inf"):
             raise InvalidArgumentError(
@@ -194,6 +206,11 @@ class BrokerConfig:
             kw["sync"] = str(data.pop("sync"))
         if "grpc_server" in data:
             kw["grpc_server"] = str(data.pop("grpc_server"))
+        if "http2" in data:
+            http2 = data.pop("http2") or {}
+            if not isinstance(http2, Mapping):
+                raise InvalidArgumentError("http2: expected a mapping of limit names to values")
+            kw["http2_limits"] = dict(http2)
         if "policies" in data:
             kw["policies"] = TopicPolicies.from_dict(data.pop("policies"))
         if "failure_policy" in data:

@@ -126,10 +126,18 @@ class ClusterNode:
 
         keys.split_topic(topic)
         owner = self.view.owner(topic)
-        if owner is None:
+        if owner is None and topic not in self.view.unassigned:
+            # The view may lag: in one transaction, either no broker has the topic and the marker is
+            # written, or the assignments are read back (no stale marker for an assigned topic).
             marker = keys.unassigned(topic)
-            if topic not in self.view.unassigned:
-                await self.store.txn([Compare.version(marker, "==", 0)], [Op.put(marker, b"null")])
+            brokers = sorted(self.view.registered)
+            assignment_keys = [keys.broker_topic(b, topic) for b in brokers]
+            result = await self.store.txn(
+                [Compare.version(k, "==", 0) for k in assignment_keys] + [Compare.version(marker, "==", 0)],
+                [Op.put(marker, b"null")], [Op.get(k) for k in assignment_keys])
+            if not result.succeeded:
+                owner = next((b for b, kv in zip(brokers, result.results) if kv is not None), None)
+        if owner is None:
             try:
                 owner = await self.view.wait_for(lambda: self.view.owner(topic), self.lookup_timeout_s)
             except TimeoutError:

@@ -1,0 +1,120 @@
+"""Cluster mode end to end: a real etcd and 3 broker subprocesses on loopback (tests/support/cluster.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+
+import grpc
+import pytest
+
+from danube.proto.danube import DanubeApi_pb2 as pb
+from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
+from tests.support.cluster import local_cluster, lookup, owners_seen_by_each_broker, state
+from tests.support.etcd import requires_etcd
+
+pytestmark = [requires_etcd, pytest.mark.timeout(300)]
+
+
+def wait_until(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with local_cluster(str(tmp_path_factory.mktemp("cluster"))) as c:
+        yield c
+
+
+def test_fair_placement_of_30_topics_and_every_broker_agrees(cluster):
+    topics = [f"/default/fair-{i}" for i in range(30)]
+    seen = asyncio.run(owners_seen_by_each_broker(cluster, topics))
+    for topic, answers in seen.items():
+        assert len(set(answers)) == 1, (topic, answers)
+    counts = collections.Counter(answers[0] for answers in seen.values())
+    assert set(counts) == {p.url for p in cluster.procs}
+    assert max(counts.values()) - min(counts.values()) <= 1, counts
+    assignments = state(cluster)["assignments"]
+    assert all(t in assignments for t in topics)
+    wait_until(lambda: not state(cluster)["unassigned"], 10, "no marker left")
+
+
+def test_lookup_answers_connect_on_the_owner_and_redirect_elsewhere(cluster):
+    topic = "/default/kinds"
+    answers = [asyncio.run(lookup(p.url, topic)) for p in cluster.procs]
+    owner = answers[0][1]
+    for p, (kind, url) in zip(cluster.procs, answers):
+        assert url == owner
+        assert kind == ("connect" if p.url == owner else "redirect")
+
+
+def test_producer_on_the_owner_works_and_elsewhere_is_unavailable(cluster):
+    topic = "/default/produced"
+    _, owner = asyncio.run(lookup(cluster.procs[0].url, topic))
+    other = next(p.url for p in cluster.procs if p.url != owner)
+    with grpc.insecure_channel(other.split("//")[1]) as ch:
+        with pytest.raises(grpc.RpcError) as info:
+            pb_grpc.ProducerServiceStub(ch).CreateProducer(pb.ProducerRequest(
+                producer_name="p", topic_name=topic, dispatch_strategy=pb.Reliable), timeout=30)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    with grpc.insecure_channel(owner.split("//")[1]) as ch:
+        producers = pb_grpc.ProducerServiceStub(ch)
+        p = producers.CreateProducer(pb.ProducerRequest(producer_name="p", topic_name=topic,
+                                                        dispatch_strategy=pb.Reliable), timeout=30)
+        sent = pb.StreamMessage(request_id=7, msg_id=pb.MsgID(producer_id=p.producer_id, topic_name=topic),
+                                payload=b"hello cluster", publish_time=1, producer_name="p")
+        assert producers.SendMessage(sent, timeout=30).request_id == 7
+
+
+def test_etcd_restart_brokers_reconnect_and_nothing_is_reassigned(cluster):
+    topics = [f"/default/restart-{i}" for i in range(9)]
+    asyncio.run(owners_seen_by_each_broker(cluster, topics))
+    before = state(cluster)
+    cluster.etcd.restart()
+    time.sleep(2 * cluster.lease_ttl)  # longer than a lease: a broker that lost its lease would show it
+    after = state(cluster)
+    assert set(after["registered"]) == {p.broker_id for p in cluster.procs}
+    assert after["assignments"] == before["assignments"]
+    assert not after["unassigned"]
+    # registrations kept their leases (nobody re-registered), and placement still works
+    for b, info in before["registered"].items():
+        assert after["registered"][b]["registered_at"] == info["registered_at"]
+    seen = asyncio.run(owners_seen_by_each_broker(cluster, ["/default/after-restart"]))
+    assert len(set(seen["/default/after-restart"])) == 1
+    for p in cluster.procs:
+        assert "lost its cluster lease" not in p.log()
+
+
+def test_leader_failover_reassigns_the_dead_brokers_topics(tmp_path):
+    with local_cluster(str(tmp_path / "failover")) as cluster:
+        topics = [f"/default/fo-{i}" for i in range(12)]
+        asyncio.run(owners_seen_by_each_broker(cluster, topics))
+        first = state(cluster)
+        leader = first["leader"]
+        dead = next(p for p in cluster.procs if p.broker_id == leader)
+        dead_topics = {t for t, b in first["assignments"].items() if b == leader}
+        assert dead_topics
+        dead.kill()  # SIGKILL: no goodbye, the lease has to expire
+
+        def new_leader():
+            s = state(cluster)
+            return s if s["leader"] not in (None, leader) and leader not in s["registered"] else None
+
+        s = wait_until(new_leader, 20, "a new leader")
+        s = wait_until(lambda: (lambda st: st if all(t in st["assignments"] and st["assignments"][t] != leader
+                                                      for t in dead_topics) else None)(state(cluster)),
+                       20, "dead broker's topics reassigned")
+        survivors = {p.broker_id for p in cluster.procs if p.alive()}
+        assert set(s["assignments"].values()) <= survivors
+        for t in set(first["assignments"]) - dead_topics:
+            assert s["assignments"][t] == first["assignments"][t]  # the others did not move
+        seen = asyncio.run(owners_seen_by_each_broker(cluster, sorted(dead_topics)))
+        assert all(len(set(answers)) == 1 and answers[0] != dead.url for answers in seen.values())

@@ -128,6 +128,11 @@ def test_jwt_and_rbac(client_python, pki, secret_file, server):
 
         log = broker.log()
         assert SECRET not in log and token not in log and admin_token not in log
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{broker.metrics_port}/metrics", timeout=10) as answer:
+            metrics = answer.read().decode()
+        assert "danube_" in metrics and SECRET not in metrics and token not in metrics
 
 
 def test_token_supplier_keeps_a_long_lived_producer_working(client_python, pki, secret_file, tmp_path):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from typing import Any, Callable
 
 import grpc
@@ -216,7 +217,7 @@ class CallGuard:
             return guard.principal(context.invocation_metadata(), lambda: cert_lookup(context))
 
         async def refuse(context, exc: DanubeError):
-            log.info("refused %s from %s: %s", method, _peer(context), exc)
+            _log_refusal(method, context, exc)
             await context.abort(status_map.status_for(exc), status_map.message_for(exc))
 
         def check_request(principal: str, request) -> None:
@@ -312,6 +313,26 @@ async def _run_streaming(result, context, denied: list | None = None) -> None:
             await result.aclose()
     else:
         await result
+
+
+_REFUSAL_LOG_PER_S = 10
+_refusals = {"window": 0.0, "logged": 0, "suppressed": 0}
+
+
+def _log_refusal(method: str, context, exc: DanubeError) -> None:
+    """Refusals are logged (the reason, never a token), at most 10 lines a second so a client
+    retrying with a bad token cannot flood the log; the lines left out are counted."""
+    now = time.monotonic()
+    state = _refusals
+    if now - state["window"] >= 1.0:
+        if state["suppressed"]:
+            log.info("(%d more refused calls not logged)", state["suppressed"])
+        state["window"], state["logged"], state["suppressed"] = now, 0, 0
+    if state["logged"] >= _REFUSAL_LOG_PER_S:
+        state["suppressed"] += 1
+        return
+    state["logged"] += 1
+    log.info("refused %s from %s: %s", method, _peer(context), exc)
 
 
 def _peer(context) -> str:

@@ -46,6 +46,9 @@ class Security:
     async def start(self) -> None:
         await self.authorizer.start()
         log.info("security: %s", self.settings.describe())
+        if self.settings.jwt is not None and not self.settings.tls_enabled:
+            log.warning("security: JWTs are accepted over plain text (auth.mode none): a token can be read off "
+                        "the network and replayed; set auth.mode tls with auth.tls")
 
     async def stop(self) -> None:
         await self.authorizer.stop()

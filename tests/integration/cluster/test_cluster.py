@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import subprocess
+import sys
 import time
 
 import grpc
@@ -118,3 +120,62 @@ def test_leader_failover_reassigns_the_dead_brokers_topics(tmp_path):
             assert s["assignments"][t] == first["assignments"][t]  # the others did not move
         seen = asyncio.run(owners_seen_by_each_broker(cluster, sorted(dead_topics)))
         assert all(len(set(answers)) == 1 and answers[0] != dead.url for answers in seen.values())
+
+
+def _admin_unload(admin_url: str, topic: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "danube.cli.main", "admin", "--endpoint", admin_url,
+                           "topics", "unload", topic], capture_output=True, text=True, timeout=60)
+
+
+def _send(url: str, topic: str, payloads) -> None:
+    with grpc.insecure_channel(url.split("//")[1]) as ch:
+        producers = pb_grpc.ProducerServiceStub(ch)
+        p = producers.CreateProducer(pb.ProducerRequest(producer_name="p", topic_name=topic,
+                                                        dispatch_strategy=pb.Reliable), timeout=30)
+        for i, payload in enumerate(payloads):
+            producers.SendMessage(pb.StreamMessage(
+                request_id=i, msg_id=pb.MsgID(producer_id=p.producer_id, topic_name=topic), payload=payload,
+                publish_time=1, producer_name="p"), timeout=30)
+
+
+def _receive(url: str, topic: str, count: int) -> list[tuple[int, bytes]]:
+    """Subscribe (subscription "s"), take ``count`` messages and ack them."""
+    got = []
+    with grpc.insecure_channel(url.split("//")[1]) as ch:
+        consumers = pb_grpc.ConsumerServiceStub(ch)
+        c = consumers.Subscribe(pb.ConsumerRequest(topic_name=topic, consumer_name="c", subscription="s"),
+                                timeout=30)
+        stream = consumers.ReceiveMessages(pb.ReceiveRequest(consumer_id=c.consumer_id), timeout=30)
+        for msg in stream:
+            got.append((msg.msg_id.topic_offset, msg.payload))
+            consumers.Ack(pb.AckRequest(request_id=msg.request_id, msg_id=msg.msg_id, subscription_name="s"),
+                          timeout=30)
+            if len(got) == count:
+                break
+        stream.cancel()
+    return got
+
+
+def test_admin_unload_moves_a_topic_and_offsets_continue(tmp_path):
+    topic = "/default/moving"
+    with local_cluster(str(tmp_path / "moves"), storage="shared_fs") as cluster:
+        _, first_owner = asyncio.run(lookup(cluster.procs[0].url, topic))
+        source = next(p for p in cluster.procs if p.url == first_owner)
+        _send(source.url, topic, [])  # the producer creates the topic
+        with grpc.insecure_channel(source.url.split("//")[1]) as ch:  # the subscription exists before data
+            pb_grpc.ConsumerServiceStub(ch).Subscribe(pb.ConsumerRequest(
+                topic_name=topic, consumer_name="c", subscription="s"), timeout=30)
+        _send(source.url, topic, [b"m0", b"m1", b"m2"])
+        assert [o for o, _ in _receive(source.url, topic, 3)] == [0, 1, 2]
+        done = _admin_unload(source.admin_url, topic)
+        assert done.returncode == 0, done.stderr
+        # the leader places it on another broker (the source is excluded); every broker agrees
+        def moved():
+            answers = asyncio.run(owners_seen_by_each_broker(cluster, [topic]))[topic]
+            return answers if len(set(answers)) == 1 and answers[0] != source.url else None
+
+        new_owner = wait_until(moved, 20, "topic moved")[0]
+        s = state(cluster)
+        assert s["assignments"][topic] != source.broker_id and not s["unassigned"]
+        _send(new_owner, topic, [b"m3"])
+        assert _receive(new_owner, topic, 1) == [(3, b"m3")]  # resumes at last + 1, cursor kept

@@ -51,7 +51,7 @@ class RequestIterator:
 class ServerCall:
     __slots__ = (
         "_connection", "stream_id", "method", "_handler", "_headers", "_metadata", "_reader", "_messages",
-        "_waiter", "_remote_ended", "_held_ack", "_task", "_headers_sent", "_finished", "_code",
+        "_waiter", "_remote_ended", "_held_credit", "_task", "_headers_sent", "_finished", "_code",
         "_details", "_trailing_metadata", "_deadline", "_deadline_timer", "_deadline_hit",
         "_done_callbacks", "_cancelled", "_queued_bytes", "_buffered",
     )
@@ -68,7 +68,7 @@ class ServerCall:
         self._messages: collections.deque = collections.deque()
         self._waiter: asyncio.Future | None = None
         self._remote_ended = False
-        self._held_ack = 0
+        self._held_credit = 0
         # Request bytes held: in unread whole messages, and those plus the unfinished one (what
         # counts against the connection's buffer budget).
         self._queued_bytes = 0
@@ -101,7 +101,7 @@ class ServerCall:
         buffer budget; then it goes back as the handler reads (or the budget frees up)."""
         connection = self._connection
         if self._finished:
-            connection.acknowledge(self.stream_id, flow_controlled)
+            connection.return_credit(self.stream_id, flow_controlled)
             return
         try:
             messages = self._reader.feed(data)
@@ -122,12 +122,12 @@ class ServerCall:
             connection.buffered += delta
             connection._server.buffered_total += delta
         if len(self._messages) > UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
-            self._held_ack += flow_controlled
+            self._held_credit += flow_controlled
         elif connection.over_budget() and not connection.favours(self):
-            self._held_ack += flow_controlled
+            self._held_credit += flow_controlled
             connection.starve(self)
         else:
-            connection.acknowledge(self.stream_id, flow_controlled)
+            connection.return_credit(self.stream_id, flow_controlled)
         if (not self.streaming_request and self._task is None and len(self._messages) > 1):
             self._fail_early(grpc.StatusCode.INTERNAL, "a unary call got more than one request message")
 
@@ -263,17 +263,17 @@ class ServerCall:
     def release_held(self) -> None:
         """The buffer budget has room again: give back the window held for it (unless the
         handler is behind on its messages, then its reads give it back)."""
-        if self._held_ack and len(self._messages) <= UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
-            held, self._held_ack = self._held_ack, 0
-            self._connection.acknowledge(self.stream_id, held)
+        if self._held_credit and len(self._messages) <= UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
+            held, self._held_credit = self._held_credit, 0
+            self._connection.return_credit(self.stream_id, held)
 
     def _close(self) -> None:
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
             self._deadline_timer = None
-        if self._held_ack:
-            self._connection.acknowledge(self.stream_id, self._held_ack)
-            self._held_ack = 0
+        if self._held_credit:
+            self._connection.return_credit(self.stream_id, self._held_credit)
+            self._held_credit = 0
         self._messages.clear()
         self._reader = _SPENT_READER
         if self._buffered:
@@ -317,12 +317,12 @@ class ServerCall:
             finally:
                 self._waiter = None
         data = self._take()
-        if self._held_ack and len(self._messages) <= UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
+        if self._held_credit and len(self._messages) <= UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
             if self._connection.over_budget():
                 self._connection.starve(self)
             else:
-                self._connection.acknowledge(self.stream_id, self._held_ack)
-                self._held_ack = 0
+                self._connection.return_credit(self.stream_id, self._held_credit)
+                self._held_credit = 0
         return self._deserialize(data)
 
     async def write(self, message) -> None:

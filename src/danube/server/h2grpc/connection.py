@@ -332,13 +332,13 @@ class GrpcConnection(asyncio.Protocol):
         if stream is None or stream.remote_closed:
             if stream_id > self._last_stream_id:
                 raise FrameError(frames.PROTOCOL_ERROR, f"DATA on stream {stream_id}, which was never opened")
-            self.acknowledge(stream_id, size)  # a call already over: give the window back, drop the bytes
+            self.return_credit(stream_id, size)  # a call already over: give the window back, drop the bytes
             if stream is not None:   # DATA after the client's END_STREAM
                 self._reset_call(stream_id, frames.STREAM_CLOSED)
             return
         stream.recv_window -= size
         if stream.recv_window < 0:
-            self.acknowledge(stream_id, size)
+            self.return_credit(stream_id, size)
             self._reset_call(stream_id, frames.FLOW_CONTROL_ERROR)
             return
         data = frames.unpadded(payload, flags)
@@ -348,7 +348,7 @@ class GrpcConnection(asyncio.Protocol):
             if self._starved and self._recv_window < self._limits.connection_window // 4:
                 self._shed()
         else:
-            self.acknowledge(stream_id, size)
+            self.return_credit(stream_id, size)
         if flags & frames.END_STREAM:
             self._remote_end(stream_id, stream)
 
@@ -578,7 +578,7 @@ class GrpcConnection(asyncio.Protocol):
         if self._going_away and not self._calls and self._transport is not None:
             self.loop.call_soon(self._close_if_idle)
 
-    def acknowledge(self, stream_id: int, size: int) -> None:
+    def return_credit(self, stream_id: int, size: int) -> None:
         """Gives ``size`` bytes of flow-control credit back for what a call has taken in.  The
         WINDOW_UPDATEs go out once half a window is used up, not for every frame."""
         if not size or self._lost:

@@ -36,8 +36,8 @@ Example ``danube_broker.yml``::
     # (a top-level load_report_interval_seconds is accepted too)
 
 Keys Danube's file has that a standalone broker does not use (meta_store,
-auth, load_manager, ...) are logged and ignored; unknown keys in the sections
-above are errors.
+load_manager, ...) are logged and ignored; unknown keys in the sections
+above are errors.  The ``auth`` block: danube.server.auth.settings (docs/security.md).
 """
 
 from __future__ import annotations

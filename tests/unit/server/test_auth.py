@@ -180,12 +180,21 @@ def test_auth_block_parses_and_hides_the_secret(tmp_path):
     auth.check_files()
     ctx = server_ssl_context(pki.server.cert, pki.server.key, ca_file=pki.ca, verify_client=True)
     assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.minimum_version >= ssl.TLSVersion.TLSv1_2
-    assert AuthSettings.from_dict({"mode": "tlswithjwt", "tls": {"cert_file": "a", "key_file": "b"}}).mode == "tls"
+    assert AuthSettings.from_dict({"mode": "tls", "tls": {"cert_file": "a", "key_file": "b"}}).mode == "tls"
+    jwt_doc = {"secret_key": SECRET}
+    assert AuthSettings.from_dict({"mode": "tlswithjwt", "tls": {"cert_file": "a", "key_file": "b"},
+                                   "jwt": jwt_doc}).mode == "tls"
+    # Danube's mode none: nothing is on, whatever else the block holds (and no file is checked).
+    off = AuthSettings.from_dict({"mode": "none", "tls": {"cert_file": "/nope", "key_file": "/nope"},
+                                  "jwt": jwt_doc})
+    assert not off.tls_enabled and off.jwt is None and not off.authenticating
+    off.check_files()
 
 
 @pytest.mark.parametrize("doc, needle", [
     ({"mode": "tls"}, "needs auth.tls"),
     ({"mode": "kerberos"}, "auth.mode"),
+    ({"mode": "tlswithjwt", "tls": {"cert_file": "a", "key_file": "b"}}, "needs auth.jwt"),
     ({"jwt": {"secret_key": "short"}}, "at least 8"),
     ({"jwt": {"secret_key": SECRET, "algorithm": "none"}}, "unknown key"),
     ({"super_admins": "admin"}, "list"),
@@ -203,7 +212,7 @@ def test_world_readable_config_with_secrets_is_refused(tmp_path, caplog):
         BrokerConfig.from_yaml(str(path))
     assert str(path) in caplog.text and SECRET not in caplog.text
     os.chmod(path, 0o640)
-    assert BrokerConfig.from_yaml(str(path)).auth.jwt is not None
+    assert BrokerConfig.from_yaml(str(path)).auth.jwt is None     # read, and mode none leaves it off
     plain = tmp_path / "plain.yml"
     plain.write_text("sync: never\n")
     os.chmod(plain, 0o644)

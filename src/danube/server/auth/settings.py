@@ -3,7 +3,8 @@
 ::
 
     auth:
-      mode: tls                  # none (default) | tls  (Danube's "tlswithjwt" is accepted as tls)
+      mode: tls                  # none (default: no security, the rest is not used) | tls
+                                 # (Danube's "tlswithjwt" = tls, and a jwt section is required)
       tls:
         cert_file: ./cert/server-cert.pem
         key_file: ./cert/server-key.pem       # refused when anyone may read it (as OpenSSH does)
@@ -122,7 +123,7 @@ class AuthSettings:
         return ", ".join(parts)
 
     def check_files(self) -> None:
-        if self.tls is not None:
+        if self.tls_enabled:
             self.tls.check()
 
     @classmethod
@@ -132,8 +133,9 @@ class AuthSettings:
         if not isinstance(data, Mapping):
             raise InvalidArgumentError("auth: expected a mapping")
         data = dict(data)
-        mode = str(data.pop("mode", "none") or "none").strip().lower()
-        mode = _MODE_ALIASES.get(mode, mode)
+        raw_mode = str(data.pop("mode", "none") or "none").strip().lower()
+        mode = _MODE_ALIASES.get(raw_mode, raw_mode)
+        requires_jwt = raw_mode in ("tlswithjwt", "tls_with_jwt")
 
         def path(value: Any) -> str | None:
             if value in (None, ""):
@@ -178,6 +180,12 @@ class AuthSettings:
         if isinstance(admins, str) or not all(isinstance(a, str) and a for a in admins):
             raise InvalidArgumentError("auth.super_admins must be a list of subject names")
         _no_more(data, "auth")
+        if mode == "none" and (tls is not None or jwt is not None):
+            # Danube's mode none means no security at all, whatever else the block holds.
+            log.info("auth.mode is none: the auth.tls and auth.jwt settings are not used")
+            tls = jwt = None
+        if requires_jwt and jwt is None:
+            raise InvalidArgumentError(f"auth.mode {raw_mode} needs auth.jwt (secret_key, issuer)")
         return cls(mode=mode, tls=tls, jwt=jwt, super_admins=tuple(admins))
 
 

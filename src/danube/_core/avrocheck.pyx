@@ -45,9 +45,9 @@ cdef inline bint _fail(Cursor* c, Py_ssize_t at) noexcept nogil:
 cdef inline bint _varint(Cursor* c, int max_bytes, int64_t* out) noexcept nogil:
     cdef uint64_t acc = 0
     cdef int shift = 0
-    cdef int i
+    cdef int _i
     cdef uint8_t b
-    for i in range(max_bytes):
+    for _i in range(max_bytes):
         if c.pos >= c.end:
             return _fail(c, c.pos)
         b = c.buf[c.pos]
@@ -99,7 +99,7 @@ cdef bint _utf8(const uint8_t* s, Py_ssize_t n) noexcept nogil:
 cdef bint _check(const int32_t* prog, Py_ssize_t plen, int32_t node, Cursor* c, int depth) noexcept nogil:
     cdef int32_t op
     cdef int64_t v, count, ignored
-    cdef Py_ssize_t start, n, i, k
+    cdef Py_ssize_t start, n, _i, k
     cdef int32_t child
     if depth > MAX_DEPTH:
         return _fail(c, c.pos)
@@ -160,7 +160,7 @@ cdef bint _check(const int32_t* prog, Py_ssize_t plen, int32_t node, Cursor* c, 
                     return False
             if count > c.end - c.pos + ZERO_WIDTH_ITEMS:
                 return _fail(c, c.pos)
-            for i in range(count):
+            for _i in range(count):
                 if op == OP_MAP and not _check(prog, plen, -1, c, depth + 1):
                     return False
                 if not _check(prog, plen, child, c, depth + 1):
@@ -203,7 +203,7 @@ def check_frames(const int32_t[::1] prog, const uint8_t[::1] frames):
     cdef Py_ssize_t n = frames.shape[0]
     cdef const uint8_t* buf
     cdef Py_ssize_t pos = 0, body, end, p, index = 0, bad
-    cdef uint64_t body_len, attr_count, key_len, name_len, value_len, a
+    cdef uint64_t body_len, attr_count, key_len, name_len, value_len, _a
     if n == 0:
         return -1, -1
     buf = &frames[0]
@@ -215,7 +215,7 @@ def check_frames(const int32_t[::1] prog, const uint8_t[::1] frames):
             attr_count = _le(buf + body + 18, 2)
             key_len = _le(buf + body + 20, 2)
             p = body + 22 + <Py_ssize_t>key_len
-            for a in range(attr_count):
+            for _a in range(attr_count):
                 name_len = _le(buf + p, 2)
                 p += 2 + <Py_ssize_t>name_len
                 value_len = _le(buf + p, 4)

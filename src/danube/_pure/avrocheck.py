@@ -23,7 +23,7 @@ class _Bad(Exception):
 def _varint(buf, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
     shift = 0
     acc = 0
-    for i in range(max_bytes):
+    for _ in range(max_bytes):
         if pos >= end:
             raise _Bad(pos)
         b = buf[pos]

@@ -10,6 +10,16 @@ from danube.client.producer import Producer, ProducerBuilder
 from danube.client.routing import fnv1a_64, partition_topic
 
 __all__ = [
-    "DanubeClient", "DanubeClientBuilder", "RetryPolicy", "Producer", "ProducerBuilder",
-    "Consumer", "ConsumerBuilder", "SubType", "Message", "MessageBatch", "fnv1a_64", "partition_topic",
+    "DanubeClient",
+    "DanubeClientBuilder",
+    "RetryPolicy",
+    "Producer",
+    "ProducerBuilder",
+    "Consumer",
+    "ConsumerBuilder",
+    "SubType",
+    "Message",
+    "MessageBatch",
+    "fnv1a_64",
+    "partition_topic",
 ]

@@ -48,21 +48,21 @@ class AckedOffsets:
         if last < first:
             raise ValueError(f"range {first}..{last} ends before it starts")
         firsts, lasts = self._firsts, self._lasts
-        if not lasts or first > lasts[-1] + 1:           # the common case: after everything
+        if not lasts or first > lasts[-1] + 1:  # the common case: after everything
             firsts.append(first)
             lasts.append(last)
         elif first >= firsts[-1] and first <= lasts[-1] + 1 and last >= lasts[-1]:
-            lasts[-1] = last                             # extends the last range
+            lasts[-1] = last  # extends the last range
         else:
             # Ranges overlapping or touching [first, last] are merged into one.
-            lo = bisect_right(lasts, first - 2)          # first range ending at or after first - 1
-            hi = bisect_right(firsts, last + 1)          # ranges starting after last + 1 stay
+            lo = bisect_right(lasts, first - 2)  # first range ending at or after first - 1
+            hi = bisect_right(firsts, last + 1)  # ranges starting after last + 1 stay
             if lo < hi:
                 first = min(first, firsts[lo])
                 last = max(last, lasts[hi - 1])
             firsts[lo:hi] = [first]
             lasts[lo:hi] = [last]
-        if len(firsts) > 2 * self.max_ranges:            # trimmed in bulk: amortised O(1)
+        if len(firsts) > 2 * self.max_ranges:  # trimmed in bulk: amortised O(1)
             drop = len(firsts) - self.max_ranges
             del firsts[:drop]
             del lasts[:drop]

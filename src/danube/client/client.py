@@ -13,6 +13,8 @@ and the ``HealthCheck`` polling by which producers and consumers follow their to
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from danube.client.connection import (
     BrokerConnection,
     Connections,
@@ -23,6 +25,13 @@ from danube.client.connection import (
 from danube.client.consumer import ConsumerBuilder
 from danube.client.health import DEFAULT_INTERVAL_S
 from danube.client.producer import ProducerBuilder
+from danube.client.security import (
+    ClientSecurity,
+    with_mtls,
+    with_tls,
+    with_token,
+    with_token_supplier,
+)
 from danube.errors import InvalidArgumentError
 
 # Importable from here as before: the connection and retry types live in danube.client.connection.
@@ -34,14 +43,21 @@ class DanubeClientBuilder:
         self._service_url = "http://127.0.0.1:6650"
         self._retry = RetryPolicy()
         self._health_interval_s = DEFAULT_INTERVAL_S
+        self._security: ClientSecurity | None = None
 
     def service_url(self, url: str) -> DanubeClientBuilder:
         address_of(url)  # fail early on a bad URL
         self._service_url = url
         return self
 
-    def with_retry(self, *, initial_backoff_s: float = 0.05, max_backoff_s: float = 2.0,
-                   give_up_after_s: float = 60.0, max_attempts: int | None = None) -> DanubeClientBuilder:
+    def with_retry(
+        self,
+        *,
+        initial_backoff_s: float = 0.05,
+        max_backoff_s: float = 2.0,
+        give_up_after_s: float = 60.0,
+        max_attempts: int | None = None,
+    ) -> DanubeClientBuilder:
         try:
             self._retry = RetryPolicy(initial_backoff_s, max_backoff_s, give_up_after_s, max_attempts)
         except ValueError as exc:
@@ -56,35 +72,29 @@ class DanubeClientBuilder:
         return self
 
     # Security as in danube-client 0.5.0 (danube.client.security): TLS, mTLS, a JWT or a supplier of one.
-    def with_tls(self, ca_cert_path: str) -> "DanubeClientBuilder":
-        from danube.client import security
-
-        self._security = security.with_tls(getattr(self, "_security", None), ca_cert_path)
+    def with_tls(self, ca_cert_path: str) -> DanubeClientBuilder:
+        self._security = with_tls(self._security, ca_cert_path)
         return self
 
-    def with_mtls(self, ca_cert_path: str, client_cert_path: str, client_key_path: str) -> "DanubeClientBuilder":
-        from danube.client import security
-
-        self._security = security.with_mtls(getattr(self, "_security", None), ca_cert_path, client_cert_path,
-                                            client_key_path)
+    def with_mtls(self, ca_cert_path: str, client_cert_path: str, client_key_path: str) -> DanubeClientBuilder:
+        self._security = with_mtls(self._security, ca_cert_path, client_cert_path, client_key_path)
         return self
 
-    def with_token(self, token: str) -> "DanubeClientBuilder":
-        from danube.client import security
-
-        self._security = security.with_token(getattr(self, "_security", None), token)
+    def with_token(self, token: str) -> DanubeClientBuilder:
+        self._security = with_token(self._security, token)
         return self
 
-    def with_token_supplier(self, supplier) -> "DanubeClientBuilder":
-        from danube.client import security
-
-        self._security = security.with_token_supplier(getattr(self, "_security", None), supplier)
+    def with_token_supplier(self, supplier: Callable[[], str]) -> DanubeClientBuilder:
+        self._security = with_token_supplier(self._security, supplier)
         return self
 
-    def build(self) -> "DanubeClient":
-        client = DanubeClient(self._service_url, retry=self._retry, health_check_interval_s=self._health_interval_s)
-        client.security = getattr(self, "_security", None)
-        return client
+    def build(self) -> DanubeClient:
+        return DanubeClient(
+            self._service_url,
+            retry=self._retry,
+            health_check_interval_s=self._health_interval_s,
+            security=self._security,
+        )
 
 
 class DanubeClient(Connections):

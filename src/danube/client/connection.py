@@ -24,6 +24,7 @@ import grpc
 
 from danube.client.errors import from_rpc_error, is_retriable
 from danube.client.health import DEFAULT_INTERVAL_S, ClientType, HealthWatch, Target
+from danube.client.security import ClientSecurity
 from danube.errors import ClientError, DanubeError, NotServedHereError
 from danube.proto.danube import DanubeApi_pb2 as danube_pb
 from danube.proto.danube import DanubeApi_pb2_grpc as danube_grpc
@@ -107,9 +108,14 @@ class RetryState:
         return f"{self.attempts} attempt(s) over {elapsed:.1f}s"
 
 
-async def retrying(attempt: Callable[[], Awaitable[T]], budget: RetryState, *, what: str,
-                   should_retry: Callable[[BaseException], bool] = is_retriable,
-                   give_up: Callable[[DanubeError], DanubeError] | None = None) -> T:
+async def retrying(
+    attempt: Callable[[], Awaitable[T]],
+    budget: RetryState,
+    *,
+    what: str,
+    should_retry: Callable[[BaseException], bool] = is_retriable,
+    give_up: Callable[[DanubeError], DanubeError] | None = None,
+) -> T:
     """``await attempt()`` until it returns; the one reconnect loop of the client.
 
     A failure (an ``AioRpcError``, turned into its ``danube.errors`` type, or a
@@ -146,11 +152,14 @@ def cancelled_call_error(message: str) -> ClientError:
 class BrokerConnection:
     """One channel to one broker with the stubs the client uses on it."""
 
-    def __init__(self, address: str, security=None) -> None:
+    def __init__(self, address: str, security: ClientSecurity | None = None) -> None:
         self.address = address
-        # security: danube.client.security.ClientSecurity (TLS, mTLS, JWT) or None for plain text
-        self.channel = (security.channel(address, _CHANNEL_OPTIONS) if security is not None
-                        else grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS))
+        # TLS, mTLS and JWT (danube.client.security), or None for plain text
+        self.channel = (
+            security.channel(address, _CHANNEL_OPTIONS)
+            if security is not None
+            else grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        )
         self.discovery = danube_grpc.DiscoveryStub(self.channel)
         self.batch_lane = batch_grpc.BatchLaneStub(self.channel)
         self.health = danube_grpc.HealthCheckStub(self.channel)
@@ -162,9 +171,16 @@ class BrokerConnection:
 class Connections:
     """Channels (opened on first use), topic lookup, retries and health watches of one client."""
 
-    def __init__(self, service_url: str, *, retry: RetryPolicy | None = None,
-                 health_check_interval_s: float = DEFAULT_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        service_url: str,
+        *,
+        retry: RetryPolicy | None = None,
+        health_check_interval_s: float = DEFAULT_INTERVAL_S,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.service_url = service_url
+        self.security = security
         self.retry = retry or RetryPolicy()
         self.health_check_interval_s = health_check_interval_s
         self._service_address = address_of(service_url)
@@ -178,15 +194,14 @@ class Connections:
         address = address or self._service_address
         conn = self._connections.get(address)
         if conn is None:
-            conn = self._connections[address] = BrokerConnection(address, getattr(self, "security", None))
+            conn = self._connections[address] = BrokerConnection(address, self.security)
         return conn
 
     async def lookup(self, topic: str) -> BrokerConnection:
         """The connection to the broker serving ``topic`` (Danube's TopicLookup)."""
         discovery = self.connection().discovery
         try:
-            answer = await discovery.TopicLookup(danube_pb.TopicLookupRequest(request_id=0, topic=topic),
-                                                 timeout=10)
+            answer = await discovery.TopicLookup(danube_pb.TopicLookupRequest(request_id=0, topic=topic), timeout=10)
         except grpc.aio.AioRpcError as exc:
             raise from_rpc_error(exc) from None
         kind = answer.response_type
@@ -201,14 +216,14 @@ class Connections:
         """Danube's TopicPartitions: the partition names, or ``[topic]`` for a plain topic."""
         discovery = self.connection().discovery
         try:
-            answer = await discovery.TopicPartitions(danube_pb.TopicLookupRequest(request_id=0, topic=topic),
-                                                     timeout=10)
+            answer = await discovery.TopicPartitions(
+                danube_pb.TopicLookupRequest(request_id=0, topic=topic), timeout=10
+            )
         except grpc.aio.AioRpcError as exc:
             raise from_rpc_error(exc) from None
         return list(answer.partitions) or [topic]
 
-    async def call_with_retry(self, topic: str, action: Callable[[BrokerConnection], Awaitable[T]],
-                              *, what: str) -> T:
+    async def call_with_retry(self, topic: str, action: Callable[[BrokerConnection], Awaitable[T]], *, what: str) -> T:
         """Runs ``action`` on the topic's broker; on a retriable failure looks up again and retries."""
 
         async def attempt() -> T:
@@ -218,8 +233,9 @@ class Connections:
 
     # ------------------------------------------------------------ health checks
 
-    def watch_health(self, client_type: ClientType, target: Target, on_close: Callable[[], None], *,
-                     what: str) -> HealthWatch:
+    def watch_health(
+        self, client_type: ClientType, target: Target, on_close: Callable[[], None], *, what: str
+    ) -> HealthWatch:
         """Starts polling HealthCheck for one producer/consumer; stop with :meth:`unwatch`."""
         watch = HealthWatch(client_type, target, on_close, interval_s=self.health_check_interval_s, what=what)
         watch.start()
@@ -241,7 +257,7 @@ class Connections:
     async def close(self) -> None:
         self._closed = True
         watches, self._watches = list(self._watches), set()
-        for watch in watches:   # producers/consumers the application did not close
+        for watch in watches:  # producers/consumers the application did not close
             await watch.stop()
         connections, self._connections = list(self._connections.values()), {}
         for conn in connections:

@@ -97,7 +97,7 @@ class _Inbox:
                 await waiter
             except BaseException:
                 if waiter.done() and not waiter.cancelled() and self._items:
-                    self._wake_next()   # this waiter was woken for an item it will not take
+                    self._wake_next()  # this waiter was woken for an item it will not take
                 raise
             finally:
                 if timer is not None:
@@ -206,10 +206,18 @@ class ConsumerBuilder:
             raise InvalidArgumentError("a consumer needs a name (with_consumer_name)")
         if not self._subscription:
             raise InvalidArgumentError("a consumer needs a subscription (with_subscription)")
-        return Consumer(self._client, self._topic, self._name, self._subscription, sub_type=self._sub_type,
-                        key_filters=self._key_filters, reliable=self._reliable,
-                        receive_messages=self._receive_messages, receive_bytes=self._receive_bytes,
-                        ack_linger_ms=self._ack_linger_ms)
+        return Consumer(
+            self._client,
+            self._topic,
+            self._name,
+            self._subscription,
+            sub_type=self._sub_type,
+            key_filters=self._key_filters,
+            reliable=self._reliable,
+            receive_messages=self._receive_messages,
+            receive_bytes=self._receive_bytes,
+            ack_linger_ms=self._ack_linger_ms,
+        )
 
 
 class _PartitionConsumer:
@@ -219,37 +227,45 @@ class _PartitionConsumer:
         self.topic = topic
         self.consumer_id = -1
         self._outgoing: asyncio.Queue = asyncio.Queue()
-        self._owed = [0, 0]               # credit (messages, bytes) taken by the application, not yet granted
+        self._owed = [0, 0]  # credit (messages, bytes) taken by the application, not yet granted
         self._subscribed = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task | None = None
         self._closing = False
         self._conn: BrokerConnection | None = None
         self._call = None
-        self._stream_subscribed = False   # the current stream got its Subscribed answer
+        self._stream_subscribed = False  # the current stream got its Subscribed answer
         self._health: HealthWatch | None = None
         self._retry = RetryState(owner.client.retry)
         self.acked = AckedOffsets()
-        self.stream = 0                   # number of the current Consume stream
-        self.resubscribes = 0             # times the consumer re-subscribed (for tests and stats)
+        self.stream = 0  # number of the current Consume stream
+        self.resubscribes = 0  # times the consumer re-subscribed (for tests and stats)
 
     def spec(self) -> pb.SubscribeSpec:
         o = self.owner
-        return pb.SubscribeSpec(topic=self.topic, subscription=o.subscription, consumer_name=o.name,
-                                subscription_type=_SUB_TYPES[o.sub_type], key_filters=list(o.key_filters),
-                                reliable=o.reliable)  # None leaves the field unset: no topic creation
+        return pb.SubscribeSpec(
+            topic=self.topic,
+            subscription=o.subscription,
+            consumer_name=o.name,
+            subscription_type=_SUB_TYPES[o.sub_type],
+            key_filters=list(o.key_filters),
+            reliable=o.reliable,
+        )  # None leaves the field unset: no topic creation
 
     async def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
         await self._subscribed
         self._health = self.owner.client.watch_health(
-            CONSUMER, lambda: (self._conn, self.consumer_id if self._stream_subscribed else -1),
-            self._on_health_close, what=f"consumer {self.owner.name} on {self.topic}")
+            CONSUMER,
+            lambda: (self._conn, self.consumer_id if self._stream_subscribed else -1),
+            self._on_health_close,
+            what=f"consumer {self.owner.name} on {self.topic}",
+        )
 
     def _on_health_close(self) -> None:
         call = self._call
         if call is not None and not self._closing:
             log.info("consumer %s on %s follows its topic: re-subscribing", self.owner.name, self.topic)
-            call.cancel()   # _run sees the cancelled stream and re-subscribes
+            call.cancel()  # _run sees the cancelled stream and re-subscribes
 
     def grant(self, messages: int, nbytes: int) -> None:
         """Give credit back for a batch the application took.
@@ -275,14 +291,15 @@ class _PartitionConsumer:
 
     def ack_range(self, first: int, last: int) -> None:
         self.acked.add_range(first, last)
-        self._outgoing.put_nowait(pb.ConsumeRequest(ack=pb.AckBatch(
-            consumer_id=0, ranges=[pb.OffsetRange(first=first, last=last)])))
+        self._outgoing.put_nowait(
+            pb.ConsumeRequest(ack=pb.AckBatch(consumer_id=0, ranges=[pb.OffsetRange(first=first, last=last)]))
+        )
 
     def unseen(self, batch: MessageBatch) -> MessageBatch | None:
         """``batch`` without redeliveries of messages already acked (those are acked again)."""
         acked = self.acked
         if batch.first_offset > acked.highest and batch.last_offset - batch.first_offset + 1 == batch.count:
-            return batch   # fresh and contiguous: the usual case, no decoding
+            return batch  # fresh and contiguous: the usual case, no decoding
         rest, skipped = batch.without(acked)
         if skipped:
             log.debug("dropping %d redelivered message(s) of %s already acked", len(skipped), self.topic)
@@ -301,8 +318,13 @@ class _PartitionConsumer:
     async def _run(self) -> None:
         """Keeps one Consume stream open; re-subscribes after retriable failures."""
         try:
-            await retrying(self._consume, self._retry, what=f"consume stream of {self.topic}",
-                           should_retry=self._should_retry, give_up=self._gave_up)
+            await retrying(
+                self._consume,
+                self._retry,
+                what=f"consume stream of {self.topic}",
+                should_retry=self._should_retry,
+                give_up=self._gave_up,
+            )
         except DanubeError as error:
             if self._closing:
                 return
@@ -338,8 +360,10 @@ class _PartitionConsumer:
         return False
 
     def _gave_up(self, error: DanubeError) -> DanubeError:
-        gave_up = ClientError(f"consumer {self.owner.name} on {self.topic} gave up re-subscribing after "
-                              f"{self._retry.describe()}; last error: {error}")
+        gave_up = ClientError(
+            f"consumer {self.owner.name} on {self.topic} gave up re-subscribing after "
+            f"{self._retry.describe()}; last error: {error}"
+        )
         gave_up.__cause__ = error
         return gave_up
 
@@ -352,9 +376,10 @@ class _PartitionConsumer:
             if item is not _END and item.WhichOneof("kind") in ("ack", "nack"):
                 outgoing.put_nowait(item)
         self._outgoing = outgoing
-        self._owed = [0, 0]   # a new stream starts with the whole window
-        outgoing.put_nowait(pb.ConsumeRequest(credit=pb.Credit(messages=owner.receive_messages,
-                                                               bytes=owner.receive_bytes)))
+        self._owed = [0, 0]  # a new stream starts with the whole window
+        outgoing.put_nowait(
+            pb.ConsumeRequest(credit=pb.Credit(messages=owner.receive_messages, bytes=owner.receive_bytes))
+        )
 
         linger = owner.ack_linger_s
 
@@ -372,7 +397,7 @@ class _PartitionConsumer:
                         # next few batches join this one instead of following one by one.
                         try:
                             await asyncio.sleep(linger)
-                        except BaseException:   # the stream ended: the next one sends this ack
+                        except BaseException:  # the stream ended: the next one sends this ack
                             outgoing.put_nowait(item)
                             raise
                     # Acks queued meanwhile (and while the previous write was in flight) go out as one.
@@ -400,8 +425,18 @@ class _PartitionConsumer:
                 kind = response.WhichOneof("kind")
                 if kind == "batch":
                     b = response.batch
-                    await owner.deliver(MessageBatch(self.topic, self.index, b.frames, b.first_offset,
-                                                     b.last_offset, b.count, list(b.redelivery_counts), stream))
+                    await owner.deliver(
+                        MessageBatch(
+                            self.topic,
+                            self.index,
+                            b.frames,
+                            b.first_offset,
+                            b.last_offset,
+                            b.count,
+                            list(b.redelivery_counts),
+                            stream,
+                        )
+                    )
                 elif kind == "subscribed":
                     self.consumer_id = response.subscribed.consumer_id
                     self._stream_subscribed = True
@@ -412,8 +447,9 @@ class _PartitionConsumer:
                         self._subscribed.set_result(self.consumer_id)
                 elif kind == "error":
                     e = response.error
-                    log.warning("ack/nack on %s failed: %s", self.topic,
-                                from_batch_status(e.code, e.message, e.retriable))
+                    log.warning(
+                        "ack/nack on %s failed: %s", self.topic, from_batch_status(e.code, e.message, e.retriable)
+                    )
         finally:
             self._call = None
 
@@ -443,10 +479,20 @@ class Consumer:
     ``ack_many`` or ``ack_batch``; acks are sent in the background.
     """
 
-    def __init__(self, client: Connections, topic: str, name: str, subscription: str, *,
-                 sub_type: str = SubType.Exclusive, key_filters=(), reliable: bool | None = None,
-                 receive_messages: int = 10_000, receive_bytes: int = 4 * 1024 * 1024,
-                 ack_linger_ms: float = DEFAULT_ACK_LINGER_MS) -> None:
+    def __init__(
+        self,
+        client: Connections,
+        topic: str,
+        name: str,
+        subscription: str,
+        *,
+        sub_type: str = SubType.Exclusive,
+        key_filters=(),
+        reliable: bool | None = None,
+        receive_messages: int = 10_000,
+        receive_bytes: int = 4 * 1024 * 1024,
+        ack_linger_ms: float = DEFAULT_ACK_LINGER_MS,
+    ) -> None:
         self.client = client
         self.topic = topic
         self.name = name
@@ -472,7 +518,8 @@ class Consumer:
         if self._parts:
             return self
         names = await self.client.call_with_retry(
-            self.topic, lambda conn: self.client.partitions(self.topic), what="topic partitions")
+            self.topic, lambda conn: self.client.partitions(self.topic), what="topic partitions"
+        )
         parts = [_PartitionConsumer(self, i, name) for i, name in enumerate(names)]
         self._parts = parts
         try:
@@ -516,10 +563,10 @@ class Consumer:
             part = self._parts[item._partition] if item._partition < len(self._parts) else None
             if part is None:
                 return item
-            if item._stream == part.stream:   # the stream that delivered it gets its credit back
+            if item._stream == part.stream:  # the stream that delivered it gets its credit back
                 part.grant(item.count, len(item.frames))
             rest = part.unseen(item)
-            if rest is not None:   # None: every message was already acked; wait for the next batch
+            if rest is not None:  # None: every message was already acked; wait for the next batch
                 return rest
 
     async def batches(self) -> AsyncIterator[MessageBatch]:
@@ -528,7 +575,7 @@ class Consumer:
                 batch = await self.receive_batch()
             except StopAsyncIteration:
                 return
-            assert batch is not None   # only a timeout gives None
+            assert batch is not None  # only a timeout gives None
             yield batch
 
     async def messages(self) -> AsyncIterator[Message]:
@@ -541,7 +588,7 @@ class Consumer:
                 batch = await self.receive_batch()
             except StopAsyncIteration:
                 return
-            assert batch is not None   # only a timeout gives None
+            assert batch is not None  # only a timeout gives None
             pending.extend(batch.messages())
 
     def __aiter__(self) -> AsyncIterator[Message]:

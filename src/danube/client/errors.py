@@ -13,9 +13,13 @@ from danube.errors import ClientError, DanubeError, FencedError
 from danube.server.status import error_class_for
 
 # Codes after which the same call may succeed once the topic is looked up again.
-RETRIABLE_CODES = frozenset({
-    grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
-})
+RETRIABLE_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+)
 
 # Codes danube's servers never send for a DanubeError but other gRPC peers use for the same failure.
 _OTHER_PEERS: dict[grpc.StatusCode, type[DanubeError]] = {grpc.StatusCode.ABORTED: FencedError}
@@ -30,8 +34,11 @@ _CORE_WRITE_RACE = "Internal error from Core"
 
 def is_lost_stream(exc: BaseException) -> bool:
     """The client's own gRPC core failed a write on a stream that had ended: reconnecting helps."""
-    return (isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.INTERNAL
-            and (exc.details() or "").startswith(_CORE_WRITE_RACE))
+    return (
+        isinstance(exc, grpc.aio.AioRpcError)
+        and exc.code() == grpc.StatusCode.INTERNAL
+        and (exc.details() or "").startswith(_CORE_WRITE_RACE)
+    )
 
 
 def is_retriable(exc: BaseException) -> bool:

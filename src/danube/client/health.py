@@ -40,8 +40,9 @@ Target = Callable[[], tuple[HasHealthStub | None, int]]
 class HealthWatch:
     """One polling task per producer/consumer (per partition); ``stop()`` ends it."""
 
-    def __init__(self, client_type: ClientType, target: Target, on_close: Callable[[], None], *,
-                 interval_s: float, what: str) -> None:
+    def __init__(
+        self, client_type: ClientType, target: Target, on_close: Callable[[], None], *, interval_s: float, what: str
+    ) -> None:
         self.client_type = client_type
         self.interval_s = interval_s
         self.what = what

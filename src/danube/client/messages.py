@@ -10,8 +10,17 @@ from danube import frames as frame_codec
 class Message:
     """One delivered message.  ``payload`` is bytes; ``topic`` is the partition it came from."""
 
-    __slots__ = ("topic", "offset", "payload", "publish_time", "producer_id", "routing_key",
-                 "attributes", "redelivery_count", "_partition")
+    __slots__ = (
+        "topic",
+        "offset",
+        "payload",
+        "publish_time",
+        "producer_id",
+        "routing_key",
+        "attributes",
+        "redelivery_count",
+        "_partition",
+    )
 
     def __init__(self, topic: str, partition: int, record, redelivery_count: int = 0) -> None:
         self.topic = topic
@@ -42,11 +51,28 @@ class Message:
 class MessageBatch:
     """One delivered batch: the frames as the broker stored them, decoded on demand."""
 
-    __slots__ = ("topic", "frames", "first_offset", "last_offset", "count", "redelivery_counts", "_partition",
-                 "_stream")
+    __slots__ = (
+        "topic",
+        "frames",
+        "first_offset",
+        "last_offset",
+        "count",
+        "redelivery_counts",
+        "_partition",
+        "_stream",
+    )
 
-    def __init__(self, topic: str, partition: int, frames: bytes, first_offset: int, last_offset: int,
-                 count: int, redelivery_counts: list[int] | None = None, stream: int = 0) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        frames: bytes,
+        first_offset: int,
+        last_offset: int,
+        count: int,
+        redelivery_counts: list[int] | None = None,
+        stream: int = 0,
+    ) -> None:
         self.topic = topic
         self._partition = partition
         self.frames = frames
@@ -54,7 +80,7 @@ class MessageBatch:
         self.last_offset = last_offset
         self.count = count
         self.redelivery_counts = redelivery_counts or []
-        self._stream = stream   # which Consume stream of the partition delivered it (credit goes back to it)
+        self._stream = stream  # which Consume stream of the partition delivered it (credit goes back to it)
 
     def offsets(self) -> list[int]:
         """Offsets of the batch's messages (not always contiguous on shared subscriptions)."""
@@ -77,12 +103,13 @@ class MessageBatch:
         for i, offset in enumerate(offsets):
             if offset in skip:
                 continue
-            parts.append(mv[positions[i]:positions[i + 1]])
+            parts.append(mv[positions[i] : positions[i + 1]])
             kept.append(offset)
             if self.redelivery_counts:
                 counts.append(self.redelivery_counts[i])
-        rest = MessageBatch(self.topic, self._partition, b"".join(parts), kept[0], kept[-1], len(kept),
-                            counts, self._stream)
+        rest = MessageBatch(
+            self.topic, self._partition, b"".join(parts), kept[0], kept[-1], len(kept), counts, self._stream
+        )
         return rest, skipped
 
     def records(self):
@@ -94,8 +121,10 @@ class MessageBatch:
 
     def messages(self) -> list[Message]:
         counts = self.redelivery_counts
-        return [Message(self.topic, self._partition, r, counts[i] if counts else 0)
-                for i, r in enumerate(frame_codec.iter_records(self.frames))]
+        return [
+            Message(self.topic, self._partition, r, counts[i] if counts else 0)
+            for i, r in enumerate(frame_codec.iter_records(self.frames))
+        ]
 
     def __iter__(self) -> Iterator[Message]:
         return iter(self.messages())

@@ -39,8 +39,10 @@ from danube.client.connection import BrokerConnection, Connections, RetryState, 
 from danube.client.errors import from_batch_status, is_retriable
 from danube.client.health import PRODUCER, HealthWatch
 from danube.client.routing import PartitionRouter, partition_topic
+from danube.client.schema import SchemaInfo, SchemaRegistryClient
 from danube.errors import ClientError, DanubeError, InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
+from danube.schema.validation import schema_attributes
 
 log = logging.getLogger(__name__)
 
@@ -145,9 +147,17 @@ class ProducerBuilder:
             raise InvalidArgumentError("a producer needs a topic (with_topic)")
         if not self._name:
             raise InvalidArgumentError("a producer needs a name (with_name)")
-        producer = Producer(self._client, self._topic, self._name, access_mode=self._access_mode,
-                            reliable=self._reliable, partitions=self._partitions, linger_ms=self._linger_ms,
-                            max_batch_bytes=self._max_batch_bytes, max_in_flight=self._max_in_flight)
+        producer = Producer(
+            self._client,
+            self._topic,
+            self._name,
+            access_mode=self._access_mode,
+            reliable=self._reliable,
+            partitions=self._partitions,
+            linger_ms=self._linger_ms,
+            max_batch_bytes=self._max_batch_bytes,
+            max_in_flight=self._max_in_flight,
+        )
         producer.schema_ref = self._schema_ref
         return producer
 
@@ -155,17 +165,26 @@ class ProducerBuilder:
 class _Batch:
     """A sealed batch: what to encode, who to tell, and its wire form once encoded."""
 
-    __slots__ = ("payloads", "keys", "attributes", "futures", "done", "frames", "encoded_for",
-                 "sent_at", "key", "attrs")
+    __slots__ = (
+        "payloads",
+        "keys",
+        "attributes",
+        "futures",
+        "done",
+        "frames",
+        "encoded_for",
+        "sent_at",
+        "key",
+        "attrs",
+    )
 
-    def __init__(self, payloads, keys=None, attributes=None, futures=None, done=None,
-                 key=None, attrs=None) -> None:
+    def __init__(self, payloads, keys=None, attributes=None, futures=None, done=None, key=None, attrs=None) -> None:
         self.payloads = payloads
-        self.keys = keys            # per-message keys (send path) or None
+        self.keys = keys  # per-message keys (send path) or None
         self.attributes = attributes
-        self.futures = futures      # per-message futures (send path) or None
-        self.done = done            # one future of (first, last) (send_batch path) or None
-        self.key = key              # one key for all (send_batch path)
+        self.futures = futures  # per-message futures (send path) or None
+        self.done = done  # one future of (first, last) (send_batch path) or None
+        self.key = key  # one key for all (send_batch path)
         self.attrs = attrs
         self.frames: bytes | None = None
         self.encoded_for = -1
@@ -175,20 +194,20 @@ class _Batch:
         """The batch's frames; ``schema_attrs`` (the schema id/version pair) go on every frame."""
         if self.frames is None or self.encoded_for != producer_id:
             now_ms = int(time.time() * 1000)
-            if self.keys is None or (not any(k is not None for k in self.keys)
-                                     and not any(self.attributes)):
+            if self.keys is None or (not any(k is not None for k in self.keys) and not any(self.attributes)):
                 attrs = self.attrs
                 if schema_attrs:
                     attrs = {**attrs, **schema_attrs} if attrs else schema_attrs
                 self.frames = frame_codec.encode_payloads(
-                    self.payloads, publish_time=now_ms, producer_id=producer_id,
-                    key=self.key, attributes=attrs)
+                    self.payloads, publish_time=now_ms, producer_id=producer_id, key=self.key, attributes=attrs
+                )
             else:
                 attributes = self.attributes
                 if schema_attrs:
                     attributes = [{**a, **schema_attrs} if a else schema_attrs for a in attributes]
                 self.frames = frame_codec.encode_records(
-                    [(now_ms, producer_id, k, a, p) for k, a, p in zip(self.keys, attributes, self.payloads)])
+                    [(now_ms, producer_id, k, a, p) for k, a, p in zip(self.keys, attributes, self.payloads)]
+                )
             self.encoded_for = producer_id
         return self.frames
 
@@ -225,8 +244,8 @@ class _PartitionProducer:
         self._has_meta = False
         self._linger_handle: asyncio.TimerHandle | None = None
         self._sequence = itertools.count(1)
-        self._unacked: dict[int, _Batch] = {}       # sequence -> batch, in send order
-        self._to_send: asyncio.Queue[Any] = asyncio.Queue()   # (sequence, batch), _STOP or _WAKE
+        self._unacked: dict[int, _Batch] = {}  # sequence -> batch, in send order
+        self._to_send: asyncio.Queue[Any] = asyncio.Queue()  # (sequence, batch), _STOP or _WAKE
         self._window = asyncio.Semaphore(owner.max_in_flight)
         self._space = asyncio.Event()
         self._space.set()
@@ -237,20 +256,24 @@ class _PartitionProducer:
         self._closing = False
         self._conn: BrokerConnection | None = None
         self._call = None
-        self._streaming = False      # a Publish stream is open (a reconnect may be requested)
-        self._draining = False       # that stream takes no new batches; it ends after its acks
+        self._streaming = False  # a Publish stream is open (a reconnect may be requested)
+        self._draining = False  # that stream takes no new batches; it ends after its acks
         self._drain_reason: BaseException | None = None
         self._drain_timer: asyncio.TimerHandle | None = None
         self._retry = RetryState(owner.client.retry)
-        self._stream_broke = False   # the next attempt re-creates the producer first
+        self._stream_broke = False  # the next attempt re-creates the producer first
         self._health: HealthWatch | None = None
-        self.reconnects = 0          # times the producer re-created itself (for tests and stats)
+        self.reconnects = 0  # times the producer re-created itself (for tests and stats)
 
     # ------------------------------------------------------------ lifecycle
 
     async def create(self, conn: BrokerConnection) -> None:
-        spec = pb.ProducerSpec(topic=self.topic, producer_name=self.owner.name,
-                               access_mode=_ACCESS_MODES[self.owner.access_mode], reliable=self.owner.reliable)
+        spec = pb.ProducerSpec(
+            topic=self.topic,
+            producer_name=self.owner.name,
+            access_mode=_ACCESS_MODES[self.owner.access_mode],
+            reliable=self.owner.reliable,
+        )
         answer = await conn.batch_lane.CreateProducer(spec, timeout=10)
         self.producer_id = answer.producer_id
         self._conn = conn
@@ -259,12 +282,18 @@ class _PartitionProducer:
         await self.owner.client.call_with_retry(self.topic, self.create, what="create producer")
         self._task = asyncio.ensure_future(self._run())
         self._health = self.owner.client.watch_health(
-            PRODUCER, lambda: (self._conn, self.producer_id), self._on_health_close,
-            what=f"producer {self.owner.name} on {self.topic}")
+            PRODUCER,
+            lambda: (self._conn, self.producer_id),
+            self._on_health_close,
+            what=f"producer {self.owner.name} on {self.topic}",
+        )
 
     def _on_health_close(self) -> None:
-        self.request_reconnect(ClientError(
-            f"the broker closed producer {self.owner.name} ({self.producer_id}) on {self.topic}", retriable=True))
+        self.request_reconnect(
+            ClientError(
+                f"the broker closed producer {self.owner.name} ({self.producer_id}) on {self.topic}", retriable=True
+            )
+        )
 
     def request_reconnect(self, reason: BaseException) -> None:
         """Drain the current stream, then look the topic up again and re-create the producer."""
@@ -307,20 +336,21 @@ class _PartitionProducer:
                 self._linger_handle = self._loop.call_later(self.owner.linger_s, self.seal)
         return fut
 
-    async def add_batch(self, payloads: Sequence, key: str | None,
-                        attributes: Mapping[str, str] | None) -> list[asyncio.Future]:
+    async def add_batch(
+        self, payloads: Sequence, key: str | None, attributes: Mapping[str, str] | None
+    ) -> list[asyncio.Future]:
         """Chunks ``payloads`` into batches of at most max_batch_bytes; one future per chunk."""
         self._check_usable()
         self.seal()
         limit = self.owner.max_batch_bytes
-        if sum(map(len, payloads)) + len(payloads) * _FRAME_OVERHEAD < limit:   # one chunk: no per-message loop
+        if sum(map(len, payloads)) + len(payloads) * _FRAME_OVERHEAD < limit:  # one chunk: no per-message loop
             return [await self._enqueue_chunk(payloads, key, attributes)] if payloads else []
         done = []
         start, size = 0, 0
         for i, p in enumerate(payloads):
             size += len(p) + _FRAME_OVERHEAD
             if size >= limit:
-                done.append(await self._enqueue_chunk(payloads[start:i + 1], key, attributes))
+                done.append(await self._enqueue_chunk(payloads[start : i + 1], key, attributes))
                 start, size = i + 1, 0
         if start < len(payloads):
             done.append(await self._enqueue_chunk(payloads[start:], key, attributes))
@@ -368,8 +398,13 @@ class _PartitionProducer:
     async def _run(self) -> None:
         """Keeps one Publish stream open; re-creates the producer and resends after retriable failures."""
         try:
-            await retrying(self._publish, self._retry, what=f"publish stream of {self.topic}",
-                           should_retry=self._should_retry, give_up=self._gave_up)
+            await retrying(
+                self._publish,
+                self._retry,
+                what=f"publish stream of {self.topic}",
+                should_retry=self._should_retry,
+                give_up=self._gave_up,
+            )
         except DanubeError as error:
             self._fail_all(error)
 
@@ -380,19 +415,21 @@ class _PartitionProducer:
             self.reconnects += 1
             self._requeue_unacked()
             if not self._unacked:
-                self._retry.reset()   # nothing to prove: the next failure gets a fresh budget
-        self._stream_broke = True     # until _stream returns normally (the producer closed)
+                self._retry.reset()  # nothing to prove: the next failure gets a fresh budget
+        self._stream_broke = True  # until _stream returns normally (the producer closed)
         await self._stream()
 
     def _should_retry(self, cause: BaseException) -> bool:
-        server_went_away = (isinstance(cause, grpc.aio.AioRpcError)
-                            and cause.code() == grpc.StatusCode.CANCELLED and not self._closing)
+        server_went_away = (
+            isinstance(cause, grpc.aio.AioRpcError) and cause.code() == grpc.StatusCode.CANCELLED and not self._closing
+        )
         return is_retriable(cause) or server_went_away or _follows_topic(cause)
 
     def _gave_up(self, error: DanubeError) -> DanubeError:
         failure = ClientError(
             f"producer {self.owner.name} on {self.topic} gave up reconnecting after "
-            f"{self._retry.describe()}; {len(self._unacked)} unacked batch(es) failed; last error: {error}")
+            f"{self._retry.describe()}; {len(self._unacked)} unacked batch(es) failed; last error: {error}"
+        )
         failure.__cause__ = error
         return failure
 
@@ -409,7 +446,7 @@ class _PartitionProducer:
         producer_id = self.producer_id
         stop, wake = _STOP, _WAKE
         unacked = self._unacked
-        schema = self.owner.schema   # (schema id, version, frame attributes) or None
+        schema = self.owner.schema  # (schema id, version, frame attributes) or None
 
         async def requests():
             while True:
@@ -422,15 +459,20 @@ class _PartitionProducer:
                 await window.acquire()
                 if self._draining:
                     return
-                if seq not in unacked:   # acked meanwhile by an earlier stream
+                if seq not in unacked:  # acked meanwhile by an earlier stream
                     window.release()
                     continue
                 batch.sent_at = time.perf_counter()
                 if schema is None:
                     yield pb.PublishRequest(sequence=seq, producer_id=producer_id, frames=batch.encode(producer_id))
                 else:
-                    yield pb.PublishRequest(sequence=seq, producer_id=producer_id, schema_id=schema[0],
-                                            schema_version=schema[1], frames=batch.encode(producer_id, schema[2]))
+                    yield pb.PublishRequest(
+                        sequence=seq,
+                        producer_id=producer_id,
+                        schema_id=schema[0],
+                        schema_version=schema[1],
+                        frames=batch.encode(producer_id, schema[2]),
+                    )
 
         self._draining = False
         self._drain_reason = None
@@ -447,7 +489,7 @@ class _PartitionProducer:
                 if ack.HasField("status") and ack.status.code != 0:
                     error = from_batch_status(ack.status.code, ack.status.message, ack.status.retriable)
                     if _follows_topic(error) and not self._closing:
-                        self.request_reconnect(error)   # the batch stays unacked: resent after re-create
+                        self.request_reconnect(error)  # the batch stays unacked: resent after re-create
                         continue
                     del unacked[ack.sequence]
                     batch.fail(error)
@@ -540,9 +582,19 @@ def _offsets_of(chunk: asyncio.Future) -> asyncio.Future:
 class Producer:
     """Batching producer; ``await create()`` before sending (or use ``async with``)."""
 
-    def __init__(self, client: Connections, topic: str, name: str, *, access_mode: str = "shared",
-                 reliable: bool = True, partitions: int | None = None, linger_ms: float = 5.0,
-                 max_batch_bytes: int = 256 * 1024, max_in_flight: int = 4) -> None:
+    def __init__(
+        self,
+        client: Connections,
+        topic: str,
+        name: str,
+        *,
+        access_mode: str = "shared",
+        reliable: bool = True,
+        partitions: int | None = None,
+        linger_ms: float = 5.0,
+        max_batch_bytes: int = 256 * 1024,
+        max_in_flight: int = 4,
+    ) -> None:
         self.client = client
         self.topic = topic
         self.name = name
@@ -555,9 +607,9 @@ class Producer:
         self._parts: list[_PartitionProducer] = []
         self._router: PartitionRouter | None = None
         self._ack_listeners: list = []
-        self.schema_ref: tuple[str, int | None, int | None] | None = None   # (subject, version, min_version)
-        self.schema: tuple[int, int, dict] | None = None    # resolved on create(): (id, version, attributes)
-        self.schema_info = None                             # danube.client.schema.SchemaInfo once resolved
+        self.schema_ref: tuple[str, int | None, int | None] | None = None  # (subject, version, min_version)
+        self.schema: tuple[int, int, dict] | None = None  # resolved on create(): (id, version, attributes)
+        self.schema_info: SchemaInfo | None = None  # once resolved
 
     @property
     def partitions(self) -> list[str]:
@@ -576,7 +628,8 @@ class Producer:
             names = [partition_topic(self.topic, i) for i in range(self._requested_partitions)]
         else:
             names = await self.client.call_with_retry(
-                self.topic, lambda conn: self.client.partitions(self.topic), what="topic partitions")
+                self.topic, lambda conn: self.client.partitions(self.topic), what="topic partitions"
+            )
         parts = [_PartitionProducer(self, name) for name in names]
         await asyncio.gather(*(p.start() for p in parts))
         self._parts = parts
@@ -584,9 +637,7 @@ class Producer:
         return self
 
     async def _resolve_schema(self) -> None:
-        from danube.client.schema import SchemaRegistryClient
-        from danube.schema.validation import schema_attributes
-
+        assert self.schema_ref is not None
         subject, version, min_version = self.schema_ref
         info = await SchemaRegistryClient(self.client).resolve(subject, version=version, min_version=min_version)
         self.schema_info = info
@@ -605,20 +656,23 @@ class Producer:
             raise ClientError("producer not created: await producer.create() first")
         return self._parts[self._router.route(key)]
 
-    async def send(self, payload: bytes, key: str | None = None,
-                   attributes: Mapping[str, str] | None = None) -> asyncio.Future:
+    async def send(
+        self, payload: bytes, key: str | None = None, attributes: Mapping[str, str] | None = None
+    ) -> asyncio.Future:
         """Queues one message; returns a future of its offset (in its partition), set once durable."""
         return await self._part(key).add(payload, key, attributes)
 
-    async def send_and_wait(self, payload: bytes, key: str | None = None,
-                            attributes: Mapping[str, str] | None = None) -> int:
+    async def send_and_wait(
+        self, payload: bytes, key: str | None = None, attributes: Mapping[str, str] | None = None
+    ) -> int:
         return await (await self.send(payload, key, attributes))
 
-    async def send_batch(self, payloads: Sequence[bytes], key: str | None = None,
-                         attributes: Mapping[str, str] | None = None) -> asyncio.Future:
+    async def send_batch(
+        self, payloads: Sequence[bytes], key: str | None = None, attributes: Mapping[str, str] | None = None
+    ) -> asyncio.Future:
         """Queues many messages sharing key and attributes (one partition); future of their offsets."""
         futures = await self._part(key).add_batch(payloads, key, attributes)
-        if len(futures) == 1:   # one chunk (the usual case): no task, no gather
+        if len(futures) == 1:  # one chunk (the usual case): no task, no gather
             return _offsets_of(futures[0])
 
         async def offsets() -> list[int]:

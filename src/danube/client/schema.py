@@ -39,8 +39,19 @@ class SchemaInfo:
 
 
 def _info(r) -> SchemaInfo:
-    return SchemaInfo(r.schema_id, r.subject, r.version, r.schema_type, r.schema_definition, r.fingerprint,
-                      r.compatibility_mode, r.description, r.created_by, r.created_at, list(r.tags))
+    return SchemaInfo(
+        r.schema_id,
+        r.subject,
+        r.version,
+        r.schema_type,
+        r.schema_definition,
+        r.fingerprint,
+        r.compatibility_mode,
+        r.description,
+        r.created_by,
+        r.created_at,
+        list(r.tags),
+    )
 
 
 class SchemaRegistryClient:
@@ -58,14 +69,30 @@ class SchemaRegistryClient:
         except grpc.aio.AioRpcError as exc:
             raise from_rpc_error(exc) from exc
 
-    async def register(self, subject: str, schema_type: str, definition: bytes | str, *, description: str = "",
-                       created_by: str = "danube-client", tags=()) -> tuple[int, int, bool]:
+    async def register(
+        self,
+        subject: str,
+        schema_type: str,
+        definition: bytes | str,
+        *,
+        description: str = "",
+        created_by: str = "danube-client",
+        tags=(),
+    ) -> tuple[int, int, bool]:
         """(schema id, version, whether the version is new)."""
         if isinstance(definition, str):
             definition = definition.encode()
-        r = await self._call("RegisterSchema", pb.RegisterSchemaRequest(
-            subject=subject, schema_type=schema_type, schema_definition=definition, description=description,
-            created_by=created_by, tags=list(tags)))
+        r = await self._call(
+            "RegisterSchema",
+            pb.RegisterSchemaRequest(
+                subject=subject,
+                schema_type=schema_type,
+                schema_definition=definition,
+                description=description,
+                created_by=created_by,
+                tags=list(tags),
+            ),
+        )
         return r.schema_id, r.version, r.is_new_version
 
     async def get(self, schema_id: int, version: int | None = None) -> SchemaInfo:
@@ -81,8 +108,9 @@ class SchemaRegistryClient:
         r = await self._call("ListVersions", pb.ListVersionsRequest(subject=subject))
         return [v.version for v in r.versions]
 
-    async def check(self, subject: str, schema_type: str, definition: bytes | str,
-                    mode: str | None = None) -> tuple[bool, list[str]]:
+    async def check(
+        self, subject: str, schema_type: str, definition: bytes | str, mode: str | None = None
+    ) -> tuple[bool, list[str]]:
         if isinstance(definition, str):
             definition = definition.encode()
         req = pb.CheckCompatibilityRequest(subject=subject, new_schema_definition=definition, schema_type=schema_type)
@@ -98,21 +126,35 @@ class SchemaRegistryClient:
         return r.message
 
     async def set_compatibility_mode(self, subject: str, mode: str) -> str:
-        return await self._change("SetCompatibilityMode", pb.SetCompatibilityModeRequest(
-            subject=subject, compatibility_mode=mode))
+        return await self._change(
+            "SetCompatibilityMode", pb.SetCompatibilityModeRequest(subject=subject, compatibility_mode=mode)
+        )
 
     async def delete_version(self, subject: str, version: int) -> str:
-        return await self._change("DeleteSchemaVersion", pb.DeleteSchemaVersionRequest(subject=subject, version=version))
+        return await self._change(
+            "DeleteSchemaVersion", pb.DeleteSchemaVersionRequest(subject=subject, version=version)
+        )
 
-    async def configure_topic(self, topic: str, subject: str, policy: str = "none",
-                              payload_validation: bool = False) -> str:
-        return await self._change("ConfigureTopicSchema", pb.ConfigureTopicSchemaRequest(
-            topic_name=topic, schema_subject=subject, validation_policy=policy,
-            enable_payload_validation=payload_validation))
+    async def configure_topic(
+        self, topic: str, subject: str, policy: str = "none", payload_validation: bool = False
+    ) -> str:
+        return await self._change(
+            "ConfigureTopicSchema",
+            pb.ConfigureTopicSchemaRequest(
+                topic_name=topic,
+                schema_subject=subject,
+                validation_policy=policy,
+                enable_payload_validation=payload_validation,
+            ),
+        )
 
     async def update_topic_policy(self, topic: str, policy: str, payload_validation: bool = False) -> str:
-        return await self._change("UpdateTopicValidationPolicy", pb.UpdateTopicValidationPolicyRequest(
-            topic_name=topic, validation_policy=policy, enable_payload_validation=payload_validation))
+        return await self._change(
+            "UpdateTopicValidationPolicy",
+            pb.UpdateTopicValidationPolicyRequest(
+                topic_name=topic, validation_policy=policy, enable_payload_validation=payload_validation
+            ),
+        )
 
     async def topic_config(self, topic: str):
         return await self._call("GetTopicSchemaConfig", pb.GetTopicSchemaConfigRequest(topic_name=topic))
@@ -123,6 +165,8 @@ class SchemaRegistryClient:
         if version is not None:
             return latest if version == latest.version else await self.get(latest.schema_id, version)
         if min_version is not None and latest.version < min_version:
-            raise ClientError(f"schema subject {subject!r} is at version {latest.version}, below the "
-                              f"minimum {min_version} this producer needs")
+            raise ClientError(
+                f"schema subject {subject!r} is at version {latest.version}, below the "
+                f"minimum {min_version} this producer needs"
+            )
         return latest

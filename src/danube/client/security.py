@@ -50,23 +50,27 @@ class ClientSecurity:
     token: str | None = None
     token_supplier: Callable[[], str] | None = None
 
-    def __repr__(self) -> str:   # never the token
-        return (f"ClientSecurity(ca_file={self.ca_file!r}, cert_file={self.cert_file!r}, "
-                f"token={'set' if self.token or self.token_supplier else 'none'})")
+    def __repr__(self) -> str:  # never the token
+        return (
+            f"ClientSecurity(ca_file={self.ca_file!r}, cert_file={self.cert_file!r}, "
+            f"token={'set' if self.token or self.token_supplier else 'none'})"
+        )
 
     def credentials(self) -> grpc.ChannelCredentials:
         ssl = grpc.ssl_channel_credentials(
             root_certificates=_read(self.ca_file, "CA file") if self.ca_file else None,
             private_key=_read(self.key_file, "client key") if self.key_file else None,
-            certificate_chain=_read(self.cert_file, "client certificate") if self.cert_file else None)
+            certificate_chain=_read(self.cert_file, "client certificate") if self.cert_file else None,
+        )
         supplier = self.token_supplier
         if supplier is None and self.token:
             token = self.token
             supplier = lambda: token  # noqa: E731
         if supplier is None:
             return ssl
-        return grpc.composite_channel_credentials(ssl, grpc.metadata_call_credentials(
-            _BearerToken(supplier), name="danube-jwt"))
+        return grpc.composite_channel_credentials(
+            ssl, grpc.metadata_call_credentials(_BearerToken(supplier), name="danube-jwt")
+        )
 
     def channel(self, address: str, options) -> grpc.aio.Channel:
         return grpc.aio.secure_channel(address, self.credentials(), options=options)

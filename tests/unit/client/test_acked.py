@@ -25,7 +25,7 @@ def test_acked_offsets_match_a_set(added, probes):
         assert (offset in acked) == (offset in model)
     got = acked.ranges()
     assert all(a <= b for a, b in got)
-    assert all(got[i][1] + 1 < got[i + 1][0] for i in range(len(got) - 1))   # disjoint, not touching
+    assert all(got[i][1] + 1 < got[i + 1][0] for i in range(len(got) - 1))  # disjoint, not touching
     assert acked.highest == (max(model) if model else -1)
 
 
@@ -37,7 +37,7 @@ def test_in_order_acks_keep_one_range():
 
 def test_only_the_newest_ranges_are_kept():
     acked = AckedOffsets(max_ranges=10)
-    for offset in range(0, 100, 2):         # 50 separate ranges
+    for offset in range(0, 100, 2):  # 50 separate ranges
         acked.add(offset)
     assert len(acked) <= 20
     assert 98 in acked and 0 not in acked
@@ -53,10 +53,11 @@ def test_bad_range_is_rejected():
 def _batch(offsets, redelivery_counts=None) -> MessageBatch:
     frames = bytearray(frame_codec.encode_payloads([b"m%d" % o for o in offsets]))
     positions = frame_codec.frame_positions(frames)
-    for pos, offset in zip(positions, offsets):   # stamp each frame's offset as the broker would
-        frames[pos:pos + 8] = offset.to_bytes(8, "little")
-    return MessageBatch("/default/t", 0, bytes(frames), offsets[0], offsets[-1], len(offsets),
-                        redelivery_counts, stream=3)
+    for pos, offset in zip(positions, offsets):  # stamp each frame's offset as the broker would
+        frames[pos : pos + 8] = offset.to_bytes(8, "little")
+    return MessageBatch(
+        "/default/t", 0, bytes(frames), offsets[0], offsets[-1], len(offsets), redelivery_counts, stream=3
+    )
 
 
 def test_batch_without_acked_messages():

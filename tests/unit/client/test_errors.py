@@ -18,8 +18,14 @@ C = grpc.StatusCode
 
 # Keyword arguments for the classes whose constructor needs more than a message.
 _KWARGS = {
-    "position": 0, "offset": 7, "expected_crc": 1, "actual_crc": 2, "path": "/data/wal",
-    "segment_id": "seg", "first_offset": 0, "next_offset": 9,
+    "position": 0,
+    "offset": 7,
+    "expected_crc": 1,
+    "actual_crc": 2,
+    "path": "/data/wal",
+    "segment_id": "seg",
+    "first_offset": 0,
+    "next_offset": 9,
 }
 
 
@@ -34,8 +40,7 @@ def all_error_classes() -> list[type[errors.DanubeError]]:
 
 def make(cls: type[errors.DanubeError]) -> errors.DanubeError:
     params = inspect.signature(cls.__init__).parameters
-    kwargs = {name: _KWARGS[name] for name, p in params.items()
-              if p.kind is p.KEYWORD_ONLY and p.default is p.empty}
+    kwargs = {name: _KWARGS[name] for name, p in params.items() if p.kind is p.KEYWORD_ONLY and p.default is p.empty}
     return cls("boom", **kwargs)
 
 
@@ -44,7 +49,7 @@ def test_every_error_survives_the_round_trip(cls):
     original = make(cls)
     code = status_for(original)
     back = from_batch_status(code.value[0], str(original), original.retriable)
-    assert status_for(back) == code                 # the client's error means what the server's did
+    assert status_for(back) == code  # the client's error means what the server's did
     assert back.retriable == original.retriable
     assert back.grpc_code == code
     assert str(original) in str(back)
@@ -57,7 +62,7 @@ def test_codes_become_the_first_class_the_server_maps_to_them():
     assert error_class(C.DATA_LOSS) is errors.DataLossError
     assert error_class(C.OUT_OF_RANGE) is errors.OffsetOutOfRangeError
     assert error_class(C.FAILED_PRECONDITION) is errors.FencedError
-    assert error_class(C.ABORTED) is errors.FencedError         # other peers' word for it
+    assert error_class(C.ABORTED) is errors.FencedError  # other peers' word for it
     assert error_class(C.INTERNAL) is errors.ClientError
     assert error_class(C.DEADLINE_EXCEEDED) is errors.ClientError
 

@@ -22,8 +22,9 @@ TOPIC = "/default/follow"
 
 @pytest.fixture
 async def app(tmp_path):
-    broker_app = BrokerApp(BrokerConfig(port=free_port(), admin_port=0, metrics_port=0,
-                                        data_dir=str(tmp_path / "broker")))
+    broker_app = BrokerApp(
+        BrokerConfig(port=free_port(), admin_port=0, metrics_port=0, data_dir=str(tmp_path / "broker"))
+    )
     await broker_app.start()
     try:
         yield broker_app
@@ -32,9 +33,13 @@ async def app(tmp_path):
 
 
 def client_for(app: BrokerApp, *, health_s: float) -> DanubeClient:
-    return (DanubeClient.builder().service_url(f"http://127.0.0.1:{app.bound['client']}")
-            .with_retry(initial_backoff_s=0.02, max_backoff_s=0.2, give_up_after_s=20)
-            .with_health_check_interval(health_s).build())
+    return (
+        DanubeClient.builder()
+        .service_url(f"http://127.0.0.1:{app.bound['client']}")
+        .with_retry(initial_backoff_s=0.02, max_backoff_s=0.2, give_up_after_s=20)
+        .with_health_check_interval(health_s)
+        .build()
+    )
 
 
 def health_tasks() -> list[asyncio.Task]:
@@ -62,8 +67,8 @@ async def test_producer_resends_after_unload_and_offsets_continue(app):
         futures = [await producer.send(b"%d" % i) for i in range(5, 10)]
         assert await asyncio.wait_for(asyncio.gather(*futures), 15) == list(range(5, 10))
         assert producer._parts[0].reconnects == 1
-        assert producer.producer_ids == [pid]          # same name, same id after re-creation
-        assert TOPIC in app.broker.topics              # reloaded through resume
+        assert producer.producer_ids == [pid]  # same name, same id after re-creation
+        assert TOPIC in app.broker.topics  # reloaded through resume
         await producer.close()
     finally:
         await client.close()
@@ -89,8 +94,14 @@ async def test_health_close_re_creates_an_idle_producer(app):
 async def test_consumer_follows_unload_without_repeating_acked_messages(app):
     client = client_for(app, health_s=0.2)
     try:
-        consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
-                    .with_subscription_type(SubType.Exclusive).build())
+        consumer = (
+            client.new_consumer()
+            .with_topic(TOPIC)
+            .with_consumer_name("c")
+            .with_subscription("s")
+            .with_subscription_type(SubType.Exclusive)
+            .build()
+        )
         producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(1).build()
         await producer.create()
         await consumer.subscribe()
@@ -101,7 +112,7 @@ async def test_consumer_follows_unload_without_repeating_acked_messages(app):
             await consumer.ack(message)
             if len(seen) == 4:
                 break
-        await asyncio.sleep(0.2)                     # the four acks reach the broker
+        await asyncio.sleep(0.2)  # the four acks reach the broker
         await app.broker.unload_topic(TOPIC)
         assert await (await producer.send_batch([b"%d" % i for i in range(10, 15)])) == list(range(10, 15))
         while len(seen) < 15:
@@ -110,7 +121,7 @@ async def test_consumer_follows_unload_without_repeating_acked_messages(app):
             for message in batch.messages():
                 seen.append(message.offset)
                 await consumer.ack(message)
-        assert seen == list(range(15))               # nothing acked came twice, nothing missing
+        assert seen == list(range(15))  # nothing acked came twice, nothing missing
         await wait_until(lambda: consumer._parts[0].resubscribes >= 1)
         extra = await consumer.receive_batch(timeout=0.5)
         assert extra is None
@@ -127,8 +138,14 @@ async def test_consumer_without_credit_left_follows_on_health_close(app):
     # unload on the stream; only the health check's CLOSE makes the consumer re-subscribe.
     client = client_for(app, health_s=0.1)
     try:
-        consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
-                    .with_receive_credit(1, 1 << 20).build())
+        consumer = (
+            client.new_consumer()
+            .with_topic(TOPIC)
+            .with_consumer_name("c")
+            .with_subscription("s")
+            .with_receive_credit(1, 1 << 20)
+            .build()
+        )
         producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(1).build()
         await producer.create()
         await consumer.subscribe()
@@ -146,7 +163,7 @@ async def test_consumer_without_credit_left_follows_on_health_close(app):
             assert batch is not None
             got.extend(batch.offsets())
             await consumer.ack_batch(batch)
-        assert got == [1]                             # 0 (redelivered, then acked) is not handed out again
+        assert got == [1]  # 0 (redelivered, then acked) is not handed out again
         await producer.close()
         await consumer.close()
     finally:
@@ -161,7 +178,7 @@ async def test_closing_producer_and_consumer_stops_health_checks(app):
         await producer.create()
         await consumer.subscribe()
         assert len(health_tasks()) == 2
-        await asyncio.sleep(0.2)                      # a few checks answered OK: nothing happened
+        await asyncio.sleep(0.2)  # a few checks answered OK: nothing happened
         assert producer._parts[0].reconnects == 0 and consumer._parts[0].resubscribes == 0
         await producer.close()
         await consumer.close()

@@ -9,7 +9,7 @@ from danube.client.consumer import _TIMEOUT, _Inbox
 
 
 class _NoReprFuture(asyncio.Future):
-    def __repr__(self) -> str:   # a failed deque.remove(waiter) would call this for its ValueError
+    def __repr__(self) -> str:  # a failed deque.remove(waiter) would call this for its ValueError
         raise AssertionError("the inbox formatted a waiter's repr")
 
 

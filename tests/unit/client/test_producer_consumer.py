@@ -32,9 +32,9 @@ async def test_send_returns_future_of_offset_after_linger(served):
     producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(20).build()
     await producer.create()
     futures = [await producer.send(f"m{i}".encode()) for i in range(5)]
-    assert not any(f.done() for f in futures)   # still lingering
+    assert not any(f.done() for f in futures)  # still lingering
     assert await asyncio.wait_for(asyncio.gather(*futures), 5) == [0, 1, 2, 3, 4]
-    assert broker.publish_calls == 1            # one batch for the five
+    assert broker.publish_calls == 1  # one batch for the five
     records = frame_codec.decode_batch(bytes(broker.topics[TOPIC].log))
     assert [bytes(r.payload) for r in records] == [f"m{i}".encode() for i in range(5)]
     assert {r.producer_id for r in records} == set(producer.producer_ids)
@@ -53,21 +53,34 @@ async def test_keys_and_attributes_travel_in_the_frames(served):
 
 async def test_max_batch_bytes_seals_and_send_batch_chunks(served):
     broker, client, _ = served
-    producer = (client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(10_000)
-                .with_max_batch_bytes(1000).with_max_in_flight(2).build())
+    producer = (
+        client.new_producer()
+        .with_topic(TOPIC)
+        .with_name("p")
+        .with_linger_ms(10_000)
+        .with_max_batch_bytes(1000)
+        .with_max_in_flight(2)
+        .build()
+    )
     await producer.create()
     offsets = await (await producer.send_batch([b"x" * 100] * 30))
     assert offsets == list(range(30))
-    assert broker.publish_calls >= 3            # 30 * 138 bytes in batches of <= ~1000
-    fut = await producer.send(b"y" * 2000)       # alone over the limit: sealed at once
+    assert broker.publish_calls >= 3  # 30 * 138 bytes in batches of <= ~1000
+    fut = await producer.send(b"y" * 2000)  # alone over the limit: sealed at once
     assert await asyncio.wait_for(fut, 5) == 30
     await producer.close()
 
 
 async def test_consumer_iterates_messages_and_acks(served):
     broker, client, _ = served
-    consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
-                .with_subscription_type(SubType.Exclusive).build())
+    consumer = (
+        client.new_consumer()
+        .with_topic(TOPIC)
+        .with_consumer_name("c")
+        .with_subscription("s")
+        .with_subscription_type(SubType.Exclusive)
+        .build()
+    )
     producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(1).build()
     await producer.create()
     await consumer.subscribe()
@@ -115,11 +128,12 @@ async def test_partitioned_producer_routes_by_key(served):
         await producer.send(b"u")
     await producer.flush()
     from danube.client.routing import fnv1a_64
+
     for i, name in enumerate(producer.partitions):
         records = frame_codec.decode_batch(bytes(broker.topics[name].log))
         keyed = [r.routing_key for r in records if r.routing_key]
         assert all(fnv1a_64(k.encode()) % 3 == i for k in keyed)
-        assert sum(1 for r in records if r.routing_key is None) == 2   # round robin
+        assert sum(1 for r in records if r.routing_key is None) == 2  # round robin
     await producer.close()
 
 
@@ -177,8 +191,14 @@ async def _acked_at_broker(broker, cid: int, offsets: set[int], timeout: float =
 
 async def _consumer_with_five_messages(client, ack_linger_ms: float):
     """A consumer lingering ``ack_linger_ms`` over its acks, its id, and five messages it received."""
-    consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
-                .with_ack_linger_ms(ack_linger_ms).build())
+    consumer = (
+        client.new_consumer()
+        .with_topic(TOPIC)
+        .with_consumer_name("c")
+        .with_subscription("s")
+        .with_ack_linger_ms(ack_linger_ms)
+        .build()
+    )
     await consumer.subscribe()
     async with client.new_producer().with_topic(TOPIC).with_name("p").build() as producer:
         await (await producer.send_batch([b"%d" % i for i in range(5)]))
@@ -193,12 +213,12 @@ async def _consumer_with_five_messages(client, ack_linger_ms: float):
 async def test_acks_within_the_linger_travel_as_one_request(served):
     broker, client, _ = served
     consumer, cid, messages = await _consumer_with_five_messages(client, 1000)
-    for message in messages:   # five acks, one range each, the stream idle between them
+    for message in messages:  # five acks, one range each, the stream idle between them
         await consumer.ack(message)
         await asyncio.sleep(0.02)
-    assert broker.acked[cid] == set()          # held for the linger
+    assert broker.acked[cid] == set()  # held for the linger
     await _acked_at_broker(broker, cid, set(range(5)))
-    assert broker.ack_calls == 1               # one request for the five
+    assert broker.ack_calls == 1  # one request for the five
     await consumer.close()
 
 
@@ -207,7 +227,7 @@ async def test_without_linger_an_ack_goes_out_at_once(served):
     consumer, cid, messages = await _consumer_with_five_messages(client, 0)
     for i, message in enumerate(messages):
         await consumer.ack(message)
-        await _acked_at_broker(broker, cid, {i}, timeout=0.5)   # not waiting for a linger of any size
+        await _acked_at_broker(broker, cid, {i}, timeout=0.5)  # not waiting for a linger of any size
     assert broker.ack_calls == 5
     await consumer.close()
 
@@ -231,8 +251,12 @@ async def test_producer_resends_after_the_server_comes_back():
     broker = FakeBroker()
     port = free_port()
     server, _ = await start_fake_server(broker, port)
-    client = (DanubeClient.builder().service_url(f"http://127.0.0.1:{port}")
-              .with_retry(initial_backoff_s=0.05, max_backoff_s=0.2, give_up_after_s=20).build())
+    client = (
+        DanubeClient.builder()
+        .service_url(f"http://127.0.0.1:{port}")
+        .with_retry(initial_backoff_s=0.05, max_backoff_s=0.2, give_up_after_s=20)
+        .build()
+    )
     try:
         producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(1).build()
         await producer.create()
@@ -257,10 +281,10 @@ async def test_producer_the_broker_forgot_is_re_created_and_the_batch_resent():
         producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(1).build()
         await producer.create()
         assert await (await producer.send(b"first")) == 0
-        broker.producers.clear()        # the broker forgot the producer entirely: NOT_FOUND
+        broker.producers.clear()  # the broker forgot the producer entirely: NOT_FOUND
         broker.producer_names.clear()
         fut = await producer.send(b"x")
-        assert await asyncio.wait_for(fut, 10) == 1   # re-created under the same name, resent
+        assert await asyncio.wait_for(fut, 10) == 1  # re-created under the same name, resent
         records = frame_codec.decode_batch(bytes(broker.topics[TOPIC].log))
         assert [bytes(r.payload) for r in records] == [b"first", b"x"]
         await producer.close()
@@ -272,19 +296,23 @@ async def test_producer_the_broker_forgot_is_re_created_and_the_batch_resent():
 async def test_unknown_producer_fails_the_futures_with_client_error_after_bounded_retries():
     broker = FakeBroker()
     server, port = await start_fake_server(broker)
-    client = (DanubeClient.builder().service_url(f"http://127.0.0.1:{port}")
-              .with_retry(initial_backoff_s=0.01, max_backoff_s=0.02, give_up_after_s=30, max_attempts=3).build())
+    client = (
+        DanubeClient.builder()
+        .service_url(f"http://127.0.0.1:{port}")
+        .with_retry(initial_backoff_s=0.01, max_backoff_s=0.02, give_up_after_s=30, max_attempts=3)
+        .build()
+    )
     try:
         producer = client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(1).build()
         await producer.create()
-        broker.producers.clear()   # re-creating returns the same, still unknown, id: NOT_FOUND every time
+        broker.producers.clear()  # re-creating returns the same, still unknown, id: NOT_FOUND every time
         fut = await producer.send(b"x")
         with pytest.raises(ClientError, match="gave up reconnecting after 3 attempt") as info:
             await asyncio.wait_for(fut, 10)
         assert isinstance(info.value.__cause__, NotFoundError)
-        assert broker.publish_calls == 4          # the first send and three resends
+        assert broker.publish_calls == 4  # the first send and three resends
         with pytest.raises(ClientError, match="gave up"):
-            await producer.send(b"y")            # the producer stays failed
+            await producer.send(b"y")  # the producer stays failed
     finally:
         await client.close()
         await server.stop(None)
@@ -292,13 +320,19 @@ async def test_unknown_producer_fails_the_futures_with_client_error_after_bounde
 
 async def test_credit_goes_back_in_half_window_steps_and_delivery_never_stalls(served):
     broker, client, _ = served
-    consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
-                .with_receive_credit(10, 1 << 20).build())
+    consumer = (
+        client.new_consumer()
+        .with_topic(TOPIC)
+        .with_consumer_name("c")
+        .with_subscription("s")
+        .with_receive_credit(10, 1 << 20)
+        .build()
+    )
     await consumer.subscribe()
     (part,) = consumer._parts
     got, owed_seen = [], []
     async with client.new_producer().with_topic(TOPIC).with_name("p").with_linger_ms(0).build() as producer:
-        for i in range(25):   # 25 one-message deliveries through a window of 10
+        for i in range(25):  # 25 one-message deliveries through a window of 10
             await producer.send_and_wait(b"%d" % i)
             batch = await asyncio.wait_for(consumer.receive_batch(), 5)
             got += batch.payloads()

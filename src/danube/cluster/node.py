@@ -166,9 +166,13 @@ class ClusterNode:
         if await self.store.get(keys.broker_topic(self.broker_id, topic)) is not None:
             return
         owner = self.view.owner(topic)
-        where = f"broker {owner} ({self.view.broker_url(owner)})" if owner else "no broker yet"
-        raise NotServedHereError(f"topic {topic} is not served by broker {self.broker_id}: owner is {where}; "
-                                 "look it up again")
+        url = self.view.broker_url(owner) if owner else None
+        where = f"broker {owner} ({url})" if owner else "no broker yet"
+        error = NotServedHereError(f"topic {topic} is not served by broker {self.broker_id}: owner is {where}; "
+                                   "look it up again")
+        if url:
+            error.owner_url = url  # sent as trailing metadata x-danube-broker-url (danube.server.status)
+        raise error
 
     # ------------------------------------------------------------ moves
 

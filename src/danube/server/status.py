@@ -99,4 +99,7 @@ async def abort(context: grpc.aio.ServicerContext, exc: BaseException):
     code = status_for(exc)
     if code == grpc.StatusCode.INTERNAL:
         log.error("internal error while serving a request", exc_info=exc)
+    owner = getattr(exc, "owner_url", None)  # cluster mode: the topic's owner (docs/cluster.md)
+    if owner:
+        await context.abort(code, message_for(exc), trailing_metadata=(("x-danube-broker-url", owner),))
     await context.abort(code, message_for(exc))

@@ -13,6 +13,8 @@ import pytest
 
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
+from danube.proto.danube_batch import batch_pb2 as batch_pb
+from danube.proto.danube_batch import batch_pb2_grpc as batch_grpc
 from tests.support.cluster import local_cluster, lookup, owners_seen_by_each_broker, state
 from tests.support.etcd import requires_etcd
 
@@ -67,6 +69,13 @@ def test_producer_on_the_owner_works_and_elsewhere_is_unavailable(cluster):
             pb_grpc.ProducerServiceStub(ch).CreateProducer(pb.ProducerRequest(
                 producer_name="p", topic_name=topic, dispatch_strategy=pb.Reliable), timeout=30)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert ("x-danube-broker-url", owner) in tuple(info.value.trailing_metadata())
+        # the batch lane: the same answer, the owner in the trailing metadata
+        with pytest.raises(grpc.RpcError) as info:
+            batch_grpc.BatchLaneStub(ch).CreateProducer(batch_pb.ProducerSpec(
+                topic=topic, producer_name="bp", reliable=True), timeout=30)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert ("x-danube-broker-url", owner) in tuple(info.value.trailing_metadata())
     with grpc.insecure_channel(owner.split("//")[1]) as ch:
         producers = pb_grpc.ProducerServiceStub(ch)
         p = producers.CreateProducer(pb.ProducerRequest(producer_name="p", topic_name=topic,

@@ -38,7 +38,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any, Iterable, Protocol
+from typing import Iterable, Protocol
 
 from danube._tasks import cancel_and_wait
 from danube.cluster import scoring

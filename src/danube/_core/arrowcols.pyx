@@ -78,7 +78,7 @@ cdef int measure(const unsigned char* b, Py_ssize_t n, Totals* t) noexcept nogil
     """Pass 1: check every frame, count rows, attributes and bytes per column."""
     cdef Py_ssize_t pos = 0, p, end
     cdef const unsigned char* body
-    cdef uint16_t i, attr_count, key_len, name_len
+    cdef uint16_t _attr, attr_count, key_len, name_len
     cdef uint32_t value_len
     cdef int status
     while pos < n:
@@ -99,7 +99,7 @@ cdef int measure(const unsigned char* b, Py_ssize_t n, Totals* t) noexcept nogil
             return COLS_TIME_RANGE
         p = FRAME_BODY_FIXED_SIZE + key_len
         t.key_bytes += key_len
-        for i in range(attr_count):
+        for _attr in range(attr_count):
             name_len = ld16(body + p)
             t.name_bytes += name_len
             p += 2 + name_len
@@ -136,7 +136,7 @@ cdef void fill(const unsigned char* b, Py_ssize_t n, Out* o) noexcept nogil:
     """Pass 2: copy every field into its column (frames already checked by pass 1)."""
     cdef Py_ssize_t pos = 0, row = 0, p, end, attr = 0
     cdef const unsigned char* body
-    cdef uint16_t i, attr_count, key_len, name_len
+    cdef uint16_t _attr, attr_count, key_len, name_len
     cdef uint32_t value_len, body_len
     cdef int32_t key_at = 0, name_at = 0, value_at = 0, payload_at = 0
     o.key_offsets[0] = 0
@@ -159,7 +159,7 @@ cdef void fill(const unsigned char* b, Py_ssize_t n, Out* o) noexcept nogil:
             key_at += key_len
         o.key_offsets[row + 1] = key_at
         p = FRAME_BODY_FIXED_SIZE + key_len
-        for i in range(attr_count):
+        for _attr in range(attr_count):
             name_len = ld16(body + p)
             memcpy(o.name_data + name_at, body + p + 2, name_len)
             name_at += name_len

@@ -14,6 +14,9 @@
 # modules need not link crc32c_impl.c themselves.
 
 from libc.stdint cimport uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+from danube._core.le cimport st16, st32, st64
 
 # Sizes and field positions of the layout (described byte by byte at the top of
 # danube/_pure/frame.py); every compiled module reads and writes frames with these.
@@ -137,8 +140,29 @@ cdef inline Py_ssize_t piece_body_len(const Piece* piece) noexcept nogil:
 
 # Encodes one whole frame of the piece at out, which has room for
 # FRAME_HEADER_SIZE + piece_body_len(piece) bytes, checksum included; returns its size.
-# The only frame encoder: the codec's encode_* and the WAL writer both use it.
-cdef Py_ssize_t write_frame(unsigned char* out, uint64_t offset, const Piece* piece) noexcept nogil
+# The only frame encoder: the codec's encode_* and the WAL writer both use it (inline,
+# so the WAL's per-record path stores straight into its mapping).
+cdef inline Py_ssize_t write_frame(unsigned char* out, uint64_t offset, const Piece* piece) noexcept nogil:
+    cdef uint32_t body_len = <uint32_t>piece_body_len(piece)
+    cdef unsigned char* p = out + FRAME_HEADER_SIZE
+    st64(out + FRAME_OFFSET_AT, offset)
+    st32(out + FRAME_BODY_LEN_AT, body_len)
+    st64(p + BODY_PUBLISH_TIME_AT, piece.publish_time)
+    st64(p + BODY_PRODUCER_ID_AT, piece.producer_id)
+    p[BODY_FLAGS_AT] = piece.flags
+    p[BODY_RESERVED_AT] = 0
+    st16(p + BODY_ATTR_COUNT_AT, piece.attr_count)
+    st16(p + BODY_KEY_LEN_AT, <uint16_t>piece.key_len)
+    p += FRAME_BODY_FIXED_SIZE
+    if piece.key_len:
+        memcpy(p, piece.key, piece.key_len)
+        p += piece.key_len
+    if piece.attrs_len:
+        memcpy(p, piece.attrs, piece.attrs_len)
+        p += piece.attrs_len
+    memcpy(p, piece.payload, piece.payload_len)
+    st32(out + FRAME_CRC_AT, crc32c_update(0, out + FRAME_BODY_LEN_AT, 4 + <size_t>body_len))
+    return FRAME_HEADER_SIZE + body_len
 
 # Outcome of check_fields_frames: what a subscriber needs of a frame beyond its checksum.
 cdef enum:

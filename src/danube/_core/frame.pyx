@@ -22,10 +22,9 @@ from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from libc.stdint cimport uint16_t, uint32_t, uint64_t, UINT64_MAX
-from libc.stdlib cimport calloc, free, malloc, realloc
-from libc.string cimport memcpy
+from libc.stdlib cimport free, malloc, realloc
 
-from danube._core.le cimport ld16, ld32, ld64, st16, st32, st64
+from danube._core.le cimport ld16, ld32, ld64, st64
 
 from danube._pure.frame import Record
 from danube.errors import CorruptFrameError, FrameFormatError
@@ -125,7 +124,7 @@ cdef inline int check_layout(const unsigned char* body, uint32_t body_len) noexc
     cdef uint16_t attr_count = ld16(body + BODY_ATTR_COUNT_AT)
     cdef uint16_t key_len = ld16(body + BODY_KEY_LEN_AT)
     cdef uint64_t p, end = body_len
-    cdef uint16_t i
+    cdef uint16_t _attr
     if (flags & ~FRAME_FLAG_HAS_KEY) or body[BODY_RESERVED_AT]:
         return FRAME_BAD_FLAGS
     if not (flags & FRAME_FLAG_HAS_KEY) and key_len:
@@ -133,7 +132,7 @@ cdef inline int check_layout(const unsigned char* body, uint32_t body_len) noexc
     p = FRAME_BODY_FIXED_SIZE + <uint64_t>key_len
     if p > end:
         return FRAME_KEY_OVERRUN
-    for i in range(attr_count):
+    for _attr in range(attr_count):
         if p + 2 > end:
             return FRAME_ATTRS_OVERRUN
         p += 2 + <uint64_t>ld16(body + p)
@@ -554,14 +553,14 @@ cdef object decode_body(object mv, const unsigned char* buf, Py_ssize_t pos, con
     cdef uint16_t attr_count = ld16(body + BODY_ATTR_COUNT_AT)
     cdef uint16_t key_len = ld16(body + BODY_KEY_LEN_AT)
     cdef Py_ssize_t p = FRAME_BODY_FIXED_SIZE
-    cdef uint16_t i, name_len
+    cdef uint16_t _attr, name_len
     cdef uint32_t value_len
     cdef dict attrs = {}
     key = None
     if flags & FRAME_FLAG_HAS_KEY:
         key = PyUnicode_DecodeUTF8(<char*>body + p, key_len, NULL)
     p += key_len
-    for i in range(attr_count):
+    for _attr in range(attr_count):
         name_len = ld16(body + p)
         name = PyUnicode_DecodeUTF8(<char*>body + p + 2, name_len, NULL)
         p += 2 + name_len
@@ -657,7 +656,7 @@ def decode_columns(buf):
     cdef const unsigned char* body
     cdef Py_ssize_t pos = 0, p, end
     cdef int status
-    cdef uint16_t i, attr_count, key_len, name_len
+    cdef uint16_t _attr, attr_count, key_len, name_len
     cdef uint32_t value_len
     cdef list offsets = [], times = [], producers = [], keys = [], attributes = [], payloads = []
     cdef dict attrs
@@ -678,7 +677,7 @@ def decode_columns(buf):
                 key = PyUnicode_DecodeUTF8(<char*>body + p, key_len, NULL)
             p += key_len
             attrs = {}
-            for i in range(attr_count):
+            for _attr in range(attr_count):
                 name_len = ld16(body + p)
                 name = PyUnicode_DecodeUTF8(<char*>body + p + 2, name_len, NULL)
                 p += 2 + name_len
@@ -805,30 +804,6 @@ cdef int check_body_size(const Piece* piece) except -1:
     if body_len > FRAME_MAX_BODY:
         raise FrameFormatError(f"record body of {body_len} bytes exceeds {FRAME_MAX_BODY}")
     return 0
-
-
-cdef Py_ssize_t write_frame(unsigned char* out, uint64_t offset, const Piece* piece) noexcept nogil:
-    """Writes one whole frame at out; returns its size (contract: frame.pxd)."""
-    cdef uint32_t body_len = <uint32_t>piece_body_len(piece)
-    cdef unsigned char* p = out + FRAME_HEADER_SIZE
-    st64(out + FRAME_OFFSET_AT, offset)
-    st32(out + FRAME_BODY_LEN_AT, body_len)
-    st64(p + BODY_PUBLISH_TIME_AT, piece.publish_time)
-    st64(p + BODY_PRODUCER_ID_AT, piece.producer_id)
-    p[BODY_FLAGS_AT] = piece.flags
-    p[BODY_RESERVED_AT] = 0
-    st16(p + BODY_ATTR_COUNT_AT, piece.attr_count)
-    st16(p + BODY_KEY_LEN_AT, <uint16_t>piece.key_len)
-    p += FRAME_BODY_FIXED_SIZE
-    if piece.key_len:
-        memcpy(p, piece.key, piece.key_len)
-        p += piece.key_len
-    if piece.attrs_len:
-        memcpy(p, piece.attrs, piece.attrs_len)
-        p += piece.attrs_len
-    memcpy(p, piece.payload, piece.payload_len)
-    st32(out + FRAME_CRC_AT, danube_crc32c_update(0, out + FRAME_BODY_LEN_AT, 4 + <size_t>body_len))
-    return FRAME_HEADER_SIZE + body_len
 
 
 cdef int check_offsets(object base_offset, Py_ssize_t count) except -1:

@@ -16,7 +16,7 @@ without calling back into Python while the ring is inconsistent.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Release
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport uint64_t
 from libc.stdlib cimport free, malloc, realloc
 
 from danube._core.frame cimport FRAME_BODY_LEN_AT, FRAME_HEADER_SIZE

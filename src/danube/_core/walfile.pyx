@@ -26,11 +26,10 @@ import errno
 import mmap
 import os
 import struct
-import time
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyObject_GetBuffer, PyBuffer_Release
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
-from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 from posix.types cimport off_t
 from libc.errno cimport EINTR, EINVAL, errno as c_errno
 from libc.stdlib cimport free, malloc, realloc

@@ -339,7 +339,8 @@ cdef class LogWriter:
         if count == 0:
             raise ValueError("append_payloads needs at least one payload")
         if attributes:
-            data = _encode_payloads(items, base_offset=first, publish_time=now if publish_time is None else publish_time,
+            data = _encode_payloads(items, base_offset=first,
+                                    publish_time=now if publish_time is None else publish_time,
                                     producer_id=self.producer_id, key=key, attributes=attributes)
             self._write_encoded(data, count, now)
             return first, first + count - 1

@@ -217,11 +217,12 @@ class LocalCluster:
 
 
 async def read_state(etcd_url: str) -> dict:
+    from danube.metadata import keys
     from danube.metadata.etcd import EtcdMetadataStore
 
     store = EtcdMetadataStore(etcd_url, retry_timeout=5)
     try:
-        kvs = await store.get_prefix("/cluster/")
+        kvs = await store.get_prefix(keys.cluster_prefix())
     finally:
         await store.close()
     state: dict = {"registered": {}, "leader": None, "assignments": {}, "unassigned": []}

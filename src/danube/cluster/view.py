@@ -23,7 +23,7 @@ from danube.metadata.store import MetadataStore, WatchEvent
 
 log = logging.getLogger(__name__)
 
-CLUSTER_PREFIX = "/cluster/"
+CLUSTER_PREFIX = keys.cluster_prefix()
 
 
 def _json(value: bytes | None) -> Any:

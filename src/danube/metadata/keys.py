@@ -243,3 +243,15 @@ def security_binding(subject: str) -> str:
 
 def security_bindings() -> str:
     return "/security/bindings/"
+
+
+# ---------------------------------------------------------------- cluster view (danube.cluster.view)
+
+def cluster_prefix() -> str:
+    """Everything the cluster keeps (one watch): registrations, assignments, markers, load reports, leader."""
+    return "/cluster/"
+
+
+def load_prefix() -> str:
+    """Every broker's latest LoadReport (``load_report``)."""
+    return "/cluster/load/"

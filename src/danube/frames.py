@@ -42,7 +42,8 @@ FIELDS_ATTR_NAME_NOT_UTF8 = _impl.FIELDS_ATTR_NAME_NOT_UTF8
 FIELDS_ATTR_VALUE_NOT_UTF8 = _impl.FIELDS_ATTR_VALUE_NOT_UTF8
 FIELDS_WRONG_PRODUCER = _impl.FIELDS_WRONG_PRODUCER
 
-# What check_fields found, in words (for error messages and logs).
+# What check_fields found, in words (for error messages and logs; this module's own, so not in
+# __all__, which lists what both codec twins provide).
 FIELDS_PROBLEMS = {
     FIELDS_BAD_LAYOUT: "its lengths or flags do not hold together",
     FIELDS_KEY_NOT_UTF8: "its routing key is not valid UTF-8",
@@ -57,5 +58,5 @@ __all__ = [
     "encode_records", "decode_frame", "iter_records", "decode_batch", "validate", "scan",
     "stamp_offsets", "frame_positions", "find_offset", "routing_keys", "decode_columns",
     "check_fields", "FIELDS_OK", "FIELDS_BAD_LAYOUT", "FIELDS_KEY_NOT_UTF8", "FIELDS_ATTR_NAME_NOT_UTF8",
-    "FIELDS_ATTR_VALUE_NOT_UTF8", "FIELDS_WRONG_PRODUCER", "FIELDS_PROBLEMS",
+    "FIELDS_ATTR_VALUE_NOT_UTF8", "FIELDS_WRONG_PRODUCER",
 ]

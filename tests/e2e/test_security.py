@@ -70,7 +70,7 @@ def test_tls_danube_client(client_python, pki):
         assert plain["error"] and plain["error"].startswith("UNAVAILABLE"), plain
 
 
-@pytest.mark.parametrize("server", ["h2", "grpcio"])
+@pytest.mark.parametrize("server", ["native", "grpcio"])
 def test_mtls_danube_client(client_python, pki, server):
     with running_broker(*tls_args(pki), "--tls-ca", pki.ca, "--tls-verify-client", "--super-admin", "client-1",
                         "--grpc-server", server) as broker:
@@ -85,7 +85,7 @@ def test_mtls_danube_client(client_python, pki, server):
 
 # ---------------------------------------------------------------- JWT and RBAC
 
-@pytest.mark.parametrize("server", ["h2", "grpcio"])
+@pytest.mark.parametrize("server", ["native", "grpcio"])
 def test_jwt_and_rbac(client_python, pki, secret_file, server):
     admin_token = issue_token("ops", SECRET)
     with running_broker(*tls_args(pki), "--jwt-secret-file", secret_file, "--super-admin", "ops",
@@ -203,3 +203,73 @@ def test_danube_client_batch_lane_with_tls_and_jwt(pki, secret_file):
         with pytest.raises(AuthenticationError, match="expired"):
             asyncio.run(run(broker.url, issue_token("ops", SECRET, now=time.time() - 7200, expires_in_s=5),
                             count=1))
+
+
+# ---------------------------------------------------------------- batch-lane streams, message by message
+
+@pytest.mark.parametrize("server", ["native", "grpcio"])
+def test_batch_lane_streams_are_checked_per_message(pki, secret_file, server):
+    """A Publish stream that creates a producer on an allowed topic and then on a denied one, and a
+    Publish naming another principal's producer id, end PERMISSION_DENIED; a Consume stream
+    subscribing where it may not, too."""
+    import grpc
+
+    from danube import frames
+    from danube.proto.danube_batch import batch_pb2 as bpb
+    from danube.proto.danube_batch import batch_pb2_grpc as bgrpc
+
+    admin_token = issue_token("ops", SECRET)
+    with running_broker(*tls_args(pki), "--jwt-secret-file", secret_file, "--super-admin", "ops",
+                        "--grpc-server", server) as broker:
+        for args in (("roles", "create", "app", "--permission", "produce:/default/*"),
+                     ("bindings", "create", "--subject", "alice", "--role", "app")):
+            done = admin(broker, pki, admin_token, "security", *args)
+            assert done.returncode == 0, done.stderr
+
+        async def main():
+            with open(pki.ca, "rb") as f:
+                creds = grpc.ssl_channel_credentials(f.read())
+
+            def channel_for(subject):
+                return grpc.aio.secure_channel(broker.target, grpc.composite_channel_credentials(
+                    creds, grpc.access_token_call_credentials(issue_token(subject, SECRET))))
+
+            frame = frames.encode_record(b"x", publish_time=1, producer_id=0, key=None, attributes=None)
+
+            async def publish(channel, requests):
+                acks = []
+                call = bgrpc.BatchLaneStub(channel).Publish(iter(requests))
+                try:
+                    async for ack in call:
+                        acks.append(ack)
+                except grpc.aio.AioRpcError as exc:
+                    return acks, exc
+                return acks, None
+
+            def create(seq, topic):
+                return bpb.PublishRequest(sequence=seq, create=bpb.ProducerSpec(
+                    topic=topic, producer_name="p", reliable=True), frames=bytes(frame))
+
+            ops = channel_for("ops")
+            acks, error = await publish(ops, [create(1, "/private/t")])
+            assert error is None and acks and acks[0].producer_id, (acks, error)
+            private_producer = acks[0].producer_id
+            alice = channel_for("alice")
+            acks, error = await publish(alice, [create(1, "/default/t")])
+            assert error is None and len(acks) == 1
+            acks, error = await publish(alice, [create(1, "/default/t2"), create(2, "/private/t")])
+            assert error is not None and error.code() == grpc.StatusCode.PERMISSION_DENIED, error
+            assert "'produce' on /private/t" in error.details()
+            acks, error = await publish(alice, [bpb.PublishRequest(sequence=1, producer_id=private_producer,
+                                                                   frames=bytes(frame))])
+            assert error is not None and error.code() == grpc.StatusCode.PERMISSION_DENIED, error
+            call = bgrpc.BatchLaneStub(alice).Consume(iter([bpb.ConsumeRequest(subscribe=bpb.SubscribeSpec(
+                topic="/default/t", subscription="s", consumer_name="c"))]))
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                async for _ in call:
+                    pass
+            assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED and "'consume'" in info.value.details()
+            for channel in (ops, alice):
+                await channel.close()
+
+        asyncio.run(main())

@@ -38,7 +38,7 @@ from pyspark.sql.types import StructType
 from danube import frames
 from danube.errors import InvalidArgumentError, StorageError
 from danube.metadata import keys
-from danube.spark import arrow, planning
+from danube.spark import arrow, planning, schema_decode
 from danube.storage import segment as seg
 
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -61,9 +61,20 @@ class DanubeDataSource(DataSource):
         return "danube"
 
     def schema(self) -> str:
+        if schema_decode.wants_schema_decode(self.options):   # typed columns from the schema registry
+            return self._decode_plan().ddl
         return arrow.SCHEMA_DDL
 
+    def _decode_plan(self) -> "schema_decode.DecodePlan":
+        plan = getattr(self, "_plan", None)
+        if plan is None:
+            plan = self._plan = schema_decode.plan(schema_decode.load_versions(self.options))
+        return plan
+
     def reader(self, schema: StructType) -> "DanubeReader":
+        if schema_decode.wants_schema_decode(self.options):
+            return SchemaDecodingReader(planning.ReadOptions.parse(self.options), self._decode_plan(),
+                                        {k.lower(): v for k, v in self.options.items()}.get("onerror", "fail"))
         return DanubeReader(planning.ReadOptions.parse(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> "DanubeWriter":
@@ -109,6 +120,21 @@ class DanubeReader(DataSourceReader):
 
         return read_partition(partition.reads, _backend(self.options.backend), verify=self.options.verify,
                               columns=self.columns)
+
+
+class SchemaDecodingReader(DanubeReader):
+    """``decode=schema``: the frames' payloads decoded with the registered schema
+    (:mod:`danube.spark.schema_decode`) into one column per field of the latest version."""
+
+    def __init__(self, options: planning.ReadOptions, plan: "schema_decode.DecodePlan", on_error: str) -> None:
+        self.options = options
+        self.columns = schema_decode.SOURCE_COLUMNS
+        self.plan = plan
+        self.on_error = on_error
+        self._partitions = None
+
+    def read(self, partition: InputPartition) -> Iterator:
+        return schema_decode.decode_partition(super().read(partition), schema_decode.Decoder(self.plan, self.on_error))
 
 
 # ---------------------------------------------------------------- writer

@@ -358,6 +358,8 @@ class BrokerService:
 
     async def publish(self, producer_id: int, frames_buf: bytearray, *,
                       partitioning_version: int | None = None) -> tuple[int, int]:
+        """A producer's batch of unstamped frames (the batch lane): validated, stamped, appended,
+        dispatched; (first, last) once durable under the sync policy."""
         self._check_accepting()
         self._publishing += 1
         try:
@@ -369,8 +371,9 @@ class BrokerService:
         finally:
             self._publish_done()
 
-    async def publish_message(self, producer_id: int, frame) -> int:
-        """One message as one whole unstamped frame (Danube's SendMessage); its offset once durable.
+    async def publish_one(self, producer_id: int, frame) -> int:
+        """A producer's one message, one whole unstamped frame (Danube's SendMessage); its offset
+        once durable.
 
         Concurrent calls on a topic share one append and one durability wait
         (``danube.broker.coalesce``); one producer's messages keep their order.
@@ -732,7 +735,7 @@ class BrokerService:
         if not t.reliable:
             raise InvalidArgumentError(f"system topic {topic} exists as a non-reliable topic; it must be reliable")
         buf = frames_buf if isinstance(frames_buf, bytearray) else bytearray(frames_buf)
-        return await t.publish_unowned(buf)
+        return await t.publish(None, buf)
 
     # ------------------------------------------------------------ load reports
 

@@ -104,28 +104,26 @@ class Topic:
         for sub in self.subscriptions.values():
             sub.notify()
 
-    async def publish(self, producer: Producer, buf: bytearray) -> tuple[int, int]:
-        started = time.perf_counter()
-        self.check_sizes(buf)
-        if self.publish_gate is not None:
-            await self.publish_gate.turn(len(frames.frame_positions(buf)))
-            # (no await between the turn and the append: delayed publishes keep their order)
-        nbytes = len(buf)
-        first, last = self.append(buf)
-        await self.commit(first, last, nbytes, started)
-        producer.messages_in += last - first + 1
-        producer.bytes_in += nbytes
-        return first, last
+    async def publish(self, producer: Producer | None, buf: bytearray) -> tuple[int, int]:
+        """Stamps, appends and commits a batch of unstamped frames; (first, last) once durable.
 
-    async def publish_unowned(self, buf: bytearray) -> tuple[int, int]:
-        """Append frames no producer sent (the broker's own system records): no producer
-        counters, no size policy; stamped, appended and durable like :meth:`publish`."""
-        if len(buf) == 0:
-            raise InvalidArgumentError("empty batch: a publish needs at least one frame")
+        ``producer`` None: records the broker writes itself (system topics), which no producer
+        sent, so no size policy, no rate gate and no producer counters."""
         started = time.perf_counter()
+        if producer is None:
+            if len(buf) == 0:
+                raise InvalidArgumentError("empty batch: a publish needs at least one frame")
+        else:
+            self.check_sizes(buf)
+            if self.publish_gate is not None:
+                await self.publish_gate.turn(len(frames.frame_positions(buf)))
+                # (no await between the turn and the append: delayed publishes keep their order)
         nbytes = len(buf)
         first, last = self.append(buf)
         await self.commit(first, last, nbytes, started)
+        if producer is not None:
+            producer.messages_in += last - first + 1
+            producer.bytes_in += nbytes
         return first, last
 
     def publish_one(self, producer: Producer, frame) -> "asyncio.Future[int]":

@@ -1,7 +1,7 @@
 """Danube's client protocol (package ``danube``) over the broker: the slow, compatible lane.
 
 Each unary ``SendMessage`` becomes one frame (``danube.frames.encode_record``)
-handed to ``BrokerService.publish_message``, which stores the calls arriving together
+handed to ``BrokerService.publish_one``, which stores the calls arriving together
 on a topic as one batch; each delivered frame becomes one
 ``StreamMessage``.  Nothing else in the broker sees a per-message object.
 """
@@ -43,7 +43,7 @@ _MessageResponse = pb.MessageResponse
 class ProducerService(pb_grpc.ProducerServiceServicer):
     def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
-        self._publish_message = broker.publish_message
+        self._publish_one = broker.publish_one
         self._schema = getattr(broker, "schema_gate", None)   # danube.schema.validation.SchemaGate
 
     async def CreateProducer(self, request, context):
@@ -73,7 +73,7 @@ class ProducerService(pb_grpc.ProducerServiceServicer):
                 key=request.routing_key if request.HasField("routing_key") else None,
                 attributes=attributes)
             # Concurrent calls on one topic are stored as one batch (one append, one durability wait).
-            await self._publish_message(producer_id, frame)
+            await self._publish_one(producer_id, frame)
         except DanubeError as exc:
             await abort(context, exc)
         return _MessageResponse(request_id=request.request_id)

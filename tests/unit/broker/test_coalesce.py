@@ -45,7 +45,7 @@ async def test_concurrent_calls_share_appends_and_durability_waits(broker):
     pid = await broker.create_producer(T, "p", reliable=True)
     cid = await broker.subscribe(T, "s", "c")
     topic = broker.topics[T]
-    offsets = await asyncio.gather(*(broker.publish_message(pid, frame(f"m{i}", pid)) for i in range(200)))
+    offsets = await asyncio.gather(*(broker.publish_one(pid, frame(f"m{i}", pid)) for i in range(200)))
     # submission order is offset order, every call got its own offset
     assert offsets == list(range(200))
     coalescer = topic.coalescer
@@ -61,14 +61,14 @@ async def test_concurrent_calls_share_appends_and_durability_waits(broker):
 async def test_calls_held_during_a_wait_become_one_batch(broker):
     pid = await broker.create_producer(T, "p", reliable=True)
     topic = broker.topics[T]
-    first = [asyncio.ensure_future(broker.publish_message(pid, frame(f"a{i}", pid))) for i in range(10)]
+    first = [asyncio.ensure_future(broker.publish_one(pid, frame(f"a{i}", pid))) for i in range(10)]
     await asyncio.sleep(0)       # the first calls are appended as one batch; its wait starts
     await asyncio.sleep(0)
     c = topic.coalescer
     assert (c.batches, c.messages) == (1, 10)
-    second = [asyncio.ensure_future(broker.publish_message(pid, frame(f"b{i}", pid))) for i in range(10)]
+    second = [asyncio.ensure_future(broker.publish_one(pid, frame(f"b{i}", pid))) for i in range(10)]
     await asyncio.sleep(0)
-    third = [asyncio.ensure_future(broker.publish_message(pid, frame(f"c{i}", pid))) for i in range(10)]
+    third = [asyncio.ensure_future(broker.publish_one(pid, frame(f"c{i}", pid))) for i in range(10)]
     await asyncio.sleep(0)
     assert c.batches == 1        # held while the first batch's durability wait runs
     offsets = await asyncio.gather(*first, *second, *third)
@@ -83,11 +83,11 @@ async def test_held_calls_past_the_limit_are_appended_anyway(broker, monkeypatch
     monkeypatch.setattr(coalesce, "MAX_HELD_MESSAGES", 5)
     pid = await broker.create_producer(T, "p", reliable=True)
     c = broker.topics[T].coalescer
-    first = asyncio.ensure_future(broker.publish_message(pid, frame("a", pid)))
+    first = asyncio.ensure_future(broker.publish_one(pid, frame("a", pid)))
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert c.batches == 1
-    more = [asyncio.ensure_future(broker.publish_message(pid, frame(f"b{i}", pid))) for i in range(5)]
+    more = [asyncio.ensure_future(broker.publish_one(pid, frame(f"b{i}", pid))) for i in range(5)]
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert c.batches == 2        # the limit was reached: appended without waiting for the first wait
@@ -101,10 +101,10 @@ async def test_order_kept_per_producer_when_producers_interleave(broker):
 
     async def send(pid, name, n):
         for i in range(n):
-            await broker.publish_message(pid, frame(f"{name}-{i}", pid))
+            await broker.publish_one(pid, frame(f"{name}-{i}", pid))
 
     async def burst(pid, name, n):
-        return await asyncio.gather(*(broker.publish_message(pid, frame(f"{name}-{i}", pid)) for i in range(n)))
+        return await asyncio.gather(*(broker.publish_one(pid, frame(f"{name}-{i}", pid)) for i in range(n)))
 
     await asyncio.gather(send(p1, "x", 30), burst(p2, "y", 50))
     got = await read_all(broker, cid, 80)
@@ -117,9 +117,9 @@ async def test_order_kept_per_producer_when_producers_interleave(broker):
 async def test_too_large_message_fails_alone(broker):
     pid = await broker.create_producer(T, "p", reliable=True)
     cid = await broker.subscribe(T, "s", "c")
-    calls = [broker.publish_message(pid, frame("ok-1", pid)),
-             broker.publish_message(pid, frame("x" * 2000, pid)),
-             broker.publish_message(pid, frame("ok-2", pid))]
+    calls = [broker.publish_one(pid, frame("ok-1", pid)),
+             broker.publish_one(pid, frame("x" * 2000, pid)),
+             broker.publish_one(pid, frame("ok-2", pid))]
     results = await asyncio.gather(*calls, return_exceptions=True)
     assert results[0] == 0 and results[2] == 1
     assert isinstance(results[1], MessageTooLargeError)
@@ -128,7 +128,7 @@ async def test_too_large_message_fails_alone(broker):
 
 async def test_unknown_producer_is_not_found(broker):
     with pytest.raises(NotFoundError):
-        await broker.publish_message(12345, frame("m", 12345))
+        await broker.publish_one(12345, frame("m", 12345))
 
 
 async def test_sealed_topic_fails_every_call_of_the_batch_and_stores_nothing(broker):
@@ -150,10 +150,10 @@ async def test_waits_on_a_busy_topic_are_spaced_and_an_idle_call_is_not_held(bro
     pid = await broker.create_producer(T, "p", reliable=True)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    first = asyncio.ensure_future(broker.publish_message(pid, frame("a", pid)))
+    first = asyncio.ensure_future(broker.publish_one(pid, frame("a", pid)))
     await asyncio.sleep(0)
     await asyncio.sleep(0)
-    second = asyncio.ensure_future(broker.publish_message(pid, frame("b", pid)))  # arrives during the wait
+    second = asyncio.ensure_future(broker.publish_one(pid, frame("b", pid)))  # arrives during the wait
     assert await first == 0
     assert loop.time() - started < 0.3        # the first call on an idle topic is not held
     assert await second == 1
@@ -175,10 +175,10 @@ async def test_spacing_grows_while_the_loop_is_saturated_and_falls_back_on_light
     async def burst(n):
         # one call on the idle topic, then n held during its wait: they need one spaced hold
         nonlocal sent
-        first = asyncio.ensure_future(broker.publish_message(pid, frame(f"m{sent}", pid)))
+        first = asyncio.ensure_future(broker.publish_one(pid, frame(f"m{sent}", pid)))
         await asyncio.sleep(0)
         await asyncio.sleep(0)
-        rest = [asyncio.ensure_future(broker.publish_message(pid, frame(f"m{sent + 1 + i}", pid)))
+        rest = [asyncio.ensure_future(broker.publish_one(pid, frame(f"m{sent + 1 + i}", pid)))
                 for i in range(n)]
         offsets = await asyncio.gather(first, *rest)
         assert offsets == list(range(sent, sent + n + 1))   # order kept, every call answered

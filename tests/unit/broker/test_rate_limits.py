@@ -126,7 +126,7 @@ async def test_single_message_publishes_are_limited_too(make_broker):
     pid = await b.create_producer(T, "p", reliable=True)
     started = time.monotonic()
     offsets = await asyncio.gather(*(
-        b.publish_message(pid, frames.encode_record(f"m{i}".encode(), publish_time=1, producer_id=pid))
+        b.publish_one(pid, frames.encode_record(f"m{i}".encode(), publish_time=1, producer_id=pid))
         for i in range(120)))
     assert offsets == list(range(120))                # in submission order
     assert time.monotonic() - started >= 0.18         # 20 over the burst of 100 at 100/s

@@ -128,7 +128,7 @@ async def test_shutdown_refuses_new_publishes_and_lets_in_flight_ones_finish(bro
         await broker.publish(pid, batch("late"))
     assert info.value.retriable
     with pytest.raises(NotServedHereError, match="shutting down"):
-        await broker.publish_message(pid, bytearray(frames.encode_payloads([b"late"])))
+        await broker.publish_one(pid, bytearray(frames.encode_payloads([b"late"])))
     assert await broker.drain_publishes(5.0)
     assert in_flight.done() and in_flight.result() == (0, 1)
     assert broker.topics[T].storage.next_offset == 2  # nothing of the refused batches was stored

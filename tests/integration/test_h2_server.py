@@ -41,7 +41,7 @@ async def echo(request: bytes, context) -> bytes:
 async def meta(request: bytes, context) -> bytes:
     md = dict(context.invocation_metadata())
     remaining = context.time_remaining()
-    return f"{md.get('x-key')}|{md.get('x-blob-bin')!r}|{context.peer().split(':')[0]}|{remaining is not None and 0 < remaining <= 5}".encode()
+    return f"{md.get('x-key')}|{md.get('x-blob-bin')!r}|{context.peer().split(':')[0]}|{remaining is not None and 0 < remaining <= 5.1}".encode()   # grpc rounds 5 s up to "5010m"
 
 
 async def big_meta(request: bytes, context) -> bytes:

@@ -202,9 +202,11 @@ class GrpcConnection(asyncio.Protocol):
                     self._on_continuation(flags, stream_id, payload)
                 elif kind == frames.GOAWAY:
                     self._on_goaway(stream_id, payload)
+                elif kind == frames.PRIORITY:
+                    self._on_priority(stream_id, payload)
                 elif kind == frames.PUSH_PROMISE:
                     raise FrameError(frames.PROTOCOL_ERROR, "a client must not send PUSH_PROMISE")
-                # PRIORITY and unknown frame types are ignored, as HTTP/2 allows.
+                # Unknown frame types are ignored, as HTTP/2 asks.
             if self.control_queued > limits.max_queued_control_frames:
                 raise FrameError(frames.ENHANCE_YOUR_CALM,
                                  f"over {limits.max_queued_control_frames} control frames queued for a peer "
@@ -359,6 +361,10 @@ class GrpcConnection(asyncio.Protocol):
         if flags & frames.PRIORITY_FLAG:
             if len(block) < 5:
                 raise FrameError(frames.FRAME_SIZE_ERROR, "HEADERS too short for its priority fields")
+            if int.from_bytes(block[:4], "big") & 0x7FFFFFFF == stream_id:
+                # A stream error in RFC 9113 5.3.1, which an endpoint may treat as a connection error
+                # (5.4.1): simpler than decoding a block only to keep the HPACK state in step.
+                raise FrameError(frames.PROTOCOL_ERROR, f"stream {stream_id} depends on itself")
             block = block[5:]
         if len(block) > self._limits.max_header_list_size * 2:
             raise FrameError(frames.ENHANCE_YOUR_CALM, "a header block over twice the header list size limit",
@@ -425,6 +431,15 @@ class GrpcConnection(asyncio.Protocol):
         if ended and stream_id in self._calls:
             self._calls[stream_id].on_remote_end()
 
+    def _on_priority(self, stream_id: int, payload: bytes) -> None:
+        """PRIORITY is advisory and this server does not prioritise; only its form is checked."""
+        if stream_id == 0:
+            raise FrameError(frames.PROTOCOL_ERROR, "PRIORITY on stream 0")
+        if len(payload) != 5:
+            self._reset_call(stream_id, frames.FRAME_SIZE_ERROR)
+        elif int.from_bytes(payload[:4], "big") & 0x7FFFFFFF == stream_id:
+            self._reset_call(stream_id, frames.PROTOCOL_ERROR)
+
     def _on_window_update(self, stream_id: int, payload: bytes) -> None:
         increment = frames.parse_u32(payload, "WINDOW_UPDATE") & 0x7FFFFFFF
         if stream_id == 0:
@@ -438,6 +453,8 @@ class GrpcConnection(asyncio.Protocol):
                 self._apply_window_delta()
             stream = self._streams.get(stream_id)
             if stream is None:
+                if stream_id > self._last_stream_id:
+                    raise FrameError(frames.PROTOCOL_ERROR, f"WINDOW_UPDATE on stream {stream_id}, which was never opened")
                 return  # a stream that is over: a late update is harmless
             if increment == 0:
                 self._reset_call(stream_id, frames.PROTOCOL_ERROR)

@@ -53,6 +53,7 @@ rebalancing
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping as _AbcMapping
 from dataclasses import dataclass
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
@@ -69,7 +70,7 @@ NETWORK_IO = "NetworkIO"
 # ---------------------------------------------------------------- report accessors
 
 def _get(obj: Any, name: str, default: Any = 0) -> Any:
-    if isinstance(obj, Mapping):
+    if isinstance(obj, _AbcMapping):  # collections.abc: the ABC caches the answer per type (typing's does not)
         return obj.get(name, default)
     return getattr(obj, name, default)
 

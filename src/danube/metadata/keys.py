@@ -255,3 +255,30 @@ def cluster_prefix() -> str:
 def load_prefix() -> str:
     """Every broker's latest LoadReport (``load_report``)."""
     return "/cluster/load/"
+
+
+# ---------------------------------------------------------------- rebalancing (docs/rebalancing.md)
+
+def rebalancing_history_prefix() -> str:
+    return "/cluster/rebalancing_history/"
+
+
+def rebalancing_history(timestamp_ms: int) -> str:
+    """One automated move, keyed by its time in Unix milliseconds (zero-padded: key order = time order)."""
+    return f"/cluster/rebalancing_history/{int(timestamp_ms):020d}"
+
+
+def cluster_register_prefix() -> str:
+    """Every broker registration (``broker_register``)."""
+    return "/cluster/register/"
+
+
+def cluster_brokers_prefix() -> str:
+    """Every assignment (``broker_topic``) and broker state (``broker_state``)."""
+    return "/cluster/brokers/"
+
+
+def unassigned_prefix() -> str:
+    """Every unassigned marker (``unassigned``)."""
+    return "/cluster/unassigned/"
+

@@ -3,11 +3,10 @@
 A broker batch, its protobuf message and the client's encoded frames are a few hundred KiB
 each, made and freed hundreds of times a second.  With glibc's defaults such blocks are
 mmap'd and unmapped, or the heap top is trimmed and grown again, for every one of them: page
-faults on the way in, an unmap (and TLB shootdowns across the CPUs) on the way out.  Building
-and serialising one 265 KB ``PublishRequest`` took 560 µs that way and 30 µs with the two
-thresholds below; at 390k msg/s the broker and bench gave p50 3.3 vs 4.2 ms publish→deliver
-(docs/benchmarks.md, "Fifth pass").  Both are set: setting either one switches off glibc's
-dynamic adjustment of the other too, and one alone measured worse than neither.
+faults on the way in, an unmap (and TLB shootdowns across the CPUs) on the way out.  The two
+thresholds below keep such blocks on the heap (measurements: docs/benchmarks.md, "Fifth pass").
+Both are set: setting either one switches off glibc's dynamic adjustment of the other too, and
+one alone did worse than neither.
 
 Applied by the broker and by danube's command-line tools for their own process (``tune``);
 a library must not change its host's allocator, so embedders of ``danube.client`` set the

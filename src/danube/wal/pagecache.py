@@ -3,11 +3,9 @@
 Why: on a virtual machine whose host takes back the memory its guest leaves free (a memory
 balloon with free page reporting, as on Firecracker and many cloud VMs), the first write into a
 page the host took back costs a fault in the host.  A log that keeps all it wrote in the page
-cache makes every new write land in such pages: 0.75-1.08 ms per 256 KiB write instead of
-0.04-0.05 ms, measured here after 1.2 GB had been written and kept cached (docs/benchmarks.md,
-"Sixth pass").  Dropping the
-pages that lie more than a window behind the head returns them to the kernel's free lists, where
-the next writes find them still backed.
+cache makes every new write land in such pages, many times slower (measurements:
+docs/benchmarks.md, "Sixth pass").  Dropping the pages that lie more than a window behind the
+head returns them to the kernel's free lists, where the next writes find them still backed.
 
 Readers inside the window, and so everything the WAL's frame cache serves, are unaffected; a
 reader further behind faults its pages back in from the file, as after a restart.  The trim runs

@@ -22,8 +22,7 @@ per interval while idle).
 Why the allowance: a writer that appends once per interval (a paced producer, a
 5 ms linger) drifts against a strict start-to-start gap, and then every append
 waits out most of an interval.  With one interval of slack it is synced at once,
-and the budget is the same (docs/benchmarks.md, "Fifth pass": p99 at 334k msg/s
-24 → 8 ms, maximum rate unchanged).
+and the budget is the same (measurements: docs/benchmarks.md, "Fifth pass").
 """
 
 from __future__ import annotations

@@ -60,10 +60,25 @@ def tls_args(pki):
 
 # ---------------------------------------------------------------- TLS and mTLS
 
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated:DeprecationWarning")
 def test_tls_danube_client(client_python, pki):
     with running_broker(*tls_args(pki)) as broker:
         ok = roundtrip(broker, "/default/tls", "--ca", pki.ca)
         assert ok["error"] is None and ok["received"] == ok["sent"] == ["m-0", "m-1", "m-2"]
+        # HTTP/2 over TLS: ALPN picks h2 (offered with http/1.1, as browsers and curl do), TLS 1.2+.
+        import socket
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=pki.ca)
+        ctx.set_alpn_protocols(["http/1.1", "h2"])
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as raw:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                assert tls.selected_alpn_protocol() == "h2" and tls.version() in ("TLSv1.2", "TLSv1.3")
+        old_tls = ssl.create_default_context(cafile=pki.ca)
+        old_tls.minimum_version = old_tls.maximum_version = ssl.TLSVersion.TLSv1_1
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as raw:
+                old_tls.wrap_socket(raw, server_hostname="127.0.0.1").close()
         wrong_ca = roundtrip(broker, "/default/tls", "--ca", pki.other_ca, timeout=120)
         assert wrong_ca["error"] and wrong_ca["error"].startswith("UNAVAILABLE"), wrong_ca
         plain = roundtrip(broker, "/default/tls", timeout=120)   # no TLS at all

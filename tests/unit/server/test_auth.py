@@ -231,3 +231,17 @@ def test_world_readable_private_key_and_secret_file_are_refused(tmp_path):
         with_flags(AuthSettings(), jwt_secret_file=str(secret))
     os.chmod(secret, 0o600)
     assert with_flags(AuthSettings(), jwt_secret_file=str(secret)).jwt.secret_key == SECRET
+
+
+def test_cli_tokens_create_signs_a_verifiable_token(tmp_path, capsys):
+    from danube.cli.admin import main as admin_main
+
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET)
+    os.chmod(secret, 0o600)
+    assert admin_main(["security", "tokens", "create", "--subject", "alice", "--secret-key-file", str(secret),
+                       "--expires-in", "2h"]) == 0
+    token = capsys.readouterr().out.strip()
+    assert TokenVerifier(SECRET, issuer="danube-auth").subject(token) == "alice"
+    assert admin_main(["security", "tokens", "create", "--subject", "bob", "--secret-key", SECRET]) == 0
+    assert TokenVerifier(SECRET, issuer="danube-auth").subject(capsys.readouterr().out.strip()) == "bob"

@@ -288,3 +288,15 @@ def test_batch_lane_streams_are_checked_per_message(pki, secret_file, server):
                 await channel.close()
 
         asyncio.run(main())
+
+
+def test_danube_produce_cli_with_tls_and_token(pki, secret_file):
+    with running_broker(*tls_args(pki), "--jwt-secret-file", secret_file, "--super-admin", "ops") as broker:
+        base = [sys.executable, "-m", "danube.cli.main", "produce", "--service-url", broker.url,
+                "--topic", "/default/cli", "--count", "500", "--tls-ca", pki.ca]
+        ok = subprocess.run([*base, "--token", issue_token("ops", SECRET)], capture_output=True, text=True,
+                            timeout=60)
+        assert ok.returncode == 0, ok.stderr
+        env = dict(os.environ, DANUBE_TOKEN=issue_token("nobody", SECRET))
+        denied = subprocess.run(base, capture_output=True, text=True, timeout=60, env=env)
+        assert denied.returncode == 1 and "PERMISSION_DENIED" in denied.stderr + denied.stdout, denied.stderr

@@ -30,6 +30,28 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
                        help="WAL-backed topic, at-least-once (default)")
     group.add_argument("--non-reliable", dest="reliable", action="store_false",
                        help="in-memory topic, at-most-once")
+    security = parser.add_argument_group("security (docs/security.md)")
+    security.add_argument("--tls-ca", default=None, metavar="PEM", help="CA of the broker's certificate: use TLS")
+    security.add_argument("--tls-cert", default=None, metavar="PEM", help="client certificate (mTLS, with --tls-key)")
+    security.add_argument("--tls-key", default=None, metavar="PEM", help="the client certificate's private key")
+    security.add_argument("--token", default=None,
+                          help="JWT sent on every call (default $DANUBE_TOKEN; implies TLS)")
+
+
+def with_security(builder, args):
+    """A DanubeClient builder with the --tls-* and --token options (and $DANUBE_TOKEN) applied."""
+    import os
+
+    token = getattr(args, "token", None) or os.environ.get("DANUBE_TOKEN")
+    if getattr(args, "tls_cert", None) or getattr(args, "tls_key", None):
+        if not (args.tls_cert and args.tls_key and args.tls_ca):
+            raise DanubeError("mTLS needs --tls-ca, --tls-cert and --tls-key")
+        builder = builder.with_mtls(args.tls_ca, args.tls_cert, args.tls_key)
+    elif getattr(args, "tls_ca", None):
+        builder = builder.with_tls(args.tls_ca)
+    if token:
+        builder = builder.with_token(token)
+    return builder
 
 
 def positive_int(text: str) -> int:

@@ -39,7 +39,9 @@ def register(subparsers) -> None:
 async def _consume(args) -> int:
     from danube.client import DanubeClient
 
-    client = DanubeClient.builder().service_url(args.service_url).build()
+    from danube.cli._client_common import with_security
+
+    client = with_security(DanubeClient.builder().service_url(args.service_url), args).build()
     consumer = (client.new_consumer().with_topic(args.topic)
                 .with_consumer_name(args.consumer_name or f"danube-consume-{os.getpid()}")
                 .with_subscription(args.subscription).with_subscription_type(args.subscription_type)

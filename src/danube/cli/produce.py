@@ -46,7 +46,9 @@ async def _produce(args) -> int:
     from danube.client import DanubeClient
 
     payload = args.message.encode() if args.message is not None else os.urandom(args.size)
-    client = DanubeClient.builder().service_url(args.service_url).build()
+    from danube.cli._client_common import with_security
+
+    client = with_security(DanubeClient.builder().service_url(args.service_url), args).build()
     builder = (client.new_producer().with_topic(args.topic)
                .with_name(args.producer_name or f"danube-produce-{os.getpid()}")
                .with_reliable(args.reliable).with_linger_ms(args.linger_ms)

@@ -258,6 +258,9 @@ def register(subparsers) -> None:
                     help="LoadReport interval of each broker [default 5]")
     up.add_argument("--json", action="store_true", help="print only the JSON line (for scripts)")
     up.set_defaults(func=run_up)
+    from danube.cli import simulate  # danube cluster simulate SCENARIO (docs/rebalancing.md)
+
+    simulate.register(sub)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 

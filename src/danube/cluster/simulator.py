@@ -39,7 +39,8 @@ from typing import Any, Awaitable, Callable
 
 from danube.cluster.load_report import LoadReport, SystemLoad, TopicLoad
 from danube.cluster.rebalancing import history as _history
-from danube.cluster.rebalancing.balance import build_state
+from danube.cluster.rebalancing.balance import compute_balance
+from danube.cluster.scoring import broker_scores
 from danube.cluster.rebalancing.config import OSCILLATION_WINDOW_SECONDS, RATE_WINDOW_SECONDS, RebalancingConfig
 from danube.cluster.rebalancing.history import MoveRecord
 from danube.cluster.rebalancing.loop import MetadataMoveExecutor, Rebalancer
@@ -410,8 +411,8 @@ async def run_scenario(name: str, *, planner: str = "plan", aggressiveness: str 
                 await events.pop(0)[1](cluster)
             cluster.refresh_reports()
             reports = await cluster.latest_reports()
-            state = build_state(config.strategy, reports, cluster.brokers)
-            balance = state.balance()
+            active = await cluster._active()
+            balance = compute_balance(broker_scores(config.strategy, [reports[b] for b in active if b in reports]))
             h = (t - start) / 3600.0
             timeline.append((h, balance.cv))
             for b, v in balance.loads.items():

@@ -79,12 +79,25 @@ def sources(balance: ClusterBalance, *, fallback_above_mean: bool = True) -> tup
     return tuple(b for b, v in reversed(ranked) if v > balance.mean)
 
 
+def _fields(topic: Any) -> tuple[str, float, float, int, float]:
+    """(name, MB/s, byte_rate, connections, backlog) of a topic load, read once."""
+    if type(topic) is not dict:
+        try:
+            return (topic.topic_name, float(topic.byte_rate_mbps or 0.0), float(topic.byte_rate or 0),
+                    int(topic.producer_count or 0) + int(topic.consumer_count or 0),
+                    float(topic.backlog_messages or 0))
+        except AttributeError:
+            pass
+    return (_get(topic, "topic_name", ""), float(_get(topic, "byte_rate_mbps", 0.0) or 0.0),
+            float(_get(topic, "byte_rate", 0) or 0),
+            int(_get(topic, "producer_count", 0) or 0) + int(_get(topic, "consumer_count", 0) or 0),
+            float(_get(topic, "backlog_messages", 0) or 0))
+
+
 def per_topic_weight(topic: Any) -> float:
     """One topic's weighted load: 0.2 + 0.3·MB/s + 0.3·connections + 0.2·backlog / 10000
     (``scoring.weighted_topic_load`` of the topic alone)."""
-    mbps = float(_get(topic, "byte_rate_mbps", 0.0) or 0.0)
-    connections = int(_get(topic, "producer_count", 0) or 0) + int(_get(topic, "consumer_count", 0) or 0)
-    backlog = float(_get(topic, "backlog_messages", 0) or 0)
+    _name, mbps, _rate, connections, backlog = _fields(topic)
     return 0.2 + mbps * 0.3 + connections * 0.3 + backlog / 10_000.0 * 0.2
 
 
@@ -127,16 +140,19 @@ def build_state(strategy: str, reports: Mapping[str, Any], active: Iterable[str]
     newest: dict[str, tuple[float, TopicInfo]] = {}
     for broker in active_ids:
         report = reports[broker]
-        topics = list(_get(report, "topics", ()) or ())
-        weights = [per_topic_weight(t) for t in topics]
+        fields = [_fields(t) for t in (_get(report, "topics", ()) or ())]
+        # per topic: its weighted load (0.2 + 0.3·MB/s + 0.3·connections + 0.2·backlog/1e4)
+        weights = [0.2 + mbps * 0.3 + conn * 0.3 + backlog / 10_000.0 * 0.2
+                   for _n, mbps, _r, conn, backlog in fields]
         total_weight = sum(weights)
         score = scores.get(broker, 0.0)
         stamp = float(_get(report, "timestamp", 0) or 0)
         mine = own[broker] = {}
-        for t, w in zip(topics, weights):
-            name = _get(t, "topic_name", "")
+        for (name, _mbps, byte_rate, conn, backlog), w in zip(fields, weights):
             est = 1.0 if counts_only else (score * w / total_weight if total_weight > 0 else 0.0)
-            ti = mine[name] = TopicInfo(name, scoring.topic_load_score(t), est)
+            # scoring.topic_load_score: 0.5·MB/s + 0.3·connections + 0.2·backlog / 10000
+            move_score = byte_rate / 1_000_000.0 * 0.5 + conn * 0.3 + backlog / 10_000.0 * 0.2
+            ti = mine[name] = TopicInfo(name, move_score, est)
             previous = newest.get(name)
             if previous is None or previous[0] <= stamp:
                 newest[name] = (stamp, ti)

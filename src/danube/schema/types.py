@@ -99,7 +99,9 @@ def _parse_avro(definition: bytes) -> ParsedSchema:
         parsed = parse_schema(doc, named_schemas=named, _write_hint=False)
         canonical = to_parsing_canonical_form(doc)
     except (SchemaParseException, ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise InvalidSchemaError(f"invalid avro schema: {exc}") from None
+        if type(exc).__name__ == "UnknownType":
+            raise InvalidSchemaError(f"invalid avro schema: unknown type {str(exc)!r}") from None
+        raise InvalidSchemaError(f"invalid avro schema: {type(exc).__name__}: {exc}") from None
     return ParsedSchema("avro", definition, canonical.encode(), parsed, named)
 
 

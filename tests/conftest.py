@@ -19,6 +19,12 @@ def pytest_report_header(config):
 @pytest.fixture(scope="session", autouse=True)
 def _compiled_core_really_loaded():
     if os.environ.get("DANUBE_NO_EXTENSIONS", "") not in ("", "0"):
+        # the run that tests the twins (ci/test.sh's second run) must really be using them
+        from danube import _native, frames
+
+        assert frames._impl.__name__ == "danube._pure.frame"
+        for name in COMPILED_MODULES:
+            assert _native.load(name).__name__ == f"danube._pure.{name}"
         yield
         return
     missing = []

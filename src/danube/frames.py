@@ -1,7 +1,8 @@
 """Public frame codec: encode, validate, decode batches in the native frame format.
 
-The byte layout is documented at the top of ``danube/_pure/frame.py`` (and of
-``danube/_core/frame.pyx``).  This module exposes whichever implementation
+The byte layout is documented at the top of ``danube/_pure/frame.py`` (the one
+description; the compiled codec's field positions are in ``danube/_core/frame.pxd``).
+This module exposes whichever implementation
 ``danube._native`` selected.
 """
 

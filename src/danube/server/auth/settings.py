@@ -13,7 +13,7 @@
       jwt:                                    # present = every call needs "authorization: Bearer <jwt>"
         secret_key: "..."                     # HS256 key (or secret_key_file: a file holding it)
         issuer: danube-auth
-        expiration_time: 3600                 # seconds; the default lifetime of issued tokens
+        expiration_time: 3600                 # Danube's default token lifetime (read; a token's exp decides)
       super_admins: [admin]                   # JWT subjects (or client-certificate CNs) that bypass RBAC
 
 The secret is kept out of ``repr`` so it never reaches a log line.

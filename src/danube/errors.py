@@ -51,15 +51,8 @@ class CorruptFrameError(FrameFormatError):
 
     Carries the byte ``position`` in the buffer or file, the frame ``offset``
     when known, and both checksums when the failure is a checksum mismatch.
-    Given the ``path`` of the file the bytes came from, it is built as a
-    :class:`CorruptStoredFrameError` (lost data, not bad input), whichever
-    codec (compiled or pure) raised it.
+    Bytes read back from a file raise :class:`CorruptStoredFrameError`.
     """
-
-    def __new__(cls, *args: object, path: str | None = None, **kwargs: object) -> CorruptFrameError:
-        if path is not None and cls is CorruptFrameError:
-            cls = CorruptStoredFrameError
-        return super().__new__(cls, *args)
 
     def __init__(
         self,

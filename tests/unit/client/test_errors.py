@@ -72,3 +72,13 @@ def test_every_code_the_server_sends_comes_back_to_itself():
         cls = error_class_for(code)
         if cls is not None:
             assert status_for(cls("x")) == code
+
+
+@pytest.mark.parametrize("codec", ["danube._pure.walfile", "danube._core.walfile"])
+def test_a_damaged_wal_file_is_lost_data_on_both_sides(codec):
+    walfile = pytest.importorskip(codec)
+    with pytest.raises(errors.CorruptStoredFrameError) as info:
+        walfile.decode_file_header(b"NOTAWAL!" + bytes(120), "/data/wal-1.log")
+    code = status_for(info.value)
+    assert code == C.DATA_LOSS  # a client's bad frame, a plain CorruptFrameError, is INVALID_ARGUMENT
+    assert isinstance(from_batch_status(code.value[0], str(info.value), False), errors.DataLossError)

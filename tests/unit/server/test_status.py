@@ -23,9 +23,6 @@ C = grpc.StatusCode
     (errors.CorruptStoredFrameError("checksum mismatch", position=0, offset=3, expected_crc=1, actual_crc=2,
                                     path="/data/wal.log"), C.DATA_LOSS),
     (errors.OffsetOutOfRangeError("gone", offset=1, first_offset=5, next_offset=9), C.OUT_OF_RANGE),
-    # raised with the file's path (by either codec), a CorruptFrameError is a CorruptStoredFrameError
-    (errors.CorruptFrameError("checksum mismatch", position=0, offset=3, expected_crc=1, actual_crc=2,
-                              path="/data/wal.log"), C.DATA_LOSS),
     (errors.SegmentCorruptError("etag", segment_id="s"), C.DATA_LOSS),
     (errors.StorageError("disk full"), C.UNAVAILABLE),  # retriable
     (errors.WalError("broken"), C.INTERNAL),  # not retriable

@@ -33,9 +33,11 @@ from __future__ import annotations
 import struct
 from bisect import bisect_right
 
-HEADER_SIZE = 16
+from danube._pure.frame import HEADER_SIZE
+
 DEFAULT_CHUNK_BYTES = 1 << 20
 _BODY_LEN = struct.Struct("<I")
+_BODY_LEN_AT = 12  # a frame's body_len field (layout: danube/_pure/frame.py)
 
 
 class _Span:
@@ -186,17 +188,17 @@ class FrameRing:
         start = batch_pos[b]
         off = batch_first[b]
         while off < offset:
-            start += HEADER_SIZE + unpack(data, start + 12)[0]
+            start += HEADER_SIZE + unpack(data, start + _BODY_LEN_AT)[0]
             off += 1
         # whole batches first (their ends are known: no walk over the frames), then frames
         limit = start + max_bytes
-        end = start + HEADER_SIZE + unpack(data, start + 12)[0]
+        end = start + HEADER_SIZE + unpack(data, start + _BODY_LEN_AT)[0]
         off = offset + 1
         if b + 1 < nb and batch_pos[b + 1] <= limit:
             last = bisect_right(batch_pos, limit, b + 1) - 1
             end, off = batch_pos[last], batch_first[last]
         while off < stop:
-            nxt = end + HEADER_SIZE + unpack(data, end + 12)[0]
+            nxt = end + HEADER_SIZE + unpack(data, end + _BODY_LEN_AT)[0]
             if nxt > limit:
                 break
             end = nxt
@@ -209,7 +211,7 @@ def count_frames(buf) -> int:
     mv = memoryview(buf).cast("B")
     pos, n, count = 0, len(mv), 0
     while pos + HEADER_SIZE <= n:
-        (body_len,) = _BODY_LEN.unpack_from(mv, pos + 12)
+        (body_len,) = _BODY_LEN.unpack_from(mv, pos + _BODY_LEN_AT)
         pos += HEADER_SIZE + body_len
         count += 1
     return count

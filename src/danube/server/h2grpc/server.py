@@ -141,7 +141,10 @@ class H2Server:
         for sock in self._sockets:
             sock.listen(1024)
             self._listeners.append(await self.loop.create_server(
-                lambda: GrpcConnection(self), sock=sock, backlog=1024, ssl=self.ssl_context))
+                lambda: GrpcConnection(self), sock=sock, backlog=1024, ssl=self.ssl_context,
+                # A TLS handshake gets the HTTP/2 handshake's time limit (the connection is only
+                # counted once the handshake is done).
+                ssl_handshake_timeout=(self.limits.handshake_timeout or None) if self.ssl_context else None))
 
     async def stop(self, grace: float | None) -> None:
         """Stop listening, send GOAWAY, let calls in flight finish for ``grace`` seconds, then

@@ -300,3 +300,15 @@ def test_danube_produce_cli_with_tls_and_token(pki, secret_file):
         env = dict(os.environ, DANUBE_TOKEN=issue_token("nobody", SECRET))
         denied = subprocess.run(base, capture_output=True, text=True, timeout=60, env=env)
         assert denied.returncode == 1 and "PERMISSION_DENIED" in denied.stderr + denied.stdout, denied.stderr
+
+
+def test_a_stalled_tls_handshake_is_closed_after_the_handshake_timeout(pki, tmp_path):
+    import socket
+
+    config = tmp_path / "broker.yml"
+    config.write_text("http2:\n  handshake_timeout: 1\n")
+    with running_broker("--config", str(config), *tls_args(pki)) as broker:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as raw:
+            started = time.monotonic()
+            assert raw.recv(1) == b""          # nothing sent: the broker closes it
+            assert time.monotonic() - started < 5

@@ -117,13 +117,15 @@ class ServerCall:
             self._wake()
         buffered = self._reader.pending + self._queued_bytes
         delta = buffered - self._buffered
+        server = connection._server
         if delta:
             self._buffered = buffered
             connection.buffered += delta
-            connection._server.buffered_total += delta
+            server.buffered_total += delta
         if len(self._messages) > UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
             self._held_credit += flow_controlled
-        elif connection.over_budget() and not connection.favours(self):
+        elif ((connection.buffered > connection.max_buffered or server.buffered_total > server.max_buffered_total)
+              and not connection.favours(self)):
             self._held_credit += flow_controlled
             connection.starve(self)
         else:
@@ -244,7 +246,12 @@ class ServerCall:
         size = len(data)
         self._queued_bytes -= size
         self._buffered -= size
-        self._connection.unbuffer(self, size)
+        connection = self._connection
+        connection.buffered -= size
+        server = connection._server
+        server.buffered_total -= size
+        if connection._starved or connection._favoured is not None or server.starved:
+            connection.unbuffered(self)
         return data
 
     @property

@@ -121,6 +121,8 @@ class GrpcConnection(asyncio.Protocol):
         self.peer = "unknown"
         # Limits (limits.H2Limits) and their counters.
         self.buffered = 0
+        self.max_buffered = limits.max_buffered_bytes
+        self._max_block = limits.max_header_list_size * 2   # header block bytes, before decoding
         self._favoured = None
         self._starved: set = set()   # calls holding flow-control credit back for the buffer budget
         self.control_queued = 0
@@ -366,7 +368,7 @@ class GrpcConnection(asyncio.Protocol):
                 # (5.4.1): simpler than decoding a block only to keep the HPACK state in step.
                 raise FrameError(frames.PROTOCOL_ERROR, f"stream {stream_id} depends on itself")
             block = block[5:]
-        if len(block) > self._limits.max_header_list_size * 2:
+        if len(block) > self._max_block:
             raise FrameError(frames.ENHANCE_YOUR_CALM, "a header block over twice the header list size limit",
                              limit="max_header_list_size")
         if flags & frames.END_HEADERS:
@@ -793,8 +795,7 @@ class GrpcConnection(asyncio.Protocol):
     def over_budget(self) -> bool:
         """Whether the calls hold more request bytes than the connection's or the server's budget
         (then they stop returning flow-control window, see ``ServerCall.on_data``)."""
-        return (self.buffered > self._limits.max_buffered_bytes
-                or self._server.buffered_total > self._limits.max_buffered_bytes_total)
+        return self.buffered > self.max_buffered or self._server.buffered_total > self._server.max_buffered_total
 
     def favours(self, call) -> bool:
         """Over the connection's buffer budget (but not the server's), one call at a time keeps
@@ -843,8 +844,12 @@ class GrpcConnection(asyncio.Protocol):
     def unbuffer(self, call, size: int) -> None:
         """``call`` let go of ``size`` buffered request bytes (read, or the call is over)."""
         self.buffered -= size
+        self._server.buffered_total -= size
+        self.unbuffered(call)
+
+    def unbuffered(self, call) -> None:
+        """After ``call`` let go of buffered bytes: the calls waiting on the budget may go on."""
         server = self._server
-        server.buffered_total -= size
         self._starved.discard(call)
         if self._favoured is call and not call.unfinished:
             self._favoured = None

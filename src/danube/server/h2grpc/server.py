@@ -46,6 +46,7 @@ class H2Server:
         # hold window back for the buffer budget, and how often each limit tripped.
         self.open_streams = 0
         self.buffered_total = 0
+        self.max_buffered_total = self.limits.max_buffered_bytes_total
         self.starved: set[GrpcConnection] = set()
         self.trips: collections.Counter[str] = collections.Counter()
         self._trip_logged: dict[str, tuple[float, int]] = {}

@@ -53,16 +53,12 @@ def message_prefix(length: int) -> bytes:
 class MessageReader:
     """Cuts a stream's DATA payload into whole messages, whatever the DATA frame boundaries."""
 
-    __slots__ = ("_buffer", "_limit")
+    __slots__ = ("_buffer", "_limit", "pending")
 
     def __init__(self, limit: int) -> None:
         self._buffer = bytearray()
         self._limit = limit
-
-    @property
-    def pending(self) -> int:
-        """Bytes received that are not yet part of a whole message."""
-        return len(self._buffer)
+        self.pending = 0   # bytes received that are not yet part of a whole message
 
     def feed(self, data: bytes) -> list[bytes]:
         """Adds ``data``; the messages it completed, in order.  Raises MessageTooLarge or
@@ -87,6 +83,7 @@ class MessageReader:
                 start += PREFIX_SIZE + length
         if start:
             del buffer[:start]
+        self.pending = end - start
         return messages
 
 

@@ -899,14 +899,7 @@ def encode_records(records, *, base_offset=0):
 # What a subscriber will decode, checked once per batch on publish (and per delivery,
 # so records stored before this check existed cannot stall a subscription): routing
 # key, attribute names and values are UTF-8, the producer id is the publisher's.
-# Field positions in the body, local to this check (the layout: top of _pure/frame.py).
-cdef enum:
-    _FIELDS_PRODUCER_ID_AT = 8
-    _FIELDS_FLAGS_AT = 16
-    _FIELDS_RESERVED_AT = 17
-    _FIELDS_ATTR_COUNT_AT = 18
-    _FIELDS_KEY_LEN_AT = 20
-    _FIELDS_FLAG_HAS_KEY = 0x01
+# Field positions: frame.pxd (the layout: top of _pure/frame.py).
 
 FIELDS_OK = FIELDS_OK_STATUS
 FIELDS_BAD_LAYOUT = FIELDS_BAD_LAYOUT_STATUS
@@ -960,15 +953,15 @@ cdef inline bint utf8_valid(const unsigned char* s, Py_ssize_t n) noexcept nogil
 
 cdef int check_body_fields(const unsigned char* body, uint64_t body_len, bint check_producer,
                            uint64_t producer_id) noexcept nogil:
-    cdef unsigned char flags = body[_FIELDS_FLAGS_AT]
-    cdef uint64_t attr_count = ld16(body + _FIELDS_ATTR_COUNT_AT)
-    cdef uint64_t key_len = ld16(body + _FIELDS_KEY_LEN_AT)
+    cdef unsigned char flags = body[BODY_FLAGS_AT]
+    cdef uint64_t attr_count = ld16(body + BODY_ATTR_COUNT_AT)
+    cdef uint64_t key_len = ld16(body + BODY_KEY_LEN_AT)
     cdef uint64_t p, name_len, value_len, pid
     cdef uint64_t _attr
     # the layout first (lengths), so the text checks below stay inside the body
-    if (flags & ~_FIELDS_FLAG_HAS_KEY) or body[_FIELDS_RESERVED_AT]:
+    if (flags & ~FRAME_FLAG_HAS_KEY) or body[BODY_RESERVED_AT]:
         return FIELDS_BAD_LAYOUT_STATUS
-    if not (flags & _FIELDS_FLAG_HAS_KEY) and key_len:
+    if not (flags & FRAME_FLAG_HAS_KEY) and key_len:
         return FIELDS_BAD_LAYOUT_STATUS
     p = FRAME_BODY_FIXED_SIZE + key_len
     if p > body_len:
@@ -983,7 +976,7 @@ cdef int check_body_fields(const unsigned char* body, uint64_t body_len, bint ch
         if p > body_len:
             return FIELDS_BAD_LAYOUT_STATUS
     if check_producer:
-        pid = ld64(body + _FIELDS_PRODUCER_ID_AT)
+        pid = ld64(body + BODY_PRODUCER_ID_AT)
         if pid != producer_id and pid != 0:
             return FIELDS_WRONG_PRODUCER_STATUS
     if not utf8_valid(body + FRAME_BODY_FIXED_SIZE, <Py_ssize_t>key_len):
@@ -1010,7 +1003,7 @@ cdef int check_fields_frames(const unsigned char* buf, Py_ssize_t n, bint check_
         error_pos[0] = pos
         if n - pos < FRAME_HEADER_SIZE:
             return FIELDS_BAD_LAYOUT_STATUS
-        body_len = ld32(buf + pos + 12)
+        body_len = ld32(buf + pos + FRAME_BODY_LEN_AT)
         if body_len < FRAME_MIN_BODY or <uint64_t>(n - pos - FRAME_HEADER_SIZE) < body_len:
             return FIELDS_BAD_LAYOUT_STATUS
         status = check_body_fields(buf + pos + FRAME_HEADER_SIZE, body_len, check_producer, producer_id)

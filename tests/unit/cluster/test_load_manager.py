@@ -243,6 +243,7 @@ async def test_one_leader_and_failover_when_its_lease_ends(tmp_path):
     try:
         for m in members:
             await m.register()
+            m.start()  # keepalives: only the leader's lease ends in this test
         for e in elections:
             e.start()
         for _ in range(100):
@@ -254,7 +255,7 @@ async def test_one_leader_and_failover_when_its_lease_ends(tmp_path):
         old = leaders[0]
         guard = old.guard()
         await old.stop(resign=False)
-        await store.revoke_lease(old.membership.lease_id)  # the leader dies
+        await old.membership.stop(revoke=True)  # the leader dies: its lease ends
         others = [e for e in elections if e is not old]
         for _ in range(100):
             if sum(e.is_leader for e in others) == 1:
@@ -269,4 +270,6 @@ async def test_one_leader_and_failover_when_its_lease_ends(tmp_path):
     finally:
         for e in elections:
             await e.stop()
+        for m in members:
+            await m.stop()
         await store.close()

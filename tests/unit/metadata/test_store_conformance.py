@@ -180,7 +180,7 @@ async def test_lease_keys_vanish_on_revoke_and_expiry(store):
         await store.keepalive(lease)
     await store.revoke_lease(lease)  # already gone: no error
 
-    short = await store.grant_lease(1)
+    short = await store.grant_lease(2)
     await store.txn([Compare.version("/l/short", "==", 0)], [Op.put("/l/short", b"b", lease=short)])
     events = []
 
@@ -200,10 +200,10 @@ async def test_lease_keys_vanish_on_revoke_and_expiry(store):
 
 
 async def test_keepalive_keeps_a_lease_alive(store):
-    lease = await store.grant_lease(1)
+    lease = await store.grant_lease(2)
     await store.put("/k/alive", b"a", lease=lease)
-    for _ in range(6):
-        await asyncio.sleep(0.4)
+    for _ in range(9):  # 2.7 s in all, longer than the lease, renewed every 0.3 s
+        await asyncio.sleep(0.3)
         await store.keepalive(lease)
     assert (await store.get("/k/alive")) is not None
     await store.revoke_lease(lease)

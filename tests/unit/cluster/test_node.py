@@ -1,0 +1,99 @@
+"""ClusterNode with a real BrokerService on the embedded store (one process, no etcd)."""
+
+import asyncio
+import json
+
+import pytest
+
+from danube import frames
+from danube.broker import BrokerService
+from danube.cluster.node import ClusterNode
+from danube.errors import NotServedHereError
+from danube.metadata import keys
+from danube.metadata.embedded import EmbeddedMetadataStore
+from danube.storage.config import StorageConfig
+from danube.storage.factory import StorageFactory
+
+
+def batch(payloads, producer_id):
+    return bytearray(frames.encode_payloads([p.encode() for p in payloads], producer_id=producer_id))
+
+
+@pytest.fixture
+async def node(tmp_path):
+    store = EmbeddedMetadataStore(str(tmp_path / "meta.db"))
+    factory = StorageFactory(StorageConfig.from_dict({"wal": {"sync": "never"}}, data_dir=str(tmp_path)), store,
+                             broker_id="b1")
+    broker = BrokerService(store, factory, broker_url="http://b1:6650", broker_id="b1")
+    await broker.start()
+    n = ClusterNode(store, broker, broker_id="b1", broker_url="http://b1:6650", lease_ttl_s=3,
+                    load_report_interval_s=0.2, lookup_timeout_s=5)
+    broker.cluster = n
+    await n.start()
+    for _ in range(100):
+        if n.election.is_leader:
+            break
+        await asyncio.sleep(0.02)
+    yield n
+    await broker.stop()
+    await n.stop()
+    await store.close()
+
+
+async def test_lookup_places_a_new_topic_here_and_publishes_work(node):
+    broker = node.broker
+    result = await broker.lookup("/default/a")
+    assert (result.kind, result.broker_url) == ("connect", "http://b1:6650")
+    assert await node.store.get(keys.broker_topic("b1", "/default/a")) is not None
+    pid = await broker.create_producer("/default/a", "p", reliable=True)
+    assert await broker.publish(pid, batch(["x"], pid)) == (0, 0)
+
+
+async def test_a_fenced_broker_refuses_publishes_and_new_topics(node):
+    broker = node.broker
+    await broker.lookup("/default/f")
+    pid = await broker.create_producer("/default/f", "p", reliable=True)
+    broker.fence("test")
+    node.membership.fenced = True
+    with pytest.raises(NotServedHereError, match="fenced"):
+        await broker.publish(pid, batch(["x"], pid))
+    await broker.lookup("/default/g")
+    with pytest.raises(NotServedHereError, match="fenced"):
+        await broker.create_producer("/default/g", "p", reliable=True)
+    broker.unfence()
+    node.membership.fenced = False
+    assert await broker.publish(pid, batch(["y"], pid)) == (0, 0)
+
+
+async def test_a_topic_owned_elsewhere_redirects_and_is_refused_here(node):
+    store, broker = node.store, node.broker
+    await store.put(keys.broker_register("b2"), json.dumps({"broker_url": "http://b2:6650"}).encode())
+    await store.put(keys.broker_topic("b2", "/default/theirs"), b"null")
+    await node.view.wait_for(lambda: node.view.owner("/default/theirs") == "b2", 5)
+    result = await broker.lookup("/default/theirs")
+    assert (result.kind, result.broker_url, result.connect_url) == ("redirect", "http://b2:6650", "http://b2:6650")
+    with pytest.raises(NotServedHereError) as info:
+        await broker.create_producer("/default/theirs", "p", reliable=True)
+    assert info.value.owner_url == "http://b2:6650"
+
+
+async def test_unload_seals_and_hands_the_topic_to_the_leader(node):
+    store, broker = node.store, node.broker
+    await broker.lookup("/default/m")
+    pid = await broker.create_producer("/default/m", "p", reliable=True)
+    await broker.publish(pid, batch(["a", "b"], pid))
+    assert await broker.unload_topic("/default/m") == 1  # sealed at the last offset
+    assert "/default/m" not in broker.topics
+    assert await store.get(keys.broker_topic("b1", "/default/m")) is None
+    marker = json.loads((await store.get(keys.unassigned("/default/m"))).value)
+    assert marker == {"reason": "unload", "from_broker": "b1"}  # the only broker is excluded: it waits
+
+
+async def test_load_reports_go_to_etcd_under_the_lease(node):
+    for _ in range(100):
+        kv = await node.store.get(keys.load_report("b1"))
+        if kv is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert kv is not None and kv.lease == node.membership.lease_id
+    assert json.loads(kv.value)["broker_id"] == "b1"

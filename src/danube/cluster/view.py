@@ -19,7 +19,7 @@ from danube._tasks import cancel_and_wait
 from danube.cluster.load_report import LoadReport
 from danube.errors import InvalidArgumentError
 from danube.metadata import keys
-from danube.metadata.store import MetadataStore, WatchEvent
+from danube.metadata.store import CompactedError, MetadataStore, WatchEvent
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +54,24 @@ class ClusterView:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        revision = await self._load()
+        self.ready.set()
+        self._task = asyncio.get_running_loop().create_task(self._follow(revision + 1), name="cluster-view")
+
+    async def _load(self) -> int:
+        """(Re)read everything under /cluster/; the revision of that read."""
         kvs, revision = await self.store.get_prefix_with_revision(CLUSTER_PREFIX)
+        self.registered.clear()
+        self.assignments.clear()
+        self.broker_topics.clear()
+        self.broker_states.clear()
+        self.unassigned.clear()
+        self.loads.clear()
+        self.leader = None
         for kv in kvs:
             self._apply("put", kv.key, kv.value, kv.mod_revision)
         self.revision = revision
-        self.ready.set()
-        self._task = asyncio.get_running_loop().create_task(self._follow(revision + 1), name="cluster-view")
+        return revision
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
@@ -80,6 +92,14 @@ class ClusterView:
                     self._notify()
             except asyncio.CancelledError:
                 raise
+            except CompactedError:
+                log.warning("cluster view: history before revision %d was compacted; reloading", start)
+                try:
+                    start = await self._load() + 1
+                    self._notify()
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("cluster view reload failed: %s", exc)
+                    await asyncio.sleep(0.5)
             except Exception as exc:  # noqa: BLE001 - keep following
                 log.warning("cluster view watch failed: %s; resuming from revision %d", exc, start)
                 await asyncio.sleep(0.5)

@@ -97,3 +97,23 @@ async def test_load_reports_go_to_etcd_under_the_lease(node):
         await asyncio.sleep(0.05)
     assert kv is not None and kv.lease == node.membership.lease_id
     assert json.loads(kv.value)["broker_id"] == "b1"
+
+
+async def test_the_view_reloads_when_its_history_was_compacted(tmp_path, monkeypatch):
+    import danube.metadata.embedded as embedded_mod
+    from danube.cluster.view import ClusterView
+
+    monkeypatch.setattr(embedded_mod, "HISTORY_REVISIONS", 5)
+    store = EmbeddedMetadataStore(str(tmp_path / "c.db"))
+    view = ClusterView(store)
+    try:
+        await view.start()
+        await view.stop()  # the view falls behind ...
+        await store.put(keys.broker_topic("b1", "/default/x"), b"null")
+        for i in range(1100):  # ... further than the history the store keeps
+            await store.put("/other", str(i).encode())
+        view._task = asyncio.get_running_loop().create_task(view._follow(2))
+        await view.wait_for(lambda: view.owner("/default/x") == "b1", 10)
+    finally:
+        await view.stop()
+        await store.close()

@@ -37,6 +37,13 @@ SECRET = "bench-secret-0123456789abcdef-0123456789"
 DRIVER = os.path.join(REPO, "bench", "security_unary_driver.py")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_broker(data_dir: str, extra: list[str], sync: str):
     from tests.support.broker import BrokerProcess
     from tests.support.ports import free_port
@@ -170,6 +177,7 @@ def main(argv=None) -> int:
                 "--tls-cert", pki.server.cert, "--tls-key", pki.server.key, "--jwt-secret-file", secret_file,
                 "--super-admin", "bench"], args.sync)
             rates: dict = {(kind, mode): [] for kind in ("batch", "unary") for mode in ("plain", "secure")}
+            cpu_per_call: dict = {"plain": [], "secure": []}
             for round_no in range(args.rounds):
                 for mode in ("plain", "secure"):
                     broker = brokers[mode]
@@ -179,8 +187,13 @@ def main(argv=None) -> int:
                                                  topic=f"/default/batch-{round_no}"))
                     rates[("batch", mode)].append(res["rate"])
                     print(f"round {round_no + 1}/{args.rounds}: {mode} unary", file=sys.stderr, flush=True)
+                    cpu_before = cpu_seconds(broker.proc.pid)
                     res = unary(python, broker.url, sec, duration=args.duration, topic=f"/default/unary-{round_no}")
+                    cpu_used = cpu_seconds(broker.proc.pid) - cpu_before
                     rates[("unary", mode)].append(res["rate"])
+                    # Calls made in the whole driver run (warm-up included) ~ rate x (duration + warm-up).
+                    calls = max(res["rate"] * (args.duration + 0.5), 1.0)
+                    cpu_per_call[mode].append(cpu_used / calls * 1e6)
         finally:
             for broker in brokers.values():
                 broker.stop()
@@ -194,6 +207,10 @@ def main(argv=None) -> int:
         "unary_calls_s": {"plain": med[("unary", "plain")], "tls_jwt": med[("unary", "secure")],
                           "rounds_plain": rates[("unary", "plain")], "rounds_tls_jwt": rates[("unary", "secure")]},
     }
+    result["unary_broker_cpu_us_per_call"] = {
+        "plain": round(statistics.median(cpu_per_call["plain"]), 1),
+        "tls_jwt": round(statistics.median(cpu_per_call["secure"]), 1),
+        "note": "broker process CPU over the whole driver run (connection set-up included) / calls"}
     result["batch_lane_ratio"] = round(med[("batch", "secure")] / med[("batch", "plain")], 3)
     result["unary_ratio"] = round(med[("unary", "secure")] / med[("unary", "plain")], 3)
     result["targets_met"] = {"batch_lane>=0.80": result["batch_lane_ratio"] >= 0.80,
@@ -205,6 +222,8 @@ def main(argv=None) -> int:
               f"TLS+JWT {med[('batch', 'secure')]:,.0f} -> {result['batch_lane_ratio']:.0%} (target >= 80%)")
         print(f"unary SendMessage x64 ({driver}): plain {med[('unary', 'plain')]:,.0f} calls/s, "
               f"TLS+JWT {med[('unary', 'secure')]:,.0f} -> {result['unary_ratio']:.0%} (target >= 60%)")
+        cpu = result["unary_broker_cpu_us_per_call"]
+        print(f"broker CPU per unary call: plain {cpu['plain']:.0f} us, TLS+JWT {cpu['tls_jwt']:.0f} us")
     return 0
 
 

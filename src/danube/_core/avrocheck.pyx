@@ -10,6 +10,11 @@ Frames must already have passed ``danube.frames.validate``.
 
 from libc.stdint cimport int32_t, int64_t, uint64_t, uint8_t
 
+from danube._core.frame cimport (
+    BODY_ATTR_COUNT_AT, BODY_KEY_LEN_AT, FRAME_BODY_FIXED_SIZE, FRAME_BODY_LEN_AT, FRAME_HEADER_SIZE,
+)
+from danube._core.le cimport ld16, ld32
+
 cdef enum:
     OP_NULL = 0
     OP_BOOLEAN = 1
@@ -191,14 +196,6 @@ def check_payload(const int32_t[::1] prog, const uint8_t[::1] payload):
     return _check_one(&prog[0], prog.shape[0], p, n)
 
 
-cdef inline uint64_t _le(const uint8_t* p, int width) noexcept nogil:
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(width):
-        v |= (<uint64_t>p[i]) << (8 * i)
-    return v
-
-
 def check_frames(const int32_t[::1] prog, const uint8_t[::1] frames):
     cdef Py_ssize_t n = frames.shape[0]
     cdef const uint8_t* buf
@@ -208,23 +205,23 @@ def check_frames(const int32_t[::1] prog, const uint8_t[::1] frames):
         return -1, -1
     buf = &frames[0]
     with nogil:
-        while pos + 16 <= n:
-            body_len = _le(buf + pos + 12, 4)
-            body = pos + 16
+        while pos + FRAME_HEADER_SIZE <= n:
+            body_len = ld32(buf + pos + FRAME_BODY_LEN_AT)
+            body = pos + FRAME_HEADER_SIZE
             end = body + <Py_ssize_t>body_len
-            attr_count = _le(buf + body + 18, 2)
-            key_len = _le(buf + body + 20, 2)
-            p = body + 22 + <Py_ssize_t>key_len
+            attr_count = ld16(buf + body + BODY_ATTR_COUNT_AT)
+            key_len = ld16(buf + body + BODY_KEY_LEN_AT)
+            p = body + FRAME_BODY_FIXED_SIZE + <Py_ssize_t>key_len
             for _a in range(attr_count):
-                name_len = _le(buf + p, 2)
+                name_len = ld16(buf + p)
                 p += 2 + <Py_ssize_t>name_len
-                value_len = _le(buf + p, 4)
+                value_len = ld32(buf + p)
                 p += 4 + <Py_ssize_t>value_len
             bad = _check_one(&prog[0], prog.shape[0], buf + p, end - p)
             if bad >= 0:
                 break
             pos = end
             index += 1
-    if pos + 16 <= n:
+    if pos + FRAME_HEADER_SIZE <= n:
         return index, bad
     return -1, -1

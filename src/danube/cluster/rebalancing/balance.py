@@ -24,14 +24,13 @@ report is taken off its old broker's load and added to its new one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Collection, Iterable, Mapping
+from typing import Any, Collection, Iterable, Mapping, NamedTuple
 
 from danube.cluster import scoring
 from danube.cluster.scoring import _get
 
 
-@dataclass(frozen=True)
-class TopicInfo:
+class TopicInfo(NamedTuple):
     name: str
     move_score: float      # scoring.topic_load_score: the "lightest first" order
     estimated_load: float  # what the topic adds to its broker's load (see the module docstring)

@@ -345,7 +345,8 @@ class Rebalancer:
             self.metrics.assignment(move.from_broker, "unassign")
         if self._plan and self._plan[0] is move:
             self._plan.pop(0)
-        landed = await self._wait_assigned(move.topic, obs.active)
+        landed = await self._wait_assigned(move.topic, [move.to_broker, *(b for b in obs.active
+                                                                          if b != move.to_broker)])
         outcome = "moved"
         if landed is None:
             outcome = "timeout"

@@ -180,7 +180,9 @@ def plan_moves(state: ClusterState, rules: Eligibility, threshold: float, max_mo
         loads[source] -= x
         loads[target] += x
         estimates, infos = pools[source]
-        k = infos.index(info)
+        k = bisect.bisect_left(estimates, x)
+        while infos[k] is not info:
+            k += 1
         del estimates[k]
         del infos[k]
         plan.append(PlannedMove(info.name, source, target, x, info.move_score, before, _cv(sumsq, total, n)))

@@ -187,3 +187,34 @@ async def test_unfinished_large_messages_are_bounded_by_the_buffer_budget():
         # turns into up to about twice as much RSS (growing buffers, freed frames); 16 x 64 MiB
         # was the unbounded case.
         assert grown < 2 * (128 + 64 + 32) * MiB, grown / MiB
+
+
+async def test_streams_opened_over_many_connections_are_capped():
+    """102,400 open streams over 100 connections took 915 MiB; now each connection gets 256 and
+    the broker as a whole about 16,384 (its fair-share rule), and RSS stays small."""
+    with running_broker() as broker:
+        async with health_calls(broker.target):
+            before = rss(broker.proc.pid)
+            peers = []
+            try:
+                for _ in range(100):
+                    reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
+                    encoder = hpack.Encoder()
+                    out = [frames.PREFACE, frames.settings([])]
+                    for i in range(1024):
+                        out.append(frames.frame(frames.HEADERS, frames.END_HEADERS, 2 * i + 1, encoder.encode(
+                            [(b":method", b"POST"), (b":scheme", b"http"), (b":path", HEALTH_PATH),
+                             (b":authority", b"x"), (b"content-type", b"application/grpc"),
+                             (b"x-n", str(i).encode())])))
+                    writer.write(b"".join(out))
+                    await writer.drain()
+                    peers.append((reader, writer))
+                await asyncio.sleep(1.0)
+                grown = rss(broker.proc.pid) - before
+            finally:
+                for _, writer in peers:
+                    writer.close()
+        assert grown < 160 * MiB, grown / MiB
+        log = broker.log()
+        assert "h2 limit max_concurrent_streams tripped" in log
+        assert "h2 limit max_streams_total tripped" in log

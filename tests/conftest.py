@@ -8,7 +8,7 @@ import os
 import pytest
 
 # Every compiled module the build produces; the suite fails when one is missing.
-COMPILED_MODULES = ["frame", "walfile", "ring", "arrowcols"]
+COMPILED_MODULES = ["frame", "walfile", "ring", "arrowcols", "avrocheck"]
 
 
 def pytest_report_header(config):

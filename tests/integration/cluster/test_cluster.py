@@ -129,6 +129,12 @@ def test_leader_failover_reassigns_the_dead_brokers_topics(tmp_path):
             assert s["assignments"][t] == first["assignments"][t]  # the others did not move
         seen = asyncio.run(owners_seen_by_each_broker(cluster, sorted(dead_topics)))
         assert all(len(set(answers)) == 1 and answers[0] != dead.url for answers in seen.values())
+        # a follower dies too: the (new) leader moves its topics to the last broker
+        new_leader_id = state(cluster)["leader"]
+        follower = next(p for p in cluster.procs if p.alive() and p.broker_id != new_leader_id)
+        follower.kill()
+        wait_until(lambda: set(state(cluster)["assignments"].values()) == {new_leader_id}
+                   and len(state(cluster)["assignments"]) == len(topics), 20, "all topics on the last broker")
 
 
 def _admin_unload(admin_url: str, topic: str) -> subprocess.CompletedProcess:
@@ -188,3 +194,48 @@ def test_admin_unload_moves_a_topic_and_offsets_continue(tmp_path):
         assert s["assignments"][topic] != source.broker_id and not s["unassigned"]
         _send(new_owner, topic, [b"m3"])
         assert _receive(new_owner, topic, 1) == [(3, b"m3")]  # resumes at last + 1, cursor kept
+
+
+def test_a_broker_that_cannot_renew_its_lease_stops_publishes_before_it_expires(tmp_path):
+    """etcd frozen (SIGSTOP): the owner fences itself within 2/3 of its lease, before the lease can
+    expire; etcd back (SIGCONT): the same lease is renewed, publishes resume, nothing was reassigned."""
+    import os
+    import signal
+
+    topic = "/default/fenced"
+    with local_cluster(str(tmp_path / "fence"), lease_ttl=6) as cluster:
+        _, owner = asyncio.run(lookup(cluster.procs[0].url, topic))
+        before = state(cluster)
+        with grpc.insecure_channel(owner.split("//")[1]) as ch:
+            producers = pb_grpc.ProducerServiceStub(ch)
+            p = producers.CreateProducer(pb.ProducerRequest(producer_name="p", topic_name=topic,
+                                                            dispatch_strategy=pb.Reliable), timeout=30)
+
+            def send(i):
+                try:
+                    producers.SendMessage(pb.StreamMessage(
+                        request_id=i, msg_id=pb.MsgID(producer_id=p.producer_id, topic_name=topic),
+                        payload=b"x", publish_time=1, producer_name="p"), timeout=10)
+                    return "ok"
+                except grpc.RpcError as exc:
+                    assert exc.code() == grpc.StatusCode.UNAVAILABLE and "fenced" in exc.details(), exc
+                    return "fenced"
+
+            assert send(0) == "ok"
+            os.kill(cluster.etcd.pid, signal.SIGSTOP)
+            stopped = time.monotonic()
+            try:
+                i = 1
+                while send(i) == "ok":
+                    i += 1
+                    assert time.monotonic() - stopped < 6, "still accepting publishes when the lease could expire"
+                    time.sleep(0.05)
+                fenced_after = time.monotonic() - stopped
+            finally:
+                os.kill(cluster.etcd.pid, signal.SIGCONT)
+            assert fenced_after < 6 * 2 / 3 + 0.5
+            wait_until(lambda: send(1000) == "ok", 15, "publishes accepted again")
+        after = state(cluster)
+        assert after["assignments"] == before["assignments"] and after["leader"] == before["leader"]
+        assert {b: i["registered_at"] for b, i in after["registered"].items()} == \
+            {b: i["registered_at"] for b, i in before["registered"].items()}

@@ -218,3 +218,96 @@ async def test_streams_opened_over_many_connections_are_capped():
         log = broker.log()
         assert "h2 limit max_concurrent_streams tripped" in log
         assert "h2 limit max_streams_total tripped" in log
+
+
+# ---------------------------------------------------------------- full-length measurements (opt in)
+
+async def _flood(port: int, payload: bytes, seconds: float, *, read: bool, reconnect: bool) -> int:
+    """Sends ``payload`` over and over for ``seconds`` (on new connections when the broker hangs
+    up and ``reconnect``); returns how many times it went out."""
+    sent = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        drain = asyncio.ensure_future(_discard(reader)) if read else None
+        try:
+            writer.write(frames.PREFACE + frames.settings([]))
+            while time.monotonic() < deadline:
+                writer.write(payload)
+                await asyncio.wait_for(writer.drain(), max(0.01, deadline - time.monotonic()))
+                sent += 1
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            if drain is not None:
+                drain.cancel()
+            writer.close()
+        if not reconnect:
+            break
+    return sent
+
+
+async def _discard(reader) -> None:
+    with contextlib.suppress(ConnectionError):
+        while await reader.read(1 << 16):
+            pass
+
+
+def _rapid_reset_payload(pairs: int) -> bytes:
+    encoder = hpack.Encoder()
+    body = pb.HealthCheckRequest(request_id=3, id=1).SerializeToString()
+    out = []
+    for i in range(pairs):
+        out.append(frames.frame(frames.HEADERS, frames.END_HEADERS, 2 * i + 1, request_headers(encoder)))
+        out.append(frames.frame(frames.DATA, frames.END_STREAM, 2 * i + 1, wire.message_prefix(len(body)) + body))
+        out.append(frames.rst_stream(2 * i + 1, frames.CANCEL))
+    return b"".join(out)
+
+
+def _continuation_payload() -> bytes:
+    return frames.frame(frames.HEADERS, 0, 1, request_headers(hpack.Encoder())) + \
+        frames.frame(frames.CONTINUATION, 0, 1) * 20000
+
+
+MEASURED = {
+    # name: (payload, seconds, read, reconnect)
+    "rapid reset (HEADERS+DATA+RST_STREAM pairs)": (lambda: _rapid_reset_payload(5000), 20, True, True),
+    "empty CONTINUATION frames": (_continuation_payload, 10, True, True),
+    "SETTINGS flood, socket not read": (lambda: frames.settings([]) * 8000, 10, False, True),
+    "PING flood, replies read": (lambda: frames.frame(frames.PING, 0, 0, b"pingpong") * 4000, 10, True, True),
+    "SETTINGS of 2,000 INITIAL_WINDOW_SIZE entries":
+        (lambda: frames.settings([(frames.INITIAL_WINDOW_SIZE, 1000 + i) for i in range(2000)]), 10, True, True),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MEASURED))
+async def test_measure_attack(name):
+    """Each attack of issue 23 at full length against a broker at its defaults: RSS growth and the
+    HealthCheck calls answered meanwhile (printed; run with -m slow -s)."""
+    make, seconds, read, reconnect = MEASURED[name]
+    payload = make()
+    with running_broker() as broker:
+        async with health_calls(broker.target) as health:
+            before = rss(broker.proc.pid)
+            peak = before
+
+            async def watch():
+                nonlocal peak
+                while True:
+                    peak = max(peak, rss(broker.proc.pid))
+                    await asyncio.sleep(0.05)
+
+            watcher = asyncio.ensure_future(watch())
+            try:
+                sent = await _flood(broker.port, payload, seconds, read=read, reconnect=reconnect)
+            finally:
+                watcher.cancel()
+            await asyncio.sleep(1.0)
+            after = rss(broker.proc.pid)
+        trips = sorted({line.split("h2 limit ")[1].split()[0] for line in broker.log().splitlines()
+                        if "h2 limit " in line})
+        print(f"\n{name}: {seconds} s, payload x{sent}; RSS {before / MiB:.0f} MiB -> peak {peak / MiB:.0f}, "
+              f"after {after / MiB:.0f}; health calls {health['ok']} ok, {len(health['failed'])} failed; "
+              f"limits tripped: {', '.join(trips) or 'none'}")
+        assert peak - before < 128 * MiB

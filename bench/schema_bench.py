@@ -149,8 +149,13 @@ def micro() -> dict:
         "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["id", "user"]}))
     docs = [json.dumps({"id": i, "user": f"user-{i:06d}", "email": f"u{i}@example.com", "score": 1.5,
                         "active": True, "tags": ["a", "b"]}).encode() for i in range(n)]
-    check_json = payload_validator(js)
-    out["json_schema_jsonschema"] = best(lambda: [check_json(d) for d in docs], 3)
+    check_json = payload_validator(js)      # jsonschema-rs when installed
+    out[f"json_schema_{check_json.__name__}"] = best(lambda: [check_json(d) for d in docs], 3)
+    import jsonschema
+
+    pure_json = jsonschema.Draft202012Validator(js.parsed)
+    out["json_schema_jsonschema_python"] = best(
+        lambda: [next(iter(pure_json.iter_errors(json.loads(d))), None) for d in docs], 3)
     proto = parse("protobuf", 'syntax = "proto3"; message Event { int64 id = 1; string user = 2; '
                               'string email = 3; double score = 4; bool active = 5; repeated string tags = 6; }')
     from google.protobuf import message_factory

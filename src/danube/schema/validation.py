@@ -86,11 +86,29 @@ def payload_validator(p: ParsedSchema) -> Callable[[Any], None]:
                 raise ValueError(_avro_reason(p, payload, bad))
         return check_avro
     if t == "json_schema":
+        loads = json.loads
+        try:
+            # jsonschema-rs (Rust): ~5 µs a 100 B document against jsonschema's ~29 (bench --micro)
+            import jsonschema_rs
+
+            fast = jsonschema_rs.validator_for(p.parsed)
+        except Exception:  # noqa: BLE001 - not installed, or a schema it does not take: jsonschema
+            fast = None
+        if fast is not None:
+            def check_json_fast(payload):
+                try:
+                    doc = loads(bytes(payload))
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise ValueError(f"not JSON: {exc}") from None
+                if not fast.is_valid(doc):
+                    error = next(iter(fast.iter_errors(doc)), None)
+                    where = "/".join(map(str, getattr(error, "instance_path", ()) or ())) or "root"
+                    raise ValueError(f"JSON Schema: {getattr(error, 'message', error)} (at {where})")
+            return check_json_fast
         import jsonschema
 
         cls = jsonschema.validators.validator_for(p.parsed, default=jsonschema.Draft202012Validator)
         validator = cls(p.parsed)
-        loads = json.loads
 
         def check_json(payload):
             try:

@@ -148,3 +148,25 @@ async def test_topic_config_and_producer_subject(registry):
         await registry.configure_topic("/default/t", "missing", "enforce")
     with pytest.raises(InvalidSchemaError, match="policy"):
         await registry.configure_topic("/default/t", "users", "strict")
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["jsonschema-rs", "jsonschema"])
+def test_json_payload_validation_with_either_library(fast, monkeypatch):
+    import sys
+
+    from danube.schema.types import parse
+    from danube.schema.validation import payload_validator
+
+    if not fast:
+        monkeypatch.setitem(sys.modules, "jsonschema_rs", None)   # import fails: the fallback
+    elif pytest.importorskip("jsonschema_rs") is None:
+        return
+    p = parse("json_schema", json.dumps({"type": "object", "required": ["id"], "properties": {
+        "id": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}}}))
+    check = payload_validator(p)
+    check(b'{"id": 1, "tags": ["a"]}')
+    for bad, where in ((b'{"id": "x"}', "at id"), (b'{"tags": []}', "at root"), (b'{"id": 1, "tags": [2]}', "at tags/0")):
+        with pytest.raises(ValueError, match=where):
+            check(bad)
+    with pytest.raises(ValueError, match="not JSON"):
+        check(b"nope")

@@ -22,6 +22,15 @@ Output directory::
                          underloaded, threshold, needs_rebalancing
     moves/               Parquet: bucket_start, strategy, topic, from_broker, to_broker, topic_score, cv, threshold
     load_stats.png       chart: per-broker CPU and balanced score, CV per strategy with the threshold
+    rebalancing_moves/   Parquet (with --rebalancing-history): one row per move the leader made: timestamp,
+                         topic, from_broker, to_broker, outcome, estimated_load, strategy, the leader's own
+                         cv_before / cv_after_estimated, and from the reports cv_before (last snapshot that
+                         ended before the move), cv_after (first snapshot that started after it), cv_change
+
+``--rebalancing-history`` reads the records of ``/cluster/rebalancing_history/``
+(docs/rebalancing.md): a JSON file (a list, ``{"records": [...]}`` or one record
+per line, as ``danube admin brokers rebalance-history -o json`` prints), or an
+etcd endpoint ``http://HOST:PORT`` read directly.
 
 Runnable as ``danube spark load-stats ...`` or ``spark-submit spark/jobs/load_stats.py ...``.
 """
@@ -60,6 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     st.add_argument("--blacklist", action="append", default=[], metavar="PATTERN",
                     help="topic never moved: exact name or prefix with a trailing * (repeatable)")
     st.add_argument("--min-brokers", type=int, default=2, help="min_brokers_for_rebalance (default 2)")
+    st.add_argument("--rebalancing-history", default=None, metavar="FILE|http://ETCD",
+                    help="the leader's rebalancing history: report, per move, the CV before and after")
     parser.add_argument("--output", required=True, help="output directory (Parquet tables and load_stats.png)")
 
 
@@ -133,6 +144,87 @@ def _evaluate_group(policy: scoring.RebalancePolicy):
         return pd.DataFrame([{c: row.get(c) for c in columns} for row in rows], columns=columns)
 
     return evaluate
+
+
+# ---------------------------------------------------------------- rebalancing history: CV before / after each move
+
+MOVE_EFFECT_SCHEMA = ("timestamp double, topic string, from_broker string, to_broker string, outcome string, "
+                      "estimated_load double, strategy string, leader_cv_before double, "
+                      "leader_cv_after_estimated double, before_bucket long, cv_before double, "
+                      "after_bucket long, cv_after double, cv_change double")
+
+
+def parse_history(text: str) -> list[dict]:
+    """Rebalancing history records from JSON: a list, ``{"records": [...]}`` or one object per line."""
+    import json
+
+    text = text.strip()
+    if not text:
+        return []
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if isinstance(data, dict):
+        data = data.get("records", data.get("history", [data]))
+    return [dict(r) for r in data]
+
+
+def read_history(source: str) -> list[dict]:
+    """From a JSON file, or from etcd (``http://HOST:PORT``) under /cluster/rebalancing_history/."""
+    if source.startswith(("http://", "https://")):
+        import asyncio
+
+        from danube.cluster.rebalancing.history import RebalancingHistory
+        from danube.metadata.etcd import EtcdMetadataStore
+
+        async def fetch() -> list[dict]:
+            store = EtcdMetadataStore(source)
+            try:
+                return [r.to_dict() for r in await RebalancingHistory(store).records()]
+            finally:
+                await store.close()
+
+        return asyncio.run(fetch())
+    with open(source, encoding="utf-8") as f:
+        return parse_history(f.read())
+
+
+def move_cv_effects(balance: list[tuple[int, str, float]], records: list[dict], bucket_seconds: int,
+                    default_strategy: str = "balanced") -> list[dict]:
+    """Per move: the CV of the last snapshot that ended before it and of the first that started after it.
+
+    ``balance``: (bucket_start in Unix seconds, strategy, cv) per snapshot (the cluster_balance table);
+    the CV is taken under the strategy the leader used (the record's ``strategy``). A snapshot that
+    contains the move's time mixes reports from before and after, so it is neither; None when the
+    reports do not reach that far.
+    """
+    by_strategy: dict[str, list[tuple[int, float]]] = {}
+    for start, strategy, cv in balance:
+        by_strategy.setdefault(strategy, []).append((int(start), float(cv)))
+    for series in by_strategy.values():
+        series.sort()
+    out = []
+    for r in sorted(records, key=lambda r: float(r["timestamp"])):
+        ts = float(r["timestamp"])
+        strategy = str(r.get("strategy") or default_strategy)
+        series = by_strategy.get(strategy, [])
+        before = [(b, cv) for b, cv in series if b + bucket_seconds <= ts]
+        after = [(b, cv) for b, cv in series if b >= ts]
+        b0, cv0 = before[-1] if before else (None, None)
+        b1, cv1 = after[0] if after else (None, None)
+        out.append({"timestamp": ts, "topic": str(r["topic"]), "from_broker": str(r.get("from_broker", "")),
+                    "to_broker": str(r.get("to_broker", "")), "outcome": str(r.get("outcome", "moved")),
+                    "estimated_load": float(r.get("estimated_load", 0.0) or 0.0), "strategy": strategy,
+                    "leader_cv_before": _float_or_none(r.get("cv_before")),
+                    "leader_cv_after_estimated": _float_or_none(r.get("cv_after_estimated")),
+                    "before_bucket": b0, "cv_before": cv0, "after_bucket": b1, "cv_after": cv1,
+                    "cv_change": None if cv0 is None or cv1 is None else cv1 - cv0})
+    return out
+
+
+def _float_or_none(value) -> float | None:
+    return None if value is None else float(value)
 
 
 # ---------------------------------------------------------------- the job
@@ -216,9 +308,22 @@ def run(spark, args) -> dict:
     chart = os.path.join(args.output, "load_stats.png")
     write_chart(timeseries, balance, chart, policy.threshold)
     moves = spark.read.parquet(os.path.join(args.output, "moves")).count()
-    return {"snapshots": int(balance["bucket_start"].nunique()) if len(balance) else 0,
-            "brokers": int(timeseries["broker_id"].nunique()) if len(timeseries) else 0,
-            "moves": moves, "chart": chart}
+    summary = {"snapshots": int(balance["bucket_start"].nunique()) if len(balance) else 0,
+               "brokers": int(timeseries["broker_id"].nunique()) if len(timeseries) else 0,
+               "moves": moves, "chart": chart}
+    if getattr(args, "rebalancing_history", None):
+        from pyspark.sql import functions as F
+
+        records = read_history(args.rebalancing_history)
+        snapshots = [(int(row[0]), row[1], float(row[2])) for row in
+                     spark.read.parquet(os.path.join(args.output, "cluster_balance"))
+                     .select(F.unix_timestamp("bucket_start"), "strategy", "cv").collect()]
+        effects = move_cv_effects(snapshots, records, args.bucket_seconds)
+        (spark.createDataFrame(effects, MOVE_EFFECT_SCHEMA) if effects
+         else spark.createDataFrame([], MOVE_EFFECT_SCHEMA)).write.mode("overwrite").parquet(
+            os.path.join(args.output, "rebalancing_moves"))
+        summary["rebalancing_moves"] = len(effects)
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,6 +337,9 @@ def execute(args) -> int:
     summary = run(spark, args)
     print(f"load-stats: {summary['snapshots']} snapshots, {summary['brokers']} brokers, "
           f"{summary['moves']} proposed moves; tables and {summary['chart']} in {args.output}")
+    if "rebalancing_moves" in summary:
+        print(f"load-stats: {summary['rebalancing_moves']} rebalancing moves with the CV before and after "
+              f"in {os.path.join(args.output, 'rebalancing_moves')}")
     return 0
 
 

@@ -4,7 +4,8 @@ without decoding into objects: the batch lane's payload validation (docs/schema-
 
 Same functions and results as the twin ``danube._pure.avrocheck``:
 ``check_payload(prog, payload) -> -1 | bad position`` and
-``check_frames(prog, frames) -> (-1, -1) | (bad frame index, position in its payload)``.
+``check_frames(prog, frames) -> (-1, -1) | (bad frame index, position in its payload)``;
+``check_schema_attributes(frames, id_name, id_value, version_name, version_value) -> -1 | index``.
 Frames must already have passed ``danube.frames.validate``.
 """
 
@@ -225,3 +226,52 @@ def check_frames(const int32_t[::1] prog, const uint8_t[::1] frames):
     if pos + FRAME_HEADER_SIZE <= n:
         return index, bad
     return -1, -1
+
+
+cdef inline bint _eq(const uint8_t* a, Py_ssize_t na, const uint8_t[::1] b) noexcept nogil:
+    cdef Py_ssize_t i
+    if na != b.shape[0]:
+        return False
+    for i in range(na):
+        if a[i] != b[i]:
+            return False
+    return True
+
+
+def check_schema_attributes(const uint8_t[::1] frames, const uint8_t[::1] id_name, const uint8_t[::1] id_value,
+                            const uint8_t[::1] version_name, const uint8_t[::1] version_value):
+    """Index of the first frame whose attributes do not hold exactly this schema id and version
+    (a batch that names its schema must tag every message with it), or -1."""
+    cdef Py_ssize_t n = frames.shape[0]
+    cdef const uint8_t* buf
+    cdef Py_ssize_t pos = 0, body, p, index = 0
+    cdef uint64_t body_len, attr_count, key_len, name_len, value_len, _a
+    cdef int found
+    if n == 0:
+        return -1
+    buf = &frames[0]
+    with nogil:
+        while pos + FRAME_HEADER_SIZE <= n:
+            body_len = ld32(buf + pos + FRAME_BODY_LEN_AT)
+            body = pos + FRAME_HEADER_SIZE
+            attr_count = ld16(buf + body + BODY_ATTR_COUNT_AT)
+            key_len = ld16(buf + body + BODY_KEY_LEN_AT)
+            p = body + FRAME_BODY_FIXED_SIZE + <Py_ssize_t>key_len
+            found = 0
+            for _a in range(attr_count):
+                name_len = ld16(buf + p)
+                value_len = ld32(buf + p + 2 + <Py_ssize_t>name_len)
+                if _eq(buf + p + 2, <Py_ssize_t>name_len, id_name):
+                    if not _eq(buf + p + 6 + <Py_ssize_t>name_len, <Py_ssize_t>value_len, id_value):
+                        break
+                    found |= 1
+                elif _eq(buf + p + 2, <Py_ssize_t>name_len, version_name):
+                    if not _eq(buf + p + 6 + <Py_ssize_t>name_len, <Py_ssize_t>value_len, version_value):
+                        break
+                    found |= 2
+                p += 6 + <Py_ssize_t>name_len + <Py_ssize_t>value_len
+            if found != 3:
+                break
+            pos = body + <Py_ssize_t>body_len
+            index += 1
+    return index if pos + FRAME_HEADER_SIZE <= n else -1

@@ -14,8 +14,9 @@ every payload must also parse under that version (Avro: ``fastavro`` reads exact
 payload's bytes; JSON Schema: JSON that the schema's validator accepts; Protobuf: the message
 parses; string: UTF-8; number: a JSON number in UTF-8 or 8 bytes).
 
-On the batch lane the check is per batch (one dict lookup and two comparisons, plus a look at
-the first frame's attributes); only payload validation touches every message.
+On the batch lane the ids are checked once per batch, and one compiled pass over the frames
+checks that every message carries them (``danube._core.avrocheck.check_schema_attributes``);
+payload validation reads every payload.
 
 Frames carry the schema as two attributes, :data:`SCHEMA_ID_ATTR` and
 :data:`SCHEMA_VERSION_ATTR` (decimal text): the frame format has no schema field, and this way
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 
 SCHEMA_ID_ATTR = "danube.schema_id"
 SCHEMA_VERSION_ATTR = "danube.schema_version"
+_ID_NAME = SCHEMA_ID_ATTR.encode()
+_VERSION_NAME = SCHEMA_VERSION_ATTR.encode()
 _WARN_LOG_INTERVAL_S = 10.0
 
 
@@ -384,11 +387,13 @@ class SchemaGate:
             return
         if not self._check_ids(rule, schema_id, schema_version):
             return
-        first, _ = frame_codec.decode_frame(frames_buf, 0)
-        attrs = first.attributes if first is not None else {}
-        if attrs.get(SCHEMA_ID_ATTR) != str(schema_id) or attrs.get(SCHEMA_VERSION_ATTR) != str(schema_version):
-            self._violation(rule, f"the frames' {SCHEMA_ID_ATTR}/{SCHEMA_VERSION_ATTR} attributes do not match "
-                                  f"the batch's schema {schema_id} v{schema_version}")
+        # every message must carry the batch's schema (consumers and Spark decode by it): one
+        # compiled pass over the frames' attributes
+        bad = _avrocheck().check_schema_attributes(frames_buf, _ID_NAME, str(schema_id).encode(), _VERSION_NAME,
+                                                   str(schema_version).encode())
+        if bad >= 0:
+            self._violation(rule, f"message {bad} of the batch does not carry the batch's schema "
+                                  f"({SCHEMA_ID_ATTR}={schema_id}, {SCHEMA_VERSION_ATTR}={schema_version})")
             return
         if rule.payload_validation:
             check = rule.batch_validators.get(schema_version)

@@ -98,3 +98,18 @@ def test_check_frames_names_the_bad_message(checker):
     buf = frames.encode_records([(1, 2, None, attrs, p) for p in bad])
     index, pos = checker.check_frames(prog, buf)
     assert index == 13 and pos >= 0
+
+
+@pytest.mark.parametrize("checker", CHECKERS, ids=lambda m: m.__name__)
+def test_check_schema_attributes_finds_the_first_untagged_message(checker):
+    good = {"x": "1", "danube.schema_id": "12", "danube.schema_version": "3"}
+    args = (b"danube.schema_id", b"12", b"danube.schema_version", b"3")
+    records = [(1, 2, "k" if i % 2 else None, dict(good), b"p") for i in range(10)]
+    assert checker.check_schema_attributes(frames.encode_records(records), *args) == -1
+    for i, attrs in ((4, {"danube.schema_id": "12"}),                                    # no version
+                     (7, {**good, "danube.schema_version": "2"}),                         # another version
+                     (0, {"danube.schema_id": "120", "danube.schema_version": "3"}),      # another id
+                     (9, {})):
+        bad = list(records)
+        bad[i] = (1, 2, None, attrs, b"p")
+        assert checker.check_schema_attributes(frames.encode_records(bad), *args) == i

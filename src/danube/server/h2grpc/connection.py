@@ -292,6 +292,7 @@ class GrpcConnection(asyncio.Protocol):
         if kind != frames.SETTINGS or flags & frames.ACK:
             raise FrameError(frames.PROTOCOL_ERROR, "the client's preface must start with SETTINGS")
         self._handshake_done = True
+        self._server.ready(self)
         if self._handshake_timer is not None:
             self._handshake_timer.cancel()
             self._handshake_timer = None
@@ -699,6 +700,13 @@ class GrpcConnection(asyncio.Protocol):
         self._queue(frames.goaway(self._last_stream_id, frames.NO_ERROR))
         self._flush()
         self._close_if_idle()
+
+    def abort(self) -> None:
+        """Drops the connection at once (the server needs its place): no GOAWAY, no linger."""
+        self._broken = True
+        transport = self._transport or self._closing
+        if transport is not None:
+            transport.abort()
 
     def cancel_calls(self) -> None:
         for call in list(self._calls.values()):

@@ -55,6 +55,8 @@ class H2Server:
         self._sockets: list[socket.socket] = []
         self._listeners: list[asyncio.AbstractServer] = []
         self._connections: set[GrpcConnection] = set()
+        # Admitted connections that have not sent their preface yet, oldest first.
+        self._unready: dict[GrpcConnection, None] = {}
         self._terminated: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
 
@@ -186,15 +188,28 @@ class H2Server:
 
     def admit(self, connection: GrpcConnection) -> bool:
         """Registers a new connection; False (and the limit logged) when there are already
-        ``max_connections``."""
+        ``max_connections``.  At the cap, the oldest connection that has not sent its preface
+        yet makes room instead, so silent sockets cannot lock out a client that speaks at once."""
         if len(self._connections) >= self.max_connections:
-            self.trip("max_connections", connection.peer, f"{len(self._connections)} connections open")
-            return False
+            if not self._unready:
+                self.trip("max_connections", connection.peer, f"{len(self._connections)} connections open")
+                return False
+            victim = next(iter(self._unready))
+            self.trip("max_connections", victim.peer, "closed before its preface, to make room for a new one")
+            self._unready.pop(victim)
+            self._connections.discard(victim)
+            victim.abort()
         self._connections.add(connection)
+        self._unready[connection] = None
         return True
+
+    def ready(self, connection: GrpcConnection) -> None:
+        """``connection`` sent its preface and SETTINGS: it no longer makes room for new ones."""
+        self._unready.pop(connection, None)
 
     def connection_closed(self, connection: GrpcConnection) -> None:
         self._connections.discard(connection)
+        self._unready.pop(connection, None)
         self.starved.discard(connection)
         if self.starved and self.buffered_total <= self.limits.max_buffered_bytes_total:
             self.feed_starved()

@@ -10,6 +10,7 @@ Frames must already have passed ``danube.frames.validate``.
 """
 
 from libc.stdint cimport int32_t, int64_t, uint64_t, uint8_t
+from libc.string cimport memcmp
 
 from danube._core.frame cimport (
     BODY_ATTR_COUNT_AT, BODY_KEY_LEN_AT, FRAME_BODY_FIXED_SIZE, FRAME_BODY_LEN_AT, FRAME_HEADER_SIZE,
@@ -228,14 +229,8 @@ def check_frames(const int32_t[::1] prog, const uint8_t[::1] frames):
     return -1, -1
 
 
-cdef inline bint _eq(const uint8_t* a, Py_ssize_t na, const uint8_t[::1] b) noexcept nogil:
-    cdef Py_ssize_t i
-    if na != b.shape[0]:
-        return False
-    for i in range(na):
-        if a[i] != b[i]:
-            return False
-    return True
+cdef inline bint _same(const uint8_t* a, Py_ssize_t na, const uint8_t* b, Py_ssize_t nb) noexcept nogil:
+    return na == nb and (nb == 0 or memcmp(a, b, nb) == 0)
 
 
 def check_schema_attributes(const uint8_t[::1] frames, const uint8_t[::1] id_name, const uint8_t[::1] id_value,
@@ -244,9 +239,16 @@ def check_schema_attributes(const uint8_t[::1] frames, const uint8_t[::1] id_nam
     (a batch that names its schema must tag every message with it), or -1."""
     cdef Py_ssize_t n = frames.shape[0]
     cdef const uint8_t* buf
+    cdef const uint8_t* name
     cdef Py_ssize_t pos = 0, body, p, index = 0
     cdef uint64_t body_len, attr_count, key_len, name_len, value_len, _a
     cdef int found
+    cdef const uint8_t* idn = &id_name[0]
+    cdef const uint8_t* idv = &id_value[0]
+    cdef const uint8_t* vn = &version_name[0]
+    cdef const uint8_t* vv = &version_value[0]
+    cdef Py_ssize_t idn_len = id_name.shape[0], idv_len = id_value.shape[0]
+    cdef Py_ssize_t vn_len = version_name.shape[0], vv_len = version_value.shape[0]
     if n == 0:
         return -1
     buf = &frames[0]
@@ -260,13 +262,14 @@ def check_schema_attributes(const uint8_t[::1] frames, const uint8_t[::1] id_nam
             found = 0
             for _a in range(attr_count):
                 name_len = ld16(buf + p)
-                value_len = ld32(buf + p + 2 + <Py_ssize_t>name_len)
-                if _eq(buf + p + 2, <Py_ssize_t>name_len, id_name):
-                    if not _eq(buf + p + 6 + <Py_ssize_t>name_len, <Py_ssize_t>value_len, id_value):
+                name = buf + p + 2
+                value_len = ld32(name + name_len)
+                if _same(name, <Py_ssize_t>name_len, idn, idn_len):
+                    if not _same(name + name_len + 4, <Py_ssize_t>value_len, idv, idv_len):
                         break
                     found |= 1
-                elif _eq(buf + p + 2, <Py_ssize_t>name_len, version_name):
-                    if not _eq(buf + p + 6 + <Py_ssize_t>name_len, <Py_ssize_t>value_len, version_value):
+                elif _same(name, <Py_ssize_t>name_len, vn, vn_len):
+                    if not _same(name + name_len + 4, <Py_ssize_t>value_len, vv, vv_len):
                         break
                     found |= 2
                 p += 6 + <Py_ssize_t>name_len + <Py_ssize_t>value_len

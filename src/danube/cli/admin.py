@@ -5,6 +5,7 @@
     danube admin topics describe /default/orders
     danube admin topics subscriptions /default/orders
     danube admin brokers list | namespaces list
+    danube admin brokers balance | rebalance --dry-run [--max-moves N] | rebalance-history   (admin_rebalancing.py)
     danube admin schemas register | get | versions | check | delete | compatibility   (admin_schemas.py)
 
 The endpoint defaults to $DANUBE_ADMIN_ENDPOINT, else http://127.0.0.1:50051.
@@ -55,6 +56,9 @@ def register(subparsers) -> None:
     brokers.add_parser("list", help="brokers of the cluster")
     brokers.add_parser("leader-broker", help="the leader broker")
     brokers.add_parser("namespaces", help="namespaces of the cluster")
+    from danube.cli import admin_rebalancing
+
+    admin_rebalancing.add_commands(brokers)  # balance | rebalance | rebalance-history
 
     namespaces = groups.add_parser("namespaces", help="namespace commands").add_subparsers(
         dest="admin_cmd", metavar="COMMAND")
@@ -103,6 +107,10 @@ def run(args) -> int:
                 return admin_schemas.run(args, channel, _emit)
             if group == "security":
                 return admin_security.run(args, channel, lambda data, lines: _emit(args, data, lines))
+            if group == "brokers" and cmd in ("balance", "rebalance", "rebalance-history"):
+                from danube.cli import admin_rebalancing
+
+                return admin_rebalancing.run(args, channel, _emit)
             if group == "topics" and cmd == "unload":
                 topics.UnloadTopic(pb.TopicRequest(name=args.topic), timeout=t)
                 _emit(args, {"topic": args.topic, "unloaded": True}, [f"Topic {args.topic} unloaded"])

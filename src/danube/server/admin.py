@@ -127,11 +127,33 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
     async def ActivateBroker(self, request, context):
         await _unimplemented(context, "ActivateBroker")
 
+    # ------------------------------------------------------------ rebalancing (docs/rebalancing.md)
+    # answered with the broker's Rebalancer, which the cluster layer sets as ``broker.rebalancer``
+
+    async def _rebalancing(self, context, what: str, call):
+        from danube.cluster.rebalancing import admin as rebalancing_admin
+
+        rebalancer = getattr(self.admin.broker, "rebalancer", None)
+        if rebalancer is None:
+            await _unimplemented(context, what)
+        try:
+            return await call(rebalancing_admin, rebalancer)
+        except rebalancing_admin.NotLeaderError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except DanubeError as exc:
+            await abort(context, exc)
+
     async def GetClusterBalance(self, request, context):
-        await _unimplemented(context, "GetClusterBalance")
+        return await self._rebalancing(context, "GetClusterBalance", lambda m, r: m.cluster_balance(r))
 
     async def TriggerRebalance(self, request, context):
-        await _unimplemented(context, "TriggerRebalance")
+        max_moves = request.max_moves if request.HasField("max_moves") else None
+        return await self._rebalancing(context, "TriggerRebalance", lambda m, r: m.rebalance(
+            r, dry_run=request.dry_run, max_moves=max_moves))
+
+    async def GetRebalancingHistory(self, request, context):
+        limit = request.limit if request.HasField("limit") else None
+        return await self._rebalancing(context, "GetRebalancingHistory", lambda m, r: m.history(r, limit=limit))
 
 
 class NamespaceAdmin(pb_grpc.NamespaceAdminServicer):

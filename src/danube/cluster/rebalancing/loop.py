@@ -255,6 +255,20 @@ class Rebalancer:
                            balance, None, plan, time.perf_counter() - started,
                            _history.moves_in_window(records, now))
 
+    async def trigger(self, max_moves: int = 1) -> list[CycleResult]:
+        """TriggerRebalance without ``--dry-run``: up to ``max_moves`` cycles now, whether or not automated
+        rebalancing is enabled, each under the same rules (leader only, rate limit, cooldown); stops at
+        the first cycle that does not move."""
+        results = []
+        for _ in range(max(1, max_moves)):
+            started = time.perf_counter()
+            result = await self._cycle(manual=True)
+            result.duration_s = time.perf_counter() - started
+            results.append(result)
+            if result.status != "moved":
+                break
+        return results
+
     async def run_cycle(self) -> CycleResult:
         started = time.perf_counter()
         result = await self._cycle()
@@ -264,13 +278,13 @@ class Rebalancer:
         self.last_result = result
         return result
 
-    async def _cycle(self) -> CycleResult:
+    async def _cycle(self, *, manual: bool = False) -> CycleResult:
         cfg = self.config
         if not self.is_leader():
             self._plan = []
             self._episode = False
             return CycleResult("skipped", "not leader")
-        if not cfg.enabled:
+        if not cfg.enabled and not manual:
             return CycleResult("skipped", "disabled")
         if self.metrics is not None:
             self.metrics.checks.inc()

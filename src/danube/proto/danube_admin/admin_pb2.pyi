@@ -118,6 +118,12 @@ class RebalanceRequest(_message.Message):
     max_moves: int
     def __init__(self, dry_run: _Optional[bool] = ..., max_moves: _Optional[int] = ...) -> None: ...
 
+class RebalancingHistoryRequest(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+
 class NamespaceResponse(_message.Message):
     __slots__ = ("success",)
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
@@ -305,20 +311,30 @@ class BrokerLoad(_message.Message):
     def __init__(self, broker_id: _Optional[str] = ..., load: _Optional[float] = ..., topic_count: _Optional[int] = ...) -> None: ...
 
 class ClusterBalanceResponse(_message.Message):
-    __slots__ = ("coefficient_of_variation", "mean_load", "max_load", "min_load", "std_deviation", "brokers")
+    __slots__ = ("coefficient_of_variation", "mean_load", "max_load", "min_load", "std_deviation", "brokers", "active_brokers", "cv_threshold", "overloaded", "underloaded", "strategy")
     COEFFICIENT_OF_VARIATION_FIELD_NUMBER: _ClassVar[int]
     MEAN_LOAD_FIELD_NUMBER: _ClassVar[int]
     MAX_LOAD_FIELD_NUMBER: _ClassVar[int]
     MIN_LOAD_FIELD_NUMBER: _ClassVar[int]
     STD_DEVIATION_FIELD_NUMBER: _ClassVar[int]
     BROKERS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_BROKERS_FIELD_NUMBER: _ClassVar[int]
+    CV_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    OVERLOADED_FIELD_NUMBER: _ClassVar[int]
+    UNDERLOADED_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
     coefficient_of_variation: float
     mean_load: float
     max_load: float
     min_load: float
     std_deviation: float
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerLoad]
-    def __init__(self, coefficient_of_variation: _Optional[float] = ..., mean_load: _Optional[float] = ..., max_load: _Optional[float] = ..., min_load: _Optional[float] = ..., std_deviation: _Optional[float] = ..., brokers: _Optional[_Iterable[_Union[BrokerLoad, _Mapping]]] = ...) -> None: ...
+    active_brokers: int
+    cv_threshold: float
+    overloaded: _containers.RepeatedScalarFieldContainer[str]
+    underloaded: _containers.RepeatedScalarFieldContainer[str]
+    strategy: str
+    def __init__(self, coefficient_of_variation: _Optional[float] = ..., mean_load: _Optional[float] = ..., max_load: _Optional[float] = ..., min_load: _Optional[float] = ..., std_deviation: _Optional[float] = ..., brokers: _Optional[_Iterable[_Union[BrokerLoad, _Mapping]]] = ..., active_brokers: _Optional[int] = ..., cv_threshold: _Optional[float] = ..., overloaded: _Optional[_Iterable[str]] = ..., underloaded: _Optional[_Iterable[str]] = ..., strategy: _Optional[str] = ...) -> None: ...
 
 class ProposedMove(_message.Message):
     __slots__ = ("topic_name", "from_broker", "to_broker", "estimated_load")
@@ -333,13 +349,49 @@ class ProposedMove(_message.Message):
     def __init__(self, topic_name: _Optional[str] = ..., from_broker: _Optional[str] = ..., to_broker: _Optional[str] = ..., estimated_load: _Optional[float] = ...) -> None: ...
 
 class RebalanceResponse(_message.Message):
-    __slots__ = ("success", "moves_executed", "proposed_moves", "message")
+    __slots__ = ("success", "moves_executed", "proposed_moves", "message", "cv_before", "cv_after_estimated")
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     MOVES_EXECUTED_FIELD_NUMBER: _ClassVar[int]
     PROPOSED_MOVES_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CV_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    CV_AFTER_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
     success: bool
     moves_executed: int
     proposed_moves: _containers.RepeatedCompositeFieldContainer[ProposedMove]
     message: str
-    def __init__(self, success: _Optional[bool] = ..., moves_executed: _Optional[int] = ..., proposed_moves: _Optional[_Iterable[_Union[ProposedMove, _Mapping]]] = ..., message: _Optional[str] = ...) -> None: ...
+    cv_before: float
+    cv_after_estimated: float
+    def __init__(self, success: _Optional[bool] = ..., moves_executed: _Optional[int] = ..., proposed_moves: _Optional[_Iterable[_Union[ProposedMove, _Mapping]]] = ..., message: _Optional[str] = ..., cv_before: _Optional[float] = ..., cv_after_estimated: _Optional[float] = ...) -> None: ...
+
+class RebalancingMove(_message.Message):
+    __slots__ = ("topic_name", "from_broker", "to_broker", "reason", "estimated_load", "timestamp", "planned_to_broker", "cv_before", "cv_after_estimated", "strategy", "outcome")
+    TOPIC_NAME_FIELD_NUMBER: _ClassVar[int]
+    FROM_BROKER_FIELD_NUMBER: _ClassVar[int]
+    TO_BROKER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_LOAD_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_TO_BROKER_FIELD_NUMBER: _ClassVar[int]
+    CV_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    CV_AFTER_ESTIMATED_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    topic_name: str
+    from_broker: str
+    to_broker: str
+    reason: str
+    estimated_load: float
+    timestamp: float
+    planned_to_broker: str
+    cv_before: float
+    cv_after_estimated: float
+    strategy: str
+    outcome: str
+    def __init__(self, topic_name: _Optional[str] = ..., from_broker: _Optional[str] = ..., to_broker: _Optional[str] = ..., reason: _Optional[str] = ..., estimated_load: _Optional[float] = ..., timestamp: _Optional[float] = ..., planned_to_broker: _Optional[str] = ..., cv_before: _Optional[float] = ..., cv_after_estimated: _Optional[float] = ..., strategy: _Optional[str] = ..., outcome: _Optional[str] = ...) -> None: ...
+
+class RebalancingHistoryResponse(_message.Message):
+    __slots__ = ("moves",)
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    moves: _containers.RepeatedCompositeFieldContainer[RebalancingMove]
+    def __init__(self, moves: _Optional[_Iterable[_Union[RebalancingMove, _Mapping]]] = ...) -> None: ...

@@ -69,6 +69,11 @@ class BrokerAdminStub:
                 request_serializer=danube__admin_dot_admin__pb2.RebalanceRequest.SerializeToString,
                 response_deserializer=danube__admin_dot_admin__pb2.RebalanceResponse.FromString,
                 _registered_method=True)
+        self.GetRebalancingHistory = channel.unary_unary(
+                '/danube_admin.BrokerAdmin/GetRebalancingHistory',
+                request_serializer=danube__admin_dot_admin__pb2.RebalancingHistoryRequest.SerializeToString,
+                response_deserializer=danube__admin_dot_admin__pb2.RebalancingHistoryResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -116,6 +121,13 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRebalancingHistory(self, request, context):
+        """This project's: the leader's rebalancing history (/cluster/rebalancing_history/), newest last.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +165,11 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.TriggerRebalance,
                     request_deserializer=danube__admin_dot_admin__pb2.RebalanceRequest.FromString,
                     response_serializer=danube__admin_dot_admin__pb2.RebalanceResponse.SerializeToString,
+            ),
+            'GetRebalancingHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRebalancingHistory,
+                    request_deserializer=danube__admin_dot_admin__pb2.RebalancingHistoryRequest.FromString,
+                    response_serializer=danube__admin_dot_admin__pb2.RebalancingHistoryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -344,6 +361,33 @@ class BrokerAdmin:
             '/danube_admin.BrokerAdmin/TriggerRebalance',
             danube__admin_dot_admin__pb2.RebalanceRequest.SerializeToString,
             danube__admin_dot_admin__pb2.RebalanceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRebalancingHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube_admin.BrokerAdmin/GetRebalancingHistory',
+            danube__admin_dot_admin__pb2.RebalancingHistoryRequest.SerializeToString,
+            danube__admin_dot_admin__pb2.RebalancingHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -77,6 +77,9 @@ def test_schema_admin_produce_consume(broker, tmp_path):
             "--timeout", "10", "--print")
     assert r.returncode == 0, r.stderr
     assert [json.loads(line) for line in r.stdout.splitlines()] == [{"id": 7, "name": "ann"}] * 3
+    # the batch-lane producer's subject went to the topic (as Danube's CreateProducer with schema_ref)
+    cfg = json.loads(admin(broker, "--output", "json", "schemas", "topic-config", topic).stdout)
+    assert (cfg["schema_subject"], cfg["validation_policy"]) == ("cli-users", "none")
 
     r = admin(broker, "schemas", "configure-topic", topic, "--subject", "cli-users", "--policy", "enforce",
               "--payload-validation")

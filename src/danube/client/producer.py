@@ -273,6 +273,7 @@ class _PartitionProducer:
             producer_name=self.owner.name,
             access_mode=_ACCESS_MODES[self.owner.access_mode],
             reliable=self.owner.reliable,
+            schema_subject=self.owner.schema_ref[0] if self.owner.schema_ref else "",
         )
         answer = await conn.batch_lane.CreateProducer(spec, timeout=10)
         self.producer_id = answer.producer_id

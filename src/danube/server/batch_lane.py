@@ -77,6 +77,8 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             raise InvalidArgumentError(f"unknown producer access mode {spec.access_mode}")
         if not spec.producer_name:
             raise InvalidArgumentError("producer_name must not be empty")
+        if spec.schema_subject and self._schema is not None:   # as Danube's CreateProducer with schema_ref
+            await self._schema.on_create_producer(spec.topic, spec.schema_subject)
         return await self._broker.create_producer(
             spec.topic, spec.producer_name,
             access_mode=_ACCESS_MODES[spec.access_mode], reliable=spec.reliable,

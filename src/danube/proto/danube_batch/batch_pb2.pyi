@@ -36,16 +36,18 @@ class BatchStatus(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., retriable: _Optional[bool] = ...) -> None: ...
 
 class ProducerSpec(_message.Message):
-    __slots__ = ("topic", "producer_name", "access_mode", "reliable")
+    __slots__ = ("topic", "producer_name", "access_mode", "reliable", "schema_subject")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
     ACCESS_MODE_FIELD_NUMBER: _ClassVar[int]
     RELIABLE_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_SUBJECT_FIELD_NUMBER: _ClassVar[int]
     topic: str
     producer_name: str
     access_mode: AccessMode
     reliable: bool
-    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., access_mode: _Optional[_Union[AccessMode, str]] = ..., reliable: _Optional[bool] = ...) -> None: ...
+    schema_subject: str
+    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., access_mode: _Optional[_Union[AccessMode, str]] = ..., reliable: _Optional[bool] = ..., schema_subject: _Optional[str] = ...) -> None: ...
 
 class PublishRequest(_message.Message):
     __slots__ = ("sequence", "producer_id", "create", "frames", "partitioning_version", "schema_id", "schema_version")

@@ -11,6 +11,7 @@ from .config import PRESETS, RebalancingConfig
 from .history import MoveRecord, RebalancingHistory
 from .loop import (
     Clock,
+    ClusterSource,
     CycleResult,
     LoadReportSource,
     MetadataMoveExecutor,
@@ -18,13 +19,14 @@ from .loop import (
     Rebalancer,
     StoreLoadReports,
     SystemClock,
+    ViewLoadReports,
 )
 from .metrics import RebalancingMetrics
 from .planner import PlannedMove, greedy_plan, plan_moves, seed_greedy_move
 
 __all__ = [
     "ClusterBalance", "ClusterState", "build_state", "compute_balance", "PRESETS", "RebalancingConfig",
-    "MoveRecord", "RebalancingHistory", "Clock", "CycleResult", "LoadReportSource", "MetadataMoveExecutor",
+    "MoveRecord", "RebalancingHistory", "Clock", "ClusterSource", "CycleResult", "ViewLoadReports", "LoadReportSource", "MetadataMoveExecutor",
     "MoveExecutor", "Rebalancer", "StoreLoadReports", "SystemClock", "RebalancingMetrics", "PlannedMove",
     "greedy_plan", "plan_moves", "seed_greedy_move",
 ]

@@ -86,9 +86,34 @@ class StoreLoadReports:
 
 
 class MoveExecutor(Protocol):
-    async def move(self, topic: str, from_broker: str, to_broker: str) -> None:
+    async def move(self, topic: str, from_broker: str, to_broker: str) -> int | None:
         """Start moving ``topic``: unassigned marker with the ``to_broker`` hint, source assignment deleted.
-        Raises when nothing was changed."""
+        Raises when nothing was changed; may return the store revision of the change."""
+
+
+class ClusterSource(Protocol):
+    """An in-memory view of ``/cluster/`` (``danube.cluster.view.ClusterView`` fits): what a cycle reads
+    instead of the store when given."""
+
+    registered: Mapping[str, Any]             # broker id → registration
+    broker_states: Mapping[str, str]          # broker id → active | draining | drained
+    broker_topics: Mapping[str, set]          # broker id → topics assigned
+    assignments: Mapping[str, str]            # topic → broker id
+    unassigned: Mapping[str, Any]             # topic → marker
+    loads: Mapping[str, Any]                  # broker id → latest LoadReport
+    revision: int
+
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float) -> Any: ...
+
+
+class ViewLoadReports:
+    """The latest reports as a :class:`ClusterSource` holds them."""
+
+    def __init__(self, view: ClusterSource) -> None:
+        self.view = view
+
+    async def latest_reports(self) -> dict[str, Any]:
+        return dict(self.view.loads)
 
 
 class MoveRejectedError(DanubeError):
@@ -112,7 +137,7 @@ class MetadataMoveExecutor:
         self.clock = clock or SystemClock()
         self.guard = guard
 
-    async def move(self, topic: str, from_broker: str, to_broker: str) -> None:
+    async def move(self, topic: str, from_broker: str, to_broker: str) -> int:
         marker = {"reason": "rebalance", "from_broker": from_broker, "to_broker": to_broker,
                   "timestamp": int(self.clock.now())}
         source = keys.broker_topic(from_broker, topic)
@@ -121,6 +146,7 @@ class MetadataMoveExecutor:
         if not result.succeeded:
             raise MoveRejectedError(f"move of {topic} from {from_broker} rejected: not the leader any more, "
                                     f"or {from_broker} no longer owns it")
+        return result.revision
 
 
 @dataclass
@@ -167,11 +193,12 @@ class Rebalancer:
                  guard: Callable[[], Sequence[Compare]] | None = None,
                  metrics: RebalancingMetrics | None = None,
                  created_at: Callable[[str], float | None] | None = None,
-                 reassignment_timeout_s: float = 30.0) -> None:
+                 reassignment_timeout_s: float = 30.0, view: ClusterSource | None = None) -> None:
         self.store = store
         self.config = config
         self.clock = clock or SystemClock()
-        self.reports = reports or StoreLoadReports(store)
+        self.view = view
+        self.reports = reports or (ViewLoadReports(view) if view is not None else StoreLoadReports(store))
         self.guard = guard
         self.executor = executor or MetadataMoveExecutor(store, self.clock, guard)
         self.is_leader = is_leader
@@ -198,17 +225,22 @@ class Rebalancer:
 
     async def observe(self) -> Observation:
         now = self.clock.now()
-        registered = {kv.key[len(keys.cluster_register_prefix()):]
-                      for kv in await self.store.get_prefix(keys.cluster_register_prefix())}
         states: dict[str, str] = {}
         assignments: dict[str, set[str]] = {}
-        prefix = keys.cluster_brokers_prefix()
-        for kv in await self.store.get_prefix(prefix):
-            parts = kv.key[len(prefix):].split("/")
-            if len(parts) == 2 and parts[1] == "state":
-                states[parts[0]] = _state_name(kv.value)
-            elif len(parts) == 3:
-                assignments.setdefault(parts[0], set()).add(f"/{parts[1]}/{parts[2]}")
+        if self.view is not None:
+            registered = set(self.view.registered)
+            states = {b: str(v).strip().lower() for b, v in self.view.broker_states.items()}
+            assignments = {b: set(ts) for b, ts in self.view.broker_topics.items()}
+        else:
+            registered = {kv.key[len(keys.cluster_register_prefix()):]
+                          for kv in await self.store.get_prefix(keys.cluster_register_prefix())}
+            prefix = keys.cluster_brokers_prefix()
+            for kv in await self.store.get_prefix(prefix):
+                parts = kv.key[len(prefix):].split("/")
+                if len(parts) == 2 and parts[1] == "state":
+                    states[parts[0]] = _state_name(kv.value)
+                elif len(parts) == 3:
+                    assignments.setdefault(parts[0], set()).add(f"/{parts[1]}/{parts[2]}")
         active = sorted(b for b in registered if b and states.get(b, "active") == "active")
         for topics in assignments.values():
             for topic in topics:
@@ -347,7 +379,7 @@ class Rebalancer:
         log.info("rebalancing: moving %s from %s to %s (estimated load %.3f, CV %.3f → %.3f)", move.topic,
                  move.from_broker, move.to_broker, move.estimated_load, move.cv_before, move.cv_after)
         try:
-            await self.executor.move(move.topic, move.from_broker, move.to_broker)
+            revision = await self.executor.move(move.topic, move.from_broker, move.to_broker)
         except Exception as exc:  # a failed move is counted and retried at a later cycle
             log.warning("rebalancing: move of %s from %s to %s failed: %s", move.topic, move.from_broker,
                         move.to_broker, exc)
@@ -359,8 +391,11 @@ class Rebalancer:
             self.metrics.assignment(move.from_broker, "unassign")
         if self._plan and self._plan[0] is move:
             self._plan.pop(0)
-        landed = await self._wait_assigned(move.topic, [move.to_broker, *(b for b in obs.active
-                                                                          if b != move.to_broker)])
+        if self.view is not None:
+            landed = await self._wait_in_view(move.topic, move.from_broker, revision)
+        else:
+            landed = await self._wait_assigned(move.topic, [move.to_broker, *(b for b in obs.active
+                                                                              if b != move.to_broker)])
         outcome = "moved"
         if landed is None:
             outcome = "timeout"
@@ -384,6 +419,26 @@ class Rebalancer:
         return CycleResult("moved" if landed is not None else "failed",
                            "" if landed is not None else "reassignment timed out", balance, record,
                            list(self._plan), moves_last_hour=done + 1)
+
+    async def _wait_in_view(self, topic: str, source: str, revision: int | None) -> str | None:
+        """With a ClusterSource: once the view has seen the move (its revision), the new owner."""
+        view = self.view
+        assert view is not None
+
+        def landed() -> str | None:
+            if isinstance(revision, int) and view.revision < revision:
+                return None
+            owner = view.assignments.get(topic)
+            if owner is None or topic in view.unassigned:
+                return None
+            if not isinstance(revision, int) and owner == source:
+                return None  # the view may not have seen the source's deletion yet
+            return owner
+
+        try:
+            return await view.wait_for(landed, max(self.reassignment_timeout_s, 0.0))
+        except (TimeoutError, asyncio.TimeoutError):
+            return None
 
     async def _wait_assigned(self, topic: str, brokers: Sequence[str]) -> str | None:
         """The broker that holds ``topic`` again (None after ``reassignment_timeout_s``)."""

@@ -13,7 +13,7 @@ from danube.cluster.rebalancing.history import MoveRecord, RebalancingHistory
 from danube.cluster.rebalancing.metrics import METRIC_NAMES
 from danube.metadata import keys
 from danube.metadata.embedded import EmbeddedMetadataStore
-from danube.metadata.store import Compare
+from danube.metadata.store import Compare, Op
 
 T0 = 1_700_000_000.0
 
@@ -245,3 +245,37 @@ async def test_dry_run_proposes_a_plan_without_writing(cluster):
     assert await RebalancingHistory(cluster).records() == []
     assert len(await cluster.get_prefix(f"{keys.cluster_brokers_prefix()}a/")) == 30
     assert len((await reb.dry_run(max_moves=2)).plan) == 2
+
+
+async def test_with_the_cluster_view_and_reports_in_the_store(cluster):
+    """The leader's wiring: ClusterView (one watch on /cluster/) as the source, reports at /cluster/load/{id}."""
+    import asyncio
+
+    from danube.cluster.view import ClusterView
+
+    clock = Clock()
+    await setup(cluster, {"a": 8, "b": 0}, states={"b": "active"})
+    source = Reports(cluster, clock)
+    await source.refresh()
+    for broker, report in source.reports.items():
+        await cluster.put(keys.load_report(broker), report.to_json())
+    view = ClusterView(cluster)
+    await view.start()
+    try:
+        cfg = RebalancingConfig.from_section({"enabled": True, "min_topic_age_seconds": 0}, strategy="fair")
+        reb = Rebalancer(cluster, cfg, clock=clock, view=view, reassignment_timeout_s=5.0)
+
+        async def load_manager():
+            await view.wait_for(lambda: view.unassigned, 5.0)
+            [(topic, (marker, _rev))] = view.unassigned.items()
+            await cluster.txn([], [Op.put(keys.broker_topic(marker["to_broker"], topic), b"null"),
+                                   Op.delete(keys.unassigned(topic))])
+
+        task = asyncio.create_task(load_manager())
+        result = await reb.run_cycle()
+        await task
+        assert result.status == "moved" and result.move.to_broker == "b" and result.move.outcome == "moved"
+        assert view.assignments[result.move.topic] == "b"
+        assert result.balance.active_brokers == 2
+    finally:
+        await view.stop()

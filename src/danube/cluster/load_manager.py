@@ -10,9 +10,9 @@ Workflow (Danube's, ``shared/seeds/danube-load-manager.txt``):
    (``fair`` | ``balanced`` | ``weighted_load``), using each broker's latest
    LoadReport for resources and its *current assignments* for its topics, so the
    ranking already counts topics placed since that report;
-3. a ``to_broker`` hint wins when that broker is active; ``from_broker`` is never
-   chosen; otherwise the choice rotates round robin among the brokers whose score
-   is within 10% of the lowest;
+3. a ``to_broker`` hint wins when that broker is active; ``from_broker`` is not
+   chosen unless it is the only active broker; otherwise the choice rotates round
+   robin among the brokers whose score is within 10% of the lowest;
 4. the assignment ``/cluster/brokers/{id}/{ns}/{topic}`` is written and the marker
    deleted in one transaction that also checks the marker is unchanged (its
    mod_revision) and that this broker is still the leader (``LeaderElection.guard``);
@@ -160,6 +160,10 @@ class LoadManager:
             ranked = scoring.rankings(self.strategy, reports.values())
             exclude = [marker["from_broker"]] if marker.get("from_broker") else []
             broker = self.select(ranked, exclude=exclude, hint=marker.get("to_broker"))
+            if broker is None and exclude:
+                # the broker it moves away from is the only one left (a single-broker cluster, or it
+                # left and came back): better there than nowhere
+                broker = self.select(ranked, hint=marker.get("to_broker"))
             if broker is None:
                 log.warning("no eligible broker for %s (active: %s, excluded: %s)", topic,
                             ", ".join(reports) or "none", ", ".join(map(str, exclude)) or "none")

@@ -59,6 +59,7 @@ class BrokerApp:
         self.schema_gate = None
         self.bound: dict[str, int] = {}
         self.cluster = None  # danube.cluster.node.ClusterNode in cluster mode
+        self.load_reporter = None  # danube.cluster.load_report.LoadReporter of a standalone broker
 
     async def start(self) -> None:
         from danube.storage.config import StorageConfig
@@ -73,11 +74,10 @@ class BrokerApp:
         self.broker = BrokerService(
             self.metadata, factory, broker_url=cfg.broker_url, broker_id=cfg.broker_id,
             policies=cfg.policies, failure_policy=cfg.failure_policy, dispatch=cfg.dispatch,
-            metrics=self.metrics,
-            # in cluster mode the node reports load into etcd for the leader instead
-            load_report_interval_s=0.0 if cfg.cluster else cfg.load_report_interval_seconds)
+            metrics=self.metrics)
         self.metrics.attach(self.broker)
         await self.broker.start()
+        self._start_load_reporter(cfg)
 
         # Security (docs/security.md): TLS on both ports, and with JWT or mTLS the guard in front of
         # every handler registered on the client port (and the admin port's interceptor).
@@ -123,6 +123,18 @@ class BrokerApp:
         # imported); docs/benchmarks.md measures the choice, so the log says which one ran.
         log.info("grpc %s, GRPC_EXPERIMENTS=%s; %s", grpc.__version__,
                  os.environ.get("GRPC_EXPERIMENTS") or "(grpc's defaults)", _allocator.described())
+
+    def _start_load_reporter(self, cfg: BrokerConfig) -> None:
+        """LoadReports of this broker to /system/load_reports (docs/load-reports.md); in cluster mode
+        the node reports load into etcd for the leader instead (``_join_cluster``)."""
+        interval = cfg.load_report_interval_seconds
+        if cfg.cluster or not interval or interval <= 0:
+            return
+        from danube.cluster.load_report import LoadReporter
+
+        self.load_reporter = LoadReporter(self.broker, interval)
+        self.load_reporter.start()
+        log.info("load reports every %g s to %s", interval, self.load_reporter.topic)
 
     @staticmethod
     def _metadata_store(cfg: BrokerConfig):
@@ -180,6 +192,10 @@ class BrokerApp:
         servers = [s for s in (self.server, self.admin_server) if s is not None]
         grace = max(0.1, deadline - loop.time())
         await asyncio.gather(*(s.stop(grace) for s in servers), return_exceptions=True)
+        if self.cluster is not None:
+            await self.cluster.leave()  # every served topic sealed and handed to the leader first
+        if self.load_reporter is not None:
+            await self.load_reporter.stop()  # its last report, if one is being written, is cancelled
         if self.broker is not None:
             await self.broker.stop()
         if self.cluster is not None:

@@ -194,6 +194,18 @@ def test_admin_unload_moves_a_topic_and_offsets_continue(tmp_path):
         assert s["assignments"][topic] != source.broker_id and not s["unassigned"]
         _send(new_owner, topic, [b"m3"])
         assert _receive(new_owner, topic, 1) == [(3, b"m3")]  # resumes at last + 1, cursor kept
+        # a graceful stop (SIGTERM) hands the topic over sealed: offsets go on at the next owner
+        leaving = next(p for p in cluster.procs if p.url == new_owner)
+        assert leaving.stop() == 0
+        assert "handed 1 topic(s) over" in leaving.log()
+
+        def moved_again():
+            answers = asyncio.run(owners_seen_by_each_broker(cluster, [topic]))[topic]
+            return answers if len(set(answers)) == 1 and answers[0] != new_owner else None
+
+        third_owner = wait_until(moved_again, 20, "topic handed over at shutdown")[0]
+        _send(third_owner, topic, [b"m4"])
+        assert _receive(third_owner, topic, 1) == [(4, b"m4")]
 
 
 def test_a_broker_that_cannot_renew_its_lease_stops_publishes_before_it_expires(tmp_path):

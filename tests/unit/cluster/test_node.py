@@ -84,9 +84,27 @@ async def test_unload_seals_and_hands_the_topic_to_the_leader(node):
     await broker.publish(pid, batch(["a", "b"], pid))
     assert await broker.unload_topic("/default/m") == 1  # sealed at the last offset
     assert "/default/m" not in broker.topics
-    assert await store.get(keys.broker_topic("b1", "/default/m")) is None
-    marker = json.loads((await store.get(keys.unassigned("/default/m"))).value)
-    assert marker == {"reason": "unload", "from_broker": "b1"}  # the only broker is excluded: it waits
+    # the only broker: the leader gives it back (excluding it would leave the topic nowhere)
+    await node.view.wait_for(lambda: node.view.owner("/default/m") == "b1", 5)
+    assert await store.get(keys.unassigned("/default/m")) is None
+    pid = await broker.create_producer("/default/m", "p", reliable=True)
+    assert await broker.publish(pid, batch(["c"], pid)) == (2, 2)  # resumed at last + 1
+
+
+async def test_leave_hands_every_served_topic_over(node):
+    store, broker = node.store, node.broker
+    for name in ("/default/l1", "/default/l2"):
+        await broker.lookup(name)
+        pid = await broker.create_producer(name, "p", reliable=True)
+        await broker.publish(pid, batch(["a"], pid))
+    await node.load_manager.stop()  # nobody places them again: look at the markers
+    assert await node.leave() == 2
+    assert not [t for t in broker.topics if not t.startswith("/system/")]
+    for name in ("/default/l1", "/default/l2"):
+        marker = json.loads((await store.get(keys.unassigned(name))).value)
+        assert marker == {"reason": "unload", "from_broker": "b1"}
+        state = await store.get_json(keys.storage_state("", name))
+        assert state["sealed"] and state["last_committed_offset"] == 0 and state["broker_id"] == "b1"
 
 
 async def test_load_reports_go_to_etcd_under_the_lease(node):

@@ -5,8 +5,9 @@ Rebalancer on an in-memory EmbeddedMetadataStore (10,000 assignment keys, regist
 synthetic LoadReports (balanced strategy), skewed placement so every cycle plans and moves.  Timed (wall clock, and the process's CPU time,
 which a busy shared machine inflates less): ``run_cycle`` end to end (read the cluster from the store, reconcile, balance, history, plan, guarded
 move transaction, wait for the reassignment, history record); reports are refreshed between cycles (not
-timed), so every cycle re-plans (the worst case).  Also timed: ``dry_run`` (plan only) and a cycle on a
-balanced cluster.
+timed), so every cycle re-plans (the worst case).  Also timed: the same cycle reading the cluster from
+an in-memory ClusterView (the leader's wiring) instead of the store, ``dry_run`` (plan only) and a cycle
+on a balanced cluster.
 
 Part 2 — the add-brokers scenario (3 brokers × 100 topics, 2 join) against the seed's rate limits
 (aggressive: 20 moves/h, check every 120 s), planner vs the seed's greedy step, same run: moves and
@@ -94,6 +95,24 @@ async def cycle_benchmark(topics: int, brokers: int, cycles: int) -> dict:
             t = time.perf_counter()
             plan = await reb.dry_run()
             dry.append(time.perf_counter() - t)
+        # the leader's wiring: the in-memory ClusterView instead of reading the store every cycle
+        from danube.cluster.view import ClusterView
+
+        view = ClusterView(store)
+        await view.start()
+        try:
+            fast = Rebalancer(store, cfg, clock=clock, reports=cluster, view=view, reassignment_timeout_s=5.0)
+            fast.executor = SimMoveExecutor(cluster, MetadataMoveExecutor(store, clock))
+            with_view, view_statuses = [], {}
+            for _ in range(cycles):
+                clock.advance(180.0)
+                cluster.refresh_reports()
+                t = time.perf_counter()
+                result = await fast.run_cycle()
+                with_view.append(time.perf_counter() - t)
+                view_statuses[result.status] = view_statuses.get(result.status, 0) + 1
+        finally:
+            await view.stop()
         balance = await reb.cluster_balance()
         # a balanced cluster: the same size, placement by the simulator's round-robin
         relaxed = RebalancingConfig.from_section({"enabled": True, "cv_threshold": 10.0})
@@ -104,7 +123,8 @@ async def cycle_benchmark(topics: int, brokers: int, cycles: int) -> dict:
             await calm.run_cycle()
             idle.append(time.perf_counter() - t)
         return {"topics": topics, "brokers": brokers, "cycle_with_move": _stats(moving),
-                "cycle_with_move_cpu": _stats(moving_cpu),
+                "cycle_with_move_cpu": _stats(moving_cpu), "cycle_with_move_view": _stats(with_view),
+                "view_statuses": view_statuses,
                 "dry_run_plan": _stats(dry), "cycle_balanced": _stats(idle), "statuses": statuses,
                 "plan_length": len(plan.plan), "cv_after": balance.cv}
     finally:
@@ -140,11 +160,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     c = result["cycle"]
     print(f"cycle, {c['topics']} topics on {c['brokers']} brokers (target <= 100 ms):")
-    for name in ("cycle_with_move", "cycle_with_move_cpu", "dry_run_plan", "cycle_balanced"):
+    for name in ("cycle_with_move", "cycle_with_move_cpu", "cycle_with_move_view", "dry_run_plan",
+                 "cycle_balanced"):
         s = c[name]
         print(f"  {name:19s} median {s['median_ms']:6.1f} ms  p90 {s['p90_ms']:6.1f} ms  max {s['max_ms']:6.1f} ms"
               f"  (n={s['n']})")
-    print(f"  statuses {c['statuses']}, dry-run plan of {c['plan_length']} moves")
+    print(f"  statuses {c['statuses']} (with the view: {c['view_statuses']}), dry-run plan of "
+          f"{c['plan_length']} moves")
     v = result["convergence"]
     print(f"add-brokers convergence ({v['rate_limit']}, CV threshold {v['threshold']}):")
     for planner in ("plan", "greedy"):

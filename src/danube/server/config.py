@@ -85,6 +85,9 @@ class BrokerConfig:
     cluster_name: str = "danube"
     lease_ttl_seconds: int = 10           # the broker's etcd lease; it is fenced after 2/3 of it
     assignment_strategy: str = "fair"     # load_manager.assignment_strategy: fair | balanced | weighted_load
+    # load_manager.rebalancing: a danube.cluster.rebalancing.RebalancingConfig, checked at load
+    # (docs/rebalancing.md); None when the file has no such block (the defaults: disabled)
+    rebalancing: Any = None
     # The native server's HTTP/2 limits (YAML section ``http2:``): H2Limits field names -> values,
     # the rest keep their defaults (docs/broker.md, "The gRPC server on the client port").
     http2_limits: Mapping[str, Any] = field(default_factory=dict)
@@ -230,6 +233,11 @@ class BrokerConfig:
         load_manager = dict(load_manager)
         if "assignment_strategy" in load_manager:
             kw["assignment_strategy"] = str(load_manager.pop("assignment_strategy"))
+        if "rebalancing" in load_manager:
+            from danube.cluster.rebalancing.config import RebalancingConfig
+
+            kw["rebalancing"] = RebalancingConfig.from_section(
+                load_manager.pop("rebalancing"), strategy=kw.get("assignment_strategy", cls.assignment_strategy))
         if "cluster_name" in data:
             kw["cluster_name"] = str(data.pop("cluster_name"))
         meta_store = data.pop("meta_store", None)

@@ -62,3 +62,16 @@ def test_from_yaml(tmp_path):
     c = RebalancingConfig.from_yaml(str(path))
     assert c.enabled and c.cv_threshold == 0.40 and c.strategy == "weighted_load"
     assert c.blacklist_topics == ("/system/*",)
+
+
+def test_the_broker_config_checks_the_block_at_load(tmp_path):
+    from danube.server.config import BrokerConfig
+
+    assert BrokerConfig().rebalancing is None
+    c = BrokerConfig.from_dict({"load_manager": {"assignment_strategy": "balanced", "rebalancing": {
+        "enabled": True, "aggressiveness": "aggressive", "blacklist_topics": ["/system/*"]}}})
+    assert isinstance(c.rebalancing, RebalancingConfig)
+    assert c.rebalancing.enabled and c.rebalancing.cv_threshold == 0.20 and c.rebalancing.strategy == "balanced"
+    assert BrokerConfig.from_dict({"load_manager": {"rebalancing": {}}}).rebalancing.strategy == "fair"
+    with pytest.raises(InvalidArgumentError, match="load_manager.rebalancing: unknown key"):
+        BrokerConfig.from_dict({"load_manager": {"rebalancing": {"enable": True}}})

@@ -70,8 +70,9 @@ class MoveRecord:
 # ---------------------------------------------------------------- pure rules over a list of records
 
 def moves_in_window(records: Iterable[MoveRecord], now: float, window: float = RATE_WINDOW_SECONDS) -> int:
-    """Records in the half-open window (now − window, now]."""
-    return sum(1 for r in records if now - window < r.timestamp <= now)
+    """Records newer than now − window (a record "from the future", written by a leader whose clock
+    is ahead of this one's, counts too)."""
+    return sum(1 for r in records if now - window < r.timestamp)
 
 
 def remaining_budget(records: Iterable[MoveRecord], now: float, max_moves_per_hour: int) -> int:

@@ -279,3 +279,10 @@ async def test_with_the_cluster_view_and_reports_in_the_store(cluster):
         assert result.balance.active_brokers == 2
     finally:
         await view.stop()
+
+
+def test_a_record_from_a_leader_whose_clock_is_ahead_counts_toward_the_limit():
+    from danube.cluster.rebalancing.history import in_cooldown, moves_in_window
+
+    records = [MoveRecord("/d/t", "a", "b", T0 + 30)]
+    assert moves_in_window(records, T0) == 1 and in_cooldown(records, T0, 10)

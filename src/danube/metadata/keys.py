@@ -282,3 +282,41 @@ def unassigned_prefix() -> str:
     """Every unassigned marker (``unassigned``)."""
     return "/cluster/unassigned/"
 
+
+
+# ---------------------------------------------------------------- scalable topics (docs/scalable-topics.md)
+# The seed's (PIP-468) layout: the topic's key holds the ScalableTopicMetadata JSON, with the
+# controller lock, the subscriptions and their consumer sessions under it.  ``operation`` is
+# danube's addition: the split/merge in progress, so a new controller leader can finish it.
+
+def scalable_topic(topic: str) -> str:
+    return topic_root(topic)
+
+
+def scalable_controller(topic: str) -> str:
+    return f"{topic_root(topic)}/controller"
+
+
+def scalable_operation(topic: str) -> str:
+    return f"{topic_root(topic)}/operation"
+
+
+def scalable_subscriptions(topic: str) -> str:
+    return f"{topic_root(topic)}/subscriptions/"
+
+
+def scalable_subscription(topic: str, sub: str) -> str:
+    return f"{topic_root(topic)}/subscriptions/{check_name('subscription', sub)}"
+
+
+def scalable_consumers(topic: str, sub: str) -> str:
+    return f"{scalable_subscription(topic, sub)}/consumers/"
+
+
+def scalable_consumer(topic: str, sub: str, consumer_name: str) -> str:
+    return f"{scalable_subscription(topic, sub)}/consumers/{check_name('consumer', consumer_name)}"
+
+
+def scalable_namespace_prefix(ns: str) -> str:
+    """Every topic key of namespace ``ns`` (scalable topic keys are the ones holding a layout)."""
+    return f"/topics/{check_namespace(ns)}/"

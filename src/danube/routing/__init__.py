@@ -1,0 +1,1 @@
+"""Routing layer: partitioned topics, live repartition, scalable topics."""

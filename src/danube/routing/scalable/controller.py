@@ -1,0 +1,458 @@
+"""The per-topic scalable topic controller (the seed's ``ScalableTopicController``).
+
+One leader per scalable topic, elected in the metadata store: a transaction "if
+``/topics/{ns}/{topic}/controller`` does not exist, put my broker URL there under my lease".
+The key disappears with the lease; every candidate watches it and campaigns again.  Every
+write the leader makes carries :meth:`guard` (the key still holds this URL under this lease),
+so a deposed leader's late writes fail.
+
+Split and merge follow the seed's order, with an operation record so a crash at any step is
+finished or undone by the next leader:
+
+0. record the operation (``/operation``: parents, children, target layout, step ``create``);
+1. discover the parents' subscriptions (segment topics ∪ the subscription records);
+2. create the child segment topics with a cursor at Earliest for every subscription;
+   then mark the record ``terminate`` — the point of no return;
+3. terminate (seal) the parents, one after the other;
+4. compare-and-swap the layout to the target, deleting the record in the same transaction;
+5. notify the subscription coordinators (rebalance and push assignments).
+
+Recovery by a new leader: a record at step ``create`` is rolled back (children deleted, the
+layout never changed, the parents were never sealed); a record at step ``terminate`` is rolled
+forward (steps 1-5 again; each is idempotent); a record whose ``fromEpoch`` is no longer the
+layout's epoch is stale and dropped.
+
+Segment topics are touched only through :class:`SegmentOps` (the seed's Segments admin API),
+so the controller does not need to own any segment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, Awaitable, Callable, Protocol, Sequence
+
+from danube._tasks import cancel_and_wait
+from danube.errors import DanubeError, InvalidArgumentError, MetadataError
+from danube.metadata import keys
+from danube.metadata.store import Compare, Op, dump_json
+from danube.routing.scalable.layout import LayoutError, SegmentLayout, segment_topic_name
+from danube.routing.scalable.sessions import (
+    ConsumerAssignment,
+    ConsumerSession,
+    Listener,
+    SubscriptionCoordinator,
+)
+from danube.routing.scalable.store import ScalableTopicStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GRACE_SECONDS = 30.0
+
+
+class NotLeaderError(DanubeError):
+    """This broker's controller is not the topic's leader; ``leader_url`` is the one (may be empty)."""
+
+    retriable = True
+
+    def __init__(self, message: str, leader_url: str = "") -> None:
+        super().__init__(message)
+        self.leader_url = leader_url
+
+
+class LayoutConflictError(DanubeError):
+    """The layout changed under the operation (another leader, another operation in progress)."""
+
+    retriable = True
+
+
+class SegmentOps(Protocol):
+    """Operations on segment topics (ordinary reliable topics), wherever they are owned.
+
+    All are idempotent: creating an existing segment adds the missing subscriptions, terminating
+    a terminated one or deleting a missing one succeeds."""
+
+    async def create_segment(self, topic: str, subscriptions: Sequence[str]) -> None: ...
+
+    async def terminate_segment(self, topic: str) -> None: ...
+
+    async def delete_segment(self, topic: str) -> None: ...
+
+    async def segment_subscriptions(self, topic: str) -> list[str]: ...
+
+    async def create_subscription(self, topic: str, subscription: str) -> None: ...
+
+    async def delete_subscription(self, topic: str, subscription: str) -> None: ...
+
+    async def backlog(self, topic: str, subscription: str) -> int: ...
+
+    async def segment_stats(self, topic: str) -> dict[str, Any]: ...
+
+
+class LeaseSource(Protocol):
+    """The broker's lease (``danube.cluster.membership.Membership`` fits): 0 while it has none."""
+
+    lease_id: int
+    fenced: bool
+
+
+StepHook = Callable[[str], Awaitable[None]]
+STEPS = ("intent", "children_created", "terminate_marked", "parents_terminated", "layout_updated")
+
+
+async def create_scalable_topic(store: ScalableTopicStore, ops: SegmentOps, topic: str,
+                                num_segments: int = 1, properties: dict[str, str] | None = None) -> SegmentLayout:
+    """The seed's createScalableTopic: write the initial layout, then create its segment topics."""
+    keys.split_topic(topic)
+    layout = SegmentLayout.initial(num_segments, properties)
+    await store.create(topic, layout)
+    for seg in layout.active_segments:
+        await ops.create_segment(segment_topic_name(topic, seg), [])
+    return layout
+
+
+async def delete_scalable_topic(store: ScalableTopicStore, ops: SegmentOps, topic: str) -> bool:
+    """The seed's deleteScalableTopic: segment topics first (best effort), then the metadata."""
+    stored = await store.load(topic)
+    if stored is None:
+        return False
+    for seg in stored.layout.segments.values():
+        try:
+            await ops.delete_segment(segment_topic_name(topic, seg))
+        except DanubeError as exc:
+            log.warning("deleting segment %s of %s: %s", seg.segment_id, topic, exc)
+    return await store.delete(topic)
+
+
+class ScalableTopicController:
+    def __init__(self, topic: str, store: ScalableTopicStore, ops: SegmentOps, lease: LeaseSource,
+                 broker_url: str, *, grace_seconds: float = DEFAULT_GRACE_SECONDS,
+                 step_hook: StepHook | None = None) -> None:
+        keys.split_topic(topic)
+        self.topic = topic
+        self.store = store
+        self.ops = ops
+        self.lease = lease
+        self.broker_url = broker_url
+        self.grace_seconds = grace_seconds
+        self._step_hook = step_hook
+        self.layout: SegmentLayout | None = None
+        self.is_leader = False
+        self.leader_url = ""
+        self.coordinators: dict[str, SubscriptionCoordinator] = {}
+        self.changed = asyncio.Event()  # set on every leadership change
+        self._lease_at_election = 0
+        self._op_lock = asyncio.Lock()
+        self._task: asyncio.Task | None = None
+        self._ctl = keys.scalable_controller(topic)
+        self._op_key = keys.scalable_operation(topic)
+
+    # ------------------------------------------------------------ lifecycle and election
+
+    async def start(self) -> None:
+        stored = await self.store.require(self.topic)
+        self.layout = stored.layout
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"scalable-ctl-{self.topic}")
+
+    async def stop(self, *, resign: bool = True) -> None:
+        await cancel_and_wait(self._task)
+        self._task = None
+        if resign and self.is_leader:
+            try:
+                await self.store.metadata.txn(self.guard(), [Op.delete(self._ctl)])
+            except MetadataError:
+                pass
+        await self._set_leader("")
+
+    def guard(self) -> list[Compare]:
+        return [Compare.value(self._ctl, "==", self.broker_url.encode()),
+                Compare.lease(self._ctl, "==", self._lease_at_election)]
+
+    async def wait_leader(self, timeout: float = 10.0) -> str:
+        """The leader's URL once there is one."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.leader_url:
+            self.changed.clear()
+            await asyncio.wait_for(self.changed.wait(), max(0.0, deadline - loop.time()))
+        return self.leader_url
+
+    async def campaign(self) -> bool:
+        lease = self.lease.lease_id
+        if not lease or self.lease.fenced:
+            return False
+        result = await self.store.metadata.txn(
+            [Compare.version(self._ctl, "==", 0)],
+            [Op.put(self._ctl, self.broker_url.encode(), lease=lease)], [Op.get(self._ctl)])
+        if result.succeeded:
+            self._lease_at_election = lease
+            await self._set_leader(self.broker_url)
+            return True
+        current = result.results[0]
+        if current is not None and current.value.decode() == self.broker_url and current.lease == lease:
+            self._lease_at_election = lease
+            await self._set_leader(self.broker_url)
+            return True
+        await self._set_leader(current.value.decode() if current is not None else "")
+        return False
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                kv, revision = await self.store.metadata.get_with_revision(self._ctl)
+                if kv is None:
+                    await self.campaign()
+                    kv, revision = await self.store.metadata.get_with_revision(self._ctl)
+                await self._set_leader(kv.value.decode() if kv is not None else "")
+                if self.is_leader and (kv is None or kv.lease != self.lease.lease_id):
+                    await self._set_leader("")
+                    continue
+                async for event in self.store.metadata.watch(self._ctl, start_revision=revision + 1):
+                    if event.key != self._ctl:
+                        continue
+                    if event.kind == "delete":
+                        await self._set_leader("")
+                        await self.campaign()
+                    else:
+                        await self._set_leader((event.value or b"").decode())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - keep campaigning
+                log.warning("controller election of %s at %s: %s; retrying", self.topic, self.broker_url, exc)
+                if self.is_leader:
+                    await self._set_leader("")
+                await asyncio.sleep(0.5)
+
+    async def _set_leader(self, url: str) -> None:
+        was = self.is_leader
+        becoming = bool(url) and url == self.broker_url and self._lease_at_election != 0
+        if becoming and not was:
+            # recover and restore first: callers see a leader only once it is ready to serve
+            log.info("%s is the controller leader of %s", self.broker_url, self.topic)
+            await self._on_elected()  # on failure the election loop retries (the key is still ours)
+        self.leader_url = url
+        self.is_leader = becoming
+        self.changed.set()
+        if was and not self.is_leader:
+            log.warning("%s is no longer the controller leader of %s (now %r)", self.broker_url, self.topic, url)
+            for coord in self.coordinators.values():
+                coord.close()
+            self.coordinators.clear()
+
+    async def _on_elected(self) -> None:
+        """Finish or undo an interrupted operation, then restore every consumer session."""
+        async with self._op_lock:
+            await self._recover()
+            stored = await self.store.require(self.topic)
+            self.layout = stored.layout
+            for coord in self.coordinators.values():
+                coord.close()
+            self.coordinators = {}
+            for sub, doc in (await self.store.subscriptions(self.topic)).items():
+                coord = self._coordinator(sub, doc)
+                for name, reg in (await self.store.consumers(self.topic, sub)).items():
+                    assignment = ConsumerAssignment.from_json(reg) if "assignedSegments" in reg else None
+                    coord.restore(name, int(reg.get("consumerId", 0)), assignment)
+
+    def _check_leader(self) -> None:
+        if not self.is_leader:
+            raise NotLeaderError(f"{self.broker_url} is not the controller leader of {self.topic}", self.leader_url)
+
+    async def _step(self, name: str) -> None:
+        if self._step_hook is not None:
+            await self._step_hook(name)
+
+    # ------------------------------------------------------------ split / merge
+
+    async def split_segment(self, segment_id: int) -> SegmentLayout:
+        async with self._op_lock:
+            self._check_leader()
+            stored = await self.store.require(self.topic)
+            target = stored.layout.split_segment(segment_id)
+            children = sorted(set(target.segments) - set(stored.layout.segments))
+            return await self._operate("split", [segment_id], children, stored.layout, stored.version, target)
+
+    async def merge_segments(self, id1: int, id2: int) -> SegmentLayout:
+        async with self._op_lock:
+            self._check_leader()
+            stored = await self.store.require(self.topic)
+            target = stored.layout.merge_segments(id1, id2)
+            children = sorted(set(target.segments) - set(stored.layout.segments))
+            parents = list(target.segment(children[0]).parent_ids)
+            return await self._operate("merge", parents, children, stored.layout, stored.version, target)
+
+    async def _operate(self, kind: str, parents: list[int], children: list[int], current: SegmentLayout,
+                       version: int, target: SegmentLayout) -> SegmentLayout:
+        record = {"op": kind, "parentIds": parents, "childIds": children, "fromEpoch": current.epoch,
+                  "step": "create", "layout": target.to_metadata()}
+        result = await self.store.metadata.txn(
+            [*self.guard(), Compare.version(self._op_key, "==", 0),
+             Compare.version(keys.scalable_topic(self.topic), "==", version)],
+            [Op.put(self._op_key, dump_json(record))])
+        if not result.succeeded:
+            raise LayoutConflictError(f"{kind} of {self.topic}: the layout changed or an operation is in progress")
+        await self._step("intent")
+        return await self._roll_forward(record, version)
+
+    async def _roll_forward(self, record: dict, layout_version: int) -> SegmentLayout:
+        target = SegmentLayout.from_metadata(record["layout"])
+        current = (await self.store.require(self.topic)).layout
+        parents = [current.segment(p) for p in record["parentIds"]]
+        # 1. discover subscriptions
+        subs = set((await self.store.subscriptions(self.topic)).keys())
+        for p in parents:
+            subs.update(await self.ops.segment_subscriptions(segment_topic_name(self.topic, p)))
+        # 2. create the children with every cursor
+        for cid in record["childIds"]:
+            await self.ops.create_segment(segment_topic_name(self.topic, target.segment(cid)), sorted(subs))
+        await self._step("children_created")
+        if record["step"] != "terminate":
+            record = {**record, "step": "terminate"}
+            result = await self.store.metadata.txn([*self.guard(), Compare.version(self._op_key, ">", 0)],
+                                                   [Op.put(self._op_key, dump_json(record))])
+            if not result.succeeded:
+                raise NotLeaderError(f"lost the controller leadership of {self.topic} during a {record['op']}")
+        await self._step("terminate_marked")
+        # 3. terminate the parents, one after the other
+        for p in parents:
+            await self.ops.terminate_segment(segment_topic_name(self.topic, p))
+        await self._step("parents_terminated")
+        # 4. compare-and-swap the layout, dropping the record in the same transaction
+        ok = await self.store.cas_layout(self.topic, layout_version, target,
+                                         compare=[*self.guard(), Compare.version(self._op_key, ">", 0)],
+                                         ops=[Op.delete(self._op_key)])
+        if not ok:
+            raise LayoutConflictError(f"{record['op']} of {self.topic}: the layout CAS failed")
+        await self._step("layout_updated")
+        log.info("%s of %s: segments %s sealed, %s active (epoch %d)", record["op"], self.topic,
+                 record["parentIds"], record["childIds"], target.epoch)
+        # 5. notify
+        self.layout = target
+        await self._notify(target)
+        return target
+
+    async def _recover(self) -> None:
+        found = await self.store.load_operation(self.topic)
+        if found is None:
+            return
+        record, _ = found
+        stored = await self.store.require(self.topic)
+        if stored.layout.epoch != record.get("fromEpoch"):
+            log.info("dropping the stale %s record of %s", record.get("op"), self.topic)
+            await self.store.metadata.txn(self.guard(), [Op.delete(self._op_key)])
+            return
+        if record.get("step") == "terminate":
+            log.warning("completing the interrupted %s of %s (parents %s)", record["op"], self.topic,
+                        record["parentIds"])
+            await self._roll_forward(record, stored.version)
+            return
+        log.warning("rolling back the interrupted %s of %s (children %s)", record["op"], self.topic,
+                    record["childIds"])
+        target = SegmentLayout.from_metadata(record["layout"])
+        for cid in record["childIds"]:
+            await self.ops.delete_segment(segment_topic_name(self.topic, target.segment(cid)))
+        await self.store.metadata.txn(self.guard(), [Op.delete(self._op_key)])
+
+    async def _notify(self, layout: SegmentLayout) -> None:
+        for coord in list(self.coordinators.values()):
+            await coord.on_layout_change(layout)
+
+    # ------------------------------------------------------------ subscriptions and consumers
+
+    def _coordinator(self, sub: str, doc: dict) -> SubscriptionCoordinator:
+        assert self.layout is not None
+        coord = SubscriptionCoordinator(self.topic, sub, self.layout, persist=self._persister(sub),
+                                        grace_seconds=self.grace_seconds,
+                                        drained=doc.get("drainedSegments", ()))
+        self.coordinators[sub] = coord
+        return coord
+
+    def _persister(self, sub: str) -> Callable[[str, ConsumerSession | None], Awaitable[None]]:
+        async def persist(name: str, session: ConsumerSession | None) -> None:
+            if session is None:
+                ok = await self.store.delete_consumer(self.topic, sub, name, compare=self.guard())
+            else:
+                doc = {"consumerName": name, "consumerId": session.consumer_id,
+                       **(session.assignment.to_json() if session.assignment else {})}
+                ok = await self.store.put_consumer(self.topic, sub, name, doc, compare=self.guard())
+            if not ok:
+                raise NotLeaderError(f"lost the controller leadership of {self.topic}", self.leader_url)
+        return persist
+
+    async def create_subscription(self, sub: str) -> bool:
+        """Create ``sub`` on every active segment; sealed history counts as consumed for it."""
+        keys.check_name("subscription", sub)
+        async with self._op_lock:
+            self._check_leader()
+            return await self._create_subscription(sub)
+
+    async def _create_subscription(self, sub: str) -> bool:
+        layout = (await self.store.require(self.topic)).layout
+        for seg in layout.active_segments:
+            await self.ops.create_subscription(segment_topic_name(self.topic, seg), sub)
+        doc = {"subscription": sub, "drainedSegments": sorted(s for s, i in layout.segments.items()
+                                                             if not i.is_active)}
+        created = await self.store.put_subscription(self.topic, sub, doc)
+        if sub not in self.coordinators:
+            self._coordinator(sub, doc if created else (await self.store.subscriptions(self.topic)).get(sub, doc))
+        return created
+
+    async def delete_subscription(self, sub: str) -> bool:
+        async with self._op_lock:
+            self._check_leader()
+            coord = self.coordinators.pop(sub, None)
+            if coord is not None:
+                coord.close()
+            layout = (await self.store.require(self.topic)).layout
+            for seg in layout.segments.values():
+                await self.ops.delete_subscription(segment_topic_name(self.topic, seg), sub)
+            return await self.store.delete_subscription(self.topic, sub)
+
+    async def register_consumer(self, sub: str, name: str, consumer_id: int = 0,
+                                listener: Listener | None = None) -> ConsumerAssignment:
+        """The seed's registerConsumer (ordered consumers): the consumer's segment assignment."""
+        keys.check_name("consumer", name)
+        self._check_leader()
+        if sub not in self.coordinators:
+            async with self._op_lock:
+                self._check_leader()
+                if sub not in self.coordinators:
+                    await self._create_subscription(sub)
+        return await self.coordinators[sub].add_consumer(name, consumer_id, listener)
+
+    def consumer_disconnected(self, sub: str, name: str) -> None:
+        coord = self.coordinators.get(sub)
+        if coord is not None:
+            coord.disconnected(name)
+
+    async def unregister_consumer(self, sub: str, name: str) -> None:
+        self._check_leader()
+        coord = self.coordinators.get(sub)
+        if coord is not None:
+            await coord.remove_consumer(name)
+
+    async def segment_drained(self, sub: str, segment_id: int) -> bool:
+        """``sub`` consumed the sealed segment whole: its children may be delivered (after a check)."""
+        self._check_leader()
+        coord = self.coordinators.get(sub)
+        if coord is None:
+            raise InvalidArgumentError(f"subscription {sub} of {self.topic} has no ordered consumers")
+        assert self.layout is not None
+        seg = self.layout.segment(segment_id)
+        if seg.is_active:
+            raise LayoutError(f"segment {segment_id} is active: it cannot be drained")
+        backlog = await self.ops.backlog(segment_topic_name(self.topic, seg), sub)
+        if backlog:
+            raise InvalidArgumentError(f"segment {segment_id} still has {backlog} unacknowledged messages for {sub}")
+        if segment_id in coord.drained:
+            return False
+        key = keys.scalable_subscription(self.topic, sub)
+        kv = await self.store.metadata.get(key)
+        doc = json.loads(kv.value) if kv is not None else {"subscription": sub}
+        doc["drainedSegments"] = sorted(set(doc.get("drainedSegments", ())) | {segment_id})
+        result = await self.store.metadata.txn([*self.guard(), Compare.version(key, "==", kv.version if kv else 0)],
+                                               [Op.put(key, dump_json(doc))])
+        if not result.succeeded:
+            raise LayoutConflictError(f"subscription {sub} of {self.topic} changed concurrently; retry")
+        return await coord.segment_drained(segment_id)

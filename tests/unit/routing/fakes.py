@@ -1,0 +1,73 @@
+"""In-memory SegmentOps and a lease source for controller tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from danube.errors import NotFoundError
+
+
+@dataclass
+class FakeSegment:
+    terminated: bool = False
+    subscriptions: dict[str, int] = field(default_factory=dict)  # name -> backlog
+
+
+class MemorySegmentOps:
+    """Segment topics as dicts; ``calls`` records every operation in order."""
+
+    def __init__(self) -> None:
+        self.segments: dict[str, FakeSegment] = {}
+        self.calls: list[tuple[str, str]] = []
+
+    async def create_segment(self, topic: str, subscriptions: Sequence[str]) -> None:
+        self.calls.append(("create", topic))
+        seg = self.segments.setdefault(topic, FakeSegment())
+        for s in subscriptions:
+            seg.subscriptions.setdefault(s, 0)
+
+    async def terminate_segment(self, topic: str) -> None:
+        self.calls.append(("terminate", topic))
+        self._get(topic).terminated = True
+
+    async def delete_segment(self, topic: str) -> None:
+        self.calls.append(("delete", topic))
+        self.segments.pop(topic, None)
+
+    async def segment_subscriptions(self, topic: str) -> list[str]:
+        return sorted(self._get(topic).subscriptions)
+
+    async def create_subscription(self, topic: str, subscription: str) -> None:
+        self._get(topic).subscriptions.setdefault(subscription, 0)
+
+    async def delete_subscription(self, topic: str, subscription: str) -> None:
+        if topic in self.segments:
+            self.segments[topic].subscriptions.pop(subscription, None)
+
+    async def backlog(self, topic: str, subscription: str) -> int:
+        return self._get(topic).subscriptions.get(subscription, 0)
+
+    async def segment_stats(self, topic: str) -> dict[str, Any]:
+        seg = self._get(topic)
+        return {"terminated": seg.terminated, "subscriptions": dict(seg.subscriptions)}
+
+    def _get(self, topic: str) -> FakeSegment:
+        try:
+            return self.segments[topic]
+        except KeyError:
+            raise NotFoundError(f"segment topic {topic} does not exist") from None
+
+
+class StoreLease:
+    """A lease of its own (what a broker's Membership provides)."""
+
+    def __init__(self) -> None:
+        self.lease_id = 0
+        self.fenced = False
+
+    @classmethod
+    async def grant(cls, store, ttl: int = 30) -> "StoreLease":
+        lease = cls()
+        lease.lease_id = await store.grant_lease(ttl)
+        return lease

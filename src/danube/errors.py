@@ -1,8 +1,9 @@
 """The one error hierarchy of the project.
 
 Every error raised on purpose is a :class:`DanubeError`.  ``retriable`` says
-whether the same call may succeed later unchanged.  Translation to gRPC status
-codes happens only at the server edge (``danube.server.status``).
+whether the same call may succeed later unchanged.  The gRPC status code each
+error travels as is the table of ``danube.status_codes``; only the server edge
+(``danube.server.status``) ends a call with it, and the client reads it back.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def _from_mapping(cls, data: Mapping[str, Any] | None, what: str):
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise InvalidArgumentError(f"unknown {what} keys: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    values = {}
+    values: dict[str, Any] = {}
     for name, value in data.items():
         default = getattr(cls(), name)
         if isinstance(default, bool):

@@ -14,16 +14,18 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
 from danube import frames
+from danube.broker.contracts import StorageFactory, TopicStorage
+from danube.broker.dispatch import dispatcher_class
 from danube.broker.keyshared import KeyFilter
 from danube.broker.memory_storage import MemoryTopicStorage
 from danube.broker.policies import DispatchSettings, FailurePolicy, TopicPolicies
 from danube.broker.producer import ACCESS_MODES, Producer
 from danube.broker.salvage import salvage
 from danube.broker.stats import BrokerStats, MetricsSink
-from danube.broker.subscription import SUB_TYPES, Consumer, Delivery, Subscription, cut_frames
+from danube.broker.subscription import Consumer, Delivery, Subscription, cut_frames
 from danube.broker.topic import Topic, partition_of
 from danube.errors import (
     AlreadyExistsError,
@@ -90,11 +92,10 @@ def check_deliverable(buf, producer: Producer) -> None:
 
 
 class BrokerService:
-    def __init__(self, metadata: MetadataStore, storage_factory: Any | None, *,
+    def __init__(self, metadata: MetadataStore, storage_factory: StorageFactory | None, *,
                  broker_url: str = "http://127.0.0.1:6650", broker_id: str = "standalone",
                  policies: TopicPolicies | None = None, failure_policy: FailurePolicy | None = None,
-                 dispatch: DispatchSettings | None = None, metrics: MetricsSink | None = None,
-                 load_report_interval_s: float = 0.0) -> None:
+                 dispatch: DispatchSettings | None = None, metrics: MetricsSink | None = None) -> None:
         self.metadata = metadata
         self.storage_factory = storage_factory
         self.broker_url = broker_url
@@ -103,8 +104,6 @@ class BrokerService:
         self.failure_policy = failure_policy or FailurePolicy()
         self.dispatch = dispatch or DispatchSettings()
         self.metrics = metrics or MetricsSink()
-        self.load_report_interval_s = load_report_interval_s  # 0 = no load reports
-        self.load_reporter = None  # danube.cluster.load_report.LoadReporter once started
         self.cluster = None  # danube.cluster.node.ClusterNode in cluster mode (lookups, ownership, moves)
         self._fenced = False  # cluster lease not renewed in time: no writes (danube.cluster.membership)
         self.topics: dict[str, Topic] = {}
@@ -131,7 +130,6 @@ class BrokerService:
                 self._dormant[(reg.kind, reg.id)] = reg
         self._flush_task = asyncio.create_task(self._flush_cursors_loop(), name="danube-cursor-flush")
         self._started = True
-        self._start_load_reporter()
         log.info("broker %s started at %s (%d registered producers/consumers)", self.broker_id,
                  self.broker_url, len(self._dormant))
 
@@ -177,7 +175,6 @@ class BrokerService:
         """Stop serving: persist every cursor, close storage (no seal)."""
         if self._stopping:
             return
-        await self._stop_load_reporter()  # its last report, if one is being written, is cancelled
         self.begin_shutdown()
         self._stopping = True
         if self._flush_task is not None:
@@ -266,6 +263,7 @@ class BrokerService:
             is_reliable = delivery.get("dispatch_strategy") == "reliable"
             policy_doc = await self.metadata.get_json(keys.topic_policy(name))
             policies = TopicPolicies.from_dict(policy_doc) if policy_doc else self.policies
+            storage: TopicStorage
             if is_reliable:
                 if self.storage_factory is None:
                     raise NotServedHereError("this broker has no storage for reliable topics")
@@ -416,19 +414,16 @@ class BrokerService:
         keys.split_topic(topic)
         _check_name("subscription", subscription)
         _check_name("consumer", consumer_name)
-        if sub_type not in SUB_TYPES:
-            raise InvalidArgumentError(f"unknown subscription type {sub_type!r}; expected one of {', '.join(SUB_TYPES)}")
+        dispatcher = dispatcher_class(sub_type)  # InvalidArgumentError for an unknown type
         key_filters = tuple(key_filters or ())
-        if key_filters and sub_type != "key_shared":
+        if key_filters and not dispatcher.takes_key_filters:
             raise InvalidArgumentError("key filters apply to key_shared subscriptions only")
         t = await self._topic(topic, reliable=reliable, create=reliable is not None)
         sub = await self._subscription(t, subscription, sub_type)
         for c in sub.consumers.values():
             if c.name == consumer_name:
                 if key_filters and tuple(c.key_filter.patterns) != key_filters:
-                    c.key_filter = KeyFilter(key_filters)
-                    if c.active and sub.ring is not None:
-                        sub.ring.add(c.id, c.key_filter)
+                    sub.set_key_filter(c, KeyFilter(key_filters))
                 if not c.active:
                     sub.activate(c)
                 return c.id
@@ -609,7 +604,7 @@ class BrokerService:
     async def _send_dead_letter(self, sub: Subscription, offset: int) -> None:
         dlq = sub.failure_policy.dead_letter_topic
         try:
-            data = await sub.topic.storage.read_frames(offset, 1)
+            data = await sub.topic.read_frames(offset, 1)
             frame, _ = cut_frames(data, 1, 1)
             # Read leniently: the record may be here because its key or attributes are not UTF-8.
             rec = salvage(frame)
@@ -736,17 +731,3 @@ class BrokerService:
             raise InvalidArgumentError(f"system topic {topic} exists as a non-reliable topic; it must be reliable")
         buf = frames_buf if isinstance(frames_buf, bytearray) else bytearray(frames_buf)
         return await t.publish(None, buf)
-
-    # ------------------------------------------------------------ load reports
-
-    def _start_load_reporter(self) -> None:
-        if self.load_report_interval_s and self.load_report_interval_s > 0:
-            from danube.cluster.load_report import LoadReporter
-
-            self.load_reporter = LoadReporter(self, self.load_report_interval_s)
-            self.load_reporter.start()
-            log.info("load reports every %g s to %s", self.load_report_interval_s, self.load_reporter.topic)
-
-    async def _stop_load_reporter(self) -> None:
-        if self.load_reporter is not None:
-            await self.load_reporter.stop()

@@ -1,17 +1,14 @@
-"""Subscriptions, their consumers, and dispatch (exclusive, shared, failover, key_shared).
+"""Subscriptions and their consumers: cursor, acks, redelivery and the failure policy.
 
 Dispatch is pull-driven: a consumer's ``receive`` takes the next deliverable
-frames for it, reading them from the topic's storage (the same bytes the WAL
-holds, never re-encoded).  Waiting receivers are woken when the topic appends,
-when an ack opens the window, or when a redelivery timer is due.
+frames for it, reading them from its topic (the same bytes the WAL holds, never
+re-encoded).  Waiting receivers are woken when the topic appends, when an ack
+opens the window, or when a redelivery timer is due.
 
-- exclusive: one consumer; a second one (another name) is rejected.
-- failover: the first connected consumer receives; the next takes over (with
-  everything its predecessor left unacked) when it goes.
-- shared: whichever consumer asks next gets the next batch; receivers queue in
-  arrival order, so consumers take turns (round robin).
-- key_shared: each message goes to the consumer the hash ring picks for its key
-  (routing key, else producer name) among consumers whose glob filters accept it.
+What differs between subscription types — who may join, who may receive, what
+a receive takes (exclusive, shared, failover, key_shared) — is the subscription's
+dispatcher, one class per type in ``danube.broker.dispatch`` (the ``Dispatcher``
+protocol of ``danube.broker.contracts``).
 
 Reliable topics track every delivery until it is acked (see ``cursor.py``);
 non-reliable subscriptions deliver at most once and track nothing.
@@ -20,89 +17,36 @@ non-reliable subscriptions deliver at most once and track nothing.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import logging
 import time
-from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from danube import frames
 from danube._tasks import wake
 from danube.broker.cursor import AckTracker, to_ranges
-from danube.broker.keyshared import HashRing, KeyFilter
+from danube.broker.delivery import NOTHING, Delivery, cut_frames, frame_offset, split_frames
+from danube.broker.dispatch import SUB_TYPES, make_dispatcher
+from danube.broker.keyshared import KeyFilter
 from danube.broker.policies import DispatchSettings, FailurePolicy
 from danube.broker.ratelimit import TokenBucket
 from danube.broker.stats import MetricsSink, SubscriptionStats
-from danube.errors import AlreadyExistsError, InvalidArgumentError, NotServedHereError, StreamSupersededError
+from danube.errors import NotServedHereError, StreamSupersededError
 
 if TYPE_CHECKING:
+    from danube.broker.contracts import Dispatcher
     from danube.broker.topic import Topic
 
 log = logging.getLogger(__name__)
 
-SUB_TYPES = ("exclusive", "shared", "failover", "key_shared")
-_HEADER = frames.HEADER_SIZE
-
-
-@dataclass
-class Delivery:
-    """Frames handed to one consumer: whole frames, offsets stamped.
-
-    ``redelivery_counts`` maps offset -> times redelivered, only for redelivered
-    messages.  Offsets are consecutive unless the subscription is key_shared or
-    the delivery holds redeliveries.
-    """
-
-    frames: memoryview | bytes
-    first_offset: int
-    last_offset: int
-    count: int
-    redelivery_counts: dict[int, int] = field(default_factory=dict)
-
-
-_NOTHING = Delivery(b"", -1, -1, 0)   # an interrupted receive
-
-
-def cut_frames(buf, max_messages: int, max_bytes: int) -> tuple[memoryview, int]:
-    """The longest prefix of whole frames within both limits (always at least one frame).
-
-    The frame walk is one codec call (``frames.frame_positions``, compiled), so a
-    delivery costs no Python work per message."""
-    view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
-    n = len(view)
-    if n < _HEADER:
-        return view[:0], 0
-    positions = frames.frame_positions(view)
-    count = min(len(positions), max_messages)
-    if count == 0:
-        return view[:0], 0
-    end = positions[count] if count < len(positions) else n
-    if end > max_bytes and count > 1:
-        # positions[k] is where the first k frames end: keep the most that end within max_bytes
-        count = max(1, bisect.bisect_right(positions, max_bytes, 1, count) - 1)
-        end = positions[count]
-    return view[:end], count
-
-
-def split_frames(buf) -> list[memoryview]:
-    view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
-    positions = frames.frame_positions(view)
-    out = []
-    for i, p in enumerate(positions):
-        end = positions[i + 1] if i + 1 < len(positions) else len(view)
-        out.append(view[p:end])
-    return out
-
-
-def frame_offset(view) -> int:
-    return int.from_bytes(view[0:8], "little")
+# (Delivery and the frame helpers live in danube.broker.delivery; importable from here too)
+__all__ = ["Subscription", "Consumer", "Delivery", "SUB_TYPES", "StreamSupersededError",
+           "cut_frames", "split_frames", "frame_offset"]
 
 
 class Consumer:
     __slots__ = ("id", "name", "subscription", "key_filter", "active", "receiving",
-                 "messages_out", "bytes_out", "queue", "closed", "epoch", "last_turn")
+                 "messages_out", "bytes_out", "closed", "epoch", "last_turn")
 
     def __init__(self, consumer_id: int, name: str, subscription: "Subscription",
                  key_filter: KeyFilter) -> None:
@@ -114,25 +58,17 @@ class Consumer:
         self.receiving = 0  # receive() calls in progress
         self.messages_out = 0
         self.bytes_out = 0
-        self.queue: deque[memoryview] = deque()  # key_shared: frames routed here, not yet delivered
         self.closed = False  # dropped by the broker (unload, unsubscribe): health answers CLOSE
         self.epoch = 0  # bumped by each new receive stream; older streams stop
         self.last_turn = 0  # the subscription's turn count when this consumer was last served
-
-
-def _last_turn(waiting: tuple["Consumer", asyncio.Future]) -> int:
-    return waiting[0].last_turn
 
 
 class Subscription:
     def __init__(self, topic: "Topic", name: str, sub_type: str, *, cursor: int,
                  failure_policy: FailurePolicy, settings: DispatchSettings,
                  metrics: MetricsSink, dead_letter: Callable | None = None) -> None:
-        if sub_type not in SUB_TYPES:
-            raise InvalidArgumentError(f"unknown subscription type {sub_type!r}; expected one of {', '.join(SUB_TYPES)}")
         self.topic = topic
         self.name = name
-        self.sub_type = sub_type
         self.reliable = topic.reliable
         self.failure_policy = failure_policy
         self.settings = settings
@@ -140,12 +76,13 @@ class Subscription:
         self.tracker = AckTracker(cursor)
         self.next_read = cursor + 1
         self.consumers: dict[int, Consumer] = {}
-        self.ring = HashRing() if sub_type == "key_shared" else None
+        # who may join, who may receive, what a receive takes (InvalidArgumentError: unknown type)
+        self.dispatcher: Dispatcher = make_dispatcher(sub_type, self)
         self.dirty = False  # cursor moved since it was last persisted
         # Receives waiting for something to deliver, with their consumers.
         self._waiters: list[tuple[Consumer, asyncio.Future]] = []
         self._turns = 0  # deliveries made; a consumer's last_turn says when it was last served
-        self._read_lock = asyncio.Lock()
+        self.read_lock = asyncio.Lock()  # one storage read (and routing) at a time
         self._dead_letter = dead_letter
         self._blocked_logged = False
         # max_subscription_dispatch_rate (messages/s, 0 = unlimited): a delivery carries at most the
@@ -153,40 +90,41 @@ class Subscription:
         rate = topic.policies.max_subscription_dispatch_rate
         self.dispatch_limit = TokenBucket(rate) if rate > 0 else None
 
+    @property
+    def sub_type(self) -> str:
+        return self.dispatcher.sub_type
+
     # ------------------------------------------------------------ consumers
 
     def active_consumers(self) -> list[Consumer]:
         return [c for c in self.consumers.values() if c.active]
 
     def check_can_join(self, name: str) -> None:
-        if self.sub_type == "exclusive":
-            others = [c for c in self.active_consumers() if c.name != name]
-            if others:
-                raise AlreadyExistsError(
-                    f"subscription '{self.name}' on topic {self.topic.name} is exclusive and already has "
-                    f"consumer '{others[0].name}'; use another subscription name or a shared/failover subscription")
+        """AlreadyExistsError when the subscription type refuses a consumer of this name now."""
+        self.dispatcher.check_join(name)
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers[consumer.id] = consumer
         self.activate(consumer)
 
     def activate(self, consumer: Consumer) -> None:
-        if consumer.active and self.ring is not None and consumer.id in self.ring.consumers():
-            return
-        self.check_can_join(consumer.name)
+        self.dispatcher.check_join(consumer.name)
         consumer.active = True
-        if self.ring is not None:
-            self.ring.add(consumer.id, consumer.key_filter)
+        self.dispatcher.joined(consumer)
         self.notify()
+
+    def set_key_filter(self, consumer: Consumer, key_filter: KeyFilter) -> None:
+        """A consumer subscribed again with other key filters (key_shared)."""
+        consumer.key_filter = key_filter
+        if consumer.active:
+            self.dispatcher.joined(consumer)
 
     def deactivate(self, consumer: Consumer) -> None:
         """The consumer went away: whatever it held unacked goes to the others."""
         if not consumer.active:
             return
         consumer.active = False
-        if self.ring is not None:
-            self.ring.remove(consumer.id)
-        consumer.queue.clear()
+        self.dispatcher.left(consumer)
         if self.reliable:
             for offset in self.tracker.take_back_consumer(consumer.id):
                 self.tracker.schedule(offset, 0.0)
@@ -195,7 +133,7 @@ class Subscription:
     def restart_stream(self, consumer: Consumer) -> int:
         """A new stream serves the consumer: what the old one delivered unacked is sent again."""
         consumer.epoch += 1
-        consumer.queue.clear()
+        self.dispatcher.restarted(consumer)
         if self.reliable:
             for offset in self.tracker.take_back_consumer(consumer.id):
                 self.tracker.schedule(offset, 0.0)
@@ -211,10 +149,8 @@ class Subscription:
         waiters = self._waiters
         if waiters:
             self._waiters = []
-            if len(waiters) > 1 and self.sub_type == "shared":
-                # Woken consumers fetch in wake order: the least recently served goes first, so
-                # shared consumers take turns however quickly each one comes back for more.
-                waiters.sort(key=_last_turn)
+            if len(waiters) > 1:
+                self.dispatcher.order_waiters(waiters)  # woken receivers fetch in this order
             for _, waiter in waiters:
                 wake(waiter)
 
@@ -266,10 +202,10 @@ class Subscription:
                         self.metrics.delivered(self.topic.name, self.name, delivery.count, len(delivery.frames))
                         return delivery
                     if interrupt is not None and interrupt.done():
-                        return _NOTHING
+                        return NOTHING
                     await self._wait(waiter, interrupt, loop, token_due)
                     if interrupt is not None and interrupt.done():
-                        return _NOTHING
+                        return NOTHING
                 finally:
                     if not waiter.done():
                         waiter.cancel()
@@ -311,30 +247,18 @@ class Subscription:
         times = [t for t in (self.tracker.next_ready(), self.tracker.next_deadline()) if t is not None]
         return (min(times) - now) if times else None
 
-    def _may_receive(self, consumer: Consumer) -> bool:
-        if self.sub_type == "failover":
-            for c in self.consumers.values():
-                if c.active:
-                    return c is consumer
-            return False
-        return True
-
     async def _fetch(self, consumer: Consumer, max_messages: int, max_bytes: int) -> Delivery | None:
-        if not self._may_receive(consumer):
+        dispatcher = self.dispatcher
+        if not dispatcher.may_receive(consumer):
             return None
         now = time.monotonic()
         if self.reliable:
             self._expire(now)
-        if self.sub_type == "key_shared":
-            return await self._fetch_key_shared(consumer, max_messages, max_bytes, now)
-        async with self._read_lock:
-            if self.reliable and self.tracker.has_ready(now):
-                delivery = await self._redeliver(consumer, max_messages, max_bytes, now)
-                if delivery is not None:
-                    return delivery
-            return await self._fresh(consumer, max_messages, max_bytes, now)
+        return await dispatcher.fetch(consumer, max_messages, max_bytes, now)
 
-    def _window(self) -> int:
+    # ------------------------------------------------------------ what dispatchers read with
+
+    def window(self) -> int:
         """How many more messages may go out now: the room under max_unacked_messages, 0 while
         poison messages block the subscription."""
         if not self.reliable:
@@ -355,23 +279,24 @@ class Subscription:
             self._blocked_logged = True
         return True
 
-    async def _read(self, max_messages: int, max_bytes: int):
-        """Fresh frames from next_read: (view, count) or (None, 0)."""
-        storage = self.topic.storage
-        if self.next_read < storage.first_offset:
-            lost = storage.first_offset - self.next_read
+    async def read_fresh(self, max_messages: int, max_bytes: int) -> tuple[memoryview, int] | tuple[None, int]:
+        """Fresh frames from next_read: (view, count) or (None, 0); next_read is left to the caller."""
+        topic = self.topic
+        first_held = topic.first_offset
+        if self.next_read < first_held:
+            lost = first_held - self.next_read
             log.warning("subscription %s on %s skips %d messages no longer held (offsets %d..%d)",
-                        self.name, self.topic.name, lost, self.next_read, storage.first_offset - 1)
-            self.metrics.dropped(self.topic.name, self.name, lost, "evicted")
+                        self.name, topic.name, lost, self.next_read, first_held - 1)
+            self.metrics.dropped(topic.name, self.name, lost, "evicted")
             if self.reliable:
-                self.tracker.cursor = max(self.tracker.cursor, storage.first_offset - 1)
+                self.tracker.cursor = max(self.tracker.cursor, first_held - 1)
                 self.dirty = True
-            self.next_read = storage.first_offset
-        visible = self.topic.readable_next - self.next_read
+            self.next_read = first_held
+        visible = topic.readable_next - self.next_read
         if visible <= 0:
             return None, 0
         max_messages = min(max_messages, visible)
-        data = await storage.read_frames(self.next_read, max_bytes)
+        data = await topic.read_frames(self.next_read, max_bytes)
         if not data:
             return None, 0
         view, count = cut_frames(data, max_messages, max_bytes)
@@ -414,17 +339,14 @@ class Subscription:
             self._poison(offset, problem)
         self.notify()  # the receive that met it reads on (or sees the block)
 
-    async def _fresh(self, consumer: Consumer, max_messages: int, max_bytes: int, now: float) -> Delivery | None:
-        window = self._window()
+    async def deliver_fresh(self, consumer: Consumer, max_messages: int, max_bytes: int,
+                            now: float) -> Delivery | None:
+        """Fresh frames from next_read for ``consumer`` (within the unacked window), tracked as
+        delivered to it; None when there are none."""
+        window = self.window()
         if window <= 0:
             return None
-        if self.sub_type == "shared":
-            # Split what is available among the consumers waiting now, so they take turns.
-            waiting = sum(1 for c in self.consumers.values() if c.active and c.receiving)
-            if waiting > 1:
-                available = self.topic.readable_next - self.next_read
-                max_messages = min(max_messages, max(1, -(-available // waiting)))
-        view, count = await self._read(min(max_messages, window), max_bytes)
+        view, count = await self.read_fresh(min(max_messages, window), max_bytes)
         if view is None:
             return None
         first = self.next_read
@@ -436,8 +358,9 @@ class Subscription:
             self.tracker.cursor = last
         return Delivery(view, first, last, count)
 
-    async def _frame_at(self, offset: int) -> memoryview | None:
-        data = await self.topic.storage.read_frames(offset, 1)
+    async def frame_at(self, offset: int) -> memoryview | None:
+        """The stored frame of ``offset`` (a redelivery), None when it is no longer held."""
+        data = await self.topic.read_frames(offset, 1)
         if not data:
             return None
         view, count = cut_frames(data, 1, 1)
@@ -445,8 +368,9 @@ class Subscription:
             return None
         return view
 
-    async def _redeliver(self, consumer: Consumer, max_messages: int, max_bytes: int,
-                         now: float) -> Delivery | None:
+    async def redeliver(self, consumer: Consumer, max_messages: int, max_bytes: int,
+                        now: float) -> Delivery | None:
+        """Messages due for redelivery, to ``consumer``; None when none could be read."""
         offsets = self.tracker.pop_ready(now, max_messages)
         if not offsets:
             return None
@@ -454,7 +378,7 @@ class Subscription:
         counts: dict[int, int] = {}
         size = 0
         for i, offset in enumerate(offsets):
-            view = await self._frame_at(offset)
+            view = await self.frame_at(offset)
             if view is None:
                 log.warning("message %d of %s is no longer stored; cannot redeliver it", offset, self.topic.name)
                 continue
@@ -465,7 +389,8 @@ class Subscription:
             size += len(view)
             counts[offset] = self.tracker.attempts.get(offset, 0)
         if not parts:
-            self.tracker.advance(self.next_read) and self._mark_dirty()
+            if self.tracker.advance(self.next_read):
+                self.dirty = True
             return None
         deadline = now + self.failure_policy.ack_timeout_ms / 1000
         delivered = sorted(counts)
@@ -475,68 +400,7 @@ class Subscription:
         buf = parts[0] if len(parts) == 1 else b"".join(parts)
         return Delivery(buf, min(counts), max(counts), len(parts), counts)
 
-    # ------------------------------------------------------------ key_shared
-
-    def _route_key(self, view: memoryview) -> str:
-        rec, _ = frames.decode_frame(view, 0)
-        if rec.routing_key is not None:
-            return rec.routing_key
-        return self.topic.producer_name(rec.producer_id)
-
-    def _route(self, parts: list[memoryview], now: float) -> None:
-        deadline = now + self.failure_policy.ack_timeout_ms / 1000
-        for view in parts:
-            offset = frame_offset(view)
-            owner_id = self.ring.owner(self._route_key(view))
-            owner = self.consumers.get(owner_id) if owner_id is not None else None
-            if owner is None:
-                # No consumer accepts this key now; try again shortly (never dropped).
-                if self.reliable:
-                    self.tracker.schedule(offset, now + 1.0)
-                continue
-            owner.queue.append(view)
-            if self.reliable:
-                self.tracker.delivered(offset, offset, owner.id, deadline)
-
-    async def _fetch_key_shared(self, consumer: Consumer, max_messages: int, max_bytes: int,
-                                now: float) -> Delivery | None:
-        if not consumer.queue:
-            async with self._read_lock:
-                if self.reliable and self.tracker.has_ready(now):
-                    offsets = self.tracker.pop_ready(now, self.settings.max_batch_messages)
-                    parts = [v for v in [await self._frame_at(o) for o in offsets] if v is not None]
-                    self._route(parts, now)
-                if not consumer.queue:
-                    window = self._window()
-                    if window > 0:
-                        view, count = await self._read(min(window, self.settings.max_batch_messages),
-                                                       self.settings.max_batch_bytes)
-                        if view is not None:
-                            self.next_read += count
-                            self._route(split_frames(view), now)
-                            if not self.reliable:
-                                self.tracker.cursor = self.next_read - 1
-                            self.notify()
-        if not consumer.queue:
-            return None
-        parts: list[memoryview] = []
-        size = 0
-        while consumer.queue and len(parts) < max_messages:
-            view = consumer.queue[0]
-            if parts and size + len(view) > max_bytes:
-                break
-            consumer.queue.popleft()
-            parts.append(view)
-            size += len(view)
-        offsets = [frame_offset(v) for v in parts]
-        counts = {o: self.tracker.attempts[o] for o in offsets if o in self.tracker.attempts}
-        buf = parts[0] if len(parts) == 1 else b"".join(parts)
-        return Delivery(buf, min(offsets), max(offsets), len(parts), counts)
-
     # ------------------------------------------------------------ acks and failures
-
-    def _mark_dirty(self) -> None:
-        self.dirty = True
 
     def _check_served(self) -> None:
         # Once the topic is closed (unload, shutdown) its cursors are being persisted for the
@@ -545,10 +409,10 @@ class Subscription:
             raise NotServedHereError(
                 f"topic {self.topic.name} is no longer served here; the ack was not applied, look it up again")
 
-    def ack(self, offsets) -> int:
+    def ack(self, offsets: Iterable[int]) -> int:
         return self.ack_ranges(to_ranges(offsets))
 
-    def ack_ranges(self, ranges) -> int:
+    def ack_ranges(self, ranges: list[tuple[int, int]]) -> int:
         """Ack inclusive ``(first, last)`` ranges (any order, overlaps allowed): no work per offset."""
         if not self.reliable:
             return 0
@@ -568,9 +432,7 @@ class Subscription:
         self._check_served()
         if self.tracker.take_back(offset) is None:
             return False
-        for c in self.consumers.values():
-            if c.queue:
-                c.queue = deque(v for v in c.queue if frame_offset(v) != offset)
+        self.dispatcher.forget((offset,))
         if reason:
             log.info("message %d of %s nacked on %s: %s", offset, self.topic.name, self.name, reason)
         self._retry(offset, time.monotonic(), requested_ms=delay_ms, nack=True)
@@ -611,10 +473,7 @@ class Subscription:
             return
         offsets = self.tracker.expired(now)
         if offsets:
-            for c in self.consumers.values():
-                if c.queue:
-                    gone = set(offsets)
-                    c.queue = deque(v for v in c.queue if frame_offset(v) not in gone)
+            self.dispatcher.forget(set(offsets))
             for offset in offsets:
                 self._retry(offset, now)
 

@@ -14,6 +14,7 @@ import time
 
 from danube import frames
 from danube.broker.coalesce import PublishCoalescer
+from danube.broker.contracts import TopicStorage
 from danube.broker.policies import TopicPolicies
 from danube.broker.producer import Producer
 from danube.broker.ratelimit import PublishGate
@@ -31,7 +32,7 @@ def partition_of(topic: str) -> tuple[str, int] | None:
 
 
 class Topic:
-    def __init__(self, name: str, *, reliable: bool, storage, policies: TopicPolicies,
+    def __init__(self, name: str, *, reliable: bool, storage: TopicStorage, policies: TopicPolicies,
                  metrics: MetricsSink) -> None:
         self.name = name
         self.reliable = reliable
@@ -126,7 +127,7 @@ class Topic:
             producer.bytes_in += nbytes
         return first, last
 
-    def publish_one(self, producer: Producer, frame) -> "asyncio.Future[int]":
+    def publish_one(self, producer: Producer, frame) -> asyncio.Future[int]:
         """One message (a whole unstamped frame), stored together with the other single-message
         publishes of this loop iteration; the future resolves to its offset once durable."""
         self.check_sizes(frame)
@@ -135,8 +136,22 @@ class Topic:
         return asyncio.ensure_future(self._publish_one_in_turn(producer, frame))
 
     async def _publish_one_in_turn(self, producer: Producer, frame) -> int:
-        await self.publish_gate.turn(1)
+        gate = self.publish_gate
+        if gate is not None:
+            await gate.turn(1)
         return await self.coalescer.submit(producer, frame)
+
+    # ------------------------------------------------------------ reads (subscriptions)
+
+    @property
+    def first_offset(self) -> int:
+        """The oldest offset the topic still holds (a subscriber behind it skips ahead)."""
+        return self.storage.first_offset
+
+    async def read_frames(self, from_offset: int, max_bytes: int) -> bytes | memoryview:
+        """Whole stored frames from ``from_offset`` (``TopicStorage.read_frames``); subscribers
+        read only below ``readable_next``."""
+        return await self.storage.read_frames(from_offset, max_bytes)
 
     # ------------------------------------------------------------ stats
 

@@ -1,7 +1,7 @@
 """Turns gRPC failures seen by the client back into ``danube.errors`` types.
 
-The mapping is the inverse of the server's (``danube.server.status``): a status code
-becomes the first error class the server maps to it, so an error keeps its code and its
+The table is the server's (``danube.status_codes``, shared by both sides): a status code
+becomes the first error class the server sends it for, so an error keeps its code and its
 ``retriable`` flag across the wire (``tests/unit/client/test_errors.py`` checks every class).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import grpc
 
 from danube.errors import ClientError, DanubeError, FencedError
-from danube.server.status import error_class_for
+from danube.status_codes import ERROR_FOR_CODE
 
 # Codes after which the same call may succeed once the topic is looked up again.
 RETRIABLE_CODES = frozenset(
@@ -49,7 +49,7 @@ def is_retriable(exc: BaseException) -> bool:
 
 def error_class(code: grpc.StatusCode) -> type[DanubeError]:
     """The error class the client raises for ``code`` (ClientError for codes without one)."""
-    return error_class_for(code) or _OTHER_PEERS.get(code, ClientError)
+    return ERROR_FOR_CODE.get(code) or _OTHER_PEERS.get(code, ClientError)
 
 
 def error_for(code: grpc.StatusCode, message: str, *, retriable: bool | None = None) -> DanubeError:

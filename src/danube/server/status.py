@@ -1,9 +1,10 @@
-"""The one place where project errors become gRPC status codes, and back.
+"""The one place where the server ends a call with a gRPC status for a project error.
 
 Every service handler funnels its errors through :func:`status_for`, so a
 client always sees the same code for the same failure, with the error's own
-sentence as the message.  :func:`error_class_for` reads the same table the
-other way: the client (``danube.client.errors``) raises that class for a code.
+sentence as the message.  Which code each error class travels as is the table of
+``danube.status_codes``, which the client (``danube.client.errors``) reads the
+other way; :func:`error_class_for` is that reading.
 """
 
 from __future__ import annotations
@@ -12,49 +13,15 @@ import logging
 
 import grpc
 
-from danube.errors import (
-    AlreadyExistsError,
-    AuthenticationError,
-    DanubeError,
-    DataLossError,
-    FencedError,
-    FrameFormatError,
-    InvalidArgumentError,
-    NotFoundError,
-    NotServedHereError,
-    OffsetOutOfRangeError,
-    PermissionDeniedError,
-    PolicyViolationError,
-    TopicSealedError,
-    WalClosedError,
-)
+from danube.errors import DanubeError
+from danube.status_codes import ERROR_CODES, ERROR_FOR_CODE
 
 log = logging.getLogger(__name__)
-
-# Checked in order: subclasses before their bases.  Read backwards, the first class listed with
-# a code is the one a client raises for it (error_class_for), so it must be constructible from a
-# message alone.
-_MAPPING: list[tuple[type[DanubeError], grpc.StatusCode]] = [
-    # stored bytes failed their checksum (CorruptStoredFrameError, SegmentCorruptError): lost data
-    (DataLossError, grpc.StatusCode.DATA_LOSS),
-    (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),  # incl. InvalidTopicName, MessageTooLarge
-    (FrameFormatError, grpc.StatusCode.INVALID_ARGUMENT),  # a client's bad frame (CorruptFrameError too)
-    (NotFoundError, grpc.StatusCode.NOT_FOUND),
-    (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
-    (PolicyViolationError, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (NotServedHereError, grpc.StatusCode.UNAVAILABLE),
-    (TopicSealedError, grpc.StatusCode.UNAVAILABLE),  # the topic is moving: look it up again
-    (WalClosedError, grpc.StatusCode.UNAVAILABLE),
-    (FencedError, grpc.StatusCode.FAILED_PRECONDITION),
-    (OffsetOutOfRangeError, grpc.StatusCode.OUT_OF_RANGE),
-    (AuthenticationError, grpc.StatusCode.UNAUTHENTICATED),
-    (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
-]
 
 
 def status_for(exc: BaseException) -> grpc.StatusCode:
     """The gRPC status code for an error raised while serving a request."""
-    for cls, code in _MAPPING:
+    for cls, code in ERROR_CODES:
         if isinstance(exc, cls):
             return code
     if isinstance(exc, DanubeError):
@@ -65,10 +32,7 @@ def status_for(exc: BaseException) -> grpc.StatusCode:
 def error_class_for(code: grpc.StatusCode) -> type[DanubeError] | None:
     """The inverse of :func:`status_for`: the first class the table lists with ``code``, or None
     for a code no DanubeError is sent with (INTERNAL, CANCELLED, ...)."""
-    for cls, mapped in _MAPPING:
-        if mapped == code:
-            return cls
-    return None
+    return ERROR_FOR_CODE.get(code)
 
 
 # The last wall against echoing client input: whatever an error says, its status message

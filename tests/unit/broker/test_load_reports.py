@@ -1,11 +1,14 @@
-"""The broker's load reporter: LoadReports on /system/load_reports, read back by an ordinary consumer."""
+"""Load reports on a broker: LoadReports on /system/load_reports, read back by an ordinary consumer.
+
+The server starts the reporter (danube.server.app, tests/unit/server/test_app_load_reports.py);
+here one runs against a BrokerService directly."""
 
 import asyncio
 
 import pytest
 
 from danube import frames
-from danube.cluster.load_report import LOAD_REPORTS_TOPIC, REPORT_ATTRIBUTES, LoadReport
+from danube.cluster.load_report import LOAD_REPORTS_TOPIC, REPORT_ATTRIBUTES, LoadReport, LoadReporter
 from danube.errors import FrameFormatError, InvalidArgumentError, NotFoundError
 from tests.unit.broker.conftest import stop
 
@@ -37,9 +40,11 @@ def _topic(report, name):
 
 
 async def test_reports_carry_the_broker_id_and_per_topic_counters(make_broker):
-    b = await make_broker(broker_id="broker-7", load_report_interval_s=0.2)
+    b = await make_broker(broker_id="broker-7")
+    reporter = LoadReporter(b, 0.2)
+    reporter.start()
     try:
-        assert b.load_reporter is not None and b.load_reporter.running
+        assert reporter.running
         # the first report is written at start; the system topic is then an ordinary reliable topic
         for _ in range(200):
             if LOAD_REPORTS_TOPIC in b.topics:
@@ -63,10 +68,11 @@ async def test_reports_carry_the_broker_id_and_per_topic_counters(make_broker):
         assert t.message_rate > 0 and t.byte_rate >= 100 * t.message_rate
         assert report.total_lag_messages == 50
         assert report.total_message_rate >= t.message_rate
-        assert b.load_reporter.failures == 0
+        assert reporter.failures == 0
     finally:
+        await reporter.stop()
         await stop(b)
-    assert not b.load_reporter.running
+    assert not reporter.running
 
 
 async def test_stats_are_keyed_by_topic_with_the_reporter_counter_names(broker):
@@ -104,8 +110,8 @@ async def test_publish_system_rejects_other_topics_and_bad_frames(broker):
     assert await broker.publish_system("/system/things", bytearray(frames.encode_payloads([b"ok"]))) == (0, 0)
 
 
-async def test_interval_zero_means_no_reporter(make_broker):
-    b = await make_broker(load_report_interval_s=0)
+async def test_the_broker_does_not_report_on_itself(make_broker):
+    b = await make_broker()
     await asyncio.sleep(0.1)
-    assert b.load_reporter is None and LOAD_REPORTS_TOPIC not in b.topics
+    assert LOAD_REPORTS_TOPIC not in b.topics
     await stop(b)

@@ -1,0 +1,144 @@
+"""What the broker needs of the parts plugged into it, as ``typing.Protocol``\\ s.
+
+As NATS's ``store.go`` states what a stream store must do and aiokafka's ``_protocols.py`` what
+its pieces expect of each other, this module is the one statement of three contracts:
+
+- :class:`TopicStorage` — one topic's log, as a :class:`~danube.broker.topic.Topic` uses it.
+  Implemented by ``danube.storage.TopicStorage`` (reliable topics: the WAL and durable segments)
+  and ``danube.broker.memory_storage.MemoryTopicStorage`` (non-reliable topics: a bounded history
+  in memory).
+- :class:`StorageFactory` — how :class:`~danube.broker.service.BrokerService` opens a reliable
+  topic's storage. Implemented by ``danube.storage.StorageFactory``.
+- :class:`Dispatcher` — one subscription type's rules (as Danube's
+  ``dispatcher/exclusive|shared|key_shared``), which a
+  :class:`~danube.broker.subscription.Subscription` delegates to; one class per type in
+  ``danube.broker.dispatch``.
+
+The implementations do not inherit from these classes: they match them by shape, and mypy checks
+that they do (the functions under ``TYPE_CHECKING`` at the end of this module).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Collection, Protocol
+
+if TYPE_CHECKING:
+    from danube.broker.delivery import Delivery
+    from danube.broker.subscription import Consumer
+
+__all__ = ["TopicStorage", "StorageFactory", "Dispatcher"]
+
+
+class TopicStorage(Protocol):
+    """One topic's log on this broker: offsets stamped in order, consecutive from ``first_offset``
+    to ``next_offset - 1``, stored as whole frames (``danube.frames``), never re-encoded.
+
+    Appends come from the broker's event loop, one at a time; reads may overlap them. A record
+    becomes visible to subscribers only once :meth:`wait_durable` returned for it (the topic keeps
+    that boundary, ``Topic.readable_next``)."""
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next appended record gets."""
+
+    @property
+    def first_offset(self) -> int:
+        """The oldest offset still readable; ``next_offset`` when nothing is held.  It moves up
+        as history is dropped (retention, a memory budget): a subscriber behind it skips ahead."""
+
+    def append_frames(self, buf: bytearray) -> tuple[int, int]:
+        """Validate ``buf`` (unstamped frames), stamp the next offsets into it in place and append
+        it; ``(first, last)``.  Synchronous and never waits on a disk.  Raises
+        ``FrameFormatError``/``CorruptFrameError`` before anything is stored, and
+        ``TopicSealedError`` once the storage is sealed or closed."""
+
+    async def wait_durable(self, offset: int) -> None:
+        """Return once ``offset`` is durable under the storage's sync policy (at once in memory)."""
+
+    async def read_frames(self, from_offset: int, max_bytes: int) -> bytes | memoryview:
+        """Whole frames from ``from_offset``: at least one when there is one, about ``max_bytes``
+        in all; ``b""`` at the end.  The result may be a view into the storage's own buffers,
+        valid until the next await."""
+
+    async def seal(self) -> int:
+        """Stop writes for a handoff to another broker; the last offset stored (-1 if none)."""
+
+    async def close(self) -> None:
+        """Stop writes and release the storage; the topic stays owned here (no seal)."""
+
+
+class StorageFactory(Protocol):
+    """Opens reliable topics' storage on this broker: the broker's only way to a topic's log."""
+
+    async def open_topic(self, topic: str) -> TopicStorage:
+        """The storage of ``topic``, recovered and open; one instance per topic until it closes."""
+
+    async def close(self) -> None:
+        """Close every storage it opened (the broker closes its topics first)."""
+
+
+class Dispatcher(Protocol):
+    """One subscription type: who may join, who may receive, and what a receive takes.
+
+    The :class:`~danube.broker.subscription.Subscription` keeps what every type shares — its
+    consumers, the cursor and acks (``AckTracker``), redelivery and ack timeouts, the failure
+    policy, the receivers waiting — and calls these hooks.  A dispatcher reads through its
+    subscription (``read_lock``, ``redeliver``, ``deliver_fresh``, ``read_fresh``, ``frame_at``,
+    ``window``), so every type stores the same bytes and tracks deliveries the same way."""
+
+    @property
+    def sub_type(self) -> str:
+        """The type's name on the wire and in metadata: ``exclusive``, ``shared``, ..."""
+
+    @property
+    def takes_key_filters(self) -> bool:
+        """Whether consumers of this type may subscribe with key filters."""
+
+    def check_join(self, consumer_name: str) -> None:
+        """Raise ``AlreadyExistsError`` when a consumer of this name may not become active now."""
+
+    def joined(self, consumer: Consumer) -> None:
+        """``consumer`` became active (or, being active, got new key filters)."""
+
+    def left(self, consumer: Consumer) -> None:
+        """``consumer`` is no longer active: forget what was routed to it (its unacked messages
+        are taken back by the subscription)."""
+
+    def restarted(self, consumer: Consumer) -> None:
+        """A new receive stream serves ``consumer``: drop what was routed for the old one."""
+
+    def may_receive(self, consumer: Consumer) -> bool:
+        """Whether ``consumer`` is served at all now (a failover standby is not)."""
+
+    def order_waiters(self, waiters: list[tuple[Consumer, asyncio.Future]]) -> None:
+        """Sort receivers about to be woken (in place) into the order they should fetch in."""
+
+    async def fetch(self, consumer: Consumer, max_messages: int, max_bytes: int, now: float) -> Delivery | None:
+        """The next delivery for ``consumer`` (at most ``max_messages``, about ``max_bytes``),
+        tracked as delivered; None when there is nothing for it now."""
+
+    def forget(self, offsets: Collection[int]) -> None:
+        """``offsets`` were taken back (nack, ack timeout): drop any copy waiting for a consumer."""
+
+
+if TYPE_CHECKING:
+    # mypy checks that the implementations keep the contracts (this is never run).
+    from danube.broker.dispatch.exclusive import ExclusiveDispatcher
+    from danube.broker.dispatch.failover import FailoverDispatcher
+    from danube.broker.dispatch.key_shared import KeySharedDispatcher
+    from danube.broker.dispatch.shared import SharedDispatcher
+    from danube.broker.memory_storage import MemoryTopicStorage
+    from danube.storage.factory import StorageFactory as WalStorageFactory
+    from danube.storage.topic_storage import TopicStorage as WalTopicStorage
+
+    def _storages(memory: MemoryTopicStorage, wal: WalTopicStorage) -> tuple[TopicStorage, TopicStorage]:
+        return memory, wal
+
+    def _factory(factory: WalStorageFactory) -> StorageFactory:
+        return factory
+
+    def _dispatchers(
+        a: ExclusiveDispatcher, b: FailoverDispatcher, c: SharedDispatcher, d: KeySharedDispatcher
+    ) -> tuple[Dispatcher, Dispatcher, Dispatcher, Dispatcher]:
+        return a, b, c, d

@@ -1,0 +1,133 @@
+"""Key-shared subscriptions: each message goes to the consumer the hash ring picks for its key.
+
+A message's key is its routing key, else its producer's name; the ring
+(``danube.broker.keyshared.HashRing``) maps it to a consumer among those whose glob key filters
+accept it.  A receive routes a batch at a time: ready redeliveries and fresh frames are split
+among the consumers' queues (each message tracked as delivered to its owner), and the receiving
+consumer takes from its own queue.  A key no consumer accepts waits and is tried again shortly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING, Collection
+
+from danube import frames
+from danube.broker.delivery import Delivery, frame_offset, split_frames
+from danube.broker.keyshared import HashRing
+
+if TYPE_CHECKING:
+    from danube.broker.subscription import Consumer, Subscription
+
+_UNROUTED_RETRY_S = 1.0  # a key no consumer accepts is tried again after this long
+
+
+class KeySharedDispatcher:
+    sub_type = "key_shared"
+    takes_key_filters = True
+
+    __slots__ = ("sub", "ring", "_queues")
+
+    def __init__(self, subscription: Subscription) -> None:
+        self.sub = subscription
+        self.ring = HashRing()
+        # consumer id -> frames routed to it, not yet delivered
+        self._queues: dict[int, deque[memoryview]] = {}
+
+    def check_join(self, consumer_name: str) -> None:
+        return None
+
+    def joined(self, consumer: Consumer) -> None:
+        self.ring.add(consumer.id, consumer.key_filter)
+
+    def left(self, consumer: Consumer) -> None:
+        self.ring.remove(consumer.id)
+        self._queues.pop(consumer.id, None)
+
+    def restarted(self, consumer: Consumer) -> None:
+        self._queues.pop(consumer.id, None)
+
+    def may_receive(self, consumer: Consumer) -> bool:
+        return True
+
+    def order_waiters(self, waiters: list[tuple[Consumer, asyncio.Future]]) -> None:
+        return None
+
+    def forget(self, offsets: Collection[int]) -> None:
+        queues = self._queues
+        for consumer_id, queue in queues.items():
+            if queue:
+                queues[consumer_id] = deque(v for v in queue if frame_offset(v) not in offsets)
+
+    # ------------------------------------------------------------ routing
+
+    def _route_key(self, view: memoryview) -> str:
+        rec, _ = frames.decode_frame(view, 0)
+        assert rec is not None  # a whole frame (cut by the storage read)
+        if rec.routing_key is not None:
+            return rec.routing_key
+        return self.sub.topic.producer_name(rec.producer_id)
+
+    def _route(self, parts: list[memoryview], now: float) -> None:
+        sub = self.sub
+        reliable = sub.reliable
+        tracker = sub.tracker
+        queues = self._queues
+        deadline = now + sub.failure_policy.ack_timeout_ms / 1000
+        for view in parts:
+            offset = frame_offset(view)
+            owner_id = self.ring.owner(self._route_key(view))
+            owner = sub.consumers.get(owner_id) if owner_id is not None else None
+            if owner is None:
+                # No consumer accepts this key now; try again shortly (never dropped).
+                if reliable:
+                    tracker.schedule(offset, now + _UNROUTED_RETRY_S)
+                continue
+            queue = queues.get(owner.id)
+            if queue is None:
+                queue = queues[owner.id] = deque()
+            queue.append(view)
+            if reliable:
+                tracker.delivered(offset, offset, owner.id, deadline)
+
+    # ------------------------------------------------------------ receive
+
+    async def fetch(self, consumer: Consumer, max_messages: int, max_bytes: int, now: float) -> Delivery | None:
+        sub = self.sub
+        if not self._queues.get(consumer.id):
+            settings = sub.settings
+            async with sub.read_lock:
+                if sub.reliable and sub.tracker.has_ready(now):
+                    offsets = sub.tracker.pop_ready(now, settings.max_batch_messages)
+                    ready = [v for v in [await sub.frame_at(o) for o in offsets] if v is not None]
+                    self._route(ready, now)
+                if not self._queues.get(consumer.id):
+                    window = sub.window()
+                    if window > 0:
+                        view, count = await sub.read_fresh(
+                            min(window, settings.max_batch_messages), settings.max_batch_bytes
+                        )
+                        if view is not None:
+                            sub.next_read += count
+                            self._route(split_frames(view), now)
+                            if not sub.reliable:
+                                sub.tracker.cursor = sub.next_read - 1
+                            sub.notify()
+        queue = self._queues.get(consumer.id)  # (taken again: a nack or a timeout may replace it)
+        if not queue:
+            return None
+        parts: list[memoryview] = []
+        size = 0
+        while queue and len(parts) < max_messages:
+            view = queue[0]
+            if parts and size + len(view) > max_bytes:
+                break
+            queue.popleft()
+            parts.append(view)
+            size += len(view)
+        offsets = [frame_offset(v) for v in parts]
+        attempts = sub.tracker.attempts
+        counts = {o: attempts[o] for o in offsets if o in attempts}
+        buf = parts[0] if len(parts) == 1 else b"".join(parts)
+        return Delivery(buf, min(offsets), max(offsets), len(parts), counts)

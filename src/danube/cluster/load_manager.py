@@ -18,6 +18,13 @@ Workflow (Danube's, ``shared/seeds/danube-load-manager.txt``):
    mod_revision) and that this broker is still the leader (``LeaderElection.guard``);
 5. the in-memory usage is updated at once, before the next choice.
 
+Hand-over of a move: a marker with reason ``rebalance`` or ``unload`` is placed only
+once its ``from_broker`` has sealed the topic and said so by rewriting the marker
+with ``"sealed": true`` (``ClusterNode``; an admin unload seals first and writes it
+that way), or once that broker is no longer registered, or after
+``handoff_timeout_s``: the new owner must not open the topic before the old one
+stopped writing, or the offsets would fork.
+
 Batching: every pending marker is placed in one pass; the writes go out as
 transactions of ``batch_size`` topics (2 operations each, under etcd's default
 limit of 128 operations per transaction), so 1,000 new topics take ~17 round
@@ -52,6 +59,8 @@ log = logging.getLogger(__name__)
 
 ROUND_ROBIN_WITHIN = 0.10
 DEFAULT_BATCH = 60
+MOVE_REASONS = ("rebalance", "unload")
+HANDOFF_TIMEOUT_S = 15.0
 
 
 class Leadership(Protocol):
@@ -62,7 +71,8 @@ class Leadership(Protocol):
 
 class LoadManager:
     def __init__(self, store: MetadataStore, view: ClusterView, leadership: Leadership, *,
-                 strategy: str = "fair", batch_size: int = DEFAULT_BATCH, orphan_grace_s: float = 10.0) -> None:
+                 strategy: str = "fair", batch_size: int = DEFAULT_BATCH, orphan_grace_s: float = 10.0,
+                 handoff_timeout_s: float = HANDOFF_TIMEOUT_S) -> None:
         if strategy not in scoring.STRATEGIES:
             raise ValueError(f"unknown assignment strategy {strategy!r}; expected one of {scoring.STRATEGIES}")
         self.store = store
@@ -71,6 +81,8 @@ class LoadManager:
         self.strategy = strategy
         self.batch_size = max(1, int(batch_size))
         self.orphan_grace_s = orphan_grace_s
+        self.handoff_timeout_s = handoff_timeout_s
+        self._handoff_since: dict[tuple[str, int], float] = {}  # (topic, marker revision) → first seen
         self._last_selected: str | None = None
         self._task: asyncio.Task | None = None
         self._elected_at = 0.0
@@ -157,6 +169,8 @@ class LoadManager:
                 if owner != marker.get("from_broker"):
                     writes.append((topic, None, revision))  # already placed: the marker is stale
                 continue  # still owned by the broker it moves from: wait for its assignment to go
+            if not self._handed_over(topic, marker, revision):
+                continue  # the source has not sealed it yet: placing it now could fork its offsets
             ranked = scoring.rankings(self.strategy, reports.values())
             exclude = [marker["from_broker"]] if marker.get("from_broker") else []
             broker = self.select(ranked, exclude=exclude, hint=marker.get("to_broker"))
@@ -174,6 +188,24 @@ class LoadManager:
         for start in range(0, len(writes), self.batch_size):
             done += await self._write_batch(writes[start:start + self.batch_size])
         return done
+
+    def _handed_over(self, topic: str, marker: dict, revision: int) -> bool:
+        """A move (rebalance / unload) is placed once its source acknowledged the hand-over
+        (``"sealed": true`` in the marker, written after the seal), or the source is gone, or
+        ``handoff_timeout_s`` passed (logged)."""
+        if marker.get("reason") not in MOVE_REASONS or marker.get("sealed"):
+            return True
+        source = marker.get("from_broker")
+        if source not in self.view.registered:
+            return True
+        since = self._handoff_since.setdefault((topic, revision), time.monotonic())
+        if len(self._handoff_since) > 100_000:
+            self._handoff_since.clear()
+        if time.monotonic() - since < self.handoff_timeout_s:
+            return False
+        log.warning("%s: broker %s did not confirm the hand-over within %.0f s; placing it anyway", topic,
+                    source, self.handoff_timeout_s)
+        return True
 
     def _ops(self, topic: str, broker: str | None, revision: int) -> tuple[Compare, list[Op]]:
         marker_key = keys.unassigned(topic)

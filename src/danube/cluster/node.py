@@ -187,7 +187,8 @@ class ClusterNode:
             last = None
             if topic in self.broker.topics:
                 last = await self.broker.unload_topic(topic, local=True)
-            marker = json.dumps({"reason": "unload", "from_broker": self.broker_id}, sort_keys=True).encode()
+            marker = json.dumps({"reason": "unload", "from_broker": self.broker_id, "sealed": True,
+                                 "last_offset": last}, sort_keys=True).encode()
             result = await self.store.txn([Compare.version(assignment, ">", 0)],
                                           [Op.delete(assignment), Op.put(keys.unassigned(topic), marker)])
             if not result.succeeded:
@@ -226,13 +227,46 @@ class ClusterNode:
             self.load_manager.note_registered(parts[3])
         elif (event.kind == "delete" and len(parts) == 6 and parts[2] == "brokers" and parts[3] == self.broker_id):
             topic = f"/{parts[4]}/{parts[5]}"
-            if topic in self.broker.topics and topic not in self._unloading:
-                self._spawn(self._drop(topic, "its assignment to this broker was removed"))
+            if topic not in self._unloading:
+                self._spawn(self._assignment_removed(topic))
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _assignment_removed(self, topic: str) -> None:
+        """The leader (a rebalance) or someone else took the topic from this broker.  A move marker
+        naming this broker: seal here, then confirm with ``"sealed": true`` so the leader places it;
+        anything else (failover): just close it, another broker may own it already."""
+        marker_key = keys.unassigned(topic)
+        try:
+            entry = await self.view.wait_for(lambda: self.view.unassigned.get(topic), 1.0)
+        except TimeoutError:
+            entry = None
+        marker, revision = entry if entry else (None, 0)
+        moving = (isinstance(marker, dict) and marker.get("reason") in ("rebalance", "unload")
+                  and marker.get("from_broker") == self.broker_id and not marker.get("sealed"))
+        if not moving:
+            if topic in self.broker.topics:
+                await self._drop(topic, "its assignment to this broker was removed")
+            return
+        last = None
+        if topic in self.broker.topics:
+            self._unloading.add(topic)
+            try:
+                last = await self.broker.unload_topic(topic, local=True)
+            except NotFoundError:
+                pass
+            except Exception:  # noqa: BLE001 - confirm anyway: the leader would place it after a timeout
+                log.exception("sealing %s for its move failed", topic)
+            finally:
+                self._unloading.discard(topic)
+        confirmed = dict(marker, sealed=True, last_offset=last)
+        result = await self.store.txn([Compare.mod_revision(marker_key, "==", revision)],
+                                      [Op.put_json(marker_key, confirmed)])
+        log.info("topic %s handed over by broker %s (%s, sealed at %s)%s", topic, self.broker_id,
+                 marker.get("reason"), last, "" if result.succeeded else "; the marker changed meanwhile")
 
     async def _drop(self, topic: str, why: str) -> None:
         log.warning("closing topic %s on broker %s: %s", topic, self.broker_id, why)

@@ -206,6 +206,35 @@ def test_admin_unload_moves_a_topic_and_offsets_continue(tmp_path):
         third_owner = wait_until(moved_again, 20, "topic handed over at shutdown")[0]
         _send(third_owner, topic, [b"m4"])
         assert _receive(third_owner, topic, 1) == [(4, b"m4")]
+        # a rebalance move as the rebalancer writes it (marker with to_broker + delete of the source
+        # assignment, one transaction): the owner seals and confirms, then the leader places it
+        holder = next(p for p in cluster.procs if p.url == third_owner)
+        target = next(p for p in cluster.procs if p.alive() and p is not holder)
+        asyncio.run(_rebalance(cluster.etcd.url, topic, holder.broker_id, target.broker_id))
+
+        def rebalanced():
+            answers = asyncio.run(owners_seen_by_each_broker(cluster, [topic]))[topic]
+            return answers if set(answers) == {target.url} else None
+
+        wait_until(rebalanced, 20, "topic rebalanced")
+        _send(target.url, topic, [b"m5"])
+        assert _receive(target.url, topic, 1) == [(5, b"m5")]
+        assert f"topic {topic} handed over by broker {holder.broker_id} (rebalance" in holder.log()
+
+
+async def _rebalance(etcd_url: str, topic: str, source: str, target: str) -> None:
+    from danube.metadata import keys
+    from danube.metadata.etcd import EtcdMetadataStore
+    from danube.metadata.store import Op
+
+    store = EtcdMetadataStore(etcd_url)
+    try:
+        marker = {"reason": "rebalance", "from_broker": source, "to_broker": target, "timestamp": int(time.time())}
+        result = await store.txn([], [Op.put_json(keys.unassigned(topic), marker),
+                                      Op.delete(keys.broker_topic(source, topic))])
+        assert result.succeeded
+    finally:
+        await store.close()
 
 
 def test_a_broker_that_cannot_renew_its_lease_stops_publishes_before_it_expires(tmp_path):

@@ -100,8 +100,9 @@ async def test_1000_topics_take_a_few_transactions(store):
 async def test_hints_exclusions_and_stale_markers(store):
     await register(store, "b1", "b2", "b3")
     await store.put(keys.unassigned("/ns/hinted"), json.dumps(
-        {"reason": "rebalance", "from_broker": "b1", "to_broker": "b3", "timestamp": 1}).encode())
-    await store.put(keys.unassigned("/ns/moved"), json.dumps({"reason": "unload", "from_broker": "b1"}).encode())
+        {"reason": "rebalance", "from_broker": "b1", "to_broker": "b3", "timestamp": 1, "sealed": True}).encode())
+    await store.put(keys.unassigned("/ns/moved"), json.dumps(
+        {"reason": "unload", "from_broker": "b1", "sealed": True}).encode())
     await store.put(keys.broker_topic("b2", "/ns/owned"), b"null")
     await store.put(keys.unassigned("/ns/owned"), b"null")  # a lookup raced an assignment: stale marker
     view = await started_view(store)
@@ -113,6 +114,30 @@ async def test_hints_exclusions_and_stale_markers(store):
         assert keys.broker_topic("b1", "/ns/moved") not in state
         assert keys.broker_topic("b2", "/ns/owned") in state and len(state) == 3
         assert await store.get_prefix("/cluster/unassigned/") == []
+    finally:
+        await view.stop()
+
+
+async def test_a_move_waits_for_its_source_to_confirm_the_seal(store):
+    await register(store, "b1", "b2")
+    unconfirmed = {"reason": "rebalance", "from_broker": "b1", "to_broker": "b2", "timestamp": 1}
+    await store.put(keys.unassigned("/ns/m"), json.dumps(unconfirmed).encode())
+    await store.put(keys.unassigned("/ns/gone"), json.dumps({"reason": "unload", "from_broker": "b9"}).encode())
+    view = await started_view(store)
+    manager = LoadManager(store, view, Leader(), handoff_timeout_s=0.5)
+    try:
+        assert await manager.assign_pending() == 1  # /ns/gone: its source is not registered, no wait
+        assert await store.get(keys.broker_topic("b2", "/ns/m")) is None
+        await store.put(keys.unassigned("/ns/m"), json.dumps(dict(unconfirmed, sealed=True)).encode())
+        await view.wait_for(lambda: (view.unassigned.get("/ns/m") or ({},))[0].get("sealed"), 5)
+        assert await manager.assign_pending() == 1
+        assert await store.get(keys.broker_topic("b2", "/ns/m")) is not None
+        # an unconfirmed move is placed anyway after the hand-over timeout
+        await store.put(keys.unassigned("/ns/late"), json.dumps(dict(unconfirmed)).encode())
+        await view.wait_for(lambda: "/ns/late" in view.unassigned, 5)
+        assert await manager.assign_pending() == 0
+        await asyncio.sleep(0.6)
+        assert await manager.assign_pending() == 1
     finally:
         await view.stop()
 

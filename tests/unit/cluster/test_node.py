@@ -102,7 +102,7 @@ async def test_leave_hands_every_served_topic_over(node):
     assert not [t for t in broker.topics if not t.startswith("/system/")]
     for name in ("/default/l1", "/default/l2"):
         marker = json.loads((await store.get(keys.unassigned(name))).value)
-        assert marker == {"reason": "unload", "from_broker": "b1"}
+        assert marker == {"reason": "unload", "from_broker": "b1", "sealed": True, "last_offset": 0}
         state = await store.get_json(keys.storage_state("", name))
         assert state["sealed"] and state["last_committed_offset"] == 0 and state["broker_id"] == "b1"
 
@@ -135,3 +135,22 @@ async def test_the_view_reloads_when_its_history_was_compacted(tmp_path, monkeyp
     finally:
         await view.stop()
         await store.close()
+
+
+async def test_a_rebalance_move_is_sealed_here_then_confirmed_then_placed(node):
+    """What the rebalancer writes (marker with to_broker + delete of the source assignment, one
+    transaction): this broker seals, confirms with "sealed": true, and only then does the leader place it."""
+    from danube.metadata.store import Op
+
+    store, broker = node.store, node.broker
+    await store.put(keys.broker_register("b2"), json.dumps({"broker_url": "http://b2:6650"}).encode())
+    await broker.lookup("/default/r")
+    pid = await broker.create_producer("/default/r", "p", reliable=True)
+    await broker.publish(pid, batch(["a", "b", "c"], pid))
+    marker = {"reason": "rebalance", "from_broker": "b1", "to_broker": "b2", "timestamp": 1}
+    await store.txn([], [Op.put_json(keys.unassigned("/default/r"), marker),
+                         Op.delete(keys.broker_topic("b1", "/default/r"))])
+    await node.view.wait_for(lambda: node.view.owner("/default/r") == "b2", 10)
+    assert "/default/r" not in broker.topics
+    sealed = await store.get_json(keys.storage_state("", "/default/r"))
+    assert sealed["sealed"] and sealed["last_committed_offset"] == 2

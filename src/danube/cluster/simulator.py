@@ -21,7 +21,7 @@ history.  Only the brokers and the load manager's assignment are synthetic:
 
 Scenarios (the seed's use cases): ``add-brokers`` (3 brokers × 100 topics, 2
 brokers join), ``broker-failure`` (4 × 150 topics; the leader fails, its topics
-fail over, it comes back empty, the next leader fails mid-rebalancing),
+fail over, it comes back empty, the next leader hands over mid-rebalancing),
 ``workload-drift`` (4 × 60 quiet topics; in the afternoon a third of them,
 mostly on two brokers, grow fiftyfold).  A run returns the CV over virtual time,
 the moves, and the safety checks (hourly rate limit, cooldowns, no topic moved
@@ -40,10 +40,10 @@ from typing import Any, Awaitable, Callable
 from danube.cluster.load_report import LoadReport, SystemLoad, TopicLoad
 from danube.cluster.rebalancing import history as _history
 from danube.cluster.rebalancing.balance import compute_balance
-from danube.cluster.scoring import broker_scores
 from danube.cluster.rebalancing.config import OSCILLATION_WINDOW_SECONDS, RATE_WINDOW_SECONDS, RebalancingConfig
 from danube.cluster.rebalancing.history import MoveRecord
 from danube.cluster.rebalancing.loop import MetadataMoveExecutor, Rebalancer
+from danube.cluster.scoring import broker_scores
 from danube.metadata import keys
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.metadata.store import Op
@@ -267,10 +267,16 @@ def scenario(name: str) -> Scenario:
         async def back(c: SimCluster) -> None:
             await c.add_broker("broker-1")
 
+        async def hand_over(c: SimCluster) -> None:  # broker-2 restarts: broker-3 leads, broker-2 rejoins
+            c.brokers.remove("broker-2")
+            c.brokers.append("broker-2")
+            c.events.append((c.clock.now(), "broker-2 restarts"))
+
         return Scenario(name, "4 brokers × 150 topics; the leader (broker-1) fails at 0:30 and its topics fail "
-                              "over; it returns empty at 1:00; the next leader (broker-2) fails at 2:00",
+                              "over; it returns empty at 1:00; at 1:30, mid-rebalancing, the next leader "
+                              "(broker-2) restarts and broker-3 takes over",
                         "balanced", 10.0, setup,
-                        [(1800.0, fail("broker-1")), (3600.0, back), (7200.0, fail("broker-2"))])
+                        [(1800.0, fail("broker-1")), (3600.0, back), (5400.0, hand_over)])
     if name == "workload-drift":
         async def setup(c: SimCluster) -> None:
             await _populate(c, 4, 60, scale=0.2)

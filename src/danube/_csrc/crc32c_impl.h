@@ -19,6 +19,12 @@
 extern "C" {
 #endif
 
+/* Linked into danube._core.frame only (other modules reach CRC32C through its C-API
+ * capsule): hidden, so the module calls them directly, not through the PLT. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(hidden)
+#endif
+
 /* Builds the tables and picks the implementation.  Call once (under the GIL)
  * before any other function; calling it again is harmless. */
 void danube_crc32c_init(void);
@@ -35,6 +41,10 @@ int danube_crc32c_hw_available(void);
 
 /* "sse4.2" or "slicing-by-8". */
 const char *danube_crc32c_implementation(void);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

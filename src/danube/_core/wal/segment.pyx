@@ -309,7 +309,8 @@ cdef class SegmentFile:
             trimmed = last - end
             if trimmed:
                 if writable:
-                    memset(seg.base + end, 0, trimmed)
+                    with nogil:  # the file is not shared yet; a torn tail can be megabytes
+                        memset(seg.base + end, 0, last - end)
                     seg._mm.flush(end - end % mmap.PAGESIZE, trimmed + end % mmap.PAGESIZE)
                 else:
                     os.pwrite(fd, bytes(trimmed), end)

@@ -126,7 +126,7 @@ def micro() -> dict:
         core_check = None
     batch = payloads()
     n = len(batch)
-    buf = bytearray(frames.encode_payloads(batch, attributes={"danube.schema_id": "1", "danube.schema_version": "1"}))
+    buf = bytearray(frames.encode_payloads(batch, attributes={"danube.schema": "1:1"}))
     avro = parse("avro", json.dumps(SCHEMA))
     prog = avro_program(avro)
     from fastavro import schemaless_reader

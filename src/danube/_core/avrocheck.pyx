@@ -5,7 +5,7 @@ without decoding into objects: the batch lane's payload validation (docs/schema-
 Same functions and results as the twin ``danube._pure.avrocheck``:
 ``check_payload(prog, payload) -> -1 | bad position`` and
 ``check_frames(prog, frames) -> (-1, -1) | (bad frame index, position in its payload)``;
-``check_schema_attributes(frames, id_name, id_value, version_name, version_value) -> -1 | index``.
+``check_attribute(frames, name, value) -> -1 | index of the first frame without it``.
 Frames must already have passed ``danube.frames.validate``.
 """
 
@@ -233,22 +233,18 @@ cdef inline bint _same(const uint8_t* a, Py_ssize_t na, const uint8_t* b, Py_ssi
     return na == nb and (nb == 0 or memcmp(a, b, nb) == 0)
 
 
-def check_schema_attributes(const uint8_t[::1] frames, const uint8_t[::1] id_name, const uint8_t[::1] id_value,
-                            const uint8_t[::1] version_name, const uint8_t[::1] version_value):
-    """Index of the first frame whose attributes do not hold exactly this schema id and version
-    (a batch that names its schema must tag every message with it), or -1."""
+def check_attribute(const uint8_t[::1] frames, const uint8_t[::1] name, const uint8_t[::1] value):
+    """Index of the first frame without the attribute ``name`` equal to ``value`` (a batch that
+    names its schema must tag every message with it), or -1."""
     cdef Py_ssize_t n = frames.shape[0]
     cdef const uint8_t* buf
-    cdef const uint8_t* name
+    cdef const uint8_t* at
     cdef Py_ssize_t pos = 0, body, p, index = 0
     cdef uint64_t body_len, attr_count, key_len, name_len, value_len, _a
-    cdef int found
-    cdef const uint8_t* idn = &id_name[0]
-    cdef const uint8_t* idv = &id_value[0]
-    cdef const uint8_t* vn = &version_name[0]
-    cdef const uint8_t* vv = &version_value[0]
-    cdef Py_ssize_t idn_len = id_name.shape[0], idv_len = id_value.shape[0]
-    cdef Py_ssize_t vn_len = version_name.shape[0], vv_len = version_value.shape[0]
+    cdef bint found
+    cdef const uint8_t* want_name = &name[0]
+    cdef const uint8_t* want_value = &value[0]
+    cdef Py_ssize_t want_name_len = name.shape[0], want_value_len = value.shape[0]
     if n == 0:
         return -1
     buf = &frames[0]
@@ -259,21 +255,16 @@ def check_schema_attributes(const uint8_t[::1] frames, const uint8_t[::1] id_nam
             attr_count = ld16(buf + body + BODY_ATTR_COUNT_AT)
             key_len = ld16(buf + body + BODY_KEY_LEN_AT)
             p = body + FRAME_BODY_FIXED_SIZE + <Py_ssize_t>key_len
-            found = 0
+            found = False
             for _a in range(attr_count):
                 name_len = ld16(buf + p)
-                name = buf + p + 2
-                value_len = ld32(name + name_len)
-                if _same(name, <Py_ssize_t>name_len, idn, idn_len):
-                    if not _same(name + name_len + 4, <Py_ssize_t>value_len, idv, idv_len):
-                        break
-                    found |= 1
-                elif _same(name, <Py_ssize_t>name_len, vn, vn_len):
-                    if not _same(name + name_len + 4, <Py_ssize_t>value_len, vv, vv_len):
-                        break
-                    found |= 2
+                at = buf + p + 2
+                value_len = ld32(at + name_len)
+                if _same(at, <Py_ssize_t>name_len, want_name, want_name_len):
+                    found = _same(at + name_len + 4, <Py_ssize_t>value_len, want_value, want_value_len)
+                    break
                 p += 6 + <Py_ssize_t>name_len + <Py_ssize_t>value_len
-            if found != 3:
+            if not found:
                 break
             pos = body + <Py_ssize_t>body_len
             index += 1

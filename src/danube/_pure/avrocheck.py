@@ -155,8 +155,8 @@ def check_frames(prog, frames) -> tuple[int, int]:
     return -1, -1
 
 
-def check_schema_attributes(frames, id_name: bytes, id_value: bytes, version_name: bytes, version_value: bytes) -> int:
-    """Index of the first frame whose attributes do not hold exactly this schema id and version, or -1."""
+def check_attribute(frames, name: bytes, value: bytes) -> int:
+    """Index of the first frame without the attribute ``name`` equal to ``value``, or -1."""
     buf = memoryview(frames).cast("B")
     n = len(buf)
     pos = 0
@@ -167,22 +167,15 @@ def check_schema_attributes(frames, id_name: bytes, id_value: bytes, version_nam
         attr_count = int.from_bytes(buf[body + 18:body + 20], "little")
         key_len = int.from_bytes(buf[body + 20:body + 22], "little")
         p = body + 22 + key_len
-        found = 0
+        found = False
         for _ in range(attr_count):
             name_len = int.from_bytes(buf[p:p + 2], "little")
-            name = bytes(buf[p + 2:p + 2 + name_len])
             value_len = int.from_bytes(buf[p + 2 + name_len:p + 6 + name_len], "little")
-            value = bytes(buf[p + 6 + name_len:p + 6 + name_len + value_len])
-            if name == id_name:
-                if value != id_value:
-                    break
-                found |= 1
-            elif name == version_name:
-                if value != version_value:
-                    break
-                found |= 2
+            if bytes(buf[p + 2:p + 2 + name_len]) == name:
+                found = bytes(buf[p + 6 + name_len:p + 6 + name_len + value_len]) == value
+                break
             p += 6 + name_len + value_len
-        if found != 3:
+        if not found:
             return index
         pos = body + body_len
         index += 1

@@ -3,7 +3,7 @@
 Produce: the ``--message`` text is a JSON document; for an Avro subject it is encoded with the
 subject's schema (fastavro), for a JSON Schema subject it is validated and sent as JSON; other
 types send the text as it is.  Consume: a message carrying a schema id and version (the frame
-attributes ``danube.schema_id`` / ``danube.schema_version``) is decoded with that version and
+attribute ``danube.schema`` = "id:version") is decoded with that version and
 printed as one line of JSON; other messages print as UTF-8 text.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from danube.errors import InvalidArgumentError
 from danube.schema.types import parse
-from danube.schema.validation import SCHEMA_ID_ATTR, SCHEMA_VERSION_ATTR, payload_decoder, payload_validator
+from danube.schema.validation import SCHEMA_ATTR, parse_schema_value, payload_decoder, payload_validator
 
 
 class SchemaPayloadError(InvalidArgumentError):
@@ -76,7 +76,7 @@ class PayloadPrinter:
 
     async def text(self, message) -> str:
         attrs = message.attributes or {}
-        sid, ver = attrs.get(SCHEMA_ID_ATTR), attrs.get(SCHEMA_VERSION_ATTR)
+        sid, ver = parse_schema_value(attrs.get(SCHEMA_ATTR))
         if sid is not None and ver is not None:
             decode = await self._decoder(int(sid), int(ver))
             if decode is not None:

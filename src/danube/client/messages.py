@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from danube import frames as frame_codec
+from danube.schema.validation import SCHEMA_ATTR, parse_schema_value
 
 
 class Message:
@@ -38,14 +39,12 @@ class Message:
 
     @property
     def schema_id(self) -> int | None:
-        """The schema id the producer wrote it with (frame attribute ``danube.schema_id``), or None."""
-        value = self.attributes.get("danube.schema_id") if self.attributes else None
-        return int(value) if value is not None else None
+        """The schema id the producer wrote it with (frame attribute ``danube.schema`` = "id:version"), or None."""
+        return parse_schema_value(self.attributes.get(SCHEMA_ATTR) if self.attributes else None)[0]
 
     @property
     def schema_version(self) -> int | None:
-        value = self.attributes.get("danube.schema_version") if self.attributes else None
-        return int(value) if value is not None else None
+        return parse_schema_value(self.attributes.get(SCHEMA_ATTR) if self.attributes else None)[1]
 
 
 class MessageBatch:

@@ -15,11 +15,11 @@ payload's bytes; JSON Schema: JSON that the schema's validator accepts; Protobuf
 parses; string: UTF-8; number: a JSON number in UTF-8 or 8 bytes).
 
 On the batch lane the ids are checked once per batch, and one compiled pass over the frames
-checks that every message carries them (``danube._core.avrocheck.check_schema_attributes``);
+checks that every message carries them (``danube._core.avrocheck.check_attribute``);
 payload validation reads every payload.
 
-Frames carry the schema as two attributes, :data:`SCHEMA_ID_ATTR` and
-:data:`SCHEMA_VERSION_ATTR` (decimal text): the frame format has no schema field, and this way
+Frames carry the schema as one attribute, :data:`SCHEMA_ATTR` = ``"<id>:<version>"`` (23 bytes
+a message for small ids): the frame format has no schema field, and this way
 the WAL, segments and Spark see it too.  Danube's ``ReceiveMessages`` turns them back into
 ``StreamMessage.schema_id`` / ``schema_version``.
 
@@ -47,10 +47,8 @@ from danube.schema.types import ParsedSchema, protobuf_main_message
 
 log = logging.getLogger(__name__)
 
-SCHEMA_ID_ATTR = "danube.schema_id"
-SCHEMA_VERSION_ATTR = "danube.schema_version"
-_ID_NAME = SCHEMA_ID_ATTR.encode()
-_VERSION_NAME = SCHEMA_VERSION_ATTR.encode()
+SCHEMA_ATTR = "danube.schema"          # value "<schema id>:<version>"
+_SCHEMA_NAME = SCHEMA_ATTR.encode()
 _WARN_LOG_INTERVAL_S = 10.0
 
 
@@ -225,21 +223,36 @@ def payload_decoder(p: ParsedSchema) -> Callable[[Any], Any]:
     return lambda payload: bytes(payload)
 
 
+def schema_value(schema_id: int, version: int | None) -> str:
+    """The :data:`SCHEMA_ATTR` value: ``"<id>:<version>"`` (``"<id>"`` without a version)."""
+    return f"{int(schema_id)}:{int(version)}" if version is not None else str(int(schema_id))
+
+
 def schema_attributes(schema_id: int, version: int) -> dict[str, str]:
-    return {SCHEMA_ID_ATTR: str(int(schema_id)), SCHEMA_VERSION_ATTR: str(int(version))}
+    return {SCHEMA_ATTR: schema_value(schema_id, version)}
+
+
+def parse_schema_value(value: str | None) -> tuple[int | None, int | None]:
+    """(schema id, version) from a :data:`SCHEMA_ATTR` value; (None, None) when absent or malformed."""
+    if not value:
+        return None, None
+    sid, _, ver = value.partition(":")
+    try:
+        return int(sid), int(ver) if ver else None
+    except ValueError:
+        return None, None
 
 
 def split_schema_attributes(attributes: dict) -> tuple[dict, int | None, int | None]:
-    """(attributes without the schema pair, schema id, version) of a stored frame."""
-    if not attributes or SCHEMA_ID_ATTR not in attributes:
+    """(attributes without the schema attribute, schema id, version) of a stored frame."""
+    if not attributes or SCHEMA_ATTR not in attributes:
+        return attributes, None, None
+    sid, ver = parse_schema_value(attributes[SCHEMA_ATTR])
+    if sid is None:
         return attributes, None, None
     attrs = dict(attributes)
-    try:
-        sid = int(attrs.pop(SCHEMA_ID_ATTR))
-        ver = attrs.pop(SCHEMA_VERSION_ATTR, None)
-        return attrs, sid, int(ver) if ver is not None else None
-    except ValueError:
-        return attributes, None, None
+    del attrs[SCHEMA_ATTR]
+    return attrs, sid, ver
 
 
 # ---------------------------------------------------------------- the gate
@@ -389,11 +402,10 @@ class SchemaGate:
             return
         # every message must carry the batch's schema (consumers and Spark decode by it): one
         # compiled pass over the frames' attributes
-        bad = _avrocheck().check_schema_attributes(frames_buf, _ID_NAME, str(schema_id).encode(), _VERSION_NAME,
-                                                   str(schema_version).encode())
+        bad = _avrocheck().check_attribute(frames_buf, _SCHEMA_NAME, schema_value(schema_id, schema_version).encode())
         if bad >= 0:
             self._violation(rule, f"message {bad} of the batch does not carry the batch's schema "
-                                  f"({SCHEMA_ID_ATTR}={schema_id}, {SCHEMA_VERSION_ATTR}={schema_version})")
+                                  f"({SCHEMA_ATTR}={schema_value(schema_id, schema_version)})")
             return
         if rule.payload_validation:
             check = rule.batch_validators.get(schema_version)

@@ -19,7 +19,7 @@ from danube.broker.subscription import StreamSupersededError
 from danube.errors import DanubeError, InvalidArgumentError, NotServedHereError, quote
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
-from danube.schema.validation import SCHEMA_ID_ATTR, SCHEMA_VERSION_ATTR, split_schema_attributes
+from danube.schema.validation import SCHEMA_ATTR, schema_value, split_schema_attributes
 from danube.server.status import abort
 
 log = logging.getLogger(__name__)
@@ -95,9 +95,7 @@ async def _with_schema(gate, broker, producer_id: int, request, attributes):
     if schema_id is None:
         return attributes
     attributes = dict(attributes) if attributes else {}
-    attributes[SCHEMA_ID_ATTR] = str(schema_id)
-    if version is not None:
-        attributes[SCHEMA_VERSION_ATTR] = str(version)
+    attributes[SCHEMA_ATTR] = schema_value(schema_id, version)
     return attributes
 
 
@@ -198,7 +196,7 @@ def _decodable_records(broker: BrokerService, consumer_id: int, buf) -> list:
 def _stream_message(broker: BrokerService, rec, topic: str, subscription: str, broker_url: str):
     """Danube's StreamMessage for one stored record."""
     attributes, schema_id, schema_version = rec.attributes, None, None
-    if attributes and SCHEMA_ID_ATTR in attributes:
+    if attributes and SCHEMA_ATTR in attributes:
         attributes, schema_id, schema_version = split_schema_attributes(attributes)
     msg = pb.StreamMessage(
         request_id=rec.offset,

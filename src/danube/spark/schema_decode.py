@@ -30,6 +30,7 @@ from typing import Any, Iterator, Mapping
 import pyarrow as pa
 
 from danube.errors import InvalidArgumentError
+from danube.schema.validation import SCHEMA_ATTR, parse_schema_value
 
 META_COLUMNS = [("offset", pa.int64(), "bigint"), ("publish_time", pa.timestamp("us", tz="UTC"), "timestamp"),
                 ("routing_key", pa.string(), "string"), ("schema_version", pa.int32(), "int")]
@@ -282,9 +283,9 @@ class Decoder:
             rows[name] = []
         for i, payload in enumerate(cols["payload"]):
             attrs = dict(cols["attributes"][i] or [])
-            version = attrs.get("danube.schema_version")
-            sid = attrs.get("danube.schema_id")
-            version = int(version) if version is not None and (sid is None or int(sid) == v.schema_id) else v.latest
+            sid, version = parse_schema_value(attrs.get(SCHEMA_ATTR))
+            if version is None or sid != v.schema_id:
+                version = v.latest       # untagged (or another subject's id): read as the latest
             try:
                 if self._json:
                     doc = json.loads(payload)

@@ -90,7 +90,7 @@ def test_check_frames_names_the_bad_message(checker):
     prog = compile_avro(parsed, named)
     r = random.Random(7)
     good = [encode(parse_schema(doc), make(r)) for _ in range(20)]
-    attrs = {"danube.schema_id": "1", "danube.schema_version": "1"}
+    attrs = {"danube.schema": "1:1"}
     buf = frames.encode_records([(1, 2, "key" if i % 2 else None, attrs, p) for i, p in enumerate(good)])
     assert checker.check_frames(prog, buf) == (-1, -1)
     bad = list(good)
@@ -101,15 +101,16 @@ def test_check_frames_names_the_bad_message(checker):
 
 
 @pytest.mark.parametrize("checker", CHECKERS, ids=lambda m: m.__name__)
-def test_check_schema_attributes_finds_the_first_untagged_message(checker):
-    good = {"x": "1", "danube.schema_id": "12", "danube.schema_version": "3"}
-    args = (b"danube.schema_id", b"12", b"danube.schema_version", b"3")
+def test_check_attribute_finds_the_first_untagged_message(checker):
+    good = {"x": "1", "danube.schema": "12:3"}
+    args = (b"danube.schema", b"12:3")
     records = [(1, 2, "k" if i % 2 else None, dict(good), b"p") for i in range(10)]
-    assert checker.check_schema_attributes(frames.encode_records(records), *args) == -1
-    for i, attrs in ((4, {"danube.schema_id": "12"}),                                    # no version
-                     (7, {**good, "danube.schema_version": "2"}),                         # another version
-                     (0, {"danube.schema_id": "120", "danube.schema_version": "3"}),      # another id
-                     (9, {})):
+    assert checker.check_attribute(frames.encode_records(records), *args) == -1
+    for i, attrs in ((4, {"danube.schema": "12"}),                 # no version
+                     (7, {"x": "2", "danube.schema": "12:2"}),     # another version
+                     (0, {"danube.schema": "120:3"}),              # another id
+                     (9, {"danube.schema_": "12:3"}),              # another name
+                     (5, {})):
         bad = list(records)
         bad[i] = (1, 2, None, attrs, b"p")
-        assert checker.check_schema_attributes(frames.encode_records(bad), *args) == i
+        assert checker.check_attribute(frames.encode_records(bad), *args) == i

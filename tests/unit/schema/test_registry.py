@@ -12,7 +12,7 @@ from danube import frames
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.schema.errors import IncompatibleSchemaError, InvalidSchemaError, SchemaNotFoundError, SchemaViolationError
 from danube.schema.registry import SchemaRegistry
-from danube.schema.validation import SCHEMA_ID_ATTR, SchemaGate, schema_attributes
+from danube.schema.validation import SCHEMA_ATTR, SchemaGate, schema_attributes
 
 USER_V1 = {"type": "record", "name": "User", "fields": [
     {"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}
@@ -133,7 +133,7 @@ async def test_gate_enforce_and_payload_validation(registry):
     no_attrs = bytearray(frames.encode_payloads([good]))
     await registry.update_topic_policy("/default/users", "enforce")
     await gate.refresh()
-    with pytest.raises(SchemaViolationError, match=SCHEMA_ID_ATTR):
+    with pytest.raises(SchemaViolationError, match=SCHEMA_ATTR):
         gate.check_batch("/default/users", v1.schema_id, 1, no_attrs)
 
 

@@ -53,6 +53,7 @@ _LINGER_S = 2.0
 # Why reading is paused (bits): the per-read frame budget ran out, or replies are piling up
 # for a peer that does not read.
 _PAUSED_FOR_BUDGET = 1
+_PAUSE_READING_ABOVE = 64 * 1024   # bytes left in the read buffer after a read's budget
 _PAUSED_FOR_BACKLOG = 2
 
 
@@ -131,6 +132,7 @@ class GrpcConnection(asyncio.Protocol):
         self._handshake_done = False
         self._handshake_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._stall_timer: asyncio.TimerHandle | None = None
         self._idle_mark = -1
         self._idle_ticks = 0
         self._reset_tokens = float(limits.reset_burst)
@@ -180,7 +182,8 @@ class GrpcConnection(asyncio.Protocol):
         try:
             if not self._preface_seen and not self._read_preface():
                 return
-            parsed, used = frames.parse_frames(buffer, limits.max_frame_size, limits.max_frames_per_read)
+            parsed, used = frames.parse_frames(buffer, limits.max_frame_size, limits.max_frames_per_read,
+                                               limits.max_requests_per_read)
             if used:
                 del buffer[:used]
             if not self._handshake_done and parsed:
@@ -218,14 +221,20 @@ class GrpcConnection(asyncio.Protocol):
             return
         if self._pending_window_delta:
             self._apply_window_delta()
-        if len(parsed) >= limits.max_frames_per_read:
-            # The read's budget is spent: let the loop serve others, then go on.
-            self._pause_reading(_PAUSED_FOR_BUDGET)
+        if len(parsed) >= limits.max_frames_per_read or (
+                parsed and parsed[-1][0] == frames.HEADERS and len(buffer) >= frames.HEADER_SIZE):
+            # The read's budget (frames, or requests: HEADERS cost a decode and maybe a call)
+            # may be spent: let the loop serve the others, then go on.  Reading pauses only when
+            # much is left over, so the buffer stays bounded whatever the peer sends.
+            if len(buffer) > _PAUSE_READING_ABOVE:
+                self._pause_reading(_PAUSED_FOR_BUDGET)
             if not self._more_scheduled:
                 self._more_scheduled = True
                 self.loop.call_soon(self._process_more)
         if self.control_queued and self._write_paused:
             self._pause_reading(_PAUSED_FOR_BACKLOG)
+            if self._stall_timer is None and limits.write_stall_timeout:
+                self._stall_timer = self.loop.call_later(limits.write_stall_timeout, self._on_write_stall)
         self._flush()
 
     def _process_more(self) -> None:
@@ -241,10 +250,10 @@ class GrpcConnection(asyncio.Protocol):
         self._transport = None
         self._closing = None
         self._broken = True
-        for timer in (self._handshake_timer, self._idle_timer):
+        for timer in (self._handshake_timer, self._idle_timer, self._stall_timer):
             if timer is not None:
                 timer.cancel()
-        self._handshake_timer = self._idle_timer = None
+        self._handshake_timer = self._idle_timer = self._stall_timer = None
         for call in list(self._calls.values()):
             call.on_reset()
         self._calls.clear()
@@ -271,6 +280,9 @@ class GrpcConnection(asyncio.Protocol):
         self._write_paused = False
         self.control_queued = 0
         self._resume_reading(_PAUSED_FOR_BACKLOG)
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_result(None)
 
@@ -298,6 +310,14 @@ class GrpcConnection(asyncio.Protocol):
             self._handshake_timer = None
         if self._limits.idle_timeout:
             self._idle_timer = self.loop.call_later(self._limits.idle_timeout / 4, self._idle_check)
+
+    def _on_write_stall(self) -> None:
+        """The peer made us queue replies and has not read any of them since: it is dropped."""
+        self._stall_timer = None
+        if self._transport is None or not self._write_paused:
+            return
+        self._connection_error(frames.ENHANCE_YOUR_CALM, f"the peer sent frames that need replies and read none "
+                               f"of them for {self._limits.write_stall_timeout:g} s", "write_stall_timeout")
 
     def _on_handshake_timeout(self) -> None:
         self._handshake_timer = None

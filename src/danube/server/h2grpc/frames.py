@@ -100,16 +100,18 @@ class FrameError(Exception):
         self.limit = limit
 
 
-def parse_frames(buffer: bytearray, max_frame_size: int,
-                 max_frames: int = 1 << 62) -> tuple[list[tuple[int, int, int, bytes]], int]:
-    """The whole frames at the start of ``buffer`` (at most ``max_frames``) as ``(type, flags,
-    stream_id, payload)``, and how many bytes they took.  FrameError(FRAME_SIZE_ERROR) for a
-    frame longer than ``max_frame_size`` (seen from its header, before the payload has arrived)."""
+def parse_frames(buffer: bytearray, max_frame_size: int, max_frames: int = 1 << 62,
+                 max_headers: int = 1 << 62) -> tuple[list[tuple[int, int, int, bytes]], int]:
+    """The whole frames at the start of ``buffer`` (at most ``max_frames``, and up to the
+    ``max_headers``-th HEADERS frame) as ``(type, flags, stream_id, payload)``, and how many
+    bytes they took.  FrameError(FRAME_SIZE_ERROR) for a frame longer than ``max_frame_size``
+    (seen from its header, before the payload has arrived)."""
     frames = []
     start = 0
     end = len(buffer)
     unpack = _HEADER.unpack_from
     left = max_frames
+    headers_left = max_headers
     with memoryview(buffer) as view:   # one copy per payload, none for the slicing
         while end - start >= HEADER_SIZE and left:
             high, low, kind, flags, stream_id = unpack(buffer, start)
@@ -122,6 +124,10 @@ def parse_frames(buffer: bytearray, max_frame_size: int,
             frames.append((kind, flags, stream_id & _STREAM_MASK, view[payload_start:payload_start + length].tobytes()))
             start = payload_start + length
             left -= 1
+            if kind == HEADERS:
+                headers_left -= 1
+                if not headers_left:
+                    break
     return frames, start
 
 

@@ -45,9 +45,14 @@ class H2Limits:
     # Control frames (PING and SETTINGS ACKs, RST_STREAM) queued for a peer that does not read:
     # past the transport's high-water mark, reading pauses and the count is capped.
     max_queued_control_frames: int = 1000
+    # ... and a peer that stays that way (replies queued, none read) this long is dropped.
+    write_stall_timeout: float = 30.0
     # Frames handled per read before the connection yields to the event loop (reading paused
     # until the next loop iteration), so one peer cannot monopolise the loop.
     max_frames_per_read: int = 1024
+    # HEADERS frames (requests: a decode and maybe a handler each) handled per read, as grpc's
+    # C core's max_requests_per_read.
+    max_requests_per_read: int = 32
     # Request bytes held for unfinished or unread messages; past either budget the server stops
     # returning flow-control window until the handlers catch up.
     max_buffered_bytes: int = 128 * MiB
@@ -59,7 +64,7 @@ class H2Limits:
     handshake_timeout: float = 10.0      # seconds for the client's preface and SETTINGS; 0 = off
     idle_timeout: float = 300.0          # seconds without a call before GOAWAY NO_ERROR; 0 = off
 
-    _FLOATS = ("handshake_timeout", "idle_timeout")
+    _FLOATS = ("handshake_timeout", "idle_timeout", "write_stall_timeout")
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

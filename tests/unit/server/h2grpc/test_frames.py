@@ -123,3 +123,17 @@ def test_a_large_header_block_continues_in_continuation_frames(block, stream_id,
     assert bool(parsed[0][1] & frames.END_STREAM) == end_stream
     assert {sid for _, _, sid, _ in parsed} == {stream_id}
     assert b"".join(payload for *_, payload in parsed) == block
+
+
+@given(st.lists(any_frame, max_size=12), st.integers(1, 12), st.integers(1, 12))
+def test_parse_stops_at_the_frame_budget_and_after_the_last_headers_it_allows(items, max_frames, max_headers):
+    wire = b"".join(frames.frame(*item) for item in items)
+    parsed, used = frames.parse_frames(bytearray(wire), 16384, max_frames, max_headers)
+    expected, headers = [], 0
+    for item in items:
+        if len(expected) == max_frames or headers == max_headers:
+            break
+        expected.append(item)
+        headers += item[0] == frames.HEADERS
+    assert parsed == expected
+    assert used == sum(frames.HEADER_SIZE + len(item[3]) for item in expected)

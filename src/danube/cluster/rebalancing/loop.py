@@ -355,8 +355,8 @@ class Rebalancer:
         rules = self._rules(obs, records, now)
         move = self._next_move(obs, rules)
         if move is None:
-            log.warning("rebalancing: CV %.3f >= %.2f but no topic can move (no candidate or no target)",
-                        balance.cv, cfg.cv_threshold)
+            log.warning("rebalancing: CV %.3f >= %.3f but no topic can move (no candidate or no target)",
+                        balance.cv, floor)
             return CycleResult("no_move", "no eligible topic or target", balance, moves_last_hour=done)
         return await self._execute(move, obs, balance, now, done)
 

@@ -62,7 +62,7 @@ class ClusterNode:
     def __init__(self, store: MetadataStore, broker: Any, *, broker_id: str, broker_url: str,
                  admin_url: str | None = None, lease_ttl_s: int = 10, strategy: str = "fair",
                  load_report_interval_s: float = 30.0, lookup_timeout_s: float = 10.0,
-                 batch_size: int = DEFAULT_BATCH, cluster_name: str = "danube") -> None:
+                 batch_size: int = DEFAULT_BATCH, cluster_name: str = "danube", rebalancing: Any = None) -> None:
         self.store = store
         self.broker = broker
         self.broker_id = broker_id
@@ -80,6 +80,15 @@ class ClusterNode:
                                         batch_size=batch_size, orphan_grace_s=lease_ttl_s)
         self.reporter = (ClusterLoadReporter(broker, store, self.membership, load_report_interval_s)
                          if load_report_interval_s and load_report_interval_s > 0 else None)
+        # automated rebalancing (docs/rebalancing.md): one Rebalancer per broker, acting only while this
+        # broker leads; it is also what the admin service's balance / rebalance commands use
+        from danube.cluster.rebalancing import Rebalancer, RebalancingConfig
+
+        if rebalancing is None:
+            rebalancing = RebalancingConfig.from_section(None, strategy=strategy)
+        self.rebalancer = Rebalancer(store, rebalancing, is_leader=lambda: self.election.is_leader,
+                                     guard=self.election.guard, view=self.view)
+        broker.rebalancer = self.rebalancer
         self._unloading: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
         self.view.listeners.append(self._on_event)
@@ -91,6 +100,7 @@ class ClusterNode:
         await self.membership.register_waiting(timeout=self.membership.lease_ttl_s + 5)
         self.membership.start()
         self.election.start()
+        self.rebalancer.start()
         if self.reporter is not None:
             self.reporter.start()
         log.info("broker %s joined cluster %s at %s", self.broker_id, self.cluster_name, self.store_endpoint)
@@ -100,6 +110,7 @@ class ClusterNode:
         return getattr(self.store, "endpoints", type(self.store).__name__)
 
     async def stop(self) -> None:
+        await self.rebalancer.stop()
         if self.reporter is not None:
             await self.reporter.stop()
         await self.load_manager.stop()

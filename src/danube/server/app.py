@@ -154,7 +154,8 @@ class BrokerApp:
             self.metadata, self.broker, broker_id=cfg.broker_id, broker_url=cfg.broker_url,
             admin_url=f"http://{admin_host}:{self.bound['admin']}" if "admin" in self.bound else None,
             lease_ttl_s=cfg.lease_ttl_seconds, strategy=cfg.assignment_strategy,
-            load_report_interval_s=cfg.load_report_interval_seconds, cluster_name=cfg.cluster_name)
+            load_report_interval_s=cfg.load_report_interval_seconds, cluster_name=cfg.cluster_name,
+            rebalancing=cfg.rebalancing)
         self.broker.cluster = self.cluster
         await self.cluster.start()
         log.info("broker %s in cluster %s (etcd %s, strategy %s)", cfg.broker_id, cfg.cluster_name,

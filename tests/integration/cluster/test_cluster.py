@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import subprocess
 import sys
 import time
@@ -280,3 +281,12 @@ def test_a_broker_that_cannot_renew_its_lease_stops_publishes_before_it_expires(
         assert after["assignments"] == before["assignments"] and after["leader"] == before["leader"]
         assert {b: i["registered_at"] for b, i in after["registered"].items()} == \
             {b: i["registered_at"] for b, i in before["registered"].items()}
+
+
+def test_admin_balance_is_answered_by_the_clusters_rebalancer(cluster):
+    asyncio.run(owners_seen_by_each_broker(cluster, [f"/default/bal-{i}" for i in range(6)]))
+    done = subprocess.run([sys.executable, "-m", "danube.cli.main", "admin", "--endpoint", cluster.procs[0].admin_url,
+                           "--output", "json", "brokers", "balance"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    balance = json.loads(done.stdout)
+    assert balance["strategy"] == "fair" and balance["std_deviation"] >= 0

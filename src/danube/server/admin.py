@@ -108,11 +108,23 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
 
     async def ListBrokers(self, request, context):
         b = self.admin.broker
+        cluster = getattr(b, "cluster", None)
+        if cluster is not None:  # cluster mode: every registered broker, from this broker's view
+            view = cluster.view
+            return pb.BrokerListResponse(brokers=[pb.BrokerInfo(
+                broker_id=broker_id, broker_addr=str(info.get("broker_url") or ""),
+                admin_addr=str(info.get("admin_url") or ""),
+                broker_role="Cluster_Leader" if broker_id == view.leader else "Cluster_Follower",
+                broker_status=view.broker_states.get(broker_id, "active"))
+                for broker_id, info in sorted(view.registered.items())])
         return pb.BrokerListResponse(brokers=[pb.BrokerInfo(
             broker_id=str(b.broker_id), broker_addr=b.broker_url, broker_role="Cluster_Leader",
             broker_status="active")])
 
     async def GetLeaderBroker(self, request, context):
+        cluster = getattr(self.admin.broker, "cluster", None)
+        if cluster is not None:
+            return pb.BrokerResponse(leader=str(cluster.view.leader or ""))
         return pb.BrokerResponse(leader=str(self.admin.broker.broker_id))
 
     async def ListNamespaces(self, request, context):

@@ -290,3 +290,19 @@ def test_admin_balance_is_answered_by_the_clusters_rebalancer(cluster):
     assert done.returncode == 0, done.stderr
     balance = json.loads(done.stdout)
     assert balance["strategy"] == "fair" and balance["std_deviation"] >= 0
+
+
+def test_admin_lists_the_clusters_brokers_and_leader(cluster):
+    def admin(*args):
+        done = subprocess.run([sys.executable, "-m", "danube.cli.main", "admin", "--endpoint",
+                               cluster.procs[1].admin_url, "--output", "json", "brokers", *args],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    leader = state(cluster)["leader"]
+    brokers = admin("list")
+    assert sorted(b["broker_id"] for b in brokers) == sorted(p.broker_id for p in cluster.procs)
+    assert [b["broker_id"] for b in brokers if b["broker_role"] == "Cluster_Leader"] == [leader]
+    assert {b["broker_addr"] for b in brokers} == {p.url for p in cluster.procs}
+    assert leader in json.dumps(admin("leader-broker"))

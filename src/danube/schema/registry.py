@@ -74,6 +74,14 @@ class TopicSchemaConfig:
                 "payload_validation": self.payload_validation}
 
 
+def base_topic(topic: str) -> str:
+    """``/ns/t-part-3`` → ``/ns/t``; other names unchanged."""
+    cut = topic.rfind("-part-")
+    if cut > 0 and topic[cut + 6:].isdigit():
+        return topic[:cut]
+    return topic
+
+
 def _check_subject(subject: str) -> str:
     if not isinstance(subject, str) or not subject.strip():
         raise InvalidArgumentError("schema subject must not be empty")
@@ -353,7 +361,9 @@ class SchemaRegistry:
         """A schema-aware producer's subject for a topic (Danube: the first one assigns it).
 
         A topic without a subject takes this one (policy unchanged, ``none`` by default); a topic
-        with another subject refuses the producer."""
+        with another subject refuses the producer.  A partition ``T-part-i`` is the partitioned
+        topic ``T`` here: the config is ``T``'s, which every partition follows."""
+        topic = base_topic(topic)
         cfg = await self.topic_config(topic)
         await self._require_subject(subject)
         if cfg.subject and cfg.subject != subject:

@@ -170,3 +170,17 @@ def test_json_payload_validation_with_either_library(fast, monkeypatch):
             check(bad)
     with pytest.raises(ValueError, match="not JSON"):
         check(b"nope")
+
+
+async def test_partitions_share_the_partitioned_topics_config(registry):
+    v1, _ = await registry.register("users", "avro", avro(USER_V1))
+    await registry.configure_topic("/default/p", "users", "enforce")
+    # a schema-aware producer on a partition does not shadow the topic's policy with its own config
+    cfg = await registry.assign_topic_subject("/default/p-part-1", "users")
+    assert (cfg.topic, cfg.validation_policy) == ("/default/p", "enforce")
+    gate = SchemaGate(registry)
+    await gate.refresh()
+    with pytest.raises(SchemaViolationError):
+        gate.check_message("/default/p-part-1", None, None, b"x")
+    await registry.assign_topic_subject("/default/q-part-0", "users")
+    assert (await registry.topic_config("/default/q")).subject == "users"

@@ -222,17 +222,18 @@ async def test_streams_opened_over_many_connections_are_capped():
 
 # ---------------------------------------------------------------- full-length measurements (opt in)
 
-async def _flood(port: int, payload: bytes, seconds: float, *, read: bool, reconnect: bool) -> int:
+async def _flood(port: int, payload: bytes, seconds: float, *, read: bool, reconnect: bool) -> tuple[int, int]:
     """Sends ``payload`` over and over for ``seconds`` (on new connections when the broker hangs
-    up and ``reconnect``); returns how many times it went out."""
-    sent = 0
+    up and ``reconnect``); how many times it went out, and over how many connections."""
+    sent = connections = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        connections += 1
         drain = asyncio.ensure_future(_discard(reader)) if read else None
         try:
             writer.write(frames.PREFACE + frames.settings([]))
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not reader.at_eof() and not writer.is_closing():
                 writer.write(payload)
                 await asyncio.wait_for(writer.drain(), max(0.01, deadline - time.monotonic()))
                 sent += 1
@@ -244,7 +245,7 @@ async def _flood(port: int, payload: bytes, seconds: float, *, read: bool, recon
             writer.close()
         if not reconnect:
             break
-    return sent
+    return sent, connections
 
 
 async def _discard(reader) -> None:
@@ -300,14 +301,14 @@ async def test_measure_attack(name):
 
             watcher = asyncio.ensure_future(watch())
             try:
-                sent = await _flood(broker.port, payload, seconds, read=read, reconnect=reconnect)
+                sent, connections = await _flood(broker.port, payload, seconds, read=read, reconnect=reconnect)
             finally:
                 watcher.cancel()
             await asyncio.sleep(1.0)
             after = rss(broker.proc.pid)
         trips = sorted({line.split("h2 limit ")[1].split()[0] for line in broker.log().splitlines()
                         if "h2 limit " in line})
-        print(f"\n{name}: {seconds} s, payload x{sent}; RSS {before / MiB:.0f} MiB -> peak {peak / MiB:.0f}, "
+        print(f"\n{name}: {seconds} s, payload x{sent} over {connections} connection(s); RSS {before / MiB:.0f} MiB -> peak {peak / MiB:.0f}, "
               f"after {after / MiB:.0f}; health calls {health['ok']} ok, {len(health['failed'])} failed; "
               f"limits tripped: {', '.join(trips) or 'none'}")
         assert peak - before < 128 * MiB

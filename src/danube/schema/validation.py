@@ -275,6 +275,7 @@ class SchemaGate:
     def __init__(self, registry: SchemaRegistry) -> None:
         self.registry = registry
         self.rules: dict[str, _Rule] = {}
+        self.active = False          # some topic's policy is warn or enforce: publishes need checking
         self.warnings = 0            # publishes let through under ``warn`` that broke a rule
         self.refused = 0             # publishes refused under ``enforce``
         self._refresh_task: asyncio.Task | None = None
@@ -334,6 +335,7 @@ class SchemaGate:
                 rule.versions = {v.version: v for v in live}
             rules[cfg.topic] = rule
         self.rules = rules
+        self.active = any(r.policy != "none" for r in rules.values())
 
     def rule(self, topic: str) -> _Rule | None:
         """The topic's rule; a partition ``T-part-i`` without its own falls back to ``T``'s."""

@@ -107,7 +107,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                 raise InvalidArgumentError("publish request names no producer (producer_id or create)")
             ack.producer_id = producer_id
             buf = _validate_frames(request.frames)
-            if self._schema is not None and self._schema.rules:
+            if self._schema is not None and self._schema.active:
                 await self._check_schema(producer_id, request, buf)
             version = request.partitioning_version if request.HasField("partitioning_version") else None
             first, last = await self._broker.publish(producer_id, buf, partitioning_version=version)

@@ -66,7 +66,7 @@ class ProducerService(pb_grpc.ProducerServiceServicer):
         try:
             producer_id = request.msg_id.producer_id
             attributes = request.attributes or None
-            if self._schema is not None and (self._schema.rules or request.HasField("schema_id")):
+            if self._schema is not None and (self._schema.active or request.HasField("schema_id")):
                 attributes = await _with_schema(self._schema, self.broker, producer_id, request, attributes)
             frame = _encode_record(
                 request.payload, publish_time=request.publish_time, producer_id=producer_id,
@@ -83,7 +83,7 @@ async def _with_schema(gate, broker, producer_id: int, request, attributes):
     """The topic's schema policy for one message; its attributes with the schema pair added."""
     schema_id = request.schema_id if request.HasField("schema_id") else None
     version = request.schema_version if request.HasField("schema_version") else None
-    if gate.rules:
+    if gate.active:
         topic = broker.producer_topic(producer_id)
         if topic is None:   # a producer not loaded yet (broker restart): load it to learn its topic
             load = getattr(broker, "_producer", None)

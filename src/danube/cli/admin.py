@@ -56,6 +56,13 @@ def register(subparsers) -> None:
     brokers.add_parser("list", help="brokers of the cluster")
     brokers.add_parser("leader-broker", help="the leader broker")
     brokers.add_parser("namespaces", help="namespaces of the cluster")
+    p = brokers.add_parser("unload", help="drain a broker: move all its topics away, assign it nothing new")
+    p.add_argument("broker_id")
+    p.add_argument("--dry-run", action="store_true", help="only count the topics that would move")
+    p.add_argument("--namespaces-include", nargs="*", default=[], metavar="NS")
+    p.add_argument("--namespaces-exclude", nargs="*", default=[], metavar="NS")
+    p = brokers.add_parser("activate", help="let a drained broker take topics again")
+    p.add_argument("broker_id")
     from danube.cli import admin_rebalancing
 
     admin_rebalancing.add_commands(brokers)  # balance | rebalance | rebalance-history
@@ -145,6 +152,17 @@ def run(args) -> int:
             elif group == "brokers" and cmd == "leader-broker":
                 resp = brokers.GetLeaderBroker(pb.Empty(), timeout=t)
                 _emit(args, {"leader": resp.leader}, [f"Leader broker: {resp.leader}"])
+            elif group == "brokers" and cmd == "unload":
+                resp = brokers.UnloadBroker(pb.UnloadBrokerRequest(
+                    broker_id=args.broker_id, dry_run=args.dry_run, namespaces_include=args.namespaces_include,
+                    namespaces_exclude=args.namespaces_exclude, timeout_seconds=int(max(1, t - 5))), timeout=t)
+                data = MessageToDict(resp, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+                _emit(args, data, [f"Broker {args.broker_id}: {resp.succeeded}/{resp.total} topics moved"
+                                   + (f", failed: {', '.join(resp.failed_topics)}" if resp.failed else "")])
+            elif group == "brokers" and cmd == "activate":
+                brokers.ActivateBroker(pb.ActivateBrokerRequest(broker_id=args.broker_id), timeout=t)
+                _emit(args, {"broker_id": args.broker_id, "activated": True},
+                      [f"Broker {args.broker_id} is active"])
             elif cmd in ("namespaces", "list"):
                 resp = brokers.ListNamespaces(pb.Empty(), timeout=t)
                 _emit(args, list(resp.namespaces), [f"  {n}" for n in resp.namespaces])

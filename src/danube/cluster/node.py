@@ -230,6 +230,70 @@ class ClusterNode:
             log.info("broker %s handed %d topic(s) over before leaving the cluster", self.broker_id, moved)
         return moved
 
+    # ------------------------------------------------------------ drain (admin brokers unload / activate)
+
+    async def drain(self, broker_id: str, *, dry_run: bool = False, include: tuple = (), exclude: tuple = (),
+                    timeout_s: float = 60.0) -> dict:
+        """Move every topic assigned to ``broker_id`` away and mark it ``draining`` then ``drained``, so
+        the leader assigns it nothing new until :meth:`activate`.  Another broker's drain is sent to
+        that broker's admin port (it has to seal its own topics).  ``include`` / ``exclude`` filter
+        by namespace.  Returns total / succeeded / failed / pending / failed_topics."""
+        if broker_id and broker_id != self.broker_id:
+            return await self._drain_remote(broker_id, dry_run=dry_run, include=include, exclude=exclude,
+                                            timeout_s=timeout_s)
+
+        def wanted(topic: str) -> bool:
+            ns = topic.split("/")[1]
+            return (not include or ns in include) and ns not in exclude
+
+        assigned = await self.store.get_prefix(f"/cluster/brokers/{self.broker_id}/")
+        topics = sorted(f"/{p[4]}/{p[5]}" for p in (kv.key.split("/") for kv in assigned)
+                        if len(p) == 6 and wanted(f"/{p[4]}/{p[5]}"))
+        result = {"total": len(topics), "succeeded": 0, "failed": 0, "pending": len(topics), "failed_topics": []}
+        if dry_run:
+            return result
+        await self.store.put_json(keys.broker_state(self.broker_id), "draining")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        for topic in topics:
+            if loop.time() >= deadline:
+                break
+            try:
+                await asyncio.wait_for(self.unload(topic), max(0.1, deadline - loop.time()))
+                result["succeeded"] += 1
+            except Exception as exc:  # noqa: BLE001 - move the others anyway
+                log.warning("drain of broker %s: %s stays: %s", self.broker_id, topic, exc)
+                result["failed"] += 1
+                result["failed_topics"].append(topic)
+            result["pending"] -= 1
+        if not result["failed"] and not result["pending"]:
+            await self.store.put_json(keys.broker_state(self.broker_id), "drained")
+        log.info("broker %s drained: %s", self.broker_id, result)
+        return result
+
+    async def activate(self, broker_id: str) -> None:
+        """Back to ``active``: the leader places topics on it again."""
+        await self.store.put_json(keys.broker_state(broker_id or self.broker_id), "active")
+
+    async def _drain_remote(self, broker_id: str, **kw) -> dict:
+        import grpc
+
+        from danube.proto.danube_admin import admin_pb2 as apb
+        from danube.proto.danube_admin import admin_pb2_grpc as apb_grpc
+
+        info = self.view.registered.get(broker_id)
+        admin_url = (info or {}).get("admin_url")
+        if not admin_url:
+            raise NotFoundError(f"broker {broker_id} is not registered (or has no admin port)")
+        request = apb.UnloadBrokerRequest(broker_id=broker_id, dry_run=kw["dry_run"],
+                                          namespaces_include=list(kw["include"]),
+                                          namespaces_exclude=list(kw["exclude"]),
+                                          timeout_seconds=int(kw["timeout_s"]))
+        async with grpc.aio.insecure_channel(admin_url.split("://", 1)[-1]) as channel:
+            reply = await apb_grpc.BrokerAdminStub(channel).UnloadBroker(request, timeout=kw["timeout_s"] + 10)
+        return {"total": reply.total, "succeeded": reply.succeeded, "failed": reply.failed,
+                "pending": reply.pending, "failed_topics": list(reply.failed_topics)}
+
     def _on_event(self, event: WatchEvent) -> None:
         parts = event.key.split("/")
         if event.kind == "delete" and len(parts) == 4 and parts[2] == "register":

@@ -134,10 +134,27 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
             await abort(context, exc)
 
     async def UnloadBroker(self, request, context):
-        await _unimplemented(context, "UnloadBroker")
+        cluster = getattr(self.admin.broker, "cluster", None)
+        if cluster is None:
+            await _unimplemented(context, "UnloadBroker")
+        try:
+            result = await cluster.drain(request.broker_id or cluster.broker_id, dry_run=request.dry_run,
+                                         include=tuple(request.namespaces_include),
+                                         exclude=tuple(request.namespaces_exclude),
+                                         timeout_s=float(request.timeout_seconds or 60))
+        except DanubeError as exc:
+            await abort(context, exc)
+        return pb.UnloadBrokerResponse(started=not request.dry_run, **result)
 
     async def ActivateBroker(self, request, context):
-        await _unimplemented(context, "ActivateBroker")
+        cluster = getattr(self.admin.broker, "cluster", None)
+        if cluster is None:
+            await _unimplemented(context, "ActivateBroker")
+        try:
+            await cluster.activate(request.broker_id)
+        except DanubeError as exc:
+            await abort(context, exc)
+        return pb.ActivateBrokerResponse(success=True)
 
     # ------------------------------------------------------------ rebalancing (docs/rebalancing.md)
     # answered with the broker's Rebalancer, which the cluster layer sets as ``broker.rebalancer``

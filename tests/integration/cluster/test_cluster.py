@@ -306,3 +306,36 @@ def test_admin_lists_the_clusters_brokers_and_leader(cluster):
     assert [b["broker_id"] for b in brokers if b["broker_role"] == "Cluster_Leader"] == [leader]
     assert {b["broker_addr"] for b in brokers} == {p.url for p in cluster.procs}
     assert leader in json.dumps(admin("leader-broker"))
+
+
+def test_drain_a_broker_through_another_brokers_admin_port_then_activate_it(cluster):
+    """danube admin brokers unload: every topic of the broker moves away, it gets nothing new until
+    danube admin brokers activate.  Sent to another broker's admin port, which forwards it."""
+    asyncio.run(owners_seen_by_each_broker(cluster, [f"/default/drain-{i}" for i in range(6)]))
+    drained = cluster.procs[2]
+    had = [t for t, b in state(cluster)["assignments"].items() if b == drained.broker_id]
+    assert had
+
+    def admin(*args):
+        done = subprocess.run([sys.executable, "-m", "danube.cli.main", "admin", "--endpoint",
+                               cluster.procs[0].admin_url, "--output", "json", "brokers", *args],
+                              capture_output=True, text=True, timeout=90)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    assert admin("unload", drained.broker_id, "--dry-run")["total"] == len(had)
+    result = admin("unload", drained.broker_id)
+    assert (result["total"], result["succeeded"], result["failed"]) == (len(had), len(had), 0)
+    s = wait_until(lambda: (lambda st: st if not st["unassigned"] and all(t in st["assignments"] for t in had)
+                            else None)(state(cluster)), 20, "drained topics placed elsewhere")
+    assert drained.broker_id not in s["assignments"].values()
+    brokers = {b["broker_id"]: b for b in admin("list")}
+    assert brokers[drained.broker_id]["broker_status"] == "drained"
+    new = [f"/default/after-drain-{i}" for i in range(6)]
+    seen = asyncio.run(owners_seen_by_each_broker(cluster, new))
+    assert drained.url not in {answers[0] for answers in seen.values()}
+    admin("activate", drained.broker_id)
+    wait_until(lambda: {b["broker_id"]: b for b in admin("list")}[drained.broker_id]["broker_status"] == "active",
+               10, "broker active again")
+    seen = asyncio.run(owners_seen_by_each_broker(cluster, ["/default/after-activate"]))
+    assert seen["/default/after-activate"][0] == drained.url  # the least loaded again under fair

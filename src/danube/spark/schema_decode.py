@@ -11,7 +11,8 @@ message was written with), then one column per field of the subject's **latest**
 (records nest as struct columns, arrays and maps as Spark arrays and maps).  Every version is
 read into the latest one as reader schema: Avro with the specification's schema resolution
 (fastavro: fields added with defaults take their default, removed fields are dropped, promoted
-types widen); JSON documents by field name (absent fields are null).  A message without schema
+types widen); JSON documents by field name (absent fields are null); Protobuf payloads with the
+latest message (the file's first), as protobuf evolves by field numbers.  A message without schema
 attributes is read as written with the latest version; one that does not decode fails the read
 with its offset (``onError=null`` makes it a row of nulls instead).
 
@@ -198,6 +199,76 @@ def _json_type(s: Any) -> tuple[pa.DataType, str]:
     return pa.string(), "string"                    # anything else: its JSON text
 
 
+def _proto_scalar(f) -> tuple[pa.DataType, str]:
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    t = f.type
+    if t in (F.TYPE_INT32, F.TYPE_SINT32, F.TYPE_SFIXED32):
+        return pa.int32(), "int"
+    if t in (F.TYPE_INT64, F.TYPE_SINT64, F.TYPE_SFIXED64, F.TYPE_UINT32, F.TYPE_FIXED32,
+             F.TYPE_UINT64, F.TYPE_FIXED64):
+        return pa.int64(), "bigint"
+    if t == F.TYPE_FLOAT:
+        return pa.float32(), "float"
+    if t == F.TYPE_DOUBLE:
+        return pa.float64(), "double"
+    if t == F.TYPE_BOOL:
+        return pa.bool_(), "boolean"
+    if t == F.TYPE_BYTES:
+        return pa.binary(), "binary"
+    if t == F.TYPE_MESSAGE:
+        fields = [(sub.name,) + _proto_type(sub) for sub in f.message_type.fields]
+        return (pa.struct([(n, a) for n, a, _ in fields]),
+                "struct<" + ",".join(f"`{n}`:{d}" for n, _, d in fields) + ">")
+    return pa.string(), "string"                    # string, enum (its name)
+
+
+def _proto_repeated(f) -> bool:
+    rep = getattr(f, "is_repeated", None)
+    return rep if rep is not None else f.label == f.LABEL_REPEATED
+
+
+def _proto_type(f, _depth: int = 0) -> tuple[pa.DataType, str]:
+    """(Arrow type, Spark DDL type) of a protobuf field: maps, repeated fields, messages nest."""
+    if _depth > 32:
+        return pa.string(), "string"               # deeply recursive messages: their text
+    if f.message_type is not None and f.message_type.GetOptions().map_entry:
+        k, kd = _proto_scalar(f.message_type.fields_by_name["key"])
+        v, vd = _proto_type(f.message_type.fields_by_name["value"], _depth + 1)
+        return pa.map_(k, v), f"map<{kd},{vd}>"
+    a, d = _proto_scalar(f)
+    if _proto_repeated(f):
+        return pa.list_(a), f"array<{d}>"
+    return a, d
+
+
+def _proto_value(msg) -> dict:
+    """A message as plain Python values by field name (enums by name, nested messages as dicts)."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    out = {}
+    for f in msg.DESCRIPTOR.fields:
+        value = getattr(msg, f.name)
+        if f.message_type is not None and f.message_type.GetOptions().map_entry:
+            vf = f.message_type.fields_by_name["value"]
+            out[f.name] = [(k, _proto_value(v) if vf.type == F.TYPE_MESSAGE else _enum_name(vf, v))
+                           for k, v in value.items()]
+        elif _proto_repeated(f):
+            out[f.name] = [_proto_value(v) if f.type == F.TYPE_MESSAGE else _enum_name(f, v) for v in value]
+        elif f.type == F.TYPE_MESSAGE:
+            out[f.name] = _proto_value(value) if msg.HasField(f.name) else None
+        else:
+            out[f.name] = _enum_name(f, value)
+    return out
+
+
+def _enum_name(f, value):
+    if f.enum_type is not None:
+        named = f.enum_type.values_by_number.get(value)
+        return named.name if named is not None else str(value)
+    return value
+
+
 @dataclass
 class DecodePlan:
     versions: SubjectVersions
@@ -226,8 +297,13 @@ def plan(versions: SubjectVersions) -> DecodePlan:
         if not isinstance(props, dict):
             raise InvalidArgumentError("decode=schema needs a JSON Schema object with properties")
         fields = [(n,) + _json_type(sub) for n, sub in props.items()]
+    elif latest.schema_type == "protobuf":
+        from danube.schema.types import protobuf_main_message
+
+        fields = [(f.name,) + _proto_type(f) for f in protobuf_main_message(latest).fields]
     else:
-        raise InvalidArgumentError(f"decode=schema reads Avro and JSON Schema subjects, not {latest.schema_type}")
+        raise InvalidArgumentError(f"decode=schema reads Avro, JSON Schema and Protobuf subjects, "
+                                   f"not {latest.schema_type}")
     taken = {n for n, _, _ in META_COLUMNS}
     clash = [n for n, _, _ in fields if n in taken]
     if clash:
@@ -244,7 +320,16 @@ class Decoder:
         self._readers: dict[int, Any] = {}
         v = decode_plan.versions
         self._json = v.schema_type == "json_schema"
-        if not self._json:
+        self._proto = None
+        if v.schema_type == "protobuf":
+            # protobuf evolves by field numbers: every version is read with the latest message
+            from google.protobuf import message_factory
+
+            from danube.schema.types import parse, protobuf_main_message
+
+            self._proto = message_factory.GetMessageClass(
+                protobuf_main_message(parse("protobuf", v.definitions[v.latest])))
+        elif not self._json:
             from fastavro import parse_schema
 
             self._reader_schema = parse_schema(json.loads(v.definitions[v.latest]))
@@ -291,6 +376,8 @@ class Decoder:
                     doc = json.loads(payload)
                     if not isinstance(doc, dict):
                         raise ValueError("not a JSON object")
+                elif self._proto is not None:
+                    doc = _proto_value(self._proto.FromString(payload))
                 else:
                     doc = self._avro(version)(payload)
             except Exception as exc:  # noqa: BLE001

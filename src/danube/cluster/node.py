@@ -38,6 +38,15 @@ from danube.metadata.store import Compare, MetadataStore, Op, WatchEvent
 log = logging.getLogger(__name__)
 
 
+def _forward_error(what: str, exc) -> Exception:
+    """A DanubeError for a failed call forwarded to another broker's admin port."""
+    import grpc
+
+    if exc.code() == grpc.StatusCode.NOT_FOUND:
+        return NotFoundError(f"{what}: {exc.details()}")
+    return NotServedHereError(f"{what} failed: {exc.code().name} {exc.details()}")
+
+
 class ClusterLoadReporter(LoadReporter):
     """LoadReports into etcd (``/cluster/load/{broker_id}``, under the broker's lease) for the leader."""
 
@@ -230,6 +239,32 @@ class ClusterNode:
             log.info("broker %s handed %d topic(s) over before leaving the cluster", self.broker_id, moved)
         return moved
 
+    async def unload_anywhere(self, topic: str) -> int | None:
+        """``danube admin topics unload`` on any broker: the owner unloads (moves) it; a request that
+        reached another broker is forwarded to the owner's admin port."""
+        keys.split_topic(topic)
+        owner = self.view.owner(topic)
+        if owner is None and await self.store.get(keys.broker_topic(self.broker_id, topic)) is not None:
+            owner = self.broker_id
+        if owner is None:
+            raise NotFoundError(f"topic {topic} is not assigned to any broker")
+        if owner == self.broker_id:
+            return await self.unload(topic)
+        import grpc
+
+        from danube.proto.danube_admin import admin_pb2 as apb
+        from danube.proto.danube_admin import admin_pb2_grpc as apb_grpc
+
+        admin_url = (self.view.registered.get(owner) or {}).get("admin_url")
+        if not admin_url:
+            raise NotServedHereError(f"topic {topic} is owned by broker {owner}, which has no admin port registered")
+        try:
+            async with grpc.aio.insecure_channel(admin_url.split("://", 1)[-1]) as channel:
+                await apb_grpc.TopicAdminStub(channel).UnloadTopic(apb.TopicRequest(name=topic), timeout=60)
+        except grpc.aio.AioRpcError as exc:
+            raise _forward_error(f"unload of {topic} at broker {owner}", exc) from exc
+        return None
+
     # ------------------------------------------------------------ drain (admin brokers unload / activate)
 
     async def drain(self, broker_id: str, *, dry_run: bool = False, include: tuple = (), exclude: tuple = (),
@@ -289,8 +324,11 @@ class ClusterNode:
                                           namespaces_include=list(kw["include"]),
                                           namespaces_exclude=list(kw["exclude"]),
                                           timeout_seconds=int(kw["timeout_s"]))
-        async with grpc.aio.insecure_channel(admin_url.split("://", 1)[-1]) as channel:
-            reply = await apb_grpc.BrokerAdminStub(channel).UnloadBroker(request, timeout=kw["timeout_s"] + 10)
+        try:
+            async with grpc.aio.insecure_channel(admin_url.split("://", 1)[-1]) as channel:
+                reply = await apb_grpc.BrokerAdminStub(channel).UnloadBroker(request, timeout=kw["timeout_s"] + 10)
+        except grpc.aio.AioRpcError as exc:
+            raise _forward_error(f"drain of broker {broker_id}", exc) from exc
         return {"total": reply.total, "succeeded": reply.succeeded, "failed": reply.failed,
                 "pending": reply.pending, "failed_topics": list(reply.failed_topics)}
 

@@ -234,6 +234,14 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             for name, t in sorted(b.topics.items())])
 
     async def UnloadTopic(self, request, context):
+        cluster = getattr(self.admin.broker, "cluster", None)
+        if cluster is not None:  # cluster mode: the owner moves it, wherever the request arrived
+            try:
+                last = await cluster.unload_anywhere(request.name)
+                log.info("admin: unloaded %s in the cluster (last committed offset %s)", request.name, last)
+                return pb.TopicResponse(success=True)
+            except DanubeError as exc:
+                await abort(context, exc)
         try:
             exists, _delivery_name = await self.admin.known(request.name)
             if request.name not in self.admin.broker.topics:

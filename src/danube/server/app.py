@@ -60,6 +60,7 @@ class BrokerApp:
         self.bound: dict[str, int] = {}
         self.cluster = None  # danube.cluster.node.ClusterNode in cluster mode
         self.load_reporter = None  # danube.cluster.load_report.LoadReporter of a standalone broker
+        self.scalable = None  # danube.server.scalable_service.ScalableTopicService
 
     async def start(self) -> None:
         from danube.storage.config import StorageConfig
@@ -94,6 +95,9 @@ class BrokerApp:
         batch_lane = _optional_edge("danube.server.batch_lane")
         if batch_lane is not None:
             batch_lane.add_to_server(self.server, self.broker)
+        scalable = _optional_edge("danube.server.scalable_service")
+        if scalable is not None:  # scalable topics (docs/scalable-topics.md)
+            self.scalable = scalable.attach(self.server, self.broker, cfg.scalable_topics)
         self.bound["client"] = self._bind(self.server, cfg.port, "client")
 
         admin = _optional_edge("danube.server.admin")
@@ -193,6 +197,8 @@ class BrokerApp:
         servers = [s for s in (self.server, self.admin_server) if s is not None]
         grace = max(0.1, deadline - loop.time())
         await asyncio.gather(*(s.stop(grace) for s in servers), return_exceptions=True)
+        if self.scalable is not None:
+            await self.scalable.stop()  # resigns its controller leaderships
         if self.cluster is not None:
             await self.cluster.leave()  # every served topic sealed and handed to the leader first
         if self.load_reporter is not None:

@@ -92,6 +92,9 @@ class BrokerConfig:
     # the rest keep their defaults (docs/broker.md, "The gRPC server on the client port").
     http2_limits: Mapping[str, Any] = field(default_factory=dict)
     load_report_interval_seconds: float = 30.0  # Danube's load_manager key; 0 = no load reports
+    # section ``scalable_topics:``: a danube.routing.scalable.config.ScalableTopicsConfig
+    # (docs/scalable-topics.md); None when the file has none (the defaults)
+    scalable_topics: Any = None
     auth: AuthSettings = field(default_factory=AuthSettings)   # Danube's auth block (docs/security.md)
 
     def __post_init__(self) -> None:
@@ -238,6 +241,10 @@ class BrokerConfig:
 
             kw["rebalancing"] = RebalancingConfig.from_section(
                 load_manager.pop("rebalancing"), strategy=kw.get("assignment_strategy", cls.assignment_strategy))
+        if "scalable_topics" in data:
+            from danube.routing.scalable.config import ScalableTopicsConfig
+
+            kw["scalable_topics"] = ScalableTopicsConfig.from_section(data.pop("scalable_topics"))
         if "cluster_name" in data:
             kw["cluster_name"] = str(data.pop("cluster_name"))
         meta_store = data.pop("meta_store", None)

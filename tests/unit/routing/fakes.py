@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping
 
 from danube.errors import NotFoundError
 
@@ -12,6 +12,7 @@ from danube.errors import NotFoundError
 class FakeSegment:
     terminated: bool = False
     subscriptions: dict[str, int] = field(default_factory=dict)  # name -> backlog
+    types: dict[str, str] = field(default_factory=dict)  # name -> subscription type
 
 
 class MemorySegmentOps:
@@ -21,11 +22,12 @@ class MemorySegmentOps:
         self.segments: dict[str, FakeSegment] = {}
         self.calls: list[tuple[str, str]] = []
 
-    async def create_segment(self, topic: str, subscriptions: Sequence[str]) -> None:
+    async def create_segment(self, topic: str, subscriptions: Mapping[str, str]) -> None:
         self.calls.append(("create", topic))
         seg = self.segments.setdefault(topic, FakeSegment())
-        for s in subscriptions:
+        for s, t in subscriptions.items():
             seg.subscriptions.setdefault(s, 0)
+            seg.types.setdefault(s, t)
 
     async def terminate_segment(self, topic: str) -> None:
         self.calls.append(("terminate", topic))
@@ -35,11 +37,14 @@ class MemorySegmentOps:
         self.calls.append(("delete", topic))
         self.segments.pop(topic, None)
 
-    async def segment_subscriptions(self, topic: str) -> list[str]:
-        return sorted(self._get(topic).subscriptions)
+    async def segment_subscriptions(self, topic: str) -> dict[str, str]:
+        seg = self._get(topic)
+        return {s: seg.types.get(s, "failover") for s in sorted(seg.subscriptions)}
 
-    async def create_subscription(self, topic: str, subscription: str) -> None:
-        self._get(topic).subscriptions.setdefault(subscription, 0)
+    async def create_subscription(self, topic: str, subscription: str, sub_type: str) -> None:
+        seg = self._get(topic)
+        seg.subscriptions.setdefault(subscription, 0)
+        seg.types.setdefault(subscription, sub_type)
 
     async def delete_subscription(self, topic: str, subscription: str) -> None:
         if topic in self.segments:

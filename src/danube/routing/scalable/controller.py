@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from danube._tasks import cancel_and_wait
 from danube.errors import DanubeError, InvalidArgumentError, MetadataError
@@ -49,6 +49,13 @@ from danube.routing.scalable.store import ScalableTopicStore
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_SECONDS = 30.0
+STREAM = "stream"  # ordered consumers, assigned segments by the controller
+QUEUE = "queue"  # unordered consumers attached to every segment
+
+
+def segment_sub_type(kind: str) -> str:
+    """The ordinary subscription type a scalable subscription uses on each segment topic."""
+    return "shared" if kind == QUEUE else "failover"
 
 
 class NotLeaderError(DanubeError):
@@ -73,15 +80,17 @@ class SegmentOps(Protocol):
     All are idempotent: creating an existing segment adds the missing subscriptions, terminating
     a terminated one or deleting a missing one succeeds."""
 
-    async def create_segment(self, topic: str, subscriptions: Sequence[str]) -> None: ...
+    async def create_segment(self, topic: str, subscriptions: Mapping[str, str]) -> None:
+        """Create the segment topic with a cursor at Earliest for each subscription (name → type)."""
 
     async def terminate_segment(self, topic: str) -> None: ...
 
     async def delete_segment(self, topic: str) -> None: ...
 
-    async def segment_subscriptions(self, topic: str) -> list[str]: ...
+    async def segment_subscriptions(self, topic: str) -> dict[str, str]:
+        """The segment's subscriptions: name → subscription type."""
 
-    async def create_subscription(self, topic: str, subscription: str) -> None: ...
+    async def create_subscription(self, topic: str, subscription: str, sub_type: str) -> None: ...
 
     async def delete_subscription(self, topic: str, subscription: str) -> None: ...
 
@@ -108,7 +117,7 @@ async def create_scalable_topic(store: ScalableTopicStore, ops: SegmentOps, topi
     layout = SegmentLayout.initial(num_segments, properties)
     await store.create(topic, layout)
     for seg in layout.active_segments:
-        await ops.create_segment(segment_topic_name(topic, seg), [])
+        await ops.create_segment(segment_topic_name(topic, seg), {})
     return layout
 
 
@@ -299,13 +308,15 @@ class ScalableTopicController:
         target = SegmentLayout.from_metadata(record["layout"])
         current = (await self.store.require(self.topic)).layout
         parents = [current.segment(p) for p in record["parentIds"]]
-        # 1. discover subscriptions
-        subs = set((await self.store.subscriptions(self.topic)).keys())
+        # 1. discover subscriptions (the parents' union, and every subscription record)
+        subs: dict[str, str] = {}
         for p in parents:
             subs.update(await self.ops.segment_subscriptions(segment_topic_name(self.topic, p)))
+        for name, doc in (await self.store.subscriptions(self.topic)).items():
+            subs.setdefault(name, segment_sub_type(doc.get("type", STREAM)))
         # 2. create the children with every cursor
         for cid in record["childIds"]:
-            await self.ops.create_segment(segment_topic_name(self.topic, target.segment(cid)), sorted(subs))
+            await self.ops.create_segment(segment_topic_name(self.topic, target.segment(cid)), subs)
         await self._step("children_created")
         if record["step"] != "terminate":
             record = {**record, "step": "terminate"}
@@ -380,19 +391,22 @@ class ScalableTopicController:
                 raise NotLeaderError(f"lost the controller leadership of {self.topic}", self.leader_url)
         return persist
 
-    async def create_subscription(self, sub: str) -> bool:
-        """Create ``sub`` on every active segment; sealed history counts as consumed for it."""
+    async def create_subscription(self, sub: str, kind: str = STREAM) -> bool:
+        """Create ``sub`` (``stream``: ordered consumers; ``queue``) on every active segment; sealed
+        history counts as consumed for it."""
         keys.check_name("subscription", sub)
+        if kind not in (STREAM, QUEUE):
+            raise InvalidArgumentError(f"a scalable subscription is {STREAM!r} or {QUEUE!r}, not {kind!r}")
         async with self._op_lock:
             self._check_leader()
-            return await self._create_subscription(sub)
+            return await self._create_subscription(sub, kind)
 
-    async def _create_subscription(self, sub: str) -> bool:
+    async def _create_subscription(self, sub: str, kind: str = STREAM) -> bool:
         layout = (await self.store.require(self.topic)).layout
         for seg in layout.active_segments:
-            await self.ops.create_subscription(segment_topic_name(self.topic, seg), sub)
-        doc = {"subscription": sub, "drainedSegments": sorted(s for s, i in layout.segments.items()
-                                                             if not i.is_active)}
+            await self.ops.create_subscription(segment_topic_name(self.topic, seg), sub, segment_sub_type(kind))
+        doc = {"subscription": sub, "type": kind,
+               "drainedSegments": sorted(s for s, i in layout.segments.items() if not i.is_active)}
         created = await self.store.put_subscription(self.topic, sub, doc)
         if sub not in self.coordinators:
             self._coordinator(sub, doc if created else (await self.store.subscriptions(self.topic)).get(sub, doc))

@@ -1,0 +1,37 @@
+"""The broker's ``scalable_topics:`` section (docs/scalable-topics.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from danube.errors import InvalidArgumentError
+
+
+@dataclass(frozen=True)
+class ScalableTopicsConfig:
+    enabled: bool = True                 # the seed's scalableTopicEnabled
+    session_grace_seconds: float = 30.0  # a disconnected ordered consumer keeps its segments this long
+    controller_lease_seconds: int = 10   # standalone broker: TTL of the controller election lease
+
+    def __post_init__(self) -> None:
+        if not self.session_grace_seconds > 0:
+            raise InvalidArgumentError("scalable_topics.session_grace_seconds must be > 0")
+        if not 1 <= self.controller_lease_seconds <= 3600:
+            raise InvalidArgumentError("scalable_topics.controller_lease_seconds must be 1-3600")
+
+    @classmethod
+    def from_section(cls, section: Any) -> "ScalableTopicsConfig":
+        if section is None:
+            return cls()
+        if not isinstance(section, Mapping):
+            raise InvalidArgumentError("scalable_topics: expected a mapping")
+        unknown = sorted(set(section) - {"enabled", "session_grace_seconds", "controller_lease_seconds"})
+        if unknown:
+            raise InvalidArgumentError(f"scalable_topics: unknown key(s): {', '.join(map(str, unknown))}")
+        try:
+            return cls(enabled=bool(section.get("enabled", True)),
+                       session_grace_seconds=float(section.get("session_grace_seconds", 30.0)),
+                       controller_lease_seconds=int(section.get("controller_lease_seconds", 10)))
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError(f"scalable_topics: {exc}") from None

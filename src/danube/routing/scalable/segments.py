@@ -1,0 +1,147 @@
+"""Segment topics on danube brokers: the controller's :class:`SegmentOps` (the seed's Segments API).
+
+A segment topic is an ordinary reliable topic.  Creating one writes its metadata (delivery
+``reliable``, and each subscription with its cursor at ``-1``: Earliest), so it exists before any
+producer or consumer reaches whichever broker comes to own it.
+
+Terminating (sealing) a segment writes a marker (``keys.segment_terminated``) and, on the broker
+serving the topic, closes it to publishes: every publish from then on fails with
+:class:`SegmentTerminatedError` (not retriable: the scalable producer re-routes the messages to
+the children).  The refusal is installed as the topic's publish gate, which both publish paths
+check right before the append, so a publish is either stored before the seal or refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Mapping
+
+from danube.errors import PolicyViolationError
+from danube.metadata import keys
+
+log = logging.getLogger(__name__)
+
+
+class SegmentTerminatedError(PolicyViolationError):
+    """The segment topic was sealed by a split or merge: send to the segment now covering the key.
+
+    Travels as RESOURCE_EXHAUSTED, not retriable: the same publish to this topic never succeeds."""
+
+    retriable = False
+
+
+class TerminatedGate:
+    """A Topic publish gate that refuses every publish (see the module docstring)."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+
+    async def turn(self, count: int) -> None:
+        raise SegmentTerminatedError(f"segment topic {self.topic} is terminated (sealed by a split or merge)")
+
+
+def terminated_marker(topic: str) -> str:
+    return f"{keys.topic_root(topic)}/terminated"
+
+
+class BrokerSegmentOps:
+    """SegmentOps against the metadata store and one BrokerService (the broker serving the segments:
+    a standalone broker, or the owner that a cluster forwards the call to)."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.metadata = broker.metadata
+
+    async def create_segment(self, topic: str, subscriptions: Mapping[str, str]) -> None:
+        key = keys.topic_delivery(topic)
+        if await self.metadata.get(key) is None:
+            await self.metadata.put_if_version(key, b'{"dispatch_strategy":"reliable"}', 0)
+        for name, sub_type in subscriptions.items():
+            await self.create_subscription(topic, name, sub_type)
+
+    async def create_subscription(self, topic: str, subscription: str, sub_type: str) -> None:
+        key = keys.subscription(topic, subscription)
+        if await self.metadata.get(key) is not None:
+            return
+        served = self.broker.topics.get(topic)
+        if served is not None:  # open here: the broker creates it (cursor at its latest offset)
+            await self.broker._subscription(served, subscription, sub_type)
+            return
+        await self.metadata.put_json(keys.subscription_cursor(topic, subscription), -1)  # Earliest
+        await self.metadata.put_json(key, {"type": sub_type, "created_at": int(time.time() * 1000)})
+
+    async def terminate_segment(self, topic: str) -> None:
+        """Seal the segment on this broker (it opens the topic, so a cluster that does not place the
+        segment here answers NotServedHereError and the call is forwarded to the owner)."""
+        await self.metadata.put(terminated_marker(topic), b"1")
+        if topic not in self.broker.topics and await self.metadata.get(keys.topic_delivery(topic)) is not None:
+            await self.broker._topic(topic, reliable=None, create=False)
+        self.seal_if_served(topic)
+
+    def seal_if_served(self, topic: str) -> bool:
+        served = self.broker.topics.get(topic)
+        if served is None:
+            return False
+        if not isinstance(served.publish_gate, TerminatedGate):
+            served.publish_gate = TerminatedGate(topic)
+            log.info("segment topic %s terminated: publishes refused", topic)
+        return True
+
+    async def is_terminated(self, topic: str) -> bool:
+        return await self.metadata.get(terminated_marker(topic)) is not None
+
+    async def delete_segment(self, topic: str) -> None:
+        if topic in self.broker.topics:
+            await self.broker.unload_topic(topic, local=True, seal=False)
+        await self.metadata.delete_prefix(keys.topic_root(topic) + "/")
+
+    async def segment_subscriptions(self, topic: str) -> dict[str, str]:
+        prefix = keys.topic_subscriptions(topic)
+        out = {}
+        for kv in await self.metadata.get_prefix(prefix):
+            rest = kv.key[len(prefix):]
+            if "/" not in rest:
+                import json
+
+                out[rest] = json.loads(kv.value).get("type", "failover")
+        served = self.broker.topics.get(topic)
+        if served is not None:
+            for name, sub in served.subscriptions.items():
+                out.setdefault(name, sub.sub_type)
+        return out
+
+    async def delete_subscription(self, topic: str, subscription: str) -> None:
+        served = self.broker.topics.get(topic)
+        if served is not None and subscription in served.subscriptions:
+            served.subscriptions.pop(subscription, None)
+        await self.metadata.delete(keys.subscription(topic, subscription))
+        await self.metadata.delete_prefix(keys.subscription(topic, subscription) + "/")
+
+    async def backlog(self, topic: str, subscription: str) -> int:
+        stats = await self.segment_stats(topic)
+        return int(stats.get("subscriptions", {}).get(subscription, {}).get("backlog", 0))
+
+    async def segment_stats(self, topic: str) -> dict[str, Any]:
+        """Counters of the segment, opening it here if it exists and is not open (its owner answers:
+        a cluster that places it elsewhere raises NotServedHereError).  Every subscription is listed,
+        also one no consumer attached to yet (its backlog from the stored cursor)."""
+        served = self.broker.topics.get(topic)
+        if served is None and await self.metadata.get(keys.topic_delivery(topic)) is not None:
+            served = await self.broker._topic(topic, reliable=None, create=False)
+        out: dict[str, Any] = {"topic": topic, "terminated": await self.is_terminated(topic),
+                               "served_here": served is not None}
+        if served is None:
+            return out
+        st = served.stats()
+        subs = {s.name: {"type": s.sub_type, "consumers": s.consumers, "cursor": s.cursor,
+                         "backlog": s.backlog, "unacked": s.unacked} for s in st.subscriptions}
+        for name, sub_type in (await self.segment_subscriptions(topic)).items():
+            if name not in subs:
+                cursor = await self.metadata.get_json(keys.subscription_cursor(topic, name))
+                cursor = cursor if isinstance(cursor, int) else -1
+                subs[name] = {"type": sub_type, "consumers": 0, "cursor": cursor,
+                              "backlog": max(0, served.readable_next - 1 - cursor), "unacked": 0}
+        out.update(messages_in=st.messages_in, bytes_in=st.bytes_in, next_offset=st.next_offset,
+                   producers=st.producers, consumers=st.consumers, subscriptions=subs)
+        return out

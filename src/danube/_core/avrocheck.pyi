@@ -7,3 +7,6 @@ def check_payload(prog: Buffer, payload: Buffer) -> int:
 
 def check_frames(prog: Buffer, frames: Buffer) -> tuple[int, int]:
     """``(-1, -1)`` when every frame's payload passes, else (bad frame index, position in its payload)."""
+
+def check_attribute(frames: Buffer, name: Buffer, value: Buffer) -> int:
+    """-1 when every frame has the attribute ``name`` equal to ``value``, else the first frame's index that has not."""

@@ -18,6 +18,7 @@ Example::
         max_file_age_seconds: null
         cache_mb: 64
         page_cache_mb: 128          # newest WAL bytes kept in the OS page cache; null: the OS decides
+        idle_close_seconds: 60      # an idle topic's WAL releases files, threads and cache; null: never
       durable:
         backend: s3                 # object_store only; shared_fs uses a directory
         root: my-bucket/danube      # bucket[/prefix] (s3) or a directory (shared_fs)
@@ -75,6 +76,9 @@ class WalSettings:
     max_file_age_s: float | None = None
     cache_bytes: int = 64 * _MIB
     page_cache_bytes: int | None = 128 * _MIB
+    # a topic whose WAL saw no append or file read for this long releases its files, mappings,
+    # threads and cache (``Wal.suspend``); the next use reopens them.  None: never.
+    idle_close_s: float | None = 60.0
 
     def open_kwargs(self) -> dict[str, Any]:
         return {
@@ -221,11 +225,13 @@ def _wal(value: Any) -> WalSettings:
     where = "storage.wal"
     section = _mapping(value, where)
     _check_keys(section, {"sync", "sync_interval_ms", "max_file_mb", "max_file_age_seconds", "cache_mb",
-                          "page_cache_mb"}, where)
+                          "page_cache_mb", "idle_close_seconds"}, where)
     sync = section.get("sync", "always")
     if sync not in SYNC_MODES:
         raise StorageConfigError(f"{where}.sync: {sync!r} is not one of {', '.join(SYNC_MODES)}")
     age = _number(section, "max_file_age_seconds", None, where + ".", minimum=0.001)
+    idle = (None if "idle_close_seconds" in section and section["idle_close_seconds"] is None
+            else float(_number(section, "idle_close_seconds", 60, where + ".", minimum=0.001)))
     return WalSettings(
         sync=sync,
         sync_interval_ms=int(_number(section, "sync_interval_ms", 5, where + ".", minimum=1)),
@@ -235,6 +241,7 @@ def _wal(value: Any) -> WalSettings:
         # an explicit null leaves the WAL's page cache to the OS
         page_cache_bytes=(None if "page_cache_mb" in section and section["page_cache_mb"] is None
                           else int(_number(section, "page_cache_mb", 128, where + ".") * _MIB)),
+        idle_close_s=idle,
     )
 
 

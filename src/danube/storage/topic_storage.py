@@ -139,10 +139,13 @@ class TopicStorage:
         now = time.monotonic()
         next_export, next_check = now + export_every, now + check_every
         age_limit = self.config.wal.max_file_age_s
+        idle_limit = self.config.wal.idle_close_s
         while True:
             due = min(next_export if continuous else float("inf"), next_check)
             if age_limit:
                 due = min(due, time.monotonic() + age_limit / 4)
+            if idle_limit and not self.wal.suspended:
+                due = min(due, time.monotonic() + idle_limit / 2)
             try:
                 await asyncio.wait_for(self._wake.wait(), max(due - time.monotonic(), 0.0))
             except TimeoutError:
@@ -159,6 +162,8 @@ class TopicStorage:
                 if rotated or now >= next_check:
                     await self.retention.enforce()
                     next_check = time.monotonic() + check_every
+                if idle_limit and self._writable:
+                    self._suspend_if_idle(idle_limit)
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - the loop must survive a backend outage
@@ -167,6 +172,17 @@ class TopicStorage:
                 next_export = min(next_export, time.monotonic() + _RETRY_AFTER_FAILURE_S)
                 next_check = min(next_check, time.monotonic() + _RETRY_AFTER_FAILURE_S)
                 await asyncio.sleep(min(_RETRY_AFTER_FAILURE_S, 1.0))
+
+    def _suspend_if_idle(self, idle_limit: float) -> bool:
+        """Release the WAL's files, threads and cache once it has been idle ``idle_limit`` seconds
+        (on the writer's loop: no append can run meanwhile); the next use reopens it."""
+        wal = self.wal
+        if wal.suspended or wal.idle_seconds() < idle_limit:
+            return False
+        suspended = wal.suspend()
+        if suspended:
+            log.debug("%s: idle for %.0fs, WAL files released", self.topic, idle_limit)
+        return suspended
 
     async def _stop_background(self) -> None:
         task, self._task = self._task, None

@@ -11,8 +11,9 @@ import asyncio
 import fcntl
 import os
 import threading
+import time
 from bisect import bisect_right
-from typing import AsyncIterator, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 from danube import _native, frames
 from danube.errors import OffsetOutOfRangeError, WalClosedError, WalError
@@ -47,33 +48,54 @@ class Wal:
         except BlockingIOError:
             os.close(self._lock_fd)
             raise WalError(f"WAL {self.path} is open elsewhere (one writer per log)") from None
+        self._closing = False
+        self._admin_lock = threading.RLock()  # the segment lists: rotation, pruning, close, suspend
+        self._listeners: list[Callable[[WalFileInfo], None]] = []
+        self._dormant: _Dormant | None = None  # set while suspended (files, threads, cache released)
+        self._generation = 0                   # bumped by every suspend
+        self.suspend_count = 0
+        self._reads = 0                        # reads that reached the files (idleness)
+        self._sync_base = 0
+        self.resume_count = 0
+        self._ring: Any = None
+        self._notifier: AppendNotifier | None = None
         try:
-            recovered = recover(self.path, options)
+            self._open_state()
         except BaseException:
             os.close(self._lock_fd)
             raise
+
+    def _open_state(self) -> None:
+        """Recover the files and start the writer, the sync thread and the file thread (at open,
+        and again on the first use after :meth:`suspend`)."""
+        options = self.options
+        recovered = recover(self.path, options)
         self.recovery: RecoveryReport = recovered.report
-        self._closing = False
         self._rotated = list(recovered.rotated)
         active = recovered.active
         self._segments = self._rotated + [active]
         self._seg_firsts = [s.first_offset for s in self._segments]
-        self._admin_lock = threading.RLock()  # the segment lists: rotation, pruning, close
-        self._ring = _ring.FrameRing(options.cache_bytes, next_offset=active.next_offset)
+        if self._ring is None:
+            self._ring = _ring.FrameRing(options.cache_bytes, next_offset=active.next_offset)
+        else:  # resuming: the cache was emptied at suspend
+            self._ring.reset(active.next_offset)
         self._writer = _walfile.LogWriter(active, self._ring, self._rotate,
                                           max_file_age_s=options.max_file_age_s)
         if options.sync is SyncPolicy.NEVER:
             # fault the file mapping in ahead of the writer (never under a sync policy: each
             # fdatasync would also write the populated zero pages)
             self._writer.prefault_bytes = PREFAULT_BYTES
-        self._notifier = AppendNotifier(self._writer)
-        try:
-            write_checkpoint(self.path, recovered.checkpoint)
-        except BaseException:
-            for seg in self._segments:
-                seg.close()
-            os.close(self._lock_fd)
-            raise
+        if self._notifier is None:
+            self._notifier = AppendNotifier(self._writer)
+        else:  # tail readers waiting across a suspend keep their notifier
+            self._notifier.attach(self._writer)
+        if recovered.changed:
+            try:
+                write_checkpoint(self.path, recovered.checkpoint)
+            except BaseException:
+                for seg in self._segments:
+                    seg.close()
+                raise
         # Under sync=never nothing is synced, so nothing is dropped from the page cache either.
         self.page_cache = (PageCacheWindow(options.page_cache_bytes)
                            if options.page_cache_bytes is not None and options.sync is not SyncPolicy.NEVER
@@ -82,10 +104,15 @@ class Wal:
                               after_sync=self._trim_page_cache if self.page_cache is not None else None)
         self._keeper = FileKeeper(self.path, options, recovered.checkpoint,
                                   durable=options.sync is not SyncPolicy.NEVER, sync_lock=self._syncer.lock)
+        self._keeper.listeners = self._listeners
+        self._last_use = ((self._writer.next_offset, self._reads), time.monotonic())
         # The per-record hot path is the writer's own method unless every append must wait for disk.
         if options.sync is not SyncPolicy.ALWAYS:
             self.append = self._writer.append
             self.append_frames = self._writer.append_frames
+        else:
+            self.__dict__.pop("append", None)
+            self.__dict__.pop("append_frames", None)
 
     @classmethod
     def open(cls, path: str | os.PathLike, **options) -> "Wal":
@@ -137,7 +164,7 @@ class Wal:
     @property
     def sync_count(self) -> int:
         """fdatasync calls made for appends so far (group commit makes it smaller than the waits)."""
-        return self._syncer.sync_count
+        return self._sync_base + self._syncer.sync_count
 
     def _appended(self) -> int:
         return self._writer.next_offset - 1
@@ -209,6 +236,8 @@ class Wal:
     def sync(self) -> int:
         """Block until everything appended is on disk (fdatasync); return the durable offset."""
         self._check_open()
+        if self._dormant is not None:
+            return self.durable_offset  # everything was synced before the suspend
         return self._syncer.sync_now()
 
     async def wait_durable(self, offset: int) -> None:
@@ -216,6 +245,8 @@ class Wal:
         if offset >= self.next_offset:
             raise OffsetOutOfRangeError("wait_durable for an offset not appended yet", offset=offset,
                                         first_offset=self.first_offset, next_offset=self.next_offset)
+        if self._dormant is not None and offset <= self.durable_offset:
+            return
         await self._syncer.wait_durable(offset)
 
     # ------------------------------------------------------------ rotation and pruning
@@ -226,6 +257,7 @@ class Wal:
         Returns the rotated file at once; it becomes final on disk (trimmed, synced,
         checkpointed, listeners called) shortly after, in the background."""
         self._check_open()
+        self._resume_if_dormant()
         if self._writer.segment.count == 0:
             return None
         return self._rotate(0)
@@ -233,6 +265,7 @@ class Wal:
     def maybe_rotate(self) -> WalFileInfo | None:
         """Rotate if the active file is older than ``max_file_age_s`` (writer thread only)."""
         if not (self._closed or self._closing) and self._writer.rotation_due():
+            self._resume_if_dormant()
             return self._rotate(0)
         return None
 
@@ -263,19 +296,24 @@ class Wal:
         (sync modes), in the checkpoint, and its rotation listeners called.  False on timeout.
 
         Blocks (briefly): call from a worker thread, not an event loop."""
+        if self._dormant is not None:
+            return True  # suspend finished them all
         return self._keeper.wait_finished(timeout)
 
     def rotated_files(self) -> list[WalFileInfo]:
         """Rotated files, oldest first: the writer has left them, their frames (``size`` bytes)
         never change again.  A file just rotated may still have its preallocated tail on disk
         until it is final; rotation listeners are called only then."""
+        dormant = self._dormant
+        if dormant is not None:
+            return list(dormant.rotated)
         return [_info(s) for s in self._rotated]
 
     def add_rotation_listener(self, callback: Callable[[WalFileInfo], None]) -> None:
         """Call ``callback(WalFileInfo)`` once each rotated file is final: trimmed, synced and in
         the checkpoint.  It runs on the WAL's background file thread; keep it short (wake
         something up) and do not block it."""
-        self._keeper.listeners.append(callback)
+        self._listeners.append(callback)
 
     def prune_through(self, offset: int) -> list[WalFileInfo]:
         """Delete rotated files whose last offset is <= ``offset``; return what was deleted.
@@ -284,6 +322,11 @@ class Wal:
         them: blocking file work, so call it from a worker thread."""
         self._check_open()
         with self._admin_lock:
+            dormant = self._dormant
+            if dormant is not None:
+                if not any(f.last_offset <= offset for f in dormant.rotated):
+                    return []
+                self._resume_if_dormant()
             if not any(s.last_offset <= offset for s in self._rotated):
                 return []
         self._keeper.wait_finished(notified=False)
@@ -336,6 +379,11 @@ class Wal:
         next_offset = self._writer.next_offset
         if from_offset == next_offset:
             return memoryview(b"")
+        if self._dormant is not None:
+            self._resume_if_dormant()
+            return self.read_frames(from_offset, max_bytes)
+        self._reads += 1
+        generation = self._generation
         segments, firsts = self._segments, self._seg_firsts
         if from_offset > next_offset or from_offset < firsts[0] or (
                 from_offset < segments[0].first_offset):
@@ -350,6 +398,8 @@ class Wal:
         except WalClosedError:
             if self._closed:
                 raise
+            if generation != self._generation:  # suspended while reading: reopen and read again
+                return self.read_frames(from_offset, max_bytes)
             raise self._range_error(from_offset, "offset pruned while reading") from None
 
     def read(self, from_offset: int, max_records: int | None = None) -> list[Record]:
@@ -389,8 +439,8 @@ class Wal:
         """
         pos = self.next_offset if from_offset is None else from_offset
         notifier = self._notifier
-        read_cached = self._ring.read_counted  # frames and their count, no walk over them
-        while not self._closed:
+        read_cached = self._ring.read_counted  # frames and their count, no walk over them (the ring
+        while not self._closed:                # object lives as long as the WAL, across suspends)
             got = read_cached(pos, max_bytes)
             if got is not None:
                 view, count = got
@@ -416,6 +466,89 @@ class Wal:
                 yield record
 
     # ------------------------------------------------------------ closing
+
+    # ------------------------------------------------------------ suspending an idle log
+
+    @property
+    def suspended(self) -> bool:
+        """True while :meth:`suspend` has released the files (the next use reopens them)."""
+        return self._dormant is not None
+
+    def idle_seconds(self) -> float:
+        """Seconds since this was last seen appending or reading from its files (sampled: each
+        call compares with the previous one, so call it periodically)."""
+        mark = (self._writer.next_offset, self._reads)
+        last_mark, since = self._last_use
+        now = time.monotonic()
+        if mark != last_mark:
+            self._last_use = (mark, now)
+            return 0.0
+        return now - since
+
+    def suspend(self) -> bool:
+        """Release what an idle log holds: segment files and their mappings, the frame cache, the
+        sync and file threads, the spare file, the active file's preallocated tail.  Only the
+        lock file stays open (one descriptor: no other process can take the log meanwhile).
+
+        The next use (an append, a read below the end, a rotation, pruning) reopens the log the
+        way :meth:`open` does (a cleanly suspended log scans only its active file), on the
+        caller's thread.  Tail readers waiting at the end keep waiting and are woken by the next
+        append.  Call from the writer's thread (the one that appends).  Returns False and does
+        nothing when the log is closed, already suspended, or someone waits for durability."""
+        with self._admin_lock:
+            if self._closed or self._closing or self._dormant is not None or self._syncer.has_waiters():
+                return False
+            writer = self._writer
+            self._closing = True
+            writer.close()  # no append (hence no rotation) from here on
+        try:
+            self._keeper.close()  # finishes rotated files, deletes the spare
+            with self._admin_lock:
+                self._syncer.close()  # a last sync (sync modes)
+                self._sync_base += self._syncer.sync_count
+                active = writer.segment
+                dormant = _Dormant(self, writer.next_offset, [_info(s) for s in self._rotated],
+                                   active.created_ms, active.count)
+                self._ring.reset(writer.next_offset)  # the cache references the mappings
+                _release_tail(active)
+                for seg in self._segments:
+                    seg.close()
+                self._segments = []
+                self._rotated = []
+                self._dormant = dormant
+                self._writer = dormant
+                self.page_cache = None
+                self._generation += 1
+                self.suspend_count += 1
+                self.append = dormant.append
+                self.append_frames = dormant.append_frames
+        finally:
+            self._closing = False
+        return True
+
+    def _resume_if_dormant(self) -> None:
+        """Reopen a suspended log (no-op when it is open)."""
+        if self._dormant is None:
+            return
+        with self._admin_lock:
+            dormant = self._dormant
+            if dormant is None:
+                return
+            if self._closed or self._closing:
+                raise WalClosedError("the WAL is closed")
+            firsts = self._seg_firsts
+            try:
+                self._open_state()
+            except BaseException:
+                self._writer = dormant
+                self._segments = []
+                self._rotated = []
+                self._seg_firsts = firsts
+                self.append = dormant.append
+                self.append_frames = dormant.append_frames
+                raise
+            self._dormant = None
+            self.resume_count += 1
 
     def close(self) -> None:
         """Sync (unless sync='never'), finish rotated files, stop background work, release the
@@ -446,3 +579,57 @@ class Wal:
 
 
 _count_frames = _ring.count_frames
+
+
+def _release_tail(seg) -> None:
+    """Give back the disk blocks allocated after the last frame of an (idle) active file: cut
+    the file at the page after its data and extend it again (a hole reads as zeros, which is
+    where recovery's scan stops).  A crash between the two leaves a shorter file holding every
+    frame, which recovery takes as a full file and continues after."""
+    if not seg.writable or seg.closed:
+        return
+    size = seg.capacity
+    keep = -(-seg.write_pos // _PAGE) * _PAGE
+    if keep >= size:
+        return
+    fd = seg.fileno()
+    os.ftruncate(fd, keep)
+    os.ftruncate(fd, size)
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+class _Dormant:
+    """Stands in for the writer while the log is suspended: offsets and rotated files as they
+    were; the first append reopens the log and goes to the real writer."""
+
+    def __init__(self, wal: Wal, next_offset: int, rotated: list, created_ms: int, count: int) -> None:
+        self._wal = wal
+        self.next_offset = next_offset
+        self.rotated = rotated
+        self.created_ms = created_ms
+        self.count = count
+        self.armed = False
+        self.on_append = None
+        self.segment = None
+
+    def close(self) -> None:
+        pass
+
+    def rotation_due(self) -> bool:
+        age = self._wal.options.max_file_age_s
+        return bool(self.count and age is not None and time.time() * 1000 >= self.created_ms + age * 1000)
+
+    def _writer(self):
+        self._wal._resume_if_dormant()
+        return self._wal._writer
+
+    def append(self, *args, **kwargs):
+        return self._writer().append(*args, **kwargs)
+
+    def append_frames(self, buf):
+        return self._writer().append_frames(buf)
+
+    def append_payloads(self, *args, **kwargs):
+        return self._writer().append_payloads(*args, **kwargs)

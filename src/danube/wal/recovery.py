@@ -45,6 +45,7 @@ class RecoveredLog:
     active: object  # SegmentFile, writable
     checkpoint: Checkpoint
     report: RecoveryReport
+    changed: bool = True  # the checkpoint on disk differs from ``checkpoint`` (write it)
 
 
 def recover(directory: str, options: WalOptions) -> RecoveredLog:
@@ -124,12 +125,13 @@ def recover(directory: str, options: WalOptions) -> RecoveredLog:
                                              index_every=index_every)
         next_seq += 1
 
+    found = ckpt if report.checkpoint_found else None
     ckpt = Checkpoint(
         first_offset=rotated[0].first_offset if rotated else active.first_offset,
         next_seq=next_seq,
         rotated={s.seq: (s.first_offset, s.last_offset, s.write_pos) for s in rotated},
     )
-    return RecoveredLog(rotated=rotated, active=active, checkpoint=ckpt, report=report)
+    return RecoveredLog(rotated=rotated, active=active, checkpoint=ckpt, report=report, changed=ckpt != found)
 
 
 def _never_written(path: str) -> bool:

@@ -84,6 +84,9 @@ class Syncer:
             return self._appended()
         return self._durable
 
+    def has_waiters(self) -> bool:
+        return bool(self._waiters) or self._requested
+
     def sync_now(self) -> int:
         """fdatasync everything appended so far (sharing a sync in progress); return the durable offset."""
         synced = False

@@ -22,6 +22,14 @@ class AppendNotifier:
         self.closed = False
         writer.on_append = self.wake_all
 
+    def attach(self, writer) -> None:
+        """Follow a new writer (the log was reopened after a suspend); waiters stay."""
+        with self._lock:
+            self._writer = writer
+            writer.on_append = self.wake_all
+            if self._waiters:
+                writer.armed = True
+
     async def wait_beyond(self, offset: int, next_offset) -> None:
         """Return once ``next_offset() > offset`` or the log is closed."""
         loop = asyncio.get_running_loop()

@@ -1,4 +1,4 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: language_level=3, cdivision=True
 """Cache of the newest frames, bounded in bytes, with zero-copy reads by offset.
 
 Layout and semantics: the docstring of ``danube/_pure/ring.py`` (the pure twin,

@@ -107,6 +107,14 @@ class WalClosedError(WalError):
     """The WAL was used after close()."""
 
 
+class TooManyOpenFilesError(WalError):
+    """The process ran out of file descriptors (EMFILE/ENFILE) opening a log: raise the limit
+    (``ulimit -n``; the broker raises its soft limit to the hard limit at start) or let idle
+    topics close sooner (``storage.wal.idle_close_seconds``)."""
+
+    retriable = True
+
+
 class OffsetOutOfRangeError(WalError):
     """A read asked for an offset the log does not hold (pruned, or beyond the end)."""
 

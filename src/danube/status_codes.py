@@ -24,6 +24,7 @@ from danube.errors import (
     OffsetOutOfRangeError,
     PermissionDeniedError,
     PolicyViolationError,
+    TooManyOpenFilesError,
     TopicSealedError,
     WalClosedError,
 )
@@ -41,6 +42,7 @@ ERROR_CODES: tuple[tuple[type[DanubeError], grpc.StatusCode], ...] = (
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
     (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
     (PolicyViolationError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (TooManyOpenFilesError, grpc.StatusCode.RESOURCE_EXHAUSTED),  # the broker's descriptors ran out
     (NotServedHereError, grpc.StatusCode.UNAVAILABLE),
     (TopicSealedError, grpc.StatusCode.UNAVAILABLE),  # the topic is moving: look it up again
     (WalClosedError, grpc.StatusCode.UNAVAILABLE),

@@ -8,6 +8,7 @@ record is readable as soon as its append returns.
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import os
 import threading
@@ -16,7 +17,7 @@ from bisect import bisect_right
 from typing import Any, AsyncIterator, Callable, Iterator
 
 from danube import _native, frames
-from danube.errors import OffsetOutOfRangeError, WalClosedError, WalError
+from danube.errors import OffsetOutOfRangeError, TooManyOpenFilesError, WalClosedError, WalError
 from danube.wal.checkpoint import Checkpoint, write_checkpoint
 from danube.wal.files import LOCK_NAME, WalFileInfo, fsync_directory
 from danube.wal.options import SyncPolicy, WalOptions
@@ -42,7 +43,10 @@ class Wal:
         self.options = options
         self._closed = False
         os.makedirs(self.path, exist_ok=True)
-        self._lock_fd = os.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._lock_fd = os.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise _fd_error(exc, self.path) from exc
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -61,6 +65,9 @@ class Wal:
         self._notifier: AppendNotifier | None = None
         try:
             self._open_state()
+        except OSError as exc:
+            os.close(self._lock_fd)
+            raise _fd_error(exc, self.path) from exc
         except BaseException:
             os.close(self._lock_fd)
             raise
@@ -538,7 +545,10 @@ class Wal:
                 raise WalClosedError("the WAL is closed")
             firsts = self._seg_firsts
             try:
-                self._open_state()
+                try:
+                    self._open_state()
+                except OSError as exc:
+                    raise _fd_error(exc, self.path) from exc
             except BaseException:
                 self._writer = dormant
                 self._segments = []
@@ -579,6 +589,20 @@ class Wal:
 
 
 _count_frames = _ring.count_frames
+
+
+def _fd_error(exc: OSError, path: str) -> OSError | TooManyOpenFilesError:
+    """EMFILE/ENFILE as a clear :class:`TooManyOpenFilesError`; other errors unchanged."""
+    if exc.errno not in (errno.EMFILE, errno.ENFILE):
+        return exc
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    which = "this process" if exc.errno == errno.EMFILE else "the system"
+    return TooManyOpenFilesError(
+        f"WAL {path}: {which} ran out of file descriptors (RLIMIT_NOFILE soft {soft}, hard {hard}); "
+        f"raise the limit (ulimit -n, LimitNOFILE=) or close idle topics sooner "
+        f"(storage.wal.idle_close_seconds)")
 
 
 def _release_tail(seg) -> None:

@@ -138,3 +138,34 @@ def test_close_while_suspended(tmp_path):
     assert wal.closed
     with Wal.open(d) as again:
         assert again.next_offset == 1
+
+
+def test_running_out_of_descriptors_is_a_clear_error(tmp_path):
+    import resource
+    import subprocess
+    import sys
+
+    code = f"""
+import resource, os
+from danube.errors import TooManyOpenFilesError
+from danube.wal import Wal
+from danube.server.limits import raise_nofile_limit
+wals = []
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+try:
+    for i in range(100):
+        wals.append(Wal.open(os.path.join({str(tmp_path)!r}, str(i)), sync="never"))
+except TooManyOpenFilesError as exc:
+    assert exc.retriable and "RLIMIT_NOFILE soft 64" in str(exc) and "idle_close_seconds" in str(exc), exc
+    print("clear", len(wals))
+# suspending idle logs gives descriptors back: one each is left
+for w in wals:
+    w.suspend()
+more = [Wal.open(os.path.join({str(tmp_path)!r}, "x" + str(i)), sync="never") for i in range(5)]
+soft, hard = raise_nofile_limit()
+assert soft == (hard if hard != resource.RLIM_INFINITY else 1 << 20) or soft == -1
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "clear" in out.stdout and out.stdout.strip().endswith("ok")

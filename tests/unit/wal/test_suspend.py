@@ -141,7 +141,6 @@ def test_close_while_suspended(tmp_path):
 
 
 def test_running_out_of_descriptors_is_a_clear_error(tmp_path):
-    import resource
     import subprocess
     import sys
 

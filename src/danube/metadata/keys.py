@@ -320,3 +320,18 @@ def scalable_consumer(topic: str, sub: str, consumer_name: str) -> str:
 def scalable_namespace_prefix(ns: str) -> str:
     """Every topic key of namespace ``ns`` (scalable topic keys are the ones holding a layout)."""
     return f"/topics/{check_namespace(ns)}/"
+
+
+# ---------------------------------------------------------------- live repartition (docs/repartition.md)
+# One key per partitioned topic under its own prefix, so a watch on the routing content sees
+# nothing of the topics' other metadata (cursors, producers) churning.
+
+def partitioning_prefix() -> str:
+    """Every partitioned topic's partitioning state (``topic_partitioning``)."""
+    return "/routing/partitioning/"
+
+
+def topic_partitioning(topic: str) -> str:
+    """A partitioned topic's PartitioningState JSON (danube.routing.repartition.model)."""
+    ns, name = split_topic(topic)
+    return f"/routing/partitioning/{ns}/{name}"

@@ -100,6 +100,8 @@ class ClusterNode:
         broker.rebalancer = self.rebalancer
         self._unloading: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
+        self._pending_markers: dict[str, asyncio.Future] = {}
+        self._marker_writer: asyncio.Task | None = None
         self.view.listeners.append(self._on_event)
 
     # ------------------------------------------------------------ lifecycle
@@ -130,8 +132,9 @@ class ClusterNode:
         await self.election.stop(resign=True)
         await self.membership.stop(revoke=True)
         await self.view.stop()
-        for task in list(self._tasks):
-            task.cancel()
+        for task in list(self._tasks) + [self._marker_writer]:
+            if task is not None:
+                task.cancel()
 
     async def _elected(self) -> None:
         self.load_manager.start()
@@ -147,16 +150,7 @@ class ClusterNode:
         keys.split_topic(topic)
         owner = self.view.owner(topic)
         if owner is None and topic not in self.view.unassigned:
-            # The view may lag: in one transaction, either no broker has the topic and the marker is
-            # written, or the assignments are read back (no stale marker for an assigned topic).
-            marker = keys.unassigned(topic)
-            brokers = sorted(self.view.registered)
-            assignment_keys = [keys.broker_topic(b, topic) for b in brokers]
-            result = await self.store.txn(
-                [Compare.version(k, "==", 0) for k in assignment_keys] + [Compare.version(marker, "==", 0)],
-                [Op.put(marker, b"null")], [Op.get(k) for k in assignment_keys])
-            if not result.succeeded:
-                owner = next((b for b, kv in zip(brokers, result.results) if kv is not None), None)
+            owner = await self._request_placement(topic)
         if owner is None:
             try:
                 owner = await self.view.wait_for(lambda: self.view.owner(topic), self.lookup_timeout_s)
@@ -173,6 +167,61 @@ class ClusterNode:
             except TimeoutError:
                 return LookupResult("failed", "", "")
         return LookupResult("redirect", url, url)
+
+    async def _request_placement(self, topic: str) -> str | None:
+        """Write the unassigned marker of ``topic`` unless a broker holds it (then its id).
+
+        Concurrent lookups share transactions: every topic asked for while one is in flight goes
+        into the next (``_write_markers``), so a burst of new topics costs a few round trips."""
+        future = self._pending_markers.get(topic)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            self._pending_markers[topic] = future
+            if self._marker_writer is None or self._marker_writer.done():
+                self._marker_writer = asyncio.get_running_loop().create_task(self._flush_markers())
+        return await asyncio.shield(future)
+
+    async def _flush_markers(self) -> None:
+        while self._pending_markers:
+            limit = max(1, 120 // (len(self.view.registered) + 1))  # compares per txn under etcd's 128
+            batch = list(self._pending_markers.items())[:limit]
+            for topic, _ in batch:
+                del self._pending_markers[topic]
+            try:
+                owners = await self._write_markers([topic for topic, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - every waiting lookup gets the error
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for topic, future in batch:
+                if not future.done():
+                    future.set_result(owners.get(topic))
+
+    async def _write_markers(self, topics: list[str]) -> dict[str, str]:
+        """In one transaction: no broker holds any of ``topics`` and none has a marker → write their
+        markers.  Otherwise topic by topic (the view may lag: no stale marker for an assigned topic).
+        Returns the owners found."""
+        brokers = sorted(self.view.registered)
+
+        def compares(topic):
+            return ([Compare.version(keys.broker_topic(b, topic), "==", 0) for b in brokers]
+                    + [Compare.version(keys.unassigned(topic), "==", 0)])
+
+        if len(topics) > 1:
+            result = await self.store.txn([c for t in topics for c in compares(t)],
+                                          [Op.put(keys.unassigned(t), b"null") for t in topics])
+            if result.succeeded:
+                return {}
+        owners: dict[str, str] = {}
+        for topic in topics:
+            result = await self.store.txn(compares(topic), [Op.put(keys.unassigned(topic), b"null")],
+                                          [Op.get(keys.broker_topic(b, topic)) for b in brokers])
+            if not result.succeeded:
+                owner = next((b for b, kv in zip(brokers, result.results) if kv is not None), None)
+                if owner is not None:
+                    owners[topic] = owner
+        return owners
 
     async def check_owner(self, topic: str) -> None:
         if self.membership.fenced:

@@ -154,3 +154,20 @@ async def test_a_rebalance_move_is_sealed_here_then_confirmed_then_placed(node):
     assert "/default/r" not in broker.topics
     sealed = await store.get_json(keys.storage_state("", "/default/r"))
     assert sealed["sealed"] and sealed["last_committed_offset"] == 2
+
+
+async def test_concurrent_lookups_of_new_topics_share_marker_transactions(node, monkeypatch):
+    store = node.store
+    calls = []
+    original = store.txn
+
+    async def counting(compare, success=(), failure=()):
+        markers = [op for op in success if op.kind == "put" and op.key.startswith("/cluster/unassigned/")]
+        if markers:  # a lookup's marker transaction (the leader's own only delete markers)
+            calls.append(len(markers))
+        return await original(compare, success, failure)
+
+    monkeypatch.setattr(store, "txn", counting)
+    results = await asyncio.gather(*(node.broker.lookup(f"/default/burst-{i}") for i in range(50)))
+    assert {r.kind for r in results} == {"connect"}
+    assert sum(calls) == 50 and len(calls) <= 5  # a handful of transactions, not one per topic

@@ -69,6 +69,11 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
     def __init__(self, broker: Any) -> None:
         self._broker = broker
         self._schema = getattr(broker, "schema_gate", None)   # danube.schema.validation.SchemaGate
+        self._repartition = None   # danube.routing.repartition.broker_hook.RepartitionRuntime (version fence)
+        if getattr(broker, "metadata", None) is not None:
+            from danube.routing.repartition import broker_hook
+
+            self._repartition = broker_hook.for_broker(broker)
 
     # ------------------------------------------------------------ producers
 
@@ -110,7 +115,10 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             if self._schema is not None and self._schema.active:
                 await self._check_schema(producer_id, request, buf)
             version = request.partitioning_version if request.HasField("partitioning_version") else None
-            first, last = await self._broker.publish(producer_id, buf, partitioning_version=version)
+            if version is not None and self._repartition is not None:   # docs/repartition.md: the fence
+                first, last = await self._publish_fenced(producer_id, buf, version)
+            else:
+                first, last = await self._broker.publish(producer_id, buf, partitioning_version=version)
             ack.first_offset = first
             ack.last_offset = last
             ack.count = last - first + 1
@@ -120,6 +128,25 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             log.exception("publish of batch %d failed", request.sequence)
             ack.status.CopyFrom(_batch_status(exc))
         return ack
+
+    async def _publish_fenced(self, producer_id: int, buf: bytearray, version: int) -> tuple[int, int]:
+        """A batch routed under partitioning ``version``: refused (StaleRoutingError, nothing stored)
+        when its partition's version is newer; one dict lookup per batch otherwise."""
+        name = self._broker.producer_topic(producer_id)
+        if name is None:   # a producer not loaded yet (broker restart)
+            load = getattr(self._broker, "_producer", None)
+            if load is not None:
+                await load(producer_id)
+            name = self._broker.producer_topic(producer_id)
+        epoch = await self._repartition.admit(name, version) if name is not None else None
+        if epoch is None:
+            return await self._broker.publish(producer_id, buf, partitioning_version=version)
+        try:
+            first, last = await self._broker.publish(producer_id, buf, partitioning_version=version)
+            self._repartition.fence.stored(name, epoch, first)
+            return first, last
+        finally:
+            epoch.done()
 
     async def _check_schema(self, producer_id: int, request: pb.PublishRequest, buf: bytearray) -> None:
         """The topic's schema policy for one batch (docs/schema-registry.md): ids once per batch,

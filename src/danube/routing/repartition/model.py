@@ -191,18 +191,22 @@ class PartitioningState:
             return self
         return replace(self, transition=replace(t, adoption_generation=int(generation)))
 
-    def record_offsets(self, partition: int, next_offset: int) -> "PartitioningState":
+    def record_offsets(self, partition: int, next_offset: int | None = None, *,
+                       old_end: int | None = None, new_start: int | None = None) -> "PartitioningState":
         """What the owner of ``partition`` records when it applies the new version: as a source, the
-        end of its old-version messages; as a target, where moved keys may start.  First value wins."""
+        end of its old-version messages (``old_end``); as a target, where moved keys may start
+        (``new_start``); ``next_offset`` sets both.  First value wins."""
         t = self._require(CUTOVER)
-        old_end, new_start = dict(t.old_end), dict(t.new_start)
-        if partition in t.sources and partition not in old_end:
-            old_end[partition] = int(next_offset)
-        if partition in t.targets and partition not in new_start:
-            new_start[partition] = int(next_offset)
-        if old_end == t.old_end and new_start == t.new_start:
+        if next_offset is not None:
+            old_end = new_start = next_offset
+        ends, starts = dict(t.old_end), dict(t.new_start)
+        if old_end is not None and partition in t.sources and partition not in ends:
+            ends[partition] = int(old_end)
+        if new_start is not None and partition in t.targets and partition not in starts:
+            starts[partition] = int(new_start)
+        if ends == t.old_end and starts == t.new_start:
             return self
-        return replace(self, transition=replace(t, old_end=old_end, new_start=new_start))
+        return replace(self, transition=replace(t, old_end=ends, new_start=starts))
 
     def drained(self, consumed: Mapping[str, Mapping[int, int]]) -> bool:
         """Every source consumed up to its ``old_end`` by every subscription.

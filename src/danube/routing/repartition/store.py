@@ -113,12 +113,17 @@ class RepartitionStore:
                                        if s.transition and s.transition.phase == "cutover" else s, compare=compare)
         return stored
 
-    async def record_offsets(self, topic: str, partition: int, next_offset: int) -> StoredState:
-        """An owner's record of where the old version ended / moved keys may start on ``partition``."""
+    async def record_offsets(self, topic: str, partition: int, next_offset: int | None = None, *,
+                             old_end: int | None = None, new_start: int | None = None,
+                             to_version: int | None = None) -> StoredState:
+        """An owner's record of where the old version ended / moved keys may start on ``partition``
+        (ignored unless the transition in cutover is the one to ``to_version``, when given)."""
         def change(s: PartitioningState) -> PartitioningState:
             if s.transition is None or s.transition.phase != "cutover":
                 return s
-            return s.record_offsets(partition, next_offset)
+            if to_version is not None and s.transition.to_version != to_version:
+                return s
+            return s.record_offsets(partition, next_offset, old_end=old_end, new_start=new_start)
         return await self.update(topic, change)
 
     async def mark_drain_complete(self, topic: str, now_ms: int, *, compare: Sequence[Compare] = ()) -> StoredState:

@@ -153,7 +153,7 @@ class ClusterNode:
             owner = await self._request_placement(topic)
         if owner is None:
             try:
-                owner = await self.view.wait_for(lambda: self.view.owner(topic), self.lookup_timeout_s)
+                owner = await self.view.wait_owner(topic, self.lookup_timeout_s)
             except TimeoutError:
                 log.warning("lookup of %s: no broker was assigned within %.0f s (leader: %s)", topic,
                             self.lookup_timeout_s, self.view.leader or "none")

@@ -48,6 +48,7 @@ class ClusterView:
         self.revision = 0
         self.listeners: list[Callable[[WatchEvent], None]] = []
         self._changed = asyncio.Event()
+        self._owner_waiters: dict[str, list[asyncio.Future]] = {}  # topic → lookups waiting for an owner
         self._task: asyncio.Task | None = None
         self.ready = asyncio.Event()
 
@@ -127,6 +128,24 @@ class ClusterView:
             except TimeoutError:
                 pass
 
+    async def wait_owner(self, topic: str, timeout: float) -> str:
+        """The broker ``topic`` is assigned to, once it is (TimeoutError after ``timeout``).  Woken by
+        that topic's assignment only, so a burst of lookups costs nothing per unrelated event."""
+        owner = self.assignments.get(topic)
+        if owner is not None:
+            return owner
+        future = asyncio.get_running_loop().create_future()
+        self._owner_waiters.setdefault(topic, []).append(future)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            waiters = self._owner_waiters.get(topic)
+            if waiters is not None:
+                if future in waiters:
+                    waiters.remove(future)
+                if not waiters:
+                    del self._owner_waiters[topic]
+
     async def changed(self) -> None:
         await self._changed.wait()
 
@@ -154,6 +173,9 @@ class ClusterView:
                     self.broker_topics.get(previous, set()).discard(topic)
                 self.assignments[topic] = broker
                 self.broker_topics.setdefault(broker, set()).add(topic)
+                for future in self._owner_waiters.pop(topic, ()):
+                    if not future.done():
+                        future.set_result(broker)
             else:
                 if self.assignments.get(topic) == broker:
                     del self.assignments[topic]

@@ -78,6 +78,8 @@ class BrokerApp:
             metrics=self.metrics)
         self.metrics.attach(self.broker)
         await self.broker.start()
+        if cfg.cluster:  # before the ports listen: no lookup is ever answered as a standalone broker
+            self._build_cluster_node(cfg)
         self._start_load_reporter(cfg)
 
         # Security (docs/security.md): TLS on both ports, and with JWT or mTLS the guard in front of
@@ -149,18 +151,20 @@ class BrokerApp:
         cfg.check_cluster()
         return EtcdMetadataStore(cfg.etcd_url)
 
-    async def _join_cluster(self, cfg: BrokerConfig) -> None:
-        """Register, campaign, follow the cluster (danube.cluster.node); after the ports listen."""
+    def _build_cluster_node(self, cfg: BrokerConfig) -> None:
         from danube.cluster.node import ClusterNode
 
         admin_host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host
         self.cluster = ClusterNode(
             self.metadata, self.broker, broker_id=cfg.broker_id, broker_url=cfg.broker_url,
-            admin_url=f"http://{admin_host}:{self.bound['admin']}" if "admin" in self.bound else None,
+            admin_url=f"http://{admin_host}:{cfg.admin_port}" if cfg.admin_port else None,
             lease_ttl_s=cfg.lease_ttl_seconds, strategy=cfg.assignment_strategy,
             load_report_interval_s=cfg.load_report_interval_seconds, cluster_name=cfg.cluster_name,
             rebalancing=cfg.rebalancing)
         self.broker.cluster = self.cluster
+
+    async def _join_cluster(self, cfg: BrokerConfig) -> None:
+        """Register, campaign, follow the cluster (danube.cluster.node); after the ports listen."""
         await self.cluster.start()
         log.info("broker %s in cluster %s (etcd %s, strategy %s)", cfg.broker_id, cfg.cluster_name,
                  cfg.etcd_url, cfg.assignment_strategy)

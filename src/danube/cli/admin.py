@@ -7,6 +7,7 @@
     danube admin brokers list | namespaces list
     danube admin brokers balance | rebalance --dry-run [--max-moves N] | rebalance-history   (admin_rebalancing.py)
     danube admin schemas register | get | versions | check | delete | compatibility   (admin_schemas.py)
+    danube admin scalable-topics create | describe | split | merge | subscriptions | delete   (admin_scalable.py)
 
 The endpoint defaults to $DANUBE_ADMIN_ENDPOINT, else http://127.0.0.1:50051.
 Exit codes: 0 done, 1 the broker refused or could not be reached, 2 bad usage.
@@ -76,6 +77,9 @@ def register(subparsers) -> None:
     from danube.cli import admin_schemas
 
     admin_schemas.add_parser(groups)
+    from danube.cli import admin_scalable
+
+    admin_scalable.add_parser(groups)
     parser.set_defaults(func=run, _admin_parser=parser)
 
 
@@ -114,6 +118,10 @@ def run(args) -> int:
                 return admin_schemas.run(args, channel, _emit)
             if group == "security":
                 return admin_security.run(args, channel, lambda data, lines: _emit(args, data, lines))
+            if group == "scalable-topics":
+                from danube.cli import admin_scalable
+
+                return admin_scalable.run(args, channel, _emit)
             if group == "brokers" and cmd in ("balance", "rebalance", "rebalance-history"):
                 from danube.cli import admin_rebalancing
 

@@ -109,6 +109,8 @@ class BrokerApp:
                 admin.add_to_server(self.admin_server, self.broker)
             if self.schema_gate is not None:   # Danube's admin CLI reaches the registry on the admin port
                 schema_service.add_to_server(self.admin_server, self.schema_gate.registry, self.schema_gate)
+            if self.scalable is not None:  # `danube admin scalable-topics` uses the admin port
+                scalable.add_servicer(self.admin_server, self.scalable)
             self.security.add_admin_services(self.admin_server)
             self.bound["admin"] = self._bind(self.admin_server, cfg.admin_port, "admin")
         if cfg.metrics_port:

@@ -124,6 +124,28 @@ class ScalableTopicService:
         self._lock = asyncio.Lock()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._sessions = itertools.count(1)
+        self._checked: set[int] = set()  # ids of served segment Topic objects already checked for a seal
+        self._sealer: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Seal segment topics opened here after their termination (a reopened topic is a new object
+        without the refusing gate; the marker in metadata says it was terminated)."""
+        self._sealer = asyncio.get_running_loop().create_task(self._reseal_loop(), name="scalable-reseal")
+
+    async def _reseal_loop(self, interval: float = 0.2) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                for name, topic in list(self.broker.topics.items()):
+                    if ".seg." not in name or id(topic) in self._checked:
+                        continue
+                    if await self.ops.is_terminated(name):
+                        self.ops.seal_if_served(name)
+                    self._checked.add(id(topic))
+                alive = {id(t) for t in self.broker.topics.values()}
+                self._checked &= alive
+            except Exception as exc:  # noqa: BLE001 - keep checking
+                log.warning("checking segment seals: %s", exc)
 
     # ------------------------------------------------------------ controllers
 
@@ -166,6 +188,7 @@ class ScalableTopicService:
         return pb_grpc.ScalableTopicsStub(channel)
 
     async def stop(self) -> None:
+        await cancel_and_wait(self._sealer)
         for topic in list(self.controllers):
             await self.release(topic)
         for channel in self._channels.values():
@@ -424,7 +447,13 @@ def add_to_server(server: grpc.aio.Server, broker: Any, **options: Any) -> Scala
     """Registers the scalable topics service on ``server`` (called by danube.server.app)."""
     service = ScalableTopicService(broker, **options)
     pb_grpc.add_ScalableTopicsServicer_to_server(ScalableTopicsServicer(service), server)
+    service.start()
     return service
+
+
+def add_servicer(server: grpc.aio.Server, service: ScalableTopicService) -> None:
+    """Serve ``service`` on one more server (the admin port)."""
+    pb_grpc.add_ScalableTopicsServicer_to_server(ScalableTopicsServicer(service), server)
 
 
 def attach(server: grpc.aio.Server, broker: Any, config: Any = None) -> ScalableTopicService | None:
@@ -438,4 +467,4 @@ def attach(server: grpc.aio.Server, broker: Any, config: Any = None) -> Scalable
                          lease_ttl=cfg.controller_lease_seconds)
 
 
-__all__ = ["ScalableTopicService", "ScalableTopicsServicer", "add_to_server", "attach"]
+__all__ = ["ScalableTopicService", "ScalableTopicsServicer", "add_servicer", "add_to_server", "attach"]

@@ -126,3 +126,61 @@ async def test_split_split_merge_with_keyed_publishing(tmp_path):
         await producer.close()
         await ordered.close()
         await queue.close()
+
+
+async def test_consumer_reconnect_within_and_after_the_grace_period(tmp_path):
+    async with broker_with_scalable(tmp_path, grace=1.5) as (broker, service, client, admin):
+        await admin.CreateScalableTopic(pb.CreateScalableTopicRequest(topic=T, num_segments=4))
+        a = await ScalableConsumer(client, T, "s", "a").subscribe()
+        b = await ScalableConsumer(client, T, "s", "b").subscribe()
+
+        async def settled(consumer, ids):
+            for _ in range(200):
+                if consumer.assignment is not None and consumer.assignment.segment_ids == ids:
+                    return
+                await asyncio.sleep(0.05)
+            raise AssertionError(f"{consumer.name}: {consumer.assignment} != {ids}")
+
+        await settled(a, [0, 2])
+        await settled(b, [1, 3])
+        await a.close()  # a's connection drops; it comes back within the grace period
+        await asyncio.sleep(0.5)
+        a = await ScalableConsumer(client, T, "s", "a").subscribe()
+        await settled(a, [0, 2])
+        assert b.assignment.segment_ids == [1, 3]
+        await a.close()  # and now it stays away: its segments go to b
+        await asyncio.sleep(2.0)
+        await settled(b, [0, 1, 2, 3])
+        sessions = json.loads((await admin.ListSubscriptions(pb.ScalableTopicRequest(topic=T))).json)
+        assert sessions["s"]["consumers"] == {"b": [0, 1, 2, 3]}
+        await b.close()
+
+
+async def test_admin_cli_scalable_topics(tmp_path):
+    import sys
+
+    async with broker_with_scalable(tmp_path) as (broker, service, client, admin):
+        endpoint = broker.broker_url
+
+        async def cli(*args):
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "danube.cli.admin", "--endpoint", endpoint, "-o", "json", *args,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            out, err = await proc.communicate()
+            assert proc.returncode == 0, err.decode()
+            return json.loads(out)
+
+        created = await cli("scalable-topics", "create", T, "--segments", "2")
+        assert created["layout"]["nextSegmentId"] == 2
+        assert await cli("scalable-topics", "list") == [T]
+        split = await cli("scalable-topics", "split", T, "1")
+        assert split["epoch"] == 1 and split["segments"]["1"]["childIds"] == [2, 3]
+        merged = await cli("scalable-topics", "merge", T, "2", "3")
+        assert merged["segments"]["4"]["parentIds"] == [2, 3]
+        await cli("scalable-topics", "create-subscription", T, "billing")
+        described = await cli("scalable-topics", "describe", T)
+        assert described["activeSegments"] == [0, 4] and "billing" in described["subscriptions"]
+        subs = await cli("scalable-topics", "subscriptions", T)
+        assert subs["billing"]["type"] == "stream"
+        assert (await cli("scalable-topics", "delete", T))["deleted"] is True
+        assert await cli("scalable-topics", "list") == []

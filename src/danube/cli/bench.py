@@ -66,6 +66,27 @@ class BenchConfig:
     progress: bool = True
     drain_timeout: float = 30.0
     consumer_process: bool = True     # consumers in a child process (False: in the bench's event loop)
+    topics: int = 1                   # producers and consumers spread round-robin over this many topics
+    connections: int = 0              # client connections, shared round-robin (0: one per process)
+
+
+def bench_topics(config: BenchConfig, base: str) -> list[str]:
+    """The topics of a run: ``base`` itself, or ``base-0`` .. ``base-<N-1>`` with ``--topics N``."""
+    return [base] if config.topics <= 1 else [f"{base}-{i}" for i in range(config.topics)]
+
+
+def _clients(config: BenchConfig, count: int, share: float) -> list:
+    """Client connections for ``count`` producers or consumers: this side's ``share`` of
+    ``--connections`` (one when not given), at most one per producer/consumer."""
+    from danube.client import DanubeClient
+
+    n = 1 if config.connections <= 0 else max(1, min(count, round(config.connections * share)))
+    return [DanubeClient.builder().service_url(config.service_url).build() for _ in range(n)]
+
+
+def _connection_shares(config: BenchConfig) -> tuple[float, float]:
+    total = config.producers + config.consumers
+    return config.producers / total, config.consumers / total
 
 
 @dataclass
@@ -131,8 +152,10 @@ def _loop_factory():
         return None
 
 
-def _build_consumers(client, config: BenchConfig, topic: str, sub_type: str) -> list:
-    return [client.new_consumer().with_topic(topic).with_consumer_name(f"bench-c{i}")
+def _build_consumers(clients, config: BenchConfig, topic: str, sub_type: str) -> list:
+    topics = bench_topics(config, topic)
+    return [clients[i % len(clients)].new_consumer().with_topic(topics[i % len(topics)])
+            .with_consumer_name(f"bench-c{i}")
             .with_subscription("bench").with_subscription_type(sub_type)
             .with_reliable(config.reliable)
             .with_receive_credit(max(10_000, 4 * config.batch_size), 16 * 1024 * 1024).build()
@@ -258,10 +281,8 @@ class _Counter:
 
 
 async def _consumer_child_main(conn, delivered, config: BenchConfig, topic: str, sub_type: str) -> dict:
-    from danube.client import DanubeClient
-
-    client = DanubeClient.builder().service_url(config.service_url).build()
-    consumers = _build_consumers(client, config, topic, sub_type)
+    clients = _clients(config, config.consumers, _connection_shares(config)[1])
+    consumers = _build_consumers(clients, config, topic, sub_type)
     seen = {"delivered": 0, "last": 0.0}
     latencies: list[float] = []
     target: list = [None, 0.0]   # acked count to reach, when it was announced
@@ -291,7 +312,8 @@ async def _consumer_child_main(conn, delivered, config: BenchConfig, topic: str,
         for c in consumers:
             with contextlib.suppress(Exception):
                 await c.close()
-        await client.close()
+        for client in clients:
+            await client.close()
     return {"delivered": seen["delivered"], "last": seen["last"], "latencies": _flatten(latencies)}
 
 
@@ -357,14 +379,17 @@ def messages_per_call(config: BenchConfig) -> int:
 
 async def run_bench(config: BenchConfig) -> BenchResult:
     """Runs the workload against ``config.service_url``; returns the measurements."""
-    from danube.client import DanubeClient
-
     topic = config.topic or f"/default/bench-{uuid.uuid4().hex[:8]}"
-    sub_type = config.subscription_type or ("shared" if config.consumers > 1 else "exclusive")
+    if config.topics > 1:  # every topic gets a producer and a consumer at least
+        config.producers = max(config.producers, config.topics)
+        config.consumers = max(config.consumers, config.topics)
+    topics = bench_topics(config, topic)
+    sub_type = config.subscription_type or ("shared" if config.consumers > len(topics) else "exclusive")
     result = BenchResult(config={**asdict(config), "topic": topic, "subscription_type": sub_type})
     per_call = messages_per_call(config)
     result.messages_per_call = per_call
-    client = DanubeClient.builder().service_url(config.service_url).build()
+    producer_share = _connection_shares(config)[0]
+    clients = _clients(config, config.producers, producer_share if config.consumer_process else 1.0)
     ack_lat: list[float] = []
     deliver_lat: list[float] = []
     counts = {"sent": 0, "acked": 0, "calls": 0}
@@ -374,13 +399,14 @@ async def run_bench(config: BenchConfig) -> BenchResult:
     pad = b"\x00" * max(0, config.message_size - _STAMP.size)
 
     child = _ConsumerProcess(config, topic, sub_type) if config.consumer_process else None
-    consumers = [] if child else _build_consumers(client, config, topic, sub_type)
+    consumers = [] if child else _build_consumers(clients, config, topic, sub_type)
     read_stamps = None if child else _stamp_reader(config.message_size)
     # Paced calls are smaller: more of them in flight, so the messages in flight stay as many as at full size.
     in_flight = config.max_in_flight * -(-config.batch_size // per_call)
     producers = []
     for i in range(config.producers):
-        producer = (client.new_producer().with_topic(topic).with_name(f"bench-p{i}")
+        producer = (clients[i % len(clients)].new_producer().with_topic(topics[i % len(topics)])
+                    .with_name(f"bench-p{i}")
                     .with_reliable(config.reliable).with_linger_ms(config.linger_ms)
                     .with_max_batch_bytes(config.max_batch_bytes).with_max_in_flight(in_flight).build())
         producers.append(producer)
@@ -491,7 +517,8 @@ async def run_bench(config: BenchConfig) -> BenchResult:
         for c in consumers:
             with contextlib.suppress(Exception):
                 await c.close()
-        await client.close()
+        for c in clients:
+            await c.close()
         if child:
             await asyncio.to_thread(child.stop)
     return result
@@ -500,7 +527,9 @@ async def run_bench(config: BenchConfig) -> BenchResult:
 def format_result(result: BenchResult) -> str:
     c = result.config
     lines = [
-        f"topic {c['topic']}  {c['producers']} producer(s), {c['consumers']} consumer(s) ({c['subscription_type']}), "
+        (f"topics {c['topic']}-0..{c['topics'] - 1}" if c.get("topics", 1) > 1 else f"topic {c['topic']}")
+        + (f" over {c['connections']} connection(s)" if c.get("connections") else "")
+        + f"  {c['producers']} producer(s), {c['consumers']} consumer(s) ({c['subscription_type']}), "
         f"{c['message_size']} B messages, batches of {c['batch_size']}, "
         f"{'reliable' if c['reliable'] else 'non-reliable'}"
         + (f", broker sync={c['sync']}" if c["spawn_broker"] else ""),
@@ -549,6 +578,12 @@ def register(subparsers) -> None:
     reliability.add_argument("--reliable", dest="reliable", action="store_true", default=True,
                              help="WAL-backed topic (default)")
     reliability.add_argument("--non-reliable", dest="reliable", action="store_false", help="in-memory topic")
+    parser.add_argument("--topics", type=positive_int, default=1,
+                        help="spread producers and consumers round-robin over N topics <topic>-0..N-1; "
+                             "each gets at least one producer and one consumer (default 1)")
+    parser.add_argument("--connections", type=positive_int, default=None,
+                        help="client connections, split between producers and consumers in proportion and "
+                             "shared round-robin, at most one per producer/consumer (default: one each side)")
     parser.add_argument("--max-in-flight", type=positive_int, default=8, help="unacked batches per producer (default 8)")
     parser.add_argument("--linger-ms", type=non_negative_float, default=1.0, help="producer linger (default 1 ms)")
     parser.add_argument("--pace-ms", type=non_negative_float, default=2.0,
@@ -569,6 +604,7 @@ def _config_from_args(args) -> BenchConfig:
         reliable=args.reliable, subscription_type=args.subscription_type, max_in_flight=args.max_in_flight,
         linger_ms=args.linger_ms, pace_ms=args.pace_ms, consumer_process=not args.in_process_consumers,
         progress=not args.no_progress and sys.stderr.isatty() or False,
+        topics=args.topics, connections=args.connections or 0,
     )
 
 

@@ -81,6 +81,9 @@ class FileKeeper:
         self._notified = 0                    # ... and their listeners called
         self._closing = False
         self._spare_failed = False            # stop retrying until the next rotation
+        # A spare only for a log that writes: made after its first rotation, not at open (an idle
+        # or small topic holds one file; issue 20).
+        self._want_spare = False
         self.spares_used = 0                  # rotations that found their file ready
         self.fallback_creates = 0             # rotations that had to create it on the writer's thread
         self._thread = threading.Thread(target=self._run, name="danube-wal-files", daemon=True)
@@ -94,6 +97,7 @@ class FileKeeper:
         record is bigger than ``max_file_bytes``)."""
         need = _walfile.FILE_HEADER_SIZE + min_bytes
         with self._cond:
+            self._want_spare = True
             spare, self._spare = self._spare, None
             if spare is not None and spare.capacity >= need:
                 self._last_used_seq = spare.seq
@@ -166,13 +170,15 @@ class FileKeeper:
         while True:
             with self._cond:
                 while not (self._to_finish or self._to_delete or self._closing
-                           or (self._spare is None and not self._spare_failed and self.error is None)):
+                           or (self._spare is None and self._want_spare and not self._spare_failed
+                               and self.error is None)):
                     self._cond.wait()
                 batch = list(self._to_finish)
                 self._to_finish.clear()
                 doomed, self._to_delete = self._to_delete, []
                 stop = self._closing and not batch and not doomed
-                want_spare = self._spare is None and not self._spare_failed and not self._closing
+                want_spare = (self._spare is None and self._want_spare and not self._spare_failed
+                              and not self._closing)
             if stop:
                 return
             if want_spare:

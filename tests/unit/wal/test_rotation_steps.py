@@ -27,6 +27,15 @@ def _fill(wal, n, size=200, start=0):
     return [wal.append(b"%06d" % (start + i) + b"." * (size - 6)) for i in range(n)]
 
 
+def _spare_ahead(wal):
+    """Have the file thread make a spare now (it makes one only after the log's first rotation)."""
+    keeper = wal._keeper
+    with keeper._cond:
+        keeper._want_spare = True
+        keeper._cond.notify()
+    _wait_for(lambda: keeper._spare is not None)
+
+
 def _wait_for(predicate, timeout=10.0):
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -75,6 +84,10 @@ def held():
 
 def test_spare_is_made_ahead_and_used(open_wal, tmp_path):
     wal = open_wal(tmp_path / "w", max_file_bytes=8192, sync="always")
+    _fill(wal, 20)  # no rotation yet: no spare (an idle or small log holds one file)
+    time.sleep(0.05)
+    assert wal._keeper._spare is None and _spare_paths(tmp_path / "w") == []
+    _fill(wal, 20, start=20)  # the first rotation: from now on a spare is kept ahead
     _wait_for(lambda: wal._keeper._spare is not None)
     spare = wal._keeper._spare
     assert _spare_paths(tmp_path / "w") == [spare.path]
@@ -88,7 +101,7 @@ def test_spare_is_made_ahead_and_used(open_wal, tmp_path):
 def test_crash_with_an_unused_spare(open_wal, tmp_path):
     wal = open_wal(tmp_path / "w", max_file_bytes=8192, sync="always")
     _fill(wal, 20)
-    _wait_for(lambda: wal._keeper._spare is not None)
+    _spare_ahead(wal)
     copy = _crash_copy(tmp_path / "w", tmp_path / "crash")
     spares = [os.path.join(copy, os.path.basename(p)) for p in _spare_paths(copy)]
     assert len(spares) == 1
@@ -98,7 +111,7 @@ def test_crash_with_an_unused_spare(open_wal, tmp_path):
 
 def test_crash_after_the_switch_before_the_old_file_is_trimmed(open_wal, tmp_path, held):
     wal = open_wal(tmp_path / "w", max_file_bytes=8192, sync="interval")
-    _wait_for(lambda: wal._keeper._spare is not None)
+    _spare_ahead(wal)
     held(wal._syncer.lock)  # the background thread trims under this lock: it stops right there
     _fill(wal, 50)  # one rotation (34 records a file)
     (old,) = wal.rotated_files()
@@ -113,7 +126,7 @@ def test_crash_after_the_switch_before_the_old_file_is_trimmed(open_wal, tmp_pat
 
 def test_crash_after_the_trim_before_the_checkpoint(open_wal, tmp_path, held):
     wal = open_wal(tmp_path / "w", max_file_bytes=8192, sync="always")
-    _wait_for(lambda: wal._keeper._spare is not None)
+    _spare_ahead(wal)
     held(wal._keeper._ckpt_lock)  # the checkpoint write waits here
     _fill(wal, 50)
     (old,) = wal.rotated_files()
@@ -140,7 +153,7 @@ def test_machine_crash_before_the_new_file_was_synced(open_wal, tmp_path, held, 
     """The new file's header never reached the disk (no fdatasync covered it yet): recovery
     drops the file, the old one continues the log; nothing in the new file was durable."""
     wal = open_wal(tmp_path / "w", max_file_bytes=8192, sync="interval", sync_interval_ms=60_000)
-    _wait_for(lambda: wal._keeper._spare is not None)
+    _spare_ahead(wal)
     held(wal._syncer.lock)
     _fill(wal, 50)
     (old,) = wal.rotated_files()
@@ -164,7 +177,7 @@ def test_machine_crash_before_the_new_file_was_synced(open_wal, tmp_path, held, 
 
 async def test_offset_in_a_just_rotated_file_is_synced_before_it_counts_as_durable(open_wal, tmp_path):
     wal = open_wal(tmp_path / "w", max_file_bytes=8192, sync="always")
-    _wait_for(lambda: wal._keeper._spare is not None)
+    _spare_ahead(wal)
     gate = threading.Event()
     finish = wal._keeper._finish
     wal._keeper._finish = lambda batch: (gate.wait(10), finish(batch))  # the background trim waits
@@ -198,7 +211,7 @@ def test_prune_waits_for_the_file_to_be_final(open_wal, tmp_path):
 
 def test_record_bigger_than_the_spare(open_wal, tmp_path):
     wal = open_wal(tmp_path / "w", max_file_bytes=4096, sync="always")
-    _wait_for(lambda: wal._keeper._spare is not None)
+    _spare_ahead(wal)
     wal.append(b"small")
     big = os.urandom(20000)
     offset = wal.append(big)

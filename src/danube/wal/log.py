@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import fcntl
+import logging
 import os
 import threading
 import time
@@ -29,6 +30,7 @@ from danube.wal.tail import AppendNotifier
 
 _walfile = _native.load("walfile")
 _ring = _native.load("ring")
+log = logging.getLogger("danube.wal")
 
 Record = frames.Record
 DEFAULT_READ_BYTES = 1 << 20
@@ -517,9 +519,11 @@ class Wal:
                 dormant = _Dormant(self, writer.next_offset, [_info(s) for s in self._rotated],
                                    active.created_ms, active.count)
                 self._ring.reset(writer.next_offset)  # the cache references the mappings
-                _release_tail(active)
+                release = _release_tail(active)  # a dup of the fd: the truncates run in the background
                 for seg in self._segments:
                     seg.close()
+                if release is not None:
+                    dormant.released = _RELEASER.submit(*release)
                 self._segments = []
                 self._rotated = []
                 self._dormant = dormant
@@ -543,6 +547,8 @@ class Wal:
                 return
             if self._closed or self._closing:
                 raise WalClosedError("the WAL is closed")
+            if dormant.released is not None:
+                dormant.released.wait()  # the tail release of the suspend, if still running
             firsts = self._seg_firsts
             try:
                 try:
@@ -605,20 +611,60 @@ def _fd_error(exc: OSError, path: str) -> OSError | TooManyOpenFilesError:
         f"(storage.wal.idle_close_seconds)")
 
 
-def _release_tail(seg) -> None:
-    """Give back the disk blocks allocated after the last frame of an (idle) active file: cut
-    the file at the page after its data and extend it again (a hole reads as zeros, which is
-    where recovery's scan stops).  A crash between the two leaves a shorter file holding every
-    frame, which recovery takes as a full file and continues after."""
+def _release_tail(seg) -> tuple[int, int, int] | None:
+    """What to do to give back the disk blocks allocated after the last frame of an (idle)
+    active file: cut the file at the page after its data and extend it again (a hole reads as
+    zeros, which is where recovery's scan stops).  A crash between the two leaves a shorter file
+    holding every frame, which recovery takes as a full file and continues after.  Returns
+    ``(dup'd fd, keep, size)`` for :data:`_RELEASER` (freeing extents can take ~10 ms of journal
+    work: not on the caller's thread, an event loop), or None when there is nothing to free."""
     if not seg.writable or seg.closed:
-        return
-    size = seg.capacity
+        return None
+    size = os.fstat(seg.fileno()).st_size
     keep = -(-seg.write_pos // _PAGE) * _PAGE
     if keep >= size:
-        return
-    fd = seg.fileno()
-    os.ftruncate(fd, keep)
-    os.ftruncate(fd, size)
+        return None
+    return os.dup(seg.fileno()), keep, size
+
+
+class _TailReleaser:
+    """One background thread for every log's tail release (started on first use)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: list = []
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Condition(self._lock)
+
+    def submit(self, fd: int, keep: int, size: int) -> threading.Event:
+        done = threading.Event()
+        with self._lock:
+            self._jobs.append((fd, keep, size, done))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="danube-tail-release", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+        return done
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._jobs:
+                    if not self._wake.wait(5.0) and not self._jobs:
+                        self._thread = None  # idle: the thread ends, the next submit starts one
+                        return
+                fd, keep, size, done = self._jobs.pop(0)
+            try:
+                os.ftruncate(fd, keep)
+                os.ftruncate(fd, size)
+            except OSError:  # nothing lost: the blocks stay allocated until the next suspend
+                log.warning("WAL: giving back an idle file's preallocated tail failed", exc_info=True)
+            finally:
+                os.close(fd)
+                done.set()
+
+
+_RELEASER = _TailReleaser()
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -637,6 +683,7 @@ class _Dormant:
         self.armed = False
         self.on_append = None
         self.segment = None
+        self.released: threading.Event | None = None  # set once the tail release finished
 
     def close(self) -> None:
         pass

@@ -41,6 +41,8 @@ async def test_idle_topic_releases_its_wal_and_reopens_on_use(tmp_path, factorie
             break
         await asyncio.sleep(0.05)
     assert storage.wal.suspended
+    if storage.wal._dormant.released is not None:
+        assert storage.wal._dormant.released.wait(10)
     assert _fds_under(wal_dir) == 1  # the lock file
     # a consumer reading history reopens it; so does a producer
     assert offsets_of(await storage.read_frames(0, 4096))[0] == 0

@@ -68,6 +68,10 @@ class BrokerApp:
 
         cfg = self.config
         os.makedirs(cfg.data_dir, exist_ok=True)
+        # a descriptor or two per open topic and one per connection: the soft limit up to the hard one
+        from danube.server.limits import raise_nofile_limit
+
+        raise_nofile_limit(log)
         storage_config = StorageConfig.from_dict(cfg.storage_section(), data_dir=cfg.data_dir)
         self.metadata = self._metadata_store(cfg)
         factory = StorageFactory(storage_config, self.metadata, broker_id=cfg.broker_id)

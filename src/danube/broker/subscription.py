@@ -292,7 +292,10 @@ class Subscription:
                 self.tracker.cursor = max(self.tracker.cursor, first_held - 1)
                 self.dirty = True
             self.next_read = first_held
-        visible = topic.readable_next - self.next_read
+        readable = topic.readable_next
+        if topic.delivery_gate is not None:  # a repartition holds moved keys (danube.routing.repartition.gate)
+            readable = topic.delivery_gate.readable(self, readable)
+        visible = readable - self.next_read
         if visible <= 0:
             return None, 0
         max_messages = min(max_messages, visible)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from typing import Protocol
 
 from danube import frames
 from danube.broker.coalesce import PublishCoalescer
@@ -23,6 +24,12 @@ from danube.broker.subscription import Subscription
 from danube.errors import InvalidArgumentError, MessageTooLargeError
 
 PARTITION_RE = re.compile(r"^(?P<base>/.+)-part-(?P<index>\d+)$")
+
+
+class DeliveryGate(Protocol):
+    """What a repartition installs on a target partition (danube.routing.repartition.gate)."""
+
+    def readable(self, sub: Subscription, readable_next: int) -> int: ...
 
 
 def partition_of(topic: str) -> tuple[str, int] | None:
@@ -42,6 +49,8 @@ class Topic:
         self.producers: dict[int, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.readable_next = storage.next_offset  # first offset not yet visible to subscribers
+        # live repartition's delivery gate (danube.routing.repartition.gate) during a cutover, else None
+        self.delivery_gate: DeliveryGate | None = None
         self.messages_in = 0
         self.bytes_in = 0
         self._producer_names: dict[int, str] = {}

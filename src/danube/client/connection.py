@@ -25,6 +25,7 @@ import grpc
 from danube.client.errors import from_rpc_error, is_retriable
 from danube.client.health import DEFAULT_INTERVAL_S, ClientType, HealthWatch, Target
 from danube.client.security import ClientSecurity
+from danube.client.topology import TopologyWatch
 from danube.errors import ClientError, DanubeError, NotServedHereError
 from danube.proto.danube import DanubeApi_pb2 as danube_pb
 from danube.proto.danube import DanubeApi_pb2_grpc as danube_grpc
@@ -187,6 +188,7 @@ class Connections:
         self._connections: dict[str, BrokerConnection] = {}
         self._watches: set[HealthWatch] = set()
         self._closed = False
+        self._topology: TopologyWatch | None = None
 
     def connection(self, address: str | None = None) -> BrokerConnection:
         if self._closed:
@@ -231,6 +233,12 @@ class Connections:
 
         return await retrying(attempt, RetryState(self.retry), what=f"{what} on {topic}")
 
+    def topology(self) -> TopologyWatch:
+        """The client's live routing: one topology push stream on the service connection."""
+        if self._topology is None:
+            self._topology = TopologyWatch(self)
+        return self._topology
+
     # ------------------------------------------------------------ health checks
 
     def watch_health(
@@ -256,6 +264,9 @@ class Connections:
 
     async def close(self) -> None:
         self._closed = True
+        topology, self._topology = self._topology, None
+        if topology is not None:
+            await topology.close()
         watches, self._watches = list(self._watches), set()
         for watch in watches:  # producers/consumers the application did not close
             await watch.stop()

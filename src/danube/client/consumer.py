@@ -509,6 +509,8 @@ class Consumer:
         # Messages of a batch the message iterator started but the application stopped reading
         # (``break`` out of ``async for``): the next iteration continues with them.
         self._pending: deque[Message] = deque()
+        self._listening = False
+        self._growing: asyncio.Future | None = None
 
     @property
     def consumer_ids(self) -> list[int]:
@@ -520,6 +522,11 @@ class Consumer:
         names = await self.client.call_with_retry(
             self.topic, lambda conn: self.client.partitions(self.topic), what="topic partitions"
         )
+        route = None
+        if names != [self.topic]:  # partitioned: follow its live routing (a grow adds partitions)
+            route = await self.client.topology().route(self.topic)
+            if route is not None and route.partitions > len(names):
+                names = [f"{self.topic}-part-{i}" for i in range(route.partitions)]
         parts = [_PartitionConsumer(self, i, name) for i, name in enumerate(names)]
         self._parts = parts
         try:
@@ -527,7 +534,31 @@ class Consumer:
         except BaseException:
             await self.close()
             raise
+        if route is not None:
+            self._listening = True
+            self.client.topology().cache.listen(self.topic, self._on_route)
         return self
+
+    def _on_route(self, topic: str, route) -> None:
+        """A grow: attach to the new partitions (their subscriptions were created at offset 0 by the
+        cutover, so nothing published there before is skipped).  After a shrink the retired
+        partitions stay attached: their history drains and stays readable."""
+        if route.partitions > len(self._parts) and self._growing is None:
+            self._growing = asyncio.ensure_future(self._grow())
+
+    async def _grow(self) -> None:
+        try:
+            while True:
+                route = self.client.topology().cache.routes.get(self.topic)
+                if route is None or route.partitions <= len(self._parts):
+                    return
+                part = _PartitionConsumer(self, len(self._parts), f"{self.topic}-part-{len(self._parts)}")
+                self._parts.append(part)
+                await part.start()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("consumer %s could not attach to the new partitions of %s: %s", self.name, self.topic, exc)
+        finally:
+            self._growing = None
 
     # ------------------------------------------------------------ delivery (called by the streams)
 
@@ -623,6 +654,11 @@ class Consumer:
         self._partition_of(message).nack(message.offset, delay_ms, reason)
 
     async def close(self) -> None:
+        if self._listening:
+            self._listening = False
+            self.client.topology().cache.unlisten(self.topic, self._on_route)
+        if self._growing is not None:
+            self._growing.cancel()
         parts = self._parts
         await asyncio.gather(*(p.close() for p in parts), return_exceptions=True)
         self._queue.put_nowait(_END)

@@ -176,6 +176,7 @@ class _Batch:
         "sent_at",
         "key",
         "attrs",
+        "version",
     )
 
     def __init__(self, payloads, keys=None, attributes=None, futures=None, done=None, key=None, attrs=None) -> None:
@@ -189,6 +190,7 @@ class _Batch:
         self.frames: bytes | None = None
         self.encoded_for = -1
         self.sent_at = 0.0
+        self.version: int | None = None  # the partitioning version its messages were routed under
 
     def encode(self, producer_id: int, schema_attrs: dict | None = None) -> bytes:
         """The batch's frames; ``schema_attrs`` (the schema id/version pair) go on every frame."""
@@ -380,7 +382,18 @@ class _PartitionProducer:
         self._has_meta = False
         self._enqueue(batch)
 
+    def add_nowait(self, payload, key: str | None, attributes: Mapping[str, str] | None, fut: asyncio.Future) -> None:
+        """A message re-routed after a cutover (its future kept); the caller seals."""
+        self._payloads.append(payload)
+        self._keys.append(key)
+        self._attributes.append(attributes)
+        self._futures.append(fut)
+        if key is not None or attributes:
+            self._has_meta = True
+        self._open_bytes += len(payload) + _FRAME_OVERHEAD
+
     def _enqueue(self, batch: _Batch) -> None:
+        batch.version = self.owner.partitioning_version
         seq = next(self._sequence)
         self._unacked[seq] = batch
         self._idle.clear()
@@ -465,15 +478,18 @@ class _PartitionProducer:
                     continue
                 batch.sent_at = time.perf_counter()
                 if schema is None:
-                    yield pb.PublishRequest(sequence=seq, producer_id=producer_id, frames=batch.encode(producer_id))
+                    request = pb.PublishRequest(sequence=seq, producer_id=producer_id, frames=batch.encode(producer_id))
                 else:
-                    yield pb.PublishRequest(
+                    request = pb.PublishRequest(
                         sequence=seq,
                         producer_id=producer_id,
                         schema_id=schema[0],
                         schema_version=schema[1],
                         frames=batch.encode(producer_id, schema[2]),
                     )
+                if batch.version is not None:
+                    request.partitioning_version = batch.version
+                yield request
 
         self._draining = False
         self._drain_reason = None
@@ -488,6 +504,13 @@ class _PartitionProducer:
                 if batch is None:
                     continue
                 if ack.HasField("status") and ack.status.code != 0:
+                    if ack.status.partitions and not self._closing:
+                        # routed under a stale partitioning version: nothing was stored; the
+                        # producer routes its messages again under the new version
+                        del unacked[ack.sequence]
+                        self.owner.refused(self, ack.sequence, batch, ack.status)
+                        self._after_ack()
+                        continue
                     error = from_batch_status(ack.status.code, ack.status.message, ack.status.retriable)
                     if _follows_topic(error) and not self._closing:
                         self.request_reconnect(error)  # the batch stays unacked: resent after re-create
@@ -611,6 +634,15 @@ class Producer:
         self.schema_ref: tuple[str, int | None, int | None] | None = None  # (subject, version, min_version)
         self.schema: tuple[int, int, dict] | None = None  # resolved on create(): (id, version, attributes)
         self.schema_info: SchemaInfo | None = None  # once resolved
+        # live repartition (docs/repartition.md): the version the producer routes under (None: the
+        # broker has no live routing), the newest (version, partitions) it learned, refused batches
+        self.partitioning_version: int | None = None
+        self._target: tuple[int, int] | None = None
+        self._refused: list[tuple[int, int, _Batch]] = []
+        self._routable = asyncio.Event()
+        self._routable.set()
+        self._cutover: asyncio.Future | None = None
+        self.cutovers = 0  # routing switches made (for tests and stats)
 
     @property
     def partitions(self) -> list[str]:
@@ -631,6 +663,14 @@ class Producer:
             names = await self.client.call_with_retry(
                 self.topic, lambda conn: self.client.partitions(self.topic), what="topic partitions"
             )
+        if self._requested_partitions or names != [self.topic]:  # partitioned: live routing
+            route = await self.client.topology().route(self.topic)
+            if route is not None:
+                if route.partitions:
+                    names = [partition_topic(self.topic, i) for i in range(route.partitions)]
+                self.partitioning_version = route.version
+                self._target = (route.version, len(names))
+                self.client.topology().cache.listen(self.topic, self._on_route)
         parts = [_PartitionProducer(self, name) for name in names]
         await asyncio.gather(*(p.start() for p in parts))
         self._parts = parts
@@ -657,11 +697,92 @@ class Producer:
             raise ClientError("producer not created: await producer.create() first")
         return self._parts[self._router.route(key)]
 
+    async def _routed(self, key: str | None) -> _PartitionProducer:
+        """The partition for ``key`` once the producer may route (not during a cutover) and the
+        partition has space, so the message is added under the routing it was routed with."""
+        while True:
+            if not self._routable.is_set():
+                await self._routable.wait()
+            part = self._part(key)
+            if part._space.is_set() or part._failure is not None:
+                return part
+            await part._space.wait()
+
     async def send(
         self, payload: bytes, key: str | None = None, attributes: Mapping[str, str] | None = None
     ) -> asyncio.Future:
         """Queues one message; returns a future of its offset (in its partition), set once durable."""
-        return await self._part(key).add(payload, key, attributes)
+        return await (await self._routed(key)).add(payload, key, attributes)
+
+    # ------------------------------------------------------------ live repartition
+
+    def _on_route(self, topic: str, route) -> None:
+        self._learn(route.version, route.partitions)
+
+    def refused(self, part: _PartitionProducer, sequence: int, batch: _Batch, status) -> None:
+        """A batch refused for a stale partitioning version: routed again after the cutover."""
+        index = self._parts.index(part) if part in self._parts else len(self._parts)
+        self._refused.append((index, sequence, batch))
+        self._learn(status.partitioning_version, status.partitions)
+
+    def _learn(self, version: int, partitions: int) -> None:
+        if partitions and (self._target is None or version > self._target[0]):
+            self._target = (version, partitions)
+        if self._cutover is None or self._cutover.done():
+            if self._refused or (self._target is not None and self._target[0] != self.partitioning_version):
+                self._cutover = asyncio.ensure_future(self._run_cutover())
+
+    async def _run_cutover(self) -> None:
+        """The cutover barrier: stop routing, let every batch routed under the old version be acked
+        or refused, switch the router, route refused messages again first (in their order), go on."""
+        self._routable.clear()
+        try:
+            while True:
+                for part in self._parts:
+                    part.seal()
+                await asyncio.gather(*(part._idle.wait() for part in self._parts))
+                assert self._target is not None
+                version, partitions = self._target
+                for i in range(len(self._parts), partitions):
+                    part = _PartitionProducer(self, partition_topic(self.topic, i))
+                    await part.start()
+                    self._parts.append(part)
+                if version != self.partitioning_version:
+                    self.partitioning_version = version
+                    self._router = PartitionRouter(partitions)
+                    self.cutovers += 1
+                    log.info(
+                        "producer %s on %s routes under version %d (%d partitions)",
+                        self.name,
+                        self.topic,
+                        version,
+                        partitions,
+                    )
+                refused, self._refused = sorted(self._refused, key=lambda r: (r[0], r[1])), []
+                for _, _, batch in refused:
+                    self._reroute(batch)
+                for part in self._parts:
+                    part.seal()
+                if not self._refused and self._target[0] == self.partitioning_version:
+                    return
+        except Exception as exc:  # noqa: BLE001 - fail what was refused rather than hang
+            for _, _, batch in self._refused:
+                batch.fail(exc)
+            self._refused = []
+            raise
+        finally:
+            self._routable.set()
+
+    def _reroute(self, batch: _Batch) -> None:
+        if batch.futures is not None:
+            keys = batch.keys or [None] * len(batch.payloads)
+            attributes = batch.attributes or [None] * len(batch.payloads)
+            for payload, key, attrs, fut in zip(batch.payloads, keys, attributes, batch.futures):
+                self._part(key).add_nowait(payload, key, attrs, fut)
+        else:
+            part = self._part(batch.key)
+            part.seal()
+            part._enqueue(_Batch(batch.payloads, done=batch.done, key=batch.key, attrs=batch.attrs))
 
     async def send_and_wait(
         self, payload: bytes, key: str | None = None, attributes: Mapping[str, str] | None = None
@@ -672,7 +793,7 @@ class Producer:
         self, payloads: Sequence[bytes], key: str | None = None, attributes: Mapping[str, str] | None = None
     ) -> asyncio.Future:
         """Queues many messages sharing key and attributes (one partition); future of their offsets."""
-        futures = await self._part(key).add_batch(payloads, key, attributes)
+        futures = await (await self._routed(key)).add_batch(payloads, key, attributes)
         if len(futures) == 1:  # one chunk (the usual case): no task, no gather
             return _offsets_of(futures[0])
 
@@ -686,9 +807,21 @@ class Producer:
 
     async def flush(self) -> None:
         """Seals the open batches and waits until every queued message is acked."""
-        await asyncio.gather(*(p.flush() for p in self._parts))
+        while True:
+            await asyncio.gather(*(p.flush() for p in self._parts))
+            cutover = self._cutover
+            if (cutover is None or cutover.done()) and not self._refused:
+                return
+            if cutover is not None:  # refused batches are routed again: wait, then flush those too
+                await asyncio.gather(cutover, return_exceptions=True)
+            else:
+                await asyncio.sleep(0)
 
     async def close(self) -> None:
+        if self._target is not None:
+            self.client.topology().cache.unlisten(self.topic, self._on_route)
+        if self._cutover is not None and not self._cutover.done():
+            await asyncio.gather(self._cutover, return_exceptions=True)
         parts, self._parts = self._parts, []
         self._router = None
         results = await asyncio.gather(*(p.close() for p in parts), return_exceptions=True)

@@ -335,3 +335,13 @@ def topic_partitioning(topic: str) -> str:
     """A partitioned topic's PartitioningState JSON (danube.routing.repartition.model)."""
     ns, name = split_topic(topic)
     return f"/routing/partitioning/{ns}/{name}"
+
+
+def routing_adoption_prefix() -> str:
+    """Every broker's adoption label (``routing_adoption``)."""
+    return "/routing/adoption/"
+
+
+def routing_adoption(broker_id: str) -> str:
+    """A broker's lowest topology generation acked by its push-capable connections (JSON)."""
+    return f"/routing/adoption/{check_name('broker', broker_id)}"

@@ -40,8 +40,13 @@ _SUB_TYPES = {
 
 
 def _batch_status(exc: BaseException) -> pb.BatchStatus:
-    return pb.BatchStatus(code=status_map.status_for(exc).value[0], message=status_map.message_for(exc),
-                          retriable=bool(getattr(exc, "retriable", False)))
+    status = pb.BatchStatus(code=status_map.status_for(exc).value[0], message=status_map.message_for(exc),
+                            retriable=bool(getattr(exc, "retriable", False)))
+    if getattr(exc, "partitions", None):   # a stale partitioning version (docs/repartition.md)
+        status.partitioning_version = exc.version
+        status.partitions = exc.partitions
+        status.redirect_url = exc.redirect_url
+    return status
 
 
 _abort = status_map.abort
@@ -74,6 +79,12 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             from danube.routing.repartition import broker_hook
 
             self._repartition = broker_hook.for_broker(broker)
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                self._repartition.start()
 
     # ------------------------------------------------------------ producers
 
@@ -360,6 +371,47 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             detach = getattr(self._broker, "detach", None)
             if detach is not None:
                 detach(consumer_id)
+
+
+    # ------------------------------------------------------------ live routing (docs/repartition.md)
+
+    async def GetTopology(self, request, context):
+        if self._repartition is None:
+            return pb.Topology()
+        try:
+            return await self._repartition.hub.snapshot(request.topics)
+        except DanubeError as exc:
+            await _abort(context, exc)
+
+    async def WatchTopology(self, request_iterator, context) -> AsyncIterator[pb.Topology]:
+        """Per connection: the snapshot of the subscribed topics, then a push whenever their routing
+        changes; the client acks the generation it applied (adoption tracking)."""
+        if self._repartition is None:
+            return
+        hub = self._repartition.hub
+        stream = hub.open()
+
+        async def read_control():
+            try:
+                async for request in request_iterator:
+                    kind = request.WhichOneof("kind")
+                    if kind == "subscribe":
+                        await hub.subscribe(stream, request.subscribe.topics)
+                    elif kind == "ack":
+                        hub.ack(stream, request.ack.generation)
+            finally:
+                stream.queue.put_nowait(None)
+
+        reader = asyncio.ensure_future(read_control())
+        try:
+            while True:
+                item = await stream.queue.get()
+                if item is None:
+                    break
+                yield item
+        finally:
+            reader.cancel()
+            hub.close(stream)
 
 
 def add_to_server(server: grpc.aio.Server, broker: Any) -> BatchLaneService:

@@ -26,14 +26,20 @@ FAILOVER_SUBSCRIPTION: SubscriptionType
 KEY_SHARED_SUBSCRIPTION: SubscriptionType
 
 class BatchStatus(_message.Message):
-    __slots__ = ("code", "message", "retriable")
+    __slots__ = ("code", "message", "retriable", "partitioning_version", "partitions", "redirect_url")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRIABLE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONING_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    REDIRECT_URL_FIELD_NUMBER: _ClassVar[int]
     code: int
     message: str
     retriable: bool
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., retriable: _Optional[bool] = ...) -> None: ...
+    partitioning_version: int
+    partitions: int
+    redirect_url: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., retriable: _Optional[bool] = ..., partitioning_version: _Optional[int] = ..., partitions: _Optional[int] = ..., redirect_url: _Optional[str] = ...) -> None: ...
 
 class ProducerSpec(_message.Message):
     __slots__ = ("topic", "producer_name", "access_mode", "reliable", "schema_subject")
@@ -194,3 +200,53 @@ class AckResponse(_message.Message):
 class NackResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class PartitionOwner(_message.Message):
+    __slots__ = ("index", "broker_url")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    BROKER_URL_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    broker_url: str
+    def __init__(self, index: _Optional[int] = ..., broker_url: _Optional[str] = ...) -> None: ...
+
+class TopicRouting(_message.Message):
+    __slots__ = ("topic", "partitions", "partitioning_version", "owners", "in_transition")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONING_VERSION_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    IN_TRANSITION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partitions: int
+    partitioning_version: int
+    owners: _containers.RepeatedCompositeFieldContainer[PartitionOwner]
+    in_transition: bool
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[int] = ..., partitioning_version: _Optional[int] = ..., owners: _Optional[_Iterable[_Union[PartitionOwner, _Mapping]]] = ..., in_transition: _Optional[bool] = ...) -> None: ...
+
+class TopologyRequest(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Topology(_message.Message):
+    __slots__ = ("generation", "topics")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    topics: _containers.RepeatedCompositeFieldContainer[TopicRouting]
+    def __init__(self, generation: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[TopicRouting, _Mapping]]] = ...) -> None: ...
+
+class TopologyAck(_message.Message):
+    __slots__ = ("generation",)
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    def __init__(self, generation: _Optional[int] = ...) -> None: ...
+
+class TopologyStreamRequest(_message.Message):
+    __slots__ = ("subscribe", "ack")
+    SUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    subscribe: TopologyRequest
+    ack: TopologyAck
+    def __init__(self, subscribe: _Optional[_Union[TopologyRequest, _Mapping]] = ..., ack: _Optional[_Union[TopologyAck, _Mapping]] = ...) -> None: ...

@@ -59,6 +59,16 @@ class BatchLaneStub:
                 request_serializer=danube__batch_dot_batch__pb2.NackRequest.SerializeToString,
                 response_deserializer=danube__batch_dot_batch__pb2.NackResponse.FromString,
                 _registered_method=True)
+        self.GetTopology = channel.unary_unary(
+                '/danube_batch.BatchLane/GetTopology',
+                request_serializer=danube__batch_dot_batch__pb2.TopologyRequest.SerializeToString,
+                response_deserializer=danube__batch_dot_batch__pb2.Topology.FromString,
+                _registered_method=True)
+        self.WatchTopology = channel.stream_stream(
+                '/danube_batch.BatchLane/WatchTopology',
+                request_serializer=danube__batch_dot_batch__pb2.TopologyStreamRequest.SerializeToString,
+                response_deserializer=danube__batch_dot_batch__pb2.Topology.FromString,
+                _registered_method=True)
 
 
 class BatchLaneServicer:
@@ -94,6 +104,19 @@ class BatchLaneServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTopology(self, request, context):
+        """Live routing: a snapshot, and per connection a stream of pushes the client acks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchTopology(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BatchLaneServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +144,16 @@ def add_BatchLaneServicer_to_server(servicer, server):
                     servicer.Nack,
                     request_deserializer=danube__batch_dot_batch__pb2.NackRequest.FromString,
                     response_serializer=danube__batch_dot_batch__pb2.NackResponse.SerializeToString,
+            ),
+            'GetTopology': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopology,
+                    request_deserializer=danube__batch_dot_batch__pb2.TopologyRequest.FromString,
+                    response_serializer=danube__batch_dot_batch__pb2.Topology.SerializeToString,
+            ),
+            'WatchTopology': grpc.stream_stream_rpc_method_handler(
+                    servicer.WatchTopology,
+                    request_deserializer=danube__batch_dot_batch__pb2.TopologyStreamRequest.FromString,
+                    response_serializer=danube__batch_dot_batch__pb2.Topology.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +291,60 @@ class BatchLane:
             '/danube_batch.BatchLane/Nack',
             danube__batch_dot_batch__pb2.NackRequest.SerializeToString,
             danube__batch_dot_batch__pb2.NackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopology(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube_batch.BatchLane/GetTopology',
+            danube__batch_dot_batch__pb2.TopologyRequest.SerializeToString,
+            danube__batch_dot_batch__pb2.Topology.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchTopology(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/danube_batch.BatchLane/WatchTopology',
+            danube__batch_dot_batch__pb2.TopologyStreamRequest.SerializeToString,
+            danube__batch_dot_batch__pb2.Topology.FromString,
             options,
             channel_credentials,
             insecure,

@@ -13,12 +13,20 @@ import contextlib
 import logging
 from typing import Any
 
+import os
+
+from danube.metadata.embedded import EmbeddedMetadataStore
+from danube.routing.repartition.controller import AdoptionReporter, Finalizer
+from danube.routing.repartition.gate import DeliveryGates
 from danube.routing.repartition.fence import NeedsCatchUp, PartitionFence, StaleRoutingError
+from danube.routing.repartition.model import DEFAULT_ADOPTION_TIMEOUT_MS
 from danube.routing.repartition.store import RepartitionStore
+from danube.routing.repartition.topology import TopologyHub
 
 log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_S = 0.5
+GATE_INTERVAL_S = 0.1
 
 
 class RepartitionRuntime:
@@ -26,7 +34,34 @@ class RepartitionRuntime:
         self.broker = broker
         self.store = RepartitionStore(broker.metadata)
         self.fence = PartitionFence(self.store, next_offset=self._next_offset, owner_url=self._owner_url)
+        self.hub = TopologyHub(self.fence, owner_url=self._owner_url)
+        self.reporter = AdoptionReporter(broker.metadata, getattr(broker, "broker_id", "standalone"), self.hub.tracker)
+        timeout = getattr(broker, "repartition_adoption_timeout_ms", None) or int(
+            os.environ.get("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", DEFAULT_ADOPTION_TIMEOUT_MS))
+        self.finalizer = Finalizer(self.store, lambda: self.fence.states, is_leader=self._is_leader,
+                                   live_brokers=self._live_brokers, guard=self._guard,
+                                   adoption_timeout_ms=int(timeout))
+        self.gates = DeliveryGates(broker, broker.metadata)
+        self.fence.add_listener(lambda topic, state, revision: self.gates.install(topic, state))
+        self.fence.on_stored = lambda name: self.gates.ensure(name, self.fence.states)
         self._sweeper: asyncio.Task | None = None
+        self._loops: list[asyncio.Task] = []
+
+    def _is_leader(self) -> bool:
+        cluster = getattr(self.broker, "cluster", None)
+        if cluster is None:   # standalone (embedded store): this broker decides; cluster: not joined yet
+            return isinstance(self.broker.metadata, EmbeddedMetadataStore)
+        return bool(cluster.election.is_leader)
+
+    def _live_brokers(self) -> list[str]:
+        cluster = getattr(self.broker, "cluster", None)
+        if cluster is None:
+            return [getattr(self.broker, "broker_id", "standalone")]
+        return list(cluster.view.registered)
+
+    def _guard(self) -> list:
+        cluster = getattr(self.broker, "cluster", None)
+        return cluster.election.guard() if cluster is not None else []
 
     def _next_offset(self, name: str) -> int | None:
         topic = self.broker.topics.get(name)
@@ -46,10 +81,11 @@ class RepartitionRuntime:
         self.fence.start()
         if self._sweeper is None:
             self._sweeper = asyncio.ensure_future(self._sweep())
+            self._loops = [asyncio.ensure_future(self.reporter.run()), asyncio.ensure_future(self.finalizer.run())]
             # the broker cancels its background tasks when it stops
             tasks = getattr(self.broker, "_tasks", None)
             if isinstance(tasks, set):
-                for task in (self.fence._task, self._sweeper):
+                for task in (self.fence._task, self._sweeper, *self._loops):
                     if task is not None:
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)
@@ -61,12 +97,22 @@ class RepartitionRuntime:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
             self._sweeper = None
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        self._loops = []
 
     async def _sweep(self) -> None:
+        ticks = 0
         while True:
-            await asyncio.sleep(SWEEP_INTERVAL_S)
+            await asyncio.sleep(GATE_INTERVAL_S)
+            ticks += 1
             try:
-                self.fence.sweep()
+                await self.gates.tick(self.fence.states)
+                if ticks % int(SWEEP_INTERVAL_S / GATE_INTERVAL_S) == 0:
+                    self.fence.sweep()
+            except asyncio.CancelledError:
+                raise
             except Exception:   # noqa: BLE001
                 log.warning("repartition sweep failed", exc_info=True)
 

@@ -87,6 +87,7 @@ class PartitionFence:
         self.revision = 0
         self.refused = 0
         self._listeners: list[Callable[[str, PartitioningState | None, int], None]] = []
+        self.on_stored: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -208,6 +209,8 @@ class PartitionFence:
 
     def stored(self, name: str, epoch: _Epoch, first: int) -> None:
         """A batch admitted under ``epoch`` was stored from offset ``first`` (before ``epoch.done()``)."""
+        if self.on_stored is not None:
+            self.on_stored(name)
         entry = self._entries.get(name)
         if entry is not None and entry.pending_start and entry.epoch is epoch:
             entry.pending_start = False

@@ -104,14 +104,34 @@ class RepartitionStore:
         stored = await self.require(topic)
         t = stored.state.transition
         if t is not None and t.phase == "marked":
+            subs = await self._new_partition_subscriptions(topic, t.from_partitions, t.to_partitions)
             stored = await self.update(
                 topic, lambda s: s.cutover() if s.transition and s.transition.phase == "marked" else s,
-                extra_ops=lambda s: [Op.put(keys.topic_partitions(topic), str(s.partitions).encode())],
+                extra_ops=lambda s: [Op.put(keys.topic_partitions(topic), str(s.partitions).encode()), *subs],
                 compare=compare)
             bump_revision = stored.revision
             stored = await self.update(topic, lambda s: s.stamp_adoption(bump_revision)
                                        if s.transition and s.transition.phase == "cutover" else s, compare=compare)
         return stored
+
+    async def _new_partition_subscriptions(self, topic: str, old: int, new: int) -> list[Op]:
+        """Every subscription of the old partitions, created on each partition the grow adds with its
+        cursor before offset 0, so no message published there before a consumer attaches is skipped."""
+        subs: dict[str, bytes] = {}
+        for p in range(old):
+            prefix = keys.topic_subscriptions(f"{topic}-part-{p}")
+            for kv in await self.metadata.get_prefix(prefix):
+                rest = kv.key[len(prefix):]
+                if "/" not in rest:
+                    subs.setdefault(rest, kv.value)
+        ops: list[Op] = []
+        for q in range(old, new):
+            part = f"{topic}-part-{q}"
+            for name, record in subs.items():
+                if await self.metadata.get(keys.subscription(part, name)) is None:
+                    ops += [Op.put(keys.subscription(part, name), record),
+                            Op.put(keys.subscription_cursor(part, name), b"-1")]
+        return ops
 
     async def record_offsets(self, topic: str, partition: int, next_offset: int | None = None, *,
                              old_end: int | None = None, new_start: int | None = None,

@@ -1,0 +1,164 @@
+"""Adoption labels and the finalizer.
+
+Every broker writes its adoption label ``/routing/adoption/{broker_id}`` =
+``{"lowest": <lowest acked generation or null>, "at": <ms>}`` whenever its tracker changes and at
+every report interval.  The finalizer runs on the cluster leader (on a standalone broker: itself)
+and for every topic in transition:
+
+1. reads the persisted cursors of the transition's source partitions (every subscription);
+   ``drained`` when every source is consumed up to its ``old_end``: stamps ``drain_complete_ms``;
+2. ``global_adoption`` = the minimum label over *live* brokers (registered in the cluster view;
+   a dead broker's frozen label is ignored; no label anywhere: None);
+3. finalizes once ``drained and (adopted or adoption timed out)`` (model.can_finalize), with the
+   leader guard on every write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+from danube.metadata import keys
+from danube.metadata.store import Compare, MetadataStore
+from danube.routing.repartition.model import CUTOVER, DEFAULT_ADOPTION_TIMEOUT_MS, PartitioningState
+from danube.routing.repartition.store import RepartitionStore
+from danube.routing.repartition.topology import AdoptionTracker
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def global_adoption(metadata: MetadataStore, live: Iterable[str]) -> int | None:
+    """The minimum adoption label over the live brokers that have one (None: no signal)."""
+    live = set(live)
+    lowest: int | None = None
+    for kv in await metadata.get_prefix(keys.routing_adoption_prefix()):
+        broker_id = kv.key.rsplit("/", 1)[-1]
+        if broker_id not in live:
+            continue   # a dead broker's label is frozen at its departed clients: ignored
+        try:
+            value = json.loads(kv.value).get("lowest")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(value, int) and (lowest is None or value < lowest):
+            lowest = value
+    return lowest
+
+
+async def consumed_of(metadata: MetadataStore, topic: str, state: PartitioningState) -> dict[str, dict[int, int]]:
+    """Per subscription, per source partition: the offset below which everything is acked
+    (persisted cursor + 1)."""
+    t = state.transition
+    out: dict[str, dict[int, int]] = {}
+    if t is None:
+        return out
+    for s in sorted(t.sources):
+        part = f"{topic}-part-{s}"
+        prefix = keys.topic_subscriptions(part)
+        for kv in await metadata.get_prefix(prefix):
+            rest = kv.key[len(prefix):]
+            if not rest.endswith("/cursor") or rest.count("/") != 1:
+                continue
+            sub = rest.split("/", 1)[0]
+            try:
+                cursor = json.loads(kv.value)
+            except ValueError:
+                continue
+            if isinstance(cursor, int):
+                out.setdefault(sub, {})[s] = cursor + 1
+    # a subscription known on some source but absent on another has nothing there: drained there
+    return out
+
+
+class AdoptionReporter:
+    """Writes this broker's adoption label on change and every ``interval_s``."""
+
+    def __init__(self, metadata: MetadataStore, broker_id: str, tracker: AdoptionTracker, *,
+                 interval_s: float = 1.0) -> None:
+        self.metadata = metadata
+        self.broker_id = broker_id
+        self.tracker = tracker
+        self.interval_s = interval_s
+        self.written: int | None | str = "never"
+
+    async def report_once(self) -> None:
+        lowest = self.tracker.lowest()
+        await self.metadata.put_json(keys.routing_adoption(self.broker_id), {"lowest": lowest, "at": now_ms()})
+        self.written = lowest
+
+    async def run(self) -> None:
+        while True:
+            self.tracker.changed.clear()
+            try:
+                await self.report_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:   # noqa: BLE001
+                log.warning("writing the adoption label failed", exc_info=True)
+            try:
+                await asyncio.wait_for(self.tracker.changed.wait(), self.interval_s)
+            except asyncio.TimeoutError:
+                pass
+
+
+class Finalizer:
+    def __init__(self, store: RepartitionStore, states: Callable[[], Mapping[str, PartitioningState]], *,
+                 is_leader: Callable[[], bool], live_brokers: Callable[[], Iterable[str]],
+                 guard: Callable[[], list[Compare]] = list,
+                 adoption_timeout_ms: int = DEFAULT_ADOPTION_TIMEOUT_MS, interval_s: float = 0.25,
+                 clock: Callable[[], int] = now_ms) -> None:
+        self.store = store
+        self.metadata = store.metadata
+        self._states = states
+        self._is_leader = is_leader
+        self._live = live_brokers
+        self._guard = guard
+        self.adoption_timeout_ms = adoption_timeout_ms
+        self.interval_s = interval_s
+        self._clock = clock
+        self.finalized: list[dict[str, Any]] = []
+
+    async def tick(self) -> list[str]:
+        """One pass over the topics in transition; the topics it finalized."""
+        if not self._is_leader():
+            return []
+        done = []
+        for topic, state in list(self._states().items()):
+            t = state.transition
+            if t is None:
+                continue
+            if t.phase != CUTOVER:
+                await self.store.resume(topic, compare=self._guard())   # a marker left by a crash
+                continue
+            now = self._clock()
+            if t.drain_complete_ms is None:
+                if not state.drained(await consumed_of(self.metadata, topic, state)):
+                    continue
+                state = (await self.store.mark_drain_complete(topic, now, compare=self._guard())).state
+                log.info("repartition of %s to %d partitions: drained", topic, t.to_partitions)
+            adoption = await global_adoption(self.metadata, self._live())
+            if state.can_finalize(now, adoption, adoption_timeout_ms=self.adoption_timeout_ms):
+                adopted = state.adopted(adoption)
+                await self.store.finalize(topic, compare=self._guard())
+                self.finalized.append({"topic": topic, "to_partitions": t.to_partitions, "adopted": adopted,
+                                       "global_adoption": adoption, "at": now})
+                log.info("repartition of %s to %d partitions finalized (%s)", topic, t.to_partitions,
+                         "adopted" if adopted else "adoption timed out")
+                done.append(topic)
+        return done
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:   # noqa: BLE001
+                log.warning("repartition finalizer pass failed", exc_info=True)
+            await asyncio.sleep(self.interval_s)

@@ -1,0 +1,147 @@
+"""The delivery gate: a target partition holds moved keys until their sources drained.
+
+During a cutover, every target partition ``t`` served by this broker gets this gate as
+``topic.delivery_gate``; the broker's subscriptions consult it once per fresh read
+(``Subscription.read_fresh``: what is readable is cut at the gate's offset).  Per subscription the
+gate holds offsets ``>= new_start[t]`` (everything unread while ``new_start`` is not recorded yet)
+until every source of ``t`` has been consumed by that subscription up to its ``old_end``: on a grow
+the new partition holds the moved keys until the source's pre-cutover backlog drained; on a
+shrink the surviving partition holds offsets at/after the cutover until its merge sources drained.
+
+Source progress is read from the live subscription when the source is served here, else from the
+persisted cursor (``/topics/.../subscriptions/{sub}/cursor``, written every cursor flush interval).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from danube.metadata import keys
+from danube.routing.repartition.model import CUTOVER, PartitioningState
+
+log = logging.getLogger(__name__)
+
+_HOLD_ALL = -1
+
+
+class PartitionGate:
+    """Installed on one target partition's Topic for the duration of one cutover."""
+
+    def __init__(self, topic_name: str, index: int, to_version: int) -> None:
+        self.topic_name = topic_name
+        self.index = index
+        self.to_version = to_version
+        self.holds: dict[str, int | None] = {}   # subscription -> hold-from offset (-1: all unread), None: released
+        self.held_reads = 0
+
+    def readable(self, sub: Any, readable_next: int) -> int:
+        hold = self.holds.get(sub.name, _HOLD_ALL)
+        if hold is None:
+            return readable_next
+        self.held_reads += 1
+        if hold == _HOLD_ALL:
+            return min(readable_next, sub.next_read)
+        return min(readable_next, max(hold, sub.next_read))
+
+
+class DeliveryGates:
+    def __init__(self, broker: Any, metadata: Any) -> None:
+        self.broker = broker
+        self.metadata = metadata
+        self.gates: dict[str, PartitionGate] = {}    # partition topic name -> gate
+
+    def install(self, base: str, state: PartitioningState | None) -> None:
+        """At once (the fence's listener, before any batch under the new version is stored): a gate
+        holding everything unread on every target partition of ``base`` served here."""
+        t = state.transition if state is not None else None
+        if t is None or t.phase != CUTOVER:
+            return
+        for target in t.targets:
+            self._install(f"{base}-part-{target}", target, t.to_version)
+
+    def _install(self, name: str, target: int, to_version: int) -> PartitionGate | None:
+        topic = self.broker.topics.get(name)
+        if topic is None:
+            return None
+        gate = self.gates.get(name)
+        if gate is None or gate.to_version != to_version:
+            gate = self.gates[name] = PartitionGate(name, target, to_version)
+        if getattr(topic, "delivery_gate", None) is not gate:
+            topic.delivery_gate = gate
+        return gate
+
+    def ensure(self, name: str, states: dict[str, PartitioningState]) -> None:
+        """A partition just stored a batch (it may have been opened by it): gate it if it is a target."""
+        if name in self.gates:
+            return
+        base, sep, index = name.rpartition("-part-")
+        state = states.get(base) if sep else None
+        t = state.transition if state is not None else None
+        if t is not None and t.phase == CUTOVER and index.isdigit() and int(index) in t.targets:
+            self._install(name, int(index), t.to_version)
+
+    async def tick(self, states: dict[str, PartitioningState]) -> None:
+        wanted: set[str] = set()
+        for base, state in list(states.items()):
+            t = state.transition
+            if t is None or t.phase != CUTOVER:
+                continue
+            for target in t.targets:
+                name = f"{base}-part-{target}"
+                gate = self._install(name, target, t.to_version)
+                if gate is None:
+                    continue
+                wanted.add(name)
+                await self._evaluate(base, state, target, self.broker.topics[name], gate)
+        for name in [n for n in self.gates if n not in wanted]:
+            self._remove(name)
+
+    async def _evaluate(self, base: str, state: PartitioningState, target: int, topic: Any,
+                        gate: PartitionGate) -> None:
+        t = state.transition
+        assert t is not None
+        start = t.new_start.get(target)
+        for sub in list(topic.subscriptions.values()):
+            if gate.holds.get(sub.name, _HOLD_ALL) is None:
+                continue
+            drained = True
+            for source in t.sources_of(target):
+                end = t.old_end.get(source)
+                if end is None:
+                    drained = False
+                    break
+                consumed = await self._consumed(f"{base}-part-{source}", sub.name)
+                if consumed is not None and consumed < end:
+                    drained = False
+                    break
+            if drained:
+                gate.holds[sub.name] = None
+                log.info("repartition: %s releases subscription %s (sources drained)", topic.name, sub.name)
+                sub.notify()
+            else:
+                gate.holds[sub.name] = start if start is not None else _HOLD_ALL
+
+    async def _consumed(self, partition: str, sub_name: str) -> int | None:
+        """The offset below which ``sub_name`` acked everything on ``partition`` (None: no such subscription)."""
+        topic = self.broker.topics.get(partition)
+        if topic is not None and not getattr(topic, "closed", False):
+            sub = topic.subscriptions.get(sub_name)
+            if sub is not None:
+                return sub.tracker.cursor + 1
+        raw = await self.metadata.get(keys.subscription_cursor(partition, sub_name))
+        if raw is None:
+            return None
+        try:
+            return int(json.loads(raw.value)) + 1
+        except (ValueError, TypeError):
+            return None
+
+    def _remove(self, name: str) -> None:
+        self.gates.pop(name, None)
+        topic = self.broker.topics.get(name)
+        if topic is not None and getattr(topic, "delivery_gate", None) is not None:
+            topic.delivery_gate = None
+            for sub in list(topic.subscriptions.values()):
+                sub.notify()

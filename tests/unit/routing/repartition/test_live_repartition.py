@@ -1,0 +1,220 @@
+"""Live repartition end to end on one in-process broker (embedded store) with danube.client:
+continuous keyed publishing through a grow 2 -> 4 and a shrink 4 -> 2; per-key order for the
+consumer, nothing lost or duplicated, a stale publish refused and routed again, topology pushes
+acked, finalize after drain and adoption."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import grpc
+
+from danube.broker.policies import DispatchSettings
+from danube.client import DanubeClient, SubType
+from danube.metadata import keys
+from danube.proto.danube_batch import batch_pb2 as pb
+from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
+from danube.routing.repartition.store import RepartitionStore
+from danube.server import batch_lane, danube_services
+from tests.support.inprocess import served_broker
+
+T = "/default/live"
+KEYS = [f"key-{i}" for i in range(40)]
+
+
+def add_services(server, broker):
+    danube_services.add_to_server(server, broker)
+    batch_lane.add_to_server(server, broker)
+
+
+def client_for(channel) -> DanubeClient:
+    target = channel._channel.target.decode()
+    return (DanubeClient.builder().service_url(f"http://{target}")
+            .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=20).build())
+
+
+async def wait_until(predicate, timeout=20.0, what="condition"):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return result
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+class Run:
+    """A keyed producer publishing continuously and one exclusive consumer checking per-key order."""
+
+    def __init__(self, client, producer, consumer) -> None:
+        self.client, self.producer, self.consumer = client, producer, consumer
+        self.sent = {k: 0 for k in KEYS}
+        self.seen = {k: -1 for k in KEYS}
+        self.received = 0
+        self.violations: list[str] = []
+        self.stop = asyncio.Event()
+        self.futures: list[asyncio.Future] = []
+        self.running = asyncio.Event()   # cleared: the consumer pauses (a backlog builds up)
+        self.running.set()
+
+    async def publish(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            key = KEYS[i % len(KEYS)]
+            seq = self.sent[key]
+            self.sent[key] += 1
+            self.futures.append(await self.producer.send(f"{key}:{seq}".encode(), key=key))
+            i += 1
+            if i % 50 == 0:
+                await asyncio.sleep(0.005)
+        await self.producer.flush()
+
+    async def consume(self) -> None:
+        async for m in self.consumer:
+            await self.running.wait()
+            key, seq = m.payload.decode().split(":")
+            seq = int(seq)
+            if seq != self.seen[key] + 1:
+                self.violations.append(f"{key}: {seq} after {self.seen[key]} ({m.topic}@{m.offset})")
+            self.seen[key] = max(self.seen[key], seq)
+            self.received += 1
+            await self.consumer.ack(m)
+
+    def complete(self) -> bool:
+        return all(self.seen[k] == self.sent[k] - 1 for k in KEYS)
+
+
+@contextlib.asynccontextmanager
+async def live_run(channel, broker, partitions):
+    await broker.metadata.put_json(keys.topic_partitions(T), partitions)
+    client = client_for(channel)
+    producer = client.new_producer().with_topic(T).with_name("p").with_partitions(partitions).build()
+    await producer.create()
+    consumer = (client.new_consumer().with_topic(T).with_consumer_name("c").with_subscription("s")
+                .with_subscription_type(SubType.Exclusive).with_reliable(True)
+                .with_receive_credit(50, 1 << 20).build())   # the backlog stays on the broker
+    await consumer.subscribe()
+    run = Run(client, producer, consumer)
+    tasks = [asyncio.ensure_future(run.publish()), asyncio.ensure_future(run.consume())]
+    try:
+        yield run
+    finally:
+        run.stop.set()
+        await asyncio.wait_for(tasks[0], 20)
+        await wait_until(run.complete, what="every message consumed")
+        tasks[1].cancel()
+        await asyncio.gather(tasks[1], return_exceptions=True)
+        for f in run.futures:
+            assert f.done() and f.exception() is None
+        await producer.close()
+        await consumer.close()
+        await client.close()
+        assert not run.violations, run.violations[:10]
+        assert run.received == sum(run.sent.values())       # nothing lost, nothing twice
+
+
+async def test_grow_then_shrink_keeps_per_key_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "30000")
+    async with served_broker(tmp_path, add_services, sync="never",
+                             dispatch=DispatchSettings(cursor_flush_interval_ms=100)) as (broker, channel):
+        store = RepartitionStore(broker.metadata)
+        async with live_run(channel, broker, 2) as run:
+            await wait_until(lambda: run.received > 300, what="steady traffic")
+            run.running.clear()                              # a pre-cutover backlog on the sources
+            await asyncio.sleep(0.3)
+            await store.repartition(T, 4, now_ms=0)
+            await wait_until(lambda: run.producer.partitioning_version == 1, what="producer cut over")
+            await wait_until(lambda: len(run.consumer._parts) == 4, what="consumer attached to the new partitions")
+            await asyncio.sleep(0.3)                         # moved keys published on the new partitions
+            run.running.set()
+            finalizer = broker.repartition.finalizer
+            await wait_until(lambda: finalizer.finalized, what="grow finalized")
+            assert finalizer.finalized[0]["adopted"]        # the client acked: no timeout needed
+            assert (await store.load(T)).state.transition is None
+            n = run.received
+            await wait_until(lambda: run.received > n + 300, what="traffic after the grow")
+            run.running.clear()
+            await asyncio.sleep(0.3)
+            await store.repartition(T, 2, now_ms=0)
+            await wait_until(lambda: run.producer.partitioning_version == 2, what="producer cut over")
+            await asyncio.sleep(0.3)
+            run.running.set()
+            await wait_until(lambda: len(finalizer.finalized) == 2, what="shrink finalized")
+            state = (await store.load(T)).state
+            assert state.partitions == 2 and state.version == 2 and state.retired == (2, 3)
+            n = run.received
+            await wait_until(lambda: run.received > n + 300, what="traffic after the shrink")
+        assert run.producer.cutovers == 2
+        assert sum(g.held_reads for g in broker.repartition.gates.gates.values()) >= 0
+
+
+async def test_stale_publish_is_refused_and_rerouted_never_stored(tmp_path):
+    async with served_broker(tmp_path, add_services, sync="never") as (broker, channel):
+        store = RepartitionStore(broker.metadata)
+        await broker.metadata.put_json(keys.topic_partitions(T), 2)
+        client = client_for(channel)
+        producer = client.new_producer().with_topic(T).with_name("p").with_partitions(2).build()
+        await producer.create()
+        assert producer.partitioning_version == 0
+        # the producer does not hear the push (its listener is removed): its next publish is stale
+        client.topology().cache.unlisten(T, producer._on_route)
+        key = next(k for k in KEYS if k and __import__("danube.client.routing", fromlist=["x"]).fnv1a_64(
+            k.encode()) % 4 >= 2)
+        await producer.send_and_wait(b"before", key=key)
+        await store.repartition(T, 4, now_ms=0)
+        await wait_until(lambda: broker.repartition.fence.states.get(T) is not None
+                         and broker.repartition.fence.states[T].version == 1, what="fence learned")
+        offset = await producer.send_and_wait(b"after", key=key)
+        assert broker.repartition.fence.refused == 1
+        assert producer.partitioning_version == 1 and offset == 0   # re-routed to its new partition
+        new = f"{T}-part-{__import__('danube.client.routing', fromlist=['x']).fnv1a_64(key.encode()) % 4}"
+        old = f"{T}-part-{__import__('danube.client.routing', fromlist=['x']).fnv1a_64(key.encode()) % 2}"
+        assert broker.topics[old].storage.next_offset == 1          # the stale batch was not stored
+        assert broker.topics[new].storage.next_offset == 1
+        await producer.close()
+        await client.close()
+
+
+async def test_push_only_on_routing_content_and_adoption(tmp_path):
+    async with served_broker(tmp_path, add_services, sync="never") as (broker, channel):
+        store = RepartitionStore(broker.metadata)
+        await broker.metadata.put_json(keys.topic_partitions(T), 2)
+        await broker.metadata.put_json(keys.topic_partitions("/default/other"), 2)
+        stub = pb_grpc.BatchLaneStub(channel)
+        requests: asyncio.Queue = asyncio.Queue()
+
+        async def outgoing():
+            while True:
+                item = await requests.get()
+                if item is None:
+                    return
+                yield item
+
+        call = stub.WatchTopology(outgoing())
+        requests.put_nowait(pb.TopologyStreamRequest(subscribe=pb.TopologyRequest(topics=[T])))
+        snap = await asyncio.wait_for(call.read(), 5)
+        assert snap.topics[0].partitions == 2 and snap.topics[0].partitioning_version == 0
+        hub = broker.repartition.hub
+        assert hub.tracker.lowest() is None                  # not acked yet: does not count
+        requests.put_nowait(pb.TopologyStreamRequest(ack=pb.TopologyAck(generation=snap.generation)))
+        await wait_until(lambda: hub.tracker.lowest() == snap.generation, what="ack tracked")
+        await store.repartition("/default/other", 3, now_ms=0)   # another topic: no push
+        await broker.metadata.put_json(keys.subscription_cursor(T + "-part-0", "s"), 3)   # churn: no push
+        await store.repartition(T, 4, now_ms=0)
+        push = await asyncio.wait_for(call.read(), 5)
+        assert push.topics[0].topic == T and push.topics[0].partitions == 4
+        assert push.topics[0].partitioning_version == 1 and push.generation > snap.generation
+        state = (await store.load(T)).state
+        assert push.generation >= state.transition.adoption_generation
+        requests.put_nowait(pb.TopologyStreamRequest(ack=pb.TopologyAck(generation=push.generation)))
+        await wait_until(lambda: hub.tracker.lowest() == push.generation, what="push acked")
+        get = await stub.GetTopology(pb.TopologyRequest(topics=[T, "/default/plain"]))
+        assert [(t.partitions, t.partitioning_version) for t in get.topics] == [(4, 1), (0, 0)]
+        requests.put_nowait(None)
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.TimeoutError):
+            await asyncio.wait_for(call.read(), 2)
+        await wait_until(lambda: hub.tracker.lowest() is None, what="closed connection dropped")

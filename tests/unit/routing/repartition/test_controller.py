@@ -1,0 +1,120 @@
+"""The finalizer and the adoption labels (embedded store and real etcd): finalize only after the
+drain and adoption; a silent client delays it no longer than the adoption timeout; a dead broker's
+label is ignored; no label anywhere leans on the timeout; only the leader finalizes."""
+
+import json
+
+from danube.metadata import keys
+from danube.routing.repartition.controller import AdoptionReporter, Finalizer, global_adoption
+from danube.routing.repartition.store import RepartitionStore
+from danube.routing.repartition.topology import AdoptionTracker
+
+T = "/default/orders"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+async def grown(metadata, store):
+    await metadata.put_json(keys.topic_partitions(T), 2)
+    for p in range(2):
+        await metadata.put_json(keys.subscription_cursor(f"{T}-part-{p}", "s"), 4)
+    await store.repartition(T, 4, now_ms=0)
+    for p in range(4):
+        await store.record_offsets(T, p, 10)
+    return (await store.load(T)).state
+
+
+def finalizer(store, clock, live=("b1", "b2"), leader=True, timeout=30_000):
+    return Finalizer(store, lambda: {}, is_leader=lambda: leader, live_brokers=lambda: live,
+                     adoption_timeout_ms=timeout, clock=clock)
+
+
+async def tick(f, store):
+    state = (await store.load(T)).state     # what the broker's watch would hold
+    f._states = lambda: {T: state}
+    return await f.tick()
+
+
+async def test_finalize_waits_for_drain_then_adoption(metadata):
+    store, clock = RepartitionStore(metadata), Clock()
+    state = await grown(metadata, store)
+    gen = state.transition.adoption_generation
+    f = finalizer(store, clock)
+    assert await tick(f, store) == []                       # cursors at 4 < old_end 10: not drained
+    for p in range(2):
+        await metadata.put_json(keys.subscription_cursor(f"{T}-part-{p}", "s"), 9)
+    await metadata.put_json(keys.routing_adoption("b1"), {"lowest": gen})
+    await metadata.put_json(keys.routing_adoption("b2"), {"lowest": gen - 1})   # b2 lags
+    assert await tick(f, store) == []
+    assert (await store.load(T)).state.transition.drain_complete_ms == clock.ms
+    await metadata.put_json(keys.routing_adoption("b2"), {"lowest": gen})
+    assert await tick(f, store) == [T]
+    assert f.finalized[0]["adopted"] and (await store.load(T)).state.transition is None
+
+
+async def test_silent_client_delays_finalize_no_longer_than_the_timeout(metadata):
+    store, clock = RepartitionStore(metadata), Clock()
+    state = await grown(metadata, store)
+    for p in range(2):
+        await metadata.put_json(keys.subscription_cursor(f"{T}-part-{p}", "s"), 9)
+    gen = state.transition.adoption_generation
+    # b1's connections acked; b2 has a connection that acked once before the cutover and went silent
+    await metadata.put_json(keys.routing_adoption("b1"), {"lowest": gen})
+    await metadata.put_json(keys.routing_adoption("b2"), {"lowest": gen - 5})
+    f = finalizer(store, clock, timeout=2_000)
+    assert await tick(f, store) == []
+    clock.ms += 1_999
+    assert await tick(f, store) == []
+    clock.ms += 1
+    assert await tick(f, store) == [T]
+    assert not f.finalized[0]["adopted"]
+
+
+async def test_dead_brokers_label_is_ignored(metadata):
+    store, clock = RepartitionStore(metadata), Clock()
+    state = await grown(metadata, store)
+    for p in range(2):
+        await metadata.put_json(keys.subscription_cursor(f"{T}-part-{p}", "s"), 9)
+    gen = state.transition.adoption_generation
+    await metadata.put_json(keys.routing_adoption("b1"), {"lowest": gen})
+    await metadata.put_json(keys.routing_adoption("dead"), {"lowest": 1})   # frozen at departed clients
+    assert await global_adoption(metadata, ["b1"]) == gen
+    assert await global_adoption(metadata, ["b1", "dead"]) == 1
+    assert await global_adoption(metadata, ["nobody"]) is None
+    f = finalizer(store, clock, live=("b1",))
+    assert await tick(f, store) == [T]                        # at once: not on the timeout
+    assert f.finalized[0]["adopted"]
+
+
+async def test_no_signal_leans_on_the_timeout_and_only_the_leader_acts(metadata):
+    store, clock = RepartitionStore(metadata), Clock()
+    await grown(metadata, store)
+    for p in range(2):
+        await metadata.put_json(keys.subscription_cursor(f"{T}-part-{p}", "s"), 9)
+    follower = finalizer(store, clock, leader=False)
+    clock.ms += 10**9
+    assert await tick(follower, store) == []
+    leader = finalizer(store, clock)
+    assert await tick(leader, store) == []                   # drain-complete now; timeout from here
+    clock.ms += 30_000
+    assert await tick(leader, store) == [T]
+
+
+async def test_reporter_writes_the_lowest_acked_generation(metadata):
+    tracker = AdoptionTracker()
+    reporter = AdoptionReporter(metadata, "b1", tracker)
+    await reporter.report_once()
+    assert json.loads((await metadata.get(keys.routing_adoption("b1"))).value)["lowest"] is None
+    tracker.ack(1, 50)
+    tracker.ack(2, 40)
+    tracker.ack(2, 30)     # acks only move up
+    await reporter.report_once()
+    assert json.loads((await metadata.get(keys.routing_adoption("b1"))).value)["lowest"] == 40
+    tracker.drop(2)
+    assert tracker.lowest() == 50

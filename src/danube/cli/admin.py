@@ -3,6 +3,7 @@
     danube admin [--endpoint URL] [--output json] topics unload /default/orders
     danube admin topics list default
     danube admin topics describe /default/orders
+    danube admin topics repartition /default/orders --partitions 4   (live repartition, docs/repartition.md)
     danube admin topics subscriptions /default/orders
     danube admin brokers list | namespaces list
     danube admin brokers balance | rebalance --dry-run [--max-moves N] | rebalance-history   (admin_rebalancing.py)
@@ -30,6 +31,40 @@ def _target(endpoint: str) -> str:
     return endpoint.rstrip("/")
 
 
+def _describe_partitioning(topics, pb, topic: str, timeout, grpc):
+    """The topic's partitioning (live repartition), None when it is not partitioned or the broker
+    has no such call."""
+    try:
+        return topics.DescribePartitioning(pb.TopicRequest(name=topic), timeout=timeout)
+    except grpc.RpcError as exc:
+        if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED):
+            return None
+        raise
+
+
+def _partitioning(resp, to_dict) -> tuple[dict, list[str]]:
+    """JSON and text of a PartitioningResponse: version, generation, marker and drain state."""
+    import json
+
+    marker = json.loads(resp.marker_json) if resp.marker_json else None
+    data = {"name": resp.name, "partitions": resp.partitions, "partitioning_version": resp.partitioning_version,
+            "generation": resp.generation, "marker": marker, "drained": resp.drained, "retired": list(resp.retired),
+            "global_adoption": resp.global_adoption if resp.HasField("global_adoption") else None,
+            "adoption_generation": resp.adoption_generation if resp.HasField("adoption_generation") else None}
+    lines = [f"Partitions: {resp.partitions}, partitioning version {resp.partitioning_version}, "
+             f"generation {resp.generation}"]
+    if marker:
+        lines.append(f"Repartition: {marker['kind']} {marker['from_partitions']} -> {marker['to_partitions']} "
+                     f"({marker['phase']}), drained: {'yes' if resp.drained else 'no'}, adoption generation "
+                     f"{marker.get('adoption_generation')}, fleet adoption "
+                     f"{resp.global_adoption if resp.HasField('global_adoption') else '(no signal)'}")
+    else:
+        lines.append("Repartition: none in progress")
+    if resp.retired:
+        lines.append(f"Retired (sealed, readable): {', '.join(map(str, resp.retired))}")
+    return data, lines
+
+
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "admin", help="administer a broker (topics, namespaces, brokers)",
@@ -50,6 +85,9 @@ def register(subparsers) -> None:
     p.add_argument("namespace")
     p = topics.add_parser("describe", help="a topic's subscriptions, delivery and storage")
     p.add_argument("topic")
+    p = topics.add_parser("repartition", help="grow or shrink a partitioned topic online (docs/repartition.md)")
+    p.add_argument("topic")
+    p.add_argument("--partitions", type=int, required=True, help="the new partition count")
     p = topics.add_parser("subscriptions", help="a topic's subscriptions")
     p.add_argument("topic")
 
@@ -135,11 +173,27 @@ def run(args) -> int:
                 _emit(args, data, [f"Topics in namespace '{args.namespace}':"] +
                       [f"  {x['name']}  ({x['delivery']}{', broker ' + x['broker_id'] if x['broker_id'] else ''})"
                        for x in data])
+            elif group == "topics" and cmd == "repartition":
+                resp = topics.RepartitionTopic(pb.RepartitionRequest(name=args.topic, partitions=args.partitions),
+                                               timeout=t)
+                data, lines = _partitioning(resp, MessageToDict)
+                _emit(args, data, [f"Topic {args.topic}: cut over to {resp.partitions} partitions"] + lines)
             elif group == "topics" and cmd == "describe":
-                resp = topics.DescribeTopic(pb.DescribeTopicRequest(name=args.topic), timeout=t)
+                partitioning = _describe_partitioning(topics, pb, args.topic, t, grpc)
+                try:
+                    resp = topics.DescribeTopic(pb.DescribeTopicRequest(name=args.topic), timeout=t)
+                except grpc.RpcError as exc:   # the base name of a partitioned topic is no topic itself
+                    if partitioning is None or exc.code() != grpc.StatusCode.NOT_FOUND:
+                        raise
+                    data, lines = _partitioning(partitioning, MessageToDict)
+                    _emit(args, {"name": args.topic, "partitioning": data}, [f"Topic: {args.topic}"] + lines)
+                    return 0
                 data = MessageToDict(resp, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
                 lines = [f"Topic: {resp.name}", f"Broker: {resp.broker_id or '(not loaded)'}",
                          f"Delivery: {resp.delivery}", f"Subscriptions: {', '.join(resp.subscriptions) or '(none)'}"]
+                if partitioning is not None:
+                    data["partitioning"], more = _partitioning(partitioning, MessageToDict)
+                    lines += more
                 if resp.HasField("storage"):
                     s = resp.storage
                     lines += [f"Storage: {s.mode} ({s.backend}), recovered from {s.recovered_from}",

@@ -307,6 +307,37 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
         except DanubeError as exc:
             await abort(context, exc)
 
+    # ------------------------------------------------------------ live repartition (docs/repartition.md)
+
+    async def RepartitionTopic(self, request, context):
+        from danube.routing.repartition import admin as repartition_admin
+
+        try:
+            return _partitioning(await repartition_admin.repartition(
+                self.admin.broker, request.name, request.partitions))
+        except DanubeError as exc:
+            await abort(context, exc)
+
+    async def DescribePartitioning(self, request, context):
+        from danube.routing.repartition import admin as repartition_admin
+
+        try:
+            return _partitioning(await repartition_admin.describe(self.admin.broker, request.name))
+        except DanubeError as exc:
+            await abort(context, exc)
+
+
+def _partitioning(d: dict) -> pb.PartitioningResponse:
+    response = pb.PartitioningResponse(
+        name=d["name"], partitions=d["partitions"], partitioning_version=d["partitioning_version"],
+        generation=d["generation"], marker_json=json.dumps(d["marker"]) if d["marker"] else "",
+        drained=d["drained"], retired=d["retired"])
+    if d["global_adoption"] is not None:
+        response.global_adoption = d["global_adoption"]
+    if d["adoption_generation"] is not None:
+        response.adoption_generation = d["adoption_generation"]
+    return response
+
 
 def add_to_server(server: grpc.aio.Server, broker) -> None:
     """Register Danube's admin services for ``broker`` (a BrokerService) on ``server``."""

@@ -395,3 +395,33 @@ class RebalancingHistoryResponse(_message.Message):
     MOVES_FIELD_NUMBER: _ClassVar[int]
     moves: _containers.RepeatedCompositeFieldContainer[RebalancingMove]
     def __init__(self, moves: _Optional[_Iterable[_Union[RebalancingMove, _Mapping]]] = ...) -> None: ...
+
+class RepartitionRequest(_message.Message):
+    __slots__ = ("name", "partitions")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: int
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ...) -> None: ...
+
+class PartitioningResponse(_message.Message):
+    __slots__ = ("name", "partitions", "partitioning_version", "generation", "marker_json", "drained", "retired", "global_adoption", "adoption_generation")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONING_VERSION_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    MARKER_JSON_FIELD_NUMBER: _ClassVar[int]
+    DRAINED_FIELD_NUMBER: _ClassVar[int]
+    RETIRED_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_ADOPTION_FIELD_NUMBER: _ClassVar[int]
+    ADOPTION_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: int
+    partitioning_version: int
+    generation: int
+    marker_json: str
+    drained: bool
+    retired: _containers.RepeatedScalarFieldContainer[int]
+    global_adoption: int
+    adoption_generation: int
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., partitioning_version: _Optional[int] = ..., generation: _Optional[int] = ..., marker_json: _Optional[str] = ..., drained: _Optional[bool] = ..., retired: _Optional[_Iterable[int]] = ..., global_adoption: _Optional[int] = ..., adoption_generation: _Optional[int] = ...) -> None: ...

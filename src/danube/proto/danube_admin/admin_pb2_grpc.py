@@ -664,6 +664,16 @@ class TopicAdminStub:
                 request_serializer=danube__admin_dot_admin__pb2.SubscriptionRequest.SerializeToString,
                 response_deserializer=danube__admin_dot_admin__pb2.FailurePolicyResponse.FromString,
                 _registered_method=True)
+        self.RepartitionTopic = channel.unary_unary(
+                '/danube_admin.TopicAdmin/RepartitionTopic',
+                request_serializer=danube__admin_dot_admin__pb2.RepartitionRequest.SerializeToString,
+                response_deserializer=danube__admin_dot_admin__pb2.PartitioningResponse.FromString,
+                _registered_method=True)
+        self.DescribePartitioning = channel.unary_unary(
+                '/danube_admin.TopicAdmin/DescribePartitioning',
+                request_serializer=danube__admin_dot_admin__pb2.TopicRequest.SerializeToString,
+                response_deserializer=danube__admin_dot_admin__pb2.PartitioningResponse.FromString,
+                _registered_method=True)
 
 
 class TopicAdminServicer:
@@ -736,6 +746,19 @@ class TopicAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RepartitionTopic(self, request, context):
+        """Live repartition (docs/repartition.md): grow or shrink a partitioned topic online; its state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribePartitioning(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TopicAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -793,6 +816,16 @@ def add_TopicAdminServicer_to_server(servicer, server):
                     servicer.GetSubscriptionFailurePolicy,
                     request_deserializer=danube__admin_dot_admin__pb2.SubscriptionRequest.FromString,
                     response_serializer=danube__admin_dot_admin__pb2.FailurePolicyResponse.SerializeToString,
+            ),
+            'RepartitionTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepartitionTopic,
+                    request_deserializer=danube__admin_dot_admin__pb2.RepartitionRequest.FromString,
+                    response_serializer=danube__admin_dot_admin__pb2.PartitioningResponse.SerializeToString,
+            ),
+            'DescribePartitioning': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribePartitioning,
+                    request_deserializer=danube__admin_dot_admin__pb2.TopicRequest.FromString,
+                    response_serializer=danube__admin_dot_admin__pb2.PartitioningResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1092,6 +1125,60 @@ class TopicAdmin:
             '/danube_admin.TopicAdmin/GetSubscriptionFailurePolicy',
             danube__admin_dot_admin__pb2.SubscriptionRequest.SerializeToString,
             danube__admin_dot_admin__pb2.FailurePolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepartitionTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube_admin.TopicAdmin/RepartitionTopic',
+            danube__admin_dot_admin__pb2.RepartitionRequest.SerializeToString,
+            danube__admin_dot_admin__pb2.PartitioningResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribePartitioning(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube_admin.TopicAdmin/DescribePartitioning',
+            danube__admin_dot_admin__pb2.TopicRequest.SerializeToString,
+            danube__admin_dot_admin__pb2.PartitioningResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -115,10 +115,11 @@ class LoadManager:
             except Exception as exc:  # noqa: BLE001 - the next change retries
                 log.warning("load manager cycle failed: %s", exc)
                 await asyncio.sleep(0.2)
-            try:
-                await asyncio.wait_for(waiter, 1.0)  # also re-check orphans periodically
-            except TimeoutError:
-                pass
+            # also re-check orphans periodically.  asyncio.wait, not wait_for: on Python 3.11
+            # wait_for can swallow a cancellation that races the waiter, and stop() would hang
+            await asyncio.wait({waiter}, timeout=1.0)
+            if not waiter.done():
+                waiter.cancel()
 
     # ------------------------------------------------------------ ranking and choice
 

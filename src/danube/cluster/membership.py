@@ -146,7 +146,8 @@ class Membership:
             await asyncio.sleep(self.keepalive_interval_s)
             sent = self._clock()
             try:
-                await asyncio.wait_for(self.store.keepalive(self.lease_id), self.lease_ttl_s)
+                async with asyncio.timeout(self.lease_ttl_s):  # (wait_for may swallow a cancel on 3.11)
+                    await self.store.keepalive(self.lease_id)
             except LeaseNotFoundError:
                 await self._lease_lost()
                 continue

@@ -122,16 +122,22 @@ class ClusterNode:
 
     async def stop(self) -> None:
         await self.rebalancer.stop()
+        log.debug("leaving: rebalancer stopped")
         if self.reporter is not None:
             await self.reporter.stop()
+        log.debug("leaving: load reporter stopped")
         await self.load_manager.stop()
+        log.debug("leaving: load manager stopped")
         # leaving is best effort: with etcd unreachable the lease simply expires
         saved = getattr(self.store, "retry_timeout", None)
         if saved is not None:
             self.store.retry_timeout = min(saved, 2.0)
         await self.election.stop(resign=True)
+        log.debug("leaving: election stopped")
         await self.membership.stop(revoke=True)
+        log.debug("leaving: lease revoked")
         await self.view.stop()
+        log.debug("leaving: view stopped")
         for task in list(self._tasks) + [self._marker_writer]:
             if task is not None:
                 task.cancel()
@@ -280,7 +286,8 @@ class ClusterNode:
                 log.warning("leaving: out of time, the remaining topics go through failover")
                 break
             try:
-                await asyncio.wait_for(self.unload(topic), max(0.1, deadline - loop.time()))
+                async with asyncio.timeout(max(0.1, deadline - loop.time())):
+                    await self.unload(topic)
                 moved += 1
             except Exception as exc:  # noqa: BLE001 - hand over the others anyway
                 log.warning("leaving: could not hand over %s: %s", topic, exc)
@@ -343,7 +350,8 @@ class ClusterNode:
             if loop.time() >= deadline:
                 break
             try:
-                await asyncio.wait_for(self.unload(topic), max(0.1, deadline - loop.time()))
+                async with asyncio.timeout(max(0.1, deadline - loop.time())):
+                    await self.unload(topic)
                 result["succeeded"] += 1
             except Exception as exc:  # noqa: BLE001 - move the others anyway
                 log.warning("drain of broker %s: %s stays: %s", self.broker_id, topic, exc)

@@ -122,11 +122,12 @@ class ClusterView:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise TimeoutError
-            event = self._changed
+            waiter = asyncio.ensure_future(self._changed.wait())
             try:
-                await asyncio.wait_for(event.wait(), remaining)
-            except TimeoutError:
-                pass
+                await asyncio.wait({waiter}, timeout=remaining)  # not wait_for: see LoadManager._run
+            finally:
+                if not waiter.done():
+                    waiter.cancel()
 
     async def wait_owner(self, topic: str, timeout: float) -> str:
         """The broker ``topic`` is assigned to, once it is (TimeoutError after ``timeout``).  Woken by

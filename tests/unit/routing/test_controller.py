@@ -214,3 +214,16 @@ async def test_children_wait_until_their_parents_are_drained(metadata):
     assert [(s.segment_id, s.waiting_for) for s in pushed[-1].segments] == [(1, ())]
     assert (await store.subscriptions(T))["s"]["drainedSegments"] == [0]
     await ctl.stop()
+
+
+async def test_a_deleted_topic_ends_the_election(metadata):
+    ops = MemorySegmentOps()
+    store = ScalableTopicStore(metadata)
+    await create_scalable_topic(store, ops, T, 1)
+    a = await controller(metadata, ops, "http://a:1")
+    b = await controller(metadata, ops, "http://b:1")
+    await delete_scalable_topic(store, ops, T)  # deletes the controller key too: b campaigns, finds no topic
+    await wait_for(lambda: b._task is not None and b._task.done())
+    assert await metadata.get(keys.scalable_controller(T)) is None
+    await a.stop()
+    await b.stop()

@@ -29,12 +29,13 @@ so the controller does not need to own any segment.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from danube._tasks import cancel_and_wait
-from danube.errors import DanubeError, InvalidArgumentError, MetadataError
+from danube.errors import DanubeError, InvalidArgumentError, MetadataError, NotFoundError
 from danube.metadata import keys
 from danube.metadata.store import Compare, Op, dump_json
 from danube.routing.scalable.layout import LayoutError, SegmentLayout, segment_topic_name
@@ -227,6 +228,13 @@ class ScalableTopicController:
                         await self._set_leader((event.value or b"").decode())
             except asyncio.CancelledError:
                 raise
+            except NotFoundError:  # the topic was deleted: leave the election
+                log.info("scalable topic %s is gone: %s leaves its election", self.topic, self.broker_url)
+                with contextlib.suppress(MetadataError):
+                    await self.store.metadata.txn(self.guard(), [Op.delete(self._ctl)])
+                self.is_leader, self.leader_url = False, ""
+                self.changed.set()
+                return
             except Exception as exc:  # noqa: BLE001 - keep campaigning
                 log.warning("controller election of %s at %s: %s; retrying", self.topic, self.broker_url, exc)
                 if self.is_leader:

@@ -31,6 +31,7 @@ from danube.cluster.etcd_server import EtcdServer
 log = logging.getLogger("danube.cluster")
 
 STORAGE_MODES = ("local", "shared_fs", "object_store")
+S3_BUCKET = "danube-cluster"
 
 
 @dataclass
@@ -107,6 +108,8 @@ class LocalCluster:
     log_level: str = "INFO"
     etcd: EtcdServer | None = None
     procs: list[BrokerProc] = field(default_factory=list)
+    s3: subprocess.Popen | None = None  # moto's S3 server for --storage object_store
+    s3_endpoint: str | None = None
 
     def __post_init__(self) -> None:
         if self.storage not in STORAGE_MODES:
@@ -116,14 +119,42 @@ class LocalCluster:
     def _storage_args(self, index: int) -> list[str]:
         if self.storage == "local":
             return []
-        # shared_fs: every broker's durable segments in one shared directory (object_store: the same
-        # through the filesystem backend; point a config file at S3 for a real bucket)
-        shared = os.path.join(self.base_dir, "durable")
-        os.makedirs(shared, exist_ok=True)
         path = os.path.join(self.base_dir, f"storage-{index}.yml")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(f"storage:\n  mode: shared_fs\n  durable:\n    root: {shared}\n")
+        if self.storage == "object_store":
+            # every broker's durable segments in one bucket of a local S3 server (moto)
+            text = (f"storage:\n  mode: object_store\n  durable:\n    backend: s3\n    root: {S3_BUCKET}/danube\n"
+                    f"    endpoint: {self.s3_endpoint}\n    region: us-east-1\n    access_key: testing\n"
+                    f"    secret_key: testing\n")
+        else:  # shared_fs: every broker's durable segments in one shared directory
+            shared = os.path.join(self.base_dir, "durable")
+            os.makedirs(shared, exist_ok=True)
+            text = f"storage:\n  mode: shared_fs\n  durable:\n    root: {shared}\n"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it may hold keys
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
         return ["--config", path]
+
+    def _start_s3(self, timeout: float) -> None:
+        try:
+            import boto3  # noqa: F401
+            import moto.server  # noqa: F401
+        except ImportError as exc:
+            raise RuntimeError("--storage object_store runs a local S3 server (moto): pip install 'moto[server]' "
+                               f"boto3, or pass --config with your own bucket ({exc})") from None
+        (port,) = free_ports(1)
+        log_file = open(os.path.join(self.base_dir, "s3.log"), "ab")
+        try:
+            self.s3 = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                       stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       start_new_session=True)
+        finally:
+            log_file.close()
+        wait_for_port(port, self.s3, timeout)
+        self.s3_endpoint = f"http://127.0.0.1:{port}"
+        import boto3
+
+        boto3.client("s3", endpoint_url=self.s3_endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                     aws_secret_access_key="testing").create_bucket(Bucket=S3_BUCKET)
 
     def broker_cmd(self, broker_id: str, port: int, admin_port: int, data_dir: str, index: int) -> list[str]:
         cmd = [sys.executable, "-m", "danube.cli.main", "--log-level", self.log_level, "broker",
@@ -151,6 +182,8 @@ class LocalCluster:
         try:
             self.etcd = EtcdServer(os.path.join(self.base_dir, "etcd"))
             self.etcd.start()
+            if self.storage == "object_store" and not self.config:
+                self._start_s3(timeout)
             for i in range(1, self.brokers + 1):
                 self.add_broker(i)
             for p in self.procs:
@@ -202,9 +235,12 @@ class LocalCluster:
                 log.exception("stopping %s failed", p.broker_id)
         if self.etcd is not None:
             self.etcd.stop()
+        if self.s3 is not None:
+            stop_process(self.s3)
 
     def describe(self, leader: str | None = None) -> dict:
         return {"etcd": self.etcd.url if self.etcd else None, "etcd_pid": self.etcd.pid if self.etcd else None,
+                "s3": self.s3_endpoint, "s3_pid": self.s3.pid if self.s3 else None,
                 "leader": leader, "base_dir": self.base_dir, "storage": self.storage,
                 "brokers": [p.describe() for p in self.procs]}
 
@@ -248,8 +284,8 @@ def register(subparsers) -> None:
     up = sub.add_parser("up", help="start etcd and N brokers on free loopback ports until Ctrl-C / SIGTERM")
     up.add_argument("--brokers", type=int, default=3, help="how many brokers [default 3]")
     up.add_argument("--storage", choices=STORAGE_MODES, default="local",
-                    help="local = each broker its own WAL; shared_fs / object_store = durable segments in a "
-                         "directory every broker shares [default local]")
+                    help="local = each broker its own WAL; shared_fs = durable segments in a directory every "
+                         "broker shares; object_store = in a bucket of a local S3 server (moto) [default local]")
     up.add_argument("--base-dir", default=None, help="where etcd and the brokers keep their data [default a temp dir]")
     up.add_argument("--config", metavar="FILE", default=None,
                     help="a broker config file passed to every broker (flags still set ports, ids and etcd)")

@@ -30,9 +30,12 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def test_cluster_up_prints_one_json_line_and_stops_everything_on_sigterm(tmp_path):
+@pytest.mark.parametrize("storage", ["local", "object_store"])
+def test_cluster_up_prints_one_json_line_and_stops_everything_on_sigterm(tmp_path, storage):
+    if storage == "object_store":
+        pytest.importorskip("moto.server")
     proc = subprocess.Popen([sys.executable, "-m", "danube.cli.main", "cluster", "up", "--brokers", "2", "--json",
-                             "--base-dir", str(tmp_path / "c"), "--lease-ttl", "3"],
+                             "--base-dir", str(tmp_path / "c"), "--lease-ttl", "3", "--storage", storage],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pids = []
     try:
@@ -41,7 +44,8 @@ def test_cluster_up_prints_one_json_line_and_stops_everything_on_sigterm(tmp_pat
         info = json.loads(line)
         assert len(info["brokers"]) == 2 and info["leader"] in {b["broker_id"] for b in info["brokers"]}
         assert info["etcd"].startswith("http://127.0.0.1:")
-        pids = [info["etcd_pid"]] + [b["pid"] for b in info["brokers"]]
+        pids = [info["etcd_pid"]] + [b["pid"] for b in info["brokers"]] + ([info["s3_pid"]] if info["s3_pid"] else [])
+        assert (info["s3"] is not None) == (storage == "object_store")
         answers = {asyncio.run(lookup(b["url"], "/default/cli"))[1] for b in info["brokers"]}
         assert len(answers) == 1 and answers <= {b["url"] for b in info["brokers"]}
         proc.send_signal(signal.SIGTERM)

@@ -169,7 +169,8 @@ class ScalableTopicService:
                 ctl = self.controllers.get(topic)
                 if ctl is None:
                     ctl = ScalableTopicController(topic, self.store, self.ops, await self._lease_source(),
-                                                  self.broker_url, grace_seconds=self.grace_seconds)
+                                                  self.broker_url, grace_seconds=self.grace_seconds,
+                                                  step_hook=_crash_hook())
                     await ctl.start()
                     self.controllers[topic] = ctl
         await ctl.wait_leader()
@@ -287,6 +288,33 @@ class ScalableTopicService:
                 except DanubeError as exc:
                     log.debug("no owner for %s yet: %s", name, exc)
         return dag
+
+
+CRASH_ENV = "DANUBE_TEST_SCALABLE_CRASH"
+
+
+def _crash_hook() -> Any:
+    """Fault injection for tests only: ``DANUBE_TEST_SCALABLE_CRASH=STEP:FLAGFILE`` makes the first
+    broker process of the cluster that reaches split/merge step STEP (controller.STEPS) and creates
+    FLAGFILE exit at once (os._exit), as if killed there.  Unset in normal operation."""
+    import os
+
+    spec = os.environ.get(CRASH_ENV)
+    if not spec or ":" not in spec:
+        return None
+    step, flag = spec.split(":", 1)
+
+    async def hook(name: str) -> None:
+        if name != step:
+            return
+        try:
+            os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return  # someone crashed here already: this is the leader that completes the operation
+        log.error("%s: exiting at split/merge step %s", CRASH_ENV, step)
+        os._exit(137)
+
+    return hook
 
 
 def _layout_reply(layout: SegmentLayout, controller_url: str = "") -> pb.LayoutResponse:

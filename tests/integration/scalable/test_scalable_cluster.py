@@ -161,3 +161,79 @@ async def scenario(cluster) -> None:
 def test_split_split_merge_and_a_controller_killed_mid_split(tmp_path):
     with local_cluster(str(tmp_path)) as cluster:
         asyncio.run(scenario(cluster))
+
+
+async def crash_scenario(cluster) -> None:
+    procs = cluster.procs
+    channel, admin = stub(procs[0].url)
+    await admin.CreateScalableTopic(pb.CreateScalableTopicRequest(topic=T, num_segments=1), timeout=30)
+    _, leader_url = await layout_of(admin)
+    others = [p for p in procs if p.url != leader_url]
+    pclient = DanubeClient.builder().service_url(others[0].url).build()
+    cclient = DanubeClient.builder().service_url(others[1].url).build()
+    _, via = stub(others[1].url)
+    ordered = await ScalableConsumer(cclient, T, "ordered", "c1", kind=STREAM).subscribe()
+    await asyncio.wait_for(ordered.assignment_changed.wait(), 30)
+    producer = await ScalableProducer(pclient, T, "p1").create()
+    sent = collections.Counter()
+    stop_publishing, stop_reading = asyncio.Event(), asyncio.Event()
+
+    async def publish():
+        i = 0
+        while not stop_publishing.is_set():
+            key = KEYS[i % len(KEYS)]
+            await producer.send(f"{key}:{sent[key]}".encode(), key=key)
+            sent[key] += 1
+            i += 1
+            if i % 20 == 0:
+                await asyncio.sleep(0.002)
+
+    got = []
+    tasks = [asyncio.create_task(publish()), asyncio.create_task(reader(ordered, got, stop_reading))]
+    await asyncio.sleep(1.0)
+    # the leader exits after sealing the parent, before the layout CAS
+    with pytest.raises(grpc.aio.AioRpcError):
+        await via.SplitSegment(pb.SplitSegmentRequest(topic=T, segment_id=0), timeout=60)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while True:  # a new leader completes the split
+        try:
+            layout, url = await layout_of(via)
+            if url and url != leader_url and layout.epoch == 1:
+                break
+        except grpc.aio.AioRpcError:
+            pass
+        assert loop.time() < deadline, "the interrupted split was not completed"
+        await asyncio.sleep(0.3)
+    assert not next(p for p in procs if p.url == leader_url).alive()
+    assert [s.segment_id for s in layout.validate().active_segments] == [1, 2]
+    await asyncio.sleep(2.0)
+    stop_publishing.set()
+    await tasks[0]
+    await asyncio.wait_for(producer.flush(), 60)
+    total = sum(sent.values())
+    deadline = loop.time() + 90
+    while len(got) < total and loop.time() < deadline:
+        await asyncio.sleep(0.2)
+    stop_reading.set()
+    await tasks[1]
+    print(f"sent {total}, ordered {len(got)}, re-sent after the seal {producer.reroutes}")
+    per_key = collections.defaultdict(list)
+    for key, seq, _ in got:
+        per_key[key].append(seq)
+    for key in KEYS:
+        assert per_key[key] == list(range(sent[key])), key  # in order, none lost, none twice
+    await producer.close()
+    await ordered.close()
+    await pclient.close()
+    await cclient.close()
+    await channel.close()
+
+
+def test_a_leader_dead_after_sealing_the_parent_is_completed_by_the_next(tmp_path, monkeypatch):
+    from danube.server.scalable_service import CRASH_ENV
+
+    monkeypatch.setenv(CRASH_ENV, f"parents_terminated:{tmp_path / 'crashed'}")
+    with local_cluster(str(tmp_path / "cluster")) as cluster:
+        asyncio.run(crash_scenario(cluster))
+    assert (tmp_path / "crashed").exists()

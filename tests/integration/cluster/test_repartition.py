@@ -12,8 +12,10 @@ import subprocess
 import sys
 import time
 
+import grpc
 import pytest
 
+from danube.cli.cluster import read_state
 from danube.client import DanubeClient, SubType
 from tests.support.cluster import local_cluster
 from tests.support.etcd import requires_etcd
@@ -47,7 +49,9 @@ async def describe(admin_url: str) -> dict:
     return (await asyncio.to_thread(admin, admin_url, "topics", "describe", T))["partitioning"]
 
 
-async def scenario(cluster) -> None:
+async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, check=None) -> None:
+    """``steps``: (partitions, version) per repartition; ``during(target)``: a coroutine run with the
+    repartition call; ``check(target, seconds from the call to finalize)``."""
     url, admin_url = cluster.procs[0].url, cluster.procs[1].admin_url
     client = (DanubeClient.builder().service_url(url)
               .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=60).build())
@@ -95,11 +99,16 @@ async def scenario(cluster) -> None:
     pub, con = asyncio.ensure_future(publish()), asyncio.ensure_future(consume())
     try:
         await wait_until(lambda: received[0] > 300, what="steady traffic")
-        for target, version in ((4, 1), (2, 2)):
-            running.clear()                       # a pre-cutover backlog on the sources
-            await asyncio.sleep(0.5)
+        for target, version in steps:
+            if pause:
+                running.clear()                   # a pre-cutover backlog on the sources
+                await asyncio.sleep(0.5)
             started = time.monotonic()
-            out = await asyncio.to_thread(admin, admin_url, "topics", "repartition", T, "--partitions", str(target))
+            call = asyncio.to_thread(admin, admin_url, "topics", "repartition", T, "--partitions", str(target))
+            if during is not None:
+                out, _ = await asyncio.gather(call, during(target))
+            else:
+                out = await call
             assert out["partitions"] == target and out["partitioning_version"] == version
             assert out["marker"]["phase"] == "cutover" and out["adoption_generation"] >= 1
             await wait_until(lambda: producer.partitioning_version == version, what="producer cut over")
@@ -110,12 +119,15 @@ async def scenario(cluster) -> None:
             await asyncio.sleep(0.5)              # moved keys are published on their new partitions
             running.set()
             info = await wait_until(lambda: _finalized(admin_url), timeout=60, what=f"finalize to {target}")
-            # adopted: finalized well before the 30 s adoption timeout (which starts at drain-complete)
-            assert time.monotonic() - started < 25, time.monotonic() - started
+            if check is not None:
+                check(target, time.monotonic() - started)
+            else:   # adopted: finalized well before the 30 s adoption timeout (from drain-complete)
+                assert time.monotonic() - started < 25, time.monotonic() - started
             assert info["partitions"] == target and info["generation"] > out["adoption_generation"]
             n = received[0]
             await wait_until(lambda: received[0] > n + 200, what="traffic after the cutover")
-        assert (await describe(admin_url))["retired"] == [2, 3]
+        if steps[-1][0] == 2:
+            assert (await describe(admin_url))["retired"] == [2, 3]
     finally:
         stop.set()
         await asyncio.wait_for(pub, 60)
@@ -128,7 +140,7 @@ async def scenario(cluster) -> None:
     assert all(f.done() and f.exception() is None for f in futures)
     assert not violations, violations[:10]
     assert received[0] == sum(sent.values()) - len(KEYS)
-    assert producer.cutovers == 2
+    assert producer.cutovers == len(steps)
 
 
 async def _finalized(admin_url: str):
@@ -139,3 +151,68 @@ async def _finalized(admin_url: str):
 def test_grow_and_shrink_on_three_brokers_keep_per_key_order(tmp_path):
     with local_cluster(str(tmp_path)) as cluster:
         asyncio.run(asyncio.wait_for(scenario(cluster), 240))
+
+
+def test_grow_while_a_broker_is_being_drained(tmp_path):
+    # shared_fs: a drained broker's partitions move with their history (docs/cluster.md)
+    with local_cluster(str(tmp_path), storage="shared_fs") as cluster:
+        on_broker_3 = []
+
+        async def drain(target):
+            assignments = (await read_state(cluster.etcd.url))["assignments"]
+            on_broker_3.extend(t for t, b in assignments.items() if t.startswith(T) and b == "broker-3")
+            await asyncio.sleep(0.2)
+            await asyncio.to_thread(admin, cluster.procs[0].admin_url, "brokers", "unload", "broker-3")
+
+        asyncio.run(asyncio.wait_for(scenario(cluster, ((4, 1),), during=drain), 240))
+        assert on_broker_3, "no partition was on the drained broker"
+        assignments = asyncio.run(read_state(cluster.etcd.url))["assignments"]
+        assert not [t for t, b in assignments.items() if t.startswith(T) and b == "broker-3"], assignments
+
+
+def test_silent_client_waits_for_the_timeout_and_a_dead_brokers_label_is_ignored(tmp_path, monkeypatch):
+    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "8000")   # inherited by the brokers
+    with local_cluster(str(tmp_path)) as cluster:
+        async def run():
+            from danube.metadata.etcd import EtcdMetadataStore
+            from danube.metadata import keys as mkeys
+            from danube.proto.danube_batch import batch_pb2 as bpb
+            from danube.proto.danube_batch import batch_pb2_grpc as bgrpc
+
+            store = EtcdMetadataStore(cluster.etcd.url)
+            # a broker that died with clients behind: its label is frozen low and it is not registered
+            await store.put_json(mkeys.routing_adoption("ghost"), {"lowest": 1, "at": 0})
+            # a push-capable client that acks once and then goes silent
+            channel = grpc.aio.insecure_channel(cluster.procs[2].url.split("://")[-1])
+            requests: asyncio.Queue = asyncio.Queue()
+
+            async def outgoing():
+                while True:
+                    item = await requests.get()
+                    if item is None:
+                        return
+                    yield item
+
+            silent = bgrpc.BatchLaneStub(channel).WatchTopology(outgoing())
+            requests.put_nowait(bpb.TopologyStreamRequest(subscribe=bpb.TopologyRequest(topics=[T])))
+            snap = await silent.read()
+            requests.put_nowait(bpb.TopologyStreamRequest(ack=bpb.TopologyAck(generation=snap.generation)))
+
+            async def during(target):
+                if target == 2:   # the silent client leaves before the shrink: only the ghost is left
+                    requests.put_nowait(None)
+                    silent.cancel()
+
+            def check(target, seconds):
+                if target == 4:   # held by the silent client: finalized on the 8 s timeout, not before
+                    assert 8 <= seconds < 30, seconds
+                else:             # the ghost's label is ignored: adopted long before the timeout
+                    assert seconds < 7.5, seconds
+
+            try:
+                await scenario(cluster, pause=False, during=during, check=check)
+            finally:
+                await channel.close()
+                await store.close()
+
+        asyncio.run(asyncio.wait_for(run(), 240))

@@ -221,7 +221,7 @@ def fanout(d, readers, records=200_000, batch=1000):
     them all.  Readers count bytes (every frame here is 138 bytes), so the figure is the
     WAL's cost of delivering the views, not the readers' own work on them."""
     payloads = [b"x" * 100] * batch
-    frame_bytes = 16 + 22 + 100
+    frame_bytes = frames.HEADER_SIZE + frames.MIN_BODY + 100
 
     async def run():
         with Wal.open(d, sync="never", max_file_bytes=256 << 20) as wal:

@@ -67,7 +67,7 @@ def make_segments(root: str, total_bytes: int, payload_size: int, segment_bytes:
             attrs = {"source": "bench", "seq": str(n)} if n % 8 == 0 else None
             payload = rng.randbytes(payload_size)
             records.append((1_700_000_000_000 + n, 7, key, attrs, payload))
-            size += 16 + 22 + payload_size + (len(key) if key else 0)
+            size += frames.HEADER_SIZE + frames.MIN_BODY + payload_size + (len(key) if key else 0)
         data = frames.encode_records(records, base_offset=offset)
         seg.write_segment(backend, TOPIC, data)
         offset += len(records)

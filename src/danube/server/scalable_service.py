@@ -110,7 +110,8 @@ class ForwardingSegmentOps(BrokerSegmentOps):
 
 class ScalableTopicService:
     def __init__(self, broker: Any, *, broker_url: str | None = None, lease: Any = None,
-                 grace_seconds: float = DEFAULT_GRACE_SECONDS, lease_ttl: int = 10) -> None:
+                 grace_seconds: float = DEFAULT_GRACE_SECONDS, lease_ttl: int = 10,
+                 auto_split: dict[str, Any] | None = None) -> None:
         self.broker = broker
         self.metadata = broker.metadata
         self.broker_url = broker_url or broker.broker_url
@@ -120,6 +121,7 @@ class ScalableTopicService:
         self._lease = lease
         self._own_lease: OwnLease | None = None
         self.lease_ttl = lease_ttl
+        self.auto_split = auto_split or {}  # ScalableTopicController auto_split_* / max_segments options
         self.controllers: dict[str, ScalableTopicController] = {}
         self._lock = asyncio.Lock()
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -170,7 +172,7 @@ class ScalableTopicService:
                 if ctl is None:
                     ctl = ScalableTopicController(topic, self.store, self.ops, await self._lease_source(),
                                                   self.broker_url, grace_seconds=self.grace_seconds,
-                                                  step_hook=_crash_hook())
+                                                  step_hook=_crash_hook(), **self.auto_split)
                     await ctl.start()
                     self.controllers[topic] = ctl
         await ctl.wait_leader()
@@ -492,7 +494,10 @@ def attach(server: grpc.aio.Server, broker: Any, config: Any = None) -> Scalable
     if not cfg.enabled:
         return None
     return add_to_server(server, broker, grace_seconds=cfg.session_grace_seconds,
-                         lease_ttl=cfg.controller_lease_seconds)
+                         lease_ttl=cfg.controller_lease_seconds,
+                         auto_split={"auto_split_rate": cfg.auto_split_rate,
+                                     "auto_split_interval": cfg.auto_split_interval_seconds,
+                                     "max_segments": cfg.max_segments})
 
 
 __all__ = ["ScalableTopicService", "ScalableTopicsServicer", "add_servicer", "add_to_server", "attach"]

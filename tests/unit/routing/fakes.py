@@ -13,6 +13,7 @@ class FakeSegment:
     terminated: bool = False
     subscriptions: dict[str, int] = field(default_factory=dict)  # name -> backlog
     types: dict[str, str] = field(default_factory=dict)  # name -> subscription type
+    messages_in: int = 0
 
 
 class MemorySegmentOps:
@@ -55,7 +56,8 @@ class MemorySegmentOps:
 
     async def segment_stats(self, topic: str) -> dict[str, Any]:
         seg = self._get(topic)
-        return {"terminated": seg.terminated, "subscriptions": dict(seg.subscriptions)}
+        return {"terminated": seg.terminated, "messages_in": seg.messages_in,
+                "subscriptions": {n: {"backlog": b} for n, b in seg.subscriptions.items()}}
 
     def _get(self, topic: str) -> FakeSegment:
         try:

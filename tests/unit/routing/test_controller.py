@@ -227,3 +227,23 @@ async def test_a_deleted_topic_ends_the_election(metadata):
     assert await metadata.get(keys.scalable_controller(T)) is None
     await a.stop()
     await b.stop()
+
+
+async def test_automatic_split_of_a_busy_segment(metadata):
+    ops = MemorySegmentOps()
+    store = ScalableTopicStore(metadata)
+    await create_scalable_topic(store, ops, T, 2)
+    lease = await StoreLease.grant(metadata)
+    ctl = ScalableTopicController(T, store, ops, lease, "http://a:1", auto_split_rate=100.0,
+                                  auto_split_interval=3600, max_segments=3)
+    await ctl.start()
+    await ctl.wait_leader()
+    layout = ctl.layout
+    assert await ctl.auto_split_tick(0.0) is None  # first sight
+    ops.segments[seg_topic(layout, 0)].messages_in = 50  # 50 msg/s: below
+    ops.segments[seg_topic(layout, 1)].messages_in = 500  # 500 msg/s: split
+    assert await ctl.auto_split_tick(1.0) == 1
+    assert [s.segment_id for s in ctl.layout.active_segments] == [0, 2, 3]
+    ops.segments[seg_topic(layout, 0)].messages_in = 5000
+    assert await ctl.auto_split_tick(2.0) is None  # max_segments reached
+    await ctl.stop()

@@ -138,7 +138,8 @@ async def delete_scalable_topic(store: ScalableTopicStore, ops: SegmentOps, topi
 class ScalableTopicController:
     def __init__(self, topic: str, store: ScalableTopicStore, ops: SegmentOps, lease: LeaseSource,
                  broker_url: str, *, grace_seconds: float = DEFAULT_GRACE_SECONDS,
-                 step_hook: StepHook | None = None) -> None:
+                 step_hook: StepHook | None = None, auto_split_rate: float = 0.0,
+                 auto_split_interval: float = 10.0, max_segments: int = 64) -> None:
         keys.split_topic(topic)
         self.topic = topic
         self.store = store
@@ -156,6 +157,11 @@ class ScalableTopicController:
         self._op_lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
         self._ctl = keys.scalable_controller(topic)
+        self.auto_split_rate = auto_split_rate  # msgs/s of one active segment that triggers a split; 0 = off
+        self.auto_split_interval = auto_split_interval
+        self.max_segments = max_segments
+        self._rates: dict[int, tuple[float, int]] = {}  # segment id -> (time, messages_in) last seen
+        self._auto_task: asyncio.Task | None = None
         self._op_key = keys.scalable_operation(topic)
 
     # ------------------------------------------------------------ lifecycle and election
@@ -168,6 +174,8 @@ class ScalableTopicController:
     async def stop(self, *, resign: bool = True) -> None:
         await cancel_and_wait(self._task)
         self._task = None
+        await cancel_and_wait(self._auto_task)
+        self._auto_task = None
         if resign and self.is_leader:
             try:
                 await self.store.metadata.txn(self.guard(), [Op.delete(self._ctl)])
@@ -248,6 +256,9 @@ class ScalableTopicController:
             # recover and restore first: callers see a leader only once it is ready to serve
             log.info("%s is the controller leader of %s", self.broker_url, self.topic)
             await self._on_elected()  # on failure the election loop retries (the key is still ours)
+            if self.auto_split_rate > 0 and (self._auto_task is None or self._auto_task.done()):
+                self._auto_task = asyncio.get_running_loop().create_task(
+                    self._auto_split_loop(), name=f"scalable-autosplit-{self.topic}")
         self.leader_url = url
         self.is_leader = becoming
         self.changed.set()
@@ -376,6 +387,43 @@ class ScalableTopicController:
     async def _notify(self, layout: SegmentLayout) -> None:
         for coord in list(self.coordinators.values()):
             await coord.on_layout_change(layout)
+
+    # ------------------------------------------------------------ automatic splitting (optional)
+
+    async def _auto_split_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.is_leader:
+            await asyncio.sleep(self.auto_split_interval)
+            try:
+                await self.auto_split_tick(loop.time())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - try again next tick
+                log.warning("automatic split check of %s: %s", self.topic, exc)
+
+    async def auto_split_tick(self, now: float) -> int | None:
+        """Split the busiest active segment whose publish rate since the last tick exceeds
+        ``auto_split_rate`` (at most one split a tick, up to ``max_segments``); its id, or None."""
+        if not self.is_leader or self.auto_split_rate <= 0 or self.layout is None:
+            return None
+        active = self.layout.active_segments
+        busiest: tuple[float, int] | None = None
+        for seg in active:
+            stats = await self.ops.segment_stats(segment_topic_name(self.topic, seg))
+            count = int(stats.get("messages_in", 0))
+            seen = self._rates.get(seg.segment_id)
+            self._rates[seg.segment_id] = (now, count)
+            if seen is None or count < seen[1] or now <= seen[0]:
+                continue  # first sight, or the counter restarted (the segment moved)
+            rate = (count - seen[1]) / (now - seen[0])
+            if rate > self.auto_split_rate and seg.hash_range.size > 1 and (busiest is None or rate > busiest[0]):
+                busiest = (rate, seg.segment_id)
+        if busiest is None or len(active) >= self.max_segments:
+            return None
+        log.info("automatic split of segment %d of %s: %.0f msg/s > %.0f", busiest[1], self.topic, busiest[0],
+                 self.auto_split_rate)
+        await self.split_segment(busiest[1])
+        return busiest[1]
 
     # ------------------------------------------------------------ subscriptions and consumers
 

@@ -392,6 +392,23 @@ class _PartitionProducer:
             self._has_meta = True
         self._open_bytes += len(payload) + _FRAME_OVERHEAD
 
+    def take_unsent(self) -> list[tuple[int, _Batch]]:
+        """At a cutover: the queued batches not sent yet leave the queue (to be routed again
+        rather than sent, refused and sent again); a stream holding one skips it once it is gone."""
+        kept, taken = [], []
+        while not self._to_send.empty():
+            item = self._to_send.get_nowait()
+            if isinstance(item, tuple) and item[1].sent_at == 0.0 and item[0] in self._unacked:
+                del self._unacked[item[0]]
+                taken.append(item)
+            else:
+                kept.append(item)
+        for item in kept:
+            self._to_send.put_nowait(item)
+        if taken:
+            self._after_ack()
+        return taken
+
     def _enqueue(self, batch: _Batch) -> None:
         batch.version = self.owner.partitioning_version
         seq = next(self._sequence)
@@ -738,8 +755,9 @@ class Producer:
         self._routable.clear()
         try:
             while True:
-                for part in self._parts:
+                for index, part in enumerate(self._parts):
                     part.seal()
+                    self._refused.extend((index, seq, batch) for seq, batch in part.take_unsent())
                 await asyncio.gather(*(part._idle.wait() for part in self._parts))
                 assert self._target is not None
                 version, partitions = self._target

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 
 import grpc
+import pytest
 
 from danube.broker.policies import DispatchSettings
 from danube.client import DanubeClient, SubType
@@ -73,8 +74,8 @@ class Run:
                 await asyncio.sleep(0.005)
         await self.producer.flush()
 
-    async def consume(self) -> None:
-        async for m in self.consumer:
+    async def consume(self, consumer) -> None:
+        async for m in consumer:
             await self.running.wait()
             key, seq = m.payload.decode().split(":")
             seq = int(seq)
@@ -82,53 +83,62 @@ class Run:
                 self.violations.append(f"{key}: {seq} after {self.seen[key]} ({m.topic}@{m.offset})")
             self.seen[key] = max(self.seen[key], seq)
             self.received += 1
-            await self.consumer.ack(m)
+            await consumer.ack(m)
 
     def complete(self) -> bool:
         return all(self.seen[k] == self.sent[k] - 1 for k in KEYS)
 
 
 @contextlib.asynccontextmanager
-async def live_run(channel, broker, partitions):
+async def live_run(channel, broker, partitions, sub_type=SubType.Exclusive, consumers=1):
     await broker.metadata.put_json(keys.topic_partitions(T), partitions)
     client = client_for(channel)
     producer = client.new_producer().with_topic(T).with_name("p").with_partitions(partitions).build()
     await producer.create()
-    consumer = (client.new_consumer().with_topic(T).with_consumer_name("c").with_subscription("s")
-                .with_subscription_type(SubType.Exclusive).with_reliable(True)
-                .with_receive_credit(50, 1 << 20).build())   # the backlog stays on the broker
-    await consumer.subscribe()
-    run = Run(client, producer, consumer)
-    tasks = [asyncio.ensure_future(run.publish()), asyncio.ensure_future(run.consume())]
+    subscribed = []
+    for i in range(consumers):
+        consumer = (client.new_consumer().with_topic(T).with_consumer_name(f"c{i}").with_subscription("s")
+                    .with_subscription_type(sub_type).with_reliable(True)
+                    .with_receive_credit(50, 1 << 20).build())   # the backlog stays on the broker
+        await consumer.subscribe()
+        subscribed.append(consumer)
+    run = Run(client, producer, subscribed[0])
+    run.consumers = subscribed
+    tasks = [asyncio.ensure_future(run.publish())] + [asyncio.ensure_future(run.consume(c)) for c in subscribed]
     try:
         yield run
     finally:
         run.stop.set()
         await asyncio.wait_for(tasks[0], 20)
         await wait_until(run.complete, what="every message consumed")
-        tasks[1].cancel()
-        await asyncio.gather(tasks[1], return_exceptions=True)
+        for task in tasks[1:]:
+            task.cancel()
+        await asyncio.gather(*tasks[1:], return_exceptions=True)
         for f in run.futures:
             assert f.done() and f.exception() is None
         await producer.close()
-        await consumer.close()
+        for consumer in subscribed:
+            await consumer.close()
         await client.close()
         assert not run.violations, run.violations[:10]
         assert run.received == sum(run.sent.values())       # nothing lost, nothing twice
 
 
-async def test_grow_then_shrink_keeps_per_key_order(tmp_path, monkeypatch):
+@pytest.mark.parametrize("sub_type,consumers", [(SubType.Exclusive, 1), (SubType.Failover, 1),
+                                                (SubType.KeyShared, 2)])
+async def test_grow_then_shrink_keeps_per_key_order(tmp_path, monkeypatch, sub_type, consumers):
     monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "30000")
     async with served_broker(tmp_path, add_services, sync="never",
                              dispatch=DispatchSettings(cursor_flush_interval_ms=100)) as (broker, channel):
         store = RepartitionStore(broker.metadata)
-        async with live_run(channel, broker, 2) as run:
+        async with live_run(channel, broker, 2, sub_type, consumers) as run:
             await wait_until(lambda: run.received > 300, what="steady traffic")
             run.running.clear()                              # a pre-cutover backlog on the sources
             await asyncio.sleep(0.3)
             await store.repartition(T, 4, now_ms=0)
             await wait_until(lambda: run.producer.partitioning_version == 1, what="producer cut over")
-            await wait_until(lambda: len(run.consumer._parts) == 4, what="consumer attached to the new partitions")
+            await wait_until(lambda: all(len(c._parts) == 4 for c in run.consumers),
+                             what="consumers attached to the new partitions")
             await asyncio.sleep(0.3)                         # moved keys published on the new partitions
             run.running.set()
             finalizer = broker.repartition.finalizer

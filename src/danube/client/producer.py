@@ -729,6 +729,10 @@ class Producer:
         self, payload: bytes, key: str | None = None, attributes: Mapping[str, str] | None = None
     ) -> asyncio.Future:
         """Queues one message; returns a future of its offset (in its partition), set once durable."""
+        if self._routable.is_set():  # the usual case: no cutover, space in the partition's window
+            part = self._part(key)
+            if part._space.is_set():
+                return await part.add(payload, key, attributes)
         return await (await self._routed(key)).add(payload, key, attributes)
 
     # ------------------------------------------------------------ live repartition

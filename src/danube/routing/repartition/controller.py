@@ -80,7 +80,7 @@ class AdoptionReporter:
     """Writes this broker's adoption label on change and every ``interval_s``."""
 
     def __init__(self, metadata: MetadataStore, broker_id: str, tracker: AdoptionTracker, *,
-                 interval_s: float = 1.0) -> None:
+                 interval_s: float = 5.0) -> None:
         self.metadata = metadata
         self.broker_id = broker_id
         self.tracker = tracker

@@ -24,7 +24,7 @@ from danube.wal.files import LOCK_NAME, WalFileInfo, fsync_directory
 from danube.wal.options import SyncPolicy, WalOptions
 from danube.wal.pagecache import PageCacheWindow
 from danube.wal.recovery import RecoveryReport, recover
-from danube.wal.rotation import FileKeeper, file_info as _info
+from danube.wal.rotation import FileKeeper, file_info as _info, grow_reservation
 from danube.wal.sync import Syncer
 from danube.wal.tail import AppendNotifier
 
@@ -88,7 +88,7 @@ class Wal:
             self._ring = _ring.FrameRing(options.cache_bytes, next_offset=active.next_offset)
         else:  # resuming: the cache was emptied at suspend
             self._ring.reset(active.next_offset)
-        self._writer = _walfile.LogWriter(active, self._ring, self._rotate,
+        self._writer = _walfile.LogWriter(active, self._ring, self._on_full,
                                           max_file_age_s=options.max_file_age_s)
         if options.sync is SyncPolicy.NEVER:
             # fault the file mapping in ahead of the writer (never under a sync policy: each
@@ -277,6 +277,15 @@ class Wal:
             self._resume_if_dormant()
             return self._rotate(0)
         return None
+
+    def _on_full(self, min_bytes: int) -> WalFileInfo | None:
+        """Called by the writer when the active file's reserved space cannot take ``min_bytes``
+        more, or the file is older than ``max_file_age_s``: reserve more disk for the file
+        (doubling, up to ``max_file_bytes``) while it fits, else rotate."""
+        seg = self._writer.segment
+        if not self._writer.rotation_due() and grow_reservation(seg, min_bytes):
+            return None
+        return self._rotate(min_bytes)
 
     def _rotate(self, min_bytes: int) -> WalFileInfo | None:
         """Called by the writer when the active file cannot take ``min_bytes`` more or is too old.

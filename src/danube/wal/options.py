@@ -23,6 +23,9 @@ class WalOptions:
     sync: SyncPolicy = SyncPolicy.ALWAYS
     sync_interval_ms: float = 5.0
     max_file_bytes: int = 64 * MiB
+    # Disk reserved for a new file; the reservation doubles ahead of the writer up to
+    # max_file_bytes (a spare after a rotation reserves what the rotated file came to).
+    initial_file_bytes: int = 256 * 1024
     max_file_age_s: float | None = None
     cache_bytes: int = 64 * MiB
     # The newest bytes of the log kept in the OS page cache; older synced bytes are dropped
@@ -46,6 +49,8 @@ class WalOptions:
             raise InvalidArgumentError("sync_interval_ms must be > 0")
         if opts.max_file_bytes < 4096:
             raise InvalidArgumentError("max_file_bytes must be at least 4096")
+        if opts.initial_file_bytes < 4096:
+            raise InvalidArgumentError("initial_file_bytes must be at least 4096")
         if opts.max_file_age_s is not None and not opts.max_file_age_s > 0:
             raise InvalidArgumentError("max_file_age_s must be > 0 or None")
         if opts.cache_bytes < 0:

@@ -100,7 +100,7 @@ def recover(directory: str, options: WalOptions) -> RecoveredLog:
         raise
 
     active = None
-    if segments and segments[-1].writable and segments[-1].write_pos < segments[-1].capacity:
+    if segments and segments[-1].writable and segments[-1].write_pos < segments[-1].map_size:
         active = segments.pop()
     elif segments and segments[-1].writable:
         segments[-1].seal(sync=False)  # exactly full: treat as rotated
@@ -122,7 +122,7 @@ def recover(directory: str, options: WalOptions) -> RecoveredLog:
     if active is None:
         path = os.path.join(directory, segment_file_name(next_seq))
         active = _walfile.SegmentFile.create(path, next_seq, next_offset, options.max_file_bytes,
-                                             index_every=index_every)
+                                             index_every=index_every, reserve=options.initial_file_bytes)
         next_seq += 1
 
     found = ckpt if report.checkpoint_found else None

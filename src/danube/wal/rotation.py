@@ -51,6 +51,23 @@ POPULATE_NEVER = 4 << 20
 POPULATE_SYNCED = 64 << 10
 
 
+def grow_reservation(seg, need: int) -> bool:
+    """Reserve disk (``posix_fallocate``) for ``need`` more bytes at the write position of
+    ``seg``, doubling its reservation (a few microseconds on ext4), when the file's size allows;
+    False when it does not (rotate instead).
+
+    Why in steps (issue 20; docs/wal.md "Disk"): a file reserved whole up front costs its full
+    size on disk the moment a topic exists.  The file is created at its full size but sparse
+    (``ftruncate``: a hole reads as zeros, where recovery's scan stops) and only its reserved
+    part is allocated; stores through the mapping never go beyond the reservation, so a full
+    disk is an error from ``posix_fallocate`` here, never a SIGBUS in the writer."""
+    want = seg.write_pos + need
+    if want > seg.map_size:
+        return False
+    seg.reserve(min(seg.map_size, max(2 * seg.capacity, want)))
+    return True
+
+
 def file_info(seg) -> WalFileInfo:
     return WalFileInfo(seg.path, seg.seq, seg.first_offset, seg.last_offset, seg.write_pos)
 
@@ -84,6 +101,7 @@ class FileKeeper:
         # A spare only for a log that writes: made after its first rotation, not at open (an idle
         # or small topic holds one file; issue 20).
         self._want_spare = False
+        self._spare_reserve = options.initial_file_bytes  # disk reserved for the next spare
         self.spares_used = 0                  # rotations that found their file ready
         self.fallback_creates = 0             # rotations that had to create it on the writer's thread
         self._thread = threading.Thread(target=self._run, name="danube-wal-files", daemon=True)
@@ -97,9 +115,8 @@ class FileKeeper:
         record is bigger than ``max_file_bytes``)."""
         need = _walfile.FILE_HEADER_SIZE + min_bytes
         with self._cond:
-            self._want_spare = True
             spare, self._spare = self._spare, None
-            if spare is not None and spare.capacity >= need:
+            if spare is not None and spare.map_size >= need:
                 self._last_used_seq = spare.seq
                 self._cond.notify()  # make the next one
             else:
@@ -113,12 +130,15 @@ class FileKeeper:
                 self._cond.notify()
         if spare is not None:
             spare.activate(first_offset)
+            if spare.capacity < need:  # a record bigger than the spare's reservation
+                spare.reserve(need)
             self.spares_used += 1
             return spare
         self.fallback_creates += 1
         path = os.path.join(self.directory, segment_file_name(seq))
         seg = _walfile.SegmentFile.create(path, seq, first_offset, max(self.options.max_file_bytes, need),
-                                          index_every=self.options.index_every_bytes)
+                                          index_every=self.options.index_every_bytes,
+                                          reserve=max(self.options.initial_file_bytes, need))
         if self.durable:
             self.dir_dirty = True  # the syncer fsyncs the directory before anything in it counts as durable
         return seg
@@ -128,6 +148,11 @@ class FileKeeper:
         if self.durable:
             self.unsynced.append(old)
         with self._cond:
+            # the next spare reserves what this file came to need: a hot log's files are
+            # reserved whole (as before issue 20), a log rotated by age keeps small files
+            self._spare_reserve = min(max(old.capacity, self.options.initial_file_bytes),
+                                      self.options.max_file_bytes)
+            self._want_spare = True  # the log writes: keep a spare ahead from now on
             self._retired += 1
             self._to_finish.append(old)
             self._cond.notify()
@@ -236,7 +261,8 @@ class FileKeeper:
             self._next_seq += 1
         path = os.path.join(self.directory, segment_file_name(seq))
         seg = _walfile.SegmentFile.create_spare(path, seq, self.options.max_file_bytes,
-                                                index_every=self.options.index_every_bytes)
+                                                index_every=self.options.index_every_bytes,
+                                                reserve=self._spare_reserve)
         try:
             if self.durable:
                 seg.sync()  # the preallocation's metadata, not on the first sync of the active file

@@ -13,7 +13,8 @@ cdef class SegmentFile:
     cdef readonly int64_t created_ms
     cdef readonly Py_ssize_t write_pos
     cdef readonly Py_ssize_t count
-    cdef readonly Py_ssize_t capacity
+    cdef readonly Py_ssize_t capacity   # bytes the writer may fill: reserved on disk (<= map_size)
+    cdef readonly Py_ssize_t map_size   # bytes mapped (the file's size; beyond capacity a hole)
     cdef readonly bint writable
     cdef readonly Py_ssize_t index_every
     cdef IndexEntry* _index
@@ -28,6 +29,7 @@ cdef class SegmentFile:
 
     cdef int _map(self, Py_ssize_t size, bint writable) except -1
     cdef int _unmap(self) except -1
+    cdef int _create_space(self, Py_ssize_t size, object reserve) except -1
     cdef int _init_empty(self, str path, object seq, uint64_t first_offset, int64_t created_ms,
                          Py_ssize_t index_every, bint spare) except -1
     cdef int _add_index(self, uint64_t offset, Py_ssize_t pos) except -1

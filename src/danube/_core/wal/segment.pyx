@@ -64,6 +64,39 @@ def preallocate(int fd, Py_ssize_t size):
         os.ftruncate(fd, size)
 
 
+cdef int _reserve_range(int fd, Py_ssize_t start, Py_ssize_t length) except -1:
+    """Allocate ``[start, start + length)`` of a file already that long (a hole: zeros);
+    a file system without ``posix_fallocate`` leaves it to writeback (as ``preallocate``)."""
+    if length <= 0:
+        return 0
+    try:
+        os.posix_fallocate(fd, start, length)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+    return 0
+
+
+cdef Py_ssize_t _data_end(int fd, Py_ssize_t start, Py_ssize_t size):
+    """End of the last data region in ``[start, size)`` (holes read as zeros and cannot hold a
+    torn tail), ``start`` when there is none; ``size`` when the file system cannot tell."""
+    cdef Py_ssize_t pos = start, last = start, d, h
+    try:
+        while pos < size:
+            d = os.lseek(fd, pos, os.SEEK_DATA)
+            if d >= size:
+                break
+            h = os.lseek(fd, d, os.SEEK_HOLE)
+            last = min(h, size)
+            pos = h
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:   # ENXIO: no data after pos
+            return size
+    except AttributeError:             # no SEEK_DATA on this platform
+        return size
+    return last
+
+
 cdef _release(mm):
     """Close a mapping unless readers still hold views of it (then it dies with the last view)."""
     if mm is not None:
@@ -111,6 +144,7 @@ cdef class SegmentFile:
         self._mm = mm
         self.base = <unsigned char*>self._view.buf
         self.capacity = size
+        self.map_size = size
         return 0
 
     cdef int _unmap(self) except -1:
@@ -170,21 +204,52 @@ cdef class SegmentFile:
 
     @classmethod
     def create(cls, str path, seq, first_offset, Py_ssize_t capacity, *, created_ms=None,
-               Py_ssize_t index_every=65536):
+               Py_ssize_t index_every=65536, reserve=None):
         cdef SegmentFile seg = SegmentFile.__new__(SegmentFile)
         capacity = max(capacity, HEADER + FRAME_HEADER_SIZE)
         created_ms = _now_ms() if created_ms is None else created_ms
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         seg._fd = fd
         try:
-            preallocate(fd, capacity)
-            seg._map(capacity, True)
+            seg._create_space(capacity, reserve)
             memcpy(seg.base, PyBytes_AS_STRING(encode_file_header(seq, first_offset, created_ms)), HEADER)
         except BaseException:
             seg.close()
             raise
         seg._init_empty(path, seq, first_offset, created_ms, index_every, False)
         return seg
+
+    cdef int _create_space(self, Py_ssize_t size, object reserve) except -1:
+        """Size a new file and map it: reserved whole (``reserve`` None), or sparse to ``size``
+        with only ``[0, reserve)`` allocated, which is then all the writer may fill until
+        ``reserve()`` grows it."""
+        cdef Py_ssize_t r
+        if reserve is None or reserve >= size:
+            preallocate(self._fd, size)
+            self._map(size, True)
+            return 0
+        r = max(<Py_ssize_t>reserve, HEADER + FRAME_HEADER_SIZE)
+        os.ftruncate(self._fd, size)
+        _reserve_range(self._fd, 0, r)
+        self._map(size, True)
+        self.capacity = r
+        return 0
+
+    def reserve(self, Py_ssize_t capacity):
+        """Reserve disk up to ``capacity`` bytes (at most the mapped size) for the writer;
+        returns the new capacity.  A full disk raises ``WalError`` here, before any store
+        could touch an unallocated page (which would be a SIGBUS)."""
+        if self.base == NULL or not self.writable:
+            raise WalClosedError(f"segment {self.path} is not writable")
+        capacity = min(capacity, self.map_size)
+        if capacity > self.capacity:
+            try:
+                _reserve_range(self._fd, self.capacity, capacity - self.capacity)
+            except OSError as exc:
+                raise WalError(f"segment {self.path}: reserving disk up to {capacity} bytes failed: "
+                               f"{exc.strerror}") from exc
+            self.capacity = capacity
+        return self.capacity
 
     cdef int _init_empty(self, str path, object seq, uint64_t first_offset, int64_t created_ms,
                          Py_ssize_t index_every, bint spare) except -1:
@@ -205,16 +270,17 @@ cdef class SegmentFile:
         return 0
 
     @classmethod
-    def create_spare(cls, str path, seq, Py_ssize_t capacity, *, Py_ssize_t index_every=65536):
+    def create_spare(cls, str path, seq, Py_ssize_t capacity, *, Py_ssize_t index_every=65536,
+                     reserve=None):
         """A preallocated file with an all-zero header, to become the active file later
-        (``activate``); recovery deletes it while its header is still zero."""
+        (``activate``); recovery deletes it while its header is still zero.  ``reserve``:
+        as ``create``."""
         cdef SegmentFile seg = SegmentFile.__new__(SegmentFile)
         capacity = max(capacity, HEADER + FRAME_HEADER_SIZE)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         seg._fd = fd
         try:
-            preallocate(fd, capacity)
-            seg._map(capacity, True)
+            seg._create_space(capacity, reserve)
         except BaseException:
             seg.close()
             raise
@@ -299,7 +365,7 @@ cdef class SegmentFile:
         end = res.end_pos
         trimmed = 0
         if res.reason != 0:
-            last = size
+            last = _data_end(fd, end, size)   # not the holes: a sparse 64 MiB tail is not read
             with nogil:
                 while last > end and last - 8 >= end and (<uint64_t*>(seg.base + last - 8))[0] == 0 \
                         and ((last & 7) == 0):
@@ -319,6 +385,10 @@ cdef class SegmentFile:
         seg._valid_end = end
         seg.count = res.count
         seg.writable = writable
+        if writable:
+            # what is allocated beyond the data is unknown (a hole after a suspend or a growth in
+            # steps): the writer gets the page after its data and reserves more before storing
+            seg.capacity = min(size, (end + _PAGE - 1) // _PAGE * _PAGE)
         return seg, (res.reason, trimmed)
 
     # ------------------------------------------------------------ state

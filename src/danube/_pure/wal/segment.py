@@ -10,9 +10,13 @@ Segment file layout ("danube-wal-v1")
 
 A WAL directory holds segment files named ``wal-<seq:020d>.log`` (``seq``
 counts up from 1) and the checkpoint ``wal.ckpt`` (see ``danube/wal/checkpoint.py``).
-A segment file is preallocated to its capacity (``posix_fallocate``, else
-``ftruncate``), mapped with ``mmap`` and written through the mapping.  All
-integers are little-endian::
+A segment file is created at its full size (``map_size``, the rotation size) and
+mapped whole with ``mmap``; it is written through the mapping.  Either all of it is
+allocated up front (``posix_fallocate``, else ``ftruncate``), or (``reserve=``) the
+file is sparse and only its first ``capacity`` bytes are allocated, grown ahead of
+the writer by ``reserve()`` (issue 20): the writer never stores beyond ``capacity``,
+so a full disk is an error from ``posix_fallocate``, never a SIGBUS.  A hole reads
+as zeros like preallocated space.  All integers are little-endian::
 
     file header (64 bytes)
       0   8 bytes  magic        b"DNBWAL\\x00\\x01"
@@ -29,7 +33,7 @@ integers are little-endian::
       offsets consecutive from first_offset, nothing between them
 
     end of data
-      the first all-zero 16-byte frame header (preallocated space is zero), or
+      the first all-zero 16-byte frame header (preallocated space and holes are zero), or
       the end of the file for a rotated (sealed) file, which is truncated to
       exactly header + frames
 
@@ -157,7 +161,8 @@ class SegmentFile:
         self.count = count
         self.writable = writable
         self.index_every = index_every
-        self.capacity = len(mm)
+        self.capacity = len(mm)   # bytes the writer may fill: reserved on disk (<= map_size)
+        self.map_size = len(mm)   # bytes mapped (the file's size; beyond capacity a hole)
         self._index_offsets = array("q")
         self._index_positions = array("q")
         self._last_indexed = -(1 << 62)
@@ -172,34 +177,57 @@ class SegmentFile:
 
     @classmethod
     def create(cls, path: str, seq: int, first_offset: int, capacity: int, *,
-               created_ms: int | None = None, index_every: int = 65536) -> "SegmentFile":
+               created_ms: int | None = None, index_every: int = 65536,
+               reserve: int | None = None) -> "SegmentFile":
+        """A new file of ``capacity`` bytes: reserved whole (``reserve`` None), or sparse with
+        only ``[0, reserve)`` allocated, which is then all the writer may fill until
+        :meth:`reserve` grows it."""
         capacity = max(capacity, FILE_HEADER_SIZE + HEADER_SIZE)
         created_ms = now_ms() if created_ms is None else created_ms
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
-            preallocate(fd, capacity)
-            mm = mmap.mmap(fd, capacity, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            mm, reserved = _create_space(fd, capacity, reserve)
             mm[0:FILE_HEADER_SIZE] = encode_file_header(seq, first_offset, created_ms)
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, fd, mm, seq=seq, first_offset=first_offset, created_ms=created_ms,
-                   write_pos=FILE_HEADER_SIZE, count=0, writable=True, index_every=index_every, index=[])
+        seg = cls(path, fd, mm, seq=seq, first_offset=first_offset, created_ms=created_ms,
+                  write_pos=FILE_HEADER_SIZE, count=0, writable=True, index_every=index_every, index=[])
+        seg.capacity = reserved
+        return seg
+
+    def reserve(self, capacity: int) -> int:
+        """Reserve disk up to ``capacity`` bytes (at most the mapped size) for the writer;
+        returns the new capacity.  A full disk raises ``WalError`` here, before any store
+        could touch an unallocated page (which would be a SIGBUS)."""
+        if self._mm is None or not self.writable:
+            raise WalClosedError(f"segment {self.path} is not writable")
+        capacity = min(capacity, self.map_size)
+        if capacity > self.capacity:
+            try:
+                _reserve_range(self._fd, self.capacity, capacity - self.capacity)
+            except OSError as exc:
+                raise WalError(f"segment {self.path}: reserving disk up to {capacity} bytes failed: "
+                               f"{exc.strerror}") from exc
+            self.capacity = capacity
+        return self.capacity
 
     @classmethod
-    def create_spare(cls, path: str, seq: int, capacity: int, *, index_every: int = 65536) -> "SegmentFile":
+    def create_spare(cls, path: str, seq: int, capacity: int, *, index_every: int = 65536,
+                     reserve: int | None = None) -> "SegmentFile":
         """A preallocated file with an all-zero header, to become the active file later
-        (:meth:`activate`); recovery deletes it while its header is still zero."""
+        (:meth:`activate`); recovery deletes it while its header is still zero.  ``reserve``:
+        as :meth:`create`."""
         capacity = max(capacity, FILE_HEADER_SIZE + HEADER_SIZE)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
-            preallocate(fd, capacity)
-            mm = mmap.mmap(fd, capacity, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            mm, reserved = _create_space(fd, capacity, reserve)
         except BaseException:
             os.close(fd)
             raise
         seg = cls(path, fd, mm, seq=seq, first_offset=0, created_ms=0, write_pos=FILE_HEADER_SIZE, count=0,
                   writable=True, index_every=index_every, index=[])
+        seg.capacity = reserved
         seg.spare = True
         return seg
 
@@ -261,6 +289,10 @@ class SegmentFile:
             trimmed = _zero_tail(fd, mm, end, writable)
         seg = cls(path, fd, mm, seq=seq, first_offset=first_offset, created_ms=created_ms,
                   write_pos=end, count=count, writable=writable, index_every=index_every, index=index)
+        if writable:
+            # what is allocated beyond the data is unknown (a hole after a suspend or a growth in
+            # steps): the writer gets the page after its data and reserves more before storing
+            seg.capacity = min(size, -(-end // mmap.PAGESIZE) * mmap.PAGESIZE)
         return seg, (reason, trimmed)
 
     # ------------------------------------------------------------ state
@@ -381,7 +413,7 @@ class SegmentFile:
         old = self._mm
         self._mm = mmap.mmap(self._fd, self.write_pos, mmap.MAP_SHARED, mmap.PROT_READ)
         _release(old)
-        self.capacity = self.write_pos
+        self.capacity = self.map_size = self.write_pos
         self.writable = False
 
     def close(self) -> None:
@@ -464,9 +496,53 @@ class SegmentFile:
                                       offset=offset, expected_crc=None, actual_crc=None, path=self.path)
 
 
+def _reserve_range(fd: int, start: int, length: int) -> None:
+    """Allocate ``[start, start + length)`` of a file already that long (a hole: zeros); a
+    file system without ``posix_fallocate`` leaves it to writeback (as :func:`preallocate`)."""
+    if length <= 0:
+        return
+    try:
+        os.posix_fallocate(fd, start, length)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+
+
+def _create_space(fd: int, size: int, reserve: int | None):
+    """Size a new file and map it: ``(mapping, reserved bytes)``."""
+    if reserve is None or reserve >= size:
+        preallocate(fd, size)
+        reserved = size
+    else:
+        reserved = max(reserve, FILE_HEADER_SIZE + HEADER_SIZE)
+        os.ftruncate(fd, size)
+        _reserve_range(fd, 0, reserved)
+    return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE), reserved
+
+
+def _data_end(fd: int, start: int, size: int) -> int:
+    """End of the last data region in ``[start, size)`` (holes read as zeros and cannot hold
+    a torn tail), ``start`` when there is none; ``size`` when the file system cannot tell."""
+    pos = last = start
+    try:
+        while pos < size:
+            d = os.lseek(fd, pos, os.SEEK_DATA)
+            if d >= size:
+                break
+            h = os.lseek(fd, d, os.SEEK_HOLE)
+            last = min(h, size)
+            pos = h
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:   # ENXIO: no data after pos
+            return size
+    except AttributeError:             # no SEEK_DATA on this platform
+        return size
+    return last
+
+
 def _zero_tail(fd: int, mm, end: int, writable: bool) -> int:
     """Zero every non-zero byte after ``end``; return how many bytes were cleared."""
-    tail = mm[end:]
+    tail = mm[end:_data_end(fd, end, len(mm))]   # not the holes: a sparse 64 MiB tail is not read
     last = len(tail.rstrip(b"\x00"))
     if last == 0:
         return 0

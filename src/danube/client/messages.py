@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from danube import frames as frame_codec
-from danube.schema.validation import SCHEMA_ATTR, parse_schema_value
+from danube.schema.tag import SCHEMA_ATTR, parse_schema_value
 
 
 class Message:

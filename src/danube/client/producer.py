@@ -42,7 +42,7 @@ from danube.client.routing import PartitionRouter, partition_topic
 from danube.client.schema import SchemaInfo, SchemaRegistryClient
 from danube.errors import ClientError, DanubeError, InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
-from danube.schema.validation import schema_attributes
+from danube.schema.tag import schema_attributes
 
 log = logging.getLogger(__name__)
 

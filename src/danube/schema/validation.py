@@ -43,11 +43,17 @@ from danube.errors import DanubeError
 from danube.metadata import keys
 from danube.schema.errors import SchemaViolationError
 from danube.schema.registry import SchemaRegistry, SchemaVersion
+from danube.schema.tag import (  # noqa: F401  (re-exported: the tag is part of this module's API)
+    SCHEMA_ATTR,
+    parse_schema_value,
+    schema_attributes,
+    schema_value,
+    split_schema_attributes,
+)
 from danube.schema.types import ParsedSchema, protobuf_main_message
 
 log = logging.getLogger(__name__)
 
-SCHEMA_ATTR = "danube.schema"          # value "<schema id>:<version>"
 _SCHEMA_NAME = SCHEMA_ATTR.encode()
 _WARN_LOG_INTERVAL_S = 10.0
 
@@ -221,38 +227,6 @@ def payload_decoder(p: ParsedSchema) -> Callable[[Any], Any]:
         cls = message_factory.GetMessageClass(protobuf_main_message(p))
         return lambda payload: json_format.MessageToDict(cls.FromString(bytes(payload)))
     return lambda payload: bytes(payload)
-
-
-def schema_value(schema_id: int, version: int | None) -> str:
-    """The :data:`SCHEMA_ATTR` value: ``"<id>:<version>"`` (``"<id>"`` without a version)."""
-    return f"{int(schema_id)}:{int(version)}" if version is not None else str(int(schema_id))
-
-
-def schema_attributes(schema_id: int, version: int) -> dict[str, str]:
-    return {SCHEMA_ATTR: schema_value(schema_id, version)}
-
-
-def parse_schema_value(value: str | None) -> tuple[int | None, int | None]:
-    """(schema id, version) from a :data:`SCHEMA_ATTR` value; (None, None) when absent or malformed."""
-    if not value:
-        return None, None
-    sid, _, ver = value.partition(":")
-    try:
-        return int(sid), int(ver) if ver else None
-    except ValueError:
-        return None, None
-
-
-def split_schema_attributes(attributes: dict) -> tuple[dict, int | None, int | None]:
-    """(attributes without the schema attribute, schema id, version) of a stored frame."""
-    if not attributes or SCHEMA_ATTR not in attributes:
-        return attributes, None, None
-    sid, ver = parse_schema_value(attributes[SCHEMA_ATTR])
-    if sid is None:
-        return attributes, None, None
-    attrs = dict(attributes)
-    del attrs[SCHEMA_ATTR]
-    return attrs, sid, ver
 
 
 # ---------------------------------------------------------------- the gate

@@ -6,7 +6,16 @@ from __future__ import annotations
 import subprocess
 import sys
 
-SERVER_SIDE = ("danube.server", "danube.broker", "danube.storage", "danube.wal", "danube.cluster")
+SERVER_SIDE = (
+    "danube.server",
+    "danube.broker",
+    "danube.storage",
+    "danube.wal",
+    "danube.cluster",
+    "danube.metadata",
+    "danube.schema.registry",
+    "danube.schema.validation",
+)
 
 
 def test_importing_the_client_loads_nothing_of_the_server_side():

@@ -545,19 +545,49 @@ class BrokerService:
         if stream is not None or c.receiving == 0:
             c.subscription.deactivate(c)
 
+    # Acks and nacks never fail because the topic was unloaded or moved (issue 16): a message
+    # delivered before the move and not acked where its cursor lives is delivered again by the
+    # topic's current owner (at most the consumer's in-flight window), so an ack or nack that can
+    # no longer reach its subscription is answered OK and counted here.
+    late_acks = 0
+
+    def _late_ack(self, what: str, exc: Exception) -> None:
+        self.late_acks += 1
+        log.debug("%s accepted after its topic left this broker (redelivered by the owner): %s", what, exc)
+
     async def ack(self, consumer_id: int, offsets: Iterable[int]) -> None:
-        consumer = await self._consumer(consumer_id)
-        consumer.subscription.ack(offsets)
+        try:
+            consumer = await self._consumer(consumer_id)
+        except NotServedHereError as exc:
+            return self._late_ack(f"ack for consumer {consumer_id}", exc)
+        try:
+            consumer.subscription.ack(offsets)
+        except NotServedHereError as exc:  # its topic is being unloaded
+            self._late_ack(f"ack for consumer {consumer_id}", exc)
 
     async def ack_ranges(self, consumer_id: int, ranges: Iterable[tuple[int, int]]) -> int:
         """Ack inclusive offset ranges (the batch lane's AckBatch); returns how many were newly acked."""
-        consumer = await self._consumer(consumer_id)
-        return consumer.subscription.ack_ranges(list(ranges))
+        try:
+            consumer = await self._consumer(consumer_id)
+        except NotServedHereError as exc:
+            self._late_ack(f"ack for consumer {consumer_id}", exc)
+            return 0
+        try:
+            return consumer.subscription.ack_ranges(list(ranges))
+        except NotServedHereError as exc:
+            self._late_ack(f"ack for consumer {consumer_id}", exc)
+            return 0
 
     async def nack(self, consumer_id: int, offset: int, *, delay_ms: int | None = None,
                    reason: str | None = None) -> None:
-        consumer = await self._consumer(consumer_id)
-        consumer.subscription.nack(int(offset), delay_ms, reason)
+        try:
+            consumer = await self._consumer(consumer_id)
+        except NotServedHereError as exc:
+            return self._late_ack(f"nack for consumer {consumer_id}", exc)
+        try:
+            consumer.subscription.nack(int(offset), delay_ms, reason)
+        except NotServedHereError as exc:
+            self._late_ack(f"nack for consumer {consumer_id}", exc)
 
     def reject_delivery(self, consumer_id: int, offset: int, problem: str) -> None:
         """A delivered record could not be converted for the consumer's protocol: it goes to
@@ -586,13 +616,34 @@ class BrokerService:
             raise NotFoundError(f"subscription '{subscription}' on topic {topic} is not served here")
         return sub
 
+    async def _late_subscription(self, topic: str, subscription: str) -> Subscription | None:
+        """The served subscription, or None when it is not served here (the topic was unloaded or
+        moved, or is being reloaded): the ack or nack is then accepted (see ``_late_ack``)."""
+        try:
+            return await self._served_subscription(topic, subscription)
+        except (NotFoundError, NotServedHereError) as exc:
+            if topic in self.topics and subscription in self.topics[topic].subscriptions:
+                raise
+            self._late_ack(f"ack/nack on {topic} '{subscription}'", exc)
+            return None
+
     async def ack_subscription(self, topic: str, subscription: str, offsets: Iterable[int]) -> None:
         """Ack by (topic, subscription) — how Danube's AckRequest addresses a message."""
-        (await self._served_subscription(topic, subscription)).ack(offsets)
+        sub = await self._late_subscription(topic, subscription)
+        try:
+            if sub is not None:
+                sub.ack(offsets)
+        except NotServedHereError as exc:  # its topic is being unloaded
+            self._late_ack(f"ack on {topic} '{subscription}'", exc)
 
     async def nack_subscription(self, topic: str, subscription: str, offset: int, *,
                                 delay_ms: int | None = None, reason: str | None = None) -> None:
-        (await self._served_subscription(topic, subscription)).nack(int(offset), delay_ms, reason)
+        sub = await self._late_subscription(topic, subscription)
+        try:
+            if sub is not None:
+                sub.nack(int(offset), delay_ms, reason)
+        except NotServedHereError as exc:
+            self._late_ack(f"nack on {topic} '{subscription}'", exc)
 
     # ------------------------------------------------------------ dead letters
 

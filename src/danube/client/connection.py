@@ -13,6 +13,7 @@ until the outage's budget (:class:`RetryState`) is used up.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterator
@@ -34,6 +35,26 @@ from danube.proto.danube_batch import batch_pb2_grpc as batch_grpc
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# The owner a broker named in ``x-danube-broker-url`` when it refused a call for a topic it does not
+# serve (cluster mode).  Set by :func:`retrying` in the task that retries, consumed by the next
+# :meth:`Connections.lookup` of that same attempt loop: the retry goes straight to the owner.
+BROKER_URL_HEADER = "x-danube-broker-url"
+_redirect_hint: contextvars.ContextVar[str | None] = contextvars.ContextVar("danube_redirect_hint", default=None)
+
+
+def broker_url_of(exc: grpc.aio.AioRpcError) -> str | None:
+    """The owner's URL a refused call carried in its metadata (trailing or initial), if any."""
+    for getter in (exc.trailing_metadata, exc.initial_metadata):
+        try:
+            metadata = getter()
+        except Exception:  # noqa: BLE001 - metadata unavailable on this error
+            continue
+        for key, value in metadata or ():
+            if key == BROKER_URL_HEADER and value:
+                return value.decode() if isinstance(value, bytes) else str(value)
+    return None
+
 
 # Large batches travel as one gRPC message.
 _CHANNEL_OPTIONS = [
@@ -130,8 +151,10 @@ async def retrying(
             return await attempt()
         except grpc.aio.AioRpcError as exc:
             error, cause = from_rpc_error(exc), exc
+            _redirect_hint.set(broker_url_of(exc))
         except DanubeError as exc:
             error, cause = exc, exc
+            _redirect_hint.set(None)
         if not should_retry(cause):
             raise error
         delay = budget.next_delay()
@@ -200,7 +223,13 @@ class Connections:
         return conn
 
     async def lookup(self, topic: str) -> BrokerConnection:
-        """The connection to the broker serving ``topic`` (Danube's TopicLookup)."""
+        """The connection to the broker serving ``topic`` (Danube's TopicLookup); right after a
+        broker refused the topic naming its owner in ``x-danube-broker-url``, that owner."""
+        hint = _redirect_hint.get()
+        if hint:
+            _redirect_hint.set(None)
+            log.debug("%s: following %s to %s", topic, BROKER_URL_HEADER, hint)
+            return self.connection(address_of(hint))
         discovery = self.connection().discovery
         try:
             answer = await discovery.TopicLookup(danube_pb.TopicLookupRequest(request_id=0, topic=topic), timeout=10)

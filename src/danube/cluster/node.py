@@ -81,7 +81,7 @@ class ClusterNode:
         self.view = ClusterView(store)
         self.membership = Membership(
             store, broker_id, {"broker_url": broker_url, "admin_url": admin_url, "cluster_name": cluster_name},
-            lease_ttl_s=lease_ttl_s, fence=broker, on_lease_lost=self._lease_lost,
+            lease_ttl_s=lease_ttl_s, fence=self, on_lease_lost=self._lease_lost,
             on_reregistered=self._reregistered)
         self.election = LeaderElection(store, broker_id, self.membership,
                                        on_elected=self._elected, on_deposed=self._deposed)
@@ -446,6 +446,40 @@ class ClusterNode:
             pass
         except Exception:  # noqa: BLE001
             log.exception("closing topic %s failed", topic)
+
+    # ------------------------------------------------------------ the fence (membership.Fence)
+
+    def fence(self, reason: str) -> None:
+        """No lease renewal for 2/3 ttl: refuse publishes now; once the lease may have expired (ttl
+        after the last good keepalive was sent) and the broker is still fenced, release the topics'
+        storage (WAL files and their lock) so the topics' next owners can open them — a broker cut
+        off from etcd cannot learn that it lost them."""
+        self.broker.fence(reason)
+        self._spawn(self._release_when_lease_may_expire())
+
+    def unfence(self) -> None:
+        self.broker.unfence()
+
+    async def _release_when_lease_may_expire(self) -> None:
+        m = self.membership
+        since = m.last_ok_sent
+        await asyncio.sleep(max(since + m.lease_ttl_s - m._clock(), 0.0))
+        if not m.fenced or m.last_ok_sent != since:
+            return
+        served = [t for t in list(self.broker.topics) if not t.startswith("/system/")]
+        log.warning("broker %s: still fenced one lease ttl after its last renewal; releasing the storage "
+                    "of %d topic(s)", self.broker_id, len(served))
+        for name in served:
+            t = self.broker.topics.get(name)
+            if t is None or not getattr(t, "reliable", False):
+                continue
+            t.closed = True  # nothing is served from it any more
+            try:
+                await t.storage.close()
+            except Exception:  # noqa: BLE001
+                log.exception("closing the storage of %s failed", name)
+        for name in served:
+            await self._drop(name, "still fenced one lease ttl after the last renewal")
 
     async def _lease_lost(self) -> None:
         for topic in [t for t in list(self.broker.topics) if not t.startswith("/system/")]:

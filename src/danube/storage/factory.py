@@ -11,6 +11,7 @@ from danube.metadata.store import MetadataStore
 from danube.storage.backends import DurableBackend
 from danube.storage.catalog import SegmentCatalog
 from danube.storage.config import StorageConfig
+from danube.storage.fence import OwnerFence, bump_owner_epoch
 from danube.storage.recovery import clear_sealed_state, local_wal_continuity, resolve_recovery_start
 from danube.storage.paths import remove_topic_dir, set_aside
 from danube.storage.topic_storage import TopicStorage
@@ -79,6 +80,14 @@ class StorageFactory:
             moved = await asyncio.to_thread(set_aside, cfg.local_wal_root, wal_dir)
             log.warning("%s: local WAL without continuity moved aside to %s", topic, moved)
 
+        fence = None
+        if cfg.mode == "shared_fs":
+            # The WAL directory may be on the shared root: take the owner epoch and fence any
+            # previous owner before reading its tail (danube.storage.fence).
+            epoch = await bump_owner_epoch(self.metadata, cfg.metadata_prefix, topic, self.broker_id)
+            fence = OwnerFence(topic, wal_dir, epoch, self.broker_id)
+            await asyncio.to_thread(fence.claim)
+
         options = cfg.wal.open_kwargs()
         wal = await asyncio.to_thread(Wal.open, wal_dir, initial_offset=start.initial_offset, **options)
         if start.source == "local" and len(catalog) and wal.next_offset <= catalog.end_offset:
@@ -88,6 +97,8 @@ class StorageFactory:
             moved = await asyncio.to_thread(set_aside, cfg.local_wal_root, wal_dir)
             log.warning("%s: local WAL ends at %d but durable history reaches %d; stale WAL moved to %s",
                         topic, wal.next_offset - 1, catalog.end_offset, moved)
+            if fence is not None:
+                await asyncio.to_thread(fence.claim)  # the epoch file went aside with the stale WAL
             wal = await asyncio.to_thread(Wal.open, wal_dir, initial_offset=catalog.end_offset + 1, **options)
         elif start.source == "local" and len(catalog) and wal.first_offset > catalog.end_offset + 1 \
                 and wal.next_offset > wal.first_offset:
@@ -96,6 +107,10 @@ class StorageFactory:
 
         storage = TopicStorage(topic, cfg, wal, backend, catalog, self.metadata, broker_id=self.broker_id,
                                recovery=start, wal_dir=wal_dir)
+        storage.fence = fence
+        if start.source == "local" and fence is not None and fence.epoch > 1:
+            log.info("%s: continuing the WAL of the previous owner (owner epoch %d): offsets up to %d",
+                     topic, fence.epoch, wal.next_offset - 1)
         try:
             await storage.exporter.reconcile()
             if start.sealed is not None:

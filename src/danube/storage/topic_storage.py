@@ -64,6 +64,7 @@ class TopicStorage:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self.on_closed = None  # set by the factory
+        self.fence = None  # danube.storage.fence.OwnerFence (shared_fs), set by the factory
 
     def __repr__(self) -> str:
         return f"<TopicStorage {self.topic} {self.config.mode} {self.first_offset}..{self.next_offset - 1}>"
@@ -197,10 +198,18 @@ class TopicStorage:
                 raise TopicSealedError(f"topic {self.topic} is sealed for a handoff; look it up again",
                                        retriable=True)
             raise TopicSealedError(f"topic {self.topic} storage is closed", retriable=True)
+        if self.fence is not None and self.fence.fenced:
+            raise self.fence._error()
         return self.wal.append_frames(buf)
 
     async def wait_durable(self, offset: int) -> None:
         await self.wal.wait_durable(offset)
+        if self.fence is not None:
+            try:
+                self.fence.check()  # ack nothing once another broker took the WAL over
+            except TopicSealedError:
+                self._writable = False
+                raise
 
     # ------------------------------------------------------------------ reads
 

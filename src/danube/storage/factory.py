@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from danube.errors import StorageError
@@ -11,7 +12,7 @@ from danube.metadata.store import MetadataStore
 from danube.storage.backends import DurableBackend
 from danube.storage.catalog import SegmentCatalog
 from danube.storage.config import StorageConfig
-from danube.storage.fence import OwnerFence, bump_owner_epoch
+from danube.storage.fence import OwnerFence, bump_owner_epoch, cursor_floor
 from danube.storage.recovery import clear_sealed_state, local_wal_continuity, resolve_recovery_start
 from danube.storage.paths import remove_topic_dir, set_aside
 from danube.storage.topic_storage import TopicStorage
@@ -73,6 +74,15 @@ class StorageFactory:
         catalog = await SegmentCatalog.load(self.metadata, cfg.metadata_prefix, topic)
         wal_dir = cfg.wal_dir(topic)
         start = await resolve_recovery_start(self.metadata, cfg.metadata_prefix, topic, wal_dir, catalog)
+        if start.source in ("durable", "empty"):
+            # No WAL and no seal here (a crashed owner's WAL is on its own disk): never start below
+            # what consumers already acked.
+            floor = await cursor_floor(self.metadata, topic)
+            if floor > start.initial_offset:
+                log.warning("%s: recovered from %s at %d, but subscriptions acked up to %d: starting at %d "
+                            "(offsets %d..%d were only in the previous owner's WAL)", topic, start.source,
+                            start.initial_offset, floor - 1, floor, start.initial_offset, floor - 1)
+                start = dataclasses.replace(start, initial_offset=floor, hot_cutover=True)
         if start.discard_local:
             log.info("%s: removing the local WAL left behind by a seal (all of it is durable)", topic)
             await asyncio.to_thread(remove_topic_dir, cfg.local_wal_root, wal_dir)

@@ -123,3 +123,19 @@ class OwnerFence:
     def _error(self) -> TopicSealedError:
         return TopicSealedError(f"topic {self.topic} moved to another broker (owner epoch {self.fenced_by} > "
                                 f"{self.epoch}); look it up again", retriable=True)
+
+
+async def cursor_floor(metadata: MetadataStore, topic: str) -> int:
+    """One past the highest subscription cursor saved for ``topic`` (0 without any): a new owner that
+    has neither the previous owner's WAL nor a seal (``local`` / ``object_store`` after a crash) never
+    starts below it, so no consumer's saved position points past the topic's next offset and no offset
+    a consumer already acked is issued again."""
+    floor = 0
+    for kv in await metadata.get_prefix(keys.topic_subscriptions(topic)):
+        if not kv.key.endswith("/cursor"):
+            continue
+        try:
+            floor = max(floor, int(json.loads(kv.value)) + 1)
+        except (TypeError, ValueError):
+            continue
+    return floor

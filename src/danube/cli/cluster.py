@@ -43,6 +43,7 @@ class BrokerProc:
     log_path: str
     cmd: list[str]
     proc: subprocess.Popen | None = None
+    metrics_port: int = 0  # Prometheus port, 0 = off (LocalCluster(metrics=True) / cluster up --metrics)
 
     @property
     def url(self) -> str:
@@ -51,6 +52,10 @@ class BrokerProc:
     @property
     def admin_url(self) -> str:
         return f"http://127.0.0.1:{self.admin_port}"
+
+    @property
+    def metrics_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics" if self.metrics_port else None
 
     @property
     def pid(self) -> int | None:
@@ -90,13 +95,20 @@ class BrokerProc:
             return ""
 
     def describe(self) -> dict:
-        return {"broker_id": self.broker_id, "url": self.url, "admin_url": self.admin_url, "pid": self.pid,
-                "data_dir": self.data_dir, "log": self.log_path}
+        described = {"broker_id": self.broker_id, "url": self.url, "admin_url": self.admin_url, "pid": self.pid,
+                     "data_dir": self.data_dir, "log": self.log_path}
+        if self.metrics_port:
+            described["metrics_url"] = self.metrics_url
+        return described
 
 
 @dataclass
 class LocalCluster:
-    """etcd + ``brokers`` broker subprocesses on loopback; everything stopped by PID in :meth:`stop`."""
+    """etcd + ``brokers`` broker subprocesses on loopback; everything stopped by PID in :meth:`stop`.
+
+    ``config``: a broker config file handed to every broker (also to those :meth:`add_broker` starts
+    later); with ``storage`` other than local, its storage section is added to a copy of the file.
+    ``metrics``: every broker serves Prometheus metrics on a free port (``BrokerProc.metrics_url``)."""
 
     brokers: int = 3
     base_dir: str | None = None
@@ -106,6 +118,7 @@ class LocalCluster:
     load_report_interval: float = 5.0
     extra_args: Sequence[str] = ()
     log_level: str = "INFO"
+    metrics: bool = False
     etcd: EtcdServer | None = None
     procs: list[BrokerProc] = field(default_factory=list)
     s3: subprocess.Popen | None = None  # moto's S3 server for --storage object_store
@@ -116,9 +129,26 @@ class LocalCluster:
             raise ValueError(f"storage must be one of {STORAGE_MODES}, got {self.storage!r}")
         self.base_dir = os.path.abspath(self.base_dir or tempfile.mkdtemp(prefix="danube-cluster-"))
 
-    def _storage_args(self, index: int) -> list[str]:
-        if self.storage == "local":
-            return []
+    def _user_config(self) -> dict | None:
+        """The ``config`` file's mapping (None without one)."""
+        if not self.config:
+            return None
+        import yaml
+
+        with open(self.config, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{self.config}: expected a mapping")
+        return data
+
+    def _storage_from_config(self) -> bool:
+        """The config file has its own storage section: it wins over ``storage`` (e.g. a real bucket)."""
+        data = self._user_config()
+        return data is not None and "storage" in data
+
+    def _config_args(self, index: int) -> list[str]:
+        if self.storage == "local" or self._storage_from_config():
+            return ["--config", self.config] if self.config else []
         path = os.path.join(self.base_dir, f"storage-{index}.yml")
         if self.storage == "object_store":
             # every broker's durable segments in one bucket of a local S3 server (moto)
@@ -129,6 +159,12 @@ class LocalCluster:
             shared = os.path.join(self.base_dir, "durable")
             os.makedirs(shared, exist_ok=True)
             text = f"storage:\n  mode: shared_fs\n  durable:\n    root: {shared}\n"
+        data = self._user_config()
+        if data is not None:  # the user's file with the storage section of --storage
+            import yaml
+
+            data.update(yaml.safe_load(text))
+            text = yaml.safe_dump(data, sort_keys=False)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it may hold keys
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -156,25 +192,25 @@ class LocalCluster:
         boto3.client("s3", endpoint_url=self.s3_endpoint, region_name="us-east-1", aws_access_key_id="testing",
                      aws_secret_access_key="testing").create_bucket(Bucket=S3_BUCKET)
 
-    def broker_cmd(self, broker_id: str, port: int, admin_port: int, data_dir: str, index: int) -> list[str]:
+    def broker_cmd(self, broker_id: str, port: int, admin_port: int, data_dir: str, index: int,
+                   metrics_port: int = 0) -> list[str]:
         cmd = [sys.executable, "-m", "danube.cli.main", "--log-level", self.log_level, "broker",
                "--host", "127.0.0.1", "--port", str(port), "--admin-port", str(admin_port),
-               "--metrics-port", "0", "--data-dir", data_dir, "--etcd", self.etcd.url,
+               "--metrics-port", str(metrics_port), "--data-dir", data_dir, "--cluster", "--etcd", self.etcd.url,
                "--broker-id", broker_id, "--lease-ttl", str(self.lease_ttl),
                "--load-report-interval", str(self.load_report_interval)]
-        if self.config:
-            cmd += ["--config", self.config]
-        else:
-            cmd += self._storage_args(index)
-        return cmd + list(self.extra_args)
+        return cmd + self._config_args(index) + list(self.extra_args)
 
     def add_broker(self, index: int) -> BrokerProc:
+        """Prepare broker ``broker-{index}`` (``.start()`` runs it: a broker joining a running cluster)."""
         broker_id = f"broker-{index}"
-        port, admin_port = free_ports(2)
+        port, admin_port, metrics_port = free_ports(3)
+        metrics_port = metrics_port if self.metrics else 0
         data_dir = os.path.join(self.base_dir, broker_id)
         os.makedirs(data_dir, exist_ok=True)
         proc = BrokerProc(broker_id, port, admin_port, data_dir, os.path.join(data_dir, "broker.log"),
-                          self.broker_cmd(broker_id, port, admin_port, data_dir, index))
+                          self.broker_cmd(broker_id, port, admin_port, data_dir, index, metrics_port),
+                          metrics_port=metrics_port)
         self.procs.append(proc)
         return proc
 
@@ -182,7 +218,7 @@ class LocalCluster:
         try:
             self.etcd = EtcdServer(os.path.join(self.base_dir, "etcd"))
             self.etcd.start()
-            if self.storage == "object_store" and not self.config:
+            if self.storage == "object_store" and not self._storage_from_config():
                 self._start_s3(timeout)
             for i in range(1, self.brokers + 1):
                 self.add_broker(i)
@@ -292,6 +328,8 @@ def register(subparsers) -> None:
     up.add_argument("--lease-ttl", type=int, default=10, help="broker lease TTL in seconds [default 10]")
     up.add_argument("--load-report-interval", type=float, default=5.0, metavar="SECONDS",
                     help="LoadReport interval of each broker [default 5]")
+    up.add_argument("--metrics", action="store_true",
+                    help="every broker serves Prometheus metrics on a free port (metrics_url in the JSON line)")
     up.add_argument("--json", action="store_true", help="print only the JSON line (for scripts)")
     up.set_defaults(func=run_up)
     from danube.cli import simulate  # danube cluster simulate SCENARIO (docs/rebalancing.md)
@@ -306,7 +344,7 @@ def run_up(args) -> int:
         return 2
     cluster = LocalCluster(brokers=args.brokers, base_dir=args.base_dir, storage=args.storage, config=args.config,
                            lease_ttl=args.lease_ttl, load_report_interval=args.load_report_interval,
-                           log_level="WARNING" if args.json else "INFO")
+                           log_level="WARNING" if args.json else "INFO", metrics=args.metrics)
     stopping = {"flag": False}
 
     def on_signal(signum, frame):  # noqa: ARG001

@@ -72,7 +72,7 @@ class Leadership(Protocol):
 class LoadManager:
     def __init__(self, store: MetadataStore, view: ClusterView, leadership: Leadership, *,
                  strategy: str = "fair", batch_size: int = DEFAULT_BATCH, orphan_grace_s: float = 10.0,
-                 handoff_timeout_s: float = HANDOFF_TIMEOUT_S) -> None:
+                 handoff_timeout_s: float = HANDOFF_TIMEOUT_S, metrics=None) -> None:
         if strategy not in scoring.STRATEGIES:
             raise ValueError(f"unknown assignment strategy {strategy!r}; expected one of {scoring.STRATEGIES}")
         self.store = store
@@ -82,6 +82,9 @@ class LoadManager:
         self.batch_size = max(1, int(batch_size))
         self.orphan_grace_s = orphan_grace_s
         self.handoff_timeout_s = handoff_timeout_s
+        # a danube.cluster.rebalancing.RebalancingMetrics: danube_topic_assignments_total{broker_id, action}
+        # counts every assignment written here (assign) and every failover (unassign of the dead broker)
+        self.metrics = metrics
         self._handoff_since: dict[tuple[str, int], float] = {}  # (topic, marker revision) → first seen
         self._last_selected: str | None = None
         self._task: asyncio.Task | None = None
@@ -247,6 +250,8 @@ class LoadManager:
             if broker is not None:
                 self.view.assign_local(topic, broker)
                 placed += 1
+                if self.metrics is not None:
+                    self.metrics.assignment(broker, "assign")
                 log.debug("assigned %s to %s", topic, broker)
         self.assigned_total += placed
         return placed
@@ -292,6 +297,8 @@ class LoadManager:
                 self.transactions += 1
                 if not result.succeeded:
                     break  # it registered again, or leadership moved
+                if self.metrics is not None:
+                    self.metrics.assignment(broker, "unassign", len(chunk))
                 for topic in chunk:
                     self.view.broker_topics.get(broker, set()).discard(topic)
                     if self.view.assignments.get(topic) == broker:

@@ -71,7 +71,8 @@ class ClusterNode:
     def __init__(self, store: MetadataStore, broker: Any, *, broker_id: str, broker_url: str,
                  admin_url: str | None = None, lease_ttl_s: int = 10, strategy: str = "fair",
                  load_report_interval_s: float = 30.0, lookup_timeout_s: float = 10.0,
-                 batch_size: int = DEFAULT_BATCH, cluster_name: str = "danube", rebalancing: Any = None) -> None:
+                 batch_size: int = DEFAULT_BATCH, cluster_name: str = "danube", rebalancing: Any = None,
+                 metrics: Any = None) -> None:
         self.store = store
         self.broker = broker
         self.broker_id = broker_id
@@ -85,8 +86,21 @@ class ClusterNode:
             on_reregistered=self._reregistered)
         self.election = LeaderElection(store, broker_id, self.membership,
                                        on_elected=self._elected, on_deposed=self._deposed)
+        # the load manager's and the rebalancer's metrics (docs/rebalancing.md) in the broker's Prometheus
+        # registry (``metrics``: danube.server.metrics.PrometheusMetrics), set while this broker leads;
+        # danube_broker_topics_owned is the broker's own family, labelled broker_id in cluster mode
+        self.rebalancing_metrics = None
+        registry = getattr(metrics, "registry", None)
+        if registry is not None:
+            from danube.cluster.rebalancing import RebalancingMetrics
+
+            self.rebalancing_metrics = rm = RebalancingMetrics(registry, topics_owned_gauge=False)
+            if hasattr(metrics, "label_topics_owned"):
+                metrics.label_topics_owned(
+                    broker_id, lambda: rm.topics_owned_values if self.election.is_leader else {})
         self.load_manager = LoadManager(store, self.view, self.election, strategy=strategy,
-                                        batch_size=batch_size, orphan_grace_s=lease_ttl_s)
+                                        batch_size=batch_size, orphan_grace_s=lease_ttl_s,
+                                        metrics=self.rebalancing_metrics)
         self.reporter = (ClusterLoadReporter(broker, store, self.membership, load_report_interval_s)
                          if load_report_interval_s and load_report_interval_s > 0 else None)
         # automated rebalancing (docs/rebalancing.md): one Rebalancer per broker, acting only while this
@@ -96,7 +110,8 @@ class ClusterNode:
         if rebalancing is None:
             rebalancing = RebalancingConfig.from_section(None, strategy=strategy)
         self.rebalancer = Rebalancer(store, rebalancing, is_leader=lambda: self.election.is_leader,
-                                     guard=self.election.guard, view=self.view)
+                                     guard=self.election.guard, view=self.view,
+                                     metrics=self.rebalancing_metrics, count_assign=False)
         broker.rebalancer = self.rebalancer
         self._unloading: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
@@ -268,6 +283,8 @@ class ClusterNode:
                                           [Op.delete(assignment), Op.put(keys.unassigned(topic), marker)])
             if not result.succeeded:
                 raise NotFoundError(f"topic {topic} was reassigned while it was being unloaded")
+            if self.rebalancing_metrics is not None:
+                self.rebalancing_metrics.assignment(self.broker_id, "unassign")
             log.info("topic %s unloaded from broker %s (sealed at %s); the leader places it elsewhere", topic,
                      self.broker_id, last)
             return last

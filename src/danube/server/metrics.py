@@ -7,6 +7,7 @@ about topics, subscriptions and WALs are read from the broker at scrape time.
 from __future__ import annotations
 
 import logging
+from typing import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -50,10 +51,21 @@ class PrometheusMetrics(MetricsSink):
                                ["topic", "subscription", "reason"], registry=r)
         self._published_children: dict[str, tuple] = {}
         self._broker = None
+        self._cluster_broker_id: str | None = None
+        self._cluster_topics_owned: Callable[[], Mapping[str, float]] | None = None
         r.register(_BrokerCollector(self))
 
     def attach(self, broker) -> None:
         self._broker = broker
+
+    def label_topics_owned(self, broker_id: str,
+                           others: Callable[[], Mapping[str, float]] | None = None) -> None:
+        """Cluster mode: ``danube_broker_topics_owned`` gets a ``broker_id`` label.  This broker's own
+        sample is what it serves now; ``others()`` adds the other brokers' counts (the leader's
+        rebalancing metrics, from the cluster's assignments: ``danube.cluster.rebalancing.metrics``),
+        so the leader's registry holds the seed's per-broker gauge without a second family."""
+        self._cluster_broker_id = str(broker_id)
+        self._cluster_topics_owned = others
 
     def serve(self, host: str, port: int) -> None:
         start_http_server(port, addr=host, registry=self.registry)
@@ -96,8 +108,14 @@ class _BrokerCollector:
         self._metrics = metrics
 
     def collect(self):
-        broker = self._metrics._broker
-        owned = GaugeMetricFamily("danube_broker_topics_owned", "Topics served by this broker")
+        metrics = self._metrics
+        broker = metrics._broker
+        cluster_id = metrics._cluster_broker_id
+        owned = (GaugeMetricFamily("danube_broker_topics_owned", "Topics served by this broker")
+                 if cluster_id is None else
+                 GaugeMetricFamily("danube_broker_topics_owned",
+                                   "Topics per broker: this broker's, and on the cluster leader every active "
+                                   "broker's assignments", labels=["broker_id"]))
         producers = GaugeMetricFamily("danube_topic_producers", "Producers per topic", labels=["topic"])
         consumers = GaugeMetricFamily("danube_topic_consumers", "Connected consumers per topic", labels=["topic"])
         backlog = GaugeMetricFamily("danube_subscription_backlog_messages", "Messages not yet acked",
@@ -109,9 +127,16 @@ class _BrokerCollector:
         wal_first = GaugeMetricFamily("danube_wal_first_offset", "Oldest readable offset", labels=["topic"])
         wal_durable = GaugeMetricFamily("danube_wal_durable_offset", "Highest offset covered by the sync policy",
                                         labels=["topic"])
+        if cluster_id is not None:
+            counts = dict(metrics._cluster_topics_owned() or {}) if metrics._cluster_topics_owned else {}
+            if broker is not None:
+                counts[cluster_id] = len(broker.topics)
+            for broker_id in sorted(counts):
+                owned.add_metric([broker_id], counts[broker_id])
         if broker is not None:
             topics = list(broker.topics.values())
-            owned.add_metric([], len(topics))
+            if cluster_id is None:
+                owned.add_metric([], len(topics))
             for t in topics:
                 st = t.stats()
                 producers.add_metric([t.name], st.producers)

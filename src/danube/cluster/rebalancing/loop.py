@@ -193,7 +193,8 @@ class Rebalancer:
                  guard: Callable[[], Sequence[Compare]] | None = None,
                  metrics: RebalancingMetrics | None = None,
                  created_at: Callable[[str], float | None] | None = None,
-                 reassignment_timeout_s: float = 30.0, view: ClusterSource | None = None) -> None:
+                 reassignment_timeout_s: float = 30.0, view: ClusterSource | None = None,
+                 count_assign: bool = True) -> None:
         self.store = store
         self.config = config
         self.clock = clock or SystemClock()
@@ -203,6 +204,9 @@ class Rebalancer:
         self.executor = executor or MetadataMoveExecutor(store, self.clock, guard)
         self.is_leader = is_leader
         self.metrics = metrics
+        # danube_topic_assignments_total{action="assign"} of a move's target: False when the load manager
+        # that places the moved topic counts its own assignments in the same metrics (danube.cluster.node)
+        self.count_assign = count_assign
         self.history = RebalancingHistory(store)
         self.reassignment_timeout_s = reassignment_timeout_s
         self._created_at = created_at
@@ -315,6 +319,8 @@ class Rebalancer:
         if not self.is_leader():
             self._plan = []
             self._episode = False
+            if self.metrics is not None:
+                self.metrics.forget_brokers()  # another broker leads: its gauges are the current ones
             return CycleResult("skipped", "not leader")
         if not cfg.enabled and not manual:
             return CycleResult("skipped", "disabled")
@@ -414,7 +420,8 @@ class Rebalancer:
             log.warning("rebalancing: history record of %s not written (no longer the leader)", move.topic)
         if self.metrics is not None:
             if landed is not None:
-                self.metrics.assignment(landed, "assign")
+                if self.count_assign:
+                    self.metrics.assignment(landed, "assign")
                 self.metrics.moves.inc()
         return CycleResult("moved" if landed is not None else "failed",
                            "" if landed is not None else "reassignment timed out", balance, record,

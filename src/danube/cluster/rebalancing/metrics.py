@@ -13,8 +13,11 @@ assignments too).  Broker load (gauges per ``broker_id``, from the latest load r
 ``danube_broker_topics_owned``, ``danube_broker_cpu_usage``, ``danube_broker_memory_usage``,
 ``danube_broker_throughput_mbps``.
 
-A broker's own metrics registry already exports an unlabelled ``danube_broker_topics_owned``;
-pass ``broker_gauges=False`` to share that registry, or give the leader's metrics their own.
+A broker's own metrics registry already exports ``danube_broker_topics_owned``: a cluster broker
+(``danube.cluster.node``) shares its registry with ``topics_owned_gauge=False``: the per-broker
+counts are then kept in :attr:`RebalancingMetrics.topics_owned_values` and the broker's collector
+(``danube.server.metrics``) exports them in its own family, labelled ``broker_id``.
+``broker_gauges=False`` leaves all four per-broker gauges out.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ METRIC_NAMES = [
 
 
 class RebalancingMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None, *, broker_gauges: bool = True) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *, broker_gauges: bool = True,
+                 topics_owned_gauge: bool = True) -> None:
         self.registry = r = registry if registry is not None else CollectorRegistry()
         self.cv = Gauge("danube_cluster_balance_cv", "Coefficient of variation of the active brokers' loads",
                         registry=r)
@@ -58,9 +62,13 @@ class RebalancingMetrics:
         self.assignments = Counter("danube_topic_assignments_total", "Topic assignments",
                                    ["broker_id", "action"], registry=r)
         self.broker_gauges = broker_gauges
+        self.topics_owned: Gauge | None = None
+        # broker id → topics it owns, from the latest leader cycle (also without the gauge)
+        self.topics_owned_values: dict[str, float] = {}
         if broker_gauges:
-            self.topics_owned = Gauge("danube_broker_topics_owned", "Topics per broker", ["broker_id"],
-                                      registry=r)
+            if topics_owned_gauge:
+                self.topics_owned = Gauge("danube_broker_topics_owned", "Topics per broker", ["broker_id"],
+                                          registry=r)
             self.cpu_usage = Gauge("danube_broker_cpu_usage", "CPU usage %", ["broker_id"], registry=r)
             self.memory_usage = Gauge("danube_broker_memory_usage", "Memory usage %", ["broker_id"], registry=r)
             self.throughput = Gauge("danube_broker_throughput_mbps", "Aggregate throughput (MB/s)",
@@ -80,22 +88,39 @@ class RebalancingMetrics:
         if not self.broker_gauges:
             return
         current = set(map(str, reports))
-        for broker in self._known_brokers - current:
-            for gauge in (self.topics_owned, self.cpu_usage, self.memory_usage, self.throughput):
-                try:
-                    gauge.remove(broker)
-                except KeyError:
-                    pass
+        self._remove(self._known_brokers - current)
+        owned_values = {}
         for broker, report in reports.items():
             broker = str(broker)
             owned = (topics_owned or {}).get(broker)
             if owned is None:
                 owned = len(scoring._get(report, "topics", ()) or ())
-            self.topics_owned.labels(broker).set(owned)
+            owned_values[broker] = float(owned)
+            if self.topics_owned is not None:
+                self.topics_owned.labels(broker).set(owned)
             self.cpu_usage.labels(broker).set(scoring.resource_usage(report, scoring.CPU))
             self.memory_usage.labels(broker).set(scoring.resource_usage(report, scoring.MEMORY))
             self.throughput.labels(broker).set(float(scoring._get(report, "total_throughput_mbps", 0.0) or 0.0))
+        self.topics_owned_values = owned_values
         self._known_brokers = current
 
-    def assignment(self, broker_id: str, action: str) -> None:
-        self.assignments.labels(str(broker_id), action).inc()
+    def forget_brokers(self) -> None:
+        """No longer the leader: drop the per-broker gauges (they would go stale)."""
+        if self._known_brokers:
+            self._remove(self._known_brokers)
+            self._known_brokers = set()
+        self.topics_owned_values = {}
+
+    def _remove(self, brokers) -> None:
+        for broker in brokers:
+            for gauge in (self.topics_owned, self.cpu_usage, self.memory_usage, self.throughput):
+                if gauge is None:
+                    continue
+                try:
+                    gauge.remove(broker)
+                except KeyError:
+                    pass
+
+    def assignment(self, broker_id: str, action: str, count: int = 1) -> None:
+        if count > 0:
+            self.assignments.labels(str(broker_id), action).inc(count)

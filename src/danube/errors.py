@@ -234,6 +234,17 @@ class FencedError(DanubeError):
     retriable = True
 
 
+class TopicTerminatedError(DanubeError):
+    """The topic was terminated (sealed for good: a scalable topic's segment a split or merge
+    replaced, a partition a shrink retired): no publish is accepted any more, on any broker, after
+    any restart; its history stays readable to the end.  Not retriable: the same publish to this
+    topic never succeeds."""
+
+    @classmethod
+    def of(cls, topic: str) -> "TopicTerminatedError":
+        return cls(f"topic {quote(topic)} is terminated: it accepts no more publishes (its history stays readable)")
+
+
 class ClientError(DanubeError):
     """A client-side failure (connection lost, retries exhausted)."""
 

@@ -26,6 +26,7 @@ from danube.errors import (
     PolicyViolationError,
     TooManyOpenFilesError,
     TopicSealedError,
+    TopicTerminatedError,
     WalClosedError,
 )
 
@@ -47,6 +48,8 @@ ERROR_CODES: tuple[tuple[type[DanubeError], grpc.StatusCode], ...] = (
     (TopicSealedError, grpc.StatusCode.UNAVAILABLE),  # the topic is moving: look it up again
     (WalClosedError, grpc.StatusCode.UNAVAILABLE),
     (FencedError, grpc.StatusCode.FAILED_PRECONDITION),
+    # sealed for good (not retriable); after FencedError, which clients raise for the code
+    (TopicTerminatedError, grpc.StatusCode.FAILED_PRECONDITION),
     (OffsetOutOfRangeError, grpc.StatusCode.OUT_OF_RANGE),
     (AuthenticationError, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),

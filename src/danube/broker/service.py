@@ -124,7 +124,13 @@ class BrokerService:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        for kv in await self.metadata.get_prefix("/topics/"):
+        kvs = await self.metadata.get_prefix("/topics/")
+        # Only a scalable topic holds a value at "/topics/{ns}/{topic}" itself (its layout): the keys
+        # under it are its controller's (consumer sessions), not this broker's registrations.
+        scalable = {kv.key + "/" for kv in kvs if kv.key.count("/") == 3}
+        for kv in kvs:
+            if scalable and "/".join(kv.key.split("/", 4)[:4]) + "/" in scalable:
+                continue
             reg = self._parse_registration(kv.key, kv.value)
             if reg is not None:
                 self._dormant[(reg.kind, reg.id)] = reg
@@ -261,6 +267,9 @@ class BrokerService:
                 if part is not None:
                     await self._record_partition(*part)
             is_reliable = delivery.get("dispatch_strategy") == "reliable"
+            # sealed for good (terminate_topic): read before the topic is served, so no publish ever
+            # reaches a terminated topic reopened here (a move, a restart)
+            terminated = await self.metadata.get(keys.topic_terminated(name)) is not None
             policy_doc = await self.metadata.get_json(keys.topic_policy(name))
             policies = TopicPolicies.from_dict(policy_doc) if policy_doc else self.policies
             storage: TopicStorage
@@ -271,13 +280,15 @@ class BrokerService:
             else:
                 storage = MemoryTopicStorage(name, max_bytes=self.dispatch.non_reliable_buffer_bytes)
             topic = Topic(name, reliable=is_reliable, storage=storage, policies=policies, metrics=self.metrics)
+            topic.terminated = terminated
             for reg in self._dormant.values():
                 if reg.kind == "producer" and reg.topic == name:
                     topic.remember_producer_name(reg.id, reg.name)
             self.topics[name] = topic
             self.metrics.topic_opened(name)
-            log.info("topic %s served here (%s, next offset %d)", name,
-                     "reliable" if is_reliable else "non-reliable", storage.next_offset)
+            log.info("topic %s served here (%s, next offset %d%s)", name,
+                     "reliable" if is_reliable else "non-reliable", storage.next_offset,
+                     ", terminated" if terminated else "")
             return topic
 
     def _served(self, topic: Topic) -> Topic:
@@ -760,6 +771,34 @@ class BrokerService:
             self.metrics.topic_closed(topic)
             log.info("topic %s unloaded%s", topic, f" (sealed at offset {last})" if last is not None else "")
             return last
+
+    # ------------------------------------------------------------ terminate
+
+    async def terminate_topic(self, topic: str) -> bool:
+        """Seal ``topic`` for good: persist its terminated marker (``keys.topic_terminated``), then
+        refuse every publish to it here if it is served here (TopicTerminatedError, not retriable).
+
+        The marker is read whenever a broker opens the topic, so the refusal holds after a move or
+        a restart; producers stay attached, consumers read the history to its end.  Under the
+        topic's opening lock, so a concurrent open either sees the marker or is flagged here.
+        Returns whether the topic is served here (the owner must be told otherwise: the caller
+        forwards to it, or the owner learns from what it watches)."""
+        keys.split_topic(topic)
+        lock = self._opening.setdefault(topic, asyncio.Lock())
+        async with lock:
+            await self.metadata.put(keys.topic_terminated(topic), b"1")
+            return self.mark_terminated(topic)
+
+    def mark_terminated(self, topic: str, terminated: bool = True) -> bool:
+        """Set the served topic's flag without touching the marker (its writer already did: the
+        repartition finalizer's transaction); False when ``topic`` is not served here."""
+        t = self.topics.get(topic)
+        if t is None:
+            return False
+        if t.terminated != terminated:
+            t.terminated = terminated
+            log.info("topic %s %s", topic, "terminated: publishes refused" if terminated else "reopened for publishes")
+        return True
 
     # ------------------------------------------------------------ stats
 

@@ -21,7 +21,7 @@ from danube.broker.producer import Producer
 from danube.broker.ratelimit import PublishGate
 from danube.broker.stats import MetricsSink, TopicStats
 from danube.broker.subscription import Subscription
-from danube.errors import InvalidArgumentError, MessageTooLargeError
+from danube.errors import InvalidArgumentError, MessageTooLargeError, TopicTerminatedError
 
 PARTITION_RE = re.compile(r"^(?P<base>/.+)-part-(?P<index>\d+)$")
 
@@ -55,6 +55,9 @@ class Topic:
         self.bytes_in = 0
         self._producer_names: dict[int, str] = {}
         self.closed = False
+        # sealed for good (keys.topic_terminated, read when the broker opens the topic; set by
+        # BrokerService.terminate_topic): every append is refused, the history stays readable
+        self.terminated = False
         self.coalescer = PublishCoalescer(self)
         # max_publish_rate (messages/s, 0 = unlimited): publishes over it are delayed, not refused.
         rate = policies.max_publish_rate
@@ -92,7 +95,12 @@ class Topic:
                         f"on topic {self.name}")
 
     def append(self, buf: bytearray) -> tuple[int, int]:
-        """Stamp and append a size-checked frame batch (not yet visible to subscribers)."""
+        """Stamp and append a size-checked frame batch (not yet visible to subscribers).
+
+        Both publish paths (a batch, the coalesced single messages) end here, so a terminated topic
+        refuses every batch with one attribute test, right before the append."""
+        if self.terminated:
+            raise TopicTerminatedError.of(self.name)
         return self.storage.append_frames(buf)
 
     async def commit(self, first: int, last: int, nbytes: int, started: float) -> None:

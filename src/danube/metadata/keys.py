@@ -345,3 +345,11 @@ def routing_adoption_prefix() -> str:
 def routing_adoption(broker_id: str) -> str:
     """A broker's lowest topology generation acked by its push-capable connections (JSON)."""
     return f"/routing/adoption/{check_name('broker', broker_id)}"
+
+
+# ---------------------------------------------------------------- terminated topics (docs/broker.md)
+
+def topic_terminated(topic: str) -> str:
+    """The topic was terminated (sealed for good): the broker reads it when it opens the topic and
+    refuses every publish from then on (a scalable topic's replaced segment, a retired partition)."""
+    return f"{topic_root(topic)}/terminated"

@@ -91,7 +91,7 @@ class ForwardingSegmentOps(BrokerSegmentOps):
         owner = await self._owner(topic)
         if not owner or owner == self.broker.broker_url:
             return await super().terminate_segment(topic)
-        await self.metadata.put(f"{keys.topic_root(topic)}/terminated", b"1")
+        await self.metadata.put(keys.topic_terminated(topic), b"1")  # the owner's open reads it, should it move
         await self.service.remote(owner).TerminateSegment(pb.SegmentRequest(segment_topic=topic), timeout=30)
 
     async def backlog(self, topic: str, subscription: str) -> int:
@@ -126,28 +126,11 @@ class ScalableTopicService:
         self._lock = asyncio.Lock()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._sessions = itertools.count(1)
-        self._checked: set[int] = set()  # ids of served segment Topic objects already checked for a seal
-        self._sealer: asyncio.Task | None = None
 
     def start(self) -> None:
-        """Seal segment topics opened here after their termination (a reopened topic is a new object
-        without the refusing gate; the marker in metadata says it was terminated)."""
-        self._sealer = asyncio.get_running_loop().create_task(self._reseal_loop(), name="scalable-reseal")
-
-    async def _reseal_loop(self, interval: float = 0.2) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                for name, topic in list(self.broker.topics.items()):
-                    if ".seg." not in name or id(topic) in self._checked:
-                        continue
-                    if await self.ops.is_terminated(name):
-                        self.ops.seal_if_served(name)
-                    self._checked.add(id(topic))
-                alive = {id(t) for t in self.broker.topics.values()}
-                self._checked &= alive
-            except Exception as exc:  # noqa: BLE001 - keep checking
-                log.warning("checking segment seals: %s", exc)
+        """Nothing runs in the background: a terminated segment topic reopened on any broker (a move,
+        a restart) refuses publishes from its terminated marker, which the broker reads before it
+        serves the topic (``BrokerService.terminate_topic``)."""
 
     # ------------------------------------------------------------ controllers
 
@@ -191,7 +174,6 @@ class ScalableTopicService:
         return pb_grpc.ScalableTopicsStub(channel)
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._sealer)
         for topic in list(self.controllers):
             await self.release(topic)
         for channel in self._channels.values():

@@ -8,10 +8,12 @@ import contextlib
 import json
 
 import grpc
+import pytest
 
 from danube.broker import BrokerService
 from danube.client import DanubeClient
 from danube.client.scalable import QUEUE, STREAM, ScalableConsumer, ScalableProducer
+from danube.errors import DanubeError
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.proto.danube_scalable import scalable_pb2 as pb
 from danube.proto.danube_scalable import scalable_pb2_grpc as pb_grpc
@@ -123,6 +125,12 @@ async def test_split_split_merge_with_keyed_publishing(tmp_path):
             subs = seg["stats"].get("subscriptions", {})
             if seg["stats"].get("served_here"):
                 assert {"ordered", "work"} <= set(subs), seg["topic"]
+        plain = client.new_producer().with_topic(f"{T}.seg.0000-ffff-0").with_name("plain").build()
+        await plain.create()                              # a sealed segment refuses a plain producer too
+        with pytest.raises(DanubeError, match="terminated") as refused:
+            await plain.send_and_wait(b"late")
+        assert not refused.value.retriable and broker.topics[f"{T}.seg.0000-ffff-0"].terminated
+        await plain.close()
         await producer.close()
         await ordered.close()
         await queue.close()

@@ -43,9 +43,25 @@ class RepartitionRuntime:
                                    adoption_timeout_ms=int(timeout))
         self.gates = DeliveryGates(broker, broker.metadata)
         self.fence.add_listener(lambda topic, state, revision: self.gates.install(topic, state))
+        self.fence.add_listener(self._retired)
         self.fence.on_stored = lambda name: self.gates.ensure(name, self.fence.states)
         self._sweeper: asyncio.Task | None = None
         self._loops: list[asyncio.Task] = []
+
+    def _retired(self, topic: str, state, revision: int) -> None:
+        """Retired partitions served here refuse publishes (the finalizer wrote their terminated
+        markers with the finalize, read by any later open); a grow that reopens one (its cutover
+        deleted the marker) lifts the refusal."""
+        mark = getattr(self.broker, "mark_terminated", None)
+        served = getattr(self.broker, "topics", None)
+        if state is None or mark is None or served is None:
+            return
+        for p in state.retired:
+            mark(f"{topic}-part-{p}")
+        for p in range(state.partitions):
+            t = served.get(f"{topic}-part-{p}")
+            if t is not None and getattr(t, "terminated", False):
+                mark(t.name, False)
 
     def _is_leader(self) -> bool:
         cluster = getattr(self.broker, "cluster", None)

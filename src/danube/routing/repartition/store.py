@@ -105,9 +105,13 @@ class RepartitionStore:
         t = stored.state.transition
         if t is not None and t.phase == "marked":
             subs = await self._new_partition_subscriptions(topic, t.from_partitions, t.to_partitions)
+            # a grow reopens the retired partitions it covers again: their terminated markers go with the bump
+            reopened = [Op.delete(keys.topic_terminated(f"{topic}-part-{p}"))
+                        for p in stored.state.retired if p < t.to_partitions]
             stored = await self.update(
                 topic, lambda s: s.cutover() if s.transition and s.transition.phase == "marked" else s,
-                extra_ops=lambda s: [Op.put(keys.topic_partitions(topic), str(s.partitions).encode()), *subs],
+                extra_ops=lambda s: [Op.put(keys.topic_partitions(topic), str(s.partitions).encode()), *subs,
+                                     *reopened],
                 compare=compare)
             bump_revision = stored.revision
             stored = await self.update(topic, lambda s: s.stamp_adoption(bump_revision)
@@ -150,7 +154,12 @@ class RepartitionStore:
         return await self.update(topic, lambda s: s.mark_drain_complete(now_ms), compare=compare)
 
     async def finalize(self, topic: str, *, compare: Sequence[Compare] = ()) -> StoredState:
-        return await self.update(topic, lambda s: s.finalize(), compare=compare)
+        """Clear the marker; the partitions a shrink retires are terminated in the same transaction
+        (``keys.topic_terminated``: every broker refuses publishes to them from then on, at open or,
+        serving one, when its fence sees the state; their history stays readable)."""
+        return await self.update(topic, lambda s: s.finalize(), compare=compare,
+                                 extra_ops=lambda s: [Op.put(keys.topic_terminated(f"{topic}-part-{p}"), b"1")
+                                                      for p in s.retired])
 
     # ------------------------------------------------------------ reading the routing content
 

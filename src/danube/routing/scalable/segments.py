@@ -4,11 +4,12 @@ A segment topic is an ordinary reliable topic.  Creating one writes its metadata
 ``reliable``, and each subscription with its cursor at ``-1``: Earliest), so it exists before any
 producer or consumer reaches whichever broker comes to own it.
 
-Terminating (sealing) a segment writes a marker (``keys.segment_terminated``) and, on the broker
-serving the topic, closes it to publishes: every publish from then on fails with
-:class:`SegmentTerminatedError` (not retriable: the scalable producer re-routes the messages to
-the children).  The refusal is installed as the topic's publish gate, which both publish paths
-check right before the append, so a publish is either stored before the seal or refused.
+Terminating (sealing) a segment terminates its topic (``BrokerService.terminate_topic``): the
+topic's terminated marker (``keys.topic_terminated``) is written, and the broker serving the topic
+flags it, so every publish from then on fails with ``TopicTerminatedError`` (FAILED_PRECONDITION,
+not retriable: the scalable producer re-routes the messages to the children).  Both publish paths
+check the flag right before the append, so a publish is either stored before the seal or refused;
+a broker that opens the segment later (a move, a restart) reads the marker before it serves it.
 """
 
 from __future__ import annotations
@@ -17,32 +18,9 @@ import logging
 import time
 from typing import Any, Mapping
 
-from danube.errors import PolicyViolationError
 from danube.metadata import keys
 
 log = logging.getLogger(__name__)
-
-
-class SegmentTerminatedError(PolicyViolationError):
-    """The segment topic was sealed by a split or merge: send to the segment now covering the key.
-
-    Travels as RESOURCE_EXHAUSTED, not retriable: the same publish to this topic never succeeds."""
-
-    retriable = False
-
-
-class TerminatedGate:
-    """A Topic publish gate that refuses every publish (see the module docstring)."""
-
-    def __init__(self, topic: str) -> None:
-        self.topic = topic
-
-    async def turn(self, count: int) -> None:
-        raise SegmentTerminatedError(f"segment topic {self.topic} is terminated (sealed by a split or merge)")
-
-
-def terminated_marker(topic: str) -> str:
-    return f"{keys.topic_root(topic)}/terminated"
 
 
 class BrokerSegmentOps:
@@ -72,24 +50,15 @@ class BrokerSegmentOps:
         await self.metadata.put_json(key, {"type": sub_type, "created_at": int(time.time() * 1000)})
 
     async def terminate_segment(self, topic: str) -> None:
-        """Seal the segment on this broker (it opens the topic, so a cluster that does not place the
-        segment here answers NotServedHereError and the call is forwarded to the owner)."""
-        await self.metadata.put(terminated_marker(topic), b"1")
+        """Terminate the segment topic: the marker, and the flag if it is served here.  Then it is
+        opened here if it is not (reading the marker, so flagged), so a cluster that does not place
+        the segment here answers NotServedHereError and the call is forwarded to the owner."""
+        await self.broker.terminate_topic(topic)
         if topic not in self.broker.topics and await self.metadata.get(keys.topic_delivery(topic)) is not None:
             await self.broker._topic(topic, reliable=None, create=False)
-        self.seal_if_served(topic)
-
-    def seal_if_served(self, topic: str) -> bool:
-        served = self.broker.topics.get(topic)
-        if served is None:
-            return False
-        if not isinstance(served.publish_gate, TerminatedGate):
-            served.publish_gate = TerminatedGate(topic)
-            log.info("segment topic %s terminated: publishes refused", topic)
-        return True
 
     async def is_terminated(self, topic: str) -> bool:
-        return await self.metadata.get(terminated_marker(topic)) is not None
+        return await self.metadata.get(keys.topic_terminated(topic)) is not None
 
     async def delete_segment(self, topic: str) -> None:
         if topic in self.broker.topics:

@@ -11,8 +11,10 @@ import contextlib
 import grpc
 import pytest
 
+from danube import frames
 from danube.broker.policies import DispatchSettings
 from danube.client import DanubeClient, SubType
+from danube.errors import TopicTerminatedError
 from danube.metadata import keys
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
@@ -156,6 +158,12 @@ async def test_grow_then_shrink_keeps_per_key_order(tmp_path, monkeypatch, sub_t
             await wait_until(lambda: len(finalizer.finalized) == 2, what="shrink finalized")
             state = (await store.load(T)).state
             assert state.partitions == 2 and state.version == 2 and state.retired == (2, 3)
+            retired = f"{T}-part-2"                          # terminated: an unversioned publish is refused too
+            await wait_until(lambda: broker.topics[retired].terminated, what="retired partition terminated")
+            assert await broker.metadata.get(keys.topic_terminated(retired)) is not None
+            plain = await broker.create_producer(retired, "plain", reliable=True)
+            with pytest.raises(TopicTerminatedError):
+                await broker.publish(plain, bytearray(frames.encode_payloads([b"late"])))
             n = run.received
             await wait_until(lambda: run.received > n + 300, what="traffic after the shrink")
         assert run.producer.cutovers == 2

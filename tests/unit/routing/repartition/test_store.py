@@ -63,6 +63,13 @@ async def test_shrink_retires_and_guard(metadata):
     await metadata.put("/guard", b"me")
     s = (await store.finalize(T, compare=guard)).state
     assert s.retired == (2, 3) and s.partitions == 2
+    for p in (2, 3):                                     # terminated in the finalize's transaction
+        assert await metadata.get(keys.topic_terminated(f"{T}-part-{p}")) is not None
+    assert await metadata.get(keys.topic_terminated(f"{T}-part-1")) is None
+    s = (await store.repartition(T, 3, now_ms=0, compare=guard)).state
+    assert s.retired == (3,)                             # a grow reopens part-2: its marker goes with the bump
+    assert await metadata.get(keys.topic_terminated(f"{T}-part-2")) is None
+    assert await metadata.get(keys.topic_terminated(f"{T}-part-3")) is not None
 
 
 async def test_resume_a_marker_left_before_the_cutover(metadata):

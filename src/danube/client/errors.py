@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grpc
 
-from danube.errors import ClientError, DanubeError, FencedError
+from danube.errors import ClientError, DanubeError, FencedError, TopicTerminatedError
 from danube.status_codes import ERROR_FOR_CODE
 
 # Codes after which the same call may succeed once the topic is looked up again.
@@ -65,4 +65,11 @@ def from_rpc_error(exc: grpc.aio.AioRpcError) -> DanubeError:
 
 
 def from_batch_status(code_number: int, message: str, retriable: bool) -> DanubeError:
-    return error_for(_CODE_BY_NUMBER.get(code_number, grpc.StatusCode.UNKNOWN), message, retriable=retriable)
+    code = _CODE_BY_NUMBER.get(code_number, grpc.StatusCode.UNKNOWN)
+    if code == grpc.StatusCode.FAILED_PRECONDITION and not retriable:
+        # a batch status carries the flag: the one non-retriable error of this code is a publish to
+        # a terminated topic (a stale partitioning version, FencedError, is retriable)
+        error = TopicTerminatedError(f"{code.name}: {message}")
+        error.grpc_code = code  # type: ignore[attr-defined]
+        return error
+    return error_for(code, message, retriable=retriable)

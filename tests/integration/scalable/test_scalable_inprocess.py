@@ -13,7 +13,7 @@ import pytest
 from danube.broker import BrokerService
 from danube.client import DanubeClient
 from danube.client.scalable import QUEUE, STREAM, ScalableConsumer, ScalableProducer
-from danube.errors import DanubeError
+from danube.errors import TopicTerminatedError
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.proto.danube_scalable import scalable_pb2 as pb
 from danube.proto.danube_scalable import scalable_pb2_grpc as pb_grpc
@@ -127,7 +127,7 @@ async def test_split_split_merge_with_keyed_publishing(tmp_path):
                 assert {"ordered", "work"} <= set(subs), seg["topic"]
         plain = client.new_producer().with_topic(f"{T}.seg.0000-ffff-0").with_name("plain").build()
         await plain.create()                              # a sealed segment refuses a plain producer too
-        with pytest.raises(DanubeError, match="terminated") as refused:
+        with pytest.raises(TopicTerminatedError, match="terminated") as refused:
             await plain.send_and_wait(b"late")
         assert not refused.value.retriable and broker.topics[f"{T}.seg.0000-ffff-0"].terminated
         await plain.close()

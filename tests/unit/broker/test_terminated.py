@@ -38,7 +38,7 @@ def check_refusal(exc: TopicTerminatedError, topic: str) -> None:
     code = status_for(exc)
     assert code == grpc.StatusCode.FAILED_PRECONDITION
     back = from_batch_status(code.value[0], str(exc), exc.retriable)   # what a danube.client sees
-    assert not back.retriable and back.grpc_code == code
+    assert isinstance(back, TopicTerminatedError) and not back.retriable and back.grpc_code == code
 
 
 async def test_terminate_refuses_publishes_reads_to_the_end_and_survives_a_restart(make_broker):

@@ -113,10 +113,14 @@ class EmbeddedMetadataStore(MetadataStore):
         return [KeyValue(k, bytes(v), ver, mr, ls) for k, v, ver, mr, ls in rows]
 
     def _write(self, body):
+        """Expired leases first, then :meth:`_commit` of ``body``."""
+        self._expire_leases()
+        return self._commit(body)
+
+    def _commit(self, body):
         """Run ``body(revision, events)`` in one sqlite transaction that is one store revision
         (when it changed anything); events are sent to watchers after the commit."""
         conn = self._conn
-        self._expire_leases()
         conn.execute("BEGIN IMMEDIATE")
         events: list[WatchEvent] = []
         revision = self._revision + 1
@@ -237,13 +241,13 @@ class EmbeddedMetadataStore(MetadataStore):
         self._conn.execute("UPDATE leases SET expires_at = ? WHERE id = ?", (self._clock() + row[0], lease_id))
         return int(row[0])
 
-    def _revoke(self, lease_id: int) -> None:
-        def body(revision, events):
-            for (key,) in self._conn.execute("SELECT key FROM kv WHERE lease = ?", (lease_id,)).fetchall():
-                self._apply_delete(revision, events, key)
-            self._conn.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
+    def _apply_revoke(self, revision: int, events: list, lease_id: int) -> None:
+        for (key,) in self._conn.execute("SELECT key FROM kv WHERE lease = ?", (lease_id,)).fetchall():
+            self._apply_delete(revision, events, key)
+        self._conn.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
 
-        self._write(body)
+    def _revoke(self, lease_id: int) -> None:
+        self._write(lambda revision, events: self._apply_revoke(revision, events, lease_id))
 
     def _expire_leases(self) -> int:
         """Revoke every lease past its deadline (one revision each); returns how many leases remain."""
@@ -251,24 +255,7 @@ class EmbeddedMetadataStore(MetadataStore):
         expired = [row[0] for row in conn.execute("SELECT id FROM leases WHERE expires_at <= ?",
                                                   (self._clock(),)).fetchall()]
         for lease_id in expired:
-            conn.execute("BEGIN IMMEDIATE")
-            revision = self._revision + 1
-            events: list[WatchEvent] = []
-            try:
-                for (key,) in conn.execute("SELECT key FROM kv WHERE lease = ?", (lease_id,)).fetchall():
-                    self._apply_delete(revision, events, key)
-                conn.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
-                if events:
-                    conn.execute("INSERT OR REPLACE INTO meta(name, value) VALUES ('revision', ?)", (revision,))
-                    conn.executemany("INSERT INTO log(revision, kind, key, value) VALUES (?, ?, ?, ?)",
-                                     [(revision, e.kind, e.key, e.value) for e in events])
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            if events:
-                self._revision = revision
-                self._notify(events)
+            self._commit(lambda revision, events, lease_id=lease_id: self._apply_revoke(revision, events, lease_id))
         return conn.execute("SELECT COUNT(*) FROM leases").fetchone()[0]
 
     # watches (sqlite thread)

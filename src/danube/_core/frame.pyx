@@ -953,28 +953,13 @@ cdef inline bint utf8_valid(const unsigned char* s, Py_ssize_t n) noexcept nogil
 
 cdef int check_body_fields(const unsigned char* body, uint64_t body_len, bint check_producer,
                            uint64_t producer_id) noexcept nogil:
-    cdef unsigned char flags = body[BODY_FLAGS_AT]
     cdef uint64_t attr_count = ld16(body + BODY_ATTR_COUNT_AT)
     cdef uint64_t key_len = ld16(body + BODY_KEY_LEN_AT)
     cdef uint64_t p, name_len, value_len, pid
     cdef uint64_t _attr
     # the layout first (lengths), so the text checks below stay inside the body
-    if (flags & ~FRAME_FLAG_HAS_KEY) or body[BODY_RESERVED_AT]:
+    if check_layout(body, <uint32_t>body_len) != FRAME_OK:
         return FIELDS_BAD_LAYOUT_STATUS
-    if not (flags & FRAME_FLAG_HAS_KEY) and key_len:
-        return FIELDS_BAD_LAYOUT_STATUS
-    p = FRAME_BODY_FIXED_SIZE + key_len
-    if p > body_len:
-        return FIELDS_BAD_LAYOUT_STATUS
-    for _attr in range(attr_count):
-        if p + 2 > body_len:
-            return FIELDS_BAD_LAYOUT_STATUS
-        p += 2 + <uint64_t>ld16(body + p)
-        if p + 4 > body_len:
-            return FIELDS_BAD_LAYOUT_STATUS
-        p += 4 + <uint64_t>ld32(body + p)
-        if p > body_len:
-            return FIELDS_BAD_LAYOUT_STATUS
     if check_producer:
         pid = ld64(body + BODY_PRODUCER_ID_AT)
         if pid != producer_id and pid != 0:

@@ -187,7 +187,7 @@ cdef bytearray _alloc(Py_ssize_t size):
     return out
 
 
-cdef char* _ptr(bytearray b):
+cdef char* _ptr(bytearray b) noexcept:
     return PyByteArray_AS_STRING(b)
 
 
@@ -253,7 +253,7 @@ def decode_arrow_buffers(buf):
     }
 
 
-cdef Py_ssize_t _popcount(bytearray bitmap, Py_ssize_t n):
+cdef Py_ssize_t _popcount(bytearray bitmap, Py_ssize_t n) noexcept:
     cdef const unsigned char* p = <const unsigned char*>PyByteArray_AS_STRING(bitmap)
     cdef Py_ssize_t i, ones = 0
     for i in range(n):

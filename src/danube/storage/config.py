@@ -19,6 +19,7 @@ Example::
         cache_mb: 64
         page_cache_mb: 128          # newest WAL bytes kept in the OS page cache; null: the OS decides
         idle_close_seconds: 60      # an idle topic's WAL releases files, threads and cache; null: never
+        initial_file_kb: 256        # disk reserved for a new WAL file; doubles ahead of the writer
       durable:
         backend: s3                 # object_store only; shared_fs uses a directory
         root: my-bucket/danube      # bucket[/prefix] (s3) or a directory (shared_fs)
@@ -79,6 +80,7 @@ class WalSettings:
     # a topic whose WAL saw no append or file read for this long releases its files, mappings,
     # threads and cache (``Wal.suspend``); the next use reopens them.  None: never.
     idle_close_s: float | None = 60.0
+    initial_file_bytes: int = 256 * 1024  # disk reserved for a new WAL file (doubles up to max_file_bytes)
 
     def open_kwargs(self) -> dict[str, Any]:
         return {
@@ -88,6 +90,7 @@ class WalSettings:
             "max_file_age_s": self.max_file_age_s,
             "cache_bytes": self.cache_bytes,
             "page_cache_bytes": self.page_cache_bytes,
+            "initial_file_bytes": self.initial_file_bytes,
         }
 
 
@@ -225,7 +228,7 @@ def _wal(value: Any) -> WalSettings:
     where = "storage.wal"
     section = _mapping(value, where)
     _check_keys(section, {"sync", "sync_interval_ms", "max_file_mb", "max_file_age_seconds", "cache_mb",
-                          "page_cache_mb", "idle_close_seconds"}, where)
+                          "page_cache_mb", "idle_close_seconds", "initial_file_kb"}, where)
     sync = section.get("sync", "always")
     if sync not in SYNC_MODES:
         raise StorageConfigError(f"{where}.sync: {sync!r} is not one of {', '.join(SYNC_MODES)}")
@@ -242,6 +245,7 @@ def _wal(value: Any) -> WalSettings:
         page_cache_bytes=(None if "page_cache_mb" in section and section["page_cache_mb"] is None
                           else int(_number(section, "page_cache_mb", 128, where + ".") * _MIB)),
         idle_close_s=idle,
+        initial_file_bytes=int(_number(section, "initial_file_kb", 256, where + ".", minimum=4) * 1024),
     )
 
 

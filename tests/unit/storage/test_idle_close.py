@@ -28,6 +28,9 @@ def test_config_knob():
     assert StorageConfig.from_dict({"mode": "local", "wal": {"idle_close_seconds": None}},
                                    data_dir="/tmp/x").wal.idle_close_s is None
     assert StorageConfig.from_dict({"mode": "local"}, data_dir="/tmp/x").wal.idle_close_s == 60.0
+    cfg = StorageConfig.from_dict({"mode": "local", "wal": {"initial_file_kb": 64}}, data_dir="/tmp/x")
+    assert cfg.wal.open_kwargs()["initial_file_bytes"] == 64 * 1024
+    assert StorageConfig.from_dict({"mode": "local"}, data_dir="/tmp/x").wal.initial_file_bytes == 256 * 1024
 
 
 async def test_idle_topic_releases_its_wal_and_reopens_on_use(tmp_path, factories):

@@ -19,14 +19,7 @@ from typing import Callable
 import grpc
 
 from danube.errors import InvalidArgumentError
-
-
-def _read(path: str, what: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        raise InvalidArgumentError(f"cannot read {what} {path}: {exc.strerror}") from exc
+from danube.tlsfiles import read_tls_file as _read
 
 
 class _BearerToken(grpc.AuthMetadataPlugin):

@@ -16,18 +16,11 @@ import ssl
 from typing import Any
 
 from danube.errors import InvalidArgumentError
+from danube.tlsfiles import read_tls_file as _read
 
 # RFC 9113 §9.2.2: TLS 1.2 deployments of HTTP/2 use ephemeral key exchange and AEAD ciphers.
 H2_TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:DHE+AESGCM:DHE+CHACHA20"
 ALPN_H2 = "h2"
-
-
-def _read(path: str, what: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        raise InvalidArgumentError(f"cannot read {what} {path}: {exc.strerror}") from exc
 
 
 def server_ssl_context(cert_file: str, key_file: str, *, ca_file: str | None = None,

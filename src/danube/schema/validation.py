@@ -295,6 +295,14 @@ class SchemaGate:
             except Exception:  # noqa: BLE001
                 log.exception("refreshing topic schema rules failed")
 
+    async def settled(self) -> None:
+        """Returns once the refresh scheduled by this broker's registry changes has run, so a
+        change made before the call is in the rules (without reading them all once more)."""
+        task = self._refresh_task
+        while task is not None and not task.done():
+            await asyncio.wait((task,))
+            task = self._refresh_task
+
     async def refresh(self) -> None:
         rules: dict[str, _Rule] = {}
         for cfg in await self.registry.topic_configs():

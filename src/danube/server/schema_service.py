@@ -137,9 +137,10 @@ class SchemaRegistryService(pb_grpc.SchemaRegistryServicer):
                                                schema_id=schema_id)
 
     async def _applied(self) -> None:
-        """A config change is in force on this broker when the RPC answers."""
+        """A config change is in force on this broker when the RPC answers: the gate's refresh,
+        scheduled by the registry's change, has run."""
         if self.gate is not None:
-            await self.gate.refresh()
+            await self.gate.settled()
 
 
 def add_to_server(server: Any, registry: SchemaRegistry, gate: SchemaGate | None = None) -> SchemaRegistryService:

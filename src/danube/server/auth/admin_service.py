@@ -14,6 +14,7 @@ admin method, it needs the ``admin`` permission on the cluster when authenticati
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 
@@ -49,56 +50,58 @@ def _strings(doc: dict, key: str) -> list[str]:
     return list(value)
 
 
+def _json_method(action):
+    """An RPC handler from ``action(self, doc) -> response document``: the request decoded from
+    JSON, a DanubeError answered with its status."""
+
+    @functools.wraps(action)
+    async def handler(self, data: bytes, context):
+        try:
+            return await action(self, _decode(data))
+        except DanubeError as exc:
+            await abort(context, exc)
+
+    return handler
+
+
 class SecurityAdmin:
     def __init__(self, authorizer: Authorizer) -> None:
         self.authorizer = authorizer
 
-    async def _call(self, data: bytes, context, action):
-        try:
-            return await action(_decode(data))
-        except DanubeError as exc:
-            await abort(context, exc)
+    @_json_method
+    async def ListRoles(self, doc):
+        await self.authorizer.load()
+        return {"roles": self.authorizer.roles()}
 
-    async def ListRoles(self, data, context):
-        async def act(doc):
-            await self.authorizer.load()
-            return {"roles": self.authorizer.roles()}
-        return await self._call(data, context, act)
+    @_json_method
+    async def PutRole(self, doc):
+        role = await self.authorizer.put_role(str(doc.get("name", "")), _strings(doc, "permissions"))
+        log.info("security: role %s set to %s", role["name"], ", ".join(role["permissions"]))
+        return role
 
-    async def PutRole(self, data, context):
-        async def act(doc):
-            role = await self.authorizer.put_role(str(doc.get("name", "")), _strings(doc, "permissions"))
-            log.info("security: role %s set to %s", role["name"], ", ".join(role["permissions"]))
-            return role
-        return await self._call(data, context, act)
+    @_json_method
+    async def DeleteRole(self, doc):
+        await self.authorizer.delete_role(str(doc.get("name", "")))
+        log.info("security: role %s deleted", doc.get("name"))
+        return {}
 
-    async def DeleteRole(self, data, context):
-        async def act(doc):
-            await self.authorizer.delete_role(str(doc.get("name", "")))
-            log.info("security: role %s deleted", doc.get("name"))
-            return {}
-        return await self._call(data, context, act)
+    @_json_method
+    async def ListBindings(self, doc):
+        await self.authorizer.load()
+        return {"bindings": self.authorizer.bindings()}
 
-    async def ListBindings(self, data, context):
-        async def act(doc):
-            await self.authorizer.load()
-            return {"bindings": self.authorizer.bindings()}
-        return await self._call(data, context, act)
+    @_json_method
+    async def Bind(self, doc):
+        binding = await self.authorizer.bind(str(doc.get("subject", "")), _strings(doc, "roles"))
+        log.info("security: subject %r bound to %s", binding["subject"], ", ".join(binding["roles"]))
+        return binding
 
-    async def Bind(self, data, context):
-        async def act(doc):
-            binding = await self.authorizer.bind(str(doc.get("subject", "")), _strings(doc, "roles"))
-            log.info("security: subject %r bound to %s", binding["subject"], ", ".join(binding["roles"]))
-            return binding
-        return await self._call(data, context, act)
-
-    async def Unbind(self, data, context):
-        async def act(doc):
-            await self.authorizer.unbind(str(doc.get("subject", "")), _strings(doc, "roles"))
-            log.info("security: binding of %r changed (%s removed)", doc.get("subject"),
-                     ", ".join(_strings(doc, "roles")) or "all roles")
-            return {}
-        return await self._call(data, context, act)
+    @_json_method
+    async def Unbind(self, doc):
+        await self.authorizer.unbind(str(doc.get("subject", "")), _strings(doc, "roles"))
+        log.info("security: binding of %r changed (%s removed)", doc.get("subject"),
+                 ", ".join(_strings(doc, "roles")) or "all roles")
+        return {}
 
 
 METHODS = ("ListRoles", "PutRole", "DeleteRole", "ListBindings", "Bind", "Unbind")

@@ -12,6 +12,10 @@ prepared one of four ways, alternating the ways round by round on the same disk:
 - ``zeroed``: the whole file written with zeros and synced up front (no unwritten extents).
 
 Prints p50 / p99 / max ms per append+fdatasync and the disk allocated at the end.
+
+``--wal``: the WAL itself instead, as a hot topic -- ``append_batch`` of one ``chunk``-sized
+record with sync=always (returns after its fdatasync), 64 MiB files, through rotations; run it
+against two builds (``PYTHONPATH=<other tree>/src``) to compare them.
 """
 
 from __future__ import annotations
@@ -64,6 +68,27 @@ def measure(directory: str, mode: str, appends: int, chunk: int, size: int) -> d
         os.unlink(path)
 
 
+def measure_wal(directory: str, appends: int, chunk: int, size: int) -> dict:
+    from danube.wal import Wal
+
+    path = os.path.join(directory, "wal")
+    data = os.urandom(chunk)
+    lat = []
+    with Wal.open(path, sync="always", max_file_bytes=size) as wal:
+        for _ in range(appends):
+            t0 = time.perf_counter()
+            wal.append_batch([data])
+            lat.append((time.perf_counter() - t0) * 1000)
+        rotations = len(wal.rotated_files())
+    disk = sum(os.stat(os.path.join(path, n)).st_blocks * 512 for n in os.listdir(path))
+    import shutil
+
+    shutil.rmtree(path)
+    lat.sort()
+    return {"p50_ms": statistics.median(lat), "p99_ms": lat[int(len(lat) * 0.99) - 1], "max_ms": lat[-1],
+            "disk_mib": disk / (1 << 20), "data_mib": appends * chunk / (1 << 20), "rotations": rotations}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", default=None)
@@ -71,7 +96,18 @@ def main() -> None:
     ap.add_argument("--chunk-kib", type=int, default=16)
     ap.add_argument("--file-mib", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--wal", action="store_true", help="measure the WAL (this build) as a hot topic")
     args = ap.parse_args()
+    if args.wal:
+        with tempfile.TemporaryDirectory(dir=args.dir or ".") as d:
+            runs = [measure_wal(d, args.appends, args.chunk_kib << 10, args.file_mib << 20) for _ in range(args.rounds)]
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        import danube
+
+        print(f"WAL ({os.path.dirname(danube.__file__)}): {args.appends} x {args.chunk_kib} KiB sync=always, "
+              f"{args.file_mib} MiB files, {med['rotations']:.0f} rotations: p50 {med['p50_ms']:.3f}  "
+              f"p99 {med['p99_ms']:.3f}  max {med['max_ms']:.3f} ms  (load {os.getloadavg()[0]:.1f})")
+        return
     out: dict[str, list] = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory(dir=args.dir or ".") as d:
         for _ in range(args.rounds):

@@ -295,7 +295,7 @@ class Wal:
         with self._admin_lock:
             old = self._writer.segment
             keeper = self._keeper
-            new = keeper.next_active(old.next_offset, min_bytes)
+            new = keeper.next_active(old.next_offset, min_bytes, old.capacity)
             if old.count == 0:
                 self._segments = self._rotated + [new]
                 self._seg_firsts = [s.first_offset for s in self._segments]

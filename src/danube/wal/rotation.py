@@ -109,10 +109,11 @@ class FileKeeper:
 
     # ------------------------------------------------------------ the writer's side (cheap)
 
-    def next_active(self, first_offset: int, min_bytes: int):
+    def next_active(self, first_offset: int, min_bytes: int, reserve: int = 0):
         """The file to continue the log in at ``first_offset``: the spare when it is ready and
         big enough (no system call), else one created here (rare: the keeper is behind, or a
-        record is bigger than ``max_file_bytes``)."""
+        record is bigger than ``max_file_bytes``; and a log's first rotation, which has no spare
+        yet) reserving ``reserve`` bytes (what the file rotated away from came to)."""
         need = _walfile.FILE_HEADER_SIZE + min_bytes
         with self._cond:
             spare, self._spare = self._spare, None
@@ -138,7 +139,8 @@ class FileKeeper:
         path = os.path.join(self.directory, segment_file_name(seq))
         seg = _walfile.SegmentFile.create(path, seq, first_offset, max(self.options.max_file_bytes, need),
                                           index_every=self.options.index_every_bytes,
-                                          reserve=max(self.options.initial_file_bytes, need))
+                                          reserve=max(self.options.initial_file_bytes, need,
+                                                      min(reserve, self.options.max_file_bytes)))
         if self.durable:
             self.dir_dirty = True  # the syncer fsyncs the directory before anything in it counts as durable
         return seg

@@ -93,10 +93,9 @@ def _fields(topic: Any) -> tuple[str, float, float, int, float]:
             float(_get(topic, "backlog_messages", 0) or 0))
 
 
-def per_topic_weight(topic: Any) -> float:
+def _topic_weight(mbps: float, connections: int, backlog: float) -> float:
     """One topic's weighted load: 0.2 + 0.3·MB/s + 0.3·connections + 0.2·backlog / 10000
     (``scoring.weighted_topic_load`` of the topic alone)."""
-    _name, mbps, _rate, connections, backlog = _fields(topic)
     return 0.2 + mbps * 0.3 + connections * 0.3 + backlog / 10_000.0 * 0.2
 
 
@@ -140,9 +139,7 @@ def build_state(strategy: str, reports: Mapping[str, Any], active: Iterable[str]
     for broker in active_ids:
         report = reports[broker]
         fields = [_fields(t) for t in (_get(report, "topics", ()) or ())]
-        # per topic: its weighted load (0.2 + 0.3·MB/s + 0.3·connections + 0.2·backlog/1e4)
-        weights = [0.2 + mbps * 0.3 + conn * 0.3 + backlog / 10_000.0 * 0.2
-                   for _n, mbps, _r, conn, backlog in fields]
+        weights = [_topic_weight(mbps, conn, backlog) for _n, mbps, _r, conn, backlog in fields]
         total_weight = sum(weights)
         score = scores.get(broker, 0.0)
         stamp = float(_get(report, "timestamp", 0) or 0)

@@ -283,6 +283,13 @@ class ClusterNode:
                                           [Op.delete(assignment), Op.put(keys.unassigned(topic), marker)])
             if not result.succeeded:
                 raise NotFoundError(f"topic {topic} was reassigned while it was being unloaded")
+            # Until this broker's view has seen its assignment go, check_owner would still pass and a
+            # client's call could reopen the sealed topic here: stay "unloading" until then.
+            try:
+                await self.view.wait_for(lambda: self.view.owner(topic) != self.broker_id, 2.0)
+            except TimeoutError:
+                log.warning("topic %s: the view still shows broker %s as its owner after 2 s", topic,
+                            self.broker_id)
             if self.rebalancing_metrics is not None:
                 self.rebalancing_metrics.assignment(self.broker_id, "unassign")
             log.info("topic %s unloaded from broker %s (sealed at %s); the leader places it elsewhere", topic,

@@ -10,6 +10,7 @@ It stops after --idle-timeout seconds without a message.
 import argparse
 import asyncio
 import json
+import logging
 
 import grpc
 from danube import DanubeClientBuilder, SubType
@@ -43,6 +44,7 @@ async def main(a) -> dict:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     p = argparse.ArgumentParser()
     p.add_argument("url")
     p.add_argument("topic")

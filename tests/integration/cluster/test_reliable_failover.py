@@ -338,6 +338,7 @@ def test_20_moves_under_continuous_produce_and_consume_with_both_clients(tmp_pat
                 await load.wait_received(30)
                 out, err = await asyncio.to_thread(consumer.communicate, timeout=120)
                 consumed = dc.parse_result("move_consume.py", consumer.returncode, out, err)
+                consumed["stderr"] = err[-3000:]
             except BaseException:
                 stop_process(producer)
                 stop_process(consumer)
@@ -355,7 +356,11 @@ def test_20_moves_under_continuous_produce_and_consume_with_both_clients(tmp_pat
             assert by_offset.setdefault(offset, payload) == payload
         offsets = sorted(by_offset)
         assert offsets == list(range(offsets[0], offsets[-1] + 1)), "offset gap (danube-client)"
-        assert set(sent) <= set(by_offset.values())
+        dc_lines = sorted(line for p in cluster.procs for line in p.log().splitlines()
+                          if "'dc'" in line or "subscription 'b'" in line)
+        assert set(sent) <= set(by_offset.values()), (
+            f"danube-client consumer stopped at offset {offsets[-1]}; its log:\n{consumed['stderr']}\n"
+            f"brokers:\n" + "\n".join(dc_lines[-30:]))
         assert {p.decode() for p, o in load.acked.items() if o >= offsets[0]} <= set(by_offset.values())
         # both consumers end at the last offset: the last acked by either producer
         assert offsets[-1] == max(o for o, _ in load.received) >= max(load.acked.values())

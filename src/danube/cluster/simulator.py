@@ -43,7 +43,7 @@ from danube.cluster.rebalancing.balance import compute_balance
 from danube.cluster.rebalancing.config import OSCILLATION_WINDOW_SECONDS, RATE_WINDOW_SECONDS, RebalancingConfig
 from danube.cluster.rebalancing.history import MoveRecord
 from danube.cluster.rebalancing.loop import MetadataMoveExecutor, Rebalancer
-from danube.cluster.scoring import broker_scores
+from danube.cluster.scoring import broker_scores, is_blacklisted
 from danube.metadata import keys
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.metadata.store import Op
@@ -351,8 +351,9 @@ def check_safety(moves: list[MoveRecord], config: RebalancingConfig) -> list[str
     """Every rule the history must satisfy; an empty list when all hold."""
     out = []
     moves = sorted(moves, key=lambda m: m.timestamp)
-    if max_moves_in_window(moves) > config.max_moves_per_hour:
-        out.append(f"rate limit: {max_moves_in_window(moves)} moves within an hour > {config.max_moves_per_hour}")
+    busiest_hour = max_moves_in_window(moves)
+    if busiest_hour > config.max_moves_per_hour:
+        out.append(f"rate limit: {busiest_hour} moves within an hour > {config.max_moves_per_hour}")
     for a, b in zip(moves, moves[1:]):
         if b.timestamp - a.timestamp < config.cooldown_seconds:
             out.append(f"cooldown: moves at {a.timestamp} and {b.timestamp}")
@@ -365,17 +366,11 @@ def check_safety(moves: list[MoveRecord], config: RebalancingConfig) -> list[str
         for when, broker in left.get(m.topic, ()):
             if m.to_broker == broker and m.timestamp - when < OSCILLATION_WINDOW_SECONDS:
                 out.append(f"oscillation: {m.topic} moved back to {broker} within an hour")
-        if any(_bl(m.topic, config.blacklist_topics) for _ in (0,)):
+        if is_blacklisted(m.topic, config.blacklist_topics):
             out.append(f"blacklist: {m.topic} moved")
         last[m.topic] = m
         left.setdefault(m.topic, []).append((m.timestamp, m.from_broker))
     return out
-
-
-def _bl(topic: str, patterns) -> bool:
-    from danube.cluster.scoring import is_blacklisted
-
-    return is_blacklisted(topic, patterns)
 
 
 async def run_scenario(name: str, *, planner: str = "plan", aggressiveness: str | None = None,

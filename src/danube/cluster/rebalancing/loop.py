@@ -264,6 +264,11 @@ class Rebalancer:
         records = await self.history.records()
         return records[-limit:] if limit else records
 
+    async def _recent_records(self, now: float) -> list[MoveRecord]:
+        """The history a cycle's rules read: the rate window, the oscillation window, the cooldown."""
+        return await self.history.records(since=now - max(RATE_WINDOW_SECONDS, OSCILLATION_WINDOW_SECONDS,
+                                                           self.config.cooldown_seconds))
+
     def _rules(self, obs: Observation, records: Sequence[MoveRecord], now: float) -> Eligibility:
         topics = [t for ts in obs.state.topics.values() for t in ts]
         return eligibility(self.config, records, now, topics, self.topic_created_at)
@@ -281,8 +286,7 @@ class Rebalancer:
         now = self.clock.now()
         obs = await self.observe()
         balance = obs.state.balance()
-        records = await self.history.records(since=now - max(RATE_WINDOW_SECONDS, OSCILLATION_WINDOW_SECONDS,
-                                                              self.config.cooldown_seconds))
+        records = await self._recent_records(now)
         rules = self._rules(obs, records, now)
         limit = self.config.max_moves_per_hour if max_moves is None else max_moves
         plan = self._make_plan(obs.state, rules, limit) if balance.needs_rebalancing(self.config.cv_threshold) \
@@ -349,8 +353,7 @@ class Rebalancer:
             log.debug("cluster is balanced: CV %.3f < %.3f", balance.cv, floor)
             return CycleResult("balanced", f"CV {balance.cv:.3f} < {floor:.3f}", balance)
         self._episode = True
-        records = await self.history.records(since=now - max(RATE_WINDOW_SECONDS, OSCILLATION_WINDOW_SECONDS,
-                                                              cfg.cooldown_seconds))
+        records = await self._recent_records(now)
         done = _history.moves_in_window(records, now)
         if done >= cfg.max_moves_per_hour:
             return CycleResult("rate_limited", f"{done} moves in the last hour (max {cfg.max_moves_per_hour})",

@@ -583,6 +583,11 @@ class Wal:
                 return
             self._closing = True
             self._writer.close()  # no append (hence no rotation) from here on
+            dormant = self._dormant
+        if dormant is not None and dormant.released is not None:
+            # the suspend's tail release must be done before the lock goes: the next owner of the
+            # directory must not have its file truncated under it
+            dormant.released.wait()
         try:
             # outside the lock: a rotation listener running meanwhile may call into the WAL
             self._keeper.close()

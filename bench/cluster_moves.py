@@ -12,7 +12,11 @@ Three figures, taken in one run:
 - ``throughput``: publish throughput of one broker in cluster mode against a standalone broker
   (same storage config, same client, alternated, median of ``--rounds``).  Target >= 90 %.
 
-Usage: python bench/cluster_moves.py [--history-mb 100] [--moves 20] [--lease-ttl 5] [--json]
+- ``kill_loss``: with ``local`` and ``object_store`` storage (each broker's WAL on its own disk), the
+  acked messages a ``kill -9`` of the owner leaves beyond the durable history in etcd: the unexported
+  tail the next owner cannot serve.
+
+Usage: python bench/cluster_moves.py [--history-mb 100] [--moves 20] [--lease-ttl 5] [--loss-seconds 5] [--json]
 """
 
 from __future__ import annotations
@@ -184,6 +188,45 @@ def standalone(base: str, cfg: str) -> tuple[subprocess.Popen, str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
+async def tail_loss(mode: str, seconds: float, lease_ttl: int) -> dict:
+    """``local`` / ``object_store`` (WAL on each broker's disk): publish for ``seconds``, kill -9 the
+    owner, and count the acked messages beyond the durable history recorded in etcd (the unexported
+    tail: what the next owner cannot serve)."""
+    from danube.metadata.etcd import EtcdMetadataStore
+    from danube.storage.catalog import SegmentCatalog
+
+    base = tempfile.mkdtemp(prefix=f"danube-loss-{mode}-")
+    cluster = LocalCluster(brokers=3, base_dir=base, storage=mode, lease_ttl=lease_ttl, load_report_interval=1.0,
+                           log_level="WARNING")
+    await asyncio.to_thread(cluster.start, 90)
+    try:
+        topic = "/default/loss"
+        urls = [b.url for b in cluster.procs]
+        owner = await owner_of(urls[0], topic)
+        victim = next(b for b in cluster.procs if b.url == owner)
+        entry = next(b for b in cluster.procs if b is not victim)
+        c = client(entry.url)
+        p = c.new_producer().with_topic(topic).with_name("loss").build()
+        await p.create()
+        acked: list[int] = []
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            futures = [await p.send(b"l" * 1024) for _ in range(100)]
+            acked.extend(await asyncio.gather(*futures))
+        await asyncio.to_thread(victim.kill)
+        await p.close()
+        await c.close()
+        store = EtcdMetadataStore(cluster.etcd.url)
+        try:
+            durable_end = (await SegmentCatalog.load(store, "", topic)).end_offset
+        finally:
+            await store.close()
+        lost = sum(1 for o in acked if o > durable_end)
+        return {"acked": len(acked), "durable_end": durable_end, "lost": lost, "seconds": seconds}
+    finally:
+        await asyncio.to_thread(cluster.stop)
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
@@ -196,6 +239,9 @@ def main() -> int:
     ap.add_argument("--lease-ttl", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--count", type=int, default=20000)
+    ap.add_argument("--loss-seconds", type=float, default=5.0,
+                    help="local/object_store: publish this long, kill -9 the owner, count the unexported tail "
+                         "(0 = skip)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     base = tempfile.mkdtemp(prefix="danube-cluster-moves-")
@@ -224,6 +270,9 @@ def main() -> int:
     finally:
         stop_process(alone)
         cluster.stop()
+    if args.loss_seconds:
+        result["kill_loss"] = {mode: asyncio.run(tail_loss(mode, args.loss_seconds, args.lease_ttl))
+                               for mode in ("local", "object_store")}
     if args.json:
         print(json.dumps(result))
     else:
@@ -235,6 +284,9 @@ def main() -> int:
               f"(lease ttl {args.lease_ttl} s; target <= {result['failover_target_s']} s)")
         print(f"throughput, 1 KiB messages: cluster {tp['cluster']:.0f}/s, standalone {tp['standalone']:.0f}/s, "
               f"ratio {tp['ratio']:.2f} (target >= 0.90)")
+        for mode, loss in result.get("kill_loss", {}).items():
+            print(f"kill -9 with {mode} storage after {loss['seconds']:.0f} s of publishing: {loss['lost']} of "
+                  f"{loss['acked']} acked messages beyond the durable history (durable through {loss['durable_end']})")
         print(f"load average {result['load_avg']}")
     return 0
 

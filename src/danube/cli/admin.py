@@ -1,16 +1,21 @@
 """`danube admin`: Danube's admin commands over the admin gRPC service.
 
     danube admin [--endpoint URL] [--output json] topics unload /default/orders
-    danube admin topics list default
+    danube admin topics list default | --broker ID       (cluster-wide, from any broker)
+    danube admin topics create /default/orders [--partitions N] [-s reliable] | delete /default/orders
+    danube admin topics unsubscribe /default/orders --subscription s1
     danube admin topics describe /default/orders
     danube admin topics repartition /default/orders --partitions 4   (live repartition, docs/repartition.md)
     danube admin topics subscriptions /default/orders
-    danube admin brokers list | namespaces list
+    danube admin brokers list | leader-broker | namespaces | unload ID | activate ID
+    danube admin namespaces list | topics NS | policies NS | create NS | delete NS
     danube admin brokers balance | rebalance --dry-run [--max-moves N] | rebalance-history   (admin_rebalancing.py)
     danube admin schemas register | get | versions | check | delete | compatibility   (admin_schemas.py)
     danube admin scalable-topics create | describe | split | merge | subscriptions | delete   (admin_scalable.py)
 
 The endpoint defaults to $DANUBE_ADMIN_ENDPOINT, else http://127.0.0.1:50051.
+With --output json each command prints the response message with the proto's field names (every
+field present); list responses print the list of their repeated field.
 Exit codes: 0 done, 1 the broker refused or could not be reached, 2 bad usage.
 """
 
@@ -81,8 +86,19 @@ def register(subparsers) -> None:
     topics = groups.add_parser("topics", help="topic commands").add_subparsers(dest="admin_cmd", metavar="COMMAND")
     p = topics.add_parser("unload", help="seal the topic here; clients reconnect and it reloads through resume")
     p.add_argument("topic", help="/namespace/topic")
-    p = topics.add_parser("list", help="topics of a namespace")
-    p.add_argument("namespace")
+    p = topics.add_parser("list", help="topics of a namespace (or of a broker, --broker), cluster-wide")
+    p.add_argument("namespace", nargs="?")
+    p.add_argument("--broker", default=None, metavar="ID", help="the topics assigned to broker ID instead")
+    p = topics.add_parser("create", help="create a topic (placed on a broker at once in a cluster)")
+    p.add_argument("topic", help="/namespace/topic")
+    p.add_argument("--partitions", type=int, default=0, help="a partitioned topic of N partitions")
+    p.add_argument("--dispatch-strategy", "-s", choices=["reliable", "non_reliable"], default="non_reliable")
+    p.add_argument("--schema-subject", default=None)
+    p = topics.add_parser("delete", help="delete a topic (its owner closes it, its metadata goes)")
+    p.add_argument("topic")
+    p = topics.add_parser("unsubscribe", help="delete a subscription of a topic")
+    p.add_argument("topic")
+    p.add_argument("--subscription", "-s", required=True)
     p = topics.add_parser("describe", help="a topic's subscriptions, delivery and storage")
     p.add_argument("topic")
     p = topics.add_parser("repartition", help="grow or shrink a partitioned topic online (docs/repartition.md)")
@@ -111,6 +127,10 @@ def register(subparsers) -> None:
     namespaces.add_parser("list", help="namespaces of the cluster")
     p = namespaces.add_parser("topics", help="topics of a namespace")
     p.add_argument("namespace")
+    for name, what in (("policies", "a namespace's policies"), ("create", "create a namespace"),
+                       ("delete", "delete an empty namespace")):
+        p = namespaces.add_parser(name, help=what)
+        p.add_argument("namespace")
     admin_security.register(groups)
     from danube.cli import admin_schemas
 
@@ -148,6 +168,12 @@ def run(args) -> int:
     try:
         with admin_security.open_channel(args, _target(endpoint)) as channel:
             topics = pb_grpc.TopicAdminStub(channel)
+            namespaces = pb_grpc.NamespaceAdminStub(channel)
+
+            def _dict(message) -> dict:  # the message with the proto's field names, every field present
+                return MessageToDict(message, preserving_proto_field_name=True,
+                                     always_print_fields_with_no_presence=True)
+
             brokers = pb_grpc.BrokerAdminStub(channel)
             t = args.timeout
             if group == "schemas":
@@ -165,14 +191,56 @@ def run(args) -> int:
 
                 return admin_rebalancing.run(args, channel, _emit)
             if group == "topics" and cmd == "unload":
-                topics.UnloadTopic(pb.TopicRequest(name=args.topic), timeout=t)
-                _emit(args, {"topic": args.topic, "unloaded": True}, [f"Topic {args.topic} unloaded"])
-            elif (group == "topics" and cmd == "list") or (group == "namespaces" and cmd == "topics"):
-                resp = topics.ListNamespaceTopics(pb.NamespaceRequest(name=args.namespace), timeout=t)
-                data = [{"name": x.name, "broker_id": x.broker_id, "delivery": x.delivery} for x in resp.topics]
-                _emit(args, data, [f"Topics in namespace '{args.namespace}':"] +
+                resp = topics.UnloadTopic(pb.TopicRequest(name=args.topic), timeout=t)
+                _emit(args, _dict(resp), [f"Topic {args.topic} unloaded"])
+            elif group == "topics" and cmd == "list":
+                if args.broker is not None:
+                    resp = topics.ListBrokerTopics(pb.BrokerRequest(broker_id=args.broker), timeout=t)
+                    title = f"Topics of broker {args.broker}:"
+                elif args.namespace:
+                    resp = topics.ListNamespaceTopics(pb.NamespaceRequest(name=args.namespace), timeout=t)
+                    title = f"Topics in namespace '{args.namespace}':"
+                else:
+                    args._admin_parser.error("topics list: give a namespace or --broker ID")
+                data = [_dict(x) for x in resp.topics]
+                _emit(args, data, [title] +
                       [f"  {x['name']}  ({x['delivery']}{', broker ' + x['broker_id'] if x['broker_id'] else ''})"
                        for x in data])
+            elif group == "namespaces" and cmd == "topics":
+                resp = namespaces.GetNamespaceTopics(pb.NamespaceRequest(name=args.namespace), timeout=t)
+                _emit(args, list(resp.topics), [f"Topics in namespace '{args.namespace}':"] +
+                      [f"  {x}" for x in resp.topics])
+            elif group == "namespaces" and cmd == "policies":
+                resp = namespaces.GetNamespacePolicies(pb.NamespaceRequest(name=args.namespace), timeout=t)
+                policies = json.loads(resp.policies or "{}")
+                _emit(args, policies, [f"Policies of namespace '{args.namespace}':",
+                                       json.dumps(policies, indent=2, sort_keys=True)])
+            elif group == "namespaces" and cmd in ("create", "delete"):
+                call = namespaces.CreateNamespace if cmd == "create" else namespaces.DeleteNamespace
+                resp = call(pb.NamespaceRequest(name=args.namespace), timeout=t)
+                _emit(args, _dict(resp), [f"Namespace {args.namespace} {cmd}d"])
+            elif group == "topics" and cmd == "create":
+                strategy = pb.Reliable if args.dispatch_strategy == "reliable" else pb.NonReliable
+                if args.partitions > 0:
+                    request = pb.PartitionedTopicRequest(base_name=args.topic, partitions=args.partitions,
+                                                         dispatch_strategy=strategy)
+                    if args.schema_subject:
+                        request.schema_subject = args.schema_subject
+                    resp = topics.CreatePartitionedTopic(request, timeout=t)
+                else:
+                    request = pb.NewTopicRequest(name=args.topic, dispatch_strategy=strategy)
+                    if args.schema_subject:
+                        request.schema_subject = args.schema_subject
+                    resp = topics.CreateTopic(request, timeout=t)
+                _emit(args, _dict(resp), [f"Topic {args.topic} created"
+                                          + (f" with {args.partitions} partitions" if args.partitions > 0 else "")])
+            elif group == "topics" and cmd == "delete":
+                resp = topics.DeleteTopic(pb.TopicRequest(name=args.topic), timeout=t)
+                _emit(args, _dict(resp), [f"Topic {args.topic} deleted"])
+            elif group == "topics" and cmd == "unsubscribe":
+                resp = topics.Unsubscribe(pb.SubscriptionRequest(topic=args.topic, subscription=args.subscription),
+                                          timeout=t)
+                _emit(args, _dict(resp), [f"Subscription {args.subscription} of {args.topic} deleted"])
             elif group == "topics" and cmd == "repartition":
                 resp = topics.RepartitionTopic(pb.RepartitionRequest(name=args.topic, partitions=args.partitions),
                                                timeout=t)
@@ -208,12 +276,12 @@ def run(args) -> int:
                       [f"  {s}" for s in resp.subscriptions])
             elif group == "brokers" and cmd == "list":
                 resp = brokers.ListBrokers(pb.Empty(), timeout=t)
-                data = [MessageToDict(b, preserving_proto_field_name=True) for b in resp.brokers]
+                data = [_dict(b) for b in resp.brokers]
                 _emit(args, data, [f"{b.broker_id}  {b.broker_addr}  {b.broker_role}  {b.broker_status}"
                                    for b in resp.brokers])
             elif group == "brokers" and cmd == "leader-broker":
                 resp = brokers.GetLeaderBroker(pb.Empty(), timeout=t)
-                _emit(args, {"leader": resp.leader}, [f"Leader broker: {resp.leader}"])
+                _emit(args, _dict(resp), [f"Leader broker: {resp.leader}"])
             elif group == "brokers" and cmd == "unload":
                 resp = brokers.UnloadBroker(pb.UnloadBrokerRequest(
                     broker_id=args.broker_id, dry_run=args.dry_run, namespaces_include=args.namespaces_include,
@@ -222,8 +290,8 @@ def run(args) -> int:
                 _emit(args, data, [f"Broker {args.broker_id}: {resp.succeeded}/{resp.total} topics moved"
                                    + (f", failed: {', '.join(resp.failed_topics)}" if resp.failed else "")])
             elif group == "brokers" and cmd == "activate":
-                brokers.ActivateBroker(pb.ActivateBrokerRequest(broker_id=args.broker_id), timeout=t)
-                _emit(args, {"broker_id": args.broker_id, "activated": True},
+                resp = brokers.ActivateBroker(pb.ActivateBrokerRequest(broker_id=args.broker_id), timeout=t)
+                _emit(args, _dict(resp),
                       [f"Broker {args.broker_id} is active"])
             elif cmd in ("namespaces", "list"):
                 resp = brokers.ListNamespaces(pb.Empty(), timeout=t)

@@ -3,8 +3,12 @@
 ``add_to_server(server, broker)`` registers BrokerAdmin, NamespaceAdmin and
 TopicAdmin on a ``grpc.aio`` server (the admin port, 50051 by default).
 Topic and namespace listings read the metadata store (every topic the cluster
-knows) and the broker (topics served here).  RPCs that need the cluster layer
-answer UNIMPLEMENTED with a sentence saying so.
+knows), the cluster view's assignments and the broker (topics served here), so
+every broker of a cluster gives the same answer.  Calls the topic's owner must
+act on (describe, subscriptions, unsubscribe, delete; unload through the
+cluster node) are forwarded to the owner's admin port (the view has its
+admin_url), marked so the owner answers itself.  Drain/rebalancing calls
+answer UNIMPLEMENTED on a standalone broker.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from danube.errors import DanubeError, NotFoundError, quote
+from danube.errors import AlreadyExistsError, DanubeError, InvalidArgumentError, NotFoundError, quote
 from danube.metadata import keys
 from danube.proto.danube_admin import admin_pb2 as pb
 from danube.proto.danube_admin import admin_pb2_grpc as pb_grpc
@@ -58,6 +62,10 @@ class _Admin:
         for name, topic in self.broker.topics.items():
             if keys.split_topic(name)[0] == ns:
                 out[name] = "Reliable" if topic.reliable else "NonReliable"
+        if self.cluster is not None:  # assigned somewhere in the cluster (the view), even if not yet in metadata
+            for name in list(self.cluster.view.assignments):
+                if name.startswith(f"/{ns}/"):
+                    out.setdefault(name, "")
         return {name: delivery or "NonReliable" for name, delivery in sorted(out.items())}
 
     async def namespaces(self) -> list[str]:
@@ -72,7 +80,10 @@ class _Admin:
                 names.add(parts[2])
         for name in self.broker.topics:
             names.add(keys.split_topic(name)[0])
-        return sorted(names)
+        if self.cluster is not None:
+            for name in list(self.cluster.view.assignments):
+                names.add(name.split("/")[1])
+        return sorted(n for n in names if n)
 
     async def subscriptions(self, topic: str) -> list[str]:
         keys.split_topic(topic)
@@ -87,6 +98,42 @@ class _Admin:
             names.update(served.subscriptions.keys())
         return sorted(names)
 
+    @property
+    def cluster(self):
+        return getattr(self.broker, "cluster", None)
+
+    def owner(self, topic: str) -> str:
+        """The broker serving ``topic`` ("" when none): the cluster view's assignment, else this broker."""
+        cluster = self.cluster
+        if cluster is not None:
+            owner = cluster.view.owner(topic)
+            if owner is not None:
+                return str(owner)
+        return str(self.broker.broker_id) if topic in self.broker.topics else ""
+
+    def remote_owner(self, topic: str, context) -> str | None:
+        """The owner's id when the request must go to another broker's admin port: cluster mode, the
+        topic assigned elsewhere, and the request not already forwarded (no loops)."""
+        cluster = self.cluster
+        if cluster is None or _forwarded(context):
+            return None
+        owner = cluster.view.owner(topic)
+        return owner if owner is not None and str(owner) != str(cluster.broker_id) else None
+
+    async def forward(self, broker_id: str, method: str, request, context, stub=pb_grpc.TopicAdminStub):
+        """``TopicAdmin.method(request)`` (or ``stub``'s) at ``broker_id``'s admin port; its reply, or its error (same code)."""
+        info = self.cluster.view.registered.get(broker_id) or {}
+        admin_url = info.get("admin_url")
+        if not admin_url:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                f"broker {broker_id} has no admin port registered")
+        try:
+            async with grpc.aio.insecure_channel(str(admin_url).split("://", 1)[-1]) as channel:
+                call = getattr(stub(channel), method)
+                return await call(request, timeout=60, metadata=((_FORWARDED, "1"),))
+        except grpc.aio.AioRpcError as exc:
+            await context.abort(exc.code(), f"at broker {broker_id}: {exc.details()}")
+
     async def known(self, topic: str) -> tuple[bool, str]:
         """(exists, delivery) of a topic."""
         keys.split_topic(topic)
@@ -95,6 +142,17 @@ class _Admin:
             return True, "Reliable" if served.reliable else "NonReliable"
         doc = await self.metadata.get_json(keys.topic_delivery(topic))
         return doc is not None, _delivery(doc)
+
+
+_FORWARDED = "x-danube-admin-forwarded"
+
+
+def _forwarded(context) -> bool:
+    """Whether the call came from another broker's admin service (answered here, never forwarded again)."""
+    try:
+        return any(k == _FORWARDED for k, _v in (context.invocation_metadata() or ()))
+    except Exception:  # noqa: BLE001 - no metadata: a client's call
+        return False
 
 
 async def _unimplemented(context, what: str) -> None:
@@ -176,6 +234,11 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
         return await self._rebalancing(context, "GetClusterBalance", lambda m, r: m.cluster_balance(r))
 
     async def TriggerRebalance(self, request, context):
+        cluster = self.admin.cluster
+        if (cluster is not None and not _forwarded(context) and cluster.view.leader
+                and str(cluster.view.leader) != str(cluster.broker_id)):  # only the leader moves topics
+            return await self.admin.forward(str(cluster.view.leader), "TriggerRebalance", request, context,
+                                            stub=pb_grpc.BrokerAdminStub)
         max_moves = request.max_moves if request.HasField("max_moves") else None
         return await self._rebalancing(context, "TriggerRebalance", lambda m, r: m.rebalance(
             r, dry_run=request.dry_run, max_moves=max_moves))
@@ -203,10 +266,31 @@ class NamespaceAdmin(pb_grpc.NamespaceAdminServicer):
             await abort(context, exc)
 
     async def CreateNamespace(self, request, context):
-        await _unimplemented(context, "CreateNamespace")
+        """A namespace is its policy key in the shared metadata store (any broker, same answer)."""
+        try:
+            ns = namespace_name(request.name)
+            if ns in await self.admin.namespaces():
+                raise AlreadyExistsError(f"namespace {ns} already exists")
+            await self.admin.metadata.put_json(keys.namespace_policy(ns), {})
+            return pb.NamespaceResponse(success=True)
+        except DanubeError as exc:
+            await abort(context, exc)
 
     async def DeleteNamespace(self, request, context):
-        await _unimplemented(context, "DeleteNamespace")
+        """Only an empty namespace (no topic in metadata or the cluster's assignments) is deleted."""
+        try:
+            ns = namespace_name(request.name)
+            if ns not in await self.admin.namespaces():
+                raise NotFoundError(f"namespace {ns} does not exist")
+            topics = await self.admin.topics_in(ns)
+            if topics:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                    f"namespace {ns} still has {len(topics)} topic(s); delete them first")
+            await self.admin.metadata.delete_prefix(keys.namespace(ns) + "/")
+            await self.admin.metadata.delete(keys.namespace(ns))
+            return pb.NamespaceResponse(success=True)
+        except DanubeError as exc:
+            await abort(context, exc)
 
 
 class TopicAdmin(pb_grpc.TopicAdminServicer):
@@ -218,14 +302,24 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             topics = await self.admin.topics_in(request.name)
         except DanubeError as exc:
             await abort(context, exc)
-        served = self.admin.broker.topics
-        broker_id = str(self.admin.broker.broker_id)
         return pb.TopicInfoListResponse(topics=[
-            pb.TopicInfo(name=name, delivery=delivery, broker_id=broker_id if name in served else "")
+            pb.TopicInfo(name=name, delivery=delivery, broker_id=self.admin.owner(name))
             for name, delivery in topics.items()])
 
     async def ListBrokerTopics(self, request, context):
         b = self.admin.broker
+        cluster = self.admin.cluster
+        if cluster is not None:  # cluster mode: the view's assignments of that broker (default: this one)
+            broker_id = request.broker_id or str(cluster.broker_id)
+            if broker_id not in cluster.view.registered and broker_id not in cluster.view.broker_topics:
+                await context.abort(grpc.StatusCode.NOT_FOUND, f"broker {quote(broker_id)} is not registered")
+            out = []
+            try:
+                for name in sorted(cluster.view.broker_topics.get(broker_id, ())):
+                    out.append(pb.TopicInfo(name=name, broker_id=broker_id, delivery=(await self.admin.known(name))[1]))
+            except DanubeError as exc:
+                await abort(context, exc)
+            return pb.TopicInfoListResponse(topics=out)
         if request.broker_id and request.broker_id != str(b.broker_id):
             await context.abort(grpc.StatusCode.NOT_FOUND,
                                 f"broker {quote(request.broker_id)} is unknown here (this broker is {b.broker_id})")
@@ -254,6 +348,9 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             await abort(context, exc)
 
     async def ListSubscriptions(self, request, context):
+        owner = self.admin.remote_owner(request.name, context)
+        if owner is not None:  # the owner also knows subscriptions whose cursor is not flushed yet
+            return await self.admin.forward(owner, "ListSubscriptions", request, context)
         try:
             exists, _ = await self.admin.known(request.name)
             if not exists:
@@ -263,6 +360,9 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             await abort(context, exc)
 
     async def DescribeTopic(self, request, context):
+        owner = self.admin.remote_owner(request.name, context)
+        if owner is not None:  # storage figures live on the owner
+            return await self.admin.forward(owner, "DescribeTopic", request, context)
         try:
             exists, delivery = await self.admin.known(request.name)
             if not exists:
@@ -270,7 +370,7 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             served = self.admin.broker.topics.get(request.name)
             response = pb.DescribeTopicResponse(
                 name=request.name, subscriptions=await self.admin.subscriptions(request.name),
-                broker_id=str(self.admin.broker.broker_id) if served is not None else "", delivery=delivery)
+                broker_id=self.admin.owner(request.name), delivery=delivery)
             describe = getattr(getattr(served, "storage", None), "describe", None)
             if served is not None and served.reliable and callable(describe):
                 info = describe()
@@ -284,20 +384,128 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
         except DanubeError as exc:
             await abort(context, exc)
 
+    async def _create(self, topic: str, strategy: int) -> None:
+        """The topic's delivery document in metadata (what its first producer would write); in cluster
+        mode it is then placed on a broker through a lookup, like Danube's create."""
+        keys.split_topic(topic)
+        exists, _ = await self.admin.known(topic)
+        if exists:
+            raise AlreadyExistsError(f"topic {topic} already exists")
+        await self.admin.metadata.put_json(keys.topic_delivery(topic), {
+            "dispatch_strategy": "reliable" if strategy == pb.Reliable else "non_reliable"})
+
+    async def _place(self, topics: list[str]) -> None:
+        if self.admin.cluster is None:
+            return
+        for topic in topics:
+            try:
+                await self.admin.broker.lookup(topic)
+            except Exception as exc:  # noqa: BLE001 - placed on its first lookup otherwise
+                log.warning("admin: created %s, not placed yet: %s", topic, exc)
+
     async def CreateTopic(self, request, context):
-        await _unimplemented(context, "CreateTopic (topics are created by their first producer)")
+        try:
+            await self._create(request.name, request.dispatch_strategy)
+            await self._place([request.name])
+            return pb.TopicResponse(success=True)
+        except DanubeError as exc:
+            await abort(context, exc)
 
     async def CreatePartitionedTopic(self, request, context):
-        await _unimplemented(context, "CreatePartitionedTopic")
+        try:
+            if request.partitions < 1:
+                raise InvalidArgumentError("partitions must be at least 1")
+            keys.split_topic(request.base_name)
+            if await self.admin.metadata.get(keys.topic_partitions(request.base_name)) is not None:
+                raise AlreadyExistsError(f"partitioned topic {request.base_name} already exists")
+            names = [f"{request.base_name}-part-{i}" for i in range(request.partitions)]
+            for name in names:
+                await self._create(name, request.dispatch_strategy)
+            await self.admin.metadata.put(keys.topic_partitions(request.base_name), str(request.partitions).encode())
+            await self._place(names)
+            return pb.TopicResponse(success=True)
+        except DanubeError as exc:
+            await abort(context, exc)
 
     async def DeleteTopic(self, request, context):
-        await _unimplemented(context, "DeleteTopic")
+        """The owner stops serving it (its clients get CLOSE), then its metadata and assignment go.
+        Storage files stay on disk; a producer that comes back creates the topic anew."""
+        try:
+            count = await self.admin.metadata.get_json(keys.topic_partitions(request.name))
+        except DanubeError as exc:
+            await abort(context, exc)
+        if isinstance(count, int) and count > 0 and not _forwarded(context):  # a partitioned topic: every partition
+            for i in range(count):
+                part = pb.TopicRequest(name=f"{request.name}-part-{i}")
+                owner = self.admin.remote_owner(part.name, context)
+                if owner is not None:
+                    await self.admin.forward(owner, "DeleteTopic", part, context)
+                elif (await self.admin.known(part.name))[0] or self.admin.owner(part.name):
+                    await self._delete_here(part.name, context)
+            await self.admin.metadata.delete_prefix(keys.topic_root(request.name) + "/")
+            return pb.TopicResponse(success=True)
+        owner = self.admin.remote_owner(request.name, context)
+        if owner is not None:
+            return await self.admin.forward(owner, "DeleteTopic", request, context)
+        return await self._delete_here(request.name, context)
+
+    async def _delete_here(self, topic: str, context):
+        try:
+            exists, _ = await self.admin.known(topic)
+            cluster = self.admin.cluster
+            assigned = cluster is not None and cluster.view.owner(topic) is not None
+            if not exists and not assigned:
+                raise NotFoundError(f"topic {topic} does not exist")
+            await self.admin.metadata.delete_prefix(keys.topic_root(topic) + "/")
+            await self.admin.metadata.delete(keys.topic_root(topic))
+            if topic in self.admin.broker.topics:
+                await self.admin.broker.unload_topic(topic, local=True, seal=False)
+            if cluster is not None:
+                for broker_id in {cluster.view.owner(topic), str(cluster.broker_id)} - {None}:
+                    await self.admin.metadata.delete(keys.broker_topic(broker_id, topic))
+                await self.admin.metadata.delete(keys.unassigned(topic))
+            log.info("admin: deleted topic %s", topic)
+            return pb.TopicResponse(success=True)
+        except DanubeError as exc:
+            await abort(context, exc)
 
     async def Unsubscribe(self, request, context):
-        await _unimplemented(context, "Unsubscribe")
+        """Drops the subscription (its cursor and registrations) at the topic's owner; refused while
+        consumers are attached."""
+        owner = self.admin.remote_owner(request.topic, context)
+        if owner is not None:
+            return await self.admin.forward(owner, "Unsubscribe", request, context)
+        try:
+            topic, name = request.topic, request.subscription
+            if name not in await self.admin.subscriptions(topic):
+                raise NotFoundError(f"topic {topic} has no subscription {quote(name)}")
+            served = self.admin.broker.topics.get(topic)
+            sub = served.subscriptions.get(name) if served is not None else None
+            if sub is not None:
+                if sub.active_consumers():
+                    await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                        f"subscription {quote(name)} of {topic} has consumers attached")
+                served.subscriptions.pop(name, None)
+            await self.admin.metadata.delete_prefix(keys.subscription(topic, name) + "/")
+            await self.admin.metadata.delete(keys.subscription(topic, name))
+            log.info("admin: unsubscribed %s from %s", name, topic)
+            return pb.SubscriptionResponse(success=True)
+        except DanubeError as exc:
+            await abort(context, exc)
 
     async def SetSubscriptionFailurePolicy(self, request, context):
-        await _unimplemented(context, "SetSubscriptionFailurePolicy")
+        """Stored in the shared metadata store; a subscription reads it when its topic is (re)loaded."""
+        try:
+            doc = json.loads(request.policy_json or "{}")
+            if not isinstance(doc, dict):
+                raise InvalidArgumentError("policy_json must be a JSON object")
+            await self.admin.metadata.put_json(
+                keys.subscription_failure_policy(request.topic, request.subscription), doc)
+            return pb.SubscriptionResponse(success=True)
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"policy_json is not JSON: {exc}")
+        except DanubeError as exc:
+            await abort(context, exc)
 
     async def GetSubscriptionFailurePolicy(self, request, context):
         try:

@@ -51,14 +51,19 @@ class _Admin:
         """``{topic: delivery}`` for every topic of ``namespace`` known to metadata or served here."""
         ns = namespace_name(namespace)
         out: dict[str, str] = {}
+        fields: dict[str, set[str]] = {}
         for kv in await self.metadata.get_prefix(f"/topics/{ns}/"):
             parts = kv.key.split("/")  # ['', 'topics', ns, topic, field, ...]
             if len(parts) >= 5:
                 name = f"/{ns}/{parts[3]}"
+                fields.setdefault(name, set()).add(parts[4])
                 if parts[4] == "delivery":
                     out[name] = _delivery(json.loads(kv.value))
                 else:
                     out.setdefault(name, "")
+        for name, names in fields.items():  # the base name of a partitioned topic is no topic (its partitions are)
+            if names == {"partitions"}:
+                out.pop(name, None)
         for name, topic in self.broker.topics.items():
             if keys.split_topic(name)[0] == ns:
                 out[name] = "Reliable" if topic.reliable else "NonReliable"

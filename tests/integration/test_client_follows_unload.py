@@ -5,11 +5,15 @@ UnloadTopic (what `danube admin topics unload` calls), and the project's client
 in this process.  After each unload the broker answers CLOSE for the old ids;
 the producer re-creates itself (offsets continue) and the consumer re-subscribes
 (resumes at the persisted cursor) without the application seeing an error.
+The real danube-client 0.5.0's producer does the same, in its own venv
+(tests/support/danube_client_venv.py): its send retries the old owner's UNAVAILABLE,
+then looks the topic up again and re-creates the producer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 
 import grpc
 
@@ -131,3 +135,71 @@ async def test_same_producer_and_consumer_follow_unloads(tmp_path):
         finally:
             await client.close()
         assert "Traceback" not in broker.log(), broker.log()
+
+
+async def test_danube_client_producer_follows_unloads_by_itself(tmp_path):
+    """The real danube-client 0.5.0: one producer, a plain send loop (tests/e2e/danube_client_scripts/
+    move_produce.py), three unloads under it.  Each send after an unload gets UNAVAILABLE from the
+    broker, the client retries, looks the topic up again and re-creates its producer: no send raises
+    and every message sent is stored once, in order."""
+    from tests.support import danube_client_venv as dc
+
+    try:
+        dc.ensure_venv()
+    except Exception as exc:  # noqa: BLE001 - no network / no package index
+        import pytest
+        pytest.skip(f"danube-client venv not available: {exc}")
+    topic = "/default/dc_follows_unload"
+    (tmp_path / "broker").mkdir()
+    with running_broker(data_dir=str(tmp_path / "broker")) as broker:
+        client = (DanubeClient.builder().service_url(broker.url)
+                  .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=30)
+                  .with_health_check_interval(0.5).build())
+        try:
+            consumer = (client.new_consumer().with_topic(topic).with_consumer_name("c1")
+                        .with_subscription("all").with_subscription_type(SubType.Exclusive)
+                        .with_reliable().build())
+            await consumer.subscribe()   # creates the topic; the subscription starts before any message
+            script = dc.start_script("move_produce.py", broker.url, topic, "--count", "120",
+                                     "--prefix", "d", "--delay-ms", "25")
+            try:
+                received: list[tuple[int, bytes]] = []
+                loop = asyncio.get_running_loop()
+                for _ in range(3):
+                    deadline = loop.time() + 20
+                    before = len(received)
+                    while len(received) < before + 10:   # the producer is sending: unload under it
+                        assert loop.time() < deadline, f"no progress after {len(received)} messages"
+                        assert script.poll() is None, script.communicate()
+                        batch = await consumer.receive_batch(timeout=0.5)
+                        for m in batch.messages() if batch is not None else ():
+                            received.append((m.offset, m.payload))
+                            await consumer.ack(m)
+                    await _unload(broker, topic)
+                out, err = await asyncio.to_thread(script.communicate, timeout=120)
+            except BaseException:
+                script.kill()
+                script.communicate()
+                raise
+            result = dc.parse_result("move_produce.py", script.returncode, out, err)
+            assert result["error"] is None, result["error"]
+            sent = result["sent"]
+            assert len(sent) == 120
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while len({p for _, p in received}) < len(sent):
+                assert loop.time() < deadline, f"{len(received)} of {len(sent)} received"
+                batch = await consumer.receive_batch(timeout=0.5)
+                for m in batch.messages() if batch is not None else ():
+                    received.append((m.offset, m.payload))
+                    await consumer.ack(m)
+            stored = dict(received)             # offset -> payload (a redelivery repeats both)
+            assert sorted(stored) == list(range(len(sent))), "each message stored once, no gap"
+            assert [stored[o].decode() for o in sorted(stored)] == sent, "in the order sent"
+            await consumer.close()
+        finally:
+            await client.close()
+        log = broker.log()
+        assert "Traceback" not in log, log
+        # the client re-created its producer after each unload (same name, a new id each time)
+        assert len(re.findall(r"producer 'dp' \(\d+\) on " + topic, log)) == 4, log

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -362,7 +363,12 @@ def test_20_moves_under_continuous_produce_and_consume_with_both_clients(tmp_pat
             f"danube-client consumer stopped at offset {offsets[-1]}; its log:\n{consumed['stderr']}\n"
             f"brokers:\n" + "\n".join(dc_lines[-30:]))
         assert {p.decode() for p, o in load.acked.items() if o >= offsets[0]} <= set(by_offset.values())
+        # move_produce.py never rebuilds its producer: danube-client re-created it by itself, at each
+        # new owner (its send retries UNAVAILABLE, then looks the topic up and creates it again)
+        recreated = sum(len(re.findall(r"producer 'dp' \(\d+\) on " + topic, p.log())) for p in cluster.procs) - 1
+        assert recreated >= 1, "danube-client's producer was never re-created"
         # both consumers end at the last offset: the last acked by either producer
         assert offsets[-1] == max(o for o, _ in load.received) >= max(load.acked.values())
-        print(f"20 moves: {len(load.acked)} + {len(sent)} messages; move (unload -> served again) "
+        print(f"20 moves: {len(load.acked)} + {len(sent)} messages ({recreated} danube-client producer "
+              f"re-creations); move (unload -> served again) "
               f"p50 {sorted(moves)[10] * 1000:.0f} ms, max {max(moves) * 1000:.0f} ms")

@@ -31,7 +31,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyObject_GetBuffer, Py
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from posix.types cimport off_t
-from libc.errno cimport EINTR, EINVAL, errno as c_errno
+from libc.errno cimport EINTR, EINVAL, EIO, errno as c_errno
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
@@ -51,6 +51,12 @@ cdef extern from "<unistd.h>" nogil:
     int fdatasync(int fd)
     ssize_t pwrite(int fd, const void* buf, size_t count, off_t offset)
 
+cdef extern from "<sys/uio.h>" nogil:
+    struct iovec:
+        void* iov_base
+        size_t iov_len
+    ssize_t pwritev(int fd, const iovec* iov, int iovcnt, off_t offset)
+
 cdef extern from *:
     """
     #include <sys/mman.h>
@@ -61,6 +67,8 @@ cdef extern from *:
     int madvise(void* addr, size_t length, int advice) nogil
     int MADV_POPULATE_WRITE
     int MADV_DONTNEED
+    int MADV_RANDOM
+    int MADV_NORMAL
 
 cdef extern from "<fcntl.h>" nogil:
     int posix_fadvise(int fd, off_t offset, off_t length, int advice)

@@ -93,3 +93,34 @@ def test_crash_recovery_over_a_sparse_tail_with_garbage(tmp_path):
         f.seek(9 * MiB + 5)
         assert f.read(100) in (b"\0" * 100, b"z" * 100) or b"\xee" not in f.read(100)
     wal.close()
+
+
+def test_sync_never_prefault_window_changes_no_byte(tmp_path):
+    """sync=never writes zeros ahead of the writer (then maps them): never over a frame,
+    never beyond the reservation or the file's size; mixed with pwritten batches and a
+    reopen, every record reads back and the file past the last frame is zeros."""
+    d = tmp_path / "w"
+    want = []
+    with Wal.open(d, sync="never", max_file_bytes=16 * MiB) as wal:
+        (path,) = _logs(d)
+        for i in range(5000):
+            want.append(b"a%d" % i * 7)
+            wal.append(want[-1], key="k" if i % 3 else None)
+            if i % 997 == 0:                              # >= 16 KiB: the pwrite path
+                batch = [b"b%d" % i * 300] * 20
+                wal.append_batch(batch)
+                want.extend(batch)
+        seg = wal._writer.segment
+        assert os.path.getsize(path) == 16 * MiB
+        assert _allocated(path) <= seg.capacity + 64 * KiB
+        end = seg.write_pos
+    with Wal.open(d, sync="never", max_file_bytes=16 * MiB) as wal:
+        assert [bytes(r.payload) for r in wal.read(0)] == want
+        for _ in range(3000):                             # the reopened file: a window from its end
+            wal.append(b"c" * 100)
+            want.append(b"c" * 100)
+        end = wal._writer.segment.write_pos
+        assert [bytes(r.payload) for r in wal.iter(0)] == want
+    with open(path, "rb") as f:
+        f.seek(end)
+        assert f.read(1 * MiB).count(0) == 1 * MiB

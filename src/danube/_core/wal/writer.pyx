@@ -76,6 +76,37 @@ cdef int _encode_pwrite(int fd, Py_ssize_t pos, unsigned char* scratch, Py_ssize
     return 0
 
 
+DEF ZERO_CHUNK = 65536          # _write_zeros: one zero buffer, repeated in an iovec
+DEF ZERO_IOVECS = 64            # 4 MiB a system call
+cdef unsigned char _ZEROS[ZERO_CHUNK]   # static: stays zero (never written)
+
+
+cdef int _write_zeros(int fd, Py_ssize_t pos, Py_ssize_t n) noexcept nogil:
+    """Write ``n`` zero bytes at ``pos`` (``pwritev`` of one zero buffer, 4 MiB a call);
+    0 or an errno."""
+    cdef iovec iov[ZERO_IOVECS]
+    cdef int cnt
+    cdef Py_ssize_t left, done
+    while n > 0:
+        left = n
+        cnt = 0
+        while cnt < ZERO_IOVECS and left > 0:
+            iov[cnt].iov_base = <void*>_ZEROS
+            iov[cnt].iov_len = <size_t>min(left, ZERO_CHUNK)
+            left -= <Py_ssize_t>iov[cnt].iov_len
+            cnt += 1
+        done = pwritev(fd, iov, cnt, <off_t>pos)
+        if done < 0:
+            if c_errno == EINTR:
+                continue
+            return c_errno
+        if done == 0:
+            return EIO
+        pos += done
+        n -= done
+    return 0
+
+
 cdef int _stamp_copy(unsigned char* dest, unsigned char* src, Py_ssize_t n, bint src_writable,
                      uint64_t first) noexcept nogil:
     """Stamp the caller's buffer when writable (it sees its offsets), copy it into the log,
@@ -167,25 +198,43 @@ cdef class LogWriter:
         return 0
 
     cdef int _prefault(self, SegmentFile seg, Py_ssize_t end) except -1:
-        """Fault ``[_prefaulted, end + prefault_bytes)`` in writable, in one system call.
+        """Fault ``[_prefaulted, end + prefault_bytes)`` in writable, a few system calls for
+        the whole window: zeros written into the file there (``pwritev``, 4 MiB a call), then
+        the pages mapped writable in one call (MADV_POPULATE_WRITE), with read-ahead off for
+        the window meanwhile (MADV_RANDOM, back to MADV_NORMAL after).
 
         A shared file mapping otherwise takes a write fault (ext4 page_mkwrite) on the
         first store to every 4 KiB page: measured 0.8 GB/s for 138-byte frames, against
-        1.6-1.9 GB/s with 1-4 MiB windows populated ahead.  The populated pages are dirty
-        zeros until overwritten, so only sync=never uses it (a sync would write them).
-        Advisory: any failure just leaves the faults to the stores.
+        1.6-1.9 GB/s with 1-4 MiB windows populated ahead.  Populating alone still reads
+        every page in first (zero-filled, read-ahead running ahead of the writer) and then
+        takes the write-fault path: 1.3-1.4 us a page on this VM, 45-50 ns of every 100 B
+        append.  The write path makes the pages in bulk, and with read-ahead off mapping
+        them is cheap: 0.9 us a page, 33 ns an append (``bench/wal_append_ratio.py``;
+        docs/benchmarks.md, "One broker at scale").  Only bytes beyond both the write
+        position and the last window are written, and those are zeros already (the writer
+        alone stores into the file, never beyond its write position), so no byte of the file
+        changes.  The pages are dirty zeros until overwritten, so only sync=never uses it (a
+        sync would write them).  Advisory: any failure just leaves the faults to the stores.
         """
         global _populate_write_ok
-        cdef Py_ssize_t start = max(seg._prefaulted, seg.write_pos)
+        cdef Py_ssize_t zstart = max(seg._prefaulted, seg.write_pos)
         cdef Py_ssize_t stop = min(end + self.prefault_bytes, seg.capacity)
-        cdef int rc
-        start -= start % _PAGE
-        if not _populate_write_ok or seg.base == NULL or not seg.writable or stop <= start:
+        cdef Py_ssize_t start = zstart - zstart % _PAGE
+        cdef int rc = 0
+        cdef bint populate = _populate_write_ok
+        if seg.base == NULL or not seg.writable or seg._fd < 0 or stop <= zstart:
             return 0
         seg._prefaulted = stop
         with nogil:
-            rc = madvise(seg.base + start, stop - start, MADV_POPULATE_WRITE)
-        if rc != 0 and c_errno == EINVAL:
+            if populate:
+                madvise(seg.base + start, stop - start, MADV_RANDOM)
+            _write_zeros(seg._fd, zstart, stop - zstart)
+            if populate:
+                rc = madvise(seg.base + start, stop - start, MADV_POPULATE_WRITE)
+                if rc != 0:
+                    rc = c_errno
+                madvise(seg.base + start, stop - start, MADV_NORMAL)
+        if rc == EINVAL:
             _populate_write_ok = False
         return 0
 

@@ -23,7 +23,7 @@ from danube import _native, frames
 from danube.errors import WalError
 from danube.wal.checkpoint import Checkpoint, read_checkpoint
 from danube.wal.files import list_segment_files, segment_file_name
-from danube.wal.options import WalOptions
+from danube.wal.options import SyncPolicy, WalOptions
 
 _walfile = _native.load("walfile")
 log = logging.getLogger("danube.wal")
@@ -122,7 +122,8 @@ def recover(directory: str, options: WalOptions) -> RecoveredLog:
     if active is None:
         path = os.path.join(directory, segment_file_name(next_seq))
         active = _walfile.SegmentFile.create(path, next_seq, next_offset, options.max_file_bytes,
-                                             index_every=index_every, reserve=options.initial_file_bytes)
+                                             index_every=index_every, reserve=options.initial_file_bytes,
+                                             read_around=options.sync is not SyncPolicy.NEVER)
         next_seq += 1
 
     found = ckpt if report.checkpoint_found else None

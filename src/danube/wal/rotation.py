@@ -38,7 +38,7 @@ from danube import _native
 from danube.errors import WalError
 from danube.wal.checkpoint import Checkpoint, write_checkpoint
 from danube.wal.files import WalFileInfo, fsync_directory, segment_file_name
-from danube.wal.options import WalOptions
+from danube.wal.options import SyncPolicy, WalOptions
 
 _walfile = _native.load("walfile")
 log = logging.getLogger("danube.wal")
@@ -140,7 +140,8 @@ class FileKeeper:
         seg = _walfile.SegmentFile.create(path, seq, first_offset, max(self.options.max_file_bytes, need),
                                           index_every=self.options.index_every_bytes,
                                           reserve=max(self.options.initial_file_bytes, need,
-                                                      min(reserve, self.options.max_file_bytes)))
+                                                      min(reserve, self.options.max_file_bytes)),
+                                          read_around=self.options.sync is not SyncPolicy.NEVER)
         if self.durable:
             self.dir_dirty = True  # the syncer fsyncs the directory before anything in it counts as durable
         return seg

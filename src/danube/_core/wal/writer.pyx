@@ -209,8 +209,9 @@ cdef class LogWriter:
         every page in first (zero-filled, read-ahead running ahead of the writer) and then
         takes the write-fault path: 1.3-1.4 us a page on this VM, 45-50 ns of every 100 B
         append.  The write path makes the pages in bulk, and with read-ahead off mapping
-        them is cheap: 0.9 us a page, 33 ns an append (``bench/wal_append_ratio.py``;
-        docs/benchmarks.md, "One broker at scale").  Only bytes beyond both the write
+        them is cheap: ~0.4 us a page, ~12 ns an append, once the file's header was stored
+        without read-around (``SegmentFile.create(read_around=False)``) (``bench/
+        wal_append_ratio.py``; docs/benchmarks.md, "One broker at scale").  Only bytes beyond both the write
         position and the last window are written, and those are zeros already (the writer
         alone stores into the file, never beyond its write position), so no byte of the file
         changes.  The pages are dirty zeros until overwritten, so only sync=never uses it (a

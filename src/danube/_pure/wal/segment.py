@@ -178,10 +178,12 @@ class SegmentFile:
     @classmethod
     def create(cls, path: str, seq: int, first_offset: int, capacity: int, *,
                created_ms: int | None = None, index_every: int = 65536,
-               reserve: int | None = None) -> "SegmentFile":
+               reserve: int | None = None, read_around: bool = True) -> "SegmentFile":
         """A new file of ``capacity`` bytes: reserved whole (``reserve`` None), or sparse with
         only ``[0, reserve)`` allocated, which is then all the writer may fill until
-        :meth:`reserve` grows it."""
+        :meth:`reserve` grows it.  ``read_around`` False: compiled, the header's page is
+        faulted in without the kernel's read-around (for the sync=never writer's prefault);
+        a no-op here."""
         capacity = max(capacity, FILE_HEADER_SIZE + HEADER_SIZE)
         created_ms = now_ms() if created_ms is None else created_ms
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)

@@ -1,12 +1,12 @@
 """The batch-lane consumer: credit-based streams, one per partition, merged into one iterator.
 
 Each partition has one bidirectional ``Consume`` stream.  The consumer grants
-``receive_messages`` / ``receive_bytes`` of credit up front and gives credit
-back as the application takes batches, so at most that much is buffered in the
-client per partition.  Acks and nacks travel on the same stream (acks grouped
-into offset ranges).  A stream that breaks with a retriable status is reopened
-after a fresh lookup with the same subscription; the broker redelivers what
-was not acked.
+``receive_messages`` / ``receive_bytes`` of credit up front and gives a batch's
+credit back once the application is done with it (it asks for the next batch),
+so at most that much is delivered and not yet finished per partition.  Acks
+and nacks travel on the same stream (acks grouped into offset ranges).  A
+stream that breaks with a retriable status is reopened after a fresh lookup
+with the same subscription; the broker redelivers what was not acked.
 
 The consumer follows its topic like Danube's clients: when the broker answers
 ``CLOSE`` to the health check, or the stream ends or fails with
@@ -182,7 +182,8 @@ class ConsumerBuilder:
         return self
 
     def with_receive_credit(self, messages: int, max_bytes: int) -> "ConsumerBuilder":
-        """How much the broker may send ahead of the application, per partition."""
+        """How much the broker may send ahead of the application, per partition (a batch counts
+        until the application asks for the next one)."""
         if messages < 1 or max_bytes < 1:
             raise InvalidArgumentError("receive credit must be positive")
         self._receive_messages, self._receive_bytes = int(messages), int(max_bytes)
@@ -509,6 +510,12 @@ class Consumer:
         # Messages of a batch the message iterator started but the application stopped reading
         # (``break`` out of ``async for``): the next iteration continues with them.
         self._pending: deque[Message] = deque()
+        # Batches handed to the application whose credit has not gone back yet: it goes back when the
+        # application asks for the next batch (receive_batch, or the message iterator past the batch's
+        # last message), after the acks it queued meanwhile.  So what the broker delivered and has no
+        # ack for stays within the receive credit (the redelivery bound of a move), not the credit
+        # plus the batch the application is working through.
+        self._held: list[tuple[_PartitionConsumer, MessageBatch]] = []
         self._listening = False
         self._growing: asyncio.Future | None = None
 
@@ -577,6 +584,10 @@ class Consumer:
         Messages the message iterator took from a batch but did not yield yet stay with it."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        held, self._held = self._held, []
+        for owner, taken in held:  # the application is done with what it took before
+            if taken._stream == owner.stream:  # the stream that delivered it gets its credit back
+                owner.grant(taken.count, len(taken.frames))
         while True:
             if not self._queue.empty():
                 item = self._queue.get_nowait()
@@ -594,11 +605,13 @@ class Consumer:
             part = self._parts[item._partition] if item._partition < len(self._parts) else None
             if part is None:
                 return item
-            if item._stream == part.stream:  # the stream that delivered it gets its credit back
-                part.grant(item.count, len(item.frames))
             rest = part.unseen(item)
-            if rest is not None:  # None: every message was already acked; wait for the next batch
-                return rest
+            if rest is None:  # every message was already acked (and acked again): its credit goes back now
+                if item._stream == part.stream:
+                    part.grant(item.count, len(item.frames))
+                continue  # wait for the next batch
+            self._held.append((part, item))
+            return rest
 
     async def batches(self) -> AsyncIterator[MessageBatch]:
         while True:

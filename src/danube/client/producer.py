@@ -323,13 +323,7 @@ class _PartitionProducer:
             await self._space.wait()
             self._check_usable()
         fut = self._loop.create_future()
-        self._payloads.append(payload)
-        self._keys.append(key)
-        self._attributes.append(attributes)
-        self._futures.append(fut)
-        if key is not None or attributes:
-            self._has_meta = True
-        self._open_bytes += len(payload) + _FRAME_OVERHEAD
+        self.add_nowait(payload, key, attributes, fut)
         if self._open_bytes >= self.owner.max_batch_bytes:
             self.seal()
         elif self._linger_handle is None:

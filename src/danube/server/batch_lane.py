@@ -140,15 +140,20 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             ack.status.CopyFrom(_batch_status(exc))
         return ack
 
-    async def _publish_fenced(self, producer_id: int, buf: bytearray, version: int) -> tuple[int, int]:
-        """A batch routed under partitioning ``version``: refused (StaleRoutingError, nothing stored)
-        when its partition's version is newer; one dict lookup per batch otherwise."""
-        name = self._broker.producer_topic(producer_id)
-        if name is None:   # a producer not loaded yet (broker restart)
+    async def _producer_topic(self, producer_id: int) -> str | None:
+        """The producer's topic; a producer not loaded yet (broker restart) is loaded to learn it."""
+        topic = self._broker.producer_topic(producer_id)
+        if topic is None:
             load = getattr(self._broker, "_producer", None)
             if load is not None:
                 await load(producer_id)
-            name = self._broker.producer_topic(producer_id)
+                topic = self._broker.producer_topic(producer_id)
+        return topic
+
+    async def _publish_fenced(self, producer_id: int, buf: bytearray, version: int) -> tuple[int, int]:
+        """A batch routed under partitioning ``version``: refused (StaleRoutingError, nothing stored)
+        when its partition's version is newer; one dict lookup per batch otherwise."""
+        name = await self._producer_topic(producer_id)
         epoch = await self._repartition.admit(name, version) if name is not None else None
         if epoch is None:
             return await self._broker.publish(producer_id, buf, partitioning_version=version)
@@ -162,12 +167,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
     async def _check_schema(self, producer_id: int, request: pb.PublishRequest, buf: bytearray) -> None:
         """The topic's schema policy for one batch (docs/schema-registry.md): ids once per batch,
         payloads one by one only when the topic validates payloads."""
-        topic = self._broker.producer_topic(producer_id)
-        if topic is None:   # a producer not loaded yet (broker restart): load it to learn its topic
-            load = getattr(self._broker, "_producer", None)
-            if load is not None:
-                await load(producer_id)
-                topic = self._broker.producer_topic(producer_id)
+        topic = await self._producer_topic(producer_id)
         if topic is not None:
             self._schema.check_batch(
                 topic, request.schema_id if request.HasField("schema_id") else None,

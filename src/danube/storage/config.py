@@ -39,6 +39,7 @@ from typing import Any, Mapping
 
 from danube.errors import InvalidArgumentError
 from danube.storage.backends import DurableBackend, FilesystemBackend, S3Backend
+from danube.storage.paths import topic_dir
 
 MODES = ("local", "shared_fs", "object_store")
 SYNC_MODES = ("always", "interval", "never")
@@ -134,8 +135,6 @@ class StorageConfig:
 
     def wal_dir(self, topic: str) -> str:
         """``<local_wal_root>/<ns>/<topic>`` (root resolved), checked to lie inside the root."""
-        from danube.storage.paths import topic_dir
-
         return topic_dir(self.local_wal_root, topic)
 
     # ------------------------------------------------------------------ parsing

@@ -26,6 +26,9 @@ import json
 import logging
 from typing import Any
 
+import grpc
+
+from danube.broker.service import LookupResult
 from danube.cluster.leader import LeaderElection
 from danube.cluster.load_manager import DEFAULT_BATCH, LoadManager
 from danube.cluster.load_report import LoadReporter, build_load_report
@@ -34,14 +37,14 @@ from danube.cluster.view import ClusterView
 from danube.errors import MetadataError, NotFoundError, NotServedHereError
 from danube.metadata import keys
 from danube.metadata.store import Compare, MetadataStore, Op, WatchEvent
+from danube.proto.danube_admin import admin_pb2 as apb
+from danube.proto.danube_admin import admin_pb2_grpc as apb_grpc
 
 log = logging.getLogger(__name__)
 
 
 def _forward_error(what: str, exc) -> Exception:
     """A DanubeError for a failed call forwarded to another broker's admin port."""
-    import grpc
-
     if exc.code() == grpc.StatusCode.NOT_FOUND:
         return NotFoundError(f"{what}: {exc.details()}")
     return NotServedHereError(f"{what} failed: {exc.code().name} {exc.details()}")
@@ -166,8 +169,6 @@ class ClusterNode:
     # ------------------------------------------------------------ lookups and ownership
 
     async def lookup(self, topic: str):
-        from danube.broker.service import LookupResult
-
         keys.split_topic(topic)
         owner = self.view.owner(topic)
         if owner is None and topic not in self.view.unassigned:
@@ -330,11 +331,6 @@ class ClusterNode:
             raise NotFoundError(f"topic {topic} is not assigned to any broker")
         if owner == self.broker_id:
             return await self.unload(topic)
-        import grpc
-
-        from danube.proto.danube_admin import admin_pb2 as apb
-        from danube.proto.danube_admin import admin_pb2_grpc as apb_grpc
-
         admin_url = (self.view.registered.get(owner) or {}).get("admin_url")
         if not admin_url:
             raise NotServedHereError(f"topic {topic} is owned by broker {owner}, which has no admin port registered")
@@ -392,11 +388,6 @@ class ClusterNode:
         await self.store.put_json(keys.broker_state(broker_id or self.broker_id), "active")
 
     async def _drain_remote(self, broker_id: str, **kw) -> dict:
-        import grpc
-
-        from danube.proto.danube_admin import admin_pb2 as apb
-        from danube.proto.danube_admin import admin_pb2_grpc as apb_grpc
-
         info = self.view.registered.get(broker_id)
         admin_url = (info or {}).get("admin_url")
         if not admin_url:

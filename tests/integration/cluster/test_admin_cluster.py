@@ -57,7 +57,14 @@ def test_every_admin_subcommand_agrees_whichever_broker_is_asked(tmp_path):
             return data
 
         def same(*args, key=lambda d: d):
-            answers = [key(ok(u, *args)) for u in urls]
+            # Each broker answers from its own watched view of etcd, so right after start-up (or a
+            # change) the views may lag by a watch event: ask again until they agree, then check.
+            deadline = time.monotonic() + 10
+            while True:
+                answers = [key(ok(u, *args)) for u in urls]
+                if all(a == answers[0] for a in answers) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
             assert all(a == answers[0] for a in answers), (args, answers)
             return answers[0]
 

@@ -49,11 +49,45 @@ async def describe(admin_url: str) -> dict:
     return (await asyncio.to_thread(admin, admin_url, "topics", "describe", T))["partitioning"]
 
 
+class Sub:
+    """One subscription's consumers and what they saw: per key, the sequence numbers in the order this
+    subscription's consumers (all of them together) received them."""
+
+    def __init__(self, client, name: str, sub_type: str, consumers: int) -> None:
+        self.name = name
+        self.consumers = [
+            client.new_consumer().with_topic(T).with_consumer_name(f"{name}-c{i}").with_subscription(name)
+            .with_subscription_type(sub_type).with_reliable(True).with_receive_credit(50, 1 << 20).build()
+            for i in range(consumers)]
+        self.seen = {k: 0 for k in KEYS}   # the first message of each key was published before the subscription
+        self.violations: list[str] = []
+        self.received = 0
+        self.by_consumer = [0] * consumers
+
+    async def consume(self, index: int, running: asyncio.Event) -> None:
+        consumer = self.consumers[index]
+        async for m in consumer:
+            await running.wait()
+            k, seq = m.payload.decode().split(":")
+            seq = int(seq)
+            if seq != self.seen[k] + 1:
+                self.violations.append(f"{self.name}: {k}: {seq} after {self.seen[k]} "
+                                       f"({consumer.name} {m.topic}@{m.offset})")
+            self.seen[k] = max(self.seen[k], seq)
+            self.received += 1
+            self.by_consumer[index] += 1
+            await consumer.ack(m)
+
+
+EXCLUSIVE = (("s", SubType.Exclusive, 1),)
+
+
 async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, check=None,
-                   held_at_least: dict[int, float] | None = None) -> None:
+                   held_at_least: dict[int, float] | None = None, subs=EXCLUSIVE) -> list[Sub]:
     """``steps``: (partitions, version) per repartition; ``during(target)``: a coroutine run with the
     repartition call; ``check(target, seconds from the call to finalize)``; ``held_at_least``: with no
-    backlog pause, a cutover to N may finalize before ``describe`` sees its marker, not sooner than [N] s."""
+    backlog pause, a cutover to N may finalize before ``describe`` sees its marker, not sooner than [N] s;
+    ``subs``: (name, type, consumers) of the subscriptions consuming side by side."""
     url, admin_url = cluster.procs[0].url, cluster.procs[1].admin_url
     client = (DanubeClient.builder().service_url(url)
               .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=60).build())
@@ -61,20 +95,20 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
     await producer.create()
     sent = {k: 0 for k in KEYS}
     futures = []
-    for i, k in enumerate(KEYS):   # every partition exists (and is recorded) before the consumer attaches
+    for i, k in enumerate(KEYS):   # every partition exists (and is recorded) before the consumers attach
         futures.append(await producer.send(f"{k}:0".encode(), key=k))
         sent[k] = 1
     await producer.flush()
-    consumer = (client.new_consumer().with_topic(T).with_consumer_name("c").with_subscription("s")
-                .with_subscription_type(SubType.Exclusive).with_reliable(True)
-                .with_receive_credit(50, 1 << 20).build())
-    await consumer.subscribe()
-    seen = {k: 0 for k in KEYS}   # the first message of each key was published before the subscription
-    violations: list[str] = []
-    received = [0]
+    subscriptions = [Sub(client, *spec) for spec in subs]
+    consumers = [c for sub in subscriptions for c in sub.consumers]
+    for consumer in consumers:
+        await consumer.subscribe()
     running = asyncio.Event()
     running.set()
     stop = asyncio.Event()
+
+    def received() -> int:
+        return min(sub.received for sub in subscriptions)
 
     async def publish():
         i = 0
@@ -87,20 +121,10 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
                 await asyncio.sleep(0.01)
         await producer.flush()
 
-    async def consume():
-        async for m in consumer:
-            await running.wait()
-            k, seq = m.payload.decode().split(":")
-            seq = int(seq)
-            if seq != seen[k] + 1:
-                violations.append(f"{k}: {seq} after {seen[k]} ({m.topic}@{m.offset})")
-            seen[k] = max(seen[k], seq)
-            received[0] += 1
-            await consumer.ack(m)
-
-    pub, con = asyncio.ensure_future(publish()), asyncio.ensure_future(consume())
+    pub = asyncio.ensure_future(publish())
+    cons = [asyncio.ensure_future(sub.consume(i, running)) for sub in subscriptions for i in range(len(sub.consumers))]
     try:
-        await wait_until(lambda: received[0] > 300, what="steady traffic")
+        await wait_until(lambda: received() > 300, what="steady traffic")
         for target, version in steps:
             if pause:
                 running.clear()                   # a pre-cutover backlog on the sources
@@ -115,7 +139,8 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
             assert out["marker"]["phase"] == "cutover" and out["adoption_generation"] >= 1
             await wait_until(lambda: producer.partitioning_version == version, what="producer cut over")
             if target == 4:
-                await wait_until(lambda: len(consumer._parts) == 4, what="consumer on the new partitions")
+                await wait_until(lambda: all(len(c._parts) == 4 for c in consumers),
+                                 what="consumers on the new partitions")
             info = await describe(admin_url)
             assert info["partitioning_version"] == version
             if info["marker"] is None:   # finalized already: only allowed once the hold could have ended
@@ -128,23 +153,28 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
             else:   # adopted: finalized well before the 30 s adoption timeout (from drain-complete)
                 assert time.monotonic() - started < 25, time.monotonic() - started
             assert info["partitions"] == target and info["generation"] > out["adoption_generation"]
-            n = received[0]
-            await wait_until(lambda: received[0] > n + 200, what="traffic after the cutover")
+            n = received()
+            await wait_until(lambda: received() > n + 200, what="traffic after the cutover")
         if steps[-1][0] == 2:
             assert (await describe(admin_url))["retired"] == [2, 3]
     finally:
         stop.set()
         await asyncio.wait_for(pub, 60)
-        await wait_until(lambda: all(seen[k] == sent[k] - 1 for k in KEYS), what="everything consumed")
-        con.cancel()
-        await asyncio.gather(con, return_exceptions=True)
+        await wait_until(lambda: all(sub.seen[k] == sent[k] - 1 for sub in subscriptions for k in KEYS),
+                         what="everything consumed")
+        for task in cons:
+            task.cancel()
+        await asyncio.gather(*cons, return_exceptions=True)
         await producer.close()
-        await consumer.close()
+        for consumer in consumers:
+            await consumer.close()
         await client.close()
     assert all(f.done() and f.exception() is None for f in futures)
-    assert not violations, violations[:10]
-    assert received[0] == sum(sent.values()) - len(KEYS)
+    for sub in subscriptions:
+        assert not sub.violations, sub.violations[:10]
+        assert sub.received == sum(sent.values()) - len(KEYS), sub.name   # nothing lost, nothing twice
     assert producer.cutovers == len(steps)
+    return subscriptions
 
 
 async def _finalized(admin_url: str):
@@ -155,6 +185,15 @@ async def _finalized(admin_url: str):
 def test_grow_and_shrink_on_three_brokers_keep_per_key_order(tmp_path):
     with local_cluster(str(tmp_path)) as cluster:
         asyncio.run(asyncio.wait_for(scenario(cluster), 240))
+
+
+def test_failover_and_key_shared_side_by_side_keep_per_key_order(tmp_path):
+    # two consumers on each: per key, in publish order across both consumers of a subscription
+    subs = (("fo", SubType.Failover, 2), ("ks", SubType.KeyShared, 2))
+    with local_cluster(str(tmp_path)) as cluster:
+        done = asyncio.run(asyncio.wait_for(scenario(cluster, subs=subs), 240))
+    key_shared = next(sub for sub in done if sub.name == "ks")
+    assert all(n > 0 for n in key_shared.by_consumer), key_shared.by_consumer   # both consumers took keys
 
 
 def test_grow_while_a_broker_is_being_drained(tmp_path):

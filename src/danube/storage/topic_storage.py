@@ -147,8 +147,12 @@ class TopicStorage:
                 due = min(due, time.monotonic() + age_limit / 4)
             if idle_limit and not self.wal.suspended:
                 due = min(due, time.monotonic() + idle_limit / 2)
+            # asyncio.timeout, not wait_for: under 3.11 wait_for drops a cancellation that lands
+            # with the wake (a rotation finishing as seal() stops this task), and seal() then
+            # waits for this task forever (CPython gh-86296; tests/unit/storage/test_maintenance_stop.py)
             try:
-                await asyncio.wait_for(self._wake.wait(), max(due - time.monotonic(), 0.0))
+                async with asyncio.timeout(max(due - time.monotonic(), 0.0)):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             rotated = self._wake.is_set()

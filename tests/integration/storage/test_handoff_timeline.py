@@ -9,6 +9,7 @@ topic, producers continue at 22..27, and the consumer reading from 14 gets
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -36,6 +37,19 @@ def _config(mode, tmp_path, broker, s3):
 
 def _message(i: int) -> bytes:
     return b"message-%d|" % i + bytes([i % 251]) * 400
+
+
+@contextlib.asynccontextmanager
+async def _phase(name: str, seconds: float = 30):
+    """Bound one phase, so that a hang fails naming it instead of sitting until the suite's timeout."""
+    bound = asyncio.timeout(seconds)
+    try:
+        async with bound:
+            yield
+    except TimeoutError:
+        if bound.expired():
+            pytest.fail(f"{name} did not finish in {seconds:.0f} s (a lost wake-up?)")
+        raise
 
 
 async def _produce(storage, messages):
@@ -68,14 +82,17 @@ async def test_seal_and_resume_keep_one_offset_space(mode, tmp_path, request):
     factory_b = StorageFactory(_config(mode, tmp_path, "broker-b", s3), metadata, broker_id="broker-b")
     try:
         # T1..T3: broker A accepts 0..21; the consumer reads 0..13 and its cursor is stored.
-        a = await factory_a.open_topic(TOPIC)
-        await _produce(a, range(22))
+        async with _phase("A: open_topic"):
+            a = await factory_a.open_topic(TOPIC)
+        async with _phase("A: produce 0..21 and wait_durable"):
+            await _produce(a, range(22))
         seen = await _consume(a, 0, 13)
         assert [o for o, _ in seen] == list(range(14))
         await metadata.put_json(keys.subscription_cursor(TOPIC, SUB), 13)
 
         # T4: unload → seal at 21; all of 0..21 is durable; A's WAL is gone.
-        assert await a.seal() == 21
+        async with _phase("A: seal"):
+            assert await a.seal() == 21
         state = await read_sealed_state(metadata, factory_a.config.metadata_prefix, TOPIC)
         assert state.last_committed_offset == 21 and state.broker_id == "broker-a"
         backend = await factory_a.backend()
@@ -86,13 +103,15 @@ async def test_seal_and_resume_keep_one_offset_space(mode, tmp_path, request):
             a.append_frames(bytearray(frames.encode_payloads([b"late write"])))
 
         # T5: B loads the topic from the sealed state: next offset 22, sealed marker cleared.
-        b = await factory_b.open_topic(TOPIC)
+        async with _phase("B: open_topic"):
+            b = await factory_b.open_topic(TOPIC)
         assert b.recovery.source == "sealed"
         assert b.next_offset == 22 and b.hot_start == 22
         assert await read_sealed_state(metadata, factory_b.config.metadata_prefix, TOPIC) is None
 
         # T6: producers reconnect: 22..27.
-        await _produce(b, range(22, 28))
+        async with _phase("B: produce 22..27 and wait_durable"):
+            await _produce(b, range(22, 28))
 
         # T8..T9: the consumer resumes from its cursor: 14..21 from durable history, 22..27 from B's WAL.
         cursor = await metadata.get_json(keys.subscription_cursor(TOPIC, SUB))
@@ -105,11 +124,13 @@ async def test_seal_and_resume_keep_one_offset_space(mode, tmp_path, request):
         assert [r.offset for r in frames.iter_records(below)] == [20, 21]
 
         # B seals too: the durable history is now 0..27, still one offset space.
-        assert await b.seal() == 27
+        async with _phase("B: seal"):
+            assert await b.seal() == 27
         history = await asyncio.to_thread(list_segments, backend, topic_prefix(TOPIC))
         assert [(d.start_offset, d.end_offset) for d in history][-1][1] == 27
         assert all(x.end_offset + 1 == y.start_offset for x, y in zip(history, history[1:]))
     finally:
-        await factory_a.close()
-        await factory_b.close()
-        await metadata.close()
+        async with _phase("closing the factories"):
+            await factory_a.close()
+            await factory_b.close()
+            await metadata.close()

@@ -21,7 +21,7 @@ that they do (the functions under ``TYPE_CHECKING`` at the end of this module).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Collection, Protocol
+from typing import TYPE_CHECKING, Awaitable, Callable, Collection, Protocol
 
 if TYPE_CHECKING:
     from danube.broker.delivery import Delivery
@@ -73,6 +73,13 @@ class StorageFactory(Protocol):
 
     async def open_topic(self, topic: str) -> TopicStorage:
         """The storage of ``topic``, recovered and open; one instance per topic until it closes."""
+
+    async def delete_topic(self, topic: str, *, unload: Callable[[], Awaitable[object]] | None = None) -> list[str]:
+        """Remove everything stored for ``topic`` on this broker and in its durable store; the
+        paths/keys removed.  Opens of ``topic`` are refused while it runs; ``unload`` (the broker
+        closing the topic) is awaited first, so no late write brings files back, and the next open
+        starts the topic anew, empty.  A broker without a storage factory (memory only) stores
+        nothing to delete."""
 
     async def close(self) -> None:
         """Close every storage it opened (the broker closes its topics first)."""

@@ -433,8 +433,9 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             await abort(context, exc)
 
     async def DeleteTopic(self, request, context):
-        """The owner stops serving it (its clients get CLOSE), then its metadata and assignment go.
-        Storage files stay on disk; a producer that comes back creates the topic anew."""
+        """The owner stops serving it (its clients get CLOSE), its metadata and assignment go, then
+        its stored data (StorageFactory.delete_topic); a producer that comes back creates the
+        topic anew, empty."""
         try:
             count = await self.admin.metadata.get_json(keys.topic_partitions(request.name))
         except DanubeError as exc:
@@ -461,14 +462,25 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             assigned = cluster is not None and cluster.view.owner(topic) is not None
             if not exists and not assigned:
                 raise NotFoundError(f"topic {topic} does not exist")
-            await self.admin.metadata.delete_prefix(keys.topic_root(topic) + "/")
-            await self.admin.metadata.delete(keys.topic_root(topic))
-            if topic in self.admin.broker.topics:
-                await self.admin.broker.unload_topic(topic, local=True, seal=False)
-            if cluster is not None:
-                for broker_id in {cluster.view.owner(topic), str(cluster.broker_id)} - {None}:
-                    await self.admin.metadata.delete(keys.broker_topic(broker_id, topic))
-                await self.admin.metadata.delete(keys.unassigned(topic))
+            broker = self.admin.broker
+
+            async def unload() -> None:
+                # unloaded before its metadata goes: the unload's last cursor flush must not write
+                # a cursor back (a topic created again would start at that old floor)
+                if topic in broker.topics:
+                    await broker.unload_topic(topic, local=True, seal=False)
+                await self.admin.metadata.delete_prefix(keys.topic_root(topic) + "/")
+                await self.admin.metadata.delete(keys.topic_root(topic))
+                if cluster is not None:
+                    for broker_id in {cluster.view.owner(topic), str(cluster.broker_id)} - {None}:
+                        await self.admin.metadata.delete(keys.broker_topic(broker_id, topic))
+                    await self.admin.metadata.delete(keys.unassigned(topic))
+
+            factory = getattr(broker, "storage_factory", None)
+            if factory is not None:  # its files go once it is closed here and no open can start
+                await factory.delete_topic(topic, unload=unload)
+            else:
+                await unload()
             log.info("admin: deleted topic %s", topic)
             return pb.TopicResponse(success=True)
         except DanubeError as exc:

@@ -20,9 +20,12 @@ from typing import Any, AsyncIterator
 import grpc
 
 from danube._tasks import cancel_and_wait
-from danube.errors import DanubeError
+from danube.client.errors import from_rpc_error
+from danube.errors import DanubeError, NotServedHereError
 from danube.metadata.store import LeaseNotFoundError
 from danube.metadata import keys
+from danube.proto.danube_admin import admin_pb2 as admin_pb
+from danube.proto.danube_admin import admin_pb2_grpc as admin_grpc
 from danube.proto.danube_scalable import scalable_pb2 as pb
 from danube.proto.danube_scalable import scalable_pb2_grpc as pb_grpc
 from danube.routing.scalable.controller import (
@@ -37,6 +40,7 @@ from danube.routing.scalable.layout import SegmentLayout, segment_topic_name
 from danube.routing.scalable.segments import BrokerSegmentOps
 from danube.routing.scalable.store import ScalableTopicStore, TopicSnapshot
 from danube.server import status as status_map
+from danube.server.admin import _FORWARDED as ADMIN_FORWARDED
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +97,24 @@ class ForwardingSegmentOps(BrokerSegmentOps):
             return await super().terminate_segment(topic)
         await self.metadata.put(keys.topic_terminated(topic), b"1")  # the owner's open reads it, should it move
         await self.service.remote(owner).TerminateSegment(pb.SegmentRequest(segment_topic=topic), timeout=30)
+
+    async def delete_segment(self, topic: str) -> None:
+        """At the broker the cluster assigned the segment to (its admin port's DeleteTopic, which
+        deletes the stored data there too); here when it is this broker's or nobody's."""
+        cluster = self.broker.cluster
+        owner = cluster.view.owner(topic) if cluster is not None else None
+        if owner is None or str(owner) == str(cluster.broker_id):
+            return await super().delete_segment(topic)
+        admin_url = (cluster.view.registered.get(owner) or {}).get("admin_url")
+        if not admin_url:
+            raise NotServedHereError(f"segment {topic} is owned by broker {owner}, which has no admin port")
+        try:
+            async with grpc.aio.insecure_channel(str(admin_url).split("://", 1)[-1]) as channel:
+                await admin_grpc.TopicAdminStub(channel).DeleteTopic(
+                    admin_pb.TopicRequest(name=topic), timeout=60, metadata=((ADMIN_FORWARDED, "1"),))
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND:  # gone already: deleted
+                raise from_rpc_error(exc) from exc
 
     async def backlog(self, topic: str, subscription: str) -> int:
         stats = await self.segment_stats(topic)

@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from typing import Awaitable, Callable
 
 from danube.errors import StorageError
+from danube.metadata import keys
 from danube.metadata.keys import split_topic
 from danube.metadata.store import MetadataStore
-from danube.storage.backends import DurableBackend
+from danube.storage.backends import DurableBackend, FilesystemBackend
 from danube.storage.catalog import SegmentCatalog
 from danube.storage.config import StorageConfig
 from danube.storage.fence import OwnerFence, bump_owner_epoch, cursor_floor
 from danube.storage.recovery import clear_sealed_state, local_wal_continuity, resolve_recovery_start
-from danube.storage.paths import remove_topic_dir, set_aside
+from danube.storage.paths import remove_topic_data, remove_topic_dir, set_aside
+from danube.storage.segment import DESCRIPTOR_SUFFIX, topic_prefix
 from danube.storage.topic_storage import TopicStorage
 
 log = logging.getLogger(__name__)
@@ -32,6 +35,7 @@ class StorageFactory:
         self._backend_lock = asyncio.Lock()
         self._topics: dict[str, TopicStorage] = {}
         self._opening: dict[str, asyncio.Lock] = {}
+        self._deleting: set[str] = set()  # topics whose storage is being removed: opens refused
         self._closed = False
 
     async def backend(self) -> DurableBackend:
@@ -52,6 +56,8 @@ class StorageFactory:
         split_topic(topic)
         if self._closed:
             raise StorageError("storage factory is closed", retriable=False)
+        if topic in self._deleting:
+            raise StorageError(f"topic {topic} is being deleted on this broker; retry", retriable=True)
         lock = self._opening.setdefault(topic, asyncio.Lock())
         async with lock:
             existing = self._topics.get(topic)
@@ -134,6 +140,69 @@ class StorageFactory:
         log.info("%s: storage open (%s, recovered from %s, offsets %d..%d, durable through %d)", topic,
                  cfg.mode, start.source, storage.first_offset, storage.next_offset - 1, catalog.end_offset)
         return storage
+
+    async def delete_topic(self, topic: str, *,
+                           unload: Callable[[], Awaitable[object]] | None = None) -> list[str]:
+        """Remove everything stored for ``topic``; what was removed (paths, object keys).
+
+        Opens of ``topic`` on this broker are refused (StorageError, retriable) from the first line
+        until this returns, and ``unload`` (the broker closing the topic, so its storage) is awaited
+        first: nothing here can write the topic again while its files go, and the next open starts
+        it anew, empty.  StorageError (retriable) if the topic is still open after ``unload``.
+
+        Removed, in this order: the durable catalog and seal marker in metadata (the catalog is the
+        authority on what history exists, so from here on nothing old is ever read), the durable
+        segment objects (``shared_fs`` / ``object_store``, and ``local``'s lazy exports), the local
+        WAL directory and its set-aside copies.  The owner epoch key stays: a topic created again
+        gets a higher epoch than any old owner still running (danube.storage.fence).  Every path is
+        checked to lie inside its root (danube.storage.paths)."""
+        split_topic(topic)
+        if self._closed:
+            raise StorageError("storage factory is closed", retriable=False)
+        if topic in self._deleting:
+            raise StorageError(f"topic {topic} is already being deleted on this broker", retriable=True)
+        self._deleting.add(topic)
+        try:
+            if unload is not None:
+                await unload()
+            # an open that started before the fence finishes first (then the topic is open: refused)
+            async with self._opening.setdefault(topic, asyncio.Lock()):
+                if topic in self._topics:
+                    raise StorageError(f"topic {topic} is still open on this broker; unload it before "
+                                       f"deleting its storage", retriable=True)
+                return await self._delete(topic)
+        finally:
+            self._deleting.discard(topic)
+
+    async def _delete(self, topic: str) -> list[str]:
+        cfg = self.config
+        await self.metadata.delete_prefix(keys.storage_segments(cfg.metadata_prefix, topic))
+        await self.metadata.delete(keys.storage_state(cfg.metadata_prefix, topic))
+        removed: list[str] = []
+        failures: list[str] = []
+        backend = await self.backend()
+        try:
+            if isinstance(backend, FilesystemBackend):
+                removed += await asyncio.to_thread(remove_topic_data, backend.root, topic)
+            else:
+                objects = await asyncio.to_thread(backend.list, topic_prefix(topic))
+                # sidecars first: a data object without its sidecar is invisible to readers
+                for key in sorted((o.key for o in objects), key=lambda k: not k.endswith(DESCRIPTOR_SUFFIX)):
+                    await asyncio.to_thread(backend.delete, key)
+                    removed.append(key)
+        except (OSError, StorageError) as exc:
+            # Unreferenced now (the catalog is gone): the next open of this name removes what is
+            # left (SegmentExporter.reconcile); reported so the operator knows.
+            failures.append(f"durable segments in {backend.describe()}: {exc}")
+        try:
+            removed += await asyncio.to_thread(remove_topic_data, cfg.local_wal_root, topic)
+        except OSError as exc:
+            failures.append(f"local WAL under {cfg.local_wal_root}: {exc}")
+        log.info("%s: storage deleted (%d paths/objects removed)", topic, len(removed))
+        if failures:
+            raise StorageError(f"topic {topic}: its metadata and catalog are deleted but not all its files: "
+                               + "; ".join(failures))
+        return removed
 
     async def close(self) -> None:
         self._closed = True

@@ -55,6 +55,51 @@ def remove_topic_dir(root: str, path: str) -> None:
     shutil.rmtree(check_topic_dir(root, path), ignore_errors=True)
 
 
+def stale_dirs(root: str, topic: str) -> list[str]:
+    """The set-aside copies of ``topic``'s WAL directory (:func:`set_aside`), oldest first: entries
+    ``<ns>/.stale-<topic>-<ms>`` exactly (a topic ``a`` never matches ``a-1``'s copies)."""
+    ns_dir, name = os.path.split(topic_dir(root, topic))
+    try:
+        entries = os.listdir(ns_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for entry in entries:
+        stem, _, ms = entry[len(STALE_PREFIX):].rpartition("-")
+        if entry.startswith(STALE_PREFIX) and stem == name and ms.isdigit():
+            out.append(os.path.join(ns_dir, entry))
+    return sorted(out, key=lambda p: int(p.rpartition("-")[2]))
+
+
+def remove_topic_data(root: str, topic: str) -> list[str]:
+    """Delete ``topic``'s directory under ``root`` and its set-aside copies; the paths removed.
+
+    Each path is built from the checked name and checked again right before it is removed, so a
+    name that breaks the rule raises (InvalidTopicNameError, UnsafePathError) before anything goes."""
+    path = topic_dir(root, topic)
+    removed = []
+    for target in (path, *stale_dirs(root, topic)):
+        if target != path:
+            _check_stale_dir(root, topic, target)
+        if os.path.islink(target):
+            os.unlink(target)  # the link, never what it points to
+        elif os.path.isdir(target):
+            shutil.rmtree(target)
+        else:
+            continue
+        removed.append(target)
+    return removed
+
+
+def _check_stale_dir(root: str, topic: str, path: str) -> None:
+    """``path`` must be ``<root>/<ns>/.stale-<topic>-<ms>`` for this very topic."""
+    ns_dir, name = os.path.split(topic_dir(root, topic))
+    parent, entry = os.path.split(os.path.abspath(path))
+    stem, _, ms = entry[len(STALE_PREFIX):].rpartition("-")
+    if parent != ns_dir or not entry.startswith(STALE_PREFIX) or stem != name or not ms.isdigit():
+        raise UnsafePathError(f"{quote(path)} is not a set-aside WAL directory of topic {quote(topic)}; refused")
+
+
 def set_aside(root: str, path: str) -> str:
     """Rename a topic's stale WAL directory beside itself (kept for inspection); return the new
     name, ``<ns>/.stale-<topic>-<ms>``: a hidden name no topic can ever have."""

@@ -192,3 +192,42 @@ async def test_admin_cli_scalable_topics(tmp_path):
         assert subs["billing"]["type"] == "stream"
         assert (await cli("scalable-topics", "delete", T))["deleted"] is True
         assert await cli("scalable-topics", "list") == []
+
+
+async def test_delete_removes_every_segments_stored_data(tmp_path):
+    """`scalable-topics delete`: every segment topic (active and sealed) is unloaded, forgotten and
+    its WAL directory removed; an ordinary topic beside it keeps its files; the name can be reused."""
+    import os
+
+    async with broker_with_scalable(tmp_path) as (broker, service, client, admin):
+        await admin.CreateScalableTopic(pb.CreateScalableTopicRequest(topic=T, num_segments=1))
+        producer = await ScalableProducer(client, T, "p1").create()
+        for i in range(40):
+            await producer.send_and_wait(f"{KEYS[i % len(KEYS)]}:{i}".encode(), key=KEYS[i % len(KEYS)])
+        await admin.SplitSegment(pb.SplitSegmentRequest(topic=T, segment_id=0))
+        for i in range(40):
+            await producer.send_and_wait(f"{KEYS[i % len(KEYS)]}:{i}".encode(), key=KEYS[i % len(KEYS)])
+        await producer.close()
+        plain = client.new_producer().with_topic("/default/plain").with_name("plain").with_reliable(True).build()
+        await plain.create()
+        await plain.send_and_wait(b"stays")
+        config = broker.storage_factory.config
+        layout = json.loads((await admin.GetScalableTopic(pb.ScalableTopicRequest(topic=T))).metadata_json)
+        names = [f"{T}.seg.{s['hashRange']['start']:04x}-{s['hashRange']['end']:04x}-{s['segmentId']}"
+                 for s in layout["segments"].values()]
+        assert len(names) == 3 and all(os.path.isdir(config.wal_dir(n)) for n in names)
+
+        assert (await admin.DeleteScalableTopic(pb.ScalableTopicRequest(topic=T))).deleted
+
+        for name in names:
+            assert name not in broker.topics
+            assert not os.path.exists(config.wal_dir(name)), name
+            assert await broker.metadata.get_prefix(f"/topics/default/{name.rsplit('/', 1)[1]}/") == []
+        assert os.path.isdir(config.wal_dir("/default/plain")) and broker.topics["/default/plain"].storage.next_offset == 1
+        await plain.close()
+        # the name is free again: a new scalable topic starts empty
+        await admin.CreateScalableTopic(pb.CreateScalableTopicRequest(topic=T, num_segments=1))
+        again = await ScalableProducer(client, T, "p2").create()
+        sid, offset = await again.send_and_wait(b"k:0", key="k")
+        assert (sid, offset) == (0, 0)
+        await again.close()

@@ -61,9 +61,26 @@ class BrokerSegmentOps:
         return await self.metadata.get(keys.topic_terminated(topic)) is not None
 
     async def delete_segment(self, topic: str) -> None:
-        if topic in self.broker.topics:
-            await self.broker.unload_topic(topic, local=True, seal=False)
-        await self.metadata.delete_prefix(keys.topic_root(topic) + "/")
+        """Stop serving the segment here, forget it (metadata, cluster assignment), then delete its
+        stored data (``StorageFactory.delete_topic``: opens refused meanwhile, so nothing writes it
+        again).  The broker serving it must be the one called (ForwardingSegmentOps sees to it)."""
+        broker = self.broker
+
+        async def unload() -> None:
+            if topic in broker.topics:  # before the metadata: its last cursor flush writes cursors
+                await broker.unload_topic(topic, local=True, seal=False)
+            await self.metadata.delete_prefix(keys.topic_root(topic) + "/")
+            cluster = getattr(broker, "cluster", None)
+            if cluster is not None:
+                for broker_id in {cluster.view.owner(topic), str(cluster.broker_id)} - {None}:
+                    await self.metadata.delete(keys.broker_topic(broker_id, topic))
+                await self.metadata.delete(keys.unassigned(topic))
+
+        factory = getattr(broker, "storage_factory", None)
+        if factory is None:
+            await unload()
+        else:
+            await factory.delete_topic(topic, unload=unload)
 
     async def segment_subscriptions(self, topic: str) -> dict[str, str]:
         prefix = keys.topic_subscriptions(topic)

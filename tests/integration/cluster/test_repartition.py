@@ -259,3 +259,54 @@ def test_silent_client_waits_for_the_timeout_and_a_dead_brokers_label_is_ignored
                 await store.close()
 
         asyncio.run(asyncio.wait_for(run(), 240))
+
+
+@pytest.mark.parametrize("part_1", ["unloaded", "never created"])
+def test_a_source_open_on_no_broker_is_opened_and_the_transition_finalizes(tmp_path, monkeypatch, part_1):
+    """Unloaded: the broker it was placed on opens it.  Never created: no broker owns it; the leader
+    looks it up (the cluster's placement assigns it) and its owner records that nothing is there."""
+    # nobody connected: no adoption label has a generation, so the (short) adoption timeout decides
+    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "2000")   # inherited by the brokers
+    with local_cluster(str(tmp_path)) as cluster:
+        async def run():
+            from danube.metadata import keys as mkeys
+            from danube.metadata.etcd import EtcdMetadataStore
+
+            admin_url = cluster.procs[1].admin_url
+            client = (DanubeClient.builder().service_url(cluster.procs[0].url)
+                      .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=60).build())
+            if part_1 == "unloaded":
+                producer = client.new_producer().with_topic(T).with_name("p").with_partitions(2).build()
+            else:
+                producer = client.new_producer().with_topic(f"{T}-part-0").with_name("p").build()
+            await producer.create()
+            for i, k in enumerate(KEYS):
+                await producer.send(f"{k}:{i}".encode(), key=k)
+            await producer.flush()
+            await producer.close()
+            await client.close()
+            assignments = (await read_state(cluster.etcd.url))["assignments"]
+            if part_1 == "unloaded":
+                before = assignments[f"{T}-part-1"]
+                # sealed and handed to another broker, which opens it only when a client comes
+                await asyncio.to_thread(admin, admin_url, "topics", "unload", f"{T}-part-1")
+                await wait_until(lambda: _owner_other_than(cluster, f"{T}-part-1", before), what="part-1 placed")
+            else:
+                assert f"{T}-part-1" not in assignments
+                store = EtcdMetadataStore(cluster.etcd.url)
+                try:
+                    await store.put_json(mkeys.topic_partitions(T), 2)
+                finally:
+                    await store.close()
+            started = time.monotonic()
+            out = await asyncio.to_thread(admin, admin_url, "topics", "repartition", T, "--partitions", "4")
+            assert out["partitioning_version"] == 1 and out["marker"]["phase"] == "cutover"
+            info = await wait_until(lambda: _finalized(admin_url), timeout=60, what="finalize to 4")
+            assert info["partitions"] == 4 and time.monotonic() - started < 30, time.monotonic() - started
+
+        asyncio.run(asyncio.wait_for(run(), 240))
+
+
+async def _owner_other_than(cluster, topic: str, before: str) -> bool:
+    owner = (await read_state(cluster.etcd.url))["assignments"].get(topic)
+    return owner is not None and owner != before

@@ -15,11 +15,12 @@ from typing import Any
 
 import os
 
+from danube.errors import NotFoundError
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.routing.repartition.controller import AdoptionReporter, Finalizer
 from danube.routing.repartition.gate import DeliveryGates
 from danube.routing.repartition.fence import NeedsCatchUp, PartitionFence, StaleRoutingError
-from danube.routing.repartition.model import DEFAULT_ADOPTION_TIMEOUT_MS
+from danube.routing.repartition.model import CUTOVER, DEFAULT_ADOPTION_TIMEOUT_MS
 from danube.routing.repartition.store import RepartitionStore
 from danube.routing.repartition.topology import TopologyHub
 
@@ -47,6 +48,7 @@ class RepartitionRuntime:
         self.fence.on_stored = lambda name: self.gates.ensure(name, self.fence.states)
         self._sweeper: asyncio.Task | None = None
         self._loops: list[asyncio.Task] = []
+        self._opening: dict[str, asyncio.Task] = {}   # unserved partitions being opened / placed
 
     def _retired(self, topic: str, state, revision: int) -> None:
         """Retired partitions served here refuse publishes (the finalizer wrote their terminated
@@ -113,9 +115,9 @@ class RepartitionRuntime:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
             self._sweeper = None
-        for task in self._loops:
+        for task in [*self._loops, *self._opening.values()]:
             task.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        await asyncio.gather(*self._loops, *self._opening.values(), return_exceptions=True)
         self._loops = []
 
     async def _sweep(self) -> None:
@@ -127,10 +129,73 @@ class RepartitionRuntime:
                 await self.gates.tick(self.fence.states)
                 if ticks % int(SWEEP_INTERVAL_S / GATE_INTERVAL_S) == 0:
                     self.fence.sweep()
+                    self._open_unrecorded()
             except asyncio.CancelledError:
                 raise
             except Exception:   # noqa: BLE001
                 log.warning("repartition sweep failed", exc_info=True)
+
+    # ------------------------------------------------------------ partitions nobody serves
+
+    def _open_unrecorded(self) -> None:
+        """A source whose ``old_end`` (or a target whose ``new_start``) is missing and that no broker
+        has open never gets it recorded by a fence, and the transition would wait for it forever.
+        Its owner opens it (the fence's sweep then records its next offset: no old-version batch
+        can land after that, every fence refuses those); one with no owner is looked up by the
+        leader, so the cluster's normal placement assigns it."""
+        for base, state in list(self.fence.states.items()):
+            t = state.transition
+            if t is None or t.phase != CUTOVER:
+                continue
+            missing = {s for s in t.sources if s not in t.old_end} | {x for x in t.targets if x not in t.new_start}
+            for i in sorted(missing):
+                name = f"{base}-part-{i}"
+                if name in self.broker.topics or name in self._opening:
+                    continue
+                owner = self._owner(name)
+                if owner == getattr(self.broker, "broker_id", None):
+                    work = self._open(base, i, t.to_version, i in t.sources)
+                elif owner is None and self._is_leader():
+                    work = self._place(name)
+                else:
+                    continue
+                task = self._opening[name] = asyncio.ensure_future(work)
+                task.add_done_callback(lambda _t, name=name: self._opening.pop(name, None))
+
+    def _owner(self, name: str) -> str | None:
+        cluster = getattr(self.broker, "cluster", None)
+        if cluster is None:
+            return getattr(self.broker, "broker_id", None)
+        return cluster.view.owner(name)
+
+    async def _open(self, base: str, index: int, to_version: int, source: bool) -> None:
+        name = f"{base}-part-{index}"
+        try:
+            await self.broker._topic(name, reliable=None, create=False)
+        except NotFoundError:
+            # never created: nothing was stored under the old version, and only this owner could
+            # create it now, behind a fence that refuses the old version
+            offsets = {"old_end": 0} if source else {"new_start": 0}
+            self.fence._write(base, index, to_version, **offsets)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:   # noqa: BLE001 - tried again on the next sweep
+            log.warning("opening %s to record its repartition offsets failed", name, exc_info=True)
+            return
+        log.info("repartition of %s: opened %s (unserved) to record its offsets", base, name)
+        self.fence.sweep()
+
+    async def _place(self, name: str) -> None:
+        cluster = self.broker.cluster
+        if name in cluster.view.unassigned:
+            return   # placement is pending already
+        try:
+            await cluster.lookup(name)
+        except asyncio.CancelledError:
+            raise
+        except Exception:   # noqa: BLE001 - tried again on the next sweep
+            log.warning("placing %s to record its repartition offsets failed", name, exc_info=True)
 
     # ------------------------------------------------------------ the batch lane's publish hook
 

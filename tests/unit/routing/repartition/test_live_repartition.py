@@ -236,3 +236,35 @@ async def test_push_only_on_routing_content_and_adoption(tmp_path):
         with contextlib.suppress(grpc.aio.AioRpcError, asyncio.TimeoutError):
             await asyncio.wait_for(call.read(), 2)
         await wait_until(lambda: hub.tracker.lowest() is None, what="closed connection dropped")
+
+
+async def _old_end(store: RepartitionStore, partition: int):
+    t = (await store.load(T)).state.transition
+    return (t.old_end[partition],) if t is not None and partition in t.old_end else None
+
+
+@pytest.mark.parametrize("created", [True, False])
+async def test_a_source_open_nowhere_is_opened_by_its_owner_and_the_transition_finalizes(tmp_path, monkeypatch,
+                                                                                          created):
+    # no client acks here: the (short) adoption timeout decides once drained
+    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "1000")
+    async with served_broker(tmp_path, add_services, sync="never") as (broker, channel):
+        store = RepartitionStore(broker.metadata)
+        await broker.metadata.put_json(keys.topic_partitions(T), 2)
+        idle = f"{T}-part-1"
+        for p in (0, 1) if created else (0,):    # not created: part-1 never existed
+            producer = await broker.create_producer(f"{T}-part-{p}", "plain", reliable=True)
+            for i in range(3 + p):
+                await broker.publish(producer, bytearray(frames.encode_payloads([f"m{i}".encode()])))
+        if created:
+            await broker.unload_topic(idle)      # sealed at offset 3: open on no broker
+        assert idle not in broker.topics
+        await store.repartition(T, 4, now_ms=0)
+        assert await wait_until(lambda: _old_end(store, 1), what="old_end of the source open nowhere") == (
+            (4,) if created else (0,))
+        assert await _old_end(store, 0) == (3,)
+        finalizer = broker.repartition.finalizer
+        await wait_until(lambda: finalizer.finalized, what="finalized")
+        assert not finalizer.finalized[0]["adopted"]
+        assert (await store.load(T)).state.transition is None
+        assert (idle in broker.topics) == created   # reopened by its owner; a never-created one stays absent

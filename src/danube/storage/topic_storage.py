@@ -60,7 +60,9 @@ class TopicStorage:
         self._writable = True
         self._closed = False
         self._seal_lock = asyncio.Lock()
-        self._wake = asyncio.Event()
+        self._wake = asyncio.Event()       # the maintenance task has something to look at
+        self._rotation_seen = False         # ... a rotated file (export, retention)
+        self._listening = False             # the WAL listeners are registered (once: a failed seal restarts)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self.on_closed = None  # set by the factory
@@ -121,17 +123,34 @@ class TopicStorage:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self.wal.add_rotation_listener(self._on_rotation)
+        if not self._listening:
+            self._listening = True
+            self.wal.add_rotation_listener(self._on_rotation)
+            # a suspended log reopened by a use must be looked at again (idle -> suspend once more):
+            # the task stopped counting its idleness when it suspended it
+            self.wal.add_resume_listener(self._on_resume)
         self._task = asyncio.create_task(self._maintain(), name=f"storage-maintenance {self.topic}")
 
     def _on_rotation(self, _info) -> None:
+        self._poke(True)
+
+    def _on_resume(self) -> None:
+        self._poke(False)
+
+    def _poke(self, rotated: bool) -> None:
+        """Wake the maintenance task from any thread (the WAL's file thread, a reader's thread)."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return
         try:
-            loop.call_soon_threadsafe(self._wake.set)
+            loop.call_soon_threadsafe(self._woken, rotated)
         except RuntimeError:  # loop shut down
             pass
+
+    def _woken(self, rotated: bool) -> None:
+        if rotated:
+            self._rotation_seen = True
+        self._wake.set()
 
     async def _maintain(self) -> None:
         continuous = self.config.exports_continuously
@@ -155,7 +174,7 @@ class TopicStorage:
                     await self._wake.wait()
             except TimeoutError:
                 pass
-            rotated = self._wake.is_set()
+            rotated, self._rotation_seen = self._rotation_seen, False
             self._wake.clear()
             now = time.monotonic()
             try:

@@ -57,6 +57,7 @@ class Wal:
         self._closing = False
         self._admin_lock = threading.RLock()  # the segment lists: rotation, pruning, close, suspend
         self._listeners: list[Callable[[WalFileInfo], None]] = []
+        self._resume_listeners: list[Callable[[], None]] = []
         self._dormant: _Dormant | None = None  # set while suspended (files, threads, cache released)
         self._generation = 0                   # bumped by every suspend
         self.suspend_count = 0
@@ -333,6 +334,12 @@ class Wal:
         something up) and do not block it."""
         self._listeners.append(callback)
 
+    def add_resume_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` each time a suspended log reopens (on the thread whose use reopened
+        it: the writer's, or a reader's).  Whoever suspends the log when idle needs this to look at
+        its idleness again: a reopened log holds its files and threads until suspended again."""
+        self._resume_listeners.append(callback)
+
     def prune_through(self, offset: int) -> list[WalFileInfo]:
         """Delete rotated files whose last offset is <= ``offset``; return what was deleted.
 
@@ -574,6 +581,11 @@ class Wal:
                 raise
             self._dormant = None
             self.resume_count += 1
+        for callback in list(self._resume_listeners):
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - the log is open and usable whatever a listener does
+                log.exception("WAL %s: resume listener %r failed", self.path, callback)
 
     def close(self) -> None:
         """Sync (unless sync='never'), finish rotated files, stop background work, release the

@@ -171,3 +171,31 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "clear" in out.stdout and out.stdout.strip().endswith("ok")
+
+
+def test_resume_listeners_hear_every_reopen(tmp_path):
+    """Each reopen (by an append, by a read on another thread) calls the resume listeners once,
+    on the thread that reopened it; a failing listener neither stops the others nor the reopen."""
+    heard: list[str] = []
+
+    def bad():
+        raise RuntimeError("listener bug")
+
+    with Wal.open(tmp_path / "wal", sync="always") as wal:
+        wal.add_resume_listener(bad)
+        wal.add_resume_listener(lambda: heard.append(threading.current_thread().name))
+        offset = wal.append(b"one")
+        assert wal.suspend() and heard == []
+        assert wal.append(b"two") == offset + 1
+        assert heard == [threading.current_thread().name] and wal.resume_count == 1
+        assert wal.suspend()
+        reader = threading.Thread(target=lambda: wal.read(offset), name="a-reader")
+        reader.start()
+        reader.join(10)
+        assert heard[1:] == ["a-reader"] and wal.resume_count == 2
+        assert not wal.suspended
+        # no reopen, no call: an open log, a read at the end of a suspended one
+        wal.append(b"three")
+        assert wal.suspend()
+        assert wal.read_frames(wal.next_offset) == b""
+        assert len(heard) == 2

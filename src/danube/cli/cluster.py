@@ -44,14 +44,15 @@ class BrokerProc:
     cmd: list[str]
     proc: subprocess.Popen | None = None
     metrics_port: int = 0  # Prometheus port, 0 = off (LocalCluster(metrics=True) / cluster up --metrics)
+    scheme: str = "http"   # https when the brokers' config turns TLS on (what they advertise)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     @property
     def admin_url(self) -> str:
-        return f"http://127.0.0.1:{self.admin_port}"
+        return f"{self.scheme}://127.0.0.1:{self.admin_port}"
 
     @property
     def metrics_url(self) -> str | None:
@@ -141,6 +142,12 @@ class LocalCluster:
             raise ValueError(f"{self.config}: expected a mapping")
         return data
 
+    def _tls(self) -> bool:
+        """The brokers' ports speak TLS (the config file's auth block, or --tls-cert among the extra args)."""
+        auth = (self._user_config() or {}).get("auth") or {}
+        mode = str(auth.get("mode", "") or "").lower() if isinstance(auth, dict) else ""
+        return mode in ("tls", "tlswithjwt", "tls_with_jwt") or "--tls-cert" in self.extra_args
+
     def _storage_from_config(self) -> bool:
         """The config file has its own storage section: it wins over ``storage`` (e.g. a real bucket)."""
         data = self._user_config()
@@ -210,7 +217,7 @@ class LocalCluster:
         os.makedirs(data_dir, exist_ok=True)
         proc = BrokerProc(broker_id, port, admin_port, data_dir, os.path.join(data_dir, "broker.log"),
                           self.broker_cmd(broker_id, port, admin_port, data_dir, index, metrics_port),
-                          metrics_port=metrics_port)
+                          metrics_port=metrics_port, scheme="https" if self._tls() else "http")
         self.procs.append(proc)
         return proc
 

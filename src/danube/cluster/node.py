@@ -34,7 +34,8 @@ from danube.cluster.load_manager import DEFAULT_BATCH, LoadManager
 from danube.cluster.load_report import LoadReporter, build_load_report
 from danube.cluster.membership import Membership
 from danube.cluster.view import ClusterView
-from danube.errors import MetadataError, NotFoundError, NotServedHereError
+from danube.cluster import peers
+from danube.errors import AuthenticationError, MetadataError, NotFoundError, NotServedHereError, PermissionDeniedError
 from danube.metadata import keys
 from danube.metadata.store import Compare, MetadataStore, Op, WatchEvent
 from danube.proto.danube_admin import admin_pb2 as apb
@@ -43,11 +44,18 @@ from danube.proto.danube_admin import admin_pb2_grpc as apb_grpc
 log = logging.getLogger(__name__)
 
 
-def _forward_error(what: str, exc) -> Exception:
-    """A DanubeError for a failed call forwarded to another broker's admin port."""
+def _forward_error(what: str, exc, channels: peers.Peers | None = None, *, as_broker: bool = False) -> Exception:
+    """A DanubeError for a failed call forwarded to another broker's admin port (a refusal keeps
+    its code, with what to configure when the broker's own identity was refused)."""
     if exc.code() == grpc.StatusCode.NOT_FOUND:
         return NotFoundError(f"{what}: {exc.details()}")
-    return NotServedHereError(f"{what} failed: {exc.code().name} {exc.details()}")
+    details = channels.explain(exc, as_broker=as_broker) if channels is not None else \
+        f"{exc.code().name}: {exc.details()}"
+    if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+        return PermissionDeniedError(f"{what} refused: {details}")
+    if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+        return AuthenticationError(f"{what} refused: {details}")
+    return NotServedHereError(f"{what} failed: {details}")
 
 
 class ClusterLoadReporter(LoadReporter):
@@ -320,9 +328,10 @@ class ClusterNode:
             log.info("broker %s handed %d topic(s) over before leaving the cluster", self.broker_id, moved)
         return moved
 
-    async def unload_anywhere(self, topic: str) -> int | None:
+    async def unload_anywhere(self, topic: str, *, caller: str | None = None) -> int | None:
         """``danube admin topics unload`` on any broker: the owner unloads (moves) it; a request that
-        reached another broker is forwarded to the owner's admin port."""
+        reached another broker is forwarded to the owner's admin port, as ``caller`` (the
+        admin call's ``authorization`` header, danube.cluster.peers) or else as this broker."""
         keys.split_topic(topic)
         owner = self.view.owner(topic)
         if owner is None and await self.store.get(keys.broker_topic(self.broker_id, topic)) is not None:
@@ -334,24 +343,27 @@ class ClusterNode:
         admin_url = (self.view.registered.get(owner) or {}).get("admin_url")
         if not admin_url:
             raise NotServedHereError(f"topic {topic} is owned by broker {owner}, which has no admin port registered")
+        channels = peers.for_broker(self.broker)
         try:
-            async with grpc.aio.insecure_channel(admin_url.split("://", 1)[-1]) as channel:
+            async with channels.channel(admin_url, caller=caller) as channel:
                 await apb_grpc.TopicAdminStub(channel).UnloadTopic(apb.TopicRequest(name=topic), timeout=60)
         except grpc.aio.AioRpcError as exc:
-            raise _forward_error(f"unload of {topic} at broker {owner}", exc) from exc
+            raise _forward_error(f"unload of {topic} at broker {owner}", exc, channels,
+                                 as_broker=channels.runs_as_broker(caller)) from exc
         return None
 
     # ------------------------------------------------------------ drain (admin brokers unload / activate)
 
     async def drain(self, broker_id: str, *, dry_run: bool = False, include: tuple = (), exclude: tuple = (),
-                    timeout_s: float = 60.0) -> dict:
+                    timeout_s: float = 60.0, caller: str | None = None) -> dict:
         """Move every topic assigned to ``broker_id`` away and mark it ``draining`` then ``drained``, so
         the leader assigns it nothing new until :meth:`activate`.  Another broker's drain is sent to
         that broker's admin port (it has to seal its own topics).  ``include`` / ``exclude`` filter
-        by namespace.  Returns total / succeeded / failed / pending / failed_topics."""
+        by namespace.  ``caller``: the admin call's ``authorization`` header, which another broker's
+        drain carries (danube.cluster.peers).  Returns total / succeeded / failed / pending / failed_topics."""
         if broker_id and broker_id != self.broker_id:
             return await self._drain_remote(broker_id, dry_run=dry_run, include=include, exclude=exclude,
-                                            timeout_s=timeout_s)
+                                            timeout_s=timeout_s, caller=caller)
 
         def wanted(topic: str) -> bool:
             ns = topic.split("/")[1]
@@ -396,11 +408,14 @@ class ClusterNode:
                                           namespaces_include=list(kw["include"]),
                                           namespaces_exclude=list(kw["exclude"]),
                                           timeout_seconds=int(kw["timeout_s"]))
+        channels = peers.for_broker(self.broker)
+        caller = kw.get("caller")
         try:
-            async with grpc.aio.insecure_channel(admin_url.split("://", 1)[-1]) as channel:
+            async with channels.channel(admin_url, caller=caller) as channel:
                 reply = await apb_grpc.BrokerAdminStub(channel).UnloadBroker(request, timeout=kw["timeout_s"] + 10)
         except grpc.aio.AioRpcError as exc:
-            raise _forward_error(f"drain of broker {broker_id}", exc) from exc
+            raise _forward_error(f"drain of broker {broker_id}", exc, channels,
+                                 as_broker=channels.runs_as_broker(caller)) from exc
         return {"total": reply.total, "succeeded": reply.succeeded, "failed": reply.failed,
                 "pending": reply.pending, "failed_topics": list(reply.failed_topics)}
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 
+from danube.cluster import peers
 from danube.errors import AlreadyExistsError, DanubeError, InvalidArgumentError, NotFoundError, quote
 from danube.metadata import keys
 from danube.proto.danube_admin import admin_pb2 as pb
@@ -126,18 +127,21 @@ class _Admin:
         return owner if owner is not None and str(owner) != str(cluster.broker_id) else None
 
     async def forward(self, broker_id: str, method: str, request, context, stub=pb_grpc.TopicAdminStub):
-        """``TopicAdmin.method(request)`` (or ``stub``'s) at ``broker_id``'s admin port; its reply, or its error (same code)."""
+        """``TopicAdmin.method(request)`` (or ``stub``'s) at ``broker_id``'s admin port; its reply, or its error (same code).
+        It carries the caller's token, so RBAC at the owner judges the caller (danube.cluster.peers)."""
         info = self.cluster.view.registered.get(broker_id) or {}
         admin_url = info.get("admin_url")
         if not admin_url:
             await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 f"broker {broker_id} has no admin port registered")
+        channels, caller = peers.for_broker(self.broker), peers.caller_authorization(context)
         try:
-            async with grpc.aio.insecure_channel(str(admin_url).split("://", 1)[-1]) as channel:
+            async with channels.channel(admin_url, caller=caller) as channel:
                 call = getattr(stub(channel), method)
                 return await call(request, timeout=60, metadata=((_FORWARDED, "1"),))
         except grpc.aio.AioRpcError as exc:
-            await context.abort(exc.code(), f"at broker {broker_id}: {exc.details()}")
+            await context.abort(exc.code(), f"at broker {broker_id}: "
+                                f"{channels.explain(exc, as_broker=channels.runs_as_broker(caller))}")
 
     async def known(self, topic: str) -> tuple[bool, str]:
         """(exists, delivery) of a topic."""
@@ -202,6 +206,7 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
             await _unimplemented(context, "UnloadBroker")
         try:
             result = await cluster.drain(request.broker_id or cluster.broker_id, dry_run=request.dry_run,
+                                         caller=peers.caller_authorization(context),
                                          include=tuple(request.namespaces_include),
                                          exclude=tuple(request.namespaces_exclude),
                                          timeout_s=float(request.timeout_seconds or 60))
@@ -336,7 +341,7 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
         cluster = getattr(self.admin.broker, "cluster", None)
         if cluster is not None:  # cluster mode: the owner moves it, wherever the request arrived
             try:
-                last = await cluster.unload_anywhere(request.name)
+                last = await cluster.unload_anywhere(request.name, caller=peers.caller_authorization(context))
                 log.info("admin: unloaded %s in the cluster (last committed offset %s)", request.name, last)
                 return pb.TopicResponse(success=True)
             except DanubeError as exc:

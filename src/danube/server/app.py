@@ -163,7 +163,7 @@ class BrokerApp:
         admin_host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host
         self.cluster = ClusterNode(
             self.metadata, self.broker, broker_id=cfg.broker_id, broker_url=cfg.broker_url,
-            admin_url=f"http://{admin_host}:{cfg.admin_port}" if cfg.admin_port else None,
+            admin_url=f"{cfg.url_scheme}://{admin_host}:{cfg.admin_port}" if cfg.admin_port else None,
             lease_ttl_s=cfg.lease_ttl_seconds, strategy=cfg.assignment_strategy,
             load_report_interval_s=cfg.load_report_interval_seconds, cluster_name=cfg.cluster_name,
             rebalancing=cfg.rebalancing, metrics=self.metrics)

@@ -141,11 +141,17 @@ class BrokerConfig:
             raise InvalidArgumentError("cluster mode needs etcd: --etcd http://HOST:PORT or meta_store: {host, port}")
 
     @property
+    def url_scheme(self) -> str:
+        """``https`` when the ports speak TLS: the URLs lookups and redirects hand out say so, and
+        clients that choose TLS by the scheme (Danube's Rust client) follow them securely."""
+        return "https" if self.auth.tls_enabled else "http"
+
+    @property
     def broker_url(self) -> str:
         if self.advertised_addr:
-            return f"http://{self.advertised_addr}"
+            return f"{self.url_scheme}://{self.advertised_addr.split('://', 1)[-1]}"
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        return f"http://{host}:{self.port}"
+        return f"{self.url_scheme}://{host}:{self.port}"
 
     @property
     def metadata_path(self) -> str:

@@ -29,7 +29,7 @@ import grpc
 
 from danube.errors import AuthenticationError, DanubeError
 from danube.server import status as status_map
-from danube.server.auth.rbac import ANY_RESOURCE, CLUSTER, Authorizer
+from danube.server.auth.rbac import ANY_RESOURCE, BROKER_PRINCIPAL, CLUSTER, Authorizer
 from danube.server.auth.tls import identity_of
 
 log = logging.getLogger(__name__)
@@ -187,6 +187,9 @@ class CallGuard:
             return self.verifier.subject(token)
         if self.accept_client_certificates and cert_of is not None:
             name = identity_of(cert_of())
+            if name == BROKER_PRINCIPAL:
+                raise AuthenticationError(f"the subject {BROKER_PRINCIPAL!r} is reserved for the brokers' own "
+                                          "tokens; a client certificate cannot claim it")
             if name:
                 return name
         if token:

@@ -37,6 +37,10 @@ ANY_RESOURCE = None   # "holds the permission on some resource" (schema registry
 _PARTITION = re.compile(r"^(.*)-part-\d+$")
 _ROLE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 _DECISIONS_MAX = 65536
+# The principal brokers call each other as when JWT is on (danube.cluster.peers): its tokens are
+# minted with the cluster's shared secret, so it is a super admin wherever JWT is configured, and
+# the guard never takes it from a client certificate.
+BROKER_PRINCIPAL = "danube-broker"
 
 
 @dataclass(frozen=True)

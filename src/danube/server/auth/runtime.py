@@ -2,7 +2,9 @@
 
 ``BrokerApp`` asks it to guard the client port's server (every handler registered through
 :class:`~danube.server.auth.guard.GuardedRegistrar`), for the admin server's interceptors,
-to bind ports (TLS or not) and to register ``danube_admin.SecurityAdmin``.
+to bind ports (TLS or not) and to register ``danube_admin.SecurityAdmin``.  It also gives the
+broker its :class:`~danube.cluster.peers.Peers` (``broker.peers``): the channels brokers of a
+cluster call each other on, secured by the same settings.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from danube.server.auth.guard import CallGuard, GuardedRegistrar, GuardInterceptor, _grpc_auth_context
-from danube.server.auth.rbac import Authorizer
+from danube.server.auth.rbac import BROKER_PRINCIPAL, CLUSTER, Authorizer
 from danube.server.auth.settings import AuthSettings
 
 log = logging.getLogger(__name__)
@@ -21,8 +23,14 @@ class Security:
         self.settings = settings
         self.broker = broker
         settings.check_files()
-        self.authorizer = Authorizer(metadata, super_admins=settings.super_admins,
-                                     refresh_s=5.0 if settings.authenticating else 0.0)
+        super_admins = tuple(settings.super_admins)
+        if settings.jwt is not None:   # the brokers' own tokens (danube.cluster.peers)
+            super_admins += (BROKER_PRINCIPAL,)
+        self.authorizer = Authorizer(metadata, super_admins=super_admins,
+                                     refresh_s=settings.rbac_refresh_seconds if settings.authenticating else 0.0)
+        from danube.cluster.peers import Peers
+
+        broker.peers = Peers(settings, broker_id=str(getattr(broker, "broker_id", "")))
         self.guard: CallGuard | None = None
         if settings.authenticating:
             verifier = None
@@ -46,9 +54,27 @@ class Security:
     async def start(self) -> None:
         await self.authorizer.start()
         log.info("security: %s", self.settings.describe())
+        if getattr(self.broker, "cluster", None) is not None:
+            self._check_cluster_identity()
         if self.settings.jwt is not None and not self.settings.tls_enabled:
             log.warning("security: JWTs are accepted over plain text (auth.mode none): a token can be read off "
                         "the network and replayed; set auth.mode tls with auth.tls")
+
+    def _check_cluster_identity(self) -> None:
+        """mTLS without JWT: brokers call each other as their certificate's CN, which RBAC must let
+        do everything; say so at start-up rather than at the first refused drain."""
+        from danube.cluster.peers import MTLS_BROKER_HINT, certificate_subject
+
+        settings = self.settings
+        if not settings.mtls or settings.jwt is not None:
+            return
+        subject = certificate_subject(settings.tls.cert_file)
+        if subject is None:
+            log.warning("security: cannot read the common name of %s; %s", settings.tls.cert_file, MTLS_BROKER_HINT)
+        elif not self.authorizer.allowed(subject, "admin", CLUSTER):
+            log.warning("security: this broker's certificate subject %r may not administer the cluster, so other "
+                        "brokers will refuse its calls (forwarded admin requests, unloads, drains) with "
+                        "PERMISSION_DENIED; %s", subject, MTLS_BROKER_HINT)
 
     async def stop(self) -> None:
         await self.authorizer.stop()

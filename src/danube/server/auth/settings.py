@@ -15,6 +15,7 @@
         issuer: danube-auth
         expiration_time: 3600                 # Danube's default token lifetime (read; a token's exp decides)
       super_admins: [admin]                   # JWT subjects (or client-certificate CNs) that bypass RBAC
+      rbac_refresh_seconds: 5                 # how often roles and bindings changed elsewhere are re-read
 
 The secret is kept out of ``repr`` so it never reaches a log line.
 """
@@ -89,10 +90,15 @@ class AuthSettings:
     tls: TlsSettings | None = None
     jwt: JwtSettings | None = None
     super_admins: tuple[str, ...] = ()
+    rbac_refresh_seconds: float = 5.0
 
     def __post_init__(self) -> None:
         if self.mode not in AUTH_MODES:
             raise InvalidArgumentError(f"auth.mode must be one of {', '.join(AUTH_MODES)}, got {self.mode!r}")
+        refresh = self.rbac_refresh_seconds
+        if isinstance(refresh, bool) or not isinstance(refresh, (int, float)) or not 0 < refresh < float("inf"):
+            raise InvalidArgumentError(
+                f"auth.rbac_refresh_seconds must be a positive number of seconds, got {refresh!r}")
         if self.mode == "tls" and self.tls is None:
             raise InvalidArgumentError("auth.mode tls needs auth.tls.cert_file and auth.tls.key_file")
 
@@ -179,6 +185,7 @@ class AuthSettings:
         admins = data.pop("super_admins", None) or ()
         if isinstance(admins, str) or not all(isinstance(a, str) and a for a in admins):
             raise InvalidArgumentError("auth.super_admins must be a list of subject names")
+        refresh = data.pop("rbac_refresh_seconds", 5.0)
         _no_more(data, "auth")
         if mode == "none" and (tls is not None or jwt is not None):
             # Danube's mode none means no security at all, whatever else the block holds.
@@ -186,7 +193,7 @@ class AuthSettings:
             tls = jwt = None
         if requires_jwt and jwt is None:
             raise InvalidArgumentError(f"auth.mode {raw_mode} needs auth.jwt (secret_key, issuer)")
-        return cls(mode=mode, tls=tls, jwt=jwt, super_admins=tuple(admins))
+        return cls(mode=mode, tls=tls, jwt=jwt, super_admins=tuple(admins), rbac_refresh_seconds=refresh)
 
 
 def read_secret_file(path: str) -> str:
@@ -227,4 +234,5 @@ def with_flags(settings: AuthSettings, *, tls_cert: str | None = None, tls_key: 
         jwt = replace(jwt, issuer=jwt_issuer)
     mode = "tls" if tls is not None and (tls is not settings.tls or settings.mode == "tls") else settings.mode
     return AuthSettings(mode=mode, tls=tls, jwt=jwt,
-                        super_admins=tuple(super_admins) if super_admins else settings.super_admins)
+                        super_admins=tuple(super_admins) if super_admins else settings.super_admins,
+                        rbac_refresh_seconds=settings.rbac_refresh_seconds)

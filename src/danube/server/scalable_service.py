@@ -20,6 +20,7 @@ from typing import Any, AsyncIterator
 import grpc
 
 from danube._tasks import cancel_and_wait
+from danube.cluster import peers
 from danube.client.errors import from_rpc_error
 from danube.errors import DanubeError, NotServedHereError
 from danube.metadata.store import LeaseNotFoundError
@@ -109,7 +110,7 @@ class ForwardingSegmentOps(BrokerSegmentOps):
         if not admin_url:
             raise NotServedHereError(f"segment {topic} is owned by broker {owner}, which has no admin port")
         try:
-            async with grpc.aio.insecure_channel(str(admin_url).split("://", 1)[-1]) as channel:
+            async with peers.for_broker(self.broker).channel(admin_url) as channel:  # as this broker
                 await admin_grpc.TopicAdminStub(channel).DeleteTopic(
                     admin_pb.TopicRequest(name=topic), timeout=60, metadata=((ADMIN_FORWARDED, "1"),))
         except grpc.aio.AioRpcError as exc:
@@ -133,7 +134,7 @@ class ForwardingSegmentOps(BrokerSegmentOps):
 class ScalableTopicService:
     def __init__(self, broker: Any, *, broker_url: str | None = None, lease: Any = None,
                  grace_seconds: float = DEFAULT_GRACE_SECONDS, lease_ttl: int = 10,
-                 auto_split: dict[str, Any] | None = None) -> None:
+                 auto_split: dict[str, Any] | None = None, prune: dict[str, Any] | None = None) -> None:
         self.broker = broker
         self.metadata = broker.metadata
         self.broker_url = broker_url or broker.broker_url
@@ -144,6 +145,7 @@ class ScalableTopicService:
         self._own_lease: OwnLease | None = None
         self.lease_ttl = lease_ttl
         self.auto_split = auto_split or {}  # ScalableTopicController auto_split_* / max_segments options
+        self.prune = prune or {}  # ScalableTopicController prune_interval / sealed_retention
         self.controllers: dict[str, ScalableTopicController] = {}
         self._lock = asyncio.Lock()
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -177,7 +179,7 @@ class ScalableTopicService:
                 if ctl is None:
                     ctl = ScalableTopicController(topic, self.store, self.ops, await self._lease_source(),
                                                   self.broker_url, grace_seconds=self.grace_seconds,
-                                                  step_hook=_crash_hook(), **self.auto_split)
+                                                  step_hook=_crash_hook(), **self.auto_split, **self.prune)
                     await ctl.start()
                     self.controllers[topic] = ctl
         await ctl.wait_leader()
@@ -191,7 +193,9 @@ class ScalableTopicService:
     def remote(self, url: str) -> pb_grpc.ScalableTopicsStub:
         channel = self._channels.get(url)
         if channel is None:
-            channel = grpc.aio.insecure_channel(url.split("://", 1)[-1])
+            # as this broker: every ScalableTopics call a broker takes needs admin on the cluster
+            # (danube.server.auth.guard), so acting for the caller could not widen its rights
+            channel = peers.for_broker(self.broker).channel(url)
             self._channels[url] = channel
         return pb_grpc.ScalableTopicsStub(channel)
 
@@ -501,7 +505,9 @@ def attach(server: grpc.aio.Server, broker: Any, config: Any = None) -> Scalable
                          lease_ttl=cfg.controller_lease_seconds,
                          auto_split={"auto_split_rate": cfg.auto_split_rate,
                                      "auto_split_interval": cfg.auto_split_interval_seconds,
-                                     "max_segments": cfg.max_segments})
+                                     "max_segments": cfg.max_segments},
+                         prune={"prune_interval": cfg.prune_interval_seconds,
+                                "sealed_retention": cfg.sealed_retention_seconds})
 
 
 __all__ = ["ScalableTopicService", "ScalableTopicsServicer", "add_servicer", "add_to_server", "attach"]

@@ -14,6 +14,7 @@ from danube.broker import BrokerService
 from danube.client import DanubeClient
 from danube.client.scalable import QUEUE, STREAM, ScalableConsumer, ScalableProducer
 from danube.errors import TopicTerminatedError
+from danube.metadata import keys
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.proto.danube_scalable import scalable_pb2 as pb
 from danube.proto.danube_scalable import scalable_pb2_grpc as pb_grpc
@@ -26,7 +27,7 @@ KEYS = [f"key-{i}" for i in range(24)]
 
 
 @contextlib.asynccontextmanager
-async def broker_with_scalable(data_dir, grace=5.0):
+async def broker_with_scalable(data_dir, grace=5.0, **options):
     metadata = EmbeddedMetadataStore(str(data_dir / "metadata.db"))
     factory = StorageFactory(StorageConfig.from_dict({"wal": {"sync": "never"}}, data_dir=str(data_dir)),
                              metadata, broker_id="test")
@@ -37,7 +38,7 @@ async def broker_with_scalable(data_dir, grace=5.0):
     await broker.start()
     danube_services.add_to_server(server, broker)
     batch_lane.add_to_server(server, broker)
-    service = scalable_service.add_to_server(server, broker, grace_seconds=grace)
+    service = scalable_service.add_to_server(server, broker, grace_seconds=grace, **options)
     await server.start()
     client = DanubeClient.builder().service_url(url).build()
     try:
@@ -231,3 +232,62 @@ async def test_delete_removes_every_segments_stored_data(tmp_path):
         sid, offset = await again.send_and_wait(b"k:0", key="k")
         assert (sid, offset) == (0, 0)
         await again.close()
+
+
+async def test_a_drained_sealed_segment_is_pruned_and_its_data_deleted(tmp_path):
+    """Split under an ordered and a queue subscription; once both read the sealed parent to its end
+    (and the retention passed) the leader prunes it: out of the layout, its topic and WAL gone; the
+    consumers keep reading the children, nothing lost."""
+    import os
+
+    prune = {"prune_interval": 0.1, "sealed_retention": 0.5}
+    async with broker_with_scalable(tmp_path, prune=prune) as (broker, service, client, admin):
+        await admin.CreateScalableTopic(pb.CreateScalableTopicRequest(topic=T, num_segments=1))
+        ordered = await ScalableConsumer(client, T, "ordered", "c1", kind=STREAM).subscribe()
+        queue = await ScalableConsumer(client, T, "work", "q1", kind=QUEUE).subscribe()
+        await asyncio.wait_for(ordered.assignment_changed.wait(), 10)
+        producer = await ScalableProducer(client, T, "p1").create()
+        got_ordered, got_queue = [], []
+        readers = [asyncio.create_task(collect(ordered, 10**9, got_ordered, 3600)),
+                   asyncio.create_task(collect(queue, 10**9, got_queue, 3600))]
+        for i in range(60):
+            await producer.send_and_wait(f"{KEYS[i % len(KEYS)]}:{i}".encode(), key=KEYS[i % len(KEYS)])
+        parent = f"{T}.seg.0000-ffff-0"
+        parent_wal = broker.storage_factory.config.wal_dir(parent)
+        assert os.path.isdir(parent_wal)
+        await admin.SplitSegment(pb.SplitSegmentRequest(topic=T, segment_id=0))
+        for i in range(60, 120):
+            await producer.send_and_wait(f"{KEYS[i % len(KEYS)]}:{i}".encode(), key=KEYS[i % len(KEYS)])
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 60
+        layout = None
+        while loop.time() < deadline:
+            layout = json.loads((await admin.GetScalableTopic(pb.ScalableTopicRequest(topic=T))).metadata_json)
+            pruned = "0" not in layout["segments"] and await broker.metadata.get(keys.scalable_operation(T)) is None
+            if pruned and len(got_ordered) >= 120 and len(got_queue) >= 120:
+                break  # the prune finished: out of the layout, then its topic deleted, then the record
+            await asyncio.sleep(0.1)
+        assert sorted(layout["segments"]) == ["1", "2"], layout
+        assert all(s["parentIds"] == [] for s in layout["segments"].values())
+        assert parent not in broker.topics and not os.path.exists(parent_wal)
+        assert await broker.metadata.get_prefix(f"/topics/default/{parent.rsplit('/', 1)[1]}/") == []
+        assert await broker.metadata.get(keys.scalable_operation(T)) is None
+        for got in (got_ordered, got_queue):  # everything, once
+            assert sorted(int(seq) for _, seq, _ in got) == list(range(120))
+        for key in KEYS:
+            seqs = [seq for k, seq, _ in got_ordered if k == key]
+            assert seqs == sorted(seqs), key
+        # and the topic goes on: more messages through the children
+        for i in range(120, 140):
+            await producer.send_and_wait(f"{KEYS[i % len(KEYS)]}:{i}".encode(), key=KEYS[i % len(KEYS)])
+        deadline = loop.time() + 30
+        while (len(got_ordered) < 140 or len(got_queue) < 140) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        assert len(got_ordered) == len(got_queue) == 140
+        assert parent not in broker.topics  # no client brought the pruned segment back
+        for task in readers:
+            task.cancel()
+        await producer.close()
+        await ordered.close()
+        await queue.close()

@@ -16,6 +16,8 @@ class ScalableTopicsConfig:
     auto_split_rate: float = 0.0         # msgs/s of one active segment that makes its leader split it; 0 = off
     auto_split_interval_seconds: float = 10.0
     max_segments: int = 64               # automatic splits stop at this many active segments
+    prune_interval_seconds: float = 30.0    # how often the leader looks for sealed segments to prune; 0 = never
+    sealed_retention_seconds: float = 3600.0  # a drained sealed segment is kept this long before it is pruned
 
     def __post_init__(self) -> None:
         if not self.session_grace_seconds > 0:
@@ -25,6 +27,9 @@ class ScalableTopicsConfig:
         if self.auto_split_rate < 0 or not self.auto_split_interval_seconds > 0 or self.max_segments < 1:
             raise InvalidArgumentError("scalable_topics: auto_split_rate >= 0, auto_split_interval_seconds > 0 "
                                        "and max_segments >= 1")
+        if self.prune_interval_seconds < 0 or self.sealed_retention_seconds < 0:
+            raise InvalidArgumentError("scalable_topics: prune_interval_seconds and sealed_retention_seconds "
+                                       "must be >= 0")
 
     @classmethod
     def from_section(cls, section: Any) -> "ScalableTopicsConfig":
@@ -33,7 +38,8 @@ class ScalableTopicsConfig:
         if not isinstance(section, Mapping):
             raise InvalidArgumentError("scalable_topics: expected a mapping")
         unknown = sorted(set(section) - {"enabled", "session_grace_seconds", "controller_lease_seconds",
-                                         "auto_split_rate", "auto_split_interval_seconds", "max_segments"})
+                                         "auto_split_rate", "auto_split_interval_seconds", "max_segments",
+                                         "prune_interval_seconds", "sealed_retention_seconds"})
         if unknown:
             raise InvalidArgumentError(f"scalable_topics: unknown key(s): {', '.join(map(str, unknown))}")
         try:
@@ -42,6 +48,8 @@ class ScalableTopicsConfig:
                        controller_lease_seconds=int(section.get("controller_lease_seconds", 10)),
                        auto_split_rate=float(section.get("auto_split_rate", 0.0)),
                        auto_split_interval_seconds=float(section.get("auto_split_interval_seconds", 10.0)),
-                       max_segments=int(section.get("max_segments", 64)))
+                       max_segments=int(section.get("max_segments", 64)),
+                       prune_interval_seconds=float(section.get("prune_interval_seconds", 30.0)),
+                       sealed_retention_seconds=float(section.get("sealed_retention_seconds", 3600.0)))
         except (TypeError, ValueError) as exc:
             raise InvalidArgumentError(f"scalable_topics: {exc}") from None

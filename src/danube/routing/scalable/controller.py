@@ -22,6 +22,16 @@ layout never changed, the parents were never sealed); a record at step ``termina
 forward (steps 1-5 again; each is idempotent); a record whose ``fromEpoch`` is no longer the
 layout's epoch is stale and dropped.
 
+Pruning (the seed's ``pruneSegment``; when, the seed does not say): the leader looks every
+``prune_interval`` seconds for SEALED segments that every subscription has drained (terminated,
+backlog 0 and nothing unacknowledged on the segment topic, no consumer attached), whose parents are
+already pruned and whose children exist, and that have stayed so for ``sealed_retention`` seconds
+(counted by this leader: a new leader counts afresh).  For each, oldest first, under the operation
+lock: one transaction compare-and-swaps the layout to ``prune_segment(id)`` and records the
+operation (``op: prune`` with the segment topic); the coordinators are notified (the segment
+leaves every assignment); the segment topic and its stored data are deleted; the record goes.  A
+leader that finds a prune record deletes its segment topic again (idempotent) and drops it.
+
 Segment topics are touched only through :class:`SegmentOps` (the seed's Segments admin API),
 so the controller does not need to own any segment.
 """
@@ -109,6 +119,7 @@ class LeaseSource(Protocol):
 
 StepHook = Callable[[str], Awaitable[None]]
 STEPS = ("intent", "children_created", "terminate_marked", "parents_terminated", "layout_updated")
+PRUNE_STEP = "pruned"  # a prune: the layout no longer has the segment, its topic is not deleted yet
 
 
 async def create_scalable_topic(store: ScalableTopicStore, ops: SegmentOps, topic: str,
@@ -139,7 +150,8 @@ class ScalableTopicController:
     def __init__(self, topic: str, store: ScalableTopicStore, ops: SegmentOps, lease: LeaseSource,
                  broker_url: str, *, grace_seconds: float = DEFAULT_GRACE_SECONDS,
                  step_hook: StepHook | None = None, auto_split_rate: float = 0.0,
-                 auto_split_interval: float = 10.0, max_segments: int = 64) -> None:
+                 auto_split_interval: float = 10.0, max_segments: int = 64, prune_interval: float = 0.0,
+                 sealed_retention: float = 3600.0) -> None:
         keys.split_topic(topic)
         self.topic = topic
         self.store = store
@@ -163,6 +175,10 @@ class ScalableTopicController:
         self._rates: dict[int, tuple[float, int]] = {}  # segment id -> (time, messages_in) last seen
         self._auto_task: asyncio.Task | None = None
         self._op_key = keys.scalable_operation(topic)
+        self.prune_interval = prune_interval  # seconds between looks for prunable segments; 0 = never
+        self.sealed_retention = sealed_retention  # a drained sealed segment is kept this long
+        self._drained_since: dict[int, float] = {}  # segment id -> when this leader first saw it prunable
+        self._prune_task: asyncio.Task | None = None
 
     # ------------------------------------------------------------ lifecycle and election
 
@@ -176,6 +192,8 @@ class ScalableTopicController:
         self._task = None
         await cancel_and_wait(self._auto_task)
         self._auto_task = None
+        await cancel_and_wait(self._prune_task)
+        self._prune_task = None
         if resign and self.is_leader:
             try:
                 await self.store.metadata.txn(self.guard(), [Op.delete(self._ctl)])
@@ -259,6 +277,10 @@ class ScalableTopicController:
             if self.auto_split_rate > 0 and (self._auto_task is None or self._auto_task.done()):
                 self._auto_task = asyncio.get_running_loop().create_task(
                     self._auto_split_loop(), name=f"scalable-autosplit-{self.topic}")
+            if self.prune_interval > 0 and (self._prune_task is None or self._prune_task.done()):
+                self._prune_task = asyncio.get_running_loop().create_task(
+                    self._prune_loop(), name=f"scalable-prune-{self.topic}")
+            self._drained_since.clear()  # retention is counted by the leader that prunes
         self.leader_url = url
         self.is_leader = becoming
         self.changed.set()
@@ -367,6 +389,10 @@ class ScalableTopicController:
         if found is None:
             return
         record, _ = found
+        if record.get("op") == "prune":  # the layout no longer has it: finish deleting its topic
+            log.warning("completing the interrupted prune of %s (segment %s)", self.topic, record.get("segmentId"))
+            await self._finish_prune(record)
+            return
         stored = await self.store.require(self.topic)
         if stored.layout.epoch != record.get("fromEpoch"):
             log.info("dropping the stale %s record of %s", record.get("op"), self.topic)
@@ -387,6 +413,85 @@ class ScalableTopicController:
     async def _notify(self, layout: SegmentLayout) -> None:
         for coord in list(self.coordinators.values()):
             await coord.on_layout_change(layout)
+
+    # ------------------------------------------------------------ pruning sealed segments
+
+    async def _prune_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.is_leader:
+            await asyncio.sleep(self.prune_interval)
+            try:
+                await self.prune_tick(loop.time())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - try again next time
+                log.warning("pruning sealed segments of %s: %s", self.topic, exc)
+
+    async def _drained_by_all(self, layout: SegmentLayout, segment_id: int) -> bool:
+        """The sealed segment may leave the layout as far as its readers are concerned: parents
+        pruned, children present, and on its topic: terminated, every subscription's backlog 0 and
+        nothing unacknowledged, no consumer attached."""
+        seg = layout.segment(segment_id)
+        if seg.is_active or any(p in layout.segments for p in seg.parent_ids):
+            return False
+        if not seg.child_ids or any(c not in layout.segments for c in seg.child_ids):
+            return False
+        try:
+            stats = await self.ops.segment_stats(segment_topic_name(self.topic, seg))
+        except DanubeError as exc:
+            log.debug("segment %d of %s: no stats (%s); not pruned now", segment_id, self.topic, exc)
+            return False
+        subs = stats.get("subscriptions")
+        if not stats.get("terminated") or not isinstance(subs, dict) or int(stats.get("consumers", 0)):
+            return False
+        return all(int(s.get("backlog", 1)) == 0 and int(s.get("unacked", 0)) == 0 and not int(s.get("consumers", 0))
+                   for s in subs.values())
+
+    async def prune_tick(self, now: float) -> list[int]:
+        """Prune every sealed segment that may go (module docstring), oldest first; their ids."""
+        if not self.is_leader:
+            return []
+        pruned: list[int] = []
+        async with self._op_lock:
+            self._check_leader()
+            stored = await self.store.require(self.topic)
+            layout, version = stored.layout, stored.version
+            sealed = sorted((s for s in layout.segments.values() if not s.is_active),
+                            key=lambda s: (s.sealed_at_epoch, s.segment_id))
+            for seg in sealed:
+                sid = seg.segment_id
+                if not await self._drained_by_all(layout, sid):
+                    self._drained_since.pop(sid, None)
+                    continue
+                since = self._drained_since.setdefault(sid, now)
+                if now - since < self.sealed_retention:
+                    continue
+                target = layout.prune_segment(sid)
+                record = {"op": "prune", "segmentId": sid, "segmentTopic": segment_topic_name(self.topic, seg),
+                          "fromEpoch": target.epoch}
+                ok = await self.store.cas_layout(self.topic, version, target,
+                                                 compare=[*self.guard(), Compare.version(self._op_key, "==", 0)],
+                                                 ops=[Op.put(self._op_key, dump_json(record))])
+                if not ok:
+                    raise LayoutConflictError(f"prune of segment {sid} of {self.topic}: the layout changed")
+                await self._step(PRUNE_STEP)
+                log.info("segment %d of %s pruned (drained by every subscription for %.0f s; epoch %d)",
+                         sid, self.topic, now - since, target.epoch)
+                self._drained_since.pop(sid, None)
+                layout = target
+                self.layout = target
+                await self._notify(target)
+                await self._finish_prune(record)
+                version = (await self.store.require(self.topic)).version
+                pruned.append(sid)
+        return pruned
+
+    async def _finish_prune(self, record: dict) -> None:
+        """Delete the pruned segment's topic and data, then the record (each step idempotent)."""
+        await self.ops.delete_segment(str(record["segmentTopic"]))
+        result = await self.store.metadata.txn(self.guard(), [Op.delete(self._op_key)])
+        if not result.succeeded:
+            raise NotLeaderError(f"lost the controller leadership of {self.topic} during a prune", self.leader_url)
 
     # ------------------------------------------------------------ automatic splitting (optional)
 

@@ -91,3 +91,42 @@ def make_pki(directory: str, client_cn: str = "client-1") -> Pki:
     return Pki(ca=ca, server=pair("server", ca_cert, ca_key, "localhost", True),
                client=pair("client", ca_cert, ca_key, client_cn, False), other_ca=other,
                rogue_client=pair("rogue", other_cert, other_key, client_cn, False))
+
+
+@dataclass
+class ClusterPki:
+    ca: str
+    broker: Pair            # every broker's certificate: served, and presented to peers under mTLS
+    client: Pair            # CN=client-1 (client authentication only)
+    other_ca: str           # a CA that signed nothing the brokers trust
+
+
+def make_cluster_pki(directory: str, broker_cn: str = "danube-node", client_cn: str = "client-1") -> ClusterPki:
+    """Certificates for a secure cluster: the brokers' certificate allows server and client
+    authentication (a broker presents it when it calls another broker over mTLS), with SANs
+    127.0.0.1 and localhost."""
+    os.makedirs(directory, exist_ok=True)
+    pem = serialization.Encoding.PEM
+    ca_cert, ca_key = _ca("danube cluster CA")
+    other_cert, _ = _ca("untrusted CA")
+    ca = _write(os.path.join(directory, "ca.pem"), ca_cert.public_bytes(pem), 0o644)
+    other = _write(os.path.join(directory, "other-ca.pem"), other_cert.public_bytes(pem), 0o644)
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def pair(name: str, cn: str, usages: list, san: bool) -> Pair:
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca_cert.subject)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                   .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
+        if san:
+            builder = builder.add_extension(x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        cert = builder.sign(ca_key, hashes.SHA256())
+        return Pair(_write(os.path.join(directory, f"{name}.pem"), cert.public_bytes(pem), 0o644),
+                    _write(os.path.join(directory, f"{name}-key.pem"), _key_pem(key)))
+
+    return ClusterPki(ca=ca, broker=pair("broker", broker_cn, [ExtendedKeyUsageOID.SERVER_AUTH,
+                                                               ExtendedKeyUsageOID.CLIENT_AUTH], True),
+                      client=pair("client", client_cn, [ExtendedKeyUsageOID.CLIENT_AUTH], False), other_ca=other)

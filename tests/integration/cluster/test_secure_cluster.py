@@ -13,8 +13,6 @@ forwarded call with PERMISSION_DENIED naming the caller — forwarding lends the
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import json
 import os
 import time
@@ -27,6 +25,7 @@ from danube.proto.danube import DanubeApi_pb2_grpc as dpb_grpc
 from danube.proto.danube_admin import admin_pb2 as apb
 from danube.proto.danube_admin import admin_pb2_grpc as apb_grpc
 from danube.server.auth.jwt import issue_token
+from tests.support.certs import ClusterPki, make_cluster_pki
 from tests.support.cluster import local_cluster
 from tests.support.etcd import requires_etcd
 
@@ -36,74 +35,25 @@ SECRET = "cluster-secret-0123456789abcdef-012345"
 TOPIC = "/default/secure-orders"
 
 
-# ---------------------------------------------------------------- certificates
+# ---------------------------------------------------------------- configuration
 
-def _pki(directory: str) -> dict:
-    """A CA; one certificate every broker serves and presents to its peers (serverAuth and
-    clientAuth, SAN 127.0.0.1/localhost); a client certificate CN=client-1."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-
-    def name(cn):
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-    def write(file, data, mode):
-        path = os.path.join(directory, file)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        return path
-
-    def leaf(cn, usages, san):
-        key = ec.generate_private_key(ec.SECP256R1())
-        builder = (x509.CertificateBuilder().subject_name(name(cn)).issuer_name(ca_cert.subject)
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=1))
-                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                   .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
-        if san:
-            builder = builder.add_extension(x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        cert = builder.sign(ca_key, hashes.SHA256())
-        return (write(f"{cn}.pem", cert.public_bytes(serialization.Encoding.PEM), 0o644),
-                write(f"{cn}-key.pem", key.private_bytes(serialization.Encoding.PEM,
-                                                         serialization.PrivateFormat.PKCS8,
-                                                         serialization.NoEncryption()), 0o600))
-
-    os.makedirs(directory, exist_ok=True)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_cert = (x509.CertificateBuilder().subject_name(name("cluster CA")).issuer_name(name("cluster CA"))
-               .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-               .sign(ca_key, hashes.SHA256()))
-    ca = write("ca.pem", ca_cert.public_bytes(serialization.Encoding.PEM), 0o644)
-    broker = leaf("danube-node", [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH], True)
-    client = leaf("client-1", [ExtendedKeyUsageOID.CLIENT_AUTH], False)
-    return {"ca": ca, "broker": broker, "client": client}
-
-
-def _config(directory: str, pki: dict) -> str:
-    secret = os.path.join(directory, "jwt-secret")
-    fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(SECRET)
+def _config(directory: str, pki: ClusterPki, *, jwt: bool = True, super_admins=("ops",)) -> str:
+    auth: dict = {
+        "mode": "tls",
+        "tls": {"cert_file": pki.broker.cert, "key_file": pki.broker.key, "ca_file": pki.ca, "verify_client": True},
+        "super_admins": list(super_admins),
+        # a broker re-reads roles changed through another broker only this rarely: the test
+        # relies on one broker's stale view (the refusal at the owner below)
+        "rbac_refresh_seconds": 3600}
+    if jwt:
+        secret = os.path.join(directory, "jwt-secret")
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(SECRET)
+        auth["jwt"] = {"secret_key_file": secret, "issuer": "danube-auth"}
     path = os.path.join(directory, "broker.yml")
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"auth": {
-            "mode": "tls",
-            "tls": {"cert_file": pki["broker"][0], "key_file": pki["broker"][1], "ca_file": pki["ca"],
-                    "verify_client": True},
-            "jwt": {"secret_key_file": secret, "issuer": "danube-auth"},
-            "super_admins": ["ops"],
-            # a broker re-reads roles changed through another broker only this rarely: the test
-            # relies on one broker's stale view (the refusal at the owner below)
-            "rbac_refresh_seconds": 3600}}, f)   # JSON is YAML
+        json.dump({"auth": auth}, f)   # JSON is YAML
     return path
 
 
@@ -117,21 +67,23 @@ class Secure:
     """gRPC calls to the cluster's brokers as a client with the CA, client-1's certificate and
     (optionally) a token."""
 
-    def __init__(self, pki: dict) -> None:
-        read = lambda p: open(p, "rb").read()  # noqa: E731
-        self.pki = pki
-        self.creds = grpc.ssl_channel_credentials(read(pki["ca"]), read(pki["client"][1]), read(pki["client"][0]))
+    def __init__(self, pki: ClusterPki) -> None:
+        def read(path):
+            with open(path, "rb") as f:
+                return f.read()
+
+        self.creds = grpc.ssl_channel_credentials(read(pki.ca), read(pki.client.key), read(pki.client.cert))
 
     async def call(self, url: str, stub, method: str, request, subject: str | None):
         metadata = (("authorization", f"Bearer {token(subject)}"),) if subject else ()
         async with grpc.aio.secure_channel(url.split("://", 1)[-1], self.creds) as channel:
             return await getattr(stub(channel), method)(request, timeout=30, metadata=metadata)
 
-    async def security(self, url: str, method: str, doc: dict) -> dict:
+    async def security(self, url: str, method: str, doc: dict, subject: str | None = "ops") -> dict:
+        metadata = (("authorization", f"Bearer {token(subject)}"),) if subject else ()
         async with grpc.aio.secure_channel(url.split("://", 1)[-1], self.creds) as channel:
             call = channel.unary_unary(f"/danube_admin.SecurityAdmin/{method}")
-            reply = await call(json.dumps(doc).encode(), timeout=30,
-                               metadata=(("authorization", f"Bearer {token('ops')}"),))
+            reply = await call(json.dumps(doc).encode(), timeout=30, metadata=metadata)
         return json.loads(reply) if reply else {}
 
     async def refused(self, url, stub, method, request, subject) -> grpc.aio.AioRpcError:
@@ -151,11 +103,11 @@ def wait_until(predicate, timeout: float, what: str):
         time.sleep(0.2)
 
 
-async def produce_and_consume(url: str, pki: dict, subject: str, payloads: list[bytes]) -> list[bytes]:
+async def produce_and_consume(url: str, pki: ClusterPki, subject: str, payloads: list[bytes]) -> list[bytes]:
     from danube.client import DanubeClient, SubType
 
     client = (DanubeClient.builder().service_url(url)
-              .with_mtls(pki["ca"], pki["client"][0], pki["client"][1]).with_token(token(subject))
+              .with_mtls(pki.ca, pki.client.cert, pki.client.key).with_token(token(subject))
               .with_retry(give_up_after_s=20).build())
     try:
         producer = client.new_producer().with_topic(TOPIC).with_name("p").build()
@@ -181,7 +133,7 @@ async def produce_and_consume(url: str, pki: dict, subject: str, payloads: list[
 # ---------------------------------------------------------------- the test
 
 def test_secure_cluster_forwards_as_the_caller_and_follows_redirects(tmp_path):
-    pki = _pki(str(tmp_path / "pki"))
+    pki = make_cluster_pki(str(tmp_path / "pki"))
     config = _config(str(tmp_path), pki)
     c = Secure(pki)
     with local_cluster(str(tmp_path / "c"), brokers=2, config=config) as cluster:
@@ -262,3 +214,34 @@ def test_secure_cluster_forwards_as_the_caller_and_follows_redirects(tmp_path):
         # the subscription continues after the 20 messages already acknowledged.
         more = [f"n-{i}".encode() for i in range(5)]
         assert asyncio.run(produce_and_consume(other.url, pki, "alice", more)) == more
+
+
+def test_mtls_only_cluster_needs_the_brokers_subject_as_an_admin(tmp_path):
+    """No JWT: brokers call each other as their certificate's CN (danube-node).  Until RBAC lets
+    that subject administer the cluster, the owner refuses forwarded calls, and both the start-up
+    log and the refusal say what to configure."""
+    pki = make_cluster_pki(str(tmp_path / "pki"))
+    config = _config(str(tmp_path), pki, jwt=False, super_admins=("client-1",))
+    c = Secure(pki)
+    with local_cluster(str(tmp_path / "c"), brokers=2, config=config) as cluster:
+        first = cluster.procs[0]
+        asyncio.run(c.call(first.admin_url, apb_grpc.TopicAdminStub, "CreateTopic",
+                           apb.NewTopicRequest(name=TOPIC), None))
+        owner_id = wait_until(lambda: cluster.state()["assignments"].get(TOPIC), 20, "placement")
+        other = next(p for p in cluster.procs if p.broker_id != owner_id)
+        for p in cluster.procs:
+            assert "certificate subject 'danube-node' may not administer the cluster" in p.log()
+        refused = asyncio.run(c.refused(other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic",
+                                        apb.DescribeTopicRequest(name=TOPIC), None))
+        assert refused.code() == grpc.StatusCode.PERMISSION_DENIED, refused.details()
+        assert f"at broker {owner_id}" in refused.details() and "denied to 'danube-node'" in refused.details()
+        assert "auth.super_admins" in refused.details()
+
+        async def grant():
+            for p in cluster.procs:
+                await c.security(p.admin_url, "PutRole", {"name": "brokers", "permissions": ["admin:*"]}, None)
+                await c.security(p.admin_url, "Bind", {"subject": "danube-node", "roles": ["brokers"]}, None)
+        asyncio.run(grant())
+        described = asyncio.run(c.call(other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic",
+                                       apb.DescribeTopicRequest(name=TOPIC), None))
+        assert described.broker_id == owner_id

@@ -24,6 +24,9 @@ from danube.proto.danube import DanubeApi_pb2 as dpb
 from danube.proto.danube import DanubeApi_pb2_grpc as dpb_grpc
 from danube.proto.danube_admin import admin_pb2 as apb
 from danube.proto.danube_admin import admin_pb2_grpc as apb_grpc
+from danube.proto.danube_scalable import scalable_pb2 as spb
+from danube.proto.danube_scalable import scalable_pb2_grpc as spb_grpc
+from danube.routing.scalable.layout import SegmentLayout
 from danube.server.auth.jwt import issue_token
 from tests.support.certs import ClusterPki, make_cluster_pki
 from tests.support.cluster import local_cluster
@@ -210,6 +213,23 @@ def test_secure_cluster_forwards_as_the_caller_and_follows_redirects(tmp_path):
         asyncio.run(c.call(owner.admin_url, apb_grpc.BrokerAdminStub, "ActivateBroker",
                            apb.ActivateBrokerRequest(broker_id=other.broker_id), "ops"))
 
+        # A scalable topic's split asked of the broker that is not its controller leader: forwarded to
+        # the leader's client port as the broker (its token), the parent segment terminated at
+        # whichever broker serves it.
+        scalable = "/default/secure-scalable"
+        asyncio.run(c.call(first.url, spb_grpc.ScalableTopicsStub, "CreateScalableTopic",
+                           spb.CreateScalableTopicRequest(topic=scalable, num_segments=1), "ops"))
+        leader_url = asyncio.run(c.call(first.url, spb_grpc.ScalableTopicsStub, "GetScalableTopic",
+                                        spb.ScalableTopicRequest(topic=scalable), "ops")).controller_broker_url
+        assert leader_url.startswith("https://")
+        not_leader = next(p for p in cluster.procs if p.url != leader_url)
+        asyncio.run(c.call(not_leader.url, spb_grpc.ScalableTopicsStub, "SplitSegment",
+                           spb.SplitSegmentRequest(topic=scalable, segment_id=0), "ops"))
+        layout = SegmentLayout.from_json(asyncio.run(c.call(
+            not_leader.url, spb_grpc.ScalableTopicsStub, "GetScalableTopic", spb.ScalableTopicRequest(topic=scalable),
+            "ops")).metadata_json)
+        assert sorted(s.segment_id for s in layout.active_segments) == [1, 2], layout
+
         # The client, still pointed at the drained broker, is redirected to where the topic is now;
         # the subscription continues after the 20 messages already acknowledged.
         more = [f"n-{i}".encode() for i in range(5)]
@@ -229,6 +249,12 @@ def test_mtls_only_cluster_needs_the_brokers_subject_as_an_admin(tmp_path):
                            apb.NewTopicRequest(name=TOPIC), None))
         owner_id = wait_until(lambda: cluster.state()["assignments"].get(TOPIC), 20, "placement")
         other = next(p for p in cluster.procs if p.broker_id != owner_id)
+
+        def other_sees_the_owner():   # its watched view, which decides whether it forwards
+            listed = asyncio.run(c.call(other.admin_url, apb_grpc.TopicAdminStub, "ListNamespaceTopics",
+                                        apb.NamespaceRequest(name="default"), None))
+            return any(t.name == TOPIC and t.broker_id == owner_id for t in listed.topics)
+        wait_until(other_sees_the_owner, 20, f"{other.broker_id}'s view of the placement")
         for p in cluster.procs:
             assert "certificate subject 'danube-node' may not administer the cluster" in p.log()
         refused = asyncio.run(c.refused(other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic",

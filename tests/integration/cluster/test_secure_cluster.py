@@ -95,6 +95,25 @@ class Secure:
         return info.value
 
 
+async def grant_roles(c: Secure, cluster) -> None:
+    """alice, carol and client-1 may administer, produce, consume and look up /default/*.  Set
+    through each broker: a broker reloads at once what is changed through it (the others only
+    every rbac_refresh_seconds, an hour here)."""
+    grants = ["admin:/default/*", "produce:/default/*", "consume:/default/*", "lookup:/default/*"]
+    for p in cluster.procs:
+        await c.security(p.admin_url, "PutRole", {"name": "ns-admin", "permissions": grants})
+        for subject in ("alice", "carol", "client-1"):
+            await c.security(p.admin_url, "Bind", {"subject": subject, "roles": ["ns-admin"]})
+
+
+def place(c: Secure, cluster, topic: str):
+    """Place ``topic`` (a lookup at the first broker); (owner id, a broker that does not own it)."""
+    asyncio.run(c.call(cluster.procs[0].url, dpb_grpc.DiscoveryStub, "TopicLookup",
+                       dpb.TopicLookupRequest(request_id=1, topic=topic), "alice"))
+    owner_id = wait_until(lambda: cluster.state()["assignments"].get(topic), 20, "placement")
+    return owner_id, next(p for p in cluster.procs if p.broker_id != owner_id)
+
+
 def wait_until(predicate, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while True:
@@ -142,24 +161,10 @@ def test_secure_cluster_forwards_as_the_caller_and_follows_redirects(tmp_path):
     with local_cluster(str(tmp_path / "c"), brokers=2, config=config) as cluster:
         procs = {p.broker_id: p for p in cluster.procs}
         assert all(p.url.startswith("https://") for p in cluster.procs)
-        # Roles through each broker: a broker reloads at once what is changed through it (and the
-        # others only every rbac_refresh_seconds, an hour here).
-        grants = ["admin:/default/*", "produce:/default/*", "consume:/default/*", "lookup:/default/*"]
-
-        async def setup():
-            for p in cluster.procs:
-                await c.security(p.admin_url, "PutRole", {"name": "ns-admin", "permissions": grants})
-                for subject in ("alice", "carol", "client-1"):
-                    await c.security(p.admin_url, "Bind", {"subject": subject, "roles": ["ns-admin"]})
-        asyncio.run(setup())
-
-        # Placement, then the lookup at the other broker: a redirect to the owner's https URL.
+        asyncio.run(grant_roles(c, cluster))
         first = cluster.procs[0]
-        asyncio.run(c.call(first.url, dpb_grpc.DiscoveryStub, "TopicLookup",
-                           dpb.TopicLookupRequest(request_id=1, topic=TOPIC), "alice"))
-        owner_id = wait_until(lambda: cluster.state()["assignments"].get(TOPIC), 20, "placement")
+        owner_id, other = place(c, cluster, TOPIC)
         owner = procs[owner_id]
-        other = next(p for p in cluster.procs if p.broker_id != owner_id)
         answer = asyncio.run(c.call(other.url, dpb_grpc.DiscoveryStub, "TopicLookup",
                                     dpb.TopicLookupRequest(request_id=2, topic=TOPIC), "alice"))
         assert answer.response_type == dpb.TopicLookupResponse.Redirect
@@ -271,3 +276,28 @@ def test_mtls_only_cluster_needs_the_brokers_subject_as_an_admin(tmp_path):
         described = asyncio.run(c.call(other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic",
                                        apb.DescribeTopicRequest(name=TOPIC), None))
         assert described.broker_id == owner_id
+
+
+def test_danube_client_from_pypi_follows_a_secure_redirect(tmp_path):
+    """danube-client 0.5.0 given the broker that does not own the topic: it looks the topic up there,
+    follows the https redirect with its CA, client certificate and token, produces and consumes."""
+    from tests.support import danube_client_venv as dc
+
+    try:
+        dc.ensure_venv()
+    except Exception as exc:  # noqa: BLE001 - no network / no package index
+        pytest.skip(f"danube-client venv not available: {exc}")
+    pki = make_cluster_pki(str(tmp_path / "pki"))
+    c = Secure(pki)
+    token_file = tmp_path / "token"
+    token_file.write_text(token("alice"))   # read by the script: a token never goes on a command line
+    os.chmod(token_file, 0o600)
+    with local_cluster(str(tmp_path / "c"), brokers=2, config=_config(str(tmp_path), pki)) as cluster:
+        asyncio.run(grant_roles(c, cluster))
+        topic = "/default/secure-pypi"
+        _, other = place(c, cluster, topic)
+        result = dc.run_script("secure_roundtrip.py", other.url, topic, "--count", "5", "--ca", pki.ca,
+                               "--cert", pki.client.cert, "--key", pki.client.key, "--token-file", str(token_file),
+                               timeout=90)
+        assert result["error"] is None and result["received"] == result["sent"] == [f"m-{i}" for i in range(5)], \
+            result

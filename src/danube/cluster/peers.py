@@ -66,20 +66,45 @@ def caller_authorization(context: Any) -> str | None:
     return None
 
 
-class _Authorize(grpc.aio.UnaryUnaryClientInterceptor):
-    """Adds ``authorization`` to every unary call of a peer channel, read when the call starts
-    (a cached channel then never sends an expired broker token)."""
+class _Header:
+    """Adds ``authorization`` to every call of a peer channel, read when the call starts (a cached
+    channel then never sends an expired broker token)."""
 
     def __init__(self, header: Callable[[], str | None]) -> None:
         self._header = header
 
-    async def intercept_unary_unary(self, continuation, client_call_details, request):
+    def _details(self, client_call_details):
         value = self._header()
-        if value is not None:
-            pairs = [(k, v) for k, v in (client_call_details.metadata or ()) if k != "authorization"]
-            pairs.append(("authorization", value))
-            client_call_details = client_call_details._replace(metadata=grpc.aio.Metadata(*pairs))
-        return await continuation(client_call_details, request)
+        if value is None:
+            return client_call_details
+        pairs = [(k, v) for k, v in (client_call_details.metadata or ()) if k != "authorization"]
+        pairs.append(("authorization", value))
+        return client_call_details._replace(metadata=grpc.aio.Metadata(*pairs))
+
+
+# grpc.aio files each interceptor under the first call kind it implements, so one class per kind.
+class _UnaryUnary(_Header, grpc.aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(self, continuation, client_call_details, request):
+        return await continuation(self._details(client_call_details), request)
+
+
+class _UnaryStream(_Header, grpc.aio.UnaryStreamClientInterceptor):
+    async def intercept_unary_stream(self, continuation, client_call_details, request):
+        return await continuation(self._details(client_call_details), request)
+
+
+class _StreamUnary(_Header, grpc.aio.StreamUnaryClientInterceptor):
+    async def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
+        return await continuation(self._details(client_call_details), request_iterator)
+
+
+class _StreamStream(_Header, grpc.aio.StreamStreamClientInterceptor):
+    async def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
+        return await continuation(self._details(client_call_details), request_iterator)
+
+
+def _authorizing(header: Callable[[], str | None]) -> list:
+    return [kind(header) for kind in (_UnaryUnary, _UnaryStream, _StreamUnary, _StreamStream)]
 
 
 class Peers:
@@ -129,8 +154,7 @@ class Peers:
         target = target_of(url)
         interceptors = []
         if self.uses_tokens:
-            interceptors.append(_Authorize(self.own_authorization if self.runs_as_broker(caller)
-                                           else lambda: caller))
+            interceptors = _authorizing(self.own_authorization if self.runs_as_broker(caller) else lambda: caller)
         if not self.settings.tls_enabled:
             return grpc.aio.insecure_channel(target, interceptors=interceptors or None)
         return grpc.aio.secure_channel(target, self._channel_credentials(), interceptors=interceptors or None)

@@ -44,9 +44,21 @@ async def echo_server(credentials=None):
         names = (context.auth_context() or {}).get("x509_common_name") or [b""]
         return f"{peers.caller_authorization(context) or ''}|{names[0].decode()}".encode()
 
+    async def echo_stream(request, context):
+        yield await echo(request, context)
+
+    async def echo_client_stream(requests, context):
+        async for _ in requests:
+            pass
+        return await echo(b"", context)
+
     server = grpc.aio.server()
     server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("test.Peer", {
-        "Echo": grpc.unary_unary_rpc_method_handler(echo, request_deserializer=_raw, response_serializer=_raw)})])
+        "Echo": grpc.unary_unary_rpc_method_handler(echo, request_deserializer=_raw, response_serializer=_raw),
+        "EchoStream": grpc.unary_stream_rpc_method_handler(echo_stream, request_deserializer=_raw,
+                                                           response_serializer=_raw),
+        "EchoClientStream": grpc.stream_unary_rpc_method_handler(echo_client_stream, request_deserializer=_raw,
+                                                                 response_serializer=_raw)})])
     address = "127.0.0.1:0"
     port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     await server.start()
@@ -81,6 +93,11 @@ async def test_jwt_peer_calls_carry_the_brokers_token_or_the_callers():
         # forwarding for a caller: exactly the caller's header, not the broker's
         assert (await echo(channels, url, caller="Bearer caller-token"))[0] == "Bearer caller-token"
         assert not channels.runs_as_broker("Bearer caller-token")
+        # streaming calls carry it too
+        async with channels.channel(url, caller="Bearer caller-token") as channel:
+            replies = [r async for r in channel.unary_stream("/test.Peer/EchoStream")(b"", timeout=10)]
+            streamed = await channel.stream_unary("/test.Peer/EchoClientStream")(iter([b"a", b"b"]), timeout=10)
+        assert replies == [b"Bearer caller-token|"] and streamed == b"Bearer caller-token|"
         # no JWT configured: no header at all, and a caller's call would run as the broker
         plain = peers.Peers(AuthSettings())
         assert (await echo(plain, f"127.0.0.1:{port}", caller="Bearer caller-token"))[0] == ""

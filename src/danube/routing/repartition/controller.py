@@ -11,6 +11,13 @@ and for every topic in transition:
    a dead broker's frozen label is ignored; no label anywhere: None);
 3. finalizes once ``drained and (adopted or adoption timed out)`` (model.can_finalize), with the
    leader guard on every write.
+
+A subscription nobody consumes would keep a grow from ever draining.  One whose consumed position
+on the sources has not moved for the idle window (the adoption timeout) counts as idle: the grow
+drains without it and finalizes with it as a pending hold (its gate stays, for it only, until it
+consumed the sources; then the finalizer drops it).  A shrink still waits for every subscription:
+a consumer that comes back after it finalized would not attach to the retired partitions to drain
+them (docs/repartition.md).
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from danube.metadata import keys
 from danube.metadata.store import Compare, MetadataStore
-from danube.routing.repartition.model import CUTOVER, DEFAULT_ADOPTION_TIMEOUT_MS, PartitioningState
+from danube.routing.repartition.model import (CUTOVER, DEFAULT_ADOPTION_TIMEOUT_MS, GROW, PartitioningState,
+                                              Transition, lagging)
 from danube.routing.repartition.store import RepartitionStore
 from danube.routing.repartition.topology import AdoptionTracker
 
@@ -51,10 +59,11 @@ async def global_adoption(metadata: MetadataStore, live: Iterable[str]) -> int |
     return lowest
 
 
-async def consumed_of(metadata: MetadataStore, topic: str, state: PartitioningState) -> dict[str, dict[int, int]]:
-    """Per subscription, per source partition: the offset below which everything is acked
-    (persisted cursor + 1)."""
-    t = state.transition
+async def consumed_of(metadata: MetadataStore, topic: str,
+                      state: PartitioningState | Transition) -> dict[str, dict[int, int]]:
+    """Per subscription, per source partition of the transition (of ``state``): the offset below
+    which everything is acked (persisted cursor + 1)."""
+    t = state.transition if isinstance(state, PartitioningState) else state
     out: dict[str, dict[int, int]] = {}
     if t is None:
         return out
@@ -123,6 +132,23 @@ class Finalizer:
         self.interval_s = interval_s
         self._clock = clock
         self.finalized: list[dict[str, Any]] = []
+        # (topic, to_version, subscription) -> (its consumed positions on the sources, since when)
+        self._progress: dict[tuple[str, int, str], tuple[tuple, int]] = {}
+
+    def _idle(self, topic: str, t: Transition, subs: list[str], consumed: Mapping[str, Mapping[int, int]],
+              now: int) -> bool:
+        """Every one of ``subs`` has not moved on the sources for the idle window (as seen here)."""
+        idle = True
+        for sub in subs:
+            key = (topic, t.to_version, sub)
+            position = tuple(sorted(consumed.get(sub, {}).items()))
+            seen = self._progress.get(key)
+            if seen is None or seen[0] != position:
+                self._progress[key] = (position, now)
+                idle = False
+            elif now - seen[1] < self.adoption_timeout_ms:
+                idle = False
+        return idle
 
     async def tick(self) -> list[str]:
         """One pass over the topics in transition; the topics it finalized."""
@@ -130,6 +156,8 @@ class Finalizer:
             return []
         done = []
         for topic, state in list(self._states().items()):
+            if state.pending:
+                await self._release_holds(topic, state)
             t = state.transition
             if t is None:
                 continue
@@ -137,21 +165,40 @@ class Finalizer:
                 await self.store.resume(topic, compare=self._guard())   # a marker left by a crash
                 continue
             now = self._clock()
+            behind: list[str] = []
+            if t.offsets_recorded:
+                consumed = await consumed_of(self.metadata, topic, t)
+                behind = lagging(t, consumed)
             if t.drain_complete_ms is None:
-                if not state.drained(await consumed_of(self.metadata, topic, state)):
+                if not t.offsets_recorded:
+                    continue
+                if behind and not (t.kind == GROW and self._idle(topic, t, behind, consumed, now)):
                     continue
                 state = (await self.store.mark_drain_complete(topic, now, compare=self._guard())).state
-                log.info("repartition of %s to %d partitions: drained", topic, t.to_partitions)
+                log.info("repartition of %s to %d partitions: drained%s", topic, t.to_partitions,
+                         f" but for idle subscriptions {behind}" if behind else "")
             adoption = await global_adoption(self.metadata, self._live())
             if state.can_finalize(now, adoption, adoption_timeout_ms=self.adoption_timeout_ms):
                 adopted = state.adopted(adoption)
-                await self.store.finalize(topic, compare=self._guard())
+                held = behind if t.kind == GROW else []
+                await self.store.finalize(topic, lagging=held, compare=self._guard())
                 self.finalized.append({"topic": topic, "to_partitions": t.to_partitions, "adopted": adopted,
-                                       "global_adoption": adoption, "at": now})
-                log.info("repartition of %s to %d partitions finalized (%s)", topic, t.to_partitions,
-                         "adopted" if adopted else "adoption timed out")
+                                       "global_adoption": adoption, "at": now, "held": held})
+                log.info("repartition of %s to %d partitions finalized (%s)%s", topic, t.to_partitions,
+                         "adopted" if adopted else "adoption timed out",
+                         f"; the gate stays for {held} until they drained" if held else "")
                 done.append(topic)
+                for key in [k for k in self._progress if k[0] == topic and k[1] == t.to_version]:
+                    del self._progress[key]
         return done
+
+    async def _release_holds(self, topic: str, state: PartitioningState) -> None:
+        consumed = {h.transition.to_version: await consumed_of(self.metadata, topic, h.transition)
+                    for h in state.pending}
+        if state.release_holds(consumed) != state:
+            new = (await self.store.release_holds(topic, consumed, compare=self._guard())).state
+            log.info("repartition of %s: pending holds now %s", topic,
+                     [(h.transition.to_version, h.subscriptions) for h in new.pending])
 
     async def run(self) -> None:
         while True:

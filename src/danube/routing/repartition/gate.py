@@ -10,6 +10,9 @@ shrink the surviving partition holds offsets at/after the cutover until its merg
 
 Source progress is read from the live subscription when the source is served here, else from the
 persisted cursor (``/topics/.../subscriptions/{sub}/cursor``, written every cursor flush interval).
+
+A finalized grow's pending holds (``PartitioningState.pending``) gate the same way, for their
+subscriptions only; a subscription is held from the lowest offset any of its gates holds.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import logging
 from typing import Any
 
 from danube.metadata import keys
-from danube.routing.repartition.model import CUTOVER, PartitioningState
+from danube.routing.repartition.model import CUTOVER, PartitioningState, Transition
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +32,10 @@ _HOLD_ALL = -1
 class PartitionGate:
     """Installed on one target partition's Topic for the duration of one cutover."""
 
-    def __init__(self, topic_name: str, index: int, to_version: int) -> None:
+    def __init__(self, topic_name: str, index: int, to_version: int | frozenset[int]) -> None:
         self.topic_name = topic_name
         self.index = index
-        self.to_version = to_version
+        self.to_version = to_version   # what it gates on: the versions of the transitions (a new one: a new gate)
         self.holds: dict[str, int | None] = {}   # subscription -> hold-from offset (-1: all unread), None: released
         self.held_reads = 0
 
@@ -58,16 +61,18 @@ class DeliveryGates:
         t = state.transition if state is not None else None
         if t is None or t.phase != CUTOVER:
             return
+        versions = _versions(state)
         for target in t.targets:
-            self._install(f"{base}-part-{target}", target, t.to_version)
+            self._install(f"{base}-part-{target}", target, versions)
 
-    def _install(self, name: str, target: int, to_version: int) -> PartitionGate | None:
+    def _install(self, name: str, target: int, versions: frozenset[int]) -> PartitionGate | None:
         topic = self.broker.topics.get(name)
         if topic is None:
             return None
         gate = self.gates.get(name)
-        if gate is None or gate.to_version != to_version:
-            gate = self.gates[name] = PartitionGate(name, target, to_version)
+        if gate is None or not versions <= _as_set(gate.to_version):
+            # a new cutover: every subscription held until evaluated; a hold that ended keeps the gate
+            gate = self.gates[name] = PartitionGate(name, target, versions)
         if getattr(topic, "delivery_gate", None) is not gate:
             topic.delivery_gate = gate
         return gate
@@ -78,50 +83,56 @@ class DeliveryGates:
             return
         base, sep, index = name.rpartition("-part-")
         state = states.get(base) if sep else None
-        t = state.transition if state is not None else None
-        if t is not None and t.phase == CUTOVER and index.isdigit() and int(index) in t.targets:
-            self._install(name, int(index), t.to_version)
+        if state is None or not index.isdigit():
+            return
+        if any(int(index) in t.targets for t, _ in state.gates()):
+            self._install(name, int(index), _versions(state))
 
     async def tick(self, states: dict[str, PartitioningState]) -> None:
         wanted: set[str] = set()
         for base, state in list(states.items()):
-            t = state.transition
-            if t is None or t.phase != CUTOVER:
-                continue
-            for target in t.targets:
+            gates = state.gates()
+            targets = {target for t, _ in gates for target in t.targets}
+            for target in sorted(targets):
                 name = f"{base}-part-{target}"
-                gate = self._install(name, target, t.to_version)
+                gate = self._install(name, target, _versions(state))
                 if gate is None:
                     continue
                 wanted.add(name)
-                await self._evaluate(base, state, target, self.broker.topics[name], gate)
+                await self._evaluate(base, gates, target, self.broker.topics[name], gate)
         for name in [n for n in self.gates if n not in wanted]:
             self._remove(name)
 
-    async def _evaluate(self, base: str, state: PartitioningState, target: int, topic: Any,
-                        gate: PartitionGate) -> None:
-        t = state.transition
-        assert t is not None
-        start = t.new_start.get(target)
+    async def _evaluate(self, base: str, gates: list[tuple[Transition, frozenset[str] | None]], target: int,
+                        topic: Any, gate: PartitionGate) -> None:
         for sub in list(topic.subscriptions.values()):
             if gate.holds.get(sub.name, _HOLD_ALL) is None:
-                continue
-            drained = True
-            for source in t.sources_of(target):
-                end = t.old_end.get(source)
-                if end is None:
-                    drained = False
-                    break
-                consumed = await self._consumed(f"{base}-part-{source}", sub.name)
-                if consumed is not None and consumed < end:
-                    drained = False
-                    break
-            if drained:
+                continue   # released: sources only move forward, gates only go away
+            hold: int | None = None
+            for t, subs in gates:
+                if target not in t.targets or (subs is not None and sub.name not in subs):
+                    continue
+                if await self._drained(base, t, target, sub.name):
+                    continue
+                start = t.new_start.get(target)
+                here = start if start is not None else _HOLD_ALL
+                hold = here if hold is None else (_HOLD_ALL if _HOLD_ALL in (hold, here) else min(hold, here))
+            if hold is None:
                 gate.holds[sub.name] = None
                 log.info("repartition: %s releases subscription %s (sources drained)", topic.name, sub.name)
                 sub.notify()
             else:
-                gate.holds[sub.name] = start if start is not None else _HOLD_ALL
+                gate.holds[sub.name] = hold
+
+    async def _drained(self, base: str, t: Transition, target: int, sub_name: str) -> bool:
+        for source in t.sources_of(target):
+            end = t.old_end.get(source)
+            if end is None:
+                return False
+            consumed = await self._consumed(f"{base}-part-{source}", sub_name)
+            if consumed is not None and consumed < end:
+                return False
+        return True
 
     async def _consumed(self, partition: str, sub_name: str) -> int | None:
         """The offset below which ``sub_name`` acked everything on ``partition`` (None: no such subscription)."""
@@ -145,3 +156,11 @@ class DeliveryGates:
             topic.delivery_gate = None
             for sub in list(topic.subscriptions.values()):
                 sub.notify()
+
+
+def _versions(state: PartitioningState) -> frozenset[int]:
+    return frozenset(t.to_version for t, _ in state.gates())
+
+
+def _as_set(versions: int | frozenset[int]) -> frozenset[int]:
+    return versions if isinstance(versions, frozenset) else frozenset((versions,))

@@ -32,7 +32,9 @@ Order through a cutover (one subscription):
 Finalize (the seed's gate): ``drained and (adopted or adoption timed out)``, the timeout measured
 from when the transition first became drain-complete; a marker without an ``adoption_generation``
 is ungated.  Finalizing a shrink retires the partitions ``>= to_partitions``: sealed, their history
-stays readable.
+stays readable.  A grow may finalize while subscriptions nobody consumes have not drained: their
+gate is kept as a :class:`PendingHold` (the transition's offsets and those subscriptions) that
+holds exactly as the transition did, for them only, until each drained its sources.
 """
 
 from __future__ import annotations
@@ -133,6 +135,21 @@ class Transition:
 
 
 @dataclass(frozen=True)
+class PendingHold:
+    """A finalized grow's gate, kept for the subscriptions that had not drained its sources."""
+
+    transition: Transition
+    subscriptions: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"transition": self.transition.to_dict(), "subscriptions": list(self.subscriptions)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PendingHold":
+        return cls(Transition.from_dict(d["transition"]), tuple(str(s) for s in d.get("subscriptions", ())))
+
+
+@dataclass(frozen=True)
 class PartitioningState:
     """One partitioned topic's routing: partition count, partitioning version, transition, retired."""
 
@@ -140,6 +157,7 @@ class PartitioningState:
     version: int = 0
     transition: Transition | None = None
     retired: tuple[int, ...] = ()   # sealed partitions (a finalized shrink's), history readable
+    pending: tuple[PendingHold, ...] = ()   # finalized grows still gating subscriptions that lag
 
     # ------------------------------------------------------------ routing
 
@@ -216,7 +234,7 @@ class PartitioningState:
         t = self.transition
         if t is None or t.phase != CUTOVER or not t.offsets_recorded:
             return False
-        return all(source_drained(t, s, per_part) for per_part in consumed.values() for s in t.sources)
+        return not lagging(t, consumed)
 
     def mark_drain_complete(self, now_ms: int) -> "PartitioningState":
         t = self._require(CUTOVER)
@@ -242,13 +260,43 @@ class PartitioningState:
         timed_out = now_ms - t.drain_complete_ms >= adoption_timeout_ms
         return self.adopted(global_adoption) or timed_out
 
-    def finalize(self) -> "PartitioningState":
-        """Clear the marker; a shrink retires (seals) the partitions it removed."""
+    def finalize(self, lagging: Iterable[str] = ()) -> "PartitioningState":
+        """Clear the marker; a shrink retires (seals) the partitions it removed.  A grow's ``lagging``
+        subscriptions (not drained, nobody consuming them) keep its gate as a pending hold."""
         t = self._require(CUTOVER)
         if t.drain_complete_ms is None:
             raise RepartitionError("a transition finalizes only once drained")
+        subs = tuple(sorted(set(lagging)))
+        if subs and (t.kind != GROW or not t.offsets_recorded):
+            raise RepartitionError("only a grow with every offset recorded finalizes with lagging subscriptions")
+        pending = self.pending + ((PendingHold(t, subs),) if subs else ())
         retired = set(self.retired) | set(range(t.to_partitions, t.from_partitions))
-        return replace(self, transition=None, retired=tuple(sorted(retired)))
+        return replace(self, transition=None, retired=tuple(sorted(retired)), pending=pending)
+
+    def release_holds(self, consumed: Mapping[int, Mapping[str, Mapping[int, int]]]) -> "PartitioningState":
+        """Drop from each pending hold the subscriptions that drained its sources (``consumed[v]``:
+        as for :meth:`drained`, for the hold of the grow to version ``v``; a subscription absent there
+        has nothing left; a hold without an entry stays), and the holds left with none."""
+        kept = []
+        for hold in self.pending:
+            seen = consumed.get(hold.transition.to_version)
+            if seen is None:
+                kept.append(hold)
+                continue
+            left = set(lagging(hold.transition, seen))
+            subs = tuple(s for s in hold.subscriptions if s in left)
+            if subs:
+                kept.append(replace(hold, subscriptions=subs))
+        return self if tuple(kept) == self.pending else replace(self, pending=tuple(kept))
+
+    def gates(self) -> list[tuple[Transition, frozenset[str] | None]]:
+        """What delivery is gated on: the transition in cutover (every subscription: None) and the
+        pending holds (their subscriptions)."""
+        out: list[tuple[Transition, frozenset[str] | None]] = [
+            (h.transition, frozenset(h.subscriptions)) for h in self.pending]
+        if self.transition is not None and self.transition.phase == CUTOVER:
+            out.append((self.transition, None))
+        return out
 
     def _require(self, phase: str) -> Transition:
         t = self.transition
@@ -258,27 +306,22 @@ class PartitioningState:
 
     # ------------------------------------------------------------ delivery gate
 
-    def holds(self, partition: int, offset: int, consumed: Mapping[int, int] | None) -> bool:
+    def holds(self, partition: int, offset: int, consumed: Mapping[int, int] | None,
+              subscription: str | None = None) -> bool:
         """Whether one subscription must hold ``offset`` of ``partition`` back (``consumed``: that
         subscription's consumed-below offset per partition)."""
-        t = self.transition
-        if t is None or t.phase != CUTOVER:
-            return False
-        if partition not in t.targets:
-            return False
-        start = t.new_start.get(partition)
-        if start is not None and offset < start:
-            return False
-        if start is None:   # the target's owner has not recorded it yet: hold conservatively
-            return True
-        return not all(s in t.old_end and source_drained(t, s, consumed or {}) for s in t.sources_of(partition))
+        return any(transition_holds(t, partition, offset, consumed)
+                   for t, subs in self.gates() if subs is None or subscription in subs)
 
     # ------------------------------------------------------------ encoding
 
     def to_dict(self) -> dict[str, Any]:
-        return {"partitions": self.partitions, "version": self.version,
-                "transition": self.transition.to_dict() if self.transition else None,
-                "retired": list(self.retired)}
+        d = {"partitions": self.partitions, "version": self.version,
+             "transition": self.transition.to_dict() if self.transition else None,
+             "retired": list(self.retired)}
+        if self.pending:
+            d["pending"] = [h.to_dict() for h in self.pending]
+        return d
 
     def to_json(self) -> bytes:
         return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True).encode()
@@ -288,11 +331,30 @@ class PartitioningState:
         t = d.get("transition")
         return cls(partitions=int(d["partitions"]), version=int(d.get("version", 0)),
                    transition=Transition.from_dict(t) if t else None,
-                   retired=tuple(int(p) for p in d.get("retired", ())))
+                   retired=tuple(int(p) for p in d.get("retired", ())),
+                   pending=tuple(PendingHold.from_dict(h) for h in d.get("pending", ())))
 
     @classmethod
     def from_json(cls, raw: bytes) -> "PartitioningState":
         return cls.from_dict(json.loads(raw))
+
+
+def transition_holds(t: Transition, partition: int, offset: int, consumed: Mapping[int, int] | None) -> bool:
+    """Whether ``t``'s gate holds ``offset`` of ``partition`` back for one subscription."""
+    if partition not in t.targets:
+        return False
+    start = t.new_start.get(partition)
+    if start is not None and offset < start:
+        return False
+    if start is None:   # the target's owner has not recorded it yet: hold conservatively
+        return True
+    return not all(s in t.old_end and source_drained(t, s, consumed or {}) for s in t.sources_of(partition))
+
+
+def lagging(t: Transition, consumed: Mapping[str, Mapping[int, int]]) -> list[str]:
+    """The subscriptions of ``consumed`` that have not consumed every source of ``t`` up to its ``old_end``."""
+    return sorted(sub for sub, per_part in consumed.items()
+                  if not all(source_drained(t, s, per_part) for s in t.sources))
 
 
 def source_drained(t: Transition, source: int, consumed: Mapping[int, int]) -> bool:

@@ -153,13 +153,20 @@ class RepartitionStore:
     async def mark_drain_complete(self, topic: str, now_ms: int, *, compare: Sequence[Compare] = ()) -> StoredState:
         return await self.update(topic, lambda s: s.mark_drain_complete(now_ms), compare=compare)
 
-    async def finalize(self, topic: str, *, compare: Sequence[Compare] = ()) -> StoredState:
+    async def finalize(self, topic: str, *, lagging: Sequence[str] = (),
+                       compare: Sequence[Compare] = ()) -> StoredState:
         """Clear the marker; the partitions a shrink retires are terminated in the same transaction
         (``keys.topic_terminated``: every broker refuses publishes to them from then on, at open or,
-        serving one, when its fence sees the state; their history stays readable)."""
-        return await self.update(topic, lambda s: s.finalize(), compare=compare,
+        serving one, when its fence sees the state; their history stays readable).  A grow's
+        ``lagging`` subscriptions keep its gate as a pending hold (model.PartitioningState.finalize)."""
+        return await self.update(topic, lambda s: s.finalize(lagging), compare=compare,
                                  extra_ops=lambda s: [Op.put(keys.topic_terminated(f"{topic}-part-{p}"), b"1")
                                                       for p in s.retired])
+
+    async def release_holds(self, topic: str, consumed: dict[int, dict[str, dict[int, int]]], *,
+                            compare: Sequence[Compare] = ()) -> StoredState:
+        """Drop the subscriptions that drained a pending hold's sources (and emptied holds)."""
+        return await self.update(topic, lambda s: s.release_holds(consumed), compare=compare)
 
     # ------------------------------------------------------------ reading the routing content
 

@@ -118,3 +118,48 @@ async def test_reporter_writes_the_lowest_acked_generation(metadata):
     assert json.loads((await metadata.get(keys.routing_adoption("b1"))).value)["lowest"] == 40
     tracker.drop(2)
     assert tracker.lowest() == 50
+
+
+async def test_an_idle_subscription_does_not_hold_a_grow_but_keeps_its_gate(metadata):
+    store, clock = RepartitionStore(metadata), Clock()
+    state = await grown(metadata, store)
+    gen = state.transition.adoption_generation
+    for p in range(2):
+        await metadata.put_json(keys.subscription_cursor(f"{T}-part-{p}", "s"), 9)      # drained
+        await metadata.put_json(keys.subscription_cursor(f"{T}-part-{p}", "idle"), 3)   # behind
+    await metadata.put_json(keys.routing_adoption("b1"), {"lowest": gen})
+    await metadata.put_json(keys.routing_adoption("b2"), {"lowest": gen})
+    f = finalizer(store, clock, timeout=2_000)
+    assert await tick(f, store) == []
+    clock.ms += 1_000
+    await metadata.put_json(keys.subscription_cursor(f"{T}-part-0", "idle"), 5)   # it moved: not idle
+    assert await tick(f, store) == []
+    clock.ms += 1_999
+    assert await tick(f, store) == []
+    assert (await store.load(T)).state.transition.drain_complete_ms is None
+    clock.ms += 1                                              # still for the whole idle window
+    assert await tick(f, store) == [T]
+    assert f.finalized[0]["held"] == ["idle"] and f.finalized[0]["adopted"]
+    state = (await store.load(T)).state
+    assert state.transition is None and [h.subscriptions for h in state.pending] == [("idle",)]
+    assert state.holds(2, 0, {0: 6, 1: 4}, "idle") and not state.holds(2, 0, {0: 6, 1: 4}, "s")
+    await metadata.put_json(keys.subscription_cursor(f"{T}-part-0", "idle"), 9)
+    assert await tick(f, store) == [] and (await store.load(T)).state.pending != ()   # part-1 still behind
+    await metadata.put_json(keys.subscription_cursor(f"{T}-part-1", "idle"), 9)
+    assert await tick(f, store) == [] and (await store.load(T)).state.pending == ()   # drained: dropped
+
+
+async def test_a_shrink_waits_for_an_idle_subscription(metadata):
+    store, clock = RepartitionStore(metadata), Clock()
+    await metadata.put_json(keys.topic_partitions(T), 4)
+    for p in range(4):
+        await metadata.put_json(keys.subscription_cursor(f"{T}-part-{p}", "s"), 9)
+    await metadata.put_json(keys.subscription_cursor(f"{T}-part-3", "idle"), 3)
+    await store.repartition(T, 2, now_ms=0)
+    for p in range(4):
+        await store.record_offsets(T, p, 10)
+    f = finalizer(store, clock, timeout=2_000)
+    assert await tick(f, store) == []
+    clock.ms += 10**6
+    assert await tick(f, store) == []
+    assert (await store.load(T)).state.transition.drain_complete_ms is None

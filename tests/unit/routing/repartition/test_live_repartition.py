@@ -268,3 +268,62 @@ async def test_a_source_open_nowhere_is_opened_by_its_owner_and_the_transition_f
         assert not finalizer.finalized[0]["adopted"]
         assert (await store.load(T)).state.transition is None
         assert (idle in broker.topics) == created   # reopened by its owner; a never-created one stays absent
+
+
+async def test_a_subscription_nobody_consumes_keeps_its_gate_past_the_finalize(tmp_path, monkeypatch):
+    """A grow finalizes although subscription "idle" (no consumer) has not drained its sources: the
+    gate stays for it as a pending hold, so its consumer, back after the finalize, still gets every
+    key in publish order across the old and the new partitions; then the hold is dropped."""
+    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "1000")   # also the idle window
+    async with served_broker(tmp_path, add_services, sync="never",
+                             dispatch=DispatchSettings(cursor_flush_interval_ms=100)) as (broker, channel):
+        store = RepartitionStore(broker.metadata)
+        async with live_run(channel, broker, 2) as run:
+            idle = (run.client.new_consumer().with_topic(T).with_consumer_name("gone").with_subscription("idle")
+                    .with_subscription_type(SubType.Exclusive).with_reliable(True).build())
+            await idle.subscribe()
+            await idle.close()                                # the subscription stays, nobody consumes it
+            await wait_until(lambda: run.received > 300, what="steady traffic")
+            await store.repartition(T, 4, now_ms=0)
+            finalizer = broker.repartition.finalizer
+            await wait_until(lambda: finalizer.finalized, what="grow finalized without the idle subscription")
+            assert finalizer.finalized[0]["held"] == ["idle"]
+            state = (await store.load(T)).state
+            assert state.transition is None and [h.subscriptions for h in state.pending] == [("idle",)]
+            n = run.received
+            await wait_until(lambda: run.received > n + 300, what="traffic after the grow")
+        client = client_for(channel)
+        back = (client.new_consumer().with_topic(T).with_consumer_name("back").with_subscription("idle")
+                .with_subscription_type(SubType.Exclusive).with_reliable(True)
+                .with_receive_credit(50, 1 << 20).build())
+        await back.subscribe()
+        assert len(back._parts) == 4
+        seqs: dict[str, list[int]] = {k: [] for k in KEYS}
+
+        async def drain():
+            async for m in back:
+                key, seq = m.payload.decode().split(":")
+                seqs[key].append(int(seq))
+                await back.ack(m)
+
+        task = asyncio.ensure_future(drain())
+        try:
+            await wait_until(lambda: all(s and s[-1] == run.sent[k] - 1 for k, s in seqs.items()),
+                             what="the idle subscription's backlog consumed")
+            await wait_until(lambda: not broker.repartition.fence.states[T].pending, what="pending hold dropped")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await back.close()
+            await client.close()
+        moved = [k for k in KEYS if route_of(k, 2) != route_of(k, 4)]
+        assert moved
+        for k, s in seqs.items():   # each key in publish order, nothing twice, nothing skipped
+            assert s == list(range(s[0], s[0] + len(s))), (k, s[:20])
+        assert (await store.load(T)).state.pending == ()
+
+
+def route_of(key: str, partitions: int) -> int:
+    from danube.client.routing import fnv1a_64
+
+    return fnv1a_64(key.encode()) % partitions

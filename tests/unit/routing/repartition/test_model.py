@@ -67,6 +67,35 @@ def test_shrink_4_to_2_holds_post_cutover_offsets_until_sources_drained():
     assert fin.transition is None and fin.retired == (2, 3) and fin.partitions == 2
 
 
+def test_a_grow_finalizes_with_a_lagging_subscription_as_a_pending_hold():
+    s = PartitioningState(2).begin(4).cutover()
+    s = s.record_offsets(0, 10).record_offsets(1, 20).mark_drain_complete(5)
+    fin = s.finalize(["idle"])
+    assert fin.transition is None and fin.partitions == 4 and fin.retired == ()
+    assert [h.subscriptions for h in fin.pending] == [("idle",)]
+    # the gate stays for "idle" only, exactly as the transition's
+    assert fin.holds(2, 0, {0: 9, 1: 20}, "idle") and not fin.holds(2, 0, {0: 10, 1: 20}, "idle")
+    assert not fin.holds(2, 0, {0: 9}, "s") and not fin.holds(0, 50, {}, "idle")
+    assert PartitioningState.from_json(fin.to_json()) == fin
+    # a later grow's transition gates every subscription; the old hold still gates "idle"
+    again = fin.begin(8).cutover().record_offsets(2, 3)
+    assert again.holds(2, 0, {0: 9, 1: 20}, "idle") and not again.holds(2, 0, {0: 9, 1: 20}, "s")
+    assert again.holds(6, 0, {2: 1}, "s") and not again.holds(6, 0, {2: 3}, "s")
+    assert fin.release_holds({}) == fin                                  # not looked at: kept
+    assert fin.release_holds({1: {"idle": {0: 9, 1: 20}}}) == fin        # still behind on 0
+    assert fin.release_holds({1: {"idle": {0: 10, 1: 20}}}).pending == ()
+    assert fin.release_holds({1: {}}).pending == ()                      # the subscription is gone
+
+
+def test_only_a_grow_finalizes_with_lagging_subscriptions():
+    s = PartitioningState(4).begin(2).cutover()
+    for p in range(4):
+        s = s.record_offsets(p, 10)
+    s = s.mark_drain_complete(5)
+    with pytest.raises(RepartitionError):
+        s.finalize(["idle"])   # a returning consumer would not attach to the retired partitions
+
+
 def test_finalize_rule():
     s = PartitioningState(2).begin(4).cutover()
     s = s.stamp_adoption(40).stamp_adoption(99)

@@ -77,13 +77,47 @@ def disk_used(root: str) -> int:
     return total
 
 
+def topics_holding_files(pid: int, wal_root: str) -> dict[str, int]:
+    """WAL directories in which the broker holds more than the lock file open (not idle-closed),
+    with the count of descriptors held there."""
+    held: dict[str, int] = {}
+    root = os.path.realpath(wal_root) + os.sep
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(root):
+            d = os.path.dirname(target)[len(root):]
+            held[d] = held.get(d, 0) + 1
+    return {d: n for d, n in sorted(held.items()) if n > 1}
+
+
+def thread_names(pid: int) -> dict[str, int]:
+    """The broker's Python threads by name (``py-spy dump``; empty when py-spy is not installed)."""
+    if shutil.which("py-spy") is None:
+        return {}
+    try:
+        text = subprocess.run(["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True,
+                              timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    names: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("Thread ") and '"' in line:
+            name = line.split('"')[1]
+            names[name] = names.get(name, 0) + 1
+    return dict(sorted(names.items()))
+
+
 def snapshot(pid: int, wal_root: str) -> dict:
     return {"rss": rss(pid), "fds": descriptors(pid), "threads": threads(pid), "disk": disk_used(wal_root)}
 
 
 class Broker:
-    def __init__(self, data_dir: str, idle_close: float, max_connections: int) -> None:
+    def __init__(self, data_dir: str, idle_close: float, max_connections: int, log_level: str = "INFO") -> None:
         self.data_dir = data_dir
+        self.log_level = log_level
         self.config = os.path.join(data_dir, "scale-broker.yml")
         with open(self.config, "w") as f:
             json.dump({"storage": {"mode": "local", "wal": {"idle_close_seconds": idle_close}},
@@ -100,9 +134,10 @@ class Broker:
         """Start; return the time.monotonic() of the spawn."""
         t0 = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "danube.cli.main", "broker", "--config", self.config, "--host", "127.0.0.1",
-             "--port", str(self.port), "--admin-port", str(self.admin_port), "--metrics-port", "0",
-             "--data-dir", self.data_dir, "--sync", "always", "--load-report-interval", "0"],
+            [sys.executable, "-m", "danube.cli.main", "--log-level", self.log_level, "broker",
+             "--config", self.config, "--host", "127.0.0.1", "--port", str(self.port),
+             "--admin-port", str(self.admin_port), "--metrics-port", "0", "--data-dir", self.data_dir,
+             "--sync", "always", "--load-report-interval", "0"],
             stdout=self.log, stderr=subprocess.STDOUT)
         return t0
 
@@ -249,6 +284,8 @@ def main() -> int:
     ap.add_argument("--ratio-seconds", type=float, default=5.0)
     ap.add_argument("--dir", default=None, help="parent of the broker's data directory (default: a temp dir)")
     ap.add_argument("--json-out", default=None)
+    ap.add_argument("--keep-dir", action="store_true", help="keep the broker's data directory and log")
+    ap.add_argument("--broker-log-level", default="INFO")
     args = ap.parse_args()
 
     from danube.server.limits import raise_nofile_limit
@@ -259,26 +296,33 @@ def main() -> int:
     data_dir = os.path.join(work, "data")
     os.makedirs(data_dir)
     wal_root = os.path.join(data_dir, "wal")
-    broker = Broker(data_dir, args.idle_close, max_connections=4096)
+    broker = Broker(data_dir, args.idle_close, max_connections=4096, log_level=args.broker_log_level)
     try:
         broker.start()
         broker.wait_listening()
         asyncio.run(first_request(broker.url))  # warm: the topic 0 exists from here
         pid = broker.proc.pid
         before = snapshot(pid, wal_root)
+        before_names = thread_names(pid)
         t0 = time.monotonic()
         offsets = asyncio.run(send_to_all(broker.url, args.topics, args.concurrency, PAYLOAD))
         out["create_s"] = time.monotonic() - t0
         out["create_bad_offsets"] = sum(1 for i, o in enumerate(offsets) if o != (1 if i == 0 else 0))
         active = snapshot(pid, wal_root)
-        # wait for the idle close: descriptors come down to ~one per topic
-        deadline = time.monotonic() + args.idle_close * 4 + 30
+        # wait for the idle close: every topic's WAL down to its lock file
+        t_active = time.monotonic()
+        deadline = t_active + args.idle_close * 4 + 30
         idle = snapshot(pid, wal_root)
         while time.monotonic() < deadline:
             time.sleep(max(args.idle_close / 2, 0.5))
+            settled = not topics_holding_files(pid, wal_root)
             idle = snapshot(pid, wal_root)
-            if idle["threads"] <= before["threads"] + 4 and idle["fds"] <= before["fds"] + 1.2 * args.topics:
+            if settled:
+                out["idle_settled_s"] = time.monotonic() - t_active
                 break
+        else:  # not settled: say what is still held, by which topics and threads
+            out["idle_unsettled"] = {"topics_holding_files": topics_holding_files(pid, wal_root),
+                                     "threads_by_name": thread_names(pid), "threads_before_by_name": before_names}
         n = args.topics
         out["before"], out["active"], out["idle"] = before, active, idle
         out["per_topic_active"] = {k: (active[k] - before[k]) / n for k in before}
@@ -312,7 +356,10 @@ def main() -> int:
         broker.stop()
         broker.log.close()
         out["load_after"] = os.getloadavg()[0]
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep_dir:
+            print(f"kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
     report(out)
     path = args.json_out or os.path.join(HERE, "out", f"scale-{int(time.time())}.json")

@@ -61,11 +61,15 @@ class Security:
                         "the network and replayed; set auth.mode tls with auth.tls")
 
     def _check_cluster_identity(self) -> None:
-        """mTLS without JWT: brokers call each other as their certificate's CN, which RBAC must let
-        do everything; say so at start-up rather than at the first refused drain."""
+        """What would make calls to other brokers fail, said at start-up rather than at the first
+        refused drain: no CA to verify them; with mTLS and no JWT, a certificate CN (what brokers
+        call each other as) that RBAC does not let administer the cluster."""
         from danube.cluster.peers import MTLS_BROKER_HINT, certificate_subject
 
         settings = self.settings
+        if settings.tls_enabled and not settings.tls.ca_file:
+            log.warning("security: auth.tls.ca_file is not set, so this broker verifies the other brokers' "
+                        "certificates against the system's CAs only; set it to the CA that signed them")
         if not settings.mtls or settings.jwt is not None:
             return
         subject = certificate_subject(settings.tls.cert_file)

@@ -126,7 +126,7 @@ class ForwardingSegmentOps(BrokerSegmentOps):
             owner = await self._owner(topic)
             if owner and owner != self.broker.broker_url:
                 reply = await self.service.remote(owner).SegmentStats(pb.SegmentRequest(segment_topic=topic),
-                                                                      timeout=30)
+                                                                      timeout=30, metadata=_FORWARDED_CALL)
                 return dict(json.loads(reply.json))
         return await super().segment_stats(topic)
 
@@ -298,6 +298,18 @@ class ScalableTopicService:
                 except DanubeError as exc:
                     log.debug("no owner for %s yet: %s", name, exc)
         return dag
+
+
+_FORWARDED_KEY = "x-danube-scalable-forwarded"
+_FORWARDED_CALL = ((_FORWARDED_KEY, "1"),)
+
+
+def _forwarded_call(context) -> bool:
+    """The call came from another broker's ForwardingSegmentOps (answered here, never forwarded again)."""
+    try:
+        return any(k == _FORWARDED_KEY for k, _v in (context.invocation_metadata() or ()))
+    except Exception:  # noqa: BLE001 - no metadata: a client's call
+        return False
 
 
 CRASH_ENV = "DANUBE_TEST_SCALABLE_CRASH"
@@ -472,9 +484,14 @@ class ScalableTopicsServicer(pb_grpc.ScalableTopicsServicer):
             raise
 
     async def SegmentStats(self, request, context) -> pb.JsonResponse:
+        """A client's call (a queue consumer checking a sealed segment's backlog) may reach any
+        broker: forwarded to the owner once; a forwarded call is answered here."""
         try:
             keys.split_topic(request.segment_topic)
-            stats = await BrokerSegmentOps.segment_stats(self.service.ops, request.segment_topic)
+            if _forwarded_call(context):
+                stats = await BrokerSegmentOps.segment_stats(self.service.ops, request.segment_topic)
+            else:
+                stats = await self.service.ops.segment_stats(request.segment_topic)
             return pb.JsonResponse(json=json.dumps(stats))
         except DanubeError as exc:
             await _abort(context, exc)

@@ -49,13 +49,12 @@ def _forward_error(what: str, exc, channels: peers.Peers | None = None, *, as_br
     its code, with what to configure when the broker's own identity was refused)."""
     if exc.code() == grpc.StatusCode.NOT_FOUND:
         return NotFoundError(f"{what}: {exc.details()}")
-    details = channels.explain(exc, as_broker=as_broker) if channels is not None else \
-        f"{exc.code().name}: {exc.details()}"
+    details = channels.explain(exc, as_broker=as_broker) if channels is not None else exc.details()
     if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
         return PermissionDeniedError(f"{what} refused: {details}")
     if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
         return AuthenticationError(f"{what} refused: {details}")
-    return NotServedHereError(f"{what} failed: {details}")
+    return NotServedHereError(f"{what} failed: {exc.code().name} {details}")
 
 
 class ClusterLoadReporter(LoadReporter):

@@ -173,7 +173,7 @@ class Peers:
     # ------------------------------------------------------------ errors
 
     def explain(self, exc: grpc.aio.AioRpcError, *, as_broker: bool) -> str:
-        """The peer's answer, with what to configure when the cause is this cluster's security
+        """The peer's error message, with what to configure when the cause is this cluster's security
         setup rather than the request (``as_broker``: the call ran as the broker itself)."""
         details = exc.details() or ""
         code = exc.code()
@@ -191,7 +191,7 @@ class Peers:
                         "auth.jwt secret_key and issuer")
             elif self.settings.mtls:
                 hint = "; " + MTLS_BROKER_HINT
-        return f"{code.name}: {details}{hint}"
+        return f"{details}{hint}"
 
 
 MTLS_BROKER_HINT = ("with mTLS and no JWT, brokers call each other as their certificate's common name: list the "

@@ -198,8 +198,7 @@ def test_secure_cluster_forwards_as_the_caller_and_follows_redirects(tmp_path):
         refused = asyncio.run(c.refused(other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic",
                                         apb.DescribeTopicRequest(name=TOPIC), "carol"))
         assert refused.code() == grpc.StatusCode.PERMISSION_DENIED, refused.details()
-        assert f"at broker {owner_id}" in refused.details()
-        assert f"permission 'admin' on {TOPIC} denied to 'carol'" in refused.details()
+        assert refused.details().startswith(f"at broker {owner_id}: permission 'admin' on {TOPIC} denied to 'carol'")
         refused = asyncio.run(c.refused(other.admin_url, apb_grpc.TopicAdminStub, "UnloadTopic",
                                         apb.TopicRequest(name=TOPIC), "carol"))
         assert refused.code() == grpc.StatusCode.PERMISSION_DENIED and "denied to 'carol'" in refused.details()

@@ -178,10 +178,11 @@ class Peers:
         details = exc.details() or ""
         code = exc.code()
         hint = ""
-        if code == grpc.StatusCode.UNAVAILABLE and self.settings.tls_enabled and _looks_like_tls(details):
-            hint = ("; the TLS handshake with the peer broker failed: auth.tls.ca_file must be the CA that signed "
-                    "the brokers' certificates, each certificate must name the host of its broker's advertised "
-                    "URL")
+        tls_failure = _tls_failure(details) if code == grpc.StatusCode.UNAVAILABLE and self.settings.tls_enabled \
+            else None
+        if tls_failure is not None:
+            hint = (f"; {tls_failure}: auth.tls.ca_file must be the CA that signed the brokers' certificates, "
+                    "each certificate must name the host of its broker's advertised URL")
             if self.settings.mtls:
                 hint += (", and with verify_client the brokers' certificates are also presented as client "
                          "certificates (extended key usage clientAuth as well as serverAuth)")
@@ -199,9 +200,16 @@ MTLS_BROKER_HINT = ("with mTLS and no JWT, brokers call each other as their cert
                     "(the same secret on every broker) so they use broker tokens")
 
 
-def _looks_like_tls(details: str) -> bool:
+def _tls_failure(details: str) -> str | None:
+    """What an UNAVAILABLE on a TLS channel says about the handshake, if anything.  A peer that
+    refuses this broker's client certificate just closes the connection, so the client side only
+    sees "Socket closed"."""
     text = details.lower()
-    return any(word in text for word in ("ssl", "tls", "handshake", "certificate"))
+    if any(word in text for word in ("ssl", "tls", "handshake", "certificate")):
+        return "the TLS handshake with the peer broker failed"
+    if "socket closed" in text or "connection reset" in text:
+        return "the peer broker closed the connection (if it is running, the TLS handshake failed)"
+    return None
 
 
 def for_broker(broker: Any) -> Peers:

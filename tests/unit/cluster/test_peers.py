@@ -131,6 +131,25 @@ async def test_a_peer_signed_by_another_ca_fails_with_what_to_configure(pki):
     assert "clientAuth" in explained   # verify_client: the certificate is a client certificate too
 
 
+async def test_a_broker_certificate_without_client_authentication_fails_with_what_to_configure(tmp_path):
+    """make_pki's server certificate allows serverAuth only: the peer refuses it as a client
+    certificate and just closes the connection; the message still says what to check."""
+    from tests.support.certs import make_pki
+
+    server_only = make_pki(str(tmp_path / "pki"))
+    settings = AuthSettings(mode="tls", tls=TlsSettings(server_only.server.cert, server_only.server.key,
+                                                        server_only.ca, True))
+    channels = peers.Peers(settings)
+    credentials = tls.server_credentials(server_only.server.cert, server_only.server.key, ca_file=server_only.ca,
+                                         verify_client=True)
+    async with echo_server(credentials) as port:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await echo(channels, f"https://127.0.0.1:{port}")
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    explained = channels.explain(info.value, as_broker=True)
+    assert "TLS handshake" in explained and "extended key usage clientAuth" in explained, explained
+
+
 def test_a_client_certificate_cannot_claim_the_broker_principal():
     guard = CallGuard(verifier=None, authorizer=None, broker=None, accept_client_certificates=True)
     cert = {"subject": ((("commonName", BROKER_PRINCIPAL),),)}

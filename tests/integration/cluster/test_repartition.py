@@ -55,14 +55,17 @@ class Sub:
 
     def __init__(self, client, name: str, sub_type: str, consumers: int) -> None:
         self.name = name
-        self.consumers = [
-            client.new_consumer().with_topic(T).with_consumer_name(f"{name}-c{i}").with_subscription(name)
-            .with_subscription_type(sub_type).with_reliable(True).with_receive_credit(50, 1 << 20).build()
-            for i in range(consumers)]
+        self.idle = consumers == 0   # subscribed at the start, then nobody consumes it until the end
+        self.consumers = [self.consumer(client, sub_type, f"{name}-c{i}") for i in range(max(consumers, 1))]
         self.seen = {k: 0 for k in KEYS}   # the first message of each key was published before the subscription
         self.violations: list[str] = []
         self.received = 0
-        self.by_consumer = [0] * consumers
+        self.by_consumer = [0] * max(consumers, 1)
+
+    def consumer(self, client, sub_type: str, consumer_name: str):
+        self.sub_type = sub_type
+        return (client.new_consumer().with_topic(T).with_consumer_name(consumer_name).with_subscription(self.name)
+                .with_subscription_type(sub_type).with_reliable(True).with_receive_credit(50, 1 << 20).build())
 
     async def consume(self, index: int, running: asyncio.Event) -> None:
         consumer = self.consumers[index]
@@ -83,11 +86,14 @@ EXCLUSIVE = (("s", SubType.Exclusive, 1),)
 
 
 async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, check=None,
-                   held_at_least: dict[int, float] | None = None, subs=EXCLUSIVE) -> list[Sub]:
+                   held_at_least: dict[int, float] | None = None, subs=EXCLUSIVE,
+                   after_finalize=None) -> list[Sub]:
     """``steps``: (partitions, version) per repartition; ``during(target)``: a coroutine run with the
     repartition call; ``check(target, seconds from the call to finalize)``; ``held_at_least``: with no
     backlog pause, a cutover to N may finalize before ``describe`` sees its marker, not sooner than [N] s;
-    ``subs``: (name, type, consumers) of the subscriptions consuming side by side."""
+    ``subs``: (name, type, consumers) of the subscriptions consuming side by side (0 consumers: an
+    idle subscription, consumed only once everything else was); ``after_finalize(target)``: awaited
+    after each finalize."""
     url, admin_url = cluster.procs[0].url, cluster.procs[1].admin_url
     client = (DanubeClient.builder().service_url(url)
               .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=60).build())
@@ -100,15 +106,19 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
         sent[k] = 1
     await producer.flush()
     subscriptions = [Sub(client, *spec) for spec in subs]
-    consumers = [c for sub in subscriptions for c in sub.consumers]
-    for consumer in consumers:
+    for consumer in [c for sub in subscriptions for c in sub.consumers]:
         await consumer.subscribe()
+    for sub in subscriptions:
+        if sub.idle:
+            await sub.consumers.pop().close()
+    idle = [sub for sub in subscriptions if sub.idle]
+    consumers = [c for sub in subscriptions for c in sub.consumers]
     running = asyncio.Event()
     running.set()
     stop = asyncio.Event()
 
     def received() -> int:
-        return min(sub.received for sub in subscriptions)
+        return min(sub.received for sub in subscriptions if not sub.idle)
 
     async def publish():
         i = 0
@@ -148,6 +158,8 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
             await asyncio.sleep(0.5)              # moved keys are published on their new partitions
             running.set()
             info = await wait_until(lambda: _finalized(admin_url), timeout=60, what=f"finalize to {target}")
+            if after_finalize is not None:
+                await after_finalize(target)
             if check is not None:
                 check(target, time.monotonic() - started)
             else:   # adopted: finalized well before the 30 s adoption timeout (from drain-complete)
@@ -160,8 +172,15 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
     finally:
         stop.set()
         await asyncio.wait_for(pub, 60)
-        await wait_until(lambda: all(sub.seen[k] == sent[k] - 1 for sub in subscriptions for k in KEYS),
-                         what="everything consumed")
+        await wait_until(lambda: all(sub.seen[k] == sent[k] - 1 for sub in subscriptions if not sub.idle
+                                     for k in KEYS), what="everything consumed")
+        for sub in idle:   # its consumer is back: what it missed, every key in order
+            sub.consumers.append(sub.consumer(client, sub.sub_type, f"{sub.name}-back"))
+            consumers.append(sub.consumers[0])
+            await sub.consumers[0].subscribe()
+            cons.append(asyncio.ensure_future(sub.consume(0, running)))
+        await wait_until(lambda: all(sub.seen[k] == sent[k] - 1 for sub in idle for k in KEYS),
+                         what="the idle subscriptions consumed")
         for task in cons:
             task.cancel()
         await asyncio.gather(*cons, return_exceptions=True)
@@ -194,6 +213,40 @@ def test_failover_and_key_shared_side_by_side_keep_per_key_order(tmp_path):
         done = asyncio.run(asyncio.wait_for(scenario(cluster, subs=subs), 240))
     key_shared = next(sub for sub in done if sub.name == "ks")
     assert all(n > 0 for n in key_shared.by_consumer), key_shared.by_consumer   # both consumers took keys
+
+
+def test_a_subscription_nobody_consumes_does_not_hold_a_grow_and_keeps_its_order(tmp_path, monkeypatch):
+    """The grow finalizes although "idle" has no consumer and has not drained the sources: a pending
+    hold in the partitioning state keeps its gate (on every broker); its consumer, back after the
+    finalize, reads every key in publish order; the leader then drops the hold."""
+    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "2000")   # the idle window (brokers)
+    from danube.metadata import keys as mkeys
+    from danube.metadata.etcd import EtcdMetadataStore
+
+    with local_cluster(str(tmp_path)) as cluster:
+        async def run():
+            store = EtcdMetadataStore(cluster.etcd.url)
+
+            async def pending():
+                return json.loads((await store.get(mkeys.topic_partitioning(T))).value).get("pending", [])
+
+            async def held(target):
+                assert [h["subscriptions"] for h in await pending()] == [["idle"]]
+
+            try:
+                done = await scenario(cluster, ((4, 1),), subs=(("s", SubType.Exclusive, 1),
+                                                                 ("idle", SubType.Exclusive, 0)),
+                                      after_finalize=held)
+                assert next(sub for sub in done if sub.idle).received > 0
+                await wait_until(lambda: _none(pending()), what="the pending hold dropped")
+            finally:
+                await store.close()
+
+        asyncio.run(asyncio.wait_for(run(), 240))
+
+
+async def _none(values) -> bool:
+    return not await values
 
 
 def test_grow_while_a_broker_is_being_drained(tmp_path):

@@ -171,8 +171,9 @@ class BrokerService:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
-            try:
-                await asyncio.wait_for(self._published.wait(), remaining)
+            try:   # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation (gh-86296)
+                async with asyncio.timeout(remaining):
+                    await self._published.wait()
             except TimeoutError:
                 return self._publishing == 0
         return True

@@ -178,8 +178,9 @@ class H2Server:
     async def wait_for_termination(self, timeout: float | None = None) -> bool:
         if self._terminated is None:
             return False
-        try:
-            await asyncio.wait_for(self._terminated.wait(), timeout)
+        try:   # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation (gh-86296)
+            async with asyncio.timeout(timeout):
+                await self._terminated.wait()
         except TimeoutError:
             return False
         return True

@@ -312,3 +312,64 @@ def test_a_stalled_tls_handshake_is_closed_after_the_handshake_timeout(pki, tmp_
             started = time.monotonic()
             assert raw.recv(1) == b""          # nothing sent: the broker closes it
             assert time.monotonic() - started < 5
+
+
+# ---------------------------------------------------------------- scalable topics under RBAC
+
+def test_scalable_topic_clients_need_only_their_topics_grants(pki, secret_file):
+    """An application bound to produce/consume/lookup on one scalable topic publishes to and
+    consumes from its segment topics (a grant on T covers T.seg.*); a subject with no role is
+    refused; splitting needs admin."""
+    from danube.client import DanubeClient
+    from danube.client.scalable import QUEUE, STREAM, ScalableConsumer, ScalableProducer
+    from danube.errors import PermissionDeniedError
+
+    topic, keys_ = "/default/scaled", [f"k{i}" for i in range(8)]
+
+    def client(url, subject):
+        return (DanubeClient.builder().service_url(url).with_tls(pki.ca)
+                .with_token(issue_token(subject, SECRET)).with_retry(give_up_after_s=3).build())
+
+    async def app(url, count=200):
+        c = client(url, "alice")
+        try:
+            ordered = await ScalableConsumer(c, topic, "ordered", "c1", kind=STREAM).subscribe()
+            queue = await ScalableConsumer(c, topic, "work", "q1", kind=QUEUE).subscribe()
+            await asyncio.wait_for(ordered.assignment_changed.wait(), 20)
+            producer = await ScalableProducer(c, topic, "p1").create()
+            for i in range(count):
+                await producer.send(f"{keys_[i % len(keys_)]}:{i}".encode(), key=keys_[i % len(keys_)])
+            await producer.flush()
+            got = {"ordered": [], "queue": []}
+            for name, consumer in (("ordered", ordered), ("queue", queue)):
+                deadline = time.monotonic() + 30
+                while len(got[name]) < count and time.monotonic() < deadline:
+                    message = await consumer.receive(timeout=0.5)
+                    if message is not None:
+                        got[name].append(int(message.payload.split(b":")[1]))
+                        await consumer.ack(message)
+            return {name: sorted(v) for name, v in got.items()}
+        finally:
+            await c.close()
+
+    async def stranger(url):
+        c = client(url, "carol")
+        try:
+            await ScalableProducer(c, topic, "p2").create()
+        finally:
+            await c.close()
+
+    admin_token = issue_token("ops", SECRET)
+    with running_broker(*tls_args(pki), "--jwt-secret-file", secret_file, "--super-admin", "ops") as broker:
+        for args in (("security", "roles", "create", "scaled-app", "--permission", f"produce:{topic}",
+                      "--permission", f"consume:{topic}", "--permission", f"lookup:{topic}"),
+                     ("security", "bindings", "create", "--subject", "alice", "--role", "scaled-app"),
+                     ("scalable-topics", "create", topic, "--segments", "2")):
+            done = admin(broker, pki, admin_token, *args)
+            assert done.returncode == 0, done.stderr
+        got = asyncio.run(app(broker.url))
+        assert got == {"ordered": list(range(200)), "queue": list(range(200))}
+        with pytest.raises(PermissionDeniedError, match="lookup"):
+            asyncio.run(stranger(broker.url))
+        denied = admin(broker, pki, issue_token("alice", SECRET), "scalable-topics", "split", topic, "0")
+        assert denied.returncode != 0 and "'admin'" in denied.stderr, denied.stderr

@@ -78,6 +78,9 @@ def test_durations():
     ("produce:/default/*", "produce", "/other/orders", False),
     ("produce:/default/orders", "produce", "/default/orders-part-3", True),   # partitions of T
     ("produce:/default/orders", "produce", "/default/orders2", False),
+    ("produce:/default/orders", "produce", "/default/orders.seg.0000-7fff-1", True),  # segments of T
+    ("produce:/default/orders", "produce", "/default/orders2.seg.0000-7fff-1", False),
+    ("produce:/default/orders", "produce", "/default/orders.seg.x", False),
     ("admin:/default/*", "admin", "/default", True),                          # the namespace itself
     ("admin:/default/*", "admin", CLUSTER, False),
     ("admin:*", "admin", CLUSTER, True),
@@ -151,6 +154,26 @@ def test_guard_principal_and_rules(tmp_path):
     assert rule_for("/danube_admin.TopicAdmin/UnloadTopic")[0] == "admin"
     assert rule_for("/some.Unknown/Method")[0] == "admin"       # default-deny: admins only
     assert rule_for("/danube.HealthCheck/HealthCheck") == (None, None)
+
+
+@pytest.mark.parametrize("method, permission", [
+    ("WatchTopic", "lookup"), ("GetScalableTopic", "lookup"), ("RegisterConsumer", "consume"),
+    ("SegmentDrained", "consume"), ("CreateSubscription", "consume"), ("SplitSegment", "admin"),
+    ("MergeSegments", "admin"), ("DeleteScalableTopic", "admin"), ("CreateScalableTopic", "admin"),
+])
+def test_scalable_topic_calls_are_judged_on_their_topic(method, permission):
+    rule, resolver = rule_for(f"/danube_scalable.ScalableTopics/{method}")
+
+    class Request:
+        topic = "/default/orders"
+    assert (rule, resolver(Request, _Broker())) == (permission, "/default/orders")
+    # the broker-to-broker calls stay with cluster admins
+    assert rule_for("/danube_scalable.ScalableTopics/TerminateSegment")[1](Request, _Broker()) == CLUSTER
+    listed = rule_for("/danube_scalable.ScalableTopics/ListScalableTopics")[1]
+
+    class ListRequest:
+        namespace = "default"
+    assert listed(ListRequest, _Broker()) == "/default"
 
 
 def test_identity_of_both_servers():

@@ -97,6 +97,21 @@ RULES: dict[str, tuple[str | None, Resolver | None]] = {
     "/danube_schema.SchemaRegistry/CheckCompatibility": ("lookup", lambda r, b: ANY_RESOURCE),
     "/danube_schema.SchemaRegistry/GetTopicSchemaConfig": ("lookup", lambda r, b: ANY_RESOURCE),
     "/danube_schema.SchemaRegistry/RegisterSchema": ("produce", lambda r, b: ANY_RESOURCE),
+    # Scalable topics: what their producers and consumers call needs lookup / consume on the topic
+    # (publishes go to its segment topics, covered by a grant on the topic); the rest is admin on it.
+    "/danube_scalable.ScalableTopics/WatchTopic": ("lookup", lambda r, b: r.topic),
+    "/danube_scalable.ScalableTopics/GetScalableTopic": ("lookup", lambda r, b: r.topic),
+    "/danube_scalable.ScalableTopics/RegisterConsumer": ("consume", lambda r, b: r.topic),
+    "/danube_scalable.ScalableTopics/SegmentDrained": ("consume", lambda r, b: r.topic),
+    "/danube_scalable.ScalableTopics/CreateSubscription": ("consume", lambda r, b: r.topic),
+    "/danube_scalable.ScalableTopics/CreateScalableTopic": ("admin", lambda r, b: r.topic),
+    "/danube_scalable.ScalableTopics/DescribeScalableTopic": ("admin", lambda r, b: r.topic),
+    "/danube_scalable.ScalableTopics/DeleteScalableTopic": ("admin", lambda r, b: r.topic),
+    "/danube_scalable.ScalableTopics/SplitSegment": ("admin", lambda r, b: r.topic),
+    "/danube_scalable.ScalableTopics/MergeSegments": ("admin", lambda r, b: r.topic),
+    "/danube_scalable.ScalableTopics/DeleteSubscription": ("admin", lambda r, b: r.topic),
+    "/danube_scalable.ScalableTopics/ListSubscriptions": ("admin", lambda r, b: r.topic),
+    "/danube_scalable.ScalableTopics/ListScalableTopics": ("admin", lambda r, b: _namespace(r.namespace)),
 }
 _ADMIN_PREFIX = "/danube_admin."
 

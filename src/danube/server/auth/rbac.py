@@ -7,7 +7,7 @@ so every broker of a cluster reads the same ones.
 
 Permissions: ``produce``, ``consume``, ``lookup``, ``admin``.  Patterns are globs over
 resources: a topic ``/ns/topic`` (a grant on a partitioned topic ``T`` covers its partitions
-``T-part-i``), a namespace ``/ns`` (matched by ``/ns``, ``/ns/*`` or ``*``), and the cluster
+``T-part-i``, on a scalable topic its segment topics ``T.seg.<range>-<id>``), a namespace ``/ns`` (matched by ``/ns``, ``/ns/*`` or ``*``), and the cluster
 ``*`` (matched by ``*`` only).  Nothing is allowed unless a grant says so; the configured
 ``super_admins`` are allowed everything.
 
@@ -35,6 +35,8 @@ PERMISSIONS = ("produce", "consume", "lookup", "admin")
 CLUSTER = "*"
 ANY_RESOURCE = None   # "holds the permission on some resource" (schema registry reads, ...)
 _PARTITION = re.compile(r"^(.*)-part-\d+$")
+# a scalable topic's segment topic (danube.routing.scalable.layout.segment_topic_name)
+_SEGMENT = re.compile(r"^(.*)\.seg\.[0-9a-f]{4}-[0-9a-f]{4}-\d+$")
 _ROLE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 _DECISIONS_MAX = 65536
 # The principal brokers call each other as when JWT is on (danube.cluster.peers): its tokens are
@@ -77,7 +79,7 @@ class Grant:
             return pattern in (resource, resource + "/*") or fnmatchcase(resource, pattern)
         if fnmatchcase(resource, pattern):
             return True
-        base = _PARTITION.match(resource)
+        base = _PARTITION.match(resource) or _SEGMENT.match(resource)
         return base is not None and fnmatchcase(base.group(1), pattern)
 
 

@@ -349,6 +349,7 @@ class ScalableConsumer:
         self._readers: dict[str, asyncio.Task] = {}
         self._segment_ids: dict[str, int] = {}
         self._sealed: set[str] = set()
+        self._drained: set[str] = set()  # queue: sealed segments read to their end (not attached again)
         self._queue: asyncio.Queue = asyncio.Queue()
         self._tasks: list[asyncio.Task] = []
         self.assignment: ConsumerAssignment | None = None
@@ -375,13 +376,20 @@ class ScalableConsumer:
             self._apply_queue(layout)
 
     def _apply_queue(self, layout: SegmentLayout | None) -> None:
+        """Every segment, ACTIVE and SEALED (the seed): a sealed one until it is drained for the
+        subscription (what it still holds may predate this consumer), a pruned one not at all."""
         if layout is None:
             return
-        for seg in layout.segments.values():
-            name = segment_topic_name(self.topic, seg)
+        names = {segment_topic_name(self.topic, seg): seg for seg in layout.segments.values()}
+        for name in list(self._consumers):
+            if name not in names:
+                self._detach(name)
+        for name, seg in names.items():
+            if name in self._drained:
+                continue
             if not seg.is_active:
                 self._sealed.add(name)
-            if seg.is_active and name not in self._consumers:
+            if name not in self._consumers:
                 self._attach(name, seg.segment_id, "shared")
 
     def _apply_assignment(self, assignment: ConsumerAssignment) -> None:
@@ -465,6 +473,7 @@ class ScalableConsumer:
                         stats = json.loads(reply.json)
                         sub = stats.get("subscriptions", {}).get(self.subscription)
                         if stats.get("terminated") and sub is not None and sub.get("backlog", 1) == 0:
+                            self._drained.add(topic)
                             self._detach(topic)
                 except grpc.aio.AioRpcError:
                     pass  # not drained yet

@@ -22,6 +22,7 @@ from danube.server import admin as admin_service
 from danube.server import batch_lane, danube_services
 from danube.storage.config import StorageConfig
 from danube.storage.factory import StorageFactory
+from danube.storage.fence import epoch_key
 from danube.storage.paths import remove_topic_data, set_aside, stale_dirs, topic_dir
 from danube.storage.segment import topic_prefix
 
@@ -34,6 +35,8 @@ def _config(mode, tmp_path, s3):
     section = {"mode": mode, "wal": {"sync": "never"}}
     if mode == "object_store":
         section["durable"] = s3.storage_section("deltest")
+    elif mode == "shared_fs":
+        section["durable"] = {"root": str(tmp_path / "shared")}
     return StorageConfig.from_dict(section, data_dir=str(tmp_path / "data"))
 
 
@@ -77,7 +80,7 @@ async def _export(broker, topic):
     return await asyncio.to_thread((await broker.storage_factory.backend()).list, topic_prefix(topic))
 
 
-@pytest.mark.parametrize("mode", ["local", "object_store"])
+@pytest.mark.parametrize("mode", ["local", "shared_fs", "object_store"])
 async def test_delete_removes_the_topics_files_and_nothing_else(mode, tmp_path, request):
     s3 = request.getfixturevalue("s3_bucket") if mode == "object_store" else None
     config = _config(mode, tmp_path, s3)
@@ -98,6 +101,7 @@ async def test_delete_removes_the_topics_files_and_nothing_else(mode, tmp_path, 
         catalog = keys.storage_segments(config.metadata_prefix, DOOMED)
         assert await broker.metadata.get_prefix(catalog)
 
+        fence = factory.get(DOOMED).fence  # shared_fs: the owner epoch of the WAL directory
         await admin.DeleteTopic(admin_pb.TopicRequest(name=DOOMED))
 
         assert DOOMED not in broker.topics and factory.get(DOOMED) is None
@@ -106,8 +110,10 @@ async def test_delete_removes_the_topics_files_and_nothing_else(mode, tmp_path, 
         assert [os.path.basename(p) for p in stale_dirs(config.local_wal_root, SIMILAR)] == \
             [".stale-doomed-1-1700000000000"]
         assert await asyncio.to_thread(backend.list, topic_prefix(DOOMED)) == []
-        if mode == "local":  # the durable directory of the topic is gone, not just emptied
+        if mode != "object_store":  # the durable directory of the topic is gone, not just emptied
             assert not os.path.exists(topic_dir(config.durable.root, DOOMED))
+        if mode == "shared_fs":  # the owner epoch stays: a new incarnation outranks any old owner
+            assert await broker.metadata.get(epoch_key(config.metadata_prefix, DOOMED)) is not None
         assert await broker.metadata.get_prefix(catalog) == []
         assert await broker.metadata.get_prefix(keys.topic_root(DOOMED) + "/") == []
         # the other topics keep every byte
@@ -124,6 +130,8 @@ async def test_delete_removes_the_topics_files_and_nothing_else(mode, tmp_path, 
         assert await _publish(client, DOOMED, 2, name="p2") == [0, 1]
         storage = broker.topics[DOOMED].storage
         assert (storage.first_offset, storage.next_offset) == (0, 2)
+        if fence is not None:
+            assert storage.fence.epoch > fence.epoch
         got = []
         while len(got) < 2:
             batch = await consumer.receive_batch(timeout=30)

@@ -24,9 +24,9 @@ layout's epoch is stale and dropped.
 
 Pruning (the seed's ``pruneSegment``; when, the seed does not say): the leader looks every
 ``prune_interval`` seconds for SEALED segments that every subscription has drained (terminated,
-backlog 0 and nothing unacknowledged on the segment topic, no consumer attached), whose parents are
-already pruned and whose children exist, and that have stayed so for ``sealed_retention`` seconds
-(counted by this leader: a new leader counts afresh).  For each, oldest first, under the operation
+backlog 0 and nothing unacknowledged on the segment topic, no consumer attached) and whose children
+exist, that have stayed so for ``sealed_retention`` seconds (counted by this leader: a new leader
+counts afresh), and whose parents are already pruned.  For each, oldest first, under the operation
 lock: one transaction compare-and-swaps the layout to ``prune_segment(id)`` and records the
 operation (``op: prune`` with the segment topic); the coordinators are notified (the segment
 leaves every assignment); the segment topic and its stored data are deleted; the record goes.  A
@@ -428,13 +428,11 @@ class ScalableTopicController:
                 log.warning("pruning sealed segments of %s: %s", self.topic, exc)
 
     async def _drained_by_all(self, layout: SegmentLayout, segment_id: int) -> bool:
-        """The sealed segment may leave the layout as far as its readers are concerned: parents
-        pruned, children present, and on its topic: terminated, every subscription's backlog 0 and
-        nothing unacknowledged, no consumer attached."""
+        """Nobody needs the sealed segment any more: children present, and on its topic: terminated,
+        every subscription's backlog 0 and nothing unacknowledged, no consumer attached.  (Whether
+        its parents are pruned is the caller's check: the retention clock runs regardless.)"""
         seg = layout.segment(segment_id)
-        if seg.is_active or any(p in layout.segments for p in seg.parent_ids):
-            return False
-        if not seg.child_ids or any(c not in layout.segments for c in seg.child_ids):
+        if seg.is_active or not seg.child_ids or any(c not in layout.segments for c in seg.child_ids):
             return False
         try:
             stats = await self.ops.segment_stats(segment_topic_name(self.topic, seg))
@@ -464,8 +462,8 @@ class ScalableTopicController:
                     self._drained_since.pop(sid, None)
                     continue
                 since = self._drained_since.setdefault(sid, now)
-                if now - since < self.sealed_retention:
-                    continue
+                if now - since < self.sealed_retention or any(p in layout.segments for p in seg.parent_ids):
+                    continue  # kept for the retention; or its parents go first (maybe in this look)
                 target = layout.prune_segment(sid)
                 record = {"op": "prune", "segmentId": sid, "segmentTopic": segment_topic_name(self.topic, seg),
                           "fromEpoch": target.epoch}

@@ -107,6 +107,22 @@ async def test_both_segments_in_one_look_when_a_child_is_sealed_too(metadata):
     await ctl.stop()
 
 
+async def test_the_retention_of_a_sealed_child_runs_while_its_parent_is_still_there(metadata):
+    ops = MemorySegmentOps()
+    store = ScalableTopicStore(metadata)
+    await create_scalable_topic(store, ops, T, 1)
+    ctl = await leader(metadata, ops, "http://a:1", retention=10.0)
+    await ctl.split_segment(0)  # 0 -> 1, 2
+    layout = await ctl.split_segment(1)  # 1 -> 3, 4
+    ops.segments[topic_of(layout, 0)].subscriptions["s"] = 2  # the grandparent is not drained yet
+    assert await ctl.prune_tick(0.0) == []  # 1 is drained: its clock starts, though 0 is still there
+    ops.segments[topic_of(layout, 0)].subscriptions["s"] = 0
+    assert await ctl.prune_tick(5.0) == []
+    assert await ctl.prune_tick(11.0) == []  # 0 drained only since 5
+    assert await ctl.prune_tick(15.0) == [0, 1]  # 1's retention has long passed: it follows at once
+    await ctl.stop()
+
+
 async def test_a_crash_between_the_cas_and_the_delete_is_completed_by_the_next_leader(metadata):
     ops = MemorySegmentOps()
     store = ScalableTopicStore(metadata)

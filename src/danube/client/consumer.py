@@ -532,8 +532,10 @@ class Consumer:
         route = None
         if names != [self.topic]:  # partitioned: follow its live routing (a grow adds partitions)
             route = await self.client.topology().route(self.topic)
-            if route is not None and route.partitions > len(names):
-                names = [f"{self.topic}-part-{i}" for i in range(route.partitions)]
+            # during a shrink the shrunk-away partitions still drain: read them too
+            live = max(route.partitions, route.live_partitions) if route is not None else 0
+            if live > len(names):
+                names = [f"{self.topic}-part-{i}" for i in range(live)]
         parts = [_PartitionConsumer(self, i, name) for i, name in enumerate(names)]
         self._parts = parts
         try:

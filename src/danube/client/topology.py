@@ -34,6 +34,8 @@ class TopicRoute:
     generation: int
     owners: dict[int, str] = field(default_factory=dict)
     in_transition: bool = False
+    # partitions open for reading: during a shrink also the draining ones (consumers attach to them)
+    live_partitions: int = 0
 
 
 Listener = Callable[[str, TopicRoute], None]
@@ -70,6 +72,7 @@ class RoutingCache:
                 generation=gen,
                 owners={o.index: o.broker_url for o in routing.owners if o.broker_url},
                 in_transition=routing.in_transition,
+                live_partitions=max(routing.live_partitions, routing.partitions),
             )
             self.routes[routing.topic] = route
             self.arrived(routing.topic).set()

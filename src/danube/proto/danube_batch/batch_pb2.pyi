@@ -210,18 +210,20 @@ class PartitionOwner(_message.Message):
     def __init__(self, index: _Optional[int] = ..., broker_url: _Optional[str] = ...) -> None: ...
 
 class TopicRouting(_message.Message):
-    __slots__ = ("topic", "partitions", "partitioning_version", "owners", "in_transition")
+    __slots__ = ("topic", "partitions", "partitioning_version", "owners", "in_transition", "live_partitions")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONING_VERSION_FIELD_NUMBER: _ClassVar[int]
     OWNERS_FIELD_NUMBER: _ClassVar[int]
     IN_TRANSITION_FIELD_NUMBER: _ClassVar[int]
+    LIVE_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partitions: int
     partitioning_version: int
     owners: _containers.RepeatedCompositeFieldContainer[PartitionOwner]
     in_transition: bool
-    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[int] = ..., partitioning_version: _Optional[int] = ..., owners: _Optional[_Iterable[_Union[PartitionOwner, _Mapping]]] = ..., in_transition: _Optional[bool] = ...) -> None: ...
+    live_partitions: int
+    def __init__(self, topic: _Optional[str] = ..., partitions: _Optional[int] = ..., partitioning_version: _Optional[int] = ..., owners: _Optional[_Iterable[_Union[PartitionOwner, _Mapping]]] = ..., in_transition: _Optional[bool] = ..., live_partitions: _Optional[int] = ...) -> None: ...
 
 class TopologyRequest(_message.Message):
     __slots__ = ("topics",)

@@ -87,7 +87,8 @@ class TopologyHub:
         owners = [pb.PartitionOwner(index=i, broker_url=self._owner_url(f"{topic}-part-{i}") or "")
                   for i in range(state.partitions)]
         return pb.TopicRouting(topic=topic, partitions=state.partitions, partitioning_version=state.version,
-                               owners=owners, in_transition=state.transition is not None)
+                               owners=owners, in_transition=state.transition is not None,
+                               live_partitions=state.live_partitions)
 
     async def snapshot(self, topics: Iterable[str]) -> pb.Topology:
         topics = list(dict.fromkeys(topics))

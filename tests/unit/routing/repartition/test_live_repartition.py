@@ -107,6 +107,7 @@ async def live_run(channel, broker, partitions, sub_type=SubType.Exclusive, cons
     run = Run(client, producer, subscribed[0])
     run.consumers = subscribed
     tasks = [asyncio.ensure_future(run.publish())] + [asyncio.ensure_future(run.consume(c)) for c in subscribed]
+    run.tasks = tasks
     try:
         yield run
     finally:
@@ -327,3 +328,36 @@ def route_of(key: str, partitions: int) -> int:
     from danube.client.routing import fnv1a_64
 
     return fnv1a_64(key.encode()) % partitions
+
+
+async def test_a_consumer_back_during_a_shrink_drains_the_shrunk_away_partitions(tmp_path, monkeypatch):
+    """The partition count is already 2 when the consumer comes back in the middle of a shrink's
+    drain: it attaches to the 4 partitions still live (the topology's live_partitions), drains
+    the shrunk-away ones, every key in order, and the shrink finalizes."""
+    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "30000")
+    async with served_broker(tmp_path, add_services, sync="never",
+                             dispatch=DispatchSettings(cursor_flush_interval_ms=100)) as (broker, channel):
+        store = RepartitionStore(broker.metadata)
+        async with live_run(channel, broker, 4) as run:
+            await wait_until(lambda: run.received > 300, what="steady traffic")
+            run.running.clear()                              # a backlog on the partitions that go away
+            await asyncio.sleep(0.3)
+            await store.repartition(T, 2, now_ms=0)
+            await wait_until(lambda: run.producer.partitioning_version == 1, what="producer cut over")
+            run.tasks[1].cancel()                            # the consumer goes away, its backlog unread
+            await asyncio.gather(run.tasks[1], return_exceptions=True)
+            await run.consumers[0].close()
+            await asyncio.sleep(0.3)
+            back = (run.client.new_consumer().with_topic(T).with_consumer_name("c0").with_subscription("s")
+                    .with_subscription_type(SubType.Exclusive).with_reliable(True)
+                    .with_receive_credit(50, 1 << 20).build())
+            await back.subscribe()
+            assert len(back._parts) == 4                     # the count is 2, the live partitions 4
+            run.consumers[0] = back
+            run.tasks.append(asyncio.ensure_future(run.consume(back)))
+            run.running.set()
+            finalizer = broker.repartition.finalizer
+            await wait_until(lambda: finalizer.finalized, what="shrink finalized")
+            assert (await store.load(T)).state.retired == (2, 3)
+            n = run.received
+            await wait_until(lambda: run.received > n + 300, what="traffic after the shrink")

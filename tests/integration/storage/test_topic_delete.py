@@ -88,6 +88,9 @@ async def test_delete_removes_the_topics_files_and_nothing_else(mode, tmp_path, 
         factory = broker.storage_factory
         for topic, count in ((DOOMED, 20), (KEPT, 7), (SIMILAR, 3)):
             assert await _publish(client, topic, count) == list(range(count))
+        live = client.new_producer().with_topic(DOOMED).with_name("live").with_reliable(True).build()
+        await live.create()  # attached while the topic is deleted
+        assert await live.send_and_wait(b"old") == 20
         doomed_objects = await _export(broker, DOOMED)
         kept_objects = await _export(broker, KEPT)
         similar_objects = await _export(broker, SIMILAR)
@@ -127,7 +130,9 @@ async def test_delete_removes_the_topics_files_and_nothing_else(mode, tmp_path, 
         consumer = (client.new_consumer().with_topic(DOOMED).with_consumer_name("c1")
                     .with_subscription("s1").with_reliable(True).build())
         await consumer.subscribe()
-        assert await _publish(client, DOOMED, 2, name="p2") == [0, 1]
+        # the producer that was attached comes back (CLOSE, then a new lookup) and creates it anew
+        assert [await live.send_and_wait(DOOMED.encode() + b"-%d" % i) for i in range(2)] == [0, 1]
+        await live.close()
         storage = broker.topics[DOOMED].storage
         assert (storage.first_offset, storage.next_offset) == (0, 2)
         if fence is not None:

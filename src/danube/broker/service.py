@@ -286,6 +286,9 @@ class BrokerService:
                 if reg.kind == "producer" and reg.topic == name:
                     topic.remember_producer_name(reg.id, reg.name)
             self.topics[name] = topic
+            repartition = getattr(self, "repartition", None)
+            if repartition is not None:  # a repartition's target is gated before its first read
+                repartition.topic_opened(name)
             self.metrics.topic_opened(name)
             log.info("topic %s served here (%s, next offset %d%s)", name,
                      "reliable" if is_reliable else "non-reliable", storage.next_offset,

@@ -65,6 +65,11 @@ class RepartitionRuntime:
             if t is not None and getattr(t, "terminated", False):
                 mark(t.name, False)
 
+    def topic_opened(self, name: str) -> None:
+        """The broker opened ``name``: a target of a cutover or of a pending hold gets its gate now,
+        holding every subscription until the next gate pass, before a subscription can read it."""
+        self.gates.ensure(name, self.fence.states)
+
     def _is_leader(self) -> bool:
         cluster = getattr(self.broker, "cluster", None)
         if cluster is None:   # standalone (embedded store): this broker decides; cluster: not joined yet

@@ -78,8 +78,10 @@ class DeliveryGates:
         return gate
 
     def ensure(self, name: str, states: dict[str, PartitioningState]) -> None:
-        """A partition just stored a batch (it may have been opened by it): gate it if it is a target."""
-        if name in self.gates:
+        """A partition was just opened or stored a batch: gate it if it is a target (a partition
+        opened again is a new Topic: its gate goes on it, holds kept)."""
+        gate = self.gates.get(name)
+        if gate is not None and getattr(self.broker.topics.get(name), "delivery_gate", None) is gate:
             return
         base, sep, index = name.rpartition("-part-")
         state = states.get(base) if sep else None

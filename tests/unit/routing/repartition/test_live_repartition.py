@@ -361,3 +361,75 @@ async def test_a_consumer_back_during_a_shrink_drains_the_shrunk_away_partitions
             assert (await store.load(T)).state.retired == (2, 3)
             n = run.received
             await wait_until(lambda: run.received > n + 300, what="traffic after the shrink")
+
+
+async def test_a_target_opened_again_is_gated_before_its_first_read(tmp_path):
+    """A target partition closed in the middle of a cutover (a move, a restart) and opened again by
+    a subscribing consumer carries its gate from the open, not from the next gate pass (stopped
+    here): the moved keys stored on it wait until the sources' backlog was consumed."""
+    async with served_broker(tmp_path, add_services, sync="never",
+                             dispatch=DispatchSettings(cursor_flush_interval_ms=100)) as (broker, channel):
+        store = RepartitionStore(broker.metadata)
+        await broker.metadata.put_json(keys.topic_partitions(T), 2)
+        client = client_for(channel)
+        producer = client.new_producer().with_topic(T).with_name("p").with_partitions(2).build()
+        await producer.create()
+        first = (client.new_consumer().with_topic(T).with_consumer_name("c").with_subscription("s")
+                 .with_subscription_type(SubType.Exclusive).with_reliable(True).build())
+        await first.subscribe()
+        await first.close()                                   # "s" has a backlog from here on
+        sent = {k: 0 for k in KEYS}
+
+        async def publish(rounds: int) -> None:
+            for _ in range(rounds):
+                for k in KEYS:
+                    await producer.send(f"{k}:{sent[k]}".encode(), key=k)
+                    sent[k] += 1
+            await producer.flush()
+
+        await publish(5)
+        await store.repartition(T, 4, now_ms=0)
+        await wait_until(lambda: producer.partitioning_version == 1, what="producer cut over")
+        await publish(5)                                      # moved keys stored on parts 2 and 3
+        await wait_until(lambda: _recorded(store), what="offsets recorded")
+        runtime = broker.repartition
+        runtime._sweeper.cancel()                             # no gate pass from here on
+        await asyncio.gather(runtime._sweeper, return_exceptions=True)
+        for p in (2, 3):
+            await broker.unload_topic(f"{T}-part-{p}")
+        back = (client.new_consumer().with_topic(T).with_consumer_name("c").with_subscription("s")
+                .with_subscription_type(SubType.Exclusive).with_reliable(True)
+                .with_receive_credit(50, 1 << 20).build())
+        await back.subscribe()                                # opens parts 2 and 3 again
+        assert f"{T}-part-2" in broker.topics and len(back._parts) == 4
+        seqs: dict[str, list[int]] = {k: [] for k in KEYS}
+        topics: list[str] = []
+
+        async def drain():
+            async for m in back:
+                key, seq = m.payload.decode().split(":")
+                seqs[key].append(int(seq))
+                topics.append(m.topic)
+                await back.ack(m)
+
+        task = asyncio.ensure_future(drain())
+        try:
+            await wait_until(lambda: len(topics) >= 5 * len(KEYS), what="the sources' backlog")
+            await asyncio.sleep(0.5)
+            assert not [t for t in topics if t.endswith(("-part-2", "-part-3"))]   # held from the open
+            runtime._sweeper = asyncio.ensure_future(runtime._sweep())          # the gate passes resume
+            await wait_until(lambda: all(s and s[-1] == sent[k] - 1 for k, s in seqs.items()),
+                             what="everything consumed")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await back.close()
+            await producer.close()
+            await client.close()
+        for k, s in seqs.items():
+            assert s == list(range(len(s))), (k, s[:20])
+
+
+async def _recorded(store: RepartitionStore) -> bool:
+    t = (await store.load(T)).state.transition
+    return t is not None and t.offsets_recorded

@@ -30,7 +30,8 @@ counts afresh), and whose parents are already pruned.  For each, oldest first, u
 lock: one transaction compare-and-swaps the layout to ``prune_segment(id)`` and records the
 operation (``op: prune`` with the segment topic); the coordinators are notified (the segment
 leaves every assignment); the segment topic and its stored data are deleted; the record goes.  A
-leader that finds a prune record deletes its segment topic again (idempotent) and drops it.
+leader that finds a prune record deletes its segment topic again (idempotent) and drops it.  A
+pruned segment topic that a late client made a broker create again is deleted again for a while.
 
 Segment topics are touched only through :class:`SegmentOps` (the seed's Segments admin API),
 so the controller does not need to own any segment.
@@ -178,6 +179,7 @@ class ScalableTopicController:
         self.prune_interval = prune_interval  # seconds between looks for prunable segments; 0 = never
         self.sealed_retention = sealed_retention  # a drained sealed segment is kept this long
         self._drained_since: dict[int, float] = {}  # segment id -> when this leader first saw it prunable
+        self._pruned: dict[str, float] = {}  # segment topic -> when this leader pruned it (watched a while)
         self._prune_task: asyncio.Task | None = None
 
     # ------------------------------------------------------------ lifecycle and election
@@ -452,6 +454,7 @@ class ScalableTopicController:
         pruned: list[int] = []
         async with self._op_lock:
             self._check_leader()
+            await self._delete_revived(now)
             stored = await self.store.require(self.topic)
             layout, version = stored.layout, stored.version
             sealed = sorted((s for s in layout.segments.values() if not s.is_active),
@@ -476,6 +479,7 @@ class ScalableTopicController:
                 log.info("segment %d of %s pruned (drained by every subscription for %.0f s; epoch %d)",
                          sid, self.topic, now - since, target.epoch)
                 self._drained_since.pop(sid, None)
+                self._pruned[record["segmentTopic"]] = now
                 layout = target
                 self.layout = target
                 await self._notify(target)
@@ -483,6 +487,18 @@ class ScalableTopicController:
                 version = (await self.store.require(self.topic)).version
                 pruned.append(sid)
         return pruned
+
+    async def _delete_revived(self, now: float) -> None:
+        """A client that attached to a segment just as it was pruned (its layout not yet updated)
+        makes its broker create the segment topic anew; segment ids are never reused, so such a
+        topic is an orphan: deleted again while this leader watches recent prunes."""
+        watch_for = max(300.0, 10 * self.prune_interval)
+        for name, when in list(self._pruned.items()):
+            if now - when > watch_for:
+                del self._pruned[name]
+            elif await self.store.metadata.get(keys.topic_delivery(name)) is not None:
+                log.warning("pruned segment topic %s was created again (a late client); deleting it", name)
+                await self.ops.delete_segment(name)
 
     async def _finish_prune(self, record: dict) -> None:
         """Delete the pruned segment's topic and data, then the record (each step idempotent)."""

@@ -150,6 +150,33 @@ async def test_a_crash_between_the_cas_and_the_delete_is_completed_by_the_next_l
     await b.stop()
 
 
+async def test_a_pruned_segment_topic_created_again_by_a_late_client_is_deleted_again(metadata):
+    class Ops(MemorySegmentOps):  # segment topics with their delivery key, as on a broker
+        async def create_segment(self, topic, subscriptions):
+            await super().create_segment(topic, subscriptions)
+            await metadata.put_json(keys.topic_delivery(topic), {"dispatch_strategy": "reliable"})
+
+        async def delete_segment(self, topic):
+            await super().delete_segment(topic)
+            await metadata.delete(keys.topic_delivery(topic))
+
+    ops = Ops()
+    store = ScalableTopicStore(metadata)
+    await create_scalable_topic(store, ops, T, 1)
+    ctl = await leader(metadata, ops, "http://a:1", retention=0.0)
+    layout = await ctl.split_segment(0)
+    parent = topic_of(layout, 0)
+    assert await ctl.prune_tick(1.0) == [0]
+    assert await metadata.get(keys.topic_delivery(parent)) is None
+    await ops.create_segment(parent, {"work": "shared"})  # a consumer that had not seen the new layout
+    assert await ctl.prune_tick(2.0) == []
+    assert await metadata.get(keys.topic_delivery(parent)) is None and parent not in ops.segments
+    deletes = ops.calls.count(("delete", parent))
+    assert deletes == 2
+    assert await ctl.prune_tick(3.0) == [] and ops.calls.count(("delete", parent)) == deletes  # gone: left alone
+    await ctl.stop()
+
+
 async def test_a_follower_prunes_nothing(metadata):
     ops = MemorySegmentOps()
     store = ScalableTopicStore(metadata)

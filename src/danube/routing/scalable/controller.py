@@ -498,7 +498,10 @@ class ScalableTopicController:
                 del self._pruned[name]
             elif await self.store.metadata.get(keys.topic_delivery(name)) is not None:
                 log.warning("pruned segment topic %s was created again (a late client); deleting it", name)
-                await self.ops.delete_segment(name)
+                try:
+                    await self.ops.delete_segment(name)
+                except DanubeError as exc:  # the next look tries again; pruning goes on meanwhile
+                    log.warning("deleting the revived segment topic %s: %s", name, exc)
 
     async def _finish_prune(self, record: dict) -> None:
         """Delete the pruned segment's topic and data, then the record (each step idempotent)."""

@@ -17,6 +17,7 @@ from danube.routing.repartition.model import (
     SHRINK,
     PartitioningState,
     RepartitionError,
+    lagging,
     route,
     sources_of,
 )
@@ -139,6 +140,8 @@ class RepartitionMachine(RuleBasedStateMachine):
     cutover barrier) and resends refused messages first.  Owners apply a new version lazily (a
     watch) and record their offsets when they do; a publish newer than the owner's version makes
     it catch up first.  The consumer delivers a partition's next offset unless the gate holds it.
+    A second subscription, "idle", consumes only while it is awake: a grow may finalize while it
+    sleeps behind (a pending hold keeps its gate), a shrink waits for it.
     """
 
     def __init__(self) -> None:
@@ -155,6 +158,9 @@ class RepartitionMachine(RuleBasedStateMachine):
         self.next_seq = {k: 0 for k in KEYS}
         self.cursor: dict[int, int] = {0: 0, 1: 0}      # next offset to deliver = consumed-below
         self.seen = {k: -1 for k in KEYS}
+        self.idle_cursor: dict[int, int] = {0: 0, 1: 0}
+        self.idle_seen = {k: -1 for k in KEYS}
+        self.idle_awake = False
         self.now = 0
         self.acked_generation: int | None = None
         self.generation = 0
@@ -224,38 +230,60 @@ class RepartitionMachine(RuleBasedStateMachine):
         for p in range(self.state.partitions):
             self.logs.setdefault(p, [])
             self.cursor.setdefault(p, 0)
+            self.idle_cursor.setdefault(p, 0)
             self.sealed.discard(p)
 
-    @precondition(lambda self: self.state.transition is not None)
+    @precondition(lambda self: self.state.transition is not None or self.state.pending)
     @rule(dt=st.integers(0, 20_000))
     def tick(self, dt):
         self.now += dt
-        consumed = {"sub": dict(self.cursor)}
-        if self.state.drained(consumed):
-            self.state = self.state.mark_drain_complete(self.now)
+        consumed = {"sub": dict(self.cursor), "idle": dict(self.idle_cursor)}
+        if self.state.pending:
+            self.state = self.state.release_holds({h.transition.to_version: consumed for h in self.state.pending})
+        t = self.state.transition
+        if t is None or not t.offsets_recorded:
+            return
+        behind = lagging(t, consumed)
+        if t.drain_complete_ms is None:
+            # the controller: "idle" asleep behind counts as idle (a grow drains without it)
+            if not behind or (t.kind == GROW and behind == ["idle"] and not self.idle_awake):
+                self.state = self.state.mark_drain_complete(self.now)
         if self.state.can_finalize(self.now, self.acked_generation):
             t = self.state.transition
             before = self.state
-            self.state = self.state.finalize()
-            assert before.drained(consumed)
+            self.state = self.state.finalize(behind if t.kind == GROW else ())
+            assert not lagging(t, {"sub": consumed["sub"]})
+            assert t.kind == GROW or before.drained(consumed)
             assert before.adopted(self.acked_generation) or self.now - t.drain_complete_ms >= 30_000
             self.sealed |= set(range(t.to_partitions, t.from_partitions))
+
+    @rule()
+    def idle_wakes_or_sleeps(self):
+        self.idle_awake = not self.idle_awake
 
     # ---- the consumer
     @rule(p=st.integers(0, 4))
     def deliver(self, p):
-        ready = sorted(q for q, log in self.logs.items() if self.cursor.get(q, 0) < len(log))
+        self._deliver(p, "sub", self.cursor, self.seen)
+
+    @precondition(lambda self: self.idle_awake)
+    @rule(p=st.integers(0, 4))
+    def deliver_idle(self, p):
+        self._deliver(p, "idle", self.idle_cursor, self.idle_seen)
+
+    def _deliver(self, p, sub, cursor, seen):
+        ready = sorted(q for q, log in self.logs.items() if cursor.get(q, 0) < len(log))
         if not ready:
             return
         p = ready[p % len(ready)]
         log = self.logs[p]
-        off = self.cursor.get(p, 0)
-        if off >= len(log) or self.state.holds(p, off, self.cursor):
+        off = cursor.get(p, 0)
+        if off >= len(log) or self.state.holds(p, off, cursor, sub):
             return
         key, seq = log[off]
-        assert seq == self.seen[key] + 1, f"key {key}: {seq} after {self.seen[key]} (partition {p})"
-        self.seen[key] = seq
-        self.cursor[p] = off + 1
+        assert seq == seen[key] + 1, f"{sub}: key {key}: {seq} after {seen[key]} (partition {p})"
+        seen[key] = seq
+        cursor[p] = off + 1
 
     @invariant()
     def nothing_duplicated(self):
@@ -264,6 +292,7 @@ class RepartitionMachine(RuleBasedStateMachine):
 
     def teardown(self):
         # drain everything: every message is stored and delivered exactly once, in order per key
+        self.idle_awake = True
         for _ in range(10_000):
             self.push_topology()
             if self.pending:
@@ -274,12 +303,15 @@ class RepartitionMachine(RuleBasedStateMachine):
                 self.apply(p)
             for i in range(len(self.logs)):
                 self.deliver(i)
-            if self.state.transition is not None:
+                self.deliver_idle(i)
+            if self.state.transition is not None or self.state.pending:
                 self.tick(40_000)
             if not self.pending and not any(self.inflight.values()) and all(
-                    self.cursor.get(p, 0) == len(log) for p, log in self.logs.items()):
+                    self.cursor.get(p, 0) == len(log) and self.idle_cursor.get(p, 0) == len(log)
+                    for p, log in self.logs.items()) and self.state.transition is None and not self.state.pending:
                 break
         assert all(self.seen[k] == self.next_seq[k] - 1 for k in KEYS), (self.seen, self.next_seq)
+        assert all(self.idle_seen[k] == self.next_seq[k] - 1 for k in KEYS), (self.idle_seen, self.next_seq)
 
 
 TestRepartitionMachine = RepartitionMachine.TestCase

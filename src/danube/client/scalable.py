@@ -305,7 +305,8 @@ class ScalableProducer:
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.flush(), 30)
+            async with asyncio.timeout(30):
+                await self.flush()
         await self._layouts.stop()
         for p in list(self._producers.values()):
             with contextlib.suppress(Exception):
@@ -481,8 +482,11 @@ class ScalableConsumer:
     # ------------------------------------------------------------ reading and acking
 
     async def receive(self, timeout: float | None = None) -> Message | None:
-        try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
+        if timeout is None:
+            return await self._queue.get()
+        try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation (gh-86296)
+            async with asyncio.timeout(timeout):
+                return await self._queue.get()
         except TimeoutError:
             return None
 

@@ -110,9 +110,10 @@ class AdoptionReporter:
                 raise
             except Exception:   # noqa: BLE001
                 log.warning("writing the adoption label failed", exc_info=True)
-            try:
-                await asyncio.wait_for(self.tracker.changed.wait(), self.interval_s)
-            except asyncio.TimeoutError:
+            try:   # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the stop's cancellation (gh-86296)
+                async with asyncio.timeout(self.interval_s):
+                    await self.tracker.changed.wait()
+            except TimeoutError:
                 pass
 
 

@@ -213,7 +213,8 @@ class ScalableTopicController:
         deadline = loop.time() + timeout
         while not self.leader_url:
             self.changed.clear()
-            await asyncio.wait_for(self.changed.wait(), max(0.0, deadline - loop.time()))
+            async with asyncio.timeout(max(0.0, deadline - loop.time())):   # not wait_for (gh-86296)
+                await self.changed.wait()
         return self.leader_url
 
     async def campaign(self) -> bool:

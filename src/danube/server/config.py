@@ -35,8 +35,8 @@ Example ``danube_broker.yml``::
       load_report_interval_seconds: 30   # LoadReport to /system/load_reports; 0 = off
     # (a top-level load_report_interval_seconds is accepted too)
 
-Keys Danube's file has that a standalone broker does not use (meta_store,
-load_manager, ...) are logged and ignored; unknown keys in the sections
+``meta_store`` (etcd) turns cluster mode on.  Keys Danube's file has that this broker does not
+use (the load_manager keys it does not read, ...) are logged and ignored; unknown keys in the sections
 above are errors.  The ``auth`` block: danube.server.auth.settings (docs/security.md).
 """
 

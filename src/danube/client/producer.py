@@ -56,6 +56,9 @@ _STOP = object()
 # Wakes the request generator so it notices the stream is draining.
 _WAKE = object()
 
+# send() lets the event loop run after this many messages queued without suspending.
+_YIELD_EVERY = 256
+
 # How long a draining stream may take to answer its in-flight batches before it is cancelled.
 DRAIN_TIMEOUT_S = 10.0
 
@@ -654,6 +657,7 @@ class Producer:
         self._routable.set()
         self._cutover: asyncio.Future | None = None
         self.cutovers = 0  # routing switches made (for tests and stats)
+        self._unyielded = 0  # messages queued by send() since it last let the event loop run
 
     @property
     def partitions(self) -> list[str]:
@@ -726,8 +730,19 @@ class Producer:
         if self._routable.is_set():  # the usual case: no cutover, space in the partition's window
             part = self._part(key)
             if part._space.is_set():
-                return await part.add(payload, key, attributes)
-        return await (await self._routed(key)).add(payload, key, attributes)
+                fut = await part.add(payload, key, attributes)
+            else:
+                fut = await (await self._routed(key)).add(payload, key, attributes)
+        else:
+            fut = await (await self._routed(key)).add(payload, key, attributes)
+        self._unyielded += 1
+        if self._unyielded >= _YIELD_EVERY:
+            # a caller sending faster than the broker acks never suspends while a window has room,
+            # so without this the acks and the streams wait until every partition's window is full
+            # (measured: a 1 s stall of the loop after a grow re-routed the backlog, docs/repartition.md)
+            self._unyielded = 0
+            await asyncio.sleep(0)
+        return fut
 
     # ------------------------------------------------------------ live repartition
 
@@ -793,8 +808,15 @@ class Producer:
         if batch.futures is not None:
             keys = batch.keys or [None] * len(batch.payloads)
             attributes = batch.attributes or [None] * len(batch.payloads)
+            limit = self.max_batch_bytes
             for payload, key, attrs, fut in zip(batch.payloads, keys, attributes, batch.futures):
-                self._part(key).add_nowait(payload, key, attrs, fut)
+                part = self._part(key)
+                part.add_nowait(payload, key, attrs, fut)
+                # sealed at the usual size: the whole re-routed backlog in one batch per partition
+                # would be acked only once all of it is stored (no ack for seconds under overload)
+                # and could outgrow the broker's message limit
+                if part._open_bytes >= limit:
+                    part.seal()
         else:
             part = self._part(batch.key)
             part.seal()

@@ -7,6 +7,13 @@ import os
 
 import pytest
 
+# gRPC's C core registers fork handlers. PySpark starts its JVM with Popen(preexec_fn=...), a real
+# fork(): one that lands while another thread of the test process is inside gRPC left the child's
+# gRPC restarting its poller on descriptors Popen then closed, and the JVM never started
+# (JAVA_GATEWAY_EXITED for every Spark test of a full run). No test forks a process that goes on
+# using gRPC, so the handlers are off; set before any test module imports grpc.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 # Every compiled module the build produces; the suite fails when one is missing.
 COMPILED_MODULES = ["frame", "walfile", "ring", "arrowcols", "avrocheck"]
 

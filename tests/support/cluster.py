@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Iterator
 
 import grpc
@@ -54,3 +55,16 @@ async def owners_seen_by_each_broker(cluster: LocalCluster, topics: list[str]) -
 
 def state(cluster: LocalCluster) -> dict:
     return asyncio.run(read_state(cluster.etcd.url))
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
+    """``predicate()``'s first truthy result, polled every ``interval`` s; AssertionError naming
+    ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s")
+        time.sleep(interval)

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from danube.cli import admin as admin_cli
-from tests.support.cluster import local_cluster
+from tests.support.cluster import local_cluster, wait_until
 from tests.support.etcd import requires_etcd
 
 pytestmark = [requires_etcd, pytest.mark.timeout(120)]
@@ -32,17 +32,6 @@ def _run(endpoint: str, *args: str) -> tuple[int, object]:
         except SystemExit as exc:
             code = exc.code
     return code, (json.loads(out.getvalue()) if code == 0 else err.getvalue())
-
-
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        time.sleep(0.2)
 
 
 def test_every_admin_subcommand_agrees_whichever_broker_is_asked(tmp_path):
@@ -95,7 +84,7 @@ def test_every_admin_subcommand_agrees_whichever_broker_is_asked(tmp_path):
             return answers[0] if all(a == answers[0] for a in answers) and {"/adm/t1", *parts} <= set(placed) \
                 else None
 
-        topics = {t["name"]: t for t in _wait(listed, 15, "every broker listing the placed topics")}
+        topics = {t["name"]: t for t in wait_until(listed, 15, "every broker listing the placed topics")}
         assert topics["/adm/t1"]["delivery"] == "Reliable" and topics[parts[0]]["delivery"] == "NonReliable"
         owner = topics["/adm/t1"]["broker_id"]
         assert owner in ids
@@ -115,7 +104,7 @@ def test_every_admin_subcommand_agrees_whichever_broker_is_asked(tmp_path):
 
         # moves and drain through a non-owner
         assert ok(other, "topics", "unload", "/adm/t1") == {"success": True}
-        _wait(lambda: (lambda d: d if d["broker_id"] and d["broker_id"] != owner else None)(
+        wait_until(lambda: (lambda d: d if d["broker_id"] and d["broker_id"] != owner else None)(
             ok(urls[0], "topics", "describe", "/adm/t1")), 20, "the unloaded topic placed elsewhere")
         dry = ok(urls[0], "brokers", "unload", ids[2], "--dry-run")
         assert dry["started"] is False and dry["total"] >= 0
@@ -126,7 +115,7 @@ def test_every_admin_subcommand_agrees_whichever_broker_is_asked(tmp_path):
         assert ok(other, "topics", "delete", "/adm/t1") == {"success": True}
         assert ok(urls[0], "topics", "delete", "/adm/p") == {"success": True}
         assert _run(urls[1], "topics", "describe", "/adm/t1")[0] == 1
-        _wait(lambda: all(ok(u, "topics", "list", "adm") == [] for u in urls), 10, "no topic left in adm")
+        wait_until(lambda: all(ok(u, "topics", "list", "adm") == [] for u in urls), 10, "no topic left in adm")
         assert ok(urls[2], "namespaces", "delete", "adm") == {"success": True}
         assert "adm" not in same("namespaces", "list")
 

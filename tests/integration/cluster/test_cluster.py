@@ -16,21 +16,10 @@ from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
 from danube.proto.danube_batch import batch_pb2 as batch_pb
 from danube.proto.danube_batch import batch_pb2_grpc as batch_grpc
-from tests.support.cluster import local_cluster, lookup, owners_seen_by_each_broker, state
+from tests.support.cluster import local_cluster, lookup, owners_seen_by_each_broker, state, wait_until
 from tests.support.etcd import requires_etcd
 
 pytestmark = [requires_etcd, pytest.mark.timeout(300)]
-
-
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import pytest
 from danube.client import DanubeClient
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
-from tests.support.cluster import local_cluster, lookup, state
+from tests.support.cluster import local_cluster, lookup, state, wait_until
 from tests.support.etcd import requires_etcd
 from tests.support.processes import stop_process
 
@@ -36,17 +36,6 @@ def shared_config(base: str) -> str:
     with open(path, "w") as f:
         f.write(f"storage:\n  mode: shared_fs\n  local_wal_root: {shared}/wal\n  durable:\n    root: {shared}/durable\n")
     return path
-
-
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        time.sleep(0.1)
 
 
 def _client(url: str) -> DanubeClient:

@@ -60,19 +60,26 @@ def _ca(cn: str):
     return cert, key
 
 
-def _leaf(ca_cert, ca_key, cn: str, *, server: bool):
+def _leaf(ca_cert, ca_key, cn: str, *, usages: list, san: bool):
+    """A certificate for ``cn`` signed by the CA, for the extended key ``usages``; ``san``: valid for
+    localhost and 127.0.0.1."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca_cert.subject)
                .public_key(key.public_key()).serial_number(x509.random_serial_number())
                .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-               .add_extension(x509.ExtendedKeyUsage(
-                   [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
-    if server:
+               .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
+    if san:
         builder = builder.add_extension(x509.SubjectAlternativeName(
             [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
     return builder.sign(ca_key, hashes.SHA256()), key
+
+
+def _pair(directory: str, name: str, ca_cert, ca_key, cn: str, *, usages: list, san: bool) -> "Pair":
+    cert, key = _leaf(ca_cert, ca_key, cn, usages=usages, san=san)
+    return Pair(_write(os.path.join(directory, f"{name}.pem"), cert.public_bytes(serialization.Encoding.PEM), 0o644),
+                _write(os.path.join(directory, f"{name}-key.pem"), _key_pem(key)))
 
 
 def make_pki(directory: str, client_cn: str = "client-1") -> Pki:
@@ -84,9 +91,8 @@ def make_pki(directory: str, client_cn: str = "client-1") -> Pki:
     other = _write(os.path.join(directory, "other-ca.pem"), other_cert.public_bytes(pem), 0o644)
 
     def pair(name, issuer_cert, issuer_key, cn, server):
-        cert, key = _leaf(issuer_cert, issuer_key, cn, server=server)
-        return Pair(_write(os.path.join(directory, f"{name}.pem"), cert.public_bytes(pem), 0o644),
-                    _write(os.path.join(directory, f"{name}-key.pem"), _key_pem(key)))
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
+        return _pair(directory, name, issuer_cert, issuer_key, cn, usages=usages, san=server)
 
     return Pki(ca=ca, server=pair("server", ca_cert, ca_key, "localhost", True),
                client=pair("client", ca_cert, ca_key, client_cn, False), other_ca=other,
@@ -111,21 +117,9 @@ def make_cluster_pki(directory: str, broker_cn: str = "danube-node", client_cn: 
     other_cert, _ = _ca("untrusted CA")
     ca = _write(os.path.join(directory, "ca.pem"), ca_cert.public_bytes(pem), 0o644)
     other = _write(os.path.join(directory, "other-ca.pem"), other_cert.public_bytes(pem), 0o644)
-    now = datetime.datetime.now(datetime.timezone.utc)
 
     def pair(name: str, cn: str, usages: list, san: bool) -> Pair:
-        key = ec.generate_private_key(ec.SECP256R1())
-        builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca_cert.subject)
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-                   .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                   .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
-        if san:
-            builder = builder.add_extension(x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        cert = builder.sign(ca_key, hashes.SHA256())
-        return Pair(_write(os.path.join(directory, f"{name}.pem"), cert.public_bytes(pem), 0o644),
-                    _write(os.path.join(directory, f"{name}-key.pem"), _key_pem(key)))
+        return _pair(directory, name, ca_cert, ca_key, cn, usages=usages, san=san)
 
     return ClusterPki(ca=ca, broker=pair("broker", broker_cn, [ExtendedKeyUsageOID.SERVER_AUTH,
                                                                ExtendedKeyUsageOID.CLIENT_AUTH], True),

@@ -20,6 +20,7 @@ import grpc
 from danube.client import DanubeClient, SubType
 from danube.proto.danube_admin import admin_pb2, admin_pb2_grpc
 from tests.support.broker import running_broker
+from tests.support.waiting import async_wait_until
 
 TOPIC = "/default/follows_unload"
 
@@ -62,14 +63,6 @@ class Reader:
         return set(range(last_offset + 1)) <= set(self.handed_out)
 
 
-async def _wait_until(predicate, timeout: float = 15.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
-
-
 async def test_same_producer_and_consumer_follow_unloads(tmp_path):
     (tmp_path / "broker").mkdir()
     with running_broker(data_dir=str(tmp_path / "broker")) as broker:
@@ -106,7 +99,7 @@ async def test_same_producer_and_consumer_follow_unloads(tmp_path):
 
             # Unload 2 while idle: only the health check's CLOSE brings the producer back.
             await _unload(broker, TOPIC)
-            await _wait_until(lambda: producer._parts[0].reconnects == 2)
+            await async_wait_until(lambda: producer._parts[0].reconnects == 2, 15, "the second reconnect")
             offsets = await (await producer.send_batch([b"message-%d" % i for i in range(25, 28)]))
             assert offsets == [25, 26, 27]
             await reader.read_until(27)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import Iterator
 
 import grpc
@@ -16,6 +15,7 @@ import grpc
 from danube.cli.cluster import LocalCluster, read_state
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
+from tests.support import waiting
 
 
 @contextlib.contextmanager
@@ -58,13 +58,5 @@ def state(cluster: LocalCluster) -> dict:
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
-    """``predicate()``'s first truthy result, polled every ``interval`` s; AssertionError naming
-    ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        time.sleep(interval)
+    """Cluster predicates make calls: polled every 0.2 s rather than waiting.py's 0.05."""
+    return waiting.wait_until(predicate, timeout, what, interval)

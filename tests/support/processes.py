@@ -6,8 +6,9 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from typing import Iterator, Sequence
+
+from tests.support import waiting
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> int | None:
@@ -42,9 +43,4 @@ def running(cmd: Sequence[str], *, env: dict | None = None, cwd: str | None = No
 
 
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05, message: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise TimeoutError(f"{message} not met within {timeout}s")
+    waiting.wait_until(predicate, timeout, message, interval)

@@ -19,6 +19,7 @@ import pytest
 from danube.client import DanubeClient, SubType
 from tests.support.cluster import local_cluster, state
 from tests.support.etcd import requires_etcd
+from tests.support.waiting import async_wait_until
 
 pytestmark = [requires_etcd, pytest.mark.timeout(240)]
 
@@ -88,16 +89,6 @@ async def history(etcd_url: str):
         await store.close()
 
 
-async def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await asyncio.to_thread(predicate)
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
-        await asyncio.sleep(0.3)
-
-
 def test_joining_brokers_get_topics_while_clients_produce_and_nothing_is_lost(tmp_path):
     started = time.monotonic()
     config = tmp_path / "danube_broker.yml"
@@ -159,7 +150,7 @@ async def scenario(cluster, leader: str) -> None:
                 return counts
             return None
 
-        counts = await wait_for(balanced, 75, "CV under the threshold with the new brokers owning topics")
+        counts = await async_wait_until(balanced, 75, "CV under the threshold with the new brokers owning topics", 0.3, in_thread=True)
         print(f"balanced {time.monotonic() - joined:.1f} s after the brokers joined: {dict(counts)}")
         await asyncio.sleep(1.5)  # a few more messages on the topics where they are now
     finally:
@@ -175,7 +166,7 @@ async def scenario(cluster, leader: str) -> None:
         def everything_read():
             return all(len(received[i]) >= len(sent[i]) for i in range(len(TOPICS)))
 
-        await wait_for(everything_read, 30, "every topic read to its end")
+        await async_wait_until(everything_read, 30, "every topic read to its end", 0.3, in_thread=True)
         for i in range(len(TOPICS)):  # nothing lost, no offset gap, each message where it was acked
             assert sorted(received[i]) == list(range(len(sent[i]))), TOPICS[i]
             assert all(received[i][o] == f"{i}:{o}".encode() for o in received[i]), TOPICS[i]
@@ -214,7 +205,7 @@ async def scenario(cluster, leader: str) -> None:
         m = scrape(leader_proc.metrics_url)
         return m if m.get("danube_cluster_active_brokers") == 5 else None
 
-    metrics = await wait_for(settled, 10, "the leader's gauges over 5 brokers")
+    metrics = await async_wait_until(settled, 10, "the leader's gauges over 5 brokers", 0.3, in_thread=True)
     assert metrics["danube_rebalancing_moves_total"] == len(moved)
     assert metrics["danube_rebalancing_failures_total"] == 0
     assert metrics["danube_rebalancing_checks_total"] >= len(moved)

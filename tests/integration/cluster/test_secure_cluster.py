@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 
 import grpc
 import pytest
@@ -29,7 +28,7 @@ from danube.proto.danube_scalable import scalable_pb2_grpc as spb_grpc
 from danube.routing.scalable.layout import SegmentLayout
 from danube.server.auth.jwt import issue_token
 from tests.support.certs import ClusterPki, make_cluster_pki
-from tests.support.cluster import local_cluster
+from tests.support.cluster import local_cluster, wait_until
 from tests.support.etcd import requires_etcd
 
 pytestmark = [requires_etcd, pytest.mark.timeout(150)]
@@ -112,17 +111,6 @@ def place(c: Secure, cluster, topic: str):
                        dpb.TopicLookupRequest(request_id=1, topic=topic), "alice"))
     owner_id = wait_until(lambda: cluster.state()["assignments"].get(topic), 20, "placement")
     return owner_id, next(p for p in cluster.procs if p.broker_id != owner_id)
-
-
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not within {timeout} s")
-        time.sleep(0.2)
 
 
 async def produce_and_consume(url: str, pki: ClusterPki, subject: str, payloads: list[bytes]) -> list[bytes]:

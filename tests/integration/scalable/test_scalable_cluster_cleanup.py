@@ -22,6 +22,7 @@ from danube.routing.scalable.layout import SegmentLayout, segment_topic_name
 from tests.support.cluster import local_cluster, lookup
 from tests.support.etcd import requires_etcd
 from tests.support.s3 import s3_bucket, s3_server  # noqa: F401
+from tests.support.waiting import async_wait_until
 
 pytestmark = [requires_etcd, pytest.mark.timeout(300)]
 
@@ -39,17 +40,6 @@ def wal_dirs(base: str, name: str) -> list[str]:
 def objects(s3, name: str) -> list[str]:
     prefix = f"danube/default/{name.rsplit('/', 1)[1]}/"
     return [o["Key"] for o in s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=prefix).get("Contents", [])]
-
-
-async def wait_until(check, what: str, timeout: float = 60.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        assert loop.time() < deadline, what
-        await asyncio.sleep(0.2)
 
 
 async def scenario(cluster, s3, base: str) -> None:
@@ -75,7 +65,7 @@ async def scenario(cluster, s3, base: str) -> None:
         reader = asyncio.create_task(read())
         for i in range(90):
             await producer.send_and_wait(f"{KEYS[i % 24]}:{i}".encode(), key=KEYS[i % 24])
-        await wait_until(lambda: asyncio.sleep(0, len(got) >= 90), "the first 90 messages")
+        await async_wait_until(lambda: len(got) >= 90, 60, "the first 90 messages", 0.2)
         first = SegmentLayout.from_json((await admin.GetScalableTopic(pb.ScalableTopicRequest(topic=T))).metadata_json)
         parent = segment_topic_name(T, first.segment(0))
         owners = {segment_topic_name(T, s): (await lookup(procs[0].url, segment_topic_name(T, s)))[1]
@@ -93,17 +83,17 @@ async def scenario(cluster, s3, base: str) -> None:
                 (await admin.GetScalableTopic(pb.ScalableTopicRequest(topic=T))).metadata_json)
             return 0 not in layout.segments and await store.get(keys.scalable_operation(T)) is None and layout
 
-        layout = await wait_until(pruned, "the drained parent was not pruned")
+        layout = await async_wait_until(pruned, 60, "the drained parent's prune", 0.2)
         assert sorted(layout.segments) == [1, 2, 3, 4]
         assert wal_dirs(base, parent) == [] and objects(s3, parent) == []
         assert await store.get_prefix(keys.topic_root(parent) + "/") == []
-        await wait_until(lambda: asyncio.sleep(0, len(got) >= 150), "all 150 messages")
+        await async_wait_until(lambda: len(got) >= 150, 60, "all 150 messages", 0.2)
         assert sorted(got) == list(range(150))  # nothing lost to the prune
 
         # delete: every segment's files on every broker and in the bucket, and its metadata
         names = [segment_topic_name(T, s) for s in layout.segments.values()]
-        await wait_until(lambda: asyncio.sleep(0, all(objects(s3, n) for n in names if n in owners)),
-                         "the export of the active segments")
+        await async_wait_until(lambda: all(objects(s3, n) for n in names if n in owners), 60,
+                               "the export of the active segments", 0.2)
         assert all(wal_dirs(base, n) for n in names)
         reader.cancel()
         await producer.close()

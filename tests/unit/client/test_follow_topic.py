@@ -16,6 +16,7 @@ from danube.client import DanubeClient, SubType
 from danube.server.app import BrokerApp
 from danube.server.config import BrokerConfig
 from tests.support.ports import free_port
+from tests.support.waiting import async_wait_until
 
 TOPIC = "/default/follow"
 
@@ -46,14 +47,6 @@ def health_tasks() -> list[asyncio.Task]:
     return [t for t in asyncio.all_tasks() if "HealthWatch._run" in repr(t.get_coro()) and not t.done()]
 
 
-async def wait_until(predicate, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
-
-
 async def test_producer_resends_after_unload_and_offsets_continue(app):
     # Health checks off: the batch coming back UNAVAILABLE alone makes the producer follow.
     client = client_for(app, health_s=0)
@@ -82,7 +75,7 @@ async def test_health_close_re_creates_an_idle_producer(app):
         assert await producer.send_and_wait(b"a") == 0
         await app.broker.unload_topic(TOPIC)
         # Nothing is sent: only the health check's CLOSE can bring the topic back here.
-        await wait_until(lambda: producer._parts[0].reconnects == 1 and TOPIC in app.broker.topics)
+        await async_wait_until(lambda: producer._parts[0].reconnects == 1 and TOPIC in app.broker.topics)
         assert app.broker.health("producer", producer.producer_ids[0])
         assert await producer.send_and_wait(b"b") == 1
         await producer.close()
@@ -122,7 +115,7 @@ async def test_consumer_follows_unload_without_repeating_acked_messages(app):
                 seen.append(message.offset)
                 await consumer.ack(message)
         assert seen == list(range(15))  # nothing acked came twice, nothing missing
-        await wait_until(lambda: consumer._parts[0].resubscribes >= 1)
+        await async_wait_until(lambda: consumer._parts[0].resubscribes >= 1)
         extra = await consumer.receive_batch(timeout=0.5)
         assert extra is None
         await producer.close()
@@ -150,9 +143,9 @@ async def test_consumer_without_credit_left_follows_on_health_close(app):
         await producer.create()
         await consumer.subscribe()
         await producer.send_and_wait(b"0")
-        await wait_until(lambda: not consumer._queue.empty())
+        await async_wait_until(lambda: not consumer._queue.empty())
         await app.broker.unload_topic(TOPIC)
-        await wait_until(lambda: consumer._parts[0].resubscribes == 1)
+        await async_wait_until(lambda: consumer._parts[0].resubscribes == 1)
         first = await consumer.receive_batch(timeout=5)
         assert first is not None and first.offsets() == [0]
         await consumer.ack_batch(first)

@@ -17,6 +17,7 @@ from danube.routing.scalable.controller import (
 from danube.routing.scalable.layout import SegmentLayout, segment_topic_name
 from danube.routing.scalable.store import ScalableTopicStore
 from tests.unit.routing.fakes import MemorySegmentOps, StoreLease
+from tests.support.waiting import async_wait_until
 
 T = "/default/events"
 
@@ -41,14 +42,6 @@ async def crash(metadata, ctl):
     await metadata.revoke_lease(ctl.lease.lease_id)
 
 
-async def wait_for(cond, timeout=10.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
-
-
 def seg_topic(layout, sid):
     return segment_topic_name(T, layout.segment(sid))
 
@@ -65,7 +58,7 @@ async def test_one_leader_forwarding_and_failover(metadata):
         await b.split_segment(0)
     assert info.value.leader_url == "http://a:1"
     await crash(metadata, a)
-    await wait_for(lambda: b.is_leader)
+    await async_wait_until(lambda: b.is_leader)
     layout = await b.split_segment(0)
     assert [s.segment_id for s in layout.active_segments] == [1, 2]
     await b.stop()
@@ -174,7 +167,7 @@ async def test_consumer_sessions_grace_and_failover(metadata):
     assert again.segment_ids == [0, 2] and pushed["c2"] == []
     # stay away past the grace period: evicted, c2 gets everything
     a.consumer_disconnected("s", "c1")
-    await wait_for(lambda: pushed["c2"] and pushed["c2"][-1].segment_ids == [0, 1, 2, 3])
+    await async_wait_until(lambda: pushed["c2"] and pushed["c2"][-1].segment_ids == [0, 1, 2, 3])
     assert list(await store.consumers(T, "s")) == ["c2"]
     c1 = await a.register_consumer("s", "c1", 11, pushed["c1"].append)
     assert c1.segment_ids == [0, 2] and pushed["c2"][-1].segment_ids == [1, 3]
@@ -186,7 +179,7 @@ async def test_consumer_sessions_grace_and_failover(metadata):
     resumed = await b.register_consumer("s", "c2", 12)  # c2 comes back in time
     assert resumed.segment_ids == [1, 3]
     await asyncio.sleep(0.6)  # c1 does not: evicted
-    await wait_for(lambda: list(b.coordinators["s"].sessions) == ["c2"])
+    await async_wait_until(lambda: list(b.coordinators["s"].sessions) == ["c2"])
     assert b.coordinators["s"].sessions["c2"].assignment.segment_ids == [0, 1, 2, 3]
     assert list(await store.consumers(T, "s")) == ["c2"]
     await b.stop()
@@ -223,7 +216,7 @@ async def test_a_deleted_topic_ends_the_election(metadata):
     a = await controller(metadata, ops, "http://a:1")
     b = await controller(metadata, ops, "http://b:1")
     await delete_scalable_topic(store, ops, T)  # deletes the controller key too: b campaigns, finds no topic
-    await wait_for(lambda: b._task is not None and b._task.done())
+    await async_wait_until(lambda: b._task is not None and b._task.done())
     assert await metadata.get(keys.scalable_controller(T)) is None
     await a.stop()
     await b.stop()

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 
-_PART = re.compile(r"[A-Za-z0-9_\-.]+")
 POLICIES = ["none", "warn", "enforce"]
 
 
@@ -44,16 +42,19 @@ def _topic_args(p, *, output: bool = False) -> None:
 
 
 def normalize_topic(topic: str, namespace: str | None) -> str:
-    """``/ns/topic`` from Danube's three accepted spellings; UsageError for anything else."""
+    """``/ns/topic`` from Danube's three accepted spellings.  A name that starts with ``/`` goes to
+    the broker as given: the broker judges names (one rule, danube.metadata.keys)."""
     s = topic.strip()
-    parts = s[1:].split("/") if s.startswith("/") else s.split("/")
-    if not s.startswith("/") and len(parts) == 1:
+    if s.startswith("/"):
+        return s
+    parts = s.split("/")
+    if len(parts) == 2:
+        return f"/{s}"
+    if len(parts) == 1:
         if not namespace:
             raise UsageError(f"topic {topic!r} has no namespace: give /namespace/topic or --namespace NS")
-        parts = [namespace.strip("/"), parts[0]]
-    if len(parts) != 2 or not all(_PART.fullmatch(p) for p in parts):
-        raise UsageError(f"wrong topic format {topic!r}: expected /namespace/topic")
-    return f"/{parts[0]}/{parts[1]}"
+        return f"/{namespace.strip('/')}/{s}"
+    raise UsageError(f"wrong topic format {topic!r}: expected /namespace/topic")
 
 
 def add_parser(groups) -> None:

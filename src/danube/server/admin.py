@@ -491,7 +491,8 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
         topic anew, empty."""
         try:
             count = await self.admin.metadata.get_json(keys.topic_partitions(request.name))
-            refusal = await self._partition_refusal(request.name)
+            # a forwarded call is a partitioned topic's own deletion reaching a partition's owner
+            refusal = None if _forwarded(context) else await self._partition_refusal(request.name)
         except DanubeError as exc:
             await abort(context, exc)
         if refusal:

@@ -509,7 +509,7 @@ class Consumer:
         initial_position: str = "latest",
     ) -> None:
         self.client = client
-        self.initial_position = initial_position   # where a subscription this consumer creates starts
+        self.initial_position = initial_position  # where a subscription this consumer creates starts
         self.topic = topic
         self.name = name
         self.subscription = subscription

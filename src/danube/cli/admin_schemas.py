@@ -6,6 +6,7 @@
     danube admin schemas check SUBJECT --schema-type avro --file user-v2.avsc [--mode backward]
     danube admin schemas set-compatibility SUBJECT --mode full    (alias: compatibility)
     danube admin schemas get-compatibility SUBJECT
+    danube admin schemas list-subjects
     danube admin schemas delete SUBJECT --version N --confirm
     danube admin schemas configure-topic /ns/topic --subject S [--policy enforce] [--payload-validation]
     danube admin schemas topic-config /ns/topic
@@ -59,6 +60,7 @@ def add_parser(groups) -> None:
         p.add_argument("--mode", required=True, choices=MODES)
     p = schemas.add_parser("get-compatibility", help="a subject's compatibility mode")
     p.add_argument("subject")
+    schemas.add_parser("list-subjects", help="every registered subject with its latest version")
     p = schemas.add_parser("delete", help="delete one version of a subject")
     p.add_argument("subject")
     p.add_argument("--version", type=int, required=True)
@@ -177,6 +179,18 @@ def run(args, channel, emit) -> int:
         mode = r.compatibility_mode.upper()
         emit(args, {"subject": args.subject, "compatibility_mode": mode},
              [f"Subject: {args.subject}", f"Compatibility Mode: {mode}"])
+    elif cmd == "list-subjects":
+        r = stub.ListSubjects(pb.ListSubjectsRequest(), timeout=t)
+        data = [{"subject": x.subject, "schema_type": x.schema_type, "latest_version": x.latest_version,
+                 "schema_id": x.schema_id, "compatibility_mode": x.compatibility_mode, "tags": list(x.tags)}
+                for x in r.subjects]
+        lines = [f"Found {len(data)} schema subject(s):", ""] if data else ["No schema subjects found."]
+        for x in r.subjects:
+            lines += [f"Subject: {x.subject}", f"  Type: {x.schema_type}", f"  Latest Version: {x.latest_version}",
+                      f"  Schema ID: {x.schema_id}", f"  Compatibility: {x.compatibility_mode}"]
+            lines += [f"  Tags: {', '.join(x.tags)}"] if x.tags else []
+            lines.append("")
+        emit(args, data, lines)
     elif cmd == "delete":
         if not args.confirm:
             print("danube admin schemas: deletion requires --confirm", file=sys.stderr)

@@ -44,6 +44,12 @@ def test_schema_registry_lifecycle(cli, tmp_path):
     r = cli.ok("schemas", "versions", subject, "--output", "json")
     assert '"version": 1' in r.stdout
 
+    # beyond Danube's test: its CLI's list-subjects
+    listed = {x["subject"]: x for x in json.loads(cli.ok("schemas", "list-subjects", "--output", "json").stdout)}
+    assert listed[subject] == {"subject": subject, "schema_type": "json_schema", "latest_version": 1,
+                               "schema_id": schema_id, "compatibility_mode": "BACKWARD", "tags": []}
+    assert f"Subject: {subject}" in cli.ok("schemas", "list-subjects").stdout
+
     r = cli.ok("topics", "create", topic, "--schema-subject", subject)
     assert "Topic created" in r.stdout and subject in r.stdout
 

@@ -47,6 +47,27 @@ def test_produce_then_consume_with_a_subscription_made_first(broker):
     assert again.returncode == 3
 
 
+def test_consume_from_earliest_reads_what_was_produced_before_it(broker):
+    """The README's produce-then-consume: a subscription created with --from earliest starts at the
+    oldest message; the default (latest, as Danube) sees only what comes after it subscribed."""
+    topic = f"/default/cli-{uuid.uuid4().hex[:8]}"
+    produced = run("produce", "--service-url", broker.url, "--topic", topic, "--count", "40", "--message", "m")
+    assert produced.returncode == 0, produced.stderr
+    latest = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "late",
+                 "--count", "1", "--timeout", "0.5")
+    assert latest.returncode == 3 and "only 0 of 1" in latest.stderr
+    earliest = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "replay",
+                   "--from", "earliest", "--count", "40", "--timeout", "10", "--print")
+    assert earliest.returncode == 0, earliest.stderr
+    assert earliest.stdout.splitlines() == ["m"] * 40
+    # an existing subscription keeps its cursor: --from earliest again replays nothing acked
+    again = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "replay",
+                "--from", "earliest", "--count", "1", "--timeout", "0.5")
+    assert again.returncode == 3
+    bad = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "x", "--from", "oldest")
+    assert bad.returncode == 2 and "--from" in bad.stderr
+
+
 def test_consume_prints_text_payloads_on_shared_subscription(broker):
     topic = f"/default/cli-{uuid.uuid4().hex[:8]}"
     assert run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "sh",

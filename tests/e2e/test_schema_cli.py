@@ -79,7 +79,7 @@ def test_schema_admin_produce_consume(broker, tmp_path):
     assert [json.loads(line) for line in r.stdout.splitlines()] == [{"id": 7, "name": "ann"}] * 3
     # the batch-lane producer's subject went to the topic (as Danube's CreateProducer with schema_ref)
     cfg = json.loads(admin(broker, "--output", "json", "schemas", "topic-config", topic).stdout)
-    assert (cfg["schema_subject"], cfg["validation_policy"]) == ("cli-users", "none")
+    assert (cfg["schema_subject"], cfg["validation_policy"]) == ("cli-users", "NONE")
 
     r = admin(broker, "schemas", "configure-topic", topic, "--subject", "cli-users", "--policy", "enforce",
               "--payload-validation")
@@ -87,7 +87,7 @@ def test_schema_admin_produce_consume(broker, tmp_path):
     r = admin(broker, "--output", "json", "schemas", "topic-config", topic)
     cfg = json.loads(r.stdout)
     assert (cfg["schema_subject"], cfg["validation_policy"], cfg["enable_payload_validation"]) == \
-        ("cli-users", "enforce", True)
+        ("cli-users", "ENFORCE", True)
     r = run("produce", "--service-url", broker.url, "--topic", topic, "--count", "5", "--size", "10")
     assert r.returncode == 1 and "no schema id" in r.stderr
     r = run("produce", "--service-url", broker.url, "--topic", topic, "--count", "5", "--schema-subject",

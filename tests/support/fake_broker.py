@@ -77,10 +77,10 @@ class FakeBroker:
         return base, base + count - 1
 
     async def subscribe(self, topic, subscription, consumer_name, *, sub_type="exclusive", key_filters=(),
-                        reliable=True) -> int:
+                        reliable=True, initial_position="latest") -> int:
         t = self.topics.setdefault(topic, FakeTopic())
         cid = len(self.consumers) + 1
-        self.consumers[cid] = {"topic": topic, "cursor": len(t.positions)}
+        self.consumers[cid] = {"topic": topic, "cursor": 0 if initial_position == "earliest" else len(t.positions)}
         self.acked[cid] = set()
         return cid
 

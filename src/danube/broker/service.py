@@ -105,6 +105,8 @@ class BrokerService:
         self.dispatch = dispatch or DispatchSettings()
         self.metrics = metrics or MetricsSink()
         self.cluster = None  # danube.cluster.node.ClusterNode in cluster mode (lookups, ownership, moves)
+        # Danube's auto_create_topics: false leaves creating topics to the admin API (system topics excepted)
+        self.auto_create_topics = True
         self._fenced = False  # cluster lease not renewed in time: no writes (danube.cluster.membership)
         self.topics: dict[str, Topic] = {}
         self._opening: dict[str, asyncio.Lock] = {}
@@ -262,6 +264,9 @@ class BrokerService:
             if delivery is None:
                 if not create or reliable is None:
                     raise NotFoundError(f"topic {name} does not exist; it is created by its first producer")
+                if not self.auto_create_topics and not is_system_topic(name):
+                    raise NotFoundError(f"Unable to find the topic: {name} (auto_create_topics is off: "
+                                        f"create it with `danube admin topics create`)")
                 delivery = {"dispatch_strategy": "reliable" if reliable else "non_reliable"}
                 await self.metadata.put_json(keys.topic_delivery(name), delivery)
                 part = partition_of(name)
@@ -424,8 +429,12 @@ class BrokerService:
 
     async def subscribe(self, topic: str, subscription: str, consumer_name: str, *,
                         sub_type: str = "exclusive", key_filters: Iterable[str] = (),
-                        reliable: bool | None = True, consumer_id: int | None = None) -> int:
-        """Attach a consumer; ``reliable=None`` requires the topic to exist already."""
+                        reliable: bool | None = True, consumer_id: int | None = None,
+                        initial_position: str = "latest") -> int:
+        """Attach a consumer; ``reliable=None`` requires the topic to exist already.
+        ``initial_position`` (latest | earliest) places a subscription this call creates."""
+        if initial_position not in ("latest", "earliest"):
+            raise InvalidArgumentError(f"initial position must be latest or earliest, not {initial_position!r}")
         keys.split_topic(topic)
         _check_name("subscription", subscription)
         _check_name("consumer", consumer_name)
@@ -434,7 +443,7 @@ class BrokerService:
         if key_filters and not dispatcher.takes_key_filters:
             raise InvalidArgumentError("key filters apply to key_shared subscriptions only")
         t = await self._topic(topic, reliable=reliable, create=reliable is not None)
-        sub = await self._subscription(t, subscription, sub_type)
+        sub = await self._subscription(t, subscription, sub_type, initial_position)
         for c in sub.consumers.values():
             if c.name == consumer_name:
                 if key_filters and tuple(c.key_filter.patterns) != key_filters:
@@ -468,7 +477,7 @@ class BrokerService:
                  topic, subscription, sub_type, sub.cursor)
         return consumer_id
 
-    async def _subscription(self, t: Topic, name: str, sub_type: str) -> Subscription:
+    async def _subscription(self, t: Topic, name: str, sub_type: str, initial_position: str = "latest") -> Subscription:
         sub = t.subscriptions.get(name)
         if sub is not None:
             if sub.sub_type != sub_type:
@@ -478,7 +487,9 @@ class BrokerService:
         limit = t.policies.max_subscriptions_per_topic
         if limit and len(t.subscriptions) >= limit:
             raise PolicyViolationError(f"topic {t.name} already has {limit} subscriptions (max_subscriptions_per_topic)")
-        cursor = t.readable_next - 1  # a new subscription starts at the latest offset
+        cursor = t.readable_next - 1  # a new subscription starts at the latest offset (Danube's only choice) ...
+        if initial_position == "earliest":  # ... or before the oldest message the topic still holds
+            cursor = min(t.storage.first_offset, t.readable_next) - 1
         failure_policy = self.failure_policy
         if t.reliable:
             stored = await self.metadata.get_json(keys.subscription(t.name, name))

@@ -1,22 +1,18 @@
-"""`danube admin`: Danube's admin commands over the admin gRPC service.
+"""`danube admin`: Danube's admin commands, flags and outputs over the admin gRPC service.
 
-    danube admin [--endpoint URL] [--output json] topics unload /default/orders
-    danube admin topics list default | --broker ID       (cluster-wide, from any broker)
-    danube admin topics create /default/orders [--partitions N] [-s reliable] | delete /default/orders
-    danube admin topics unsubscribe /default/orders --subscription s1
-    danube admin topics describe /default/orders
-    danube admin topics repartition /default/orders --partitions 4   (live repartition, docs/repartition.md)
-    danube admin topics subscriptions /default/orders
-    danube admin brokers list | leader-broker | namespaces | unload ID | activate ID
+    danube admin [--endpoint URL] [-o json] GROUP COMMAND ... [--output json] [--endpoint URL]
+    danube admin topics list --namespace NS | NS | --broker ID             (admin_topics.py)
+    danube admin topics create | delete | describe | subscriptions | unsubscribe | unload | repartition
+    danube admin topics configure-schema | set-validation-policy | get-schema-config
+    danube admin brokers list | leader-broker | namespaces | unload --broker-id ID | activate --broker-id ID
     danube admin namespaces list | topics NS | policies NS | create NS | delete NS
     danube admin brokers balance | rebalance --dry-run [--max-moves N] | rebalance-history   (admin_rebalancing.py)
-    danube admin schemas register | get | versions | check | delete | compatibility   (admin_schemas.py)
+    danube admin schemas register | get | versions | check | get-compatibility | set-compatibility | delete
     danube admin scalable-topics create | describe | split | merge | subscriptions | delete   (admin_scalable.py)
 
-The endpoint defaults to $DANUBE_ADMIN_ENDPOINT, else http://127.0.0.1:50051.
-With --output json each command prints the response message with the proto's field names (every
-field present); list responses print the list of their repeated field.
-Exit codes: 0 done, 1 the broker refused or could not be reached, 2 bad usage.
+The endpoint defaults to $DANUBE_ADMIN_ENDPOINT, else http://127.0.0.1:50051.  Texts and JSON are
+Danube's CLI's; a command Danube prints no JSON for prints its response message with the proto's
+field names.  Exit codes: 0 done, 1 the broker refused or could not be reached, 2 bad usage.
 """
 
 from __future__ import annotations
@@ -83,54 +79,39 @@ def register(subparsers) -> None:
     admin_security.add_connection_args(parser)
     groups = parser.add_subparsers(dest="admin_group", metavar="GROUP")
 
-    topics = groups.add_parser("topics", help="topic commands").add_subparsers(dest="admin_cmd", metavar="COMMAND")
-    p = topics.add_parser("unload", help="seal the topic here; clients reconnect and it reloads through resume")
-    p.add_argument("topic", help="/namespace/topic")
-    p = topics.add_parser("list", help="topics of a namespace (or of a broker, --broker), cluster-wide")
-    p.add_argument("namespace", nargs="?")
-    p.add_argument("--broker", default=None, metavar="ID", help="the topics assigned to broker ID instead")
-    p = topics.add_parser("create", help="create a topic (placed on a broker at once in a cluster)")
-    p.add_argument("topic", help="/namespace/topic")
-    p.add_argument("--partitions", type=int, default=0, help="a partitioned topic of N partitions")
-    p.add_argument("--dispatch-strategy", "-s", choices=["reliable", "non_reliable"], default="non_reliable")
-    p.add_argument("--schema-subject", default=None)
-    p = topics.add_parser("delete", help="delete a topic (its owner closes it, its metadata goes)")
-    p.add_argument("topic")
-    p = topics.add_parser("unsubscribe", help="delete a subscription of a topic")
-    p.add_argument("topic")
-    p.add_argument("--subscription", "-s", required=True)
-    p = topics.add_parser("describe", help="a topic's subscriptions, delivery and storage")
-    p.add_argument("topic")
-    p = topics.add_parser("repartition", help="grow or shrink a partitioned topic online (docs/repartition.md)")
-    p.add_argument("topic")
-    p.add_argument("--partitions", type=int, required=True, help="the new partition count")
-    p = topics.add_parser("subscriptions", help="a topic's subscriptions")
-    p.add_argument("topic")
+    from danube.cli import admin_topics
+
+    admin_topics.add_parser(groups)
 
     brokers = groups.add_parser("brokers", help="broker commands").add_subparsers(dest="admin_cmd", metavar="COMMAND")
-    brokers.add_parser("list", help="brokers of the cluster")
-    brokers.add_parser("leader-broker", help="the leader broker")
-    brokers.add_parser("namespaces", help="namespaces of the cluster")
+    out = admin_topics.output_option
+    out(brokers.add_parser("list", help="brokers of the cluster"))
+    out(brokers.add_parser("leader-broker", help="the leader broker"))
+    out(brokers.add_parser("namespaces", help="namespaces of the cluster"))
     p = brokers.add_parser("unload", help="drain a broker: move all its topics away, assign it nothing new")
-    p.add_argument("broker_id")
+    _broker_id_args(p)
     p.add_argument("--dry-run", action="store_true", help="only count the topics that would move")
-    p.add_argument("--namespaces-include", nargs="*", default=[], metavar="NS")
-    p.add_argument("--namespaces-exclude", nargs="*", default=[], metavar="NS")
+    p.add_argument("--namespaces-include", nargs="*", action="extend", default=[], metavar="NS")
+    p.add_argument("--namespaces-exclude", nargs="*", action="extend", default=[], metavar="NS")
+    p.add_argument("--max-parallel", type=int, default=1, help="accepted for Danube's CLI; topics move one by one")
+    p.add_argument("--timeout-seconds", type=int, default=None, help="the drain's deadline (default: --timeout)")
+    out(p)
     p = brokers.add_parser("activate", help="let a drained broker take topics again")
-    p.add_argument("broker_id")
+    _broker_id_args(p)
+    p.add_argument("--reason", default="admin_activate", help="why (logged by Danube; accepted here)")
+    out(p)
     from danube.cli import admin_rebalancing
 
     admin_rebalancing.add_commands(brokers)  # balance | rebalance | rebalance-history
 
     namespaces = groups.add_parser("namespaces", help="namespace commands").add_subparsers(
         dest="admin_cmd", metavar="COMMAND")
-    namespaces.add_parser("list", help="namespaces of the cluster")
-    p = namespaces.add_parser("topics", help="topics of a namespace")
-    p.add_argument("namespace")
-    for name, what in (("policies", "a namespace's policies"), ("create", "create a namespace"),
-                       ("delete", "delete an empty namespace")):
+    out(namespaces.add_parser("list", help="namespaces of the cluster"))
+    for name, what in (("topics", "topics of a namespace"), ("policies", "a namespace's policies"),
+                       ("create", "create a namespace"), ("delete", "delete an empty namespace")):
         p = namespaces.add_parser(name, help=what)
         p.add_argument("namespace")
+        out(p)
     admin_security.register(groups)
     from danube.cli import admin_schemas
 
@@ -138,15 +119,61 @@ def register(subparsers) -> None:
     from danube.cli import admin_scalable
 
     admin_scalable.add_parser(groups)
+    _options_after_command(parser)
     parser.set_defaults(func=run, _admin_parser=parser)
+
+
+def _options_after_command(parser) -> None:
+    """Danube's CLI takes --endpoint and --output after the command (clap's global and per-command
+    flags); ours also before the group.  Every command accepts both places: SUPPRESS leaves the
+    group-level value in force when the flag is not repeated after the command."""
+    subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subparsers:
+        if "--output" not in parser._option_string_actions:
+            parser.add_argument("--output", choices=["text", "json"], default=argparse.SUPPRESS,
+                                help="output format")
+        if "--endpoint" not in parser._option_string_actions:
+            parser.add_argument("--endpoint", default=argparse.SUPPRESS, help="admin endpoint")
+        return
+    for action in subparsers:
+        for child in set(action.choices.values()):
+            _options_after_command(child)
+
+
+def _broker_id_args(p) -> None:
+    p.add_argument("broker_id", nargs="?", default=None, metavar="BROKER_ID")
+    p.add_argument("--broker-id", dest="broker_id_flag", default=None, help="the broker (Danube's spelling)")
 
 
 def _emit(args, data, text_lines) -> None:
     if args.output == "json":
-        print(json.dumps(data, indent=2, sort_keys=True))
+        print(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
     else:
         for line in text_lines:
             print(line)
+
+
+def _policies_lines(policies: dict) -> list[str]:
+    """Danube's text rendering of namespace policies."""
+    def value(key: str) -> str | None:
+        v = policies.get(key)
+        return None if v is None else str(v)
+
+    lines = ["Policies Configuration:", "-----------------------"]
+    for key, label in (("max_producers_per_topic", "Max Producers per Topic"),
+                       ("max_subscriptions_per_topic", "Max Subscriptions per Topic"),
+                       ("max_consumers_per_topic", "Max Consumers per Topic"),
+                       ("max_consumers_per_subscription", "Max Consumers per Subscription")):
+        lines.append(f"{label}: {value(key) or 'Not Set'}")
+    for key, label in (("max_publish_rate", "Max publish rate"),
+                       ("max_subscription_dispatch_rate", "Dispatch rate for subscription"),
+                       ("max_message_size", "Max message size")):
+        lines.append(f"{label}: {value(key)}" if value(key) is not None else f"{label} Not Set")
+    return lines + ["-----------------------"]
+
+
+def _flag(ok: bool) -> str:
+    return "true" if ok else "false"
 
 
 def run(args) -> int:
@@ -156,6 +183,7 @@ def run(args) -> int:
     import grpc
     from google.protobuf.json_format import MessageToDict
 
+    from danube.cli import admin_topics
     from danube.proto.danube_admin import admin_pb2 as pb
     from danube.proto.danube_admin import admin_pb2_grpc as pb_grpc
 
@@ -165,9 +193,16 @@ def run(args) -> int:
 
     if group == "security" and cmd == "tokens":
         return admin_security.create_token(args, lambda data, lines: _emit(args, data, lines))
+    if group == "brokers" and cmd in ("unload", "activate"):
+        if args.broker_id and args.broker_id_flag and args.broker_id != args.broker_id_flag:
+            print("danube admin: give the broker once (BROKER_ID or --broker-id)", file=sys.stderr)
+            return 2
+        args.broker_id = args.broker_id or args.broker_id_flag
+        if not args.broker_id:
+            print(f"danube admin: brokers {cmd} needs the broker: --broker-id ID", file=sys.stderr)
+            return 2
     try:
         with admin_security.open_channel(args, _target(endpoint)) as channel:
-            topics = pb_grpc.TopicAdminStub(channel)
             namespaces = pb_grpc.NamespaceAdminStub(channel)
 
             def _dict(message) -> dict:  # the message with the proto's field names, every field present
@@ -186,119 +221,59 @@ def run(args) -> int:
                 from danube.cli import admin_scalable
 
                 return admin_scalable.run(args, channel, _emit)
+            if group == "topics":
+                return admin_topics.run(args, channel, _emit, describe_partitioning=_describe_partitioning,
+                                        partitioning=lambda resp: _partitioning(resp, MessageToDict))
             if group == "brokers" and cmd in ("balance", "rebalance", "rebalance-history"):
                 from danube.cli import admin_rebalancing
 
                 return admin_rebalancing.run(args, channel, _emit)
-            if group == "topics" and cmd == "unload":
-                resp = topics.UnloadTopic(pb.TopicRequest(name=args.topic), timeout=t)
-                _emit(args, _dict(resp), [f"Topic {args.topic} unloaded"])
-            elif group == "topics" and cmd == "list":
-                if args.broker is not None:
-                    resp = topics.ListBrokerTopics(pb.BrokerRequest(broker_id=args.broker), timeout=t)
-                    title = f"Topics of broker {args.broker}:"
-                elif args.namespace:
-                    resp = topics.ListNamespaceTopics(pb.NamespaceRequest(name=args.namespace), timeout=t)
-                    title = f"Topics in namespace '{args.namespace}':"
-                else:
-                    args._admin_parser.error("topics list: give a namespace or --broker ID")
-                data = [_dict(x) for x in resp.topics]
-                _emit(args, data, [title] +
-                      [f"  {x['name']}  ({x['delivery']}{', broker ' + x['broker_id'] if x['broker_id'] else ''})"
-                       for x in data])
-            elif group == "namespaces" and cmd == "topics":
+            if group == "namespaces" and cmd == "topics":
                 resp = namespaces.GetNamespaceTopics(pb.NamespaceRequest(name=args.namespace), timeout=t)
-                _emit(args, list(resp.topics), [f"Topics in namespace '{args.namespace}':"] +
-                      [f"  {x}" for x in resp.topics])
+                _emit(args, list(resp.topics), [f"Topic: {x}" for x in resp.topics])
             elif group == "namespaces" and cmd == "policies":
                 resp = namespaces.GetNamespacePolicies(pb.NamespaceRequest(name=args.namespace), timeout=t)
                 policies = json.loads(resp.policies or "{}")
-                _emit(args, policies, [f"Policies of namespace '{args.namespace}':",
-                                       json.dumps(policies, indent=2, sort_keys=True)])
+                _emit(args, policies, _policies_lines(policies))
             elif group == "namespaces" and cmd in ("create", "delete"):
                 call = namespaces.CreateNamespace if cmd == "create" else namespaces.DeleteNamespace
                 resp = call(pb.NamespaceRequest(name=args.namespace), timeout=t)
-                _emit(args, _dict(resp), [f"Namespace {args.namespace} {cmd}d"])
-            elif group == "topics" and cmd == "create":
-                strategy = pb.Reliable if args.dispatch_strategy == "reliable" else pb.NonReliable
-                if args.partitions > 0:
-                    request = pb.PartitionedTopicRequest(base_name=args.topic, partitions=args.partitions,
-                                                         dispatch_strategy=strategy)
-                    if args.schema_subject:
-                        request.schema_subject = args.schema_subject
-                    resp = topics.CreatePartitionedTopic(request, timeout=t)
-                else:
-                    request = pb.NewTopicRequest(name=args.topic, dispatch_strategy=strategy)
-                    if args.schema_subject:
-                        request.schema_subject = args.schema_subject
-                    resp = topics.CreateTopic(request, timeout=t)
-                _emit(args, _dict(resp), [f"Topic {args.topic} created"
-                                          + (f" with {args.partitions} partitions" if args.partitions > 0 else "")])
-            elif group == "topics" and cmd == "delete":
-                resp = topics.DeleteTopic(pb.TopicRequest(name=args.topic), timeout=t)
-                _emit(args, _dict(resp), [f"Topic {args.topic} deleted"])
-            elif group == "topics" and cmd == "unsubscribe":
-                resp = topics.Unsubscribe(pb.SubscriptionRequest(topic=args.topic, subscription=args.subscription),
-                                          timeout=t)
-                _emit(args, _dict(resp), [f"Subscription {args.subscription} of {args.topic} deleted"])
-            elif group == "topics" and cmd == "repartition":
-                resp = topics.RepartitionTopic(pb.RepartitionRequest(name=args.topic, partitions=args.partitions),
-                                               timeout=t)
-                data, lines = _partitioning(resp, MessageToDict)
-                _emit(args, data, [f"Topic {args.topic}: cut over to {resp.partitions} partitions"] + lines)
-            elif group == "topics" and cmd == "describe":
-                partitioning = _describe_partitioning(topics, pb, args.topic, t, grpc)
-                try:
-                    resp = topics.DescribeTopic(pb.DescribeTopicRequest(name=args.topic), timeout=t)
-                except grpc.RpcError as exc:   # the base name of a partitioned topic is no topic itself
-                    if partitioning is None or exc.code() != grpc.StatusCode.NOT_FOUND:
-                        raise
-                    data, lines = _partitioning(partitioning, MessageToDict)
-                    _emit(args, {"name": args.topic, "partitioning": data}, [f"Topic: {args.topic}"] + lines)
-                    return 0
-                data = MessageToDict(resp, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-                lines = [f"Topic: {resp.name}", f"Broker: {resp.broker_id or '(not loaded)'}",
-                         f"Delivery: {resp.delivery}", f"Subscriptions: {', '.join(resp.subscriptions) or '(none)'}"]
-                if partitioning is not None:
-                    data["partitioning"], more = _partitioning(partitioning, MessageToDict)
-                    lines += more
-                if resp.HasField("storage"):
-                    s = resp.storage
-                    lines += [f"Storage: {s.mode} ({s.backend}), recovered from {s.recovered_from}",
-                              f"  offsets {s.first_offset}..{s.next_offset - 1} (next {s.next_offset}), "
-                              f"hot WAL from {s.hot_start_offset}, durable through {s.durable_end_offset}",
-                              f"  {s.segment_count} segments, {s.segment_bytes} bytes"]
-                    lines += [f"    {g.segment_id}  {g.start_offset}..{g.end_offset}  {g.size} B" for g in s.segments]
-                _emit(args, data, lines)
-            elif group == "topics" and cmd == "subscriptions":
-                resp = topics.ListSubscriptions(pb.TopicRequest(name=args.topic), timeout=t)
-                _emit(args, list(resp.subscriptions), [f"Subscriptions of {args.topic}:"] +
-                      [f"  {s}" for s in resp.subscriptions])
+                _emit(args, _dict(resp), [f"Namespace {cmd.capitalize()}d: {_flag(resp.success)}"])
             elif group == "brokers" and cmd == "list":
                 resp = brokers.ListBrokers(pb.Empty(), timeout=t)
                 data = [_dict(b) for b in resp.brokers]
-                _emit(args, data, [f"{b.broker_id}  {b.broker_addr}  {b.broker_role}  {b.broker_status}"
-                                   for b in resp.brokers])
+                row = "{:<15} {:<15} {:<25} {:<15} {:<25} {:<25}"
+                _emit(args, data, [row.format("BROKER ID", "STATUS", "ADDRESS", "ROLE", "ADMIN ADDR", "METRICS ADDR"),
+                                   "-" * 125] +
+                      [row.format(b.broker_id, b.broker_status, b.broker_addr, b.broker_role, b.admin_addr,
+                                  b.metrics_addr) for b in resp.brokers])
             elif group == "brokers" and cmd == "leader-broker":
                 resp = brokers.GetLeaderBroker(pb.Empty(), timeout=t)
-                _emit(args, _dict(resp), [f"Leader broker: {resp.leader}"])
+                _emit(args, _dict(resp), [f"Leader Broker: {json.dumps(resp.leader)}"])
             elif group == "brokers" and cmd == "unload":
+                timeout_s = args.timeout_seconds if args.timeout_seconds is not None else int(max(1, t - 5))
                 resp = brokers.UnloadBroker(pb.UnloadBrokerRequest(
                     broker_id=args.broker_id, dry_run=args.dry_run, namespaces_include=args.namespaces_include,
-                    namespaces_exclude=args.namespaces_exclude, timeout_seconds=int(max(1, t - 5))), timeout=t)
-                data = MessageToDict(resp, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-                _emit(args, data, [f"Broker {args.broker_id}: {resp.succeeded}/{resp.total} topics moved"
-                                   + (f", failed: {', '.join(resp.failed_topics)}" if resp.failed else "")])
+                    namespaces_exclude=args.namespaces_exclude, timeout_seconds=timeout_s),
+                    timeout=max(t, timeout_s + 5))
+                _emit(args, _dict(resp), [
+                    f"UnloadBroker started={_flag(resp.started)} total={resp.total} succeeded={resp.succeeded} "
+                    f"failed={resp.failed} pending={resp.pending}"])
+                for name in resp.failed_topics if args.output != "json" else ():
+                    print(f"  failed: {name}", file=sys.stderr)
             elif group == "brokers" and cmd == "activate":
-                resp = brokers.ActivateBroker(pb.ActivateBrokerRequest(broker_id=args.broker_id), timeout=t)
-                _emit(args, _dict(resp),
-                      [f"Broker {args.broker_id} is active"])
+                resp = brokers.ActivateBroker(pb.ActivateBrokerRequest(broker_id=args.broker_id, reason=args.reason),
+                                             timeout=t)
+                _emit(args, _dict(resp), [f"ActivateBroker success={_flag(resp.success)}"])
             elif cmd in ("namespaces", "list"):
                 resp = brokers.ListNamespaces(pb.Empty(), timeout=t)
-                _emit(args, list(resp.namespaces), [f"  {n}" for n in resp.namespaces])
+                _emit(args, list(resp.namespaces), [f"Namespace: {n}" for n in resp.namespaces])
             else:  # pragma: no cover - argparse restricts the choices
                 args._admin_parser.print_help(sys.stderr)
                 return 2
+    except admin_topics.UsageError as exc:
+        print(f"danube admin: {exc}", file=sys.stderr)
+        return 2
     except grpc.RpcError as exc:
         code = exc.code()
         detail = exc.details() or ""

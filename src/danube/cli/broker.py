@@ -53,7 +53,7 @@ def register(subparsers) -> None:
     sec.add_argument("--jwt-issuer", default=None, help="issuer a token must carry [default danube-auth]")
     sec.add_argument("--super-admin", action="append", default=None, metavar="SUBJECT",
                      help="a subject that bypasses RBAC (repeatable)")
-    cl = p.add_argument_group("cluster mode (docs/cluster.md; Danube's meta_store in the config file also turns it on)")
+    cl = p.add_argument_group("cluster mode (docs/cluster.md; meta_store: {host, port} in the config file also turns it on)")
     cl.add_argument("--cluster", action="store_true", default=None,
                     help="join a cluster: metadata in etcd, registration under a lease, leader election, "
                          "topic placement by the leader's load manager")

@@ -27,6 +27,10 @@ def register(subparsers) -> None:
     parser.add_argument("--count", "-n", type=int, default=0, help="stop after this many messages (0 = no limit)")
     parser.add_argument("--timeout", type=non_negative_float, default=0.0,
                         help="stop after this many seconds without a message (0 = wait forever)")
+    parser.add_argument("--from", dest="initial_position", choices=["latest", "earliest"], default="latest",
+                        help="where the subscription starts if this command creates it: latest (default, as "
+                             "Danube: messages published from now on) or earliest (the oldest message the topic "
+                             "still holds); an existing subscription continues from its cursor")
     parser.add_argument("--key-filter", action="append", default=[], help="key-shared glob filter (repeatable)")
     parser.add_argument("--print", dest="print_payloads", action="store_true",
                         help="print each payload (UTF-8, replacement for invalid bytes; messages with an "
@@ -45,7 +49,8 @@ async def _consume(args) -> int:
     consumer = (client.new_consumer().with_topic(args.topic)
                 .with_consumer_name(args.consumer_name or f"danube-consume-{os.getpid()}")
                 .with_subscription(args.subscription).with_subscription_type(args.subscription_type)
-                .with_key_filters(args.key_filter).with_reliable(args.reliable).build())
+                .with_key_filters(args.key_filter).with_reliable(args.reliable)
+                .with_initial_position(args.initial_position).build())
     received = 0
     nbytes = 0
     started = time.perf_counter()

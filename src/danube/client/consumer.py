@@ -149,6 +149,7 @@ class ConsumerBuilder:
         self._receive_messages = 10_000
         self._receive_bytes = 4 * 1024 * 1024
         self._ack_linger_ms = DEFAULT_ACK_LINGER_MS
+        self._initial_position = "latest"
 
     def with_topic(self, topic: str) -> "ConsumerBuilder":
         self._topic = topic
@@ -179,6 +180,16 @@ class ConsumerBuilder:
         """Create the topic with this dispatch strategy if it does not exist yet (without this
         call, subscribing to a missing topic fails with NotFoundError)."""
         self._reliable = bool(reliable)
+        return self
+
+    def with_initial_position(self, position: str) -> "ConsumerBuilder":
+        """Where the subscription starts if this consumer creates it: ``latest`` (the default, as
+        in Danube: only messages published from now on) or ``earliest`` (the oldest message the
+        topic still holds).  An existing subscription keeps its cursor either way."""
+        value = str(position).lower()
+        if value not in ("latest", "earliest"):
+            raise InvalidArgumentError(f"initial position must be 'latest' or 'earliest', not {position!r}")
+        self._initial_position = value
         return self
 
     def with_receive_credit(self, messages: int, max_bytes: int) -> "ConsumerBuilder":
@@ -218,6 +229,7 @@ class ConsumerBuilder:
             receive_messages=self._receive_messages,
             receive_bytes=self._receive_bytes,
             ack_linger_ms=self._ack_linger_ms,
+            initial_position=self._initial_position,
         )
 
 
@@ -250,6 +262,7 @@ class _PartitionConsumer:
             subscription_type=_SUB_TYPES[o.sub_type],
             key_filters=list(o.key_filters),
             reliable=o.reliable,
+            initial_position=pb.EARLIEST if o.initial_position == "earliest" else pb.LATEST,
         )  # None leaves the field unset: no topic creation
 
     async def start(self) -> None:
@@ -493,8 +506,10 @@ class Consumer:
         receive_messages: int = 10_000,
         receive_bytes: int = 4 * 1024 * 1024,
         ack_linger_ms: float = DEFAULT_ACK_LINGER_MS,
+        initial_position: str = "latest",
     ) -> None:
         self.client = client
+        self.initial_position = initial_position  # where a subscription this consumer creates starts
         self.topic = topic
         self.name = name
         self.subscription = subscription

@@ -357,6 +357,12 @@ class SchemaRegistry:
         self._changed()
         return cfg
 
+    async def forget_topic(self, topic: str) -> None:
+        """A deleted topic's schema configuration goes with it."""
+        if await self.metadata.get(keys.topic_schema_config(topic)) is not None:
+            await self.metadata.delete(keys.topic_schema_config(topic))
+            self._changed()
+
     async def assign_topic_subject(self, topic: str, subject: str) -> TopicSchemaConfig:
         """A schema-aware producer's subject for a topic (Danube: the first one assigns it).
 

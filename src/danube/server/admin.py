@@ -143,6 +143,15 @@ class _Admin:
             await context.abort(exc.code(), f"at broker {broker_id}: "
                                 f"{channels.explain(exc, as_broker=channels.runs_as_broker(caller))}")
 
+    def registry(self):
+        """The broker's schema registry (the one its gate follows), else one over the metadata store."""
+        gate = getattr(self.broker, "schema_gate", None)
+        if gate is not None:
+            return gate.registry
+        from danube.schema.registry import SchemaRegistry
+
+        return SchemaRegistry(self.metadata)
+
     async def known(self, topic: str) -> tuple[bool, str]:
         """(exists, delivery) of a topic."""
         keys.split_topic(topic)
@@ -381,6 +390,7 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             response = pb.DescribeTopicResponse(
                 name=request.name, subscriptions=await self.admin.subscriptions(request.name),
                 broker_id=self.admin.owner(request.name), delivery=delivery)
+            await self._schema_fields(request.name, response)
             describe = getattr(getattr(served, "storage", None), "describe", None)
             if served is not None and served.reliable and callable(describe):
                 info = describe()
@@ -393,6 +403,40 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             return response
         except DanubeError as exc:
             await abort(context, exc)
+
+    async def _schema_fields(self, topic: str, response) -> None:
+        """Danube's schema fields of a described topic: its subject (a partition follows its
+        partitioned topic), and the subject's latest version, type and compatibility mode; all
+        unset for a topic without a subject, only the subject when it has no live version."""
+        from danube.schema.registry import base_topic
+
+        registry = self.admin.registry()
+        cfg = await registry.topic_config(topic)
+        if not cfg.subject and base_topic(topic) != topic:
+            cfg = await registry.topic_config(base_topic(topic))
+        if not cfg.subject:
+            return
+        response.schema_subject = cfg.subject
+        try:
+            latest = await registry.latest(cfg.subject)
+        except DanubeError:
+            return
+        response.schema_id = latest.schema_id
+        response.schema_version = latest.version
+        response.schema_type = latest.schema_type
+        response.compatibility_mode = str(latest.compatibility_mode).upper()   # Danube's enum case
+
+    async def _check_subject(self, request) -> str | None:
+        """The requested schema subject, refused before anything is created when the registry has
+        no such subject (a topic must not be left behind half configured)."""
+        if not request.HasField("schema_subject") or not request.schema_subject:
+            return None
+        await self.admin.registry().latest(request.schema_subject)
+        return request.schema_subject
+
+    async def _attach_subject(self, topic: str, subject: str | None) -> None:
+        if subject is not None:
+            await self.admin.registry().configure_topic(topic, subject)
 
     async def _create(self, topic: str, strategy: int) -> None:
         """The topic's delivery document in metadata (what its first producer would write); in cluster
@@ -415,7 +459,9 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
 
     async def CreateTopic(self, request, context):
         try:
+            subject = await self._check_subject(request)
             await self._create(request.name, request.dispatch_strategy)
+            await self._attach_subject(request.name, subject)
             await self._place([request.name])
             return pb.TopicResponse(success=True)
         except DanubeError as exc:
@@ -428,10 +474,12 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             keys.split_topic(request.base_name)
             if await self.admin.metadata.get(keys.topic_partitions(request.base_name)) is not None:
                 raise AlreadyExistsError(f"partitioned topic {request.base_name} already exists")
+            subject = await self._check_subject(request)
             names = [f"{request.base_name}-part-{i}" for i in range(request.partitions)]
             for name in names:
                 await self._create(name, request.dispatch_strategy)
             await self.admin.metadata.put(keys.topic_partitions(request.base_name), str(request.partitions).encode())
+            await self._attach_subject(request.base_name, subject)   # every partition follows its base
             await self._place(names)
             return pb.TopicResponse(success=True)
         except DanubeError as exc:
@@ -443,8 +491,12 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
         topic anew, empty."""
         try:
             count = await self.admin.metadata.get_json(keys.topic_partitions(request.name))
+            # a forwarded call is a partitioned topic's own deletion reaching a partition's owner
+            refusal = None if _forwarded(context) else await self._partition_refusal(request.name)
         except DanubeError as exc:
             await abort(context, exc)
+        if refusal:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, refusal)
         if isinstance(count, int) and count > 0 and not _forwarded(context):  # a partitioned topic: every partition
             for i in range(count):
                 part = pb.TopicRequest(name=f"{request.name}-part-{i}")
@@ -454,11 +506,34 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
                 elif (await self.admin.known(part.name))[0] or self.admin.owner(part.name):
                     await self._delete_here(part.name, context)
             await self.admin.metadata.delete_prefix(keys.topic_root(request.name) + "/")
+            await self._forget_subject(request.name, context)
             return pb.TopicResponse(success=True)
         owner = self.admin.remote_owner(request.name, context)
         if owner is not None:
-            return await self.admin.forward(owner, "DeleteTopic", request, context)
-        return await self._delete_here(request.name, context)
+            response = await self.admin.forward(owner, "DeleteTopic", request, context)
+        else:
+            response = await self._delete_here(request.name, context)
+        await self._forget_subject(request.name, context)
+        return response
+
+    async def _partition_refusal(self, topic: str) -> str | None:
+        """Why ``topic`` cannot be deleted alone: it is one partition of a partitioned topic (its
+        producers would route to a gap).  Danube's wording, so its users and scripts recognise it."""
+        from danube.schema.registry import base_topic
+
+        base = base_topic(topic)
+        if base != topic and await self.admin.metadata.get(keys.topic_partitions(base)) is not None:
+            return (f"Cannot delete individual partition '{topic}'. Delete the base topic instead "
+                    f"('{base}' deletes every partition).")
+        return None
+
+    async def _forget_subject(self, topic: str, context) -> None:
+        """A deleted topic's schema configuration goes with it (a topic created again starts without)."""
+        if not _forwarded(context):
+            try:
+                await self.admin.registry().forget_topic(topic)
+            except DanubeError as exc:
+                log.warning("admin: deleted %s, its schema configuration stays: %s", topic, exc)
 
     async def _delete_here(self, topic: str, context):
         try:

@@ -68,6 +68,8 @@ class BrokerApp:
 
         cfg = self.config
         os.makedirs(cfg.data_dir, exist_ok=True)
+        if cfg.metadata_dir and not cfg.cluster:
+            os.makedirs(cfg.metadata_dir, exist_ok=True)
         # a descriptor or two per open topic and one per connection: the soft limit up to the hard one
         from danube.server.limits import raise_nofile_limit
 
@@ -81,7 +83,9 @@ class BrokerApp:
             policies=cfg.policies, failure_policy=cfg.failure_policy, dispatch=cfg.dispatch,
             metrics=self.metrics)
         self.metrics.attach(self.broker)
+        self.broker.auto_create_topics = cfg.auto_create_topics
         await self.broker.start()
+        await self._bootstrap_namespaces(cfg)
         if cfg.cluster:  # before the ports listen: no lookup is ever answered as a standalone broker
             self._build_cluster_node(cfg)
         self._start_load_reporter(cfg)
@@ -135,6 +139,16 @@ class BrokerApp:
         # imported); docs/benchmarks.md measures the choice, so the log says which one ran.
         log.info("grpc %s, GRPC_EXPERIMENTS=%s; %s", grpc.__version__,
                  os.environ.get("GRPC_EXPERIMENTS") or "(grpc's defaults)", _allocator.described())
+
+    async def _bootstrap_namespaces(self, cfg: BrokerConfig) -> None:
+        """Danube's bootstrap_namespaces: each exists once the broker serves (a namespace is its
+        policy key; an existing one keeps its policies)."""
+        from danube.metadata import keys
+
+        for ns in cfg.bootstrap_namespaces:
+            if await self.metadata.get(keys.namespace_policy(ns)) is None:
+                await self.metadata.put_json(keys.namespace_policy(ns), {})
+                log.info("namespace %s created (bootstrap_namespaces)", ns)
 
     def _start_load_reporter(self, cfg: BrokerConfig) -> None:
         """LoadReports of this broker to /system/load_reports (docs/load-reports.md); in cluster mode

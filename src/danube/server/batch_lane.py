@@ -231,6 +231,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             key_filters=tuple(spec.key_filters),
             # reliable set = create the topic with that dispatch if missing; unset = it must exist
             reliable=spec.reliable if spec.HasField("reliable") else None,
+            initial_position="earliest" if spec.initial_position == pb.EARLIEST else "latest",
         )
 
     async def _ack(self, consumer_id: int, ranges) -> int:

@@ -35,9 +35,12 @@ Example ``danube_broker.yml``::
       load_report_interval_seconds: 30   # LoadReport to /system/load_reports; 0 = off
     # (a top-level load_report_interval_seconds is accepted too)
 
-``meta_store`` (etcd) turns cluster mode on.  Keys Danube's file has that this broker does not
-use (the load_manager keys it does not read, ...) are logged and ignored; unknown keys in the sections
-above are errors.  The ``auth`` block: danube.server.auth.settings (docs/security.md).
+``meta_store: {host, port}`` (etcd) turns cluster mode on; Danube's ``meta_store: {data_dir}``
+puts the embedded metadata store in that directory.  ``bootstrap_namespaces`` are created at
+start; ``auto_create_topics: false`` refuses producers on a topic nobody created.  Danube's file
+loads unchanged: its keys are honoured or mapped (danube.server.config_danube), and a key this
+broker cannot honour is a warning naming it; a key neither project knows is an error.  The
+``auth`` block: danube.server.auth.settings (docs/security.md).
 """
 
 from __future__ import annotations
@@ -58,8 +61,7 @@ GRPC_SERVERS = ("native", "grpcio")
 # Former names still accepted in files and flags: `h2` named the native server after the h2
 # library it was first built on, which it no longer uses.
 GRPC_SERVER_ALIASES = {"h2": "native"}
-_DANUBE_IGNORED = {"cluster_name", "meta_store", "bootstrap_namespaces", "auto_create_topics",
-                   "schema_registry", "proxy", "raft", "cluster"}
+_DANUBE_IGNORED = {"schema_registry", "proxy", "raft", "cluster"}
 # Keys whose values are secrets: a config file holding one must not be readable by everyone.
 _SECRET_KEYS = {"secret_key", "secret_access_key", "access_key", "password", "token"}
 
@@ -96,6 +98,9 @@ class BrokerConfig:
     # (docs/scalable-topics.md); None when the file has none (the defaults)
     scalable_topics: Any = None
     auth: AuthSettings = field(default_factory=AuthSettings)   # Danube's auth block (docs/security.md)
+    metadata_dir: str | None = None          # Danube's meta_store.data_dir; default: data_dir
+    bootstrap_namespaces: tuple[str, ...] = ()   # created at start when missing
+    auto_create_topics: bool = True          # false: a producer cannot create a topic (admin create only)
 
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODES:
@@ -155,7 +160,7 @@ class BrokerConfig:
 
     @property
     def metadata_path(self) -> str:
-        return os.path.join(self.data_dir, "metadata.db")
+        return os.path.join(self.metadata_dir or self.data_dir, "metadata.db")
 
     def storage_section(self) -> dict[str, Any]:
         """The ``storage:`` section with the broker's sync policy applied to the WAL."""
@@ -186,7 +191,9 @@ class BrokerConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, base_dir: str | None = None) -> "BrokerConfig":
-        data = dict(data)
+        from danube.server import config_danube
+
+        data = config_danube.translate(data)
         kw: dict[str, Any] = {}
         broker = data.pop("broker", None) or {}
         if not isinstance(broker, Mapping):
@@ -214,6 +221,15 @@ class BrokerConfig:
         if "data_dir" in data:
             d = str(data.pop("data_dir"))
             kw["data_dir"] = d if os.path.isabs(d) or base_dir is None else os.path.join(base_dir, d)
+        if "metadata_dir" in data:  # as Danube reads meta_store.data_dir: relative to the working directory,
+            kw["metadata_dir"] = str(data.pop("metadata_dir"))   # like storage.local_wal_root beside it
+        if "bootstrap_namespaces" in data:
+            kw["bootstrap_namespaces"] = _namespaces(data.pop("bootstrap_namespaces"))
+        if "auto_create_topics" in data:
+            value = data.pop("auto_create_topics")
+            if not isinstance(value, bool):
+                raise InvalidArgumentError(f"auto_create_topics must be true or false, got {value!r}")
+            kw["auto_create_topics"] = value
         if "sync" in data:
             kw["sync"] = str(data.pop("sync"))
         if "grpc_server" in data:
@@ -231,6 +247,8 @@ class BrokerConfig:
             kw["dispatch"] = DispatchSettings.from_dict(data.pop("dispatch"))
         if "auth" in data:
             kw["auth"] = AuthSettings.from_dict(data.pop("auth"), base_dir=base_dir)
+        if "admin_tls" in data:
+            config_danube.admin_tls_warning(data.pop("admin_tls"), kw.get("auth", AuthSettings()).tls_enabled)
         if "storage" in data:
             storage = data.pop("storage") or {}
             if not isinstance(storage, Mapping):
@@ -254,7 +272,7 @@ class BrokerConfig:
         if "cluster_name" in data:
             kw["cluster_name"] = str(data.pop("cluster_name"))
         meta_store = data.pop("meta_store", None)
-        if meta_store is not None:  # Danube's brokers always run on etcd: its meta_store means cluster mode
+        if meta_store is not None:  # etcd's {host, port} (Danube before its embedded Raft store): cluster mode
             if not isinstance(meta_store, Mapping) or "host" not in meta_store or "port" not in meta_store:
                 raise InvalidArgumentError("meta_store: expected {host: ..., port: ...} (etcd)")
             kw["etcd_url"] = f"http://{meta_store['host']}:{_port(meta_store['port'], 'meta_store.port')}"
@@ -265,14 +283,13 @@ class BrokerConfig:
                                ("load_report_interval_seconds", data)):
             if "load_report_interval_seconds" in section:
                 kw["load_report_interval_seconds"] = _seconds(section.pop("load_report_interval_seconds"), where)
-        if load_manager:
-            log.info("load_manager keys not used by a standalone broker: %s", ", ".join(sorted(load_manager)))
-        ignored = sorted(k for k in data if k in _DANUBE_IGNORED)
+        for key in sorted(load_manager):
+            log.warning("config key load_manager.%s is not honoured by this broker", key)
         unknown = sorted(k for k in data if k not in _DANUBE_IGNORED)
         if unknown:
             raise InvalidArgumentError(f"unknown config key(s): {', '.join(unknown)}")
-        if ignored:
-            log.info("config keys not used by a standalone broker: %s", ", ".join(ignored))
+        for key in sorted(data):
+            log.warning("config key %s is not honoured by this broker", key)
         return cls(**kw)
 
     def with_overrides(self, **overrides: Any) -> "BrokerConfig":
@@ -286,6 +303,16 @@ def _holds_secrets(doc: Any) -> bool:
     if isinstance(doc, list):
         return any(_holds_secrets(v) for v in doc)
     return False
+
+
+def _namespaces(value: Any) -> tuple[str, ...]:
+    from danube.metadata import keys
+
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidArgumentError(f"bootstrap_namespaces: expected a list of namespace names, got {value!r}")
+    return tuple(keys.check_namespace(v.strip("/")) for v in value)
 
 
 def _port(value: Any, where: str) -> int:

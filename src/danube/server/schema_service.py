@@ -15,6 +15,7 @@ from typing import Any
 from danube.errors import DanubeError
 from danube.proto.danube_schema import SchemaRegistry_pb2 as pb
 from danube.proto.danube_schema import SchemaRegistry_pb2_grpc as pb_grpc
+from danube.schema.errors import SchemaNotFoundError
 from danube.schema.registry import SchemaRegistry, SchemaVersion
 from danube.schema.validation import SchemaGate
 from danube.server.status import abort
@@ -135,6 +136,21 @@ class SchemaRegistryService(pb_grpc.SchemaRegistryServicer):
         return pb.GetTopicSchemaConfigResponse(schema_subject=cfg.subject, validation_policy=cfg.validation_policy,
                                                enable_payload_validation=cfg.payload_validation,
                                                schema_id=schema_id)
+
+    async def ListSubjects(self, request, context):
+        summaries = []
+        try:
+            for subject in await self.registry.subjects():
+                try:
+                    v = await self.registry.latest(subject)
+                except SchemaNotFoundError:  # every version deleted: nothing a producer could use
+                    continue
+                summaries.append(pb.SubjectSummary(
+                    subject=subject, schema_type=v.schema_type, latest_version=v.version,
+                    compatibility_mode=str(v.compatibility_mode).upper(), schema_id=v.schema_id, tags=v.tags))
+        except DanubeError as exc:
+            await abort(context, exc)
+        return pb.ListSubjectsResponse(subjects=summaries)
 
     async def _applied(self) -> None:
         """A config change is in force on this broker when the RPC answers: the gate's refresh,

@@ -60,6 +60,22 @@ async def test_new_subscription_starts_at_latest(broker):
     assert payloads(await receive(broker, cid)) == ["new"]
 
 
+@pytest.mark.parametrize("reliable", [True, False])
+async def test_new_subscription_from_earliest_starts_at_the_oldest_message(broker, reliable):
+    topic = f"{T}-{'r' if reliable else 'n'}"
+    pid = await broker.create_producer(topic, "p", reliable=reliable)
+    await broker.publish(pid, batch(["old-1", "old-2"]))
+    cid = await broker.subscribe(topic, "replay", "c", reliable=reliable, initial_position="earliest")
+    assert payloads(await receive(broker, cid)) == ["old-1", "old-2"]
+    await broker.ack(cid, [0, 1])
+    # an existing subscription keeps its cursor, whatever position a consumer asks for
+    await broker.publish(pid, batch(["new"]))
+    again = await broker.subscribe(topic, "replay", "c", reliable=reliable, initial_position="earliest")
+    assert payloads(await receive(broker, again)) == ["new"]
+    with pytest.raises(InvalidArgumentError, match="initial position"):
+        await broker.subscribe(topic, "x", "c", initial_position="oldest")
+
+
 async def test_second_exclusive_consumer_is_rejected(broker):
     await broker.create_producer(T, "p", reliable=True)
     await broker.subscribe(T, "s", "c1")

@@ -24,17 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64\x61nube_batch/batch.proto\x12\x0c\x64\x61nube_batch\"\x87\x01\n\x0b\x42\x61tchStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\r\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretriable\x18\x03 \x01(\x08\x12\x1c\n\x14partitioning_version\x18\x04 \x01(\x04\x12\x12\n\npartitions\x18\x05 \x01(\r\x12\x14\n\x0credirect_url\x18\x06 \x01(\t\"\x8d\x01\n\x0cProducerSpec\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x15\n\rproducer_name\x18\x02 \x01(\t\x12-\n\x0b\x61\x63\x63\x65ss_mode\x18\x03 \x01(\x0e\x32\x18.danube_batch.AccessMode\x12\x10\n\x08reliable\x18\x04 \x01(\x08\x12\x16\n\x0eschema_subject\x18\x05 \x01(\t\"\x95\x02\n\x0ePublishRequest\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x15\n\x0bproducer_id\x18\x02 \x01(\x04H\x00\x12,\n\x06\x63reate\x18\x03 \x01(\x0b\x32\x1a.danube_batch.ProducerSpecH\x00\x12\x0e\n\x06\x66rames\x18\x04 \x01(\x0c\x12!\n\x14partitioning_version\x18\x05 \x01(\x04H\x01\x88\x01\x01\x12\x16\n\tschema_id\x18\x06 \x01(\x04H\x02\x88\x01\x01\x12\x1b\n\x0eschema_version\x18\x07 \x01(\rH\x03\x88\x01\x01\x42\n\n\x08producerB\x17\n\x15_partitioning_versionB\x0c\n\n_schema_idB\x11\n\x0f_schema_version\"\x98\x01\n\nPublishAck\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x04\x12\x14\n\x0c\x66irst_offset\x18\x03 \x01(\x04\x12\x13\n\x0blast_offset\x18\x04 \x01(\x04\x12\r\n\x05\x63ount\x18\x05 \x01(\r\x12)\n\x06status\x18\x06 \x01(\x0b\x32\x19.danube_batch.BatchStatus\"-\n\x16\x43reateProducerResponse\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x04\"\xbf\x01\n\rSubscribeSpec\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x15\n\rconsumer_name\x18\x03 \x01(\t\x12\x39\n\x11subscription_type\x18\x04 \x01(\x0e\x32\x1e.danube_batch.SubscriptionType\x12\x13\n\x0bkey_filters\x18\x05 \x03(\t\x12\x15\n\x08reliable\x18\x06 \x01(\x08H\x00\x88\x01\x01\x42\x0b\n\t_reliable\")\n\x06\x43redit\x12\x10\n\x08messages\x18\x01 \x01(\x04\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"*\n\x0bOffsetRange\x12\r\n\x05\x66irst\x18\x01 \x01(\x04\x12\x0c\n\x04last\x18\x02 \x01(\x04\"J\n\x08\x41\x63kBatch\x12\x13\n\x0b\x63onsumer_id\x18\x01 \x01(\x04\x12)\n\x06ranges\x18\x02 \x03(\x0b\x32\x19.danube_batch.OffsetRange\"v\n\x0bNackRequest\x12\x13\n\x0b\x63onsumer_id\x18\x01 \x01(\x04\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x15\n\x08\x64\x65lay_ms\x18\x03 \x01(\x04H\x00\x88\x01\x01\x12\x13\n\x06reason\x18\x04 \x01(\tH\x01\x88\x01\x01\x42\x0b\n\t_delay_msB\t\n\x07_reason\"\xdb\x01\n\x0e\x43onsumeRequest\x12\x30\n\tsubscribe\x18\x01 \x01(\x0b\x32\x1b.danube_batch.SubscribeSpecH\x00\x12\x15\n\x0b\x63onsumer_id\x18\x02 \x01(\x04H\x00\x12&\n\x06\x63redit\x18\x03 \x01(\x0b\x32\x14.danube_batch.CreditH\x00\x12%\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x16.danube_batch.AckBatchH\x00\x12)\n\x04nack\x18\x05 \x01(\x0b\x32\x19.danube_batch.NackRequestH\x00\x42\x06\n\x04kind\"!\n\nSubscribed\x12\x13\n\x0b\x63onsumer_id\x18\x01 \x01(\x04\"s\n\x0c\x43onsumeBatch\x12\x0e\n\x06\x66rames\x18\x01 \x01(\x0c\x12\x14\n\x0c\x66irst_offset\x18\x02 \x01(\x04\x12\x13\n\x0blast_offset\x18\x03 \x01(\x04\x12\r\n\x05\x63ount\x18\x04 \x01(\r\x12\x19\n\x11redelivery_counts\x18\x05 \x03(\r\"\xa2\x01\n\x0f\x43onsumeResponse\x12.\n\nsubscribed\x18\x01 \x01(\x0b\x32\x18.danube_batch.SubscribedH\x00\x12+\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x1a.danube_batch.ConsumeBatchH\x00\x12*\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x19.danube_batch.BatchStatusH\x00\x42\x06\n\x04kind\"\x1c\n\x0b\x41\x63kResponse\x12\r\n\x05\x61\x63ked\x18\x01 \x01(\x04\"\x0e\n\x0cNackResponse\"3\n\x0ePartitionOwner\x12\r\n\x05index\x18\x01 \x01(\r\x12\x12\n\nbroker_url\x18\x02 \x01(\t\"\xad\x01\n\x0cTopicRouting\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x1c\n\x14partitioning_version\x18\x03 \x01(\x04\x12,\n\x06owners\x18\x04 \x03(\x0b\x32\x1c.danube_batch.PartitionOwner\x12\x15\n\rin_transition\x18\x05 \x01(\x08\x12\x17\n\x0flive_partitions\x18\x06 \x01(\r\"!\n\x0fTopologyRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"J\n\x08Topology\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12*\n\x06topics\x18\x02 \x03(\x0b\x32\x1a.danube_batch.TopicRouting\"!\n\x0bTopologyAck\x12\x12\n\ngeneration\x18\x01 \x01(\x04\"}\n\x15TopologyStreamRequest\x12\x32\n\tsubscribe\x18\x01 \x01(\x0b\x32\x1d.danube_batch.TopologyRequestH\x00\x12(\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x19.danube_batch.TopologyAckH\x00\x42\x06\n\x04kind*\'\n\nAccessMode\x12\n\n\x06SHARED\x10\x00\x12\r\n\tEXCLUSIVE\x10\x01*\x7f\n\x10SubscriptionType\x12\x1a\n\x16\x45XCLUSIVE_SUBSCRIPTION\x10\x00\x12\x17\n\x13SHARED_SUBSCRIPTION\x10\x01\x12\x19\n\x15\x46\x41ILOVER_SUBSCRIPTION\x10\x02\x12\x1b\n\x17KEY_SHARED_SUBSCRIPTION\x10\x03\x32\x83\x04\n\tBatchLane\x12R\n\x0e\x43reateProducer\x12\x1a.danube_batch.ProducerSpec\x1a$.danube_batch.CreateProducerResponse\x12\x45\n\x07Publish\x12\x1c.danube_batch.PublishRequest\x1a\x18.danube_batch.PublishAck(\x01\x30\x01\x12J\n\x07\x43onsume\x12\x1c.danube_batch.ConsumeRequest\x1a\x1d.danube_batch.ConsumeResponse(\x01\x30\x01\x12\x38\n\x03\x41\x63k\x12\x16.danube_batch.AckBatch\x1a\x19.danube_batch.AckResponse\x12=\n\x04Nack\x12\x19.danube_batch.NackRequest\x1a\x1a.danube_batch.NackResponse\x12\x44\n\x0bGetTopology\x12\x1d.danube_batch.TopologyRequest\x1a\x16.danube_batch.Topology\x12P\n\rWatchTopology\x12#.danube_batch.TopologyStreamRequest\x1a\x16.danube_batch.Topology(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64\x61nube_batch/batch.proto\x12\x0c\x64\x61nube_batch\"\x87\x01\n\x0b\x42\x61tchStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\r\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretriable\x18\x03 \x01(\x08\x12\x1c\n\x14partitioning_version\x18\x04 \x01(\x04\x12\x12\n\npartitions\x18\x05 \x01(\r\x12\x14\n\x0credirect_url\x18\x06 \x01(\t\"\x8d\x01\n\x0cProducerSpec\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x15\n\rproducer_name\x18\x02 \x01(\t\x12-\n\x0b\x61\x63\x63\x65ss_mode\x18\x03 \x01(\x0e\x32\x18.danube_batch.AccessMode\x12\x10\n\x08reliable\x18\x04 \x01(\x08\x12\x16\n\x0eschema_subject\x18\x05 \x01(\t\"\x95\x02\n\x0ePublishRequest\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x15\n\x0bproducer_id\x18\x02 \x01(\x04H\x00\x12,\n\x06\x63reate\x18\x03 \x01(\x0b\x32\x1a.danube_batch.ProducerSpecH\x00\x12\x0e\n\x06\x66rames\x18\x04 \x01(\x0c\x12!\n\x14partitioning_version\x18\x05 \x01(\x04H\x01\x88\x01\x01\x12\x16\n\tschema_id\x18\x06 \x01(\x04H\x02\x88\x01\x01\x12\x1b\n\x0eschema_version\x18\x07 \x01(\rH\x03\x88\x01\x01\x42\n\n\x08producerB\x17\n\x15_partitioning_versionB\x0c\n\n_schema_idB\x11\n\x0f_schema_version\"\x98\x01\n\nPublishAck\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x04\x12\x14\n\x0c\x66irst_offset\x18\x03 \x01(\x04\x12\x13\n\x0blast_offset\x18\x04 \x01(\x04\x12\r\n\x05\x63ount\x18\x05 \x01(\r\x12)\n\x06status\x18\x06 \x01(\x0b\x32\x19.danube_batch.BatchStatus\"-\n\x16\x43reateProducerResponse\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x04\"\xf8\x01\n\rSubscribeSpec\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\x15\n\rconsumer_name\x18\x03 \x01(\t\x12\x39\n\x11subscription_type\x18\x04 \x01(\x0e\x32\x1e.danube_batch.SubscriptionType\x12\x13\n\x0bkey_filters\x18\x05 \x03(\t\x12\x15\n\x08reliable\x18\x06 \x01(\x08H\x00\x88\x01\x01\x12\x37\n\x10initial_position\x18\x07 \x01(\x0e\x32\x1d.danube_batch.InitialPositionB\x0b\n\t_reliable\")\n\x06\x43redit\x12\x10\n\x08messages\x18\x01 \x01(\x04\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"*\n\x0bOffsetRange\x12\r\n\x05\x66irst\x18\x01 \x01(\x04\x12\x0c\n\x04last\x18\x02 \x01(\x04\"J\n\x08\x41\x63kBatch\x12\x13\n\x0b\x63onsumer_id\x18\x01 \x01(\x04\x12)\n\x06ranges\x18\x02 \x03(\x0b\x32\x19.danube_batch.OffsetRange\"v\n\x0bNackRequest\x12\x13\n\x0b\x63onsumer_id\x18\x01 \x01(\x04\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x15\n\x08\x64\x65lay_ms\x18\x03 \x01(\x04H\x00\x88\x01\x01\x12\x13\n\x06reason\x18\x04 \x01(\tH\x01\x88\x01\x01\x42\x0b\n\t_delay_msB\t\n\x07_reason\"\xdb\x01\n\x0e\x43onsumeRequest\x12\x30\n\tsubscribe\x18\x01 \x01(\x0b\x32\x1b.danube_batch.SubscribeSpecH\x00\x12\x15\n\x0b\x63onsumer_id\x18\x02 \x01(\x04H\x00\x12&\n\x06\x63redit\x18\x03 \x01(\x0b\x32\x14.danube_batch.CreditH\x00\x12%\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x16.danube_batch.AckBatchH\x00\x12)\n\x04nack\x18\x05 \x01(\x0b\x32\x19.danube_batch.NackRequestH\x00\x42\x06\n\x04kind\"!\n\nSubscribed\x12\x13\n\x0b\x63onsumer_id\x18\x01 \x01(\x04\"s\n\x0c\x43onsumeBatch\x12\x0e\n\x06\x66rames\x18\x01 \x01(\x0c\x12\x14\n\x0c\x66irst_offset\x18\x02 \x01(\x04\x12\x13\n\x0blast_offset\x18\x03 \x01(\x04\x12\r\n\x05\x63ount\x18\x04 \x01(\r\x12\x19\n\x11redelivery_counts\x18\x05 \x03(\r\"\xa2\x01\n\x0f\x43onsumeResponse\x12.\n\nsubscribed\x18\x01 \x01(\x0b\x32\x18.danube_batch.SubscribedH\x00\x12+\n\x05\x62\x61tch\x18\x02 \x01(\x0b\x32\x1a.danube_batch.ConsumeBatchH\x00\x12*\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x19.danube_batch.BatchStatusH\x00\x42\x06\n\x04kind\"\x1c\n\x0b\x41\x63kResponse\x12\r\n\x05\x61\x63ked\x18\x01 \x01(\x04\"\x0e\n\x0cNackResponse\"3\n\x0ePartitionOwner\x12\r\n\x05index\x18\x01 \x01(\r\x12\x12\n\nbroker_url\x18\x02 \x01(\t\"\xad\x01\n\x0cTopicRouting\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x1c\n\x14partitioning_version\x18\x03 \x01(\x04\x12,\n\x06owners\x18\x04 \x03(\x0b\x32\x1c.danube_batch.PartitionOwner\x12\x15\n\rin_transition\x18\x05 \x01(\x08\x12\x17\n\x0flive_partitions\x18\x06 \x01(\r\"!\n\x0fTopologyRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"J\n\x08Topology\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12*\n\x06topics\x18\x02 \x03(\x0b\x32\x1a.danube_batch.TopicRouting\"!\n\x0bTopologyAck\x12\x12\n\ngeneration\x18\x01 \x01(\x04\"}\n\x15TopologyStreamRequest\x12\x32\n\tsubscribe\x18\x01 \x01(\x0b\x32\x1d.danube_batch.TopologyRequestH\x00\x12(\n\x03\x61\x63k\x18\x02 \x01(\x0b\x32\x19.danube_batch.TopologyAckH\x00\x42\x06\n\x04kind*\'\n\nAccessMode\x12\n\n\x06SHARED\x10\x00\x12\r\n\tEXCLUSIVE\x10\x01*\x7f\n\x10SubscriptionType\x12\x1a\n\x16\x45XCLUSIVE_SUBSCRIPTION\x10\x00\x12\x17\n\x13SHARED_SUBSCRIPTION\x10\x01\x12\x19\n\x15\x46\x41ILOVER_SUBSCRIPTION\x10\x02\x12\x1b\n\x17KEY_SHARED_SUBSCRIPTION\x10\x03*+\n\x0fInitialPosition\x12\n\n\x06LATEST\x10\x00\x12\x0c\n\x08\x45\x41RLIEST\x10\x01\x32\x83\x04\n\tBatchLane\x12R\n\x0e\x43reateProducer\x12\x1a.danube_batch.ProducerSpec\x1a$.danube_batch.CreateProducerResponse\x12\x45\n\x07Publish\x12\x1c.danube_batch.PublishRequest\x1a\x18.danube_batch.PublishAck(\x01\x30\x01\x12J\n\x07\x43onsume\x12\x1c.danube_batch.ConsumeRequest\x1a\x1d.danube_batch.ConsumeResponse(\x01\x30\x01\x12\x38\n\x03\x41\x63k\x12\x16.danube_batch.AckBatch\x1a\x19.danube_batch.AckResponse\x12=\n\x04Nack\x12\x19.danube_batch.NackRequest\x1a\x1a.danube_batch.NackResponse\x12\x44\n\x0bGetTopology\x12\x1d.danube_batch.TopologyRequest\x1a\x16.danube_batch.Topology\x12P\n\rWatchTopology\x12#.danube_batch.TopologyStreamRequest\x1a\x16.danube_batch.Topology(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'danube_batch.batch_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ACCESSMODE']._serialized_start=2370
-  _globals['_ACCESSMODE']._serialized_end=2409
-  _globals['_SUBSCRIPTIONTYPE']._serialized_start=2411
-  _globals['_SUBSCRIPTIONTYPE']._serialized_end=2538
+  _globals['_ACCESSMODE']._serialized_start=2427
+  _globals['_ACCESSMODE']._serialized_end=2466
+  _globals['_SUBSCRIPTIONTYPE']._serialized_start=2468
+  _globals['_SUBSCRIPTIONTYPE']._serialized_end=2595
+  _globals['_INITIALPOSITION']._serialized_start=2597
+  _globals['_INITIALPOSITION']._serialized_end=2640
   _globals['_BATCHSTATUS']._serialized_start=43
   _globals['_BATCHSTATUS']._serialized_end=178
   _globals['_PRODUCERSPEC']._serialized_start=181
@@ -46,39 +48,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATEPRODUCERRESPONSE']._serialized_start=759
   _globals['_CREATEPRODUCERRESPONSE']._serialized_end=804
   _globals['_SUBSCRIBESPEC']._serialized_start=807
-  _globals['_SUBSCRIBESPEC']._serialized_end=998
-  _globals['_CREDIT']._serialized_start=1000
-  _globals['_CREDIT']._serialized_end=1041
-  _globals['_OFFSETRANGE']._serialized_start=1043
-  _globals['_OFFSETRANGE']._serialized_end=1085
-  _globals['_ACKBATCH']._serialized_start=1087
-  _globals['_ACKBATCH']._serialized_end=1161
-  _globals['_NACKREQUEST']._serialized_start=1163
-  _globals['_NACKREQUEST']._serialized_end=1281
-  _globals['_CONSUMEREQUEST']._serialized_start=1284
-  _globals['_CONSUMEREQUEST']._serialized_end=1503
-  _globals['_SUBSCRIBED']._serialized_start=1505
-  _globals['_SUBSCRIBED']._serialized_end=1538
-  _globals['_CONSUMEBATCH']._serialized_start=1540
-  _globals['_CONSUMEBATCH']._serialized_end=1655
-  _globals['_CONSUMERESPONSE']._serialized_start=1658
-  _globals['_CONSUMERESPONSE']._serialized_end=1820
-  _globals['_ACKRESPONSE']._serialized_start=1822
-  _globals['_ACKRESPONSE']._serialized_end=1850
-  _globals['_NACKRESPONSE']._serialized_start=1852
-  _globals['_NACKRESPONSE']._serialized_end=1866
-  _globals['_PARTITIONOWNER']._serialized_start=1868
-  _globals['_PARTITIONOWNER']._serialized_end=1919
-  _globals['_TOPICROUTING']._serialized_start=1922
-  _globals['_TOPICROUTING']._serialized_end=2095
-  _globals['_TOPOLOGYREQUEST']._serialized_start=2097
-  _globals['_TOPOLOGYREQUEST']._serialized_end=2130
-  _globals['_TOPOLOGY']._serialized_start=2132
-  _globals['_TOPOLOGY']._serialized_end=2206
-  _globals['_TOPOLOGYACK']._serialized_start=2208
-  _globals['_TOPOLOGYACK']._serialized_end=2241
-  _globals['_TOPOLOGYSTREAMREQUEST']._serialized_start=2243
-  _globals['_TOPOLOGYSTREAMREQUEST']._serialized_end=2368
-  _globals['_BATCHLANE']._serialized_start=2541
-  _globals['_BATCHLANE']._serialized_end=3056
+  _globals['_SUBSCRIBESPEC']._serialized_end=1055
+  _globals['_CREDIT']._serialized_start=1057
+  _globals['_CREDIT']._serialized_end=1098
+  _globals['_OFFSETRANGE']._serialized_start=1100
+  _globals['_OFFSETRANGE']._serialized_end=1142
+  _globals['_ACKBATCH']._serialized_start=1144
+  _globals['_ACKBATCH']._serialized_end=1218
+  _globals['_NACKREQUEST']._serialized_start=1220
+  _globals['_NACKREQUEST']._serialized_end=1338
+  _globals['_CONSUMEREQUEST']._serialized_start=1341
+  _globals['_CONSUMEREQUEST']._serialized_end=1560
+  _globals['_SUBSCRIBED']._serialized_start=1562
+  _globals['_SUBSCRIBED']._serialized_end=1595
+  _globals['_CONSUMEBATCH']._serialized_start=1597
+  _globals['_CONSUMEBATCH']._serialized_end=1712
+  _globals['_CONSUMERESPONSE']._serialized_start=1715
+  _globals['_CONSUMERESPONSE']._serialized_end=1877
+  _globals['_ACKRESPONSE']._serialized_start=1879
+  _globals['_ACKRESPONSE']._serialized_end=1907
+  _globals['_NACKRESPONSE']._serialized_start=1909
+  _globals['_NACKRESPONSE']._serialized_end=1923
+  _globals['_PARTITIONOWNER']._serialized_start=1925
+  _globals['_PARTITIONOWNER']._serialized_end=1976
+  _globals['_TOPICROUTING']._serialized_start=1979
+  _globals['_TOPICROUTING']._serialized_end=2152
+  _globals['_TOPOLOGYREQUEST']._serialized_start=2154
+  _globals['_TOPOLOGYREQUEST']._serialized_end=2187
+  _globals['_TOPOLOGY']._serialized_start=2189
+  _globals['_TOPOLOGY']._serialized_end=2263
+  _globals['_TOPOLOGYACK']._serialized_start=2265
+  _globals['_TOPOLOGYACK']._serialized_end=2298
+  _globals['_TOPOLOGYSTREAMREQUEST']._serialized_start=2300
+  _globals['_TOPOLOGYSTREAMREQUEST']._serialized_end=2425
+  _globals['_BATCHLANE']._serialized_start=2643
+  _globals['_BATCHLANE']._serialized_end=3158
 # @@protoc_insertion_point(module_scope)

@@ -18,12 +18,19 @@ class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SHARED_SUBSCRIPTION: _ClassVar[SubscriptionType]
     FAILOVER_SUBSCRIPTION: _ClassVar[SubscriptionType]
     KEY_SHARED_SUBSCRIPTION: _ClassVar[SubscriptionType]
+
+class InitialPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LATEST: _ClassVar[InitialPosition]
+    EARLIEST: _ClassVar[InitialPosition]
 SHARED: AccessMode
 EXCLUSIVE: AccessMode
 EXCLUSIVE_SUBSCRIPTION: SubscriptionType
 SHARED_SUBSCRIPTION: SubscriptionType
 FAILOVER_SUBSCRIPTION: SubscriptionType
 KEY_SHARED_SUBSCRIPTION: SubscriptionType
+LATEST: InitialPosition
+EARLIEST: InitialPosition
 
 class BatchStatus(_message.Message):
     __slots__ = ("code", "message", "retriable", "partitioning_version", "partitions", "redirect_url")
@@ -96,20 +103,22 @@ class CreateProducerResponse(_message.Message):
     def __init__(self, producer_id: _Optional[int] = ...) -> None: ...
 
 class SubscribeSpec(_message.Message):
-    __slots__ = ("topic", "subscription", "consumer_name", "subscription_type", "key_filters", "reliable")
+    __slots__ = ("topic", "subscription", "consumer_name", "subscription_type", "key_filters", "reliable", "initial_position")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_TYPE_FIELD_NUMBER: _ClassVar[int]
     KEY_FILTERS_FIELD_NUMBER: _ClassVar[int]
     RELIABLE_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     consumer_name: str
     subscription_type: SubscriptionType
     key_filters: _containers.RepeatedScalarFieldContainer[str]
     reliable: bool
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription_type: _Optional[_Union[SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ..., reliable: _Optional[bool] = ...) -> None: ...
+    initial_position: InitialPosition
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., consumer_name: _Optional[str] = ..., subscription_type: _Optional[_Union[SubscriptionType, str]] = ..., key_filters: _Optional[_Iterable[str]] = ..., reliable: _Optional[bool] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ...) -> None: ...
 
 class Credit(_message.Message):
     __slots__ = ("messages", "bytes")

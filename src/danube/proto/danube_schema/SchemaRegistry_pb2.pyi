@@ -209,3 +209,29 @@ class GetTopicSchemaConfigResponse(_message.Message):
     enable_payload_validation: bool
     schema_id: int
     def __init__(self, schema_subject: _Optional[str] = ..., validation_policy: _Optional[str] = ..., enable_payload_validation: _Optional[bool] = ..., schema_id: _Optional[int] = ...) -> None: ...
+
+class ListSubjectsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SubjectSummary(_message.Message):
+    __slots__ = ("subject", "schema_type", "latest_version", "compatibility_mode", "schema_id", "tags")
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_TYPE_FIELD_NUMBER: _ClassVar[int]
+    LATEST_VERSION_FIELD_NUMBER: _ClassVar[int]
+    COMPATIBILITY_MODE_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_ID_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    subject: str
+    schema_type: str
+    latest_version: int
+    compatibility_mode: str
+    schema_id: int
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, subject: _Optional[str] = ..., schema_type: _Optional[str] = ..., latest_version: _Optional[int] = ..., compatibility_mode: _Optional[str] = ..., schema_id: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListSubjectsResponse(_message.Message):
+    __slots__ = ("subjects",)
+    SUBJECTS_FIELD_NUMBER: _ClassVar[int]
+    subjects: _containers.RepeatedCompositeFieldContainer[SubjectSummary]
+    def __init__(self, subjects: _Optional[_Iterable[_Union[SubjectSummary, _Mapping]]] = ...) -> None: ...

@@ -84,6 +84,11 @@ class SchemaRegistryStub:
                 request_serializer=danube__schema_dot_SchemaRegistry__pb2.GetTopicSchemaConfigRequest.SerializeToString,
                 response_deserializer=danube__schema_dot_SchemaRegistry__pb2.GetTopicSchemaConfigResponse.FromString,
                 _registered_method=True)
+        self.ListSubjects = channel.unary_unary(
+                '/danube_schema.SchemaRegistry/ListSubjects',
+                request_serializer=danube__schema_dot_SchemaRegistry__pb2.ListSubjectsRequest.SerializeToString,
+                response_deserializer=danube__schema_dot_SchemaRegistry__pb2.ListSubjectsResponse.FromString,
+                _registered_method=True)
 
 
 class SchemaRegistryServicer:
@@ -153,6 +158,14 @@ class SchemaRegistryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSubjects(self, request, context):
+        """Every subject with a live version: its latest version's summary (Danube 0.15 added it;
+        danube-client 0.5.0's descriptors predate it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchemaRegistryServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -205,6 +218,11 @@ def add_SchemaRegistryServicer_to_server(servicer, server):
                     servicer.GetTopicSchemaConfig,
                     request_deserializer=danube__schema_dot_SchemaRegistry__pb2.GetTopicSchemaConfigRequest.FromString,
                     response_serializer=danube__schema_dot_SchemaRegistry__pb2.GetTopicSchemaConfigResponse.SerializeToString,
+            ),
+            'ListSubjects': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSubjects,
+                    request_deserializer=danube__schema_dot_SchemaRegistry__pb2.ListSubjectsRequest.FromString,
+                    response_serializer=danube__schema_dot_SchemaRegistry__pb2.ListSubjectsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -477,6 +495,33 @@ class SchemaRegistry:
             '/danube_schema.SchemaRegistry/GetTopicSchemaConfig',
             danube__schema_dot_SchemaRegistry__pb2.GetTopicSchemaConfigRequest.SerializeToString,
             danube__schema_dot_SchemaRegistry__pb2.GetTopicSchemaConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSubjects(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube_schema.SchemaRegistry/ListSubjects',
+            danube__schema_dot_SchemaRegistry__pb2.ListSubjectsRequest.SerializeToString,
+            danube__schema_dot_SchemaRegistry__pb2.ListSubjectsResponse.FromString,
             options,
             channel_credentials,
             insecure,

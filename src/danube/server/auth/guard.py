@@ -94,6 +94,7 @@ RULES: dict[str, tuple[str | None, Resolver | None]] = {
     "/danube_schema.SchemaRegistry/GetSchema": ("lookup", lambda r, b: ANY_RESOURCE),
     "/danube_schema.SchemaRegistry/GetLatestSchema": ("lookup", lambda r, b: ANY_RESOURCE),
     "/danube_schema.SchemaRegistry/ListVersions": ("lookup", lambda r, b: ANY_RESOURCE),
+    "/danube_schema.SchemaRegistry/ListSubjects": ("lookup", lambda r, b: ANY_RESOURCE),
     "/danube_schema.SchemaRegistry/CheckCompatibility": ("lookup", lambda r, b: ANY_RESOURCE),
     "/danube_schema.SchemaRegistry/GetTopicSchemaConfig": ("lookup", lambda r, b: ANY_RESOURCE),
     "/danube_schema.SchemaRegistry/RegisterSchema": ("produce", lambda r, b: ANY_RESOURCE),

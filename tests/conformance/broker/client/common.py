@@ -87,3 +87,22 @@ async def consumer(client, topic: str, name: str, subscription: str, sub_type: S
 def blob(size: int = 100 * 1024) -> bytes:
     """Stands in for Danube's 100 KiB ``tests/test.blob``: the same size, fixed content."""
     return (bytes(range(256)) * (size // 256 + 1))[:size] if size else os.urandom(0)
+
+
+def fan_in(named_consumers, sink: asyncio.Queue, ack: bool = True) -> list:
+    """Forward every message of each ``(name, consumer, stream)`` to ``sink`` as ``(name, message)``,
+    acking it first (Danube's tests spawn one such task per consumer); returns the tasks."""
+
+    async def pump(name, cons, stream):
+        while True:
+            msg = await stream.get()
+            if ack:
+                await cons.ack(msg)
+            await sink.put((name, msg))
+
+    return [asyncio.ensure_future(pump(*nc)) for nc in named_consumers]
+
+
+def stop(tasks) -> None:
+    for t in tasks:
+        t.cancel()

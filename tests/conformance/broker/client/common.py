@@ -106,3 +106,16 @@ def fan_in(named_consumers, sink: asyncio.Queue, ack: bool = True) -> list:
 def stop(tasks) -> None:
     for t in tasks:
         t.cancel()
+
+
+async def recv_n(stream: asyncio.Queue, n: int, seconds: float, cons=None, what: str = "messages") -> list:
+    """``n`` messages within ``seconds`` in all (acked through ``cons`` when given)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    got = []
+    while len(got) < n:
+        msg = await recv(stream, max(0.1, deadline - loop.time()), f"{what}: {len(got) + 1} of {n}")
+        got.append(msg)
+        if cons is not None:
+            await cons.ack(msg)
+    return got

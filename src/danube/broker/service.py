@@ -683,7 +683,19 @@ class BrokerService:
             if reason is not None:
                 attrs["x-failure-reason"] = reason
             # (a name cut to the rule's 255 characters: "dlq-" + a subscription name may be longer)
-            producer_id = await self.create_producer(dlq, f"dlq-{sub.name}"[:keys.MAX_NAME_CHARS], reliable=True)
+            producer_name = f"dlq-{sub.name}"[:keys.MAX_NAME_CHARS]
+            if self.cluster is not None:
+                found = await self.lookup(dlq)
+                if found.kind == "redirect":   # another broker owns the dead-letter topic
+                    from danube.cluster import forward_publish
+
+                    await forward_publish.publish(self, found.broker_url, dlq, producer_name, bytes(rec.payload),
+                                                  publish_time=rec.publish_time, routing_key=rec.routing_key,
+                                                  attributes=attrs)
+                    log.warning("message %d of %s moved to dead-letter topic %s (at %s)", offset, sub.topic.name,
+                                dlq, found.broker_url)
+                    return
+            producer_id = await self.create_producer(dlq, producer_name, reliable=True)
             buf = bytearray(frames.encode_record(rec.payload, publish_time=rec.publish_time,
                                                  producer_id=producer_id, key=rec.routing_key,
                                                  attributes=attrs))

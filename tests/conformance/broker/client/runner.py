@@ -1,11 +1,12 @@
 """Runs ported Danube broker tests in the danube-client venv and prints one JSON line.
 
-usage: runner.py MODULE --url URL --admin-url URL [--only NAME ...] [--parallel N] [--scale F]
+usage: runner.py MODULE[,MODULE...] --url URL --admin-url URL [--only NAME ...] [--parallel N] [--scale F]
 
 MODULE is a scenario file of this directory (``schema_compatibility`` ...).  Its tests are the
 ``async def test_<name>(ctx)`` functions; each raises (AssertionError, a client error) when the
 Danube test would fail.  They run concurrently, at most ``--parallel`` at a time, each on its own
-topics, and the result is ``{name: {"ok": bool, "error": str, "seconds": float}}``.
+topics, and the result is ``{name: {"ok": bool, "error": str, "seconds": float}}`` (names are
+``module::name`` when several modules run in one go).
 """
 
 import argparse
@@ -41,9 +42,14 @@ async def main() -> None:
     ap.add_argument("--scale", type=float, default=3.0)
     ap.add_argument("--run-id", default=str(int(time.time() * 1000)))
     args = ap.parse_args()
-    module = importlib.import_module(args.module)
-    tests = {name[len("test_"):]: fn for name, fn in inspect.getmembers(module, inspect.iscoroutinefunction)
-             if name.startswith("test_")}
+    modules = args.module.split(",")
+    tests = {}
+    for module_name in modules:
+        module = importlib.import_module(module_name)
+        prefix = f"{module_name}::" if len(modules) > 1 else ""
+        tests.update({prefix + name[len("test_"):]: fn
+                      for name, fn in inspect.getmembers(module, inspect.iscoroutinefunction)
+                      if name.startswith("test_")})
     if args.only:
         tests = {n: tests[n] for n in args.only}
     ctx = Ctx(args.url, args.admin_url, args.run_id, args.scale)

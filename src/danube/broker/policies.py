@@ -65,7 +65,7 @@ class TopicPolicies:
 
 def _snake(name: str) -> str:
     """``DeadLetter`` / ``dead-letter`` / ``dead_letter`` → ``dead_letter``."""
-    out = []
+    out: list[str] = []
     for i, ch in enumerate(name.strip()):
         if ch.isupper() and i and out[-1] != "_":
             out.append("_")

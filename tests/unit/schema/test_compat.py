@@ -88,28 +88,28 @@ def obj(props, required):
     return js({"type": "object", "properties": {n: {"type": t} for n, t in props.items()}, "required": required})
 
 
-S, I = "string", "integer"
+S, INT = "string", "integer"
 
 
 # Danube's rule (the default): a required property removed, an optional one made required,
 # a type changed; nothing else.  The cases of Danube's own checker tests, and their edges.
 @pytest.mark.parametrize("mode,old,new,reason", [
     ("backward", obj({"name": S}, ["name"]), obj({"name": S, "email": S}, ["name"]), None),
-    ("backward", obj({"name": S, "age": I}, ["name", "age"]), obj({"name": S}, ["name"]),
+    ("backward", obj({"name": S, "age": INT}, ["name", "age"]), obj({"name": S}, ["name"]),
      "required property 'age' removed"),
-    ("backward", obj({"name": S, "age": I}, ["name"]), obj({"name": S, "age": I}, ["name", "age"]),
+    ("backward", obj({"name": S, "age": INT}, ["name"]), obj({"name": S, "age": INT}, ["name", "age"]),
      "optional property 'age' made required"),
-    ("backward", obj({"id": S}, ["id"]), obj({"id": I}, ["id"]), "type of property 'id' changed"),
-    ("backward", obj({"id": I}, ["id"]), obj({"id": "number"}, ["id"]), "type of property 'id' changed"),
+    ("backward", obj({"id": S}, ["id"]), obj({"id": INT}, ["id"]), "type of property 'id' changed"),
+    ("backward", obj({"id": INT}, ["id"]), obj({"id": "number"}, ["id"]), "type of property 'id' changed"),
     ("backward", obj({"name": S}, ["name"]), obj({"name": S, "email": S}, ["name", "email"]), None),  # new + required
     ("forward", obj({"name": S, "nickname": S}, ["name"]), obj({"name": S}, ["name"]), None),
     ("forward", obj({"name": S}, ["name"]), obj({"name": S, "email": S}, ["name", "email"]),
      "required property 'email' added"),
-    ("forward", obj({"name": S, "age": I}, ["name", "age"]), obj({"name": S}, ["name"]), None),
-    ("full", obj({"id": I, "name": S}, ["id", "name"]), obj({"id": I, "name": S, "description": S}, ["id", "name"]),
+    ("forward", obj({"name": S, "age": INT}, ["name", "age"]), obj({"name": S}, ["name"]), None),
+    ("full", obj({"id": INT, "name": S}, ["id", "name"]), obj({"id": INT, "name": S, "description": S}, ["id", "name"]),
      None),
-    ("full", obj({"id": I, "name": S}, ["id", "name"]), obj({"id": I}, ["id"]), "required property 'name' removed"),
-    ("none", obj({"name": S}, ["name"]), obj({"age": I}, ["age"]), None),
+    ("full", obj({"id": INT, "name": S}, ["id", "name"]), obj({"id": INT}, ["id"]), "required property 'name' removed"),
+    ("none", obj({"name": S}, ["name"]), obj({"age": INT}, ["age"]), None),
 ])
 def test_json_schema_danube_rule(mode, old, new, reason):
     reasons = compat.check(old, new, mode)

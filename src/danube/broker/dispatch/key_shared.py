@@ -50,7 +50,7 @@ class KeySharedDispatcher:
     def blocked(self, offset: int) -> None:
         key = self._keys.get(offset)
         if key is None:
-            self._whole_block = True   # (a record that never reached a consumer: no key to hold)
+            self._whole_block = True  # (a record that never reached a consumer: no key to hold)
         else:
             self._blocked_keys.setdefault(key, offset)
 

@@ -27,14 +27,15 @@ class Results:
 
 
 def run(module: str, target, *, only: list[str] | None = None, parallel: int = 6, timeout: float = 300.0,
-        scale: float = 3.0) -> Results:
-    """Run ``module``'s scenarios against ``target`` (anything with ``url`` and ``admin_url``)."""
+        scale: float = 3.0, env: dict | None = None) -> Results:
+    """Run ``module``'s scenarios against ``target`` (anything with ``url`` and ``admin_url``);
+    ``env``: more environment for the client (Danube's tests read some settings from it)."""
     dc.ensure_venv()
     cmd = [dc.python_path(), os.path.join(CLIENT_DIR, "runner.py"), module, "--url", target.url,
            "--admin-url", target.admin_url, "--parallel", str(parallel), "--scale", str(scale)]
     if only:
         cmd += ["--only", *only]
-    proc = subprocess.Popen(cmd, env=dc.script_env(), cwd=CLIENT_DIR, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, env={**dc.script_env(), **(env or {})}, cwd=CLIENT_DIR, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=timeout)

@@ -1,6 +1,6 @@
 """Beyond Danube's suite: its topic and subscription scenarios against a 3-broker cluster (etcd,
-``danube broker --etcd`` x3), the client and the admin calls going to the first broker, which
-redirects lookups to each topic's owner.
+``danube broker --etcd`` x3 on a shared file system; ``conformance_cluster``), the client and the
+admin calls going to the first broker, which redirects lookups to each topic's owner.
 
 A representative subset runs in the default suite (failure policies, key-shared poison handling,
 reconnection, shared/exclusive/partitioned dispatch, key-shared affinity, churn); the files not
@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from tests.conformance.broker import harness
-from tests.support.cluster import local_cluster
 from tests.support.etcd import requires_etcd
 
 pytestmark = [requires_etcd, pytest.mark.timeout(600)]
@@ -37,15 +36,9 @@ def _scenarios():
 SCENARIOS = list(_scenarios())
 
 
-class _Target:
-    def __init__(self, proc):
-        self.url, self.admin_url = proc.url, proc.admin_url
-
-
 @pytest.fixture(scope="module")
-def cluster_results(tmp_path_factory):
-    with local_cluster(str(tmp_path_factory.mktemp("conformance-cluster"))) as cluster:
-        yield harness.run(",".join(MODULES), _Target(cluster.procs[0]), only=SCENARIOS, timeout=480)
+def cluster_results(conformance_cluster):
+    return harness.run(",".join(MODULES), conformance_cluster, only=SCENARIOS, timeout=480)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

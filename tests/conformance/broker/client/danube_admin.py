@@ -1,5 +1,6 @@
 """A Danube admin client for the few admin calls Danube's broker tests make (through its
-``danube-admin`` CLI): create a topic, set and read a subscription's failure policy.
+``danube-admin`` CLI): create a topic, set and read a subscription's failure policy, unload a
+topic, list brokers and their topics.
 
 The messages are declared here from Danube's admin protocol (package ``danube_admin``, the field
 numbers and enum values of its ``DanubeAdmin.proto``), not taken from this project's stubs, so
@@ -31,10 +32,11 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
         for number, (fname, ftype, type_name, optional) in enumerate(fields, 1):
             if fname is None:
                 continue
-            f = m.field.add(name=fname, number=number, label=_OPT, type=ftype)
+            f = m.field.add(name=fname, number=number, label=F.LABEL_REPEATED if optional == "repeated" else _OPT,
+                            type=ftype)
             if type_name:
                 f.type_name = f".danube_admin.{type_name}"
-            if optional:   # proto3 optional: a synthetic oneof
+            if optional is True:   # proto3 optional: a synthetic oneof
                 f.proto3_optional = True
                 f.oneof_index = len(m.oneof_decl)
                 m.oneof_decl.add(name=f"_{fname}")
@@ -56,6 +58,13 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
     message("GetSubscriptionFailurePolicyRequest", [("topic", S, None, False), ("subscription", S, None, False)])
     message("GetSubscriptionFailurePolicyResponse", [("failure_policy", M, "SubscriptionFailurePolicy", True),
                                                      ("subscription_type", I32, None, False)])
+    message("Empty", [])
+    message("TopicRequest", [("name", S, None, False)])
+    message("BrokerRequest", [("broker_id", S, None, False)])
+    message("BrokerInfo", [("broker_id", S, None, False)])   # (fields 2-6 unused here)
+    message("BrokerListResponse", [("brokers", M, "BrokerInfo", "repeated")])
+    message("TopicInfo", [("name", S, None, False), ("broker_id", S, None, False), ("delivery", S, None, False)])
+    message("TopicInfoListResponse", [("topics", M, "TopicInfo", "repeated")])
     return fd
 
 
@@ -64,7 +73,8 @@ _pool.Add(_file())
 MSG = {name: message_factory.GetMessageClass(_pool.FindMessageTypeByName(f"danube_admin.{name}"))
        for name in ("NewTopicRequest", "TopicResponse", "SubscriptionResponse", "SubscriptionFailurePolicy",
                     "SetSubscriptionFailurePolicyRequest", "GetSubscriptionFailurePolicyRequest",
-                    "GetSubscriptionFailurePolicyResponse")}
+                    "GetSubscriptionFailurePolicyResponse", "Empty", "TopicRequest", "BrokerRequest",
+                    "BrokerListResponse", "TopicInfoListResponse")}
 BACKOFF = {"fixed": 0, "exponential": 1}
 POISON = {"dead_letter": 0, "block": 1, "drop": 2}
 
@@ -118,6 +128,20 @@ class AdminClient:
                 "backoff_strategy": {v: k for k, v in BACKOFF.items()}[p.backoff_strategy],
                 "dead_letter_topic": p.dead_letter_topic if p.HasField("dead_letter_topic") else None,
                 "poison_policy": {v: k for k, v in POISON.items()}[p.poison_policy]}
+
+    async def unload_topic(self, topic: str) -> None:
+        await self._call("TopicAdmin", "UnloadTopic", MSG["TopicRequest"](name=topic), "TopicResponse")
+
+    async def find_topic_assignment(self, topic: str) -> dict | None:
+        """Danube's helper: the broker listing ``topic`` among its topics, with its delivery."""
+        brokers = await self._call("BrokerAdmin", "ListBrokers", MSG["Empty"](), "BrokerListResponse")
+        for broker in brokers.brokers:
+            listed = await self._call("TopicAdmin", "ListBrokerTopics", MSG["BrokerRequest"](broker_id=broker.broker_id),
+                                      "TopicInfoListResponse")
+            for entry in listed.topics:
+                if entry.name == topic:
+                    return {"broker_id": entry.broker_id, "delivery": entry.delivery}
+        return None
 
     async def close(self) -> None:
         await self._channel.close()

@@ -21,3 +21,8 @@ def test_reliable_topic_move_shared_fs_continues_offsets(results):
 
 def test_reliable_topic_move_shared_fs_redelivers_unacked_message(results):
     results.check("reliable_topic_move_shared_fs_redelivers_unacked_message")
+
+
+def test_reliable_topic_move__test_reliable_topic_move_with_offset_continuity(results):
+    """reliable_topic_move.rs (deleted upstream in 7cbea0d, ignored there), from its last version."""
+    results.check("reliable_topic_move__test_reliable_topic_move_with_offset_continuity")

@@ -102,3 +102,40 @@ async def test_reliable_topic_move_shared_fs_redelivers_unacked_message(ctx):
     rest = await recv_n(stream2, 11, ctx.t(20), c2, "remaining messages after move")
     assert [m.msg_id.topic_offset for m in rest] == list(range(4, 15))
     assert [m.payload for m in rest] == payloads[4:15]
+
+
+async def test_reliable_topic_move__test_reliable_topic_move_with_offset_continuity(ctx):
+    """reliable_topic_move.rs (ignored upstream, deleted in 7cbea0d), from its last version: unload,
+    a fixed 4 s pause, then offsets continue with no gap."""
+    client = await ctx.client()
+    topic = ctx.unique_topic("/default/reliable_move")
+    data = blob()
+    p = await producer(client, topic, "producer_topic_move", reliable=True)
+    c = await consumer(client, topic, "consumer_topic_move", "sub_topic_move", SubType.EXCLUSIVE)
+    stream = await c.receive()
+    await asyncio.sleep(0.5)
+    for _ in range(10):
+        await p.send(data, None)
+    await asyncio.sleep(0.3)
+    for i, msg in enumerate(await recv_n(stream, 5, ctx.t(10), c, "the first batch")):
+        assert msg.payload == data, f"Payload mismatch for message {i}"
+    await c.close()
+    await p.close()
+    await asyncio.sleep(0.5)
+    await ctx.admin.unload_topic(topic)
+    await asyncio.sleep(4)
+    p2 = await producer(client, topic, "producer_topic_move_2", reliable=True)
+    await asyncio.sleep(0.5)
+    for _ in range(10, 18):
+        await p2.send(data, None)
+    await asyncio.sleep(0.5)
+    c2 = await consumer(client, topic, "consumer_topic_move_2", "sub_topic_move", SubType.EXCLUSIVE)
+    stream2 = await c2.receive()
+    await asyncio.sleep(0.5)
+    offsets = []
+    for msg in await recv_n(stream2, 13, ctx.t(15), c2, "the rest after the move"):
+        assert msg.payload == data, "Payload mismatch for message"
+        offsets.append(msg.msg_id.topic_offset)
+    assert offsets == list(range(5, 18)), f"Offset sequence broken: {offsets}"
+    for prev, cur in zip(offsets, offsets[1:]):
+        assert cur == prev + 1, f"Gap detected: offset {prev} followed by {cur}"

@@ -444,6 +444,8 @@ class Subscription:
         if reason:
             log.info("message %d of %s nacked on %s: %s", offset, self.topic.name, self.name, reason)
             self._reasons[offset] = reason
+        else:
+            self._reasons.pop(offset, None)   # as Danube: the last failure's reason, or none
         self._retry(offset, time.monotonic(), requested_ms=delay_ms, nack=True)
         self.notify()
         return True

@@ -3,7 +3,8 @@
 admin calls going to the first broker, which redirects lookups to each topic's owner.
 
 A representative subset runs in the default suite (failure policies, key-shared poison handling,
-reconnection, shared/exclusive/partitioned dispatch, key-shared affinity, churn); the files not
+reconnection, shared/exclusive/partitioned dispatch, key-shared affinity, churn), plus
+``client/cluster_only.py`` (a dead-letter topic on another broker); the files not
 listed here run against one broker only (see docs/conformance.md).  All scenarios of these files
 run in one danube-client subprocess.
 """
@@ -20,7 +21,7 @@ pytestmark = [requires_etcd, pytest.mark.timeout(600)]
 
 MODULES = ["reliable_dispatch_failure_handling", "key_shared_safety", "reliable_dispatch_reconnection",
            "subscription_basic", "partitioned_basic", "pubsub_fanout_exclusive", "queuing_shared_round_robin",
-           "key_shared_basic", "consumer_churn"]
+           "key_shared_basic", "consumer_churn", "cluster_only"]
 # ignored upstream as a multi-broker case (cross-broker eviction); it runs single-broker only
 SKIP = {"key_shared_safety::key_shared_reliable_inactive_consumer_eviction"}
 

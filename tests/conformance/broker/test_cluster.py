@@ -1,12 +1,10 @@
-"""Beyond Danube's suite: its topic and subscription scenarios against a 3-broker cluster (etcd,
-``danube broker --etcd`` x3 on a shared file system; ``conformance_cluster``), the client and the
-admin calls going to the first broker, which redirects lookups to each topic's owner.
+"""Beyond Danube's suite: its scenarios against a 3-broker cluster (etcd, ``danube broker --etcd``
+x3 on a shared file system; ``conformance_cluster``), the client and the admin calls going to the
+first broker, which redirects lookups to each topic's owner.
 
-A representative subset runs in the default suite (failure policies, key-shared poison handling,
-reconnection, shared/exclusive/partitioned dispatch, key-shared affinity, churn), plus
-``client/cluster_only.py`` (a dead-letter topic on another broker); the files not
-listed here run against one broker only (see docs/conformance.md).  All scenarios of these files
-run in one danube-client subprocess.
+Every file that runs against the single broker runs here too (except ``security_e2e``, which needs
+its secured broker), plus ``client/cluster_only.py`` (a dead-letter topic on another broker); all
+in one danube-client subprocess.
 """
 
 import re
@@ -21,7 +19,10 @@ pytestmark = [requires_etcd, pytest.mark.timeout(600)]
 
 MODULES = ["reliable_dispatch_failure_handling", "key_shared_safety", "reliable_dispatch_reconnection",
            "subscription_basic", "partitioned_basic", "pubsub_fanout_exclusive", "queuing_shared_round_robin",
-           "key_shared_basic", "consumer_churn", "cluster_only"]
+           "key_shared_basic", "consumer_churn", "key_shared_filtering", "key_shared_partitioned",
+           "partitioned_variants", "partitioning_validation", "producer_reconnect", "reliable_dispatch_basic",
+           "reliable_dispatch_heartbeat", "deleted_upstream", "schema_compatibility", "schema_registry_basic",
+           "schema_validation_policy", "schema_version_selection", "topic_schema_config", "cluster_only"]
 # ignored upstream as a multi-broker case (cross-broker eviction); it runs single-broker only
 SKIP = {"key_shared_safety::key_shared_reliable_inactive_consumer_eviction"}
 

@@ -29,7 +29,31 @@ async def test_key_shared_basic_single_consumer_non_reliable(ctx):
     assert len(received) == total, "should receive all messages"
 
 
+# Which consumer owns a key depends on the consumers' ids (random, in Danube too) on the hash ring,
+# so "the keys went to both consumers" fails by chance — 2 × 2^-k for k keys and 2 consumers: 1 run
+# in 8 with Danube's 4 keys.  That one check is given up to 3 fresh subscriptions; every
+# per-key assertion holds on every attempt.
+SPREAD_ATTEMPTS = 3
+
+
+async def spread_over_consumers(attempt_once):
+    """Run ``attempt_once()`` (it asserts per-key affinity and returns key → consumers) until the
+    keys land on more than one consumer, at most SPREAD_ATTEMPTS times."""
+    for _ in range(SPREAD_ATTEMPTS):
+        key_to_consumer, result = await attempt_once()
+        every = set().union(*key_to_consumer.values())
+        if len(every) >= 2:
+            return result
+    raise AssertionError(f"messages should be distributed across multiple consumers, got {key_to_consumer} "
+                         f"({SPREAD_ATTEMPTS} subscriptions)")
+
+
 async def _affinity(ctx, prefix, p_name, c_prefix, sub, keys, per_key, pause, settle, reliable, wait):
+    return await spread_over_consumers(
+        lambda: _affinity_once(ctx, prefix, p_name, c_prefix, sub, keys, per_key, pause, settle, reliable, wait))
+
+
+async def _affinity_once(ctx, prefix, p_name, c_prefix, sub, keys, per_key, pause, settle, reliable, wait):
     client = await ctx.client()
     topic = ctx.unique_topic(prefix)
     p = await producer(client, topic, p_name, reliable=reliable)
@@ -64,9 +88,7 @@ async def _affinity(ctx, prefix, p_name, c_prefix, sub, keys, per_key, pause, se
         stop(tasks)
     for key, names in key_to_consumer.items():
         assert len(names) == 1, f"key {key!r} should be served by exactly 1 consumer, got {names}"
-    every = set().union(*key_to_consumer.values())
-    assert len(every) >= 2, f"messages should be distributed across multiple consumers, got {key_to_consumer}"
-    return order
+    return key_to_consumer, order
 
 
 async def test_key_shared_per_key_affinity_non_reliable(ctx):

@@ -128,6 +128,14 @@ class Dispatcher(Protocol):
     def forget(self, offsets: Collection[int]) -> None:
         """``offsets`` were taken back (nack, ack timeout): drop any copy waiting for a consumer."""
 
+    @property
+    def blocks_per_key(self) -> bool:
+        """Whether a poison message held under the block policy stalls only its own key (key
+        shared, as in Danube) rather than the whole subscription."""
+
+    def blocked(self, offset: int) -> None:
+        """``offset`` is now held under the block policy."""
+
 
 if TYPE_CHECKING:
     # mypy checks that the implementations keep the contracts (this is never run).

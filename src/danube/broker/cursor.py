@@ -68,6 +68,8 @@ class AckTracker:
         self._waiting: set[int] = set()  # offsets in _ready (not yet redelivered)
         self.attempts: dict[int, int] = {}  # offset -> redeliveries so far
         self.blocked: set[int] = set()  # poison messages held under the block policy
+        # messages held back, undelivered, behind a blocked message of their key (key shared)
+        self.parked: set[int] = set()
 
     # ------------------------------------------------------------ delivery
 
@@ -229,6 +231,8 @@ class AckTracker:
             candidates.append(min(self._waiting))
         if self.blocked:
             candidates.append(min(self.blocked))
+        if self.parked:
+            candidates.append(min(self.parked))
         return min(candidates) if candidates else None
 
     def advance(self, next_unread: int) -> bool:

@@ -14,6 +14,7 @@ from danube.errors import InvalidArgumentError
 
 MiB = 1024 * 1024
 POISON_POLICIES = ("block", "drop", "dead_letter")
+BACKOFF_STRATEGIES = ("fixed", "exponential")
 
 
 def _from_mapping(cls, data: Mapping[str, Any] | None, what: str):
@@ -62,9 +63,23 @@ class TopicPolicies:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def _snake(name: str) -> str:
+    """``DeadLetter`` / ``dead-letter`` / ``dead_letter`` → ``dead_letter``."""
+    out: list[str] = []
+    for i, ch in enumerate(name.strip()):
+        if ch.isupper() and i and out[-1] != "_":
+            out.append("_")
+        out.append("_" if ch == "-" else ch.lower())
+    return "".join(out)
+
+
 @dataclass(frozen=True)
 class FailurePolicy:
-    """What happens to a message that is not acked (Danube's subscription failure policy)."""
+    """What happens to a message that is not acked (Danube's subscription failure policy).
+
+    As in Danube, ``max_redelivery_count`` is how many times a message is delivered again
+    after its first delivery fails: 0 means the first nack or ack timeout already applies the
+    poison policy."""
 
     max_redelivery_count: int = 5
     ack_timeout_ms: int = 30_000
@@ -72,26 +87,42 @@ class FailurePolicy:
     max_redelivery_delay_ms: int = 60_000
     poison_policy: str = "block"  # block | drop | dead_letter
     dead_letter_topic: str = ""
+    backoff_strategy: str = "exponential"  # fixed | exponential
 
     def __post_init__(self) -> None:
         if self.poison_policy not in POISON_POLICIES:
             raise InvalidArgumentError(
                 f"poison_policy must be one of {', '.join(POISON_POLICIES)}, got {self.poison_policy!r}")
-        if self.poison_policy == "dead_letter" and not self.dead_letter_topic:
+        if self.poison_policy == "dead_letter" and not self.dead_letter_topic.strip():
             raise InvalidArgumentError("poison_policy dead_letter needs dead_letter_topic")
+        if self.backoff_strategy not in BACKOFF_STRATEGIES:
+            raise InvalidArgumentError(
+                f"backoff_strategy must be one of {', '.join(BACKOFF_STRATEGIES)}, got {self.backoff_strategy!r}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "FailurePolicy":
+        if isinstance(data, Mapping):
+            # Danube's spellings too: "DeadLetter", "Exponential", a null dead-letter topic
+            data = dict(data)
+            for name in ("poison_policy", "backoff_strategy"):
+                if isinstance(data.get(name), str):
+                    data[name] = _snake(data[name])
+            if data.get("dead_letter_topic", "") is None:
+                data["dead_letter_topic"] = ""
         return _from_mapping(cls, data, "failure_policy")
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def backoff_ms(self, attempt: int) -> int:
-        """Redelivery delay of the ``attempt``-th redelivery: base × 2^(attempt−1), capped."""
+        """Redelivery delay of the ``attempt``-th redelivery: the base (fixed) or
+        base × 2^(attempt−1) (exponential), capped at the maximum."""
         if attempt < 1:
             attempt = 1
-        delay = self.base_redelivery_delay_ms * (1 << min(attempt - 1, 40))
+        if self.backoff_strategy == "fixed":
+            delay = self.base_redelivery_delay_ms
+        else:
+            delay = self.base_redelivery_delay_ms * (1 << min(attempt - 1, 40))
         return min(delay, self.max_redelivery_delay_ms)
 
     def nack_delay_ms(self, attempt: int, requested_ms: int | None) -> int:

@@ -673,12 +673,12 @@ class BrokerService:
 
     # ------------------------------------------------------------ dead letters
 
-    def _dead_letter(self, sub: Subscription, offset: int) -> None:
-        task = asyncio.get_running_loop().create_task(self._send_dead_letter(sub, offset))
+    def _dead_letter(self, sub: Subscription, offset: int, *, attempt: int = 1, reason: str | None = None) -> None:
+        task = asyncio.get_running_loop().create_task(self._send_dead_letter(sub, offset, attempt, reason))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send_dead_letter(self, sub: Subscription, offset: int) -> None:
+    async def _send_dead_letter(self, sub: Subscription, offset: int, attempt: int, reason: str | None) -> None:
         dlq = sub.failure_policy.dead_letter_topic
         try:
             data = await sub.topic.read_frames(offset, 1)
@@ -686,11 +686,27 @@ class BrokerService:
             # Read leniently: the record may be here because its key or attributes are not UTF-8.
             rec = salvage(frame)
             attrs = dict(rec.attributes)
-            attrs.update({"dlq_source_topic": sub.topic.name, "dlq_subscription": sub.name,
-                          "dlq_original_offset": str(offset),
-                          "dlq_original_producer": sub.topic.producer_name(rec.producer_id)})
+            # Danube's dead-letter attributes (its poison handler's names and values)
+            attrs.update({"x-original-topic": sub.topic.name, "x-original-subscription": sub.name,
+                          "x-original-topic-offset": str(offset),
+                          "x-original-producer-id": str(rec.producer_id),
+                          "x-poison-policy": "dead_letter", "x-delivery-attempt": str(attempt)})
+            if reason is not None:
+                attrs["x-failure-reason"] = reason
             # (a name cut to the rule's 255 characters: "dlq-" + a subscription name may be longer)
-            producer_id = await self.create_producer(dlq, f"dlq-{sub.name}"[:keys.MAX_NAME_CHARS], reliable=True)
+            producer_name = f"dlq-{sub.name}"[:keys.MAX_NAME_CHARS]
+            if self.cluster is not None:
+                found = await self.lookup(dlq)
+                if found.kind == "redirect":   # another broker owns the dead-letter topic
+                    from danube.cluster import forward_publish
+
+                    await forward_publish.publish(self, found.broker_url, dlq, producer_name, bytes(rec.payload),
+                                                  publish_time=rec.publish_time, routing_key=rec.routing_key,
+                                                  attributes=attrs)
+                    log.warning("message %d of %s moved to dead-letter topic %s (at %s)", offset, sub.topic.name,
+                                dlq, found.broker_url)
+                    return
+            producer_id = await self.create_producer(dlq, producer_name, reliable=True)
             buf = bytearray(frames.encode_record(rec.payload, publish_time=rec.publish_time,
                                                  producer_id=producer_id, key=rec.routing_key,
                                                  attributes=attrs))

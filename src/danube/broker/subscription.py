@@ -84,6 +84,7 @@ class Subscription:
         self._turns = 0  # deliveries made; a consumer's last_turn says when it was last served
         self.read_lock = asyncio.Lock()  # one storage read (and routing) at a time
         self._dead_letter = dead_letter
+        self._reasons: dict[int, str] = {}  # offset -> the reason its last nack gave
         self._blocked_logged = False
         # max_subscription_dispatch_rate (messages/s, 0 = unlimited): a delivery carries at most the
         # tokens available; with none, receives wait for the next one.
@@ -263,7 +264,7 @@ class Subscription:
         poison messages block the subscription."""
         if not self.reliable:
             return 1 << 62
-        if self._report_block():
+        if self._report_block() and not self.dispatcher.blocks_per_key:
             return 0
         return self.settings.max_unacked_messages - self.tracker.unacked
 
@@ -422,6 +423,10 @@ class Subscription:
         self._check_served()
         self._expire(time.monotonic())
         n = self.tracker.ack_ranges(ranges)
+        if self._reasons:
+            for lo, hi in ranges:
+                for o in [o for o in self._reasons if lo <= o <= hi]:
+                    del self._reasons[o]
         if n:
             self.metrics.acked(self.topic.name, self.name, n)
             if self.tracker.advance(self.next_read):
@@ -438,6 +443,9 @@ class Subscription:
         self.dispatcher.forget((offset,))
         if reason:
             log.info("message %d of %s nacked on %s: %s", offset, self.topic.name, self.name, reason)
+            self._reasons[offset] = reason
+        else:
+            self._reasons.pop(offset, None)   # as Danube: the last failure's reason, or none
         self._retry(offset, time.monotonic(), requested_ms=delay_ms, nack=True)
         self.notify()
         return True
@@ -445,22 +453,25 @@ class Subscription:
     def _retry(self, offset: int, now: float, *, requested_ms: int | None = None, nack: bool = False) -> None:
         attempt = self.tracker.attempts.get(offset, 0) + 1
         policy = self.failure_policy
-        if policy.max_redelivery_count and attempt > policy.max_redelivery_count:
-            self._poison(offset)
+        if attempt > policy.max_redelivery_count:   # Danube's rule: 0 = never delivered again
+            self._poison(offset, attempt=attempt)
             return
         self.tracker.attempts[offset] = attempt
         delay = policy.nack_delay_ms(attempt, requested_ms) if nack else policy.backoff_ms(attempt)
         self.tracker.schedule(offset, now + delay / 1000)
 
-    def _poison(self, offset: int, problem: str | None = None) -> None:
+    def _poison(self, offset: int, problem: str | None = None, attempt: int | None = None) -> None:
+        """Apply the poison policy to ``offset``; ``attempt`` is how many deliveries it had."""
         policy = self.failure_policy.poison_policy
         self.metrics.dropped(self.topic.name, self.name, 1, policy)
+        reason = problem if problem is not None else self._reasons.pop(offset, None)
         if policy == "block":
             self.tracker.blocked.add(offset)
+            self.dispatcher.blocked(offset)
             return
         self.tracker.attempts.pop(offset, None)
         if policy == "dead_letter" and self._dead_letter is not None:
-            self._dead_letter(self, offset)
+            self._dead_letter(self, offset, attempt=attempt or 1, reason=reason)
         elif problem is not None:
             log.warning("message %d of %s dropped on %s: %s (poison policy drop)",
                         offset, self.topic.name, self.name, problem)

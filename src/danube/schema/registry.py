@@ -108,8 +108,10 @@ def _decode_definition(rec: dict) -> bytes:
 class SchemaRegistry:
     """Subjects, versions, ids, compatibility modes and topic schema configs."""
 
-    def __init__(self, metadata: MetadataStore) -> None:
+    def __init__(self, metadata: MetadataStore, json_schema_rule: str = compat.DEFAULT_JSON_SCHEMA_RULE) -> None:
         self.metadata = metadata
+        # the broker's JSON Schema compatibility rule; a subject's own setting wins
+        self.json_schema_rule = compat.normalize_json_schema_rule(json_schema_rule)
         self._parsed: dict[str, ParsedSchema] = {}        # fingerprint → parsed schema
         self._listeners: list[Callable[[], Any]] = []
         self._lock = asyncio.Lock()
@@ -244,7 +246,7 @@ class SchemaRegistry:
                 live = [v for v in existing if not v.deleted]
                 mode = meta.get("compatibility_mode", DEFAULT_COMPATIBILITY)
                 if live and mode != "none":
-                    reasons = compat.check(self.parsed(live[-1]), p, mode)
+                    reasons = compat.check(self.parsed(live[-1]), p, mode, self._json_rule(meta))
                     if reasons:
                         raise IncompatibleSchemaError(
                             f"schema is not {mode} compatible with version {live[-1].version} of subject "
@@ -286,7 +288,10 @@ class SchemaRegistry:
             return []
         if p.schema_type != meta["schema_type"]:
             return [f"subject {subject!r} holds {meta['schema_type']} schemas, not {p.schema_type}"]
-        return compat.check(self.parsed(live[-1]), p, mode)
+        return compat.check(self.parsed(live[-1]), p, mode, self._json_rule(meta))
+
+    def _json_rule(self, meta: dict) -> str:
+        return meta.get("json_schema_rule") or self.json_schema_rule
 
     async def _update_subject(self, subject: str, change: Callable[[dict], None]) -> dict:
         for _ in range(_CAS_RETRIES):
@@ -299,11 +304,28 @@ class SchemaRegistry:
                 return meta
         raise InvalidArgumentError(f"could not update subject {subject!r} (too much contention)")
 
-    async def set_compatibility_mode(self, subject: str, mode: str) -> None:
+    async def set_compatibility_mode(self, subject: str, mode: str, json_schema_rule: str | None = None) -> None:
+        """Set the subject's mode and, when given, its JSON Schema rule (``danube`` or
+        ``reader_writer``; ``default`` goes back to the broker's)."""
         _check_subject(subject)
         mode = normalize_mode(mode)
-        await self._update_subject(subject, lambda m: m.__setitem__("compatibility_mode", mode))
+        rule = None
+        if json_schema_rule and json_schema_rule.strip().lower() != "default":
+            rule = compat.normalize_json_schema_rule(json_schema_rule)
+
+        def change(meta: dict) -> None:
+            meta["compatibility_mode"] = mode
+            if rule is not None:
+                meta["json_schema_rule"] = rule
+            elif json_schema_rule:
+                meta.pop("json_schema_rule", None)
+
+        await self._update_subject(subject, change)
         self._changed()
+
+    async def json_schema_rule_of(self, subject: str) -> str:
+        """The JSON Schema rule in force for ``subject`` (its own, else the broker's)."""
+        return self._json_rule(await self._require_subject(subject))
 
     async def delete_version(self, subject: str, version: int) -> None:
         """Soft delete: the version leaves listings, ``latest`` and what a topic accepts; its

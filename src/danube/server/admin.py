@@ -19,11 +19,13 @@ from typing import Any
 
 import grpc
 
+from danube.broker.policies import FailurePolicy
 from danube.cluster import peers
 from danube.errors import AlreadyExistsError, DanubeError, InvalidArgumentError, NotFoundError, quote
 from danube.metadata import keys
 from danube.proto.danube_admin import admin_pb2 as pb
 from danube.proto.danube_admin import admin_pb2_grpc as pb_grpc
+from danube.server import failure_policy_wire
 from danube.server.status import abort
 
 log = logging.getLogger(__name__)
@@ -591,24 +593,38 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             await abort(context, exc)
 
     async def SetSubscriptionFailurePolicy(self, request, context):
-        """Stored in the shared metadata store; a subscription reads it when its topic is (re)loaded."""
+        """Danube's ``SubscriptionFailurePolicy`` message: checked, stored in the shared metadata
+        store (a subscription reads it when its topic is loaded) and applied at once to the
+        subscription if this broker serves it."""
         try:
-            doc = json.loads(request.policy_json or "{}")
-            if not isinstance(doc, dict):
-                raise InvalidArgumentError("policy_json must be a JSON object")
+            if not request.HasField("failure_policy"):
+                raise InvalidArgumentError("failure_policy is required")
+            keys.split_topic(request.topic)
+            policy = failure_policy_wire.from_wire(request.failure_policy)
             await self.admin.metadata.put_json(
-                keys.subscription_failure_policy(request.topic, request.subscription), doc)
+                keys.subscription_failure_policy(request.topic, request.subscription), policy.to_dict())
+            served = self.admin.broker.topics.get(request.topic)
+            sub = served.subscriptions.get(request.subscription) if served is not None else None
+            if sub is not None:
+                sub.failure_policy = policy
             return pb.SubscriptionResponse(success=True)
-        except ValueError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"policy_json is not JSON: {exc}")
         except DanubeError as exc:
             await abort(context, exc)
 
     async def GetSubscriptionFailurePolicy(self, request, context):
         try:
+            keys.split_topic(request.topic)
             doc = await self.admin.metadata.get_json(
                 keys.subscription_failure_policy(request.topic, request.subscription))
-            return pb.FailurePolicyResponse(policy_json=json.dumps(doc or {}))
+            served = self.admin.broker.topics.get(request.topic)
+            sub = served.subscriptions.get(request.subscription) if served is not None else None
+            response = pb.GetSubscriptionFailurePolicyResponse(
+                subscription_type=failure_policy_wire.SUB_TYPE_NUMBERS.get(sub.sub_type, 0) if sub else 0)
+            if doc:
+                response.failure_policy.CopyFrom(failure_policy_wire.to_wire(FailurePolicy.from_dict(doc)))
+            elif sub is not None:
+                response.failure_policy.CopyFrom(failure_policy_wire.to_wire(sub.failure_policy))
+            return response
         except DanubeError as exc:
             await abort(context, exc)
 

@@ -100,7 +100,8 @@ class BrokerApp:
         # The schema registry first: it hands Danube's protocol and the batch lane the gate.
         schema_service = _optional_edge("danube.server.schema_service")
         if schema_service is not None:
-            self.schema_gate = await schema_service.attach(self.server, self.broker, self.metadata)
+            self.schema_gate = await schema_service.attach(self.server, self.broker, self.metadata,
+                                                           cfg.json_schema_rule)
         danube_services.add_to_server(self.server, self.broker)
         batch_lane = _optional_edge("danube.server.batch_lane")
         if batch_lane is not None:

@@ -26,6 +26,8 @@ Example ``danube_broker.yml``::
       base_redelivery_delay_ms: 1000
       max_redelivery_delay_ms: 60000
       poison_policy: block          # block | drop | dead_letter (+ dead_letter_topic)
+      backoff_strategy: exponential # fixed | exponential
+    json_schema_rule: danube        # JSON Schema compatibility: danube | reader_writer (stricter)
     dispatch:
       max_unacked_messages: 10000
       cursor_flush_interval_ms: 1000
@@ -101,6 +103,8 @@ class BrokerConfig:
     metadata_dir: str | None = None          # Danube's meta_store.data_dir; default: data_dir
     bootstrap_namespaces: tuple[str, ...] = ()   # created at start when missing
     auto_create_topics: bool = True          # false: a producer cannot create a topic (admin create only)
+    # JSON Schema compatibility: danube (Danube's checker) | reader_writer (stricter; docs/schema-registry.md)
+    json_schema_rule: str = "danube"
 
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODES:
@@ -245,6 +249,10 @@ class BrokerConfig:
             kw["failure_policy"] = FailurePolicy.from_dict(data.pop("failure_policy"))
         if "dispatch" in data:
             kw["dispatch"] = DispatchSettings.from_dict(data.pop("dispatch"))
+        if "json_schema_rule" in data:
+            from danube.schema.compat import normalize_json_schema_rule
+
+            kw["json_schema_rule"] = normalize_json_schema_rule(str(data.pop("json_schema_rule")))
         if "auth" in data:
             kw["auth"] = AuthSettings.from_dict(data.pop("auth"), base_dir=base_dir)
         if "admin_tls" in data:

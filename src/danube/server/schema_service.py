@@ -93,7 +93,9 @@ class SchemaRegistryService(pb_grpc.SchemaRegistryServicer):
 
     async def SetCompatibilityMode(self, request, context):
         try:
-            await self.registry.set_compatibility_mode(request.subject, request.compatibility_mode)
+            await self.registry.set_compatibility_mode(
+                request.subject, request.compatibility_mode,
+                request.json_schema_rule if request.HasField("json_schema_rule") else None)
         except DanubeError as exc:
             return pb.SetCompatibilityModeResponse(success=False, message=str(exc))
         return pb.SetCompatibilityModeResponse(
@@ -165,10 +167,10 @@ def add_to_server(server: Any, registry: SchemaRegistry, gate: SchemaGate | None
     return service
 
 
-async def attach(server: Any, broker: Any, metadata: Any) -> SchemaGate:
+async def attach(server: Any, broker: Any, metadata: Any, json_schema_rule: str = "danube") -> SchemaGate:
     """Registry + gate for a broker: serves the registry on ``server`` and hands the gate to the
     publish paths as ``broker.schema_gate`` (Danube's protocol and the batch lane read it)."""
-    registry = SchemaRegistry(metadata)
+    registry = SchemaRegistry(metadata, json_schema_rule)
     gate = SchemaGate(registry)
     await gate.start()
     broker.schema_gate = gate

@@ -57,7 +57,7 @@ CASES = {
         "none": (record([ID, {"name": "name", "type": "boolean"}]), None),
     }),
     SchemaType.JSON_SCHEMA: (js(OBJ), {
-        "backward": (js({**OBJ, "properties": {"id": {"type": "number"}, "name": {"type": "string"}}}),
+        "backward": (js({**OBJ, "properties": {**OBJ["properties"], "email": {"type": "string"}}}),
                      js({**OBJ, "required": ["id", "name"]})),
         "forward": (js({**OBJ, "required": ["id", "name"]}),
                     js({**OBJ, "properties": {"id": {"type": "number"}, "name": {"type": "string"}}})),

@@ -124,7 +124,7 @@ async def test_a_stored_poison_record_goes_to_the_dead_letter_topic_readable(mak
     rec = frames.decode_batch(await b.topics["/default/poison-dlq"].storage.read_frames(0, 1 << 20))[0]
     assert bytes(rec.payload) == b"kept"
     assert rec.routing_key == "ke\\xffy" and rec.attributes["a"] == "\\xfe"
-    assert rec.attributes["dlq_original_offset"] == "0" and rec.attributes["dlq_source_topic"] == T
+    assert rec.attributes["x-original-topic-offset"] == "0" and rec.attributes["x-original-topic"] == T
     await stop(b)
 
 

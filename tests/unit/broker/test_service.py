@@ -209,7 +209,7 @@ async def test_poison_dead_letter_topic(make_broker):
             break
         await asyncio.sleep(0.02)
     rec = frames.decode_batch(await b.topics["/default/dlq"].storage.read_frames(0, 1 << 20))[0]
-    assert bytes(rec.payload) == b"bad" and rec.attributes["dlq_source_topic"] == T
+    assert bytes(rec.payload) == b"bad" and rec.attributes["x-original-topic"] == T
     await stop(b)
 
 

@@ -72,16 +72,74 @@ OBJ = {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"typ
     ("forward", {**OBJ, "required": ["id", "name"]}, True),
     ("full", OBJ, True),
 ])
-def test_json_schema_modes(mode, new, ok):
-    reasons = compat.check(js(OBJ), js(new), mode)
+def test_json_schema_reader_writer_modes(mode, new, ok):
+    reasons = compat.check(js(OBJ), js(new), mode, "reader_writer")
     assert (reasons == []) is ok, reasons
 
 
-def test_json_schema_added_optional_property_on_closed_writer():
+def test_json_schema_reader_writer_added_optional_property_on_closed_writer():
     closed = {**OBJ, "additionalProperties": False}
     added = {**closed, "properties": {**OBJ["properties"], "email": {"type": "string"}}}
-    assert compat.check(js(closed), js(added), "backward") == []   # added optional property
-    assert compat.check(js(closed), js(added), "forward")          # the old reader refuses email
+    assert compat.check(js(closed), js(added), "backward", "reader_writer") == []   # added optional property
+    assert compat.check(js(closed), js(added), "forward", "reader_writer")          # the old reader refuses email
+
+
+def obj(props, required):
+    return js({"type": "object", "properties": {n: {"type": t} for n, t in props.items()}, "required": required})
+
+
+S, INT = "string", "integer"
+
+
+# Danube's rule (the default): a required property removed, an optional one made required,
+# a type changed; nothing else.  The cases of Danube's own checker tests, and their edges.
+@pytest.mark.parametrize("mode,old,new,reason", [
+    ("backward", obj({"name": S}, ["name"]), obj({"name": S, "email": S}, ["name"]), None),
+    ("backward", obj({"name": S, "age": INT}, ["name", "age"]), obj({"name": S}, ["name"]),
+     "required property 'age' removed"),
+    ("backward", obj({"name": S, "age": INT}, ["name"]), obj({"name": S, "age": INT}, ["name", "age"]),
+     "optional property 'age' made required"),
+    ("backward", obj({"id": S}, ["id"]), obj({"id": INT}, ["id"]), "type of property 'id' changed"),
+    ("backward", obj({"id": INT}, ["id"]), obj({"id": "number"}, ["id"]), "type of property 'id' changed"),
+    ("backward", obj({"name": S}, ["name"]), obj({"name": S, "email": S}, ["name", "email"]), None),  # new + required
+    ("forward", obj({"name": S, "nickname": S}, ["name"]), obj({"name": S}, ["name"]), None),
+    ("forward", obj({"name": S}, ["name"]), obj({"name": S, "email": S}, ["name", "email"]),
+     "required property 'email' added"),
+    ("forward", obj({"name": S, "age": INT}, ["name", "age"]), obj({"name": S}, ["name"]), None),
+    ("full", obj({"id": INT, "name": S}, ["id", "name"]), obj({"id": INT, "name": S, "description": S}, ["id", "name"]),
+     None),
+    ("full", obj({"id": INT, "name": S}, ["id", "name"]), obj({"id": INT}, ["id"]), "required property 'name' removed"),
+    ("none", obj({"name": S}, ["name"]), obj({"age": INT}, ["age"]), None),
+])
+def test_json_schema_danube_rule(mode, old, new, reason):
+    reasons = compat.check(old, new, mode)
+    assert reasons == compat.check(old, new, mode, "danube")
+    if reason is None:
+        assert reasons == []
+    else:
+        assert reasons and reason in reasons[0], reasons
+
+
+def test_json_schema_danube_rule_ignores_what_it_does_not_check():
+    open_ = js({"type": "object", "properties": {"a": {"type": "string"}}})
+    closed = js({"type": "object", "properties": {"a": {"type": "string", "maxLength": 3}},
+                 "additionalProperties": False})
+    for mode in ("backward", "forward", "full"):
+        assert compat.check(open_, closed, mode) == []
+    assert compat.check(open_, closed, "backward", "reader_writer")   # the stricter rule sees maxLength
+    assert compat.check(js({"type": "array"}), js({"type": "object"}), "full") == []
+
+
+def test_json_schema_full_reports_backward_reasons_first():
+    old, new = obj({"a": S}, ["a"]), obj({"b": S}, ["b"])
+    reasons = compat.check(old, new, "full")
+    assert reasons and all(r.startswith("backward:") for r in reasons)
+    assert compat.check(old, new, "forward") == ["forward: required property 'b' added"]
+
+
+def test_unknown_json_schema_rule_is_refused():
+    with pytest.raises(compat.InvalidSchemaError, match="reader_writer"):
+        compat.check(obj({"a": S}, []), obj({"a": S}, []), "backward", "loose")
 
 
 PROTO_V1 = 'syntax = "proto3"; package p; message User { int64 id = 1; string name = 2; }'

@@ -184,3 +184,35 @@ async def test_partitions_share_the_partitioned_topics_config(registry):
         gate.check_message("/default/p-part-1", None, None, b"x")
     await registry.assign_topic_subject("/default/q-part-0", "users")
     assert (await registry.topic_config("/default/q")).subject == "users"
+
+
+TYPED = json.dumps({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}).encode()
+TYPED_PLUS = json.dumps({"type": "object", "properties": {"name": {"type": "string"}, "email": {"type": "string"}},
+                         "required": ["name"]}).encode()
+
+
+async def test_json_schema_rule_default_per_subject_and_per_broker(registry, tmp_path):
+    # Danube's rule by default: an added optional property is backward compatible
+    await registry.register("open", "json_schema", TYPED)
+    assert await registry.json_schema_rule_of("open") == "danube"
+    assert await registry.check("open", "json_schema", TYPED_PLUS) == []
+    # a subject opting in to the stricter rule refuses it (the writer allowed any 'email')
+    await registry.register("strict", "json_schema", TYPED)
+    await registry.set_compatibility_mode("strict", "backward", "reader_writer")
+    assert await registry.json_schema_rule_of("strict") == "reader_writer"
+    with pytest.raises(IncompatibleSchemaError, match="email"):
+        await registry.register("strict", "json_schema", TYPED_PLUS)
+    await registry.set_compatibility_mode("strict", "backward", "default")   # back to the broker's
+    assert (await registry.register("strict", "json_schema", TYPED_PLUS))[0].version == 2
+    with pytest.raises(InvalidSchemaError, match="rule"):
+        await registry.set_compatibility_mode("strict", "backward", "lenient")
+    # a broker whose setting is reader_writer: every subject without its own rule
+    store = EmbeddedMetadataStore(str(tmp_path / "strict.db"))
+    try:
+        strict_broker = SchemaRegistry(store, "reader_writer")
+        await strict_broker.register("s", "json_schema", TYPED)
+        assert await strict_broker.check("s", "json_schema", TYPED_PLUS)
+        await strict_broker.set_compatibility_mode("s", "backward", "danube")
+        assert await strict_broker.check("s", "json_schema", TYPED_PLUS) == []
+    finally:
+        await store.close()

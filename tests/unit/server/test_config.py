@@ -123,3 +123,15 @@ def test_bad_load_report_interval_is_a_clear_error(data, match):
         BrokerConfig.from_dict(data)
     with pytest.raises(InvalidArgumentError, match="load_report_interval_seconds must be"):
         BrokerConfig().with_overrides(load_report_interval_seconds=-2)
+
+
+def test_json_schema_rule_and_backoff_strategy(tmp_path):
+    assert BrokerConfig().json_schema_rule == "danube"
+    path = tmp_path / "b.yml"
+    path.write_text("json_schema_rule: reader_writer\nfailure_policy: {backoff_strategy: fixed, max_redelivery_count: 0}\n")
+    c = BrokerConfig.from_yaml(str(path))
+    assert c.json_schema_rule == "reader_writer"
+    assert (c.failure_policy.backoff_strategy, c.failure_policy.max_redelivery_count) == ("fixed", 0)
+    path.write_text("json_schema_rule: loose\n")
+    with pytest.raises(InvalidArgumentError, match="reader_writer"):
+        BrokerConfig.from_yaml(str(path))

@@ -5,6 +5,10 @@ A message's key is its routing key, else its producer's name; the ring
 accept it.  A receive routes a batch at a time: ready redeliveries and fresh frames are split
 among the consumers' queues (each message tracked as delivered to its owner), and the receiving
 consumer takes from its own queue.  A key no consumer accepts waits and is tried again shortly.
+
+Under the block poison policy only the poisoned message's key stalls, as in Danube: later
+messages of that key are parked (undelivered, holding the cursor) until the blocked message is
+acked or released by an admin, then delivered in order; other keys keep flowing.
 """
 
 from __future__ import annotations
@@ -27,13 +31,46 @@ class KeySharedDispatcher:
     sub_type = "key_shared"
     takes_key_filters = True
 
-    __slots__ = ("sub", "ring", "_queues")
+    __slots__ = ("sub", "ring", "_queues", "_keys", "_blocked_keys", "_parked", "_whole_block")
 
     def __init__(self, subscription: Subscription) -> None:
         self.sub = subscription
         self.ring = HashRing()
         # consumer id -> frames routed to it, not yet delivered
         self._queues: dict[int, deque[memoryview]] = {}
+        self._keys: dict[int, str] = {}  # offset -> key of what is in flight (reliable)
+        self._blocked_keys: dict[str, int] = {}  # key -> its message held under the block policy
+        self._parked: dict[str, list[int]] = {}  # key -> offsets held back behind that message
+        self._whole_block = False  # a blocked message whose key is unknown stalls everything
+
+    @property
+    def blocks_per_key(self) -> bool:
+        return not self._whole_block
+
+    def blocked(self, offset: int) -> None:
+        key = self._keys.get(offset)
+        if key is None:
+            self._whole_block = True  # (a record that never reached a consumer: no key to hold)
+        else:
+            self._blocked_keys.setdefault(key, offset)
+
+    def _release(self) -> None:
+        """Keys whose blocked message was acked or released: their parked messages go out again."""
+        tracker = self.sub.tracker
+        if not tracker.blocked:
+            self._whole_block = False
+        for key, offset in list(self._blocked_keys.items()):
+            if offset in tracker.blocked:
+                continue
+            del self._blocked_keys[key]
+            for parked in self._parked.pop(key, ()):
+                tracker.parked.discard(parked)
+                tracker.schedule(parked, 0.0)
+
+    def _prune_keys(self) -> None:
+        cursor = self.sub.tracker.cursor
+        blocked = set(self._blocked_keys.values())
+        self._keys = {o: k for o, k in self._keys.items() if o > cursor or o in blocked}
 
     def check_join(self, consumer_name: str) -> None:
         return None
@@ -75,9 +112,17 @@ class KeySharedDispatcher:
         tracker = sub.tracker
         queues = self._queues
         deadline = now + sub.failure_policy.ack_timeout_ms / 1000
+        blocked_keys = self._blocked_keys
         for view in parts:
             offset = frame_offset(view)
-            owner_id = self.ring.owner(self._route_key(view))
+            key = self._route_key(view)
+            if reliable:
+                if key in blocked_keys and blocked_keys[key] != offset:
+                    tracker.parked.add(offset)
+                    self._parked.setdefault(key, []).append(offset)
+                    continue
+                self._keys[offset] = key
+            owner_id = self.ring.owner(key)
             owner = sub.consumers.get(owner_id) if owner_id is not None else None
             if owner is None:
                 # No consumer accepts this key now; try again shortly (never dropped).
@@ -95,6 +140,10 @@ class KeySharedDispatcher:
 
     async def fetch(self, consumer: Consumer, max_messages: int, max_bytes: int, now: float) -> Delivery | None:
         sub = self.sub
+        if self._blocked_keys or self._whole_block:
+            self._release()
+        if len(self._keys) > 2 * sub.settings.max_unacked_messages + 1024:
+            self._prune_keys()
         if not self._queues.get(consumer.id):
             settings = sub.settings
             async with sub.read_lock:

@@ -17,6 +17,7 @@ class OrderedDispatcher:
 
     sub_type = ""
     takes_key_filters = False
+    blocks_per_key = False  # a blocked poison message stalls the subscription: order is the promise
 
     __slots__ = ("sub",)
 
@@ -43,6 +44,9 @@ class OrderedDispatcher:
 
     def forget(self, offsets: Collection[int]) -> None:
         return None  # nothing is held per consumer: a taken-back offset waits in the tracker
+
+    def blocked(self, offset: int) -> None:
+        return None
 
     def fresh_limit(self, max_messages: int) -> int:
         """How many fresh messages this receive may take (before the unacked window)."""

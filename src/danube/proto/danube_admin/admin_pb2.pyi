@@ -11,8 +11,24 @@ class DispatchStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     NonReliable: _ClassVar[DispatchStrategy]
     Reliable: _ClassVar[DispatchStrategy]
+
+class SubscriptionBackoffStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    Fixed: _ClassVar[SubscriptionBackoffStrategy]
+    Exponential: _ClassVar[SubscriptionBackoffStrategy]
+
+class SubscriptionPoisonPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DeadLetter: _ClassVar[SubscriptionPoisonPolicy]
+    Block: _ClassVar[SubscriptionPoisonPolicy]
+    Drop: _ClassVar[SubscriptionPoisonPolicy]
 NonReliable: DispatchStrategy
 Reliable: DispatchStrategy
+Fixed: SubscriptionBackoffStrategy
+Exponential: SubscriptionBackoffStrategy
+DeadLetter: SubscriptionPoisonPolicy
+Block: SubscriptionPoisonPolicy
+Drop: SubscriptionPoisonPolicy
 
 class Empty(_message.Message):
     __slots__ = ()
@@ -72,15 +88,41 @@ class SubscriptionRequest(_message.Message):
     subscription: str
     def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
 
-class SetFailurePolicyRequest(_message.Message):
-    __slots__ = ("topic", "subscription", "policy_json")
+class SubscriptionFailurePolicy(_message.Message):
+    __slots__ = ("max_redelivery_count", "ack_timeout_ms", "base_redelivery_delay_ms", "max_redelivery_delay_ms", "backoff_strategy", "dead_letter_topic", "poison_policy")
+    MAX_REDELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ACK_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    BASE_REDELIVERY_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_REDELIVERY_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    POISON_POLICY_FIELD_NUMBER: _ClassVar[int]
+    max_redelivery_count: int
+    ack_timeout_ms: int
+    base_redelivery_delay_ms: int
+    max_redelivery_delay_ms: int
+    backoff_strategy: SubscriptionBackoffStrategy
+    dead_letter_topic: str
+    poison_policy: SubscriptionPoisonPolicy
+    def __init__(self, max_redelivery_count: _Optional[int] = ..., ack_timeout_ms: _Optional[int] = ..., base_redelivery_delay_ms: _Optional[int] = ..., max_redelivery_delay_ms: _Optional[int] = ..., backoff_strategy: _Optional[_Union[SubscriptionBackoffStrategy, str]] = ..., dead_letter_topic: _Optional[str] = ..., poison_policy: _Optional[_Union[SubscriptionPoisonPolicy, str]] = ...) -> None: ...
+
+class SetSubscriptionFailurePolicyRequest(_message.Message):
+    __slots__ = ("topic", "subscription", "failure_policy")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
-    POLICY_JSON_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
-    policy_json: str
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., policy_json: _Optional[str] = ...) -> None: ...
+    failure_policy: SubscriptionFailurePolicy
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., failure_policy: _Optional[_Union[SubscriptionFailurePolicy, _Mapping]] = ...) -> None: ...
+
+class GetSubscriptionFailurePolicyRequest(_message.Message):
+    __slots__ = ("topic", "subscription")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
 
 class UnloadBrokerRequest(_message.Message):
     __slots__ = ("broker_id", "max_parallel", "namespaces_include", "namespaces_exclude", "dry_run", "timeout_seconds")
@@ -148,11 +190,13 @@ class PolicyResponse(_message.Message):
     policies: str
     def __init__(self, policies: _Optional[str] = ...) -> None: ...
 
-class FailurePolicyResponse(_message.Message):
-    __slots__ = ("policy_json",)
-    POLICY_JSON_FIELD_NUMBER: _ClassVar[int]
-    policy_json: str
-    def __init__(self, policy_json: _Optional[str] = ...) -> None: ...
+class GetSubscriptionFailurePolicyResponse(_message.Message):
+    __slots__ = ("failure_policy", "subscription_type")
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    failure_policy: SubscriptionFailurePolicy
+    subscription_type: int
+    def __init__(self, failure_policy: _Optional[_Union[SubscriptionFailurePolicy, _Mapping]] = ..., subscription_type: _Optional[int] = ...) -> None: ...
 
 class BrokerResponse(_message.Message):
     __slots__ = ("leader",)

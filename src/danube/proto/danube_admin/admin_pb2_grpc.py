@@ -656,13 +656,13 @@ class TopicAdminStub:
                 _registered_method=True)
         self.SetSubscriptionFailurePolicy = channel.unary_unary(
                 '/danube_admin.TopicAdmin/SetSubscriptionFailurePolicy',
-                request_serializer=danube__admin_dot_admin__pb2.SetFailurePolicyRequest.SerializeToString,
+                request_serializer=danube__admin_dot_admin__pb2.SetSubscriptionFailurePolicyRequest.SerializeToString,
                 response_deserializer=danube__admin_dot_admin__pb2.SubscriptionResponse.FromString,
                 _registered_method=True)
         self.GetSubscriptionFailurePolicy = channel.unary_unary(
                 '/danube_admin.TopicAdmin/GetSubscriptionFailurePolicy',
-                request_serializer=danube__admin_dot_admin__pb2.SubscriptionRequest.SerializeToString,
-                response_deserializer=danube__admin_dot_admin__pb2.FailurePolicyResponse.FromString,
+                request_serializer=danube__admin_dot_admin__pb2.GetSubscriptionFailurePolicyRequest.SerializeToString,
+                response_deserializer=danube__admin_dot_admin__pb2.GetSubscriptionFailurePolicyResponse.FromString,
                 _registered_method=True)
         self.RepartitionTopic = channel.unary_unary(
                 '/danube_admin.TopicAdmin/RepartitionTopic',
@@ -809,13 +809,13 @@ def add_TopicAdminServicer_to_server(servicer, server):
             ),
             'SetSubscriptionFailurePolicy': grpc.unary_unary_rpc_method_handler(
                     servicer.SetSubscriptionFailurePolicy,
-                    request_deserializer=danube__admin_dot_admin__pb2.SetFailurePolicyRequest.FromString,
+                    request_deserializer=danube__admin_dot_admin__pb2.SetSubscriptionFailurePolicyRequest.FromString,
                     response_serializer=danube__admin_dot_admin__pb2.SubscriptionResponse.SerializeToString,
             ),
             'GetSubscriptionFailurePolicy': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSubscriptionFailurePolicy,
-                    request_deserializer=danube__admin_dot_admin__pb2.SubscriptionRequest.FromString,
-                    response_serializer=danube__admin_dot_admin__pb2.FailurePolicyResponse.SerializeToString,
+                    request_deserializer=danube__admin_dot_admin__pb2.GetSubscriptionFailurePolicyRequest.FromString,
+                    response_serializer=danube__admin_dot_admin__pb2.GetSubscriptionFailurePolicyResponse.SerializeToString,
             ),
             'RepartitionTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.RepartitionTopic,
@@ -1096,7 +1096,7 @@ class TopicAdmin:
             request,
             target,
             '/danube_admin.TopicAdmin/SetSubscriptionFailurePolicy',
-            danube__admin_dot_admin__pb2.SetFailurePolicyRequest.SerializeToString,
+            danube__admin_dot_admin__pb2.SetSubscriptionFailurePolicyRequest.SerializeToString,
             danube__admin_dot_admin__pb2.SubscriptionResponse.FromString,
             options,
             channel_credentials,
@@ -1123,8 +1123,8 @@ class TopicAdmin:
             request,
             target,
             '/danube_admin.TopicAdmin/GetSubscriptionFailurePolicy',
-            danube__admin_dot_admin__pb2.SubscriptionRequest.SerializeToString,
-            danube__admin_dot_admin__pb2.FailurePolicyResponse.FromString,
+            danube__admin_dot_admin__pb2.GetSubscriptionFailurePolicyRequest.SerializeToString,
+            danube__admin_dot_admin__pb2.GetSubscriptionFailurePolicyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -139,12 +139,14 @@ class DeleteSchemaVersionResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
 
 class SetCompatibilityModeRequest(_message.Message):
-    __slots__ = ("subject", "compatibility_mode")
+    __slots__ = ("subject", "compatibility_mode", "json_schema_rule")
     SUBJECT_FIELD_NUMBER: _ClassVar[int]
     COMPATIBILITY_MODE_FIELD_NUMBER: _ClassVar[int]
+    JSON_SCHEMA_RULE_FIELD_NUMBER: _ClassVar[int]
     subject: str
     compatibility_mode: str
-    def __init__(self, subject: _Optional[str] = ..., compatibility_mode: _Optional[str] = ...) -> None: ...
+    json_schema_rule: str
+    def __init__(self, subject: _Optional[str] = ..., compatibility_mode: _Optional[str] = ..., json_schema_rule: _Optional[str] = ...) -> None: ...
 
 class SetCompatibilityModeResponse(_message.Message):
     __slots__ = ("success", "message")

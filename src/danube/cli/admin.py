@@ -138,6 +138,9 @@ def register(subparsers) -> None:
     from danube.cli import admin_scalable
 
     admin_scalable.add_parser(groups)
+    from danube.gateway import cli as gateway_cli
+
+    gateway_cli.add_parser(groups)  # `danube admin serve` (docs/gateway.md)
     parser.set_defaults(func=run, _admin_parser=parser)
 
 

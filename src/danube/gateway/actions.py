@@ -83,16 +83,33 @@ class Actions:
             include = [check_namespace(n) for n in doc.get("namespaces_include") or []]
             exclude = [check_namespace(n) for n in doc.get("namespaces_exclude") or []]
             timeout_s = _int(doc, "timeout_seconds", 60, 1, 3600)
-            r = await b.call(b.brokers.UnloadBroker, pb.UnloadBrokerRequest(
-                broker_id=broker_id, max_parallel=_int(doc, "max_parallel", 1, 1, 64),
-                namespaces_include=include, namespaces_exclude=exclude, dry_run=_bool(doc, "dry_run", False),
-                timeout_seconds=timeout_s), token=token, timeout=float(timeout_s) + 5)
-            return {"success": r.started, "message": f"started={str(r.started).lower()} total={r.total} "
-                    f"succeeded={r.succeeded} failed={r.failed} pending={r.pending}",
-                    "failed_topics": list(r.failed_topics)}
+            r = await b.call(
+                b.brokers.UnloadBroker,
+                pb.UnloadBrokerRequest(
+                    broker_id=broker_id,
+                    max_parallel=_int(doc, "max_parallel", 1, 1, 64),
+                    namespaces_include=include,
+                    namespaces_exclude=exclude,
+                    dry_run=_bool(doc, "dry_run", False),
+                    timeout_seconds=timeout_s,
+                ),
+                token=token,
+                timeout=float(timeout_s or 60) + 5,
+            )
+            return {
+                "success": r.started,
+                "message": f"started={str(r.started).lower()} total={r.total} "
+                f"succeeded={r.succeeded} failed={r.failed} pending={r.pending}",
+                "failed_topics": list(r.failed_topics),
+            }
         if action == "activate":
-            r = await b.call(b.brokers.ActivateBroker, pb.ActivateBrokerRequest(
-                broker_id=broker_id, reason=_str(doc, "reason", required=False) or "admin_activate"), token=token)
+            r = await b.call(
+                b.brokers.ActivateBroker,
+                pb.ActivateBrokerRequest(
+                    broker_id=broker_id, reason=_str(doc, "reason", required=False) or "admin_activate"
+                ),
+                token=token,
+            )
             return {"success": r.success, "message": f"success={str(r.success).lower()}"}
         raise GatewayRequestError(f"unsupported action {action[:40]!r}: use unload or activate")
 
@@ -103,11 +120,24 @@ class Actions:
         if max_moves is not None:
             request.max_moves = max_moves
         r = await b.call(b.brokers.TriggerRebalance, request, token=token, timeout=60.0)
-        return {"success": r.success, "moves_executed": r.moves_executed, "error_message": "" if r.success
-                else r.message, "message": r.message, "cv_before": r.cv_before,
-                "cv_after_estimated": r.cv_after_estimated,
-                "proposed_moves": [{"topic_name": m.topic_name, "from_broker": m.from_broker, "to_broker": m.to_broker,
-                                    "estimated_load": m.estimated_load, "reason": ""} for m in r.proposed_moves]}
+        return {
+            "success": r.success,
+            "moves_executed": r.moves_executed,
+            "error_message": "" if r.success else r.message,
+            "message": r.message,
+            "cv_before": r.cv_before,
+            "cv_after_estimated": r.cv_after_estimated,
+            "proposed_moves": [
+                {
+                    "topic_name": m.topic_name,
+                    "from_broker": m.from_broker,
+                    "to_broker": m.to_broker,
+                    "estimated_load": m.estimated_load,
+                    "reason": "",
+                }
+                for m in r.proposed_moves
+            ],
+        }
 
     async def topic(self, doc: dict, token: str | None) -> dict:
         action = (_str(doc, "action") or "").lower()
@@ -115,8 +145,14 @@ class Actions:
         b = self.backend
         if action == "create":
             strategy_text = (_str(doc, "dispatch_strategy", required=False) or "non_reliable").lower()
-            if strategy_text not in ("reliable", "reliable_dispatch", "reliable-dispatch", "non_reliable",
-                                     "non-reliable", "nonreliable"):
+            if strategy_text not in (
+                "reliable",
+                "reliable_dispatch",
+                "reliable-dispatch",
+                "non_reliable",
+                "non-reliable",
+                "nonreliable",
+            ):
                 raise GatewayRequestError("dispatch_strategy must be reliable or non_reliable")
             strategy = pb.Reliable if strategy_text.startswith("reliable") else pb.NonReliable
             subject = _str(doc, "schema_subject", required=False)
@@ -146,20 +182,26 @@ class Actions:
 
     async def schema(self, doc: dict, token: str | None) -> dict:
         action = (_str(doc, "action") or "").lower()
-        subject = check_subject(_str(doc, "subject"))
+        subject = check_subject(_str(doc, "subject") or "")
         b = self.backend
         if action == "set_compatibility":
             mode = (_str(doc, "compatibility_mode") or "").upper()
             if mode not in COMPATIBILITY_MODES:
                 raise GatewayRequestError(f"compatibility_mode must be one of {', '.join(COMPATIBILITY_MODES)}")
-            r = await b.call(b.schemas.SetCompatibilityMode,
-                             spb.SetCompatibilityModeRequest(subject=subject, compatibility_mode=mode), token=token)
+            r = await b.call(
+                b.schemas.SetCompatibilityMode,
+                spb.SetCompatibilityModeRequest(subject=subject, compatibility_mode=mode),
+                token=token,
+            )
         elif action == "delete_version":
             version = _int(doc, "version", None, 1, 2**31)
             if version is None:
                 raise GatewayRequestError("Missing version for delete_version action")
-            r = await b.call(b.schemas.DeleteSchemaVersion,
-                             spb.DeleteSchemaVersionRequest(subject=subject, version=version), token=token)
+            r = await b.call(
+                b.schemas.DeleteSchemaVersion,
+                spb.DeleteSchemaVersionRequest(subject=subject, version=version),
+                token=token,
+            )
         else:
             raise GatewayRequestError(f"unsupported action {action[:40]!r}: use set_compatibility or delete_version")
         return {"success": r.success, "message": "ok" if r.success else (r.message or "not_ok")}

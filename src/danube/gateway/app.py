@@ -10,7 +10,6 @@ and that token is what the broker authorizes; --read-only refuses every action.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from importlib import resources
@@ -28,8 +27,12 @@ from danube.metadata.keys import check_name
 log = logging.getLogger("danube.gateway")
 
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]", "::1")
-_STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-                 ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+_STATIC_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
 _STATIC_FILES = ("index.html", "app.js", "app.css")
 _CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'"
 MAX_CACHE_ENTRIES = 512
@@ -108,8 +111,9 @@ class Gateway:
         auth = request.headers.get("authorization", "")
         token = auth[7:].strip() if auth[:7].lower() == "bearer " else None
         if self.cfg.actions_need_token and not token:
-            raise GatewayRequestError("the brokers require a token: send 'Authorization: Bearer <token>' "
-                                      "with actions", 401)
+            raise GatewayRequestError(
+                "the brokers require a token: send 'Authorization: Bearer <token>' with actions", 401
+            )
         return token
 
     # ------------------------------------------------------------ dispatch
@@ -118,8 +122,14 @@ class Gateway:
         if not self._host_allowed(request):
             return Response.json(error_body(GatewayRequestError("unexpected Host header")), 403)
         if not self._origin_allowed(request):
-            return Response.json(error_body(GatewayRequestError("cross-origin request refused (CORS is off "
-                                                                "unless --cors-allow-origin names the origin)")), 403)
+            return Response.json(
+                error_body(
+                    GatewayRequestError(
+                        "cross-origin request refused (CORS is off unless --cors-allow-origin names the origin)"
+                    )
+                ),
+                403,
+            )
         if request.method == "OPTIONS":
             return self._cors(Response(204, b"", "text/plain"), request)
         try:
@@ -139,9 +149,12 @@ class Gateway:
         if method == "POST":
             if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
                 raise GatewayRequestError("POST bodies must be application/json", 415)
-            handler = {("cluster", "actions"): self.actions.cluster, ("cluster", "rebalance"): self.actions.rebalance,
-                       ("topics", "actions"): self.actions.topic,
-                       ("schemas", "actions"): self.actions.schema}.get(tuple(rest))  # type: ignore[arg-type]
+            handler = {
+                ("cluster", "actions"): self.actions.cluster,
+                ("cluster", "rebalance"): self.actions.rebalance,
+                ("topics", "actions"): self.actions.topic,
+                ("schemas", "actions"): self.actions.schema,
+            }.get(tuple(rest))  # type: ignore[arg-type]
             if handler is None:
                 raise GatewayRequestError("not found", 404)
             token = self._action_token(request)
@@ -203,7 +216,7 @@ class Gateway:
         if name not in _STATIC_FILES:
             raise GatewayRequestError("not found", 404)
         body = resources.files("danube.gateway").joinpath("static", name).read_bytes()
-        suffix = name[name.rfind("."):]
+        suffix = name[name.rfind(".") :]
         return Response(200, body, _STATIC_TYPES[suffix], {"Content-Security-Policy": _CSP})
 
 
@@ -212,8 +225,13 @@ async def serve(cfg: GatewayConfig, ready=None) -> None:
     gateway = Gateway(cfg)
     port = await gateway.start()
     host, _ = cfg.listen_host_port()
-    log.info("danube admin gateway on http://%s:%d (broker %s, series from %s)", host, port, cfg.broker_endpoint,
-             cfg.prometheus_url or "the embedded history")
+    log.info(
+        "danube admin gateway on http://%s:%d (broker %s, series from %s)",
+        host,
+        port,
+        cfg.broker_endpoint,
+        cfg.prometheus_url or "the embedded history",
+    )
     print(f"danube admin gateway listening on http://{host}:{port}", flush=True)
     if ready is not None:
         ready(port)

@@ -42,8 +42,9 @@ class AdminBackend:
 
         if cfg.tls_domain:
             options.append(("grpc.ssl_target_name_override", cfg.tls_domain))
-        return grpc.aio.secure_channel(target, channel_credentials(cfg.tls_ca, cfg.tls_cert, cfg.tls_key),
-                                       options=options)
+        return grpc.aio.secure_channel(
+            target, channel_credentials(cfg.tls_ca, cfg.tls_cert, cfg.tls_key), options=options
+        )
 
     async def close(self) -> None:
         await self.channel.close()

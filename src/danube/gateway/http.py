@@ -21,19 +21,35 @@ MAX_CONNECTIONS = 128
 IDLE_TIMEOUT_S = 30.0
 READ_TIMEOUT_S = 10.0
 
-_REASONS = {200: "OK", 204: "No Content", 304: "Not Modified", 400: "Bad Request", 401: "Unauthorized",
-            403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
-            411: "Length Required", 413: "Payload Too Large", 415: "Unsupported Media Type",
-            429: "Too Many Requests", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
-            501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+_REASONS = {
+    200: "OK",
+    204: "No Content",
+    304: "Not Modified",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    411: "Length Required",
+    413: "Payload Too Large",
+    415: "Unsupported Media Type",
+    429: "Too Many Requests",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
 
 
 @dataclass
 class Request:
     method: str
-    path: str                        # raw path, still percent-encoded
+    path: str  # raw path, still percent-encoded
     query: dict[str, str]
-    headers: dict[str, str]          # lower-case names
+    headers: dict[str, str]  # lower-case names
     body: bytes = b""
 
     def segments(self) -> list[str]:
@@ -141,12 +157,17 @@ class HttpServer:
         return keep_alive
 
     @staticmethod
-    async def _write(writer: asyncio.StreamWriter, response: Response, keep_alive: bool,
-                     head_only: bool = False) -> None:
-        lines = [f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Status')}",
-                 f"Content-Type: {response.content_type}", f"Content-Length: {len(response.body)}",
-                 "X-Content-Type-Options: nosniff", "Cache-Control: no-store",
-                 f"Connection: {'keep-alive' if keep_alive else 'close'}"]
+    async def _write(
+        writer: asyncio.StreamWriter, response: Response, keep_alive: bool, head_only: bool = False
+    ) -> None:
+        lines = [
+            f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Status')}",
+            f"Content-Type: {response.content_type}",
+            f"Content-Length: {len(response.body)}",
+            "X-Content-Type-Options: nosniff",
+            "Cache-Control: no-store",
+            f"Connection: {'keep-alive' if keep_alive else 'close'}",
+        ]
         lines += [f"{k}: {v}" for k, v in response.headers.items()]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         if not head_only:

@@ -24,8 +24,8 @@ from danube.errors import InvalidArgumentError
 log = logging.getLogger("danube.gateway")
 
 MAX_SCRAPE_BYTES = 16 * 1024 * 1024
-MAX_SERIES_POINTS = 11_000          # Prometheus's own limit for one range query
-RATE_WINDOW_S = 60.0                # the charts' "_1m" rates, as Danube's gateway asks Prometheus
+MAX_SERIES_POINTS = 11_000  # Prometheus's own limit for one range query
+RATE_WINDOW_S = 60.0  # the charts' "_1m" rates, as Danube's gateway asks Prometheus
 
 
 @dataclass
@@ -40,25 +40,29 @@ class TopicSample:
     consumers: float = 0.0
     backlog: float = 0.0
     unacked: float = 0.0
-    subscriptions: dict = field(default_factory=dict)   # name -> {"backlog", "unacked", "acks", ...}
+    subscriptions: dict = field(default_factory=dict)  # name -> {"backlog", "unacked", "acks", ...}
     latency_buckets: list = field(default_factory=list)  # [(le, cumulative count)]
     latency_count: float = 0.0
-    wal: dict = field(default_factory=dict)               # next_offset, first_offset, durable_offset
+    wal: dict = field(default_factory=dict)  # next_offset, first_offset, durable_offset
 
 
 @dataclass
 class BrokerSample:
     url: str
     at: float
-    topics: dict = field(default_factory=dict)     # topic -> TopicSample
+    topics: dict = field(default_factory=dict)  # topic -> TopicSample
     topics_owned: float = 0.0
     error: str | None = None
 
     def totals(self) -> dict:
         t = self.topics.values()
-        return {"bytes_in_total": sum(s.bytes_in for s in t), "bytes_out_total": sum(s.bytes_out for s in t),
-                "msg_in_total": sum(s.msg_in for s in t), "msg_out_total": sum(s.msg_out for s in t),
-                "active_connections": int(sum(s.producers + s.consumers for s in t))}
+        return {
+            "bytes_in_total": sum(s.bytes_in for s in t),
+            "bytes_out_total": sum(s.bytes_out for s in t),
+            "msg_in_total": sum(s.msg_in for s in t),
+            "msg_out_total": sum(s.msg_out for s in t),
+            "active_connections": int(sum(s.producers + s.consumers for s in t)),
+        }
 
 
 def parse_exposition(text: str, url: str, at: float) -> BrokerSample:
@@ -110,7 +114,7 @@ def parse_exposition(text: str, url: str, at: float) -> BrokerSample:
             elif name == "danube_producer_send_latency_ms_count":
                 t.latency_count += value
             elif name in ("danube_wal_next_offset", "danube_wal_first_offset", "danube_wal_durable_offset"):
-                t.wal[name[len("danube_wal_"):]] = int(value)
+                t.wal[name[len("danube_wal_") :]] = int(value)
     return sample
 
 
@@ -176,7 +180,7 @@ class History:
             if ring is None:
                 ring = deque(maxlen=self.max_points)
             ring.append((at, t.msg_in, t.msg_out, t.bytes_in, t.bytes_out, t.backlog, t.producers, t.consumers))
-            self._topics[name] = ring   # most recently scraped last
+            self._topics[name] = ring  # most recently scraped last
         while len(self._topics) > self.max_topics:
             self._topics.popitem(last=False)
         horizon = at - self.retention_s
@@ -186,8 +190,13 @@ class History:
     def series(self, topic: str, start: float, end: float, step: float) -> dict[str, list]:
         """Rates over the last minute (counters) and gauges, one point per step where data exists."""
         ring = list(self._topics.get(topic, ()))
-        out: dict[str, list] = {"publish_rate_1m": [], "dispatch_rate_1m": [], "bytes_in_rate_1m": [],
-                                "bytes_out_rate_1m": [], "backlog_messages": []}
+        out: dict[str, list] = {
+            "publish_rate_1m": [],
+            "dispatch_rate_1m": [],
+            "bytes_in_rate_1m": [],
+            "bytes_out_rate_1m": [],
+            "backlog_messages": [],
+        }
         if not ring:
             return out
         times = [r[0] for r in ring]
@@ -202,8 +211,12 @@ class History:
                 out["backlog_messages"].append([ts, now[_FIELDS["backlog"]]])
                 if j < i:
                     dt = now[0] - then[0]
-                    for key, field_name in (("publish_rate_1m", "msg_in"), ("dispatch_rate_1m", "msg_out"),
-                                            ("bytes_in_rate_1m", "bytes_in"), ("bytes_out_rate_1m", "bytes_out")):
+                    for key, field_name in (
+                        ("publish_rate_1m", "msg_in"),
+                        ("dispatch_rate_1m", "msg_out"),
+                        ("bytes_in_rate_1m", "bytes_in"),
+                        ("bytes_out_rate_1m", "bytes_out"),
+                    ):
                         k = _FIELDS[field_name]
                         delta = now[k] - then[k]
                         if delta < 0:  # the counter restarted (the topic moved or reloaded)
@@ -242,7 +255,7 @@ class MetricsHub:
 
     def __init__(self, cfg) -> None:
         self.cfg = cfg
-        self.latest: dict[str, BrokerSample] = {}     # broker id (or URL) -> last scrape
+        self.latest: dict[str, BrokerSample] = {}  # broker id (or URL) -> last scrape
         self.history = History(cfg.history_s, cfg.scrape_interval_s, cfg.max_history_topics)
         self.scrapes = 0
         self._lock = asyncio.Lock()
@@ -292,14 +305,19 @@ class MetricsHub:
     # ------------------------------------------------------------ Prometheus
 
     async def prometheus_range(self, query: str, start: float, end: float, step: float) -> list:
-        url = (self.cfg.prometheus_url.rstrip("/") + "/api/v1/query_range?"
-               + urllib.parse.urlencode({"query": query, "start": int(start), "end": int(end), "step": step}))
+        url = (
+            self.cfg.prometheus_url.rstrip("/")
+            + "/api/v1/query_range?"
+            + urllib.parse.urlencode({"query": query, "start": int(start), "end": int(end), "step": step})
+        )
         body = await asyncio.to_thread(_http_get, url, self.cfg.request_timeout_s)
         doc = json.loads(body)
         if doc.get("status") != "success":
             raise ValueError(doc.get("error") or "prometheus query failed")
-        return [(r.get("metric", {}), [[int(float(t)), float(v)] for t, v in r.get("values", [])])
-                for r in doc.get("data", {}).get("result", [])]
+        return [
+            (r.get("metric", {}), [[int(float(t)), float(v)] for t, v in r.get("values", [])])
+            for r in doc.get("data", {}).get("result", [])
+        ]
 
     async def prometheus_series(self, topic: str, start: float, end: float, step: float) -> tuple[list, list]:
         # topic names passed the broker's name rule: no quote or backslash can reach the query

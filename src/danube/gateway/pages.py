@@ -18,7 +18,7 @@ from danube.errors import DanubeError, NotFoundError
 from danube.gateway.backend import AdminBackend, pb, spb
 from danube.gateway.metrics import MetricsHub, clamp_range, quantile
 
-MAX_TOPICS_SCANNED = 500   # topics described to find the schema subjects (no ListSubjects call yet)
+MAX_TOPICS_SCANNED = 500  # topics described to find the schema subjects (no ListSubjects call yet)
 
 
 def now_iso() -> str:
@@ -30,8 +30,12 @@ def _dict(message) -> dict:
 
 
 def _identity(b) -> dict:
-    return {"broker_id": b.broker_id, "broker_addr": b.broker_addr, "broker_role": b.broker_role,
-            "broker_status": b.broker_status}
+    return {
+        "broker_id": b.broker_id,
+        "broker_addr": b.broker_addr,
+        "broker_role": b.broker_role,
+        "broker_status": b.broker_status,
+    }
 
 
 class Pages:
@@ -51,12 +55,15 @@ class Pages:
 
     def _mini(self, info) -> dict:
         t = self.metrics.topic(info.name)
-        return {"name": info.name, "delivery": info.delivery,
-                "producers_connected": int(t.producers) if t else 0,
-                "consumers_connected": int(t.consumers) if t else 0,
-                "subscriptions": len(t.subscriptions) if t else 0,
-                "backlog": int(t.backlog) if t else 0,
-                "msg_in_total": int(t.msg_in) if t else 0}
+        return {
+            "name": info.name,
+            "delivery": info.delivery,
+            "producers_connected": int(t.producers) if t else 0,
+            "consumers_connected": int(t.consumers) if t else 0,
+            "subscriptions": len(t.subscriptions) if t else 0,
+            "backlog": int(t.backlog) if t else 0,
+            "msg_in_total": int(t.msg_in) if t else 0,
+        }
 
     # ------------------------------------------------------------ pages
 
@@ -86,13 +93,25 @@ class Pages:
         for b, topics in zip(brokers, lists):
             sample = self.metrics.latest.get(b.broker_id)
             conns = sample.totals()["active_connections"] if sample else 0
-            stats = {"topics_owned": len(topics), "rpc_total": 0, "rpc_rate_1m": 0.0, "active_connections": conns,
-                     "errors_5xx_total": 0}
+            stats = {
+                "topics_owned": len(topics),
+                "rpc_total": 0,
+                "rpc_rate_1m": 0.0,
+                "active_connections": conns,
+                "errors_5xx_total": 0,
+            }
             totals["topics_total"] += len(topics)
             totals["active_connections"] += conns
-            out.append({**_identity(b), "admin_addr": b.admin_addr, "metrics_addr": b.metrics_addr, "stats": stats,
-                        "load": loads.get(b.broker_id, {}).get("load"),
-                        "is_leader": b.broker_role == "Cluster_Leader"})
+            out.append(
+                {
+                    **_identity(b),
+                    "admin_addr": b.admin_addr,
+                    "metrics_addr": b.metrics_addr,
+                    "stats": stats,
+                    "load": loads.get(b.broker_id, {}).get("load"),
+                    "is_leader": b.broker_role == "Cluster_Leader",
+                }
+            )
         errors += self.metrics.errors()
         return {"timestamp": now_iso(), "brokers": out, "totals": totals, "balance": balance, "errors": errors}
 
@@ -100,18 +119,31 @@ class Pages:
         try:
             resp = await self.backend.call(self.backend.brokers.GetClusterBalance, pb.ClusterBalanceRequest())
         except DanubeError as exc:
-            if errors is not None and getattr(exc, "grpc_code", None) is not None and \
-                    exc.grpc_code.name != "UNIMPLEMENTED":  # type: ignore[attr-defined]
+            code = getattr(exc, "grpc_code", None)
+            if errors is not None and code is not None and code.name != "UNIMPLEMENTED":
                 errors.append(f"cluster balance: {exc}")
             return None
         over, under = set(resp.overloaded), set(resp.underloaded)
-        return {"coefficient_of_variation": resp.coefficient_of_variation, "mean_load": resp.mean_load,
-                "max_load": resp.max_load, "min_load": resp.min_load, "std_deviation": resp.std_deviation,
-                "broker_count": resp.active_brokers or len(resp.brokers), "assignment_strategy": resp.strategy,
-                "cv_threshold": resp.cv_threshold,
-                "brokers": [{"broker_id": x.broker_id, "load": x.load, "topic_count": x.topic_count,
-                             "is_overloaded": x.broker_id in over, "is_underloaded": x.broker_id in under}
-                            for x in resp.brokers]}
+        return {
+            "coefficient_of_variation": resp.coefficient_of_variation,
+            "mean_load": resp.mean_load,
+            "max_load": resp.max_load,
+            "min_load": resp.min_load,
+            "std_deviation": resp.std_deviation,
+            "broker_count": resp.active_brokers or len(resp.brokers),
+            "assignment_strategy": resp.strategy,
+            "cv_threshold": resp.cv_threshold,
+            "brokers": [
+                {
+                    "broker_id": x.broker_id,
+                    "load": x.load,
+                    "topic_count": x.topic_count,
+                    "is_overloaded": x.broker_id in over,
+                    "is_underloaded": x.broker_id in under,
+                }
+                for x in resp.brokers
+            ],
+        }
 
     async def balance(self) -> dict:
         resp = await self._balance()
@@ -120,8 +152,9 @@ class Pages:
         return resp
 
     async def rebalancing_history(self, limit: int = 100) -> dict:
-        resp = await self.backend.call(self.backend.brokers.GetRebalancingHistory,
-                                       pb.RebalancingHistoryRequest(limit=limit))
+        resp = await self.backend.call(
+            self.backend.brokers.GetRebalancingHistory, pb.RebalancingHistoryRequest(limit=limit)
+        )
         return {"timestamp": now_iso(), "moves": [_dict(m) for m in resp.moves]}
 
     async def topics(self) -> dict:
@@ -136,8 +169,11 @@ class Pages:
                 return []
 
         lists = await asyncio.gather(*(one(b) for b in brokers))
-        return {"timestamp": now_iso(), "errors": errors + self.metrics.errors(),
-                "brokers": [{"broker": _identity(b), "topics": t} for b, t in zip(brokers, lists)]}
+        return {
+            "timestamp": now_iso(),
+            "errors": errors + self.metrics.errors(),
+            "brokers": [{"broker": _identity(b), "topics": t} for b, t in zip(brokers, lists)],
+        }
 
     async def namespaces(self) -> dict:
         names = await self.backend.namespaces_list()
@@ -150,8 +186,9 @@ class Pages:
                 errors.append(f"list_topics failed for {ns}: {exc}")
                 topics = []
             try:
-                policies = (await self.backend.call(self.backend.namespaces.GetNamespacePolicies,
-                                                    pb.NamespaceRequest(name=ns))).policies
+                policies = (
+                    await self.backend.call(self.backend.namespaces.GetNamespacePolicies, pb.NamespaceRequest(name=ns))
+                ).policies
             except DanubeError as exc:
                 errors.append(f"get_namespace_policies failed for {ns}: {exc}")
                 policies = ""
@@ -176,82 +213,128 @@ class Pages:
         totals = sample.totals() if sample else {}
         if sample and sample.error:
             errors.append(f"metrics scrape failed: {sample.error}")
-        return {"timestamp": now_iso(), "broker": {**_identity(b), "admin_addr": b.admin_addr},
-                "metrics": {"rpc_total": 0, "topics_owned": len(infos),
-                            "inbound_bytes_total": int(totals.get("bytes_in_total", 0)),
-                            "outbound_bytes_total": int(totals.get("bytes_out_total", 0)),
-                            "errors_5xx_total": 0, "active_connections": totals.get("active_connections", 0)},
-                "topics": [self._mini(t) for t in infos], "errors": errors}
+        return {
+            "timestamp": now_iso(),
+            "broker": {**_identity(b), "admin_addr": b.admin_addr},
+            "metrics": {
+                "rpc_total": 0,
+                "topics_owned": len(infos),
+                "inbound_bytes_total": int(totals.get("bytes_in_total", 0)),
+                "outbound_bytes_total": int(totals.get("bytes_out_total", 0)),
+                "errors_5xx_total": 0,
+                "active_connections": totals.get("active_connections", 0),
+            },
+            "topics": [self._mini(t) for t in infos],
+            "errors": errors,
+        }
 
     async def topic(self, name: str) -> dict:
         b = self.backend
-        desc, subs = await asyncio.gather(b.call(b.topics.DescribeTopic, pb.DescribeTopicRequest(name=name)),
-                                          b.call(b.topics.ListSubscriptions, pb.TopicRequest(name=name)))
+        desc, subs = await asyncio.gather(
+            b.call(b.topics.DescribeTopic, pb.DescribeTopicRequest(name=name)),
+            b.call(b.topics.ListSubscriptions, pb.TopicRequest(name=name)),
+        )
         errors: list[str] = []
         sample = self.metrics.topic(name)
         subscriptions = []
         for sub in dict.fromkeys(subs.subscriptions):
             policy, doc = None, {}
             try:
-                doc = json.loads((await b.call(b.topics.GetSubscriptionFailurePolicy,
-                                               pb.SubscriptionRequest(topic=name, subscription=sub))).policy_json
-                                 or "{}")
+                doc = json.loads(
+                    (
+                        await b.call(
+                            b.topics.GetSubscriptionFailurePolicy, pb.SubscriptionRequest(topic=name, subscription=sub)
+                        )
+                    ).policy_json
+                    or "{}"
+                )
                 if doc:
-                    policy = {"max_redelivery_count": doc.get("max_redelivery_count"),
-                              "ack_timeout_ms": doc.get("ack_timeout_ms"),
-                              "base_redelivery_delay_ms": doc.get("base_redelivery_delay_ms"),
-                              "max_redelivery_delay_ms": doc.get("max_redelivery_delay_ms"),
-                              "backoff_strategy": "exponential",
-                              "dead_letter_topic": doc.get("dead_letter_topic") or None,
-                              "poison_policy": doc.get("poison_policy")}
+                    policy = {
+                        "max_redelivery_count": doc.get("max_redelivery_count"),
+                        "ack_timeout_ms": doc.get("ack_timeout_ms"),
+                        "base_redelivery_delay_ms": doc.get("base_redelivery_delay_ms"),
+                        "max_redelivery_delay_ms": doc.get("max_redelivery_delay_ms"),
+                        "backoff_strategy": "exponential",
+                        "dead_letter_topic": doc.get("dead_letter_topic") or None,
+                        "poison_policy": doc.get("poison_policy"),
+                    }
             except DanubeError as exc:
                 errors.append(f"failure policy of {sub}: {exc}")
             live = (sample.subscriptions.get(sub) if sample else None) or {}
-            subscriptions.append({"name": sub, "subscription_type": doc.get("subscription_type", "Unknown"),
-                                  "failure_policy": policy,
-                                  "backlog": live.get("backlog", 0), "unacked": live.get("unacked", 0)})
+            subscriptions.append(
+                {
+                    "name": sub,
+                    "subscription_type": doc.get("subscription_type", "Unknown"),
+                    "failure_policy": policy,
+                    "backlog": live.get("backlog", 0),
+                    "unacked": live.get("unacked", 0),
+                }
+            )
         partitioning = None
         try:
             partitioning = _dict(await b.call(b.topics.DescribePartitioning, pb.TopicRequest(name=name)))
         except DanubeError:
             pass  # not a partitioned topic
-        topic = {"name": desc.name, "broker_id": desc.broker_id, "delivery": desc.delivery,
-                 "schema_subject": desc.schema_subject if desc.HasField("schema_subject") else None,
-                 "schema_id": desc.schema_id if desc.HasField("schema_id") else None,
-                 "schema_version": desc.schema_version if desc.HasField("schema_version") else None,
-                 "schema_type": desc.schema_type if desc.HasField("schema_type") else None,
-                 "compatibility_mode": desc.compatibility_mode if desc.HasField("compatibility_mode") else None,
-                 "subscriptions": subscriptions,
-                 "storage": _dict(desc.storage) if desc.HasField("storage") else None,
-                 "partitioning": partitioning}
+        topic = {
+            "name": desc.name,
+            "broker_id": desc.broker_id,
+            "delivery": desc.delivery,
+            "schema_subject": desc.schema_subject if desc.HasField("schema_subject") else None,
+            "schema_id": desc.schema_id if desc.HasField("schema_id") else None,
+            "schema_version": desc.schema_version if desc.HasField("schema_version") else None,
+            "schema_type": desc.schema_type if desc.HasField("schema_type") else None,
+            "compatibility_mode": desc.compatibility_mode if desc.HasField("compatibility_mode") else None,
+            "subscriptions": subscriptions,
+            "storage": _dict(desc.storage) if desc.HasField("storage") else None,
+            "partitioning": partitioning,
+        }
         if sample is None:
             errors.append(f"no metrics for {name} yet (not loaded, or its broker's metrics port not scraped)")
         s = sample
         pub, disp = self.metrics.rates(name)
         reliable = None
         if s is not None and s.wal:
-            reliable = {"wal_append_total": s.wal.get("next_offset", 0), "wal_append_bytes_total": 0,
-                        "wal_flush_total": 0, "wal_flush_latency_ms_p50": 0.0, "wal_flush_latency_ms_p95": 0.0,
-                        "wal_flush_latency_ms_p99": 0.0, "cloud_upload_bytes_total": 0,
-                        "cloud_upload_objects_total": 0, **s.wal}
+            reliable = {
+                "wal_append_total": s.wal.get("next_offset", 0),
+                "wal_append_bytes_total": 0,
+                "wal_flush_total": 0,
+                "wal_flush_latency_ms_p50": 0.0,
+                "wal_flush_latency_ms_p95": 0.0,
+                "wal_flush_latency_ms_p99": 0.0,
+                "cloud_upload_bytes_total": 0,
+                "cloud_upload_objects_total": 0,
+                **s.wal,
+            }
         metrics = {
-            "core": {"msg_in_total": int(s.msg_in) if s else 0, "msg_out_total": int(s.msg_out) if s else 0,
-                     "bytes_in_total": int(s.bytes_in) if s else 0, "bytes_out_total": int(s.bytes_out) if s else 0},
-            "active": {"producers": int(s.producers) if s else 0, "consumers": int(s.consumers) if s else 0,
-                       "subscriptions": len(subscriptions)},
+            "core": {
+                "msg_in_total": int(s.msg_in) if s else 0,
+                "msg_out_total": int(s.msg_out) if s else 0,
+                "bytes_in_total": int(s.bytes_in) if s else 0,
+                "bytes_out_total": int(s.bytes_out) if s else 0,
+            },
+            "active": {
+                "producers": int(s.producers) if s else 0,
+                "consumers": int(s.consumers) if s else 0,
+                "subscriptions": len(subscriptions),
+            },
             "rates": {"publish_rate_1m": pub, "dispatch_rate_1m": disp},
             "quality": {"send_ok_total": int(s.msg_in) if s else 0, "send_error_total": 0, "send_error_by_code": []},
-            "latency_size": {"send_latency_ms_p50": quantile(s.latency_buckets, 0.5) if s else 0.0,
-                             "send_latency_ms_p95": quantile(s.latency_buckets, 0.95) if s else 0.0,
-                             "send_latency_ms_p99": quantile(s.latency_buckets, 0.99) if s else 0.0,
-                             "msg_size_bytes_avg": (s.bytes_in / s.msg_in) if s and s.msg_in else 0.0},
+            "latency_size": {
+                "send_latency_ms_p50": quantile(s.latency_buckets, 0.5) if s else 0.0,
+                "send_latency_ms_p95": quantile(s.latency_buckets, 0.95) if s else 0.0,
+                "send_latency_ms_p99": quantile(s.latency_buckets, 0.99) if s else 0.0,
+                "msg_size_bytes_avg": (s.bytes_in / s.msg_in) if s and s.msg_in else 0.0,
+            },
             "reliable": reliable,
             # the fields Danube's Admin UI reads on its topic page
-            "msg_in_total": int(s.msg_in) if s else 0, "msg_out_total": int(s.msg_out) if s else 0,
+            "msg_in_total": int(s.msg_in) if s else 0,
+            "msg_out_total": int(s.msg_out) if s else 0,
             "msg_backlog": int(s.backlog) if s else 0,
             "storage_bytes": int(desc.storage.segment_bytes) if desc.HasField("storage") else 0,
-            "producers": int(s.producers) if s else 0, "consumers": int(s.consumers) if s else 0,
-            "publish_rate_1m": pub, "dispatch_rate_1m": disp,
+            "producers": int(s.producers) if s else 0,
+            "consumers": int(s.consumers) if s else 0,
+            "publish_rate_1m": pub,
+            "dispatch_rate_1m": disp,
         }
         return {"timestamp": now_iso(), "topic": topic, "metrics": metrics, "errors": errors}
 
@@ -275,8 +358,11 @@ class Pages:
             series, errors = await self.metrics.prometheus_series(name, start, end, step)
             return {"series": series, "errors": errors, "source": "prometheus"}
         data = self.metrics.history.series(name, start, end, step)
-        return {"series": [{"name": k, "labels": None, "points": v} for k, v in data.items()],
-                "errors": [], "source": "embedded"}
+        return {
+            "series": [{"name": k, "labels": None, "points": v} for k, v in data.items()],
+            "errors": [],
+            "source": "embedded",
+        }
 
     # ------------------------------------------------------------ schemas
 
@@ -309,8 +395,16 @@ class Pages:
                 s = await b.call(b.schemas.GetLatestSchema, spb.GetLatestSchemaRequest(subject=subject))
             except NotFoundError:
                 continue
-            out.append({"subject": subject, "schema_type": s.schema_type, "latest_version": s.version,
-                        "compatibility_mode": s.compatibility_mode, "schema_id": s.schema_id, "tags": list(s.tags)})
+            out.append(
+                {
+                    "subject": subject,
+                    "schema_type": s.schema_type,
+                    "latest_version": s.version,
+                    "compatibility_mode": s.compatibility_mode,
+                    "schema_id": s.schema_id,
+                    "tags": list(s.tags),
+                }
+            )
         out.sort(key=lambda x: x["schema_id"])
         return {"timestamp": now_iso(), "subjects": out}
 
@@ -318,18 +412,40 @@ class Pages:
         b = self.backend
         latest, versions = await asyncio.gather(
             b.call(b.schemas.GetLatestSchema, spb.GetLatestSchemaRequest(subject=subject)),
-            b.call(b.schemas.ListVersions, spb.ListVersionsRequest(subject=subject)))
+            b.call(b.schemas.ListVersions, spb.ListVersionsRequest(subject=subject)),
+        )
         try:
             definition = bytes(latest.schema_definition).decode("utf-8")
         except UnicodeDecodeError:
             definition = "binary schema definition"
-        detail = {"schema_id": latest.schema_id, "version": latest.version, "subject": latest.subject,
-                  "schema_type": latest.schema_type, "schema_definition": definition,
-                  "description": latest.description, "created_at": latest.created_at,
-                  "created_by": latest.created_by, "tags": list(latest.tags), "fingerprint": latest.fingerprint,
-                  "compatibility_mode": latest.compatibility_mode}
-        return {"timestamp": now_iso(), "subject": subject, "schema_type": latest.schema_type,
-                "compatibility_mode": latest.compatibility_mode, "latest": detail,
-                "versions": [{"version": v.version, "created_at": v.created_at, "created_by": v.created_by,
-                              "description": v.description, "fingerprint": v.fingerprint,
-                              "schema_id": v.schema_id} for v in versions.versions]}
+        detail = {
+            "schema_id": latest.schema_id,
+            "version": latest.version,
+            "subject": latest.subject,
+            "schema_type": latest.schema_type,
+            "schema_definition": definition,
+            "description": latest.description,
+            "created_at": latest.created_at,
+            "created_by": latest.created_by,
+            "tags": list(latest.tags),
+            "fingerprint": latest.fingerprint,
+            "compatibility_mode": latest.compatibility_mode,
+        }
+        return {
+            "timestamp": now_iso(),
+            "subject": subject,
+            "schema_type": latest.schema_type,
+            "compatibility_mode": latest.compatibility_mode,
+            "latest": detail,
+            "versions": [
+                {
+                    "version": v.version,
+                    "created_at": v.created_at,
+                    "created_by": v.created_by,
+                    "description": v.description,
+                    "fingerprint": v.fingerprint,
+                    "schema_id": v.schema_id,
+                }
+                for v in versions.versions
+            ],
+        }

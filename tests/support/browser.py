@@ -116,13 +116,21 @@ class Browser:
         return result["result"].get("value")
 
     def wait_for(self, expression: str, timeout: float = 30.0, what: str | None = None):
+        """The expression's first truthy value; a script error (the page still loading) counts as not yet."""
         deadline = time.monotonic() + timeout
+        last_error = None
         while True:
-            value = self.eval(expression)
+            try:
+                value = self.eval(expression)
+            except RuntimeError as exc:
+                value, last_error = None, exc
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise AssertionError(f"{what or expression} not true in the page within {timeout}s")
+                raise AssertionError(
+                    f"{what or expression} not true in the page within {timeout}s"
+                    + (f" (last error: {last_error})" if last_error else "")
+                )
             time.sleep(0.2)
 
     def screenshot(self, path: str) -> None:

@@ -108,7 +108,10 @@ function lineChart(title, series, opts) {
   series.forEach((s, i) => {
     if (!s.points.length) return;
     const d = s.points.map((p, j) => `${j ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join(" ");
-    el.append(svg("path", { d, fill: "none", stroke: colors[i % colors.length], "stroke-width": 1.6, class: "series", "data-name": s.name }));
+    const max = Math.max(...s.points.map((p) => p[1]));
+    el.append(svg("path", { d, fill: "none", stroke: colors[i % colors.length], "stroke-width": 1.6, class: "series", "data-name": s.name, "data-max": max }));
+    const last = s.points[s.points.length - 1];   // a dot on the newest point: visible even with one point
+    el.append(svg("circle", { cx: X(last[0]).toFixed(1), cy: Y(last[1]).toFixed(1), r: 2.5, fill: colors[i % colors.length] }));
     const legend = svg("text", { x: P + 6 + i * 150, y: 12, fill: colors[i % colors.length], "font-size": 11 });
     legend.textContent = s.name + (opts && opts.unit ? ` (${opts.unit})` : "");
     el.append(legend);

@@ -158,7 +158,7 @@ class Actions:
             subject = _str(doc, "schema_subject", required=False)
             if subject:
                 check_subject(subject)
-            partitions = _int(doc, "partitions", None, 1, 4096)
+            partitions = _int(doc, "partitions", None, 0, 4096)  # 0 or absent: not partitioned
             if partitions:
                 req = pb.PartitionedTopicRequest(base_name=name, partitions=partitions, dispatch_strategy=strategy)
                 if subject:

@@ -223,6 +223,10 @@ class Pages:
                 "outbound_bytes_total": int(totals.get("bytes_out_total", 0)),
                 "errors_5xx_total": 0,
                 "active_connections": totals.get("active_connections", 0),
+                # the fields Danube's Admin UI reads on its broker page
+                "rpc_rate_1m": 0.0,
+                "producers_connected": int(sum(t.producers for t in sample.topics.values())) if sample else 0,
+                "consumers_connected": int(sum(t.consumers for t in sample.topics.values())) if sample else 0,
             },
             "topics": [self._mini(t) for t in infos],
             "errors": errors,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
 from importlib import resources
 
@@ -221,7 +222,7 @@ class Gateway:
 
 
 async def serve(cfg: GatewayConfig, ready=None) -> None:
-    """Serve until cancelled; ``ready(port)`` is called once the port listens."""
+    """Serve until SIGTERM/SIGINT (or cancelled); ``ready(port)`` is called once the port listens."""
     gateway = Gateway(cfg)
     port = await gateway.start()
     host, _ = cfg.listen_host_port()
@@ -235,7 +236,13 @@ async def serve(cfg: GatewayConfig, ready=None) -> None:
     print(f"danube admin gateway listening on http://{host}:{port}", flush=True)
     if ready is not None:
         ready(port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
         await gateway.close()

@@ -14,9 +14,9 @@ from datetime import datetime, timezone
 
 from google.protobuf.json_format import MessageToDict
 
-from danube.errors import DanubeError, NotFoundError
+from danube.errors import DanubeError, InvalidArgumentError, NotFoundError
 from danube.gateway.backend import AdminBackend, pb, spb
-from danube.gateway.metrics import MetricsHub, clamp_range, quantile
+from danube.gateway.metrics import MetricsHub, clamp_range, metrics_page_url, parse_step, quantile
 
 MAX_TOPICS_SCANNED = 500  # topics described to find the schema subjects (no ListSubjects call yet)
 
@@ -46,8 +46,6 @@ class Pages:
     # ------------------------------------------------------------ metrics targets
 
     def metric_targets(self, brokers) -> dict[str, str]:
-        from danube.gateway.metrics import metrics_page_url
-
         targets = {b.broker_id: metrics_page_url(b.metrics_addr) for b in brokers if b.metrics_addr}
         for i, url in enumerate(self.metrics.cfg.metrics_urls):
             targets.setdefault(f"metrics-url-{i}", metrics_page_url(url))
@@ -234,10 +232,13 @@ class Pages:
 
     async def topic(self, name: str) -> dict:
         b = self.backend
-        desc, subs = await asyncio.gather(
-            b.call(b.topics.DescribeTopic, pb.DescribeTopicRequest(name=name)),
-            b.call(b.topics.ListSubscriptions, pb.TopicRequest(name=name)),
-        )
+        try:
+            desc, subs = await asyncio.gather(
+                b.call(b.topics.DescribeTopic, pb.DescribeTopicRequest(name=name)),
+                b.call(b.topics.ListSubscriptions, pb.TopicRequest(name=name)),
+            )
+        except NotFoundError:
+            return await self._partitioned(name)  # the base name of a partitioned topic is no topic itself
         errors: list[str] = []
         sample = self.metrics.topic(name)
         subscriptions = []
@@ -342,9 +343,60 @@ class Pages:
         }
         return {"timestamp": now_iso(), "topic": topic, "metrics": metrics, "errors": errors}
 
-    async def series(self, name: str, query: dict) -> dict:
-        from danube.gateway.metrics import parse_step
+    async def _partitioned(self, name: str) -> dict:
+        """A partitioned topic's base name: its partitioning and its partitions' summed figures."""
+        b = self.backend
+        try:
+            part = await b.call(b.topics.DescribePartitioning, pb.TopicRequest(name=name))
+        except DanubeError:
+            raise NotFoundError(f"topic {name} not found") from None
+        names = [f"{name}-part-{i}" for i in range(part.partitions)]
+        samples = [s for s in (self.metrics.topic(n) for n in names) if s is not None]
 
+        def total(attr: str) -> int:
+            return int(sum(getattr(s, attr) for s in samples))
+
+        topic = {
+            "name": name,
+            "broker_id": None,
+            "delivery": None,
+            "schema_subject": None,
+            "schema_id": None,
+            "schema_version": None,
+            "schema_type": None,
+            "compatibility_mode": None,
+            "subscriptions": [],
+            "storage": None,
+            "partitioning": _dict(part),
+            "partitions": names,
+        }
+        metrics = {
+            "core": {
+                "msg_in_total": total("msg_in"),
+                "msg_out_total": total("msg_out"),
+                "bytes_in_total": total("bytes_in"),
+                "bytes_out_total": total("bytes_out"),
+            },
+            "active": {"producers": total("producers"), "consumers": total("consumers"), "subscriptions": 0},
+            "rates": {"publish_rate_1m": 0.0, "dispatch_rate_1m": 0.0},
+            "quality": {"send_ok_total": total("msg_in"), "send_error_total": 0, "send_error_by_code": []},
+            "latency_size": {
+                "send_latency_ms_p50": 0.0,
+                "send_latency_ms_p95": 0.0,
+                "send_latency_ms_p99": 0.0,
+                "msg_size_bytes_avg": 0.0,
+            },
+            "reliable": None,
+            "msg_backlog": total("backlog"),
+        }
+        return {
+            "timestamp": now_iso(),
+            "topic": topic,
+            "metrics": metrics,
+            "errors": ["a partitioned topic: figures are its partitions' sums; open a partition for details"],
+        }
+
+    async def series(self, name: str, query: dict) -> dict:
         def number(key):
             text = query.get(key)
             if text in (None, ""):
@@ -352,8 +404,6 @@ class Pages:
             try:
                 return float(text)
             except ValueError:
-                from danube.errors import InvalidArgumentError
-
                 raise InvalidArgumentError(f"{key} must be unix seconds, got {text[:20]!r}") from None
 
         step = parse_step(query.get("step"))

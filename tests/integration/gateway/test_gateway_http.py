@@ -135,6 +135,18 @@ def test_topic_actions_create_unload_delete(stack):
     assert status == 404 and doc["error"]
 
 
+def test_a_partitioned_topic_has_a_page_under_its_base_name(stack):
+    _, gw = stack
+    status, doc, _ = gw.request(
+        "POST", "/ui/v1/topics/actions", {"action": "create", "topic": "/default/gw_parted", "partitions": 2}
+    )
+    assert (status, doc["success"]) == (200, True), doc
+    page = gw.get("/ui/v1/topics/%2Fdefault%2Fgw_parted")
+    assert page["topic"]["partitioning"]["partitions"] == 2
+    assert page["topic"]["partitions"] == ["/default/gw_parted-part-0", "/default/gw_parted-part-1"]
+    assert gw.get("/ui/v1/topics/%2Fdefault%2Fgw_parted-part-1")["topic"]["name"] == "/default/gw_parted-part-1"
+
+
 def test_cluster_action_refuses_unknown_action_and_bad_broker_id(stack):
     _, gw = stack
     status, doc, _ = gw.request("POST", "/ui/v1/cluster/actions", {"action": "explode", "broker_id": "b1"})

@@ -205,7 +205,7 @@ async function topicView(name) {
     h("div", { class: "inline" },
       h("button", { id: "unload-topic", onclick: unload }, "Unload"), " ",
       h("button", { id: "delete-topic", class: "danger", onclick: del }, "Delete")),
-    h("p", {}, "broker ", h("b", {}, t.broker_id || "not loaded"), " · delivery ", h("b", {}, t.delivery),
+    h("p", {}, "broker ", h("b", {}, t.broker_id || (t.partitions ? "per partition" : "not loaded")), " · delivery ", h("b", {}, t.delivery || "–"),
       t.schema_subject ? [" · schema ", h("a", { href: "#/schema/" + enc(t.schema_subject) }, t.schema_subject),
         ` v${t.schema_version ?? "?"} (${t.schema_type ?? "?"})`] : " · no schema"),
     cards([["messages in", m.core.msg_in_total], ["messages out", m.core.msg_out_total],
@@ -226,6 +226,7 @@ async function topicView(name) {
     storage ? [h("h2", {}, "Storage"),
       h("p", {}, `${storage.mode} (${storage.backend}), offsets ${storage.first_offset}..${Math.max(0, storage.next_offset - 1)}, `
         + `${storage.segment_count} segments, ${fmt(Number(storage.segment_bytes))} bytes`)] : null,
+    t.partitions ? [h("h2", {}, "Partitions"), h("p", { id: "partitions" }, t.partitions.map((p) => [topicLink(p), " "]))] : null,
     part ? [h("h2", {}, "Partitioning"), h("p", {}, `${part.partitions} partitions, version ${part.partitioning_version}, `
       + `generation ${part.generation}${part.marker_json ? ", repartition in progress" : ""}`)] : null,
     errorsOf(page), errorsOf(series),

@@ -69,7 +69,7 @@ def test_console_renders_live_data_and_creates_and_deletes_a_topic(tmp_path):
 
 
 def _text(selector: str) -> str:
-    return f"(document.querySelector({json.dumps(selector)}) || {{}}).textContent || ''"
+    return f"((document.querySelector({json.dumps(selector)}) || {{}}).textContent || '')"
 
 
 def _drive(browser: Browser, gw, broker, tmp_path) -> None:
@@ -132,5 +132,15 @@ def _drive(browser: Browser, gw, broker, tmp_path) -> None:
     status, _, _ = gw.request("GET", "/ui/v1/topics/" + urllib.parse.quote(created, safe=""))
     assert status == 404
 
-    for name in ("cluster", "topics", "topic", "confirm"):
+    # the other pages render without a script error on a standalone broker
+    for hash_, marker in (("#/schemas", "Schemas"), ("#/rebalancing", "Rebalancing")):
+        browser.eval(f"location.hash = {json.dumps(hash_)}")
+        browser.wait_for(f"document.getElementById('view').dataset.rendered === {json.dumps(hash_)}", 30, hash_)
+        assert browser.eval(_text("h1")) == marker and not browser.eval("!!document.getElementById('load-error')")
+    browser.eval("document.getElementById('plan').click(); true")
+    browser.wait_for(f"!{_text('#proposal')}.startsWith('Planning') && {_text('#proposal')}.length > 0", 30, "the plan")
+    assert "standalone broker" in browser.eval(_text("#proposal"))  # the broker's own refusal, shown
+    browser.screenshot(str(tmp_path / "console-rebalancing.png"))
+
+    for name in ("cluster", "topics", "topic", "confirm", "rebalancing"):
         assert _png(tmp_path / f"console-{name}.png"), name

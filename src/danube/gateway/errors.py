@@ -51,8 +51,11 @@ def http_status(exc: BaseException) -> int:
     status = getattr(exc, "status", None)
     if isinstance(status, int):
         return status
-    if getattr(exc, "grpc_code", None) == grpc.StatusCode.DEADLINE_EXCEEDED:
+    code = getattr(exc, "grpc_code", None)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return 504
+    if code == grpc.StatusCode.UNIMPLEMENTED:  # e.g. rebalancing on a standalone broker
+        return 501
     for cls, code in _HTTP_STATUS:
         if isinstance(exc, cls):
             return code

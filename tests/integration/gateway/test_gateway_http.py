@@ -214,6 +214,35 @@ def test_guards_content_type_size_host_origin_and_cors_off(stack):
     assert reply.startswith(b"HTTP/1.1 431")
 
 
+def _raw(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        return s.makefile("rb").read()
+
+
+def test_http_framing_keep_alive_chunked_and_garbage(stack):
+    _, gw = stack
+    two = _raw(
+        gw.port,
+        b"GET /ui/v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        b"GET /ui/v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    )
+    assert two.count(b"HTTP/1.1 200 OK") == 2 and two.count(b'"leader_reachable":true') == 2
+    chunked = _raw(
+        gw.port,
+        b"POST /ui/v1/topics/actions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+    )
+    assert chunked.startswith(b"HTTP/1.1 411")
+    assert _raw(gw.port, b"HELLO\r\n\r\n").startswith(b"HTTP/1.1 400")
+    assert _raw(gw.port, b"GET / HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n").startswith(b"HTTP/1.1 400")
+    page = _raw(gw.port, b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+    assert page.startswith(b"HTTP/1.1 200") and b"Content-Security-Policy: default-src 'self'" in page
+    assert _raw(gw.port, b"GET /static/../app.py HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").startswith(
+        b"HTTP/1.1 404"
+    )
+
+
 def test_token_cors_and_read_only_options(stack, tmp_path):
     broker, _ = stack
     with running_gateway(

@@ -65,4 +65,5 @@ def test_broker_statuses_become_project_errors_and_http_statuses():
     assert isinstance(err, PermissionDeniedError) and http_status(err) == 403
     assert http_status(from_rpc_error(_Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "slow"))) == 504
     assert http_status(from_rpc_error(_Rpc(grpc.StatusCode.UNAVAILABLE, "down"))) == 502
+    assert http_status(from_rpc_error(_Rpc(grpc.StatusCode.UNIMPLEMENTED, "standalone"))) == 501
     assert http_status(GatewayRequestError("big", 413)) == 413

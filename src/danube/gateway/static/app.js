@@ -6,6 +6,7 @@ const API = "/ui/v1";
 const REFRESH_MS = 5000;
 let timer = null;
 let notice = null;          // {text, bad} shown once on the next render
+let lastPlan = null;        // the rebalance planner's last answer (dry run)
 
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
@@ -256,19 +257,25 @@ async function rebalancingView() {
   const history = await getJSON("/cluster/rebalancing-history").catch((e) => ({ moves: [], errors: [e.message] }));
   const balance = await getJSON("/cluster/balance").catch(() => null);
   const out = h("div", { id: "proposal" });
+  const show = () => {   // the last plan stays on the page across refreshes
+    if (!lastPlan) return;
+    if (lastPlan.error) out.replaceChildren(h("p", { class: "errors" }, lastPlan.error));
+    else out.replaceChildren(h("p", {}, lastPlan.message || ""), table([
+      { title: "topic", cell: (m) => topicLink(m.topic_name) },
+      { title: "from", cell: (m) => m.from_broker }, { title: "to", cell: (m) => m.to_broker },
+      { title: "load", num: true, cell: (m) => fmt(m.estimated_load) },
+    ], lastPlan.proposed_moves, "The planner proposes no move."));
+  };
   const plan = async () => {
     out.replaceChildren(h("p", { class: "muted" }, "Planning…"));
     try {
-      const r = await postJSON("/cluster/rebalance", { dry_run: true });
-      out.replaceChildren(h("p", {}, r.message || ""), table([
-        { title: "topic", cell: (m) => topicLink(m.topic_name) },
-        { title: "from", cell: (m) => m.from_broker }, { title: "to", cell: (m) => m.to_broker },
-        { title: "load", num: true, cell: (m) => fmt(m.estimated_load) },
-      ], r.proposed_moves, "The planner proposes no move."));
+      lastPlan = await postJSON("/cluster/rebalance", { dry_run: true });
     } catch (e) {
-      out.replaceChildren(h("p", { class: "errors" }, e.message));
+      lastPlan = { error: e.message };
     }
+    show();
   };
+  show();
   return [
     h("h1", {}, "Rebalancing"),
     balance ? cards([["load CV", Number(balance.coefficient_of_variation.toFixed(3))], ["threshold", balance.cv_threshold],

@@ -169,6 +169,21 @@ class Actions:
                 if subject:
                     req.schema_subject = subject
                 r = await b.call(b.topics.CreateTopic, req, token=token)
+            if subject and r.success:
+                # the broker binds a subject to a topic through the registry (CreateTopic keeps none)
+                names = [f"{name}-part-{i}" for i in range(partitions)] if partitions else [name]
+                for topic_name in names:
+                    bound = await b.call(
+                        b.schemas.ConfigureTopicSchema,
+                        spb.ConfigureTopicSchemaRequest(topic_name=topic_name, schema_subject=subject),
+                        token=token,
+                    )
+                    if not bound.success:
+                        return {
+                            "success": False,
+                            "message": f"created, but the schema binding failed: {bound.message}",
+                            "topic": name,
+                        }
         elif action == "delete":
             r = await b.call(b.topics.DeleteTopic, pb.TopicRequest(name=name), token=token)
         elif action == "unload":

@@ -1,4 +1,4 @@
-"""The GET endpoints: Danube's gateway JSON, built from admin gRPC calls and the brokers' metrics.
+"""The GET endpoints: Danube's gateway JSON (compatibility modes upper-case, as Danube spells them), built from admin gRPC calls and the brokers' metrics.
 
 Field names follow Danube's gateway (and the fields Danube's Admin UI reads); fields this project adds
 (storage, backlog, partitioning, balance, rebalancing history) are extra keys the UI ignores.  Partial
@@ -18,7 +18,7 @@ from danube.errors import DanubeError, InvalidArgumentError, NotFoundError
 from danube.gateway.backend import AdminBackend, pb, spb
 from danube.gateway.metrics import MetricsHub, clamp_range, metrics_page_url, parse_step, quantile
 
-MAX_TOPICS_SCANNED = 500  # topics described to find the schema subjects (no ListSubjects call yet)
+MAX_TOPICS_SCANNED = 500  # topics asked for their schema binding (no ListSubjects call yet)
 
 
 def now_iso() -> str:
@@ -280,15 +280,12 @@ class Pages:
             partitioning = _dict(await b.call(b.topics.DescribePartitioning, pb.TopicRequest(name=name)))
         except DanubeError:
             pass  # not a partitioned topic
+        schema = await self._topic_schema(name, desc)
         topic = {
+            **schema,
             "name": desc.name,
             "broker_id": desc.broker_id,
             "delivery": desc.delivery,
-            "schema_subject": desc.schema_subject if desc.HasField("schema_subject") else None,
-            "schema_id": desc.schema_id if desc.HasField("schema_id") else None,
-            "schema_version": desc.schema_version if desc.HasField("schema_version") else None,
-            "schema_type": desc.schema_type if desc.HasField("schema_type") else None,
-            "compatibility_mode": desc.compatibility_mode if desc.HasField("compatibility_mode") else None,
             "subscriptions": subscriptions,
             "storage": _dict(desc.storage) if desc.HasField("storage") else None,
             "partitioning": partitioning,
@@ -342,6 +339,35 @@ class Pages:
             "dispatch_rate_1m": disp,
         }
         return {"timestamp": now_iso(), "topic": topic, "metrics": metrics, "errors": errors}
+
+    async def _topic_schema(self, name: str, desc) -> dict:
+        """The topic's schema fields: DescribeTopic's when it has them, else the registry's topic binding
+        (GetTopicSchemaConfig) and the subject's latest version."""
+        b = self.backend
+        out = {
+            key: (getattr(desc, key) if desc.HasField(key) else None)
+            for key in ("schema_subject", "schema_id", "schema_version", "schema_type", "compatibility_mode")
+        }
+        if out["schema_subject"] is None:
+            try:
+                cfg = await b.call(b.schemas.GetTopicSchemaConfig, spb.GetTopicSchemaConfigRequest(topic_name=name))
+                out["schema_subject"] = cfg.schema_subject or None
+            except DanubeError:
+                return out
+        if out["schema_subject"] and out["schema_version"] is None:
+            try:
+                latest = await b.call(
+                    b.schemas.GetLatestSchema, spb.GetLatestSchemaRequest(subject=out["schema_subject"])
+                )
+            except DanubeError:
+                return out
+            out.update(
+                schema_id=latest.schema_id,
+                schema_version=latest.version,
+                schema_type=latest.schema_type,
+                compatibility_mode=latest.compatibility_mode.upper(),
+            )
+        return out
 
     async def _partitioned(self, name: str) -> dict:
         """A partitioned topic's base name: its partitioning and its partitions' summed figures."""
@@ -422,7 +448,7 @@ class Pages:
 
     async def _subjects(self) -> list[str]:
         """Subjects named by topics (the broker has no ListSubjects call): every namespace's topics,
-        described, at most MAX_TOPICS_SCANNED of them."""
+        registry bindings, at most MAX_TOPICS_SCANNED of them."""
         names: list[str] = []
         for ns in await self.backend.namespaces_list():
             names += [t.name for t in await self.backend.namespace_topics(ns)]
@@ -432,11 +458,13 @@ class Pages:
         async def one(topic):
             async with sem:
                 try:
-                    d = await self.backend.call(self.backend.topics.DescribeTopic, pb.DescribeTopicRequest(name=topic))
+                    cfg = await self.backend.call(
+                        self.backend.schemas.GetTopicSchemaConfig, spb.GetTopicSchemaConfigRequest(topic_name=topic)
+                    )
                 except DanubeError:
                     return
-                if d.HasField("schema_subject") and d.schema_subject:
-                    subjects.add(d.schema_subject)
+                if cfg.schema_subject:
+                    subjects.add(cfg.schema_subject)
 
         await asyncio.gather(*(one(t) for t in names[:MAX_TOPICS_SCANNED]))
         return sorted(subjects)
@@ -454,7 +482,7 @@ class Pages:
                     "subject": subject,
                     "schema_type": s.schema_type,
                     "latest_version": s.version,
-                    "compatibility_mode": s.compatibility_mode,
+                    "compatibility_mode": s.compatibility_mode.upper(),
                     "schema_id": s.schema_id,
                     "tags": list(s.tags),
                 }
@@ -483,13 +511,13 @@ class Pages:
             "created_by": latest.created_by,
             "tags": list(latest.tags),
             "fingerprint": latest.fingerprint,
-            "compatibility_mode": latest.compatibility_mode,
+            "compatibility_mode": latest.compatibility_mode.upper(),
         }
         return {
             "timestamp": now_iso(),
             "subject": subject,
             "schema_type": latest.schema_type,
-            "compatibility_mode": latest.compatibility_mode,
+            "compatibility_mode": latest.compatibility_mode.upper(),
             "latest": detail,
             "versions": [
                 {

@@ -147,6 +147,61 @@ def test_a_partitioned_topic_has_a_page_under_its_base_name(stack):
     assert gw.get("/ui/v1/topics/%2Fdefault%2Fgw_parted-part-1")["topic"]["name"] == "/default/gw_parted-part-1"
 
 
+def test_schema_pages_and_actions(stack):
+    import json
+
+    import grpc
+
+    from danube.proto.danube_schema import SchemaRegistry_pb2 as spb
+    from danube.proto.danube_schema import SchemaRegistry_pb2_grpc as spb_grpc
+
+    broker, gw = stack
+    v1 = {"type": "record", "name": "Paid", "fields": [{"name": "id", "type": "long"}]}
+    v2 = {**v1, "fields": v1["fields"] + [{"name": "note", "type": "string", "default": ""}]}
+    with grpc.insecure_channel(f"127.0.0.1:{broker.admin_port}") as channel:
+        registry = spb_grpc.SchemaRegistryStub(channel)
+        for doc in (v1, v2):
+            registry.RegisterSchema(
+                spb.RegisterSchemaRequest(
+                    subject="gw-paid", schema_type="avro", schema_definition=json.dumps(doc).encode()
+                ),
+                timeout=30,
+            )
+    status, doc, _ = gw.request(
+        "POST", "/ui/v1/topics/actions", {"action": "create", "topic": "/default/gw_paid", "schema_subject": "gw-paid"}
+    )
+    assert (status, doc["success"]) == (200, True), doc
+    subjects = gw.get("/ui/v1/schemas")["subjects"]
+    (paid,) = [x for x in subjects if x["subject"] == "gw-paid"]
+    assert (paid["schema_type"], paid["latest_version"]) == ("avro", 2)
+    detail = gw.get("/ui/v1/schemas/gw-paid")
+    assert json.loads(detail["latest"]["schema_definition"]) == v2
+    assert [v["version"] for v in detail["versions"]] == [1, 2]
+    topic = gw.get("/ui/v1/topics/%2Fdefault%2Fgw_paid")["topic"]
+    assert (topic["schema_subject"], topic["schema_version"]) == ("gw-paid", 2)
+
+    status, doc, _ = gw.request(
+        "POST",
+        "/ui/v1/schemas/actions",
+        {"action": "set_compatibility", "subject": "gw-paid", "compatibility_mode": "full"},
+    )
+    assert (status, doc["success"]) == (200, True), doc
+    assert gw.get("/ui/v1/schemas/gw-paid")["compatibility_mode"] == "FULL"
+    status, doc, _ = gw.request(
+        "POST",
+        "/ui/v1/schemas/actions",
+        {"action": "set_compatibility", "subject": "gw-paid", "compatibility_mode": "LAX"},
+    )
+    assert status == 400 and "compatibility_mode" in doc["message"]
+    status, doc, _ = gw.request(
+        "POST", "/ui/v1/schemas/actions", {"action": "delete_version", "subject": "gw-paid", "version": 1}
+    )
+    assert (status, doc["success"]) == (200, True), doc
+    assert [v["version"] for v in gw.get("/ui/v1/schemas/gw-paid")["versions"]] == [2]
+    status, doc, _ = gw.request("POST", "/ui/v1/schemas/actions", {"action": "delete_version", "subject": "gw-paid"})
+    assert status == 400 and "version" in doc["message"]
+
+
 def test_cluster_action_refuses_unknown_action_and_bad_broker_id(stack):
     _, gw = stack
     status, doc, _ = gw.request("POST", "/ui/v1/cluster/actions", {"action": "explode", "broker_id": "b1"})

@@ -237,8 +237,8 @@ class Pages:
                 b.call(b.topics.DescribeTopic, pb.DescribeTopicRequest(name=name)),
                 b.call(b.topics.ListSubscriptions, pb.TopicRequest(name=name)),
             )
-        except NotFoundError:
-            return await self._partitioned(name)  # the base name of a partitioned topic is no topic itself
+        except NotFoundError as missing:
+            return await self._partitioned(name, missing)  # the base name of a partitioned topic is no topic itself
         errors: list[str] = []
         sample = self.metrics.topic(name)
         subscriptions = []
@@ -369,13 +369,13 @@ class Pages:
             )
         return out
 
-    async def _partitioned(self, name: str) -> dict:
+    async def _partitioned(self, name: str, missing: NotFoundError) -> dict:
         """A partitioned topic's base name: its partitioning and its partitions' summed figures."""
         b = self.backend
         try:
             part = await b.call(b.topics.DescribePartitioning, pb.TopicRequest(name=name))
         except DanubeError:
-            raise NotFoundError(f"topic {name} not found") from None
+            raise missing from None  # no partitioned topic either: the broker's own NOT_FOUND
         names = [f"{name}-part-{i}" for i in range(part.partitions)]
         samples = [s for s in (self.metrics.topic(n) for n in names) if s is not None]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 import time
 from importlib import resources
 
@@ -233,7 +234,8 @@ async def serve(cfg: GatewayConfig, ready=None) -> None:
         cfg.broker_endpoint,
         cfg.prometheus_url or "the embedded history",
     )
-    print(f"danube admin gateway listening on http://{host}:{port}", flush=True)
+    # stderr: in --mode all stdout carries MCP
+    print(f"danube admin gateway listening on http://{host}:{port}", file=sys.stderr, flush=True)
     if ready is not None:
         ready(port)
     stop = asyncio.Event()

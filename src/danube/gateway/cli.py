@@ -82,6 +82,16 @@ def run(args) -> int:
         return 2
     from danube.cli._client_common import run_async
 
+    if cfg.mode in ("mcp", "all"):
+        try:
+            import mcp  # noqa: F401
+        except ImportError:
+            print(
+                "danube admin serve: --mode mcp needs the MCP SDK: pip install 'danube-broker[gateway]'",
+                file=sys.stderr,
+            )
+            return 2
+
     if cfg.mode == "mcp":
         logging.getLogger().handlers.clear()  # stdout carries the protocol: logs go to stderr only
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING, force=True)

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 python -m ruff check src tests bench
 # The formatter owns these so far; add a package here once it is formatted (`ruff format <dir>`).
 python -m ruff format --check src/danube/client src/danube/errors.py src/danube/status_codes.py tests/unit/client \
-    src/danube/broker/dispatch src/danube/broker/contracts.py src/danube/broker/delivery.py
-python -m mypy                      # wal/, storage/, broker/, client/, errors.py, status_codes.py
+    src/danube/broker/dispatch src/danube/broker/contracts.py src/danube/broker/delivery.py \
+    src/danube/gateway
+python -m mypy                      # wal/, storage/, broker/, client/, gateway/, errors.py, status_codes.py
 cython-lint src/danube/_core

@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --quiet -e '.[test]'
+# The web console's browser test (tests/e2e/test_gateway_console.py) drives Debian's chromium headless.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null \
+        || echo "ci/test.sh: chromium could not be installed: the console's browser test will skip" >&2
+fi
 # Lint first (seconds): ruff, ruff format on the packages it owns, mypy, cython-lint (ci/lint.sh).
 bash ci/lint.sh
 # In-place build too, so src/ imports find the compiled modules whatever the install mode.

@@ -120,6 +120,9 @@ def register(subparsers) -> None:
 
     admin_scalable.add_parser(groups)
     _options_after_command(parser)
+    from danube.gateway import cli as gateway_cli
+
+    gateway_cli.add_parser(groups)  # `danube admin serve` (docs/gateway.md)
     parser.set_defaults(func=run, _admin_parser=parser)
 
 

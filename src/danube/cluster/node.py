@@ -79,7 +79,8 @@ class ClusterLoadReporter(LoadReporter):
 
 class ClusterNode:
     def __init__(self, store: MetadataStore, broker: Any, *, broker_id: str, broker_url: str,
-                 admin_url: str | None = None, lease_ttl_s: int = 10, strategy: str = "fair",
+                 admin_url: str | None = None, metrics_url: str | None = None, lease_ttl_s: int = 10,
+                 strategy: str = "fair",
                  load_report_interval_s: float = 30.0, lookup_timeout_s: float = 10.0,
                  batch_size: int = DEFAULT_BATCH, cluster_name: str = "danube", rebalancing: Any = None,
                  metrics: Any = None) -> None:
@@ -91,7 +92,8 @@ class ClusterNode:
         self.lookup_timeout_s = lookup_timeout_s
         self.view = ClusterView(store)
         self.membership = Membership(
-            store, broker_id, {"broker_url": broker_url, "admin_url": admin_url, "cluster_name": cluster_name},
+            store, broker_id, {"broker_url": broker_url, "admin_url": admin_url, "metrics_url": metrics_url,
+                               "cluster_name": cluster_name},
             lease_ttl_s=lease_ttl_s, fence=self, on_lease_lost=self._lease_lost,
             on_reregistered=self._reregistered)
         self.election = LeaderElection(store, broker_id, self.membership,

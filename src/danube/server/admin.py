@@ -191,13 +191,13 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
             view = cluster.view
             return pb.BrokerListResponse(brokers=[pb.BrokerInfo(
                 broker_id=broker_id, broker_addr=str(info.get("broker_url") or ""),
-                admin_addr=str(info.get("admin_url") or ""),
+                admin_addr=str(info.get("admin_url") or ""), metrics_addr=str(info.get("metrics_url") or ""),
                 broker_role="Cluster_Leader" if broker_id == view.leader else "Cluster_Follower",
                 broker_status=view.broker_states.get(broker_id, "active"))
                 for broker_id, info in sorted(view.registered.items())])
         return pb.BrokerListResponse(brokers=[pb.BrokerInfo(
             broker_id=str(b.broker_id), broker_addr=b.broker_url, broker_role="Cluster_Leader",
-            broker_status="active")])
+            metrics_addr=getattr(b, "metrics_url", ""), broker_status="active")])
 
     async def GetLeaderBroker(self, request, context):
         cluster = getattr(self.admin.broker, "cluster", None)

@@ -125,6 +125,8 @@ class BrokerApp:
         if cfg.metrics_port:
             self.metrics.serve(cfg.host, cfg.metrics_port)
             self.bound["metrics"] = cfg.metrics_port
+            # advertised in ListBrokers so `danube admin serve` can scrape each broker (docs/gateway.md)
+            self.broker.metrics_url = f"http://{self._local_host(cfg)}:{cfg.metrics_port}"
 
         await self.server.start()
         if self.admin_server is not None:
@@ -172,13 +174,18 @@ class BrokerApp:
         cfg.check_cluster()
         return EtcdMetadataStore(cfg.etcd_url)
 
+    @staticmethod
+    def _local_host(cfg: BrokerConfig) -> str:
+        return "127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host
+
     def _build_cluster_node(self, cfg: BrokerConfig) -> None:
         from danube.cluster.node import ClusterNode
 
-        admin_host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host
+        admin_host = self._local_host(cfg)
         self.cluster = ClusterNode(
             self.metadata, self.broker, broker_id=cfg.broker_id, broker_url=cfg.broker_url,
             admin_url=f"{cfg.url_scheme}://{admin_host}:{cfg.admin_port}" if cfg.admin_port else None,
+            metrics_url=f"http://{admin_host}:{cfg.metrics_port}" if cfg.metrics_port else None,
             lease_ttl_s=cfg.lease_ttl_seconds, strategy=cfg.assignment_strategy,
             load_report_interval_s=cfg.load_report_interval_seconds, cluster_name=cfg.cluster_name,
             rebalancing=cfg.rebalancing, metrics=self.metrics)

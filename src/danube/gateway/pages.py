@@ -1,0 +1,533 @@
+"""The GET endpoints: Danube's gateway JSON (compatibility modes upper-case, as Danube spells them), built from admin gRPC calls and the brokers' metrics.
+
+Field names follow Danube's gateway (and the fields Danube's Admin UI reads); fields this project adds
+(storage, backlog, partitioning, balance, rebalancing history) are extra keys the UI ignores.  Partial
+failures do not fail a page: they land in its ``errors`` list, as in Danube.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import datetime, timezone
+
+from google.protobuf.json_format import MessageToDict
+
+from danube.errors import DanubeError, InvalidArgumentError, NotFoundError
+from danube.gateway.backend import AdminBackend, pb, spb
+from danube.gateway.metrics import MetricsHub, clamp_range, metrics_page_url, parse_step, quantile
+
+MAX_TOPICS_SCANNED = 500  # topics asked for their schema binding (no ListSubjects call yet)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def _dict(message) -> dict:
+    return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+
+
+def _identity(b) -> dict:
+    return {
+        "broker_id": b.broker_id,
+        "broker_addr": b.broker_addr,
+        "broker_role": b.broker_role,
+        "broker_status": b.broker_status,
+    }
+
+
+class Pages:
+    def __init__(self, backend: AdminBackend, metrics: MetricsHub) -> None:
+        self.backend = backend
+        self.metrics = metrics
+
+    # ------------------------------------------------------------ metrics targets
+
+    def metric_targets(self, brokers) -> dict[str, str]:
+        targets = {b.broker_id: metrics_page_url(b.metrics_addr) for b in brokers if b.metrics_addr}
+        for i, url in enumerate(self.metrics.cfg.metrics_urls):
+            targets.setdefault(f"metrics-url-{i}", metrics_page_url(url))
+        return targets
+
+    def _mini(self, info) -> dict:
+        t = self.metrics.topic(info.name)
+        return {
+            "name": info.name,
+            "delivery": info.delivery,
+            "producers_connected": int(t.producers) if t else 0,
+            "consumers_connected": int(t.consumers) if t else 0,
+            "subscriptions": len(t.subscriptions) if t else 0,
+            "backlog": int(t.backlog) if t else 0,
+            "msg_in_total": int(t.msg_in) if t else 0,
+        }
+
+    # ------------------------------------------------------------ pages
+
+    async def health(self) -> dict:
+        try:
+            await self.backend.leader()
+            reachable = True
+        except DanubeError:
+            reachable = False
+        return {"status": "ok", "leader_reachable": reachable}
+
+    async def cluster(self) -> dict:
+        brokers = await self.backend.list_brokers()
+        errors: list[str] = []
+
+        async def topics_of(b):
+            try:
+                return await self.backend.broker_topics(b.broker_id)
+            except DanubeError as exc:
+                errors.append(f"list_broker_topics failed for {b.broker_id}: {exc}")
+                return []
+
+        lists = await asyncio.gather(*(topics_of(b) for b in brokers))
+        balance = await self._balance(errors)
+        loads = {x["broker_id"]: x for x in (balance or {}).get("brokers", [])}
+        out, totals = [], {"broker_count": len(brokers), "topics_total": 0, "rpc_total": 0, "active_connections": 0}
+        for b, topics in zip(brokers, lists):
+            sample = self.metrics.latest.get(b.broker_id)
+            conns = sample.totals()["active_connections"] if sample else 0
+            stats = {
+                "topics_owned": len(topics),
+                "rpc_total": 0,
+                "rpc_rate_1m": 0.0,
+                "active_connections": conns,
+                "errors_5xx_total": 0,
+            }
+            totals["topics_total"] += len(topics)
+            totals["active_connections"] += conns
+            out.append(
+                {
+                    **_identity(b),
+                    "admin_addr": b.admin_addr,
+                    "metrics_addr": b.metrics_addr,
+                    "stats": stats,
+                    "load": loads.get(b.broker_id, {}).get("load"),
+                    "is_leader": b.broker_role == "Cluster_Leader",
+                }
+            )
+        errors += self.metrics.errors()
+        return {"timestamp": now_iso(), "brokers": out, "totals": totals, "balance": balance, "errors": errors}
+
+    async def _balance(self, errors: list[str] | None = None) -> dict | None:
+        try:
+            resp = await self.backend.call(self.backend.brokers.GetClusterBalance, pb.ClusterBalanceRequest())
+        except DanubeError as exc:
+            code = getattr(exc, "grpc_code", None)
+            if errors is not None and code is not None and code.name != "UNIMPLEMENTED":
+                errors.append(f"cluster balance: {exc}")
+            return None
+        over, under = set(resp.overloaded), set(resp.underloaded)
+        return {
+            "coefficient_of_variation": resp.coefficient_of_variation,
+            "mean_load": resp.mean_load,
+            "max_load": resp.max_load,
+            "min_load": resp.min_load,
+            "std_deviation": resp.std_deviation,
+            "broker_count": resp.active_brokers or len(resp.brokers),
+            "assignment_strategy": resp.strategy,
+            "cv_threshold": resp.cv_threshold,
+            "brokers": [
+                {
+                    "broker_id": x.broker_id,
+                    "load": x.load,
+                    "topic_count": x.topic_count,
+                    "is_overloaded": x.broker_id in over,
+                    "is_underloaded": x.broker_id in under,
+                }
+                for x in resp.brokers
+            ],
+        }
+
+    async def balance(self) -> dict:
+        resp = await self._balance()
+        if resp is None:
+            raise NotFoundError("this broker reports no cluster balance (standalone broker)")
+        return resp
+
+    async def rebalancing_history(self, limit: int = 100) -> dict:
+        resp = await self.backend.call(
+            self.backend.brokers.GetRebalancingHistory, pb.RebalancingHistoryRequest(limit=limit)
+        )
+        return {"timestamp": now_iso(), "moves": [_dict(m) for m in resp.moves]}
+
+    async def topics(self) -> dict:
+        brokers = await self.backend.list_brokers()
+        errors: list[str] = []
+
+        async def one(b):
+            try:
+                return [self._mini(t) for t in await self.backend.broker_topics(b.broker_id)]
+            except DanubeError as exc:
+                errors.append(f"topics fetch failed for broker {b.broker_id}: {exc}")
+                return []
+
+        lists = await asyncio.gather(*(one(b) for b in brokers))
+        return {
+            "timestamp": now_iso(),
+            "errors": errors + self.metrics.errors(),
+            "brokers": [{"broker": _identity(b), "topics": t} for b, t in zip(brokers, lists)],
+        }
+
+    async def namespaces(self) -> dict:
+        names = await self.backend.namespaces_list()
+        errors: list[str] = []
+
+        async def one(ns):
+            try:
+                topics = [t.name for t in await self.backend.namespace_topics(ns)]
+            except DanubeError as exc:
+                errors.append(f"list_topics failed for {ns}: {exc}")
+                topics = []
+            try:
+                policies = (
+                    await self.backend.call(self.backend.namespaces.GetNamespacePolicies, pb.NamespaceRequest(name=ns))
+                ).policies
+            except DanubeError as exc:
+                errors.append(f"get_namespace_policies failed for {ns}: {exc}")
+                policies = ""
+            return {"name": ns, "topics": topics, "policies": policies}
+
+        out = await asyncio.gather(*(one(ns) for ns in names))
+        return {"timestamp": now_iso(), "namespaces": list(out), "errors": errors}
+
+    async def broker(self, broker_id: str) -> dict:
+        brokers = await self.backend.list_brokers()
+        found = [b for b in brokers if b.broker_id == broker_id]
+        if not found:
+            raise NotFoundError("unknown broker")
+        b = found[0]
+        errors: list[str] = []
+        try:
+            infos = await self.backend.broker_topics(broker_id)
+        except DanubeError as exc:
+            errors.append(f"list_broker_topics failed: {exc}")
+            infos = []
+        sample = self.metrics.latest.get(broker_id)
+        totals = sample.totals() if sample else {}
+        if sample and sample.error:
+            errors.append(f"metrics scrape failed: {sample.error}")
+        return {
+            "timestamp": now_iso(),
+            "broker": {**_identity(b), "admin_addr": b.admin_addr},
+            "metrics": {
+                "rpc_total": 0,
+                "topics_owned": len(infos),
+                "inbound_bytes_total": int(totals.get("bytes_in_total", 0)),
+                "outbound_bytes_total": int(totals.get("bytes_out_total", 0)),
+                "errors_5xx_total": 0,
+                "active_connections": totals.get("active_connections", 0),
+                # the fields Danube's Admin UI reads on its broker page
+                "rpc_rate_1m": 0.0,
+                "producers_connected": int(sum(t.producers for t in sample.topics.values())) if sample else 0,
+                "consumers_connected": int(sum(t.consumers for t in sample.topics.values())) if sample else 0,
+            },
+            "topics": [self._mini(t) for t in infos],
+            "errors": errors,
+        }
+
+    async def topic(self, name: str) -> dict:
+        b = self.backend
+        try:
+            desc, subs = await asyncio.gather(
+                b.call(b.topics.DescribeTopic, pb.DescribeTopicRequest(name=name)),
+                b.call(b.topics.ListSubscriptions, pb.TopicRequest(name=name)),
+            )
+        except NotFoundError as missing:
+            return await self._partitioned(name, missing)  # the base name of a partitioned topic is no topic itself
+        errors: list[str] = []
+        sample = self.metrics.topic(name)
+        subscriptions = []
+        for sub in dict.fromkeys(subs.subscriptions):
+            policy, doc = None, {}
+            try:
+                doc = json.loads(
+                    (
+                        await b.call(
+                            b.topics.GetSubscriptionFailurePolicy, pb.SubscriptionRequest(topic=name, subscription=sub)
+                        )
+                    ).policy_json
+                    or "{}"
+                )
+                if doc:
+                    policy = {
+                        "max_redelivery_count": doc.get("max_redelivery_count"),
+                        "ack_timeout_ms": doc.get("ack_timeout_ms"),
+                        "base_redelivery_delay_ms": doc.get("base_redelivery_delay_ms"),
+                        "max_redelivery_delay_ms": doc.get("max_redelivery_delay_ms"),
+                        "backoff_strategy": "exponential",
+                        "dead_letter_topic": doc.get("dead_letter_topic") or None,
+                        "poison_policy": doc.get("poison_policy"),
+                    }
+            except DanubeError as exc:
+                errors.append(f"failure policy of {sub}: {exc}")
+            live = (sample.subscriptions.get(sub) if sample else None) or {}
+            subscriptions.append(
+                {
+                    "name": sub,
+                    "subscription_type": doc.get("subscription_type", "Unknown"),
+                    "failure_policy": policy,
+                    "backlog": live.get("backlog", 0),
+                    "unacked": live.get("unacked", 0),
+                }
+            )
+        partitioning = None
+        try:
+            partitioning = _dict(await b.call(b.topics.DescribePartitioning, pb.TopicRequest(name=name)))
+        except DanubeError:
+            pass  # not a partitioned topic
+        schema = await self._topic_schema(name, desc)
+        topic = {
+            **schema,
+            "name": desc.name,
+            "broker_id": desc.broker_id,
+            "delivery": desc.delivery,
+            "subscriptions": subscriptions,
+            "storage": _dict(desc.storage) if desc.HasField("storage") else None,
+            "partitioning": partitioning,
+        }
+        if sample is None:
+            errors.append(f"no metrics for {name} yet (not loaded, or its broker's metrics port not scraped)")
+        s = sample
+        pub, disp = self.metrics.rates(name)
+        reliable = None
+        if s is not None and s.wal:
+            reliable = {
+                "wal_append_total": s.wal.get("next_offset", 0),
+                "wal_append_bytes_total": 0,
+                "wal_flush_total": 0,
+                "wal_flush_latency_ms_p50": 0.0,
+                "wal_flush_latency_ms_p95": 0.0,
+                "wal_flush_latency_ms_p99": 0.0,
+                "cloud_upload_bytes_total": 0,
+                "cloud_upload_objects_total": 0,
+                **s.wal,
+            }
+        metrics = {
+            "core": {
+                "msg_in_total": int(s.msg_in) if s else 0,
+                "msg_out_total": int(s.msg_out) if s else 0,
+                "bytes_in_total": int(s.bytes_in) if s else 0,
+                "bytes_out_total": int(s.bytes_out) if s else 0,
+            },
+            "active": {
+                "producers": int(s.producers) if s else 0,
+                "consumers": int(s.consumers) if s else 0,
+                "subscriptions": len(subscriptions),
+            },
+            "rates": {"publish_rate_1m": pub, "dispatch_rate_1m": disp},
+            "quality": {"send_ok_total": int(s.msg_in) if s else 0, "send_error_total": 0, "send_error_by_code": []},
+            "latency_size": {
+                "send_latency_ms_p50": quantile(s.latency_buckets, 0.5) if s else 0.0,
+                "send_latency_ms_p95": quantile(s.latency_buckets, 0.95) if s else 0.0,
+                "send_latency_ms_p99": quantile(s.latency_buckets, 0.99) if s else 0.0,
+                "msg_size_bytes_avg": (s.bytes_in / s.msg_in) if s and s.msg_in else 0.0,
+            },
+            "reliable": reliable,
+            # the fields Danube's Admin UI reads on its topic page
+            "msg_in_total": int(s.msg_in) if s else 0,
+            "msg_out_total": int(s.msg_out) if s else 0,
+            "msg_backlog": int(s.backlog) if s else 0,
+            "storage_bytes": int(desc.storage.segment_bytes) if desc.HasField("storage") else 0,
+            "producers": int(s.producers) if s else 0,
+            "consumers": int(s.consumers) if s else 0,
+            "publish_rate_1m": pub,
+            "dispatch_rate_1m": disp,
+        }
+        return {"timestamp": now_iso(), "topic": topic, "metrics": metrics, "errors": errors}
+
+    async def _topic_schema(self, name: str, desc) -> dict:
+        """The topic's schema fields: DescribeTopic's when it has them, else the registry's topic binding
+        (GetTopicSchemaConfig) and the subject's latest version."""
+        b = self.backend
+        out = {
+            key: (getattr(desc, key) if desc.HasField(key) else None)
+            for key in ("schema_subject", "schema_id", "schema_version", "schema_type", "compatibility_mode")
+        }
+        if out["schema_subject"] is None:
+            try:
+                cfg = await b.call(b.schemas.GetTopicSchemaConfig, spb.GetTopicSchemaConfigRequest(topic_name=name))
+                out["schema_subject"] = cfg.schema_subject or None
+            except DanubeError:
+                return out
+        if out["schema_subject"] and out["schema_version"] is None:
+            try:
+                latest = await b.call(
+                    b.schemas.GetLatestSchema, spb.GetLatestSchemaRequest(subject=out["schema_subject"])
+                )
+            except DanubeError:
+                return out
+            out.update(
+                schema_id=latest.schema_id,
+                schema_version=latest.version,
+                schema_type=latest.schema_type,
+                compatibility_mode=latest.compatibility_mode.upper(),
+            )
+        return out
+
+    async def _partitioned(self, name: str, missing: NotFoundError) -> dict:
+        """A partitioned topic's base name: its partitioning and its partitions' summed figures."""
+        b = self.backend
+        try:
+            part = await b.call(b.topics.DescribePartitioning, pb.TopicRequest(name=name))
+        except DanubeError:
+            raise missing from None  # no partitioned topic either: the broker's own NOT_FOUND
+        names = [f"{name}-part-{i}" for i in range(part.partitions)]
+        samples = [s for s in (self.metrics.topic(n) for n in names) if s is not None]
+
+        def total(attr: str) -> int:
+            return int(sum(getattr(s, attr) for s in samples))
+
+        topic = {
+            "name": name,
+            "broker_id": None,
+            "delivery": None,
+            "schema_subject": None,
+            "schema_id": None,
+            "schema_version": None,
+            "schema_type": None,
+            "compatibility_mode": None,
+            "subscriptions": [],
+            "storage": None,
+            "partitioning": _dict(part),
+            "partitions": names,
+        }
+        metrics = {
+            "core": {
+                "msg_in_total": total("msg_in"),
+                "msg_out_total": total("msg_out"),
+                "bytes_in_total": total("bytes_in"),
+                "bytes_out_total": total("bytes_out"),
+            },
+            "active": {"producers": total("producers"), "consumers": total("consumers"), "subscriptions": 0},
+            "rates": {"publish_rate_1m": 0.0, "dispatch_rate_1m": 0.0},
+            "quality": {"send_ok_total": total("msg_in"), "send_error_total": 0, "send_error_by_code": []},
+            "latency_size": {
+                "send_latency_ms_p50": 0.0,
+                "send_latency_ms_p95": 0.0,
+                "send_latency_ms_p99": 0.0,
+                "msg_size_bytes_avg": 0.0,
+            },
+            "reliable": None,
+            "msg_backlog": total("backlog"),
+        }
+        return {
+            "timestamp": now_iso(),
+            "topic": topic,
+            "metrics": metrics,
+            "errors": ["a partitioned topic: figures are its partitions' sums; open a partition for details"],
+        }
+
+    async def series(self, name: str, query: dict) -> dict:
+        def number(key):
+            text = query.get(key)
+            if text in (None, ""):
+                return None
+            try:
+                return float(text)
+            except ValueError:
+                raise InvalidArgumentError(f"{key} must be unix seconds, got {text[:20]!r}") from None
+
+        step = parse_step(query.get("step"))
+        start, end = clamp_range(number("from"), number("to"), step, time.time())
+        if self.metrics.cfg.prometheus_url:
+            series, errors = await self.metrics.prometheus_series(name, start, end, step)
+            return {"series": series, "errors": errors, "source": "prometheus"}
+        data = self.metrics.history.series(name, start, end, step)
+        return {
+            "series": [{"name": k, "labels": None, "points": v} for k, v in data.items()],
+            "errors": [],
+            "source": "embedded",
+        }
+
+    # ------------------------------------------------------------ schemas
+
+    async def _subjects(self) -> list[str]:
+        """Subjects named by topics (the broker has no ListSubjects call): every namespace's topics,
+        registry bindings, at most MAX_TOPICS_SCANNED of them."""
+        names: list[str] = []
+        for ns in await self.backend.namespaces_list():
+            names += [t.name for t in await self.backend.namespace_topics(ns)]
+        subjects: set[str] = set()
+        sem = asyncio.Semaphore(8)
+
+        async def one(topic):
+            async with sem:
+                try:
+                    cfg = await self.backend.call(
+                        self.backend.schemas.GetTopicSchemaConfig, spb.GetTopicSchemaConfigRequest(topic_name=topic)
+                    )
+                except DanubeError:
+                    return
+                if cfg.schema_subject:
+                    subjects.add(cfg.schema_subject)
+
+        await asyncio.gather(*(one(t) for t in names[:MAX_TOPICS_SCANNED]))
+        return sorted(subjects)
+
+    async def schemas(self) -> dict:
+        b = self.backend
+        out = []
+        for subject in await self._subjects():
+            try:
+                s = await b.call(b.schemas.GetLatestSchema, spb.GetLatestSchemaRequest(subject=subject))
+            except NotFoundError:
+                continue
+            out.append(
+                {
+                    "subject": subject,
+                    "schema_type": s.schema_type,
+                    "latest_version": s.version,
+                    "compatibility_mode": s.compatibility_mode.upper(),
+                    "schema_id": s.schema_id,
+                    "tags": list(s.tags),
+                }
+            )
+        out.sort(key=lambda x: x["schema_id"])
+        return {"timestamp": now_iso(), "subjects": out}
+
+    async def schema(self, subject: str) -> dict:
+        b = self.backend
+        latest, versions = await asyncio.gather(
+            b.call(b.schemas.GetLatestSchema, spb.GetLatestSchemaRequest(subject=subject)),
+            b.call(b.schemas.ListVersions, spb.ListVersionsRequest(subject=subject)),
+        )
+        try:
+            definition = bytes(latest.schema_definition).decode("utf-8")
+        except UnicodeDecodeError:
+            definition = "binary schema definition"
+        detail = {
+            "schema_id": latest.schema_id,
+            "version": latest.version,
+            "subject": latest.subject,
+            "schema_type": latest.schema_type,
+            "schema_definition": definition,
+            "description": latest.description,
+            "created_at": latest.created_at,
+            "created_by": latest.created_by,
+            "tags": list(latest.tags),
+            "fingerprint": latest.fingerprint,
+            "compatibility_mode": latest.compatibility_mode.upper(),
+        }
+        return {
+            "timestamp": now_iso(),
+            "subject": subject,
+            "schema_type": latest.schema_type,
+            "compatibility_mode": latest.compatibility_mode.upper(),
+            "latest": detail,
+            "versions": [
+                {
+                    "version": v.version,
+                    "created_at": v.created_at,
+                    "created_by": v.created_by,
+                    "description": v.description,
+                    "fingerprint": v.fingerprint,
+                    "schema_id": v.schema_id,
+                }
+                for v in versions.versions
+            ],
+        }

@@ -24,6 +24,8 @@ class ReceiveBudget:
     _starved: set
     _recv_window: int
     _recv_unacked: int
+    _recv_target: int
+    _recv_moved: int
     _streams: dict
     _lost: bool
 
@@ -33,7 +35,7 @@ class ReceiveBudget:
         if not size or self._lost:
             return
         self._recv_unacked += size
-        if self._recv_window <= self._limits.connection_window // 2:
+        if self._recv_window <= self._recv_target // 2:
             self.grant_window()
         stream = self._streams.get(stream_id)
         if stream is None or stream.remote_closed:
@@ -55,12 +57,20 @@ class ReceiveBudget:
         if not owed or self._lost:
             return
         server = self._server
+        target = self._recv_target
+        if self._recv_moved >= 4 * target and target < self._limits.connection_window:
+            # A connection moving much data gets a larger window (fewer round trips per byte).
+            grown = min(target * 2, self._limits.connection_window)
+            self._recv_target = grown
+            self._recv_moved = 0
+            self._recv_unacked = owed = owed + grown - target
         room = server.max_buffered_total - server.buffered_total - server.recv_windows
         floor = frames.DEFAULT_WINDOW - self._recv_window
         grant = owed if owed <= room or owed <= floor else max(room, floor)
         if grant > 0:
             self._queue(frames.window_update(0, grant))
             self._recv_window += grant
+            self._recv_moved += grant
             server.recv_windows += grant
             self._recv_unacked = owed = owed - grant
             self._schedule_flush()
@@ -101,7 +111,7 @@ class ReceiveBudget:
         back: the one that has the least of its message fails RESOURCE_EXHAUSTED (grpc's C core
         does the same when its buffers are full), until the window can flow again -- else the
         call favoured to finish its message could wait forever on the others."""
-        quarter = self._limits.connection_window // 4
+        quarter = self._recv_target // 4
         while self._starved and self._recv_window < quarter:
             victim = min(self._starved, key=lambda c: c.buffered)
             self._starved.discard(victim)

@@ -1,9 +1,14 @@
 """One client connection: HTTP/2 (``frames.py``, ``headers.py``) on an event-loop transport.
 
+This module dispatches the peer's frames and keeps the streams' states; the send side
+(``sending.py``: DATA within the windows, the send-queue bounds) and the receive side
+(``budget.py``: window granted from the server-wide request budget) are mixins of the
+same class, so the hot path has no extra indirection.
+
 Everything runs on the broker's event loop: no extra threads, no hand-off per call.
 Responses of many calls finished in one loop iteration leave in one socket write.
 HTTP/2 flow control is honoured both ways: a handler writing faster than the client
-reads waits for WINDOW_UPDATE (and for the transport to drain), and a streaming
+reads waits for WINDOW_UPDATE (and for the socket to drain), and a streaming
 request the handler does not read stops getting window back (see ``call.py``).
 
 The HTTP/2 layer here is the part of RFC 9113 a gRPC server needs, written for this
@@ -14,10 +19,11 @@ error answers GOAWAY with the error code and a reason, and closes the connection
 
 Against hostile peers every resource a connection can make the server hold is bounded
 (``limits.H2Limits``, one field per bound): streams (per connection and in all),
-stream resets per second, CONTINUATION frames per header block, SETTINGS entries per
-frame, control frames queued for a peer that does not read, frames handled per read,
-request bytes buffered for unfinished messages, the time to send the preface, and
-idle time.  The checks are counters on paths that already do work per frame; the
+stream resets per second, CONTINUATION frames per header block, headers per block and
+header bytes decoded per read, SETTINGS entries per frame, control frames and response
+bytes queued for a peer that does not read, frames handled per read, request bytes
+buffered for unfinished messages, the time to send the preface, and time without
+progress.  The checks are counters on paths that already do work per frame; the
 unary and batch-lane hot paths (HEADERS, DATA, WINDOW_UPDATE) gained a few integer
 operations, nothing more.
 """
@@ -103,6 +109,8 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         # owed to the peer and not granted yet waits in _recv_unacked.
         self._recv_window = frames.DEFAULT_WINDOW
         self._recv_unacked = 0
+        self._recv_target = max(frames.DEFAULT_WINDOW, min(limits.initial_connection_window, limits.connection_window))
+        self._recv_moved = 0   # window granted since the target last grew
         # ... and what we may send it (its SETTINGS and WINDOW_UPDATEs).
         self._send_window = frames.DEFAULT_WINDOW
         self._peer_initial_window = frames.DEFAULT_WINDOW
@@ -177,8 +185,8 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
             (frames.MAX_HEADER_LIST_SIZE, limits.max_header_list_size),
         ]))
         self._server.recv_windows += self._recv_window
-        if limits.connection_window > frames.DEFAULT_WINDOW:
-            self._recv_unacked = limits.connection_window - frames.DEFAULT_WINDOW
+        if self._recv_target > frames.DEFAULT_WINDOW:
+            self._recv_unacked = self._recv_target - frames.DEFAULT_WINDOW
             self.grant_window()
         self._flush()
 
@@ -401,7 +409,7 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         call = self._calls.get(stream_id)
         if call is not None:
             call.on_data(data, size)
-            if self._starved and self._recv_window < self._limits.connection_window // 4:
+            if self._starved and self._recv_window < self._recv_target // 4:
                 self._shed()
         else:
             self.return_credit(stream_id, size)

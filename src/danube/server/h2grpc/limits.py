@@ -31,6 +31,10 @@ class H2Limits:
     # batches of a few MiB is never waiting on WINDOW_UPDATE round trips.
     stream_window: int = 8 * MiB
     connection_window: int = 32 * MiB
+    # What a connection's window starts at; it doubles (up to connection_window) each time the
+    # connection has moved four windows' worth, budget permitting, so idle connections do not
+    # hold the request budget as open windows.
+    initial_connection_window: int = 1 * MiB
     max_frame_size: int = 1 * MiB                 # SETTINGS_MAX_FRAME_SIZE; larger: FRAME_SIZE_ERROR
     max_header_list_size: int = 64 * 1024         # SETTINGS_MAX_HEADER_LIST_SIZE (decoded, RFC 7541 sizes)
     # Headers in one request's block (grpc's C core and Envoy allow 100 metadata entries; a
@@ -100,6 +104,8 @@ class H2Limits:
         for name in ("stream_window", "connection_window"):
             if getattr(self, name) > 2**31 - 1:
                 raise ValueError(f"{name} must be at most 2^31-1 (HTTP/2), got {getattr(self, name)}")
+        if self.initial_connection_window < 65535:
+            raise ValueError("initial_connection_window must be at least 65535 (the HTTP/2 initial window)")
         if self.connection_window < 65535:
             raise ValueError("connection_window must be at least 65535 (the HTTP/2 initial window)")
         if self.max_concurrent_streams > 2**31 - 1:

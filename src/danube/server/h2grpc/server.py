@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from danube import _allocator
 from danube.server.h2grpc import wire
 from danube.server.h2grpc.connection import GrpcConnection
 from danube.server.h2grpc.limits import H2Limits, ServerLimits
@@ -24,6 +25,10 @@ from danube.server.h2grpc.limits import H2Limits, ServerLimits
 __all__ = ["H2Limits", "H2Server", "ServerLimits"]
 
 log = logging.getLogger(__name__)
+
+# After a limit trips (a hostile peer), the heap is trimmed once its connection is gone, at
+# most this often: what the peer made the server allocate goes back to the system.
+_TRIM_EVERY_S = 5.0
 
 # Descriptors kept free for everything else the broker opens (WAL files, the admin port, ...)
 # when max_connections is brought down to the process's RLIMIT_NOFILE.
@@ -60,6 +65,9 @@ class H2Server:
         self._per_peer: collections.Counter[str] = collections.Counter()
         self.trips: collections.Counter[str] = collections.Counter()
         self._trip_logged: dict[str, tuple[float, int]] = {}
+        self._trim_due = False
+        self._trimmed_at = float("-inf")
+        self._trim_handle: asyncio.TimerHandle | None = None
         self._handlers: dict[str, Any] = {}
         self._generic: list = []
         self._sockets: list[socket.socket] = []
@@ -164,6 +172,9 @@ class H2Server:
         cancel the rest (UNAVAILABLE) and close every connection."""
         for listener in self._listeners:
             listener.close()
+        if self._trim_handle is not None:
+            self._trim_handle.cancel()
+            self._trim_handle = None
         for connection in list(self._connections):
             connection.go_away()
         loop = asyncio.get_running_loop()
@@ -254,6 +265,17 @@ class H2Server:
         self.wake_senders()
         if self.window_starved:
             self.feed_windows()
+        if self._trim_due and self._trim_handle is None and self.loop is not None:
+            wait = max(0.5, self._trimmed_at + _TRIM_EVERY_S - time.monotonic())
+            self._trim_handle = self.loop.call_later(wait, self._trim)
+
+    def _trim(self) -> None:
+        """The heap trimmed in a worker thread (it takes the malloc locks, not the event loop)."""
+        self._trim_handle = None
+        self._trim_due = False
+        self._trimmed_at = time.monotonic()
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.run_in_executor(None, _allocator.trim)
         if self.starved and self.buffered_total <= self.limits.max_buffered_bytes_total:
             self.feed_starved()
 
@@ -307,6 +329,7 @@ class H2Server:
         """A peer ran into ``limit``: counted, and logged -- at most one line per limit a second
         (with how many were not logged), so a flood of trips cannot flood the log."""
         self.trips[limit] += 1
+        self._trim_due = True
         now = time.monotonic()
         last, quiet = self._trip_logged.get(limit, (0.0, 0))
         if now - last < 1.0:

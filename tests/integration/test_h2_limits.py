@@ -602,6 +602,46 @@ async def test_header_heavy_requests_leave_the_others_served():
     assert health.slowest < 1.0
 
 
+async def _non_reading_fan_out(address: str, streams: int) -> socket.socket:
+    """A connection that opens its windows fully, asks for the shared 8 MiB message on ``streams``
+    streams and never reads (its receive buffer is tiny)."""
+    host, port = address.rsplit(":", 1)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (host, int(port)))
+    encoder = hpack.Encoder()
+    out = [frames.PREFACE, frames.settings([(frames.INITIAL_WINDOW_SIZE, 2**31 - 1), (frames.MAX_FRAME_SIZE, 2**24 - 1)]),
+           frames.window_update(0, 2**31 - 1 - 65535)]
+    for i in range(streams):
+        out.append(frames.frame(frames.HEADERS, frames.END_HEADERS, 2 * i + 1, encoder.encode(SHARED)))
+        out.append(frames.frame(frames.DATA, frames.END_STREAM, 2 * i + 1, wire.message_prefix(1) + b"1"))
+    await loop.sock_sendall(sock, b"".join(out))
+    return sock
+
+
+async def test_bytes_queued_for_peers_that_do_not_read_are_bounded_in_all():
+    """Past max_send_queued_bytes_total over all connections, a connection with a backlog waits for
+    the others: 8 non-reading connections hold about the total, not 8 connection bounds."""
+    limits = H2Limits(max_send_queued_bytes_total=2 * MiB, write_stall_timeout=30.0)
+    shared_message()
+    async with serving(limits) as (server, address), health_calls(address):
+        socks = [await _non_reading_fan_out(address, 10) for _ in range(8)]
+        try:
+            peak = 0
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                peak = max(peak, server.send_queued + sum(c._out_bytes for c in server._connections))
+                await asyncio.sleep(0.02)
+        finally:
+            for sock in socks:
+                sock.close()
+        # The total, plus what each connection may frame when it has nothing queued (its turn).
+        assert 0 < peak <= 2 * MiB + 8 * (limits.max_send_frame_bytes + 64 * 1024), peak / MiB
+        await wait_for(lambda: server.connections == 1 and server.send_queued == 0)
+
+
 async def test_a_fan_out_to_streams_that_do_not_read_stays_bounded():
     """One 8 MiB message to 100 subscription streams of a connection that opened its windows and
     never read took 32-40 MiB a stream (3.2-4 GiB); now every stream sends the one shared buffer,
@@ -611,20 +651,8 @@ async def test_a_fan_out_to_streams_that_do_not_read_stays_bounded():
     shared_message()
     async with serving(limits) as (server, address), health_calls(address):
         base = trimmed_rss()
-        host, port = address.rsplit(":", 1)
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        loop = asyncio.get_running_loop()
-        await loop.sock_connect(sock, (host, int(port)))
-        encoder = hpack.Encoder()
-        out = [frames.PREFACE, frames.settings([(frames.INITIAL_WINDOW_SIZE, 2**31 - 1), (frames.MAX_FRAME_SIZE, 2**24 - 1)]),
-               frames.window_update(0, 2**31 - 1 - 65535)]
-        for i in range(100):
-            out.append(frames.frame(frames.HEADERS, frames.END_HEADERS, 2 * i + 1, encoder.encode(SHARED)))
-            out.append(frames.frame(frames.DATA, frames.END_STREAM, 2 * i + 1, wire.message_prefix(1) + b"1"))
+        sock = await _non_reading_fan_out(address, 100)
         try:
-            await loop.sock_sendall(sock, b"".join(out))
             peak_rss = peak_queued = 0
             deadline = time.monotonic() + 15
             while not server.trips["write_stall_timeout"]:

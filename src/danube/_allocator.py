@@ -65,3 +65,16 @@ def tune() -> str:
         else:
             _applied = "malloc not tuned (mallopt refused)"
     return _applied
+
+
+def trim() -> bool:
+    """Give the free memory of every malloc arena back to the system (glibc's ``malloc_trim``):
+    after a burst that grew the heap (a hostile peer's buffers), the trim threshold above would
+    otherwise keep up to 64 MiB per arena, and fragments of more.  Blocks the calling thread for
+    a few milliseconds per GiB of heap (glibc locks each arena in turn); run it off the event loop.
+    False where there is no glibc."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "malloc_trim"):
+        return False
+    libc.malloc_trim(0)
+    return True

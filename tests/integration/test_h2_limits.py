@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import socket
 import time
 
@@ -19,12 +20,42 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+import hpack
 import pytest
 
 from danube.server.h2grpc import H2Limits, frames, wire
-from tests.integration.test_h2_server import channel_to, goaway_code, grpc_headers, method, raw_connection, serving
+from tests.integration.test_h2_server import (
+    channel_to,
+    goaway_code,
+    grpc_headers,
+    method,
+    raw_connection,
+    serving,
+    shared_message,
+)
 
 ECHO = grpc_headers(b"/t.Test/Echo")
+SHARED = grpc_headers(b"/t.Test/Shared")
+MiB = 1024 * 1024
+
+
+def rss() -> int:
+    """This process's resident set (the server runs in it)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def trimmed_rss() -> int:
+    """RSS after a collection and glibc's malloc_trim, so freed buffers are not counted."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return rss()
 
 
 class Health:
@@ -377,11 +408,11 @@ async def test_open_streams_are_capped_per_connection_and_in_all():
         await wait_for(lambda: server.open_streams == 0 and server.connections == 1)
 
 
-async def test_connections_past_the_cap_are_refused_and_silent_ones_time_out():
-    """19,930 idle TCP connections filled the descriptor table; now at most max_connections are
-    held: silent ones (no preface yet) make room for new ones, connections that did their
-    handshake are kept and newcomers refused (SETTINGS + GOAWAY ENHANCE_YOUR_CALM), and the
-    handshake timeout reaps the silent."""
+async def test_connections_past_the_cap_make_room_by_evicting_silent_then_idle_ones():
+    """19,930 silent TCP connections filled the descriptor table, and 4,200 that did their
+    handshake and sat idle filled the 4,096 cap for the idle timeout; now at the cap the oldest
+    connection without a preface makes room, then the one idle longest (GOAWAY NO_ERROR), and
+    the handshake timeout reaps the silent."""
     limits = H2Limits(max_connections=20, handshake_timeout=1.5)
     async with serving(limits) as (server, address), health_calls(address):
         host, port = address.rsplit(":", 1)
@@ -392,25 +423,118 @@ async def test_connections_past_the_cap_are_refused_and_silent_ones_time_out():
             assert server.connections <= 20
             async with channel_to(address) as channel:   # a client that speaks gets in
                 assert await method(channel, "Echo")(b"in", timeout=5) == b"in"
-            # Connections that did their handshake are not pushed out: the newcomer is refused.
+            idle = []
             for _ in range(25):
                 reader, writer = await asyncio.open_connection(host, int(port))
                 writer.write(frames.PREFACE + frames.settings([]))
-                opened.append((reader, writer))
-                await asyncio.sleep(0.01)
+                idle.append((reader, writer))
+                await asyncio.sleep(0.02)
+            opened += idle
             await wait_for(lambda: server.connections == 20 and not server._unready)
-            reader, writer = await asyncio.open_connection(host, int(port))
-            opened.append((reader, writer))
-            assert goaway_code(await read_until_closed(reader, 2)) == frames.ENHANCE_YOUR_CALM
-            for _, w in opened[60:]:
+            # Past the silent ones, the connections idle longest made room: the first of them.
+            assert goaway_code(await read_until_closed(idle[0][0], 2)) == frames.NO_ERROR
+            async with channel_to(address) as channel:   # and a new client gets in again
+                assert await method(channel, "Echo")(b"again", timeout=5) == b"again"
+            for _, w in idle:
                 w.close()
             # The silent ones still open are closed once the handshake timeout passes.
             await wait_for(lambda: server.connections == 1, 5)
-            async with channel_to(address) as channel:   # and a new client gets in again
-                assert await method(channel, "Echo")(b"again", timeout=5) == b"again"
         finally:
             for _, writer in opened:
                 writer.close()
+
+
+async def _busy_connection(address: str):
+    """A connection with a call open (a unary call that naps 3 s)."""
+    host, port = address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    encoder = hpack.Encoder()
+    writer.write(frames.PREFACE + frames.settings([])
+                 + frames.frame(frames.HEADERS, frames.END_HEADERS, 1, encoder.encode(ECHO))
+                 + frames.frame(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(8) + b"nap:3.00"))
+    return reader, writer
+
+
+async def test_at_the_cap_with_every_connection_busy_a_newcomer_is_refused():
+    async with serving(H2Limits(max_connections=3)) as (server, address):
+        busy = []
+        try:
+            for n in range(3):
+                busy.append(await _busy_connection(address))
+                await wait_for(lambda: sum(c.busy for c in server._connections) == n + 1)
+            host, port = address.rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            busy.append((reader, writer))
+            assert goaway_code(await read_until_closed(reader, 2)) == frames.ENHANCE_YOUR_CALM
+            assert server.trips["max_connections"] == 1 and server.connections == 3
+        finally:
+            for _, writer in busy:
+                writer.close()
+
+
+async def test_connections_are_capped_per_peer_address():
+    """One address cannot take the whole connection cap: past max_connections_per_peer its new
+    connections are refused, and a slot it frees can be taken again."""
+    async with serving(H2Limits(max_connections_per_peer=4)) as (server, address), health_calls(address):
+        host, port = address.rsplit(":", 1)
+        opened = []
+        try:
+            for _ in range(3):   # the health client holds the fourth
+                reader, writer = await asyncio.open_connection(host, int(port))
+                writer.write(frames.PREFACE + frames.settings([]))
+                opened.append((reader, writer))
+            await wait_for(lambda: server.connections == 4)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            opened.append((reader, writer))
+            assert goaway_code(await read_until_closed(reader, 2)) == frames.ENHANCE_YOUR_CALM
+            assert server.trips["max_connections_per_peer"] == 1
+            opened[0][1].close()
+            await wait_for(lambda: server.connections == 3)
+            async with channel_to(address) as channel:
+                assert await method(channel, "Echo")(b"in", timeout=5) == b"in"
+        finally:
+            for _, writer in opened:
+                writer.close()
+
+
+async def test_a_connection_whose_streams_make_no_progress_is_closed_as_idle():
+    """A connection holding a silent stream, or one fed a byte at a time, was never closed for
+    idleness; now no progress (no call opened or ended, no whole message either way) for
+    idle_timeout closes it whatever it holds -- but a call waiting on its handler (a subscription
+    on a quiet topic) is progress the peer cannot make, and keeps its connection."""
+    limits = H2Limits(idle_timeout=0.8)
+    async with serving(limits) as (server, address), raw_connection(address) as silent, \
+            raw_connection(address) as trickle, raw_connection(address) as waiting:
+        silent.send(silent.headers(1, ECHO))
+        trickle.send(trickle.headers(1, ECHO), frames.frame(frames.DATA, 0, 1, wire.message_prefix(1000)))
+        waiting.send(waiting.headers(1, SHARED), frames.frame(frames.DATA, frames.END_STREAM, 1,
+                                                               wire.message_prefix(1) + b"0"))
+
+        async def feed():
+            with contextlib.suppress(ConnectionError):
+                for _ in range(40):
+                    await asyncio.sleep(0.1)
+                    trickle.send(frames.frame(frames.DATA, 0, 1, b"x"))
+
+        feeder = asyncio.ensure_future(feed())
+        try:
+            for conn in (silent, trickle):
+                assert goaway_code(await read_until_closed(conn.reader, 4)) == frames.NO_ERROR
+        finally:
+            feeder.cancel()
+        with pytest.raises(TimeoutError):
+            await waiting.until(lambda f: f[0] == frames.GOAWAY, 0.5)
+        assert server.trips["idle_timeout"] == 2
+        await wait_for(lambda: server.connections == 1)   # the waiting one
+
+
+async def test_a_settings_change_that_overflows_a_stream_window_is_a_flow_control_error():
+    """RFC 9113 6.9.2: a SETTINGS_INITIAL_WINDOW_SIZE change that takes an open stream's window
+    past 2^31-1 is a connection error FLOW_CONTROL_ERROR (it was accepted)."""
+    async with serving() as (server, address), raw_connection(address) as conn:
+        conn.send(conn.headers(1, ECHO), frames.window_update(1, 2**31 - 1 - 65535))
+        conn.send(frames.settings([(frames.INITIAL_WINDOW_SIZE, 65536)]))
+        assert goaway_code(await read_until_closed(conn.reader)) == frames.FLOW_CONTROL_ERROR
 
 
 async def test_an_idle_connection_gets_goaway_and_a_busy_one_does_not():
@@ -444,3 +568,123 @@ def test_limits_are_checked_and_read_from_config_mappings():
         H2Limits(handshake_timeout=-1)
     with pytest.raises(ValueError, match="reset_burst"):
         H2Limits(reset_burst=0)
+
+
+async def test_a_header_block_of_too_many_headers_is_refused():
+    """1,900 one-letter headers (a valid 7.6 KB block) cost 8x the CPU of a normal request; past
+    max_header_count the connection gets GOAWAY ENHANCE_YOUR_CALM."""
+    async with serving() as (server, address), health_calls(address), raw_connection(address) as conn:
+        conn.send(conn.headers(1, ECHO + [(b"a", b"b")] * 1900, end_stream=True))
+        assert goaway_code(await read_until_closed(conn.reader)) == frames.ENHANCE_YOUR_CALM
+        assert server.trips["max_header_count"] == 1
+
+
+async def test_header_heavy_requests_leave_the_others_served():
+    """One connection at 100 requests/s of large header blocks pushed a probe call to 2.2 s; now
+    blocks are capped in headers and the bytes decoded per read are bounded, so a flood of the
+    largest allowed blocks leaves the health calls within their deadline."""
+    headers = ECHO + [(b"x-%d" % i, b"v" * 20) for i in range(120)]
+    async with serving() as (server, address), health_calls(address) as health, raw_connection(address) as conn:
+        conn.encoder.header_table_size = 0   # every block fully literal (the costliest form), and the same
+        block = conn.encoder.encode(headers)
+        stream_id = 1
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:   # 100 requests/s, as measured
+            burst = []
+            for _ in range(10):
+                burst.append(frames.frame(frames.HEADERS, frames.END_HEADERS, stream_id, block))
+                burst.append(frames.frame(frames.DATA, frames.END_STREAM, stream_id, wire.message_prefix(2) + b"hi"))
+                stream_id += 2
+            conn.send(*burst)
+            await conn.writer.drain()
+            await asyncio.sleep(0.1)
+        assert not server.trips
+    assert health.slowest < 1.0
+
+
+async def _non_reading_fan_out(address: str, streams: int) -> socket.socket:
+    """A connection that opens its windows fully, asks for the shared 8 MiB message on ``streams``
+    streams and never reads (its receive buffer is tiny)."""
+    host, port = address.rsplit(":", 1)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (host, int(port)))
+    encoder = hpack.Encoder()
+    out = [frames.PREFACE, frames.settings([(frames.INITIAL_WINDOW_SIZE, 2**31 - 1), (frames.MAX_FRAME_SIZE, 2**24 - 1)]),
+           frames.window_update(0, 2**31 - 1 - 65535)]
+    for i in range(streams):
+        out.append(frames.frame(frames.HEADERS, frames.END_HEADERS, 2 * i + 1, encoder.encode(SHARED)))
+        out.append(frames.frame(frames.DATA, frames.END_STREAM, 2 * i + 1, wire.message_prefix(1) + b"1"))
+    await loop.sock_sendall(sock, b"".join(out))
+    return sock
+
+
+async def test_bytes_queued_for_peers_that_do_not_read_are_bounded_in_all():
+    """Past max_send_queued_bytes_total over all connections, a connection with a backlog waits for
+    the others: 8 non-reading connections hold about the total, not 8 connection bounds."""
+    limits = H2Limits(max_send_queued_bytes_total=2 * MiB, write_stall_timeout=30.0)
+    shared_message()
+    async with serving(limits) as (server, address), health_calls(address):
+        socks = [await _non_reading_fan_out(address, 10) for _ in range(8)]
+        try:
+            peak = 0
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                peak = max(peak, server.send_queued + sum(c._out_bytes for c in server._connections))
+                await asyncio.sleep(0.02)
+        finally:
+            for sock in socks:
+                sock.close()
+        # The total, plus what each connection may frame when it has nothing queued (its turn).
+        assert 0 < peak <= 2 * MiB + 8 * (limits.max_send_frame_bytes + 64 * 1024), peak / MiB
+        await wait_for(lambda: server.connections == 1 and server.send_queued == 0)
+
+
+async def test_a_fan_out_to_streams_that_do_not_read_stays_bounded():
+    """One 8 MiB message to 100 subscription streams of a connection that opened its windows and
+    never read took 32-40 MiB a stream (3.2-4 GiB); now every stream sends the one shared buffer,
+    the connection's queued bytes stop at its send bound, and the peer is dropped once it has read
+    nothing for write_stall_timeout.  Memory stays under baseline + 64 MiB and returns after."""
+    limits = H2Limits(write_stall_timeout=2.0)
+    shared_message()
+    async with serving(limits) as (server, address), health_calls(address):
+        base = trimmed_rss()
+        sock = await _non_reading_fan_out(address, 100)
+        try:
+            peak_rss = peak_queued = 0
+            deadline = time.monotonic() + 15
+            while not server.trips["write_stall_timeout"]:
+                assert time.monotonic() < deadline, "the peer that does not read was not dropped"
+                queued = server.send_queued + sum(c._out_bytes for c in server._connections)
+                peak_queued = max(peak_queued, queued)
+                peak_rss = max(peak_rss, rss())
+                await asyncio.sleep(0.02)
+        finally:
+            sock.close()
+        bound = limits.max_send_queued_bytes + limits.max_send_frame_bytes + 64 * 1024
+        assert peak_queued <= bound, (peak_queued, bound)
+        assert peak_rss - base < 64 * MiB, (peak_rss - base) / MiB
+        await wait_for(lambda: server.connections == 1 and server.send_queued == 0)
+        assert trimmed_rss() - base < 16 * MiB
+
+
+async def test_the_receive_budget_bounds_unfinished_uploads_whatever_the_connection_count():
+    """60 connections each sending 8 MiB of unfinished messages held 1.8 GiB under a 512 MiB
+    budget (every connection got a 32 MiB window up front); now window beyond HTTP/2's initial
+    64 KiB is granted from the budget, so N connections hold at most the budget + N x 64 KiB."""
+    limits = H2Limits(max_buffered_bytes_total=4 * MiB, max_buffered_bytes=4 * MiB, connection_window=8 * MiB,
+                      stream_window=4 * MiB)
+    async with serving(limits) as (server, address), health_calls(address):
+        base = trimmed_rss()
+        peers = await asyncio.gather(*(_fill_unfinished_messages(address, 4, 8 * MiB, 2.0) for _ in range(20)))
+        sent = sum(p[2] for p in peers)
+        held = server.buffered_total
+        assert sent >= 4 * MiB                                 # they did get the budget's worth...
+        assert held + server.recv_windows <= 4 * MiB + 21 * 65535, (held, server.recv_windows)   # ...no more
+        assert rss() - base < 32 * MiB
+        for _, writer, _ in peers:
+            writer.close()
+        await wait_for(lambda: server.buffered_total == 0 and server.connections == 1)
+        assert server.recv_windows <= limits.connection_window   # the health connection's own

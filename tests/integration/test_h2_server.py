@@ -78,6 +78,24 @@ async def lazy_sum(request_iterator, context) -> bytes:
     return b"%d,%d" % (count, total)
 
 
+_shared: list[bytes] = []
+
+
+def shared_message() -> bytes:
+    """One 8 MiB message, allocated once: what a broker delivers to many subscriptions."""
+    if not _shared:
+        _shared.append(bytes(range(256)) * (8 * 1024 * 1024 // 256))
+    return _shared[0]
+
+
+async def shared(request: bytes, context):
+    """Writes the shared message ``int(request)`` times as ``wire.Encoded`` parts (never copied),
+    then holds the stream open as a subscription on a quiet topic does."""
+    for _ in range(int(request)):
+        yield wire.Encoded((shared_message(),))
+    await asyncio.sleep(60)
+
+
 def _handlers():
     return {
         "Echo": grpc.unary_unary_rpc_method_handler(echo),
@@ -85,6 +103,7 @@ def _handlers():
         "BigMeta": grpc.unary_unary_rpc_method_handler(big_meta),
         "StreamOut": grpc.unary_stream_rpc_method_handler(stream_out),
         "StreamWritten": grpc.unary_stream_rpc_method_handler(stream_written),
+        "Shared": grpc.unary_stream_rpc_method_handler(shared),
         "Bidi": grpc.stream_stream_rpc_method_handler(bidi),
         "LazySum": grpc.stream_unary_rpc_method_handler(lazy_sum),
         "Parsed": grpc.unary_unary_rpc_method_handler(

@@ -13,9 +13,10 @@ answer UNIMPLEMENTED on a standalone broker.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import grpc
 
@@ -43,12 +44,48 @@ def _delivery(doc: Any) -> str:
     return "Reliable" if str(strategy).lower() == "reliable" else "NonReliable"
 
 
+# Listings built at once over all keys (the admin port shares the broker's event loop with the
+# client port, so many concurrent listings must not take its CPU).
+LISTINGS_AT_ONCE = 4
+
+
+class _Listings:
+    """Coalesced listings: calls for the same listing share one build that started after they
+    arrived (so none misses what existed when it was made), at most one build running and one
+    pending per listing, and at most ``LISTINGS_AT_ONCE`` builds over all listings.  A thousand
+    concurrent ``topics list`` calls cost two builds, not a thousand."""
+
+    def __init__(self) -> None:
+        self._running: dict[Any, asyncio.Future] = {}
+        self._pending: dict[Any, asyncio.Future] = {}
+        self._gate = asyncio.Semaphore(LISTINGS_AT_ONCE)
+
+    async def get(self, key: Any, build: Callable[[], Awaitable[Any]]) -> Any:
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._pending[key] = asyncio.ensure_future(self._build(key, build, self._running.get(key)))
+        return await asyncio.shield(pending)
+
+    async def _build(self, key: Any, build: Callable[[], Awaitable[Any]], before: asyncio.Future | None) -> Any:
+        if before is not None:
+            await asyncio.wait((before,))   # its outcome is its callers'; this build starts after it
+        me = self._pending.pop(key)
+        self._running[key] = me
+        try:
+            async with self._gate:
+                return await build()
+        finally:
+            if self._running.get(key) is me:
+                del self._running[key]
+
+
 class _Admin:
     """Shared lookups over the broker and its metadata store."""
 
     def __init__(self, broker) -> None:
         self.broker = broker
         self.metadata = broker.metadata
+        self.listings = _Listings()
 
     async def topics_in(self, namespace: str) -> dict[str, str]:
         """``{topic: delivery}`` for every topic of ``namespace`` known to metadata or served here."""
@@ -206,8 +243,11 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
         return pb.BrokerResponse(leader=str(self.admin.broker.broker_id))
 
     async def ListNamespaces(self, request, context):
-        try:
+        async def build():
             return pb.NamespaceListResponse(namespaces=await self.admin.namespaces())
+
+        try:
+            return await self.admin.listings.get("namespaces", build)
         except DanubeError as exc:
             await abort(context, exc)
 
@@ -274,8 +314,11 @@ class NamespaceAdmin(pb_grpc.NamespaceAdminServicer):
         self.admin = admin
 
     async def GetNamespaceTopics(self, request, context):
-        try:
+        async def build():
             return pb.TopicListResponse(topics=list(await self.admin.topics_in(request.name)))
+
+        try:
+            return await self.admin.listings.get(("names", request.name), build)
         except DanubeError as exc:
             await abort(context, exc)
 
@@ -319,13 +362,16 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
         self.admin = admin
 
     async def ListNamespaceTopics(self, request, context):
-        try:
+        async def build():
             topics = await self.admin.topics_in(request.name)
+            return pb.TopicInfoListResponse(topics=[
+                pb.TopicInfo(name=name, delivery=delivery, broker_id=self.admin.owner(name))
+                for name, delivery in topics.items()])
+
+        try:
+            return await self.admin.listings.get(("infos", request.name), build)
         except DanubeError as exc:
             await abort(context, exc)
-        return pb.TopicInfoListResponse(topics=[
-            pb.TopicInfo(name=name, delivery=delivery, broker_id=self.admin.owner(name))
-            for name, delivery in topics.items()])
 
     async def ListBrokerTopics(self, request, context):
         b = self.admin.broker

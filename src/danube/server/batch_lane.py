@@ -23,6 +23,7 @@ from danube.errors import DanubeError, InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
 from danube.server import status as status_map
+from danube.server.h2grpc.wire import Encoded, varint
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,21 @@ def redelivery_counts_in_frame_order(buf, by_offset) -> list[int]:
     view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
     return [by_offset.get(int.from_bytes(view[p:p + 8], "little"), 0)
             for p in frame_codec.frame_positions(view)]
+
+
+# ConsumeResponse.batch (field 2) and ConsumeBatch.frames (field 1), both length-delimited.
+_BATCH_TAG = b"\x12"
+_FRAMES_TAG = b"\x0a"
+
+
+def _encoded_batch(frames, rest: bytes) -> Encoded:
+    """``ConsumeResponse(batch=...)`` serialized around the delivered frames' own buffer: the
+    frames field first, then ``rest`` (the batch's other fields; protobuf fields may come in
+    any order)."""
+    size = len(frames)
+    frames_head = _FRAMES_TAG + varint(size)
+    inner = len(frames_head) + size + len(rest)
+    return Encoded((_BATCH_TAG + varint(inner) + frames_head, frames, rest))
 
 
 def _validate_frames(frames: bytes) -> bytearray:
@@ -299,6 +315,9 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             return
         yield pb.ConsumeResponse(subscribed=pb.Subscribed(consumer_id=consumer_id))
 
+        # On the native server a batch goes out as its fields plus the delivered frames' own buffer
+        # (shared by every stream delivering them), not as a copy per stream.
+        encoded = getattr(context, "sends_encoded", False)
         credit = [0, 0]  # messages, bytes
         errors: asyncio.Queue = asyncio.Queue()
         stream_ended = asyncio.Event()
@@ -359,13 +378,16 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                 credit[0] -= delivery.count
                 credit[1] -= len(frames)
                 batch = pb.ConsumeBatch(
-                    frames=bytes(frames), first_offset=delivery.first_offset,
-                    last_offset=delivery.last_offset, count=delivery.count,
+                    first_offset=delivery.first_offset, last_offset=delivery.last_offset, count=delivery.count,
                 )
                 counts = redelivery_counts_in_frame_order(frames, delivery.redelivery_counts)
                 if counts:
                     batch.redelivery_counts.extend(counts)
-                yield pb.ConsumeResponse(batch=batch)
+                if encoded:
+                    yield _encoded_batch(frames, batch.SerializeToString())
+                else:
+                    batch.frames = bytes(frames)
+                    yield pb.ConsumeResponse(batch=batch)
         finally:
             reader.cancel()
             # Unacked deliveries of this stream go back to the subscription.

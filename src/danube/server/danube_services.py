@@ -20,6 +20,7 @@ from danube.errors import DanubeError, InvalidArgumentError, NotServedHereError,
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
 from danube.schema.validation import SCHEMA_ATTR, schema_value, split_schema_attributes
+from danube.server.h2grpc.wire import Encoded, varint
 from danube.server.status import abort
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,9 @@ class ConsumerService(pb_grpc.ConsumerServiceServicer):
         consumer_id = request.consumer_id
         broker_url = broker.broker_url
         stream = None
+        # On the native server a message is written as its fields plus the payload's own buffer
+        # (the stored frame's bytes, shared by every stream delivering it), not as a copy per stream.
+        encoded = getattr(context, "sends_encoded", False)
         try:
             try:
                 stream = await broker.open_stream(consumer_id)
@@ -130,7 +134,10 @@ class ConsumerService(pb_grpc.ConsumerServiceServicer):
                     topic, subscription = broker.consumer_info(consumer_id) or ("", "")
                     for rec in _decodable_records(broker, consumer_id, delivery.frames):
                         try:
-                            msg = _stream_message(broker, rec, topic, subscription, broker_url)
+                            if encoded:
+                                msg = _encoded_stream_message(broker, rec, topic, subscription, broker_url)
+                            else:
+                                msg = _stream_message(broker, rec, topic, subscription, broker_url)
                         except _CONVERSION_ERRORS as exc:
                             broker.reject_delivery(consumer_id, rec.offset, f"it cannot become a StreamMessage: "
                                                    f"{type(exc).__name__}: {quote(str(exc))}")
@@ -193,8 +200,22 @@ def _decodable_records(broker: BrokerService, consumer_id: int, buf) -> list:
     return records
 
 
-def _stream_message(broker: BrokerService, rec, topic: str, subscription: str, broker_url: str):
-    """Danube's StreamMessage for one stored record."""
+# StreamMessage.payload: field 3, length-delimited.
+_PAYLOAD_TAG = b"\x1a"
+
+
+def _encoded_stream_message(broker: BrokerService, rec, topic: str, subscription: str, broker_url: str) -> Encoded:
+    """``_stream_message`` serialized without copying the payload: the other fields, then the
+    payload field as its tag and length in front of the record's own buffer (protobuf fields may
+    come in any order)."""
+    payload = rec.payload
+    head = _stream_message(broker, rec, topic, subscription, broker_url, payload=b"").SerializeToString()
+    return Encoded((head + _PAYLOAD_TAG + varint(len(payload)), payload))
+
+
+def _stream_message(broker: BrokerService, rec, topic: str, subscription: str, broker_url: str, *,
+                    payload=None):
+    """Danube's StreamMessage for one stored record (``payload`` instead of the record's own)."""
     attributes, schema_id, schema_version = rec.attributes, None, None
     if attributes and SCHEMA_ATTR in attributes:
         attributes, schema_id, schema_version = split_schema_attributes(attributes)
@@ -202,7 +223,7 @@ def _stream_message(broker: BrokerService, rec, topic: str, subscription: str, b
         request_id=rec.offset,
         msg_id=pb.MsgID(producer_id=rec.producer_id, topic_name=topic,
                         broker_addr=broker_url, topic_offset=rec.offset),
-        payload=bytes(rec.payload),
+        payload=bytes(rec.payload) if payload is None else payload,
         publish_time=rec.publish_time,
         producer_name=broker.producer_name(topic, rec.producer_id),
         subscription_name=subscription,

@@ -49,6 +49,9 @@ class RequestIterator:
 
 
 class ServerCall:
+    # Handlers may write ``wire.Encoded`` responses (grpc.aio's context has no such attribute).
+    sends_encoded = True
+
     __slots__ = (
         "_connection", "stream_id", "method", "_handler", "_headers", "_metadata", "_reader", "_messages",
         "_waiter", "_remote_ended", "_held_credit", "_task", "_headers_sent", "_finished", "_code",
@@ -112,6 +115,7 @@ class ServerCall:
             self._fail_early(grpc.StatusCode.UNIMPLEMENTED, str(exc))
             return
         if messages:
+            connection.progress += 1
             self._messages.extend(messages)
             self._queued_bytes += sum(map(len, messages)) if len(messages) > 1 else len(messages[0])
             self._wake()
@@ -213,7 +217,9 @@ class ServerCall:
             self._details = f"cannot parse the request of {self.method}: {exc}"
             raise AbortError() from exc
 
-    def _serialize(self, response) -> bytes:
+    def _serialize(self, response):
+        if type(response) is wire.Encoded:
+            return response
         serializer = self._handler.response_serializer
         return response if serializer is None else serializer(response)
 
@@ -250,7 +256,7 @@ class ServerCall:
         connection.buffered -= size
         server = connection._server
         server.buffered_total -= size
-        if connection._starved or connection._favoured is not None or server.starved:
+        if connection._starved or connection._favoured is not None or server.starved or server.window_starved:
             connection.unbuffered(self)
         return data
 
@@ -262,6 +268,12 @@ class ServerCall:
     @property
     def buffered(self) -> int:
         return self._buffered
+
+    @property
+    def waits_on_server(self) -> bool:
+        """Whether the call's progress is up to its handler, not to the peer: the request is whole
+        and the handler runs (a subscription on a quiet topic, a slow unary call)."""
+        return self._remote_ended and not self._finished and self._task is not None and not self._task.done()
 
     def shed(self) -> None:
         self._fail_early(grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -1,9 +1,14 @@
 """One client connection: HTTP/2 (``frames.py``, ``headers.py``) on an event-loop transport.
 
+This module dispatches the peer's frames and keeps the streams' states; the send side
+(``sending.py``: DATA within the windows, the send-queue bounds) and the receive side
+(``budget.py``: window granted from the server-wide request budget) are mixins of the
+same class, so the hot path has no extra indirection.
+
 Everything runs on the broker's event loop: no extra threads, no hand-off per call.
 Responses of many calls finished in one loop iteration leave in one socket write.
 HTTP/2 flow control is honoured both ways: a handler writing faster than the client
-reads waits for WINDOW_UPDATE (and for the transport to drain), and a streaming
+reads waits for WINDOW_UPDATE (and for the socket to drain), and a streaming
 request the handler does not read stops getting window back (see ``call.py``).
 
 The HTTP/2 layer here is the part of RFC 9113 a gRPC server needs, written for this
@@ -14,10 +19,11 @@ error answers GOAWAY with the error code and a reason, and closes the connection
 
 Against hostile peers every resource a connection can make the server hold is bounded
 (``limits.H2Limits``, one field per bound): streams (per connection and in all),
-stream resets per second, CONTINUATION frames per header block, SETTINGS entries per
-frame, control frames queued for a peer that does not read, frames handled per read,
-request bytes buffered for unfinished messages, the time to send the preface, and
-idle time.  The checks are counters on paths that already do work per frame; the
+stream resets per second, CONTINUATION frames per header block, headers per block and
+header bytes decoded per read, SETTINGS entries per frame, control frames and response
+bytes queued for a peer that does not read, frames handled per read, request bytes
+buffered for unfinished messages, the time to send the preface, and time without
+progress.  The checks are counters on paths that already do work per frame; the
 unary and batch-lane hot paths (HEADERS, DATA, WINDOW_UPDATE) gained a few integer
 operations, nothing more.
 """
@@ -33,9 +39,11 @@ import grpc
 from danube.errors import DanubeError
 from danube.server import status as status_map
 from danube.server.h2grpc import frames, wire
+from danube.server.h2grpc.budget import ReceiveBudget
 from danube.server.h2grpc.call import ServerCall
 from danube.server.h2grpc.frames import FrameError
 from danube.server.h2grpc.headers import HeaderBlockDecoder
+from danube.server.h2grpc.sending import SendSide
 
 if TYPE_CHECKING:
     from danube.server.h2grpc.server import H2Server
@@ -45,9 +53,6 @@ log = logging.getLogger(__name__)
 _RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
 _RESPONSE_BLOCK = frames.encode_header_block(_RESPONSE_HEADERS)
 _OK_TRAILERS_BLOCK = frames.encode_header_block([(b"grpc-status", b"0")])
-# Flush the socket inside the write loop once this much is queued, instead of at the
-# end of the loop iteration, so large messages stream out while they are being framed.
-_FLUSH_NOW_BYTES = 256 * 1024
 # How long a connection closed for an error may take to send its GOAWAY before it is aborted.
 _LINGER_S = 2.0
 # Why reading is paused (bits): the per-read frame budget ran out, or replies are piling up
@@ -55,6 +60,7 @@ _LINGER_S = 2.0
 _PAUSED_FOR_BUDGET = 1
 _PAUSE_READING_ABOVE = 64 * 1024   # bytes left in the read buffer after a read's budget
 _PAUSED_FOR_BACKLOG = 2
+_HEADER_FRAMES = (frames.HEADERS, frames.CONTINUATION)
 
 
 def _header_pairs(metadata) -> list[tuple[bytes, bytes]]:
@@ -75,7 +81,7 @@ class _Stream:
         self.local_closed = False
 
 
-class GrpcConnection(asyncio.Protocol):
+class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
     # What tests and the server read: the request bytes this connection's calls hold for
     # unfinished or unread messages, and how many control frames wait for a paused socket.
     buffered: int
@@ -99,8 +105,12 @@ class GrpcConnection(asyncio.Protocol):
         self._continuing_frames = 0
         self._last_stream_id = 0
         # What the client may send us (its receive side is our limits) ...
-        self._recv_window = limits.connection_window
+        # Beyond the initial window, granted from the server's budget (budget.py): what is
+        # owed to the peer and not granted yet waits in _recv_unacked.
+        self._recv_window = frames.DEFAULT_WINDOW
         self._recv_unacked = 0
+        self._recv_target = max(frames.DEFAULT_WINDOW, min(limits.initial_connection_window, limits.connection_window))
+        self._recv_moved = 0   # window granted since the target last grew
         # ... and what we may send it (its SETTINGS and WINDOW_UPDATEs).
         self._send_window = frames.DEFAULT_WINDOW
         self._peer_initial_window = frames.DEFAULT_WINDOW
@@ -110,6 +120,11 @@ class GrpcConnection(asyncio.Protocol):
         # cost (frames x streams) otherwise).
         self._pending_window_delta = 0
         self._out: list = []
+        self._out_bytes = 0          # bytes in _out
+        self._send_recorded = 0      # bytes the transport held for the socket at the last look
+        self._send_limit = limits.max_send_queued_bytes
+        self._frame_limit = min(frames.DEFAULT_MAX_FRAME_SIZE, limits.max_send_frame_bytes)
+        self._blocked: set[int] = set()   # streams whose writer waits on the peer
         self._flush_scheduled = False
         self._window_waiters: list[asyncio.Future] = []
         self._drain_waiter: asyncio.Future | None = None
@@ -120,6 +135,11 @@ class GrpcConnection(asyncio.Protocol):
         self._admitted = False
         self._closing: asyncio.Transport | None = None   # a transport lingering after our GOAWAY
         self.peer = "unknown"
+        self.peer_address = ""   # the peer's IP: what max_connections_per_peer counts
+        # Bumped on every call opened or ended and every whole message in or out: the idle
+        # check's measure of progress, and when it last moved (for eviction at the cap).
+        self.progress = 0
+        self.idle_since = server.loop.time() if server.loop is not None else 0.0
         # Limits (limits.H2Limits) and their counters.
         self.buffered = 0
         self.max_buffered = limits.max_buffered_bytes
@@ -146,6 +166,7 @@ class GrpcConnection(asyncio.Protocol):
         if isinstance(peername, tuple) and len(peername) >= 2:
             family = "ipv6" if ":" in str(peername[0]) else "ipv4"
             self.peer = f"{family}:{peername[0]}:{peername[1]}"
+            self.peer_address = str(peername[0])
         limits = self._limits
         if not self._server.admit(self):
             # Over the connection cap: the server preface, GOAWAY, and the descriptor is freed.
@@ -154,7 +175,7 @@ class GrpcConnection(asyncio.Protocol):
             transport.close()
             return
         self._admitted = True
-        self._reset_stamp = self.loop.time()
+        self._reset_stamp = self.idle_since = self.loop.time()
         if limits.handshake_timeout:
             self._handshake_timer = self.loop.call_later(limits.handshake_timeout, self._on_handshake_timeout)
         self._queue(frames.settings([
@@ -163,8 +184,10 @@ class GrpcConnection(asyncio.Protocol):
             (frames.MAX_FRAME_SIZE, limits.max_frame_size),
             (frames.MAX_HEADER_LIST_SIZE, limits.max_header_list_size),
         ]))
-        if limits.connection_window > frames.DEFAULT_WINDOW:
-            self._queue(frames.window_update(0, limits.connection_window - frames.DEFAULT_WINDOW))
+        self._server.recv_windows += self._recv_window
+        if self._recv_target > frames.DEFAULT_WINDOW:
+            self._recv_unacked = self._recv_target - frames.DEFAULT_WINDOW
+            self.grant_window()
         self._flush()
 
     def data_received(self, data: bytes) -> None:
@@ -183,7 +206,7 @@ class GrpcConnection(asyncio.Protocol):
             if not self._preface_seen and not self._read_preface():
                 return
             parsed, used = frames.parse_frames(buffer, limits.max_frame_size, limits.max_frames_per_read,
-                                               limits.max_requests_per_read)
+                                               limits.max_requests_per_read, limits.max_header_bytes_per_read)
             if used:
                 del buffer[:used]
             if not self._handshake_done and parsed:
@@ -216,13 +239,13 @@ class GrpcConnection(asyncio.Protocol):
                 raise FrameError(frames.ENHANCE_YOUR_CALM,
                                  f"over {limits.max_queued_control_frames} control frames queued for a peer "
                                  "that does not read", limit="max_queued_control_frames")
+            if self._pending_window_delta:
+                self._apply_window_delta()
         except FrameError as exc:
             self._connection_error(exc.code, str(exc), exc.limit)
             return
-        if self._pending_window_delta:
-            self._apply_window_delta()
         if len(parsed) >= limits.max_frames_per_read or (
-                parsed and parsed[-1][0] == frames.HEADERS and len(buffer) >= frames.HEADER_SIZE):
+                parsed and parsed[-1][0] in _HEADER_FRAMES and len(buffer) >= frames.HEADER_SIZE):
             # The read's budget (frames, or requests: HEADERS cost a decode and maybe a call)
             # may be spent: let the loop serve the others, then go on.  Reading pauses only when
             # much is left over, so the buffer stays bounded whatever the peer sends.
@@ -233,8 +256,6 @@ class GrpcConnection(asyncio.Protocol):
                 self.loop.call_soon(self._process_more)
         if self.control_queued and self._write_paused:
             self._pause_reading(_PAUSED_FOR_BACKLOG)
-            if self._stall_timer is None and limits.write_stall_timeout:
-                self._stall_timer = self.loop.call_later(limits.write_stall_timeout, self._on_write_stall)
         self._flush()
 
     def _process_more(self) -> None:
@@ -254,11 +275,16 @@ class GrpcConnection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
         self._handshake_timer = self._idle_timer = self._stall_timer = None
+        self._out_bytes = 0
+        self._record_backlog(0)
         for call in list(self._calls.values()):
             call.on_reset()
         self._calls.clear()
         if self._admitted:
             self._server.open_streams -= len(self._streams)
+            self._server.recv_windows -= self._recv_window
+            self._recv_window = 0
+            self._server.window_starved.discard(self)
         self._streams.clear()
         self._starved.clear()
         self._favoured = None
@@ -275,6 +301,9 @@ class GrpcConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._write_paused = True
+        timeout = self._limits.write_stall_timeout
+        if self._stall_timer is None and timeout and not self._broken:
+            self._stall_timer = self.loop.call_later(timeout, self._on_write_stall)
 
     def resume_writing(self) -> None:
         self._write_paused = False
@@ -283,6 +312,9 @@ class GrpcConnection(asyncio.Protocol):
         if self._stall_timer is not None:
             self._stall_timer.cancel()
             self._stall_timer = None
+        if self._transport is not None:
+            self._record_backlog(self._transport.get_write_buffer_size())
+        self._server.wake_senders()
         if self._drain_waiter is not None and not self._drain_waiter.done():
             self._drain_waiter.set_result(None)
 
@@ -312,12 +344,13 @@ class GrpcConnection(asyncio.Protocol):
             self._idle_timer = self.loop.call_later(self._limits.idle_timeout / 4, self._idle_check)
 
     def _on_write_stall(self) -> None:
-        """The peer made us queue replies and has not read any of them since: it is dropped."""
+        """The peer made us queue replies or responses and has not read enough of them to drain the
+        backlog since: it is dropped (its writers, waiting for room, are cancelled with it)."""
         self._stall_timer = None
         if self._transport is None or not self._write_paused:
             return
-        self._connection_error(frames.ENHANCE_YOUR_CALM, f"the peer sent frames that need replies and read none "
-                               f"of them for {self._limits.write_stall_timeout:g} s", "write_stall_timeout")
+        self._connection_error(frames.ENHANCE_YOUR_CALM, f"the peer has not read what the server queued for it "
+                               f"for {self._limits.write_stall_timeout:g} s", "write_stall_timeout")
 
     def _on_handshake_timeout(self) -> None:
         self._handshake_timer = None
@@ -327,18 +360,23 @@ class GrpcConnection(asyncio.Protocol):
                                f"{self._limits.handshake_timeout:g} s", "handshake_timeout")
 
     def _idle_check(self) -> None:
-        """Every quarter of ``idle_timeout``: a connection that had no call open and opened none
-        for four checks in a row (idle_timeout to 1.25 x idle_timeout) gets GOAWAY NO_ERROR."""
+        """Every quarter of ``idle_timeout``: a connection that made no progress (no call opened or
+        ended, no whole message in or out) for four checks in a row (idle_timeout to 1.25 x
+        idle_timeout) gets GOAWAY NO_ERROR, whatever streams it holds -- unless one of its calls
+        waits on its handler, not on the peer (see ``ServerCall.waits_on_server``)."""
         self._idle_timer = None
         if self._broken or self._going_away or self._transport is None:
             return
-        if self._calls or self._streams or self._last_stream_id != self._idle_mark:
-            self._idle_mark = self._last_stream_id
+        mark = self.progress + self._last_stream_id
+        if mark != self._idle_mark or any(
+                call.waits_on_server and call.stream_id not in self._blocked for call in self._calls.values()):
+            self._idle_mark = mark
             self._idle_ticks = 0
         else:
             self._idle_ticks += 1
             if self._idle_ticks >= 4:
-                self._server.trip("idle_timeout", self.peer, f"no call for {self._limits.idle_timeout:g} s")
+                self._server.trip("idle_timeout", self.peer, f"no progress for {self._limits.idle_timeout:g} s "
+                                  f"({len(self._calls)} call(s) open)")
                 self._going_away = True
                 self._queue(frames.goaway(self._last_stream_id, frames.NO_ERROR, b"idle"))
                 self._flush()
@@ -351,6 +389,7 @@ class GrpcConnection(asyncio.Protocol):
             raise FrameError(frames.PROTOCOL_ERROR, "DATA on stream 0")
         size = len(payload)
         self._recv_window -= size
+        self._server.recv_windows -= size
         if self._recv_window < 0:
             raise FrameError(frames.FLOW_CONTROL_ERROR, "DATA beyond the connection's flow-control window")
         stream = self._streams.get(stream_id)
@@ -370,7 +409,7 @@ class GrpcConnection(asyncio.Protocol):
         call = self._calls.get(stream_id)
         if call is not None:
             call.on_data(data, size)
-            if self._starved and self._recv_window < self._limits.connection_window // 4:
+            if self._starved and self._recv_window < self._recv_target // 4:
                 self._shed()
         else:
             self.return_credit(stream_id, size)
@@ -419,6 +458,9 @@ class GrpcConnection(asyncio.Protocol):
 
     def _on_header_block(self, stream_id: int, flags: int, block: bytes) -> None:
         headers = self._header_decoder.decode(block)   # always: it keeps the HPACK state in step
+        if len(headers) > self._limits.max_header_count:
+            raise FrameError(frames.ENHANCE_YOUR_CALM, f"a header block of {len(headers)} headers (at most "
+                             f"{self._limits.max_header_count})", limit="max_header_count")
         stream = self._streams.get(stream_id)
         if stream is not None:
             if stream.remote_closed:
@@ -518,6 +560,7 @@ class GrpcConnection(asyncio.Protocol):
                     raise FrameError(frames.PROTOCOL_ERROR,
                                      f"SETTINGS_MAX_FRAME_SIZE {value} is outside 16384..16777215")
                 self._peer_max_frame_size = value
+                self._frame_limit = min(value, self._limits.max_send_frame_bytes)
             elif key == frames.ENABLE_PUSH and value > 1:
                 raise FrameError(frames.PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value} is not 0 or 1")
             # HEADER_TABLE_SIZE bounds an encoder table this server does not use; the others
@@ -533,6 +576,11 @@ class GrpcConnection(asyncio.Protocol):
         delta, self._pending_window_delta = self._pending_window_delta, 0
         for stream in self._streams.values():
             stream.send_window += delta
+            if stream.send_window > frames.MAX_WINDOW:
+                # RFC 9113 6.9.2: a SETTINGS change that takes a window past 2^31-1 is a
+                # connection error.
+                raise FrameError(frames.FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE took a stream's "
+                                 "window over 2^31-1")
 
     def _on_rst_stream(self, stream_id: int, payload: bytes) -> None:
         frames.parse_u32(payload, "RST_STREAM")
@@ -615,81 +663,17 @@ class GrpcConnection(asyncio.Protocol):
 
     def forget(self, stream_id: int) -> None:
         self._calls.pop(stream_id, None)
+        self.progress += 1
+        if not self._calls:
+            self.idle_since = self.loop.time()
         if self._going_away and not self._calls and self._transport is not None:
             self.loop.call_soon(self._close_if_idle)
-
-    def return_credit(self, stream_id: int, size: int) -> None:
-        """Gives ``size`` bytes of flow-control credit back for what a call has taken in.  The
-        WINDOW_UPDATEs go out once half a window is used up, not for every frame."""
-        if not size or self._lost:
-            return
-        self._recv_unacked += size
-        if self._recv_window <= self._limits.connection_window // 2:
-            self._queue(frames.window_update(0, self._recv_unacked))
-            self._recv_window += self._recv_unacked
-            self._recv_unacked = 0
-            self._schedule_flush()
-        stream = self._streams.get(stream_id)
-        if stream is None or stream.remote_closed:
-            return
-        stream.recv_unacked += size
-        if stream.recv_window <= self._limits.stream_window // 2:
-            self._queue(frames.window_update(stream_id, stream.recv_unacked))
-            stream.recv_window += stream.recv_unacked
-            stream.recv_unacked = 0
-            self._schedule_flush()
 
     def send_response_headers(self, stream_id: int, metadata: tuple = ()) -> None:
         block = _RESPONSE_BLOCK
         if metadata:
             block += frames.encode_header_block(_header_pairs(metadata))
         self._send_headers(stream_id, block, end_stream=False)
-
-    async def send_message(self, stream_id: int, data: bytes) -> None:
-        """One length-prefixed message, within the stream's and the connection's window."""
-        total = wire.PREFIX_SIZE + len(data)
-        stream = self._streams.get(stream_id)
-        if stream is None or stream.local_closed:
-            raise asyncio.CancelledError("the client closed the stream")
-        if (total <= self._peer_max_frame_size and not self._write_paused
-                and total <= stream.send_window and total <= self._send_window):
-            stream.send_window -= total
-            self._send_window -= total
-            out = self._out
-            out.append(frames.frame_header(frames.DATA, 0, stream_id, total))
-            out.append(wire.message_prefix(len(data)))
-            out.append(data)
-            self._schedule_flush()
-            return
-        prefix = wire.message_prefix(len(data))
-        body = memoryview(data)
-        sent = unflushed = 0   # counted over prefix + body
-        while sent < total:
-            if self._lost:
-                raise asyncio.CancelledError("the connection is gone")
-            stream = self._streams.get(stream_id)
-            if stream is None or stream.local_closed:
-                raise asyncio.CancelledError("the client closed the stream")
-            size = min(total - sent, stream.send_window, self._send_window, self._peer_max_frame_size)
-            if size <= 0:
-                await self._wait_for_window()
-                continue
-            stream.send_window -= size
-            self._send_window -= size
-            end = sent + size
-            self._out.append(frames.frame_header(frames.DATA, 0, stream_id, size))
-            if sent < wire.PREFIX_SIZE:
-                self._out.append(prefix[sent:end])
-            if end > wire.PREFIX_SIZE:
-                self._out.append(body[max(sent - wire.PREFIX_SIZE, 0):end - wire.PREFIX_SIZE])
-            sent = end
-            unflushed += size
-            if unflushed >= _FLUSH_NOW_BYTES:
-                self._flush()
-                unflushed = 0
-            if self._write_paused:
-                await self._drained()
-        self._schedule_flush()
 
     def send_status(self, stream_id: int, code: grpc.StatusCode, details: str, trailing: tuple, *,
                     trailers_only: bool, reset_after: bool) -> None:
@@ -727,6 +711,21 @@ class GrpcConnection(asyncio.Protocol):
         transport = self._transport or self._closing
         if transport is not None:
             transport.abort()
+
+    def evict(self) -> None:
+        """Closed to make room for a new connection at the cap: one that has not sent its preface
+        is dropped, an idle one gets GOAWAY NO_ERROR first (its client reconnects when it needs to)."""
+        if not self._handshake_done or self._transport is None:
+            self.abort()
+            return
+        self._going_away = True
+        self._queue(frames.goaway(self._last_stream_id, frames.NO_ERROR, b"idle: closed to make room"))
+        self._flush()
+        self._close_transport()
+
+    def refresh_backlog(self) -> None:
+        if self._transport is not None:
+            self._record_backlog(self._transport.get_write_buffer_size())
 
     def cancel_calls(self) -> None:
         for call in list(self._calls.values()):
@@ -818,85 +817,6 @@ class GrpcConnection(asyncio.Protocol):
             if not self._read_paused and self._transport is not None and not self._broken:
                 self._transport.resume_reading()
 
-    # ------------------------------------------------------------ the request-buffer budget
-
-    def over_budget(self) -> bool:
-        """Whether the calls hold more request bytes than the connection's or the server's budget
-        (then they stop returning flow-control window, see ``ServerCall.on_data``)."""
-        return self.buffered > self.max_buffered or self._server.buffered_total > self._server.max_buffered_total
-
-    def favours(self, call) -> bool:
-        """Over the connection's buffer budget (but not the server's), one call at a time keeps
-        getting window until its unfinished message is complete, so several large messages
-        sent at once cannot wait on one another forever."""
-        if self._server.buffered_total > self._limits.max_buffered_bytes_total:
-            return False
-        favoured = self._favoured
-        if favoured is None or not favoured.unfinished:
-            self._favoured = call
-            return True
-        return favoured is call
-
-    def _favour_one(self) -> None:
-        favoured = self._favoured
-        if (favoured is not None and favoured.unfinished) or \
-                self._server.buffered_total > self._limits.max_buffered_bytes_total:
-            return
-        for call in self._starved:
-            if call.unfinished:
-                self._favoured = call
-                self._starved.discard(call)
-                call.release_held()
-                return
-
-    def _shed(self) -> None:
-        """Over the buffer budget with the connection's window nearly spent by calls holding it
-        back: the one that has the least of its message fails RESOURCE_EXHAUSTED (grpc's C core
-        does the same when its buffers are full), until the window can flow again -- else the
-        call favoured to finish its message could wait forever on the others."""
-        quarter = self._limits.connection_window // 4
-        while self._starved and self._recv_window < quarter:
-            victim = min(self._starved, key=lambda c: c.buffered)
-            self._starved.discard(victim)
-            self._server.trip("max_buffered_bytes", self.peer,
-                              f"stream {victim.stream_id} answered RESOURCE_EXHAUSTED with {victim.buffered} "
-                              f"bytes of its request held ({self.buffered} on the connection)")
-            victim.shed()
-
-    def starve(self, call) -> None:
-        """``call`` holds window back for the budget: it gets it back once under budget."""
-        if not self._starved:
-            self._server.starving(self)
-        self._starved.add(call)
-
-    def unbuffer(self, call, size: int) -> None:
-        """``call`` let go of ``size`` buffered request bytes (read, or the call is over)."""
-        self.buffered -= size
-        self._server.buffered_total -= size
-        self.unbuffered(call)
-
-    def unbuffered(self, call) -> None:
-        """After ``call`` let go of buffered bytes: the calls waiting on the budget may go on."""
-        server = self._server
-        self._starved.discard(call)
-        if self._favoured is call and not call.unfinished:
-            self._favoured = None
-        if server.starved and server.buffered_total <= self._limits.max_buffered_bytes_total:
-            server.feed_starved()
-        if self._starved:
-            if not self.over_budget():
-                self.feed_starved()
-            else:
-                self._favour_one()
-
-    def feed_starved(self) -> None:
-        """Under budget again: the calls that held window back for it give it back."""
-        if not self._starved or self.buffered > self._limits.max_buffered_bytes:
-            return
-        starved, self._starved = self._starved, set()
-        for call in starved:
-            call.release_held()
-
     def _connection_error(self, code: int, reason: str, limit: str | None = None) -> None:
         if limit is not None:
             self._server.trip(limit, self.peer, f"{reason}; GOAWAY with HTTP/2 error code {code}")
@@ -943,40 +863,3 @@ class GrpcConnection(asyncio.Protocol):
         if not self._calls and self._transport is not None:
             self._flush()
             self._transport.close()
-
-    async def _wait_for_window(self) -> None:
-        self._flush()
-        waiter = self.loop.create_future()
-        self._window_waiters.append(waiter)
-        await waiter
-
-    def _wake_writers(self) -> None:
-        waiters, self._window_waiters = self._window_waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def _drained(self) -> None:
-        self._flush()
-        if not self._write_paused or self._lost:
-            return
-        if self._drain_waiter is None or self._drain_waiter.done():
-            self._drain_waiter = self.loop.create_future()
-        await self._drain_waiter
-
-    def _queue(self, data: bytes) -> None:
-        self._out.append(data)
-
-    def _schedule_flush(self) -> None:
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        out = self._out
-        if not out:
-            return
-        self._out = []
-        if self._transport is not None:
-            self._transport.write(out[0] if len(out) == 1 else b"".join(out))

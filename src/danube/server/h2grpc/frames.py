@@ -101,9 +101,11 @@ class FrameError(Exception):
 
 
 def parse_frames(buffer: bytearray, max_frame_size: int, max_frames: int = 1 << 62,
-                 max_headers: int = 1 << 62) -> tuple[list[tuple[int, int, int, bytes]], int]:
+                 max_headers: int = 1 << 62,
+                 max_header_bytes: int = 1 << 62) -> tuple[list[tuple[int, int, int, bytes]], int]:
     """The whole frames at the start of ``buffer`` (at most ``max_frames``, and up to the
-    ``max_headers``-th HEADERS frame) as ``(type, flags, stream_id, payload)``, and how many
+    ``max_headers``-th HEADERS frame or the HEADERS or CONTINUATION frame that takes the header
+    block bytes to ``max_header_bytes``) as ``(type, flags, stream_id, payload)``, and how many
     bytes they took.  FrameError(FRAME_SIZE_ERROR) for a frame longer than ``max_frame_size``
     (seen from its header, before the payload has arrived)."""
     frames = []
@@ -112,6 +114,7 @@ def parse_frames(buffer: bytearray, max_frame_size: int, max_frames: int = 1 << 
     unpack = _HEADER.unpack_from
     left = max_frames
     headers_left = max_headers
+    header_bytes_left = max_header_bytes
     with memoryview(buffer) as view:   # one copy per payload, none for the slicing
         while end - start >= HEADER_SIZE and left:
             high, low, kind, flags, stream_id = unpack(buffer, start)
@@ -124,9 +127,11 @@ def parse_frames(buffer: bytearray, max_frame_size: int, max_frames: int = 1 << 
             frames.append((kind, flags, stream_id & _STREAM_MASK, view[payload_start:payload_start + length].tobytes()))
             start = payload_start + length
             left -= 1
-            if kind == HEADERS:
-                headers_left -= 1
-                if not headers_left:
+            if kind == HEADERS or kind == CONTINUATION:
+                header_bytes_left -= length
+                if kind == HEADERS:
+                    headers_left -= 1
+                if not headers_left or header_bytes_left <= 0:
                     break
     return frames, start
 

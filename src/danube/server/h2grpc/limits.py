@@ -31,8 +31,15 @@ class H2Limits:
     # batches of a few MiB is never waiting on WINDOW_UPDATE round trips.
     stream_window: int = 8 * MiB
     connection_window: int = 32 * MiB
+    # What a connection's window starts at; it doubles (up to connection_window) each time the
+    # connection has moved four windows' worth, budget permitting, so idle connections do not
+    # hold the request budget as open windows.
+    initial_connection_window: int = 1 * MiB
     max_frame_size: int = 1 * MiB                 # SETTINGS_MAX_FRAME_SIZE; larger: FRAME_SIZE_ERROR
     max_header_list_size: int = 64 * 1024         # SETTINGS_MAX_HEADER_LIST_SIZE (decoded, RFC 7541 sizes)
+    # Headers in one request's block (grpc's C core and Envoy allow 100 metadata entries; a
+    # danube client sends about 10).  Each costs a few microseconds of HPACK decoding in Python.
+    max_header_count: int = 128
 
     # ---- per connection, against hostile peers
     max_continuation_frames: int = 16    # CONTINUATION frames in one header block
@@ -45,7 +52,8 @@ class H2Limits:
     # Control frames (PING and SETTINGS ACKs, RST_STREAM) queued for a peer that does not read:
     # past the transport's high-water mark, reading pauses and the count is capped.
     max_queued_control_frames: int = 1000
-    # ... and a peer that stays that way (replies queued, none read) this long is dropped.
+    # ... and a peer that stays that way (replies or responses queued, none read) this long is
+    # dropped.
     write_stall_timeout: float = 30.0
     # Frames handled per read before the connection yields to the event loop (reading paused
     # until the next loop iteration), so one peer cannot monopolise the loop.
@@ -53,16 +61,33 @@ class H2Limits:
     # HEADERS frames (requests: a decode and maybe a handler each) handled per read, as grpc's
     # C core's max_requests_per_read.
     max_requests_per_read: int = 32
+    # Header block bytes decoded per read: HPACK decoding costs per header, so a read of many
+    # small requests and a read of a few header-stuffed ones cost about the same.
+    max_header_bytes_per_read: int = 16 * 1024
     # Request bytes held for unfinished or unread messages; past either budget the server stops
     # returning flow-control window until the handlers catch up.
     max_buffered_bytes: int = 128 * MiB
 
+    # Response bytes waiting for a peer's socket (written to the transport or framed for it):
+    # past it, the connection's handlers wait in their writes (a subscription stops being fed,
+    # as when credits run out).  A stream queues at most max_send_frame_bytes at a time.
+    max_send_queued_bytes: int = 4 * MiB
+    max_send_frame_bytes: int = 256 * 1024
+    # Connections from one peer address (IP): further ones are refused as over max_connections.
+    max_connections_per_peer: int = 1024
+
     # ---- per server
     max_buffered_bytes_total: int = 512 * MiB
+    # Response bytes waiting for peers' sockets over all connections; past it, a connection
+    # with a backlog of its own waits for the others to drain.
+    max_send_queued_bytes_total: int = 256 * MiB
     max_streams_total: int = 16384       # open streams over all connections; past it: REFUSED_STREAM
     max_connections: int = 4096          # further connections: SETTINGS + GOAWAY, closed at once
     handshake_timeout: float = 10.0      # seconds for the client's preface and SETTINGS; 0 = off
-    idle_timeout: float = 300.0          # seconds without a call before GOAWAY NO_ERROR; 0 = off
+    # Seconds without progress (a call opened or ended, a whole message in or out) before
+    # GOAWAY NO_ERROR, whatever streams the connection holds; 0 = off.  A server-streaming call
+    # whose handler waits on the broker (a subscription on a quiet topic) keeps it open.
+    idle_timeout: float = 300.0
 
     _FLOATS = ("handshake_timeout", "idle_timeout", "write_stall_timeout")
 
@@ -79,6 +104,8 @@ class H2Limits:
         for name in ("stream_window", "connection_window"):
             if getattr(self, name) > 2**31 - 1:
                 raise ValueError(f"{name} must be at most 2^31-1 (HTTP/2), got {getattr(self, name)}")
+        if self.initial_connection_window < 65535:
+            raise ValueError("initial_connection_window must be at least 65535 (the HTTP/2 initial window)")
         if self.connection_window < 65535:
             raise ValueError("connection_window must be at least 65535 (the HTTP/2 initial window)")
         if self.max_concurrent_streams > 2**31 - 1:

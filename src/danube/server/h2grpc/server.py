@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from danube import _allocator
 from danube.server.h2grpc import wire
 from danube.server.h2grpc.connection import GrpcConnection
 from danube.server.h2grpc.limits import H2Limits, ServerLimits
@@ -24,6 +25,10 @@ from danube.server.h2grpc.limits import H2Limits, ServerLimits
 __all__ = ["H2Limits", "H2Server", "ServerLimits"]
 
 log = logging.getLogger(__name__)
+
+# After a limit trips (a hostile peer), the heap is trimmed once its connection is gone, at
+# most this often: what the peer made the server allocate goes back to the system.
+_TRIM_EVERY_S = 5.0
 
 # Descriptors kept free for everything else the broker opens (WAL files, the admin port, ...)
 # when max_connections is brought down to the process's RLIMIT_NOFILE.
@@ -48,8 +53,21 @@ class H2Server:
         self.buffered_total = 0
         self.max_buffered_total = self.limits.max_buffered_bytes_total
         self.starved: set[GrpcConnection] = set()
+        # Response bytes the connections' transports hold for their sockets (as last looked at),
+        # and the writers waiting for that total to go down.
+        self.send_queued = 0
+        # Connection windows open over all connections (what peers may send before the server
+        # reads it), and the connections owed window the budget had no room for.
+        self.recv_windows = 0
+        self.window_starved: set[GrpcConnection] = set()
+        self.max_send_queued_total = self.limits.max_send_queued_bytes_total
+        self._send_waiters: list[asyncio.Future] = []
+        self._per_peer: collections.Counter[str] = collections.Counter()
         self.trips: collections.Counter[str] = collections.Counter()
         self._trip_logged: dict[str, tuple[float, int]] = {}
+        self._trim_due = False
+        self._trimmed_at = float("-inf")
+        self._trim_handle: asyncio.TimerHandle | None = None
         self._handlers: dict[str, Any] = {}
         self._generic: list = []
         self._sockets: list[socket.socket] = []
@@ -154,6 +172,9 @@ class H2Server:
         cancel the rest (UNAVAILABLE) and close every connection."""
         for listener in self._listeners:
             listener.close()
+        if self._trim_handle is not None:
+            self._trim_handle.cancel()
+            self._trim_handle = None
         for connection in list(self._connections):
             connection.go_away()
         loop = asyncio.get_running_loop()
@@ -188,30 +209,73 @@ class H2Server:
     # ------------------------------------------------------------ from connections
 
     def admit(self, connection: GrpcConnection) -> bool:
-        """Registers a new connection; False (and the limit logged) when there are already
-        ``max_connections``.  At the cap, the oldest connection that has not sent its preface
-        yet makes room instead, so silent sockets cannot lock out a client that speaks at once."""
+        """Registers a new connection; False (and the limit logged) when its peer address already
+        has ``max_connections_per_peer``, or there are ``max_connections`` and none can make room.
+        At the cap, the oldest connection that has not sent its preface yet makes room, else the
+        one idle longest (no call open), so neither silent sockets nor idle connections can lock
+        out a client that speaks."""
+        address = connection.peer_address
+        if self._per_peer[address] >= self.limits.max_connections_per_peer:
+            self.trip("max_connections_per_peer", connection.peer,
+                      f"{self._per_peer[address]} connections open from {address}")
+            return False
         if len(self._connections) >= self.max_connections:
-            if not self._unready:
-                self.trip("max_connections", connection.peer, f"{len(self._connections)} connections open")
-                return False
-            victim = next(iter(self._unready))
-            self.trip("max_connections", victim.peer, "closed before its preface, to make room for a new one")
-            self._unready.pop(victim)
-            self._connections.discard(victim)
-            victim.abort()
+            if self._unready:
+                victim = next(iter(self._unready))
+                why = "closed before its preface, to make room for a new one"
+            else:
+                victim = self._longest_idle()
+                if victim is None:
+                    self.trip("max_connections", connection.peer, f"{len(self._connections)} connections open")
+                    return False
+                why = f"idle for {self.loop.time() - victim.idle_since:.1f} s: closed to make room for a new one"
+            self.trip("max_connections", victim.peer, why)
+            self._release(victim)
+            victim.evict()
         self._connections.add(connection)
+        self._per_peer[address] += 1
         self._unready[connection] = None
         return True
+
+    def _longest_idle(self) -> GrpcConnection | None:
+        """The connection with no call open that has been so the longest (a scan: only at the cap)."""
+        best = None
+        for candidate in self._connections:
+            if not candidate.busy and (best is None or candidate.idle_since < best.idle_since):
+                best = candidate
+        return best
+
+    def _release(self, connection: GrpcConnection) -> None:
+        if connection in self._connections:
+            self._connections.discard(connection)
+            address = connection.peer_address
+            self._per_peer[address] -= 1
+            if self._per_peer[address] <= 0:
+                del self._per_peer[address]
+        self._unready.pop(connection, None)
 
     def ready(self, connection: GrpcConnection) -> None:
         """``connection`` sent its preface and SETTINGS: it no longer makes room for new ones."""
         self._unready.pop(connection, None)
 
     def connection_closed(self, connection: GrpcConnection) -> None:
-        self._connections.discard(connection)
-        self._unready.pop(connection, None)
+        self._release(connection)
         self.starved.discard(connection)
+        self.window_starved.discard(connection)
+        self.wake_senders()
+        if self.window_starved:
+            self.feed_windows()
+        if self._trim_due and self._trim_handle is None and self.loop is not None:
+            wait = max(0.5, self._trimmed_at + _TRIM_EVERY_S - time.monotonic())
+            self._trim_handle = self.loop.call_later(wait, self._trim)
+
+    def _trim(self) -> None:
+        """The heap trimmed in a worker thread (it takes the malloc locks, not the event loop)."""
+        self._trim_handle = None
+        self._trim_due = False
+        self._trimmed_at = time.monotonic()
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.run_in_executor(None, _allocator.trim)
         if self.starved and self.buffered_total <= self.limits.max_buffered_bytes_total:
             self.feed_starved()
 
@@ -222,6 +286,12 @@ class H2Server:
     def starving(self, connection: GrpcConnection) -> None:
         self.starved.add(connection)
 
+    def feed_windows(self) -> None:
+        """The budget has room again: connections owed window get it, as far as it goes."""
+        starved, self.window_starved = self.window_starved, set()
+        for connection in starved:
+            connection.grant_window()
+
     def feed_starved(self) -> None:
         """The server-wide buffer budget has room again: every connection whose calls held window
         back gives it back (those still over their own budget keep holding)."""
@@ -231,10 +301,35 @@ class H2Server:
             if connection._starved:
                 self.starved.add(connection)
 
+    # ------------------------------------------------------------ the send-side bound
+
+    def refresh_send_queued(self) -> None:
+        """Looks at every transport again: a backlog that drained without the transport saying so
+        (it was under its high-water mark) leaves the total.  Only when the total is over its bound."""
+        for connection in self._connections:
+            connection.refresh_backlog()
+
+    async def wait_send_room(self, recheck: float) -> None:
+        """Until some connection's backlog drained (or ``recheck`` seconds, to look again)."""
+        waiter = self.loop.create_future()
+        self._send_waiters.append(waiter)
+        handle = self.loop.call_later(recheck, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            handle.cancel()
+
+    def wake_senders(self) -> None:
+        if self._send_waiters:
+            waiters, self._send_waiters = self._send_waiters, []
+            for waiter in waiters:
+                _wake(waiter)
+
     def trip(self, limit: str, peer: str, detail: str) -> None:
         """A peer ran into ``limit``: counted, and logged -- at most one line per limit a second
         (with how many were not logged), so a flood of trips cannot flood the log."""
         self.trips[limit] += 1
+        self._trim_due = True
         now = time.monotonic()
         last, quiet = self._trip_logged.get(limit, (0.0, 0))
         if now - last < 1.0:
@@ -246,6 +341,11 @@ class H2Server:
 
     def _busy(self) -> bool:
         return any(c.busy for c in self._connections)
+
+
+def _wake(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _connection_cap(configured: int) -> int:

@@ -45,6 +45,37 @@ class CompressedMessage(Exception):
     """A message flagged as compressed; this server does not decompress (UNIMPLEMENTED)."""
 
 
+class Encoded(tuple):
+    """A response message already serialized, as buffers sent one after the other (bytes,
+    bytearray or memoryview; never copied before the socket).  A handler on the native server
+    writes one to share a large buffer (a delivered payload) between every stream sending it,
+    instead of building a copy per stream; ``ServerCall`` passes it by without serializing."""
+
+    __slots__ = ()
+
+    def __new__(cls, parts) -> "Encoded":
+        return super().__new__(cls, parts)
+
+    @property
+    def length(self) -> int:
+        return sum(map(len, self))
+
+    def tobytes(self) -> bytes:
+        return b"".join(self)
+
+
+def varint(value: int) -> bytes:
+    """``value`` (>= 0) as a protobuf base-128 varint, for ``Encoded`` messages built by hand."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def message_prefix(length: int) -> bytes:
     """The five bytes in front of an uncompressed message of ``length`` bytes."""
     return b"\x00" + length.to_bytes(4, "big")

@@ -137,3 +137,17 @@ def test_parse_stops_at_the_frame_budget_and_after_the_last_headers_it_allows(it
         headers += item[0] == frames.HEADERS
     assert parsed == expected
     assert used == sum(frames.HEADER_SIZE + len(item[3]) for item in expected)
+
+
+@given(st.lists(st.tuples(st.sampled_from([frames.HEADERS, frames.CONTINUATION, frames.DATA]),
+                          st.binary(max_size=300)), min_size=1, max_size=30),
+       st.integers(min_value=1, max_value=2000))
+def test_a_read_stops_at_the_frame_that_spends_its_header_bytes(items, budget):
+    buffer = bytearray(b"".join(frames.frame(kind, 0, 1, payload) for kind, payload in items))
+    parsed, used = frames.parse_frames(buffer, 1 << 14, max_header_bytes=budget)
+    header_bytes = [len(p) for kind, _, _, p in parsed if kind in (frames.HEADERS, frames.CONTINUATION)]
+    # Every frame but the last leaves budget; the read goes on to the end when the budget lasts.
+    assert sum(header_bytes[:-1]) < budget or not header_bytes
+    if len(parsed) < len(items):
+        assert parsed[-1][0] in (frames.HEADERS, frames.CONTINUATION) and sum(header_bytes) >= budget
+    assert used == sum(frames.HEADER_SIZE + len(p) for _, _, _, p in parsed)

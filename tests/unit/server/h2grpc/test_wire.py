@@ -10,6 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from danube.errors import InvalidArgumentError
+from google.protobuf.internal import encoder
+from hypothesis import settings
+
+from danube import frames as codec
+from danube.proto.danube import DanubeApi_pb2 as danube_pb
+from danube.proto.danube_batch import batch_pb2 as batch_pb
+from danube.server import batch_lane
+from danube.server import danube_services as services
 from danube.server.h2grpc import wire
 
 
@@ -86,3 +94,38 @@ def test_status_messages_round_trip(message):
     encoded = wire.encode_status_message(message)
     assert all(0x20 <= b <= 0x7E for b in encoded)
     assert decode_status_message(encoded) == message.encode("utf-8", "replace").decode("utf-8", "replace")
+
+
+# ---- messages written as Encoded parts (one shared payload buffer) read back as protobuf's own
+
+
+@given(st.integers(min_value=0, max_value=2**64 - 1))
+def test_varint_is_protobufs(value):
+    assert wire.varint(value) == encoder._VarintBytes(value)
+
+
+@settings(deadline=None)
+@given(payload=st.binary(max_size=300), attributes=st.dictionaries(st.text(max_size=5), st.text(max_size=5),
+                                                                              max_size=3))
+def test_an_encoded_stream_message_parses_as_the_serialized_one(payload, attributes):
+    class Broker:
+        def producer_name(self, topic, producer_id):
+            return "p"
+
+    rec = codec.decode_batch(bytearray(codec.encode_record(payload, publish_time=7, producer_id=3, key="k",
+                                                           attributes=attributes or None)))[0]
+    encoded = services._encoded_stream_message(Broker(), rec, "/d/t", "s", "http://b")
+    assert type(encoded) is wire.Encoded and any(part is rec.payload for part in encoded)   # not copied
+    plain = services._stream_message(Broker(), rec, "/d/t", "s", "http://b")
+    assert danube_pb.StreamMessage.FromString(encoded.tobytes()) == plain
+
+
+@settings(deadline=None)
+@given(frames=st.binary(max_size=3000), counts=st.lists(st.integers(0, 1000), max_size=4))
+def test_an_encoded_consume_batch_parses_as_the_serialized_one(frames, counts):
+    batch = batch_pb.ConsumeBatch(first_offset=5, last_offset=9, count=5, redelivery_counts=counts)
+    view = memoryview(frames)
+    encoded = batch_lane._encoded_batch(view, batch.SerializeToString())
+    assert encoded.length == len(encoded.tobytes()) and encoded[1] is view
+    batch.frames = frames
+    assert batch_pb.ConsumeResponse.FromString(encoded.tobytes()) == batch_pb.ConsumeResponse(batch=batch)

@@ -1,0 +1,158 @@
+"""The receive side of a connection: flow-control window given back for request bytes, and the
+budget of request bytes held in unfinished or unread messages.
+
+A mixin of ``GrpcConnection``.  Window is what lets a peer make the server hold bytes, so it
+is granted from the budget: beyond HTTP/2's initial 65,535 bytes per connection, a connection
+WINDOW_UPDATE goes out only while the bytes held over all connections plus the windows open
+over all connections stay within ``max_buffered_bytes_total``.  As handlers take messages the
+bytes go back to the budget and window flows again, to whichever connection needs it.  When the
+budget is full of unfinished messages, one call at a time per connection (the favoured one) is
+let finish, and the call with the least of its message is shed (RESOURCE_EXHAUSTED), so
+several large messages sent at once cannot wait on one another forever.
+"""
+
+from __future__ import annotations
+
+from danube.server.h2grpc import frames
+
+
+class ReceiveBudget:
+    # Set by GrpcConnection.__init__ (declared here for the type checker).
+    buffered: int
+    max_buffered: int
+    _favoured: object
+    _starved: set
+    _recv_window: int
+    _recv_unacked: int
+    _recv_target: int
+    _recv_moved: int
+    _streams: dict
+    _lost: bool
+
+    def return_credit(self, stream_id: int, size: int) -> None:
+        """Gives ``size`` bytes of flow-control credit back for what a call has taken in.  The
+        WINDOW_UPDATEs go out once half a window is used up, not for every frame."""
+        if not size or self._lost:
+            return
+        self._recv_unacked += size
+        if self._recv_window <= self._recv_target // 2:
+            self.grant_window()
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.remote_closed:
+            return
+        stream.recv_unacked += size
+        if stream.recv_window <= self._limits.stream_window // 2:
+            self._queue(frames.window_update(stream_id, stream.recv_unacked))
+            stream.recv_window += stream.recv_unacked
+            stream.recv_unacked = 0
+            self._schedule_flush()
+
+    def grant_window(self) -> None:
+        """Opens the connection's window by what it is owed (credit returned by its calls, or the
+        rest of ``connection_window``) as far as the server-wide budget has room; always up to
+        HTTP/2's initial window, so every connection keeps moving (the held bytes stay within
+        the budget + 64 KiB per connection).  What is not granted waits in ``_recv_unacked``
+        until the budget frees up (``H2Server.feed_windows``)."""
+        owed = self._recv_unacked
+        if not owed or self._lost:
+            return
+        server = self._server
+        target = self._recv_target
+        if self._recv_moved >= 4 * target and target < self._limits.connection_window:
+            # A connection moving much data gets a larger window (fewer round trips per byte).
+            grown = min(target * 2, self._limits.connection_window)
+            self._recv_target = grown
+            self._recv_moved = 0
+            self._recv_unacked = owed = owed + grown - target
+        room = server.max_buffered_total - server.buffered_total - server.recv_windows
+        floor = frames.DEFAULT_WINDOW - self._recv_window
+        grant = owed if owed <= room or owed <= floor else max(room, floor)
+        if grant > 0:
+            self._queue(frames.window_update(0, grant))
+            self._recv_window += grant
+            self._recv_moved += grant
+            server.recv_windows += grant
+            self._recv_unacked = owed = owed - grant
+            self._schedule_flush()
+        if owed:
+            server.window_starved.add(self)
+
+    def over_budget(self) -> bool:
+        """Whether the calls hold more request bytes than the connection's or the server's budget
+        (then they stop returning flow-control window, see ``ServerCall.on_data``)."""
+        return self.buffered > self.max_buffered or self._server.buffered_total > self._server.max_buffered_total
+
+    def favours(self, call) -> bool:
+        """Over the connection's buffer budget (but not the server's), one call at a time keeps
+        getting window until its unfinished message is complete, so several large messages
+        sent at once cannot wait on one another forever."""
+        if self._server.buffered_total > self._limits.max_buffered_bytes_total:
+            return False
+        favoured = self._favoured
+        if favoured is None or not favoured.unfinished:
+            self._favoured = call
+            return True
+        return favoured is call
+
+    def _favour_one(self) -> None:
+        favoured = self._favoured
+        if (favoured is not None and favoured.unfinished) or \
+                self._server.buffered_total > self._limits.max_buffered_bytes_total:
+            return
+        for call in self._starved:
+            if call.unfinished:
+                self._favoured = call
+                self._starved.discard(call)
+                call.release_held()
+                return
+
+    def _shed(self) -> None:
+        """Over the buffer budget with the connection's window nearly spent by calls holding it
+        back: the one that has the least of its message fails RESOURCE_EXHAUSTED (grpc's C core
+        does the same when its buffers are full), until the window can flow again -- else the
+        call favoured to finish its message could wait forever on the others."""
+        quarter = self._recv_target // 4
+        while self._starved and self._recv_window < quarter:
+            victim = min(self._starved, key=lambda c: c.buffered)
+            self._starved.discard(victim)
+            self._server.trip("max_buffered_bytes", self.peer,
+                              f"stream {victim.stream_id} answered RESOURCE_EXHAUSTED with {victim.buffered} "
+                              f"bytes of its request held ({self.buffered} on the connection)")
+            victim.shed()
+
+    def starve(self, call) -> None:
+        """``call`` holds window back for the budget: it gets it back once under budget."""
+        if not self._starved:
+            self._server.starving(self)
+        self._starved.add(call)
+
+    def unbuffer(self, call, size: int) -> None:
+        """``call`` let go of ``size`` buffered request bytes (read, or the call is over)."""
+        self.buffered -= size
+        self._server.buffered_total -= size
+        self.unbuffered(call)
+
+    def unbuffered(self, call) -> None:
+        """After ``call`` let go of buffered bytes: the calls waiting on the budget may go on."""
+        server = self._server
+        if server.window_starved:
+            server.feed_windows()
+        self._starved.discard(call)
+        if self._favoured is call and not call.unfinished:
+            self._favoured = None
+        if server.starved and server.buffered_total <= self._limits.max_buffered_bytes_total:
+            server.feed_starved()
+        if self._starved:
+            if not self.over_budget():
+                self.feed_starved()
+            else:
+                self._favour_one()
+
+    def feed_starved(self) -> None:
+        """Under budget again: the calls that held window back for it give it back."""
+        if not self._starved or self.buffered > self._limits.max_buffered_bytes:
+            return
+        starved, self._starved = self._starved, set()
+        for call in starved:
+            call.release_held()
+

@@ -1,0 +1,201 @@
+"""The send side of a connection: response messages framed as DATA within HTTP/2 flow control,
+and the bound on bytes waiting for a peer's socket.
+
+A mixin of ``GrpcConnection`` (one object per connection, no indirection on the hot path).
+Three bounds keep a peer that does not read from making the server hold its responses:
+
+- per stream: a write frames at most ``max_send_frame_bytes`` (or the peer's smaller frame
+  size) before it checks the connection's room again, so a stream has at most one frame
+  queued whatever the size of its message (the message itself stays one buffer, shared by
+  every stream that sends it when the handler hands over ``wire.Encoded`` parts);
+- per connection: past ``max_send_queued_bytes`` framed but unflushed, or written to the
+  transport but not taken by the socket (the transport's high-water mark), writers wait for
+  it to drain; a peer that reads none of it for ``write_stall_timeout`` is dropped;
+- in all: past ``max_send_queued_bytes_total`` over all connections' transports, a connection
+  that already has a backlog waits for the others to drain.
+
+A handler waiting in a write does not ask the broker for more, so a stalled subscription
+stops being fed, as when its credits run out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+from danube.server.h2grpc import frames, wire
+
+# Flush the socket inside the write loop once this much is queued, instead of at the end of the
+# loop iteration, so large messages stream out while they are being framed.
+_FLUSH_NOW_BYTES = 256 * 1024
+# A writer waiting on the server-wide bound looks again this often even without news.
+_GLOBAL_RECHECK_S = 0.2
+
+
+class SendSide:
+    # Set by GrpcConnection.__init__ (declared here for the type checker).
+    _out: list
+    _out_bytes: int
+    _send_recorded: int
+    _send_limit: int
+    _frame_limit: int
+    _streams: dict
+    _send_window: int
+    _peer_max_frame_size: int
+    _write_paused: bool
+    _lost: bool
+    _flush_scheduled: bool
+    _window_waiters: list
+    _drain_waiter: asyncio.Future | None
+    _blocked: set
+    _transport: asyncio.Transport | None
+    progress: int
+
+    # ------------------------------------------------------------ messages
+
+    async def send_message(self, stream_id: int, data) -> None:
+        """One length-prefixed message (bytes, or ``wire.Encoded`` parts sent as they are), within
+        the stream's and the connection's window and the send-queue bounds."""
+        encoded = type(data) is wire.Encoded
+        length = data.length if encoded else len(data)
+        total = wire.PREFIX_SIZE + length
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.local_closed:
+            raise asyncio.CancelledError("the client closed the stream")
+        server = self._server
+        if (total <= self._frame_limit and not self._write_paused and self._out_bytes < self._send_limit
+                and total <= stream.send_window and total <= self._send_window
+                and server.send_queued <= server.max_send_queued_total):
+            stream.send_window -= total
+            self._send_window -= total
+            out = self._out
+            out.append(frames.frame_header(frames.DATA, 0, stream_id, total))
+            out.append(wire.message_prefix(length))
+            if encoded:
+                out.extend(data)
+            else:
+                out.append(data)
+            self._out_bytes += total
+            self.progress += 1
+            self._schedule_flush()
+            return
+        pieces = collections.deque([wire.message_prefix(length)])
+        if encoded:
+            pieces.extend(memoryview(part).cast("B") for part in data)
+        else:
+            pieces.append(memoryview(data).cast("B"))
+        sent = 0
+        out = self._out
+        try:
+            while sent < total:
+                if self._lost:
+                    raise asyncio.CancelledError("the connection is gone")
+                stream = self._streams.get(stream_id)
+                if stream is None or stream.local_closed:
+                    raise asyncio.CancelledError("the client closed the stream")
+                if not self._may_queue():
+                    self._blocked.add(stream_id)
+                    await self._send_room()
+                    continue
+                size = min(total - sent, stream.send_window, self._send_window, self._frame_limit)
+                if size <= 0:
+                    self._blocked.add(stream_id)
+                    await self._wait_for_window()
+                    continue
+                stream.send_window -= size
+                self._send_window -= size
+                out = self._out
+                out.append(frames.frame_header(frames.DATA, 0, stream_id, size))
+                need = size
+                while need:
+                    piece = pieces[0]
+                    if len(piece) <= need:
+                        out.append(piece)
+                        need -= len(piece)
+                        pieces.popleft()
+                    else:
+                        out.append(piece[:need])
+                        pieces[0] = piece[need:]
+                        need = 0
+                sent += size
+                self._out_bytes += size
+                if self._out_bytes >= _FLUSH_NOW_BYTES:
+                    self._flush()
+        finally:
+            self._blocked.discard(stream_id)
+        self.progress += 1
+        self._schedule_flush()
+
+    def _may_queue(self) -> bool:
+        """Whether a writer may frame more now: the connection is under its bound, and the server
+        under its total or this connection has nothing waiting (each gets its turn)."""
+        if self._write_paused or self._out_bytes >= self._send_limit:
+            return False
+        server = self._server
+        return (server.send_queued <= server.max_send_queued_total
+                or (self._send_recorded == 0 and self._out_bytes == 0))
+
+    async def _send_room(self) -> None:
+        """Waits until ``_may_queue`` may be true again."""
+        self._flush()
+        if self._lost:
+            return
+        if self._write_paused:
+            await self._drained()
+            return
+        server = self._server
+        if server.send_queued > server.max_send_queued_total:
+            server.refresh_send_queued()
+            if server.send_queued > server.max_send_queued_total and self._send_recorded:
+                await server.wait_send_room(_GLOBAL_RECHECK_S)
+
+    # ------------------------------------------------------------ flow control
+
+    async def _wait_for_window(self) -> None:
+        self._flush()
+        waiter = self.loop.create_future()
+        self._window_waiters.append(waiter)
+        await waiter
+
+    def _wake_writers(self) -> None:
+        waiters, self._window_waiters = self._window_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _drained(self) -> None:
+        self._flush()
+        if not self._write_paused or self._lost:
+            return
+        if self._drain_waiter is None or self._drain_waiter.done():
+            self._drain_waiter = self.loop.create_future()
+        await self._drain_waiter
+
+    # ------------------------------------------------------------ the socket
+
+    def _queue(self, data: bytes) -> None:
+        self._out.append(data)
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if not out:
+            return
+        self._out = []
+        self._out_bytes = 0
+        transport = self._transport
+        if transport is not None:
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
+            self._record_backlog(transport.get_write_buffer_size())
+
+    def _record_backlog(self, size: int) -> None:
+        """What the transport holds for the socket now, in the server's total."""
+        recorded = self._send_recorded
+        if size != recorded:
+            self._send_recorded = size
+            self._server.send_queued += size - recorded

@@ -82,7 +82,7 @@ class ClusterNode:
                  admin_url: str | None = None, lease_ttl_s: int = 10, strategy: str = "fair",
                  load_report_interval_s: float = 30.0, lookup_timeout_s: float = 10.0,
                  batch_size: int = DEFAULT_BATCH, cluster_name: str = "danube", rebalancing: Any = None,
-                 metrics: Any = None) -> None:
+                 metrics: Any = None, client_proxy: bool = True) -> None:
         self.store = store
         self.broker = broker
         self.broker_id = broker_id
@@ -128,6 +128,14 @@ class ClusterNode:
         self._pending_markers: dict[str, asyncio.Future] = {}
         self._marker_writer: asyncio.Task | None = None
         self.view.listeners.append(self._on_event)
+        # Danube's proxy mode (danube.cluster.client_proxy): a held call outlives a dead owner's lease
+        # (ttl), the leader's reassignment and the new owner's open
+        self.client_proxy = None
+        if client_proxy:
+            from danube.cluster.client_proxy import ClientProxy
+
+            self.client_proxy = ClientProxy(self, hold_s=2 * lease_ttl_s + lookup_timeout_s,
+                                            attempt_timeout_s=max(5.0, float(lease_ttl_s)))
 
     # ------------------------------------------------------------ lifecycle
 
@@ -163,6 +171,8 @@ class ClusterNode:
         log.debug("leaving: lease revoked")
         await self.view.stop()
         log.debug("leaving: view stopped")
+        if self.client_proxy is not None:
+            await self.client_proxy.close()
         for task in list(self._tasks) + [self._marker_writer]:
             if task is not None:
                 task.cancel()
@@ -195,6 +205,10 @@ class ClusterNode:
                 url = await self.view.wait_for(lambda: self.view.broker_url(owner), 2.0)
             except TimeoutError:
                 return LookupResult("failed", "", "")
+        if self.client_proxy is not None:
+            # the client keeps talking to this broker, which forwards to the owner and follows the
+            # topic when the owner moves it, stops or dies (danube.cluster.client_proxy)
+            return LookupResult("redirect", url, self.broker_url, proxy=True)
         return LookupResult("redirect", url, url)
 
     async def _request_placement(self, topic: str) -> str | None:

@@ -122,4 +122,65 @@ def run_official_client(tmp: str, entry_url: str, topic: str, fault, *, before_s
                    errors=result["errors"] + result["ack_errors"] + result["loop_errors"])
 
 
-__all__ = ["TTL", "Outcome", "apply_fault", "owner_and_entry", "run_official_client", "shared_config"]
+def run_danube_client(entry_url: str, topic: str, fault, *, before_s: float = 1.0, after_s: float = 2.0,
+                      delay_s: float = 0.005) -> Outcome:
+    """The same application on ``danube.client`` (default options, the batch lane): one producer
+    sending ``p-<i>`` one at a time (each awaited), one reliable consumer acking everything."""
+    from danube.client import DanubeClient
+
+    async def scenario() -> Outcome:
+        client = DanubeClient.builder().service_url(entry_url).build()
+        consumer = (client.new_consumer().with_topic(topic).with_consumer_name("fc").with_subscription("faults")
+                    .with_reliable().build())
+        producer = client.new_producer().with_topic(topic).with_name("fp").with_reliable().build()
+        await producer.create()
+        await consumer.subscribe()
+        out = Outcome(acked=[], received=[])
+        running = True
+
+        async def produce():
+            i = 0
+            while running:
+                start = time.time()
+                try:
+                    await producer.send_and_wait(f"p-{i}".encode())
+                except Exception as exc:  # noqa: BLE001 - what reached the application
+                    out.errors.append(f"send of p-{i} raised {type(exc).__name__}: {exc}")
+                    return
+                out.acked.append((i, start, time.time()))
+                i += 1
+                await asyncio.sleep(delay_s)
+
+        async def consume():
+            async for m in consumer:
+                out.received.append((m.offset, bytes(m.payload).decode()))
+                try:
+                    await consumer.ack(m)
+                except Exception as exc:  # noqa: BLE001 - what reached the application
+                    out.errors.append(f"ack raised {type(exc).__name__}: {exc}")
+
+        producing, consuming = asyncio.ensure_future(produce()), asyncio.ensure_future(consume())
+        await asyncio.sleep(before_s)
+        await asyncio.to_thread(fault)
+        await asyncio.sleep(after_s)
+        running = False
+        await asyncio.wait_for(producing, 90)
+        wanted = {f"p-{i}" for i, _, _ in out.acked}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not wanted <= {p for _, p in out.received}:
+            if consuming.done():
+                break
+            await asyncio.sleep(0.1)
+        if consuming.done() and consuming.exception() is not None:
+            out.errors.append(f"receive raised {consuming.exception()!r}")
+        consuming.cancel()
+        await asyncio.gather(consuming, return_exceptions=True)
+        await consumer.close()
+        await producer.close()
+        await client.close()
+        return out
+
+    return asyncio.run(scenario())
+
+
+__all__ = ["run_danube_client", "TTL", "Outcome", "apply_fault", "owner_and_entry", "run_official_client", "shared_config"]

@@ -173,6 +173,11 @@ class TopicSealedError(StorageError):
     """The topic was sealed for a handoff and accepts no writes here."""
 
 
+class StorageFullError(StorageError):
+    """The file system under a topic's WAL has no space left: the write was refused, nothing of it
+    stored; writes are accepted again as soon as space is freed (retriable, RESOURCE_EXHAUSTED)."""
+
+
 class MetadataError(DanubeError):
     """The metadata store failed."""
 

@@ -44,9 +44,29 @@ async def unload(admin_url: str, topic: str) -> None:
         await admin_grpc.TopicAdminStub(ch).UnloadTopic(admin_pb.TopicRequest(name=topic), timeout=30)
 
 
+async def rebalance_move(etcd_url: str, topic: str, source: str, target: str) -> None:
+    """A move as the rebalancer writes it: the marker naming both brokers and the source's assignment
+    deleted in one transaction (the source seals and confirms, the leader places it on ``target``)."""
+    from danube.metadata import keys
+    from danube.metadata.etcd import EtcdMetadataStore
+    from danube.metadata.store import Op
+
+    store = EtcdMetadataStore(etcd_url)
+    try:
+        marker = {"reason": "rebalance", "from_broker": source, "to_broker": target, "timestamp": int(time.time())}
+        result = await store.txn([], [Op.put_json(keys.unassigned(topic), marker),
+                                      Op.delete(keys.broker_topic(source, topic))])
+        assert result.succeeded
+    finally:
+        await store.close()
+
+
 def apply_fault(kind: str, cluster, topic: str, entry, victim) -> None:
     if kind == "unload":
         asyncio.run(unload(entry.admin_url, topic))
+    elif kind == "rebalance":
+        target = next(p for p in cluster.procs if p is not victim and p is not entry and p.alive())
+        asyncio.run(rebalance_move(cluster.etcd.url, topic, victim.broker_id, target.broker_id))
     elif kind == "sigterm":
         stop_process(victim.proc, 30)
     elif kind == "kill9":

@@ -11,10 +11,10 @@ from tests.support.etcd import requires_etcd
 
 pytestmark = [requires_etcd, pytest.mark.timeout(240)]
 
-BOUND_S = {"unload": 2.0, "sigterm": 3.0, "kill9": TTL + 2 + 2.0}
+BOUND_S = {"unload": 2.0, "rebalance": 2.0, "sigterm": 3.0, "kill9": TTL + 2 + 2.0}
 
 
-@pytest.mark.parametrize("fault", ["unload", "sigterm", "kill9"])
+@pytest.mark.parametrize("fault", ["unload", "rebalance", "sigterm", "kill9"])
 def test_danube_client_rides_through(tmp_path, fault):
     base = str(tmp_path)
     topic = f"/default/fault-{fault}"

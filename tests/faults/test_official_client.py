@@ -16,10 +16,10 @@ pytestmark = [requires_etcd, pytest.mark.timeout(240)]
 
 # The longest one send may wait through each fault (loose bounds for 2 shared cores; docs/benchmarks.md
 # has the measured figures of bench/faults.py)
-BOUND_S = {"unload": 2.0, "sigterm": 3.0, "kill9": TTL + 2 + 2.0}
+BOUND_S = {"unload": 2.0, "rebalance": 2.0, "sigterm": 3.0, "kill9": TTL + 2 + 2.0}
 
 
-@pytest.mark.parametrize("fault", ["unload", "sigterm", "kill9"])
+@pytest.mark.parametrize("fault", ["unload", "rebalance", "sigterm", "kill9"])
 def test_official_client_rides_through(tmp_path, fault):
     base = str(tmp_path)
     topic = f"/default/fault-{fault}"
@@ -32,3 +32,18 @@ def test_official_client_rides_through(tmp_path, fault):
         figures = outcome.check()
         print(f"{fault}: {figures}")
         assert figures["recover_s"] < BOUND_S[fault], figures
+
+
+def test_a_client_connected_to_the_owner_follows_an_unload_at_once(tmp_path):
+    """The client started at the owner itself (lookup answered Connect): after the unload its sends
+    still go to the old owner, which forwards them to the new one instead of refusing them (the
+    client would spend its 5 retries, 1.5-3 s, before looking the topic up again)."""
+    base = str(tmp_path)
+    topic = "/default/fault-direct"
+    with local_cluster(base, config=shared_config(base), lease_ttl=TTL) as cluster:
+        owner, entry = owner_and_entry(cluster, topic)
+        outcome = run_official_client(base, owner.url, topic,
+                                      lambda: apply_fault("unload", cluster, topic, owner, owner), after_s=1.5)
+        figures = outcome.check()
+        print(f"unload, client at the owner: {figures}")
+        assert figures["recover_s"] < BOUND_S["unload"], figures

@@ -346,6 +346,7 @@ class BrokerService:
         for p in t.producers.values():  # a concurrent create of the same name won the race
             if p.name == producer_name:
                 return p.id
+        self._served(t)   # closed while this call awaited the metadata store (see subscribe)
         producer = Producer(producer_id, producer_name, t, access_mode)
         t.add_producer(producer)
         self._producers[producer_id] = producer
@@ -459,6 +460,9 @@ class BrokerService:
         for c in sub.consumers.values():  # a concurrent subscribe of the same name won the race
             if c.name == consumer_name:
                 return c.id
+        # closed (unloaded) while this call awaited the metadata store: a consumer added now would
+        # wait on a topic nobody serves, never told to look it up again
+        self._served(t)
         consumer = Consumer(consumer_id, consumer_name, sub, KeyFilter(key_filters))
         sub.add_consumer(consumer)
         self._consumers[consumer_id] = consumer

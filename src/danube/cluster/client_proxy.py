@@ -138,6 +138,8 @@ class ClientProxy:
         if time.monotonic() >= deadline:
             raise ProxyError(exc.code(), exc.details() or exc.code().name)
         self.held_calls += 1
+        if exc.code() == grpc.StatusCode.NOT_FOUND:
+            return   # the owner is up and does not know the producer/consumer yet: create it there now
         log.debug("%s of %s at %s failed (%s: %s); waiting for its owner", what, topic, failed_url,
                   exc.code().name, exc.details())
         end = min(deadline, time.monotonic() + _CHANGE_WAIT_S)

@@ -22,6 +22,7 @@ it runs in cluster mode (``broker.cluster``):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
@@ -297,7 +298,10 @@ class ClusterNode:
         self._unloading.add(topic)
         try:
             last = None
-            if topic in self.broker.topics:
+            # not "if topic in broker.topics": an open that passed check_owner before the unload
+            # began is still running; unload_topic waits for it (the topic's opening lock) and seals
+            # what it opened, so the next owner never finds the WAL still held here
+            with contextlib.suppress(NotFoundError):
                 last = await self.broker.unload_topic(topic, local=True)
             marker = json.dumps({"reason": "unload", "from_broker": self.broker_id, "sealed": True,
                                  "last_offset": last}, sort_keys=True).encode()
@@ -460,21 +464,19 @@ class ClusterNode:
         marker, revision = entry if entry else (None, 0)
         moving = (isinstance(marker, dict) and marker.get("reason") in ("rebalance", "unload")
                   and marker.get("from_broker") == self.broker_id and not marker.get("sealed"))
-        if not moving:
-            if topic in self.broker.topics:
-                await self._drop(topic, "its assignment to this broker was removed")
+        if not moving:   # (also when an open is still running: _drop waits for it)
+            await self._drop(topic, "its assignment to this broker was removed")
             return
         last = None
-        if topic in self.broker.topics:
-            self._unloading.add(topic)
-            try:
-                last = await self.broker.unload_topic(topic, local=True)
-            except NotFoundError:
-                pass
-            except Exception:  # noqa: BLE001 - confirm anyway: the leader would place it after a timeout
-                log.exception("sealing %s for its move failed", topic)
-            finally:
-                self._unloading.discard(topic)
+        self._unloading.add(topic)
+        try:   # also when an open is still running (see unload)
+            last = await self.broker.unload_topic(topic, local=True)
+        except NotFoundError:
+            pass
+        except Exception:  # noqa: BLE001 - confirm anyway: the leader would place it after a timeout
+            log.exception("sealing %s for its move failed", topic)
+        finally:
+            self._unloading.discard(topic)
         confirmed = dict(marker, sealed=True, last_offset=last)
         result = await self.store.txn([Compare.mod_revision(marker_key, "==", revision)],
                                       [Op.put_json(marker_key, confirmed)])
@@ -482,13 +484,14 @@ class ClusterNode:
                  marker.get("reason"), last, "" if result.succeeded else "; the marker changed meanwhile")
 
     async def _drop(self, topic: str, why: str) -> None:
-        log.warning("closing topic %s on broker %s: %s", topic, self.broker_id, why)
         try:
             await self.broker.unload_topic(topic, local=True, seal=False)
         except NotFoundError:
-            pass
+            return   # not served here
         except Exception:  # noqa: BLE001
             log.exception("closing topic %s failed", topic)
+            return
+        log.warning("closed topic %s on broker %s: %s", topic, self.broker_id, why)
 
     # ------------------------------------------------------------ the fence (membership.Fence)
 

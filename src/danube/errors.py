@@ -107,6 +107,13 @@ class WalClosedError(WalError):
     """The WAL was used after close()."""
 
 
+class WalBusyError(WalError):
+    """Another process holds the WAL's lock (one writer per log): a topic's previous owner has not
+    closed it yet (it is stopping, or stopped and not yet fenced).  Retriable: it lets go soon."""
+
+    retriable = True
+
+
 class TooManyOpenFilesError(WalError):
     """The process ran out of file descriptors (EMFILE/ENFILE) opening a log: raise the limit
     (``ulimit -n``; the broker raises its soft limit to the hard limit at start) or let idle

@@ -71,6 +71,12 @@ def apply_fault(kind: str, cluster, topic: str, entry, victim) -> None:
         stop_process(victim.proc, 30)
     elif kind == "kill9":
         victim.kill()
+    elif kind == "sigstop":   # a pause longer than the lease (a GC pause, a partition), then it wakes
+        os.kill(victim.pid, signal.SIGSTOP)
+        try:
+            time.sleep(TTL + 2.5)
+        finally:
+            os.kill(victim.pid, signal.SIGCONT)
     else:
         raise ValueError(kind)
 

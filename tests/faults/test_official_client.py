@@ -16,10 +16,10 @@ pytestmark = [requires_etcd, pytest.mark.timeout(240)]
 
 # The longest one send may wait through each fault (loose bounds for 2 shared cores; docs/benchmarks.md
 # has the measured figures of bench/faults.py)
-BOUND_S = {"unload": 2.0, "rebalance": 2.0, "sigterm": 3.0, "kill9": TTL + 2 + 2.0}
+BOUND_S = {"unload": 2.0, "rebalance": 2.0, "sigterm": 3.0, "kill9": TTL + 2 + 2.0, "sigstop": TTL + 2.5 + 3.0}
 
 
-@pytest.mark.parametrize("fault", ["unload", "rebalance", "sigterm", "kill9"])
+@pytest.mark.parametrize("fault", ["unload", "rebalance", "sigterm", "kill9", "sigstop"])
 def test_official_client_rides_through(tmp_path, fault):
     base = str(tmp_path)
     topic = f"/default/fault-{fault}"
@@ -28,10 +28,13 @@ def test_official_client_rides_through(tmp_path, fault):
         victim, entry = owner_and_entry(cluster, topic)
         outcome = run_official_client(base, entry.url, topic,
                                       lambda: apply_fault(fault, cluster, topic, entry, victim),
-                                      after_s=TTL + 3 if fault == "kill9" else 1.5)
+                                      after_s=TTL + 3 if fault in ("kill9", "sigstop") else 1.5)
         figures = outcome.check()
         print(f"{fault}: {figures}")
         assert figures["recover_s"] < BOUND_S[fault], figures
+        if fault == "sigstop":   # the woken owner was fenced: it stored and acked nothing more
+            assert victim.alive()
+            assert "fenced" in victim.log(), victim.log()[-3000:]
 
 
 def test_a_client_connected_to_the_owner_follows_an_unload_at_once(tmp_path):

@@ -14,7 +14,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from danube import frames
 from danube.broker.contracts import StorageFactory, TopicStorage
@@ -106,6 +106,10 @@ class BrokerService:
         self.metrics = metrics or MetricsSink()
         self.cluster = None  # danube.cluster.node.ClusterNode in cluster mode (lookups, ownership, moves)
         self._fenced = False  # cluster lease not renewed in time: no writes (danube.cluster.membership)
+        # cluster mode: whether the lease was renewed recently enough to write, asked at every
+        # publish; a process stopped (SIGSTOP, a long pause) past its lease wakes up with its
+        # requests queued before the timer that sets _fenced has run
+        self.lease_fresh: Callable[[], bool] | None = None
         self.topics: dict[str, Topic] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._producers: dict[int, Producer] = {}
@@ -393,7 +397,7 @@ class BrokerService:
         (``danube.broker.coalesce``); one producer's messages keep their order.
 
         The per-call path: the checks of ``_check_accepting`` and ``_publish_done`` are inlined."""
-        if self._draining or self._fenced:
+        if self._draining or self._fenced or (self.lease_fresh is not None and not self.lease_fresh()):
             self._check_accepting()
         self._publishing += 1
         try:
@@ -409,7 +413,7 @@ class BrokerService:
     def _check_accepting(self) -> None:
         if self._draining:
             raise NotServedHereError("broker shutting down: publish refused, send it again to the topic's new owner")
-        if self._fenced:
+        if self._fenced or (self.lease_fresh is not None and not self.lease_fresh()):
             raise NotServedHereError("broker fenced (cluster lease not renewed): publish refused, look the topic up again")
 
     def _publish_done(self) -> None:

@@ -52,6 +52,12 @@ _RETRY_CREATE = _RETRY - {grpc.StatusCode.NOT_FOUND}   # NOT_FOUND on create: th
 # (a retry of a dead owner is a refused connection: cheap).
 _CHANGE_WAIT_S = 0.5
 _MAX_CHANNELS = 64
+# A forwarded call slower than this starts watching the cluster view for a new owner of its topic.
+_SLOW_CALL_S = 0.25
+
+
+class _Moved(Exception):
+    """The topic got a new owner while a forwarded call to the old one was unanswered."""
 
 
 class ProxyError(Exception):
@@ -185,12 +191,39 @@ class ClientProxy:
                         # the topic was deleted and created again: the client's producer is gone
                         raise ProxyError(grpc.StatusCode.NOT_FOUND,
                                          f"producer {request.msg_id.producer_id} of {topic} no longer exists")
-                return await stub.SendMessage(request, timeout=self.attempt_timeout_s)
+                return await self._unless_moved(stub.SendMessage(request, timeout=self.attempt_timeout_s),
+                                                topic, url)
+            except _Moved:
+                recreate = True
             except grpc.aio.AioRpcError as exc:
                 if exc.code() not in _RETRY:
                     raise ProxyError(exc.code(), exc.details() or exc.code().name) from None
                 await self._after_failure(topic, url, exc, deadline, "SendMessage")
                 recreate = True
+
+    async def _unless_moved(self, call, topic: str, url: str):
+        """``call``'s answer, unless the view names another owner first (a stopped or partitioned
+        owner never answers; once its topic was reassigned it cannot ack any more, so the call is
+        abandoned and sent to the new owner: at-least-once, like any retry)."""
+        task = asyncio.ensure_future(call)
+        done, _ = await asyncio.wait({task}, timeout=_SLOW_CALL_S)
+        while not done:
+            if self._url_of(topic) != url:
+                task.cancel()
+                self.held_calls += 1
+                log.debug("%s: %s did not answer and is no longer the owner; sending to the new one", topic, url)
+                raise _Moved
+            changed = asyncio.ensure_future(self.view.changed())
+            done, _ = await asyncio.wait({task, changed}, return_when=asyncio.FIRST_COMPLETED)
+            changed.cancel()
+            done = done & {task}
+        return task.result()
+
+    def _url_of(self, topic: str) -> str | None:
+        owner = self.view.owner(topic)
+        if owner is None:
+            return None
+        return self.own_url if owner == self.node.broker_id else self.view.broker_url(owner)
 
     async def _create_for(self, request: pb.StreamMessage) -> pb.ProducerRequest:
         """The CreateProducer of a producer this broker never proxied (it was served here before its

@@ -129,6 +129,7 @@ class ClusterNode:
         self._pending_markers: dict[str, asyncio.Future] = {}
         self._marker_writer: asyncio.Task | None = None
         self.view.listeners.append(self._on_event)
+        broker.lease_fresh = self.membership.lease_fresh
         # Danube's proxy mode (danube.cluster.client_proxy): a held call outlives a dead owner's lease
         # (ttl), the leader's reassignment and the new owner's open
         self.client_proxy = None

@@ -18,7 +18,7 @@ from bisect import bisect_right
 from typing import Any, AsyncIterator, Callable, Iterator
 
 from danube import _native, frames
-from danube.errors import OffsetOutOfRangeError, TooManyOpenFilesError, WalBusyError, WalClosedError, WalError
+from danube.errors import OffsetOutOfRangeError, TooManyOpenFilesError, WalBusyError, WalClosedError
 from danube.wal.checkpoint import Checkpoint, write_checkpoint
 from danube.wal.files import LOCK_NAME, WalFileInfo, fsync_directory
 from danube.wal.options import SyncPolicy, WalOptions

@@ -71,6 +71,15 @@ def apply_fault(kind: str, cluster, topic: str, entry, victim) -> None:
         stop_process(victim.proc, 30)
     elif kind == "kill9":
         victim.kill()
+    elif kind == "etcd_restart":   # etcd crashes and is back within the lease ttl
+        cluster.etcd.kill()
+        cluster.etcd.start()
+    elif kind == "etcd_down":      # etcd away for longer than the lease ttl
+        cluster.etcd.kill()
+        try:
+            time.sleep(TTL + 2.5)
+        finally:
+            cluster.etcd.start()
     elif kind == "sigstop":   # a pause longer than the lease (a GC pause, a partition), then it wakes
         os.kill(victim.pid, signal.SIGSTOP)
         try:

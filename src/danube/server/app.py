@@ -166,7 +166,7 @@ class BrokerApp:
             admin_url=f"{cfg.url_scheme}://{admin_host}:{cfg.admin_port}" if cfg.admin_port else None,
             lease_ttl_s=cfg.lease_ttl_seconds, strategy=cfg.assignment_strategy,
             load_report_interval_s=cfg.load_report_interval_seconds, cluster_name=cfg.cluster_name,
-            rebalancing=cfg.rebalancing, metrics=self.metrics)
+            rebalancing=cfg.rebalancing, metrics=self.metrics, client_proxy=cfg.client_proxy)
         self.broker.cluster = self.cluster
 
     async def _join_cluster(self, cfg: BrokerConfig) -> None:

@@ -123,3 +123,12 @@ def test_bad_load_report_interval_is_a_clear_error(data, match):
         BrokerConfig.from_dict(data)
     with pytest.raises(InvalidArgumentError, match="load_report_interval_seconds must be"):
         BrokerConfig().with_overrides(load_report_interval_seconds=-2)
+
+
+def test_client_proxy_is_on_by_default_and_can_be_turned_off():
+    from danube.server.config import BrokerConfig
+
+    assert BrokerConfig.from_dict({}).client_proxy is True
+    assert BrokerConfig.from_dict({"client_proxy": False}).client_proxy is False
+    with pytest.raises(InvalidArgumentError, match="client_proxy must be true or false"):
+        BrokerConfig.from_dict({"client_proxy": "no"})

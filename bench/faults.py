@@ -16,8 +16,11 @@ ack), p50 / p99 / max over the repetitions; ``errors``: exceptions that reached 
 ``lost``: acked messages never delivered to the consumer (must be 0); ``redelivered``.  Targets:
 moves and graceful stops p99 <= 500 ms; kill -9 <= lease ttl + 2 s.
 
+``--hop``: the cost of the extra hop, Danube's SendMessage to the owner vs through another broker
+(alternated rounds, median; 1 and 32 calls in flight).
+
 Usage: python bench/faults.py [--faults unload,rebalance,sigterm,kill9,sigstop] [--reps 20] [--kill-reps 5]
-       [--lease-ttl 3] [--json]     (run it under flock /tmp/danube-bench.lock)
+       [--lease-ttl 3] [--hop] [--json]     (run it under flock /tmp/danube-bench.lock)
 """
 
 from __future__ import annotations
@@ -172,6 +175,58 @@ def run_kind(kind: str, reps: int, ttl: int) -> dict:
     }
 
 
+async def _sends(url: str, topic: str, count: int, concurrency: int, owner: str | None) -> tuple[float, float]:
+    """(messages/s, p50 ms) of Danube's SendMessage to ``url``; ``owner``: sent with the proxy header."""
+    metadata = (("x-danube-broker-url", owner),) if owner else None
+    async with grpc.aio.insecure_channel(url.split("//")[1]) as ch:
+        stub = pb_grpc.ProducerServiceStub(ch)
+        created = await stub.CreateProducer(pb.ProducerRequest(
+            request_id=1, producer_name=f"hop-{bool(owner)}", topic_name=topic, producer_access_mode=pb.Shared,
+            dispatch_strategy=pb.Reliable), metadata=metadata, timeout=60)
+        latencies: list[float] = []
+
+        async def worker(n: int) -> None:
+            for i in range(n):
+                msg = pb.StreamMessage(request_id=i, msg_id=pb.MsgID(producer_id=created.producer_id, topic_name=topic),
+                                       payload=b"x" * 100, publish_time=int(time.time() * 1000),
+                                       producer_name=f"hop-{bool(owner)}")
+                t = time.perf_counter()
+                await stub.SendMessage(msg, metadata=metadata, timeout=60)
+                latencies.append(time.perf_counter() - t)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(count // concurrency) for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return len(latencies) / elapsed, statistics.median(latencies) * 1000
+
+
+def proxy_cost(count: int, rounds: int) -> dict:
+    """The extra hop of proxy mode: Danube's SendMessage straight to the owner vs through another broker
+    (alternated rounds, median), 1 and 32 calls in flight."""
+    base = tempfile.mkdtemp(prefix="danube-faults-hop-")
+    cluster = LocalCluster(brokers=3, base_dir=base, lease_ttl=10, load_report_interval=1.0, config=config(base),
+                           log_level="WARNING")
+    cluster.start(timeout=120)
+    try:
+        topic = "/default/bench-hop"
+        owner = asyncio.run(owner_url(cluster.procs[0].url, topic))
+        other = next(p.url for p in cluster.procs if p.url != owner)
+        row = {"fault": "proxy_hop"}
+        for concurrency in (1, 32):
+            direct, via = [], []
+            for _ in range(rounds):
+                direct.append(asyncio.run(_sends(owner, topic, count, concurrency, None)))
+                via.append(asyncio.run(_sends(other, topic, count, concurrency, owner)))
+            d_rate, v_rate = statistics.median(r for r, _ in direct), statistics.median(r for r, _ in via)
+            row[f"c{concurrency}"] = {"direct_msgs_s": round(d_rate), "proxied_msgs_s": round(v_rate),
+                                      "ratio": round(v_rate / d_rate, 2),
+                                      "direct_p50_ms": round(statistics.median(p for _, p in direct), 2),
+                                      "proxied_p50_ms": round(statistics.median(p for _, p in via), 2)}
+        return row
+    finally:
+        cluster.stop()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--faults", default="unload,rebalance,sigterm,kill9,sigstop")
@@ -179,12 +234,17 @@ def main() -> int:
     p.add_argument("--kill-reps", type=int, default=5, help="repetitions of sigterm, kill9 and sigstop")
     p.add_argument("--lease-ttl", type=int, default=3)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--hop", action="store_true", help="also measure the proxy hop's cost (SendMessage rate)")
+    p.add_argument("--hop-count", type=int, default=2000)
     a = p.parse_args()
     if not os.path.exists(CLIENT_PYTHON):
         print(f"danube-client venv missing ({CLIENT_PYTHON}): run the e2e tests once to create it", file=sys.stderr)
         return 2
     rows = []
-    for kind in a.faults.split(","):
+    if a.hop:
+        row = proxy_cost(a.hop_count, 3)
+        print(json.dumps(row), flush=True)
+    for kind in filter(None, a.faults.split(",")):
         row = run_kind(kind, a.reps if kind in MOVES else a.kill_reps, a.lease_ttl)
         rows.append(row)
         if a.json:

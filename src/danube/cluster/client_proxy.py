@@ -179,7 +179,12 @@ class ClientProxy:
     async def send(self, request: pb.StreamMessage, caller: str | None) -> pb.MessageResponse:
         topic = request.msg_id.topic_name
         deadline = time.monotonic() + self.hold_s
-        recreate = False
+        known = self._producers.get(request.msg_id.producer_id)
+        # a producer not created through this broker for this very topic is created at the owner first,
+        # which proves the id belongs to the topic the message names (what the caller was checked for)
+        recreate = known is None or known.topic_name != topic
+        if known is not None and known.topic_name != topic:
+            self._producers.pop(request.msg_id.producer_id, None)
         while True:
             url = await self._owner_url(topic, deadline)
             stub = pb_grpc.ProducerServiceStub(self._channel(url, caller))
@@ -191,6 +196,8 @@ class ClientProxy:
                         # the topic was deleted and created again: the client's producer is gone
                         raise ProxyError(grpc.StatusCode.NOT_FOUND,
                                          f"producer {request.msg_id.producer_id} of {topic} no longer exists")
+                    self._producers[request.msg_id.producer_id] = create
+                    recreate = False
                 return await self._unless_moved(stub.SendMessage(request, timeout=self.attempt_timeout_s),
                                                 topic, url)
             except _Moved:
@@ -234,7 +241,6 @@ class ClientProxy:
         create = pb.ProducerRequest(request_id=request.request_id, producer_name=request.producer_name,
                                     topic_name=topic, producer_access_mode=pb.Shared,
                                     dispatch_strategy=pb.Reliable if reliable else pb.NonReliable)
-        self._producers[request.msg_id.producer_id] = create
         return create
 
     # ------------------------------------------------------------ consumers
@@ -246,6 +252,10 @@ class ClientProxy:
 
     def knows_consumer(self, consumer_id: int) -> bool:
         return consumer_id in self._consumers
+
+    def consumer_topic(self, consumer_id: int) -> str | None:
+        request = self._consumers.get(consumer_id)
+        return request.topic_name if request is not None else None
 
     async def receive(self, request: pb.ReceiveRequest, context: Any, caller: str | None) -> None:
         """Pipe the owner's StreamMessage stream of the consumer to ``context`` until the client goes;

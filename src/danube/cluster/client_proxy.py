@@ -211,20 +211,32 @@ class ClientProxy:
     async def _unless_moved(self, call, topic: str, url: str):
         """``call``'s answer, unless the view names another owner first (a stopped or partitioned
         owner never answers; once its topic was reassigned it cannot ack any more, so the call is
-        abandoned and sent to the new owner: at-least-once, like any retry)."""
-        task = asyncio.ensure_future(call)
-        done, _ = await asyncio.wait({task}, timeout=_SLOW_CALL_S)
-        while not done:
-            if self._url_of(topic) != url:
+        abandoned and sent to the new owner: at-least-once, like any retry).  The view is watched
+        only for a call slower than _SLOW_CALL_S: a timer, no task, on the fast path."""
+        moved = False
+        watcher: list[asyncio.Task] = []
+
+        async def watch() -> None:
+            nonlocal moved
+            while self._url_of(topic) == url:
+                await self.view.changed()
+            moved = True
+            self.held_calls += 1
+            log.debug("%s: %s did not answer and is no longer the owner; sending to the new one", topic, url)
+            call.cancel()
+
+        timer = asyncio.get_running_loop().call_later(
+            _SLOW_CALL_S, lambda: watcher.append(asyncio.ensure_future(watch())))
+        try:
+            return await call
+        except asyncio.CancelledError:
+            if moved:
+                raise _Moved from None
+            raise
+        finally:
+            timer.cancel()
+            for task in watcher:
                 task.cancel()
-                self.held_calls += 1
-                log.debug("%s: %s did not answer and is no longer the owner; sending to the new one", topic, url)
-                raise _Moved
-            changed = asyncio.ensure_future(self.view.changed())
-            done, _ = await asyncio.wait({task, changed}, return_when=asyncio.FIRST_COMPLETED)
-            changed.cancel()
-            done = done & {task}
-        return task.result()
 
     def _url_of(self, topic: str) -> str | None:
         owner = self.view.owner(topic)

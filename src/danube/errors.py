@@ -107,6 +107,13 @@ class WalClosedError(WalError):
     """The WAL was used after close()."""
 
 
+class WalBusyError(WalError):
+    """Another process holds the WAL's lock (one writer per log): a topic's previous owner has not
+    closed it yet (it is stopping, or stopped and not yet fenced).  Retriable: it lets go soon."""
+
+    retriable = True
+
+
 class TooManyOpenFilesError(WalError):
     """The process ran out of file descriptors (EMFILE/ENFILE) opening a log: raise the limit
     (``ulimit -n``; the broker raises its soft limit to the hard limit at start) or let idle
@@ -171,6 +178,11 @@ class SegmentCorruptError(StorageError, DataLossError):
 
 class TopicSealedError(StorageError):
     """The topic was sealed for a handoff and accepts no writes here."""
+
+
+class StorageFullError(StorageError):
+    """The file system under a topic's WAL has no space left: the write was refused, nothing of it
+    stored; writes are accepted again as soon as space is freed (retriable, RESOURCE_EXHAUSTED)."""
 
 
 class MetadataError(DanubeError):

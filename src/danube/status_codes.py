@@ -24,6 +24,7 @@ from danube.errors import (
     OffsetOutOfRangeError,
     PermissionDeniedError,
     PolicyViolationError,
+    StorageFullError,
     TooManyOpenFilesError,
     TopicSealedError,
     TopicTerminatedError,
@@ -44,6 +45,7 @@ ERROR_CODES: tuple[tuple[type[DanubeError], grpc.StatusCode], ...] = (
     (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
     (PolicyViolationError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (TooManyOpenFilesError, grpc.StatusCode.RESOURCE_EXHAUSTED),  # the broker's descriptors ran out
+    (StorageFullError, grpc.StatusCode.RESOURCE_EXHAUSTED),  # the WAL's file system is full
     (NotServedHereError, grpc.StatusCode.UNAVAILABLE),
     (TopicSealedError, grpc.StatusCode.UNAVAILABLE),  # the topic is moving: look it up again
     (WalClosedError, grpc.StatusCode.UNAVAILABLE),

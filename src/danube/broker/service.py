@@ -14,7 +14,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from danube import frames
 from danube.broker.contracts import StorageFactory, TopicStorage
@@ -108,6 +108,10 @@ class BrokerService:
         # Danube's auto_create_topics: false leaves creating topics to the admin API (system topics excepted)
         self.auto_create_topics = True
         self._fenced = False  # cluster lease not renewed in time: no writes (danube.cluster.membership)
+        # cluster mode: whether the lease was renewed recently enough to write, asked at every
+        # publish; a process stopped (SIGSTOP, a long pause) past its lease wakes up with its
+        # requests queued before the timer that sets _fenced has run
+        self.lease_fresh: Callable[[], bool] | None = None
         self.topics: dict[str, Topic] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._producers: dict[int, Producer] = {}
@@ -351,6 +355,7 @@ class BrokerService:
         for p in t.producers.values():  # a concurrent create of the same name won the race
             if p.name == producer_name:
                 return p.id
+        self._served(t)   # closed while this call awaited the metadata store (see subscribe)
         producer = Producer(producer_id, producer_name, t, access_mode)
         t.add_producer(producer)
         self._producers[producer_id] = producer
@@ -397,7 +402,7 @@ class BrokerService:
         (``danube.broker.coalesce``); one producer's messages keep their order.
 
         The per-call path: the checks of ``_check_accepting`` and ``_publish_done`` are inlined."""
-        if self._draining or self._fenced:
+        if self._draining or self._fenced or (self.lease_fresh is not None and not self.lease_fresh()):
             self._check_accepting()
         self._publishing += 1
         try:
@@ -413,7 +418,7 @@ class BrokerService:
     def _check_accepting(self) -> None:
         if self._draining:
             raise NotServedHereError("broker shutting down: publish refused, send it again to the topic's new owner")
-        if self._fenced:
+        if self._fenced or (self.lease_fresh is not None and not self.lease_fresh()):
             raise NotServedHereError("broker fenced (cluster lease not renewed): publish refused, look the topic up again")
 
     def _publish_done(self) -> None:
@@ -468,6 +473,9 @@ class BrokerService:
         for c in sub.consumers.values():  # a concurrent subscribe of the same name won the race
             if c.name == consumer_name:
                 return c.id
+        # closed (unloaded) while this call awaited the metadata store: a consumer added now would
+        # wait on a topic nobody serves, never told to look it up again
+        self._served(t)
         consumer = Consumer(consumer_id, consumer_name, sub, KeyFilter(key_filters))
         sub.add_consumer(consumer)
         self._consumers[consumer_id] = consumer

@@ -239,7 +239,8 @@ class Connections:
         if kind == danube_pb.TopicLookupResponse.Connect:
             return self.connection()
         if kind == danube_pb.TopicLookupResponse.Redirect:
-            url = answer.connect_url or answer.broker_url
+            # proxy mode: connect_url forwards Danube's calls by header; the batch lane goes to the owner
+            url = answer.broker_url if answer.proxy else (answer.connect_url or answer.broker_url)
             return self.connection(address_of(url))
         raise NotServedHereError(f"lookup of {topic} failed: no broker serves it now")
 

@@ -114,6 +114,12 @@ class Membership:
 
     # ------------------------------------------------------------ fencing
 
+    def lease_fresh(self) -> bool:
+        """Whether writes are allowed now: not fenced and the last good keepalive was sent less than
+        ``fence_after_s`` ago (read from the clock, not from the watchdog's flag, so a process that
+        was stopped past its lease refuses writes from its first instruction after waking)."""
+        return not self.fenced and self._clock() < self.last_ok_sent + self.fence_after_s
+
     def _set_fenced(self, reason: str) -> None:
         if not self.fenced:
             self.fenced = True

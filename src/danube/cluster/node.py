@@ -22,6 +22,7 @@ it runs in cluster mode (``broker.cluster``):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
@@ -83,7 +84,7 @@ class ClusterNode:
                  strategy: str = "fair",
                  load_report_interval_s: float = 30.0, lookup_timeout_s: float = 10.0,
                  batch_size: int = DEFAULT_BATCH, cluster_name: str = "danube", rebalancing: Any = None,
-                 metrics: Any = None) -> None:
+                 metrics: Any = None, client_proxy: bool = True) -> None:
         self.store = store
         self.broker = broker
         self.broker_id = broker_id
@@ -130,6 +131,15 @@ class ClusterNode:
         self._pending_markers: dict[str, asyncio.Future] = {}
         self._marker_writer: asyncio.Task | None = None
         self.view.listeners.append(self._on_event)
+        broker.lease_fresh = self.membership.lease_fresh
+        # Danube's proxy mode (danube.cluster.client_proxy): a held call outlives a dead owner's lease
+        # (ttl), the leader's reassignment and the new owner's open
+        self.client_proxy = None
+        if client_proxy:
+            from danube.cluster.client_proxy import ClientProxy
+
+            self.client_proxy = ClientProxy(self, hold_s=2 * lease_ttl_s + lookup_timeout_s,
+                                            attempt_timeout_s=max(5.0, float(lease_ttl_s)))
 
     # ------------------------------------------------------------ lifecycle
 
@@ -165,6 +175,8 @@ class ClusterNode:
         log.debug("leaving: lease revoked")
         await self.view.stop()
         log.debug("leaving: view stopped")
+        if self.client_proxy is not None:
+            await self.client_proxy.close()
         for task in list(self._tasks) + [self._marker_writer]:
             if task is not None:
                 task.cancel()
@@ -197,6 +209,10 @@ class ClusterNode:
                 url = await self.view.wait_for(lambda: self.view.broker_url(owner), 2.0)
             except TimeoutError:
                 return LookupResult("failed", "", "")
+        if self.client_proxy is not None:
+            # the client keeps talking to this broker, which forwards to the owner and follows the
+            # topic when the owner moves it, stops or dies (danube.cluster.client_proxy)
+            return LookupResult("redirect", url, self.broker_url, proxy=True)
         return LookupResult("redirect", url, url)
 
     async def _request_placement(self, topic: str) -> str | None:
@@ -285,7 +301,10 @@ class ClusterNode:
         self._unloading.add(topic)
         try:
             last = None
-            if topic in self.broker.topics:
+            # not "if topic in broker.topics": an open that passed check_owner before the unload
+            # began is still running; unload_topic waits for it (the topic's opening lock) and seals
+            # what it opened, so the next owner never finds the WAL still held here
+            with contextlib.suppress(NotFoundError):
                 last = await self.broker.unload_topic(topic, local=True)
             marker = json.dumps({"reason": "unload", "from_broker": self.broker_id, "sealed": True,
                                  "last_offset": last}, sort_keys=True).encode()
@@ -448,21 +467,19 @@ class ClusterNode:
         marker, revision = entry if entry else (None, 0)
         moving = (isinstance(marker, dict) and marker.get("reason") in ("rebalance", "unload")
                   and marker.get("from_broker") == self.broker_id and not marker.get("sealed"))
-        if not moving:
-            if topic in self.broker.topics:
-                await self._drop(topic, "its assignment to this broker was removed")
+        if not moving:   # (also when an open is still running: _drop waits for it)
+            await self._drop(topic, "its assignment to this broker was removed")
             return
         last = None
-        if topic in self.broker.topics:
-            self._unloading.add(topic)
-            try:
-                last = await self.broker.unload_topic(topic, local=True)
-            except NotFoundError:
-                pass
-            except Exception:  # noqa: BLE001 - confirm anyway: the leader would place it after a timeout
-                log.exception("sealing %s for its move failed", topic)
-            finally:
-                self._unloading.discard(topic)
+        self._unloading.add(topic)
+        try:   # also when an open is still running (see unload)
+            last = await self.broker.unload_topic(topic, local=True)
+        except NotFoundError:
+            pass
+        except Exception:  # noqa: BLE001 - confirm anyway: the leader would place it after a timeout
+            log.exception("sealing %s for its move failed", topic)
+        finally:
+            self._unloading.discard(topic)
         confirmed = dict(marker, sealed=True, last_offset=last)
         result = await self.store.txn([Compare.mod_revision(marker_key, "==", revision)],
                                       [Op.put_json(marker_key, confirmed)])
@@ -470,13 +487,14 @@ class ClusterNode:
                  marker.get("reason"), last, "" if result.succeeded else "; the marker changed meanwhile")
 
     async def _drop(self, topic: str, why: str) -> None:
-        log.warning("closing topic %s on broker %s: %s", topic, self.broker_id, why)
         try:
             await self.broker.unload_topic(topic, local=True, seal=False)
         except NotFoundError:
-            pass
+            return   # not served here
         except Exception:  # noqa: BLE001
             log.exception("closing topic %s failed", topic)
+            return
+        log.warning("closed topic %s on broker %s: %s", topic, self.broker_id, why)
 
     # ------------------------------------------------------------ the fence (membership.Fence)
 

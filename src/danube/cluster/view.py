@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
 from danube._tasks import cancel_and_wait
 from danube.cluster.load_report import LoadReport
@@ -147,8 +147,11 @@ class ClusterView:
                 if not waiters:
                     del self._owner_waiters[topic]
 
-    async def changed(self) -> None:
-        await self._changed.wait()
+    def changed(self) -> Coroutine[Any, Any, bool]:
+        """Resolves at the next change after *this call*: the event is bound now, not when the
+        coroutine first runs (a task made from it would otherwise miss a change that lands before it
+        starts, and its waiter would sleep until its timeout)."""
+        return self._changed.wait()
 
     # ------------------------------------------------------------ applying changes
 

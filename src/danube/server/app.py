@@ -188,7 +188,7 @@ class BrokerApp:
             metrics_url=f"http://{admin_host}:{cfg.metrics_port}" if cfg.metrics_port else None,
             lease_ttl_s=cfg.lease_ttl_seconds, strategy=cfg.assignment_strategy,
             load_report_interval_s=cfg.load_report_interval_seconds, cluster_name=cfg.cluster_name,
-            rebalancing=cfg.rebalancing, metrics=self.metrics)
+            rebalancing=cfg.rebalancing, metrics=self.metrics, client_proxy=cfg.client_proxy)
         self.broker.cluster = self.cluster
 
     async def _join_cluster(self, cfg: BrokerConfig) -> None:
@@ -228,11 +228,16 @@ class BrokerApp:
             await self.broker.drain_publishes(STOP_GRACE_S)
         servers = [s for s in (self.server, self.admin_server) if s is not None]
         grace = max(0.1, deadline - loop.time())
-        await asyncio.gather(*(s.stop(grace) for s in servers), return_exceptions=True)
+        # The servers take no new call from here on; while their open calls (consumer streams) wind
+        # down, every served topic is sealed and handed to the leader, so the clients' calls (held by
+        # the brokers they came through, danube.cluster.client_proxy) resume at the new owners now
+        # rather than after the grace period.
+        stopping = asyncio.gather(*(s.stop(grace) for s in servers), return_exceptions=True)
+        if self.cluster is not None:
+            await self.cluster.leave()
+        await stopping
         if self.scalable is not None:
             await self.scalable.stop()  # resigns its controller leaderships
-        if self.cluster is not None:
-            await self.cluster.leave()  # every served topic sealed and handed to the leader first
         if self.load_reporter is not None:
             await self.load_reporter.stop()  # its last report, if one is being written, is cancelled
         if self.broker is not None:

@@ -88,6 +88,9 @@ class BrokerConfig:
     etcd_url: str | None = None           # Danube's meta_store {host, port} or --etcd
     cluster_name: str = "danube"
     lease_ttl_seconds: int = 10           # the broker's etcd lease; it is fenced after 2/3 of it
+    # Danube's proxy mode: a lookup of a topic owned elsewhere names this broker as connect_url and it
+    # forwards Danube's calls to the owner, holding them through moves and failures (docs/cluster.md)
+    client_proxy: bool = True
     assignment_strategy: str = "fair"     # load_manager.assignment_strategy: fair | balanced | weighted_load
     # load_manager.rebalancing: a danube.cluster.rebalancing.RebalancingConfig, checked at load
     # (docs/rebalancing.md); None when the file has no such block (the defaults: disabled)
@@ -287,6 +290,11 @@ class BrokerConfig:
             kw["cluster"] = True
         if "lease_ttl_seconds" in data:
             kw["lease_ttl_seconds"] = int(data.pop("lease_ttl_seconds"))
+        if "client_proxy" in data:
+            value = data.pop("client_proxy")
+            if not isinstance(value, bool):
+                raise InvalidArgumentError(f"client_proxy must be true or false, got {value!r}")
+            kw["client_proxy"] = value
         for where, section in (("load_manager.load_report_interval_seconds", load_manager),
                                ("load_report_interval_seconds", data)):
             if "load_report_interval_seconds" in section:

@@ -273,6 +273,11 @@ class HealthCheckService(pb_grpc.HealthCheckServicer):
 
 
 def add_to_server(server: grpc.aio.Server, broker: BrokerService) -> None:
+    proxy = getattr(getattr(broker, "cluster", None), "client_proxy", None)
+    if proxy is not None:  # cluster mode: Danube's proxy mode (docs/cluster.md, "Faults")
+        from danube.server import proxy_services
+
+        return proxy_services.add_to_server(server, broker, proxy)
     pb_grpc.add_ProducerServiceServicer_to_server(ProducerService(broker), server)
     pb_grpc.add_ConsumerServiceServicer_to_server(ConsumerService(broker), server)
     pb_grpc.add_DiscoveryServicer_to_server(DiscoveryService(broker), server)

@@ -12,6 +12,7 @@ cutover), never below the resume offset.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import time
 from typing import Any, AsyncIterator
@@ -20,6 +21,7 @@ from danube._tasks import cancel_and_wait
 from danube.errors import (
     OffsetOutOfRangeError,
     StorageError,
+    StorageFullError,
     TopicSealedError,
     WalClosedError,
 )
@@ -221,12 +223,29 @@ class TopicStorage:
                 raise TopicSealedError(f"topic {self.topic} is sealed for a handoff; look it up again",
                                        retriable=True)
             raise TopicSealedError(f"topic {self.topic} storage is closed", retriable=True)
-        if self.fence is not None and self.fence.fenced:
-            raise self.fence._error()
-        return self.wal.append_frames(buf)
+        if self.fence is not None:
+            # one stat: an owner that was stopped while another broker took the shared WAL over must
+            # not write into it when it wakes (the new owner appends to the same files)
+            self.fence.check()
+        try:
+            return self.wal.append_frames(buf)
+        except OSError as exc:
+            raise self._disk_error(exc, "publish refused") from exc
+
+    def _disk_error(self, exc: OSError, what: str) -> Exception:
+        """A full file system becomes StorageFullError (RESOURCE_EXHAUSTED, naming the topic and the
+        reason); the WAL took nothing of the refused batch, so the next append after space was freed
+        simply succeeds.  Other I/O errors stay what they are."""
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            return exc
+        return StorageFullError(f"topic {self.topic}: {what}: the file system of its WAL ({self.wal_dir}) is full "
+                                f"({exc.strerror}); accepted again once space is freed")
 
     async def wait_durable(self, offset: int) -> None:
-        await self.wal.wait_durable(offset)
+        try:
+            await self.wal.wait_durable(offset)
+        except OSError as exc:
+            raise self._disk_error(exc, "not made durable") from exc
         if self.fence is not None:
             try:
                 self.fence.check()  # ack nothing once another broker took the WAL over

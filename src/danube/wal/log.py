@@ -18,7 +18,7 @@ from bisect import bisect_right
 from typing import Any, AsyncIterator, Callable, Iterator
 
 from danube import _native, frames
-from danube.errors import OffsetOutOfRangeError, TooManyOpenFilesError, WalClosedError, WalError
+from danube.errors import OffsetOutOfRangeError, TooManyOpenFilesError, WalBusyError, WalClosedError
 from danube.wal.checkpoint import Checkpoint, write_checkpoint
 from danube.wal.files import LOCK_NAME, WalFileInfo, fsync_directory
 from danube.wal.options import SyncPolicy, WalOptions
@@ -53,7 +53,8 @@ class Wal:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self._lock_fd)
-            raise WalError(f"WAL {self.path} is open elsewhere (one writer per log)") from None
+            raise WalBusyError(f"WAL {self.path} is open elsewhere (one writer per log); it is free once "
+                               "that process closes it or ends") from None
         self._closing = False
         self._admin_lock = threading.RLock()  # the segment lists: rotation, pruning, close, suspend
         self._listeners: list[Callable[[WalFileInfo], None]] = []

@@ -135,3 +135,12 @@ def test_json_schema_rule_and_backoff_strategy(tmp_path):
     path.write_text("json_schema_rule: loose\n")
     with pytest.raises(InvalidArgumentError, match="reader_writer"):
         BrokerConfig.from_yaml(str(path))
+
+
+def test_client_proxy_is_on_by_default_and_can_be_turned_off():
+    from danube.server.config import BrokerConfig
+
+    assert BrokerConfig.from_dict({}).client_proxy is True
+    assert BrokerConfig.from_dict({"client_proxy": False}).client_proxy is False
+    with pytest.raises(InvalidArgumentError, match="client_proxy must be true or false"):
+        BrokerConfig.from_dict({"client_proxy": "no"})

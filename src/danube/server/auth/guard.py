@@ -52,7 +52,11 @@ def _consumer_topic(broker, consumer_id: int) -> str | None:
     if info is not None:
         return info[0]
     reg = getattr(broker, "_dormant", {}).get(("consumer", consumer_id))
-    return getattr(reg, "topic", None)
+    if reg is not None:
+        return getattr(reg, "topic", None)
+    # a consumer this broker forwards for (proxy mode, danube.cluster.client_proxy)
+    proxy = getattr(getattr(broker, "cluster", None), "client_proxy", None)
+    return proxy.consumer_topic(consumer_id) if proxy is not None else None
 
 
 def _namespace(name: str) -> str:
@@ -79,7 +83,10 @@ Resolver = Callable[[Any, Any], "str | None"]
 # method -> (permission, resource of the request; None = authentication only)
 RULES: dict[str, tuple[str | None, Resolver | None]] = {
     "/danube.ProducerService/CreateProducer": ("produce", lambda r, b: r.topic_name),
-    "/danube.ProducerService/SendMessage": ("produce", lambda r, b: _producer_topic(b, r.msg_id.producer_id)),
+    # a producer not served here is forwarded (proxy mode) only to the topic the message names, and
+    # only once the owner confirmed the id belongs to that topic (danube.cluster.client_proxy)
+    "/danube.ProducerService/SendMessage": ("produce", lambda r, b: _producer_topic(b, r.msg_id.producer_id)
+                                            or r.msg_id.topic_name or None),
     "/danube.ConsumerService/Subscribe": ("consume", lambda r, b: r.topic_name),
     "/danube.ConsumerService/ReceiveMessages": ("consume", lambda r, b: _consumer_topic(b, r.consumer_id)),
     "/danube.ConsumerService/Ack": ("consume", lambda r, b: r.msg_id.topic_name),

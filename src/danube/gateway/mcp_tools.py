@@ -16,8 +16,9 @@ from danube.gateway.actions import COMPATIBILITY_MODES, normalize_topic
 from danube.gateway.backend import AdminBackend, pb, spb
 from danube.gateway.config import GatewayConfig
 from danube.gateway.metrics import MetricsHub
-from danube.gateway.pages import Pages, _dict
+from danube.gateway.pages import SUBSCRIPTION_TYPES, Pages, _dict, failure_policy_json
 from danube.metadata.keys import check_name, check_namespace
+from danube.schema.registry import check_subject
 
 SECURITY_SERVICE = "danube_admin.SecurityAdmin"  # the JSON-coded service `danube admin security` calls
 
@@ -175,11 +176,16 @@ class AdminTools:
         """What happens to a subscription's unacked messages (redeliveries, dead letters)."""
         r = await self.backend.call(
             self.backend.topics.GetSubscriptionFailurePolicy,
-            pb.SubscriptionRequest(
+            pb.GetSubscriptionFailurePolicyRequest(
                 topic=normalize_topic(topic, None), subscription=check_name("subscription", subscription)
             ),
         )
-        return _json(json.loads(r.policy_json or "{}"))
+        return _json(
+            {
+                "subscription_type": SUBSCRIPTION_TYPES.get(r.subscription_type, "Exclusive"),
+                "failure_policy": failure_policy_json(r.failure_policy) if r.HasField("failure_policy") else None,
+            }
+        )
 
     async def create_topic(self, topic: str, partitions: int = 0, reliable: bool = True) -> str:
         """Create a topic (partitions > 0: a partitioned topic); reliable=true keeps it in the WAL."""
@@ -257,24 +263,18 @@ class AdminTools:
 
     async def get_schema(self, subject: str) -> str:
         """A subject's latest schema and its version list."""
-        from danube.schema.registry import _check_subject
-
-        return _json(await self.pages.schema(_check_subject(subject)))
+        return _json(await self.pages.schema(check_subject(subject)))
 
     async def list_schema_versions(self, subject: str) -> str:
         """The versions of a subject."""
-        from danube.schema.registry import _check_subject
-
         r = await self.backend.call(
-            self.backend.schemas.ListVersions, spb.ListVersionsRequest(subject=_check_subject(subject))
+            self.backend.schemas.ListVersions, spb.ListVersionsRequest(subject=check_subject(subject))
         )
         return _json([_dict(v) for v in r.versions])
 
     async def set_schema_compatibility_mode(self, subject: str, mode: str) -> str:
         """Set a subject's compatibility mode: NONE, BACKWARD, FORWARD or FULL."""
-        from danube.schema.registry import _check_subject
-
-        _check_subject(subject)
+        check_subject(subject)
         if mode.upper() not in COMPATIBILITY_MODES:
             raise ValueError(f"mode must be one of {', '.join(COMPATIBILITY_MODES)}")
         self._may_change("changing a compatibility mode")

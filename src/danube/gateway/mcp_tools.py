@@ -14,6 +14,7 @@ from typing import Any
 from danube.errors import DanubeError
 from danube.gateway.actions import COMPATIBILITY_MODES, normalize_topic
 from danube.gateway.backend import AdminBackend, pb, spb
+from danube.gateway import mcp_guides
 from danube.gateway.config import GatewayConfig
 from danube.gateway.metrics import MetricsHub
 from danube.gateway.pages import SUBSCRIPTION_TYPES, Pages, _dict, failure_policy_json
@@ -66,7 +67,8 @@ class AdminTools:
     # ------------------------------------------------------------ cluster
 
     async def list_brokers(self) -> str:
-        """The cluster's brokers: id, address, role (leader or follower), status."""
+        """Returns broker IDs, status (active or drained), role (leader or follower), client and admin
+        addresses and metrics page of every broker. Use this first to discover the cluster."""
         return _json([_dict(b) for b in await self.backend.list_brokers()])
 
     async def get_leader(self) -> str:
@@ -360,6 +362,7 @@ def build_server(cfg: GatewayConfig, allow_actions: bool = False):
 
     for name in TOOLS:
         server.add_tool(wrap(getattr(tools, name)), name=name)
+    mcp_guides.register(server, tools)
     return server, tools
 
 

@@ -13,7 +13,7 @@ from danube.errors import InvalidArgumentError
 from danube.gateway.backend import AdminBackend, pb, spb
 from danube.gateway.errors import GatewayRequestError
 from danube.metadata.keys import check_name, check_namespace, check_topic
-from danube.schema.registry import _check_subject as check_subject  # the registry's one subject rule
+from danube.schema.registry import check_subject  # the registry's one subject rule
 
 COMPATIBILITY_MODES = ("NONE", "BACKWARD", "FORWARD", "FULL")
 
@@ -169,21 +169,6 @@ class Actions:
                 if subject:
                     req.schema_subject = subject
                 r = await b.call(b.topics.CreateTopic, req, token=token)
-            if subject and r.success:
-                # the broker binds a subject to a topic through the registry (CreateTopic keeps none)
-                names = [f"{name}-part-{i}" for i in range(partitions)] if partitions else [name]
-                for topic_name in names:
-                    bound = await b.call(
-                        b.schemas.ConfigureTopicSchema,
-                        spb.ConfigureTopicSchemaRequest(topic_name=topic_name, schema_subject=subject),
-                        token=token,
-                    )
-                    if not bound.success:
-                        return {
-                            "success": False,
-                            "message": f"created, but the schema binding failed: {bound.message}",
-                            "topic": name,
-                        }
         elif action == "delete":
             r = await b.call(b.topics.DeleteTopic, pb.TopicRequest(name=name), token=token)
         elif action == "unload":

@@ -25,6 +25,7 @@ from danube.gateway.http import HttpServer, Request, Response
 from danube.gateway.metrics import MetricsHub
 from danube.gateway.pages import Pages
 from danube.metadata.keys import check_name
+from danube.schema.registry import check_subject
 
 log = logging.getLogger("danube.gateway")
 
@@ -197,9 +198,7 @@ class Gateway:
             case ["schemas"]:
                 return p.schemas()
             case ["schemas", subject]:
-                from danube.schema.registry import _check_subject
-
-                return p.schema(_check_subject(subject))
+                return p.schema(check_subject(subject))
         raise NotFoundError("not found")
 
     async def _cached(self, key: str, make) -> dict:

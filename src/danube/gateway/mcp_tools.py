@@ -14,10 +14,12 @@ from typing import Any
 from danube.errors import DanubeError
 from danube.gateway.actions import COMPATIBILITY_MODES, normalize_topic
 from danube.gateway.backend import AdminBackend, pb, spb
+from danube.gateway import mcp_guides
 from danube.gateway.config import GatewayConfig
 from danube.gateway.metrics import MetricsHub
-from danube.gateway.pages import Pages, _dict
+from danube.gateway.pages import SUBSCRIPTION_TYPES, Pages, _dict, failure_policy_json
 from danube.metadata.keys import check_name, check_namespace
+from danube.schema.registry import check_subject
 
 SECURITY_SERVICE = "danube_admin.SecurityAdmin"  # the JSON-coded service `danube admin security` calls
 
@@ -65,7 +67,8 @@ class AdminTools:
     # ------------------------------------------------------------ cluster
 
     async def list_brokers(self) -> str:
-        """The cluster's brokers: id, address, role (leader or follower), status."""
+        """Returns broker IDs, status (active or drained), role (leader or follower), client and admin
+        addresses and metrics page of every broker. Use this first to discover the cluster."""
         return _json([_dict(b) for b in await self.backend.list_brokers()])
 
     async def get_leader(self) -> str:
@@ -175,11 +178,16 @@ class AdminTools:
         """What happens to a subscription's unacked messages (redeliveries, dead letters)."""
         r = await self.backend.call(
             self.backend.topics.GetSubscriptionFailurePolicy,
-            pb.SubscriptionRequest(
+            pb.GetSubscriptionFailurePolicyRequest(
                 topic=normalize_topic(topic, None), subscription=check_name("subscription", subscription)
             ),
         )
-        return _json(json.loads(r.policy_json or "{}"))
+        return _json(
+            {
+                "subscription_type": SUBSCRIPTION_TYPES.get(r.subscription_type, "Exclusive"),
+                "failure_policy": failure_policy_json(r.failure_policy) if r.HasField("failure_policy") else None,
+            }
+        )
 
     async def create_topic(self, topic: str, partitions: int = 0, reliable: bool = True) -> str:
         """Create a topic (partitions > 0: a partitioned topic); reliable=true keeps it in the WAL."""
@@ -257,24 +265,18 @@ class AdminTools:
 
     async def get_schema(self, subject: str) -> str:
         """A subject's latest schema and its version list."""
-        from danube.schema.registry import _check_subject
-
-        return _json(await self.pages.schema(_check_subject(subject)))
+        return _json(await self.pages.schema(check_subject(subject)))
 
     async def list_schema_versions(self, subject: str) -> str:
         """The versions of a subject."""
-        from danube.schema.registry import _check_subject
-
         r = await self.backend.call(
-            self.backend.schemas.ListVersions, spb.ListVersionsRequest(subject=_check_subject(subject))
+            self.backend.schemas.ListVersions, spb.ListVersionsRequest(subject=check_subject(subject))
         )
         return _json([_dict(v) for v in r.versions])
 
     async def set_schema_compatibility_mode(self, subject: str, mode: str) -> str:
         """Set a subject's compatibility mode: NONE, BACKWARD, FORWARD or FULL."""
-        from danube.schema.registry import _check_subject
-
-        _check_subject(subject)
+        check_subject(subject)
         if mode.upper() not in COMPATIBILITY_MODES:
             raise ValueError(f"mode must be one of {', '.join(COMPATIBILITY_MODES)}")
         self._may_change("changing a compatibility mode")
@@ -360,6 +362,7 @@ def build_server(cfg: GatewayConfig, allow_actions: bool = False):
 
     for name in TOOLS:
         server.add_tool(wrap(getattr(tools, name)), name=name)
+    mcp_guides.register(server, tools)
     return server, tools
 
 

@@ -1,4 +1,5 @@
-"""The GET endpoints: Danube's gateway JSON (compatibility modes upper-case, as Danube spells them), built from admin gRPC calls and the brokers' metrics.
+"""The GET endpoints: Danube's gateway JSON (compatibility modes upper-case, as the broker's ListSubjects
+and DescribeTopic spell them), built from admin gRPC calls and the brokers' metrics.
 
 Field names follow Danube's gateway (and the fields Danube's Admin UI reads); fields this project adds
 (storage, backlog, partitioning, balance, rebalancing history) are extra keys the UI ignores.  Partial
@@ -8,7 +9,6 @@ failures do not fail a page: they land in its ``errors`` list, as in Danube.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from datetime import datetime, timezone
 
@@ -18,7 +18,11 @@ from danube.errors import DanubeError, InvalidArgumentError, NotFoundError
 from danube.gateway.backend import AdminBackend, pb, spb
 from danube.gateway.metrics import MetricsHub, clamp_range, metrics_page_url, parse_step, quantile
 
-MAX_TOPICS_SCANNED = 500  # topics asked for their schema binding (no ListSubjects call yet)
+SCHEMA_FIELDS = ("schema_subject", "schema_id", "schema_version", "schema_type", "compatibility_mode")
+# GetSubscriptionFailurePolicy's subscription_type number and enum values, spelled as Danube's gateway does
+SUBSCRIPTION_TYPES = {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "KeyShared"}
+_BACKOFF = {pb.Fixed: "fixed", pb.Exponential: "exponential"}
+_POISON = {pb.DeadLetter: "dead_letter", pb.Block: "block", pb.Drop: "drop"}
 
 
 def now_iso() -> str:
@@ -27,6 +31,19 @@ def now_iso() -> str:
 
 def _dict(message) -> dict:
     return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+
+
+def failure_policy_json(fp) -> dict:
+    """An admin ``SubscriptionFailurePolicy`` as Danube's gateway shows it (enum labels, no DLQ topic: null)."""
+    return {
+        "max_redelivery_count": fp.max_redelivery_count,
+        "ack_timeout_ms": fp.ack_timeout_ms,
+        "base_redelivery_delay_ms": fp.base_redelivery_delay_ms,
+        "max_redelivery_delay_ms": fp.max_redelivery_delay_ms,
+        "backoff_strategy": _BACKOFF.get(fp.backoff_strategy, "fixed"),
+        "dead_letter_topic": fp.dead_letter_topic if fp.HasField("dead_letter_topic") else None,
+        "poison_policy": _POISON.get(fp.poison_policy, "unknown"),
+    }
 
 
 def _identity(b) -> dict:
@@ -243,33 +260,22 @@ class Pages:
         sample = self.metrics.topic(name)
         subscriptions = []
         for sub in dict.fromkeys(subs.subscriptions):
-            policy, doc = None, {}
+            policy, sub_type = None, "Unknown"
             try:
-                doc = json.loads(
-                    (
-                        await b.call(
-                            b.topics.GetSubscriptionFailurePolicy, pb.SubscriptionRequest(topic=name, subscription=sub)
-                        )
-                    ).policy_json
-                    or "{}"
+                r = await b.call(
+                    b.topics.GetSubscriptionFailurePolicy,
+                    pb.GetSubscriptionFailurePolicyRequest(topic=name, subscription=sub),
                 )
-                if doc:
-                    policy = {
-                        "max_redelivery_count": doc.get("max_redelivery_count"),
-                        "ack_timeout_ms": doc.get("ack_timeout_ms"),
-                        "base_redelivery_delay_ms": doc.get("base_redelivery_delay_ms"),
-                        "max_redelivery_delay_ms": doc.get("max_redelivery_delay_ms"),
-                        "backoff_strategy": "exponential",
-                        "dead_letter_topic": doc.get("dead_letter_topic") or None,
-                        "poison_policy": doc.get("poison_policy"),
-                    }
+                sub_type = SUBSCRIPTION_TYPES.get(r.subscription_type, "Exclusive")
+                if r.HasField("failure_policy"):
+                    policy = failure_policy_json(r.failure_policy)
             except DanubeError as exc:
                 errors.append(f"failure policy of {sub}: {exc}")
             live = (sample.subscriptions.get(sub) if sample else None) or {}
             subscriptions.append(
                 {
                     "name": sub,
-                    "subscription_type": doc.get("subscription_type", "Unknown"),
+                    "subscription_type": sub_type,
                     "failure_policy": policy,
                     "backlog": live.get("backlog", 0),
                     "unacked": live.get("unacked", 0),
@@ -280,9 +286,8 @@ class Pages:
             partitioning = _dict(await b.call(b.topics.DescribePartitioning, pb.TopicRequest(name=name)))
         except DanubeError:
             pass  # not a partitioned topic
-        schema = await self._topic_schema(name, desc)
         topic = {
-            **schema,
+            **{key: (getattr(desc, key) if desc.HasField(key) else None) for key in SCHEMA_FIELDS},
             "name": desc.name,
             "broker_id": desc.broker_id,
             "delivery": desc.delivery,
@@ -340,35 +345,6 @@ class Pages:
         }
         return {"timestamp": now_iso(), "topic": topic, "metrics": metrics, "errors": errors}
 
-    async def _topic_schema(self, name: str, desc) -> dict:
-        """The topic's schema fields: DescribeTopic's when it has them, else the registry's topic binding
-        (GetTopicSchemaConfig) and the subject's latest version."""
-        b = self.backend
-        out = {
-            key: (getattr(desc, key) if desc.HasField(key) else None)
-            for key in ("schema_subject", "schema_id", "schema_version", "schema_type", "compatibility_mode")
-        }
-        if out["schema_subject"] is None:
-            try:
-                cfg = await b.call(b.schemas.GetTopicSchemaConfig, spb.GetTopicSchemaConfigRequest(topic_name=name))
-                out["schema_subject"] = cfg.schema_subject or None
-            except DanubeError:
-                return out
-        if out["schema_subject"] and out["schema_version"] is None:
-            try:
-                latest = await b.call(
-                    b.schemas.GetLatestSchema, spb.GetLatestSchemaRequest(subject=out["schema_subject"])
-                )
-            except DanubeError:
-                return out
-            out.update(
-                schema_id=latest.schema_id,
-                schema_version=latest.version,
-                schema_type=latest.schema_type,
-                compatibility_mode=latest.compatibility_mode.upper(),
-            )
-        return out
-
     async def _partitioned(self, name: str, missing: NotFoundError) -> dict:
         """A partitioned topic's base name: its partitioning and its partitions' summed figures."""
         b = self.backend
@@ -386,11 +362,7 @@ class Pages:
             "name": name,
             "broker_id": None,
             "delivery": None,
-            "schema_subject": None,
-            "schema_id": None,
-            "schema_version": None,
-            "schema_type": None,
-            "compatibility_mode": None,
+            **dict.fromkeys(SCHEMA_FIELDS),
             "subscriptions": [],
             "storage": None,
             "partitioning": _dict(part),
@@ -446,47 +418,20 @@ class Pages:
 
     # ------------------------------------------------------------ schemas
 
-    async def _subjects(self) -> list[str]:
-        """Subjects named by topics (the broker has no ListSubjects call): every namespace's topics,
-        registry bindings, at most MAX_TOPICS_SCANNED of them."""
-        names: list[str] = []
-        for ns in await self.backend.namespaces_list():
-            names += [t.name for t in await self.backend.namespace_topics(ns)]
-        subjects: set[str] = set()
-        sem = asyncio.Semaphore(8)
-
-        async def one(topic):
-            async with sem:
-                try:
-                    cfg = await self.backend.call(
-                        self.backend.schemas.GetTopicSchemaConfig, spb.GetTopicSchemaConfigRequest(topic_name=topic)
-                    )
-                except DanubeError:
-                    return
-                if cfg.schema_subject:
-                    subjects.add(cfg.schema_subject)
-
-        await asyncio.gather(*(one(t) for t in names[:MAX_TOPICS_SCANNED]))
-        return sorted(subjects)
-
     async def schemas(self) -> dict:
         b = self.backend
-        out = []
-        for subject in await self._subjects():
-            try:
-                s = await b.call(b.schemas.GetLatestSchema, spb.GetLatestSchemaRequest(subject=subject))
-            except NotFoundError:
-                continue
-            out.append(
-                {
-                    "subject": subject,
-                    "schema_type": s.schema_type,
-                    "latest_version": s.version,
-                    "compatibility_mode": s.compatibility_mode.upper(),
-                    "schema_id": s.schema_id,
-                    "tags": list(s.tags),
-                }
-            )
+        resp = await b.call(b.schemas.ListSubjects, spb.ListSubjectsRequest())
+        out = [
+            {
+                "subject": s.subject,
+                "schema_type": s.schema_type,
+                "latest_version": s.latest_version,
+                "compatibility_mode": s.compatibility_mode,
+                "schema_id": s.schema_id,
+                "tags": list(s.tags),
+            }
+            for s in resp.subjects
+        ]
         out.sort(key=lambda x: x["schema_id"])
         return {"timestamp": now_iso(), "subjects": out}
 
@@ -500,6 +445,8 @@ class Pages:
             definition = bytes(latest.schema_definition).decode("utf-8")
         except UnicodeDecodeError:
             definition = "binary schema definition"
+        # GetLatestSchema answers the registry's lower-case mode; ListSubjects and DescribeTopic upper case
+        mode = latest.compatibility_mode.upper()
         detail = {
             "schema_id": latest.schema_id,
             "version": latest.version,
@@ -511,13 +458,13 @@ class Pages:
             "created_by": latest.created_by,
             "tags": list(latest.tags),
             "fingerprint": latest.fingerprint,
-            "compatibility_mode": latest.compatibility_mode.upper(),
+            "compatibility_mode": mode,
         }
         return {
             "timestamp": now_iso(),
             "subject": subject,
             "schema_type": latest.schema_type,
-            "compatibility_mode": latest.compatibility_mode.upper(),
+            "compatibility_mode": mode,
             "latest": detail,
             "versions": [
                 {

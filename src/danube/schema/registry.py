@@ -82,7 +82,8 @@ def base_topic(topic: str) -> str:
     return topic
 
 
-def _check_subject(subject: str) -> str:
+def check_subject(subject: str) -> str:
+    """The registry's subject rule (the gateway checks names with it before calling the broker)."""
     if not isinstance(subject, str) or not subject.strip():
         raise InvalidArgumentError("schema subject must not be empty")
     if len(subject) > MAX_SUBJECT_LEN:
@@ -136,7 +137,7 @@ class SchemaRegistry:
         return json.loads(kv.value), kv.version
 
     async def _require_subject(self, subject: str) -> dict:
-        _check_subject(subject)
+        check_subject(subject)
         rec, _ = await self._subject_record(subject)
         if rec is None:
             raise SchemaNotFoundError(f"schema subject {subject!r} not found")
@@ -219,7 +220,7 @@ class SchemaRegistry:
 
         Raises InvalidSchemaError (bad type or definition, or another type than the subject's)
         and IncompatibleSchemaError (with ``reasons``) under the subject's compatibility mode."""
-        _check_subject(subject)
+        check_subject(subject)
         schema_type = normalize_type(schema_type)
         p = parse(schema_type, definition)
         async with self._lock:
@@ -307,7 +308,7 @@ class SchemaRegistry:
     async def set_compatibility_mode(self, subject: str, mode: str, json_schema_rule: str | None = None) -> None:
         """Set the subject's mode and, when given, its JSON Schema rule (``danube`` or
         ``reader_writer``; ``default`` goes back to the broker's)."""
-        _check_subject(subject)
+        check_subject(subject)
         mode = normalize_mode(mode)
         rule = None
         if json_schema_rule and json_schema_rule.strip().lower() != "default":

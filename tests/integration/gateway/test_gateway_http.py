@@ -73,7 +73,12 @@ def test_pages_show_the_broker_its_topic_and_live_metrics(stack):
 
         page = wait_until(topic_page, 30, "the topic page to show the 40 messages")
         assert page["topic"]["name"] == TOPIC and page["topic"]["delivery"] == "Reliable"
-        assert [s["name"] for s in page["topic"]["subscriptions"]] == ["audit"]
+        (audit,) = page["topic"]["subscriptions"]
+        assert (audit["name"], audit["subscription_type"]) == ("audit", "Shared")
+        policy = audit["failure_policy"]
+        assert policy["backoff_strategy"] in ("fixed", "exponential"), policy
+        assert policy["poison_policy"] in ("dead_letter", "block", "drop"), policy
+        assert isinstance(policy["max_redelivery_count"], int) and isinstance(policy["ack_timeout_ms"], int)
         m = page["metrics"]
         assert m["active"] == {"producers": 1, "consumers": 1, "subscriptions": 1}
         assert m["core"]["bytes_in_total"] > 0
@@ -178,7 +183,24 @@ def test_schema_pages_and_actions(stack):
     assert json.loads(detail["latest"]["schema_definition"]) == v2
     assert [v["version"] for v in detail["versions"]] == [1, 2]
     topic = gw.get("/ui/v1/topics/%2Fdefault%2Fgw_paid")["topic"]
-    assert (topic["schema_subject"], topic["schema_version"]) == ("gw-paid", 2)
+    assert (topic["schema_subject"], topic["schema_version"], topic["compatibility_mode"]) == ("gw-paid", 2, "BACKWARD")
+    # the broker binds the subject at create, each partition following its partitioned topic
+    status, doc, _ = gw.request(
+        "POST",
+        "/ui/v1/topics/actions",
+        {"action": "create", "topic": "/default/gw_paid_parted", "partitions": 2, "schema_subject": "gw-paid"},
+    )
+    assert (status, doc["success"]) == (200, True), doc
+    part = gw.get("/ui/v1/topics/%2Fdefault%2Fgw_paid_parted-part-1")["topic"]
+    assert (part["schema_subject"], part["schema_type"]) == ("gw-paid", "avro")
+    status, doc, _ = gw.request(
+        "POST",
+        "/ui/v1/topics/actions",
+        {"action": "create", "topic": "/default/gw_unpaid", "schema_subject": "gw-none"},
+    )
+    assert status == 404 and "gw-none" in doc["message"], doc
+    status, _, _ = gw.request("GET", "/ui/v1/topics/%2Fdefault%2Fgw_unpaid")
+    assert status == 404  # refused before anything was created
 
     status, doc, _ = gw.request(
         "POST",

@@ -54,6 +54,7 @@ class Wal:
         except BlockingIOError:
             os.close(self._lock_fd)
             raise WalError(f"WAL {self.path} is open elsewhere (one writer per log)") from None
+        self._device = os.fstat(self._lock_fd).st_dev
         self._closing = False
         self._admin_lock = threading.RLock()  # the segment lists: rotation, pruning, close, suspend
         self._listeners: list[Callable[[WalFileInfo], None]] = []
@@ -111,7 +112,9 @@ class Wal:
                            if options.page_cache_bytes is not None and options.sync is not SyncPolicy.NEVER
                            else None)
         self._syncer = Syncer(options.sync, options.sync_interval_ms, self._appended, self._sync_files,
-                              after_sync=self._trim_page_cache if self.page_cache is not None else None)
+                              after_sync=self._trim_page_cache if self.page_cache is not None else None,
+                              group=options.sync_group, watch_appends=self._notifier.watch,
+                              fs_target=self._fs_sync_target)
         self._keeper = FileKeeper(self.path, options, recovered.checkpoint,
                                   durable=options.sync is not SyncPolicy.NEVER, sync_lock=self._syncer.lock)
         self._keeper.listeners = self._listeners
@@ -197,6 +200,15 @@ class Wal:
                 keeper.dir_dirty = True
                 raise
         active.sync()
+
+    def _fs_sync_target(self) -> tuple[int, int] | None:
+        """What a syncfs round syncs for this log: the file system of its directory, through the
+        lock file's descriptor (open as long as the log).  None while a rotated file or the
+        directory still needs its own fsync (rare: around rotations), so ``_sync_files`` runs."""
+        keeper = self._keeper
+        if keeper.unsynced or keeper.dir_dirty:
+            return None
+        return self._device, self._lock_fd
 
     def _trim_page_cache(self) -> None:
         """After a sync, on the thread that synced: drop what lies behind the page-cache window."""

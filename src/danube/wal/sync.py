@@ -40,10 +40,11 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from danube.errors import WalClosedError
 from danube.wal.options import SyncPolicy
+from danube.wal.workers import WorkerPool
 
 log = logging.getLogger("danube.wal")
 
@@ -121,7 +122,7 @@ class SyncGroup:
         self._paced: dict[float, dict[Syncer, None]] = {}     # sync=interval logs, by interval
         self._budgets: dict[float, IntervalBudget] = {}
         self._thread: threading.Thread | None = None
-        self._pool: Any = None   # a ThreadPoolExecutor, made on the first round that needs one
+        self._pool: WorkerPool | None = None   # made on the first round that needs one
         self._syncfs_failed = False
         self.rounds = 0          # rounds run (tests, stats)
         self.synced_logs = 0     # logs in them
@@ -193,14 +194,24 @@ class SyncGroup:
             _sync_all(rest)
         else:
             if self._pool is None:
-                from concurrent.futures import ThreadPoolExecutor
-
-                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix=self.name)
+                self._pool = WorkerPool(self.workers, self.name)
             share = workers + 1
-            futures = [self._pool.submit(_sync_all, rest[i::share]) for i in range(1, share)]
+            left = [share - 1]
+            done = threading.Condition()
+
+            def chunk(logs: list[Syncer]) -> None:
+                try:
+                    _sync_all(logs)
+                finally:
+                    with done:
+                        left[0] -= 1
+                        done.notify()
+
+            for i in range(1, share):
+                self._pool.submit(chunk, rest[i::share])
             _sync_all(rest[0::share])
-            for fut in futures:
-                fut.result()
+            with done:
+                done.wait_for(lambda: left[0] == 0)
         self.rounds += 1
         self.synced_logs += len(logs)
         ready: list = []

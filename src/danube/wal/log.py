@@ -77,8 +77,8 @@ class Wal:
             raise
 
     def _open_state(self) -> None:
-        """Recover the files and start the writer, the sync thread and the file thread (at open,
-        and again on the first use after :meth:`suspend`)."""
+        """Recover the files, start the writer and join the sync group (at open, and again on
+        the first use after :meth:`suspend`)."""
         options = self.options
         recovered = recover(self.path, options)
         self.recovery: RecoveryReport = recovered.report
@@ -342,7 +342,7 @@ class Wal:
 
     def add_rotation_listener(self, callback: Callable[[WalFileInfo], None]) -> None:
         """Call ``callback(WalFileInfo)`` once each rotated file is final: trimmed, synced and in
-        the checkpoint.  It runs on the WAL's background file thread; keep it short (wake
+        the checkpoint.  It runs on one of the WAL's background file threads; keep it short (wake
         something up) and do not block it."""
         self._listeners.append(callback)
 
@@ -524,7 +524,7 @@ class Wal:
 
     def suspend(self) -> bool:
         """Release what an idle log holds: segment files and their mappings, the frame cache, the
-        sync and file threads, the spare file, the active file's preallocated tail.  Only the
+        place in the sync group, the spare file, the active file's preallocated tail.  Only the
         lock file stays open (one descriptor: no other process can take the log meanwhile).
 
         The next use (an append, a read below the end, a rotation, pruning) reopens the log the

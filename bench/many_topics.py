@@ -13,6 +13,10 @@ and per call, its threads, and the N-topic / 1-topic CPU ratio of each tree.
 
 ``--shape many`` runs the other shape instead: ``--topics 1000`` topics at ``--rate`` in total
 (10 msgs/s each by default) from as many producers over 50 connections.
+
+``--shape idle``: ``--topics`` topics (200 by default) each get one message, the clients
+disconnect, and the broker's CPU over the next ``--duration`` seconds and its threads are
+printed: what idle topics cost.
 """
 
 from __future__ import annotations
@@ -56,6 +60,36 @@ def run_one(tree: str, sync: str, bench_args: list[str], timeout: float) -> dict
         return {"errors": [f"bench failed: {out.stderr[-500:]}"]}
 
 
+async def _touch_topics(url: str, n: int) -> None:
+    from danube.client import DanubeClient
+
+    client = DanubeClient.builder().service_url(url).build()
+    try:
+        base = f"/default/idle-{os.getpid()}"
+        for i in range(n):
+            producer = client.new_producer().with_topic(f"{base}-{i}").with_name(f"idle-{i}").build()
+            await producer.create()
+            await producer.send(b"x")
+            await producer.close()
+    finally:
+        await client.close()
+
+
+def run_idle(tree: str, sync: str, topics: int, seconds: float) -> dict:
+    import asyncio
+    import time
+
+    from danube.cli._process import cpu_seconds, thread_count
+
+    with _pythonpath(tree), spawned_broker(sync) as broker:
+        asyncio.run(_touch_topics(broker.service_url, topics))
+        time.sleep(1.0)   # the last closes settle
+        c0 = cpu_seconds(broker.proc.pid)
+        time.sleep(seconds)
+        cpu = cpu_seconds(broker.proc.pid) - c0
+        return {"idle_cpu_pct": round(cpu / seconds * 100, 1), "threads": thread_count(broker.proc.pid)}
+
+
 def summary(r: dict, offered: float) -> dict:
     lat = r.get("deliver_latency_ms") or {}
     return {
@@ -70,7 +104,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", default=None, help="src dir of the tree to compare with")
     ap.add_argument("--sync", nargs="+", default=["always", "interval", "never"])
-    ap.add_argument("--shape", choices=["pair", "many"], default="pair")
+    ap.add_argument("--shape", choices=["pair", "many", "idle"], default="pair")
     ap.add_argument("--topics", type=int, default=None)
     ap.add_argument("--rate", type=float, default=None)
     ap.add_argument("--pace-ms", type=float, default=10.0)
@@ -80,6 +114,13 @@ def main() -> None:
     args = ap.parse_args()
     trees = [("after", SRC)] + ([("before", os.path.abspath(args.before))] if args.before else [])
     common = ["--duration", str(args.duration), "--pace-ms", str(args.pace_ms)]
+    if args.shape == "idle":
+        for i, sync in enumerate(args.sync):
+            for name, tree in (trees if i % 2 == 0 else list(reversed(trees))):
+                row = {"tree": name, "sync": sync, "topics": args.topics or 200,
+                       **run_idle(tree, sync, args.topics or 200, args.duration)}
+                print(json.dumps(row), flush=True)
+        return
     if args.shape == "pair":
         n = args.topics or 100
         rate = args.rate or 25000

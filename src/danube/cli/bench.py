@@ -350,8 +350,9 @@ class _ConsumerProcess:
             raise RuntimeError(f"the consumer process did not answer within {timeout:.0f}s")
         return self._conn.recv()
 
-    async def ready(self) -> None:
-        answer = await self._receive(60)
+    async def ready(self, consumers: int) -> None:
+        # subscribing takes a metadata write each: allow for a thousand topics on a busy machine
+        answer = await self._receive(max(60.0, 0.25 * consumers))
         if answer != "ready":
             raise RuntimeError(answer.get("error", "the consumer process failed") if isinstance(answer, dict)
                                else f"unexpected answer {answer!r}")
@@ -476,7 +477,7 @@ async def run_bench(config: BenchConfig) -> BenchResult:
     consumer_tasks: list = []
     try:
         if child:
-            await child.ready()
+            await child.ready(config.consumers)
         else:
             await asyncio.gather(*(c.subscribe() for c in consumers))
         await asyncio.gather(*(p.create() for p in producers))

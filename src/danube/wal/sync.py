@@ -266,17 +266,18 @@ def _sync_all(logs: list["Syncer"]) -> None:
         syncer._round_sync()
 
 
-_DEFAULT_GROUP: SyncGroup | None = None
-_DEFAULT_LOCK = threading.Lock()
+_GROUPS: dict[bool, SyncGroup] = {}
+_GROUPS_LOCK = threading.Lock()
 
 
-def default_sync_group() -> SyncGroup:
-    """The process-wide group every log joins unless it is given one (``Wal.open(sync_group=)``)."""
-    global _DEFAULT_GROUP
-    with _DEFAULT_LOCK:
-        if _DEFAULT_GROUP is None:
-            _DEFAULT_GROUP = SyncGroup()
-        return _DEFAULT_GROUP
+def default_sync_group(syncfs: bool = True) -> SyncGroup:
+    """The process-wide group every log joins unless it is given one (``Wal.open(sync_group=)``);
+    ``syncfs=False``: the process-wide one whose rounds sync each log's files."""
+    with _GROUPS_LOCK:
+        group = _GROUPS.get(syncfs)
+        if group is None:
+            group = _GROUPS[syncfs] = SyncGroup(**({} if syncfs else {"syncfs_min_logs": 0}))
+        return group
 
 
 class Syncer:

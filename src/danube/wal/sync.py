@@ -276,7 +276,7 @@ def default_sync_group(syncfs: bool = True) -> SyncGroup:
     with _GROUPS_LOCK:
         group = _GROUPS.get(syncfs)
         if group is None:
-            group = _GROUPS[syncfs] = SyncGroup(**({} if syncfs else {"syncfs_min_logs": 0}))
+            group = _GROUPS[syncfs] = SyncGroup(syncfs_min_logs=SYNCFS_MIN_LOGS if syncfs else 0)
         return group
 
 

@@ -52,8 +52,11 @@ def run_one(tree: str, sync: str, bench_args: list[str], timeout: float) -> dict
     with _pythonpath(tree), spawned_broker(sync) as broker:
         cmd = [sys.executable, "-m", "danube.cli.main", "bench", "--service-url", broker.service_url,
                "--broker-pid", str(broker.proc.pid), "--json", "--no-progress", *bench_args]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                             env={**os.environ, "PYTHONPATH": SRC})
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                 env={**os.environ, "PYTHONPATH": SRC})
+        except subprocess.TimeoutExpired:
+            return {"errors": [f"bench did not finish within {timeout:.0f} s"]}
     try:
         return json.loads(out.stdout)
     except json.JSONDecodeError:
@@ -137,7 +140,8 @@ def main() -> None:
         order = trees if i % 2 == 0 else list(reversed(trees))
         for name, tree in order:
             for label, extra in shapes:
-                r = run_one(tree, sync, common + extra, timeout=args.duration + 150)
+                # setting up a thousand producers and consumers takes minutes on a busy 2-core VM
+                r = run_one(tree, sync, common + extra, timeout=args.duration + 150 + 0.4 * n)
                 row = {"tree": name, "sync": sync, "shape": label, **summary(r, rate)}
                 rows.append(row)
                 if not args.json:

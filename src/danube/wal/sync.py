@@ -415,7 +415,10 @@ class Syncer:
     def _after_round(self) -> None:
         if self._synced_in_round:
             self._synced_in_round = False
-            self._run_chore()
+            # under the lock: close() (which takes it) may be closing the files the chore touches
+            with self._lock:
+                if not self._closing:
+                    self._run_chore()
         if self._watch is not None and not self._closing:
             self._arm()
 

@@ -141,7 +141,7 @@ def main() -> None:
         for name, tree in order:
             for label, extra in shapes:
                 # setting up a thousand producers and consumers takes minutes on a busy 2-core VM
-                r = run_one(tree, sync, common + extra, timeout=args.duration + 150 + 0.4 * n)
+                r = run_one(tree, sync, common + extra, timeout=args.duration + 150 + 1.0 * n)
                 row = {"tree": name, "sync": sync, "shape": label, **summary(r, rate)}
                 rows.append(row)
                 if not args.json:

@@ -352,7 +352,7 @@ class _ConsumerProcess:
 
     async def ready(self, consumers: int) -> None:
         # subscribing takes a metadata write each: allow for a thousand topics on a busy machine
-        answer = await self._receive(max(60.0, 0.25 * consumers))
+        answer = await self._receive(max(60.0, 0.6 * consumers))
         if answer != "ready":
             raise RuntimeError(answer.get("error", "the consumer process failed") if isinstance(answer, dict)
                                else f"unexpected answer {answer!r}")

@@ -342,8 +342,9 @@ class Wal:
 
     def add_rotation_listener(self, callback: Callable[[WalFileInfo], None]) -> None:
         """Call ``callback(WalFileInfo)`` once each rotated file is final: trimmed, synced and in
-        the checkpoint.  It runs on one of the WAL's background file threads; keep it short (wake
-        something up) and do not block it."""
+        the checkpoint.  It runs on one of the WAL's background file threads, which every log of
+        the process shares; keep it short (wake something up) and do not block it (above all, not
+        on another log's file work, which may be queued behind it)."""
         self._listeners.append(callback)
 
     def add_resume_listener(self, callback: Callable[[], None]) -> None:

@@ -40,7 +40,7 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from danube.errors import WalClosedError
 from danube.wal.options import SyncPolicy
@@ -73,6 +73,8 @@ SYNCFS_MIN_LOGS = 4
 ROUND_WORKERS = 3
 # Logs per worker below which a round syncs on the group's thread alone (a hand-off costs more).
 MIN_LOGS_PER_WORKER = 4
+# A round whose every log was locked by someone else waits this long before the next one.
+BUSY_PAUSE_S = 0.0005
 
 
 def _load_syncfs() -> Callable[[int], None] | None:
@@ -187,11 +189,12 @@ class SyncGroup:
 
     def _round(self, logs: list["Syncer"]) -> None:
         rest = logs
+        busy: list[Syncer] = []
         if self.syncfs_min_logs and len(logs) >= self.syncfs_min_logs:
-            rest = self._sync_file_systems(logs)
+            rest = self._sync_file_systems(logs, busy)
         workers = min(self.workers, len(rest) // MIN_LOGS_PER_WORKER)
         if workers <= 0:
-            _sync_all(rest)
+            _sync_all(rest, busy)
         else:
             if self._pool is None:
                 self._pool = WorkerPool(self.workers, self.name)
@@ -201,7 +204,7 @@ class SyncGroup:
 
             def chunk(logs: list[Syncer]) -> None:
                 try:
-                    _sync_all(logs)
+                    _sync_all(logs, busy)
                 finally:
                     with done:
                         left[0] -= 1
@@ -209,7 +212,7 @@ class SyncGroup:
 
             for i in range(1, share):
                 self._pool.submit(chunk, rest[i::share])
-            _sync_all(rest[0::share])
+            _sync_all(rest[0::share], busy)
             with done:
                 done.wait_for(lambda: left[0] == 0)
         self.rounds += 1
@@ -220,8 +223,16 @@ class SyncGroup:
         resolve_futures(ready, None)
         for syncer in logs:
             syncer._after_round()
+        if busy:
+            # A log whose lock someone holds (its file thread finishing a rotated file, a blocking
+            # sync) goes to the next round rather than every other log waiting for it now; a
+            # round of nothing but such logs pauses a moment before trying again.
+            if len(busy) == len(logs):
+                time.sleep(BUSY_PAUSE_S)
+            for syncer in busy:
+                self.request(syncer)
 
-    def _sync_file_systems(self, logs: list["Syncer"]) -> list["Syncer"]:
+    def _sync_file_systems(self, logs: list["Syncer"], busy: list["Syncer"]) -> list["Syncer"]:
         """One syncfs per file system for the logs that allow it (each held under its lock from
         the moment its target offset is read until it is marked durable); the others are returned
         to be synced file by file."""
@@ -232,6 +243,8 @@ class SyncGroup:
                 prepared = syncer._fs_prepare()
                 if prepared is None:
                     rest.append(syncer)
+                elif prepared is _BUSY:
+                    busy.append(syncer)
                 else:
                     dev, fd, target = prepared
                     held.setdefault(dev, (fd, []))[1].append((syncer, target))
@@ -261,9 +274,13 @@ class SyncGroup:
         return rest
 
 
-def _sync_all(logs: list["Syncer"]) -> None:
+_BUSY = object()
+
+
+def _sync_all(logs: list["Syncer"], busy: list["Syncer"]) -> None:
     for syncer in logs:
-        syncer._round_sync()
+        if not syncer._round_sync():
+            busy.append(syncer)   # list.append: safe from the round's worker threads
 
 
 _GROUPS: dict[bool, SyncGroup] = {}
@@ -359,10 +376,16 @@ class Syncer:
 
     # ------------------------------------------------------------ the group's side
 
-    def _round_sync(self) -> None:
-        """Sync for a round, file by file (the group's threads)."""
-        with self._lock:
+    def _round_sync(self) -> bool:
+        """Sync for a round, file by file (the group's threads); False when someone else holds
+        the lock (nothing done)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
             self._sync_locked()
+        finally:
+            self._lock.release()
+        return True
 
     def _sync_locked(self) -> None:
         if self._closing:
@@ -378,12 +401,14 @@ class Syncer:
             self._error = exc
             self._fail_waiters(exc)
 
-    def _fs_prepare(self) -> tuple[int, int, int] | None:
+    def _fs_prepare(self) -> Any:
         """For a syncfs round: ``(device, fd, target offset)`` with the lock held (the group
-        releases it), or None (lock not held) when this log must sync its own files."""
+        releases it), None (lock not held) when this log must sync its own files, or ``_BUSY``
+        when someone else holds the lock."""
         if self._fs_target is None:
             return None
-        self._lock.acquire()
+        if not self._lock.acquire(blocking=False):
+            return _BUSY
         try:
             target = self._appended()
             where = None if self._closing or target <= self._durable else self._fs_target()

@@ -117,3 +117,27 @@ def test_a_log_with_a_rotated_file_not_yet_synced_syncs_its_own_files(tmp_path):
         wal.append(b"x")                    # outside a loop: synced on this thread, directory too
         assert keeper.dir_dirty is False
         assert wal._fs_sync_target() is not None
+
+
+@pytest.mark.parametrize("syncfs_min_logs", [4, 0], ids=["syncfs", "per-file"])
+def test_a_log_whose_lock_is_taken_does_not_hold_up_the_others(tmp_path, syncfs_min_logs):
+    """A log's file thread finishing a rotated file holds its sync lock: a round leaves the log
+    to a later round instead of every other log waiting."""
+    group = SyncGroup(syncfs_min_logs=syncfs_min_logs, name="danube-wal-test-busy")
+    logs = _open_logs(tmp_path, 6, group, sync="always")
+
+    async def run() -> None:
+        lasts = [wal.append_frames(_frames(b"x"))[1] for wal in logs]
+        with logs[0]._syncer.lock:   # as FileKeeper's trim does
+            first = asyncio.ensure_future(logs[0].wait_durable(lasts[0]))   # asks first, alone
+            await asyncio.sleep(0.05)
+            await asyncio.wait_for(asyncio.gather(*(wal.wait_durable(last) for wal, last
+                                                    in zip(logs[1:], lasts[1:]))), 20)
+            assert logs[0].durable_offset < lasts[0] and not first.done()
+        await asyncio.wait_for(first, 20)
+
+    try:
+        asyncio.run(run())
+    finally:
+        for wal in logs:
+            wal.close()

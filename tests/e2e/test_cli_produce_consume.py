@@ -102,7 +102,7 @@ def test_broker_refuses_one_port_for_two_listeners(tmp_path):
 
 def test_bench_reports_json(broker):
     result = run("bench", "--service-url", broker.url, "--duration", "2", "--json", "--no-progress",
-                 "--batch-size", "200", timeout=120)
+                 "--batch-size", "200", "--broker-pid", str(broker.proc.pid), timeout=120)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["acked"] > 0 and report["delivered"] == report["acked"]
@@ -111,6 +111,10 @@ def test_bench_reports_json(broker):
         assert report["ack_latency_ms"][key] >= 0
         assert report["deliver_latency_ms"][key] >= 0
     assert report["errors"] == []
+    # the broker's CPU from /proc over the run, per acked message and per send_batch call
+    assert report["broker_cpu_s"] > 0 and report["calls_per_s"] > 0
+    assert report["broker_cpu_us_per_call"] == pytest.approx(report["broker_cpu_us_per_msg"] * 200, rel=0.05)
+    assert report["broker_threads"] >= 1
     machine = report["machine"]   # how busy the machine was over the measured window
     assert machine["load_before"] is not None and 0.0 <= machine["steal_pct"] <= 100.0
     assert "io_pressure_pct" in machine   # None where the kernel has no /proc/pressure
@@ -121,6 +125,7 @@ def test_bench_text_output_mentions_percentiles(broker):
                  "--rate", "20000", "--batch-size", "100", timeout=120)
     assert result.returncode == 0, result.stderr
     assert "end to end" in result.stdout and "publish->deliver" in result.stdout and "p99" in result.stdout
+    assert "send_batch/s" in result.stdout and "broker CPU" not in result.stdout   # no pid given
     assert "machine: load average" in result.stdout and "CPU steal" in result.stdout
 
 

@@ -18,3 +18,44 @@ def test_topics_and_connections_spread_producers_and_consumers():
     assert (config.producers, config.consumers) == (3, 3)
     assert bench_topics(config, "/default/t") == ["/default/t-0", "/default/t-1", "/default/t-2"]
     assert "over 4 connection(s)" in format_result(result)
+
+
+def _established_to(port: int) -> int:
+    """Established TCP connections to 127.0.0.1:``port`` seen in /proc/net/tcp{,6} (client ends)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            remote, state = fields[2], fields[3]
+            if state == "01" and int(remote.rsplit(":", 1)[1], 16) == port:
+                count += 1
+    return count
+
+
+def test_every_client_has_a_connection_of_its_own():
+    # grpc shares one connection per address among a process's channels unless told not to: the
+    # bench's --connections was then one connection, whose stream limit held a thousand consumers
+    from danube.client import DanubeClient
+
+    async def run(url: str, port: int) -> int:
+        clients = [DanubeClient.builder().service_url(url).build() for _ in range(3)]
+        producers = []
+        try:
+            for i, client in enumerate(clients):
+                producer = client.new_producer().with_topic(f"/default/own-conn-{i}").with_name(f"p{i}").build()
+                await producer.create()
+                producers.append(producer)
+            return _established_to(port)
+        finally:
+            for producer in producers:
+                await producer.close()
+            for client in clients:
+                await client.close()
+
+    with running_broker() as broker:
+        assert asyncio.run(run(broker.url, broker.port)) == 3

@@ -69,6 +69,20 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_count(pid: int | None) -> int | None:
+    """Threads of a process now (None for no pid or a process that is gone)."""
+    if not pid:
+        return None
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> int:
     """SIGTERM, then SIGKILL after ``timeout``; the exit code."""
     if proc.poll() is None:

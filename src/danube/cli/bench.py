@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 
 from danube.cli._machine import describe as describe_machine, observe as observe_machine
 from danube.frames import HEADER_SIZE as FRAME_HEADER_SIZE, MIN_BODY as FRAME_MIN_BODY
-from danube.cli._process import spawned_broker
+from danube.cli._process import cpu_seconds, spawned_broker, thread_count
 from danube.cli._client_common import (
     EXIT_FAILED, EXIT_OK, SUBSCRIPTION_TYPES, non_negative_float, positive_int, run_async,
 )
@@ -68,6 +68,7 @@ class BenchConfig:
     consumer_process: bool = True     # consumers in a child process (False: in the bench's event loop)
     topics: int = 1                   # producers and consumers spread round-robin over this many topics
     connections: int = 0              # client connections, shared round-robin (0: one per process)
+    broker_pid: int | None = None     # read the broker's CPU time from /proc (set when spawned)
 
 
 def bench_topics(config: BenchConfig, base: str) -> list[str]:
@@ -104,6 +105,10 @@ class BenchResult:
     calls_per_s: float = 0.0           # send_batch calls / s
     messages_per_call: int = 0
     machine: dict = field(default_factory=dict)   # load, CPU steal and pressure over the measured window
+    broker_cpu_s: float | None = None          # the broker's user+system CPU over the run (with a broker pid)
+    broker_cpu_us_per_msg: float | None = None    # ... per acked message
+    broker_cpu_us_per_call: float | None = None   # ... per send_batch call
+    broker_threads: int | None = None          # the broker's threads at the end of the run
     errors: list = field(default_factory=list)
 
 
@@ -345,8 +350,9 @@ class _ConsumerProcess:
             raise RuntimeError(f"the consumer process did not answer within {timeout:.0f}s")
         return self._conn.recv()
 
-    async def ready(self) -> None:
-        answer = await self._receive(60)
+    async def ready(self, consumers: int) -> None:
+        # subscribing takes a metadata write each: allow for a thousand topics on a busy machine
+        answer = await self._receive(max(60.0, 0.6 * consumers))
         if answer != "ready":
             raise RuntimeError(answer.get("error", "the consumer process failed") if isinstance(answer, dict)
                                else f"unexpected answer {answer!r}")
@@ -471,7 +477,7 @@ async def run_bench(config: BenchConfig) -> BenchResult:
     consumer_tasks: list = []
     try:
         if child:
-            await child.ready()
+            await child.ready(config.consumers)
         else:
             await asyncio.gather(*(c.subscribe() for c in consumers))
         await asyncio.gather(*(p.create() for p in producers))
@@ -479,6 +485,7 @@ async def run_bench(config: BenchConfig) -> BenchResult:
             consumer_tasks = [asyncio.ensure_future(_consume(c, seen, deliver_lat, config, in_process_finished,
                                                              read_stamps))
                               for c in consumers]
+            cpu_start = cpu_seconds(config.broker_pid)
             start = perf()
             deadline = start + config.duration
             progress_task = asyncio.ensure_future(progress(deadline, start))
@@ -495,6 +502,7 @@ async def run_bench(config: BenchConfig) -> BenchResult:
             else:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(asyncio.gather(*consumer_tasks), config.drain_timeout)
+            cpu_end = cpu_seconds(config.broker_pid)
             if seen["delivered"] < counts["acked"]:
                 result.errors.append(f"only {seen['delivered']} of {counts['acked']} acked messages were "
                                      f"delivered within {config.drain_timeout}s")
@@ -509,6 +517,12 @@ async def run_bench(config: BenchConfig) -> BenchResult:
         result.end_to_end_rate = round(seen["delivered"] / e2e_s, 1)
         result.calls_per_s = round(counts["calls"] / produced_s, 1)
         result.ack_latency_ms = percentiles(ack_lat)
+        if config.broker_pid:
+            # from the start of producing until the last delivery: the broker's whole cost of the run
+            result.broker_cpu_s = round(cpu_end - cpu_start, 3)
+            result.broker_cpu_us_per_msg = round(result.broker_cpu_s * 1e6 / max(1, counts["acked"]), 2)
+            result.broker_cpu_us_per_call = round(result.broker_cpu_s * 1e6 / max(1, counts["calls"]), 2)
+            result.broker_threads = thread_count(config.broker_pid)
         result.deliver_latency_ms = percentiles(deliver_lat if child else _flatten(deliver_lat))
     finally:
         for p in producers:
@@ -541,6 +555,10 @@ def format_result(result: BenchResult) -> str:
         if lat:
             lines.append(f"{name:<17} p50 {lat['p50']} ms  p90 {lat['p90']} ms  p99 {lat['p99']} ms  "
                          f"p99.9 {lat['p999']} ms  max {lat['max']} ms")
+    lines.append(f"calls        {result.calls_per_s:>14,.0f} send_batch/s ({result.messages_per_call} msg each)")
+    if result.broker_cpu_s is not None:
+        lines.append(f"broker CPU   {result.broker_cpu_s:.2f} s: {result.broker_cpu_us_per_msg} us/msg, "
+                     f"{result.broker_cpu_us_per_call} us/call, {result.broker_threads} threads")
     if result.machine:
         lines.append(describe_machine(result.machine))
     for error in result.errors[:5]:
@@ -591,6 +609,9 @@ def register(subparsers) -> None:
                              "at most --batch-size (default 2 ms)")
     parser.add_argument("--in-process-consumers", action="store_true",
                         help="run the consumers in the bench's event loop instead of a child process")
+    parser.add_argument("--broker-pid", type=positive_int, default=None,
+                        help="PID of the broker under test (on this machine): report its CPU per message and per "
+                             "call from /proc (automatic with --spawn-broker)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
@@ -604,7 +625,7 @@ def _config_from_args(args) -> BenchConfig:
         reliable=args.reliable, subscription_type=args.subscription_type, max_in_flight=args.max_in_flight,
         linger_ms=args.linger_ms, pace_ms=args.pace_ms, consumer_process=not args.in_process_consumers,
         progress=not args.no_progress and sys.stderr.isatty() or False,
-        topics=args.topics, connections=args.connections or 0,
+        topics=args.topics, connections=args.connections or 0, broker_pid=args.broker_pid,
     )
 
 
@@ -626,6 +647,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             with spawned_broker(config.sync, config.data_dir) as broker:
                 config.service_url = broker.service_url
+                config.broker_pid = broker.proc.pid
                 return run_async(lambda: _run_and_report(config, report))
         except RuntimeError as exc:
             print(f"error: {exc}", file=sys.stderr)

@@ -62,6 +62,10 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
+    # Each client its own TCP connection: grpc otherwise shares one per address among every
+    # channel of the process, so N clients (``danube bench --connections N``) were one connection,
+    # whose stream limit then held every consumer stream beyond it waiting forever.
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 
 

@@ -82,9 +82,15 @@ class WalSettings:
     # threads and cache (``Wal.suspend``); the next use reopens them.  None: never.
     idle_close_s: float | None = 60.0
     initial_file_bytes: int = 256 * 1024  # disk reserved for a new WAL file (doubles up to max_file_bytes)
+    # a sync round over several topics' WALs on one file system is one syncfs (False: each
+    # topic's files are fdatasync'd; docs/wal.md, "Group commit across logs")
+    syncfs: bool = True
 
     def open_kwargs(self) -> dict[str, Any]:
+        from danube.wal.sync import default_sync_group
+
         return {
+            "sync_group": default_sync_group(self.syncfs),
             "sync": self.sync,
             "sync_interval_ms": self.sync_interval_ms,
             "max_file_bytes": self.max_file_bytes,
@@ -197,6 +203,13 @@ def _number(section: Mapping[str, Any], key: str, default: float | None, where: 
     return value
 
 
+def _flag(section: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
+    value = section.get(key, default)
+    if not isinstance(value, bool):
+        raise StorageConfigError(f"{where}{key}: expected true or false, got {value!r}")
+    return value
+
+
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if value is None:
         return {}
@@ -227,7 +240,7 @@ def _wal(value: Any) -> WalSettings:
     where = "storage.wal"
     section = _mapping(value, where)
     _check_keys(section, {"sync", "sync_interval_ms", "max_file_mb", "max_file_age_seconds", "cache_mb",
-                          "page_cache_mb", "idle_close_seconds", "initial_file_kb"}, where)
+                          "page_cache_mb", "idle_close_seconds", "initial_file_kb", "syncfs"}, where)
     sync = section.get("sync", "always")
     if sync not in SYNC_MODES:
         raise StorageConfigError(f"{where}.sync: {sync!r} is not one of {', '.join(SYNC_MODES)}")
@@ -245,6 +258,7 @@ def _wal(value: Any) -> WalSettings:
                           else int(_number(section, "page_cache_mb", 128, where + ".") * _MIB)),
         idle_close_s=idle,
         initial_file_bytes=int(_number(section, "initial_file_kb", 256, where + ".", minimum=4) * 1024),
+        syncfs=_flag(section, "syncfs", True, where + "."),
     )
 
 

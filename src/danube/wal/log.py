@@ -55,6 +55,7 @@ class Wal:
             os.close(self._lock_fd)
             raise WalBusyError(f"WAL {self.path} is open elsewhere (one writer per log); it is free once "
                                "that process closes it or ends") from None
+        self._device = os.fstat(self._lock_fd).st_dev
         self._closing = False
         self._admin_lock = threading.RLock()  # the segment lists: rotation, pruning, close, suspend
         self._listeners: list[Callable[[WalFileInfo], None]] = []
@@ -77,8 +78,8 @@ class Wal:
             raise
 
     def _open_state(self) -> None:
-        """Recover the files and start the writer, the sync thread and the file thread (at open,
-        and again on the first use after :meth:`suspend`)."""
+        """Recover the files, start the writer and join the sync group (at open, and again on
+        the first use after :meth:`suspend`)."""
         options = self.options
         recovered = recover(self.path, options)
         self.recovery: RecoveryReport = recovered.report
@@ -112,7 +113,9 @@ class Wal:
                            if options.page_cache_bytes is not None and options.sync is not SyncPolicy.NEVER
                            else None)
         self._syncer = Syncer(options.sync, options.sync_interval_ms, self._appended, self._sync_files,
-                              after_sync=self._trim_page_cache if self.page_cache is not None else None)
+                              after_sync=self._trim_page_cache if self.page_cache is not None else None,
+                              group=options.sync_group, watch_appends=self._notifier.watch,
+                              fs_target=self._fs_sync_target)
         self._keeper = FileKeeper(self.path, options, recovered.checkpoint,
                                   durable=options.sync is not SyncPolicy.NEVER, sync_lock=self._syncer.lock)
         self._keeper.listeners = self._listeners
@@ -198,6 +201,15 @@ class Wal:
                 keeper.dir_dirty = True
                 raise
         active.sync()
+
+    def _fs_sync_target(self) -> tuple[int, int] | None:
+        """What a syncfs round syncs for this log: the file system of its directory, through the
+        lock file's descriptor (open as long as the log).  None while a rotated file or the
+        directory still needs its own fsync (rare: around rotations), so ``_sync_files`` runs."""
+        keeper = self._keeper
+        if keeper.unsynced or keeper.dir_dirty:
+            return None
+        return self._device, self._lock_fd
 
     def _trim_page_cache(self) -> None:
         """After a sync, on the thread that synced: drop what lies behind the page-cache window."""
@@ -331,8 +343,9 @@ class Wal:
 
     def add_rotation_listener(self, callback: Callable[[WalFileInfo], None]) -> None:
         """Call ``callback(WalFileInfo)`` once each rotated file is final: trimmed, synced and in
-        the checkpoint.  It runs on the WAL's background file thread; keep it short (wake
-        something up) and do not block it."""
+        the checkpoint.  It runs on one of the WAL's background file threads, which every log of
+        the process shares; keep it short (wake something up) and do not block it (above all, not
+        on another log's file work, which may be queued behind it)."""
         self._listeners.append(callback)
 
     def add_resume_listener(self, callback: Callable[[], None]) -> None:
@@ -513,7 +526,7 @@ class Wal:
 
     def suspend(self) -> bool:
         """Release what an idle log holds: segment files and their mappings, the frame cache, the
-        sync and file threads, the spare file, the active file's preallocated tail.  Only the
+        place in the sync group, the spare file, the active file's preallocated tail.  Only the
         lock file stays open (one descriptor: no other process can take the log meanwhile).
 
         The next use (an append, a read below the end, a rotation, pruning) reopens the log the

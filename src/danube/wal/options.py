@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from danube.errors import InvalidArgumentError
 
@@ -33,6 +34,8 @@ class WalOptions:
     page_cache_bytes: int | None = 128 * MiB
     index_every_bytes: int = 64 * 1024
     initial_offset: int | None = None
+    # The danube.wal.sync.SyncGroup whose rounds sync this log (None: the process-wide one).
+    sync_group: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "WalOptions":

@@ -2,9 +2,10 @@
 
 The writer's part of a rotation is a pointer switch (:meth:`FileKeeper.next_active`
 and :meth:`FileKeeper.retire`): the next file was created, preallocated and made
-durable in the directory ahead of need by the keeper's thread (``danube-wal-files``),
-so taking it only writes its 64-byte header into its mapping.  Everything that
-calls the disk happens on that thread, GIL released: the old file's trim to its
+durable in the directory ahead of need in the background (``danube-wal-files``: a
+few threads shared by every log of the process, see ``danube/wal/workers.py``), so
+taking it only writes its 64-byte header into its mapping.  Everything that
+calls the disk happens there, GIL released: the old file's trim to its
 last frame and fdatasync, the checkpoint (two fsyncs), the rotation listeners,
 deleting discarded files, and the next spare.
 
@@ -39,6 +40,7 @@ from danube.errors import WalError
 from danube.wal.checkpoint import Checkpoint, write_checkpoint
 from danube.wal.files import WalFileInfo, fsync_directory, segment_file_name
 from danube.wal.options import SyncPolicy, WalOptions
+from danube.wal.workers import WorkerPool
 
 _walfile = _native.load("walfile")
 log = logging.getLogger("danube.wal")
@@ -49,6 +51,9 @@ log = logging.getLogger("danube.wal")
 # writes populated zero pages out, so no more than that.
 POPULATE_NEVER = 4 << 20
 POPULATE_SYNCED = 64 << 10
+
+# The threads that do every log's file work (one job per log at a time; a log's jobs in order).
+FILE_WORKERS = WorkerPool(2, "danube-wal-files")
 
 
 def grow_reservation(seg, need: int) -> bool:
@@ -104,8 +109,8 @@ class FileKeeper:
         self._spare_reserve = options.initial_file_bytes  # disk reserved for the next spare
         self.spares_used = 0                  # rotations that found their file ready
         self.fallback_creates = 0             # rotations that had to create it on the writer's thread
-        self._thread = threading.Thread(target=self._run, name="danube-wal-files", daemon=True)
-        self._thread.start()
+        self._scheduled = False               # a job of this keeper is queued or running
+        self._worker: threading.Thread | None = None   # the thread running it
 
     # ------------------------------------------------------------ the writer's side (cheap)
 
@@ -119,7 +124,7 @@ class FileKeeper:
             spare, self._spare = self._spare, None
             if spare is not None and spare.map_size >= need:
                 self._last_used_seq = spare.seq
-                self._cond.notify()  # make the next one
+                self._kick()  # make the next one
             else:
                 if spare is not None:
                     self._to_delete.append(spare)
@@ -128,7 +133,7 @@ class FileKeeper:
                 seq = self._next_seq
                 self._next_seq += 1
                 self._last_used_seq = seq
-                self._cond.notify()
+                self._kick()
         if spare is not None:
             spare.activate(first_offset)
             if spare.capacity < need:  # a record bigger than the spare's reservation
@@ -158,20 +163,20 @@ class FileKeeper:
             self._want_spare = True  # the log writes: keep a spare ahead from now on
             self._retired += 1
             self._to_finish.append(old)
-            self._cond.notify()
+            self._kick()
 
     def discard(self, seg) -> None:
         """Delete ``seg`` (an empty file the log no longer uses) in the background."""
         with self._cond:
             self._to_delete.append(seg)
-            self._cond.notify()
+            self._kick()
 
     # ------------------------------------------------------------ waiting for the thread
 
     def wait_finished(self, timeout: float | None = None, *, notified: bool = True) -> bool:
         """Block until every file retired so far is finished (and, with ``notified``, its
         listeners called); False on timeout.  Raises the keeper's I/O error, if any."""
-        if threading.current_thread() is self._thread:
+        if threading.current_thread() is self._worker:
             return True  # a listener waiting for itself
         with self._cond:
             target = self._retired
@@ -194,24 +199,41 @@ class FileKeeper:
 
     # ------------------------------------------------------------ the thread
 
+    def _has_work(self) -> bool:
+        return bool(self._to_finish or self._to_delete
+                    or (self._spare is None and self._want_spare and not self._spare_failed
+                        and not self._closing))
+
+    def _kick(self) -> None:
+        """Queue this keeper's job if there is work and none is queued (``_cond`` held)."""
+        if not self._scheduled and self.error is None and self._has_work():
+            self._scheduled = True
+            FILE_WORKERS.submit(self._run)
+
     def _run(self) -> None:
+        self._worker = threading.current_thread()
+        try:
+            self._work()
+        finally:
+            self._worker = None
+            with self._cond:
+                self._scheduled = False
+                self._kick()  # work that came after the job's last look
+                self._cond.notify_all()
+
+    def _work(self) -> None:
         while True:
             with self._cond:
-                while not (self._to_finish or self._to_delete or self._closing
-                           or (self._spare is None and self._want_spare and not self._spare_failed
-                               and self.error is None)):
-                    self._cond.wait()
+                if not self._has_work() or self.error is not None:
+                    return
                 batch = list(self._to_finish)
                 self._to_finish.clear()
                 doomed, self._to_delete = self._to_delete, []
-                stop = self._closing and not batch and not doomed
                 want_spare = (self._spare is None and self._want_spare and not self._spare_failed
                               and not self._closing)
-            if stop:
-                return
             if want_spare:
                 # first: the next rotation needs it, while the old file's durability does not
-                # wait for this thread (the syncer syncs unsynced files itself)
+                # wait for this job (the syncer syncs unsynced files itself)
                 try:
                     self._make_spare()
                 except Exception:  # noqa: BLE001 - rotations fall back to creating files themselves
@@ -286,9 +308,9 @@ class FileKeeper:
         deleted by recovery instead)."""
         with self._cond:
             self._closing = True
-            self._cond.notify_all()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
+            self._kick()
+            if self._worker is not threading.current_thread():
+                self._cond.wait_for(lambda: not self._scheduled)
         with self._cond:
             spare, self._spare = self._spare, None
             doomed, self._to_delete = self._to_delete, []

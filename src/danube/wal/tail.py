@@ -3,7 +3,8 @@
 The writer calls ``on_append`` after an append only when ``armed`` is set, so an
 append costs nothing extra while no reader waits.  Waiters register a future,
 arm the writer, then re-check the log end (no lost wake-up: an append after the
-check sees the armed flag).
+check sees the armed flag).  The sync group arms it the same way, once per sync
+round, to hear that a log under ``sync=interval`` has something to sync.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ class AppendNotifier:
         self._writer = writer
         self._lock = threading.Lock()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._watcher = None   # one-shot: called after the next append (the sync group)
         self.closed = False
         writer.on_append = self.wake_all
 
@@ -27,8 +29,14 @@ class AppendNotifier:
         with self._lock:
             self._writer = writer
             writer.on_append = self.wake_all
-            if self._waiters:
+            if self._waiters or self._watcher is not None:
                 writer.armed = True
+
+    def watch(self, callback) -> None:
+        """Call ``callback()`` once, after the next append (from the appending thread)."""
+        with self._lock:
+            self._watcher = callback
+            self._writer.armed = True
 
     async def wait_beyond(self, offset: int, next_offset) -> None:
         """Return once ``next_offset() > offset`` or the log is closed."""
@@ -44,7 +52,11 @@ class AppendNotifier:
     def wake_all(self) -> None:
         with self._lock:
             waiters, self._waiters = self._waiters, []
-        resolve_futures(waiters, None)
+            watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher()
+        if waiters:
+            resolve_futures(waiters, None)
 
     def close(self) -> None:
         self.closed = True

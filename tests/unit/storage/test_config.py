@@ -89,6 +89,7 @@ def test_shared_fs_uses_durable_root(tmp_path):
     ({"wal": {"max_file_mb": True}}, "expected a number"),
     ({"wal": {"page_cache_mb": -1}}, "storage.wal.page_cache_mb"),
     ({"wal": {"page_cache_mb": "all"}}, "expected a number"),
+    ({"wal": {"syncfs": "yes"}}, "storage.wal.syncfs: expected true or false"),
     ({"export_interval_seconds": 0}, "export_interval_seconds"),
     ({"local_wal_root": ""}, "local_wal_root"),
     ({"metadata_prefix": 7}, "metadata_prefix"),
@@ -107,3 +108,12 @@ def test_wal_page_cache_window_defaults_to_128_mib_and_null_leaves_it_to_the_os(
 def test_s3_scheme_in_root_is_accepted():
     cfg = StorageConfig.from_dict({"mode": "object_store", "durable": {"backend": "s3", "root": "s3://bkt/p/"}})
     assert cfg.durable.root == "bkt/p"
+
+
+def test_wal_syncfs_picks_the_process_wide_sync_group():
+    from danube.wal.sync import default_sync_group
+
+    on = StorageConfig.from_dict(None).wal.open_kwargs()["sync_group"]
+    off = StorageConfig.from_dict({"wal": {"syncfs": False}}).wal.open_kwargs()["sync_group"]
+    assert on is default_sync_group() and off is default_sync_group(False) and on is not off
+    assert off.syncfs_min_logs == 0

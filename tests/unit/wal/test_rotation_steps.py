@@ -28,11 +28,11 @@ def _fill(wal, n, size=200, start=0):
 
 
 def _spare_ahead(wal):
-    """Have the file thread make a spare now (it makes one only after the log's first rotation)."""
+    """Have the file worker make a spare now (it makes one only after the log's first rotation)."""
     keeper = wal._keeper
     with keeper._cond:
         keeper._want_spare = True
-        keeper._cond.notify()
+        keeper._kick()
     _wait_for(lambda: keeper._spare is not None)
 
 

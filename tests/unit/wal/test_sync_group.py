@@ -1,0 +1,143 @@
+"""danube/wal/sync.py across logs: one group commit per round for every log with something to sync,
+no thread per log, nothing done for idle logs."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from danube.wal import Wal
+from danube.wal import sync as sync_mod
+from danube.wal.sync import SyncGroup
+from tests.support.processes import wait_until
+
+
+def _open_logs(tmp_path, n, group, **options):
+    return [Wal.open(tmp_path / f"log{i}", sync_group=group, **options) for i in range(n)]
+
+
+def _wal_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("danube-wal")]
+
+
+async def _append_and_wait_all(logs, rounds=5):
+    for r in range(rounds):
+        lasts = [wal.append_frames(_frames(f"r{r}-{i}".encode())) for i, wal in enumerate(logs)]
+        await asyncio.wait_for(asyncio.gather(*(wal.wait_durable(last) for wal, (_f, last) in zip(logs, lasts))), 30)
+        for wal, (_first, last) in zip(logs, lasts):
+            assert wal.durable_offset >= last
+
+
+def _frames(payload: bytes) -> bytearray:
+    from danube import frames
+
+    return bytearray(frames.encode_payloads([payload, payload]))
+
+
+@pytest.mark.parametrize("syncfs_min_logs", [4, 0], ids=["syncfs", "per-file"])
+@pytest.mark.parametrize("sync", ["always", "interval"])
+def test_every_waiter_of_many_logs_is_answered_by_shared_rounds(tmp_path, sync, syncfs_min_logs):
+    group = SyncGroup(syncfs_min_logs=syncfs_min_logs, name=f"danube-wal-test-{sync}")
+    logs = _open_logs(tmp_path, 12, group, sync=sync)
+    try:
+        asyncio.run(_append_and_wait_all(logs))
+        # 12 logs x 5 appends were made durable in far fewer rounds than log syncs
+        assert group.synced_logs >= 12 * 5
+        assert group.rounds < group.synced_logs / 4
+        if syncfs_min_logs and sync_mod._syncfs is not None:
+            assert group.fs_syncs >= 1
+        elif not syncfs_min_logs:
+            assert group.fs_syncs == 0
+    finally:
+        for wal in logs:
+            wal.close()
+    for i, wal in enumerate(logs):   # what was acknowledged is there after reopening
+        with Wal.open(tmp_path / f"log{i}", sync_group=group, sync=sync) as again:
+            assert again.next_offset == 10
+            assert bytes(again.read(8)[0].payload) == f"r4-{i}".encode()
+
+
+def test_threads_do_not_grow_with_the_number_of_logs(tmp_path):
+    before = len(_wal_threads())
+    logs = _open_logs(tmp_path, 24, None, sync="always", max_file_bytes=64 * 1024, initial_file_bytes=8192)
+    try:
+        for wal in logs:   # every log rotates a few times (file work) and waits for the disk
+            for _ in range(3):
+                wal.append_batch([b"x" * 20_000])
+        asyncio.run(_append_and_wait_all(logs, rounds=2))
+        # one group thread + at most its 3 round workers + 2 file workers, whatever the log count
+        assert len(_wal_threads()) - before <= 6, _wal_threads()
+    finally:
+        for wal in logs:
+            wal.close()
+
+
+def test_interval_syncs_appends_nobody_waits_for_and_idle_logs_cost_no_rounds(tmp_path):
+    group = SyncGroup(name="danube-wal-test-idle")
+    logs = _open_logs(tmp_path, 6, group, sync="interval", sync_interval_ms=5)
+    try:
+        for wal in logs:
+            wal.append(b"unwaited")        # no wait_durable: the append hook tells the group
+        wait_until(lambda: all(wal.durable_offset == 0 for wal in logs), 10, 0.01, "every log synced")
+        wait_until(lambda: not group._urgent and not any(group._paced.values()), 10, 0.01, "nothing pending")
+        rounds = group.rounds
+        time.sleep(0.3)                     # sixty intervals of nothing to sync
+        assert group.rounds == rounds
+        logs[2].append(b"again")
+        wait_until(lambda: logs[2].durable_offset == 1, 10, 0.01, "the new append synced")
+        assert group.rounds > rounds
+    finally:
+        for wal in logs:
+            wal.close()
+
+
+def test_a_log_that_closes_leaves_the_group_and_the_others_go_on(tmp_path):
+    group = SyncGroup(name="danube-wal-test-close")
+    logs = _open_logs(tmp_path, 5, group, sync="always")
+    logs[0].close()
+    try:
+        asyncio.run(_append_and_wait_all(logs[1:], rounds=2))
+    finally:
+        for wal in logs[1:]:
+            wal.close()
+
+
+def test_a_log_with_a_rotated_file_not_yet_synced_syncs_its_own_files(tmp_path):
+    """The syncfs round vouches for the file system as of its start; a log whose rotated file or
+    directory entry still needs an fsync of its own does it itself (the bookkeeping stays exact)."""
+    group = SyncGroup(name="danube-wal-test-rotated")
+    with Wal.open(tmp_path / "log", sync="always", sync_group=group) as wal:
+        assert wal._fs_sync_target() == (wal._device, wal._lock_fd)
+        keeper = wal._keeper
+        keeper.dir_dirty = True
+        assert wal._fs_sync_target() is None
+        wal.append(b"x")                    # outside a loop: synced on this thread, directory too
+        assert keeper.dir_dirty is False
+        assert wal._fs_sync_target() is not None
+
+
+@pytest.mark.parametrize("syncfs_min_logs", [4, 0], ids=["syncfs", "per-file"])
+def test_a_log_whose_lock_is_taken_does_not_hold_up_the_others(tmp_path, syncfs_min_logs):
+    """A log's file thread finishing a rotated file holds its sync lock: a round leaves the log
+    to a later round instead of every other log waiting."""
+    group = SyncGroup(syncfs_min_logs=syncfs_min_logs, name="danube-wal-test-busy")
+    logs = _open_logs(tmp_path, 6, group, sync="always")
+
+    async def run() -> None:
+        lasts = [wal.append_frames(_frames(b"x"))[1] for wal in logs]
+        with logs[0]._syncer.lock:   # as FileKeeper's trim does
+            first = asyncio.ensure_future(logs[0].wait_durable(lasts[0]))   # asks first, alone
+            await asyncio.sleep(0.05)
+            await asyncio.wait_for(asyncio.gather(*(wal.wait_durable(last) for wal, last
+                                                    in zip(logs[1:], lasts[1:]))), 20)
+            assert logs[0].durable_offset < lasts[0] and not first.done()
+        await asyncio.wait_for(first, 20)
+
+    try:
+        asyncio.run(run())
+    finally:
+        for wal in logs:
+            wal.close()

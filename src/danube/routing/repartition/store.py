@@ -119,8 +119,20 @@ class RepartitionStore:
         return stored
 
     async def _new_partition_subscriptions(self, topic: str, old: int, new: int) -> list[Op]:
-        """Every subscription of the old partitions, created on each partition the grow adds with its
-        cursor before offset 0, so no message published there before a consumer attaches is skipped."""
+        """Each partition the grow adds is created (the delivery document of the old partitions), so
+        a consumer that attaches on the push, before any producer wrote there, finds it; and every
+        subscription of the old partitions is created on it with its cursor before offset 0, so no
+        message published there before a consumer attaches is skipped."""
+        ops: list[Op] = []
+        delivery = None
+        for p in range(old):
+            delivery = await self.metadata.get(keys.topic_delivery(f"{topic}-part-{p}"))
+            if delivery is not None:
+                break
+        if delivery is not None:
+            for q in range(old, new):
+                if await self.metadata.get(keys.topic_delivery(f"{topic}-part-{q}")) is None:
+                    ops.append(Op.put(keys.topic_delivery(f"{topic}-part-{q}"), delivery.value))
         subs: dict[str, bytes] = {}
         for p in range(old):
             prefix = keys.topic_subscriptions(f"{topic}-part-{p}")
@@ -128,7 +140,6 @@ class RepartitionStore:
                 rest = kv.key[len(prefix):]
                 if "/" not in rest:
                     subs.setdefault(rest, kv.value)
-        ops: list[Op] = []
         for q in range(old, new):
             part = f"{topic}-part-{q}"
             for name, record in subs.items():

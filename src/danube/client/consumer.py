@@ -577,8 +577,13 @@ class Consumer:
                     if delay is None:
                         self.deliver_error(exc)
                         return
-                    log.warning("consumer %s could not attach to %s yet (%s); trying again in %.2f s",
-                                self.name, part.topic, exc, delay)
+                    log.warning(
+                        "consumer %s could not attach to %s yet (%s); trying again in %.2f s",
+                        self.name,
+                        part.topic,
+                        exc,
+                        delay,
+                    )
                     await asyncio.sleep(delay)
         finally:
             self._growing = None

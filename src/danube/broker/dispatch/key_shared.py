@@ -5,6 +5,13 @@ A message's key is its routing key, else its producer's name; the ring
 accept it.  A receive routes a batch at a time: ready redeliveries and fresh frames are split
 among the consumers' queues (each message tracked as delivered to its owner), and the receiving
 consumer takes from its own queue.  A key no consumer accepts waits and is tried again shortly.
+
+A consumer joining a subscription that has consumers takes keys over from them while they may
+still hold earlier messages of those keys unacked (a live repartition makes this the rule: the
+consumers of a subscription attach to a new partition one after the other while it fills).  So a
+joined consumer gets a message read after it joined only once everything read before it joined is
+acked (its join mark, as Pulsar's recently joined consumers): routing stops at the first such
+message until then, keeping every key in order.
 """
 
 from __future__ import annotations
@@ -27,23 +34,39 @@ class KeySharedDispatcher:
     sub_type = "key_shared"
     takes_key_filters = True
 
-    __slots__ = ("sub", "ring", "_queues")
+    __slots__ = ("sub", "ring", "_queues", "_joined_at")
 
     def __init__(self, subscription: Subscription) -> None:
         self.sub = subscription
         self.ring = HashRing()
         # consumer id -> frames routed to it, not yet delivered
         self._queues: dict[int, deque[memoryview]] = {}
+        # consumer id -> the subscription's next read when it joined (while earlier reads are unacked)
+        self._joined_at: dict[int, int] = {}
 
     def check_join(self, consumer_name: str) -> None:
         return None
 
     def joined(self, consumer: Consumer) -> None:
+        sub = self.sub
+        if len(self.ring) and sub.reliable and sub.tracker.cursor + 1 < sub.next_read:
+            self._joined_at.setdefault(consumer.id, sub.next_read)
         self.ring.add(consumer.id, consumer.key_filter)
 
     def left(self, consumer: Consumer) -> None:
         self.ring.remove(consumer.id)
         self._queues.pop(consumer.id, None)
+        self._joined_at.pop(consumer.id, None)
+
+    def _held(self, consumer_id: int, offset: int) -> bool:
+        """Whether ``offset`` waits for what was read before ``consumer_id`` joined to be acked."""
+        mark = self._joined_at.get(consumer_id)
+        if mark is None or offset < mark:
+            return False
+        if self.sub.tracker.cursor + 1 >= mark:
+            del self._joined_at[consumer_id]
+            return False
+        return True
 
     def restarted(self, consumer: Consumer) -> None:
         self._queues.pop(consumer.id, None)
@@ -69,15 +92,20 @@ class KeySharedDispatcher:
             return rec.routing_key
         return self.sub.topic.producer_name(rec.producer_id)
 
-    def _route(self, parts: list[memoryview], now: float) -> None:
+    def _route(self, parts: list[memoryview], now: float, fresh: bool = False) -> int:
+        """Routes ``parts`` to their consumers' queues; how many were routed (fresh reads stop at a
+        message held for a joined consumer, the rest is read again)."""
         sub = self.sub
         reliable = sub.reliable
         tracker = sub.tracker
         queues = self._queues
         deadline = now + sub.failure_policy.ack_timeout_ms / 1000
-        for view in parts:
+        joined = self._joined_at
+        for i, view in enumerate(parts):
             offset = frame_offset(view)
             owner_id = self.ring.owner(self._route_key(view))
+            if joined and owner_id is not None and fresh and self._held(owner_id, offset):
+                return i
             owner = sub.consumers.get(owner_id) if owner_id is not None else None
             if owner is None:
                 # No consumer accepts this key now; try again shortly (never dropped).
@@ -90,6 +118,7 @@ class KeySharedDispatcher:
             queue.append(view)
             if reliable:
                 tracker.delivered(offset, offset, owner.id, deadline)
+        return len(parts)
 
     # ------------------------------------------------------------ receive
 
@@ -109,11 +138,12 @@ class KeySharedDispatcher:
                             min(window, settings.max_batch_messages), settings.max_batch_bytes
                         )
                         if view is not None:
-                            sub.next_read += count
-                            self._route(split_frames(view), now)
+                            routed = self._route(split_frames(view), now, fresh=True)
+                            sub.next_read += routed
                             if not sub.reliable:
                                 sub.tracker.cursor = sub.next_read - 1
-                            sub.notify()
+                            if routed:
+                                sub.notify()
         queue = self._queues.get(consumer.id)  # (taken again: a nack or a timeout may replace it)
         if not queue:
             return None

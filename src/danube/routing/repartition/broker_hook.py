@@ -51,15 +51,12 @@ class RepartitionRuntime:
         self._opening: dict[str, asyncio.Task] = {}   # unserved partitions being opened / placed
 
     def _retired(self, topic: str, state, revision: int) -> None:
-        """Retired partitions served here refuse publishes (the finalizer wrote their terminated
-        markers with the finalize, read by any later open); a grow that reopens one (its cutover
-        deleted the marker) lifts the refusal."""
+        """A grow that covers a retired partition again deleted its terminated marker in the cutover
+        (an earlier version terminated retired partitions): the owner lifts the flag."""
         mark = getattr(self.broker, "mark_terminated", None)
         served = getattr(self.broker, "topics", None)
         if state is None or mark is None or served is None:
             return
-        for p in state.retired:
-            mark(f"{topic}-part-{p}")
         for p in range(state.partitions):
             t = served.get(f"{topic}-part-{p}")
             if t is not None and getattr(t, "terminated", False):

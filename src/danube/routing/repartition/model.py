@@ -177,6 +177,12 @@ class PartitioningState:
         t = self.transition
         return max(self.partitions, t.from_partitions) if t is not None else self.partitions
 
+    @property
+    def readable_partitions(self) -> int:
+        """Partitions consumers read: the live ones and the retired ones (a Danube client that read
+        the count before a shrink still publishes to them; those messages are kept and read)."""
+        return max(self.live_partitions, max(self.retired, default=-1) + 1)
+
     # ------------------------------------------------------------ the state machine
 
     def begin(self, partitions: int, *, now_ms: int = 0) -> "PartitioningState":
@@ -355,6 +361,18 @@ def lagging(t: Transition, consumed: Mapping[str, Mapping[int, int]]) -> list[st
     """The subscriptions of ``consumed`` that have not consumed every source of ``t`` up to its ``old_end``."""
     return sorted(sub for sub, per_part in consumed.items()
                   if not all(source_drained(t, s, per_part) for s in t.sources))
+
+
+def waiting_for(t: Transition, consumed: Mapping[str, Mapping[int, int]]) -> list[dict[str, Any]]:
+    """Per subscription behind on a source of ``t``: the partition, where the subscription has
+    consumed up to (acked below) and the ``old_end`` it waits for (unknown: None)."""
+    out = []
+    for sub, per_part in sorted(consumed.items()):
+        for s in sorted(t.sources):
+            if not source_drained(t, s, per_part):
+                out.append({"subscription": sub, "partition": s, "consumed": per_part.get(s),
+                            "old_end": t.old_end.get(s)})
+    return out
 
 
 def source_drained(t: Transition, source: int, consumed: Mapping[int, int]) -> bool:

@@ -66,7 +66,7 @@ def _partitioning(resp, to_dict) -> tuple[dict, list[str]]:
     else:
         lines.append("Repartition: none in progress")
     if resp.retired:
-        lines.append(f"Retired (sealed, readable): {', '.join(map(str, resp.retired))}")
+        lines.append(f"Retired (out of routing, still read): {', '.join(map(str, resp.retired))}")
     data["progress"] = json.loads(resp.progress_json) if resp.progress_json else {}
     lines += _progress_lines(data["progress"])
     return data, lines

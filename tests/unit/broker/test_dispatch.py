@@ -76,6 +76,22 @@ async def test_key_shared_a_joining_consumer_waits_until_earlier_reads_are_acked
     assert sorted(got) == sorted(f"{k}:1" for k in keys) and len(got) == len(keys)
 
 
+async def test_key_shared_a_joining_consumer_does_not_wait_for_a_delayed_redelivery(broker):
+    pid = await broker.create_producer(T, "p", reliable=True)
+    a = await broker.subscribe(T, "s", "a", sub_type="key_shared")
+    keys = [f"k{i}" for i in range(20)]
+    for k in keys:
+        await broker.publish(pid, batch([f"{k}:0"], key=k))
+    first = await receive(broker, a)
+    b = await broker.subscribe(T, "s", "b", sub_type="key_shared")
+    await broker.nack(a, first.first_offset, delay_ms=60_000)   # waits for redelivery, not in flight
+    await broker.ack(a, range(first.first_offset + 1, first.last_offset + 1))
+    for k in keys:
+        await broker.publish(pid, batch([f"{k}:1"], key=k))
+    got = payloads(await receive(broker, b))
+    assert got and all(p.endswith(":1") for p in got)
+
+
 async def test_key_shared_nack_comes_back_to_the_key_owner(broker):
     pid = await broker.create_producer(T, "p", reliable=True)
     cid = await broker.subscribe(T, "s", "c", sub_type="key_shared")

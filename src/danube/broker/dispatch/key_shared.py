@@ -9,9 +9,9 @@ consumer takes from its own queue.  A key no consumer accepts waits and is tried
 A consumer joining a subscription that has consumers takes keys over from them while they may
 still hold earlier messages of those keys unacked (a live repartition makes this the rule: the
 consumers of a subscription attach to a new partition one after the other while it fills).  So a
-joined consumer gets a message read after it joined only once everything read before it joined is
-acked (its join mark, as Pulsar's recently joined consumers): routing stops at the first such
-message until then, keeping every key in order.
+joined consumer gets a message read after it joined only once nothing read before it joined is in
+flight at a consumer (acked, or taken back for redelivery: its join mark, as Pulsar's recently
+joined consumers): routing stops at the first such message until then, keeping every key in order.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ class KeySharedDispatcher:
 
     def joined(self, consumer: Consumer) -> None:
         sub = self.sub
-        if len(self.ring) and sub.reliable and sub.tracker.cursor + 1 < sub.next_read:
+        low = sub.tracker.lowest_in_flight() if sub.reliable else None
+        if len(self.ring) and low is not None and low < sub.next_read:
             self._joined_at.setdefault(consumer.id, sub.next_read)
         self.ring.add(consumer.id, consumer.key_filter)
 
@@ -63,7 +64,8 @@ class KeySharedDispatcher:
         mark = self._joined_at.get(consumer_id)
         if mark is None or offset < mark:
             return False
-        if self.sub.tracker.cursor + 1 >= mark:
+        low = self.sub.tracker.lowest_in_flight()
+        if low is None or low >= mark:  # what waits for redelivery goes to its key's owner first
             del self._joined_at[consumer_id]
             return False
         return True

@@ -204,8 +204,8 @@ class Finalizer:
 
     def _report_stalls(self, topic: str, t: Transition, consumed: Mapping[str, Mapping[int, int]], now: int,
                        what: str, only: Iterable[str] | None = None) -> None:
-        """Names in the log, every ``stall_log_ms`` while it lasts, a subscription whose consumed
-        position on the sources has not moved for that long, with the offsets it waits for."""
+        """Names in the log a subscription whose consumed position on the sources has not moved for
+        ``stall_log_ms``, with the offsets it waits for (again every 6 windows while it lasts)."""
         behind: dict[str, list[dict[str, Any]]] = {}
         for w in waiting_for(t, consumed):
             if only is None or w["subscription"] in only:
@@ -220,7 +220,8 @@ class Finalizer:
                 self._stalls[key] = (position, now, now)
                 continue
             _, since, logged = seen
-            if now - since >= self.stall_log_ms and (logged == since or now - logged >= self.stall_log_ms):
+            # named once the window passed, then once a minute or so (a pending hold may last days)
+            if now - since >= self.stall_log_ms and (logged == since or now - logged >= 6 * self.stall_log_ms):
                 self._stalls[key] = (position, since, now)
                 log.warning("repartition of %s to %d partitions: %s waits for subscription %s, not moved for "
                             "%.0f s: %s", topic, t.to_partitions, what, sub, (now - since) / 1000,

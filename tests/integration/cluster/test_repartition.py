@@ -378,12 +378,15 @@ def shared_fs_cluster(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("attempt", range(REPEATS))
 def test_every_type_keeps_receiving_as_a_user_first_tries_it(shared_fs_cluster, attempt):
     """What a new user tries first (a stall showed 2 times in 3): 3 brokers on shared_fs, a keyed
-    producer at ~5,000 msgs/s over 64 keys, one subscription of each type consuming as fast as it can
-    (consumers subscribe without a delivery, as Danube's do), grow 2 -> 4 after 3 s, back to 2 after
-    9 s (once the grow finalized); every subscription receives everything, per key in order."""
+    producer over 64 keys, one subscription of each type consuming as fast as it can (consumers
+    subscribe without a delivery, as Danube's do), grow 2 -> 4 after 2 s, back to 2 after 5 s (once
+    the grow finalized); every subscription receives everything, per key in order.  The user ran
+    ~5,000 msgs/s with 3 subscriptions; 2,000 with 5 keeps one test process (8 consumers) ahead of
+    the producer on the shared 2-core machine (the stall was a race at the attach, not a rate)."""
     topic, keys_ = f"/default/first-try-{attempt}", [f"key-{i}" for i in range(64)]
     cluster = shared_fs_cluster
 
@@ -414,7 +417,7 @@ def test_every_type_keeps_receiving_as_a_user_first_tries_it(shared_fs_cluster, 
             tasks += [asyncio.ensure_future(consume(c)) for c in consumers]
         sent = {k: 0 for k in keys_}
         loop = asyncio.get_running_loop()
-        started, i, steps, last = loop.time(), 0, [(3.0, 4), (9.0, 2)], 0.0
+        started, i, steps, last = loop.time(), 0, [(2.0, 4), (5.0, 2)], 0.0
         try:
             while steps or loop.time() - started < last + 2.0:
                 elapsed = loop.time() - started
@@ -424,7 +427,7 @@ def test_every_type_keeps_receiving_as_a_user_first_tries_it(shared_fs_cluster, 
                     await asyncio.to_thread(admin, admin_url, "topics", "repartition", topic,
                                             "--partitions", str(target))
                     last = loop.time() - started
-                while i < elapsed * 5000:
+                while i < elapsed * 2000:
                     k = keys_[i % len(keys_)]
                     await producer.send(f"{k}:{sent[k]}".encode(), key=k)
                     sent[k] += 1
@@ -432,7 +435,7 @@ def test_every_type_keeps_receiving_as_a_user_first_tries_it(shared_fs_cluster, 
                 await asyncio.sleep(0.01)
             await producer.flush()
             await wait_until(lambda: all(sum(map(len, got.values())) >= i for _, _, _, got, _ in subs),
-                             timeout=90, what="every subscription received everything")
+                             timeout=180, what="every subscription received everything")
         finally:
             for t in tasks:
                 t.cancel()
@@ -443,7 +446,7 @@ def test_every_type_keeps_receiving_as_a_user_first_tries_it(shared_fs_cluster, 
             assert not violations, (name, violations[:10])
             assert {k: len(v) for k, v in got.items()} == sent, name
 
-    asyncio.run(asyncio.wait_for(run(), 240))
+    asyncio.run(asyncio.wait_for(run(), 500))
 
 
 async def describe_topic(admin_url: str, topic: str) -> dict:

@@ -237,9 +237,10 @@ def test_a_subscription_nobody_consumes_does_not_hold_a_grow_and_keeps_its_order
                 assert [h["subscriptions"] for h in await pending()] == [["idle"]]
 
             try:
+                # "s" keeps consuming (paused, it would be idle too once the 2 s window passed)
                 done = await scenario(cluster, ((4, 1),), subs=(("s", SubType.Exclusive, 1),
                                                                  ("idle", SubType.Exclusive, 0)),
-                                      after_finalize=held)
+                                      after_finalize=held, pause=False, held_at_least={4: 2.0})
                 assert next(sub for sub in done if sub.idle).received > 0
                 await wait_until(lambda: _none(pending()), what="the pending hold dropped")
             finally:
@@ -409,10 +410,12 @@ def test_every_type_keeps_receiving_as_a_user_first_tries_it(shared_fs_cluster, 
                 async for m in c:
                     k, seq = m.payload.decode().split(":")
                     seq = int(seq)
-                    last = got.get(k, [-1])
-                    if (ordered and seq != last[-1] + 1) or seq in last:
-                        violations.append(f"{c.name}: {k}: {seq} after {last[-1]} ({m.topic}@{m.offset})")
-                    got.setdefault(k, []).append(seq)
+                    seen = got.setdefault(k, set())
+                    # a redelivery (at least once: the machine is overloaded here, an ack timeout
+                    # may pass) is not a violation; the first arrivals must be in order
+                    if seq not in seen and ordered and seq != len(seen):
+                        violations.append(f"{c.name}: {k}: {seq} after {len(seen) - 1} ({m.topic}@{m.offset})")
+                    seen.add(seq)
                     await c.ack(m)
             tasks += [asyncio.ensure_future(consume(c)) for c in consumers]
         sent = {k: 0 for k in keys_}
@@ -444,7 +447,7 @@ def test_every_type_keeps_receiving_as_a_user_first_tries_it(shared_fs_cluster, 
             await client.close()
         for name, _, _, got, violations in subs:
             assert not violations, (name, violations[:10])
-            assert {k: len(v) for k, v in got.items()} == sent, name
+            assert {k: len(v) for k, v in got.items()} == sent, name   # every message, none missing
 
     asyncio.run(asyncio.wait_for(run(), 500))
 

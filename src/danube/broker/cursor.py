@@ -219,14 +219,20 @@ class AckTracker:
 
     # ------------------------------------------------------------ cursor
 
+    def lowest_in_flight(self) -> int | None:
+        """The lowest offset delivered to a consumer and neither acked nor taken back."""
+        if not self._firsts:
+            return None
+        run = self._runs[self._firsts[0]]
+        if run.settled is None:
+            return run.first
+        return next(o for o in range(run.first, run.last + 1) if o not in run.settled)
+
     def lowest_unacked(self) -> int | None:
         candidates = []
-        if self._firsts:
-            run = self._runs[self._firsts[0]]
-            if run.settled is None:
-                candidates.append(run.first)
-            else:
-                candidates.append(next(o for o in range(run.first, run.last + 1) if o not in run.settled))
+        low = self.lowest_in_flight()
+        if low is not None:
+            candidates.append(low)
         if self._waiting:
             candidates.append(min(self._waiting))
         if self.blocked:

@@ -239,6 +239,10 @@ class BrokerService:
         keys.split_topic(topic)
         count = await self.metadata.get_json(keys.topic_partitions(topic))
         if isinstance(count, int) and count > 0:
+            from danube.routing.repartition.store import readable_partitions
+
+            # a live repartition: the partitions a shrink drains or retired are read too
+            count = await readable_partitions(self.metadata, topic, count)
             return [f"{topic}-part-{i}" for i in range(count)]
         return [topic]
 

@@ -62,8 +62,33 @@ def _partitioning(resp, to_dict) -> tuple[dict, list[str]]:
     else:
         lines.append("Repartition: none in progress")
     if resp.retired:
-        lines.append(f"Retired (sealed, readable): {', '.join(map(str, resp.retired))}")
+        lines.append(f"Retired (out of routing, still read): {', '.join(map(str, resp.retired))}")
+    data["progress"] = json.loads(resp.progress_json) if resp.progress_json else {}
+    lines += _progress_lines(data["progress"])
     return data, lines
+
+
+def _progress_lines(progress: dict) -> list[str]:
+    """What a repartition waits for, and its pending holds, one line each."""
+    def behind(w: dict) -> str:
+        return (f"subscription {w['subscription']} on partition {w['partition']}: consumed below "
+                f"{w['consumed']}, waits for {w['old_end'] if w['old_end'] is not None else '(not recorded)'}")
+
+    lines = []
+    unrecorded = progress.get("unrecorded")
+    if unrecorded:
+        lines.append(f"Waiting for offsets: old_end of {unrecorded['old_end'] or '-'}, "
+                     f"new_start of {unrecorded['new_start'] or '-'}")
+    lines += [f"Cutover waits for {behind(w)}" for w in progress.get("waiting", ())]
+    adoption = progress.get("adoption")
+    if adoption:
+        lines.append(f"Cutover waits for adoption of generation {adoption['wanted']} "
+                     f"(fleet: {adoption['fleet'] if adoption['fleet'] is not None else 'no signal'})")
+    for hold in progress.get("pending", ()):
+        lines.append(f"Pending hold of the grow to {hold['to_partitions']} (version {hold['to_version']}): "
+                     f"{', '.join(hold['subscriptions'])}")
+        lines += [f"  holds {behind(w)}" for w in hold["waiting"]]
+    return lines
 
 
 def register(subparsers) -> None:

@@ -343,7 +343,9 @@ class _PartitionConsumer:
             if self._closing:
                 return
             if not self._subscribed.done():
+                # never subscribed: start() raises it to its caller, the consumer's other partitions go on
                 self._subscribed.set_exception(error)
+                return
             health, self._health = self._health, None
             self.owner.client.unwatch_nowait(health)
             self.owner.deliver_error(error)
@@ -571,6 +573,9 @@ class Consumer:
             self._growing = asyncio.ensure_future(self._grow())
 
     async def _grow(self) -> None:
+        # A partition that fails to attach is tried again (backing off) rather than given up: its
+        # moved keys would otherwise never reach this consumer.
+        retry = RetryState(self.client.retry)
         try:
             while True:
                 route = self.client.topology().cache.routes.get(self.topic)
@@ -578,9 +583,23 @@ class Consumer:
                     return
                 part = _PartitionConsumer(self, len(self._parts), f"{self.topic}-part-{len(self._parts)}")
                 self._parts.append(part)
-                await part.start()
-        except Exception as exc:  # noqa: BLE001
-            log.warning("consumer %s could not attach to the new partitions of %s: %s", self.name, self.topic, exc)
+                try:
+                    await part.start()
+                    retry.reset()
+                except Exception as exc:  # noqa: BLE001 - tried again, within the client's retry budget
+                    self._parts.remove(part)
+                    delay = retry.next_delay()
+                    if delay is None:
+                        self.deliver_error(exc)
+                        return
+                    log.warning(
+                        "consumer %s could not attach to %s yet (%s); trying again in %.2f s",
+                        self.name,
+                        part.topic,
+                        exc,
+                        delay,
+                    )
+                    await asyncio.sleep(delay)
         finally:
             self._growing = None
 

@@ -698,7 +698,8 @@ def _partitioning(d: dict) -> pb.PartitioningResponse:
     response = pb.PartitioningResponse(
         name=d["name"], partitions=d["partitions"], partitioning_version=d["partitioning_version"],
         generation=d["generation"], marker_json=json.dumps(d["marker"]) if d["marker"] else "",
-        drained=d["drained"], retired=d["retired"])
+        drained=d["drained"], retired=d["retired"],
+        progress_json=json.dumps(d["progress"], sort_keys=True) if d.get("progress") else "")
     if d["global_adoption"] is not None:
         response.global_adoption = d["global_adoption"]
     if d["adoption_generation"] is not None:

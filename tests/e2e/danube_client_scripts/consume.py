@@ -2,13 +2,14 @@
 
 usage: consume.py URL TOPIC SUBSCRIPTION --type exclusive|shared|failover|key_shared
                   [--name C] [--count N] [--idle-timeout S] [--ack-first K]
-                  [--filters a*,b?] [--nack-delay-ms MS] [--ready-file PATH] [--distinct]
+                  [--filters a*,b?] [--nack-delay-ms MS] [--ready-file PATH] [--distinct] [--seconds S]
 
 Result: {"received": [[payload, topic, offset, key], ...], "acked": [...payloads],
          "nacked": [...], "times": {payload: [arrival time, ...]},
          "ack_times": {payload: first ack completion time}, "error": null | "CODE: message"}
 It stops after --count messages (0 = until idle; with --distinct, --count different
-payloads, so redeliveries do not count), or after --idle-timeout seconds without a message.  --ack-first K acks only the first K messages.
+payloads, so redeliveries do not count), or after --idle-timeout seconds without a message, or
+--seconds after it subscribed.  --ack-first K acks only the first K messages.
 --nack-delay-ms nacks each message the first time it arrives, acks it the second time.
 Arrival times are taken as the client library hands messages over, not when this loop gets to
 them: while an ack is retried across a broker restart, a redelivery can already be waiting.
@@ -65,10 +66,14 @@ async def main(a) -> dict:
     if a.ready_file:
         open(a.ready_file, "w").close()
     nacked = set()
+    stop_at = time.monotonic() + a.seconds if a.seconds else None
     try:
         while a.count == 0 or (len(result["times"]) if a.distinct else len(result["received"])) < a.count:
+            wait = a.idle_timeout if stop_at is None else min(a.idle_timeout, stop_at - time.monotonic())
             try:
-                msg, arrived = await asyncio.wait_for(queue.get(), a.idle_timeout)
+                if wait <= 0:
+                    break
+                msg, arrived = await asyncio.wait_for(queue.get(), wait)
             except asyncio.TimeoutError:
                 break
             payload = msg.payload.decode()
@@ -104,4 +109,5 @@ if __name__ == "__main__":
     p.add_argument("--nack-delay-ms", type=int, default=None)
     p.add_argument("--ready-file", default="")
     p.add_argument("--distinct", action="store_true")
+    p.add_argument("--seconds", type=float, default=0.0)
     print(json.dumps(asyncio.run(main(p.parse_args()))))

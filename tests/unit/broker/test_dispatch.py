@@ -55,6 +55,43 @@ async def test_key_shared_subscribing_again_with_other_filters_reroutes(broker):
     assert payloads(await receive(broker, a)) == ["1"]  # b no longer accepts us-*
 
 
+async def test_key_shared_a_joining_consumer_waits_until_earlier_reads_are_acked(broker):
+    """A consumer joining takes keys over from one that still holds their earlier messages unacked:
+    what is read after the join waits until everything read before it was acked (each key in order)."""
+    pid = await broker.create_producer(T, "p", reliable=True)
+    a = await broker.subscribe(T, "s", "a", sub_type="key_shared")
+    keys = [f"k{i}" for i in range(20)]
+    for k in keys:
+        await broker.publish(pid, batch([f"{k}:0"], key=k))
+    first = await receive(broker, a)                       # every key's first message, unacked
+    assert len(payloads(first)) == len(keys)
+    b = await broker.subscribe(T, "s", "b", sub_type="key_shared")
+    for k in keys:
+        await broker.publish(pid, batch([f"{k}:1"], key=k))
+    with pytest.raises(asyncio.TimeoutError):              # b's keys wait for a's acks
+        await receive(broker, b, timeout=0.5)
+    await broker.ack(a, range(first.first_offset, first.last_offset + 1))
+    got = payloads(await receive(broker, b))
+    got += payloads(await receive(broker, a))
+    assert sorted(got) == sorted(f"{k}:1" for k in keys) and len(got) == len(keys)
+
+
+async def test_key_shared_a_joining_consumer_does_not_wait_for_a_delayed_redelivery(broker):
+    pid = await broker.create_producer(T, "p", reliable=True)
+    a = await broker.subscribe(T, "s", "a", sub_type="key_shared")
+    keys = [f"k{i}" for i in range(20)]
+    for k in keys:
+        await broker.publish(pid, batch([f"{k}:0"], key=k))
+    first = await receive(broker, a)
+    b = await broker.subscribe(T, "s", "b", sub_type="key_shared")
+    await broker.nack(a, first.first_offset, delay_ms=60_000)   # waits for redelivery, not in flight
+    await broker.ack(a, range(first.first_offset + 1, first.last_offset + 1))
+    for k in keys:
+        await broker.publish(pid, batch([f"{k}:1"], key=k))
+    got = payloads(await receive(broker, b))
+    assert got and all(p.endswith(":1") for p in got)
+
+
 async def test_key_shared_nack_comes_back_to_the_key_owner(broker):
     pid = await broker.create_producer(T, "p", reliable=True)
     cid = await broker.subscribe(T, "s", "c", sub_type="key_shared")

@@ -9,6 +9,13 @@ consumer takes from its own queue.  A key no consumer accepts waits and is tried
 Under the block poison policy only the poisoned message's key stalls, as in Danube: later
 messages of that key are parked (undelivered, holding the cursor) until the blocked message is
 acked or released by an admin, then delivered in order; other keys keep flowing.
+
+A consumer joining a subscription that has consumers takes keys over from them while they may
+still hold earlier messages of those keys unacked (a live repartition makes this the rule: the
+consumers of a subscription attach to a new partition one after the other while it fills).  So a
+joined consumer gets a message read after it joined only once nothing read before it joined is in
+flight at a consumer (acked, or taken back for redelivery: its join mark, as Pulsar's recently
+joined consumers): routing stops at the first such message until then, keeping every key in order.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ class KeySharedDispatcher:
     sub_type = "key_shared"
     takes_key_filters = True
 
-    __slots__ = ("sub", "ring", "_queues", "_keys", "_blocked_keys", "_parked", "_whole_block")
+    __slots__ = ("sub", "ring", "_queues", "_keys", "_blocked_keys", "_parked", "_whole_block", "_joined_at")
 
     def __init__(self, subscription: Subscription) -> None:
         self.sub = subscription
@@ -42,6 +49,8 @@ class KeySharedDispatcher:
         self._blocked_keys: dict[str, int] = {}  # key -> its message held under the block policy
         self._parked: dict[str, list[int]] = {}  # key -> offsets held back behind that message
         self._whole_block = False  # a blocked message whose key is unknown stalls everything
+        # consumer id -> the subscription's next read when it joined (while earlier reads are unacked)
+        self._joined_at: dict[int, int] = {}
 
     @property
     def blocks_per_key(self) -> bool:
@@ -76,11 +85,27 @@ class KeySharedDispatcher:
         return None
 
     def joined(self, consumer: Consumer) -> None:
+        sub = self.sub
+        low = sub.tracker.lowest_in_flight() if sub.reliable else None
+        if len(self.ring) and low is not None and low < sub.next_read:
+            self._joined_at.setdefault(consumer.id, sub.next_read)
         self.ring.add(consumer.id, consumer.key_filter)
 
     def left(self, consumer: Consumer) -> None:
         self.ring.remove(consumer.id)
         self._queues.pop(consumer.id, None)
+        self._joined_at.pop(consumer.id, None)
+
+    def _held(self, consumer_id: int, offset: int) -> bool:
+        """Whether ``offset`` waits for what was read before ``consumer_id`` joined to be acked."""
+        mark = self._joined_at.get(consumer_id)
+        if mark is None or offset < mark:
+            return False
+        low = self.sub.tracker.lowest_in_flight()
+        if low is None or low >= mark:  # what waits for redelivery goes to its key's owner first
+            del self._joined_at[consumer_id]
+            return False
+        return True
 
     def restarted(self, consumer: Consumer) -> None:
         self._queues.pop(consumer.id, None)
@@ -106,23 +131,28 @@ class KeySharedDispatcher:
             return rec.routing_key
         return self.sub.topic.producer_name(rec.producer_id)
 
-    def _route(self, parts: list[memoryview], now: float) -> None:
+    def _route(self, parts: list[memoryview], now: float, fresh: bool = False) -> int:
+        """Routes ``parts`` to their consumers' queues; how many were routed (fresh reads stop at a
+        message held for a joined consumer, the rest is read again)."""
         sub = self.sub
         reliable = sub.reliable
         tracker = sub.tracker
         queues = self._queues
         deadline = now + sub.failure_policy.ack_timeout_ms / 1000
         blocked_keys = self._blocked_keys
-        for view in parts:
+        joined = self._joined_at
+        for i, view in enumerate(parts):
             offset = frame_offset(view)
             key = self._route_key(view)
+            owner_id = self.ring.owner(key)
+            if joined and owner_id is not None and fresh and self._held(owner_id, offset):
+                return i
             if reliable:
                 if key in blocked_keys and blocked_keys[key] != offset:
                     tracker.parked.add(offset)
                     self._parked.setdefault(key, []).append(offset)
                     continue
                 self._keys[offset] = key
-            owner_id = self.ring.owner(key)
             owner = sub.consumers.get(owner_id) if owner_id is not None else None
             if owner is None:
                 # No consumer accepts this key now; try again shortly (never dropped).
@@ -135,6 +165,7 @@ class KeySharedDispatcher:
             queue.append(view)
             if reliable:
                 tracker.delivered(offset, offset, owner.id, deadline)
+        return len(parts)
 
     # ------------------------------------------------------------ receive
 
@@ -158,11 +189,12 @@ class KeySharedDispatcher:
                             min(window, settings.max_batch_messages), settings.max_batch_bytes
                         )
                         if view is not None:
-                            sub.next_read += count
-                            self._route(split_frames(view), now)
+                            routed = self._route(split_frames(view), now, fresh=True)
+                            sub.next_read += routed
                             if not sub.reliable:
                                 sub.tracker.cursor = sub.next_read - 1
-                            sub.notify()
+                            if routed:
+                                sub.notify()
         queue = self._queues.get(consumer.id)  # (taken again: a nack or a timeout may replace it)
         if not queue:
             return None

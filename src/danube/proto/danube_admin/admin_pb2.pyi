@@ -449,7 +449,7 @@ class RepartitionRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ...) -> None: ...
 
 class PartitioningResponse(_message.Message):
-    __slots__ = ("name", "partitions", "partitioning_version", "generation", "marker_json", "drained", "retired", "global_adoption", "adoption_generation")
+    __slots__ = ("name", "partitions", "partitioning_version", "generation", "marker_json", "drained", "retired", "global_adoption", "adoption_generation", "progress_json")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     PARTITIONING_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -459,6 +459,7 @@ class PartitioningResponse(_message.Message):
     RETIRED_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_ADOPTION_FIELD_NUMBER: _ClassVar[int]
     ADOPTION_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_JSON_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: int
     partitioning_version: int
@@ -468,4 +469,5 @@ class PartitioningResponse(_message.Message):
     retired: _containers.RepeatedScalarFieldContainer[int]
     global_adoption: int
     adoption_generation: int
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., partitioning_version: _Optional[int] = ..., generation: _Optional[int] = ..., marker_json: _Optional[str] = ..., drained: _Optional[bool] = ..., retired: _Optional[_Iterable[int]] = ..., global_adoption: _Optional[int] = ..., adoption_generation: _Optional[int] = ...) -> None: ...
+    progress_json: str
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., partitioning_version: _Optional[int] = ..., generation: _Optional[int] = ..., marker_json: _Optional[str] = ..., drained: _Optional[bool] = ..., retired: _Optional[_Iterable[int]] = ..., global_adoption: _Optional[int] = ..., adoption_generation: _Optional[int] = ..., progress_json: _Optional[str] = ...) -> None: ...

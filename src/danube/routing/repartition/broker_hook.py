@@ -49,17 +49,16 @@ class RepartitionRuntime:
         self._sweeper: asyncio.Task | None = None
         self._loops: list[asyncio.Task] = []
         self._opening: dict[str, asyncio.Task] = {}   # unserved partitions being opened / placed
+        self._slow: dict[str, int] = {}                # partition -> batches admitted through the lock
+        self._admit_locks: dict[str, asyncio.Lock] = {}
 
     def _retired(self, topic: str, state, revision: int) -> None:
-        """Retired partitions served here refuse publishes (the finalizer wrote their terminated
-        markers with the finalize, read by any later open); a grow that reopens one (its cutover
-        deleted the marker) lifts the refusal."""
+        """A grow that covers a retired partition again deleted its terminated marker in the cutover
+        (an earlier version terminated retired partitions): the owner lifts the flag."""
         mark = getattr(self.broker, "mark_terminated", None)
         served = getattr(self.broker, "topics", None)
         if state is None or mark is None or served is None:
             return
-        for p in state.retired:
-            mark(f"{topic}-part-{p}")
         for p in range(state.partitions):
             t = served.get(f"{topic}-part-{p}")
             if t is not None and getattr(t, "terminated", False):
@@ -205,15 +204,31 @@ class RepartitionRuntime:
     # ------------------------------------------------------------ the batch lane's publish hook
 
     async def admit(self, name: str, version: int):
-        """The fence for one batch (see PartitionFence.admit); waits for the first snapshot once."""
+        """The fence for one batch (see PartitionFence.admit); waits for the first snapshot once.
+
+        A stream's batches are appended in the order they arrive only if each reaches the broker's
+        publish in that order: one that must wait (the fence reads a newer state from the store)
+        makes the partition's later batches queue behind it (a FIFO lock), else a later batch of the
+        same producer could be admitted first and a key's messages stored out of order."""
         fence = self.fence
         if not fence._ready.is_set():
             self.start()
             await fence.ready()
+        if not self._slow.get(name):
+            try:
+                return fence.admit(name, version)
+            except NeedsCatchUp:
+                pass
+        self._slow[name] = self._slow.get(name, 0) + 1
         try:
-            return fence.admit(name, version)
-        except NeedsCatchUp:
-            return await fence.admit_async(name, version)
+            lock = self._admit_locks.setdefault(name, asyncio.Lock())
+            async with lock:
+                return await fence.admit_async(name, version)
+        finally:
+            self._slow[name] -= 1
+            if not self._slow[name]:
+                del self._slow[name]
+                self._admit_locks.pop(name, None)
 
 
 def for_broker(broker: Any) -> RepartitionRuntime | None:

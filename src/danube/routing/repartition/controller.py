@@ -31,11 +31,13 @@ from typing import Any, Callable, Iterable, Mapping
 from danube.metadata import keys
 from danube.metadata.store import Compare, MetadataStore
 from danube.routing.repartition.model import (CUTOVER, DEFAULT_ADOPTION_TIMEOUT_MS, GROW, PartitioningState,
-                                              Transition, lagging)
+                                              Transition, lagging, waiting_for)
 from danube.routing.repartition.store import RepartitionStore
 from danube.routing.repartition.topology import AdoptionTracker
 
 log = logging.getLogger(__name__)
+
+STALL_LOG_MS = 10_000   # a subscription not moving on the sources for this long is named in the log
 
 
 def now_ms() -> int:
@@ -135,6 +137,9 @@ class Finalizer:
         self.finalized: list[dict[str, Any]] = []
         # (topic, to_version, subscription) -> (its consumed positions on the sources, since when)
         self._progress: dict[tuple[str, int, str], tuple[tuple, int]] = {}
+        self.stall_log_ms = STALL_LOG_MS
+        # (topic, to_version, subscription) -> (its position on the sources, unchanged since, last logged)
+        self._stalls: dict[tuple[str, int, str], tuple[tuple, int, int]] = {}
 
     def _idle(self, topic: str, t: Transition, subs: list[str], consumed: Mapping[str, Mapping[int, int]],
               now: int) -> bool:
@@ -170,6 +175,8 @@ class Finalizer:
             if t.offsets_recorded:
                 consumed = await consumed_of(self.metadata, topic, t)
                 behind = lagging(t, consumed)
+                if t.drain_complete_ms is None:
+                    self._report_stalls(topic, t, consumed, now, "the cutover")
             if t.drain_complete_ms is None:
                 if not t.offsets_recorded:
                     continue
@@ -191,11 +198,42 @@ class Finalizer:
                 done.append(topic)
                 for key in [k for k in self._progress if k[0] == topic and k[1] == t.to_version]:
                     del self._progress[key]
+                for key in [k for k in self._stalls if k[:2] == (topic, t.to_version) and k[2] not in held]:
+                    del self._stalls[key]
         return done
+
+    def _report_stalls(self, topic: str, t: Transition, consumed: Mapping[str, Mapping[int, int]], now: int,
+                       what: str, only: Iterable[str] | None = None) -> None:
+        """Names in the log a subscription whose consumed position on the sources has not moved for
+        ``stall_log_ms``, with the offsets it waits for (again every 6 windows while it lasts)."""
+        behind: dict[str, list[dict[str, Any]]] = {}
+        for w in waiting_for(t, consumed):
+            if only is None or w["subscription"] in only:
+                behind.setdefault(w["subscription"], []).append(w)
+        for key in [k for k in self._stalls if k[:2] == (topic, t.to_version) and k[2] not in behind]:
+            del self._stalls[key]
+        for sub, waits in behind.items():
+            key = (topic, t.to_version, sub)
+            position = tuple((w["partition"], w["consumed"]) for w in waits)
+            seen = self._stalls.get(key)
+            if seen is None or seen[0] != position:
+                self._stalls[key] = (position, now, now)
+                continue
+            _, since, logged = seen
+            # named once the window passed, then once a minute or so (a pending hold may last days)
+            if now - since >= self.stall_log_ms and (logged == since or now - logged >= 6 * self.stall_log_ms):
+                self._stalls[key] = (position, since, now)
+                log.warning("repartition of %s to %d partitions: %s waits for subscription %s, not moved for "
+                            "%.0f s: %s", topic, t.to_partitions, what, sub, (now - since) / 1000,
+                            "; ".join(f"partition {w['partition']} consumed below {w['consumed']}, "
+                                      f"needs {w['old_end']}" for w in waits))
 
     async def _release_holds(self, topic: str, state: PartitioningState) -> None:
         consumed = {h.transition.to_version: await consumed_of(self.metadata, topic, h.transition)
                     for h in state.pending}
+        for h in state.pending:
+            self._report_stalls(topic, h.transition, consumed[h.transition.to_version], self._clock(),
+                                "a pending hold", only=h.subscriptions)
         if state.release_holds(consumed) != state:
             new = (await self.store.release_holds(topic, consumed, compare=self._guard())).state
             log.info("repartition of %s: pending holds now %s", topic,

@@ -80,6 +80,7 @@ class PartitionFence:
         self._owner_url = owner_url
         self.states: dict[str, PartitioningState] = {}
         self._entries: dict[str, _Entry | None] = {}
+        self._counts: dict[str, int] = {}     # topic -> its partition count (batches to others are refused)
         self._recorded: set[tuple] = set()    # (base, index, to_version, "old_end" | "new_start")
         self._recording: set[tuple] = set()
         self._task: asyncio.Task | None = None
@@ -132,11 +133,13 @@ class PartitionFence:
     def _apply(self, topic: str, state: PartitioningState | None, revision: int) -> None:
         if state is None:
             self.states.pop(topic, None)
+            self._counts.pop(topic, None)
         else:
             old = self.states.get(topic)
             if old is not None and old.version > state.version:
                 return
             self.states[topic] = state
+            self._counts[topic] = state.partitions
             self._on_state(topic, state)
         for callback in self._listeners:
             callback(topic, state, revision)
@@ -249,13 +252,15 @@ class PartitionFence:
             if entry is None:
                 return None
         epoch = entry.epoch
-        if version == epoch.version:
+        if version == epoch.version and entry.index < self._counts.get(entry.base, entry.index + 1):
             epoch.inflight += 1
             if epoch.inflight == 1:
                 epoch.idle.clear()
             return epoch
         if version > epoch.version:
             raise NeedsCatchUp(entry.base)
+        # a stale version, or the current one for a partition the count no longer has (retired, or
+        # shrunk away while it drains): routed nowhere under this version
         self.refused += 1
         state = self.states.get(entry.base)
         partitions = state.partitions if state is not None else 0

@@ -1,8 +1,7 @@
 """Live repartition of a partitioned topic ``/ns/t`` (partitions ``/ns/t-part-i``): the pure model.
 
 No I/O here: the state of one topic's partitioning, the key -> partition function, the grow/shrink
-state machine and the finalize rule (docs/repartition.md; the seed is
-``shared/seeds/fibril-live-routing-repartition.txt``).
+state machine and the finalize rule (docs/repartition.md).
 
 Two counters, kept apart:
 
@@ -29,12 +28,12 @@ Order through a cutover (one subscription):
   moved keys until their source's pre-cutover backlog drained; on a shrink the surviving partition
   holding offsets at/after the cutover until its merge sources drained.
 
-Finalize (the seed's gate): ``drained and (adopted or adoption timed out)``, the timeout measured
+Finalize: ``drained and (adopted or adoption timed out)``, the timeout measured
 from when the transition first became drain-complete; a marker without an ``adoption_generation``
-is ungated.  Finalizing a shrink retires the partitions ``>= to_partitions``: sealed, their history
-stays readable.  A grow may finalize while subscriptions nobody consumes have not drained: their
-gate is kept as a :class:`PendingHold` (the transition's offsets and those subscriptions) that
-holds exactly as the transition did, for them only, until each drained its sources.
+is ungated.  Finalizing a shrink retires the partitions ``>= to_partitions``: routing leaves them,
+they stay readable (and keep what a client that still counts them publishes).  A grow may
+finalize while subscriptions nobody consumes have not drained: their gate is kept as a
+:class:`PendingHold` (the transition's offsets and those subscriptions) that holds exactly as the transition did, for them only, until each drained its sources.
 """
 
 from __future__ import annotations
@@ -156,7 +155,7 @@ class PartitioningState:
     partitions: int
     version: int = 0
     transition: Transition | None = None
-    retired: tuple[int, ...] = ()   # sealed partitions (a finalized shrink's), history readable
+    retired: tuple[int, ...] = ()   # a finalized shrink's partitions: out of routing, still read
     pending: tuple[PendingHold, ...] = ()   # finalized grows still gating subscriptions that lag
 
     # ------------------------------------------------------------ routing
@@ -176,6 +175,12 @@ class PartitioningState:
         """Partitions still open: during a shrink the shrunk-away ones drain until finalize."""
         t = self.transition
         return max(self.partitions, t.from_partitions) if t is not None else self.partitions
+
+    @property
+    def readable_partitions(self) -> int:
+        """Partitions consumers read: the live ones and the retired ones (a Danube client that read
+        the count before a shrink still publishes to them; those messages are kept and read)."""
+        return max(self.live_partitions, max(self.retired, default=-1) + 1)
 
     # ------------------------------------------------------------ the state machine
 
@@ -355,6 +360,18 @@ def lagging(t: Transition, consumed: Mapping[str, Mapping[int, int]]) -> list[st
     """The subscriptions of ``consumed`` that have not consumed every source of ``t`` up to its ``old_end``."""
     return sorted(sub for sub, per_part in consumed.items()
                   if not all(source_drained(t, s, per_part) for s in t.sources))
+
+
+def waiting_for(t: Transition, consumed: Mapping[str, Mapping[int, int]]) -> list[dict[str, Any]]:
+    """Per subscription behind on a source of ``t``: the partition, where the subscription has
+    consumed up to (acked below) and the ``old_end`` it waits for (unknown: None)."""
+    out = []
+    for sub, per_part in sorted(consumed.items()):
+        for s in sorted(t.sources):
+            if not source_drained(t, s, per_part):
+                out.append({"subscription": sub, "partition": s, "consumed": per_part.get(s),
+                            "old_end": t.old_end.get(s)})
+    return out
 
 
 def source_drained(t: Transition, source: int, consumed: Mapping[int, int]) -> bool:

@@ -46,6 +46,16 @@ def topic_of_key(key: str) -> str | None:
     return "/" + rest if rest.count("/") == 1 else None
 
 
+async def readable_partitions(metadata: MetadataStore, topic: str, count: int) -> int:
+    """How many partitions of ``topic`` (whose partition count key says ``count``) a consumer reads:
+    the count, the ones a shrink in progress still drains and the retired ones (they keep what
+    clients that still count them publish), model.PartitioningState.readable_partitions."""
+    kv = await metadata.get(keys.topic_partitioning(topic))
+    if kv is None:
+        return count
+    return max(count, PartitioningState.from_json(kv.value).readable_partitions)
+
+
 class RepartitionStore:
     def __init__(self, metadata: MetadataStore) -> None:
         self.metadata = metadata
@@ -105,7 +115,8 @@ class RepartitionStore:
         t = stored.state.transition
         if t is not None and t.phase == "marked":
             subs = await self._new_partition_subscriptions(topic, t.from_partitions, t.to_partitions)
-            # a grow reopens the retired partitions it covers again: their terminated markers go with the bump
+            # a grow reopens the retired partitions it covers again; a terminated marker (an earlier
+            # version terminated retired partitions) goes with the bump
             reopened = [Op.delete(keys.topic_terminated(f"{topic}-part-{p}"))
                         for p in stored.state.retired if p < t.to_partitions]
             stored = await self.update(
@@ -119,8 +130,20 @@ class RepartitionStore:
         return stored
 
     async def _new_partition_subscriptions(self, topic: str, old: int, new: int) -> list[Op]:
-        """Every subscription of the old partitions, created on each partition the grow adds with its
-        cursor before offset 0, so no message published there before a consumer attaches is skipped."""
+        """Each partition the grow adds is created (the delivery document of the old partitions), so
+        a consumer that attaches on the push, before any producer wrote there, finds it; and every
+        subscription of the old partitions is created on it with its cursor before offset 0, so no
+        message published there before a consumer attaches is skipped."""
+        ops: list[Op] = []
+        delivery = None
+        for p in range(old):
+            delivery = await self.metadata.get(keys.topic_delivery(f"{topic}-part-{p}"))
+            if delivery is not None:
+                break
+        if delivery is not None:
+            for q in range(old, new):
+                if await self.metadata.get(keys.topic_delivery(f"{topic}-part-{q}")) is None:
+                    ops.append(Op.put(keys.topic_delivery(f"{topic}-part-{q}"), delivery.value))
         subs: dict[str, bytes] = {}
         for p in range(old):
             prefix = keys.topic_subscriptions(f"{topic}-part-{p}")
@@ -128,7 +151,6 @@ class RepartitionStore:
                 rest = kv.key[len(prefix):]
                 if "/" not in rest:
                     subs.setdefault(rest, kv.value)
-        ops: list[Op] = []
         for q in range(old, new):
             part = f"{topic}-part-{q}"
             for name, record in subs.items():
@@ -155,13 +177,11 @@ class RepartitionStore:
 
     async def finalize(self, topic: str, *, lagging: Sequence[str] = (),
                        compare: Sequence[Compare] = ()) -> StoredState:
-        """Clear the marker; the partitions a shrink retires are terminated in the same transaction
-        (``keys.topic_terminated``: every broker refuses publishes to them from then on, at open or,
-        serving one, when its fence sees the state; their history stays readable).  A grow's
-        ``lagging`` subscriptions keep its gate as a pending hold (model.PartitioningState.finalize)."""
-        return await self.update(topic, lambda s: s.finalize(lagging), compare=compare,
-                                 extra_ops=lambda s: [Op.put(keys.topic_terminated(f"{topic}-part-{p}"), b"1")
-                                                      for p in s.retired])
+        """Clear the marker (a shrink retires the partitions it removed: routing and the fence leave
+        them, their history stays readable, and a publish of a client that still counts them is
+        stored there and read, docs/repartition.md).  A grow's ``lagging`` subscriptions keep its
+        gate as a pending hold (model.PartitioningState.finalize)."""
+        return await self.update(topic, lambda s: s.finalize(lagging), compare=compare)
 
     async def release_holds(self, topic: str, consumed: dict[int, dict[str, dict[int, int]]], *,
                             compare: Sequence[Compare] = ()) -> StoredState:

@@ -88,7 +88,7 @@ class TopologyHub:
                   for i in range(state.partitions)]
         return pb.TopicRouting(topic=topic, partitions=state.partitions, partitioning_version=state.version,
                                owners=owners, in_transition=state.transition is not None,
-                               live_partitions=state.live_partitions)
+                               live_partitions=state.readable_partitions)
 
     async def snapshot(self, topics: Iterable[str]) -> pb.Topology:
         topics = list(dict.fromkeys(topics))

@@ -163,3 +163,52 @@ async def test_a_shrink_waits_for_an_idle_subscription(metadata):
     clock.ms += 10**6
     assert await tick(f, store) == []
     assert (await store.load(T)).state.transition.drain_complete_ms is None
+
+
+async def test_a_stalled_subscription_is_named_in_the_log_with_its_offsets(metadata, caplog):
+    store, clock = RepartitionStore(metadata), Clock()
+    await grown(metadata, store)
+    f = finalizer(store, clock)
+    f.stall_log_ms = 5_000
+    with caplog.at_level("WARNING", logger="danube.routing.repartition.controller"):
+        await tick(f, store)
+        clock.ms += 4_000
+        await tick(f, store)
+        assert not [r for r in caplog.records if "waits for subscription" in r.getMessage()]   # not yet
+        clock.ms += 1_000
+        await tick(f, store)
+        stalled = [r.getMessage() for r in caplog.records if "waits for subscription" in r.getMessage()]
+        assert len(stalled) == 1
+        assert "subscription s" in stalled[0] and "partition 0 consumed below 5, needs 10" in stalled[0]
+        assert "partition 1 consumed below 5, needs 10" in stalled[0]
+        await tick(f, store)                                   # once per window, not every pass
+        await metadata.put_json(keys.subscription_cursor(f"{T}-part-0", "s"), 6)   # it moved: quiet again
+        clock.ms += 5_000
+        await tick(f, store)
+        assert len([r for r in caplog.records if "waits for subscription" in r.getMessage()]) == 1
+
+
+async def test_describe_shows_what_the_cutover_waits_for_and_the_pending_holds(metadata):
+    from types import SimpleNamespace
+
+    from danube.routing.repartition import admin
+
+    broker = SimpleNamespace(metadata=metadata, broker_id="b1")
+    store, clock = RepartitionStore(metadata), Clock()
+    await grown(metadata, store)
+    await metadata.put_json(keys.subscription_cursor(f"{T}-part-0", "fast"), 9)
+    await metadata.put_json(keys.subscription_cursor(f"{T}-part-1", "fast"), 9)
+    progress = (await admin.describe(broker, T))["progress"]
+    assert progress["waiting"] == [{"subscription": "s", "partition": 0, "consumed": 5, "old_end": 10},
+                                   {"subscription": "s", "partition": 1, "consumed": 5, "old_end": 10}]
+    f = finalizer(store, clock, timeout=1_000)                # "s" idle for the window: a pending hold
+    await tick(f, store)
+    clock.ms += 1_000
+    await tick(f, store)
+    clock.ms += 1_000
+    assert await tick(f, store) == [T]
+    progress = (await admin.describe(broker, T))["progress"]
+    assert "waiting" not in progress
+    assert progress["pending"] == [{"to_version": 1, "to_partitions": 4, "subscriptions": ["s"], "waiting": [
+        {"subscription": "s", "partition": 0, "consumed": 5, "old_end": 10},
+        {"subscription": "s", "partition": 1, "consumed": 5, "old_end": 10}]}]

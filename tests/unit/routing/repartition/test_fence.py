@@ -91,3 +91,31 @@ async def test_newer_version_than_the_watch_catches_up_and_shrink_records_new_st
             await asyncio.sleep(0.05)
         assert t.old_end == {2: 3, 3: 4}
         assert t.new_start == {0: 1, 1: 2}   # before the first new-version batch on partition 0
+
+
+async def test_batches_waiting_for_the_fence_to_catch_up_keep_their_order(tmp_path):
+    """A stream's batches reach the broker in arrival order: a later batch of a partition never
+    passes one still waiting for the fence to read the newer state (whichever read ends first)."""
+    async with served_broker(tmp_path, batch_lane.add_to_server, sync="never") as (broker, channel):
+        stub = pb_grpc.BatchLaneStub(channel)
+        store = RepartitionStore(broker.metadata)
+        await broker.metadata.put_json(keys.topic_partitions(T), 2)
+        await publish(stub, f"{T}-part-0", 0)
+        runtime = broker.repartition
+        await runtime.fence.stop()                       # the watch is late
+        await store.repartition(T, 4, now_ms=0)
+        load, delays = runtime.fence.store.load, [0.3, 0.0, 0.0]
+
+        async def slow_first_load(topic):                # the first read ends last
+            await asyncio.sleep(delays.pop(0) if delays else 0)
+            return await load(topic)
+
+        runtime.fence.store.load = slow_first_load
+        admitted = []
+
+        async def batch(i):
+            await runtime.admit(f"{T}-part-2", 1)
+            admitted.append(i)
+
+        await asyncio.gather(*(batch(i) for i in range(3)))
+        assert admitted == [0, 1, 2]

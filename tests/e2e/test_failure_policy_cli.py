@@ -5,6 +5,8 @@ message with no redelivery left lands in the dead-letter topic)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -12,6 +14,7 @@ import uuid
 
 import pytest
 
+from danube.cli import admin as admin_cli
 from danube.client import DanubeClient, SubType
 from tests.support.broker import running_broker
 
@@ -19,17 +22,27 @@ pytestmark = pytest.mark.timeout(180)
 DANUBE = [sys.executable, "-m", "danube.cli.main"]
 
 
-def admin(broker, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*DANUBE, "admin", *args, "--endpoint", f"http://127.0.0.1:{broker.admin_port}"],
-                          capture_output=True, text=True, timeout=60)
+def admin(broker, *args: str, process: bool = False) -> subprocess.CompletedProcess:
+    """`danube admin ARGS --endpoint E`: in a process of its own, else through the CLI's entry point in
+    this process (a Python start per call costs seconds on a loaded machine)."""
+    argv = [*args, "--endpoint", f"http://127.0.0.1:{broker.admin_port}"]
+    if process:
+        return subprocess.run([*DANUBE, "admin", *argv], capture_output=True, text=True, timeout=60)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = admin_cli.main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 def set_policy(broker, topic: str, sub: str, *, count: int, poison: str, dead_letter: str | None = None,
-               backoff: str = "fixed") -> subprocess.CompletedProcess:
+               backoff: str = "fixed", process: bool = False) -> subprocess.CompletedProcess:
     args = ["topics", "set-failure-policy", topic, "--subscription", sub, "--max-redelivery-count", str(count),
             "--ack-timeout-ms", "5000", "--base-redelivery-delay-ms", "50", "--max-redelivery-delay-ms", "50",
             "--backoff-strategy", backoff, "--poison-policy", poison]
-    return admin(broker, *args, *(["--dead-letter-topic", dead_letter] if dead_letter else []))
+    return admin(broker, *args, *(["--dead-letter-topic", dead_letter] if dead_letter else []), process=process)
 
 
 async def next_message(consumer, timeout: float, what: str):
@@ -51,8 +64,8 @@ def test_set_and_get_failure_policy_and_a_live_subscription_follows_it():
             r = admin(broker, "topics", "create", t, "--dispatch-strategy", "reliable")
             assert r.returncode == 0, r.stderr
 
-        async def run(*args):  # the CLI runs beside the client's event loop, never blocking it
-            return await asyncio.to_thread(admin, broker, *args)
+        async def run(*args, process=False):  # the CLI runs beside the client's event loop, never blocking it
+            return await asyncio.to_thread(admin, broker, *args, process=process)
 
         async def scenario():
             client = DanubeClient.builder().service_url(broker.url).build()
@@ -71,7 +84,7 @@ def test_set_and_get_failure_policy_and_a_live_subscription_follows_it():
                 assert json.loads(r.stdout)["poison_policy"] == "block"
 
                 r = await asyncio.to_thread(set_policy, broker, topic, sub, count=0, poison="dead_letter",
-                                            dead_letter=dlq)
+                                            dead_letter=dlq, process=True)
                 assert r.returncode == 0, r.stderr
                 assert r.stdout.strip() == f"✅ Failure policy updated for topic '{topic}' subscription '{sub}'"
 
@@ -81,7 +94,8 @@ def test_set_and_get_failure_policy_and_a_live_subscription_follows_it():
                     "topic": topic, "subscription": sub, "max_redelivery_count": 0, "ack_timeout_ms": 5000,
                     "base_redelivery_delay_ms": 50, "max_redelivery_delay_ms": 50, "backoff_strategy": "fixed",
                     "dead_letter_topic": dlq, "poison_policy": "dead_letter"}
-                r = await run("topics", "get-failure-policy", topic.split("/")[2], "--namespace", "default", "-s", sub)
+                r = await run("topics", "get-failure-policy", topic.split("/")[2], "--namespace", "default", "-s", sub,
+                              process=True)
                 assert r.returncode == 0, r.stderr
                 assert r.stdout.splitlines() == [
                     f"Topic: {topic}", f"Subscription: {sub}", "Max Redelivery Count: 0", "Ack Timeout Ms: 5000",
@@ -112,5 +126,11 @@ def test_set_and_get_failure_policy_and_a_live_subscription_follows_it():
         assert r.returncode == 1 and "invalid_argument" in r.stderr and "dead_letter_topic" in r.stderr, r.stderr
         r = set_policy(broker, topic, sub, count=-1, poison="drop")
         assert r.returncode == 2 and "--max-redelivery-count" in r.stderr, r.stderr
+        # a partitioned topic's subscriptions live on its partitions: the base name is refused, a partition is not
+        assert admin(broker, "topics", "create", f"{topic}-p", "--partitions", "2",
+                     "--dispatch-strategy", "reliable").returncode == 0
+        r = set_policy(broker, f"{topic}-p", sub, count=1, poison="drop")
+        assert r.returncode == 1 and "partitioned topic" in r.stderr and "-part-0" in r.stderr, r.stderr
+        assert set_policy(broker, f"{topic}-p-part-0", sub, count=1, poison="drop").returncode == 0
         r = admin(broker, "-o", "json", "topics", "get-failure-policy", topic, "-s", sub)
         assert json.loads(r.stdout)["poison_policy"] == "dead_letter"

@@ -603,6 +603,12 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
                 raise InvalidArgumentError("failure_policy is required")
             keys.split_topic(request.topic)
             policy = failure_policy_wire.from_wire(request.failure_policy)
+            if await self.admin.metadata.get(keys.topic_partitions(request.topic)) is not None:
+                # its subscriptions live on its partitions: a policy stored under the base name
+                # would apply to none of them (Danube refuses it too)
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                    f"{request.topic} is a partitioned topic; set the failure policy on each "
+                                    f"partition ({request.topic}-part-0, ...)")
             owner = self.admin.remote_owner(request.topic, context)
             if owner is not None:  # checked here first: bad input is refused without a hop
                 return await self.admin.forward(owner, "SetSubscriptionFailurePolicy", request, context)

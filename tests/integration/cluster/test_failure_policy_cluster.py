@@ -4,7 +4,6 @@ subscription at once (the admin call is forwarded), in Danube's CLI syntax, on a
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 
 import pytest

@@ -84,18 +84,14 @@ def run(args, channel, emit, topic: str) -> int:
         print(f"danube admin: subscription failure policy not found (topic {topic}, subscription {sub})",
               file=sys.stderr)
         return 1
-    fp = resp.failure_policy
-    backoff = "exponential" if fp.backoff_strategy == pb.Exponential else "fixed"
-    poison = {pb.DeadLetter: "dead_letter", pb.Drop: "drop"}.get(fp.poison_policy, "block")
-    dead_letter = fp.dead_letter_topic if fp.HasField("dead_letter_topic") else None
-    data = {"topic": topic, "subscription": sub, "max_redelivery_count": fp.max_redelivery_count,
-            "ack_timeout_ms": fp.ack_timeout_ms, "base_redelivery_delay_ms": fp.base_redelivery_delay_ms,
-            "max_redelivery_delay_ms": fp.max_redelivery_delay_ms, "backoff_strategy": backoff,
-            "dead_letter_topic": dead_letter, "poison_policy": poison}
-    lines = [f"Topic: {topic}", f"Subscription: {sub}", f"Max Redelivery Count: {fp.max_redelivery_count}",
-             f"Ack Timeout Ms: {fp.ack_timeout_ms}", f"Base Redelivery Delay Ms: {fp.base_redelivery_delay_ms}",
-             f"Max Redelivery Delay Ms: {fp.max_redelivery_delay_ms}", f"Backoff Strategy: {backoff}"]
-    if dead_letter is not None:
-        lines.append(f"Dead Letter Topic: {dead_letter}")
-    emit(args, data, lines + [f"Poison Policy: {poison}"])
+    from danube.server import failure_policy_wire
+
+    fp = failure_policy_wire.to_json(resp.failure_policy)
+    data = {"topic": topic, "subscription": sub, **fp}
+    lines = [f"Topic: {topic}", f"Subscription: {sub}", f"Max Redelivery Count: {fp['max_redelivery_count']}",
+             f"Ack Timeout Ms: {fp['ack_timeout_ms']}", f"Base Redelivery Delay Ms: {fp['base_redelivery_delay_ms']}",
+             f"Max Redelivery Delay Ms: {fp['max_redelivery_delay_ms']}", f"Backoff Strategy: {fp['backoff_strategy']}"]
+    if fp["dead_letter_topic"] is not None:
+        lines.append(f"Dead Letter Topic: {fp['dead_letter_topic']}")
+    emit(args, data, lines + [f"Poison Policy: {fp['poison_policy']}"])
     return 0

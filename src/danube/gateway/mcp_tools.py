@@ -18,6 +18,7 @@ from danube.gateway.config import GatewayConfig
 from danube.gateway.metrics import MetricsHub
 from danube.gateway.pages import Pages, _dict
 from danube.metadata.keys import check_name, check_namespace
+from danube.server import failure_policy_wire
 
 SECURITY_SERVICE = "danube_admin.SecurityAdmin"  # the JSON-coded service `danube admin security` calls
 
@@ -175,11 +176,11 @@ class AdminTools:
         """What happens to a subscription's unacked messages (redeliveries, dead letters)."""
         r = await self.backend.call(
             self.backend.topics.GetSubscriptionFailurePolicy,
-            pb.SubscriptionRequest(
+            pb.GetSubscriptionFailurePolicyRequest(
                 topic=normalize_topic(topic, None), subscription=check_name("subscription", subscription)
             ),
         )
-        return _json(json.loads(r.policy_json or "{}"))
+        return _json(failure_policy_wire.to_json(r.failure_policy) if r.HasField("failure_policy") else {})
 
     async def create_topic(self, topic: str, partitions: int = 0, reliable: bool = True) -> str:
         """Create a topic (partitions > 0: a partitioned topic); reliable=true keeps it in the WAL."""

@@ -8,7 +8,6 @@ failures do not fail a page: they land in its ``errors`` list, as in Danube.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from datetime import datetime, timezone
 
@@ -17,6 +16,7 @@ from google.protobuf.json_format import MessageToDict
 from danube.errors import DanubeError, InvalidArgumentError, NotFoundError
 from danube.gateway.backend import AdminBackend, pb, spb
 from danube.gateway.metrics import MetricsHub, clamp_range, metrics_page_url, parse_step, quantile
+from danube.server import failure_policy_wire
 
 MAX_TOPICS_SCANNED = 500  # topics asked for their schema binding (no ListSubjects call yet)
 
@@ -243,33 +243,22 @@ class Pages:
         sample = self.metrics.topic(name)
         subscriptions = []
         for sub in dict.fromkeys(subs.subscriptions):
-            policy, doc = None, {}
+            policy, sub_type = None, "Exclusive"
             try:
-                doc = json.loads(
-                    (
-                        await b.call(
-                            b.topics.GetSubscriptionFailurePolicy, pb.SubscriptionRequest(topic=name, subscription=sub)
-                        )
-                    ).policy_json
-                    or "{}"
+                r = await b.call(
+                    b.topics.GetSubscriptionFailurePolicy,
+                    pb.GetSubscriptionFailurePolicyRequest(topic=name, subscription=sub),
                 )
-                if doc:
-                    policy = {
-                        "max_redelivery_count": doc.get("max_redelivery_count"),
-                        "ack_timeout_ms": doc.get("ack_timeout_ms"),
-                        "base_redelivery_delay_ms": doc.get("base_redelivery_delay_ms"),
-                        "max_redelivery_delay_ms": doc.get("max_redelivery_delay_ms"),
-                        "backoff_strategy": "exponential",
-                        "dead_letter_topic": doc.get("dead_letter_topic") or None,
-                        "poison_policy": doc.get("poison_policy"),
-                    }
+                if r.HasField("failure_policy"):
+                    policy = failure_policy_wire.to_json(r.failure_policy)
+                sub_type = failure_policy_wire.SUB_TYPE_NAMES.get(r.subscription_type, "Exclusive")
             except DanubeError as exc:
                 errors.append(f"failure policy of {sub}: {exc}")
             live = (sample.subscriptions.get(sub) if sample else None) or {}
             subscriptions.append(
                 {
                     "name": sub,
-                    "subscription_type": doc.get("subscription_type", "Unknown"),
+                    "subscription_type": sub_type,
                     "failure_policy": policy,
                     "backlog": live.get("backlog", 0),
                     "unacked": live.get("unacked", 0),

@@ -74,6 +74,8 @@ def test_pages_show_the_broker_its_topic_and_live_metrics(stack):
         page = wait_until(topic_page, 30, "the topic page to show the 40 messages")
         assert page["topic"]["name"] == TOPIC and page["topic"]["delivery"] == "Reliable"
         assert [s["name"] for s in page["topic"]["subscriptions"]] == ["audit"]
+        audit = page["topic"]["subscriptions"][0]   # the live subscription's type and (default) failure policy
+        assert audit["subscription_type"] == "Shared" and audit["failure_policy"]["poison_policy"] == "block"
         m = page["metrics"]
         assert m["active"] == {"producers": 1, "consumers": 1, "subscriptions": 1}
         assert m["core"]["bytes_in_total"] > 0

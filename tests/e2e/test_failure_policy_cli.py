@@ -132,5 +132,7 @@ def test_set_and_get_failure_policy_and_a_live_subscription_follows_it():
         r = set_policy(broker, f"{topic}-p", sub, count=1, poison="drop")
         assert r.returncode == 1 and "partitioned topic" in r.stderr and "-part-0" in r.stderr, r.stderr
         assert set_policy(broker, f"{topic}-p-part-0", sub, count=1, poison="drop").returncode == 0
+        r = admin(broker, "topics", "get-failure-policy", topic, "-s", "no-such-sub")
+        assert r.returncode == 1 and "failure policy not found" in r.stderr, r.stderr
         r = admin(broker, "-o", "json", "topics", "get-failure-policy", topic, "-s", sub)
         assert json.loads(r.stdout)["poison_policy"] == "dead_letter"

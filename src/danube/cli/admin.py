@@ -4,6 +4,7 @@
     danube admin topics list --namespace NS | NS | --broker ID             (admin_topics.py)
     danube admin topics create | delete | describe | subscriptions | unsubscribe | unload | repartition
     danube admin topics configure-schema | set-validation-policy | get-schema-config
+    danube admin topics set-failure-policy | get-failure-policy        (admin_failure_policy.py)
     danube admin brokers list | leader-broker | namespaces | unload --broker-id ID | activate --broker-id ID
     danube admin namespaces list | topics NS | policies NS | create NS | delete NS
     danube admin brokers balance | rebalance --dry-run [--max-moves N] | rebalance-history   (admin_rebalancing.py)

@@ -9,6 +9,8 @@
                                                   [--enable-payload-validation]
     danube admin topics set-validation-policy TOPIC --policy P [--enable-payload-validation]
     danube admin topics get-schema-config TOPIC [--output json]
+    danube admin topics set-failure-policy | get-failure-policy TOPIC --subscription S ...
+                                                  (admin_failure_policy.py)
     danube admin topics repartition TOPIC --partitions N       (this project's live repartition)
 
 A topic is ``/ns/topic``, ``ns/topic`` or ``topic`` with ``--namespace NS``, as in Danube's CLI.
@@ -89,6 +91,9 @@ def add_parser(groups) -> None:
     p.add_argument("--enable-payload-validation", action="store_true", help="validate every payload's content")
     p = topics.add_parser("get-schema-config", help="a topic's schema configuration")
     _topic_args(p, output=True)
+    from danube.cli import admin_failure_policy
+
+    admin_failure_policy.add_commands(topics, _topic_args)
     p = topics.add_parser("repartition", help="grow or shrink a partitioned topic online (docs/repartition.md)")
     _topic_args(p, output=True)
     p.add_argument("--partitions", type=int, required=True, help="the new partition count")
@@ -218,6 +223,10 @@ def run(args, channel, emit, *, describe_partitioning, partitioning) -> int:
         emit(args, data, [f"Topic {topic}: cut over to {resp.partitions} partitions"] + lines)
     elif cmd in ("configure-schema", "set-validation-policy", "get-schema-config"):
         return schema_config(args, channel, emit, topic)
+    elif cmd in ("set-failure-policy", "get-failure-policy"):
+        from danube.cli import admin_failure_policy
+
+        return admin_failure_policy.run(args, channel, emit, topic)
     else:  # pragma: no cover - argparse restricts the choices
         raise UsageError(f"unknown topics command {cmd!r}")
     return 0

@@ -17,9 +17,10 @@ from danube.gateway.backend import AdminBackend, pb, spb
 from danube.gateway import mcp_guides
 from danube.gateway.config import GatewayConfig
 from danube.gateway.metrics import MetricsHub
-from danube.gateway.pages import SUBSCRIPTION_TYPES, Pages, _dict, failure_policy_json
+from danube.gateway.pages import Pages, _dict
 from danube.metadata.keys import check_name, check_namespace
 from danube.schema.registry import check_subject
+from danube.server import failure_policy_wire
 
 SECURITY_SERVICE = "danube_admin.SecurityAdmin"  # the JSON-coded service `danube admin security` calls
 
@@ -184,8 +185,10 @@ class AdminTools:
         )
         return _json(
             {
-                "subscription_type": SUBSCRIPTION_TYPES.get(r.subscription_type, "Exclusive"),
-                "failure_policy": failure_policy_json(r.failure_policy) if r.HasField("failure_policy") else None,
+                "subscription_type": failure_policy_wire.SUB_TYPE_NAMES.get(r.subscription_type, "Exclusive"),
+                "failure_policy": failure_policy_wire.to_json(r.failure_policy)
+                if r.HasField("failure_policy")
+                else None,
             }
         )
 

@@ -17,12 +17,9 @@ from google.protobuf.json_format import MessageToDict
 from danube.errors import DanubeError, InvalidArgumentError, NotFoundError
 from danube.gateway.backend import AdminBackend, pb, spb
 from danube.gateway.metrics import MetricsHub, clamp_range, metrics_page_url, parse_step, quantile
+from danube.server import failure_policy_wire
 
 SCHEMA_FIELDS = ("schema_subject", "schema_id", "schema_version", "schema_type", "compatibility_mode")
-# GetSubscriptionFailurePolicy's subscription_type number and enum values, spelled as Danube's gateway does
-SUBSCRIPTION_TYPES = {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "KeyShared"}
-_BACKOFF = {pb.Fixed: "fixed", pb.Exponential: "exponential"}
-_POISON = {pb.DeadLetter: "dead_letter", pb.Block: "block", pb.Drop: "drop"}
 
 
 def now_iso() -> str:
@@ -31,19 +28,6 @@ def now_iso() -> str:
 
 def _dict(message) -> dict:
     return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-
-
-def failure_policy_json(fp) -> dict:
-    """An admin ``SubscriptionFailurePolicy`` as Danube's gateway shows it (enum labels, no DLQ topic: null)."""
-    return {
-        "max_redelivery_count": fp.max_redelivery_count,
-        "ack_timeout_ms": fp.ack_timeout_ms,
-        "base_redelivery_delay_ms": fp.base_redelivery_delay_ms,
-        "max_redelivery_delay_ms": fp.max_redelivery_delay_ms,
-        "backoff_strategy": _BACKOFF.get(fp.backoff_strategy, "fixed"),
-        "dead_letter_topic": fp.dead_letter_topic if fp.HasField("dead_letter_topic") else None,
-        "poison_policy": _POISON.get(fp.poison_policy, "unknown"),
-    }
 
 
 def _identity(b) -> dict:
@@ -260,15 +244,15 @@ class Pages:
         sample = self.metrics.topic(name)
         subscriptions = []
         for sub in dict.fromkeys(subs.subscriptions):
-            policy, sub_type = None, "Unknown"
+            policy, sub_type = None, "Exclusive"
             try:
                 r = await b.call(
                     b.topics.GetSubscriptionFailurePolicy,
                     pb.GetSubscriptionFailurePolicyRequest(topic=name, subscription=sub),
                 )
-                sub_type = SUBSCRIPTION_TYPES.get(r.subscription_type, "Exclusive")
                 if r.HasField("failure_policy"):
-                    policy = failure_policy_json(r.failure_policy)
+                    policy = failure_policy_wire.to_json(r.failure_policy)
+                sub_type = failure_policy_wire.SUB_TYPE_NAMES.get(r.subscription_type, "Exclusive")
             except DanubeError as exc:
                 errors.append(f"failure policy of {sub}: {exc}")
             live = (sample.subscriptions.get(sub) if sample else None) or {}

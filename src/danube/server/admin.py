@@ -641,12 +641,23 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
     async def SetSubscriptionFailurePolicy(self, request, context):
         """Danube's ``SubscriptionFailurePolicy`` message: checked, stored in the shared metadata
         store (a subscription reads it when its topic is loaded) and applied at once to the
-        subscription if this broker serves it."""
+        subscription if this broker serves it.  In a cluster the topic's owner does it: only the
+        owner holds the live subscription, which would otherwise keep the old policy until the
+        topic reloads."""
         try:
             if not request.HasField("failure_policy"):
                 raise InvalidArgumentError("failure_policy is required")
             keys.split_topic(request.topic)
             policy = failure_policy_wire.from_wire(request.failure_policy)
+            if await self.admin.metadata.get(keys.topic_partitions(request.topic)) is not None:
+                # its subscriptions live on its partitions: a policy stored under the base name
+                # would apply to none of them (Danube refuses it too)
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                    f"{request.topic} is a partitioned topic; set the failure policy on each "
+                                    f"partition ({request.topic}-part-0, ...)")
+            owner = self.admin.remote_owner(request.topic, context)
+            if owner is not None:  # checked here first: bad input is refused without a hop
+                return await self.admin.forward(owner, "SetSubscriptionFailurePolicy", request, context)
             await self.admin.metadata.put_json(
                 keys.subscription_failure_policy(request.topic, request.subscription), policy.to_dict())
             served = self.admin.broker.topics.get(request.topic)
@@ -658,8 +669,13 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             await abort(context, exc)
 
     async def GetSubscriptionFailurePolicy(self, request, context):
+        """The stored policy, else the live subscription's (the broker default); asked of the
+        owner in a cluster, which alone knows the live subscription and its type."""
         try:
             keys.split_topic(request.topic)
+            owner = self.admin.remote_owner(request.topic, context)
+            if owner is not None:
+                return await self.admin.forward(owner, "GetSubscriptionFailurePolicy", request, context)
             doc = await self.admin.metadata.get_json(
                 keys.subscription_failure_policy(request.topic, request.subscription))
             served = self.admin.broker.topics.get(request.topic)

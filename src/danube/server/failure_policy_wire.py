@@ -16,6 +16,7 @@ _BACKOFF_FROM_WIRE = {pb.Fixed: "fixed", pb.Exponential: "exponential"}
 _BACKOFF_TO_WIRE = {v: k for k, v in _BACKOFF_FROM_WIRE.items()}
 
 SUB_TYPE_NUMBERS = {"exclusive": 0, "shared": 1, "failover": 2, "key_shared": 3}
+SUB_TYPE_NAMES = {0: "Exclusive", 1: "Shared", 2: "Failover", 3: "KeyShared"}  # Danube's console labels
 
 
 def from_wire(msg: pb.SubscriptionFailurePolicy) -> FailurePolicy:
@@ -50,3 +51,17 @@ def to_wire(policy: FailurePolicy) -> pb.SubscriptionFailurePolicy:
     if policy.dead_letter_topic:
         msg.dead_letter_topic = policy.dead_letter_topic
     return msg
+
+
+def to_json(msg: pb.SubscriptionFailurePolicy) -> dict:
+    """The policy as Danube's admin CLI and console print it: lowercase enum labels,
+    ``dead_letter_topic`` null when unset."""
+    return {
+        "max_redelivery_count": msg.max_redelivery_count,
+        "ack_timeout_ms": msg.ack_timeout_ms,
+        "base_redelivery_delay_ms": msg.base_redelivery_delay_ms,
+        "max_redelivery_delay_ms": msg.max_redelivery_delay_ms,
+        "backoff_strategy": _BACKOFF_FROM_WIRE.get(msg.backoff_strategy, "fixed"),
+        "dead_letter_topic": msg.dead_letter_topic if msg.HasField("dead_letter_topic") else None,
+        "poison_policy": _POISON_FROM_WIRE.get(msg.poison_policy, "block"),
+    }

@@ -79,6 +79,7 @@ def test_pages_show_the_broker_its_topic_and_live_metrics(stack):
         assert policy["backoff_strategy"] in ("fixed", "exponential"), policy
         assert policy["poison_policy"] in ("dead_letter", "block", "drop"), policy
         assert isinstance(policy["max_redelivery_count"], int) and isinstance(policy["ack_timeout_ms"], int)
+        assert policy["poison_policy"] == "block"  # the default policy
         m = page["metrics"]
         assert m["active"] == {"producers": 1, "consumers": 1, "subscriptions": 1}
         assert m["core"]["bytes_in_total"] > 0

@@ -106,10 +106,10 @@ async def test_mcp_actions_when_allowed(broker):
             assert await asyncio.to_thread(admin_cli.main, set_policy) == 0
             result = await session.call_tool("get_subscription_failure_policy",
                                              {"topic": "/default/mcp_t", "subscription": "s"})
-            assert json.loads(result.content[0].text) == {
+            assert json.loads(result.content[0].text) == {"subscription_type": "Exclusive", "failure_policy": {
                 "max_redelivery_count": 2, "ack_timeout_ms": 1000, "base_redelivery_delay_ms": 10,
                 "max_redelivery_delay_ms": 20, "backoff_strategy": "fixed", "dead_letter_topic": None,
-                "poison_policy": "drop"}
+                "poison_policy": "drop"}}
             result = await session.call_tool("delete_topic", {"topic": "/default/mcp_t"})
             assert not _is_error(result), result.content[0].text
             result = await session.call_tool("describe_topic", {"topic": "/default/mcp_t"})

@@ -203,7 +203,10 @@ class BrokerService:
             log.exception("persisting cursors at shutdown failed")
         for topic in list(self.topics.values()):
             try:
-                await topic.storage.close()
+                if topic.reliable:  # a graceful stop puts every committed message in durable history
+                    await topic.storage.close(export=not self._fenced)  # (fenced: it may not own it)
+                else:
+                    await topic.storage.close()
             except Exception:  # noqa: BLE001 - close the others anyway
                 log.exception("closing storage of %s failed", topic.name)
         self.topics.clear()

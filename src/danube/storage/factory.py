@@ -208,7 +208,7 @@ class StorageFactory:
         self._closed = True
         for storage in list(self._topics.values()):
             try:
-                await storage.close()
+                await storage.close(export=True)
             except Exception:  # noqa: BLE001 - close the others anyway
                 log.exception("%s: closing storage failed", storage.topic)
         self._topics.clear()

@@ -302,9 +302,11 @@ def plan(options: ReadOptions, descriptors: list[seg.SegmentDescriptor]) -> list
     return reads
 
 
-def plan_all(options: ReadOptions, backend: DurableBackend) -> list[SegmentRead]:
+def plan_all(options: ReadOptions, backend: DurableBackend,
+             descriptors: list[seg.SegmentDescriptor] | None = None) -> list[SegmentRead]:
     """Every read of a query: durable segments, then (``walRoot``) the WAL files' offsets after them."""
-    descriptors = list_descriptors(options, backend)
+    if descriptors is None:
+        descriptors = list_descriptors(options, backend)
     reads = plan(options, descriptors)
     if options.wal_root:
         from danube.spark.walfiles import plan_wal

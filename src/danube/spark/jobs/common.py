@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
 from typing import Sequence
 
 
 def add_source_arguments(parser: argparse.ArgumentParser, *, default_topic: str | None = None) -> None:
     src = parser.add_argument_group("source")
-    src.add_argument("--root", required=True,
-                     help="durable root holding the segments: a directory or s3://bucket/prefix")
+    src.add_argument("--root", help="durable root holding the segments: a directory or s3://bucket/prefix "
+                                    "(required unless --data-dir)")
+    src.add_argument("--wal-root", help="the broker's storage.local_wal_root: also read its WAL files, every "
+                                        "offset after the durable segments (local mode; a stopped broker)")
+    src.add_argument("--data-dir", help="a local-mode broker's data directory: --root DIR/durable "
+                                        "--wal-root DIR/wal")
     src.add_argument("--topic", default=default_topic, required=default_topic is None,
                      help="topic to read, /namespace/topic" + (f" (default {default_topic})" if default_topic else ""))
     src.add_argument("--metadata", help="metadata database (catalog of segment descriptors); default: the "
@@ -38,9 +46,25 @@ def s3_options(args) -> dict[str, str]:
     return out
 
 
+def resolve_source(args) -> None:
+    """Fill ``--root`` / ``--wal-root`` from ``--data-dir``; exit with a sentence when no root is given."""
+    data_dir = getattr(args, "data_dir", None)
+    if data_dir:
+        if not os.path.isdir(data_dir):
+            raise SystemExit(f"--data-dir {data_dir}: no directory there")
+        args.root = args.root or os.path.join(data_dir, "durable")
+        if not args.wal_root and os.path.isdir(os.path.join(data_dir, "wal")):
+            args.wal_root = os.path.join(data_dir, "wal")
+    if not args.root:
+        raise SystemExit("give --root (the durable root: a directory or s3://bucket/prefix) or --data-dir "
+                         "(a local-mode broker's data directory)")
+
+
 def source_options(args) -> dict[str, str]:
     """Data source options from the parsed source arguments."""
     opts = {"topic": args.topic, **s3_options(args)}
+    if getattr(args, "wal_root", None):
+        opts["walRoot"] = args.wal_root
     if args.metadata:
         opts["metadata"] = args.metadata
         opts["metadataPrefix"] = args.metadata_prefix
@@ -59,28 +83,195 @@ def read_topic(spark, args):
     return reader.load(args.root)
 
 
+def is_local_master(master: str | None) -> bool:
+    """``danube spark`` without ``--master`` (and not under spark-submit) runs ``local[*]``."""
+    if master:
+        return master.startswith("local")
+    return "PYSPARK_GATEWAY_PORT" not in os.environ
+
+
+def _conf_items(conf: Sequence[str]) -> list[tuple[str, str]]:
+    out = []
+    for item in conf:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--conf {item!r}: expected KEY=VALUE")
+        out.append((key.strip(), value))
+    return out
+
+
 def get_session(app_name: str, master: str | None = None, conf: Sequence[str] = ()):
     """A SparkSession with the danube data source registered.
 
     Under ``spark-submit`` the submitted master and settings win; run directly
     (``danube spark ...``) it defaults to ``local[*]``. Session time zone is UTC so
     timestamps in outputs do not depend on the machine.
+
+    With a local master the Python workers run this very interpreter (``sys.executable``,
+    e.g. a virtualenv's, where danube is installed) unless ``PYSPARK_PYTHON`` or
+    ``spark.pyspark.python`` says otherwise: Spark would start the ``python3`` on PATH.
+    Spark's console progress bar is off (:class:`StageProgress` prints one line per stage).
     """
     from pyspark.sql import SparkSession
 
     import danube.spark
 
+    items = _conf_items(conf)
+    given = dict(items)
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
     elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
         builder = builder.master("local[*]")
+    if is_local_master(master) and not os.environ.get("PYSPARK_PYTHON"):
+        # PySpark reads the workers' interpreter from the environment (the JVM inherits it)
+        os.environ["PYSPARK_PYTHON"] = given.get("spark.pyspark.python", sys.executable)
+        builder = builder.config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
     builder = builder.config("spark.sql.session.timeZone", "UTC")
-    for item in conf:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--conf {item!r}: expected KEY=VALUE")
+    builder = builder.config("spark.ui.showConsoleProgress", "false")
+    # Small inputs: adaptive execution coalesces the shuffle partitions to what the data needs
+    builder = builder.config("spark.sql.adaptive.enabled", "true")
+    builder = builder.config("spark.sql.adaptive.coalescePartitions.enabled", "true")
+    for key, value in items:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if "spark.sql.shuffle.partitions" in given:
+        spark.conf.set("spark.sql.shuffle.partitions", given["spark.sql.shuffle.partitions"])
     danube.spark.register(spark)
     return spark
+
+
+# ---------------------------------------------------------------- what a job is about to read
+
+class NothingFound(Exception):
+    """A job's input holds no record: the message says where it looked and what to check."""
+
+
+@dataclass
+class SourceSummary:
+    """What the descriptors (and WAL files) say a job will read, before Spark runs anything."""
+
+    root: str
+    topic: str
+    reads: int
+    bytes: int
+    newest_exported: int | None   # end of the topic's durable segments (whatever the range asked)
+    wal_root: str | None
+
+    def explain_empty(self, what: str) -> str:
+        """Why a job found nothing, and what to check."""
+        newest = ("no segment of it is exported yet" if self.newest_exported is None
+                  else f"the newest exported offset is {self.newest_exported}")
+        where = self.root + (f" (and the WAL files under {self.wal_root})" if self.wal_root else "")
+        hint = ("is the broker's storage mode shared_fs or object_store, and has export_interval_seconds "
+                "passed since they were written? In local mode read the broker's data directory "
+                "with --data-dir (or --wal-root)")
+        if self.wal_root:
+            hint = "does the offset or time range hold any record?"
+        return f"no {what} under {where} for {self.topic}; {newest}; {hint}"
+
+
+def inspect_source(args) -> SourceSummary:
+    """Plan the read on the driver (descriptors only, no data): how much there is to read."""
+    from danube.spark import planning
+
+    options = planning.ReadOptions.parse(dict(source_options(args), path=args.root))
+    backend = options.backend.open()
+    descriptors = planning.list_descriptors(options, backend)
+    reads = planning.plan_all(options, backend, descriptors)
+    newest = max((d.end_offset for d in descriptors if d.topic == args.topic), default=None)
+    return SourceSummary(root=args.root, topic=args.topic, reads=len(reads),
+                         bytes=sum(r.byte_end - r.byte_start for r in reads), newest_exported=newest,
+                         wal_root=options.wal_root)
+
+
+def size_shuffles(spark, input_bytes: int, conf: Sequence[str] = ()) -> int:
+    """Shuffle partitions for ``input_bytes`` of input (unless ``--conf`` set them): one per
+    64 MiB, at least the default parallelism, at most Spark's default of 200.  Each shuffle task
+    costs tens of milliseconds, so 200 of them per stage turn a few-MB job into tens of seconds."""
+    if any(item.partition("=")[0].strip() == "spark.sql.shuffle.partitions" for item in conf):
+        return int(spark.conf.get("spark.sql.shuffle.partitions"))
+    parallelism = spark.sparkContext.defaultParallelism
+    partitions = max(parallelism, min(200, -(-input_bytes // _SHUFFLE_PARTITION_BYTES)))
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.initialPartitionNum", str(partitions))
+    return partitions
+
+
+_SHUFFLE_PARTITION_BYTES = 64 * 1024 * 1024
+
+
+# ---------------------------------------------------------------- progress
+
+class StageProgress:
+    """One line per finished Spark stage (``<job>: <step> — stage N: T tasks, S s``) on ``out``.
+
+    Polls the status tracker from a thread; stages Spark skipped (their input was cached or
+    reused) are not printed.  ``step(label)`` names what the following stages do.
+    """
+
+    def __init__(self, spark, job: str, out=None, interval_s: float = 0.2) -> None:
+        self.sc = spark.sparkContext
+        self.job = job
+        self.out = out if out is not None else sys.stderr
+        self.interval_s = interval_s
+        self.label = "read"
+        self.lines: list[str] = []
+        self._labels: dict[int, str] = {}
+        self._done: set[int] = set()
+        self._seen: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._known_jobs: set[int] = set(self.sc.statusTracker().getJobIdsForGroup())
+
+    def step(self, label: str) -> None:
+        self._poll_quietly()
+        self.label = label
+
+    def __enter__(self) -> "StageProgress":
+        self._thread = threading.Thread(target=self._run, name="danube-spark-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._poll_quietly()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._poll_quietly()
+
+    def _poll_quietly(self) -> None:
+        try:
+            with self._lock:
+                self._poll()
+        except Exception:  # noqa: BLE001 - progress lines must never break the job
+            pass
+
+    def _poll(self) -> None:
+        tracker = self.sc.statusTracker()
+        active = set(tracker.getActiveStageIds())
+        for job_id in sorted(set(tracker.getJobIdsForGroup()) - self._known_jobs):
+            info = tracker.getJobInfo(job_id)
+            for stage_id in sorted(info.stageIds if info is not None else ()):
+                if stage_id in self._done:
+                    continue
+                if stage_id not in self._labels:
+                    self._labels[stage_id] = self.label
+                    self._seen[stage_id] = time.monotonic()
+                stage = tracker.getStageInfo(stage_id)
+                if stage is None or stage_id in active or stage.numTasks == 0:
+                    continue
+                if stage.numCompletedTasks + stage.numFailedTasks < stage.numTasks:
+                    continue  # not started yet, or skipped (its output was reused)
+                self._done.add(stage_id)
+                took = time.monotonic() - self._seen[stage_id]  # (to within one poll)
+                line = (f"{self.job}: {self._labels[stage_id]} - stage {stage_id}: {stage.numCompletedTasks} "
+                        f"task{'s' if stage.numCompletedTasks != 1 else ''}, {took:.1f} s")
+                self.lines.append(line)
+                print(line, file=self.out, flush=True)
+            if info is not None and str(info.status) in ("SUCCEEDED", "FAILED"):
+                self._known_jobs.add(job_id)  # its stages are printed or were skipped

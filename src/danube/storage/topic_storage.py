@@ -44,8 +44,10 @@ SHUTDOWN_EXPORT_TIMEOUT_S = 30.0
 class TopicStorage:
     def __init__(self, topic: str, config: StorageConfig, wal: Any, backend: DurableBackend,
                  catalog: SegmentCatalog, metadata: MetadataStore, *, broker_id: str,
-                 recovery: RecoveryStart, wal_dir: str) -> None:
+                 recovery: RecoveryStart, wal_dir: str, durable_topic: str | None = None) -> None:
         self.topic = topic
+        # the name of its durable history (factory.durable_topic: a system topic's is per broker)
+        self.durable_topic = durable_topic or topic
         self.config = config
         self.wal = wal
         self.backend = backend
@@ -55,7 +57,7 @@ class TopicStorage:
         self.recovery = recovery
         self.wal_dir = wal_dir
         self.cutover = recovery.initial_offset if recovery.hot_cutover else 0
-        self.exporter = SegmentExporter(topic, wal, backend, catalog, max_segment_bytes=config.wal.max_file_bytes)
+        self.exporter = SegmentExporter(self.durable_topic, wal, backend, catalog, max_segment_bytes=config.wal.max_file_bytes)
         self.retention = RetentionEnforcer(topic, wal, self.exporter, config.local_retention,
                                            export_before_prune=not config.exports_continuously)
         self.history = DurableHistoryReader(backend, catalog, chunk_bytes=config.read_chunk_bytes)
@@ -321,7 +323,8 @@ class TopicStorage:
             self.sealed_offset = last
             self._closed = True
             await asyncio.to_thread(wal.close)
-            await write_sealed_state(self.metadata, self.config.metadata_prefix, self.topic, last, self.broker_id)
+            await write_sealed_state(self.metadata, self.config.metadata_prefix, self.durable_topic, last,
+                                     self.broker_id)
             # Only this topic's own directory (checked again right before the delete).
             await asyncio.to_thread(remove_topic_dir, self.config.local_wal_root, self.wal_dir)
             log.info("%s: sealed at offset %d (durable through %d, broker %s)",

@@ -12,7 +12,6 @@ real broker, Spark reads the durable root (and, in local mode, the broker's WAL 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 

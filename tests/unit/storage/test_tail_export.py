@@ -84,3 +84,20 @@ async def test_a_second_owner_cannot_publish_over_the_first(tmp_path, factories,
     (desc,) = await storage.exporter.export_committed()
     with pytest.raises(StorageError, match="published by another broker"):
         await stale.publish(desc)
+
+
+async def test_a_system_topics_history_is_kept_per_broker(tmp_path, factories):
+    from danube.storage.factory import durable_topic
+
+    assert durable_topic(TOPIC, "b1") == TOPIC
+    assert durable_topic("/system/load_reports", "broker 1/x") == "/system/load_reports.broker_1_x"
+    for broker in ("b1", "b2"):  # every broker writes its own copy (its own WAL), each from offset 0
+        cfg = make_config(tmp_path, file_kb=1024, local_wal_root=str(tmp_path / broker / "wal"))
+        storage = await factories(cfg, broker_id=broker).open_topic("/system/load_reports")
+        await append(storage, 0, 3)
+        await storage.close(export=True)
+    backend = cfg.make_backend()
+    for broker in ("b1", "b2"):
+        descs = list_segments(backend, topic_prefix(f"/system/load_reports.{broker}"))
+        assert [(d.start_offset, d.end_offset, d.topic) for d in descs] == \
+            [(0, 2, f"/system/load_reports.{broker}")]

@@ -76,11 +76,41 @@ def source_options(args) -> dict[str, str]:
     return opts
 
 
+def topics_to_read(args) -> list[str]:
+    """The durable histories of ``--topic``: the topic itself, and for a system topic (every broker
+    writes its own copy, see ``danube.storage.factory.durable_topic``) each broker's
+    ``/system/<name>.<broker_id>`` found under the root."""
+    topic = args.topic
+    if not topic.startswith("/system/"):
+        return [topic]
+    found = getattr(args, "_topics", None)
+    if found is None:
+        from danube.spark import planning
+
+        backend = planning.BackendSpec(args.root, tuple(sorted(s3_options(args).items()))).open()
+        name = topic.split("/")[2]
+        found = set()
+        for info in backend.list("system/"):
+            parts = info.key.split("/")
+            if len(parts) >= 3 and parts[2] == "segments" and (parts[1] == name or parts[1].startswith(name + ".")):
+                found.add(f"/system/{parts[1]}")
+        if getattr(args, "wal_root", None) and os.path.isdir(os.path.join(args.wal_root, "system", name)):
+            found.add(topic)  # its WAL files are read under the topic's own name
+        found = sorted(found) or [topic]
+        args._topics = found
+    return list(found)
+
+
 def read_topic(spark, args):
-    reader = spark.read.format("danube")
-    for key, value in source_options(args).items():
-        reader = reader.option(key, value)
-    return reader.load(args.root)
+    """The source as one DataFrame (several histories of a system topic are read as one)."""
+    frame = None
+    for topic in topics_to_read(args):
+        reader = spark.read.format("danube")
+        for key, value in dict(source_options(args), topic=topic).items():
+            reader = reader.option(key, value)
+        df = reader.load(args.root)
+        frame = df if frame is None else frame.unionByName(df)
+    return frame
 
 
 def is_local_master(master: str | None) -> bool:
@@ -175,14 +205,20 @@ def inspect_source(args) -> SourceSummary:
     """Plan the read on the driver (descriptors only, no data): how much there is to read."""
     from danube.spark import planning
 
-    options = planning.ReadOptions.parse(dict(source_options(args), path=args.root))
-    backend = options.backend.open()
-    descriptors = planning.list_descriptors(options, backend)
-    reads = planning.plan_all(options, backend, descriptors)
-    newest = max((d.end_offset for d in descriptors if d.topic == args.topic), default=None)
+    reads: list = []
+    newest = None
+    wal_root = None
+    for topic in topics_to_read(args):
+        options = planning.ReadOptions.parse(dict(source_options(args), topic=topic, path=args.root))
+        backend = options.backend.open()
+        descriptors = planning.list_descriptors(options, backend)
+        reads += planning.plan_all(options, backend, descriptors)
+        newest = max([d.end_offset for d in descriptors if d.topic == topic]
+                     + ([newest] if newest is not None else []), default=None)
+        wal_root = options.wal_root
     return SourceSummary(root=args.root, topic=args.topic, reads=len(reads),
                          bytes=sum(r.byte_end - r.byte_start for r in reads), newest_exported=newest,
-                         wal_root=options.wal_root)
+                         wal_root=wal_root)
 
 
 def size_shuffles(spark, input_bytes: int, conf: Sequence[str] = ()) -> int:

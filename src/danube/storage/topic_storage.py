@@ -188,7 +188,9 @@ class TopicStorage:
                 if continuous and now >= next_export:
                     if self._may_export():
                         await self.exporter.export_committed()
-                    next_export = time.monotonic() + export_every
+                    # on a fixed cadence (not an interval after a slow upload): a record acked
+                    # right after a tick is durable one interval plus one upload later
+                    next_export = max(next_export + export_every, time.monotonic())
                 elif continuous and rotated and self._may_export():
                     await self.exporter.export_rotated()
                 if rotated or now >= next_check:

@@ -31,7 +31,7 @@ import grpc
 from danube.broker.service import LookupResult
 from danube.cluster.leader import LeaderElection
 from danube.cluster.load_manager import DEFAULT_BATCH, LoadManager
-from danube.cluster.load_report import LoadReporter, build_load_report
+from danube.cluster.load_report import LoadReporter, build_load_report, encode_report
 from danube.cluster.membership import Membership
 from danube.cluster.view import ClusterView
 from danube.cluster import peers
@@ -72,6 +72,9 @@ class ClusterLoadReporter(LoadReporter):
         if not lease:
             raise MetadataError("no lease: load report skipped")
         await self._store.put(keys.load_report(self.broker_id), report.to_json(), lease=lease)
+        # ... and, as a standalone broker does, into the history topic that `danube spark
+        # load-stats` reads (each broker's own copy, docs/load-reports.md)
+        await self._broker.publish_system(self.topic, encode_report(report))
         self.reports_published += 1
         self.last_report = report
         return report
@@ -312,6 +315,8 @@ class ClusterNode:
         revoked).  Bounded by ``timeout``; whatever is left goes through failover.  Returns how many."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        if self.reporter is not None:
+            await self.reporter.stop()  # its history topic closes with the broker: no report after that
         moved = 0
         for topic in sorted(t for t in self.broker.topics if not t.startswith("/system/")):
             if loop.time() >= deadline:

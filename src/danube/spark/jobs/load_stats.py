@@ -47,7 +47,6 @@ from danube.cluster.load_report import LOAD_REPORTS_TOPIC, LoadReport
 from danube.spark.jobs.common import (
     NothingFound,
     SourceSummary,
-    StageProgress,
     add_source_arguments,
     get_session,
     inspect_source,
@@ -55,6 +54,7 @@ from danube.spark.jobs.common import (
     resolve_source,
     size_shuffles,
 )
+from danube.spark.jobs.progress import StageProgress
 
 REPORT_COLUMNS = ("bucket_start", "broker_id", "timestamp", "offset", "cpu", "memory", "disk_io",
                   "network_io", "topic_count", "total_throughput_mbps", "total_message_rate",

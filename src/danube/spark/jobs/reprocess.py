@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from danube.spark.jobs.common import (
     NothingFound,
     SourceSummary,
-    StageProgress,
     add_source_arguments,
     get_session,
     inspect_source,
@@ -31,6 +30,7 @@ from danube.spark.jobs.common import (
     s3_options,
     size_shuffles,
 )
+from danube.spark.jobs.progress import StageProgress
 
 log = logging.getLogger(__name__)
 

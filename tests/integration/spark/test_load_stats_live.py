@@ -59,6 +59,7 @@ def test_load_stats_on_a_live_cluster_sees_every_exported_report(spark, tmp_path
     assert float(np.std(pixels[..., :3])) > 0.05, "the PNG is not blank"
 
 
+@pytest.mark.slow  # a JVM of its own: ~30 s on an idle machine, minutes on a loaded one
 def test_cli_from_a_virtualenv_without_pyspark_python(tmp_path):
     """The ``python3`` on PATH cannot run danube (as for a virtualenv's entry point): the job's
     workers must run the driver's interpreter anyway; progress is one line per stage."""

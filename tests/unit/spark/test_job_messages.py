@@ -57,3 +57,14 @@ def test_system_topics_are_read_from_every_brokers_history(tmp_path):
     args = parser.parse_args(["--root", str(tmp_path), "--output", "o"])
     assert common.topics_to_read(args) == [f"{LOAD_REPORTS_TOPIC}.b-1", f"{LOAD_REPORTS_TOPIC}.b-2"]
     assert common.inspect_source(args).reads == 2
+
+
+def test_workers_run_this_interpreter_on_a_local_master_unless_told_otherwise():
+    import sys
+
+    assert common.worker_python(None, {}, {}) == sys.executable  # danube spark ... (local[*])
+    assert common.worker_python("local[2]", {}, {}) == sys.executable
+    assert common.worker_python("local[2]", {"spark.pyspark.python": "/opt/py"}, {}) == "/opt/py"
+    assert common.worker_python(None, {}, {"PYSPARK_PYTHON": "/usr/bin/python3"}) is None, "the user's choice"
+    assert common.worker_python("spark://host:7077", {}, {}) is None, "executors elsewhere: see docs"
+    assert common.worker_python(None, {}, {"PYSPARK_GATEWAY_PORT": "1"}) is None, "spark-submit decides"

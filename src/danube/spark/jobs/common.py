@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 
 def add_source_arguments(parser: argparse.ArgumentParser, *, default_topic: str | None = None) -> None:
@@ -114,11 +114,20 @@ def read_topic(spark, args):
     return frame
 
 
-def is_local_master(master: str | None) -> bool:
+def is_local_master(master: str | None, environ: Mapping[str, str] = os.environ) -> bool:
     """``danube spark`` without ``--master`` (and not under spark-submit) runs ``local[*]``."""
     if master:
         return master.startswith("local")
-    return "PYSPARK_GATEWAY_PORT" not in os.environ
+    return "PYSPARK_GATEWAY_PORT" not in environ
+
+
+def worker_python(master: str | None, conf: Mapping[str, str], environ: Mapping[str, str] = os.environ) -> str | None:
+    """The interpreter to start Spark's Python workers with, when the job must choose it: with a
+    local master and no ``PYSPARK_PYTHON``, ``spark.pyspark.python`` if given, else this one
+    (Spark would start the ``python3`` on PATH, which in a virtualenv's entry point has no danube)."""
+    if not is_local_master(master, environ) or environ.get("PYSPARK_PYTHON"):
+        return None
+    return conf.get("spark.pyspark.python", sys.executable)
 
 
 def _conf_items(conf: Sequence[str]) -> list[tuple[str, str]]:
@@ -154,10 +163,11 @@ def get_session(app_name: str, master: str | None = None, conf: Sequence[str] = 
         builder = builder.master(master)
     elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
         builder = builder.master("local[*]")
-    if is_local_master(master) and not os.environ.get("PYSPARK_PYTHON"):
+    python = worker_python(master, given)
+    if python is not None:
         # PySpark reads the workers' interpreter from the environment (the JVM inherits it)
-        os.environ["PYSPARK_PYTHON"] = given.get("spark.pyspark.python", sys.executable)
-        builder = builder.config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+        os.environ["PYSPARK_PYTHON"] = python
+        builder = builder.config("spark.pyspark.python", python)
     builder = builder.config("spark.sql.session.timeZone", "UTC")
     builder = builder.config("spark.ui.showConsoleProgress", "false")
     # Small inputs: adaptive execution coalesces the shuffle partitions to what the data needs

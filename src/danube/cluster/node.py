@@ -22,6 +22,7 @@ it runs in cluster mode (``broker.cluster``):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from typing import Any
@@ -67,14 +68,22 @@ class ClusterLoadReporter(LoadReporter):
 
     async def report_once(self):
         resources = await asyncio.to_thread(self._monitor.sample)
-        report = build_load_report(self.broker_id, self._broker.stats(), resources=resources, rates=self._rates)
+        stats = self._broker.stats()
+        # A system topic (this very report's) is broker-local, never assigned or moved: the leader
+        # must not see it (it would count it, and could pick it as the lightest topic to move).
+        stats = dataclasses.replace(stats, topics={n: t for n, t in stats.topics.items() if not n.startswith("/system/")})
+        report = build_load_report(self.broker_id, stats, resources=resources, rates=self._rates)
         lease = self._membership.lease_id
         if not lease:
             raise MetadataError("no lease: load report skipped")
+        # Into the history topic that `danube spark load-stats` reads, as a standalone broker does
+        # (each broker's own copy, docs/load-reports.md); a local storage fault must not keep the
+        # leader from this broker's load, so it is logged and the report still goes to etcd.
+        try:
+            await self._broker.publish_system(self.topic, encode_report(report))
+        except Exception as exc:  # noqa: BLE001
+            log.warning("load report of %s not appended to %s: %s", self.broker_id, self.topic, exc)
         await self._store.put(keys.load_report(self.broker_id), report.to_json(), lease=lease)
-        # ... and, as a standalone broker does, into the history topic that `danube spark
-        # load-stats` reads (each broker's own copy, docs/load-reports.md)
-        await self._broker.publish_system(self.topic, encode_report(report))
         self.reports_published += 1
         self.last_report = report
         return report

@@ -64,8 +64,10 @@ class TopicStorage(Protocol):
     async def seal(self) -> int:
         """Stop writes for a handoff to another broker; the last offset stored (-1 if none)."""
 
-    async def close(self) -> None:
-        """Stop writes and release the storage; the topic stays owned here (no seal)."""
+    async def close(self, *, export: bool = False) -> None:
+        """Stop writes and release the storage; the topic stays owned here (no seal).  ``export``
+        (a graceful stop): first put every committed record in durable history, if the storage
+        keeps one."""
 
 
 class StorageFactory(Protocol):

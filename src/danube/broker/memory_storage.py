@@ -87,6 +87,6 @@ class MemoryTopicStorage:
         self._appended.set()
         return self.next_offset - 1
 
-    async def close(self) -> None:
+    async def close(self, *, export: bool = False) -> None:  # nothing durable to export
         self._closed = True
         self._appended.set()

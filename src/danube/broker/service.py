@@ -209,7 +209,9 @@ class BrokerService:
             log.exception("persisting cursors at shutdown failed")
         for topic in list(self.topics.values()):
             try:
-                await topic.storage.close()
+                # a graceful stop puts every committed message in durable history (not when
+                # fenced: the topic may have another owner by now)
+                await topic.storage.close(export=not self._fenced)
             except Exception:  # noqa: BLE001 - close the others anyway
                 log.exception("closing storage of %s failed", topic.name)
         self.topics.clear()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from typing import Any
@@ -32,7 +33,7 @@ import grpc
 from danube.broker.service import LookupResult
 from danube.cluster.leader import LeaderElection
 from danube.cluster.load_manager import DEFAULT_BATCH, LoadManager
-from danube.cluster.load_report import LoadReporter, build_load_report
+from danube.cluster.load_report import LoadReporter, build_load_report, encode_report
 from danube.cluster.membership import Membership
 from danube.cluster.view import ClusterView
 from danube.cluster import peers
@@ -68,10 +69,21 @@ class ClusterLoadReporter(LoadReporter):
 
     async def report_once(self):
         resources = await asyncio.to_thread(self._monitor.sample)
-        report = build_load_report(self.broker_id, self._broker.stats(), resources=resources, rates=self._rates)
+        stats = self._broker.stats()
+        # A system topic (this very report's) is broker-local, never assigned or moved: the leader
+        # must not see it (it would count it, and could pick it as the lightest topic to move).
+        stats = dataclasses.replace(stats, topics={n: t for n, t in stats.topics.items() if not n.startswith("/system/")})
+        report = build_load_report(self.broker_id, stats, resources=resources, rates=self._rates)
         lease = self._membership.lease_id
         if not lease:
             raise MetadataError("no lease: load report skipped")
+        # Into the history topic that `danube spark load-stats` reads, as a standalone broker does
+        # (each broker's own copy, docs/load-reports.md); a local storage fault must not keep the
+        # leader from this broker's load, so it is logged and the report still goes to etcd.
+        try:
+            await self._broker.publish_system(self.topic, encode_report(report))
+        except Exception as exc:  # noqa: BLE001
+            log.warning("load report of %s not appended to %s: %s", self.broker_id, self.topic, exc)
         await self._store.put(keys.load_report(self.broker_id), report.to_json(), lease=lease)
         self.reports_published += 1
         self.last_report = report
@@ -333,6 +345,8 @@ class ClusterNode:
         revoked).  Bounded by ``timeout``; whatever is left goes through failover.  Returns how many."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        if self.reporter is not None:
+            await self.reporter.stop()  # its history topic closes with the broker: no report after that
         moved = 0
         for topic in sorted(t for t in self.broker.topics if not t.startswith("/system/")):
             if loop.time() >= deadline:

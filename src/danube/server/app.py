@@ -155,7 +155,7 @@ class BrokerApp:
 
     def _start_load_reporter(self, cfg: BrokerConfig) -> None:
         """LoadReports of this broker to /system/load_reports (docs/load-reports.md); in cluster mode
-        the node reports load into etcd for the leader instead (``_join_cluster``)."""
+        the node's reporter does it, and also puts each report into etcd for the leader."""
         interval = cfg.load_report_interval_seconds
         if cfg.cluster or not interval or interval <= 0:
             return

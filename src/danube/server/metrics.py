@@ -129,8 +129,9 @@ class _BrokerCollector:
                                         labels=["topic"])
         if cluster_id is not None:
             counts = dict(metrics._cluster_topics_owned() or {}) if metrics._cluster_topics_owned else {}
-            if broker is not None:
-                counts[cluster_id] = len(broker.topics)
+            if broker is not None:  # its assigned topics, as the leader counts the others (not the
+                # broker-local system topics such as its /system/load_reports)
+                counts[cluster_id] = sum(1 for name in broker.topics if not name.startswith("/system/"))
             for broker_id in sorted(counts):
                 owned.add_metric([broker_id], counts[broker_id])
         if broker is not None:

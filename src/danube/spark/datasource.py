@@ -106,9 +106,7 @@ class DanubeReader(DataSourceReader):
 
     def partitions(self) -> list[SegmentPartition]:
         if self._partitions is None:
-            backend = self.options.backend.open()
-            descriptors = planning.list_descriptors(self.options, backend)
-            reads = planning.plan(self.options, descriptors)
+            reads = planning.plan_all(self.options, self.options.backend.open())
             self._partitions = [SegmentPartition(group) for group in planning.pack(self.options, reads)]
         # Spark needs at least one partition; an empty one yields no rows
         return self._partitions or [InputPartition(None)]
@@ -118,8 +116,10 @@ class DanubeReader(DataSourceReader):
             return iter(())
         from danube.spark.reading import read_partition
 
+        wal = self.options.wal_root
         return read_partition(partition.reads, _backend(self.options.backend), verify=self.options.verify,
-                              columns=self.columns)
+                              columns=self.columns,
+                              wal_backend=_backend(planning.BackendSpec(wal)) if wal else None)
 
 
 class SchemaDecodingReader(DanubeReader):

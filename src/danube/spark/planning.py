@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -96,6 +97,16 @@ def backend_spec(opts: dict) -> BackendSpec:
     return BackendSpec(str(url), s3)
 
 
+def _wal_root(value: str | None) -> str | None:
+    if not value:
+        return None
+    path = value[7:] if value.startswith("file://") else value
+    if not os.path.isdir(path):
+        raise InvalidArgumentError(f"option walRoot={value!r}: no directory there (the broker's "
+                                   "storage.local_wal_root, e.g. <data_dir>/wal)")
+    return os.path.abspath(path)
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     backend: BackendSpec
@@ -111,6 +122,7 @@ class ReadOptions:
     verify: bool
     min_partitions: int | None = None
     pack_segments: bool = False
+    wal_root: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "ReadOptions":
@@ -137,6 +149,7 @@ class ReadOptions:
             verify=_bool_option(opts, "verify", True),
             min_partitions=_int_option(opts, "minPartitions", None, 1),
             pack_segments=_bool_option(opts, "packSegments", False),
+            wal_root=_wal_root(opts.get("walroot")),
         )
         if parsed.start_offset is not None and parsed.end_offset is not None \
                 and parsed.end_offset < parsed.start_offset:
@@ -150,8 +163,6 @@ class ReadOptions:
 
 def catalog_descriptors(metadata_path: str, prefix: str, topic: str) -> list[seg.SegmentDescriptor]:
     """Segment descriptors of ``topic`` from the metadata store (``keys.storage_segment``)."""
-    import os
-
     from danube.metadata.embedded import EmbeddedMetadataStore
 
     if not os.path.isfile(metadata_path):
@@ -205,6 +216,7 @@ class SegmentRead:
     start_time_ms: int | None
     end_time_ms: int | None
     batch_bounds: list[tuple[int, int]] = field(default_factory=list)  # (byte_position, offset) chunk starts
+    source: str = "durable"  # or "wal": a WAL file under ReadOptions.wal_root (danube.spark.walfiles)
 
 
 def _index(desc: seg.SegmentDescriptor) -> list[tuple[int, int]]:
@@ -287,6 +299,22 @@ def plan(options: ReadOptions, descriptors: list[seg.SegmentDescriptor]) -> list
         if piece:
             stop = index[end_i] if end_i < len(index) else (desc.end_offset + 1, desc.size)
             reads.append(_piece(piece, stop, desc, options, common))
+    return reads
+
+
+def plan_all(options: ReadOptions, backend: DurableBackend,
+             descriptors: list[seg.SegmentDescriptor] | None = None) -> list[SegmentRead]:
+    """Every read of a query: durable segments, then (``walRoot``) the WAL files' offsets after them."""
+    if descriptors is None:
+        descriptors = list_descriptors(options, backend)
+    reads = plan(options, descriptors)
+    if options.wal_root:
+        from danube.spark.walfiles import plan_wal
+
+        ends: dict[str, int] = {}
+        for desc in descriptors:
+            ends[desc.topic] = max(ends.get(desc.topic, -1), desc.end_offset)
+        reads += plan_wal(options, ends)
     return reads
 
 

@@ -76,10 +76,17 @@ def read_batches(read: SegmentRead, backend: DurableBackend, *, verify: bool = T
 
 
 def read_partition(reads: list[SegmentRead], backend: DurableBackend, *, verify: bool = True,
-                   columns: tuple[str, ...] = COLUMNS) -> Iterator[pa.RecordBatch]:
-    """An input partition (see ``planning.pack``): its segment reads one after the other."""
+                   columns: tuple[str, ...] = COLUMNS,
+                   wal_backend: DurableBackend | None = None) -> Iterator[pa.RecordBatch]:
+    """An input partition (see ``planning.pack``): its segment reads one after the other
+    (WAL file reads from ``wal_backend``, a directory backend on the WAL root)."""
     for read in reads:
-        yield from read_batches(read, backend, verify=verify, columns=columns)
+        source = backend
+        if read.source != "durable":
+            if wal_backend is None:
+                raise StorageError(f"{read.segment_id}: a WAL file read without a WAL root", retriable=False)
+            source = wal_backend
+        yield from read_batches(read, source, verify=verify, columns=columns)
 
 
 def _decode(read: SegmentRead, data, verify: bool, columns: tuple[str, ...]) -> Iterator[pa.RecordBatch]:

@@ -117,7 +117,14 @@ class SegmentCatalog:
         if self._segments and desc.start_offset != self.end_offset + 1:
             raise StorageError(f"segment {desc.segment_id} of {self.topic} does not follow durable end "
                                f"{self.end_offset}", retriable=False)
-        await self.metadata.put(keys.storage_segment(self.prefix, self.topic, desc.start_offset), desc.to_json())
+        key = keys.storage_segment(self.prefix, self.topic, desc.start_offset)
+        # Only if no broker published a segment starting here: an owner that lost the topic without
+        # knowing it (cut off, lease expired) must not overwrite the history the next owner writes
+        # from the same offset (with tail exports every interval, that window is a live one).
+        if not await self.metadata.put_if_version(key, desc.to_json(), 0):
+            raise StorageError(f"{self.topic}: a segment starting at offset {desc.start_offset} was published "
+                               f"by another broker; this broker no longer owns the topic's history",
+                               retriable=False)
         self._append(desc)
         await self._write_cur(desc.start_offset)
 

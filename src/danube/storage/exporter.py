@@ -15,8 +15,12 @@ not know (leftovers of an interrupted upload), so listings of the backend
 (Spark) never see two segments covering one offset.
 
 What gets exported: each rotated (closed) WAL file's range becomes one segment
-(its safe prefix: only whole, checksummed frames, as served by the WAL); on
-seal, the remaining tail up to the last committed offset is exported too.
+(its safe prefix: only whole, checksummed frames, as served by the WAL), and
+``export_committed`` also exports the committed tail of the active file (every
+offset the sync policy covers, i.e. every acknowledged one) as a segment; the
+next export starts right after it, so segments never overlap and never leave a
+gap, whatever the file boundaries.  Seal and a graceful close export the
+remaining tail up to the last committed offset.
 """
 
 from __future__ import annotations
@@ -99,6 +103,19 @@ class SegmentExporter:
             for end in self._rotated_ends():
                 out += await self._export_until(end)
             return out
+
+    def committed_offset(self) -> int:
+        """Highest offset a producer may have been acknowledged for (covered by the sync policy)."""
+        wal = self.wal
+        return min(_value(wal, "durable_offset"), _value(wal, "next_offset") - 1)
+
+    def pending(self) -> bool:
+        """Committed offsets not yet in durable history."""
+        return self.committed_offset() > self.durable_end
+
+    async def export_committed(self) -> list[SegmentDescriptor]:
+        """Export everything committed: rotated files, then the active file's committed tail."""
+        return await self.export_through(self.committed_offset())
 
     async def export_through(self, last_offset: int) -> list[SegmentDescriptor]:
         """Export everything up to ``last_offset`` (inclusive): rotated files first, then the tail."""

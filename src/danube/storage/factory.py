@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 from typing import Awaitable, Callable
 
 from danube.errors import StorageError
 from danube.metadata import keys
-from danube.metadata.keys import split_topic
+from danube.metadata.keys import MAX_NAME_CHARS, split_topic
 from danube.metadata.store import MetadataStore
 from danube.storage.backends import DurableBackend, FilesystemBackend
 from danube.storage.catalog import SegmentCatalog
@@ -77,9 +78,10 @@ class StorageFactory:
 
         cfg = self.config
         backend = await self.backend()
-        catalog = await SegmentCatalog.load(self.metadata, cfg.metadata_prefix, topic)
+        durable = durable_topic(topic, self.broker_id)
+        catalog = await SegmentCatalog.load(self.metadata, cfg.metadata_prefix, durable)
         wal_dir = cfg.wal_dir(topic)
-        start = await resolve_recovery_start(self.metadata, cfg.metadata_prefix, topic, wal_dir, catalog)
+        start = await resolve_recovery_start(self.metadata, cfg.metadata_prefix, durable, wal_dir, catalog)
         if start.source in ("durable", "empty"):
             # No WAL and no seal here (a crashed owner's WAL is on its own disk): never start below
             # what consumers already acked.
@@ -122,7 +124,7 @@ class StorageFactory:
                       catalog.end_offset + 1, wal.first_offset - 1)
 
         storage = TopicStorage(topic, cfg, wal, backend, catalog, self.metadata, broker_id=self.broker_id,
-                               recovery=start, wal_dir=wal_dir)
+                               recovery=start, wal_dir=wal_dir, durable_topic=durable)
         storage.fence = fence
         if start.source == "local" and fence is not None and fence.epoch > 1:
             log.info("%s: continuing the WAL of the previous owner (owner epoch %d): offsets up to %d",
@@ -131,7 +133,7 @@ class StorageFactory:
             await storage.exporter.reconcile()
             if start.sealed is not None:
                 # The new owner is open: the handoff marker has done its job.
-                await clear_sealed_state(self.metadata, cfg.metadata_prefix, topic)
+                await clear_sealed_state(self.metadata, cfg.metadata_prefix, durable)
         except BaseException:
             await asyncio.to_thread(wal.close)
             raise
@@ -176,16 +178,17 @@ class StorageFactory:
 
     async def _delete(self, topic: str) -> list[str]:
         cfg = self.config
-        await self.metadata.delete_prefix(keys.storage_segments(cfg.metadata_prefix, topic))
-        await self.metadata.delete(keys.storage_state(cfg.metadata_prefix, topic))
+        durable = durable_topic(topic, self.broker_id)
+        await self.metadata.delete_prefix(keys.storage_segments(cfg.metadata_prefix, durable))
+        await self.metadata.delete(keys.storage_state(cfg.metadata_prefix, durable))
         removed: list[str] = []
         failures: list[str] = []
         backend = await self.backend()
         try:
             if isinstance(backend, FilesystemBackend):
-                removed += await asyncio.to_thread(remove_topic_data, backend.root, topic)
+                removed += await asyncio.to_thread(remove_topic_data, backend.root, durable)
             else:
-                objects = await asyncio.to_thread(backend.list, topic_prefix(topic))
+                objects = await asyncio.to_thread(backend.list, topic_prefix(durable))
                 # sidecars first: a data object without its sidecar is invisible to readers
                 for key in sorted((o.key for o in objects), key=lambda k: not k.endswith(DESCRIPTOR_SUFFIX)):
                     await asyncio.to_thread(backend.delete, key)
@@ -208,10 +211,28 @@ class StorageFactory:
         self._closed = True
         for storage in list(self._topics.values()):
             try:
-                await storage.close()
+                await storage.close(export=True)
             except Exception:  # noqa: BLE001 - close the others anyway
                 log.exception("%s: closing storage failed", storage.topic)
         self._topics.clear()
 
 
-__all__ = ["StorageFactory", "local_wal_continuity"]
+SYSTEM_NAMESPACE = "/system/"
+_NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9_.\-]")
+
+
+def durable_topic(topic: str, broker_id: str) -> str:
+    """The name a topic's durable history (catalog, segments, seal marker) is kept under.
+
+    A topic has one owner and one offset space, so that is the topic itself.  A system topic
+    (``/system/...``, such as ``/system/load_reports``) is different: every broker of a cluster
+    writes its own copy, with its own offsets, so each copy's history goes under
+    ``/system/<name>.<broker_id>`` (anything but letters, digits, ``_.-`` in the id becomes
+    ``_``); Spark jobs read them all (``danube.spark.jobs.common.topics_to_read``)."""
+    if not topic.startswith(SYSTEM_NAMESPACE):
+        return topic
+    ns, name = split_topic(topic)
+    return f"/{ns}/{(name + '.' + _NOT_IN_A_NAME.sub('_', broker_id))[:MAX_NAME_CHARS]}"
+
+
+__all__ = ["StorageFactory", "durable_topic", "local_wal_continuity"]

@@ -38,13 +38,18 @@ from danube.storage.tiered_reader import DurableHistoryReader, chained_tail
 log = logging.getLogger(__name__)
 
 _RETRY_AFTER_FAILURE_S = 5.0
+# A graceful stop exports each topic's unexported committed tail for at most this long (a backend
+# outage must not hold the broker's exit forever; the WAL keeps what was not exported).
+SHUTDOWN_EXPORT_TIMEOUT_S = 30.0
 
 
 class TopicStorage:
     def __init__(self, topic: str, config: StorageConfig, wal: Any, backend: DurableBackend,
                  catalog: SegmentCatalog, metadata: MetadataStore, *, broker_id: str,
-                 recovery: RecoveryStart, wal_dir: str) -> None:
+                 recovery: RecoveryStart, wal_dir: str, durable_topic: str | None = None) -> None:
         self.topic = topic
+        # the name of its durable history (factory.durable_topic: a system topic's is per broker)
+        self.durable_topic = durable_topic or topic
         self.config = config
         self.wal = wal
         self.backend = backend
@@ -54,7 +59,7 @@ class TopicStorage:
         self.recovery = recovery
         self.wal_dir = wal_dir
         self.cutover = recovery.initial_offset if recovery.hot_cutover else 0
-        self.exporter = SegmentExporter(topic, wal, backend, catalog, max_segment_bytes=config.wal.max_file_bytes)
+        self.exporter = SegmentExporter(self.durable_topic, wal, backend, catalog, max_segment_bytes=config.wal.max_file_bytes)
         self.retention = RetentionEnforcer(topic, wal, self.exporter, config.local_retention,
                                            export_before_prune=not config.exports_continuously)
         self.history = DurableHistoryReader(backend, catalog, chunk_bytes=config.read_chunk_bytes)
@@ -182,13 +187,21 @@ class TopicStorage:
             try:
                 if age_limit and self._writable:
                     self.wal.maybe_rotate()  # idle topics rotate by age too; runs on the writer's loop
-                if continuous and (rotated or now >= next_export):
+                if continuous and now >= next_export:
+                    if self._may_export():
+                        await self.exporter.export_committed()
+                    # on a fixed cadence (not an interval after a slow upload): a record acked
+                    # right after a tick is durable one interval plus one upload later
+                    next_export = max(next_export + export_every, time.monotonic())
+                elif continuous and rotated and self._may_export():
                     await self.exporter.export_rotated()
-                    next_export = time.monotonic() + export_every
                 if rotated or now >= next_check:
                     await self.retention.enforce()
                     next_check = time.monotonic() + check_every
                 if idle_limit and self._writable:
+                    if continuous and self._may_export() and self.exporter.pending() \
+                            and self.wal.idle_seconds() >= idle_limit:
+                        await self.exporter.export_committed()  # before its files and cache go
                     self._suspend_if_idle(idle_limit)
             except asyncio.CancelledError:
                 raise
@@ -198,6 +211,10 @@ class TopicStorage:
                 next_export = min(next_export, time.monotonic() + _RETRY_AFTER_FAILURE_S)
                 next_check = min(next_check, time.monotonic() + _RETRY_AFTER_FAILURE_S)
                 await asyncio.sleep(min(_RETRY_AFTER_FAILURE_S, 1.0))
+
+    def _may_export(self) -> bool:
+        """Not once another broker took the WAL over (shared_fs): its new owner exports from here on."""
+        return self.fence is None or not self.fence.fenced
 
     def _suspend_if_idle(self, idle_limit: float) -> bool:
         """Release the WAL's files, threads and cache once it has been idle ``idle_limit`` seconds
@@ -327,7 +344,8 @@ class TopicStorage:
             self.sealed_offset = last
             self._closed = True
             await asyncio.to_thread(wal.close)
-            await write_sealed_state(self.metadata, self.config.metadata_prefix, self.topic, last, self.broker_id)
+            await write_sealed_state(self.metadata, self.config.metadata_prefix, self.durable_topic, last,
+                                     self.broker_id)
             # Only this topic's own directory (checked again right before the delete).
             await asyncio.to_thread(remove_topic_dir, self.config.local_wal_root, self.wal_dir)
             log.info("%s: sealed at offset %d (durable through %d, broker %s)",
@@ -335,16 +353,42 @@ class TopicStorage:
             self._notify_closed()
             return last
 
-    async def close(self) -> None:
-        """Flush and stop background tasks; the topic stays here (no seal)."""
+    async def close(self, *, export: bool = False, timeout: float = SHUTDOWN_EXPORT_TIMEOUT_S) -> None:
+        """Flush and stop background tasks; the topic stays here (no seal).
+
+        ``export`` (a graceful stop of the broker, in ``shared_fs`` / ``object_store`` mode): first
+        export every committed offset not yet in durable history, for at most ``timeout``
+        seconds; what could not be exported stays in the local WAL (and is exported by the
+        next owner of this directory).  Never for a broker that may have lost the topic."""
         async with self._seal_lock:
             if self._closed:
                 return
             self._writable = False
             self._closed = True
             await self._stop_background()
+            if export and self.config.exports_continuously and self._may_export():
+                await self._export_at_close(timeout)
             await asyncio.to_thread(self.wal.close)
             self._notify_closed()
+
+    async def _export_at_close(self, timeout: float) -> None:
+        wal = self.wal
+        before = self.catalog.end_offset
+        last = wal.next_offset - 1
+        if last <= before:
+            return
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(timeout):
+                await wal.wait_durable(last)
+                await self.exporter.export_through(last)
+        except Exception as exc:  # noqa: BLE001 - closing goes on; the WAL keeps the offsets
+            log.warning("%s: export at shutdown stopped after %.1fs (%s); durable history ends at %d, offsets "
+                        "%d..%d stay in the local WAL only", self.topic, time.monotonic() - started,
+                        exc or type(exc).__name__, self.catalog.end_offset, self.catalog.end_offset + 1, last)
+            return
+        log.info("%s: exported offsets %d..%d at shutdown (%.2fs); durable history ends at %d",
+                 self.topic, before + 1, last, time.monotonic() - started, self.catalog.end_offset)
 
     def _notify_closed(self) -> None:
         callback, self.on_closed = self.on_closed, None

@@ -83,7 +83,8 @@ def test_load_reports_are_exported_as_segments_and_read_by_spark(spark, tmp_path
     with running_broker("--config", config, data_dir=str(data_dir)) as broker:
         asyncio.run(_traffic(broker.url))
         assert broker.stop() == 0, broker.log()
-    segments_while_running = glob.glob(str(tmp_path / "shared" / "system" / "load_reports" / "segments" / "*.dnseg"))
+    history = tmp_path / "shared" / "system" / f"load_reports.{BROKER_ID}"  # a system topic's: per broker
+    segments_while_running = glob.glob(str(history / "segments" / "*.dnseg"))
     assert segments_while_running, "no segment exported while the broker ran (rotation / export interval)"
 
     with running_broker("--config", config, "--load-report-interval", "0", data_dir=str(data_dir)) as broker:
@@ -92,7 +93,8 @@ def test_load_reports_are_exported_as_segments_and_read_by_spark(spark, tmp_path
     assert written >= 5, f"only {written} reports in about 2 s at a 0.3 s interval"
 
     root = str(tmp_path / "shared")
-    df = spark.read.format("danube").option("topic", LOAD_REPORTS_TOPIC).load(root)
+    # every broker writes its own copy of a system topic: its history is kept per broker
+    df = spark.read.format("danube").option("topic", f"{LOAD_REPORTS_TOPIC}.{BROKER_ID}").load(root)
     rows = df.select("offset", "routing_key", "attributes", "payload").orderBy("offset").collect()
     assert [r.offset for r in rows] == list(range(written))  # every report, once, from segments
     assert {r.routing_key for r in rows} == {BROKER_ID}

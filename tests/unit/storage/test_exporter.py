@@ -45,6 +45,11 @@ class CrashingMetadata:
             raise StorageError(f"simulated crash before writing {key}")
         return await self.inner.put(key, value)
 
+    async def put_if_version(self, key, value, expected_version):
+        if self.armed and self.key_part in key:
+            raise StorageError(f"simulated crash before writing {key}")
+        return await self.inner.put_if_version(key, value, expected_version)
+
     async def put_json(self, key, value):
         return await self.put(key, json.dumps(value, separators=(",", ":"), sort_keys=True).encode())
 

@@ -44,7 +44,17 @@ from typing import Iterator
 
 from danube.cluster import scoring
 from danube.cluster.load_report import LOAD_REPORTS_TOPIC, LoadReport
-from danube.spark.jobs.common import add_source_arguments, get_session, read_topic
+from danube.spark.jobs.common import (
+    NothingFound,
+    SourceSummary,
+    add_source_arguments,
+    get_session,
+    inspect_source,
+    read_topic,
+    resolve_source,
+    size_shuffles,
+)
+from danube.spark.jobs.progress import StageProgress
 
 REPORT_COLUMNS = ("bucket_start", "broker_id", "timestamp", "offset", "cpu", "memory", "disk_io",
                   "network_io", "topic_count", "total_throughput_mbps", "total_message_rate",
@@ -269,7 +279,8 @@ def compute(spark, df, *, bucket_seconds: int = 30, policy: scoring.RebalancePol
     }
 
 
-def write_chart(timeseries_pdf, balance_pdf, path: str, threshold: float) -> None:
+def write_chart(timeseries_pdf, balance_pdf, path: str, threshold: float) -> dict[str, list[tuple[str, int]]]:
+    """Render ``load_stats.png``; returns what each panel shows: ``{y label: [(line label, points)]}``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -292,25 +303,41 @@ def write_chart(timeseries_pdf, balance_pdf, path: str, threshold: float) -> Non
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper left", fontsize="small")
     fig.tight_layout()
+    # what the chart shows, per panel: (line label, points), for the summary and the tests
+    shown = {ax.get_ylabel(): [(str(line.get_label()), len(line.get_xdata())) for line in ax.get_lines()]
+             for ax in axes}
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    return shown
 
 
-def run(spark, args) -> dict:
+def run(spark, args, progress: StageProgress | None = None, source: SourceSummary | None = None) -> dict:
+    """Compute and write the tables and the chart; :class:`NothingFound` when there is no report."""
+    step = progress.step if progress is not None else (lambda _label: None)
+    resolve_source(args)
+    source = source if source is not None else inspect_source(args)
+    if source.reads == 0:
+        raise NothingFound(source.explain_empty("load reports"))
+    size_shuffles(spark, source.bytes, getattr(args, "conf", ()))
     policy = scoring.RebalancePolicy.for_aggressiveness(args.aggressiveness, blacklist=tuple(args.blacklist),
                                                         min_brokers=args.min_brokers)
     tables = compute(spark, read_topic(spark, args), bucket_seconds=args.bucket_seconds, policy=policy)
+    step("read and group the reports")
+    if tables["broker_timeseries"].limit(1).count() == 0:
+        raise NothingFound(source.explain_empty("load reports in the selected range"))
     os.makedirs(args.output, exist_ok=True)
     for name, table in tables.items():
+        step(f"write {name}")
         table.write.mode("overwrite").parquet(os.path.join(args.output, name))
+    step("chart")
     timeseries = spark.read.parquet(os.path.join(args.output, "broker_timeseries")).toPandas()
     balance = spark.read.parquet(os.path.join(args.output, "cluster_balance")).toPandas()
     chart = os.path.join(args.output, "load_stats.png")
-    write_chart(timeseries, balance, chart, policy.threshold)
+    shown = write_chart(timeseries, balance, chart, policy.threshold)
     moves = spark.read.parquet(os.path.join(args.output, "moves")).count()
     summary = {"snapshots": int(balance["bucket_start"].nunique()) if len(balance) else 0,
                "brokers": int(timeseries["broker_id"].nunique()) if len(timeseries) else 0,
-               "moves": moves, "chart": chart}
+               "moves": moves, "chart": chart, "chart_lines": shown}
     if getattr(args, "rebalancing_history", None):
         from pyspark.sql import functions as F
 
@@ -333,8 +360,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def execute(args) -> int:
+    resolve_source(args)
+    source = inspect_source(args)  # on the driver, before a JVM starts: an empty input fails fast
+    if source.reads == 0:
+        print(f"load-stats: {source.explain_empty('load reports')}", file=sys.stderr)
+        return 1
     spark = get_session("danube-load-stats", args.master, args.conf)
-    summary = run(spark, args)
+    try:
+        with StageProgress(spark, "load-stats") as progress:
+            summary = run(spark, args, progress, source)
+    except NothingFound as exc:
+        print(f"load-stats: {exc}", file=sys.stderr)
+        return 1
     print(f"load-stats: {summary['snapshots']} snapshots, {summary['brokers']} brokers, "
           f"{summary['moves']} proposed moves; tables and {summary['chart']} in {args.output}")
     if "rebalancing_moves" in summary:

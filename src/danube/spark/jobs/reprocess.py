@@ -19,7 +19,18 @@ import logging
 import sys
 from dataclasses import dataclass
 
-from danube.spark.jobs.common import add_source_arguments, get_session, read_topic, s3_options
+from danube.spark.jobs.common import (
+    NothingFound,
+    SourceSummary,
+    add_source_arguments,
+    get_session,
+    inspect_source,
+    read_topic,
+    resolve_source,
+    s3_options,
+    size_shuffles,
+)
+from danube.spark.jobs.progress import StageProgress
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +88,15 @@ class ReprocessResult:
     segments: int = 0
 
 
-def run(spark, args) -> ReprocessResult:
+def run(spark, args, progress: StageProgress | None = None, source: SourceSummary | None = None) -> ReprocessResult:
+    """Run the pipeline and write its output; :class:`NothingFound` when the input holds no record."""
+    resolve_source(args)
+    source = source if source is not None else inspect_source(args)
+    if source.reads == 0:
+        raise NothingFound(source.explain_empty("records"))
+    size_shuffles(spark, source.bytes, getattr(args, "conf", ()))
+    if progress is not None:
+        progress.step("transform and write")
     df = transform(read_topic(spark, args), filter_expr=args.filter, payload_expr=args.payload_expr,
                    key_expr=args.key_expr, compact=args.compact)
     ordered = df.orderBy("topic", "offset")
@@ -110,8 +129,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def execute(args) -> int:
+    resolve_source(args)
+    source = inspect_source(args)  # on the driver, before a JVM starts: an empty input fails fast
+    if source.reads == 0:
+        print(f"reprocess: {source.explain_empty('records')}", file=sys.stderr)
+        return 1
     spark = get_session("danube-reprocess", args.master, args.conf)
-    result = run(spark, args)
+    with StageProgress(spark, "reprocess") as progress:
+        result = run(spark, args, progress, source)
     print(f"reprocess: {result.rows_written} records in {result.output}"
           + (f" ({result.segments} segments)" if result.segments else ""))
     return 0

@@ -44,25 +44,13 @@ from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
 from danube.proto.danube_admin import admin_pb2 as admin_pb
 from danube.proto.danube_admin import admin_pb2_grpc as admin_grpc
 
+# run as `python bench/faults.py`: bench/ is on sys.path
+from cluster_moves import config, owner_of  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLIENT_PYTHON = os.path.join(REPO, ".venvs", "danube-client", "bin", "python")
 SCRIPT = os.path.join(REPO, "tests", "e2e", "danube_client_scripts", "fault_load.py")
 MOVES = ("unload", "rebalance")
-
-
-def config(base: str) -> str:
-    shared = os.path.join(base, "shared")
-    os.makedirs(shared, exist_ok=True)
-    path = os.path.join(base, "shared.yml")
-    with open(path, "w") as f:
-        f.write(f"storage:\n  mode: shared_fs\n  local_wal_root: {shared}/wal\n  durable:\n    root: {shared}/durable\n")
-    return path
-
-
-async def owner_url(url: str, topic: str) -> str:
-    async with grpc.aio.insecure_channel(url.split("//")[1]) as ch:
-        r = await pb_grpc.DiscoveryStub(ch).TopicLookup(pb.TopicLookupRequest(request_id=1, topic=topic), timeout=60)
-    return url if r.response_type == pb.TopicLookupResponse.Connect else r.broker_url
 
 
 async def unload(admin_url: str, topic: str) -> None:
@@ -86,7 +74,7 @@ async def rebalance(etcd_url: str, topic: str, source: str, target: str) -> None
 def wait_owner_change(entry_url: str, topic: str, old: str, timeout: float = 60.0) -> str:
     deadline = time.monotonic() + timeout
     while True:
-        now = asyncio.run(owner_url(entry_url, topic))
+        now = asyncio.run(owner_of(entry_url, topic))
         if now not in (old, ""):
             return now
         if time.monotonic() > deadline:
@@ -103,7 +91,7 @@ def run_kind(kind: str, reps: int, ttl: int) -> dict:
     try:
         topic = f"/default/bench-{kind}"
         entry = cluster.procs[0]
-        if asyncio.run(owner_url(entry.url, topic)) == entry.url:   # the client's broker must stay up
+        if asyncio.run(owner_of(entry.url, topic)) == entry.url:   # the client's broker must stay up
             asyncio.run(unload(entry.admin_url, topic))
             wait_owner_change(entry.url, topic, entry.url)
         ready, stop = os.path.join(base, "ready"), os.path.join(base, "stop")
@@ -117,7 +105,7 @@ def run_kind(kind: str, reps: int, ttl: int) -> dict:
         time.sleep(1.0)
         faults: list[float] = []
         for _ in range(reps):
-            owner = asyncio.run(owner_url(entry.url, topic))
+            owner = asyncio.run(owner_of(entry.url, topic))
             if owner == entry.url:
                 asyncio.run(unload(cluster.procs[1].admin_url, topic))
                 owner = wait_owner_change(entry.url, topic, owner)
@@ -209,7 +197,7 @@ def proxy_cost(count: int, rounds: int) -> dict:
     cluster.start(timeout=120)
     try:
         topic = "/default/bench-hop"
-        owner = asyncio.run(owner_url(cluster.procs[0].url, topic))
+        owner = asyncio.run(owner_of(cluster.procs[0].url, topic))
         other = next(p.url for p in cluster.procs if p.url != owner)
         row = {"fault": "proxy_hop"}
         for concurrency in (1, 32):

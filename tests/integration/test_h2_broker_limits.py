@@ -254,8 +254,9 @@ async def test_unfinished_uploads_over_many_connections_hold_at_most_the_budget(
             left = rss(broker.proc.pid) - before
         assert sent >= 16 * MiB, sent / MiB       # they got window, up to the budget...
         # ...and the broker held about the budget (32 MiB + 64 KiB a connection), which the allocator
-        # turns into up to about twice as much RSS; 12 x 32 MiB windows were the unbounded case.
-        assert grown < 2 * (32 + 1) * MiB, grown / MiB
+        # turns into up to 2-2.5x as much RSS (77 MiB seen once on a fresh CI-like run); 12 x 32 MiB
+        # windows were the unbounded case (the old code grew 256 MiB here), well above this bound.
+        assert grown < 3 * (32 + 1) * MiB, grown / MiB
         assert left < 32 * MiB, left / MiB
 
 

@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 
+from danube.cli._process import free_port
+
 TICK = os.sysconf("SC_CLK_TCK")
 
 # One process per tree and sub type: publish, receive and ack; prints CPU ns per message.
@@ -86,12 +88,6 @@ DISPATCH_CASES = [("exclusive", 600, 1), ("shared", 600, 2), ("failover", 600, 2
 E2E_CASES = [("exclusive", []), ("shared", ["--consumers", "2"])]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _cpu_s(pid: int) -> float:
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
@@ -102,7 +98,7 @@ def _env(src: str) -> dict:
 
 
 def _start_broker(src: str, data_dir: str) -> tuple[subprocess.Popen, int]:
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "danube.cli.main", "broker", "--host", "127.0.0.1", "--port", str(port),
            "--admin-port", "0", "--metrics-port", "0", "--data-dir", data_dir, "--sync", "interval",
            "--load-report-interval", "0"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -18,10 +19,52 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 
+# Ports handed out by this process: a server may not have bound its port yet when the next is asked for.
+_handed_out: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _candidate_range() -> tuple[int, int]:
+    """Ports outside the kernel's ephemeral range.  A port bound to 0 comes from that range, and so does
+    the local end of every outgoing connection: between choosing it and the server binding it, a client
+    socket (etcd, gRPC) can take it, and the server then fails with "Address already in use"."""
+    low, high = _ephemeral_range()
+    if low - 1 - 10000 >= 4096:
+        return 10000, low - 1
+    if 65535 - (high + 1) >= 4096:
+        return high + 1, 65535
+    return 0, 0
+
+
 def free_port() -> int:
+    """A loopback port that is free now, outside the ephemeral range, and not handed out before by this
+    process (so a server that has not bound its port yet does not get a twin)."""
+    first, last = _candidate_range()
+    if first:
+        for _ in range(200):
+            port = random.randint(first, last)
+            if port in _handed_out:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port = s.getsockname()[1]
+    _handed_out.add(port)
+    return port
 
 
 def free_ports(count: int) -> list[int]:

@@ -13,6 +13,35 @@ def test_free_ports_are_distinct(monkeypatch):
     assert _process.free_ports(3) == [5001, 5002, 5003]
 
 
+def test_free_ports_lie_outside_the_ephemeral_range_and_are_never_handed_out_twice():
+    # An outgoing connection takes its local port from the ephemeral range; a server port chosen there
+    # can be taken by a client socket before the server binds it (CI saw "Address already in use").
+    low, high = _process._ephemeral_range()
+    ports = [_process.free_port() for _ in range(50)]
+    assert len(set(ports)) == 50
+    assert all(not (low <= port <= high) for port in ports)
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))   # still free
+
+
+def test_a_port_in_use_is_not_handed_out(monkeypatch):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        busy = taken.getsockname()[1]
+        choices = iter([busy, busy, busy + 1 if busy < 65535 else busy - 1])
+        monkeypatch.setattr(_process, "_candidate_range", lambda: (1024, 65535))
+        monkeypatch.setattr(_process.random, "randint", lambda a, b: next(choices))
+        monkeypatch.setattr(_process, "_handed_out", set())
+        assert _process.free_port() != busy
+
+
+def test_without_a_range_outside_the_ephemeral_one_the_os_chooses(monkeypatch):
+    monkeypatch.setattr(_process, "_candidate_range", lambda: (0, 0))
+    port = _process.free_port()
+    assert 0 < port <= 65535
+
+
 def test_a_listening_server_accepts_and_a_closed_port_does_not():
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))

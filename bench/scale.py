@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 
-from danube.cli._process import free_ports, stop_process, wait_for_port
+from danube.processes import free_ports, stop_process, wait_for_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAYLOAD = b"s" * 100

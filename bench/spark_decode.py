@@ -45,7 +45,7 @@ import tempfile
 import time
 
 from danube import _native, frames
-from danube.cli._process import cpu_seconds
+from danube.processes import cpu_seconds
 from danube.spark import planning
 from danube.spark.reading import read_partition
 from danube.storage import segment as seg

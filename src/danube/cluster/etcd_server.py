@@ -13,7 +13,7 @@ import os
 import shutil
 import subprocess
 
-from danube.cli._process import free_ports, stop_process, wait_for_port
+from danube.processes import free_ports, stop_process, wait_for_port
 
 
 def etcd_binary() -> str | None:

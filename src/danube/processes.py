@@ -139,12 +139,12 @@ def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> int:
 def server_process(cmd: Sequence[str], port: int, *, log_path: str | None = None,
                    stop_timeout: float = 15.0) -> Iterator[subprocess.Popen]:
     """Run a server for the block once it listens on ``port``; stop it by its own PID even on failure."""
-    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
-    proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT)
+    log = open(log_path, "wb") if log_path else None
+    proc = subprocess.Popen(list(cmd), stdout=subprocess.DEVNULL if log is None else log, stderr=subprocess.STDOUT)
     try:
         wait_for_port(port, proc)
         yield proc
     finally:
         stop_process(proc, stop_timeout)
-        if log_path:
+        if log is not None:
             log.close()

@@ -37,7 +37,7 @@ from danube.routing.scalable.controller import (
     create_scalable_topic,
     delete_scalable_topic,
 )
-from danube.routing.scalable.layout import SegmentLayout, segment_topic_name
+from danube.model.segment_layout import SegmentLayout, segment_topic_name
 from danube.routing.scalable.segments import BrokerSegmentOps
 from danube.routing.scalable.store import ScalableTopicStore, TopicSnapshot
 from danube.server import status as status_map

@@ -14,7 +14,7 @@ from danube.routing.scalable.controller import (
     create_scalable_topic,
     delete_scalable_topic,
 )
-from danube.routing.scalable.layout import SegmentLayout, segment_topic_name
+from danube.model.segment_layout import SegmentLayout, segment_topic_name
 from danube.routing.scalable.store import ScalableTopicStore
 from tests.unit.routing.fakes import MemorySegmentOps, StoreLease
 from tests.support.waiting import async_wait_until

@@ -7,7 +7,7 @@ import pytest
 
 from danube.errors import AlreadyExistsError, NotFoundError
 from danube.metadata import keys
-from danube.routing.scalable.layout import SegmentLayout
+from danube.model.segment_layout import SegmentLayout
 from danube.routing.scalable.store import ScalableTopicStore
 
 T = "/default/orders"

@@ -49,13 +49,9 @@ from danube._tasks import cancel_and_wait
 from danube.errors import DanubeError, InvalidArgumentError, MetadataError, NotFoundError
 from danube.metadata import keys
 from danube.metadata.store import Compare, Op, dump_json
-from danube.routing.scalable.layout import LayoutError, SegmentLayout, segment_topic_name
-from danube.routing.scalable.sessions import (
-    ConsumerAssignment,
-    ConsumerSession,
-    Listener,
-    SubscriptionCoordinator,
-)
+from danube.model.segment_assignment import ConsumerAssignment
+from danube.model.segment_layout import LayoutError, SegmentLayout, segment_topic_name
+from danube.routing.scalable.sessions import ConsumerSession, Listener, SubscriptionCoordinator
 from danube.routing.scalable.store import ScalableTopicStore
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Sequence
 from danube.errors import AlreadyExistsError, NotFoundError
 from danube.metadata import keys
 from danube.metadata.store import CompactedError, Compare, MetadataStore, Op, dump_json
-from danube.routing.scalable.layout import LayoutError, SegmentLayout
+from danube.model.segment_layout import LayoutError, SegmentLayout
 
 
 @dataclass(frozen=True)

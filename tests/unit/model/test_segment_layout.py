@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from danube.errors import NotFoundError
-from danube.routing.scalable.layout import (
+from danube.model.segment_layout import (
     HASH_MAX,
     HashRange,
     LayoutError,

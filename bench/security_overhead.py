@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
-    from danube.server.auth.jwt import issue_token
+    from danube.security.jwt import issue_token
     from tests.support.certs import make_pki
 
     try:

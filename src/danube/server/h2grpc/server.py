@@ -136,7 +136,7 @@ class H2Server:
         self._sockets.extend(bound)
         return port
 
-    # TLS (danube.server.auth.tls.server_ssl_context: ALPN h2, client certificates for mTLS);
+    # TLS (danube.security.tls.server_ssl_context: ALPN h2, client certificates for mTLS);
     # None = HTTP/2 with prior knowledge on a plain socket.
     ssl_context = None
 

@@ -377,7 +377,7 @@ class ScalableConsumer:
             self._apply_queue(layout)
 
     def _apply_queue(self, layout: SegmentLayout | None) -> None:
-        """Every segment, ACTIVE and SEALED (the seed): a sealed one until it is drained for the
+        """Every segment, ACTIVE and SEALED (as PIP-468's queue consumers): a sealed one until it is drained for the
         subscription (what it still holds may predate this consumer), a pruned one not at all."""
         if layout is None:
             return

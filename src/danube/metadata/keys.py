@@ -285,7 +285,7 @@ def unassigned_prefix() -> str:
 
 
 # ---------------------------------------------------------------- scalable topics (docs/scalable-topics.md)
-# The seed's (PIP-468) layout: the topic's key holds the ScalableTopicMetadata JSON, with the
+# Pulsar PIP-468's layout: the topic's key holds the ScalableTopicMetadata JSON, with the
 # controller lock, the subscriptions and their consumer sessions under it.  ``operation`` is
 # danube's addition: the split/merge in progress, so a new controller leader can finish it.
 

@@ -66,10 +66,10 @@ def compute_balance(loads: Mapping[str, float]) -> ClusterBalance:
 
 
 def sources(balance: ClusterBalance, *, fallback_above_mean: bool = True) -> tuple:
-    """Brokers that give up topics: the overloaded ones (seed), most loaded first.
+    """Brokers that give up topics: the overloaded ones (Danube's rule), most loaded first.
 
     When several brokers share the top load no broker is above mean + std
-    (3 brokers at 100, 2 new ones at 0: mean 60, std 49), and the seed's rule
+    (3 brokers at 100, 2 new ones at 0: mean 60, std 49), and Danube's rule
     would never move anything; then every broker above the mean is a source.
     """
     if balance.overloaded or not fallback_above_mean:

@@ -1,6 +1,6 @@
-"""Scalable topic metadata in the MetadataStore (the seed's ``ScalableTopicResources``).
+"""Scalable topic metadata in the MetadataStore (``ScalableTopicResources`` of Pulsar PIP-468 scalable topics).
 
-Paths (keys.py, the seed's layout):
+Paths (keys.py, PIP-468's layout):
 
 - ``/topics/{ns}/{topic}``                                  ScalableTopicMetadata JSON (the layout)
 - ``/topics/{ns}/{topic}/controller``                       controller leader's broker URL (lease)

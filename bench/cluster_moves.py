@@ -1,4 +1,4 @@
-"""Topic moves and failover in cluster mode (3 brokers, real etcd, loopback), issue 16.
+"""Topic moves and failover in cluster mode (3 brokers, real etcd, loopback).
 
 Three figures, taken in one run:
 

@@ -1,4 +1,4 @@
-"""ScalableTopicController: election, split/merge in the seed's order, crash recovery at every step,
+"""ScalableTopicController: election, split/merge in PIP-468's order, crash recovery at every step,
 consumer sessions with grace timers (embedded store and a real etcd)."""
 
 import asyncio
@@ -65,7 +65,7 @@ async def test_one_leader_forwarding_and_failover(metadata):
     assert await store.controller_url(T) == ""
 
 
-async def test_split_then_merge_in_the_seeds_order(metadata):
+async def test_split_then_merge_in_pip468_order(metadata):
     ops = MemorySegmentOps()
     store = ScalableTopicStore(metadata)
     await create_scalable_topic(store, ops, T, 1)

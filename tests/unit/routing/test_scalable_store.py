@@ -1,4 +1,4 @@
-"""ScalableTopicStore: the seed's paths, CAS-only layout changes, the DAG watch (embedded and etcd)."""
+"""ScalableTopicStore: PIP-468's paths, CAS-only layout changes, the DAG watch (embedded and etcd)."""
 
 import asyncio
 import json
@@ -17,7 +17,7 @@ async def test_create_load_cas_delete(metadata):
     store = ScalableTopicStore(metadata)
     stored = await store.create(T, SegmentLayout.initial(2))
     assert stored.layout.epoch == 0 and len(stored.layout.active_segments) == 2
-    raw = await metadata.get("/topics/default/orders")  # the seed's path
+    raw = await metadata.get("/topics/default/orders")  # PIP-468's path
     assert json.loads(raw.value)["nextSegmentId"] == 2
     with pytest.raises(AlreadyExistsError):
         await store.create(T, SegmentLayout.initial(1))

@@ -1,4 +1,4 @@
-"""Candidates, the seed's greedy step and the multi-move planner, with hypothesis properties."""
+"""Candidates, Danube's greedy step and the multi-move planner, with hypothesis properties."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def add_brokers_state(per_broker=100, old=3, new=2):
     return state_of(spec)
 
 
-def test_planner_reaches_the_threshold_in_fewer_moves_than_the_seed():
+def test_planner_reaches_the_threshold_in_fewer_moves_than_danubes_greedy_step():
     state = add_brokers_state()
     plan = plan_moves(state, Eligibility(), 0.2, 500)
     greedy = greedy_plan(state, Eligibility(), 0.2, 500)
@@ -118,7 +118,7 @@ def test_planner_properties(cluster, threshold, max_moves):
             after = compute_balance(loads).cv
             assert before >= threshold - 1e-12  # never moves once under the threshold
             assert math.isclose(after, m.cv_after, rel_tol=1e-6, abs_tol=1e-9)
-            if planner is plan_moves:  # the seed's greedy step may overshoot (a light but big topic)
+            if planner is plan_moves:  # Danube's greedy step may overshoot (a light but big topic)
                 assert after < before + 1e-9
     plan = plan_moves(state, rules, threshold, max_moves)
     if len(plan) < max_moves:  # stopped early: under the threshold, or no eligible move improves

@@ -163,16 +163,16 @@ def build_state(strategy: str, reports: Mapping[str, Any], active: Iterable[str]
             assigned_to[name] = broker
     by_broker: dict[str, dict[str, TopicInfo]] = {b: {} for b in active_ids}
     for broker in active_ids:
-        for name, ti in own[broker].items():
+        for name, reported in own[broker].items():
             if assigned_to.get(name) != broker:
-                loads[broker] -= ti.estimated_load  # left since the report
+                loads[broker] -= reported.estimated_load  # left since the report
     for name, broker in assigned_to.items():
-        ti = own[broker].get(name)
-        if ti is None:  # arrived since the report (or never reported: a new topic)
+        info = own[broker].get(name)
+        if info is None:  # arrived since the report (or never reported: a new topic)
             entry = newest.get(name)
-            ti = entry[1] if entry is not None else TopicInfo(name, 0.0, new_topic_load)
-            loads[broker] += ti.estimated_load
-        by_broker[broker][name] = ti
+            info = entry[1] if entry is not None else TopicInfo(name, 0.0, new_topic_load)
+            loads[broker] += info.estimated_load
+        by_broker[broker][name] = info
     for broker in loads:
         if loads[broker] < 0.0:
             loads[broker] = 0.0

@@ -45,10 +45,11 @@ class Eligibility:
 
 
 def eligibility(config: RebalancingConfig, records: Sequence[_history.MoveRecord], now: float,
-                topics: Iterable[str] = (), created_at: Callable[[str], float | None] | Mapping[str, float] = None
+                topics: Iterable[str] = (), created_at: Callable[[str], float | None] | Mapping[str, float] | None = None
                 ) -> Eligibility:
     """The rules for one cycle at ``now``; ``created_at`` gives a topic's creation (or first-seen) time,
     None when unknown (then the topic counts as young)."""
+    lookup: Callable[[str], float | None]
     if isinstance(created_at, Mapping):
         lookup = created_at.get
     else:

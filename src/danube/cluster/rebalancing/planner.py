@@ -167,9 +167,9 @@ def plan_moves(state: ClusterState, rules: Eligibility, threshold: float, max_mo
                             info = infos[j]
                             x = estimates[j]
                             if 2.0 * x * (gap - x) > need and rules.move_ok(info.name, target):
-                                key = (info.move_score, info.name)
-                                if sufficient is None or key < sufficient[0]:
-                                    sufficient = (key, info, source, target)
+                                order = (info.move_score, info.name)
+                                if sufficient is None or order < sufficient[0]:
+                                    sufficient = (order, info, source, target)
         if best is None:
             break
         chosen = sufficient if sufficient is not None else best

@@ -321,7 +321,7 @@ class PartitioningState:
     # ------------------------------------------------------------ encoding
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"partitions": self.partitions, "version": self.version,
+        d: dict[str, Any] = {"partitions": self.partitions, "version": self.version,
              "transition": self.transition.to_dict() if self.transition else None,
              "retired": list(self.retired)}
         if self.pending:

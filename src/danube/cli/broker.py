@@ -71,7 +71,7 @@ def register(subparsers) -> None:
 
 def _cluster_overrides(config, args):
     """--cluster / --etcd / --advertised-url ... on top of the file; a default broker id per port."""
-    overrides = {}
+    overrides: dict = {}
     if getattr(args, "etcd", None):
         overrides.update(etcd_url=args.etcd, cluster=True)
     if getattr(args, "cluster", None):

@@ -585,7 +585,7 @@ class BrokerService:
         if stream is not None or c.receiving == 0:
             c.subscription.deactivate(c)
 
-    # Acks and nacks never fail because the topic was unloaded or moved (issue 16): a message
+    # Acks and nacks never fail because the topic was unloaded or moved: a message
     # delivered before the move and not acked where its cursor lives is delivered again by the
     # topic's current owner (at most the consumer's in-flight window), so an ack or nack that can
     # no longer reach its subscription is answered OK and counted here.

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from danube.cli._process import free_ports, stop_process, wait_for_port
+from danube.processes import free_ports, stop_process, wait_for_port
 from danube.cluster.etcd_server import EtcdServer
 
 log = logging.getLogger("danube.cluster")

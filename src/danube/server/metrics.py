@@ -63,7 +63,7 @@ class PrometheusMetrics(MetricsSink):
         """Cluster mode: ``danube_broker_topics_owned`` gets a ``broker_id`` label.  This broker's own
         sample is what it serves now; ``others()`` adds the other brokers' counts (the leader's
         rebalancing metrics, from the cluster's assignments: ``danube.cluster.rebalancing.metrics``),
-        so the leader's registry holds the seed's per-broker gauge without a second family."""
+        so the leader's registry holds the per-broker gauge of Danube's load manager without a second family."""
         self._cluster_broker_id = str(broker_id)
         self._cluster_topics_owned = others
 

@@ -31,7 +31,8 @@ reason covers every log with something to sync, whatever its policy.
 Why the allowance: a writer that appends once per interval (a paced producer, a
 5 ms linger) drifts against a strict start-to-start gap, and then every append
 waits out most of an interval.  With one interval of slack it is synced at once,
-and the budget is the same (measurements: docs/benchmarks.md, "Fifth pass").
+and the budget is the same (measurements: docs/benchmarks.md,
+"Half-rate point, pacing, interval syncer, glibc malloc").
 """
 
 from __future__ import annotations

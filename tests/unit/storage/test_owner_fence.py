@@ -1,4 +1,4 @@
-"""Issue 16: the owner epoch of a WAL on a shared root, and the cursor floor of a crashed owner's topic."""
+"""The owner epoch of a WAL on a shared root, and the cursor floor of a crashed owner's topic."""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ request the handler does not read stops getting window back (see ``call.py``).
 The HTTP/2 layer here is the part of RFC 9113 a gRPC server needs, written for this
 server instead of taken from a general library: a gRPC call costs a handful of frames,
 and a general state machine per frame cost more than the broker's own work per call
-(docs/benchmarks.md, "Eighth pass").  A stream error answers RST_STREAM; a connection
-error answers GOAWAY with the error code and a reason, and closes the connection.
+(docs/benchmarks.md, "An HTTP/2 layer of its own").  A stream error answers RST_STREAM; a
+connection error answers GOAWAY with the error code and a reason, and closes the connection.
 
 Against hostile peers every resource a connection can make the server hold is bounded
 (``limits.H2Limits``, one field per bound): streams (per connection and in all),

@@ -23,7 +23,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
-from danube.cli._process import free_port, stop_process, wait_for_port  # noqa: E402
+from danube.processes import free_port, stop_process, wait_for_port  # noqa: E402
 
 THIS_SRC = os.path.abspath(os.path.join(HERE, "..", "src"))
 

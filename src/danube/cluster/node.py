@@ -552,11 +552,15 @@ class ClusterNode:
         reason = (f"broker {self.broker_id} cannot reach the metadata store (etcd) and gave the topic's WAL up "
                   "when its cluster lease could expire")
         for name in served:
+            if not m.fenced or m.last_ok_sent != since:
+                break   # renewed (or re-registered) meanwhile: the rest stays writable
             try:
                 await self.broker.make_read_only(name, reason)
             except Exception:  # noqa: BLE001 - release the others anyway
                 log.exception("making %s read-only failed; closing it", name)
                 await self._drop(name, "it could not be made read-only", flush=False)
+        if not m.fenced and any(t.read_only for t in self.broker.topics.values()):
+            self._spawn(self._reopen_read_only())   # unfenced while this ran: nobody else reopens them
 
     async def _reopen_read_only(self) -> None:
         for name in [n for n, t in list(self.broker.topics.items()) if t.read_only]:

@@ -83,12 +83,13 @@ def _probe_refusals(owner_url: str, topic: str) -> list[tuple[grpc.StatusCode, s
 
 
 class _DanubeClientProbe(threading.Thread):
-    """A ``danube.client`` producer on the topic without a retry budget, created while etcd is up;
-    once told to, it sends one message: what reaches the application is the broker's refusal."""
+    """A ``danube.client`` producer on the topic without a retry budget, created while etcd is up
+    (``early``) or once told to go; then it sends one message.  ``result``: what reached the
+    application (the broker's refusal, if all is well)."""
 
-    def __init__(self, entry_url: str, topic: str) -> None:
+    def __init__(self, entry_url: str, topic: str, *, early: bool) -> None:
         super().__init__(daemon=True)
-        self.entry_url, self.topic = entry_url, topic
+        self.entry_url, self.topic, self.early = entry_url, topic, early
         self.created, self.go = threading.Event(), threading.Event()
         self.result = "not run"
 
@@ -101,10 +102,13 @@ class _DanubeClientProbe(threading.Thread):
         client = DanubeClient.builder().service_url(self.entry_url).with_retry(max_attempts=1, give_up_after_s=5).build()
         try:
             producer = client.new_producer().with_topic(self.topic).with_name("probe").with_reliable().build()
-            await producer.create()
+            if self.early:
+                await producer.create()
             self.created.set()
             await asyncio.to_thread(self.go.wait, 60)
             try:
+                if not self.early:
+                    await asyncio.wait_for(producer.create(), 30)
                 await asyncio.wait_for(producer.send_and_wait(b"probe"), 30)
                 self.result = "accepted"
             except Exception as exc:  # noqa: BLE001 - what reached the application
@@ -137,10 +141,11 @@ def test_etcd_down_past_the_ttl_keeps_topics_readable_and_writes_resume(tmp_path
     with local_cluster(base, config=_readable_config(base), lease_ttl=TTL) as cluster:
         victim, entry = owner_and_entry(cluster, topic)
 
-        probe = _DanubeClientProbe(entry.url, topic) if client == "danube_client" else None
+        probes_dc = [_DanubeClientProbe(entry.url, topic, early=early) for early in (True, False)] \
+            if client == "danube_client" else []
 
         def fault():
-            if probe is not None:
+            for probe in probes_dc:
                 probe.start()
                 assert probe.created.wait(30), probe.result
             marks["down"] = time.time()
@@ -151,8 +156,9 @@ def test_etcd_down_past_the_ttl_keeps_topics_readable_and_writes_resume(tmp_path
                 os.unlink(hold_file)
                 hold.clear()
                 probes.extend(_probe_refusals(victim.url, topic))
-                if probe is not None:
+                for probe in probes_dc:
                     probe.go.set()
+                for probe in probes_dc:
                     probe.join(40)
                 time.sleep(max(0.0, marks["read_only"] + 3.0 - time.time()))
             finally:
@@ -174,14 +180,16 @@ def test_etcd_down_past_the_ttl_keeps_topics_readable_and_writes_resume(tmp_path
                        outage_s=round(marks["back"] - marks["down"], 1),
                        read_only_after_s=round(marks["read_only"] - marks["down"], 1))
         print(f"{client}: {figures}")
-        print(f"refusals: {probes} {probe.result if probe is not None else ''}")
+        print(f"refusals: {probes} {[p.result for p in probes_dc]}")
         assert len(before) > 20, figures   # more than the unacked window: most were read from storage
         assert before <= during, f"acked before etcd went away, not delivered while it was: {sorted(before - during)[:10]}"
         assert [code for code, _ in probes] == [grpc.StatusCode.UNAVAILABLE] * 2, probes
         assert all(re.search(REFUSAL.format(topic=t), msg) for (_, msg), t in zip(probes, (topic, topic + "-new"))), \
             probes
-        if probe is not None:
-            assert re.search(REFUSAL.format(topic=topic), probe.result), probe.result
+        if probes_dc:   # a producer created before (its send refused) and during the outage (its lookup)
+            assert re.search(REFUSAL.format(topic=topic), probes_dc[0].result), probes_dc[0].result
+            assert re.search(r"cannot reach the metadata store \(etcd\) for \d+ s .*: the partitions of "
+                             f"{topic} cannot be read until it is back", probes_dc[1].result), probes_dc[1].result
         # writes resumed after etcd came back: acked sends started before and ended after it
         assert any(end > marks["back"] for _, _, end in outcome.acked), figures
         assert all(p.alive() for p in cluster.procs)

@@ -30,6 +30,7 @@ from danube.broker.topic import Topic, partition_of
 from danube.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
+    MetadataError,
     NotFoundError,
     NotServedHereError,
     PolicyViolationError,
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 __all__ = ["BrokerService", "LookupResult", "Delivery", "SYSTEM_PREFIX", "is_system_topic"]
 
 SYSTEM_PREFIX = "/system/"
+# how long a metadata read is tried while the broker is fenced (it most likely cannot reach the store)
+FENCED_READ_TIMEOUT_S = 2.0
 
 
 def is_system_topic(name: str) -> bool:
@@ -239,6 +242,17 @@ class BrokerService:
 
     async def partitions(self, topic: str) -> list[str]:
         keys.split_topic(topic)
+        if not self.fenced():
+            return await self._partitions(topic)
+        # cut off from the metadata store (most likely): a short try, then the reason, not a wait
+        # for the store's whole retry budget and the client's deadline
+        try:
+            async with asyncio.timeout(FENCED_READ_TIMEOUT_S):
+                return await self._partitions(topic)
+        except (TimeoutError, MetadataError) as exc:
+            raise self.fenced_error(None, f"the partitions of {topic} cannot be read") from exc
+
+    async def _partitions(self, topic: str) -> list[str]:
         count = await self.metadata.get_json(keys.topic_partitions(topic))
         if isinstance(count, int) and count > 0:
             from danube.routing.repartition.store import readable_partitions
@@ -433,11 +447,11 @@ class BrokerService:
         """Whether writes are refused because the cluster lease is not renewed (cluster mode)."""
         return self._fenced or (self.lease_fresh is not None and not self.lease_fresh())
 
-    def fenced_error(self, topic: str | None = None) -> NotServedHereError:
-        """The refusal of a write (a publish, a new topic, producer or subscription) while fenced:
-        UNAVAILABLE, saying why and until when."""
+    def fenced_error(self, topic: str | None = None, what: str | None = None) -> NotServedHereError:
+        """The refusal of a write (a publish, a new topic, producer or subscription) to ``topic``, or
+        of ``what`` (a metadata read), while fenced: UNAVAILABLE, saying why and until when."""
         if self.cluster is not None:
-            return NotServedHereError(self.cluster.write_refusal(topic))
+            return NotServedHereError(self.cluster.unreachable(what) if what else self.cluster.write_refusal(topic))
         return NotServedHereError("broker fenced (cluster lease not renewed): publish refused, look the topic up again")
 
     def _publish_done(self) -> None:

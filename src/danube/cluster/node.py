@@ -286,13 +286,15 @@ class ClusterNode:
                     owners[topic] = owner
         return owners
 
+    def unreachable(self, what: str) -> str:
+        """Why ``what`` (e.g. "writes to /ns/t are refused") while fenced."""
+        return (f"broker {self.broker_id} cannot reach the metadata store (etcd) for "
+                f"{self.membership.unrenewed_s():.0f} s (its cluster lease is not renewed): {what} until it is back")
+
     def write_refusal(self, topic: str | None = None) -> str:
         """Why a write (a publish, a new topic, producer or subscription) is refused while fenced."""
-        m = self.membership
-        what = f"writes to {topic} are" if topic else "writes are"
-        return (f"broker {self.broker_id} cannot reach the metadata store (etcd) for {m.unrenewed_s():.0f} s "
-                f"(its cluster lease is not renewed): {what} refused until it is back; "
-                "consumers go on reading what is stored")
+        what = f"writes to {topic} are refused" if topic else "writes are refused"
+        return self.unreachable(what) + "; consumers go on reading what is stored"
 
     async def check_owner(self, topic: str) -> None:
         if self.membership.fenced:

@@ -67,6 +67,26 @@ async def test_a_fenced_broker_refuses_publishes_and_new_topics(node):
     assert await broker.publish(pid, batch(["y"], pid)) == (0, 0)
 
 
+async def test_a_fenced_broker_answers_a_partitions_read_it_cannot_make_with_the_reason(node, monkeypatch):
+    from danube.broker import service
+
+    broker = node.broker
+    broker.fence("test")
+    node.membership.fenced = True
+    assert await broker.partitions("/default/pp") == ["/default/pp"]   # the store answers: as usual
+
+    async def unreachable(key):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(broker.metadata, "get_json", unreachable)
+    monkeypatch.setattr(service, "FENCED_READ_TIMEOUT_S", 0.2)
+    with pytest.raises(NotServedHereError, match="broker b1 cannot reach the metadata store \\(etcd\\) for \\d+ s "
+                                                 ".*: the partitions of /default/pp cannot be read until it is back"):
+        await asyncio.wait_for(broker.partitions("/default/pp"), 5)
+    broker.unfence()
+    node.membership.fenced = False
+
+
 async def _cut_off_past_the_ttl(node, topic):
     """What a broker cut off from etcd goes through: no renewal (the keepalive stopped), fenced, and
     one ttl after the last renewal its topics turn read-only."""

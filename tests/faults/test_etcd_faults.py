@@ -60,7 +60,8 @@ def _readable_config(base: str) -> str:
 
 def _probe_refusals(owner_url: str, topic: str) -> list[tuple[grpc.StatusCode, str]]:
     """Danube's protocol straight to the owner while it is cut off: a publish of the application's
-    producer (its id comes back without etcd) and a producer on a topic the owner does not serve."""
+    producer (its id comes back without etcd), a producer on a topic the owner does not serve and a
+    new subscription on the topic."""
     ch = grpc.insecure_channel(owner_url.split("//")[1])
     stub = pb_grpc.ProducerServiceStub(ch)
     found = []
@@ -70,7 +71,9 @@ def _probe_refusals(owner_url: str, topic: str) -> list[tuple[grpc.StatusCode, s
         calls = [lambda: stub.SendMessage(pb.StreamMessage(request_id=1, msg_id=pb.MsgID(producer_id=pid, topic_name=topic),
                                                            payload=b"probe", publish_time=1, producer_name="fp"), timeout=10),
                  lambda: stub.CreateProducer(pb.ProducerRequest(producer_name="np", topic_name=topic + "-new",
-                                                                dispatch_strategy=pb.Reliable), timeout=10)]
+                                                                dispatch_strategy=pb.Reliable), timeout=10),
+                 lambda: pb_grpc.ConsumerServiceStub(ch).Subscribe(pb.ConsumerRequest(
+                     topic_name=topic, consumer_name="nc", subscription="new-sub"), timeout=10)]
         for call in calls:
             try:
                 call()
@@ -183,9 +186,9 @@ def test_etcd_down_past_the_ttl_keeps_topics_readable_and_writes_resume(tmp_path
         print(f"refusals: {probes} {[p.result for p in probes_dc]}")
         assert len(before) > 20, figures   # more than the unacked window: most were read from storage
         assert before <= during, f"acked before etcd went away, not delivered while it was: {sorted(before - during)[:10]}"
-        assert [code for code, _ in probes] == [grpc.StatusCode.UNAVAILABLE] * 2, probes
-        assert all(re.search(REFUSAL.format(topic=t), msg) for (_, msg), t in zip(probes, (topic, topic + "-new"))), \
-            probes
+        assert [code for code, _ in probes] == [grpc.StatusCode.UNAVAILABLE] * 3, probes
+        assert all(re.search(REFUSAL.format(topic=t), msg)
+                   for (_, msg), t in zip(probes, (topic, topic + "-new", topic), strict=True)), probes
         if probes_dc:   # a producer created before (its send refused) and during the outage (its lookup)
             assert re.search(REFUSAL.format(topic=topic), probes_dc[0].result), probes_dc[0].result
             assert re.search(r"cannot reach the metadata store \(etcd\) for \d+ s .*: the partitions of "

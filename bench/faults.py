@@ -149,8 +149,8 @@ def run_kind(kind: str, reps: int, ttl: int) -> dict:
         horizon = faults[n + 1] if n + 1 < len(faults) else float("inf")
         waits = [end - start for _, start, end in acked if end >= t and start < horizon]
         stalls.append(max(waits) if waits else float("nan"))
-    delivered = {payload for _, payload in result["received"]}
-    offsets = [o for o, _ in result["received"]]
+    delivered = {r[1] for r in result["received"]}
+    offsets = [r[0] for r in result["received"]]
     stalls_sorted = sorted(stalls)
     return {
         "fault": kind, "reps": len(faults), "lease_ttl_s": ttl,

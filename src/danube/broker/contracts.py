@@ -64,6 +64,11 @@ class TopicStorage(Protocol):
     async def seal(self) -> int:
         """Stop writes for a handoff to another broker; the last offset stored (-1 if none)."""
 
+    async def make_read_only(self, reason: str) -> int:
+        """Refuse every append from now on (``TopicSealedError`` naming ``reason``) and release
+        what writing holds (a WAL's writer and lock), but go on serving every offset stored; the
+        last offset stored.  Only :meth:`close` follows."""
+
     async def close(self, *, export: bool = False) -> None:
         """Stop writes and release the storage; the topic stays owned here (no seal).  ``export``
         (a graceful stop): first put every committed record in durable history, if the storage

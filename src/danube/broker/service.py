@@ -30,6 +30,7 @@ from danube.broker.topic import Topic, partition_of
 from danube.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
+    MetadataError,
     NotFoundError,
     NotServedHereError,
     PolicyViolationError,
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 __all__ = ["BrokerService", "LookupResult", "Delivery", "SYSTEM_PREFIX", "is_system_topic"]
 
 SYSTEM_PREFIX = "/system/"
+# how long a metadata read is tried while the broker is fenced (it most likely cannot reach the store)
+FENCED_READ_TIMEOUT_S = 2.0
 
 
 def is_system_topic(name: str) -> bool:
@@ -239,6 +242,17 @@ class BrokerService:
 
     async def partitions(self, topic: str) -> list[str]:
         keys.split_topic(topic)
+        if not self.fenced():
+            return await self._partitions(topic)
+        # cut off from the metadata store (most likely): a short try, then the reason, not a wait
+        # for the store's whole retry budget and the client's deadline
+        try:
+            async with asyncio.timeout(FENCED_READ_TIMEOUT_S):
+                return await self._partitions(topic)
+        except (TimeoutError, MetadataError) as exc:
+            raise self.fenced_error(None, f"the partitions of {topic} cannot be read") from exc
+
+    async def _partitions(self, topic: str) -> list[str]:
         count = await self.metadata.get_json(keys.topic_partitions(topic))
         if isinstance(count, int) and count > 0:
             from danube.routing.repartition.store import readable_partitions
@@ -343,6 +357,8 @@ class BrokerService:
         for p in t.producers.values():
             if p.name == producer_name:
                 return p.id
+        if self.fenced() and not is_system_topic(topic):
+            raise self.fenced_error(topic)   # a new producer is registered in the metadata store
         for p in t.producers.values():
             if p.access_mode == "exclusive" or access_mode == "exclusive":
                 raise AlreadyExistsError(
@@ -389,7 +405,7 @@ class BrokerService:
                       partitioning_version: int | None = None) -> tuple[int, int]:
         """A producer's batch of unstamped frames (the batch lane): validated, stamped, appended,
         dispatched; (first, last) once durable under the sync policy."""
-        self._check_accepting()
+        self._check_accepting(producer_id)
         self._publishing += 1
         try:
             producer = await self._producer(producer_id)
@@ -409,7 +425,7 @@ class BrokerService:
 
         The per-call path: the checks of ``_check_accepting`` and ``_publish_done`` are inlined."""
         if self._draining or self._fenced or (self.lease_fresh is not None and not self.lease_fresh()):
-            self._check_accepting()
+            self._check_accepting(producer_id)
         self._publishing += 1
         try:
             producer = self._producers.get(producer_id)
@@ -421,11 +437,22 @@ class BrokerService:
             if not self._publishing:
                 self._published.set()
 
-    def _check_accepting(self) -> None:
+    def _check_accepting(self, producer_id: int | None = None) -> None:
         if self._draining:
             raise NotServedHereError("broker shutting down: publish refused, send it again to the topic's new owner")
-        if self._fenced or (self.lease_fresh is not None and not self.lease_fresh()):
-            raise NotServedHereError("broker fenced (cluster lease not renewed): publish refused, look the topic up again")
+        if self.fenced():
+            raise self.fenced_error(self.producer_topic(producer_id) if producer_id is not None else None)
+
+    def fenced(self) -> bool:
+        """Whether writes are refused because the cluster lease is not renewed (cluster mode)."""
+        return self._fenced or (self.lease_fresh is not None and not self.lease_fresh())
+
+    def fenced_error(self, topic: str | None = None, what: str | None = None) -> NotServedHereError:
+        """The refusal of a write (a publish, a new topic, producer or subscription) to ``topic``, or
+        of ``what`` (a metadata read), while fenced: UNAVAILABLE, saying why and until when."""
+        if self.cluster is not None:
+            return NotServedHereError(self.cluster.unreachable(what) if what else self.cluster.write_refusal(topic))
+        return NotServedHereError("broker fenced (cluster lease not renewed): publish refused, look the topic up again")
 
     def _publish_done(self) -> None:
         self._publishing -= 1
@@ -462,6 +489,8 @@ class BrokerService:
                 if not c.active:
                     sub.activate(c)
                 return c.id
+        if self.fenced():
+            raise self.fenced_error(topic)   # a new consumer is registered in the metadata store
         sub.check_can_join(consumer_name)
         limit = t.policies.max_consumers_per_subscription
         if limit and len(sub.active_consumers()) >= limit:
@@ -498,6 +527,8 @@ class BrokerService:
                 raise InvalidArgumentError(
                     f"subscription '{name}' on {t.name} is {sub.sub_type}; it cannot be used as {sub_type}")
             return sub
+        if self.fenced():
+            raise self.fenced_error(t.name)   # a new subscription is written to the metadata store
         limit = t.policies.max_subscriptions_per_topic
         if limit and len(t.subscriptions) >= limit:
             raise PolicyViolationError(f"topic {t.name} already has {limit} subscriptions (max_subscriptions_per_topic)")
@@ -747,7 +778,9 @@ class BrokerService:
     async def _flush_cursors(self, force: bool, topic: Topic | None) -> int:
         written = 0
         for t in ([topic] if topic is not None else list(self.topics.values())):
-            if not t.reliable:
+            # a read-only topic's cursors wait until the broker knows it still owns the topic
+            # (reopen_for_writing); a broker that lost it never writes them (unload_topic flush=False)
+            if not t.reliable or t.read_only:
                 continue
             for sub in list(t.subscriptions.values()):
                 if sub.dirty or force:
@@ -787,12 +820,15 @@ class BrokerService:
             self._dormant.pop(reg_key)
             self._closed_ids.add(reg_key)
 
-    async def unload_topic(self, topic: str, *, local: bool = False, seal: bool = True) -> int | None:
+    async def unload_topic(self, topic: str, *, local: bool = False, seal: bool = True,
+                           flush: bool = True) -> int | None:
         """Seal the topic's storage and stop serving it here (clients get CLOSE and look it up again).
 
         Returns the last committed offset (None for a non-reliable topic).  In cluster mode the
         move goes through the cluster (``ClusterNode.unload``), which calls back with ``local=True``;
-        ``seal=False`` only closes the storage (the topic was already handed to another broker).
+        ``seal=False`` only closes the storage (the topic was already handed to another broker);
+        ``flush=False`` does not persist the cursors either (the broker lost its cluster lease: the
+        topic's next owner may have moved them, or issued their offsets again).
         """
         keys.split_topic(topic)
         if self.cluster is not None and not local:
@@ -806,7 +842,8 @@ class BrokerService:
             # the forced flush saves every cursor move the broker answered OK.
             t.closed = True
             self._drop_clients(t)
-            await self.flush_cursors(force=True, topic=t)
+            if flush:
+                await self.flush_cursors(force=True, topic=t)
             last = None
             if t.reliable and seal:
                 last = await t.storage.seal()
@@ -816,6 +853,59 @@ class BrokerService:
             self.metrics.topic_closed(topic)
             log.info("topic %s unloaded%s", topic, f" (sealed at offset {last})" if last is not None else "")
             return last
+
+    # ------------------------------------------------------------ read-only topics (the cluster fence)
+
+    async def make_read_only(self, topic: str, reason: str) -> int | None:
+        """Stop writing ``topic`` here and give its WAL up (writer and lock, so the next owner can
+        open it) while its consumers go on reading every stored offset; their acks are kept in
+        memory (the cursor flush skips the topic).  Publishes are refused before they reach the
+        storage (``fenced_error``); the storage refuses them too, with ``reason``.  Returns the
+        last offset stored, None when ``topic`` is not a reliable topic served here.  Undone by
+        :meth:`reopen_for_writing`; a topic the broker lost goes with ``unload_topic(topic,
+        local=True, seal=False, flush=False)``."""
+        lock = self._opening.setdefault(topic, asyncio.Lock())
+        async with lock:
+            t = self.topics.get(topic)
+            if t is None or t.closed or not t.reliable or t.read_only:
+                return None
+            t.read_only = True
+            return await t.storage.make_read_only(reason)
+
+    async def reopen_for_writing(self, topic: str) -> bool:
+        """A read-only topic this broker still owns (its cluster lease survived): open its storage
+        anew and put it under the served topic, so producers, subscriptions and their streams go
+        on as they were; then persist the cursors acked meanwhile.  When the reopened log does not
+        continue exactly where the read-only one stopped (someone else wrote it), the topic is
+        dropped without persisting anything (its clients look it up again) and False returned."""
+        if self.storage_factory is None:
+            return False
+        lock = self._opening.setdefault(topic, asyncio.Lock())
+        async with lock:
+            t = self.topics.get(topic)
+            if t is None or t.closed or not t.read_only:
+                return False
+            old = t.storage
+            storage = await self.storage_factory.open_topic(topic)
+            continues = storage.next_offset == old.next_offset
+            if continues:
+                t.storage = storage
+                t.read_only = False
+            else:
+                log.error("topic %s: the reopened WAL ends at %d, the read-only one at %d: not served here any "
+                          "more", topic, storage.next_offset - 1, old.next_offset - 1)
+                await storage.close()
+        if not continues:
+            await self.unload_topic(topic, local=True, seal=False, flush=False)
+            await old.close()
+            return False
+        await old.close()
+        log.info("topic %s writable again at offset %d", topic, t.storage.next_offset)
+        try:
+            await self.flush_cursors(topic=t)
+        except Exception:  # noqa: BLE001 - the periodic flush retries
+            log.exception("persisting the cursors of %s after its reopening failed", topic)
+        return True
 
     # ------------------------------------------------------------ terminate
 

@@ -58,6 +58,9 @@ class Topic:
         # sealed for good (keys.topic_terminated, read when the broker opens the topic; set by
         # BrokerService.terminate_topic): every append is refused, the history stays readable
         self.terminated = False
+        # the broker cannot renew its cluster lease and gave the WAL up (BrokerService.make_read_only):
+        # stored offsets are still delivered, acks kept in memory, nothing appended
+        self.read_only = False
         self.coalescer = PublishCoalescer(self)
         # max_publish_rate (messages/s, 0 = unlimited): publishes over it are delayed, not refused.
         rate = policies.max_publish_rate

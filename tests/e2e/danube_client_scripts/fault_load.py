@@ -5,10 +5,12 @@ client that ends, is recorded as what reached the application.
 
 It creates the consumer, then the producer, touches --ready-file, and sends until --stop-file
 exists; then it waits until every acked message was received (or --drain-timeout s) and prints one
-JSON line: {"acked": [[i, t_start, t_end], ...], "received": [[offset, payload], ...],
-"errors": [...], "ack_errors": [...], "loop_errors": [...]} (times: time.time()).
+JSON line: {"acked": [[i, t_start, t_end], ...], "received": [[offset, payload, t], ...],
+"errors": [...], "ack_errors": [...], "loop_errors": [...]} (times: time.time()).  While
+--hold-file exists the application takes nothing from the consumer (so acks nothing).
 
 usage: fault_load.py URL TOPIC --ready-file P --stop-file P [--delay-ms MS] [--drain-timeout S]
+                     [--hold-file P]
 """
 
 import argparse
@@ -48,8 +50,10 @@ async def main(a) -> dict:
 
     async def consume():
         while True:
+            while a.hold_file and os.path.exists(a.hold_file):
+                await asyncio.sleep(0.02)
             msg = await queue.get()
-            out["received"].append([msg.msg_id.topic_offset, msg.payload.decode()])
+            out["received"].append([msg.msg_id.topic_offset, msg.payload.decode(), time.time()])
             try:
                 await consumer.ack(msg)
             except Exception as exc:  # noqa: BLE001 - what reached the application
@@ -70,7 +74,7 @@ async def main(a) -> dict:
         await asyncio.sleep(a.delay_ms / 1000)
     wanted = {f"p-{n}" for n, _, _ in out["acked"]}
     deadline = time.monotonic() + a.drain_timeout
-    while time.monotonic() < deadline and not wanted <= {p for _, p in out["received"]}:
+    while time.monotonic() < deadline and not wanted <= {r[1] for r in out["received"]}:
         await asyncio.sleep(0.1)
     for task in consumer._tasks:   # a receive loop of the client that ended by itself
         if task.done() and not task.cancelled():
@@ -89,5 +93,6 @@ if __name__ == "__main__":
     p.add_argument("--stop-file", required=True)
     p.add_argument("--delay-ms", type=int, default=5)
     p.add_argument("--drain-timeout", type=float, default=30.0)
+    p.add_argument("--hold-file", default=None)
     print(json.dumps(asyncio.run(main(p.parse_args()))))
     sys.stdout.flush()

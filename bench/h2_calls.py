@@ -1,6 +1,8 @@
 """CPU per unary gRPC call in the broker's HTTP/2 server alone (``danube.server.h2grpc``).
 
     python bench/h2_calls.py [--before /tmp/before/src] [--pure] [--calls 20000] [--per-read 8] [--rounds 3]
+    python bench/h2_calls.py --callgrind [--pure] [--before /tmp/before/src]
+    python bench/h2_calls.py --codec
 
 No sockets and no broker: one ``GrpcConnection`` on a transport that drops what it is given, fed
 reads that each carry ``--per-read`` whole calls the way a gRPC client pipelines them (HEADERS
@@ -11,6 +13,9 @@ of the event loop turns that answer them, per call: frame parsing, the gRPC mess
 stream bookkeeping, HPACK, the handler task and the response's frames.  Each round runs the
 trees in a fresh interpreter (``PYTHONPATH``), alternating which goes first; ``--pure`` adds this
 tree with ``DANUBE_NO_EXTENSIONS=1`` (the codec's pure twin).
+
+``--codec`` times the codec alone instead, compiled against its pure twin: one read of four
+calls (12 frames) through ``parse_frames``, and one whole message through ``MessageReader.feed``.
 
 ``--callgrind`` counts instructions instead (valgrind's callgrind, ~50x slower): each tree runs 480
 and 1,280 calls, and the difference of the two totals over 800 is the
@@ -128,6 +133,26 @@ def child(calls: int, per_read: int, message_size: int, skip_idle: bool = False)
             "us_per_call": round((cpu - idle) * 1e6 / done, 2), "calls": done}
 
 
+def codec_times() -> None:
+    import timeit
+
+    import danube._core.h2codec as compiled
+    import danube._pure.h2codec as pure
+
+    body = compiled.message_prefix(120) + bytes(120)
+    one_call = (compiled.frame(1, 4, 1, bytes(60)) + compiled.frame(0, 1, 1, body)
+                + compiled.frame(8, 0, 0, b"\0\0\1\0"))
+    read = bytearray(one_call * 4)
+    for codec in (pure, compiled):
+        n = 20000
+        parse_frames = codec.parse_frames
+        parse = timeit.timeit(lambda p=parse_frames: p(read, 16384, 1000, 1000, 1 << 20), number=n) / n
+        feed_one = codec.MessageReader(4 << 20).feed
+        feed = timeit.timeit(lambda f=feed_one: f(body), number=n) / n
+        print(f"{codec.__name__:<22} parse_frames (12 frames) {parse * 1e6:6.2f} us   "
+              f"MessageReader.feed (1 message) {feed * 1e6:6.3f} us")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", default=None, help="src dir of the tree to compare with")
@@ -137,11 +162,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pure", action="store_true", help="also run this tree on the pure-Python twins")
     ap.add_argument("--callgrind", action="store_true", help="count instructions per call (valgrind)")
+    ap.add_argument("--codec", action="store_true", help="time the codec alone, compiled against pure")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--skip-idle", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(args.calls, args.per_read, args.message_size, args.skip_idle)))
+        return
+    if args.codec:
+        codec_times()
         return
     trees = [("after", SRC, {})]
     if args.pure:

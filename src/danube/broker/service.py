@@ -36,13 +36,15 @@ from danube.errors import (
     quote,
 )
 from danube.metadata import keys
-from danube.metadata.store import MetadataStore
+from danube.metadata.store import MetadataStore, Op
 
 log = logging.getLogger(__name__)
 
 __all__ = ["BrokerService", "LookupResult", "Delivery", "SYSTEM_PREFIX", "is_system_topic"]
 
 SYSTEM_PREFIX = "/system/"
+# Cursor writes per metadata transaction (etcd refuses more than --max-txn-ops, 128 by default).
+CURSORS_PER_TXN = 64
 
 
 def is_system_topic(name: str) -> bool:
@@ -745,21 +747,38 @@ class BrokerService:
             return await self._flush_cursors(force, topic)
 
     async def _flush_cursors(self, force: bool, topic: Topic | None) -> int:
+        # Every moved cursor in one transaction (of at most CURSORS_PER_TXN keys): one metadata
+        # commit per flush, however many subscriptions moved, not one commit per subscription.
         written = 0
+        batch: list[Subscription] = []
         for t in ([topic] if topic is not None else list(self.topics.values())):
             if not t.reliable:
                 continue
             for sub in list(t.subscriptions.values()):
                 if sub.dirty or force:
-                    sub.dirty = False
-                    cursor = sub.cursor
-                    try:
-                        await self.metadata.put_json(keys.subscription_cursor(t.name, sub.name), cursor)
-                        written += 1
-                    except Exception:
-                        sub.dirty = True
-                        raise
+                    batch.append(sub)
+                    if len(batch) >= CURSORS_PER_TXN:
+                        written += await self._write_cursors(batch)
+                        batch = []
+        if batch:
+            written += await self._write_cursors(batch)
         return written
+
+    async def _write_cursors(self, subs: list[Subscription]) -> int:
+        ops = []
+        for sub in subs:
+            sub.dirty = False
+            ops.append(Op.put_json(keys.subscription_cursor(sub.topic.name, sub.name), sub.cursor))
+        try:
+            if len(ops) == 1:
+                await self.metadata.put(ops[0].key, ops[0].value)
+            else:
+                await self.metadata.txn((), ops)
+        except BaseException:
+            for sub in subs:
+                sub.dirty = True
+            raise
+        return len(ops)
 
     async def _flush_cursors_loop(self) -> None:
         interval = self.dispatch.cursor_flush_interval_ms / 1000

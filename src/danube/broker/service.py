@@ -423,6 +423,27 @@ class BrokerService:
             if not self._publishing:
                 self._published.set()
 
+    def publish_nowait(self, producer_id: int, frames_buf: bytearray) -> asyncio.Future | None:
+        """:meth:`publish` without a task per call (the batch lane's per-call path): checked and
+        appended now (errors raise here), the future resolves to (first, last) once durable.
+        None when the producer is not loaded here yet (a restart): the caller awaits
+        :meth:`publish`, which loads it."""
+        if self._draining or self._fenced or (self.lease_fresh is not None and not self.lease_fresh()):
+            self._check_accepting()
+        producer = self._producers.get(producer_id)
+        if producer is None or producer.closed:
+            return None
+        check_deliverable(frames_buf, producer)
+        fut = producer.topic.publish_nowait(producer, frames_buf)
+        self._publishing += 1
+        fut.add_done_callback(self._publish_answered)
+        return fut
+
+    def _publish_answered(self, _fut: asyncio.Future) -> None:
+        self._publishing -= 1
+        if not self._publishing:
+            self._published.set()
+
     def _check_accepting(self) -> None:
         if self._draining:
             raise NotServedHereError("broker shutting down: publish refused, send it again to the topic's new owner")

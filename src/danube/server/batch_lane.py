@@ -12,6 +12,7 @@ goes on; errors map to gRPC codes only in ``danube.server.status``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any, AsyncIterator
 
@@ -78,6 +79,19 @@ def _encoded_batch(frames, rest: bytes) -> Encoded:
     return Encoded((_BATCH_TAG + varint(inner) + frames_head, frames, rest))
 
 
+def _batch_fields(first: int, last: int, count: int) -> bytes:
+    """``ConsumeBatch``'s first_offset (2), last_offset (3) and count (4) as protobuf serializes
+    them (varints; a zero is left out), without building the message."""
+    out = b""
+    if first:
+        out = b"\x10" + varint(first)
+    if last:
+        out += b"\x18" + varint(last)
+    if count:
+        out += b"\x20" + varint(count)
+    return out
+
+
 def _validate_frames(frames: bytes) -> bytearray:
     """One codec call over the whole batch; a writable copy for in-place stamping."""
     if not frames:
@@ -90,6 +104,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
     def __init__(self, broker: Any) -> None:
         self._broker = broker
         self._schema = getattr(broker, "schema_gate", None)   # danube.schema.validation.SchemaGate
+        self._publish_nowait = getattr(broker, "publish_nowait", None)   # the per-call publish path
         self._repartition = None   # danube.routing.repartition.broker_hook.RepartitionRuntime (version fence)
         if getattr(broker, "metadata", None) is not None:
             from danube.routing.repartition import broker_hook
@@ -189,35 +204,105 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                 topic, request.schema_id if request.HasField("schema_id") else None,
                 request.schema_version if request.HasField("schema_version") else None, buf)
 
+    def _publish_now(self, request: pb.PublishRequest) -> tuple[pb.PublishAck, asyncio.Future | None] | None:
+        """The per-call path: a batch naming a loaded producer, with no schema check and no
+        partitioning version, is validated and appended in the reader's turn; returns its ack
+        (answered already when refused: future None) and the future of its durability.  None
+        when the batch needs the general path (``_publish_one`` in a task)."""
+        publish_nowait = self._publish_nowait
+        if (publish_nowait is None or request.WhichOneof("producer") != "producer_id"
+                or request.HasField("partitioning_version") or (self._schema is not None and self._schema.active)):
+            return None
+        producer_id = request.producer_id
+        ack = pb.PublishAck(sequence=request.sequence, producer_id=producer_id)
+        try:
+            fut = publish_nowait(producer_id, _validate_frames(request.frames))
+        except DanubeError as exc:
+            ack.status.CopyFrom(_batch_status(exc))
+            return ack, None
+        except Exception as exc:  # noqa: BLE001 - a bug fails this batch, not the stream
+            log.exception("publish of batch %d failed", request.sequence)
+            ack.status.CopyFrom(_batch_status(exc))
+            return ack, None
+        if fut is None:
+            return None   # the producer is not loaded here yet: the general path loads it
+        return ack, fut
+
     async def Publish(self, request_iterator, context) -> AsyncIterator[pb.PublishAck]:
         """Reads batches and stores several at once; each ack goes out when its batch is durable.
 
-        Batches are handed to the broker in arrival order (each task starts in the
-        order it was created), so one stream's batches are appended in order.
+        Batches are handed to the broker in arrival order: on the per-call path each is
+        appended as it is read; a batch that needs a task (a producer to create or load, a
+        schema or partitioning check) is read only after the tasks before it, which start in
+        the order they were created, and the per-call path waits while such tasks are pending.
         """
         acks: asyncio.Queue = asyncio.Queue()
-        window = asyncio.Semaphore(MAX_STREAM_IN_FLIGHT)
+        loop = asyncio.get_running_loop()
         created: dict = {}
         tasks: set[asyncio.Task] = set()
         reading_done = object()
+        # batches read and not answered yet; the future the reader waits on for room (or the end)
+        state: list = [0, None]
+
+        def settle() -> None:
+            state[0] -= 1
+            waiter = state[1]
+            if waiter is not None:
+                wake(waiter)
 
         async def store(request):
             try:
-                await acks.put(await self._publish_one(request, created))
+                acks.put_nowait(await self._publish_one(request, created))
             finally:
-                window.release()
+                settle()
+
+        def answered(ack: pb.PublishAck, fut: asyncio.Future) -> None:
+            try:
+                if fut.cancelled():
+                    return   # the broker is stopping: as a cancelled store, no ack
+                exc = fut.exception()
+                if exc is None:
+                    first, last = fut.result()
+                    ack.first_offset = first
+                    ack.last_offset = last
+                    ack.count = last - first + 1
+                else:
+                    if not isinstance(exc, DanubeError):
+                        log.error("publish of batch %d failed", ack.sequence, exc_info=exc)
+                    ack.status.CopyFrom(_batch_status(exc))
+                acks.put_nowait(ack)
+            finally:
+                settle()
+
+        async def at_most(limit: int) -> None:
+            while state[0] > limit:
+                state[1] = loop.create_future()
+                try:
+                    await state[1]
+                finally:
+                    state[1] = None
 
         async def read_requests():
             try:
                 async for request in request_iterator:
-                    await window.acquire()
-                    task = asyncio.ensure_future(store(request))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                if tasks:
-                    await asyncio.gather(*tasks, return_exceptions=True)
+                    if state[0] >= MAX_STREAM_IN_FLIGHT:
+                        await at_most(MAX_STREAM_IN_FLIGHT - 1)
+                    state[0] += 1
+                    now = None if tasks else self._publish_now(request)
+                    if now is None:
+                        task = asyncio.ensure_future(store(request))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+                        continue
+                    ack, fut = now
+                    if fut is None:
+                        acks.put_nowait(ack)
+                        settle()
+                    else:
+                        fut.add_done_callback(functools.partial(answered, ack))
+                await at_most(0)
             finally:
-                await acks.put(reading_done)
+                acks.put_nowait(reading_done)
 
         reader = asyncio.ensure_future(read_requests())
         try:
@@ -377,10 +462,15 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                 frames = delivery.frames
                 credit[0] -= delivery.count
                 credit[1] -= len(frames)
+                redelivered = delivery.redelivery_counts
+                if encoded and not redelivered:   # a fresh delivery: no message object
+                    yield _encoded_batch(frames, _batch_fields(delivery.first_offset, delivery.last_offset,
+                                                               delivery.count))
+                    continue
                 batch = pb.ConsumeBatch(
                     first_offset=delivery.first_offset, last_offset=delivery.last_offset, count=delivery.count,
                 )
-                counts = redelivery_counts_in_frame_order(frames, delivery.redelivery_counts)
+                counts = redelivery_counts_in_frame_order(frames, redelivered)
                 if counts:
                     batch.redelivery_counts.extend(counts)
                 if encoded:

@@ -641,6 +641,18 @@ class BrokerService:
             self._late_ack(f"ack for consumer {consumer_id}", exc)
             return 0
 
+    def ack_ranges_now(self, consumer_id: int, ranges: list[tuple[int, int]]) -> int | None:
+        """:meth:`ack_ranges` without a coroutine, for a consumer loaded here; None when it is
+        not (a restart: the caller awaits :meth:`ack_ranges`, which loads it)."""
+        consumer = self._consumers.get(consumer_id)
+        if consumer is None or consumer.closed:
+            return None
+        try:
+            return consumer.subscription.ack_ranges(ranges)
+        except NotServedHereError as exc:
+            self._late_ack(f"ack for consumer {consumer_id}", exc)
+            return 0
+
     async def nack(self, consumer_id: int, offset: int, *, delay_ms: int | None = None,
                    reason: str | None = None) -> None:
         try:

@@ -20,6 +20,7 @@ import grpc
 
 from danube import frames as frame_codec
 from danube._tasks import wake
+from danube.broker.acks import AckBatcher
 from danube.errors import DanubeError, InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
@@ -100,11 +101,32 @@ def _validate_frames(frames: bytes) -> bytearray:
     return bytearray(frames)
 
 
+class _NotLoaded(Exception):
+    """An ack for a consumer not loaded here yet: it takes the awaited path."""
+
+
+def _ack_pairs(ranges) -> tuple[list[tuple[int, int]], int]:
+    """An ack request's ranges as (first, last) pairs, and how many offsets they name."""
+    pairs: list[tuple[int, int]] = []
+    named = 0
+    for r in ranges:
+        first, last = r.first, r.last
+        if last < first:
+            raise InvalidArgumentError(f"ack range {first}..{last} ends before it starts")
+        if last - first >= 1_000_000:
+            raise InvalidArgumentError(f"ack range {first}..{last} spans more than 1,000,000 offsets")
+        pairs.append((first, last))
+        named += last - first + 1
+    return pairs, named
+
+
 class BatchLaneService(pb_grpc.BatchLaneServicer):
     def __init__(self, broker: Any) -> None:
         self._broker = broker
         self._schema = getattr(broker, "schema_gate", None)   # danube.schema.validation.SchemaGate
         self._publish_nowait = getattr(broker, "publish_nowait", None)   # the per-call publish path
+        # In-stream acks of every Consume stream, applied once per consumer and loop turn.
+        self._acks = AckBatcher(self._apply_acks) if getattr(broker, "ack_ranges_now", None) else None
         self._repartition = None   # danube.routing.repartition.broker_hook.RepartitionRuntime (version fence)
         if getattr(broker, "metadata", None) is not None:
             from danube.routing.repartition import broker_hook
@@ -337,15 +359,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
 
     async def _ack(self, consumer_id: int, ranges) -> int:
         """Acks whole ranges (no work per offset); returns how many offsets the request named."""
-        pairs: list[tuple[int, int]] = []
-        named = 0
-        for r in ranges:
-            if r.last < r.first:
-                raise InvalidArgumentError(f"ack range {r.first}..{r.last} ends before it starts")
-            if r.last - r.first >= 1_000_000:
-                raise InvalidArgumentError(f"ack range {r.first}..{r.last} spans more than 1,000,000 offsets")
-            pairs.append((r.first, r.last))
-            named += r.last - r.first + 1
+        pairs, named = _ack_pairs(ranges)
         if pairs:
             ack_ranges = getattr(self._broker, "ack_ranges", None)
             if ack_ranges is not None:
@@ -353,6 +367,14 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             else:
                 await self._broker.ack(consumer_id, [o for lo, hi in pairs for o in range(lo, hi + 1)])
         return named
+
+    def _apply_acks(self, consumer_id: int, ranges: list[tuple[int, int]]) -> None:
+        if self._broker.ack_ranges_now(consumer_id, ranges) is None:
+            # not loaded here yet (a restart): loading it awaits the metadata store
+            raise _NotLoaded()
+
+    async def _ack_loading(self, consumer_id: int, pairs: list[tuple[int, int]]) -> None:
+        await self._broker.ack_ranges(consumer_id, pairs)
 
     async def _nack(self, consumer_id: int, request: pb.NackRequest) -> None:
         await self._broker.nack(
@@ -439,7 +461,73 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                 stream_ended.set()
                 poke()
 
-        reader = asyncio.ensure_future(read_control())
+        acks = self._acks
+        set_sink = getattr(context, "set_message_sink", None)
+        tasks: set[asyncio.Task] = set()
+
+        def report(exc: BaseException) -> None:
+            errors.put_nowait(_batch_status(exc))
+            poke()
+
+        async def awaited(coro) -> None:
+            try:
+                await coro
+            except DanubeError as exc:
+                report(exc)
+
+        def later(coro) -> None:
+            task = asyncio.ensure_future(awaited(coro))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        def ack_failed(exc: BaseException, target: int, pairs: list[tuple[int, int]]) -> None:
+            if isinstance(exc, _NotLoaded):
+                later(self._ack_loading(target, pairs))
+            elif isinstance(exc, DanubeError):
+                report(exc)
+            else:
+                log.error("ack on consumer %d failed", target, exc_info=exc)
+                report(exc)
+
+        def control(request) -> None:
+            """A control request handled in the connection's read (no task per message); acks
+            join the turn's batch (``AckBatcher``)."""
+            if request is grpc.aio.EOF:
+                stream_ended.set()
+                poke()
+                return
+            try:
+                kind = request.WhichOneof("kind")
+                if kind == "credit":
+                    grant_was_needed = credit[0] <= 0 or credit[1] <= 0
+                    credit[0] += request.credit.messages
+                    credit[1] += request.credit.bytes
+                    if grant_was_needed:
+                        poke()
+                elif kind == "ack":
+                    target = request.ack.consumer_id or consumer_id
+                    pairs, _named = _ack_pairs(request.ack.ranges)
+                    if pairs and tasks:   # behind a nack still being applied: in order, after it
+                        later(self._ack_loading(target, pairs))
+                    elif pairs:
+                        acks.add(target, pairs, ack_failed)
+                elif kind == "nack":
+                    target = request.nack.consumer_id or consumer_id
+                    acks.flush_consumer(target)   # the acks it sent before come first
+                    later(self._nack(target, request.nack))
+                else:
+                    raise InvalidArgumentError(f"unexpected {kind} request after the stream started")
+            except DanubeError as exc:
+                report(exc)
+            except Exception as exc:  # noqa: BLE001 - a bug fails this request, not the connection's read
+                log.exception("control request of consumer %d failed", consumer_id)
+                report(exc)
+
+        if set_sink is not None and acks is not None:
+            reader = None
+            set_sink(control)
+        else:
+            reader = asyncio.ensure_future(read_control())
         try:
             while True:
                 while not errors.empty():
@@ -479,7 +567,11 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                     batch.frames = bytes(frames)
                     yield pb.ConsumeResponse(batch=batch)
         finally:
-            reader.cancel()
+            if reader is not None:
+                reader.cancel()
+            # (nacks still being applied finish: as the reader applied them before the stream ended)
+            if acks is not None:
+                acks.flush_consumer(consumer_id)   # acks it sent count before it is detached
             # Unacked deliveries of this stream go back to the subscription.
             detach = getattr(self._broker, "detach", None)
             if detach is not None:

@@ -25,8 +25,14 @@ class Delivery:
 
     __slots__ = ("frames", "first_offset", "last_offset", "count", "redelivery_counts")
 
-    def __init__(self, frames: memoryview | bytes, first_offset: int, last_offset: int, count: int,
-                 redelivery_counts: Mapping[int, int] = NO_REDELIVERIES) -> None:
+    def __init__(
+        self,
+        frames: memoryview | bytes,
+        first_offset: int,
+        last_offset: int,
+        count: int,
+        redelivery_counts: Mapping[int, int] = NO_REDELIVERIES,
+    ) -> None:
         self.frames = frames
         self.first_offset = first_offset
         self.last_offset = last_offset
@@ -34,8 +40,10 @@ class Delivery:
         self.redelivery_counts = redelivery_counts
 
     def __repr__(self) -> str:
-        return (f"Delivery(first_offset={self.first_offset}, last_offset={self.last_offset}, count={self.count}, "
-                f"{len(self.frames)} bytes, redelivery_counts={dict(self.redelivery_counts)})")
+        return (
+            f"Delivery(first_offset={self.first_offset}, last_offset={self.last_offset}, count={self.count}, "
+            f"{len(self.frames)} bytes, redelivery_counts={dict(self.redelivery_counts)})"
+        )
 
 
 NOTHING = Delivery(b"", -1, -1, 0)  # an interrupted receive

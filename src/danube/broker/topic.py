@@ -142,7 +142,9 @@ class Topic:
         return self.commits.add(producer, first, last, len(buf), started)
 
     async def _publish_in_turn(self, producer: Producer, buf: bytearray, started: float) -> tuple[int, int]:
-        await self.publish_gate.turn(len(frames.frame_positions(buf)))
+        gate = self.publish_gate
+        if gate is not None:
+            await gate.turn(len(frames.frame_positions(buf)))
         # (no await between the turn and the append: delayed publishes keep their order)
         first, last = self.append(buf)
         return await self.commits.add(producer, first, last, len(buf), started)

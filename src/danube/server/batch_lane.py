@@ -80,6 +80,19 @@ def _encoded_batch(frames, rest: bytes) -> Encoded:
     return Encoded((_BATCH_TAG + varint(inner) + frames_head, frames, rest))
 
 
+def _encoded_ack(sequence: int, producer_id: int, first: int, last: int) -> Encoded:
+    """A stored batch's ``PublishAck`` as protobuf serializes it (fields 1-5 as varints, zeros
+    left out), without building the message."""
+    out = b"\x08" + varint(sequence) if sequence else b""
+    if producer_id:
+        out += b"\x10" + varint(producer_id)
+    if first:
+        out += b"\x18" + varint(first)
+    if last:
+        out += b"\x20" + varint(last)
+    return Encoded((out + b"\x28" + varint(last - first + 1),))
+
+
 def _batch_fields(first: int, last: int, count: int) -> bytes:
     """``ConsumeBatch``'s first_offset (2), last_offset (3) and count (4) as protobuf serializes
     them (varints; a zero is left out), without building the message."""
@@ -226,29 +239,23 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                 topic, request.schema_id if request.HasField("schema_id") else None,
                 request.schema_version if request.HasField("schema_version") else None, buf)
 
-    def _publish_now(self, request: pb.PublishRequest) -> tuple[pb.PublishAck, asyncio.Future | None] | None:
+    def _publish_now(self, request: pb.PublishRequest) -> pb.PublishAck | asyncio.Future | None:
         """The per-call path: a batch naming a loaded producer, with no schema check and no
-        partitioning version, is validated and appended in the reader's turn; returns its ack
-        (answered already when refused: future None) and the future of its durability.  None
-        when the batch needs the general path (``_publish_one`` in a task)."""
+        partitioning version, is validated and appended in the reader's turn; returns the future
+        of its durability, or its ack when it was refused (nothing stored).  None when the batch
+        needs the general path (``_publish_one`` in a task)."""
         publish_nowait = self._publish_nowait
         if (publish_nowait is None or request.WhichOneof("producer") != "producer_id"
                 or request.HasField("partitioning_version") or (self._schema is not None and self._schema.active)):
             return None
-        producer_id = request.producer_id
-        ack = pb.PublishAck(sequence=request.sequence, producer_id=producer_id)
         try:
-            fut = publish_nowait(producer_id, _validate_frames(request.frames))
-        except DanubeError as exc:
+            return publish_nowait(request.producer_id, _validate_frames(request.frames))
+        except Exception as exc:  # noqa: BLE001 - refused (or a bug): this batch, not the stream
+            if not isinstance(exc, DanubeError):
+                log.exception("publish of batch %d failed", request.sequence)
+            ack = pb.PublishAck(sequence=request.sequence, producer_id=request.producer_id)
             ack.status.CopyFrom(_batch_status(exc))
-            return ack, None
-        except Exception as exc:  # noqa: BLE001 - a bug fails this batch, not the stream
-            log.exception("publish of batch %d failed", request.sequence)
-            ack.status.CopyFrom(_batch_status(exc))
-            return ack, None
-        if fut is None:
-            return None   # the producer is not loaded here yet: the general path loads it
-        return ack, fut
+            return ack
 
     async def Publish(self, request_iterator, context) -> AsyncIterator[pb.PublishAck]:
         """Reads batches and stores several at once; each ack goes out when its batch is durable.
@@ -257,6 +264,8 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         appended as it is read; a batch that needs a task (a producer to create or load, a
         schema or partitioning check) is read only after the tasks before it, which start in
         the order they were created, and the per-call path waits while such tasks are pending.
+        On the native server an ack of the per-call path is written by the callback that
+        learns its batch is durable (``write_nowait``) while this handler is not writing.
         """
         acks: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
@@ -265,6 +274,9 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         reading_done = object()
         # batches read and not answered yet; the future the reader waits on for room (or the end)
         state: list = [0, None]
+        encoded = getattr(context, "sends_encoded", False)
+        write_nowait = getattr(context, "write_nowait", None)
+        idle = [False]   # this handler waits for an ack to send (is not in the middle of a write)
 
         def settle() -> None:
             state[0] -= 1
@@ -272,27 +284,34 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             if waiter is not None:
                 wake(waiter)
 
+        def answer(ack) -> None:
+            if not (idle[0] and write_nowait is not None and acks.empty() and write_nowait(ack)):
+                acks.put_nowait(ack)
+
         async def store(request):
             try:
                 acks.put_nowait(await self._publish_one(request, created))
             finally:
                 settle()
 
-        def answered(ack: pb.PublishAck, fut: asyncio.Future) -> None:
+        def answered(sequence: int, producer_id: int, fut: asyncio.Future) -> None:
             try:
                 if fut.cancelled():
                     return   # the broker is stopping: as a cancelled store, no ack
                 exc = fut.exception()
                 if exc is None:
                     first, last = fut.result()
-                    ack.first_offset = first
-                    ack.last_offset = last
-                    ack.count = last - first + 1
-                else:
-                    if not isinstance(exc, DanubeError):
-                        log.error("publish of batch %d failed", ack.sequence, exc_info=exc)
-                    ack.status.CopyFrom(_batch_status(exc))
-                acks.put_nowait(ack)
+                    if encoded:
+                        answer(_encoded_ack(sequence, producer_id, first, last))
+                    else:
+                        answer(pb.PublishAck(sequence=sequence, producer_id=producer_id, first_offset=first,
+                                             last_offset=last, count=last - first + 1))
+                    return
+                if not isinstance(exc, DanubeError):
+                    log.error("publish of batch %d failed", sequence, exc_info=exc)
+                ack = pb.PublishAck(sequence=sequence, producer_id=producer_id)
+                ack.status.CopyFrom(_batch_status(exc))
+                answer(ack)
             finally:
                 settle()
 
@@ -315,13 +334,11 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                         task = asyncio.ensure_future(store(request))
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)
-                        continue
-                    ack, fut = now
-                    if fut is None:
-                        acks.put_nowait(ack)
+                    elif type(now) is pb.PublishAck:
+                        acks.put_nowait(now)
                         settle()
                     else:
-                        fut.add_done_callback(functools.partial(answered, ack))
+                        now.add_done_callback(functools.partial(answered, request.sequence, request.producer_id))
                 await at_most(0)
             finally:
                 acks.put_nowait(reading_done)
@@ -329,7 +346,11 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         reader = asyncio.ensure_future(read_requests())
         try:
             while True:
-                item = await acks.get()
+                idle[0] = True
+                try:
+                    item = await acks.get()
+                finally:
+                    idle[0] = False
                 if item is reading_done:
                     break
                 yield item

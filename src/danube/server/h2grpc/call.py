@@ -391,6 +391,19 @@ class ServerCall:
             raise asyncio.InvalidStateError(f"{self.method}: the call is already over")
         await self._send_message(self._serialize(message))
 
+    def write_nowait(self, message) -> bool:
+        """``write`` from a callback: True when the message is queued for this turn's socket
+        write; False, nothing sent, when it would have to wait for flow control or the send
+        queue (the caller then awaits ``write``, keeping its messages in order)."""
+        if self._finished:
+            return False
+        connection = self._connection
+        data = self._serialize(message)
+        if not self._headers_sent:
+            self._headers_sent = True
+            connection.send_response_headers(self.stream_id)
+        return connection.send_now(self.stream_id, data)
+
     async def send_initial_metadata(self, initial_metadata) -> None:
         if not self._headers_sent:
             self._headers_sent = True

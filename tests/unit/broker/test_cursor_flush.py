@@ -19,9 +19,9 @@ async def broker(tmp_path):
     metadata = EmbeddedMetadataStore(str(tmp_path / "metadata.db"))
     config = StorageConfig.from_dict({"wal": {"sync": "never"}}, data_dir=str(tmp_path))
     factory = StorageFactory(config, metadata, broker_id="test")
-    # the flush loop is kept out of the way: the test flushes by hand
     b = BrokerService(metadata, factory, dispatch=DispatchSettings(cursor_flush_interval_ms=5000))
     await b.start()
+    b._flush_task.cancel()   # the test flushes by hand: no background flush in between
     yield b
     with contextlib.suppress(Exception):
         await b.stop()

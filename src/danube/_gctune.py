@@ -5,7 +5,7 @@ protobuf messages, coroutine frames), so with CPython's default gen-0 threshold 
 allocations) a busy broker collects hundreds of times a second, and every tenth of those
 also walks generation 1; a full collection walks every object the broker holds (the
 protobuf and gRPC modules, hundreds of topics with their WALs and subscriptions). The
-collector costs a fifth of the broker's CPU at 100 active topics otherwise
+collector took up to a fifth of the broker's time at 100 active topics otherwise
 (docs/benchmarks.md, "Many active topics: the per-call path").
 
 ``tune`` raises the gen-0 threshold, so the collector runs on batches of 50,000

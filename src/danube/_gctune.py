@@ -4,9 +4,8 @@ Every call on the broker's hot paths allocates a few container objects (futures,
 protobuf messages, coroutine frames), so with CPython's default gen-0 threshold (700
 allocations) a busy broker collects hundreds of times a second, and every tenth of those
 also walks generation 1; a full collection walks every object the broker holds (the
-protobuf and gRPC modules, hundreds of topics with their WALs and subscriptions). The
-collector took up to a fifth of the broker's time at 100 active topics otherwise
-(docs/benchmarks.md, "Many active topics: the per-call path").
+protobuf and gRPC modules, hundreds of topics with their WALs and subscriptions): a large
+share of a busy broker's time (docs/benchmarks.md, "Many active topics: the per-call path").
 
 ``tune`` raises the gen-0 threshold, so the collector runs on batches of 50,000
 allocations; ``freeze`` (once the broker has started) moves what exists then -- modules,

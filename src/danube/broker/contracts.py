@@ -109,6 +109,11 @@ class Dispatcher(Protocol):
     def takes_key_filters(self) -> bool:
         """Whether consumers of this type may subscribe with key filters."""
 
+    @property
+    def acks_release(self) -> bool:
+        """Whether an ack may make deliverable what was held back for it (beyond the unacked
+        window, which the subscription watches itself): waiting receivers are woken on acks."""
+
     def check_join(self, consumer_name: str) -> None:
         """Raise ``AlreadyExistsError`` when a consumer of this name may not become active now."""
 

@@ -37,7 +37,7 @@ from danube.errors import (
     quote,
 )
 from danube.metadata import keys
-from danube.metadata.store import MetadataStore
+from danube.metadata.store import MetadataStore, Op
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,8 @@ __all__ = ["BrokerService", "LookupResult", "Delivery", "SYSTEM_PREFIX", "is_sys
 SYSTEM_PREFIX = "/system/"
 # how long a metadata read is tried while the broker is fenced (it most likely cannot reach the store)
 FENCED_READ_TIMEOUT_S = 2.0
+# Cursor writes per metadata transaction (etcd refuses more than --max-txn-ops, 128 by default).
+CURSORS_PER_TXN = 64
 
 
 def is_system_topic(name: str) -> bool:
@@ -437,6 +439,27 @@ class BrokerService:
             if not self._publishing:
                 self._published.set()
 
+    def publish_nowait(self, producer_id: int, frames_buf: bytearray) -> asyncio.Future | None:
+        """:meth:`publish` without a task per call (the batch lane's per-call path): checked and
+        appended now (errors raise here), the future resolves to (first, last) once durable.
+        None when the producer is not loaded here yet (a restart): the caller awaits
+        :meth:`publish`, which loads it."""
+        if self._draining or self.fenced():
+            self._check_accepting(producer_id)
+        producer = self._producers.get(producer_id)
+        if producer is None or producer.closed:
+            return None
+        check_deliverable(frames_buf, producer)
+        fut = producer.topic.publish_nowait(producer, frames_buf)
+        self._publishing += 1
+        fut.add_done_callback(self._publish_answered)
+        return fut
+
+    def _publish_answered(self, _fut: asyncio.Future) -> None:
+        self._publishing -= 1
+        if not self._publishing:
+            self._published.set()
+
     def _check_accepting(self, producer_id: int | None = None) -> None:
         if self._draining:
             raise NotServedHereError("broker shutting down: publish refused, send it again to the topic's new owner")
@@ -649,6 +672,18 @@ class BrokerService:
             self._late_ack(f"ack for consumer {consumer_id}", exc)
             return 0
 
+    def ack_ranges_now(self, consumer_id: int, ranges: list[tuple[int, int]]) -> int | None:
+        """:meth:`ack_ranges` without a coroutine, for a consumer loaded here; None when it is
+        not (a restart: the caller awaits :meth:`ack_ranges`, which loads it)."""
+        consumer = self._consumers.get(consumer_id)
+        if consumer is None or consumer.closed:
+            return None
+        try:
+            return consumer.subscription.ack_ranges(ranges)
+        except NotServedHereError as exc:
+            self._late_ack(f"ack for consumer {consumer_id}", exc)
+            return 0
+
     async def nack(self, consumer_id: int, offset: int, *, delay_ms: int | None = None,
                    reason: str | None = None) -> None:
         try:
@@ -776,7 +811,10 @@ class BrokerService:
             return await self._flush_cursors(force, topic)
 
     async def _flush_cursors(self, force: bool, topic: Topic | None) -> int:
+        # Every moved cursor in one transaction (of at most CURSORS_PER_TXN keys): one metadata
+        # commit per flush, however many subscriptions moved, not one commit per subscription.
         written = 0
+        batch: list[Subscription] = []
         for t in ([topic] if topic is not None else list(self.topics.values())):
             # a read-only topic's cursors wait until the broker knows it still owns the topic
             # (reopen_for_writing); a broker that lost it never writes them (unload_topic flush=False)
@@ -784,15 +822,29 @@ class BrokerService:
                 continue
             for sub in list(t.subscriptions.values()):
                 if sub.dirty or force:
-                    sub.dirty = False
-                    cursor = sub.cursor
-                    try:
-                        await self.metadata.put_json(keys.subscription_cursor(t.name, sub.name), cursor)
-                        written += 1
-                    except Exception:
-                        sub.dirty = True
-                        raise
+                    batch.append(sub)
+                    if len(batch) >= CURSORS_PER_TXN:
+                        written += await self._write_cursors(batch)
+                        batch = []
+        if batch:
+            written += await self._write_cursors(batch)
         return written
+
+    async def _write_cursors(self, subs: list[Subscription]) -> int:
+        ops = []
+        for sub in subs:
+            sub.dirty = False
+            ops.append(Op.put_json(keys.subscription_cursor(sub.topic.name, sub.name), sub.cursor))
+        try:
+            if len(ops) == 1:
+                await self.metadata.put(ops[0].key, ops[0].value)
+            else:
+                await self.metadata.txn((), ops)
+        except BaseException:
+            for sub in subs:
+                sub.dirty = True
+            raise
+        return len(ops)
 
     async def _flush_cursors_loop(self) -> None:
         interval = self.dispatch.cursor_flush_interval_ms / 1000

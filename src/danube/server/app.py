@@ -18,7 +18,7 @@ from typing import Callable
 
 import grpc
 
-from danube import _allocator
+from danube import _allocator, _gctune
 from danube.broker.service import BrokerService
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.server import danube_services
@@ -297,5 +297,7 @@ def run(config: BrokerConfig) -> int:
 
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     _allocator.tune()
+    _gctune.tune()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(serve(config))
+        # once started, the startup heap (modules, config, stores) leaves the collector's sight
+        return runner.run(serve(config, on_ready=lambda _app: _gctune.freeze()))

@@ -46,21 +46,28 @@ async def _traffic(broker) -> dict:
         await client.close()
     codes = {}
     async with grpc.aio.insecure_channel(broker.target) as channel:
-        create = channel.unary_unary("/danube.ProducerService/CreateProducer",
-                                     request_serializer=api.ProducerRequest.SerializeToString,
-                                     response_deserializer=api.ProducerResponse.FromString)
-        unknown = channel.unary_unary("/danube.NoSuchService/Nothing", request_serializer=lambda b: b,
-                                      response_deserializer=lambda b: b)
-        for name, call, request in (("bad_topic", create, api.ProducerRequest(producer_name="x", topic_name="no ns")),
-                                    ("unknown", unknown, b"")):
+        create = channel.unary_unary(
+            "/danube.ProducerService/CreateProducer",
+            request_serializer=api.ProducerRequest.SerializeToString,
+            response_deserializer=api.ProducerResponse.FromString,
+        )
+        unknown = channel.unary_unary(
+            "/danube.NoSuchService/Nothing", request_serializer=lambda b: b, response_deserializer=lambda b: b
+        )
+        for name, call, request in (
+            ("bad_topic", create, api.ProducerRequest(producer_name="x", topic_name="no ns")),
+            ("unknown", unknown, b""),
+        ):
             try:
                 await call(request, timeout=15)
             except grpc.aio.AioRpcError as exc:
                 codes[name] = exc.code()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{broker.admin_port}") as channel:
-        describe = channel.unary_unary("/danube_admin.TopicAdmin/DescribeTopic",
-                                       request_serializer=admin_pb.DescribeTopicRequest.SerializeToString,
-                                       response_deserializer=admin_pb.DescribeTopicResponse.FromString)
+        describe = channel.unary_unary(
+            "/danube_admin.TopicAdmin/DescribeTopic",
+            request_serializer=admin_pb.DescribeTopicRequest.SerializeToString,
+            response_deserializer=admin_pb.DescribeTopicResponse.FromString,
+        )
         try:
             await describe(admin_pb.DescribeTopicRequest(name="not a topic"), timeout=15)
         except grpc.aio.AioRpcError as exc:
@@ -68,29 +75,39 @@ async def _traffic(broker) -> dict:
     return codes
 
 
+def _assert_counted(samples) -> None:
+    rpc = "danube_broker_rpc_total"
+    assert _sum(samples, rpc, service="discovery", method="topic_lookup", result="ok") >= 1
+    assert (
+        _sum(samples, rpc, service="producer", method="create_producer", result="error", code="INVALID_ARGUMENT") == 1
+    )
+    assert _sum(samples, rpc, service="unknown", method="unknown", code="UNIMPLEMENTED") == 1
+    assert _sum(samples, rpc, service="topic_admin", method="describe_topic", code="INVALID_ARGUMENT") == 1
+    assert _sum(samples, rpc, result="ok") >= 2  # the producer's calls: however it sends, each counted once
+    assert _sum(samples, rpc, result="error") == 3  # a closed publish stream is "cancelled", no error
+    assert _sum(samples, "danube_wal_flush_total", topic=TOPIC) >= 1
+    assert _sum(samples, "danube_wal_flush_latency_ms_count", topic=TOPIC) == _sum(
+        samples, "danube_wal_flush_total", topic=TOPIC
+    )
+    assert _sum(samples, "danube_wal_flush_latency_ms_sum", topic=TOPIC) > 0
+    assert _sum(samples, "danube_wal_sync_rounds_total") >= 1
+
+
 def test_metrics_page_and_gateway_report_calls_errors_and_wal_syncs(tmp_path):
     (tmp_path / "broker").mkdir()
     with running_broker("--sync", "always", data_dir=str(tmp_path / "broker")) as broker:
         codes = asyncio.run(_traffic(broker))
-        assert codes == {"bad_topic": grpc.StatusCode.INVALID_ARGUMENT, "unknown": grpc.StatusCode.UNIMPLEMENTED,
-                         "admin_bad_topic": grpc.StatusCode.INVALID_ARGUMENT}, codes
+        assert codes == {
+            "bad_topic": grpc.StatusCode.INVALID_ARGUMENT,
+            "unknown": grpc.StatusCode.UNIMPLEMENTED,
+            "admin_bad_topic": grpc.StatusCode.INVALID_ARGUMENT,
+        }, codes
 
-        samples = _samples(broker.metrics_port)
+        _assert_counted(_samples(broker.metrics_port))
         rpc = "danube_broker_rpc_total"
-        assert _sum(samples, rpc, service="discovery", method="topic_lookup", result="ok") >= 1
-        assert _sum(samples, rpc, service="producer", method="create_producer", result="error",
-                    code="INVALID_ARGUMENT") == 1
-        assert _sum(samples, rpc, service="unknown", method="unknown", code="UNIMPLEMENTED") == 1
-        assert _sum(samples, rpc, service="topic_admin", method="describe_topic", code="INVALID_ARGUMENT") == 1
-        assert _sum(samples, rpc, result="ok") >= 2  # the producer's calls: however it sends, each counted once
-        assert _sum(samples, rpc, result="error") == 3  # a closed publish stream is "cancelled", no error
-        assert _sum(samples, "danube_wal_flush_total", topic=TOPIC) >= 1
-        assert _sum(samples, "danube_wal_flush_latency_ms_count", topic=TOPIC) == \
-            _sum(samples, "danube_wal_flush_total", topic=TOPIC)
-        assert _sum(samples, "danube_wal_flush_latency_ms_sum", topic=TOPIC) > 0
-        assert _sum(samples, "danube_wal_sync_rounds_total") >= 1
 
         with running_gateway(broker.admin_port, str(tmp_path)) as gw:
+
             def broker_stats():
                 (b,) = gw.get("/ui/v1/cluster")["brokers"]
                 return b if b["stats"]["rpc_total"] > 0 else None
@@ -104,14 +121,30 @@ def test_metrics_page_and_gateway_report_calls_errors_and_wal_syncs(tmp_path):
             assert page["rpc_total"] >= stats["rpc_total"] and page["rpc_errors_total"] >= 3, page
             assert page["wal_sync_rounds_total"] >= 1 and page["wal_sync_round_latency_ms_p95"] > 0, page
             # the gateway's own scrapes are no calls; its admin calls are: the count goes on rising
-            wait_until(lambda: gw.get("/ui/v1/cluster")["brokers"][0]["stats"]["rpc_rate_1m"] > 0, 60,
-                       "a call rate once two scrapes are in")
+            wait_until(
+                lambda: gw.get("/ui/v1/cluster")["brokers"][0]["stats"]["rpc_rate_1m"] > 0,
+                60,
+                "a call rate once two scrapes are in",
+            )
 
             # the gateway's admin calls went through the admin port's grpc.aio server: counted there as ok
-            admin_ok = _sum(_samples(broker.metrics_port), rpc, service="broker_admin", method="list_brokers",
-                            result="ok", code="OK")
+            admin_ok = _sum(
+                _samples(broker.metrics_port),
+                rpc,
+                service="broker_admin",
+                method="list_brokers",
+                result="ok",
+                code="OK",
+            )
             assert admin_ok >= 1
 
             reliable = gw.get(f"/ui/v1/topics/{ENC}")["metrics"]["reliable"]
             assert reliable["wal_flush_total"] >= 1, reliable
             assert 0 < reliable["wal_flush_latency_ms_p50"] <= reliable["wal_flush_latency_ms_p99"], reliable
+
+
+def test_grpc_aio_client_port_counts_the_same(tmp_path):
+    """With ``grpc_server: grpcio`` the client port is a grpc.aio server: its interceptor counts alike."""
+    with running_broker("--sync", "always", "--grpc-server", "grpcio", data_dir=str(tmp_path)) as broker:
+        asyncio.run(_traffic(broker))
+        _assert_counted(_samples(broker.metrics_port))

@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from danube.broker.stats import MetricsSink
+from danube.server.rpc_counts import RpcCounts
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,8 @@ METRIC_NAMES = [
     "danube_subscription_dropped_total", "danube_broker_topics_owned", "danube_topic_producers",
     "danube_topic_consumers", "danube_subscription_backlog_messages", "danube_subscription_unacked_messages",
     "danube_wal_next_offset", "danube_wal_durable_offset", "danube_wal_first_offset",
+    "danube_broker_rpc_total", "danube_wal_flush_total", "danube_wal_flush_latency_ms",
+    "danube_wal_sync_rounds_total", "danube_wal_sync_round_latency_ms",
 ]
 
 
@@ -51,6 +54,7 @@ class PrometheusMetrics(MetricsSink):
         self._published: dict[str, list] = {}
         # topic -> subscription -> [messages out, bytes out, acked]
         self._subscriptions: dict[str, dict[str, list[int]]] = {}
+        self.rpc = RpcCounts()  # the servers count every call they answer (danube.server.rpc_counts)
         self._broker = None
         self._cluster_broker_id: str | None = None
         self._cluster_topics_owned: Callable[[], Mapping[str, float]] | None = None
@@ -205,3 +209,48 @@ class _BrokerCollector:
                     if isinstance(durable, int):
                         wal_durable.add_metric([t.name], durable)
         yield from (owned, producers, consumers, backlog, unacked, wal_next, wal_first, wal_durable)
+        yield from _rpc_families(metrics.rpc)
+        yield from _wal_sync_families(topics if broker is not None else [])
+
+
+def _rpc_families(rpc: RpcCounts):
+    family = CounterMetricFamily("danube_broker_rpc_total",
+                                 "Calls answered, by service, method, result (ok|error) and gRPC status code",
+                                 labels=["service", "method", "result", "code"])
+    for service, method, result, code, count in sorted(rpc.samples()):
+        family.add_metric([service, method, result, code], count)
+    yield family
+
+
+def _histogram(family: HistogramMetricFamily, labels: list[str], latency) -> None:
+    buckets = [(("+Inf" if bound == float("inf") else repr(bound)), n) for bound, n in latency.cumulative()]
+    family.add_metric(labels, buckets, latency.sum_ms)
+
+
+def _wal_sync_families(topics):
+    """Per topic: its WAL's syncs (fdatasync or its share of a syncfs) and how long each took; per
+    process sync group (docs/wal.md, "Group commit across logs"): its rounds and their length."""
+    from danube.wal.sync import process_sync_groups
+
+    flushes = CounterMetricFamily("danube_wal_flush_total", "Syncs that made a topic's WAL appends durable",
+                                  labels=["topic"])
+    flush_ms = HistogramMetricFamily("danube_wal_flush_latency_ms", "Length of each sync of a topic's WAL (ms)",
+                                     labels=["topic"])
+    for t in topics:
+        wal = getattr(t.storage, "wal", None) if t.reliable else None
+        latency = getattr(wal, "flush_latency", None)
+        if latency is None:
+            continue
+        flushes.add_metric([t.name], wal.sync_count)
+        _histogram(flush_ms, [t.name], latency)
+    rounds = CounterMetricFamily("danube_wal_sync_rounds_total",
+                                 "Group-commit rounds run (each syncs every WAL with appends to sync)",
+                                 labels=["group"])
+    round_ms = HistogramMetricFamily("danube_wal_sync_round_latency_ms",
+                                     "Length of a group-commit round, its syncs to its waiters answered (ms)",
+                                     labels=["group"])
+    for group in process_sync_groups():
+        name = "syncfs" if group.syncfs_min_logs else "per_file"
+        rounds.add_metric([name], group.rounds)
+        _histogram(round_ms, [name], group.round_latency)
+    yield from (flushes, flush_ms, rounds, round_ms)

@@ -25,6 +25,7 @@ from danube.wal.options import SyncPolicy, WalOptions
 from danube.wal.pagecache import PageCacheWindow
 from danube.wal.recovery import RecoveryReport, recover
 from danube.wal.rotation import FileKeeper, file_info as _info, grow_reservation
+from danube.wal.flushstats import FlushLatency
 from danube.wal.sync import Syncer
 from danube.wal.tail import AppendNotifier
 
@@ -66,6 +67,7 @@ class Wal:
         self.suspend_count = 0
         self._reads = 0                        # reads that reached the files (idleness)
         self._sync_base = 0
+        self.flush_latency = FlushLatency()    # every sync's, across suspends
         self.resume_count = 0
         self._ring: Any = None
         self._notifier: AppendNotifier | None = None
@@ -116,7 +118,7 @@ class Wal:
         self._syncer = Syncer(options.sync, options.sync_interval_ms, self._appended, self._sync_files,
                               after_sync=self._trim_page_cache if self.page_cache is not None else None,
                               group=options.sync_group, watch_appends=self._notifier.watch,
-                              fs_target=self._fs_sync_target)
+                              fs_target=self._fs_sync_target, latency=self.flush_latency)
         self._keeper = FileKeeper(self.path, options, recovered.checkpoint,
                                   durable=options.sync is not SyncPolicy.NEVER, sync_lock=self._syncer.lock)
         self._keeper.listeners = self._listeners

@@ -171,6 +171,10 @@ class ServerCall:
 
     def on_reset(self) -> None:
         """The client cancelled the call (RST_STREAM) or the connection is gone."""
+        if not self._finished:
+            observe = self._connection._server.on_status
+            if observe is not None:
+                observe(self.method, grpc.StatusCode.CANCELLED)
         self._cancelled = True
         self._finished = True
         self._wake()
@@ -243,6 +247,9 @@ class ServerCall:
         if self._finished:
             return
         self._finished = True
+        observe = self._connection._server.on_status
+        if observe is not None:
+            observe(self.method, code)
         self._connection.send_status(self.stream_id, code, details, self._trailing_metadata,
                                      trailers_only=not self._headers_sent,
                                      reset_after=not self._remote_ended)

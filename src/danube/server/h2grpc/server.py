@@ -15,7 +15,7 @@ import collections
 import logging
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from danube import _allocator
@@ -70,6 +70,8 @@ class H2Server:
         self._trimmed_at = float("-inf")
         self._trim_handle: asyncio.TimerHandle | None = None
         self._handlers: dict[str, Any] = {}
+        # Called with (method path, status code) for every call answered (danube.server.rpc_counts).
+        self.on_status: Callable[[str, Any], None] | None = None
         self._generic: list = []
         self._sockets: list[socket.socket] = []
         self._listeners: list[asyncio.AbstractServer] = []

@@ -6,6 +6,12 @@ import importlib
 import os
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests check what they generate, not how fast: on 2 shared cores an example can take
+# longer than hypothesis's default 200 ms deadline, and a slow data generation trips too_slow.
+settings.register_profile("danube", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("danube")
 
 # gRPC's C core registers fork handlers. PySpark starts its JVM with Popen(preexec_fn=...), a real
 # fork(): one that lands while another thread of the test process is inside gRPC left the child's

@@ -164,8 +164,10 @@ async def test_waits_on_a_busy_topic_are_spaced_and_an_idle_call_is_not_held(bro
 async def test_spacing_grows_while_the_loop_is_saturated_and_falls_back_on_light_traffic(broker, monkeypatch):
     from danube.broker import coalesce
 
-    monkeypatch.setattr(coalesce, "MIN_WAIT_SPACING_S", 0.02)
-    monkeypatch.setattr(coalesce, "MAX_WAIT_SPACING_S", 0.05)
+    # Spacings longer than a durability wait on a loaded machine (an fdatasync can take tens of ms):
+    # a wait longer than the spacing leaves nothing to hold, and the test would see no hold at all.
+    monkeypatch.setattr(coalesce, "MIN_WAIT_SPACING_S", 0.2)
+    monkeypatch.setattr(coalesce, "MAX_WAIT_SPACING_S", 0.5)
     monkeypatch.setattr(coalesce, "LATE_S", -1.0)     # every hold counts as woken late: a saturated loop
     monkeypatch.setattr(coalesce, "BUSY_BATCH", 0)     # no wait counts as light traffic
     pid = await broker.create_producer(T, "p", reliable=True)
@@ -184,11 +186,11 @@ async def test_spacing_grows_while_the_loop_is_saturated_and_falls_back_on_light
         assert offsets == list(range(sent, sent + n + 1))   # order kept, every call answered
         sent += n + 1
 
-    assert c._spacing == 0.02
+    assert c._spacing == 0.2
     await burst(5)
-    assert c._spacing == 0.04                          # doubled after a late hold
+    assert c._spacing == 0.4                           # doubled after a late hold
     await burst(5)
-    assert c._spacing == 0.05                          # capped at the maximum
+    assert c._spacing == 0.5                           # capped at the maximum
     monkeypatch.setattr(coalesce, "BUSY_BATCH", 4)
     await burst(1)                                     # waits answering one call each: light traffic
-    assert c._spacing == 0.02
+    assert c._spacing == 0.2

@@ -95,8 +95,10 @@ def test_second_exclusive_consumer_is_rejected(broker, tmp_path):
 def test_shared_subscription_round_robin(broker, tmp_path):
     topic = "/default/shared"
     produce(broker, topic, 1, "--reliable")
-    a, _ = start_consumer(broker, tmp_path, topic, "work", "--type", "shared", "--idle-timeout", "3", name="a")
-    b, _ = start_consumer(broker, tmp_path, topic, "work", "--type", "shared", "--idle-timeout", "3", name="b")
+    # The idle timeout runs from the consumer's start: it must outlast the producer's start-up (a
+    # Python process importing danube-client, seconds on a loaded machine).
+    a, _ = start_consumer(broker, tmp_path, topic, "work", "--type", "shared", "--idle-timeout", "8", name="a")
+    b, _ = start_consumer(broker, tmp_path, topic, "work", "--type", "shared", "--idle-timeout", "8", name="b")
     sent = produce(broker, topic, 40, "--reliable")
     ra, rb = finish(a), finish(b)
     got_a, got_b = payloads(ra), payloads(rb)
@@ -123,9 +125,9 @@ def test_key_shared_with_filters(broker, tmp_path):
     topic = "/default/keyed"
     produce(broker, topic, 1, "--reliable")
     eu, _ = start_consumer(broker, tmp_path, topic, "ks", "--type", "key_shared", "--filters", "eu-*",
-                           "--idle-timeout", "4", name="eu")
+                           "--idle-timeout", "8", name="eu")
     us, _ = start_consumer(broker, tmp_path, topic, "ks", "--type", "key_shared", "--filters", "us-*",
-                           "--idle-timeout", "4", name="us")
+                           "--idle-timeout", "8", name="us")
     sent = produce(broker, topic, 30, "--reliable", "--keys", "eu-west,us-east,eu-north")
     r_eu, r_us = finish(eu), finish(us)
     assert {r[3] for r in r_eu["received"]} == {"eu-west", "eu-north"}

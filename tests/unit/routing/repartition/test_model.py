@@ -88,13 +88,21 @@ def test_a_grow_finalizes_with_a_lagging_subscription_as_a_pending_hold():
     assert fin.release_holds({1: {}}).pending == ()                      # the subscription is gone
 
 
-def test_only_a_grow_finalizes_with_lagging_subscriptions():
+def test_a_shrink_finalizes_with_a_lagging_subscription_as_a_pending_hold():
     s = PartitioningState(4).begin(2).cutover()
     for p in range(4):
         s = s.record_offsets(p, 10)
     s = s.mark_drain_complete(5)
+    fin = s.finalize(["idle"])
+    assert fin.transition is None and fin.partitions == 2 and fin.retired == (2, 3)
+    assert fin.readable_partitions == 4   # a consumer back later attaches to the retired ones to drain them
+    assert [h.subscriptions for h in fin.pending] == [("idle",)]
+    assert fin.holds(0, 10, {2: 9}, "idle") and not fin.holds(0, 10, {2: 10}, "idle")
+    assert not fin.holds(0, 9, {2: 0}, "idle") and not fin.holds(0, 10, {2: 9}, "s")
+    assert fin.release_holds({1: {"idle": {2: 10, 3: 10}}}).pending == ()
+    unrecorded = PartitioningState(4).begin(2).cutover().record_offsets(0, 1)
     with pytest.raises(RepartitionError):
-        s.finalize(["idle"])   # a returning consumer would not attach to the retired partitions
+        unrecorded.mark_drain_complete(5).finalize(["idle"])   # which offsets would the hold wait for?
 
 
 def test_finalize_rule():
@@ -140,8 +148,8 @@ class RepartitionMachine(RuleBasedStateMachine):
     cutover barrier) and resends refused messages first.  Owners apply a new version lazily (a
     watch) and record their offsets when they do; a publish newer than the owner's version makes
     it catch up first.  The consumer delivers a partition's next offset unless the gate holds it.
-    A second subscription, "idle", consumes only while it is awake: a grow may finalize while it
-    sleeps behind (a pending hold keeps its gate), a shrink waits for it.
+    A second subscription, "idle", consumes only while it is awake: a grow or a shrink may finalize
+    while it sleeps behind (a pending hold keeps its gate); it reads the retired partitions too.
     """
 
     def __init__(self) -> None:
@@ -245,15 +253,14 @@ class RepartitionMachine(RuleBasedStateMachine):
             return
         behind = lagging(t, consumed)
         if t.drain_complete_ms is None:
-            # the controller: "idle" asleep behind counts as idle (a grow drains without it)
-            if not behind or (t.kind == GROW and behind == ["idle"] and not self.idle_awake):
+            # the controller: "idle" asleep behind counts as idle (the transition drains without it)
+            if not behind or (behind == ["idle"] and not self.idle_awake):
                 self.state = self.state.mark_drain_complete(self.now)
         if self.state.can_finalize(self.now, self.acked_generation):
             t = self.state.transition
             before = self.state
-            self.state = self.state.finalize(behind if t.kind == GROW else ())
+            self.state = self.state.finalize(behind)
             assert not lagging(t, {"sub": consumed["sub"]})
-            assert t.kind == GROW or before.drained(consumed)
             assert before.adopted(self.acked_generation) or self.now - t.drain_complete_ms >= 30_000
             self.sealed |= set(range(t.to_partitions, t.from_partitions))
 

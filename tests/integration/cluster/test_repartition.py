@@ -151,13 +151,16 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
                 assert held_at_least is not None and time.monotonic() - started >= held_at_least[target], info
             await asyncio.sleep(0.5)              # moved keys are published on their new partitions
             running.set()
+            resumed = time.monotonic()
             info = await async_wait_until(lambda: _finalized(admin_url), timeout=60, what=f"finalize to {target}")
             if after_finalize is not None:
                 await after_finalize(target)
             if check is not None:
                 check(target, time.monotonic() - started)
-            else:   # adopted: finalized well before the 30 s adoption timeout (from drain-complete)
-                assert time.monotonic() - started < 25, time.monotonic() - started
+            else:   # adopted: finalized well before the 30 s adoption timeout, which runs from the drain's
+                # completion, after the consumers resumed (not from the call: the CLI calls the pause
+                # spans take seconds each under load, and the backlog grows meanwhile)
+                assert time.monotonic() - resumed < 25, (time.monotonic() - resumed, time.monotonic() - started)
             assert info["partitions"] == target and info["generation"] > out["adoption_generation"]
             n = received()
             await async_wait_until(lambda: received() > n + 200, what="traffic after the cutover", timeout=60)

@@ -135,7 +135,7 @@ class Transition:
 
 @dataclass(frozen=True)
 class PendingHold:
-    """A finalized grow's gate, kept for the subscriptions that had not drained its sources."""
+    """A finalized grow's or shrink's gate, kept for the subscriptions that had not drained its sources."""
 
     transition: Transition
     subscriptions: tuple[str, ...]

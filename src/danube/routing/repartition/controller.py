@@ -12,11 +12,11 @@ and for every topic in transition:
 3. finalizes once ``drained and (adopted or adoption timed out)`` (model.can_finalize), with the
    leader guard on every write.
 
-A subscription nobody consumes would keep a grow from ever draining.  One whose consumed position
-on the sources has not moved for the idle window (the adoption timeout) counts as idle: the grow
-drains without it and finalizes with it as a pending hold (its gate stays, for it only, until it
-consumed the sources; then the finalizer drops it).  A shrink still waits for every subscription:
-a consumer that comes back after it finalized would not attach to the retired partitions to drain
+A subscription nobody consumes would keep a transition from ever draining.  One whose consumed
+position on the sources has not moved for the idle window (the adoption timeout) counts as idle:
+the grow or shrink drains without it and finalizes with it as a pending hold (its gate stays, for
+it only, until it consumed the sources; then the finalizer drops it).  A consumer that comes back
+after a shrink finalized attaches to the retired partitions too (they stay listed), so it drains
 them (docs/repartition.md).
 """
 
@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from danube.metadata import keys
 from danube.metadata.store import Compare, MetadataStore
-from danube.routing.repartition.model import (CUTOVER, DEFAULT_ADOPTION_TIMEOUT_MS, GROW, PartitioningState,
+from danube.routing.repartition.model import (CUTOVER, DEFAULT_ADOPTION_TIMEOUT_MS, PartitioningState,
                                               Transition, lagging, waiting_for)
 from danube.routing.repartition.store import RepartitionStore
 from danube.routing.repartition.topology import AdoptionTracker
@@ -180,7 +180,7 @@ class Finalizer:
             if t.drain_complete_ms is None:
                 if not t.offsets_recorded:
                     continue
-                if behind and not (t.kind == GROW and self._idle(topic, t, behind, consumed, now)):
+                if behind and not self._idle(topic, t, behind, consumed, now):
                     continue
                 state = (await self.store.mark_drain_complete(topic, now, compare=self._guard())).state
                 log.info("repartition of %s to %d partitions: drained%s", topic, t.to_partitions,
@@ -188,7 +188,7 @@ class Finalizer:
             adoption = await global_adoption(self.metadata, self._live())
             if state.can_finalize(now, adoption, adoption_timeout_ms=self.adoption_timeout_ms):
                 adopted = state.adopted(adoption)
-                held = behind if t.kind == GROW else []
+                held = behind
                 await self.store.finalize(topic, lagging=held, compare=self._guard())
                 self.finalized.append({"topic": topic, "to_partitions": t.to_partitions, "adopted": adopted,
                                        "global_adoption": adoption, "at": now, "held": held})

@@ -11,7 +11,7 @@ shrink the surviving partition holds offsets at/after the cutover until its merg
 Source progress is read from the live subscription when the source is served here, else from the
 persisted cursor (``/topics/.../subscriptions/{sub}/cursor``, written every cursor flush interval).
 
-A finalized grow's pending holds (``PartitioningState.pending``) gate the same way, for their
+A finalized transition's pending holds (``PartitioningState.pending``) gate the same way, for their
 subscriptions only; a subscription is held from the lowest offset any of its gates holds.
 """
 

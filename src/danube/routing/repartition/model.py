@@ -135,7 +135,7 @@ class Transition:
 
 @dataclass(frozen=True)
 class PendingHold:
-    """A finalized grow's gate, kept for the subscriptions that had not drained its sources."""
+    """A finalized grow's or shrink's gate, kept for the subscriptions that had not drained its sources."""
 
     transition: Transition
     subscriptions: tuple[str, ...]
@@ -156,7 +156,7 @@ class PartitioningState:
     version: int = 0
     transition: Transition | None = None
     retired: tuple[int, ...] = ()   # a finalized shrink's partitions: out of routing, still read
-    pending: tuple[PendingHold, ...] = ()   # finalized grows still gating subscriptions that lag
+    pending: tuple[PendingHold, ...] = ()   # finalized transitions still gating subscriptions that lag
 
     # ------------------------------------------------------------ routing
 
@@ -266,14 +266,15 @@ class PartitioningState:
         return self.adopted(global_adoption) or timed_out
 
     def finalize(self, lagging: Iterable[str] = ()) -> "PartitioningState":
-        """Clear the marker; a shrink retires (seals) the partitions it removed.  A grow's ``lagging``
-        subscriptions (not drained, nobody consuming them) keep its gate as a pending hold."""
+        """Clear the marker; a shrink retires the partitions it removed (out of routing, still read).
+        ``lagging`` subscriptions (not drained, nobody consuming them) keep its gate as a pending
+        hold: a consumer back later reads the retired partitions too, so a shrink's hold drains."""
         t = self._require(CUTOVER)
         if t.drain_complete_ms is None:
             raise RepartitionError("a transition finalizes only once drained")
         subs = tuple(sorted(set(lagging)))
-        if subs and (t.kind != GROW or not t.offsets_recorded):
-            raise RepartitionError("only a grow with every offset recorded finalizes with lagging subscriptions")
+        if subs and not t.offsets_recorded:
+            raise RepartitionError("only a transition with every offset recorded finalizes with lagging subscriptions")
         pending = self.pending + ((PendingHold(t, subs),) if subs else ())
         retired = set(self.retired) | set(range(t.to_partitions, t.from_partitions))
         return replace(self, transition=None, retired=tuple(sorted(retired)), pending=pending)

@@ -119,14 +119,31 @@ class RepartitionStore:
             # version terminated retired partitions) goes with the bump
             reopened = [Op.delete(keys.topic_terminated(f"{topic}-part-{p}"))
                         for p in stored.state.retired if p < t.to_partitions]
+            bumped = False
+
+            def bump(s: PartitioningState) -> PartitioningState:
+                nonlocal bumped
+                bumped = s.transition is not None and s.transition.phase == "marked"
+                return s.cutover() if bumped else s
+
             stored = await self.update(
-                topic, lambda s: s.cutover() if s.transition and s.transition.phase == "marked" else s,
+                topic, bump,
                 extra_ops=lambda s: [Op.put(keys.topic_partitions(topic), str(s.partitions).encode()), *subs,
                                      *reopened],
                 compare=compare)
-            bump_revision = stored.revision
-            stored = await self.update(topic, lambda s: s.stamp_adoption(bump_revision)
-                                       if s.transition and s.transition.phase == "cutover" else s, compare=compare)
+            bump_revision: int | None = stored.revision
+            if not bumped:
+                # another resume committed it (the admin's call and the leader's finalizer both carry
+                # a marker they see): this read's revision is later than the bump's, which is what the
+                # brokers push and the clients ack, so stamping it would never count as adopted; the
+                # partition count was written in the bump's commit
+                kv = await self.metadata.get(keys.topic_partitions(topic))
+                bump_revision = kv.mod_revision if kv is not None else None
+            if bump_revision is not None:
+                stamp = bump_revision
+                stored = await self.update(topic, lambda s: s.stamp_adoption(stamp)
+                                           if s.transition and s.transition.phase == "cutover" else s,
+                                           compare=compare)
         return stored
 
     async def _new_partition_subscriptions(self, topic: str, old: int, new: int) -> list[Op]:

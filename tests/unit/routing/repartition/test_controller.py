@@ -149,7 +149,7 @@ async def test_an_idle_subscription_does_not_hold_a_grow_but_keeps_its_gate(meta
     assert await tick(f, store) == [] and (await store.load(T)).state.pending == ()   # drained: dropped
 
 
-async def test_a_shrink_waits_for_an_idle_subscription(metadata):
+async def test_an_idle_subscription_does_not_hold_a_shrink_but_keeps_its_gate(metadata):
     store, clock = RepartitionStore(metadata), Clock()
     await metadata.put_json(keys.topic_partitions(T), 4)
     for p in range(4):
@@ -160,9 +160,22 @@ async def test_a_shrink_waits_for_an_idle_subscription(metadata):
         await store.record_offsets(T, p, 10)
     f = finalizer(store, clock, timeout=2_000)
     assert await tick(f, store) == []
-    clock.ms += 10**6
+    clock.ms += 1_999
     assert await tick(f, store) == []
     assert (await store.load(T)).state.transition.drain_complete_ms is None
+    clock.ms += 1                                  # not moved for the idle window: drained without it
+    assert await tick(f, store) == []              # adoption: no signal, so the timeout from here
+    clock.ms += 2_000
+    assert await tick(f, store) == [T]
+    assert f.finalized[0]["held"] == ["idle"]
+    state = (await store.load(T)).state
+    assert state.transition is None and state.retired == (2, 3)
+    assert [h.subscriptions for h in state.pending] == [("idle",)]
+    # the surviving partition 1 (merge source 3) holds "idle" from new_start until it read 3 up to 10
+    assert state.holds(1, 10, {3: 4}, "idle") and not state.holds(1, 10, {3: 4}, "s")
+    assert not state.holds(1, 9, {3: 4}, "idle") and not state.holds(0, 10, {3: 4}, "idle")   # 2: nothing
+    await metadata.put_json(keys.subscription_cursor(f"{T}-part-3", "idle"), 9)
+    assert await tick(f, store) == [] and (await store.load(T)).state.pending == ()   # drained: dropped
 
 
 async def test_a_stalled_subscription_is_named_in_the_log_with_its_offsets(metadata, caplog):

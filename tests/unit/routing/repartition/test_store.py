@@ -7,7 +7,7 @@ import pytest
 
 from danube.errors import NotFoundError
 from danube.metadata import keys
-from danube.metadata.store import Compare
+from danube.metadata.store import Compare, Op
 from danube.routing.repartition.model import CUTOVER, RepartitionError
 from danube.routing.repartition.store import RepartitionStore, readable_partitions
 
@@ -83,6 +83,30 @@ async def test_resume_a_marker_left_before_the_cutover(metadata):
     assert (await store.load(T)).state.version == 0      # the marker alone routes nothing differently
     s = (await store.resume(T)).state
     assert s.version == 1 and s.partitions == 3 and s.transition.adoption_generation is not None
+
+
+async def test_a_resume_that_lost_the_cutover_race_does_not_stamp_a_later_revision(metadata):
+    """The admin's repartition and the leader's finalizer (which resumes a marker it sees) both
+    read the marker; one commits the cutover, the other finds it done.  The stamp must stay the
+    bump's commit revision (what the brokers' pushes carry and the clients ack): a later one would
+    keep the transition from ever counting as adopted, so it finalized only on the timeout."""
+    store = RepartitionStore(metadata)
+    await metadata.put_json(keys.topic_partitions(T), 4)
+    await store.update(T, lambda s: s.begin(2))
+    marked = await store.require(T)
+    bump = (await store.update(T, lambda s: s.cutover(),   # the winner's cutover, not stamped yet
+                               extra_ops=lambda s: [Op.put(keys.topic_partitions(T), b"2")])).revision
+    await metadata.put("/elsewhere", b"x")                  # the store moves on (cursors, labels)
+    require, reads = store.require, [marked]
+
+    async def read_before_the_bump(topic):                 # the loser read the marker before the bump
+        return reads.pop() if reads else await require(topic)
+
+    store.require = read_before_the_bump
+    await store.resume(T)                                  # stamps first
+    store.require = require
+    t = (await store.load(T)).state.transition
+    assert t.phase == CUTOVER and t.adoption_generation == bump
 
 
 async def test_snapshot_and_watch(metadata):

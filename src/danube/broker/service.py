@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from danube import frames
+from danube import frames, movetrace
 from danube.broker.contracts import StorageFactory, TopicStorage
 from danube.broker.dispatch import dispatcher_class
 from danube.broker.keyshared import KeyFilter
@@ -269,8 +269,12 @@ class BrokerService:
             if topic is not None:
                 return self._served(topic)
             if self.cluster is not None and not is_system_topic(name):
+                movetrace.step(name, "dest.open")
                 await self.cluster.check_owner(name)
-            delivery = await self.metadata.get_json(keys.topic_delivery(name))
+            # one round trip for the three reads, not three (a move's new owner waits on them)
+            delivery, terminated_key, policy_doc = await asyncio.gather(
+                self.metadata.get_json(keys.topic_delivery(name)), self.metadata.get(keys.topic_terminated(name)),
+                self.metadata.get_json(keys.topic_policy(name)))
             if delivery is None:
                 if not create or reliable is None:
                     raise NotFoundError(f"topic {name} does not exist; it is created by its first producer")
@@ -285,8 +289,7 @@ class BrokerService:
             is_reliable = delivery.get("dispatch_strategy") == "reliable"
             # sealed for good (terminate_topic): read before the topic is served, so no publish ever
             # reaches a terminated topic reopened here (a move, a restart)
-            terminated = await self.metadata.get(keys.topic_terminated(name)) is not None
-            policy_doc = await self.metadata.get_json(keys.topic_policy(name))
+            terminated = terminated_key is not None
             policies = TopicPolicies.from_dict(policy_doc) if policy_doc else self.policies
             storage: TopicStorage
             if is_reliable:
@@ -305,6 +308,7 @@ class BrokerService:
             if repartition is not None:  # a repartition's target is gated before its first read
                 repartition.topic_opened(name)
             self.metrics.topic_opened(name)
+            movetrace.step(name, "dest.opened")
             log.info("topic %s served here (%s, next offset %d%s)", name,
                      "reliable" if is_reliable else "non-reliable", storage.next_offset,
                      ", terminated" if terminated else "")
@@ -667,8 +671,20 @@ class BrokerService:
             self._late_ack(f"ack/nack on {topic} '{subscription}'", exc)
             return None
 
-    async def ack_subscription(self, topic: str, subscription: str, offsets: Iterable[int]) -> None:
-        """Ack by (topic, subscription) — how Danube's AckRequest addresses a message."""
+    async def _strict_subscription(self, topic: str, subscription: str) -> Subscription:
+        try:
+            return await self._served_subscription(topic, subscription)
+        except NotFoundError as exc:
+            raise NotServedHereError(f"{exc}; the ack was not applied, send it again") from exc
+
+    async def ack_subscription(self, topic: str, subscription: str, offsets: Iterable[int], *,
+                               strict: bool = False) -> None:
+        """Ack by (topic, subscription) — how Danube's AckRequest addresses a message.  ``strict``
+        (an ack a broker's client proxy holds until it is applied): NotServedHereError, not a late
+        ack, when it cannot be applied here."""
+        if strict:
+            (await self._strict_subscription(topic, subscription)).ack(offsets)
+            return
         sub = await self._late_subscription(topic, subscription)
         try:
             if sub is not None:
@@ -677,7 +693,11 @@ class BrokerService:
             self._late_ack(f"ack on {topic} '{subscription}'", exc)
 
     async def nack_subscription(self, topic: str, subscription: str, offset: int, *,
-                                delay_ms: int | None = None, reason: str | None = None) -> None:
+                                delay_ms: int | None = None, reason: str | None = None,
+                                strict: bool = False) -> None:
+        if strict:
+            (await self._strict_subscription(topic, subscription)).nack(int(offset), delay_ms, reason)
+            return
         sub = await self._late_subscription(topic, subscription)
         try:
             if sub is not None:
@@ -806,7 +826,9 @@ class BrokerService:
             # the forced flush saves every cursor move the broker answered OK.
             t.closed = True
             self._drop_clients(t)
+            movetrace.step(topic, "source.closed")
             await self.flush_cursors(force=True, topic=t)
+            movetrace.step(topic, "source.cursors_flushed")
             last = None
             if t.reliable and seal:
                 last = await t.storage.seal()

@@ -13,7 +13,9 @@ that stays up while the topic's owner suffers, one kind after another, ``--reps`
 
 Per fault: the longest a single send waited through it (``stall``: from the send's start to its
 ack), p50 / p99 / max over the repetitions; ``errors``: exceptions that reached the application;
-``lost``: acked messages never delivered to the consumer (must be 0); ``redelivered``.  Targets:
+``lost``: acked messages never delivered to the consumer (must be 0); ``redelivered``, and of those
+the copies delivered after a fault although the consumer's ack was answered OK before it (must be 0
+for moves and graceful stops).  Targets:
 moves and graceful stops p99 <= 500 ms; kill -9 <= lease ttl + 2 s.
 
 ``--hop``: the cost of the extra hop, Danube's SendMessage to the owner vs through another broker
@@ -176,6 +178,12 @@ def run_kind(kind: str, reps: int, ttl: int, trace: bool = False) -> dict:
         horizon = faults[n + 1] if n + 1 < len(faults) else float("inf")
         waits = [end - start for _, start, end in acked if end >= t and start < horizon]
         stalls.append(max(waits) if waits else float("nan"))
+    ok_at: dict[int, float] = {}
+    for offset, t in result.get("consumer_acks", []):
+        ok_at.setdefault(offset, t)
+    # copies delivered after a fault although the consumer's ack was answered OK before it
+    after_ok = sum(1 for (offset, _), t in zip(result["received"], result.get("received_at", []))
+                   if offset in ok_at and any(ok_at[offset] < f < t for f in faults))
     delivered = {payload for _, payload in result["received"]}
     offsets = [o for o, _ in result["received"]]
     stalls_sorted = sorted(stalls)
@@ -185,7 +193,7 @@ def run_kind(kind: str, reps: int, ttl: int, trace: bool = False) -> dict:
         "stall_p99_ms": round(stalls_sorted[min(len(stalls) - 1, int(0.99 * len(stalls)))] * 1000),
         "stall_max_ms": round(max(stalls) * 1000),
         "acked": len(acked), "lost": sum(1 for i, _, _ in acked if f"p-{i}" not in delivered),
-        "redelivered": len(offsets) - len(set(offsets)),
+        "redelivered": len(offsets) - len(set(offsets)), "redelivered_after_ok_ack": after_ok,
         "errors": result["errors"] + result["ack_errors"] + result["loop_errors"],
         **({"step_ms_p50": steps} if steps is not None else {}),
     }
@@ -270,7 +278,8 @@ def main() -> int:
         else:
             print(f"{kind:10s} reps {row['reps']:3d}  stall p50 {row['stall_p50_ms']:6d} ms  p99 "
                   f"{row['stall_p99_ms']:6d} ms  max {row['stall_max_ms']:6d} ms  acked {row['acked']:6d}  "
-                  f"lost {row['lost']}  redelivered {row['redelivered']}  errors {len(row['errors'])}"
+                  f"lost {row['lost']}  redelivered {row['redelivered']} (after an OK ack: "
+                  f"{row['redelivered_after_ok_ack']})  errors {len(row['errors'])}"
                   + (f"  first error: {row['errors'][0][:200]}" if row["errors"] else ""), flush=True)
             if "step_ms_p50" in row:
                 print("           steps (ms after the fault, p50): "

@@ -360,8 +360,9 @@ class BrokerService:
             producer_id = int(stored["producer_id"])
         else:
             producer_id = _new_id()
-        await self.metadata.put_json(key, {"producer_id": producer_id, "access_mode": access_mode,
-                                           "reliable": t.reliable})
+        record = {"producer_id": producer_id, "access_mode": access_mode, "reliable": t.reliable}
+        if stored != record:   # (a producer re-created after a move writes nothing: one etcd write less)
+            await self.metadata.put_json(key, record)
         for p in t.producers.values():  # a concurrent create of the same name won the race
             if p.name == producer_name:
                 return p.id
@@ -475,11 +476,13 @@ class BrokerService:
         if limit and sum(len(s.active_consumers()) for s in t.subscriptions.values()) >= limit:
             raise PolicyViolationError(f"topic {topic} already has {limit} consumers (max_consumers_per_topic)")
         key = keys.subscription_consumer(topic, subscription, consumer_name)
+        stored = None
         if consumer_id is None:
             stored = await self.metadata.get_json(key)
             consumer_id = int(stored["consumer_id"]) if stored and "consumer_id" in stored else _new_id()
-        await self.metadata.put_json(key, {"consumer_id": consumer_id, "sub_type": sub_type,
-                                           "key_filters": list(key_filters)})
+        record = {"consumer_id": consumer_id, "sub_type": sub_type, "key_filters": list(key_filters)}
+        if stored != record:   # (a consumer re-subscribing after a move writes nothing: one etcd write less)
+            await self.metadata.put_json(key, record)
         for c in sub.consumers.values():  # a concurrent subscribe of the same name won the race
             if c.name == consumer_name:
                 return c.id
@@ -510,19 +513,21 @@ class BrokerService:
             cursor = min(t.storage.first_offset, t.readable_next) - 1
         failure_policy = self.failure_policy
         if t.reliable:
-            stored = await self.metadata.get_json(keys.subscription(t.name, name))
+            # one round trip for the three reads (a move's new owner re-opens every subscription)
+            stored, saved, fp = await asyncio.gather(
+                self.metadata.get_json(keys.subscription(t.name, name)),
+                self.metadata.get_json(keys.subscription_cursor(t.name, name)),
+                self.metadata.get_json(keys.subscription_failure_policy(t.name, name)))
             if stored is not None:
                 if stored.get("type", sub_type) != sub_type:
                     raise InvalidArgumentError(
                         f"subscription '{name}' on {t.name} is {stored.get('type')}; it cannot be used as {sub_type}")
-                saved = await self.metadata.get_json(keys.subscription_cursor(t.name, name))
                 if isinstance(saved, int):
                     cursor = min(saved, t.readable_next - 1)
             else:
                 await self.metadata.put_json(keys.subscription(t.name, name),
                                              {"type": sub_type, "created_at": int(time.time() * 1000)})
                 await self.metadata.put_json(keys.subscription_cursor(t.name, name), cursor)
-            fp = await self.metadata.get_json(keys.subscription_failure_policy(t.name, name))
             if fp:
                 failure_policy = FailurePolicy.from_dict(fp)
         sub = t.subscriptions.get(name)  # created concurrently while we awaited

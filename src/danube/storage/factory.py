@@ -8,6 +8,7 @@ import logging
 import re
 from typing import Awaitable, Callable
 
+from danube import movetrace
 from danube.errors import StorageError
 from danube.metadata import keys
 from danube.metadata.keys import MAX_NAME_CHARS, split_topic
@@ -110,7 +111,9 @@ class StorageFactory:
             await asyncio.to_thread(fence.claim)
 
         options = cfg.wal.open_kwargs()
+        movetrace.step(topic, "dest.wal_opening")
         wal = await asyncio.to_thread(Wal.open, wal_dir, initial_offset=start.initial_offset, **options)
+        movetrace.step(topic, "dest.wal_opened")
         if start.source == "local" and len(catalog) and wal.next_offset <= catalog.end_offset:
             # The durable history moved on without this broker (it lost ownership without sealing):
             # its WAL is stale.  Keep it aside and continue from the durable end.

@@ -676,11 +676,23 @@ class BrokerService:
             self._late_ack(f"ack/nack on {topic} '{subscription}'", exc)
             return None
 
-    async def _strict_subscription(self, topic: str, subscription: str) -> Subscription:
+    async def _strict_subscription(self, topic: str, subscription: str) -> Subscription | None:
+        """The subscription a held ack applies to: served here, or opened here from its stored record
+        when this broker owns the topic and no consumer re-subscribed yet (a client that re-subscribes
+        only after its next health check would otherwise have its acks held that long).  None: the
+        topic is non-reliable (an ack changes nothing).  NotServedHereError when it cannot be applied
+        here."""
         try:
             return await self._served_subscription(topic, subscription)
         except NotFoundError as exc:
-            raise NotServedHereError(f"{exc}; the ack was not applied, send it again") from exc
+            not_here = exc
+        t = await self._topic(topic, reliable=None, create=False)   # NotServedHereError unless the owner
+        if not t.reliable:
+            return None
+        stored = await self.metadata.get_json(keys.subscription(topic, subscription))
+        if not stored or "type" not in stored:
+            raise NotServedHereError(f"{not_here}; the ack was not applied, send it again")
+        return await self._subscription(t, subscription, stored["type"])
 
     async def ack_subscription(self, topic: str, subscription: str, offsets: Iterable[int], *,
                                strict: bool = False) -> None:
@@ -688,7 +700,9 @@ class BrokerService:
         (an ack a broker's client proxy holds until it is applied): NotServedHereError, not a late
         ack, when it cannot be applied here."""
         if strict:
-            (await self._strict_subscription(topic, subscription)).ack(offsets)
+            sub = await self._strict_subscription(topic, subscription)
+            if sub is not None:
+                sub.ack(offsets)
             return
         sub = await self._late_subscription(topic, subscription)
         try:
@@ -701,7 +715,9 @@ class BrokerService:
                                 delay_ms: int | None = None, reason: str | None = None,
                                 strict: bool = False) -> None:
         if strict:
-            (await self._strict_subscription(topic, subscription)).nack(int(offset), delay_ms, reason)
+            sub = await self._strict_subscription(topic, subscription)
+            if sub is not None:
+                sub.nack(int(offset), delay_ms, reason)
             return
         sub = await self._late_subscription(topic, subscription)
         try:

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from danube.cli._process import free_port
+from danube.processes import free_port
 
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -1,4 +1,4 @@
-"""Topic moves and failover in cluster mode (3 brokers, real etcd, loopback), issue 16.
+"""Topic moves and failover in cluster mode (3 brokers, real etcd, loopback).
 
 Three figures, taken in one run:
 
@@ -33,7 +33,7 @@ import time
 
 import grpc
 
-from danube.cli._process import free_ports, stop_process, wait_for_port
+from danube.processes import free_ports, stop_process, wait_for_port
 from danube.cli.cluster import LocalCluster
 from danube.client import DanubeClient
 from danube.proto.danube import DanubeApi_pb2 as pb

@@ -5,7 +5,7 @@
 The minimum of many repetitions is what the code costs when nothing else runs,
 so it compares two builds on a shared, loaded machine where pytest-benchmark's
 medians and the system benchmarks (danube bench, spark_decode) swing by 2x:
-run it alternately against two worktrees (docs/benchmarks.md, "Ninth pass").
+run it alternately against two worktrees (docs/benchmarks.md, "Core layout refactor").
 Codec on 1 MiB of 100 B frames, Arrow column decode (the Spark data source's
 step), and the WAL (sync='never'): per-record append, batch append,
 append_frames, read_frames and read.

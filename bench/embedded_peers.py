@@ -20,7 +20,7 @@ write bandwidth (os.write + fdatasync of 64 KiB, alternated with the WAL in
 slices so both see the same background load); broadcast fanout to 1/4/16 tail
 readers (interleaved, best of 3 each: the ratio of two single noisy figures is
 mostly noise on a shared 2-core box).  Prints a table and the pass/fail of
-each target of issue 2, and writes JSON to bench/out/embedded_peers.json (and
+each target (README, "Benchmarks"), and writes JSON to bench/out/embedded_peers.json (and
 a timestamped copy).
 """
 

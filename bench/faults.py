@@ -182,10 +182,10 @@ def run_kind(kind: str, reps: int, ttl: int, trace: bool = False) -> dict:
     for offset, t in result.get("consumer_acks", []):
         ok_at.setdefault(offset, t)
     # copies delivered after a fault although the consumer's ack was answered OK before it
-    after_ok = sum(1 for (offset, _), t in zip(result["received"], result.get("received_at", []))
-                   if offset in ok_at and any(ok_at[offset] < f < t for f in faults))
-    delivered = {payload for _, payload in result["received"]}
-    offsets = [o for o, _ in result["received"]]
+    after_ok = sum(1 for r in result["received"]
+                   if r[0] in ok_at and len(r) > 2 and any(ok_at[r[0]] < f < r[2] for f in faults))
+    delivered = {r[1] for r in result["received"]}
+    offsets = [r[0] for r in result["received"]]
     stalls_sorted = sorted(stalls)
     return {
         "fault": kind, "reps": len(faults), "lease_ttl_s": ttl,

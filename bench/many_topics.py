@@ -82,7 +82,7 @@ def run_idle(tree: str, sync: str, topics: int, seconds: float) -> dict:
     import asyncio
     import time
 
-    from danube.cli._process import cpu_seconds, thread_count
+    from danube.processes import cpu_seconds, thread_count
 
     with _pythonpath(tree), spawned_broker(sync) as broker:
         asyncio.run(_touch_topics(broker.service_url, topics))

@@ -1,4 +1,4 @@
-"""Rebalancing benchmark: cycle duration at scale, and convergence of the planner vs the seed's greedy loop.
+"""Rebalancing benchmark: cycle duration at scale, and convergence of the planner vs Danube's greedy loop.
 
 Part 1 — one leader cycle with 10,000 topics on 10 simulated brokers (target <= 100 ms): the real
 Rebalancer on an in-memory EmbeddedMetadataStore (10,000 assignment keys, registrations, history),
@@ -9,8 +9,8 @@ timed), so every cycle re-plans (the worst case).  Also timed: the same cycle re
 an in-memory ClusterView (the leader's wiring) instead of the store, ``dry_run`` (plan only) and a cycle
 on a balanced cluster.
 
-Part 2 — the add-brokers scenario (3 brokers × 100 topics, 2 join) against the seed's rate limits
-(aggressive: 20 moves/h, check every 120 s), planner vs the seed's greedy step, same run: moves and
+Part 2 — the add-brokers scenario (3 brokers × 100 topics, 2 join) against Danube's rate limits
+(aggressive: 20 moves/h, check every 120 s), planner vs Danube's greedy step, same run: moves and
 virtual time until the CV is first under the threshold.
 
     python bench/rebalance_cycle.py [--cycles 30] [--json]

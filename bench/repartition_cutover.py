@@ -10,7 +10,7 @@ messages/s and p50/p99/max.
 
     python bench/repartition_cutover.py [--brokers 3] [--seconds-per-phase 4] [--rate 20000] [--json]
 
-Target (issue 18): throughput in the second after each cutover >= 80% of steady state, and no
+Target (docs/repartition.md): throughput in the second after each cutover >= 80% of steady state, and no
 publish waits longer than 1 s.
 """
 

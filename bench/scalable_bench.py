@@ -93,7 +93,7 @@ async def latency_phase(url: str, admin, topic: str, rate: int, steady_s: float)
 
 def _keys_of(index: int, producers: int, affinity: bool) -> list[str]:
     """Keys for worker ``index``: any key, or (affinity) keys hashing into its 1/producers of the range."""
-    from danube.routing.scalable.layout import HASH_SPACE, key_hash
+    from danube.model.segment_layout import HASH_SPACE, key_hash
 
     if not affinity:
         return [f"k{i}" for i in range(10_000)]

@@ -1,4 +1,4 @@
-"""One broker at scale (issue 20): per-topic disk, memory and descriptors, restart time, ratios.
+"""One broker at scale: per-topic disk, memory and descriptors, restart time, ratios.
 
     python bench/scale.py [--topics 10000] [--concurrency 64] [--idle-close 5] [--skip-ratios]
                           [--ratio-seconds 5] [--dir DIR] [--json-out bench/out/scale-<time>.json]
@@ -15,7 +15,7 @@ What it does, against one `danube broker` subprocess (sync=always, native server
    times how long until its first request is served (a producer's send acked), then sends a
    second message to every topic (each must get offset 1: the topic was recovered), stops the
    broker and opens every topic's WAL in this process to check both records byte for byte;
-4. unless ``--skip-ratios``: the ratios of issue 20 in the same run --
+4. unless ``--skip-ratios``: the scale ratios in the same run --
    - 100 topics (one producer and one consumer each, 100 B, batch lane) aggregate publish rate
      against one topic's (``danube bench --topics``), sync=always;
    - 1 KiB and 64 KiB payloads end to end (sync=always) against the disk's fdatasync'd write
@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 
-from danube.cli._process import free_ports, stop_process, wait_for_port
+from danube.processes import free_ports, stop_process, wait_for_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAYLOAD = b"s" * 100

@@ -1,4 +1,4 @@
-"""Batch-lane throughput with a topic's schema policy on, against off, in the same run (issue 22).
+"""Batch-lane throughput with a topic's schema policy on, against off, in the same run.
 
     python bench/schema_bench.py [--seconds 3] [--rounds 3] [--json]
 

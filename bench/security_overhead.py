@@ -14,7 +14,7 @@ secured so both see the same machine:
   with ``.with_tls(ca).with_token(jwt)`` on the secured broker (falls back to this repo's
   stubs with the same metadata when the venv cannot be made, and says so).
 
-Targets (issue 21): secured batch lane >= 80% of plain, secured unary >= 60% of plain (medians).
+Targets (docs/security.md): secured batch lane >= 80% of plain, secured unary >= 60% of plain (medians).
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
-    from danube.server.auth.jwt import issue_token
+    from danube.security.jwt import issue_token
     from tests.support.certs import make_pki
 
     try:

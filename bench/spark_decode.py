@@ -28,7 +28,7 @@ measures, in the same run and over the same bytes:
     CPU-second: bytes / (CPU time of the Spark JVM + its Python workers), since the JVM
     task thread and the Python worker run at the same time on different cores.
 
-Targets (issue 5): ≥ 5× the plain-Python reader and ≥ 100 MB/s per core, checked
+Targets (README, "Benchmarks"): ≥ 5× the plain-Python reader and ≥ 100 MB/s per core, checked
 for (a) and, against the spark baseline, for (b).
 """
 
@@ -45,7 +45,7 @@ import tempfile
 import time
 
 from danube import _native, frames
-from danube.cli._process import cpu_seconds
+from danube.processes import cpu_seconds
 from danube.spark import planning
 from danube.spark.reading import read_partition
 from danube.storage import segment as seg

@@ -45,7 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
 from danube import _native, frames  # noqa: E402
-from danube.cli._process import cpu_seconds, free_port, stop_process, wait_for_port  # noqa: E402
+from danube.processes import cpu_seconds, free_port, stop_process, wait_for_port  # noqa: E402
 from danube.metadata.embedded import EmbeddedMetadataStore  # noqa: E402
 from danube.storage.backends import FilesystemBackend, S3Backend  # noqa: E402
 from danube.storage.catalog import SegmentCatalog  # noqa: E402

@@ -1,5 +1,5 @@
 """Per-record ``Wal.append`` against a plain-Python ``struct.pack`` + buffered ``write`` loop
-(issue 20's target: the WAL at least 1.5x the loop), both in one process, interleaved.
+(the target: the WAL at least 1.5x the loop), both in one process, interleaved.
 
 Each repetition appends ``--records`` 100 B records to a fresh log (sync=never, 256 MiB files,
 so no rotation) and then writes the same frame bytes (the WAL's frame header packed with

@@ -1,11 +1,11 @@
-"""How a WAL file's space is reserved vs fdatasync latency and disk used (issue 20).
+"""How a WAL file's space is reserved vs fdatasync latency and disk used.
 
     python bench/wal_growth.py [--dir DIR] [--appends 400] [--chunk-kib 16] [--file-mib 64] [--rounds 3]
 
 Appends ``chunk`` bytes ``appends`` times with an fdatasync after each, into a file
 prepared one of four ways, alternating the ways round by round on the same disk:
 
-- ``fallocate``: the whole file ``posix_fallocate``d up front (the WAL before issue 20);
+- ``fallocate``: the whole file ``posix_fallocate``d up front (the WAL before reservations grew in steps);
 - ``sparse``: ``ftruncate`` to the full size only (a hole: blocks are allocated by writeback);
 - ``steps``: sparse, with ``posix_fallocate`` ahead of the writer in doubling steps from
   256 KiB (what the WAL does now, see docs/wal.md "Disk: growing in steps");

@@ -8,5 +8,5 @@ python -m ruff check src tests bench
 python -m ruff format --check src/danube/client src/danube/errors.py src/danube/status_codes.py tests/unit/client \
     src/danube/broker/dispatch src/danube/broker/contracts.py src/danube/broker/delivery.py \
     src/danube/gateway
-python -m mypy                      # wal/, storage/, broker/, client/, gateway/, errors.py, status_codes.py
+python -m mypy                      # the packages listed in [tool.mypy] files
 cython-lint src/danube/_core

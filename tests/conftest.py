@@ -15,7 +15,7 @@ import pytest
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 # Every compiled module the build produces; the suite fails when one is missing.
-COMPILED_MODULES = ["frame", "walfile", "ring", "arrowcols", "avrocheck"]
+COMPILED_MODULES = ["frame", "walfile", "ring", "arrowcols", "avrocheck", "h2codec"]
 
 
 def pytest_report_header(config):

@@ -1,4 +1,4 @@
-"""Per-topic costs of many WALs in one process (asv, issue 20): disk, descriptors and memory of a
+"""Per-topic costs of many WALs in one process (asv): disk, descriptors and memory of a
 small log and of an idle (suspended) one, and the time to reopen an idle log on its next use.
 
 Each ``track_*`` opens ``TOPICS`` logs (sync=interval, one 100 B record each, as a broker's

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from danube.cli._process import free_port, server_process, wait_for_port  # noqa: F401  (re-exported for the peers)
+from danube.processes import free_port, server_process, wait_for_port  # noqa: F401  (re-exported for the peers)
 from danube.cli.bench import percentiles  # noqa: F401  (one latency summary for danube bench and the peers)
 
 STAMP = struct.Struct("<d")   # perf_counter at send, first 8 bytes of every payload

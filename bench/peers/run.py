@@ -82,7 +82,7 @@ def run_danube(sync: str, args) -> list[PeerResult]:
         # Driven like the peers: producer and consumer in this one process, and at a rate one call
         # every PEER_PACE_MS carrying that interval's messages (common.paced_chunk), --batch-size
         # or more.  Capping paced calls at --batch-size made danube's calls come every 2.6 ms at
-        # 385k msg/s while the peers' came every 5 ms (docs/benchmarks.md, "Fifth pass").
+        # 385k msg/s while the peers' came every 5 ms (docs/benchmarks.md, "Half-rate point, pacing").
         batch_size = max(args.batch_size, paced_chunk(rate)) if rate > 0 else args.batch_size
         return BenchConfig(service_url=broker.service_url, message_size=args.message_size, batch_size=batch_size,
                            duration=args.duration, rate=rate, progress=False, max_in_flight=8,

@@ -4,7 +4,8 @@ A broker batch, its protobuf message and the client's encoded frames are a few h
 each, made and freed hundreds of times a second.  With glibc's defaults such blocks are
 mmap'd and unmapped, or the heap top is trimmed and grown again, for every one of them: page
 faults on the way in, an unmap (and TLB shootdowns across the CPUs) on the way out.  The two
-thresholds below keep such blocks on the heap (measurements: docs/benchmarks.md, "Fifth pass").
+thresholds below keep such blocks on the heap (measurements: docs/benchmarks.md,
+"Half-rate point, pacing, interval syncer, glibc malloc").
 Both are set: setting either one switches off glibc's dynamic adjustment of the other too, and
 one alone did worse than neither.
 

@@ -1,5 +1,5 @@
 """Reading the certificate, key and CA files of TLS settings: one helper for the client
-(``danube.client.security``) and the servers (``danube.server.auth.tls``).  It imports only the
+(``danube.client.security``) and the servers (``danube.security.tls``).  It imports only the
 error table, so the client may use it without loading anything of the server side."""
 
 from __future__ import annotations

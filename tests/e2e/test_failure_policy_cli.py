@@ -136,3 +136,44 @@ def test_set_and_get_failure_policy_and_a_live_subscription_follows_it():
         assert r.returncode == 1 and "failure policy not found" in r.stderr, r.stderr
         r = admin(broker, "-o", "json", "topics", "get-failure-policy", topic, "-s", sub)
         assert json.loads(r.stdout)["poison_policy"] == "dead_letter"
+
+
+def test_a_failure_policy_is_refused_on_a_non_reliable_topic_as_danube_refuses_it():
+    """Danube answers FAILED_PRECONDITION "... only be configured for reliable topics": through our admin CLI,
+    through Danube's own admin message, on a topic our CLI made and one the official danube-client made."""
+    import grpc
+
+    from tests.conformance.broker.client.danube_admin import AdminClient, failure_policy
+    from tests.support import danube_client_venv as dc
+
+    dc.ensure_venv()
+    ours, theirs = f"/default/fp-nr-{uuid.uuid4().hex[:8]}", f"/default/fp-nr-dc-{uuid.uuid4().hex[:8]}"
+    with running_broker() as broker:
+        assert admin(broker, "topics", "create", ours, "--dispatch-strategy", "non_reliable").returncode == 0
+        sent = dc.run_script("produce.py", broker.url, theirs, "--count", "2", timeout=120)["sent"]
+        assert len(sent) == 2  # the official client's producer made a non-reliable topic
+        for topic in (ours, theirs):
+            r = set_policy(broker, topic, "s", count=1, poison="drop")
+            assert r.returncode == 1, r
+            assert "failed_precondition" in r.stderr and "only be configured for reliable topics" in r.stderr, r.stderr
+            r = admin(broker, "topics", "get-failure-policy", topic, "-s", "s")
+            assert r.returncode == 1 and "failure policy not found" in r.stderr, r.stderr  # nothing was stored
+
+        async def danube_admin():
+            client = AdminClient(f"http://127.0.0.1:{broker.admin_port}")
+            codes = {}
+            for topic in (theirs, "/default/no-such-topic"):
+                try:
+                    await client.set_failure_policy(topic, "s", failure_policy(1, 1000, "drop"))
+                    codes[topic] = (grpc.StatusCode.OK, "")
+                except grpc.aio.AioRpcError as exc:
+                    codes[topic] = (exc.code(), exc.details())
+            reliable = f"{ours}-r"
+            await client.create_topic(reliable, "reliable")
+            await client.set_failure_policy(reliable, "s", failure_policy(1, 1000, "drop"))  # reads back equal
+            return codes
+
+        codes = asyncio.run(danube_admin())
+        assert codes[theirs][0] == grpc.StatusCode.FAILED_PRECONDITION
+        assert "only be configured for reliable topics" in codes[theirs][1]
+        assert codes["/default/no-such-topic"][0] == grpc.StatusCode.NOT_FOUND

@@ -72,11 +72,24 @@ def _text(selector: str) -> str:
     return f"((document.querySelector({json.dumps(selector)}) || {{}}).textContent || '')"
 
 
+def _card(name: str) -> str:
+    """The number on the console's card called ``name`` (0 while it is not shown)."""
+    return (f"Number(([...document.querySelectorAll('.card')].find(c => c.querySelector('.k').textContent === "
+            f"{json.dumps(name)}) || {{querySelector: () => ({{textContent: '0'}})}}).querySelector('.v')"
+            ".textContent.replace(/,/g, ''))")
+
+
 def _drive(browser: Browser, gw, broker, tmp_path) -> None:
     browser.open(gw.url + "/#/cluster")
     browser.wait_for("document.getElementById('view').dataset.rendered === '#/cluster'", 60, "the cluster page")
     main = browser.eval(_text("#view"))
     assert broker.url in main and "leader" in main, main[:500]
+    # the broker's own call counter, scraped (the page refreshes itself until the first scrape is in)
+    assert browser.wait_for(f"{_card('calls')} > 0 && {_card('calls')}", 40, "calls counted on the cluster page") > 0
+    broker_id = gw.get("/ui/v1/cluster")["brokers"][0]["broker_id"]
+    browser.eval(f"location.hash = '#/broker/' + encodeURIComponent({json.dumps(broker_id)})")
+    browser.wait_for("document.getElementById('view').dataset.rendered.startsWith('#/broker/')", 30, "the broker page")
+    assert browser.wait_for(f"{_card('WAL sync rounds')} > 0 && {_card('calls')} > 0", 30, "calls and WAL rounds")
     browser.screenshot(str(tmp_path / "console-cluster.png"))
 
     browser.eval("location.hash = '#/topics'")
@@ -103,6 +116,7 @@ def _drive(browser: Browser, gw, broker, tmp_path) -> None:
     assert 0 < peak <= MESSAGES, peak
     page = browser.eval(_text("#view"))
     assert "billing" in page and "messages in" in page, page[:800]
+    assert browser.wait_for(f"{_card('WAL flushes')} > 0 && {_card('WAL flushes')}", 30, "the topic's WAL syncs") > 0
     browser.screenshot(str(tmp_path / "console-topic.png"))
 
     # an action with its confirmation: create a topic from the topics page, then delete it from its page

@@ -1,4 +1,4 @@
-"""Issue 23 end to end: hostile topic and client names, poison frames, oversized names.
+"""Hostile input end to end: hostile topic and client names, poison frames, oversized names.
 
 Through the real clients against a broker subprocess: Danube's `danube-client` 0.5.0 (its
 own venv), the project's `danube.client` and `danube admin`.  Every case lists the file tree

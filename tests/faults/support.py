@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -97,7 +98,7 @@ class Outcome:
     acked: list[tuple[int, float, float]]             # (i, start, end) of every acked send, in order
     received: list[tuple[int, str]]                    # (offset, payload) in delivery order
     errors: list[str] = field(default_factory=list)    # what reached the application
-    received_at: list[float] = field(default_factory=list)   # when each of ``received`` arrived
+    received_at: list[float] = field(default_factory=list)   # when each of ``received`` reached the application
     consumer_acks: list[tuple[int, float]] = field(default_factory=list)   # (offset, when its ack was answered OK)
     fault_at: list[float] = field(default_factory=list)      # when each fault began
 
@@ -147,11 +148,14 @@ class Outcome:
 
 
 def run_official_client(tmp: str, entry_url: str, topic: str, fault, *, before_s: float = 1.0,
-                        after_s: float = 2.0) -> Outcome:
-    """The official client's load script through ``fault()`` (called once its load runs)."""
+                        after_s: float = 2.0, hold_file: str | None = None, delay_ms: int = 5) -> Outcome:
+    """The official client's load script through ``fault()`` (called once its load runs).
+    ``hold_file``: the application takes nothing from its consumer while that file exists."""
     ensure_venv()
     ready, stop = os.path.join(tmp, "ready"), os.path.join(tmp, "stop")
-    proc = start_script("fault_load.py", entry_url, topic, "--ready-file", ready, "--stop-file", stop)
+    extra = ["--hold-file", hold_file] if hold_file else []
+    proc = start_script("fault_load.py", entry_url, topic, "--ready-file", ready, "--stop-file", stop,
+                        "--delay-ms", str(delay_ms), *extra)
     try:
         deadline = time.monotonic() + 60
         while not os.path.exists(ready):
@@ -169,16 +173,17 @@ def run_official_client(tmp: str, entry_url: str, topic: str, fault, *, before_s
             proc.wait()
     assert proc.returncode == 0, f"client script failed ({proc.returncode}): {err[-3000:]}"
     result = json.loads(out.strip().splitlines()[-1])
-    return Outcome(acked=[tuple(a) for a in result["acked"]], received=[tuple(r) for r in result["received"]],
+    return Outcome(acked=[tuple(a) for a in result["acked"]], received=[(r[0], r[1]) for r in result["received"]],
                    errors=result["errors"] + result["ack_errors"] + result["loop_errors"],
-                   received_at=result["received_at"], consumer_acks=[tuple(a) for a in result["consumer_acks"]],
-                   fault_at=list(fault_at))
+                   received_at=[r[2] for r in result["received"]],
+                   consumer_acks=[tuple(a) for a in result["consumer_acks"]], fault_at=list(fault_at))
 
 
 def run_danube_client(entry_url: str, topic: str, fault, *, before_s: float = 1.0, after_s: float = 2.0,
-                      delay_s: float = 0.005) -> Outcome:
+                      delay_s: float = 0.005, hold: threading.Event | None = None) -> Outcome:
     """The same application on ``danube.client`` (default options, the batch lane): one producer
-    sending ``p-<i>`` one at a time (each awaited), one reliable consumer acking everything."""
+    sending ``p-<i>`` one at a time (each awaited), one reliable consumer acking everything.
+    ``hold``: while it is set the application takes nothing from its consumer."""
     from danube.client import DanubeClient
 
     async def scenario() -> Outcome:
@@ -205,8 +210,13 @@ def run_danube_client(entry_url: str, topic: str, fault, *, before_s: float = 1.
                 await asyncio.sleep(delay_s)
 
         async def consume():
+            while hold is not None and hold.is_set():
+                await asyncio.sleep(0.02)
             async for m in consumer:
+                while hold is not None and hold.is_set():
+                    await asyncio.sleep(0.02)
                 out.received.append((m.offset, bytes(m.payload).decode()))
+                out.received_at.append(time.time())
                 try:
                     await consumer.ack(m)
                 except Exception as exc:  # noqa: BLE001 - what reached the application

@@ -1,6 +1,6 @@
 """The HTTP/2 limits in a real broker process (`danube broker`, native server, default limits
 except where a flag says otherwise): its descriptors and RSS, read from /proc, stay bounded
-under the attacks of issue 23 while a Danube HealthCheck call every 100 ms keeps succeeding.
+under the hostile-client attacks below while a Danube HealthCheck call every 100 ms keeps succeeding.
 
 Each broker is a subprocess on free loopback ports, stopped by its PID even on failure
 (tests/support/broker.py).
@@ -432,7 +432,7 @@ MEASURED = {
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(MEASURED))
 async def test_measure_attack(name):
-    """Each attack of issue 23 at full length against a broker at its defaults: RSS growth and the
+    """Each attack at full length against a broker at its defaults: RSS growth and the
     HealthCheck calls answered meanwhile (printed; run with -m slow -s)."""
     make, seconds, read, reconnect = MEASURED[name]
     payload = make()

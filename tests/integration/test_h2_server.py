@@ -96,8 +96,37 @@ async def shared(request: bytes, context):
     await asyncio.sleep(60)
 
 
+sink_counts = {"direct": 0, "queued": 0}
+
+
+async def sink_echo(request_iterator, context):
+    """Requests taken by callback (set_message_sink), answers written from it when the handler is
+    not writing (write_nowait), queued otherwise: the per-call paths of the batch lane."""
+    backlog: asyncio.Queue = asyncio.Queue()
+    idle = [False]
+
+    def on_message(message) -> None:
+        if message is grpc.aio.EOF:
+            backlog.put_nowait(None)
+        elif idle[0] and backlog.empty() and context.write_nowait(message[::-1]):
+            sink_counts["direct"] += 1
+        else:
+            sink_counts["queued"] += 1
+            backlog.put_nowait(message[::-1])
+
+    context.set_message_sink(on_message)
+    while True:
+        idle[0] = True
+        item = await backlog.get()
+        idle[0] = False
+        if item is None:
+            return
+        yield item
+
+
 def _handlers():
     return {
+        "SinkEcho": grpc.stream_stream_rpc_method_handler(sink_echo),
         "Echo": grpc.unary_unary_rpc_method_handler(echo),
         "Meta": grpc.unary_unary_rpc_method_handler(meta),
         "BigMeta": grpc.unary_unary_rpc_method_handler(big_meta),
@@ -568,3 +597,24 @@ async def test_large_response_metadata_goes_out_in_continuation_frames():
         block = b"".join(p for kind, _, _, p in got if kind in (frames.HEADERS, frames.CONTINUATION))
         headers = dict(decoder.decode(block, raw=True))   # response headers and trailers
         assert headers[b"x-big"] == b"m" * 40000
+
+
+async def test_requests_by_callback_and_answers_written_from_it_keep_their_order():
+    # small messages go straight out from the callback; ones larger than the stream's window
+    # wait in the handler's queue, and everything arrives in the order it was sent
+    sizes = [3] * 50 + [200_000, 5, 5, 300_000] + [7] * 50
+    messages = [bytes([i % 251]) * size + b"|%d" % i for i, size in enumerate(sizes)]
+    sink_counts.update(direct=0, queued=0)
+    async with serving() as (_, address), channel_to(address) as channel:
+        call = method(channel, "SinkEcho", "stream_stream")()
+        got = []
+        for m in messages:          # one at a time: each answer before the next request
+            await call.write(m)
+            got.append(await asyncio.wait_for(call.read(), 10))
+        await call.done_writing()
+        assert await call.read() is grpc.aio.EOF
+        assert got == [m[::-1] for m in messages]
+        assert await call.code() == grpc.StatusCode.OK
+        burst = method(channel, "SinkEcho", "stream_stream")(iter(messages))   # all at once
+        assert [r async for r in burst] == [m[::-1] for m in messages]
+    assert sink_counts["direct"] > 50 and sink_counts["queued"] >= 2

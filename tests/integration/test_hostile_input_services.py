@@ -1,4 +1,4 @@
-"""Issue 23 at the gRPC edge, in process: Danube's services, the batch lane and admin over a real
+"""Hostile input at the gRPC edge, in process: Danube's services, the batch lane and admin over a real
 BrokerService with WAL storage.
 
 A stored record whose routing key is not UTF-8 used to fail Danube's ReceiveMessages with

@@ -1,4 +1,4 @@
-"""1,000 concurrent client connections on one broker, each served (issue 20), and what happens
+"""1,000 concurrent client connections on one broker, each served, and what happens
 past ``--max-connections``.  Functional, bounded in time (not a benchmark).
 
 Each connection is a raw HTTP/2 connection (the ``h2`` library, asyncio streams) that keeps

@@ -1,4 +1,4 @@
-"""Redelivery after a move is bounded by the consumer's in-flight window (issue 16, ``late_acks``).
+"""Redelivery after a move is bounded by the consumer's in-flight window (``late_acks``).
 
 A real broker process (standalone: ``topics unload`` seals and reloads the topic through the same
 ``BrokerService.unload_topic`` a cluster move uses), a ``danube.client`` consumer whose receive credit

@@ -1,4 +1,4 @@
-"""bench/scale.py with 200 topics (functional: the script runs and its checks hold; the issue-20
+"""bench/scale.py with 200 topics (functional: the script runs and its checks hold; the
 per-topic targets that do not depend on the machine's speed are asserted)."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from danube.cli._process import accepts_connections, free_port  # noqa: F401 - re-exported for the tests
+from danube.processes import accepts_connections, free_port  # noqa: F401 - re-exported for the tests
 
 
 def wait_for_port(port: int, timeout: float = 30.0, host: str = "127.0.0.1") -> None:

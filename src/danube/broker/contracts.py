@@ -64,6 +64,11 @@ class TopicStorage(Protocol):
     async def seal(self) -> int:
         """Stop writes for a handoff to another broker; the last offset stored (-1 if none)."""
 
+    async def make_read_only(self, reason: str) -> int:
+        """Refuse every append from now on (``TopicSealedError`` naming ``reason``) and release
+        what writing holds (a WAL's writer and lock), but go on serving every offset stored; the
+        last offset stored.  Only :meth:`close` follows."""
+
     async def close(self, *, export: bool = False) -> None:
         """Stop writes and release the storage; the topic stays owned here (no seal).  ``export``
         (a graceful stop): first put every committed record in durable history, if the storage
@@ -103,6 +108,11 @@ class Dispatcher(Protocol):
     @property
     def takes_key_filters(self) -> bool:
         """Whether consumers of this type may subscribe with key filters."""
+
+    @property
+    def acks_release(self) -> bool:
+        """Whether an ack may make deliverable what was held back for it (beyond the unacked
+        window, which the subscription watches itself): waiting receivers are woken on acks."""
 
     def check_join(self, consumer_name: str) -> None:
         """Raise ``AlreadyExistsError`` when a consumer of this name may not become active now."""

@@ -3,27 +3,47 @@
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
 
 from danube import frames
 
 _HEADER = frames.HEADER_SIZE
 
 
-@dataclass
+# What a fresh delivery's redelivery_counts is: shared, read-only, no dict per delivery.
+NO_REDELIVERIES: Mapping[int, int] = MappingProxyType({})
+
+
 class Delivery:
     """Frames handed to one consumer: whole frames, offsets stamped.
 
     ``redelivery_counts`` maps offset -> times redelivered, only for redelivered
     messages.  Offsets are consecutive unless the subscription is key_shared or
-    the delivery holds redeliveries.
+    the delivery holds redeliveries.  One per receive: slots, no dict of its own.
     """
 
-    frames: memoryview | bytes
-    first_offset: int
-    last_offset: int
-    count: int
-    redelivery_counts: dict[int, int] = field(default_factory=dict)
+    __slots__ = ("frames", "first_offset", "last_offset", "count", "redelivery_counts")
+
+    def __init__(
+        self,
+        frames: memoryview | bytes,
+        first_offset: int,
+        last_offset: int,
+        count: int,
+        redelivery_counts: Mapping[int, int] = NO_REDELIVERIES,
+    ) -> None:
+        self.frames = frames
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.count = count
+        self.redelivery_counts = redelivery_counts
+
+    def __repr__(self) -> str:
+        return (
+            f"Delivery(first_offset={self.first_offset}, last_offset={self.last_offset}, count={self.count}, "
+            f"{len(self.frames)} bytes, redelivery_counts={dict(self.redelivery_counts)})"
+        )
 
 
 NOTHING = Delivery(b"", -1, -1, 0)  # an interrupted receive

@@ -27,6 +27,7 @@ class MemoryTopicStorage:
         self._chunks: list[bytes | bytearray] = []
         self._bytes = 0
         self._closed = False
+        self._read_only: str | None = None
         self._appended = asyncio.Event()
 
     @property
@@ -36,6 +37,9 @@ class MemoryTopicStorage:
     def append_frames(self, buf: bytearray) -> tuple[int, int]:
         if self._closed:
             raise TopicSealedError(f"topic {self.topic} is closed on this broker")
+        if self._read_only is not None:
+            raise TopicSealedError(f"topic {self.topic} is read-only on this broker: {self._read_only}; "
+                                   "publish refused, nothing stored", retriable=True)
         base = self.next_offset
         frames.validate(buf)
         count = frames.stamp_offsets(buf, base)
@@ -85,6 +89,10 @@ class MemoryTopicStorage:
     async def seal(self) -> int:
         self._closed = True
         self._appended.set()
+        return self.next_offset - 1
+
+    async def make_read_only(self, reason: str) -> int:  # nothing to release: reads go on as before
+        self._read_only = reason
         return self.next_offset - 1
 
     async def close(self, *, export: bool = False) -> None:  # nothing durable to export

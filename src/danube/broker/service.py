@@ -30,19 +30,24 @@ from danube.broker.topic import Topic, partition_of
 from danube.errors import (
     AlreadyExistsError,
     InvalidArgumentError,
+    MetadataError,
     NotFoundError,
     NotServedHereError,
     PolicyViolationError,
     quote,
 )
 from danube.metadata import keys
-from danube.metadata.store import MetadataStore
+from danube.metadata.store import MetadataStore, Op
 
 log = logging.getLogger(__name__)
 
 __all__ = ["BrokerService", "LookupResult", "Delivery", "SYSTEM_PREFIX", "is_system_topic"]
 
 SYSTEM_PREFIX = "/system/"
+# how long a metadata read is tried while the broker is fenced (it most likely cannot reach the store)
+FENCED_READ_TIMEOUT_S = 2.0
+# Cursor writes per metadata transaction (etcd refuses more than --max-txn-ops, 128 by default).
+CURSORS_PER_TXN = 64
 
 
 def is_system_topic(name: str) -> bool:
@@ -239,6 +244,17 @@ class BrokerService:
 
     async def partitions(self, topic: str) -> list[str]:
         keys.split_topic(topic)
+        if not self.fenced():
+            return await self._partitions(topic)
+        # cut off from the metadata store (most likely): a short try, then the reason, not a wait
+        # for the store's whole retry budget and the client's deadline
+        try:
+            async with asyncio.timeout(FENCED_READ_TIMEOUT_S):
+                return await self._partitions(topic)
+        except (TimeoutError, MetadataError) as exc:
+            raise self.fenced_error(None, f"the partitions of {topic} cannot be read") from exc
+
+    async def _partitions(self, topic: str) -> list[str]:
         count = await self.metadata.get_json(keys.topic_partitions(topic))
         if isinstance(count, int) and count > 0:
             from danube.routing.repartition.store import readable_partitions
@@ -347,6 +363,8 @@ class BrokerService:
         for p in t.producers.values():
             if p.name == producer_name:
                 return p.id
+        if self.fenced() and not is_system_topic(topic):
+            raise self.fenced_error(topic)   # a new producer is registered in the metadata store
         for p in t.producers.values():
             if p.access_mode == "exclusive" or access_mode == "exclusive":
                 raise AlreadyExistsError(
@@ -394,7 +412,7 @@ class BrokerService:
                       partitioning_version: int | None = None) -> tuple[int, int]:
         """A producer's batch of unstamped frames (the batch lane): validated, stamped, appended,
         dispatched; (first, last) once durable under the sync policy."""
-        self._check_accepting()
+        self._check_accepting(producer_id)
         self._publishing += 1
         try:
             producer = await self._producer(producer_id)
@@ -414,7 +432,7 @@ class BrokerService:
 
         The per-call path: the checks of ``_check_accepting`` and ``_publish_done`` are inlined."""
         if self._draining or self._fenced or (self.lease_fresh is not None and not self.lease_fresh()):
-            self._check_accepting()
+            self._check_accepting(producer_id)
         self._publishing += 1
         try:
             producer = self._producers.get(producer_id)
@@ -426,11 +444,43 @@ class BrokerService:
             if not self._publishing:
                 self._published.set()
 
-    def _check_accepting(self) -> None:
+    def publish_nowait(self, producer_id: int, frames_buf: bytearray) -> asyncio.Future | None:
+        """:meth:`publish` without a task per call (the batch lane's per-call path): checked and
+        appended now (errors raise here), the future resolves to (first, last) once durable.
+        None when the producer is not loaded here yet (a restart): the caller awaits
+        :meth:`publish`, which loads it."""
+        if self._draining or self.fenced():
+            self._check_accepting(producer_id)
+        producer = self._producers.get(producer_id)
+        if producer is None or producer.closed:
+            return None
+        check_deliverable(frames_buf, producer)
+        fut = producer.topic.publish_nowait(producer, frames_buf)
+        self._publishing += 1
+        fut.add_done_callback(self._publish_answered)
+        return fut
+
+    def _publish_answered(self, _fut: asyncio.Future) -> None:
+        self._publishing -= 1
+        if not self._publishing:
+            self._published.set()
+
+    def _check_accepting(self, producer_id: int | None = None) -> None:
         if self._draining:
             raise NotServedHereError("broker shutting down: publish refused, send it again to the topic's new owner")
-        if self._fenced or (self.lease_fresh is not None and not self.lease_fresh()):
-            raise NotServedHereError("broker fenced (cluster lease not renewed): publish refused, look the topic up again")
+        if self.fenced():
+            raise self.fenced_error(self.producer_topic(producer_id) if producer_id is not None else None)
+
+    def fenced(self) -> bool:
+        """Whether writes are refused because the cluster lease is not renewed (cluster mode)."""
+        return self._fenced or (self.lease_fresh is not None and not self.lease_fresh())
+
+    def fenced_error(self, topic: str | None = None, what: str | None = None) -> NotServedHereError:
+        """The refusal of a write (a publish, a new topic, producer or subscription) to ``topic``, or
+        of ``what`` (a metadata read), while fenced: UNAVAILABLE, saying why and until when."""
+        if self.cluster is not None:
+            return NotServedHereError(self.cluster.unreachable(what) if what else self.cluster.write_refusal(topic))
+        return NotServedHereError("broker fenced (cluster lease not renewed): publish refused, look the topic up again")
 
     def _publish_done(self) -> None:
         self._publishing -= 1
@@ -467,6 +517,8 @@ class BrokerService:
                 if not c.active:
                     sub.activate(c)
                 return c.id
+        if self.fenced():
+            raise self.fenced_error(topic)   # a new consumer is registered in the metadata store
         sub.check_can_join(consumer_name)
         limit = t.policies.max_consumers_per_subscription
         if limit and len(sub.active_consumers()) >= limit:
@@ -505,6 +557,8 @@ class BrokerService:
                 raise InvalidArgumentError(
                     f"subscription '{name}' on {t.name} is {sub.sub_type}; it cannot be used as {sub_type}")
             return sub
+        if self.fenced():
+            raise self.fenced_error(t.name)   # a new subscription is written to the metadata store
         limit = t.policies.max_subscriptions_per_topic
         if limit and len(t.subscriptions) >= limit:
             raise PolicyViolationError(f"topic {t.name} already has {limit} subscriptions (max_subscriptions_per_topic)")
@@ -594,7 +648,7 @@ class BrokerService:
         if stream is not None or c.receiving == 0:
             c.subscription.deactivate(c)
 
-    # Acks and nacks never fail because the topic was unloaded or moved (issue 16): a message
+    # Acks and nacks never fail because the topic was unloaded or moved: a message
     # delivered before the move and not acked where its cursor lives is delivered again by the
     # topic's current owner (at most the consumer's in-flight window), so an ack or nack that can
     # no longer reach its subscription is answered OK and counted here.
@@ -623,6 +677,18 @@ class BrokerService:
             return 0
         try:
             return consumer.subscription.ack_ranges(list(ranges))
+        except NotServedHereError as exc:
+            self._late_ack(f"ack for consumer {consumer_id}", exc)
+            return 0
+
+    def ack_ranges_now(self, consumer_id: int, ranges: list[tuple[int, int]]) -> int | None:
+        """:meth:`ack_ranges` without a coroutine, for a consumer loaded here; None when it is
+        not (a restart: the caller awaits :meth:`ack_ranges`, which loads it)."""
+        consumer = self._consumers.get(consumer_id)
+        if consumer is None or consumer.closed:
+            return None
+        try:
+            return consumer.subscription.ack_ranges(ranges)
         except NotServedHereError as exc:
             self._late_ack(f"ack for consumer {consumer_id}", exc)
             return 0
@@ -786,21 +852,40 @@ class BrokerService:
             return await self._flush_cursors(force, topic)
 
     async def _flush_cursors(self, force: bool, topic: Topic | None) -> int:
+        # Every moved cursor in one transaction (of at most CURSORS_PER_TXN keys): one metadata
+        # commit per flush, however many subscriptions moved, not one commit per subscription.
         written = 0
+        batch: list[Subscription] = []
         for t in ([topic] if topic is not None else list(self.topics.values())):
-            if not t.reliable:
+            # a read-only topic's cursors wait until the broker knows it still owns the topic
+            # (reopen_for_writing); a broker that lost it never writes them (unload_topic flush=False)
+            if not t.reliable or t.read_only:
                 continue
             for sub in list(t.subscriptions.values()):
                 if sub.dirty or force:
-                    sub.dirty = False
-                    cursor = sub.cursor
-                    try:
-                        await self.metadata.put_json(keys.subscription_cursor(t.name, sub.name), cursor)
-                        written += 1
-                    except Exception:
-                        sub.dirty = True
-                        raise
+                    batch.append(sub)
+                    if len(batch) >= CURSORS_PER_TXN:
+                        written += await self._write_cursors(batch)
+                        batch = []
+        if batch:
+            written += await self._write_cursors(batch)
         return written
+
+    async def _write_cursors(self, subs: list[Subscription]) -> int:
+        ops = []
+        for sub in subs:
+            sub.dirty = False
+            ops.append(Op.put_json(keys.subscription_cursor(sub.topic.name, sub.name), sub.cursor))
+        try:
+            if len(ops) == 1:
+                await self.metadata.put(ops[0].key, ops[0].value)
+            else:
+                await self.metadata.txn((), ops)
+        except BaseException:
+            for sub in subs:
+                sub.dirty = True
+            raise
+        return len(ops)
 
     async def _flush_cursors_loop(self) -> None:
         interval = self.dispatch.cursor_flush_interval_ms / 1000
@@ -828,12 +913,15 @@ class BrokerService:
             self._dormant.pop(reg_key)
             self._closed_ids.add(reg_key)
 
-    async def unload_topic(self, topic: str, *, local: bool = False, seal: bool = True) -> int | None:
+    async def unload_topic(self, topic: str, *, local: bool = False, seal: bool = True,
+                           flush: bool = True) -> int | None:
         """Seal the topic's storage and stop serving it here (clients get CLOSE and look it up again).
 
         Returns the last committed offset (None for a non-reliable topic).  In cluster mode the
         move goes through the cluster (``ClusterNode.unload``), which calls back with ``local=True``;
-        ``seal=False`` only closes the storage (the topic was already handed to another broker).
+        ``seal=False`` only closes the storage (the topic was already handed to another broker);
+        ``flush=False`` does not persist the cursors either (the broker lost its cluster lease: the
+        topic's next owner may have moved them, or issued their offsets again).
         """
         keys.split_topic(topic)
         if self.cluster is not None and not local:
@@ -848,7 +936,8 @@ class BrokerService:
             t.closed = True
             self._drop_clients(t)
             movetrace.step(topic, "source.closed")
-            await self.flush_cursors(force=True, topic=t)
+            if flush:
+                await self.flush_cursors(force=True, topic=t)
             movetrace.step(topic, "source.cursors_flushed")
             last = None
             if t.reliable and seal:
@@ -859,6 +948,59 @@ class BrokerService:
             self.metrics.topic_closed(topic)
             log.info("topic %s unloaded%s", topic, f" (sealed at offset {last})" if last is not None else "")
             return last
+
+    # ------------------------------------------------------------ read-only topics (the cluster fence)
+
+    async def make_read_only(self, topic: str, reason: str) -> int | None:
+        """Stop writing ``topic`` here and give its WAL up (writer and lock, so the next owner can
+        open it) while its consumers go on reading every stored offset; their acks are kept in
+        memory (the cursor flush skips the topic).  Publishes are refused before they reach the
+        storage (``fenced_error``); the storage refuses them too, with ``reason``.  Returns the
+        last offset stored, None when ``topic`` is not a reliable topic served here.  Undone by
+        :meth:`reopen_for_writing`; a topic the broker lost goes with ``unload_topic(topic,
+        local=True, seal=False, flush=False)``."""
+        lock = self._opening.setdefault(topic, asyncio.Lock())
+        async with lock:
+            t = self.topics.get(topic)
+            if t is None or t.closed or not t.reliable or t.read_only:
+                return None
+            t.read_only = True
+            return await t.storage.make_read_only(reason)
+
+    async def reopen_for_writing(self, topic: str) -> bool:
+        """A read-only topic this broker still owns (its cluster lease survived): open its storage
+        anew and put it under the served topic, so producers, subscriptions and their streams go
+        on as they were; then persist the cursors acked meanwhile.  When the reopened log does not
+        continue exactly where the read-only one stopped (someone else wrote it), the topic is
+        dropped without persisting anything (its clients look it up again) and False returned."""
+        if self.storage_factory is None:
+            return False
+        lock = self._opening.setdefault(topic, asyncio.Lock())
+        async with lock:
+            t = self.topics.get(topic)
+            if t is None or t.closed or not t.read_only:
+                return False
+            old = t.storage
+            storage = await self.storage_factory.open_topic(topic)
+            continues = storage.next_offset == old.next_offset
+            if continues:
+                t.storage = storage
+                t.read_only = False
+            else:
+                log.error("topic %s: the reopened WAL ends at %d, the read-only one at %d: not served here any "
+                          "more", topic, storage.next_offset - 1, old.next_offset - 1)
+                await storage.close()
+        if not continues:
+            await self.unload_topic(topic, local=True, seal=False, flush=False)
+            await old.close()
+            return False
+        await old.close()
+        log.info("topic %s writable again at offset %d", topic, t.storage.next_offset)
+        try:
+            await self.flush_cursors(topic=t)
+        except Exception:  # noqa: BLE001 - the periodic flush retries
+            log.exception("persisting the cursors of %s after its reopening failed", topic)
+        return True
 
     # ------------------------------------------------------------ terminate
 

@@ -433,7 +433,9 @@ class Subscription:
             return 0
         self._check_served()
         self._expire(time.monotonic())
-        n = self.tracker.ack_ranges(ranges)
+        tracker = self.tracker
+        was_full = tracker.unacked >= self.settings.max_unacked_messages
+        n = tracker.ack_ranges(ranges)
         n += self._note_early(ranges)
         if self._reasons:
             for lo, hi in ranges:
@@ -441,9 +443,13 @@ class Subscription:
                     del self._reasons[o]
         if n:
             self.metrics.acked(self.topic.name, self.name, n)
-            if self.tracker.advance(self.next_read):
+            if tracker.advance(self.next_read):
                 self.dirty = True
-            self.notify()
+            # Receivers wait on an ack only when the unacked window was full, or when the
+            # dispatcher holds messages back until earlier ones are acked (key_shared): a wake
+            # for every ack would cost each consumer's stream a futile fetch per ack otherwise.
+            if was_full or self.dispatcher.acks_release:
+                self.notify()
         return n
 
     def _note_early(self, ranges: list[tuple[int, int]]) -> int:

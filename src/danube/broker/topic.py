@@ -15,6 +15,7 @@ from typing import Protocol
 
 from danube import frames
 from danube.broker.coalesce import PublishCoalescer
+from danube.broker.commits import CommitQueue
 from danube.broker.contracts import TopicStorage
 from danube.broker.policies import TopicPolicies
 from danube.broker.producer import Producer
@@ -58,7 +59,11 @@ class Topic:
         # sealed for good (keys.topic_terminated, read when the broker opens the topic; set by
         # BrokerService.terminate_topic): every append is refused, the history stays readable
         self.terminated = False
-        self.coalescer = PublishCoalescer(self)
+        # the broker cannot renew its cluster lease and gave the WAL up (BrokerService.make_read_only):
+        # stored offsets are still delivered, acks kept in memory, nothing appended
+        self.read_only = False
+        self.coalescer = PublishCoalescer(self)   # single-message publishes (Danube's SendMessage)
+        self.commits = CommitQueue(self)           # appended batches waiting to be durable
         # max_publish_rate (messages/s, 0 = unlimited): publishes over it are delayed, not refused.
         rate = policies.max_publish_rate
         self.publish_gate = PublishGate(rate) if rate > 0 else None
@@ -103,11 +108,6 @@ class Topic:
             raise TopicTerminatedError.of(self.name)
         return self.storage.append_frames(buf)
 
-    async def commit(self, first: int, last: int, nbytes: int, started: float) -> None:
-        """Wait until ``first..last`` is durable, then make it visible and wake the subscriptions."""
-        await self.storage.wait_durable(last)
-        self.committed(last - first + 1, nbytes, last, started)
-
     def committed(self, count: int, nbytes: int, last: int, started: float, *, notify: bool = True) -> None:
         """``count`` messages ending at ``last`` are durable: visible to subscribers from now on."""
         if last + 1 > self.readable_next:
@@ -127,6 +127,12 @@ class Topic:
 
         ``producer`` None: records the broker writes itself (system topics), which no producer
         sent, so no size policy, no rate gate and no producer counters."""
+        return await self.publish_nowait(producer, buf)
+
+    def publish_nowait(self, producer: Producer | None, buf: bytearray) -> asyncio.Future:
+        """:meth:`publish` without a task of its own: checked and appended now (errors raise
+        here, nothing stored), the future resolves to (first, last) once durable
+        (``danube.broker.commits``).  Under a publish rate limit, a task waits for its turn."""
         started = time.perf_counter()
         if producer is None:
             if len(buf) == 0:
@@ -134,15 +140,17 @@ class Topic:
         else:
             self.check_sizes(buf)
             if self.publish_gate is not None:
-                await self.publish_gate.turn(len(frames.frame_positions(buf)))
-                # (no await between the turn and the append: delayed publishes keep their order)
-        nbytes = len(buf)
+                return asyncio.ensure_future(self._publish_in_turn(producer, buf, started))
         first, last = self.append(buf)
-        await self.commit(first, last, nbytes, started)
-        if producer is not None:
-            producer.messages_in += last - first + 1
-            producer.bytes_in += nbytes
-        return first, last
+        return self.commits.add(producer, first, last, len(buf), started)
+
+    async def _publish_in_turn(self, producer: Producer, buf: bytearray, started: float) -> tuple[int, int]:
+        gate = self.publish_gate
+        if gate is not None:
+            await gate.turn(len(frames.frame_positions(buf)))
+        # (no await between the turn and the append: delayed publishes keep their order)
+        first, last = self.append(buf)
+        return await self.commits.add(producer, first, last, len(buf), started)
 
     def publish_one(self, producer: Producer, frame) -> asyncio.Future[int]:
         """One message (a whole unstamped frame), stored together with the other single-message

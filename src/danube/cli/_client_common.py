@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import logging
 import sys
-from typing import Awaitable, Callable
+from typing import Any, Callable, Coroutine
 
 from danube.errors import DanubeError
 
@@ -68,7 +68,7 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def run_async(main: Callable[[], Awaitable[int]]) -> int:
+def run_async(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
     """Runs ``main`` on uvloop (when installed); DanubeErrors become a one-line message and exit 1."""
     try:
         import uvloop

@@ -42,7 +42,7 @@ def open_channel(args, target: str):
     cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
     if not (ca or token or cert):
         return grpc.insecure_channel(target)
-    from danube.server.auth.tls import channel_credentials
+    from danube.security.tls import channel_credentials
 
     creds = channel_credentials(ca, cert, key)
     if token:
@@ -120,8 +120,8 @@ def run(args, channel, emit) -> int:
 
 def create_token(args, emit) -> int:
     from danube.errors import DanubeError
-    from danube.server.auth.jwt import issue_token, parse_duration
-    from danube.server.auth.settings import read_secret_file
+    from danube.security.jwt import issue_token, parse_duration
+    from danube.security.settings import read_secret_file
 
     try:
         secret = args.secret_key or os.environ.get("DANUBE_JWT_SECRET")

@@ -36,7 +36,8 @@ from dataclasses import asdict, dataclass, field
 
 from danube.cli._machine import describe as describe_machine, observe as observe_machine
 from danube.frames import HEADER_SIZE as FRAME_HEADER_SIZE, MIN_BODY as FRAME_MIN_BODY
-from danube.cli._process import cpu_seconds, spawned_broker, thread_count
+from danube.cli._process import spawned_broker
+from danube.processes import cpu_seconds, thread_count
 from danube.cli._client_common import (
     EXIT_FAILED, EXIT_OK, SUBSCRIPTION_TYPES, non_negative_float, positive_int, run_async,
 )

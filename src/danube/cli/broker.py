@@ -71,7 +71,7 @@ def register(subparsers) -> None:
 
 def _cluster_overrides(config, args):
     """--cluster / --etcd / --advertised-url ... on top of the file; a default broker id per port."""
-    overrides = {}
+    overrides: dict = {}
     if getattr(args, "etcd", None):
         overrides.update(etcd_url=args.etcd, cluster=True)
     if getattr(args, "cluster", None):
@@ -99,7 +99,7 @@ def build_config(args):
         config = config.with_overrides(http2_limits={**config.http2_limits, "max_connections": args.max_connections})
     if any(getattr(args, f, None) for f in ("tls_cert", "tls_key", "tls_ca", "tls_verify_client",
                                             "jwt_secret_file", "jwt_issuer", "super_admin")):
-        from danube.server.auth.settings import with_flags
+        from danube.security.settings import with_flags
 
         config = config.with_overrides(auth=with_flags(
             config.auth, tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca,

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from danube.cli._process import free_ports, stop_process, wait_for_port
+from danube.processes import free_ports, stop_process, wait_for_port
 from danube.cluster.etcd_server import EtcdServer
 
 log = logging.getLogger("danube.cluster")
@@ -117,6 +117,8 @@ class LocalCluster:
     config: str | None = None
     lease_ttl: int = 10
     load_report_interval: float = 5.0
+    # export_interval_seconds of the storage section this cluster writes (shared_fs, object_store)
+    export_interval: float = 5.0
     extra_args: Sequence[str] = ()
     log_level: str = "INFO"
     metrics: bool = False
@@ -166,6 +168,9 @@ class LocalCluster:
             shared = os.path.join(self.base_dir, "durable")
             os.makedirs(shared, exist_ok=True)
             text = f"storage:\n  mode: shared_fs\n  durable:\n    root: {shared}\n"
+        # A development cluster is watched live (danube spark load-stats, the console's charts): its
+        # durable history should trail by seconds, not by the broker's production default.
+        text += f"  export_interval_seconds: {self.export_interval:g}\n"
         data = self._user_config()
         if data is not None:  # the user's file with the storage section of --storage
             import yaml
@@ -335,6 +340,11 @@ def register(subparsers) -> None:
     up.add_argument("--lease-ttl", type=int, default=10, help="broker lease TTL in seconds [default 10]")
     up.add_argument("--load-report-interval", type=float, default=5.0, metavar="SECONDS",
                     help="LoadReport interval of each broker [default 5]")
+    up.add_argument("--export-interval", type=float, default=5.0, metavar="SECONDS",
+                    help="with --storage shared_fs or object_store: each broker exports its committed WAL to "
+                         "durable history this often, so Spark (danube spark load-stats, the data source) sees "
+                         "messages at most this long after they were acknowledged (a config file with its own "
+                         "storage section keeps its own setting) [default 5; the broker's own default is 300]")
     up.add_argument("--metrics", action="store_true",
                     help="every broker serves Prometheus metrics on a free port (metrics_url in the JSON line)")
     up.add_argument("--json", action="store_true", help="print only the JSON line (for scripts)")
@@ -349,9 +359,13 @@ def run_up(args) -> int:
     if args.brokers < 1:
         log.error("--brokers must be at least 1")
         return 2
+    if not args.export_interval >= 0.01:
+        log.error("--export-interval must be at least 0.01 seconds, got %s", args.export_interval)
+        return 2
     cluster = LocalCluster(brokers=args.brokers, base_dir=args.base_dir, storage=args.storage, config=args.config,
                            lease_ttl=args.lease_ttl, load_report_interval=args.load_report_interval,
-                           log_level="WARNING" if args.json else "INFO", metrics=args.metrics)
+                           export_interval=args.export_interval, log_level="WARNING" if args.json else "INFO",
+                           metrics=args.metrics)
     stopping = {"flag": False}
 
     def on_signal(signum, frame):  # noqa: ARG001

@@ -3,7 +3,7 @@
 Runs :mod:`danube.cluster.simulator` (embedded metadata store, virtual clock,
 synthetic brokers, the real leader code), prints the CV over virtual time, the
 moves and the safety checks, and writes a PNG chart (matplotlib).  ``--planner
-both`` runs the same scenario with the planner and with the seed's greedy step
+both`` runs the same scenario with the planner and with Danube's greedy step
 and draws both.  Exit status 1 when a safety check failed.
 """
 
@@ -24,7 +24,7 @@ def register(subparsers) -> None:
     p.add_argument("--no-chart", action="store_true", help="do not draw the chart")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--planner", choices=("plan", "greedy", "both"), default="plan",
-                   help="plan = danube's multi-move planner, greedy = the seed's one lightest topic per cycle")
+                   help="plan = danube's multi-move planner, greedy = Danube's one lightest topic per cycle")
     p.add_argument("--aggressiveness", choices=("conservative", "balanced", "aggressive"), default=None,
                    help="override the scenario's level")
     p.add_argument("--hours", type=float, default=None, help="virtual hours to run [scenario default]")

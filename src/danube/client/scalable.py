@@ -4,7 +4,7 @@ that follows splits and merges, and stream (ordered) / queue consumers.
 - :func:`watch_layouts` keeps a DAG watch session open with any broker (``WatchTopic``) and
   yields every layout snapshot, reconnecting on failure.
 - :class:`ScalableProducer` sends each message to the ACTIVE segment covering the hash of its
-  key (``danube.routing.scalable.layout.key_hash``; unkeyed messages round robin), one ordinary
+  key (``danube.model.segment_layout.key_hash``; unkeyed messages round robin), one ordinary
   producer per segment topic.  When a layout seals a segment it holds new sends, waits for that
   segment's in-flight messages, re-sends those the sealed segment refused, in their original
   order, to the segments now covering their keys, then lets new sends through: a key's messages
@@ -35,8 +35,8 @@ from danube.client.producer import Producer
 from danube.errors import ClientError, DanubeError
 from danube.proto.danube_scalable import scalable_pb2 as pb
 from danube.proto.danube_scalable import scalable_pb2_grpc as pb_grpc
-from danube.routing.scalable.layout import SegmentLayout, key_hash, segment_topic_name
-from danube.routing.scalable.sessions import AssignedSegment, ConsumerAssignment
+from danube.model.segment_layout import SegmentLayout, key_hash, segment_topic_name
+from danube.model.segment_assignment import AssignedSegment, ConsumerAssignment
 
 log = logging.getLogger(__name__)
 _sessions = itertools.count(1)
@@ -377,7 +377,7 @@ class ScalableConsumer:
             self._apply_queue(layout)
 
     def _apply_queue(self, layout: SegmentLayout | None) -> None:
-        """Every segment, ACTIVE and SEALED (the seed): a sealed one until it is drained for the
+        """Every segment, ACTIVE and SEALED (as PIP-468's queue consumers): a sealed one until it is drained for the
         subscription (what it still holds may predate this consumer), a pruned one not at all."""
         if layout is None:
             return

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from typing import IO
 
-from danube.cli._process import free_ports, stop_process, wait_for_port
+from danube.processes import free_ports, stop_process, wait_for_port
 
 
 def etcd_binary() -> str | None:
@@ -45,7 +46,7 @@ class EtcdServer:
         self.log_path = log_path or os.path.join(data_dir, "etcd.log")
         self.client_port, self.peer_port = free_ports(2)
         self.proc: subprocess.Popen | None = None
-        self._log = None
+        self._log: IO[bytes] | None = None
 
     @property
     def url(self) -> str:

@@ -1,6 +1,6 @@
 """The load manager: placement of unassigned topics, run by the cluster leader only.
 
-Workflow (Danube's, ``shared/seeds/danube-load-manager.txt``):
+Workflow (Danube's load manager, as its "Load Manager & Rebalancing Architecture" page describes it):
 
 1. a topic that needs a broker has a marker ``/cluster/unassigned/{ns}/{topic}``:
    ``null`` for a new topic, ``{"reason": "unload", "from_broker": id}`` after an

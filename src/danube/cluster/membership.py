@@ -120,6 +120,10 @@ class Membership:
         was stopped past its lease refuses writes from its first instruction after waking)."""
         return not self.fenced and self._clock() < self.last_ok_sent + self.fence_after_s
 
+    def unrenewed_s(self) -> float:
+        """Seconds since the last good keepalive (or grant) was sent."""
+        return max(0.0, self._clock() - self.last_ok_sent)
+
     def _set_fenced(self, reason: str) -> None:
         if not self.fenced:
             self.fenced = True

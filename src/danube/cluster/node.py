@@ -16,7 +16,11 @@ it runs in cluster mode (``broker.cluster``):
   another broker, whose storage resumes at the sealed offset + 1;
 - an assignment of a served topic that disappears (failover by the leader, a
   move requested elsewhere) closes it here; when the lease is lost, every
-  served topic is closed (not sealed: another broker may own it already).
+  served topic is closed (not sealed: another broker may own it already);
+- cut off from etcd (the fence, danube.cluster.membership): writes refused at
+  2/3 ttl; one ttl after the last renewal every reliable topic turns read-only
+  (its WAL released for a next owner, its stored offsets still delivered); the
+  lease renewed again reopens them for writing, a lost lease closes them.
 """
 
 from __future__ import annotations
@@ -283,10 +287,19 @@ class ClusterNode:
                     owners[topic] = owner
         return owners
 
+    def unreachable(self, what: str) -> str:
+        """Why ``what`` (e.g. "writes to /ns/t are refused") while fenced."""
+        return (f"broker {self.broker_id} cannot reach the metadata store (etcd) for "
+                f"{self.membership.unrenewed_s():.0f} s (its cluster lease is not renewed): {what} until it is back")
+
+    def write_refusal(self, topic: str | None = None) -> str:
+        """Why a write (a publish, a new topic, producer or subscription) is refused while fenced."""
+        what = f"writes to {topic} are refused" if topic else "writes are refused"
+        return self.unreachable(what) + "; consumers go on reading what is stored"
+
     async def check_owner(self, topic: str) -> None:
         if self.membership.fenced:
-            raise NotServedHereError(f"broker {self.broker_id} is fenced (its cluster lease is not renewed); "
-                                     "look the topic up again")
+            raise NotServedHereError(self.write_refusal(topic))
         if topic in self._unloading:
             raise NotServedHereError(f"topic {topic} is moving away from this broker; look it up again")
         if self.view.owner(topic) == self.broker_id:
@@ -509,9 +522,9 @@ class ClusterNode:
         log.info("topic %s handed over by broker %s (%s, sealed at %s)%s", topic, self.broker_id,
                  marker.get("reason"), last, "" if result.succeeded else "; the marker changed meanwhile")
 
-    async def _drop(self, topic: str, why: str) -> None:
+    async def _drop(self, topic: str, why: str, *, flush: bool = True) -> None:
         try:
-            await self.broker.unload_topic(topic, local=True, seal=False)
+            await self.broker.unload_topic(topic, local=True, seal=False, flush=flush)
         except NotFoundError:
             return   # not served here
         except Exception:  # noqa: BLE001
@@ -522,40 +535,59 @@ class ClusterNode:
     # ------------------------------------------------------------ the fence (membership.Fence)
 
     def fence(self, reason: str) -> None:
-        """No lease renewal for 2/3 ttl: refuse publishes now; once the lease may have expired (ttl
-        after the last good keepalive was sent) and the broker is still fenced, release the topics'
-        storage (WAL files and their lock) so the topics' next owners can open them — a broker cut
-        off from etcd cannot learn that it lost them."""
+        """No lease renewal for 2/3 ttl: refuse writes now; once the lease may have expired (ttl
+        after the last good keepalive was sent) and the broker is still fenced, turn every topic
+        read-only, which releases its WAL (writer and lock) so the topic's next owner can open it
+        — a broker cut off from etcd cannot learn that it lost the topic — while consumers go on
+        reading what was stored."""
         self.broker.fence(reason)
-        self._spawn(self._release_when_lease_may_expire())
+        self._spawn(self._read_only_when_lease_may_expire())
 
     def unfence(self) -> None:
+        """The lease was renewed: it never expired, so nobody else was given this broker's topics;
+        the read-only ones are opened for writing again.  (A lost lease closes them first:
+        ``_lease_lost`` runs before the re-registration unfences.)"""
         self.broker.unfence()
+        if any(t.read_only for t in self.broker.topics.values()):
+            self._spawn(self._reopen_read_only())
 
-    async def _release_when_lease_may_expire(self) -> None:
+    async def _read_only_when_lease_may_expire(self) -> None:
         m = self.membership
         since = m.last_ok_sent
         await asyncio.sleep(max(since + m.lease_ttl_s - m._clock(), 0.0))
         if not m.fenced or m.last_ok_sent != since:
             return
         served = [t for t in list(self.broker.topics) if not t.startswith("/system/")]
-        log.warning("broker %s: still fenced one lease ttl after its last renewal; releasing the storage "
-                    "of %d topic(s)", self.broker_id, len(served))
+        log.warning("broker %s: still fenced one lease ttl after its last renewal; %d topic(s) read-only, their "
+                    "WALs released", self.broker_id, len(served))
+        reason = (f"broker {self.broker_id} cannot reach the metadata store (etcd) and gave the topic's WAL up "
+                  "when its cluster lease could expire")
         for name in served:
-            t = self.broker.topics.get(name)
-            if t is None or not getattr(t, "reliable", False):
-                continue
-            t.closed = True  # nothing is served from it any more
+            if not m.fenced or m.last_ok_sent != since:
+                break   # renewed (or re-registered) meanwhile: the rest stays writable
             try:
-                await t.storage.close()
-            except Exception:  # noqa: BLE001
-                log.exception("closing the storage of %s failed", name)
-        for name in served:
-            await self._drop(name, "still fenced one lease ttl after the last renewal")
+                await self.broker.make_read_only(name, reason)
+            except Exception:  # noqa: BLE001 - release the others anyway
+                log.exception("making %s read-only failed; closing it", name)
+                await self._drop(name, "it could not be made read-only", flush=False)
+        if not m.fenced and any(t.read_only for t in self.broker.topics.values()):
+            self._spawn(self._reopen_read_only())   # unfenced while this ran: nobody else reopens them
+
+    async def _reopen_read_only(self) -> None:
+        for name in [n for n, t in list(self.broker.topics.items()) if t.read_only]:
+            if not self.membership.lease_fresh():
+                return   # fenced again: the next renewal reopens what is left
+            try:
+                await self.broker.reopen_for_writing(name)
+            except Exception:  # noqa: BLE001 - its clients look it up again and reopen it
+                log.exception("reopening %s for writing failed; closing it", name)
+                await self._drop(name, "it could not be reopened for writing", flush=False)
 
     async def _lease_lost(self) -> None:
+        # the cursors stay as they are in etcd: the topics' next owners may have moved them, or
+        # (local storage) issued their offsets again
         for topic in [t for t in list(self.broker.topics) if not t.startswith("/system/")]:
-            await self._drop(topic, "this broker lost its cluster lease")
+            await self._drop(topic, "this broker lost its cluster lease", flush=False)
 
     async def _reregistered(self) -> None:
         await self.election.campaign()

@@ -36,8 +36,8 @@ from typing import Any, Callable
 
 import grpc
 
-from danube.server.auth.rbac import BROKER_PRINCIPAL
-from danube.server.auth.settings import AuthSettings
+from danube.security.rbac import BROKER_PRINCIPAL
+from danube.security.settings import AuthSettings
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class Peers:
             return None
         now = time.time()
         if self._token is None or self._token[1] - now < TOKEN_RENEW_BEFORE_S:
-            from danube.server.auth.jwt import issue_token
+            from danube.security.jwt import issue_token
 
             token = issue_token(BROKER_PRINCIPAL, jwt.secret_key, issuer=jwt.issuer, expires_in_s=TOKEN_LIFETIME_S,
                                 now=now, extra={"broker_id": self.broker_id} if self.broker_id else None)
@@ -161,7 +161,7 @@ class Peers:
 
     def _channel_credentials(self):
         if self._credentials is None:
-            from danube.server.auth import tls
+            from danube.security import tls
 
             t = self.settings.tls
             if t.verify_client:

@@ -2,8 +2,8 @@
 
 Pure functions only (no I/O, no broker imports): the broker's load manager and
 the Spark ``load-stats`` job both call this module, so every formula lives in
-exactly one place.  The formulas follow Danube's load manager as coded
-(``../shared/reference/danube-internals.md``, "Load manager as coded"), with
+exactly one place.  The formulas follow Danube's load manager as its broker codes them (its
+rankings and rebalancing modules), with
 one deliberate difference: scores stay floats instead of being truncated to
 integers, so brokers whose loads differ by less than one unit still rank apart.
 

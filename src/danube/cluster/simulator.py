@@ -19,7 +19,7 @@ history.  Only the brokers and the load manager's assignment are synthetic:
   with a virtual clock; a leader change (the leader's broker fails) starts a
   new Rebalancer that knows only what the store holds.
 
-Scenarios (the seed's use cases): ``add-brokers`` (3 brokers × 100 topics, 2
+Scenarios (the use cases of Danube's load manager page): ``add-brokers`` (3 brokers × 100 topics, 2
 brokers join), ``broker-failure`` (4 × 150 topics; the leader fails, its topics
 fail over, it comes back empty, the next leader hands over mid-rebalancing),
 ``workload-drift`` (4 × 60 quiet topics; in the afternoon a third of them,

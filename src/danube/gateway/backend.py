@@ -1,6 +1,6 @@
 """The admin gRPC API as the gateway uses it: one grpc.aio channel, a deadline and a token per call.
 
-TLS as `danube admin` does it (``danube.server.auth.tls.channel_credentials``); the token travels as
+TLS as `danube admin` does it (``danube.security.tls.channel_credentials``); the token travels as
 ``authorization: Bearer`` metadata on each call rather than as channel credentials, so an action can
 carry the caller's own token instead of the gateway's (the broker's RBAC then judges the caller).
 """
@@ -38,7 +38,7 @@ class AdminBackend:
         target = cfg.grpc_target()
         if not cfg.uses_tls():
             return grpc.aio.insecure_channel(target, options=options)
-        from danube.server.auth.tls import channel_credentials
+        from danube.security.tls import channel_credentials
 
         if cfg.tls_domain:
             options.append(("grpc.ssl_target_name_override", cfg.tls_domain))

@@ -20,12 +20,14 @@ from dataclasses import dataclass, field
 from prometheus_client.parser import text_string_to_metric_families
 
 from danube.errors import InvalidArgumentError
+from danube.server.rpc_counts import SERVER_ERROR_CODES
 
 log = logging.getLogger("danube.gateway")
 
 MAX_SCRAPE_BYTES = 16 * 1024 * 1024
 MAX_SERIES_POINTS = 11_000  # Prometheus's own limit for one range query
 RATE_WINDOW_S = 60.0  # the charts' "_1m" rates, as Danube's gateway asks Prometheus
+_SERVER_ERRORS = frozenset(code.name for code in SERVER_ERROR_CODES)
 
 
 @dataclass
@@ -44,6 +46,8 @@ class TopicSample:
     latency_buckets: list = field(default_factory=list)  # [(le, cumulative count)]
     latency_count: float = 0.0
     wal: dict = field(default_factory=dict)  # next_offset, first_offset, durable_offset
+    wal_flush_total: float = 0.0
+    wal_flush_buckets: list = field(default_factory=list)  # [(le, cumulative count)]
 
 
 @dataclass
@@ -52,6 +56,11 @@ class BrokerSample:
     at: float
     topics: dict = field(default_factory=dict)  # topic -> TopicSample
     topics_owned: float = 0.0
+    rpc_total: float = 0.0  # calls answered (danube_broker_rpc_total)
+    rpc_errors: float = 0.0  # of them, answered with a status other than OK
+    rpc_server_errors: float = 0.0  # of those, the server's failures (errors_5xx_total)
+    wal_sync_rounds: float = 0.0
+    wal_round_buckets: list = field(default_factory=list)  # [(le, cumulative count)]
     error: str | None = None
 
     def totals(self) -> dict:
@@ -80,6 +89,19 @@ def parse_exposition(text: str, url: str, at: float) -> BrokerSample:
             name, labels, value = s.name, s.labels, s.value
             if name == "danube_broker_topics_owned":
                 sample.topics_owned = max(sample.topics_owned, value)
+                continue
+            if name == "danube_broker_rpc_total":
+                sample.rpc_total += value
+                if labels.get("result") == "error":
+                    sample.rpc_errors += value
+                    if labels.get("code") in _SERVER_ERRORS:
+                        sample.rpc_server_errors += value
+                continue
+            if name == "danube_wal_sync_rounds_total":
+                sample.wal_sync_rounds += value
+                continue
+            if name == "danube_wal_sync_round_latency_ms_bucket":
+                sample.wal_round_buckets.append((float(labels.get("le", "inf")), value))
                 continue
             t = topic(labels)
             if t is None:
@@ -113,6 +135,10 @@ def parse_exposition(text: str, url: str, at: float) -> BrokerSample:
                 t.latency_buckets.append((float(labels.get("le", "inf")), value))
             elif name == "danube_producer_send_latency_ms_count":
                 t.latency_count += value
+            elif name == "danube_wal_flush_total":
+                t.wal_flush_total += value
+            elif name == "danube_wal_flush_latency_ms_bucket":
+                t.wal_flush_buckets.append((float(labels.get("le", "inf")), value))
             elif name in ("danube_wal_next_offset", "danube_wal_first_offset", "danube_wal_durable_offset"):
                 t.wal[name[len("danube_wal_") :]] = int(value)
     return sample
@@ -257,6 +283,9 @@ class MetricsHub:
         self.cfg = cfg
         self.latest: dict[str, BrokerSample] = {}  # broker id (or URL) -> last scrape
         self.history = History(cfg.history_s, cfg.scrape_interval_s, cfg.max_history_topics)
+        # per broker: (scrape time, calls answered) over the rate window, for rpc_rate_1m
+        self._rpc_points: dict[str, deque] = {}
+        self._rpc_points_max = max(2, int(RATE_WINDOW_S / max(cfg.scrape_interval_s, 0.1)) + 2)
         self.scrapes = 0
         self._lock = asyncio.Lock()
 
@@ -279,8 +308,14 @@ class MetricsHub:
             for key, sample in zip(keys, samples):
                 self.latest[key] = sample
                 merged.update(sample.topics)
+                if sample.error is None:
+                    points = self._rpc_points.get(key)
+                    if points is None:
+                        points = self._rpc_points[key] = deque(maxlen=self._rpc_points_max)
+                    points.append((sample.at, sample.rpc_total))
             for gone in set(self.latest) - set(targets):
                 del self.latest[gone]
+                self._rpc_points.pop(gone, None)
             if merged and not self.cfg.prometheus_url:
                 self.history.record(time.time(), merged)
             self.scrapes += 1
@@ -291,6 +326,20 @@ class MetricsHub:
             return None
         # a topic that just moved may show on two brokers: the busier sample is the live one
         return max(found, key=lambda t: (t.producers + t.consumers, t.msg_in))
+
+    def rpc_rate(self, key: str) -> float:
+        """Calls answered per second by broker ``key`` over the last minute of scrapes (0 until two)."""
+        points = self._rpc_points.get(key)
+        if not points or len(points) < 2:
+            return 0.0
+        now_at, now_total = points[-1]
+        then_at, then_total = next(p for p in points if now_at - p[0] <= RATE_WINDOW_S)
+        if now_at <= then_at:
+            return 0.0
+        delta = now_total - then_total
+        if delta < 0:  # the broker restarted
+            delta = now_total
+        return delta / (now_at - then_at)
 
     def errors(self) -> list[str]:
         return [s.error for s in self.latest.values() if s.error]

@@ -88,19 +88,26 @@ class Pages:
         lists = await asyncio.gather(*(topics_of(b) for b in brokers))
         balance = await self._balance(errors)
         loads = {x["broker_id"]: x for x in (balance or {}).get("brokers", [])}
-        out, totals = [], {"broker_count": len(brokers), "topics_total": 0, "rpc_total": 0, "active_connections": 0}
+        out = []
+        totals = {
+            "broker_count": len(brokers),
+            "topics_total": 0,
+            "rpc_total": 0,
+            "rpc_errors_total": 0,
+            "active_connections": 0,
+        }
         for b, topics in zip(brokers, lists):
             sample = self.metrics.latest.get(b.broker_id)
             conns = sample.totals()["active_connections"] if sample else 0
             stats = {
                 "topics_owned": len(topics),
-                "rpc_total": 0,
-                "rpc_rate_1m": 0.0,
                 "active_connections": conns,
-                "errors_5xx_total": 0,
+                **self._rpc_stats(b.broker_id, sample),
             }
             totals["topics_total"] += len(topics)
             totals["active_connections"] += conns
+            totals["rpc_total"] += stats["rpc_total"]
+            totals["rpc_errors_total"] += stats["rpc_errors_total"]
             out.append(
                 {
                     **_identity(b),
@@ -113,6 +120,16 @@ class Pages:
             )
         errors += self.metrics.errors()
         return {"timestamp": now_iso(), "brokers": out, "totals": totals, "balance": balance, "errors": errors}
+
+    def _rpc_stats(self, broker_id: str, sample) -> dict:
+        """Calls answered by a broker (its ``danube_broker_rpc_total``): all, refused or failed, and
+        the server's own failures, Danube's ``errors_5xx_total``."""
+        return {
+            "rpc_total": int(sample.rpc_total) if sample else 0,
+            "rpc_rate_1m": self.metrics.rpc_rate(broker_id),
+            "rpc_errors_total": int(sample.rpc_errors) if sample else 0,
+            "errors_5xx_total": int(sample.rpc_server_errors) if sample else 0,
+        }
 
     async def _balance(self, errors: list[str] | None = None) -> dict | None:
         try:
@@ -216,14 +233,14 @@ class Pages:
             "timestamp": now_iso(),
             "broker": {**_identity(b), "admin_addr": b.admin_addr},
             "metrics": {
-                "rpc_total": 0,
+                **self._rpc_stats(broker_id, sample),
                 "topics_owned": len(infos),
                 "inbound_bytes_total": int(totals.get("bytes_in_total", 0)),
                 "outbound_bytes_total": int(totals.get("bytes_out_total", 0)),
-                "errors_5xx_total": 0,
                 "active_connections": totals.get("active_connections", 0),
+                "wal_sync_rounds_total": int(sample.wal_sync_rounds) if sample else 0,
+                "wal_sync_round_latency_ms_p95": quantile(sample.wal_round_buckets, 0.95) if sample else 0.0,
                 # the fields Danube's Admin UI reads on its broker page
-                "rpc_rate_1m": 0.0,
                 "producers_connected": int(sum(t.producers for t in sample.topics.values())) if sample else 0,
                 "consumers_connected": int(sum(t.consumers for t in sample.topics.values())) if sample else 0,
             },
@@ -288,10 +305,10 @@ class Pages:
             reliable = {
                 "wal_append_total": s.wal.get("next_offset", 0),
                 "wal_append_bytes_total": 0,
-                "wal_flush_total": 0,
-                "wal_flush_latency_ms_p50": 0.0,
-                "wal_flush_latency_ms_p95": 0.0,
-                "wal_flush_latency_ms_p99": 0.0,
+                "wal_flush_total": int(s.wal_flush_total),
+                "wal_flush_latency_ms_p50": quantile(s.wal_flush_buckets, 0.5),
+                "wal_flush_latency_ms_p95": quantile(s.wal_flush_buckets, 0.95),
+                "wal_flush_latency_ms_p99": quantile(s.wal_flush_buckets, 0.99),
                 "cloud_upload_bytes_total": 0,
                 "cloud_upload_objects_total": 0,
                 **s.wal,

@@ -26,7 +26,7 @@ import secrets
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Sequence
 
 from danube.errors import MetadataError
 from danube.metadata.store import (
@@ -201,7 +201,7 @@ class EmbeddedMetadataStore(MetadataStore):
     def _txn(self, compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]) -> TxnResult:
         def body(revision, events):
             ok = all(c.holds(self._row(c.key)) for c in compare)
-            results = []
+            results: list[Any] = []
             for op in (success if ok else failure):
                 if op.kind == "put":
                     self._apply_put(revision, events, op.key, op.value, op.lease)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Sequence
 from urllib.parse import urlparse
 
 import grpc
@@ -244,7 +244,7 @@ class EtcdMetadataStore(MetadataStore):
                                  failure=[self._request_op(o) for o in failure])
         resp = await self._call("txn", kv_stub.Txn, request)
         ops = success if resp.succeeded else failure
-        results = []
+        results: list[Any] = []
         for op, r in zip(ops, resp.responses):
             if op.kind == "put":
                 results.append(None)

@@ -12,6 +12,7 @@ impossible and a segment is always one plain directory entry.
 from __future__ import annotations
 
 import re
+from typing import TypeGuard
 
 from danube.errors import InvalidNameError, InvalidTopicNameError, quote
 
@@ -25,7 +26,7 @@ NAME_RULE = ("1-255 characters from letters, digits, '_', '-' and '.', "
 _NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,%d}\Z" % (MAX_NAME_CHARS - 1))
 
 
-def is_valid_name(name: object) -> bool:
+def is_valid_name(name: object) -> TypeGuard[str]:
     """True when ``name`` is one valid name segment (see the module docstring)."""
     return isinstance(name, str) and _NAME.match(name) is not None
 
@@ -285,7 +286,7 @@ def unassigned_prefix() -> str:
 
 
 # ---------------------------------------------------------------- scalable topics (docs/scalable-topics.md)
-# The seed's (PIP-468) layout: the topic's key holds the ScalableTopicMetadata JSON, with the
+# Pulsar PIP-468's layout: the topic's key holds the ScalableTopicMetadata JSON, with the
 # controller lock, the subscriptions and their consumer sessions under it.  ``operation`` is
 # danube's addition: the split/merge in progress, so a new controller leader can finish it.
 

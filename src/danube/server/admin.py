@@ -655,6 +655,15 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                     f"{request.topic} is a partitioned topic; set the failure policy on each "
                                     f"partition ({request.topic}-part-0, ...)")
+            exists, delivery = await self.admin.known(request.topic)
+            if not exists:
+                raise NotFoundError(f"topic {request.topic} does not exist")
+            if delivery != "Reliable":
+                # a non-reliable subscription never redelivers: a stored policy would be a promise
+                # nothing keeps (Danube refuses it with this status and sentence)
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                    "subscription failure policy can only be configured for reliable topics "
+                                    f"({request.topic} is non-reliable)")
             owner = self.admin.remote_owner(request.topic, context)
             if owner is not None:  # checked here first: bad input is refused without a hop
                 return await self.admin.forward(owner, "SetSubscriptionFailurePolicy", request, context)

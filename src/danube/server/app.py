@@ -18,12 +18,13 @@ from typing import Callable
 
 import grpc
 
-from danube import _allocator
+from danube import _allocator, _gctune
 from danube.broker.service import BrokerService
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.server import danube_services
 from danube.server.config import BrokerConfig
 from danube.server.metrics import PrometheusMetrics
+from danube.server.rpc_counts import CountingInterceptor, RpcCounts
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,8 @@ class BrokerApp:
 
         self.security = Security(cfg.auth, self.broker, self.metadata)
         await self.security.start()
-        self.server = self.security.guard_client_server(self._client_server(cfg.grpc_server, cfg.http2_limits))
+        self.server = self.security.guard_client_server(
+            self._client_server(cfg.grpc_server, cfg.http2_limits, self.metrics.rpc))
         # The schema registry first: it hands Danube's protocol and the batch lane the gate.
         schema_service = _optional_edge("danube.server.schema_service")
         if schema_service is not None:
@@ -113,7 +115,10 @@ class BrokerApp:
 
         admin = _optional_edge("danube.server.admin")
         if cfg.admin_port:
-            self.admin_server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=self.security.interceptors())
+            # counting outermost: a call the guard refuses is counted with its status too
+            self.admin_server = grpc.aio.server(
+                options=GRPC_OPTIONS,
+                interceptors=[CountingInterceptor(self.metrics.rpc), *self.security.interceptors()])
             if admin is not None:
                 admin.add_to_server(self.admin_server, self.broker)
             if self.schema_gate is not None:   # Danube's admin CLI reaches the registry on the admin port
@@ -198,12 +203,16 @@ class BrokerApp:
                  cfg.etcd_url, cfg.assignment_strategy)
 
     @staticmethod
-    def _client_server(kind: str, http2_limits=None):
+    def _client_server(kind: str, http2_limits=None, rpc: RpcCounts | None = None):
         if kind == "native":
             from danube.server.h2grpc import H2Limits, H2Server
 
-            return H2Server(H2Limits.from_dict(http2_limits, max_receive_message_length=MAX_MESSAGE_BYTES))
-        return grpc.aio.server(options=GRPC_OPTIONS)
+            server = H2Server(H2Limits.from_dict(http2_limits, max_receive_message_length=MAX_MESSAGE_BYTES))
+            if rpc is not None:
+                server.on_status = rpc.observe
+            return server
+        return grpc.aio.server(options=GRPC_OPTIONS,
+                               interceptors=[CountingInterceptor(rpc)] if rpc is not None else None)
 
     def _bind(self, server: grpc.aio.Server, port: int, what: str) -> int:
         address = f"{self.config.host}:{port}"
@@ -297,5 +306,7 @@ def run(config: BrokerConfig) -> int:
 
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     _allocator.tune()
+    _gctune.tune()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(serve(config))
+        # once started, the startup heap (modules, config, stores) leaves the collector's sight
+        return runner.run(serve(config, on_ready=lambda _app: _gctune.freeze()))

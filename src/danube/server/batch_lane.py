@@ -12,6 +12,7 @@ goes on; errors map to gRPC codes only in ``danube.server.status``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any, AsyncIterator
 
@@ -19,6 +20,7 @@ import grpc
 
 from danube import frames as frame_codec
 from danube._tasks import wake
+from danube.broker.acks import AckBatcher
 from danube.errors import DanubeError, InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
@@ -78,6 +80,32 @@ def _encoded_batch(frames, rest: bytes) -> Encoded:
     return Encoded((_BATCH_TAG + varint(inner) + frames_head, frames, rest))
 
 
+def _encoded_ack(sequence: int, producer_id: int, first: int, last: int) -> Encoded:
+    """A stored batch's ``PublishAck`` as protobuf serializes it (fields 1-5 as varints, zeros
+    left out), without building the message."""
+    out = b"\x08" + varint(sequence) if sequence else b""
+    if producer_id:
+        out += b"\x10" + varint(producer_id)
+    if first:
+        out += b"\x18" + varint(first)
+    if last:
+        out += b"\x20" + varint(last)
+    return Encoded((out + b"\x28" + varint(last - first + 1),))
+
+
+def _batch_fields(first: int, last: int, count: int) -> bytes:
+    """``ConsumeBatch``'s first_offset (2), last_offset (3) and count (4) as protobuf serializes
+    them (varints; a zero is left out), without building the message."""
+    out = b""
+    if first:
+        out = b"\x10" + varint(first)
+    if last:
+        out += b"\x18" + varint(last)
+    if count:
+        out += b"\x20" + varint(count)
+    return out
+
+
 def _validate_frames(frames: bytes) -> bytearray:
     """One codec call over the whole batch; a writable copy for in-place stamping."""
     if not frames:
@@ -86,10 +114,32 @@ def _validate_frames(frames: bytes) -> bytearray:
     return bytearray(frames)
 
 
+class _NotLoaded(Exception):
+    """An ack for a consumer not loaded here yet: it takes the awaited path."""
+
+
+def _ack_pairs(ranges) -> tuple[list[tuple[int, int]], int]:
+    """An ack request's ranges as (first, last) pairs, and how many offsets they name."""
+    pairs: list[tuple[int, int]] = []
+    named = 0
+    for r in ranges:
+        first, last = r.first, r.last
+        if last < first:
+            raise InvalidArgumentError(f"ack range {first}..{last} ends before it starts")
+        if last - first >= 1_000_000:
+            raise InvalidArgumentError(f"ack range {first}..{last} spans more than 1,000,000 offsets")
+        pairs.append((first, last))
+        named += last - first + 1
+    return pairs, named
+
+
 class BatchLaneService(pb_grpc.BatchLaneServicer):
     def __init__(self, broker: Any) -> None:
         self._broker = broker
         self._schema = getattr(broker, "schema_gate", None)   # danube.schema.validation.SchemaGate
+        self._publish_nowait = getattr(broker, "publish_nowait", None)   # the per-call publish path
+        # In-stream acks of every Consume stream, applied once per consumer and loop turn.
+        self._acks = AckBatcher(self._apply_acks) if getattr(broker, "ack_ranges_now", None) else None
         self._repartition = None   # danube.routing.repartition.broker_hook.RepartitionRuntime (version fence)
         if getattr(broker, "metadata", None) is not None:
             from danube.routing.repartition import broker_hook
@@ -189,40 +239,118 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                 topic, request.schema_id if request.HasField("schema_id") else None,
                 request.schema_version if request.HasField("schema_version") else None, buf)
 
+    def _publish_now(self, request: pb.PublishRequest) -> pb.PublishAck | asyncio.Future | None:
+        """The per-call path: a batch naming a loaded producer, with no schema check and no
+        partitioning version, is validated and appended in the reader's turn; returns the future
+        of its durability, or its ack when it was refused (nothing stored).  None when the batch
+        needs the general path (``_publish_one`` in a task)."""
+        publish_nowait = self._publish_nowait
+        if (publish_nowait is None or request.WhichOneof("producer") != "producer_id"
+                or request.HasField("partitioning_version") or (self._schema is not None and self._schema.active)):
+            return None
+        try:
+            return publish_nowait(request.producer_id, _validate_frames(request.frames))
+        except Exception as exc:  # noqa: BLE001 - refused (or a bug): this batch, not the stream
+            if not isinstance(exc, DanubeError):
+                log.exception("publish of batch %d failed", request.sequence)
+            ack = pb.PublishAck(sequence=request.sequence, producer_id=request.producer_id)
+            ack.status.CopyFrom(_batch_status(exc))
+            return ack
+
     async def Publish(self, request_iterator, context) -> AsyncIterator[pb.PublishAck]:
         """Reads batches and stores several at once; each ack goes out when its batch is durable.
 
-        Batches are handed to the broker in arrival order (each task starts in the
-        order it was created), so one stream's batches are appended in order.
+        Batches are handed to the broker in arrival order: on the per-call path each is
+        appended as it is read; a batch that needs a task (a producer to create or load, a
+        schema or partitioning check) is read only after the tasks before it, which start in
+        the order they were created, and the per-call path waits while such tasks are pending.
+        On the native server an ack of the per-call path is written by the callback that
+        learns its batch is durable (``write_nowait``) while this handler is not writing.
         """
         acks: asyncio.Queue = asyncio.Queue()
-        window = asyncio.Semaphore(MAX_STREAM_IN_FLIGHT)
+        loop = asyncio.get_running_loop()
         created: dict = {}
         tasks: set[asyncio.Task] = set()
         reading_done = object()
+        # batches read and not answered yet; the future the reader waits on for room (or the end)
+        state: list = [0, None]
+        encoded = getattr(context, "sends_encoded", False)
+        write_nowait = getattr(context, "write_nowait", None)
+        idle = [False]   # this handler waits for an ack to send (is not in the middle of a write)
+
+        def settle() -> None:
+            state[0] -= 1
+            waiter = state[1]
+            if waiter is not None:
+                wake(waiter)
+
+        def answer(ack) -> None:
+            if not (idle[0] and write_nowait is not None and acks.empty() and write_nowait(ack)):
+                acks.put_nowait(ack)
 
         async def store(request):
             try:
-                await acks.put(await self._publish_one(request, created))
+                acks.put_nowait(await self._publish_one(request, created))
             finally:
-                window.release()
+                settle()
+
+        def answered(sequence: int, producer_id: int, fut: asyncio.Future) -> None:
+            try:
+                if fut.cancelled():
+                    return   # the broker is stopping: as a cancelled store, no ack
+                exc = fut.exception()
+                if exc is None:
+                    first, last = fut.result()
+                    if encoded:
+                        answer(_encoded_ack(sequence, producer_id, first, last))
+                    else:
+                        answer(pb.PublishAck(sequence=sequence, producer_id=producer_id, first_offset=first,
+                                             last_offset=last, count=last - first + 1))
+                    return
+                if not isinstance(exc, DanubeError):
+                    log.error("publish of batch %d failed", sequence, exc_info=exc)
+                ack = pb.PublishAck(sequence=sequence, producer_id=producer_id)
+                ack.status.CopyFrom(_batch_status(exc))
+                answer(ack)
+            finally:
+                settle()
+
+        async def at_most(limit: int) -> None:
+            while state[0] > limit:
+                state[1] = loop.create_future()
+                try:
+                    await state[1]
+                finally:
+                    state[1] = None
 
         async def read_requests():
             try:
                 async for request in request_iterator:
-                    await window.acquire()
-                    task = asyncio.ensure_future(store(request))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                if tasks:
-                    await asyncio.gather(*tasks, return_exceptions=True)
+                    if state[0] >= MAX_STREAM_IN_FLIGHT:
+                        await at_most(MAX_STREAM_IN_FLIGHT - 1)
+                    state[0] += 1
+                    now = None if tasks else self._publish_now(request)
+                    if now is None:
+                        task = asyncio.ensure_future(store(request))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+                    elif type(now) is pb.PublishAck:
+                        acks.put_nowait(now)
+                        settle()
+                    else:
+                        now.add_done_callback(functools.partial(answered, request.sequence, request.producer_id))
+                await at_most(0)
             finally:
-                await acks.put(reading_done)
+                acks.put_nowait(reading_done)
 
         reader = asyncio.ensure_future(read_requests())
         try:
             while True:
-                item = await acks.get()
+                idle[0] = True
+                try:
+                    item = await acks.get()
+                finally:
+                    idle[0] = False
                 if item is reading_done:
                     break
                 yield item
@@ -252,15 +380,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
 
     async def _ack(self, consumer_id: int, ranges) -> int:
         """Acks whole ranges (no work per offset); returns how many offsets the request named."""
-        pairs: list[tuple[int, int]] = []
-        named = 0
-        for r in ranges:
-            if r.last < r.first:
-                raise InvalidArgumentError(f"ack range {r.first}..{r.last} ends before it starts")
-            if r.last - r.first >= 1_000_000:
-                raise InvalidArgumentError(f"ack range {r.first}..{r.last} spans more than 1,000,000 offsets")
-            pairs.append((r.first, r.last))
-            named += r.last - r.first + 1
+        pairs, named = _ack_pairs(ranges)
         if pairs:
             ack_ranges = getattr(self._broker, "ack_ranges", None)
             if ack_ranges is not None:
@@ -268,6 +388,14 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             else:
                 await self._broker.ack(consumer_id, [o for lo, hi in pairs for o in range(lo, hi + 1)])
         return named
+
+    def _apply_acks(self, consumer_id: int, ranges: list[tuple[int, int]]) -> None:
+        if self._broker.ack_ranges_now(consumer_id, ranges) is None:
+            # not loaded here yet (a restart): loading it awaits the metadata store
+            raise _NotLoaded()
+
+    async def _ack_loading(self, consumer_id: int, pairs: list[tuple[int, int]]) -> None:
+        await self._broker.ack_ranges(consumer_id, pairs)
 
     async def _nack(self, consumer_id: int, request: pb.NackRequest) -> None:
         await self._broker.nack(
@@ -354,7 +482,73 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                 stream_ended.set()
                 poke()
 
-        reader = asyncio.ensure_future(read_control())
+        acks = self._acks
+        set_sink = getattr(context, "set_message_sink", None)
+        tasks: set[asyncio.Task] = set()
+
+        def report(exc: BaseException) -> None:
+            errors.put_nowait(_batch_status(exc))
+            poke()
+
+        async def awaited(coro) -> None:
+            try:
+                await coro
+            except DanubeError as exc:
+                report(exc)
+
+        def later(coro) -> None:
+            task = asyncio.ensure_future(awaited(coro))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        def ack_failed(exc: BaseException, target: int, pairs: list[tuple[int, int]]) -> None:
+            if isinstance(exc, _NotLoaded):
+                later(self._ack_loading(target, pairs))
+            elif isinstance(exc, DanubeError):
+                report(exc)
+            else:
+                log.error("ack on consumer %d failed", target, exc_info=exc)
+                report(exc)
+
+        def control(request) -> None:
+            """A control request handled in the connection's read (no task per message); acks
+            join the turn's batch (``AckBatcher``)."""
+            if request is grpc.aio.EOF:
+                stream_ended.set()
+                poke()
+                return
+            try:
+                kind = request.WhichOneof("kind")
+                if kind == "credit":
+                    grant_was_needed = credit[0] <= 0 or credit[1] <= 0
+                    credit[0] += request.credit.messages
+                    credit[1] += request.credit.bytes
+                    if grant_was_needed:
+                        poke()
+                elif kind == "ack":
+                    target = request.ack.consumer_id or consumer_id
+                    pairs, _named = _ack_pairs(request.ack.ranges)
+                    if pairs and tasks:   # behind a nack still being applied: in order, after it
+                        later(self._ack_loading(target, pairs))
+                    elif pairs:
+                        acks.add(target, pairs, ack_failed)
+                elif kind == "nack":
+                    target = request.nack.consumer_id or consumer_id
+                    acks.flush_consumer(target)   # the acks it sent before come first
+                    later(self._nack(target, request.nack))
+                else:
+                    raise InvalidArgumentError(f"unexpected {kind} request after the stream started")
+            except DanubeError as exc:
+                report(exc)
+            except Exception as exc:  # noqa: BLE001 - a bug fails this request, not the connection's read
+                log.exception("control request of consumer %d failed", consumer_id)
+                report(exc)
+
+        if set_sink is not None and acks is not None:
+            reader = None
+            set_sink(control)
+        else:
+            reader = asyncio.ensure_future(read_control())
         try:
             while True:
                 while not errors.empty():
@@ -377,10 +571,15 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                 frames = delivery.frames
                 credit[0] -= delivery.count
                 credit[1] -= len(frames)
+                redelivered = delivery.redelivery_counts
+                if encoded and not redelivered:   # a fresh delivery: no message object
+                    yield _encoded_batch(frames, _batch_fields(delivery.first_offset, delivery.last_offset,
+                                                               delivery.count))
+                    continue
                 batch = pb.ConsumeBatch(
                     first_offset=delivery.first_offset, last_offset=delivery.last_offset, count=delivery.count,
                 )
-                counts = redelivery_counts_in_frame_order(frames, delivery.redelivery_counts)
+                counts = redelivery_counts_in_frame_order(frames, redelivered)
                 if counts:
                     batch.redelivery_counts.extend(counts)
                 if encoded:
@@ -389,7 +588,11 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                     batch.frames = bytes(frames)
                     yield pb.ConsumeResponse(batch=batch)
         finally:
-            reader.cancel()
+            if reader is not None:
+                reader.cancel()
+            # (nacks still being applied finish: as the reader applied them before the stream ended)
+            if acks is not None:
+                acks.flush_consumer(consumer_id)   # acks it sent count before it is detached
             # Unacked deliveries of this stream go back to the subscription.
             detach = getattr(self._broker, "detach", None)
             if detach is not None:

@@ -42,7 +42,7 @@ puts the embedded metadata store in that directory.  ``bootstrap_namespaces`` ar
 start; ``auto_create_topics: false`` refuses producers on a topic nobody created.  Danube's file
 loads unchanged: its keys are honoured or mapped (danube.server.config_danube), and a key this
 broker cannot honour is a warning naming it; a key neither project knows is an error.  The
-``auth`` block: danube.server.auth.settings (docs/security.md).
+``auth`` block: danube.security.settings (docs/security.md).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from typing import Any, Mapping
 
 from danube.broker.policies import DispatchSettings, FailurePolicy, TopicPolicies
 from danube.errors import InvalidArgumentError
-from danube.server.auth.settings import AuthSettings, refuse_if_world_readable
+from danube.security.settings import AuthSettings, refuse_if_world_readable
 
 log = logging.getLogger(__name__)
 

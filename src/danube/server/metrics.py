@@ -7,12 +7,15 @@ about topics, subscriptions and WALs are read from the broker at scrape time.
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from typing import Callable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 
 from danube.broker.stats import MetricsSink
+from danube.server.rpc_counts import RpcCounts
 
 log = logging.getLogger(__name__)
 
@@ -23,36 +26,39 @@ METRIC_NAMES = [
     "danube_subscription_dropped_total", "danube_broker_topics_owned", "danube_topic_producers",
     "danube_topic_consumers", "danube_subscription_backlog_messages", "danube_subscription_unacked_messages",
     "danube_wal_next_offset", "danube_wal_durable_offset", "danube_wal_first_offset",
+    "danube_broker_rpc_total", "danube_wal_flush_total", "danube_wal_flush_latency_ms",
+    "danube_wal_sync_rounds_total", "danube_wal_sync_round_latency_ms",
 ]
 
 
+# The publish latency histogram's upper bounds (ms); a last bucket catches the rest (+Inf).
+LATENCY_BUCKETS_MS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 250, 500, 1000, 5000)
+
+
 class PrometheusMetrics(MetricsSink):
+    """The hot counters (published, delivered, acked: once per call on the broker's event loop) are
+    plain integers in per-topic and per-subscription lists, read when Prometheus scrapes
+    (``_CounterCollector``): a ``prometheus_client`` child takes a lock per ``inc`` and walks its
+    buckets in Python per ``observe``, several times per 2-message call.  Like a labelled
+    ``Counter`` child, a topic's or subscription's counts stay once created."""
+
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.messages_in = Counter("danube_topic_messages_in_total", "Messages published to a topic",
-                                   ["topic"], registry=r)
-        self.bytes_in = Counter("danube_topic_bytes_in_total", "Bytes (frames) published to a topic",
-                                ["topic"], registry=r)
-        self.send_latency = Histogram(
-            "danube_producer_send_latency_ms", "Publish latency from receipt to durable append (ms)",
-            ["topic"], registry=r,
-            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 250, 500, 1000, 5000))
-        self.messages_out = Counter("danube_consumer_messages_out_total", "Messages delivered to consumers",
-                                    ["topic", "subscription"], registry=r)
-        self.bytes_out = Counter("danube_consumer_bytes_out_total", "Bytes delivered to consumers",
-                                 ["topic", "subscription"], registry=r)
-        self.acks = Counter("danube_subscription_acks_total", "Messages acked", ["topic", "subscription"],
-                            registry=r)
         self.redeliveries = Counter("danube_subscription_redeliveries_total", "Messages redelivered",
                                     ["topic", "subscription"], registry=r)
         self._dropped = Counter("danube_subscription_dropped_total",
                                "Messages a subscription gave up on (poison policy, evicted history)",
                                ["topic", "subscription", "reason"], registry=r)
-        self._published_children: dict[str, tuple] = {}
+        # topic -> [messages, bytes, latency sum, then one count per latency bucket (+Inf last)]
+        self._published: dict[str, list] = {}
+        # topic -> subscription -> [messages out, bytes out, acked]
+        self._subscriptions: dict[str, dict[str, list[int]]] = {}
+        self.rpc = RpcCounts()  # the servers count every call they answer (danube.server.rpc_counts)
         self._broker = None
         self._cluster_broker_id: str | None = None
         self._cluster_topics_owned: Callable[[], Mapping[str, float]] | None = None
+        r.register(_CounterCollector(self))
         r.register(_BrokerCollector(self))
 
     def attach(self, broker) -> None:
@@ -63,7 +69,7 @@ class PrometheusMetrics(MetricsSink):
         """Cluster mode: ``danube_broker_topics_owned`` gets a ``broker_id`` label.  This broker's own
         sample is what it serves now; ``others()`` adds the other brokers' counts (the leader's
         rebalancing metrics, from the cluster's assignments: ``danube.cluster.rebalancing.metrics``),
-        so the leader's registry holds the seed's per-broker gauge without a second family."""
+        so the leader's registry holds the per-broker gauge of Danube's load manager without a second family."""
         self._cluster_broker_id = str(broker_id)
         self._cluster_topics_owned = others
 
@@ -74,31 +80,81 @@ class PrometheusMetrics(MetricsSink):
     # ------------------------------------------------------------ MetricsSink
 
     def published(self, topic: str, count: int, nbytes: int, latency_ms: float) -> None:
-        # Once per stored batch: the labelled children are looked up once per topic, not per call.
-        children = self._published_children.get(topic)
-        if children is None:
-            children = self._published_children[topic] = (
-                self.messages_in.labels(topic), self.bytes_in.labels(topic), self.send_latency.labels(topic))
-        messages, nbytes_in, latency = children
-        messages.inc(count)
-        nbytes_in.inc(nbytes)
-        latency.observe(latency_ms)
+        row = self._published.get(topic)
+        if row is None:
+            row = self._published[topic] = [0, 0, 0.0] + [0] * (len(LATENCY_BUCKETS_MS) + 1)
+        row[0] += count
+        row[1] += nbytes
+        row[2] += latency_ms
+        row[3 + bisect_left(LATENCY_BUCKETS_MS, latency_ms)] += 1
 
-    def topic_closed(self, topic: str) -> None:
-        self._published_children.pop(topic, None)
+    def _subscription(self, topic: str, subscription: str) -> list[int]:
+        subs = self._subscriptions.get(topic)
+        if subs is None:
+            subs = self._subscriptions[topic] = {}
+        row = subs.get(subscription)
+        if row is None:
+            row = subs[subscription] = [0, 0, 0]
+        return row
 
     def delivered(self, topic: str, subscription: str, count: int, nbytes: int) -> None:
-        self.messages_out.labels(topic, subscription).inc(count)
-        self.bytes_out.labels(topic, subscription).inc(nbytes)
+        subs = self._subscriptions.get(topic)
+        row = subs.get(subscription) if subs is not None else None
+        if row is None:
+            row = self._subscription(topic, subscription)
+        row[0] += count
+        row[1] += nbytes
 
     def acked(self, topic: str, subscription: str, count: int) -> None:
-        self.acks.labels(topic, subscription).inc(count)
+        subs = self._subscriptions.get(topic)
+        row = subs.get(subscription) if subs is not None else None
+        if row is None:
+            row = self._subscription(topic, subscription)
+        row[2] += count
 
     def redelivered(self, topic: str, subscription: str, count: int) -> None:
         self.redeliveries.labels(topic, subscription).inc(count)
 
     def dropped(self, topic: str, subscription: str, count: int, reason: str) -> None:
         self._dropped.labels(topic, subscription, reason).inc(count)
+
+
+class _CounterCollector:
+    """The hot counters of :class:`PrometheusMetrics`, as Prometheus families when it scrapes
+    (on the exporter's thread: each list is copied in one C call, never half-updated)."""
+
+    def __init__(self, metrics: PrometheusMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self):
+        metrics = self._metrics
+        messages_in = CounterMetricFamily("danube_topic_messages_in", "Messages published to a topic",
+                                          labels=["topic"])
+        bytes_in = CounterMetricFamily("danube_topic_bytes_in", "Bytes (frames) published to a topic",
+                                       labels=["topic"])
+        latency = HistogramMetricFamily("danube_producer_send_latency_ms",
+                                        "Publish latency from receipt to durable append (ms)", labels=["topic"])
+        for topic, row in list(metrics._published.items()):
+            row = list(row)
+            messages_in.add_metric([topic], row[0])
+            bytes_in.add_metric([topic], row[1])
+            buckets, total = [], 0
+            for bound, n in zip(LATENCY_BUCKETS_MS + (float("inf"),), row[3:]):
+                total += n
+                buckets.append((floatToGoString(bound), total))
+            latency.add_metric([topic], buckets, row[2])
+        messages_out = CounterMetricFamily("danube_consumer_messages_out", "Messages delivered to consumers",
+                                           labels=["topic", "subscription"])
+        bytes_out = CounterMetricFamily("danube_consumer_bytes_out", "Bytes delivered to consumers",
+                                        labels=["topic", "subscription"])
+        acks = CounterMetricFamily("danube_subscription_acks", "Messages acked", labels=["topic", "subscription"])
+        for topic, subs in list(metrics._subscriptions.items()):
+            for name, row in list(subs.items()):
+                row = list(row)
+                messages_out.add_metric([topic, name], row[0])
+                bytes_out.add_metric([topic, name], row[1])
+                acks.add_metric([topic, name], row[2])
+        yield from (messages_in, bytes_in, latency, messages_out, bytes_out, acks)
 
 
 class _BrokerCollector:
@@ -153,3 +209,48 @@ class _BrokerCollector:
                     if isinstance(durable, int):
                         wal_durable.add_metric([t.name], durable)
         yield from (owned, producers, consumers, backlog, unacked, wal_next, wal_first, wal_durable)
+        yield from _rpc_families(metrics.rpc)
+        yield from _wal_sync_families(topics if broker is not None else [])
+
+
+def _rpc_families(rpc: RpcCounts):
+    family = CounterMetricFamily("danube_broker_rpc_total",
+                                 "Calls answered, by service, method, result (ok|error) and gRPC status code",
+                                 labels=["service", "method", "result", "code"])
+    for service, method, result, code, count in sorted(rpc.samples()):
+        family.add_metric([service, method, result, code], count)
+    yield family
+
+
+def _histogram(family: HistogramMetricFamily, labels: list[str], latency) -> None:
+    buckets = [(("+Inf" if bound == float("inf") else repr(bound)), n) for bound, n in latency.cumulative()]
+    family.add_metric(labels, buckets, latency.sum_ms)
+
+
+def _wal_sync_families(topics):
+    """Per topic: its WAL's syncs (fdatasync or its share of a syncfs) and how long each took; per
+    process sync group (docs/wal.md, "Group commit across logs"): its rounds and their length."""
+    from danube.wal.sync import process_sync_groups
+
+    flushes = CounterMetricFamily("danube_wal_flush_total", "Syncs that made a topic's WAL appends durable",
+                                  labels=["topic"])
+    flush_ms = HistogramMetricFamily("danube_wal_flush_latency_ms", "Length of each sync of a topic's WAL (ms)",
+                                     labels=["topic"])
+    for t in topics:
+        wal = getattr(t.storage, "wal", None) if t.reliable else None
+        latency = getattr(wal, "flush_latency", None)
+        if latency is None:
+            continue
+        flushes.add_metric([t.name], wal.sync_count)
+        _histogram(flush_ms, [t.name], latency)
+    rounds = CounterMetricFamily("danube_wal_sync_rounds_total",
+                                 "Group-commit rounds run (each syncs every WAL with appends to sync)",
+                                 labels=["group"])
+    round_ms = HistogramMetricFamily("danube_wal_sync_round_latency_ms",
+                                     "Length of a group-commit round, its syncs to its waiters answered (ms)",
+                                     labels=["group"])
+    for group in process_sync_groups():
+        name = "syncfs" if group.syncfs_min_logs else "per_file"
+        rounds.add_metric([name], group.rounds)
+        _histogram(round_ms, [name], group.round_latency)
+    yield from (flushes, flush_ms, rounds, round_ms)

@@ -1,6 +1,6 @@
 """Scalable topics on the client port (proto/danube_scalable/scalable.proto; docs/scalable-topics.md).
 
-:class:`ScalableTopicService` is the seed's per-broker singleton: it keeps one
+:class:`ScalableTopicService` is PIP-468's per-broker singleton: it keeps one
 :class:`~danube.routing.scalable.controller.ScalableTopicController` per scalable topic this
 broker was asked about (each takes part in that topic's election), serves DAG watch sessions
 from the metadata store, and forwards what only the controller leader may do (split, merge,
@@ -37,7 +37,7 @@ from danube.routing.scalable.controller import (
     create_scalable_topic,
     delete_scalable_topic,
 )
-from danube.routing.scalable.layout import SegmentLayout, segment_topic_name
+from danube.model.segment_layout import SegmentLayout, segment_topic_name
 from danube.routing.scalable.segments import BrokerSegmentOps
 from danube.routing.scalable.store import ScalableTopicStore, TopicSnapshot
 from danube.server import status as status_map
@@ -171,7 +171,7 @@ class ScalableTopicService:
         return self._lease
 
     async def controller(self, topic: str) -> ScalableTopicController:
-        """The seed's getOrCreateController: started, and the topic's leader known."""
+        """PIP-468's getOrCreateController: started, and the topic's leader known."""
         ctl = self.controllers.get(topic)
         if ctl is None:
             async with self._lock:

@@ -246,7 +246,7 @@ def _proto_value(msg) -> dict:
     """A message as plain Python values by field name (enums by name, nested messages as dicts)."""
     from google.protobuf.descriptor import FieldDescriptor as F
 
-    out = {}
+    out: dict[str, Any] = {}
     for f in msg.DESCRIPTOR.fields:
         value = getattr(msg, f.name)
         if f.message_type is not None and f.message_type.GetOptions().map_entry:

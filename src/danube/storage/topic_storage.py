@@ -67,6 +67,8 @@ class TopicStorage:
         self.sealed_offset: int | None = None
         self._writable = True
         self._closed = False
+        # make_read_only(): why writes are refused while the stored offsets are still served
+        self.read_only_reason: str | None = None
         self._seal_lock = asyncio.Lock()
         self._wake = asyncio.Event()       # the maintenance task has something to look at
         self._rotation_seen = False         # ... a rotated file (export, retention)
@@ -109,6 +111,10 @@ class TopicStorage:
     def sealed(self) -> bool:
         return self.sealed_offset is not None
 
+    @property
+    def read_only(self) -> bool:
+        return self.read_only_reason is not None
+
     def describe(self) -> dict[str, Any]:
         segments = self.catalog.segments
         return {
@@ -124,6 +130,7 @@ class TopicStorage:
                           "size": d.size, "record_count": d.record_count} for d in segments[-20:]],
             "recovered_from": self.recovery.source,
             "sealed": self.sealed,
+            "read_only": self.read_only,
             "backend": self.backend.describe(),
         }
 
@@ -237,6 +244,9 @@ class TopicStorage:
     def append_frames(self, buf: bytearray) -> tuple[int, int]:
         """Stamp and append an unstamped frame batch; ``(first, last)`` offsets."""
         if not self._writable:
+            if self.read_only_reason is not None:
+                raise TopicSealedError(f"topic {self.topic} is read-only on this broker: {self.read_only_reason}; "
+                                       "publish refused, nothing stored", retriable=True)
             if self.sealed_offset is not None or not self._closed:
                 raise TopicSealedError(f"topic {self.topic} is sealed for a handoff; look it up again",
                                        retriable=True)
@@ -314,6 +324,28 @@ class TopicStorage:
 
     # ------------------------------------------------------------------ seal and close
 
+    async def make_read_only(self, reason: str) -> int:
+        """Stop writing and give the WAL directory up (its lock, its writer) but go on serving
+        every offset stored here: the files stay mapped and those offsets never change, even when
+        another broker opens the directory and continues the log (shared_fs).  No export, no
+        retention, no seal: this broker may not own the topic any more.  Appends are refused with
+        ``reason``.  The storage factory forgets this storage, so the next ``open_topic`` opens
+        the WAL anew (``BrokerService.reopen_for_writing``).  Returns the last offset stored."""
+        async with self._seal_lock:
+            if self._closed:
+                raise StorageError(f"topic {self.topic} storage is closed", retriable=True)
+            if self.read_only_reason is not None:
+                return self.wal.next_offset - 1
+            self._writable = False
+            self.read_only_reason = reason
+            await self._stop_background()
+            try:
+                last = await asyncio.to_thread(self.wal.stop_writing)
+            finally:
+                self._notify_closed()
+            log.warning("%s: read-only from offset %d on (WAL released): %s", self.topic, last + 1, reason)
+            return last
+
     async def seal(self) -> int:
         """Stop writes, flush, export the tail, write StorageStateSealed, clear the local WAL.
 
@@ -325,6 +357,9 @@ class TopicStorage:
                 return self.sealed_offset
             if self._closed:
                 raise StorageError(f"topic {self.topic} storage is closed", retriable=False)
+            if self.read_only_reason is not None:
+                raise StorageError(f"topic {self.topic} cannot be sealed: it is read-only on this broker "
+                                   f"({self.read_only_reason})", retriable=True)
             self._writable = False
             restart = self._task is not None
             await self._stop_background()
@@ -369,6 +404,10 @@ class TopicStorage:
             self._writable = False
             self._closed = True
             await self._stop_background()
+            if self.read_only_reason is not None:
+                # the directory was given up (make_read_only): only the mappings are left to release
+                await asyncio.to_thread(self.wal.close)
+                return
             if export and self.config.exports_continuously and self._may_export():
                 await self._export_at_close(timeout)
             await asyncio.to_thread(self.wal.close)

@@ -25,6 +25,7 @@ from danube.wal.options import SyncPolicy, WalOptions
 from danube.wal.pagecache import PageCacheWindow
 from danube.wal.recovery import RecoveryReport, recover
 from danube.wal.rotation import FileKeeper, file_info as _info, grow_reservation
+from danube.wal.flushstats import FlushLatency
 from danube.wal.sync import Syncer
 from danube.wal.tail import AppendNotifier
 
@@ -44,6 +45,7 @@ class Wal:
         self.path = os.path.abspath(path)
         self.options = options
         self._closed = False
+        self._read_only = False  # stop_writing(): the lock is released, the mappings stay readable
         os.makedirs(self.path, exist_ok=True)
         try:
             self._lock_fd = os.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
@@ -65,6 +67,7 @@ class Wal:
         self.suspend_count = 0
         self._reads = 0                        # reads that reached the files (idleness)
         self._sync_base = 0
+        self.flush_latency = FlushLatency()    # every sync's, across suspends
         self.resume_count = 0
         self._ring: Any = None
         self._notifier: AppendNotifier | None = None
@@ -115,7 +118,7 @@ class Wal:
         self._syncer = Syncer(options.sync, options.sync_interval_ms, self._appended, self._sync_files,
                               after_sync=self._trim_page_cache if self.page_cache is not None else None,
                               group=options.sync_group, watch_appends=self._notifier.watch,
-                              fs_target=self._fs_sync_target)
+                              fs_target=self._fs_sync_target, latency=self.flush_latency)
         self._keeper = FileKeeper(self.path, options, recovered.checkpoint,
                                   durable=options.sync is not SyncPolicy.NEVER, sync_lock=self._syncer.lock)
         self._keeper.listeners = self._listeners
@@ -147,6 +150,8 @@ class Wal:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"offsets {self.first_offset}..{self.next_offset - 1}"
+        if self._read_only and not self._closed:
+            state += " read-only"
         return f"<Wal {self.path} {state} sync={self.options.sync.value}>"
 
     # ------------------------------------------------------------ state
@@ -154,6 +159,12 @@ class Wal:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def read_only(self) -> bool:
+        """True after :meth:`stop_writing`: offsets below ``next_offset`` stay readable, nothing
+        else works (appends, rotation, pruning and syncs raise :class:`WalClosedError`)."""
+        return self._read_only
 
     @property
     def next_offset(self) -> int:
@@ -218,7 +229,8 @@ class Wal:
 
     def _check_open(self) -> None:
         if self._closed or self._closing:
-            raise WalClosedError("the WAL is closed")
+            raise WalClosedError("the WAL is read-only (stop_writing)" if self._read_only and not self._closed
+                                 else "the WAL is closed")
 
     # ------------------------------------------------------------ writing
 
@@ -601,10 +613,50 @@ class Wal:
             except Exception:  # noqa: BLE001 - the log is open and usable whatever a listener does
                 log.exception("WAL %s: resume listener %r failed", self.path, callback)
 
+    def stop_writing(self) -> int:
+        """Give up writing but keep reading: sync (unless sync='never'), finish rotated files,
+        write the checkpoint, stop the writer and release the directory's lock; the files stay
+        mapped, so every offset below ``next_offset`` is read as before until :meth:`close`.
+
+        Another process may open the directory from then on (the next owner of a topic whose WAL
+        is on a shared file system) and append after those offsets: this log never writes to the
+        directory again (no sync, rotation, pruning, suspend or checkpoint), and its reads stop at
+        its own ``next_offset``, below which the files never change.  A suspended log is reopened
+        first, while the lock is still held (reading it later would recover the files, which
+        writes).  Returns the last offset stored (``next_offset - 1``).  Blocks (syncs, file work):
+        call from a worker thread."""
+        self._resume_if_dormant()
+        with self._admin_lock:
+            if self._closed or self._closing:
+                raise WalClosedError("the WAL is closed" if not self._read_only else "the WAL is read-only")
+            self._closing = True  # stays set: everything that writes refuses (see _check_open)
+            self._writer.close()  # no append (hence no rotation) from here on
+        try:
+            self._keeper.close()  # rotated files finished (trimmed, synced), the spare deleted
+        finally:
+            with self._admin_lock:
+                try:
+                    self._syncer.close()  # a last sync
+                    self._keeper.update_checkpoint()
+                finally:
+                    self._read_only = True
+                    self.page_cache = None
+                    os.close(self._lock_fd)  # the lock goes with its descriptor
+                    self._lock_fd = -1
+        return self._writer.next_offset - 1
+
     def close(self) -> None:
         """Sync (unless sync='never'), finish rotated files, stop background work, release the
         files. Idempotent."""
         with self._admin_lock:
+            if self._read_only and not self._closed:
+                # stop_writing did the rest (and gave the directory up): only the mappings go
+                self._closed = True
+                self._notifier.close()
+                self._ring.reset(self._writer.next_offset)
+                for s in self._segments:
+                    s.close()
+                return
             if self._closed or self._closing:
                 return
             self._closing = True

@@ -4,8 +4,8 @@ Why: on a virtual machine whose host takes back the memory its guest leaves free
 balloon with free page reporting, as on Firecracker and many cloud VMs), the first write into a
 page the host took back costs a fault in the host.  A log that keeps all it wrote in the page
 cache makes every new write land in such pages, many times slower (measurements:
-docs/benchmarks.md, "Sixth pass").  Dropping the pages that lie more than a window behind the
-head returns them to the kernel's free lists, where the next writes find them still backed.
+docs/benchmarks.md, "The page cache behind the WAL").  Dropping the pages that lie more than a
+window behind the head returns them to the kernel's free lists, where the next writes find them still backed.
 
 Readers inside the window, and so everything the WAL's frame cache serves, are unaffected; a
 reader further behind faults its pages back in from the file, as after a restart.  The trim runs

@@ -61,7 +61,7 @@ def grow_reservation(seg, need: int) -> bool:
     ``seg``, doubling its reservation (a few microseconds on ext4), when the file's size allows;
     False when it does not (rotate instead).
 
-    Why in steps (issue 20; docs/wal.md "Disk"): a file reserved whole up front costs its full
+    Why in steps (docs/wal.md "Disk"): a file reserved whole up front costs its full
     size on disk the moment a topic exists.  The file is created at its full size but sparse
     (``ftruncate``: a hole reads as zeros, where recovery's scan stops) and only its reserved
     part is allocated; stores through the mapping never go beyond the reservation, so a full
@@ -104,7 +104,7 @@ class FileKeeper:
         self._closing = False
         self._spare_failed = False            # stop retrying until the next rotation
         # A spare only for a log that writes: made after its first rotation, not at open (an idle
-        # or small topic holds one file; issue 20).
+        # or small topic holds one file, so many idle topics cost little disk).
         self._want_spare = False
         self._spare_reserve = options.initial_file_bytes  # disk reserved for the next spare
         self.spares_used = 0                  # rotations that found their file ready
@@ -157,7 +157,8 @@ class FileKeeper:
             self.unsynced.append(old)
         with self._cond:
             # the next spare reserves what this file came to need: a hot log's files are
-            # reserved whole (as before issue 20), a log rotated by age keeps small files
+            # reserved whole (as every file was before reservations grew in steps), a log rotated by
+            # age keeps small files
             self._spare_reserve = min(max(old.capacity, self.options.initial_file_bytes),
                                       self.options.max_file_bytes)
             self._want_spare = True  # the log writes: keep a spare ahead from now on

@@ -31,7 +31,8 @@ reason covers every log with something to sync, whatever its policy.
 Why the allowance: a writer that appends once per interval (a paced producer, a
 5 ms linger) drifts against a strict start-to-start gap, and then every append
 waits out most of an interval.  With one interval of slack it is synced at once,
-and the budget is the same (measurements: docs/benchmarks.md, "Fifth pass").
+and the budget is the same (measurements: docs/benchmarks.md,
+"Half-rate point, pacing, interval syncer, glibc malloc").
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import time
 from typing import Any, Callable
 
 from danube.errors import WalClosedError
+from danube.wal.flushstats import FlushLatency
 from danube.wal.options import SyncPolicy
 from danube.wal.workers import WorkerPool
 
@@ -126,9 +128,10 @@ class SyncGroup:
         self._thread: threading.Thread | None = None
         self._pool: WorkerPool | None = None   # made on the first round that needs one
         self._syncfs_failed = False
-        self.rounds = 0          # rounds run (tests, stats)
+        self.rounds = 0          # rounds run (tests, stats, the metrics page)
         self.synced_logs = 0     # logs in them
         self.fs_syncs = 0        # syncfs calls made for them
+        self.round_latency = FlushLatency()  # a round's length, from its first sync to its waiters answered
 
     def request(self, syncer: "Syncer") -> None:
         """``syncer`` has something to sync (any thread)."""
@@ -188,6 +191,7 @@ class SyncGroup:
                 log.exception("WAL: a sync round failed")
 
     def _round(self, logs: list["Syncer"]) -> None:
+        started = time.perf_counter()
         rest = logs
         busy: list[Syncer] = []
         if self.syncfs_min_logs and len(logs) >= self.syncfs_min_logs:
@@ -221,6 +225,7 @@ class SyncGroup:
         for syncer in logs:
             ready.extend(syncer._take_ready())
         resolve_futures(ready, None)
+        self.round_latency.record((time.perf_counter() - started) * 1000.0)
         for syncer in logs:
             syncer._after_round()
         if busy:
@@ -254,7 +259,9 @@ class SyncGroup:
                         syncer._sync_locked()
                     continue
                 try:
+                    started = time.perf_counter()
                     _syncfs(fd)  # type: ignore[misc]  # not None: syncfs_min_logs is 0 without it
+                    took_ms = (time.perf_counter() - started) * 1000.0
                     self.fs_syncs += 1
                 except OSError as exc:
                     # Another file's writeback error on this file system fails syncfs too: each log's
@@ -266,7 +273,7 @@ class SyncGroup:
                         syncer._sync_locked()
                     continue
                 for syncer, target in items:
-                    syncer._fs_synced(target)
+                    syncer._fs_synced(target, took_ms)
         finally:
             for _fd, items in held.values():
                 for syncer, _target in items:
@@ -285,6 +292,12 @@ def _sync_all(logs: list["Syncer"], busy: list["Syncer"]) -> None:
 
 _GROUPS: dict[bool, SyncGroup] = {}
 _GROUPS_LOCK = threading.Lock()
+
+
+def process_sync_groups() -> list[SyncGroup]:
+    """The process-wide groups made so far (the broker's metrics page reports their rounds)."""
+    with _GROUPS_LOCK:
+        return list(_GROUPS.values())
 
 
 def default_sync_group(syncfs: bool = True) -> SyncGroup:
@@ -308,7 +321,8 @@ class Syncer:
                  sync_files: Callable[[], None], after_sync: Callable[[], object] | None = None, *,
                  group: SyncGroup | None = None,
                  watch_appends: Callable[[Callable[[], None]], None] | None = None,
-                 fs_target: Callable[[], tuple[int, int] | None] | None = None) -> None:
+                 fs_target: Callable[[], tuple[int, int] | None] | None = None,
+                 latency: FlushLatency | None = None) -> None:
         self.policy = policy
         self.interval_s = interval_ms / 1000.0
         self._appended = appended       # highest offset appended (next_offset - 1)
@@ -326,6 +340,7 @@ class Syncer:
         self._error: BaseException | None = None
         self._synced_in_round = False
         self.sync_count = 0
+        self.latency = latency if latency is not None else FlushLatency()  # of each sync of this log
         self._group: SyncGroup | None = None
         self._watch = None
         if policy is not SyncPolicy.NEVER:
@@ -349,7 +364,9 @@ class Syncer:
         with self._lock:
             target = self._appended()
             if target > self._durable:
+                started = time.perf_counter()
                 self._sync_files()
+                self.latency.record((time.perf_counter() - started) * 1000.0)
                 self.sync_count += 1
                 self._durable = target
                 synced = True
@@ -393,7 +410,9 @@ class Syncer:
         try:
             target = self._appended()
             if target > self._durable:
+                started = time.perf_counter()
                 self._sync_files()
+                self.latency.record((time.perf_counter() - started) * 1000.0)
                 self.sync_count += 1
                 self._durable = target
                 self._synced_in_round = True
@@ -420,8 +439,10 @@ class Syncer:
             return None
         return where[0], where[1], target
 
-    def _fs_synced(self, target: int) -> None:
-        """Everything through ``target`` was written back by a syncfs (the lock is held)."""
+    def _fs_synced(self, target: int, took_ms: float) -> None:
+        """Everything through ``target`` was written back by a syncfs that took ``took_ms`` (the
+        lock is held)."""
+        self.latency.record(took_ms)
         self.sync_count += 1
         self._durable = target
         self._synced_in_round = True

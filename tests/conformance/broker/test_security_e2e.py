@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from danube.server.auth.jwt import issue_token
+from danube.security.jwt import issue_token
 from tests.conformance.broker import harness
 from tests.support.broker import running_broker
 from tests.support.certs import make_pki

@@ -5,11 +5,13 @@ client that ends, is recorded as what reached the application.
 
 It creates the consumer, then the producer, touches --ready-file, and sends until --stop-file
 exists; then it waits until every acked message was received (or --drain-timeout s) and prints one
-JSON line: {"acked": [[i, t_start, t_end], ...], "received": [[offset, payload], ...],
-"received_at": [t, ...] (one per received), "consumer_acks": [[offset, t_answered_ok], ...],
-"errors": [...], "ack_errors": [...], "loop_errors": [...]} (times: time.time()).
+JSON line: {"acked": [[i, t_start, t_end], ...], "received": [[offset, payload, t], ...],
+"consumer_acks": [[offset, t_answered_ok], ...], "errors": [...], "ack_errors": [...],
+"loop_errors": [...]} (times: time.time()).  While --hold-file exists the application takes
+nothing from the consumer (so acks nothing).
 
 usage: fault_load.py URL TOPIC --ready-file P --stop-file P [--delay-ms MS] [--drain-timeout S]
+                     [--hold-file P]
 """
 
 import argparse
@@ -37,7 +39,7 @@ class _Errors(logging.Handler):
 async def main(a) -> dict:
     errors_log = _Errors()
     logging.getLogger("danube").addHandler(errors_log)
-    out = {"acked": [], "received": [], "received_at": [], "consumer_acks": [], "errors": [], "ack_errors": [],
+    out = {"acked": [], "received": [], "consumer_acks": [], "errors": [], "ack_errors": [],
            "loop_errors": errors_log.records}
     client = await DanubeClientBuilder().service_url(a.url).build()
     consumer = (client.new_consumer().with_topic(a.topic).with_consumer_name("fc")
@@ -50,9 +52,10 @@ async def main(a) -> dict:
 
     async def consume():
         while True:
+            while a.hold_file and os.path.exists(a.hold_file):
+                await asyncio.sleep(0.02)
             msg = await queue.get()
-            out["received"].append([msg.msg_id.topic_offset, msg.payload.decode()])
-            out["received_at"].append(time.time())
+            out["received"].append([msg.msg_id.topic_offset, msg.payload.decode(), time.time()])
             try:
                 await consumer.ack(msg)
                 out["consumer_acks"].append([msg.msg_id.topic_offset, time.time()])
@@ -74,7 +77,7 @@ async def main(a) -> dict:
         await asyncio.sleep(a.delay_ms / 1000)
     wanted = {f"p-{n}" for n, _, _ in out["acked"]}
     deadline = time.monotonic() + a.drain_timeout
-    while time.monotonic() < deadline and not wanted <= {p for _, p in out["received"]}:
+    while time.monotonic() < deadline and not wanted <= {r[1] for r in out["received"]}:
         await asyncio.sleep(0.1)
     for task in consumer._tasks:   # a receive loop of the client that ended by itself
         if task.done() and not task.cancelled():
@@ -93,5 +96,6 @@ if __name__ == "__main__":
     p.add_argument("--stop-file", required=True)
     p.add_argument("--delay-ms", type=int, default=5)
     p.add_argument("--drain-timeout", type=float, default=30.0)
+    p.add_argument("--hold-file", default=None)
     print(json.dumps(asyncio.run(main(p.parse_args()))))
     sys.stdout.flush()

@@ -1,4 +1,4 @@
-"""Consume with the real danube-client while the topic moves; acks are NOT retried (issue 16: an ack
+"""Consume with the real danube-client while the topic moves; acks are NOT retried (an ack
 must never fail because of a move).  Prints one JSON result as its last line.
 
 usage: move_consume.py URL TOPIC SUBSCRIPTION --idle-timeout S [--ready-file PATH]

@@ -1,4 +1,4 @@
-"""Leader failover while topics are being assigned (issue 16): 3 brokers on a real etcd, ~200 new topics
+"""Leader failover while topics are being assigned: 3 brokers on a real etcd, ~200 new topics
 looked up concurrently through all three brokers, the leader killed (SIGKILL) in the middle of it, the
 lookups go on.  Afterwards every topic has exactly one assignment key in etcd, on a live broker, no
 marker is left in /cluster/unassigned, every live broker's lookup names the same owner, and producing

@@ -1,4 +1,4 @@
-"""Issue 16 on 3 brokers and a real etcd: a kill -9 of an owner loses no acked message (shared_fs, the
+"""Failover without loss on 3 brokers and a real etcd: a kill -9 of an owner loses no acked message (shared_fs, the
 WAL on the shared root, the owner epoch), a broker cut off from etcd (a TCP proxy frozen with SIGSTOP)
 never accepts a write while another broker does, and 20 moves under continuous produce/consume with
 both clients lose nothing, leave no offset gap and make no ack raise."""

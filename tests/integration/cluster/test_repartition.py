@@ -19,6 +19,7 @@ from danube.cli.cluster import read_state
 from danube.client import DanubeClient, SubType
 from tests.support.cluster import local_cluster
 from tests.support.etcd import requires_etcd
+from tests.support.waiting import async_wait_until
 
 pytestmark = [requires_etcd, pytest.mark.timeout(300)]
 
@@ -31,18 +32,6 @@ def admin(admin_url: str, *args: str) -> dict:
                            "--output", "json", *args], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
-
-
-async def wait_until(predicate, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 async def describe(admin_url: str) -> dict:
@@ -139,7 +128,7 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
     pub = asyncio.ensure_future(publish())
     cons = [asyncio.ensure_future(sub.consume(i, running)) for sub in subscriptions for i in range(len(sub.consumers))]
     try:
-        await wait_until(lambda: received() > 300, what="steady traffic")
+        await async_wait_until(lambda: received() > 300, what="steady traffic", timeout=60)
         for target, version in steps:
             if pause:
                 running.clear()                   # a pre-cutover backlog on the sources
@@ -152,17 +141,17 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
                 out = await call
             assert out["partitions"] == target and out["partitioning_version"] == version
             assert out["marker"]["phase"] == "cutover" and out["adoption_generation"] >= 1
-            await wait_until(lambda: producer.partitioning_version == version, what="producer cut over")
+            await async_wait_until(lambda: producer.partitioning_version == version, what="producer cut over", timeout=60)
             if target == 4:
-                await wait_until(lambda: all(len(c._parts) == 4 for c in consumers),
-                                 what="consumers on the new partitions")
+                await async_wait_until(lambda: all(len(c._parts) == 4 for c in consumers),
+                                 what="consumers on the new partitions", timeout=60)
             info = await describe(admin_url)
             assert info["partitioning_version"] == version
             if info["marker"] is None:   # finalized already: only allowed once the hold could have ended
                 assert held_at_least is not None and time.monotonic() - started >= held_at_least[target], info
             await asyncio.sleep(0.5)              # moved keys are published on their new partitions
             running.set()
-            info = await wait_until(lambda: _finalized(admin_url), timeout=60, what=f"finalize to {target}")
+            info = await async_wait_until(lambda: _finalized(admin_url), timeout=60, what=f"finalize to {target}")
             if after_finalize is not None:
                 await after_finalize(target)
             if check is not None:
@@ -171,21 +160,21 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
                 assert time.monotonic() - started < 25, time.monotonic() - started
             assert info["partitions"] == target and info["generation"] > out["adoption_generation"]
             n = received()
-            await wait_until(lambda: received() > n + 200, what="traffic after the cutover")
+            await async_wait_until(lambda: received() > n + 200, what="traffic after the cutover", timeout=60)
         if steps[-1][0] == 2:
             assert (await describe(admin_url))["retired"] == [2, 3]
     finally:
         stop.set()
         await asyncio.wait_for(pub, 60)
-        await wait_until(lambda: all(len(sub.got) == sum(sent.values()) - len(KEYS)
-                                     for sub in subscriptions if not sub.idle), what="everything consumed")
+        await async_wait_until(lambda: all(len(sub.got) == sum(sent.values()) - len(KEYS)
+                                     for sub in subscriptions if not sub.idle), what="everything consumed", timeout=60)
         for sub in idle:   # its consumer is back: what it missed, every key in order
             sub.consumers.append(sub.consumer(client, sub.sub_type, f"{sub.name}-back"))
             consumers.append(sub.consumers[0])
             await sub.consumers[0].subscribe()
             cons.append(asyncio.ensure_future(sub.consume(0, running)))
-        await wait_until(lambda: all(sub.seen[k] == sent[k] - 1 for sub in idle for k in KEYS),
-                         what="the idle subscriptions consumed")
+        await async_wait_until(lambda: all(sub.seen[k] == sent[k] - 1 for sub in idle for k in KEYS),
+                         what="the idle subscriptions consumed", timeout=60)
         for task in cons:
             task.cancel()
         await asyncio.gather(*cons, return_exceptions=True)
@@ -242,7 +231,7 @@ def test_a_subscription_nobody_consumes_does_not_hold_a_grow_and_keeps_its_order
                                                                  ("idle", SubType.Exclusive, 0)),
                                       after_finalize=held, pause=False, held_at_least={4: 2.0})
                 assert next(sub for sub in done if sub.idle).received > 0
-                await wait_until(lambda: _none(pending()), what="the pending hold dropped")
+                await async_wait_until(lambda: _none(pending()), what="the pending hold dropped", timeout=60)
             finally:
                 await store.close()
 
@@ -347,7 +336,7 @@ def test_a_source_open_on_no_broker_is_opened_and_the_transition_finalizes(tmp_p
                 before = assignments[f"{T}-part-1"]
                 # sealed and handed to another broker, which opens it only when a client comes
                 await asyncio.to_thread(admin, admin_url, "topics", "unload", f"{T}-part-1")
-                await wait_until(lambda: _owner_other_than(cluster, f"{T}-part-1", before), what="part-1 placed")
+                await async_wait_until(lambda: _owner_other_than(cluster, f"{T}-part-1", before), what="part-1 placed", timeout=60)
             else:
                 assert f"{T}-part-1" not in assignments
                 store = EtcdMetadataStore(cluster.etcd.url)
@@ -358,7 +347,7 @@ def test_a_source_open_on_no_broker_is_opened_and_the_transition_finalizes(tmp_p
             started = time.monotonic()
             out = await asyncio.to_thread(admin, admin_url, "topics", "repartition", T, "--partitions", "4")
             assert out["partitioning_version"] == 1 and out["marker"]["phase"] == "cutover"
-            info = await wait_until(lambda: _finalized(admin_url), timeout=60, what="finalize to 4")
+            info = await async_wait_until(lambda: _finalized(admin_url), timeout=60, what="finalize to 4")
             assert info["partitions"] == 4 and time.monotonic() - started < 30, time.monotonic() - started
 
         asyncio.run(asyncio.wait_for(run(), 240))
@@ -437,7 +426,7 @@ def test_every_type_keeps_receiving_as_a_user_first_tries_it(shared_fs_cluster, 
                     i += 1
                 await asyncio.sleep(0.01)
             await producer.flush()
-            await wait_until(lambda: all(sum(map(len, got.values())) >= i for _, _, _, got, _ in subs),
+            await async_wait_until(lambda: all(sum(map(len, got.values())) >= i for _, _, _, got, _ in subs),
                              timeout=180, what="every subscription received everything")
         finally:
             for t in tasks:

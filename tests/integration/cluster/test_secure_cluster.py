@@ -25,8 +25,8 @@ from danube.proto.danube_admin import admin_pb2 as apb
 from danube.proto.danube_admin import admin_pb2_grpc as apb_grpc
 from danube.proto.danube_scalable import scalable_pb2 as spb
 from danube.proto.danube_scalable import scalable_pb2_grpc as spb_grpc
-from danube.routing.scalable.layout import SegmentLayout
-from danube.server.auth.jwt import issue_token
+from danube.model.segment_layout import SegmentLayout
+from danube.security.jwt import issue_token
 from tests.support.certs import ClusterPki, make_cluster_pki
 from tests.support.cluster import local_cluster, wait_until
 from tests.support.etcd import requires_etcd

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from danube.server.auth.jwt import issue_token
+from danube.security.jwt import issue_token
 from tests.support.broker import running_broker
 from tests.support.certs import make_pki
 from tests.support.gateway import running_gateway

@@ -21,7 +21,7 @@ from danube.metadata import keys
 from danube.metadata.etcd import EtcdMetadataStore
 from danube.proto.danube_scalable import scalable_pb2 as pb
 from danube.proto.danube_scalable import scalable_pb2_grpc as pb_grpc
-from danube.routing.scalable.layout import SegmentLayout
+from danube.model.segment_layout import SegmentLayout
 from tests.support.cluster import local_cluster
 from tests.support.etcd import requires_etcd
 

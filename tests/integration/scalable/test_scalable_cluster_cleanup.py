@@ -18,7 +18,7 @@ from danube.metadata import keys
 from danube.metadata.etcd import EtcdMetadataStore
 from danube.proto.danube_scalable import scalable_pb2 as pb
 from danube.proto.danube_scalable import scalable_pb2_grpc as pb_grpc
-from danube.routing.scalable.layout import SegmentLayout, segment_topic_name
+from danube.model.segment_layout import SegmentLayout, segment_topic_name
 from tests.support.cluster import local_cluster, lookup
 from tests.support.etcd import requires_etcd
 from tests.support.s3 import s3_bucket, s3_server  # noqa: F401

@@ -294,7 +294,7 @@ async def test_a_drained_sealed_segment_is_pruned_and_its_data_deleted(tmp_path)
 
 
 async def test_a_queue_consumer_that_comes_back_after_a_split_reads_the_sealed_parents_rest(tmp_path):
-    """The seed's queue consumers attach to every segment, ACTIVE and SEALED: a queue consumer that
+    """PIP-468's queue consumers attach to every segment, ACTIVE and SEALED: a queue consumer that
     subscribes again after a split still gets what its subscription left in the sealed parent; it
     lets go of a sealed segment once drained, and of a pruned one."""
     prune = {"prune_interval": 0.1, "sealed_retention": 0.3}

@@ -1,4 +1,4 @@
-"""The seeds' handoff timeline in every storage mode, with real backends.
+"""The handoff timeline of Danube's reliable-topic moves in every storage mode, with real backends.
 
 Broker A writes offsets 0..21, a consumer has acknowledged through 13, A seals;
 broker B (its own disk, the shared metadata and durable store) resumes the

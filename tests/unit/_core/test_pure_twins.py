@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-TWINS = ["frame", "ring", "walfile", "arrowcols", "avrocheck"]
+TWINS = ["frame", "ring", "walfile", "arrowcols", "avrocheck", "h2codec"]
 
 
 def test_twins_import_no_compiled_module():

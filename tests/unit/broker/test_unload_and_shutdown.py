@@ -83,7 +83,7 @@ async def test_an_ack_during_an_unload_is_answered_ok_and_the_message_redelivere
             pass
     await unload
     persisted = await broker.metadata.get_json(keys.subscription_cursor(T, "s"))
-    # issue 16: acks never fail because of an unload; those arriving while the cursors are being
+    # acks never fail because of an unload; those arriving while the cursors are being
     # saved for the last time are answered OK but not applied: the messages are delivered again
     assert answered_ok == [1, 2, 3] and persisted == 0 and broker.late_acks == 3
     again = await broker.subscribe(T, "s", "c2")

@@ -48,3 +48,40 @@ def test_cluster_up_has_config_and_metrics_flags():
     register(parser.add_subparsers())
     args = parser.parse_args(["cluster", "up", "--config", "f.yml", "--metrics"])
     assert (args.config, args.metrics) == ("f.yml", True)
+
+
+def _parse(*argv):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    return parser.parse_args(["cluster", "up", *argv])
+
+
+def test_export_interval_defaults_to_seconds_and_reaches_the_brokers_storage_section(tmp_path):
+    from danube.storage.config import StorageConfig
+
+    args = _parse("--storage", "shared_fs")
+    assert args.export_interval == 5.0  # not the broker's 300 s: load-stats sees a live cluster
+    p = _cluster(tmp_path, storage="shared_fs", export_interval=args.export_interval).add_broker(1)
+    section = yaml.safe_load(open(_config_of(p.cmd)))["storage"]
+    assert section["export_interval_seconds"] == 5
+    assert StorageConfig.from_dict(section, data_dir=str(tmp_path)).export_interval_s == 5.0
+    p = _cluster(tmp_path, storage="shared_fs", export_interval=_parse("--export-interval", "1.5").export_interval)
+    assert yaml.safe_load(open(_config_of(p.add_broker(1).cmd)))["storage"]["export_interval_seconds"] == 1.5
+
+
+def test_export_interval_in_help_and_refused_when_not_positive(capsys):
+    import argparse
+
+    from danube.cli.cluster import run_up
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    try:
+        parser.parse_args(["cluster", "up", "--help"])
+    except SystemExit:
+        pass
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--export-interval SECONDS" in text and "[default 5;" in text
+    assert run_up(_parse("--export-interval", "0")) == 2

@@ -1,5 +1,5 @@
 """danube.client follows ``x-danube-broker-url``: after a refusal that names the owner, the next attempt
-of the same retry loop connects to that owner without a lookup (issue 16)."""
+of the same retry loop connects to that owner without a lookup."""
 
 from __future__ import annotations
 

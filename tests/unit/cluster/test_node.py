@@ -8,11 +8,13 @@ import pytest
 from danube import frames
 from danube.broker import BrokerService
 from danube.cluster.node import ClusterNode
-from danube.errors import NotServedHereError
+from danube.errors import NotServedHereError, TopicSealedError
 from danube.metadata import keys
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.storage.config import StorageConfig
 from danube.storage.factory import StorageFactory
+from danube.wal import Wal
+from tests.support.waiting import async_wait_until
 
 
 def batch(payloads, producer_id):
@@ -55,14 +57,107 @@ async def test_a_fenced_broker_refuses_publishes_and_new_topics(node):
     pid = await broker.create_producer("/default/f", "p", reliable=True)
     broker.fence("test")
     node.membership.fenced = True
-    with pytest.raises(NotServedHereError, match="fenced"):
+    with pytest.raises(NotServedHereError, match="b1 cannot reach the metadata store .*writes to /default/f are"):
         await broker.publish(pid, batch(["x"], pid))
     await broker.lookup("/default/g")
-    with pytest.raises(NotServedHereError, match="fenced"):
+    with pytest.raises(NotServedHereError, match="cannot reach the metadata store .*writes to /default/g are"):
         await broker.create_producer("/default/g", "p", reliable=True)
     broker.unfence()
     node.membership.fenced = False
     assert await broker.publish(pid, batch(["y"], pid)) == (0, 0)
+
+
+async def test_a_fenced_broker_answers_a_partitions_read_it_cannot_make_with_the_reason(node, monkeypatch):
+    from danube.broker import service
+
+    broker = node.broker
+    broker.fence("test")
+    node.membership.fenced = True
+    assert await broker.partitions("/default/pp") == ["/default/pp"]   # the store answers: as usual
+
+    async def unreachable(key):
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(broker.metadata, "get_json", unreachable)
+    monkeypatch.setattr(service, "FENCED_READ_TIMEOUT_S", 0.2)
+    with pytest.raises(NotServedHereError, match="broker b1 cannot reach the metadata store \\(etcd\\) for \\d+ s "
+                                                 ".*: the partitions of /default/pp cannot be read until it is back"):
+        await asyncio.wait_for(broker.partitions("/default/pp"), 5)
+    broker.unfence()
+    node.membership.fenced = False
+
+
+async def _cut_off_past_the_ttl(node, topic):
+    """What a broker cut off from etcd goes through: no renewal (the keepalive stopped), fenced, and
+    one ttl after the last renewal its topics turn read-only."""
+    m = node.membership
+    await m.stop(revoke=False)
+    m.last_ok_sent -= m.lease_ttl_s   # the renewal was a ttl ago: no waiting in the test
+    m._set_fenced("test: no lease renewal")
+    await async_wait_until(lambda: node.broker.topics[topic].read_only, 5)
+
+
+async def test_past_the_ttl_topics_stay_readable_and_reopen_when_the_lease_is_renewed(node):
+    store, broker, topic = node.store, node.broker, "/default/ro"
+    await broker.lookup(topic)
+    pid = await broker.create_producer(topic, "p", reliable=True)
+    cid = await broker.subscribe(topic, "s", "c", initial_position="earliest")
+    await broker.publish(pid, batch([f"m{i}" for i in range(10)], pid))
+    first = await broker.receive(cid, max_messages=3, max_bytes=1 << 20)
+    await broker.ack(cid, range(3))
+    await broker.flush_cursors()
+    assert await store.get_json(keys.subscription_cursor(topic, "s")) == 2
+    t = broker.topics[topic]
+    await _cut_off_past_the_ttl(node, topic)
+
+    # the WAL (its lock) is free for a next owner, the storage refuses appends with the reason
+    Wal.open(t.storage.wal_dir, sync="never").close()
+    with pytest.raises(TopicSealedError, match="read-only on this broker: broker b1 cannot reach the metadata store"):
+        t.storage.append_frames(batch(["zombie"], pid))
+    # publishes, new subscriptions and producers: UNAVAILABLE saying why
+    with pytest.raises(NotServedHereError, match=f"broker b1 cannot reach the metadata store \\(etcd\\) for \\d+ s"
+                                                 f".*writes to {topic} are refused until it is back") as info:
+        await broker.publish(pid, batch(["x"], pid))
+    assert info.value.retriable
+    with pytest.raises(NotServedHereError, match=f"writes to {topic} are refused"):
+        await broker.subscribe(topic, "s2", "c2")
+    with pytest.raises(NotServedHereError, match=f"writes to {topic} are refused"):
+        await broker.create_producer(topic, "p2", reliable=True)
+    # the attached consumer reads every stored message and its acks are accepted (in memory)
+    assert [r.payload for r in frames.iter_records(first.frames)] == [b"m0", b"m1", b"m2"]
+    rest = await broker.receive(cid, max_messages=100, max_bytes=1 << 20)
+    assert [r.offset for r in frames.iter_records(rest.frames)] == list(range(3, 10))
+    assert [r.payload for r in frames.iter_records(rest.frames)] == [f"m{i}".encode() for i in range(3, 10)]
+    await broker.ack(cid, range(3, 10))
+    await broker.flush_cursors(force=True)
+    assert await store.get_json(keys.subscription_cursor(topic, "s")) == 2   # not written while read-only
+    # the same producer name gets its id back without the metadata store
+    assert await broker.create_producer(topic, "p", reliable=True) == pid
+
+    # the lease is renewed: writable again by itself, offsets continue, the acks are persisted
+    node.membership.last_ok_sent = node.membership._clock()
+    node.membership._clear_fence()
+    await async_wait_until(lambda: not t.read_only, 5)
+    assert broker.topics[topic] is t and not t.storage.read_only
+    assert await broker.publish(pid, batch(["n10"], pid)) == (10, 10)
+    after = await broker.receive(cid, max_messages=100, max_bytes=1 << 20)
+    assert [(r.offset, r.payload) for r in frames.iter_records(after.frames)] == [(10, b"n10")]
+    assert await store.get_json(keys.subscription_cursor(topic, "s")) == 9
+
+
+async def test_past_the_ttl_a_lost_lease_closes_the_read_only_topics_without_writing_cursors(node):
+    store, broker, topic = node.store, node.broker, "/default/lost"
+    await broker.lookup(topic)
+    pid = await broker.create_producer(topic, "p", reliable=True)
+    cid = await broker.subscribe(topic, "s", "c", initial_position="earliest")
+    await broker.publish(pid, batch(["a", "b"], pid))
+    await broker.flush_cursors(force=True)
+    await _cut_off_past_the_ttl(node, topic)
+    await broker.receive(cid, max_messages=100, max_bytes=1 << 20)
+    await broker.ack(cid, [0, 1])
+    await node._lease_lost()
+    assert topic not in broker.topics
+    assert await store.get_json(keys.subscription_cursor(topic, "s")) == -1   # the next owner's to move
 
 
 async def test_a_topic_owned_elsewhere_redirects_and_is_refused_here(node):

@@ -13,12 +13,12 @@ import pytest
 
 from danube.cluster import peers
 from danube.errors import AuthenticationError, InvalidArgumentError
-from danube.server.auth import tls
+from danube.security import tls
 from danube.server.auth.guard import CallGuard
-from danube.server.auth.jwt import TokenVerifier
-from danube.server.auth.rbac import BROKER_PRINCIPAL, CLUSTER
+from danube.security.jwt import TokenVerifier
+from danube.security.rbac import BROKER_PRINCIPAL, CLUSTER
 from danube.server.auth.runtime import Security
-from danube.server.auth.settings import AuthSettings, JwtSettings, TlsSettings, with_flags
+from danube.security.settings import AuthSettings, JwtSettings, TlsSettings, with_flags
 from danube.server.config import BrokerConfig
 from tests.support.certs import make_cluster_pki
 

@@ -48,7 +48,7 @@ def test_balanced_falls_back_to_topic_count_without_resources():
     assert scoring.broker_scores("balanced", reports) == {"a": 2.0, "b": 1.0}
 
 
-def test_seed_imbalance_example():
+def test_danubes_imbalance_example():
     # docs example: loads 45, 30, 25 → mean 33.33, std 8.50, CV 0.255; broker 1 overloaded, none underloaded
     stats = scoring.imbalance({"1": 45.0, "2": 30.0, "3": 25.0})
     assert stats.mean == pytest.approx(33.3333, abs=1e-3)

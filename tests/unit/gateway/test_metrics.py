@@ -80,3 +80,56 @@ def test_series_bounds_and_steps():
     with pytest.raises(InvalidArgumentError, match="points"):
         clamp_range(0, 10**12, 24 * 3600 / (MAX_SERIES_POINTS * 2), now=100_000)
     assert metrics_page_url("0.0.0.0:9040") == "http://127.0.0.1:9040/metrics"
+
+
+def test_parse_exposition_reads_calls_errors_and_wal_syncs_and_the_hub_rates_calls(monkeypatch):
+    """What the broker exports about its calls and WAL syncs, as the gateway's pages read it."""
+    import asyncio
+    import types
+
+    import grpc
+    from prometheus_client import generate_latest
+
+    from danube.gateway.metrics import MetricsHub
+    from danube.wal.flushstats import FlushLatency
+
+    m = PrometheusMetrics()
+    for code, n in ((grpc.StatusCode.OK, 7), (grpc.StatusCode.INVALID_ARGUMENT, 2), (grpc.StatusCode.INTERNAL, 1),
+                    (grpc.StatusCode.UNIMPLEMENTED, 1), (grpc.StatusCode.CANCELLED, 4)):
+        for _ in range(n):
+            m.rpc.observe("/danube.ProducerService/SendMessage", code)
+    latency = FlushLatency()
+    for ms in (0.3, 0.4, 0.4, 2.0):
+        latency.record(ms)
+    wal = types.SimpleNamespace(flush_latency=latency, sync_count=4, next_offset=9, first_offset=0, durable_offset=8)
+    topic = types.SimpleNamespace(name="/default/a", reliable=True, storage=types.SimpleNamespace(
+        wal=wal, next_offset=9, first_offset=0), stats=lambda: types.SimpleNamespace(
+        producers=1, consumers=0, subscriptions=[]))
+    m.attach(types.SimpleNamespace(topics={"/default/a": topic}))
+    text = generate_latest(m.registry).decode()
+    assert ('danube_broker_rpc_total{code="INVALID_ARGUMENT",method="send_message",result="error",'
+            'service="producer"} 2.0') in text
+    assert 'result="cancelled"' in text
+    sample = parse_exposition(text, "http://x/metrics", 1.0)
+    assert (sample.rpc_total, sample.rpc_errors, sample.rpc_server_errors) == (15, 4, 1)
+    t = sample.topics["/default/a"]
+    assert t.wal_flush_total == 4
+    assert 0.25 < quantile(t.wal_flush_buckets, 0.5) <= 0.5 < quantile(t.wal_flush_buckets, 0.99) <= 2.5
+
+    hub = MetricsHub(types.SimpleNamespace(history_s=60, scrape_interval_s=1, max_history_topics=10,
+                                           request_timeout_s=1, prometheus_url=None, metrics_urls=()))
+    assert hub.rpc_rate("b1") == 0.0
+    clock = {"now": 0.0, "total": 0}
+
+    def fake_get(url, timeout):
+        return f'danube_broker_rpc_total{{service="s",method="m",result="ok",code="OK"}} {clock["total"]}\n'.encode()
+
+    import danube.gateway.metrics as gm
+
+    monkeypatch.setattr(gm, "_http_get", fake_get)
+    monkeypatch.setattr(gm.time, "time", lambda: clock["now"])
+    for now, total in ((100.0, 10), (110.0, 30), (130.0, 70)):  # scrapes: calls answered so far
+        clock.update(now=now, total=total)
+        asyncio.run(hub.scrape({"b1": "http://b1/metrics"}))
+    assert hub.latest["b1"].rpc_total == 70
+    assert hub.rpc_rate("b1") == pytest.approx((70 - 10) / 30)

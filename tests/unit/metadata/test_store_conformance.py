@@ -276,7 +276,7 @@ async def test_etcd_store_gives_up_after_its_retry_timeout(tmp_path):
     if not etcd_available():
         pytest.skip("etcd binary not installed")
     from danube.metadata.etcd import EtcdMetadataStore
-    from danube.cli._process import free_port
+    from danube.processes import free_port
 
     store = EtcdMetadataStore(f"http://127.0.0.1:{free_port()}", retry_timeout=0.5)
     try:

@@ -1,4 +1,4 @@
-"""ScalableTopicController: election, split/merge in the seed's order, crash recovery at every step,
+"""ScalableTopicController: election, split/merge in PIP-468's order, crash recovery at every step,
 consumer sessions with grace timers (embedded store and a real etcd)."""
 
 import asyncio
@@ -14,7 +14,7 @@ from danube.routing.scalable.controller import (
     create_scalable_topic,
     delete_scalable_topic,
 )
-from danube.routing.scalable.layout import SegmentLayout, segment_topic_name
+from danube.model.segment_layout import SegmentLayout, segment_topic_name
 from danube.routing.scalable.store import ScalableTopicStore
 from tests.unit.routing.fakes import MemorySegmentOps, StoreLease
 from tests.support.waiting import async_wait_until
@@ -65,7 +65,7 @@ async def test_one_leader_forwarding_and_failover(metadata):
     assert await store.controller_url(T) == ""
 
 
-async def test_split_then_merge_in_the_seeds_order(metadata):
+async def test_split_then_merge_in_pip468_order(metadata):
     ops = MemorySegmentOps()
     store = ScalableTopicStore(metadata)
     await create_scalable_topic(store, ops, T, 1)

@@ -1,4 +1,4 @@
-"""ScalableTopicStore: the seed's paths, CAS-only layout changes, the DAG watch (embedded and etcd)."""
+"""ScalableTopicStore: PIP-468's paths, CAS-only layout changes, the DAG watch (embedded and etcd)."""
 
 import asyncio
 import json
@@ -7,7 +7,7 @@ import pytest
 
 from danube.errors import AlreadyExistsError, NotFoundError
 from danube.metadata import keys
-from danube.routing.scalable.layout import SegmentLayout
+from danube.model.segment_layout import SegmentLayout
 from danube.routing.scalable.store import ScalableTopicStore
 
 T = "/default/orders"
@@ -17,7 +17,7 @@ async def test_create_load_cas_delete(metadata):
     store = ScalableTopicStore(metadata)
     stored = await store.create(T, SegmentLayout.initial(2))
     assert stored.layout.epoch == 0 and len(stored.layout.active_segments) == 2
-    raw = await metadata.get("/topics/default/orders")  # the seed's path
+    raw = await metadata.get("/topics/default/orders")  # PIP-468's path
     assert json.loads(raw.value)["nextSegmentId"] == 2
     with pytest.raises(AlreadyExistsError):
         await store.create(T, SegmentLayout.initial(1))

@@ -15,10 +15,10 @@ from danube.errors import AuthenticationError, InvalidArgumentError, PermissionD
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.server import status
 from danube.server.auth.guard import CallGuard, rule_for
-from danube.server.auth.jwt import TokenVerifier, issue_token, parse_duration
-from danube.server.auth.rbac import ANY_RESOURCE, CLUSTER, Authorizer, Grant
-from danube.server.auth.settings import AuthSettings, with_flags
-from danube.server.auth.tls import identity_of, server_ssl_context
+from danube.security.jwt import TokenVerifier, issue_token, parse_duration
+from danube.security.rbac import ANY_RESOURCE, CLUSTER, Authorizer, Grant
+from danube.security.settings import AuthSettings, with_flags
+from danube.security.tls import identity_of, server_ssl_context
 from danube.server.config import BrokerConfig
 
 SECRET = "unit-test-secret-0123456789abcdef-xyz"

@@ -9,6 +9,7 @@ import shutil
 
 from danube.storage import StorageConfig
 from tests.unit.storage.conftest import TOPIC, append, make_config, offsets_of, read_all
+from tests.support.waiting import async_wait_until
 
 
 def _fds_under(path: str) -> int:
@@ -75,15 +76,6 @@ async def test_crash_recovery_of_a_topic_closed_while_idle(tmp_path, factories):
     assert [r.offset for r in records] == list(range(150))
 
 
-async def _until(predicate, seconds: float, what: str) -> None:
-    try:
-        async with asyncio.timeout(seconds):
-            while not predicate():
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"{what}: not within {seconds:.0f} s") from None
-
-
 async def test_a_topic_reopened_by_use_is_released_again(tmp_path, factories):
     """Suspended, reopened by an append, idle again: released again (the maintenance task must not
     sleep until its next retention check, minutes away, because the log was suspended when it last
@@ -93,11 +85,11 @@ async def test_a_topic_reopened_by_use_is_released_again(tmp_path, factories):
                       wal={"max_file_mb": 16 / 1024, "sync": "always", "idle_close_seconds": 0.2})
     storage = await factories(cfg, background=True).open_topic(TOPIC)
     wal = storage.wal
-    await _until(lambda: wal.suspended, 10, "an idle topic that was never written is released")
+    await async_wait_until(lambda: wal.suspended, 10, "an idle topic that was never written is released")
     assert (await append(storage, 0, 1)) == (0, 0)  # reopens it
     assert not wal.suspended and wal.resume_count == 1
-    await _until(lambda: wal.suspended, 10, "the topic reopened by an append is released again once idle")
+    await async_wait_until(lambda: wal.suspended, 10, "the topic reopened by an append is released again once idle")
     # and once more through a read below the end (the cache is empty after a suspend)
     assert offsets_of(await storage.read_frames(0, 4096)) == [0]
     assert not wal.suspended and wal.resume_count == 2
-    await _until(lambda: wal.suspended, 10, "the topic reopened by a read is released again once idle")
+    await async_wait_until(lambda: wal.suspended, 10, "the topic reopened by a read is released again once idle")

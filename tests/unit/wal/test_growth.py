@@ -1,4 +1,4 @@
-"""Disk follows use (issue 20): files are sparse at their full size, reserved in doubling steps
+"""Disk follows use: files are sparse at their full size, reserved in doubling steps
 ahead of the writer, a spare only once the log rotated; recovery over sparse tails."""
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ import pytest
 from danube.wal import Wal
 from danube.wal.checkpoint import read_checkpoint
 from danube.wal.files import list_segment_files
+from tests.support.waiting import wait_until
 
 HEADER = 64
 
@@ -33,14 +34,7 @@ def _spare_ahead(wal):
     with keeper._cond:
         keeper._want_spare = True
         keeper._kick()
-    _wait_for(lambda: keeper._spare is not None)
-
-
-def _wait_for(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
+    wait_until(lambda: keeper._spare is not None, timeout=10, interval=0.005)
 
 
 def _spare_paths(directory):
@@ -88,7 +82,7 @@ def test_spare_is_made_ahead_and_used(open_wal, tmp_path):
     time.sleep(0.05)
     assert wal._keeper._spare is None and _spare_paths(tmp_path / "w") == []
     _fill(wal, 20, start=20)  # the first rotation: from now on a spare is kept ahead
-    _wait_for(lambda: wal._keeper._spare is not None)
+    wait_until(lambda: wal._keeper._spare is not None, timeout=10, interval=0.005)
     spare = wal._keeper._spare
     assert _spare_paths(tmp_path / "w") == [spare.path]
     _fill(wal, 60)  # more than one file: the first rotation takes the spare
@@ -130,7 +124,7 @@ def test_crash_after_the_trim_before_the_checkpoint(open_wal, tmp_path, held):
     held(wal._keeper._ckpt_lock)  # the checkpoint write waits here
     _fill(wal, 50)
     (old,) = wal.rotated_files()
-    _wait_for(lambda: os.path.getsize(old.path) == old.size)  # trimmed and synced
+    wait_until(lambda: os.path.getsize(old.path) == old.size, timeout=10, interval=0.005)  # trimmed and synced
     assert old.seq not in read_checkpoint(str(tmp_path / "w")).rotated
     copy = _crash_copy(tmp_path / "w", tmp_path / "crash")
     report = _check_reopened(copy, 50)

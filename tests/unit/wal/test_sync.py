@@ -101,3 +101,15 @@ def test_a_failing_after_sync_chore_is_logged_once_and_never_fails_a_sync(caplog
         assert len(caplog.records) == 1
     finally:
         syncer.close()
+
+
+def test_every_sync_of_a_log_is_timed_in_its_flush_latency(tmp_path):
+    from danube.wal import Wal
+    from danube.wal.sync import SyncGroup
+
+    with Wal.open(tmp_path / "log", sync="always", sync_group=SyncGroup(syncfs_min_logs=0)) as wal:
+        for i in range(3):
+            wal.append(b"r%d" % i)
+        assert wal.sync_count == 3 and wal.flush_latency.count == 3
+        assert wal.flush_latency.sum_ms > 0
+        assert wal.flush_latency.cumulative()[-1] == (float("inf"), 3)

@@ -51,6 +51,10 @@ def test_every_waiter_of_many_logs_is_answered_by_shared_rounds(tmp_path, sync, 
             assert group.fs_syncs >= 1
         elif not syncfs_min_logs:
             assert group.fs_syncs == 0
+        # each log's syncs (its own or its share of a syncfs) are timed, and so is each round
+        # (a round may be finishing on the group's thread: one of each may not be counted yet)
+        assert all(wal.sync_count >= 1 and abs(wal.flush_latency.count - wal.sync_count) <= 1 for wal in logs)
+        assert group.rounds - 1 <= group.round_latency.count <= group.rounds
     finally:
         for wal in logs:
             wal.close()

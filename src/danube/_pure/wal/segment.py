@@ -14,7 +14,7 @@ A segment file is created at its full size (``map_size``, the rotation size) and
 mapped whole with ``mmap``; it is written through the mapping.  Either all of it is
 allocated up front (``posix_fallocate``, else ``ftruncate``), or (``reserve=``) the
 file is sparse and only its first ``capacity`` bytes are allocated, grown ahead of
-the writer by ``reserve()`` (issue 20): the writer never stores beyond ``capacity``,
+the writer by ``reserve()`` (docs/wal.md "Disk"): the writer never stores beyond ``capacity``,
 so a full disk is an error from ``posix_fallocate``, never a SIGBUS.  A hole reads
 as zeros like preallocated space.  All integers are little-endian::
 

@@ -37,6 +37,7 @@ _UNROUTED_RETRY_S = 1.0  # a key no consumer accepts is tried again after this l
 class KeySharedDispatcher:
     sub_type = "key_shared"
     takes_key_filters = True
+    acks_release = True  # a key's next messages wait until its earlier ones are acked
 
     __slots__ = ("sub", "ring", "_queues", "_keys", "_blocked_keys", "_parked", "_whole_block", "_joined_at")
 

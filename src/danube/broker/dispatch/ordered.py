@@ -18,6 +18,7 @@ class OrderedDispatcher:
     sub_type = ""
     takes_key_filters = False
     blocks_per_key = False  # a blocked poison message stalls the subscription: order is the promise
+    acks_release = False  # nothing waits on an ack but the unacked window
 
     __slots__ = ("sub",)
 

@@ -66,10 +66,10 @@ def compute_balance(loads: Mapping[str, float]) -> ClusterBalance:
 
 
 def sources(balance: ClusterBalance, *, fallback_above_mean: bool = True) -> tuple:
-    """Brokers that give up topics: the overloaded ones (seed), most loaded first.
+    """Brokers that give up topics: the overloaded ones (Danube's rule), most loaded first.
 
     When several brokers share the top load no broker is above mean + std
-    (3 brokers at 100, 2 new ones at 0: mean 60, std 49), and the seed's rule
+    (3 brokers at 100, 2 new ones at 0: mean 60, std 49), and Danube's rule
     would never move anything; then every broker above the mean is a source.
     """
     if balance.overloaded or not fallback_above_mean:
@@ -163,16 +163,16 @@ def build_state(strategy: str, reports: Mapping[str, Any], active: Iterable[str]
             assigned_to[name] = broker
     by_broker: dict[str, dict[str, TopicInfo]] = {b: {} for b in active_ids}
     for broker in active_ids:
-        for name, ti in own[broker].items():
+        for name, reported in own[broker].items():
             if assigned_to.get(name) != broker:
-                loads[broker] -= ti.estimated_load  # left since the report
+                loads[broker] -= reported.estimated_load  # left since the report
     for name, broker in assigned_to.items():
-        ti = own[broker].get(name)
-        if ti is None:  # arrived since the report (or never reported: a new topic)
+        info = own[broker].get(name)
+        if info is None:  # arrived since the report (or never reported: a new topic)
             entry = newest.get(name)
-            ti = entry[1] if entry is not None else TopicInfo(name, 0.0, new_topic_load)
-            loads[broker] += ti.estimated_load
-        by_broker[broker][name] = ti
+            info = entry[1] if entry is not None else TopicInfo(name, 0.0, new_topic_load)
+            loads[broker] += info.estimated_load
+        by_broker[broker][name] = info
     for broker in loads:
         if loads[broker] < 0.0:
             loads[broker] = 0.0

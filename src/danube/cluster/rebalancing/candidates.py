@@ -6,7 +6,7 @@ ending in ``*``), was not moved within ``cooldown_seconds`` and is at least
 first by the topic load score (``scoring.topic_load_score``: 0.5·MB/s +
 0.3·connections + 0.2·backlog/10000).  A move's target must be an active broker
 other than the source that the topic did not leave within the last hour
-(anti-oscillation); the seed's target is the least loaded such broker.
+(anti-oscillation); Danube's target is the least loaded such broker.
 """
 
 from __future__ import annotations
@@ -45,10 +45,11 @@ class Eligibility:
 
 
 def eligibility(config: RebalancingConfig, records: Sequence[_history.MoveRecord], now: float,
-                topics: Iterable[str] = (), created_at: Callable[[str], float | None] | Mapping[str, float] = None
+                topics: Iterable[str] = (), created_at: Callable[[str], float | None] | Mapping[str, float] | None = None
                 ) -> Eligibility:
     """The rules for one cycle at ``now``; ``created_at`` gives a topic's creation (or first-seen) time,
     None when unknown (then the topic counts as young)."""
+    lookup: Callable[[str], float | None]
     if isinstance(created_at, Mapping):
         lookup = created_at.get
     else:

@@ -18,7 +18,7 @@ The aggressiveness level always sets the CV threshold (conservative 0.40, balanc
 0.30, aggressive 0.20) and supplies the defaults of the three keys it presets
 (check interval / max moves per hour / cooldown: conservative 600 s / 5 / 120 s,
 balanced 300 s / 10 / 60 s, aggressive 120 s / 20 / 30 s); a key written in the
-file wins over the preset.  The seed's table gives the interval and the hourly
+file wins over the preset.  Danube's load manager page gives the interval and the hourly
 limit of each level and the 60 s default cooldown of ``balanced``; the
 conservative and aggressive cooldowns (twice and half the default) are ours.
 
@@ -28,7 +28,7 @@ threshold where every report's noise would start another move.
 
 Two optional keys beyond Danube's: ``cv_threshold`` (overrides the level's
 threshold) and ``planner`` (``plan``, the default: the multi-move planner;
-``greedy``: the seed's one-lightest-topic selection).  Unknown keys are an
+``greedy``: Danube's one-lightest-topic selection).  Unknown keys are an
 error, so a typo does not silently leave rebalancing at its defaults.
 """
 

@@ -8,7 +8,7 @@ cycles survives a leader change (the new leader reads the same records):
 - topic cooldown: a topic moved within ``cooldown_seconds`` is not a candidate;
 - anti-oscillation: a topic is not moved back to a broker it left within the last hour.
 
-Record (JSON; the seed's fields first)::
+Record (JSON; the fields of Danube's rebalancing history first)::
 
     {"topic": "/default/t", "from_broker": "1", "to_broker": "3", "reason": "LoadImbalance",
      "estimated_load": 15.3, "timestamp": 1700000000.0,

@@ -13,7 +13,7 @@ One cycle (:meth:`Rebalancer.run_cycle`), every ``check_interval_seconds``:
    the last move; both read from ``/cluster/rebalancing_history/`` so they
    survive a leader change;
 5. the next move of the plan (re-planned whenever the reports changed or the
-   planned move is no longer valid), or the seed's greedy move with
+   planned move is no longer valid), or Danube's greedy move with
    ``planner: greedy``; none → skip with a warning;
 6. execute it through the :class:`MoveExecutor` (unassigned marker with the
    ``to_broker`` hint + delete the source assignment, one guarded transaction),
@@ -45,7 +45,7 @@ from .candidates import Eligibility, eligibility
 from .config import OSCILLATION_WINDOW_SECONDS, RATE_WINDOW_SECONDS, RebalancingConfig
 from .history import MoveRecord, RebalancingHistory
 from .metrics import RebalancingMetrics
-from .planner import PlannedMove, greedy_plan, plan_moves, seed_greedy_move
+from .planner import PlannedMove, greedy_plan, plan_moves, greedy_move
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +372,7 @@ class Rebalancer:
     def _next_move(self, obs: Observation, rules: Eligibility) -> PlannedMove | None:
         if self.config.planner == "greedy":
             self._plan = []
-            return seed_greedy_move(obs.state, rules, self.config.cv_threshold)
+            return greedy_move(obs.state, rules, self.config.cv_threshold)
         if self._plan and self._plan_fingerprint == obs.fingerprint:
             head = self._plan[0]
             if (head.topic in obs.state.topics.get(head.from_broker, {}) and head.to_broker in obs.state.loads

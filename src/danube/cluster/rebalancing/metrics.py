@@ -1,4 +1,4 @@
-"""Prometheus metrics of the load manager and the rebalancer (the seed's names).
+"""Prometheus metrics of the load manager and the rebalancer (the names Danube's load manager uses).
 
 Cluster health (gauges, set by every leader cycle)::
 

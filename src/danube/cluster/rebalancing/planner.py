@@ -1,14 +1,14 @@
-"""Move selection: the seed's greedy step and danube's multi-move planner.
+"""Move selection: the greedy step of Danube's load manager and danube's multi-move planner.
 
 Both work on the linear model of :mod:`.balance`: moving topic t from A to B
 takes t's estimated load off A and adds it to B, the mean is unchanged, and the
 sum of squared loads changes by −2·x·(gap − x) (x = the estimate, gap =
 load(A) − load(B)), so a move improves the CV exactly when 0 < x < gap.
 
-**Seed (greedy)**: the most loaded overloaded broker that has a candidate gives
+**Greedy (Danube's)**: the most loaded overloaded broker that has a candidate gives
 up its lightest candidate to the least loaded other active broker; one move per
 cycle.  When several brokers share the top load none is "overloaded" (mean +
-std is above them) and the seed never moves; :func:`balance.sources` then takes
+std is above them) and Danube's step never moves; :func:`balance.sources` then takes
 every broker above the mean.
 
 **Planner**: a short sequence of moves bringing the estimated CV under the
@@ -60,10 +60,10 @@ def _cv(sumsq: float, total: float, n: int) -> float:
     return math.sqrt(var) / mean
 
 
-def seed_greedy_move(state: ClusterState, rules: Eligibility, threshold: float, *,
+def greedy_move(state: ClusterState, rules: Eligibility, threshold: float, *,
                      loads: Mapping[str, float] | None = None, exclude: frozenset = frozenset(),
                      fallback_above_mean: bool = True) -> PlannedMove | None:
-    """The seed's one move per cycle (None when balanced or nothing can move)."""
+    """Danube's one move per cycle (None when balanced or nothing can move)."""
     loads = dict(state.loads if loads is None else loads)
     balance = compute_balance(loads)
     if not balance.needs_rebalancing(threshold):
@@ -86,12 +86,12 @@ def seed_greedy_move(state: ClusterState, rules: Eligibility, threshold: float, 
 
 def greedy_plan(state: ClusterState, rules: Eligibility, threshold: float, max_moves: int, *,
                 fallback_above_mean: bool = True) -> list[PlannedMove]:
-    """The seed's greedy step applied repeatedly on the model (for comparison and dry runs)."""
+    """Danube's greedy step applied repeatedly on the model (for comparison and dry runs)."""
     loads = dict(state.loads)
     moved: set[str] = set()
     plan: list[PlannedMove] = []
     while len(plan) < max_moves:
-        move = seed_greedy_move(state, rules, threshold, loads=loads, exclude=frozenset(moved),
+        move = greedy_move(state, rules, threshold, loads=loads, exclude=frozenset(moved),
                                 fallback_above_mean=fallback_above_mean)
         if move is None:
             break
@@ -167,9 +167,9 @@ def plan_moves(state: ClusterState, rules: Eligibility, threshold: float, max_mo
                             info = infos[j]
                             x = estimates[j]
                             if 2.0 * x * (gap - x) > need and rules.move_ok(info.name, target):
-                                key = (info.move_score, info.name)
-                                if sufficient is None or key < sufficient[0]:
-                                    sufficient = (key, info, source, target)
+                                order = (info.move_score, info.name)
+                                if sufficient is None or order < sufficient[0]:
+                                    sufficient = (order, info, source, target)
         if best is None:
             break
         chosen = sufficient if sufficient is not None else best

@@ -134,6 +134,7 @@ async function clusterView() {
     h("h1", {}, "Cluster"),
     cards([["brokers", page.totals.broker_count], ["topics", page.totals.topics_total],
       ["connections", page.totals.active_connections],
+      ["calls", page.totals.rpc_total], ["call errors", page.totals.rpc_errors_total],
       ["load CV", bal ? Number(bal.coefficient_of_variation.toFixed(3)) : "–"]]),
     h("h2", {}, "Brokers"),
     table([
@@ -143,6 +144,9 @@ async function clusterView() {
       { title: "status", cell: (b) => h("span", { class: "pill" + (b.broker_status === "active" ? "" : " bad") }, b.broker_status) },
       { title: "topics", num: true, cell: (b) => fmt(b.stats.topics_owned) },
       { title: "connections", num: true, cell: (b) => fmt(b.stats.active_connections) },
+      { title: "calls", num: true, cell: (b) => fmt(b.stats.rpc_total) },
+      { title: "calls /s", num: true, cell: (b) => fmt(Number(b.stats.rpc_rate_1m.toFixed(1))) },
+      { title: "errors", num: true, cell: (b) => fmt(b.stats.rpc_errors_total) },
       { title: "load", num: true, cell: (b) => (b.load === null || b.load === undefined ? "–" : fmt(b.load)) },
       { title: "", cell: (b) => (b.broker_status === "active"
         ? h("button", { class: "danger", onclick: () => drain(b) }, "Drain")
@@ -213,6 +217,10 @@ async function topicView(name) {
       ["publish /s", m.rates.publish_rate_1m], ["dispatch /s", m.rates.dispatch_rate_1m],
       ["backlog", m.msg_backlog], ["producers", m.active.producers], ["consumers", m.active.consumers],
       ["p95 send ms", m.latency_size.send_latency_ms_p95]]),
+    m.reliable ? cards([["WAL flushes", m.reliable.wal_flush_total],
+      ["p50 flush ms", Number(m.reliable.wal_flush_latency_ms_p50.toFixed(2))],
+      ["p95 flush ms", Number(m.reliable.wal_flush_latency_ms_p95.toFixed(2))],
+      ["p99 flush ms", Number(m.reliable.wal_flush_latency_ms_p99.toFixed(2))]]) : null,
     h("h2", {}, "Rates and backlog (last 15 min, source: " + (series.source || "?") + ")"),
     h("div", { class: "charts" },
       lineChart("messages / s", pick("publish_rate_1m", "dispatch_rate_1m")),
@@ -240,7 +248,11 @@ async function brokerView(id) {
     h("h1", {}, "Broker ", page.broker.broker_id),
     h("p", {}, page.broker.broker_addr, " · ", page.broker.broker_role, " · ", page.broker.broker_status),
     cards([["topics", page.metrics.topics_owned], ["bytes in", page.metrics.inbound_bytes_total],
-      ["bytes out", page.metrics.outbound_bytes_total], ["connections", page.metrics.active_connections]]),
+      ["bytes out", page.metrics.outbound_bytes_total], ["connections", page.metrics.active_connections],
+      ["calls", page.metrics.rpc_total], ["calls /s", Number(page.metrics.rpc_rate_1m.toFixed(1))],
+      ["call errors", page.metrics.rpc_errors_total], ["server errors", page.metrics.errors_5xx_total],
+      ["WAL sync rounds", page.metrics.wal_sync_rounds_total],
+      ["p95 round ms", Number(page.metrics.wal_sync_round_latency_ms_p95.toFixed(2))]]),
     h("h2", {}, "Topics"),
     table([
       { title: "topic", cell: (t) => topicLink(t.name) },

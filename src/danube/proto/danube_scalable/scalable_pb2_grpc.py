@@ -196,7 +196,7 @@ class ScalableTopicsServicer:
         raise NotImplementedError('Method not implemented!')
 
     def TerminateSegment(self, request, context):
-        """segment operations (the seed's Segments API), executed by the segment's owner
+        """segment operations (Pulsar PIP-468's Segments API), executed by the segment's owner
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -59,7 +59,7 @@ class DeliveryGates:
         """At once (the fence's listener, before any batch under the new version is stored): a gate
         holding everything unread on every target partition of ``base`` served here."""
         t = state.transition if state is not None else None
-        if t is None or t.phase != CUTOVER:
+        if state is None or t is None or t.phase != CUTOVER:
             return
         versions = _versions(state)
         for target in t.targets:

@@ -13,7 +13,7 @@ Two counters, kept apart:
   version (stamped right after the bump commits).
 
 Routing: a key goes to ``fnv1a_64(key) % partitions`` under every version (the version-0 function
-of ``danube.client.routing``, the one Danube's clients use), so only the partition count changes.
+of ``danube.model.partitions``, the one Danube's clients use), so only the partition count changes.
 A key moves from ``h % old`` to ``h % new``; the partitions a target ``t`` can receive moved keys
 from are the ``s != t`` with ``s == t (mod gcd(old, new))`` (Chinese remainder theorem).
 
@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
-from danube.client.routing import fnv1a_64
+from danube.model.partitions import fnv1a_64
 from danube.errors import InvalidArgumentError
 
 DEFAULT_ADOPTION_TIMEOUT_MS = 30_000
@@ -321,7 +321,7 @@ class PartitioningState:
     # ------------------------------------------------------------ encoding
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"partitions": self.partitions, "version": self.version,
+        d: dict[str, Any] = {"partitions": self.partitions, "version": self.version,
              "transition": self.transition.to_dict() if self.transition else None,
              "retired": list(self.retired)}
         if self.pending:

@@ -10,7 +10,7 @@ from danube.errors import InvalidArgumentError
 
 @dataclass(frozen=True)
 class ScalableTopicsConfig:
-    enabled: bool = True                 # the seed's scalableTopicEnabled
+    enabled: bool = True                 # PIP-468's scalableTopicEnabled
     session_grace_seconds: float = 30.0  # a disconnected ordered consumer keeps its segments this long
     controller_lease_seconds: int = 10   # standalone broker: TTL of the controller election lease
     auto_split_rate: float = 0.0         # msgs/s of one active segment that makes its leader split it; 0 = off

@@ -1,4 +1,4 @@
-"""The per-topic scalable topic controller (the seed's ``ScalableTopicController``).
+"""The per-topic scalable topic controller (``ScalableTopicController`` of Pulsar PIP-468 scalable topics).
 
 One leader per scalable topic, elected in the metadata store: a transaction "if
 ``/topics/{ns}/{topic}/controller`` does not exist, put my broker URL there under my lease".
@@ -6,7 +6,7 @@ The key disappears with the lease; every candidate watches it and campaigns agai
 write the leader makes carries :meth:`guard` (the key still holds this URL under this lease),
 so a deposed leader's late writes fail.
 
-Split and merge follow the seed's order, with an operation record so a crash at any step is
+Split and merge follow PIP-468's order, with an operation record so a crash at any step is
 finished or undone by the next leader:
 
 0. record the operation (``/operation``: parents, children, target layout, step ``create``);
@@ -22,7 +22,7 @@ layout never changed, the parents were never sealed); a record at step ``termina
 forward (steps 1-5 again; each is idempotent); a record whose ``fromEpoch`` is no longer the
 layout's epoch is stale and dropped.
 
-Pruning (the seed's ``pruneSegment``; when, the seed does not say): the leader looks every
+Pruning (PIP-468's ``pruneSegment``; when is ours, PIP-468 does not say): the leader looks every
 ``prune_interval`` seconds for SEALED segments that every subscription has drained (terminated,
 backlog 0 and nothing unacknowledged on the segment topic, no consumer attached) and whose children
 exist, that have stayed so for ``sealed_retention`` seconds (counted by this leader: a new leader
@@ -33,7 +33,7 @@ leaves every assignment); the segment topic and its stored data are deleted; the
 leader that finds a prune record deletes its segment topic again (idempotent) and drops it.  A
 pruned segment topic that a late client made a broker create again is deleted again for a while.
 
-Segment topics are touched only through :class:`SegmentOps` (the seed's Segments admin API),
+Segment topics are touched only through :class:`SegmentOps` (PIP-468's Segments admin API),
 so the controller does not need to own any segment.
 """
 
@@ -49,13 +49,9 @@ from danube._tasks import cancel_and_wait
 from danube.errors import DanubeError, InvalidArgumentError, MetadataError, NotFoundError
 from danube.metadata import keys
 from danube.metadata.store import Compare, Op, dump_json
-from danube.routing.scalable.layout import LayoutError, SegmentLayout, segment_topic_name
-from danube.routing.scalable.sessions import (
-    ConsumerAssignment,
-    ConsumerSession,
-    Listener,
-    SubscriptionCoordinator,
-)
+from danube.model.segment_assignment import ConsumerAssignment
+from danube.model.segment_layout import LayoutError, SegmentLayout, segment_topic_name
+from danube.routing.scalable.sessions import ConsumerSession, Listener, SubscriptionCoordinator
 from danube.routing.scalable.store import ScalableTopicStore
 
 log = logging.getLogger(__name__)
@@ -125,7 +121,7 @@ PRUNE_STEP = "pruned"  # a prune: the layout no longer has the segment, its topi
 
 async def create_scalable_topic(store: ScalableTopicStore, ops: SegmentOps, topic: str,
                                 num_segments: int = 1, properties: dict[str, str] | None = None) -> SegmentLayout:
-    """The seed's createScalableTopic: write the initial layout, then create its segment topics."""
+    """PIP-468's createScalableTopic: write the initial layout, then create its segment topics."""
     keys.split_topic(topic)
     layout = SegmentLayout.initial(num_segments, properties)
     await store.create(topic, layout)
@@ -135,7 +131,7 @@ async def create_scalable_topic(store: ScalableTopicStore, ops: SegmentOps, topi
 
 
 async def delete_scalable_topic(store: ScalableTopicStore, ops: SegmentOps, topic: str) -> bool:
-    """The seed's deleteScalableTopic: segment topics first (best effort), then the metadata."""
+    """PIP-468's deleteScalableTopic: segment topics first (best effort), then the metadata."""
     stored = await store.load(topic)
     if stored is None:
         return False
@@ -604,7 +600,7 @@ class ScalableTopicController:
 
     async def register_consumer(self, sub: str, name: str, consumer_id: int = 0,
                                 listener: Listener | None = None) -> ConsumerAssignment:
-        """The seed's registerConsumer (ordered consumers): the consumer's segment assignment."""
+        """PIP-468's registerConsumer (ordered consumers): the consumer's segment assignment."""
         keys.check_name("consumer", name)
         self._check_leader()
         if sub not in self.coordinators:

@@ -1,4 +1,4 @@
-"""Segment topics on danube brokers: the controller's :class:`SegmentOps` (the seed's Segments API).
+"""Segment topics on danube brokers: the controller's :class:`SegmentOps` (Pulsar PIP-468's Segments API).
 
 A segment topic is an ordinary reliable topic.  Creating one writes its metadata (delivery
 ``reliable``, and each subscription with its cursor at ``-1``: Earliest), so it exists before any

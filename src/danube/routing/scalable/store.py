@@ -1,6 +1,6 @@
-"""Scalable topic metadata in the MetadataStore (the seed's ``ScalableTopicResources``).
+"""Scalable topic metadata in the MetadataStore (``ScalableTopicResources`` of Pulsar PIP-468 scalable topics).
 
-Paths (keys.py, the seed's layout):
+Paths (keys.py, PIP-468's layout):
 
 - ``/topics/{ns}/{topic}``                                  ScalableTopicMetadata JSON (the layout)
 - ``/topics/{ns}/{topic}/controller``                       controller leader's broker URL (lease)
@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Sequence
 from danube.errors import AlreadyExistsError, NotFoundError
 from danube.metadata import keys
 from danube.metadata.store import CompactedError, Compare, MetadataStore, Op, dump_json
-from danube.routing.scalable.layout import LayoutError, SegmentLayout
+from danube.model.segment_layout import LayoutError, SegmentLayout
 
 
 @dataclass(frozen=True)

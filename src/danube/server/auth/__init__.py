@@ -1,11 +1,10 @@
-"""Security: TLS and mTLS on both ports, JWT authentication, RBAC (default-deny).
+"""Security at the server edge: TLS and mTLS on both ports, JWT authentication, RBAC (default-deny).
 
-``settings`` (the ``auth`` config block), ``tls`` (SSL contexts and grpc credentials),
-``jwt`` (verify/issue HS256 tokens, with a cache of verified tokens), ``rbac`` (roles,
-bindings, the permission check), ``guard`` (the per-call hook both gRPC servers call),
-``admin_service`` (``danube_admin.SecurityAdmin``).  docs/security.md describes it all.
+``guard`` (the per-call hook both gRPC servers call), ``runtime`` (what a broker builds from its
+``auth`` settings), ``admin_service`` (``danube_admin.SecurityAdmin``); the primitives they use
+(settings, TLS, JWT, RBAC) are ``danube.security``.  docs/security.md describes it all.
 """
 
-from danube.server.auth.settings import AuthSettings, JwtSettings, TlsSettings
+from danube.security.settings import AuthSettings, JwtSettings, TlsSettings
 
 __all__ = ["AuthSettings", "JwtSettings", "TlsSettings"]

@@ -21,7 +21,7 @@ import logging
 import grpc
 
 from danube.errors import DanubeError, InvalidArgumentError
-from danube.server.auth.rbac import Authorizer
+from danube.security.rbac import Authorizer
 from danube.server.status import abort
 
 log = logging.getLogger(__name__)

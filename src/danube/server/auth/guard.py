@@ -3,7 +3,7 @@
 ``CallGuard.wrap(method, handler)`` returns the handler with a check in front of it:
 
 1. **who** — :meth:`CallGuard.principal` takes the call's metadata and peer certificate:
-   ``authorization: Bearer <jwt>`` verified by :class:`~danube.server.auth.jwt.TokenVerifier`
+   ``authorization: Bearer <jwt>`` verified by :class:`~danube.security.jwt.TokenVerifier`
    (its subject is the principal), else, on an mTLS port, the verified client certificate's
    common name; neither → ``UNAUTHENTICATED`` saying what is missing or wrong.
 2. **what** — :data:`RULES` names, per method, the permission and how to find the resource in
@@ -29,8 +29,8 @@ import grpc
 
 from danube.errors import AuthenticationError, DanubeError
 from danube.server import status as status_map
-from danube.server.auth.rbac import ANY_RESOURCE, BROKER_PRINCIPAL, CLUSTER, Authorizer
-from danube.server.auth.tls import identity_of
+from danube.security.rbac import ANY_RESOURCE, BROKER_PRINCIPAL, CLUSTER, Authorizer
+from danube.security.tls import identity_of
 
 log = logging.getLogger(__name__)
 

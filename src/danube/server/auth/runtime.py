@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 
 from danube.server.auth.guard import CallGuard, GuardedRegistrar, GuardInterceptor, _grpc_auth_context
-from danube.server.auth.rbac import BROKER_PRINCIPAL, CLUSTER, Authorizer
-from danube.server.auth.settings import AuthSettings
+from danube.security.rbac import BROKER_PRINCIPAL, CLUSTER, Authorizer
+from danube.security.settings import AuthSettings
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class Security:
         if settings.authenticating:
             verifier = None
             if settings.jwt is not None:
-                from danube.server.auth.jwt import TokenVerifier
+                from danube.security.jwt import TokenVerifier
 
                 verifier = TokenVerifier(settings.jwt.secret_key, issuer=settings.jwt.issuer)
             self.guard = CallGuard(verifier=verifier, authorizer=self.authorizer, broker=broker,
@@ -43,7 +43,7 @@ class Security:
         self._ssl_context = None
         self._grpc_credentials = None
         if settings.tls_enabled:
-            from danube.server.auth import tls
+            from danube.security import tls
 
             t = settings.tls
             self._ssl_context = tls.server_ssl_context(t.cert_file, t.key_file, ca_file=t.ca_file,

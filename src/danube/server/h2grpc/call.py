@@ -56,7 +56,7 @@ class ServerCall:
         "_connection", "stream_id", "method", "_handler", "_headers", "_metadata", "_reader", "_messages",
         "_waiter", "_remote_ended", "_held_credit", "_task", "_headers_sent", "_finished", "_code",
         "_details", "_trailing_metadata", "_deadline", "_deadline_timer", "_deadline_hit",
-        "_done_callbacks", "_cancelled", "_queued_bytes", "_buffered",
+        "_done_callbacks", "_cancelled", "_queued_bytes", "_buffered", "_sink",
     )
 
     def __init__(self, connection: "GrpcConnection", stream_id: int, method: str, handler: Any,
@@ -85,6 +85,7 @@ class ServerCall:
         self._trailing_metadata: tuple = ()
         self._deadline_hit = False
         self._done_callbacks: list = []
+        self._sink = None   # set_message_sink: request messages go to this callback as they arrive
         loop = connection.loop
         self._deadline = None if timeout is None else loop.time() + timeout
         self._deadline_timer = None if timeout is None else loop.call_at(self._deadline, self._on_deadline)
@@ -116,9 +117,15 @@ class ServerCall:
             return
         if messages:
             connection.progress += 1
-            self._messages.extend(messages)
-            self._queued_bytes += sum(map(len, messages)) if len(messages) > 1 else len(messages[0])
-            self._wake()
+            if self._sink is not None:
+                self._to_sink(messages)   # taken at once: nothing queued, nothing to wake
+                if self._finished:
+                    connection.return_credit(self.stream_id, flow_controlled)
+                    return
+            else:
+                self._messages.extend(messages)
+                self._queued_bytes += sum(map(len, messages)) if len(messages) > 1 else len(messages[0])
+                self._wake()
         buffered = self._reader.pending + self._queued_bytes
         delta = buffered - self._buffered
         server = connection._server
@@ -145,6 +152,8 @@ class ServerCall:
             self._fail_early(grpc.StatusCode.INTERNAL, "the request stream ended inside a message")
             return
         self._wake()
+        if self._sink is not None:
+            self._sink(grpc.aio.EOF)
         if self._task is None and not self.streaming_request:
             if len(self._messages) != 1:
                 self._fail_early(grpc.StatusCode.INTERNAL, "a unary call needs exactly one request message, got "
@@ -162,6 +171,10 @@ class ServerCall:
 
     def on_reset(self) -> None:
         """The client cancelled the call (RST_STREAM) or the connection is gone."""
+        if not self._finished:
+            observe = self._connection._server.on_status
+            if observe is not None:
+                observe(self.method, grpc.StatusCode.CANCELLED)
         self._cancelled = True
         self._finished = True
         self._wake()
@@ -234,6 +247,9 @@ class ServerCall:
         if self._finished:
             return
         self._finished = True
+        observe = self._connection._server.on_status
+        if observe is not None:
+            observe(self.method, code)
         self._connection.send_status(self.stream_id, code, details, self._trailing_metadata,
                                      trailers_only=not self._headers_sent,
                                      reset_after=not self._remote_ended)
@@ -323,6 +339,39 @@ class ServerCall:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    # ------------------------------------------------------------ request messages by callback
+
+    def set_message_sink(self, sink) -> None:
+        """From now on each request message is handed to ``sink(message)`` as soon as its DATA
+        is read (those already waiting first, in order), and ``sink(grpc.aio.EOF)`` once the
+        client ends its stream: a streaming handler whose requests are small control messages
+        (a consumer's credits and acks) handles them in the connection's read, without a task
+        woken per message.  Messages are taken at once, so their window goes back at once.
+        The sink must not raise; ``read`` is not used afterwards."""
+        self._sink = sink
+        if self._messages:
+            messages = []
+            while self._messages:
+                messages.append(self._take())
+            if self._held_credit:
+                held, self._held_credit = self._held_credit, 0
+                self._connection.return_credit(self.stream_id, held)
+            self._to_sink(messages)
+        if self._remote_ended and not self._finished:
+            sink(grpc.aio.EOF)
+
+    def _to_sink(self, messages: list) -> None:
+        sink = self._sink
+        for data in messages:
+            if self._finished:
+                return
+            try:
+                message = self._deserialize(data)
+            except AbortError:
+                self._fail_early(self._code, self._details)
+                return
+            sink(message)
+
     # ------------------------------------------------------------ grpc.aio.ServicerContext
 
     async def read(self):
@@ -348,6 +397,19 @@ class ServerCall:
         if self._finished:
             raise asyncio.InvalidStateError(f"{self.method}: the call is already over")
         await self._send_message(self._serialize(message))
+
+    def write_nowait(self, message) -> bool:
+        """``write`` from a callback: True when the message is queued for this turn's socket
+        write; False, nothing sent, when it would have to wait for flow control or the send
+        queue (the caller then awaits ``write``, keeping its messages in order)."""
+        if self._finished:
+            return False
+        connection = self._connection
+        data = self._serialize(message)
+        if not self._headers_sent:
+            self._headers_sent = True
+            connection.send_response_headers(self.stream_id)
+        return connection.send_now(self.stream_id, data)
 
     async def send_initial_metadata(self, initial_metadata) -> None:
         if not self._headers_sent:

@@ -14,8 +14,8 @@ request the handler does not read stops getting window back (see ``call.py``).
 The HTTP/2 layer here is the part of RFC 9113 a gRPC server needs, written for this
 server instead of taken from a general library: a gRPC call costs a handful of frames,
 and a general state machine per frame cost more than the broker's own work per call
-(docs/benchmarks.md, "Eighth pass").  A stream error answers RST_STREAM; a connection
-error answers GOAWAY with the error code and a reason, and closes the connection.
+(docs/benchmarks.md, "An HTTP/2 layer of its own").  A stream error answers RST_STREAM; a
+connection error answers GOAWAY with the error code and a reason, and closes the connection.
 
 Against hostile peers every resource a connection can make the server hold is bounded
 (``limits.H2Limits``, one field per bound): streams (per connection and in all),
@@ -38,6 +38,7 @@ import grpc
 
 from danube.errors import DanubeError
 from danube.server import status as status_map
+from danube.server.rpc_counts import UNKNOWN_METHOD
 from danube.server.h2grpc import frames, wire
 from danube.server.h2grpc.budget import ReceiveBudget
 from danube.server.h2grpc.call import ServerCall
@@ -636,6 +637,8 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         path_text = (path or b"").decode("utf-8", "replace")
         handler = self._server.find_handler(path_text, headers)
         if handler is None:
+            if self._server.on_status is not None:  # not by its path: client input is no label
+                self._server.on_status(UNKNOWN_METHOD, grpc.StatusCode.UNIMPLEMENTED)
             self.send_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {path_text}",
                              (), trailers_only=True, reset_after=not ended)
             return
@@ -644,6 +647,8 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
             try:
                 timeout = wire.parse_timeout(timeout_value)
             except DanubeError as exc:
+                if self._server.on_status is not None:
+                    self._server.on_status(path_text, status_map.status_for(exc))
                 self.send_status(stream_id, status_map.status_for(exc), status_map.message_for(exc), (),
                                  trailers_only=True, reset_after=not ended)
                 return

@@ -126,6 +126,33 @@ class SendSide:
         self.progress += 1
         self._schedule_flush()
 
+    def send_now(self, stream_id: int, data) -> bool:
+        """``send_message`` when it can finish without waiting (the message fits the windows and
+        the send-queue bounds, in one frame): queued for this turn's write, True.  False, nothing
+        done, when the caller must await ``send_message`` instead (or the stream is gone)."""
+        encoded = type(data) is wire.Encoded
+        length = data.length if encoded else len(data)
+        total = wire.PREFIX_SIZE + length
+        stream = self._streams.get(stream_id)
+        server = self._server
+        if (stream is None or stream.local_closed or total > self._frame_limit or self._write_paused
+                or self._out_bytes >= self._send_limit or total > stream.send_window
+                or total > self._send_window or server.send_queued > server.max_send_queued_total):
+            return False
+        stream.send_window -= total
+        self._send_window -= total
+        out = self._out
+        out.append(frames.frame_header(frames.DATA, 0, stream_id, total))
+        out.append(wire.message_prefix(length))
+        if encoded:
+            out.extend(data)
+        else:
+            out.append(data)
+        self._out_bytes += total
+        self.progress += 1
+        self._schedule_flush()
+        return True
+
     def _may_queue(self) -> bool:
         """Whether a writer may frame more now: the connection is under its bound, and the server
         under its total or this connection has nothing waiting (each gets its turn)."""

@@ -4,7 +4,8 @@ The generated ``add_*Servicer_to_server`` functions register their handlers here
 exactly as on a grpc.aio server, and the servicers run unchanged.  Unlike
 grpc.aio, no call crosses a thread: grpc.aio's C core reads the socket on its own
 threads and hands each completion to the event loop, and on this 2-core machine
-those hand-offs cost more than the call itself (docs/benchmarks.md, "Seventh pass").
+those hand-offs cost more than the call itself (docs/benchmarks.md, "The unary path's cost is
+grpc.aio's threads").
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import collections
 import logging
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from danube import _allocator
@@ -69,6 +70,8 @@ class H2Server:
         self._trimmed_at = float("-inf")
         self._trim_handle: asyncio.TimerHandle | None = None
         self._handlers: dict[str, Any] = {}
+        # Called with (method path, status code) for every call answered (danube.server.rpc_counts).
+        self.on_status: Callable[[str, Any], None] | None = None
         self._generic: list = []
         self._sockets: list[socket.socket] = []
         self._listeners: list[asyncio.AbstractServer] = []
@@ -136,7 +139,7 @@ class H2Server:
         self._sockets.extend(bound)
         return port
 
-    # TLS (danube.server.auth.tls.server_ssl_context: ALPN h2, client certificates for mTLS);
+    # TLS (danube.security.tls.server_ssl_context: ALPN h2, client certificates for mTLS);
     # None = HTTP/2 with prior knowledge on a plain socket.
     ssl_context = None
 

@@ -1,13 +1,9 @@
 """gRPC's framing inside HTTP/2 DATA frames, and the header values gRPC defines.
 
-Length-prefixed message (gRPC over HTTP/2, "Length-Prefixed-Message"), repeated
-back to back in a stream's DATA payload, split across DATA frames anywhere:
-
-    offset  size  field
-    0       1     compressed flag: 0 = identity, 1 = compressed with the stream's
-                  ``grpc-encoding`` (this server accepts only 0; other bits are reserved)
-    1       4     message length N, unsigned, big-endian
-    5       N     the serialized message (protobuf here)
+Length-prefixed messages (gRPC over HTTP/2, "Length-Prefixed-Message": a flag byte, a 4-byte
+big-endian length, the message), repeated back to back in a stream's DATA payload and split
+across DATA frames anywhere, are cut and prefixed by the codec ``danube._core.h2codec`` (byte
+layout in the comment block at its top; pure twin ``danube/_pure/h2codec.py``).
 
 ``grpc-timeout`` request header: 1 to 8 ASCII digits followed by one unit letter,
 ``H`` hours, ``M`` minutes, ``S`` seconds, ``m`` milliseconds, ``u`` microseconds,
@@ -21,10 +17,12 @@ from __future__ import annotations
 
 import base64
 
+from danube import _native
 from danube.errors import InvalidArgumentError
 
-PREFIX_SIZE = 5
-_COMPRESSED = 0x01
+_codec = _native.load("h2codec")
+
+PREFIX_SIZE = _codec.PREFIX_SIZE
 
 # Headers gRPC itself uses; the rest of a request's headers are the call's metadata.
 _TRANSPORT_HEADERS = frozenset((b"content-type", b"te", b"grpc-timeout", b"grpc-encoding",
@@ -32,17 +30,16 @@ _TRANSPORT_HEADERS = frozenset((b"content-type", b"te", b"grpc-timeout", b"grpc-
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 
 
-class MessageTooLarge(Exception):
-    """A message's length prefix is over the receive limit (RESOURCE_EXHAUSTED at the edge)."""
-
-    def __init__(self, length: int, limit: int) -> None:
-        super().__init__(f"received message larger than max ({length} vs. {limit})")
-        self.length = length
-        self.limit = limit
-
-
-class CompressedMessage(Exception):
-    """A message flagged as compressed; this server does not decompress (UNIMPLEMENTED)."""
+# A message's length prefix over the receive limit (RESOURCE_EXHAUSTED at the edge), and a message
+# flagged as compressed, which this server does not decompress (UNIMPLEMENTED).
+MessageTooLarge = _codec.MessageTooLarge
+CompressedMessage = _codec.CompressedMessage
+# Cuts a stream's DATA payload into whole messages, whatever the DATA frame boundaries:
+# ``feed(data)`` returns the messages it completed; ``pending`` counts the bytes of an
+# unfinished one.
+MessageReader = _codec.MessageReader
+# The five bytes in front of an uncompressed message of ``length`` bytes.
+message_prefix = _codec.message_prefix
 
 
 class Encoded(tuple):
@@ -74,48 +71,6 @@ def varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
-
-
-def message_prefix(length: int) -> bytes:
-    """The five bytes in front of an uncompressed message of ``length`` bytes."""
-    return b"\x00" + length.to_bytes(4, "big")
-
-
-class MessageReader:
-    """Cuts a stream's DATA payload into whole messages, whatever the DATA frame boundaries."""
-
-    __slots__ = ("_buffer", "_limit", "pending")
-
-    def __init__(self, limit: int) -> None:
-        self._buffer = bytearray()
-        self._limit = limit
-        self.pending = 0   # bytes received that are not yet part of a whole message
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """Adds ``data``; the messages it completed, in order.  Raises MessageTooLarge or
-        CompressedMessage as soon as a prefix shows either (before the body has arrived)."""
-        buffer = self._buffer
-        buffer += data
-        messages = []
-        start = 0
-        end = len(buffer)
-        with memoryview(buffer) as view:   # one copy per message, none for the slicing
-            while end - start >= PREFIX_SIZE:
-                flag = buffer[start]
-                length = int.from_bytes(view[start + 1:start + PREFIX_SIZE], "big")
-                if flag & _COMPRESSED:
-                    raise CompressedMessage("compressed messages are not supported by this server "
-                                            "(send with grpc-encoding identity)")
-                if length > self._limit:
-                    raise MessageTooLarge(length, self._limit)
-                if end - start < PREFIX_SIZE + length:
-                    break
-                messages.append(view[start + PREFIX_SIZE:start + PREFIX_SIZE + length].tobytes())
-                start += PREFIX_SIZE + length
-        if start:
-            del buffer[:start]
-        self.pending = end - start
-        return messages
 
 
 def parse_timeout(value: bytes) -> float:

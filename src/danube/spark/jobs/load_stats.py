@@ -91,7 +91,7 @@ def parse_reports(batches: Iterator, bucket_seconds: int) -> Iterator:
     import pyarrow as pa
 
     for batch in batches:
-        rows = {name: [] for name in REPORT_COLUMNS}
+        rows: dict[str, list] = {name: [] for name in REPORT_COLUMNS}
         for offset, payload in zip(batch.column("offset").to_pylist(), batch.column("payload").to_pylist()):
             report = LoadReport.from_json(payload)
             rows["bucket_start"].append(report.timestamp - report.timestamp % bucket_seconds)

@@ -20,7 +20,7 @@ def report(broker, topics, cpu=None, mem=None, ts=100):
     return LoadReport(resources_usage=res, topics=list(topics), timestamp=ts, broker_id=broker)
 
 
-def test_seed_worked_example():
+def test_danubes_worked_example():
     b = compute_balance({"1": 45.0, "2": 30.0, "3": 25.0})
     assert b.mean == pytest.approx(33.333, abs=1e-3)
     assert b.std_dev == pytest.approx(8.498, abs=1e-3)
@@ -32,7 +32,7 @@ def test_seed_worked_example():
 
 def test_sources_fall_back_to_above_the_mean_when_nobody_is_overloaded():
     b = compute_balance({"1": 100.0, "2": 100.0, "3": 100.0, "4": 0.0, "5": 0.0})
-    assert b.overloaded == ()  # mean 60 + std 49 = 109: the seed's rule finds no source
+    assert b.overloaded == ()  # mean 60 + std 49 = 109: Danube's rule finds no source
     assert sources(b) == ("3", "2", "1")
     assert sources(b, fallback_above_mean=False) == ()
     assert b.underloaded == ("4", "5")

@@ -1,4 +1,4 @@
-"""load_manager.rebalancing: the seed's keys, defaults and aggressiveness presets."""
+"""load_manager.rebalancing: Danube's keys, defaults and aggressiveness presets."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from danube.cluster.rebalancing.config import PRESETS, RebalancingConfig
 from danube.errors import InvalidArgumentError
 
 
-def test_defaults_are_the_seeds():
+def test_defaults_are_danubes():
     c = RebalancingConfig.from_danube_config({})
     assert (c.enabled, c.aggressiveness, c.check_interval_seconds, c.max_moves_per_hour, c.cooldown_seconds,
             c.min_brokers_for_rebalance, c.min_topic_age_seconds, c.blacklist_topics) == \

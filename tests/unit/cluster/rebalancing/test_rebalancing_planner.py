@@ -1,4 +1,4 @@
-"""Candidates, the seed's greedy step and the multi-move planner, with hypothesis properties."""
+"""Candidates, Danube's greedy step and the multi-move planner, with hypothesis properties."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from danube.cluster.rebalancing.balance import ClusterState, TopicInfo, compute_
 from danube.cluster.rebalancing.candidates import Eligibility, candidates, eligibility, target_for
 from danube.cluster.rebalancing.config import RebalancingConfig
 from danube.cluster.rebalancing.history import MoveRecord
-from danube.cluster.rebalancing.planner import greedy_plan, plan_moves, seed_greedy_move
+from danube.cluster.rebalancing.planner import greedy_plan, plan_moves, greedy_move
 
 
 def state_of(spec):
@@ -40,13 +40,13 @@ def test_candidates_filter_and_order():
     assert target_for({"a": 5.0}, "a", "/d/ok1", rules) is None
 
 
-def test_seed_greedy_moves_the_lightest_topic_to_the_least_loaded_broker():
+def test_greedy_moves_the_lightest_topic_to_the_least_loaded_broker():
     state = state_of({"a": [("/d/h", 5.0, 5.0), ("/d/l", 1.0, 1.0), ("/d/m", 3.0, 3.0)],
                       "b": [("/d/x", 2.0, 2.0)], "c": [("/d/y", 1.0, 1.0)]})
-    move = seed_greedy_move(state, Eligibility(), 0.2)
+    move = greedy_move(state, Eligibility(), 0.2)
     assert (move.topic, move.from_broker, move.to_broker) == ("/d/l", "a", "c")
     assert move.cv_after < move.cv_before
-    assert seed_greedy_move(state, Eligibility(), 0.9) is None  # balanced enough
+    assert greedy_move(state, Eligibility(), 0.9) is None  # balanced enough
 
 
 def add_brokers_state(per_broker=100, old=3, new=2):
@@ -56,7 +56,7 @@ def add_brokers_state(per_broker=100, old=3, new=2):
     return state_of(spec)
 
 
-def test_planner_reaches_the_threshold_in_fewer_moves_than_the_seed():
+def test_planner_reaches_the_threshold_in_fewer_moves_than_danubes_greedy_step():
     state = add_brokers_state()
     plan = plan_moves(state, Eligibility(), 0.2, 500)
     greedy = greedy_plan(state, Eligibility(), 0.2, 500)
@@ -118,7 +118,7 @@ def test_planner_properties(cluster, threshold, max_moves):
             after = compute_balance(loads).cv
             assert before >= threshold - 1e-12  # never moves once under the threshold
             assert math.isclose(after, m.cv_after, rel_tol=1e-6, abs_tol=1e-9)
-            if planner is plan_moves:  # the seed's greedy step may overshoot (a light but big topic)
+            if planner is plan_moves:  # Danube's greedy step may overshoot (a light but big topic)
                 assert after < before + 1e-9
     plan = plan_moves(state, rules, threshold, max_moves)
     if len(plan) < max_moves:  # stopped early: under the threshold, or no eligible move improves

@@ -1,4 +1,4 @@
-"""The seed's scenarios in the deterministic simulator: convergence and safety, and the CLI."""
+"""The scenarios of Danube's load manager in the deterministic simulator: convergence and safety, and the CLI."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from danube.cluster.simulator import EPOCH, check_safety, max_moves_in_window, run_scenario
 
 
-async def test_add_brokers_converges_and_the_planner_beats_the_seeds_greedy_loop():
+async def test_add_brokers_converges_and_the_planner_beats_danubes_greedy_loop():
     plan = await run_scenario("add-brokers", planner="plan", hours=4)
     greedy = await run_scenario("add-brokers", planner="greedy", hours=6)
     for r in (plan, greedy):

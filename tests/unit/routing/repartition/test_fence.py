@@ -14,6 +14,7 @@ from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
 from danube.routing.repartition.store import RepartitionStore
 from danube.server import batch_lane
 from tests.support.inprocess import served_broker
+from tests.support.waiting import async_wait_until
 
 T = "/default/fenced"
 
@@ -30,13 +31,6 @@ async def publish(stub, topic, version, n=3, seq=1):
     return [ack async for ack in stub.Publish(one())][0]
 
 
-async def wait_for(predicate, timeout=5.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
 async def test_fence_refuses_stale_and_records_offsets(tmp_path):
     async with served_broker(tmp_path, batch_lane.add_to_server, sync="never") as (broker, channel):
         stub = pb_grpc.BatchLaneStub(channel)
@@ -50,8 +44,8 @@ async def test_fence_refuses_stale_and_records_offsets(tmp_path):
 
         await store.repartition(T, 4, now_ms=0)          # grow 2 -> 4: version 1
         # the fence learns through its watch and records each source's old_end (3: one batch of 3)
-        await wait_for(lambda: runtime.fence.states.get(T) is not None and runtime.fence.states[T].version == 1)
-        await wait_for(lambda: runtime.fence.states[T].transition.old_end == {0: 3, 1: 3})
+        await async_wait_until(lambda: runtime.fence.states.get(T) is not None and runtime.fence.states[T].version == 1, timeout=5, interval=0.02)
+        await async_wait_until(lambda: runtime.fence.states[T].transition.old_end == {0: 3, 1: 3}, timeout=5, interval=0.02)
         before = broker.topics[f"{T}-part-0"].storage.next_offset
         ack = await publish(stub, f"{T}-part-0", 0, seq=2)
         assert ack.status.code == grpc.StatusCode.FAILED_PRECONDITION.value[0], ack

@@ -21,6 +21,7 @@ from danube.routing.repartition.fence import StaleRoutingError
 from danube.routing.repartition.store import RepartitionStore
 from danube.server import batch_lane, danube_services
 from tests.support.inprocess import served_broker
+from tests.support.waiting import async_wait_until
 
 T = "/default/live"
 KEYS = [f"key-{i}" for i in range(40)]
@@ -35,19 +36,6 @@ def client_for(channel) -> DanubeClient:
     target = channel._channel.target.decode()
     return (DanubeClient.builder().service_url(f"http://{target}")
             .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=20).build())
-
-
-async def wait_until(predicate, timeout=20.0, what="condition"):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        result = predicate()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return result
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 class Run:
@@ -124,7 +112,7 @@ async def live_run(channel, broker, partitions, sub_type=SubType.Exclusive, cons
     finally:
         run.stop.set()
         await asyncio.wait_for(tasks[0], 20)
-        await wait_until(run.complete, what="every message consumed")
+        await async_wait_until(run.complete, what="every message consumed", timeout=20)
         for task in tasks[1:]:
             task.cancel()
         await asyncio.gather(*tasks[1:], return_exceptions=True)
@@ -149,32 +137,32 @@ async def test_grow_then_shrink_keeps_per_key_order(tmp_path, monkeypatch, sub_t
                              dispatch=DispatchSettings(cursor_flush_interval_ms=100)) as (broker, channel):
         store = RepartitionStore(broker.metadata)
         async with live_run(channel, broker, 2, sub_type, consumers) as run:
-            await wait_until(lambda: run.received > 300, what="steady traffic")
+            await async_wait_until(lambda: run.received > 300, what="steady traffic", timeout=20)
             run.running.clear()                              # a pre-cutover backlog on the sources
             await asyncio.sleep(0.3)
             await store.repartition(T, 4, now_ms=0)
-            await wait_until(lambda: run.producer.partitioning_version == 1, what="producer cut over")
-            await wait_until(lambda: all(len(c._parts) == 4 for c in run.consumers),
-                             what="consumers attached to the new partitions")
+            await async_wait_until(lambda: run.producer.partitioning_version == 1, what="producer cut over", timeout=20)
+            await async_wait_until(lambda: all(len(c._parts) == 4 for c in run.consumers),
+                             what="consumers attached to the new partitions", timeout=20)
             await asyncio.sleep(0.3)                         # moved keys published on the new partitions
             run.running.set()
             finalizer = broker.repartition.finalizer
-            await wait_until(lambda: finalizer.finalized, what="grow finalized")
+            await async_wait_until(lambda: finalizer.finalized, what="grow finalized", timeout=20)
             assert finalizer.finalized[0]["adopted"]        # the client acked: no timeout needed
             assert (await store.load(T)).state.transition is None
             n = run.received
-            await wait_until(lambda: run.received > n + 300, what="traffic after the grow")
+            await async_wait_until(lambda: run.received > n + 300, what="traffic after the grow", timeout=20)
             run.running.clear()
             await asyncio.sleep(0.3)
             await store.repartition(T, 2, now_ms=0)
-            await wait_until(lambda: run.producer.partitioning_version == 2, what="producer cut over")
+            await async_wait_until(lambda: run.producer.partitioning_version == 2, what="producer cut over", timeout=20)
             await asyncio.sleep(0.3)
             run.running.set()
-            await wait_until(lambda: len(finalizer.finalized) == 2, what="shrink finalized")
+            await async_wait_until(lambda: len(finalizer.finalized) == 2, what="shrink finalized", timeout=20)
             state = (await store.load(T)).state
             assert state.partitions == 2 and state.version == 2 and state.retired == (2, 3)
             n = run.received
-            await wait_until(lambda: run.received > n + 300, what="traffic after the shrink")
+            await async_wait_until(lambda: run.received > n + 300, what="traffic after the shrink", timeout=20)
         assert run.producer.cutovers == 2
 
 
@@ -190,8 +178,8 @@ async def test_a_retired_partition_keeps_what_a_client_that_still_counts_it_publ
         await broker.publish(plain, bytearray(frames.encode_payloads([b"before"])))
         broker.repartition.finalizer.adoption_timeout_ms = 0      # no client acks here
         await store.repartition(T, 2, now_ms=0)
-        await wait_until(lambda: (broker.repartition.fence.states.get(T) is not None
-                                  and broker.repartition.fence.states[T].retired == (2, 3)), what="finalized")
+        await async_wait_until(lambda: (broker.repartition.fence.states.get(T) is not None
+                                  and broker.repartition.fence.states[T].retired == (2, 3)), what="finalized", timeout=20)
         assert await broker.metadata.get(keys.topic_terminated(f"{T}-part-3")) is None
         await broker.publish(plain, bytearray(frames.encode_payloads([b"after"])))
         assert broker.topics[f"{T}-part-3"].storage.next_offset == 2
@@ -237,12 +225,12 @@ async def test_consumers_attach_to_a_grows_partitions_before_any_producer_wrote_
                 await producer.send(f"{k}:0".encode(), key=k)
             await producer.flush()
             await producer.close()                               # nobody publishes during the grow
-            await wait_until(lambda: all(r.complete() for r in runs), what="the first messages")
+            await async_wait_until(lambda: all(r.complete() for r in runs), what="the first messages", timeout=20)
             await store.repartition(T, 4, now_ms=0)
             consumers = [c for r in runs for c in r.consumers]
-            await wait_until(lambda: all(len(c._parts) == 4 and all(p._subscribed.done() and not
+            await async_wait_until(lambda: all(len(c._parts) == 4 and all(p._subscribed.done() and not
                                                                      p._subscribed.exception() for p in c._parts)
-                                         for c in consumers), what="every consumer attached to 4 partitions")
+                                         for c in consumers), what="every consumer attached to 4 partitions", timeout=20)
             assert not [t for r in runs for t in r.tasks if t.done()]   # no consumer ended
             producer = client.new_producer().with_topic(T).with_name("p2").with_partitions(4).build()
             await producer.create()
@@ -253,7 +241,7 @@ async def test_consumers_attach_to_a_grows_partitions_before_any_producer_wrote_
             await producer.close()
             for r in runs:
                 r.sent = {k: 4 for k in KEYS}
-            await wait_until(lambda: all(r.complete() for r in runs), what="every message after the grow")
+            await async_wait_until(lambda: all(r.complete() for r in runs), what="every message after the grow", timeout=20)
         finally:
             for r in runs:
                 for t in r.tasks:
@@ -281,8 +269,8 @@ async def test_stale_publish_is_refused_and_rerouted_never_stored(tmp_path):
             k.encode()) % 4 >= 2)
         await producer.send_and_wait(b"before", key=key)
         await store.repartition(T, 4, now_ms=0)
-        await wait_until(lambda: broker.repartition.fence.states.get(T) is not None
-                         and broker.repartition.fence.states[T].version == 1, what="fence learned")
+        await async_wait_until(lambda: broker.repartition.fence.states.get(T) is not None
+                         and broker.repartition.fence.states[T].version == 1, what="fence learned", timeout=20)
         offset = await producer.send_and_wait(b"after", key=key)
         assert broker.repartition.fence.refused == 1
         assert producer.partitioning_version == 1 and offset == 0   # re-routed to its new partition
@@ -316,7 +304,7 @@ async def test_push_only_on_routing_content_and_adoption(tmp_path):
         hub = broker.repartition.hub
         assert hub.tracker.lowest() is None                  # not acked yet: does not count
         requests.put_nowait(pb.TopologyStreamRequest(ack=pb.TopologyAck(generation=snap.generation)))
-        await wait_until(lambda: hub.tracker.lowest() == snap.generation, what="ack tracked")
+        await async_wait_until(lambda: hub.tracker.lowest() == snap.generation, what="ack tracked", timeout=20)
         await store.repartition("/default/other", 3, now_ms=0)   # another topic: no push
         await broker.metadata.put_json(keys.subscription_cursor(T + "-part-0", "s"), 3)   # churn: no push
         await store.repartition(T, 4, now_ms=0)
@@ -326,13 +314,13 @@ async def test_push_only_on_routing_content_and_adoption(tmp_path):
         state = (await store.load(T)).state
         assert push.generation >= state.transition.adoption_generation
         requests.put_nowait(pb.TopologyStreamRequest(ack=pb.TopologyAck(generation=push.generation)))
-        await wait_until(lambda: hub.tracker.lowest() == push.generation, what="push acked")
+        await async_wait_until(lambda: hub.tracker.lowest() == push.generation, what="push acked", timeout=20)
         get = await stub.GetTopology(pb.TopologyRequest(topics=[T, "/default/plain"]))
         assert [(t.partitions, t.partitioning_version) for t in get.topics] == [(4, 1), (0, 0)]
         requests.put_nowait(None)
         with contextlib.suppress(grpc.aio.AioRpcError, asyncio.TimeoutError):
             await asyncio.wait_for(call.read(), 2)
-        await wait_until(lambda: hub.tracker.lowest() is None, what="closed connection dropped")
+        await async_wait_until(lambda: hub.tracker.lowest() is None, what="closed connection dropped", timeout=20)
 
 
 async def _old_end(store: RepartitionStore, partition: int):
@@ -357,11 +345,11 @@ async def test_a_source_open_nowhere_is_opened_by_its_owner_and_the_transition_f
             await broker.unload_topic(idle)      # sealed at offset 3: open on no broker
         assert idle not in broker.topics
         await store.repartition(T, 4, now_ms=0)
-        assert await wait_until(lambda: _old_end(store, 1), what="old_end of the source open nowhere") == (
+        assert await async_wait_until(lambda: _old_end(store, 1), what="old_end of the source open nowhere", timeout=20) == (
             (4,) if created else (0,))
         assert await _old_end(store, 0) == (3,)
         finalizer = broker.repartition.finalizer
-        await wait_until(lambda: finalizer.finalized, what="finalized")
+        await async_wait_until(lambda: finalizer.finalized, what="finalized", timeout=20)
         assert not finalizer.finalized[0]["adopted"]
         assert (await store.load(T)).state.transition is None
         assert (idle in broker.topics) == created   # reopened by its owner; a never-created one stays absent
@@ -380,15 +368,15 @@ async def test_a_subscription_nobody_consumes_keeps_its_gate_past_the_finalize(t
                     .with_subscription_type(SubType.Exclusive).with_reliable(True).build())
             await idle.subscribe()
             await idle.close()                                # the subscription stays, nobody consumes it
-            await wait_until(lambda: run.received > 300, what="steady traffic")
+            await async_wait_until(lambda: run.received > 300, what="steady traffic", timeout=20)
             await store.repartition(T, 4, now_ms=0)
             finalizer = broker.repartition.finalizer
-            await wait_until(lambda: finalizer.finalized, what="grow finalized without the idle subscription")
+            await async_wait_until(lambda: finalizer.finalized, what="grow finalized without the idle subscription", timeout=20)
             assert finalizer.finalized[0]["held"] == ["idle"]
             state = (await store.load(T)).state
             assert state.transition is None and [h.subscriptions for h in state.pending] == [("idle",)]
             n = run.received
-            await wait_until(lambda: run.received > n + 300, what="traffic after the grow")
+            await async_wait_until(lambda: run.received > n + 300, what="traffic after the grow", timeout=20)
         client = client_for(channel)
         back = (client.new_consumer().with_topic(T).with_consumer_name("back").with_subscription("idle")
                 .with_subscription_type(SubType.Exclusive).with_reliable(True)
@@ -405,9 +393,9 @@ async def test_a_subscription_nobody_consumes_keeps_its_gate_past_the_finalize(t
 
         task = asyncio.ensure_future(drain())
         try:
-            await wait_until(lambda: all(s and s[-1] == run.sent[k] - 1 for k, s in seqs.items()),
-                             what="the idle subscription's backlog consumed")
-            await wait_until(lambda: not broker.repartition.fence.states[T].pending, what="pending hold dropped")
+            await async_wait_until(lambda: all(s and s[-1] == run.sent[k] - 1 for k, s in seqs.items()),
+                             what="the idle subscription's backlog consumed", timeout=20)
+            await async_wait_until(lambda: not broker.repartition.fence.states[T].pending, what="pending hold dropped", timeout=20)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -435,11 +423,11 @@ async def test_a_consumer_back_during_a_shrink_drains_the_shrunk_away_partitions
                              dispatch=DispatchSettings(cursor_flush_interval_ms=100)) as (broker, channel):
         store = RepartitionStore(broker.metadata)
         async with live_run(channel, broker, 4) as run:
-            await wait_until(lambda: run.received > 300, what="steady traffic")
+            await async_wait_until(lambda: run.received > 300, what="steady traffic", timeout=20)
             run.running.clear()                              # a backlog on the partitions that go away
             await asyncio.sleep(0.3)
             await store.repartition(T, 2, now_ms=0)
-            await wait_until(lambda: run.producer.partitioning_version == 1, what="producer cut over")
+            await async_wait_until(lambda: run.producer.partitioning_version == 1, what="producer cut over", timeout=20)
             run.tasks[1].cancel()                            # the consumer goes away, its backlog unread
             await asyncio.gather(run.tasks[1], return_exceptions=True)
             await run.consumers[0].close()
@@ -453,10 +441,10 @@ async def test_a_consumer_back_during_a_shrink_drains_the_shrunk_away_partitions
             run.tasks.append(asyncio.ensure_future(run.consume(back)))
             run.running.set()
             finalizer = broker.repartition.finalizer
-            await wait_until(lambda: finalizer.finalized, what="shrink finalized")
+            await async_wait_until(lambda: finalizer.finalized, what="shrink finalized", timeout=20)
             assert (await store.load(T)).state.retired == (2, 3)
             n = run.received
-            await wait_until(lambda: run.received > n + 300, what="traffic after the shrink")
+            await async_wait_until(lambda: run.received > n + 300, what="traffic after the shrink", timeout=20)
 
 
 async def test_a_target_opened_again_is_gated_before_its_first_read(tmp_path):
@@ -485,9 +473,9 @@ async def test_a_target_opened_again_is_gated_before_its_first_read(tmp_path):
 
         await publish(5)
         await store.repartition(T, 4, now_ms=0)
-        await wait_until(lambda: producer.partitioning_version == 1, what="producer cut over")
+        await async_wait_until(lambda: producer.partitioning_version == 1, what="producer cut over", timeout=20)
         await publish(5)                                      # moved keys stored on parts 2 and 3
-        await wait_until(lambda: _recorded(store), what="offsets recorded")
+        await async_wait_until(lambda: _recorded(store), what="offsets recorded", timeout=20)
         runtime = broker.repartition
         runtime._sweeper.cancel()                             # no gate pass from here on
         await asyncio.gather(runtime._sweeper, return_exceptions=True)
@@ -510,12 +498,12 @@ async def test_a_target_opened_again_is_gated_before_its_first_read(tmp_path):
 
         task = asyncio.ensure_future(drain())
         try:
-            await wait_until(lambda: len(topics) >= 5 * len(KEYS), what="the sources' backlog")
+            await async_wait_until(lambda: len(topics) >= 5 * len(KEYS), what="the sources' backlog", timeout=20)
             await asyncio.sleep(0.5)
             assert not [t for t in topics if t.endswith(("-part-2", "-part-3"))]   # held from the open
             runtime._sweeper = asyncio.ensure_future(runtime._sweep())          # the gate passes resume
-            await wait_until(lambda: all(s and s[-1] == sent[k] - 1 for k, s in seqs.items()),
-                             what="everything consumed")
+            await async_wait_until(lambda: all(s and s[-1] == sent[k] - 1 for k, s in seqs.items()),
+                             what="everything consumed", timeout=20)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -579,7 +567,7 @@ async def test_every_type_keeps_receiving_through_an_unpaused_grow_and_shrink(tm
             await producer.flush()
             for run in runs:
                 run.sent = sent
-            await wait_until(lambda: all(r.complete() for r in runs), timeout=60,
+            await async_wait_until(lambda: all(r.complete() for r in runs), timeout=60,
                              what="every subscription received everything")
         finally:
             for r in runs:

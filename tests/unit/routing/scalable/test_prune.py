@@ -12,7 +12,7 @@ from danube.routing.scalable.controller import (
     ScalableTopicController,
     create_scalable_topic,
 )
-from danube.routing.scalable.layout import segment_topic_name
+from danube.model.segment_layout import segment_topic_name
 from danube.routing.scalable.store import ScalableTopicStore
 from tests.unit.routing.fakes import MemorySegmentOps, StoreLease
 

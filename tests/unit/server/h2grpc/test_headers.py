@@ -70,7 +70,7 @@ def test_a_header_list_over_the_limit_is_refused():
 
 
 def test_two_insertions_that_each_evict_one_do_not_bring_back_an_old_answer():
-    """Issue 21: a block that inserts two entries, each evicting one, leaves the table as long as
+    """A block that inserts two entries, each evicting one, leaves the table as long as
     it was, and the new first entry may reuse the evicted one's id.  The memo must still see the
     change (it used to answer ``x-a: 1`` where hpack decodes ``x-d: 4``, in 2,000 of 2,000 trials)."""
     for trial in range(2000):

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from danube.errors import NotFoundError
-from danube.routing.scalable.layout import (
+from danube.model.segment_layout import (
     HASH_MAX,
     HashRange,
     LayoutError,
@@ -17,7 +17,7 @@ from danube.routing.scalable.layout import (
     murmur3_32,
 )
 
-SEED_EXAMPLE = """{
+PIP468_EXAMPLE = """{
   "epoch": 3,
   "nextSegmentId": 5,
   "segments": {
@@ -50,23 +50,23 @@ def test_murmur3_reference_vectors():
     assert key_hash("k") == key_hash(b"k")
 
 
-def test_seed_json_parses_and_round_trips():
-    layout = SegmentLayout.from_json(SEED_EXAMPLE)
+def test_pip468_example_parses_and_round_trips():
+    layout = SegmentLayout.from_json(PIP468_EXAMPLE)
     assert layout.epoch == 3 and layout.next_segment_id == 5
     assert [s.segment_id for s in layout.active_segments] == [3, 4, 2]
     assert layout.segment(0).state is SegmentState.SEALED
     assert layout.segment(1).child_ids == (3, 4)
-    assert json.loads(layout.to_json()) == json.loads(SEED_EXAMPLE)
+    assert json.loads(layout.to_json()) == json.loads(PIP468_EXAMPLE)
     assert layout.find_active_segment(0x4000).segment_id == 4
     assert layout.lineage(3) == [0, 1, 3]
     assert layout.lineage(0) == [0, 1, 2, 3, 4]
 
 
-def test_seed_example_is_what_split_split_produces():
+def test_pip468_example_is_what_split_split_produces():
     layout = SegmentLayout.initial(1).split_segment(0)
-    # the seed's example sealed segment 1 at epoch 3: one more layout change happened in between
+    # PIP-468's example sealed segment 1 at epoch 3: one more layout change happened in between
     layout = SegmentLayout(layout.epoch + 1, layout.next_segment_id, layout.segments).split_segment(1)
-    assert json.loads(layout.to_json()) == json.loads(SEED_EXAMPLE)
+    assert json.loads(layout.to_json()) == json.loads(PIP468_EXAMPLE)
 
 
 def test_initial_and_errors():
@@ -106,15 +106,15 @@ def test_initial_and_errors():
 
 
 def test_validate_rejects_inconsistent_dag():
-    doc = json.loads(SEED_EXAMPLE)
+    doc = json.loads(PIP468_EXAMPLE)
     doc["segments"]["3"]["parentIds"] = [2]
     with pytest.raises(LayoutError):
         SegmentLayout.from_metadata(doc)
-    doc = json.loads(SEED_EXAMPLE)
+    doc = json.loads(PIP468_EXAMPLE)
     doc["segments"]["2"]["state"] = "SEALED"
     with pytest.raises(LayoutError):
         SegmentLayout.from_metadata(doc)
-    doc = json.loads(SEED_EXAMPLE)
+    doc = json.loads(PIP468_EXAMPLE)
     doc["nextSegmentId"] = 4
     with pytest.raises(LayoutError):
         SegmentLayout.from_metadata(doc)

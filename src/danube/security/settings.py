@@ -108,7 +108,7 @@ class AuthSettings:
 
     @property
     def mtls(self) -> bool:
-        return self.tls_enabled and self.tls.verify_client
+        return self.tls_enabled and self.tls is not None and self.tls.verify_client
 
     @property
     def authenticating(self) -> bool:
@@ -129,7 +129,7 @@ class AuthSettings:
         return ", ".join(parts)
 
     def check_files(self) -> None:
-        if self.tls_enabled:
+        if self.tls_enabled and self.tls is not None:
             self.tls.check()
 
     @classmethod

@@ -35,7 +35,7 @@ PERMISSIONS = ("produce", "consume", "lookup", "admin")
 CLUSTER = "*"
 ANY_RESOURCE = None   # "holds the permission on some resource" (schema registry reads, ...)
 _PARTITION = re.compile(r"^(.*)-part-\d+$")
-# a scalable topic's segment topic (danube.routing.scalable.layout.segment_topic_name)
+# a scalable topic's segment topic (danube.model.segment_layout.segment_topic_name)
 _SEGMENT = re.compile(r"^(.*)\.seg\.[0-9a-f]{4}-[0-9a-f]{4}-\d+$")
 _ROLE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 _DECISIONS_MAX = 65536

@@ -1,6 +1,6 @@
 """The segment layout of a scalable topic: an immutable, versioned DAG of hash-range segments.
 
-Pure model (no I/O), after PIP-468 (``SegmentLayout``, ``SegmentInfo``):
+Pure model (no I/O), after Pulsar PIP-468 scalable topics (``SegmentLayout``, ``SegmentInfo``):
 
 - a scalable topic covers the hash range ``0x0000``–``0xFFFF``; its ACTIVE segments cover
   that range exactly once, each an inclusive ``[start, end]``;
@@ -8,11 +8,11 @@ Pure model (no I/O), after PIP-468 (``SegmentLayout``, ``SegmentInfo``):
   ``[mid+1, end]`` (``mid = (start+end)//2``); ``merge_segments`` seals two adjacent active
   segments and adds one child covering both; each increments the layout epoch, children are
   created and parents sealed at the new epoch; ids come from ``next_segment_id``;
-- every mutation returns a NEW layout; the JSON codec is the seed's ``ScalableTopicMetadata``
+- every mutation returns a NEW layout; the JSON codec is PIP-468's ``ScalableTopicMetadata``
   (camelCase keys: ``epoch``, ``nextSegmentId``, ``segments`` keyed by the id as a string,
   ``properties``).
 
-Key hash: the seed leaves it open; danube uses MurmurHash3 x86 32-bit (seed 0, the hash Pulsar's
+Key hash: PIP-468 leaves it open; danube uses MurmurHash3 x86 32-bit (seed 0, the hash Pulsar's
 key-shared routing uses) of the key's UTF-8 bytes, masked to 16 bits (:func:`key_hash`).
 """
 
@@ -132,7 +132,7 @@ class SegmentInfo:
 
     @property
     def descriptor(self) -> str:
-        """``{hexStart}-{hexEnd}-{segmentId}`` as in the seed's Segments API (e.g. ``0000-7fff-1``)."""
+        """``{hexStart}-{hexEnd}-{segmentId}`` as in PIP-468's Segments API (e.g. ``0000-7fff-1``)."""
         return f"{self.hash_range}-{self.segment_id}"
 
     def to_json(self) -> dict:
@@ -228,7 +228,7 @@ class SegmentLayout:
         return sorted(out)
 
     def lineage(self, segment_id: int) -> list[int]:
-        """Ancestors, the segment, descendants (ids, sorted) — the seed's ``getLineage``."""
+        """Ancestors, the segment, descendants (ids, sorted) — PIP-468's ``getLineage``."""
         return sorted(set(self.ancestors(segment_id)) | {segment_id} | set(self.descendants(segment_id)))
 
     # ------------------------------------------------------------ transitions (each returns a new layout)
@@ -322,7 +322,7 @@ class SegmentLayout:
             raise LayoutError(f"active segments end at {expected - 1:#06x}, not {HASH_MAX:#06x}")
         return self
 
-    # ------------------------------------------------------------ the seed's JSON
+    # ------------------------------------------------------------ PIP-468's JSON
 
     def to_metadata(self) -> dict:
         return {"epoch": self.epoch, "nextSegmentId": self.next_segment_id,

@@ -1,23 +1,23 @@
-"""Readiness and port helpers the CLI's child servers (demo, bench --spawn-broker) rely on."""
+"""Readiness and port helpers every child server relies on (the embedded etcd, demo, bench --spawn-broker, tests)."""
 
 from __future__ import annotations
 
 import socket
 
-from danube.cli import _process
+from danube import processes
 
 
 def test_free_ports_are_distinct(monkeypatch):
     handed_out = iter([5001, 5001, 5002, 5001, 5003])   # the OS may hand out one port twice in a row
-    monkeypatch.setattr(_process, "free_port", lambda: next(handed_out))
-    assert _process.free_ports(3) == [5001, 5002, 5003]
+    monkeypatch.setattr(processes, "free_port", lambda: next(handed_out))
+    assert processes.free_ports(3) == [5001, 5002, 5003]
 
 
 def test_free_ports_lie_outside_the_ephemeral_range_and_are_never_handed_out_twice():
     # An outgoing connection takes its local port from the ephemeral range; a server port chosen there
     # can be taken by a client socket before the server binds it (CI saw "Address already in use").
-    low, high = _process._ephemeral_range()
-    ports = [_process.free_port() for _ in range(50)]
+    low, high = processes._ephemeral_range()
+    ports = [processes.free_port() for _ in range(50)]
     assert len(set(ports)) == 50
     assert all(not (low <= port <= high) for port in ports)
     for port in ports:
@@ -30,15 +30,15 @@ def test_a_port_in_use_is_not_handed_out(monkeypatch):
         taken.bind(("127.0.0.1", 0))
         busy = taken.getsockname()[1]
         choices = iter([busy, busy, busy + 1 if busy < 65535 else busy - 1])
-        monkeypatch.setattr(_process, "_candidate_range", lambda: (1024, 65535))
-        monkeypatch.setattr(_process.random, "randint", lambda a, b: next(choices))
-        monkeypatch.setattr(_process, "_handed_out", set())
-        assert _process.free_port() != busy
+        monkeypatch.setattr(processes, "_candidate_range", lambda: (1024, 65535))
+        monkeypatch.setattr(processes.random, "randint", lambda a, b: next(choices))
+        monkeypatch.setattr(processes, "_handed_out", set())
+        assert processes.free_port() != busy
 
 
 def test_without_a_range_outside_the_ephemeral_one_the_os_chooses(monkeypatch):
-    monkeypatch.setattr(_process, "_candidate_range", lambda: (0, 0))
-    port = _process.free_port()
+    monkeypatch.setattr(processes, "_candidate_range", lambda: (0, 0))
+    port = processes.free_port()
     assert 0 < port <= 65535
 
 
@@ -47,8 +47,8 @@ def test_a_listening_server_accepts_and_a_closed_port_does_not():
         server.bind(("127.0.0.1", 0))
         server.listen()
         port = server.getsockname()[1]
-        assert _process.accepts_connections("127.0.0.1", port)
-    assert not _process.accepts_connections("127.0.0.1", port)
+        assert processes.accepts_connections("127.0.0.1", port)
+    assert not processes.accepts_connections("127.0.0.1", port)
 
 
 def test_a_socket_connected_to_itself_is_not_a_server(monkeypatch):
@@ -59,8 +59,8 @@ def test_a_socket_connected_to_itself_is_not_a_server(monkeypatch):
     port = probe.getsockname()[1]
     probe.connect(("127.0.0.1", port))
     assert probe.getsockname() == probe.getpeername()
-    monkeypatch.setattr(_process.socket, "create_connection", lambda address, timeout=None: probe)
-    assert not _process.accepts_connections("127.0.0.1", port)
+    monkeypatch.setattr(processes.socket, "create_connection", lambda address, timeout=None: probe)
+    assert not processes.accepts_connections("127.0.0.1", port)
     assert probe.fileno() == -1   # closed by the probe
 
 
@@ -69,10 +69,10 @@ def test_cpu_seconds_of_a_process_and_of_none():
     import subprocess
     import sys
 
-    spent = _process.cpu_seconds(os.getpid())
+    spent = processes.cpu_seconds(os.getpid())
     sum(i * i for i in range(2_000_000))   # some CPU of our own
-    assert _process.cpu_seconds(os.getpid()) > spent
-    assert _process.cpu_seconds(None) == 0.0
+    assert processes.cpu_seconds(os.getpid()) > spent
+    assert processes.cpu_seconds(None) == 0.0
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    assert _process.cpu_seconds(gone.pid) == 0.0   # reaped: no /proc entry left
+    assert processes.cpu_seconds(gone.pid) == 0.0   # reaped: no /proc entry left

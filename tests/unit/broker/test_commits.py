@@ -1,0 +1,93 @@
+"""Batch publishes without a task per call: appended at once, answered by one durability waiter
+per topic (danube.broker.commits), over real WAL storage."""
+
+import asyncio
+import contextlib
+
+import pytest
+
+from danube import frames
+from danube.broker import BrokerService, DispatchSettings
+from danube.errors import InvalidArgumentError
+from danube.metadata.embedded import EmbeddedMetadataStore
+from danube.storage.config import StorageConfig
+from danube.storage.factory import StorageFactory
+
+T = "/default/commits"
+
+
+@pytest.fixture(params=["always", "never"])
+async def broker(request, tmp_path):
+    metadata = EmbeddedMetadataStore(str(tmp_path / "metadata.db"))
+    config = StorageConfig.from_dict({"wal": {"sync": request.param}}, data_dir=str(tmp_path))
+    factory = StorageFactory(config, metadata, broker_id="test")
+    b = BrokerService(metadata, factory, dispatch=DispatchSettings(cursor_flush_interval_ms=50))
+    await b.start()
+    yield b
+    with contextlib.suppress(Exception):
+        await b.stop()
+        await metadata.close()
+
+
+def batch(texts, producer_id: int) -> bytearray:
+    return bytearray(b"".join(frames.encode_record(t.encode(), publish_time=1, producer_id=producer_id)
+                              for t in texts))
+
+
+async def test_batches_are_appended_in_call_order_and_answered_with_their_offsets(broker):
+    pid = await broker.create_producer(T, "p", reliable=True)
+    cid = await broker.subscribe(T, "s", "c")
+    topic = broker.topics[T]
+    # one loop turn: 50 two-message calls, each appended now, none answered yet
+    futures = [broker.publish_nowait(pid, batch([f"a{i}", f"b{i}"], pid)) for i in range(50)]
+    assert topic.storage.next_offset == 100
+    assert not any(f.done() for f in futures)
+    assert topic.readable_next == 0          # nothing visible before it is durable
+    answers = await asyncio.gather(*futures)
+    assert answers == [(2 * i, 2 * i + 1) for i in range(50)]
+    assert topic.commits.waits < 50          # one waiter covered many calls
+    assert topic.readable_next == 100
+    assert broker._producers[pid].messages_in == 100
+    got = []
+    while len(got) < 100:
+        d = await asyncio.wait_for(broker.receive(cid, max_messages=1000, max_bytes=1 << 20), 5)
+        got += [bytes(r.payload).decode() for r in frames.iter_records(d.frames)]
+    assert got == [x for i in range(50) for x in (f"a{i}", f"b{i}")]
+    assert broker._publishing == 0
+
+
+async def test_a_refused_batch_raises_at_once_and_stores_nothing(broker):
+    pid = await broker.create_producer(T, "p", reliable=True)
+    other = await broker.create_producer("/default/other", "q", reliable=True)
+    with pytest.raises(InvalidArgumentError):   # a frame naming another producer
+        broker.publish_nowait(pid, batch(["x"], other))
+    assert broker.topics[T].storage.next_offset == 0
+    assert broker._publishing == 0
+    assert await broker.publish_nowait(pid, batch(["y"], pid)) == (0, 0)
+
+
+async def test_an_unloaded_producer_takes_the_awaited_path(broker):
+    assert broker.publish_nowait(12345, batch(["x"], 12345)) is None
+
+
+async def test_a_failed_durability_wait_fails_the_batches_it_covered_and_the_next_goes_on(broker):
+    pid = await broker.create_producer(T, "p", reliable=True)
+    topic = broker.topics[T]
+    storage = topic.storage
+    real = storage.wait_durable
+    calls = []
+
+    async def failing(offset):
+        calls.append(offset)
+        if len(calls) == 1:
+            raise OSError("disk gone")
+        await real(offset)
+
+    storage.wait_durable = failing
+    first = [broker.publish_nowait(pid, batch([f"m{i}"], pid)) for i in range(3)]
+    results = await asyncio.gather(*first, return_exceptions=True)
+    assert all(isinstance(r, OSError) for r in results)
+    assert topic.readable_next == 0       # not made visible
+    assert await broker.publish_nowait(pid, batch(["after"], pid)) == (3, 3)
+    assert topic.readable_next == 4
+    assert broker._publishing == 0

@@ -1,0 +1,50 @@
+"""The broker's hot counters kept as plain integers and exported when Prometheus scrapes."""
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from danube.server.metrics import PrometheusMetrics
+
+
+def samples(metrics: PrometheusMetrics) -> dict:
+    out = {}
+    for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_published_delivered_and_acked_counts_and_the_latency_histogram():
+    m = PrometheusMetrics()
+    m.published("/default/a", 2, 100, 0.3)
+    m.published("/default/a", 1, 50, 0.5)      # on a bucket's bound: counted in it (le)
+    m.published("/default/a", 1, 10, 7000.0)   # beyond the last bound: +Inf only
+    m.published("/default/b", 5, 500, 3.0)
+    m.delivered("/default/a", "s", 3, 150)
+    m.delivered("/default/a", "s", 1, 10)
+    m.acked("/default/a", "s", 4)
+    m.acked("/default/a", "t", 1)
+    got = samples(m)
+    a = (("topic", "/default/a"),)
+    assert got[("danube_topic_messages_in_total", a)] == 4
+    assert got[("danube_topic_bytes_in_total", a)] == 160
+    assert got[("danube_topic_messages_in_total", (("topic", "/default/b"),))] == 5
+    assert got[("danube_producer_send_latency_ms_bucket", (("le", "0.25"), ("topic", "/default/a")))] == 0
+    assert got[("danube_producer_send_latency_ms_bucket", (("le", "0.5"), ("topic", "/default/a")))] == 2
+    assert got[("danube_producer_send_latency_ms_bucket", (("le", "5000.0"), ("topic", "/default/a")))] == 2
+    assert got[("danube_producer_send_latency_ms_bucket", (("le", "+Inf"), ("topic", "/default/a")))] == 3
+    assert got[("danube_producer_send_latency_ms_count", a)] == 3
+    assert abs(got[("danube_producer_send_latency_ms_sum", a)] - 7000.8) < 1e-9
+    s = (("subscription", "s"), ("topic", "/default/a"))
+    assert got[("danube_consumer_messages_out_total", s)] == 4
+    assert got[("danube_consumer_bytes_out_total", s)] == 160
+    assert got[("danube_subscription_acks_total", s)] == 4
+    assert got[("danube_subscription_acks_total", (("subscription", "t"), ("topic", "/default/a")))] == 1
+
+
+def test_counts_survive_the_topic_closing_as_labelled_counters_do():
+    m = PrometheusMetrics()
+    m.published("/default/a", 2, 100, 1.0)
+    m.topic_closed("/default/a")
+    m.published("/default/a", 1, 10, 1.0)
+    assert samples(m)[("danube_topic_messages_in_total", (("topic", "/default/a"),))] == 3

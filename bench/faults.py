@@ -13,14 +13,16 @@ that stays up while the topic's owner suffers, one kind after another, ``--reps`
 
 Per fault: the longest a single send waited through it (``stall``: from the send's start to its
 ack), p50 / p99 / max over the repetitions; ``errors``: exceptions that reached the application;
-``lost``: acked messages never delivered to the consumer (must be 0); ``redelivered``.  Targets:
+``lost``: acked messages never delivered to the consumer (must be 0); ``redelivered``, and of those
+the copies delivered after a fault although the consumer's ack was answered OK before it (must be 0
+for moves and graceful stops).  Targets:
 moves and graceful stops p99 <= 500 ms; kill -9 <= lease ttl + 2 s.
 
 ``--hop``: the cost of the extra hop, Danube's SendMessage to the owner vs through another broker
 (alternated rounds, median; 1 and 32 calls in flight).
 
 Usage: python bench/faults.py [--faults unload,rebalance,sigterm,kill9,sigstop] [--reps 20] [--kill-reps 5]
-       [--lease-ttl 3] [--hop] [--json]     (run it under flock /tmp/danube-bench.lock)
+       [--lease-ttl 3] [--hop] [--trace] [--json]     (run it under flock /tmp/danube-bench.lock)
 """
 
 from __future__ import annotations
@@ -82,8 +84,34 @@ def wait_owner_change(entry_url: str, topic: str, old: str, timeout: float = 60.
         time.sleep(0.05)
 
 
-def run_kind(kind: str, reps: int, ttl: int) -> dict:
+def move_steps(log_paths: list[str], topic: str, faults: list[float]) -> dict[str, int]:
+    """Median ms from each fault to the first time each traced step of a move happened after it
+    (danube.movetrace lines in the brokers' logs), in the order of the medians."""
+    events: list[tuple[float, str]] = []
+    for path in log_paths:
+        with open(path, errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if "danube.moves:" in parts and len(parts) >= 4 and parts[-3] == topic:
+                    events.append((float(parts[-1]), parts[-2]))
+    events.sort()
+    per_step: dict[str, list[float]] = {}
+    for n, t in enumerate(faults):
+        horizon = faults[n + 1] if n + 1 < len(faults) else float("inf")
+        seen: dict[str, float] = {}
+        for when, what in events:
+            if t <= when < horizon and what not in seen:
+                seen[what] = when - t
+        for what, delay in seen.items():
+            per_step.setdefault(what, []).append(delay)
+    medians = {what: round(statistics.median(d) * 1000) for what, d in per_step.items()}
+    return dict(sorted(medians.items(), key=lambda kv: kv[1]))
+
+
+def run_kind(kind: str, reps: int, ttl: int, trace: bool = False) -> dict:
     base = tempfile.mkdtemp(prefix=f"danube-faults-{kind}-")
+    if trace:
+        os.environ["DANUBE_TRACE_MOVES"] = "1"   # the brokers log each step of a move (danube.movetrace)
     cluster = LocalCluster(brokers=3, base_dir=base, lease_ttl=ttl, load_report_interval=1.0, config=config(base),
                            log_level="WARNING")
     cluster.start(timeout=120)
@@ -138,6 +166,7 @@ def run_kind(kind: str, reps: int, ttl: int) -> dict:
         open(stop, "w").close()
         out, err = proc.communicate(timeout=120)
         result = json.loads(out.strip().splitlines()[-1])
+        steps = move_steps([p.log_path for p in cluster.procs], topic, faults) if trace else None
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -149,6 +178,12 @@ def run_kind(kind: str, reps: int, ttl: int) -> dict:
         horizon = faults[n + 1] if n + 1 < len(faults) else float("inf")
         waits = [end - start for _, start, end in acked if end >= t and start < horizon]
         stalls.append(max(waits) if waits else float("nan"))
+    ok_at: dict[int, float] = {}
+    for offset, t in result.get("consumer_acks", []):
+        ok_at.setdefault(offset, t)
+    # copies delivered after a fault although the consumer's ack was answered OK before it
+    after_ok = sum(1 for r in result["received"]
+                   if r[0] in ok_at and len(r) > 2 and any(ok_at[r[0]] < f < r[2] for f in faults))
     delivered = {r[1] for r in result["received"]}
     offsets = [r[0] for r in result["received"]]
     stalls_sorted = sorted(stalls)
@@ -158,8 +193,9 @@ def run_kind(kind: str, reps: int, ttl: int) -> dict:
         "stall_p99_ms": round(stalls_sorted[min(len(stalls) - 1, int(0.99 * len(stalls)))] * 1000),
         "stall_max_ms": round(max(stalls) * 1000),
         "acked": len(acked), "lost": sum(1 for i, _, _ in acked if f"p-{i}" not in delivered),
-        "redelivered": len(offsets) - len(set(offsets)),
+        "redelivered": len(offsets) - len(set(offsets)), "redelivered_after_ok_ack": after_ok,
         "errors": result["errors"] + result["ack_errors"] + result["loop_errors"],
+        **({"step_ms_p50": steps} if steps is not None else {}),
     }
 
 
@@ -224,6 +260,8 @@ def main() -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--hop", action="store_true", help="also measure the proxy hop's cost (SendMessage rate)")
     p.add_argument("--hop-count", type=int, default=2000)
+    p.add_argument("--trace", action="store_true",
+                   help="per move, the median time from the fault to each step (brokers' DANUBE_TRACE_MOVES logs)")
     a = p.parse_args()
     if not os.path.exists(CLIENT_PYTHON):
         print(f"danube-client venv missing ({CLIENT_PYTHON}): run the e2e tests once to create it", file=sys.stderr)
@@ -233,15 +271,19 @@ def main() -> int:
         row = proxy_cost(a.hop_count, 3)
         print(json.dumps(row), flush=True)
     for kind in filter(None, a.faults.split(",")):
-        row = run_kind(kind, a.reps if kind in MOVES else a.kill_reps, a.lease_ttl)
+        row = run_kind(kind, a.reps if kind in MOVES else a.kill_reps, a.lease_ttl, a.trace)
         rows.append(row)
         if a.json:
             print(json.dumps(row))
         else:
             print(f"{kind:10s} reps {row['reps']:3d}  stall p50 {row['stall_p50_ms']:6d} ms  p99 "
                   f"{row['stall_p99_ms']:6d} ms  max {row['stall_max_ms']:6d} ms  acked {row['acked']:6d}  "
-                  f"lost {row['lost']}  redelivered {row['redelivered']}  errors {len(row['errors'])}"
+                  f"lost {row['lost']}  redelivered {row['redelivered']} (after an OK ack: "
+                  f"{row['redelivered_after_ok_ack']})  errors {len(row['errors'])}"
                   + (f"  first error: {row['errors'][0][:200]}" if row["errors"] else ""), flush=True)
+            if "step_ms_p50" in row:
+                print("           steps (ms after the fault, p50): "
+                      + ", ".join(f"{k} {v}" for k, v in row["step_ms_p50"].items()), flush=True)
     return 1 if any(r["lost"] or r["errors"] for r in rows) else 0
 
 

@@ -99,6 +99,21 @@ class Outcome:
     received: list[tuple[int, str]]                    # (offset, payload) in delivery order
     errors: list[str] = field(default_factory=list)    # what reached the application
     received_at: list[float] = field(default_factory=list)   # when each of ``received`` reached the application
+    consumer_acks: list[tuple[int, float]] = field(default_factory=list)   # (offset, when its ack was answered OK)
+    fault_at: list[float] = field(default_factory=list)      # when each fault began
+
+    def redelivered_after_ok(self) -> list[int]:
+        """Offsets delivered again after a fault although the consumer's ack of them was answered OK
+        before that fault began (an OK ack must have been applied where the cursor lives)."""
+        ok_at: dict[int, float] = {}
+        for offset, t in self.consumer_acks:
+            ok_at.setdefault(offset, t)
+        bad = []
+        for (offset, _), t in zip(self.received, self.received_at):
+            acked = ok_at.get(offset)
+            if acked is not None and any(acked < f < t for f in self.fault_at):
+                bad.append(offset)
+        return bad
 
     def check(self) -> dict:
         """No exception reached the application; every acked message delivered, in order per
@@ -148,7 +163,7 @@ def run_official_client(tmp: str, entry_url: str, topic: str, fault, *, before_s
                 raise AssertionError(f"the client script did not start: {proc.communicate(timeout=10)}")
             time.sleep(0.05)
         time.sleep(before_s)
-        fault()
+        fault_at = fault() or []
         time.sleep(after_s)
         open(stop, "w").close()
         out, err = proc.communicate(timeout=90)
@@ -160,7 +175,8 @@ def run_official_client(tmp: str, entry_url: str, topic: str, fault, *, before_s
     result = json.loads(out.strip().splitlines()[-1])
     return Outcome(acked=[tuple(a) for a in result["acked"]], received=[(r[0], r[1]) for r in result["received"]],
                    errors=result["errors"] + result["ack_errors"] + result["loop_errors"],
-                   received_at=[r[2] for r in result["received"]])
+                   received_at=[r[2] for r in result["received"]],
+                   consumer_acks=[tuple(a) for a in result["consumer_acks"]], fault_at=list(fault_at))
 
 
 def run_danube_client(entry_url: str, topic: str, fault, *, before_s: float = 1.0, after_s: float = 2.0,
@@ -230,4 +246,5 @@ def run_danube_client(entry_url: str, topic: str, fault, *, before_s: float = 1.
     return asyncio.run(scenario())
 
 
-__all__ = ["run_danube_client", "TTL", "Outcome", "apply_fault", "owner_and_entry", "run_official_client", "shared_config"]
+__all__ = ["run_danube_client", "TTL", "Outcome", "apply_fault", "owner_and_entry", "run_official_client", "shared_config",
+           "unload"]

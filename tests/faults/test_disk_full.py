@@ -2,7 +2,7 @@
 metadata stays elsewhere).  Publishes are refused with RESOURCE_EXHAUSTED naming the topic and the
 reason, nothing acked is damaged, reads go on, and publishing resumes by itself once space is freed
 (no restart, the same producer).  danube-client 0.5.0 retries RESOURCE_EXHAUSTED by itself;
-danube.client hands it to the application (retriable), which may send again."""
+danube.client too, within its retry budget, and fails the send with a clear error once it is spent."""
 
 from __future__ import annotations
 
@@ -105,19 +105,36 @@ def test_full_wal_file_system_refuses_publishes_and_recovers(tmp_path):
                 got = await _consume(broker.url, acked)
                 assert [p[:8] for _, p in got] == [b"%08d" % i for i in range(acked)]
                 assert [o for o, _ in got] == list(range(acked))
-                # danube.client's send is refused with the same clear status (its publish stream stays up)
+                # danube.client retries the refusal within its budget: its send waits while the disk
+                # is full and completes once space is freed (no restart, the same producer)
                 client = DanubeClient.builder().service_url(broker.url).build()
                 producer = client.new_producer().with_topic(TOPIC).with_name("after").with_reliable().build()
                 await producer.create()
                 # as large as the refused messages (a smaller one may fit what the active WAL file still has)
-                with pytest.raises(DanubeError) as full:
-                    await producer.send_and_wait(b"refused-" + payload)
-                assert "RESOURCE_EXHAUSTED" in str(full.value) and TOPIC in str(full.value), full.value
-                assert full.value.retriable
+                sending = asyncio.ensure_future(producer.send_and_wait(b"after-fu" + payload))
+                await asyncio.sleep(1.5)
+                assert not sending.done(), sending   # held by the client's retries, not failed
+                assert producer._parts[0].reconnects >= 1   # it was refused and sent again
                 os.remove(filler)
-                # space freed: the same producer publishes again, nothing restarted
-                offset = await asyncio.wait_for(producer.send_and_wait(b"after-fu" + payload), 60)
+                offset = await asyncio.wait_for(sending, 60)
                 await producer.close()
+                # a budget spent while the disk stays full fails the send with a clear error
+                with contextlib.suppress(OSError), open(filler, "wb") as f:
+                    for _ in range(8 * 16):   # until the file system is full (the WAL took some)
+                        f.write(b"\0" * (64 * 1024))
+                        f.flush()
+                short = (DanubeClient.builder().service_url(broker.url)
+                         .with_retry(initial_backoff_s=0.05, max_backoff_s=0.2, give_up_after_s=1.0).build())
+                spent = short.new_producer().with_topic(TOPIC).with_name("spent").with_reliable().build()
+                await spent.create()
+                with pytest.raises(DanubeError) as full:
+                    for _ in range(400):   # what the WAL's active file still holds is taken first
+                        await asyncio.wait_for(spent.send_and_wait(b"refused-" + payload * 16), 30)
+                message = str(full.value)
+                assert "retry budget is spent" in message and "RESOURCE_EXHAUSTED" in message, message
+                assert TOPIC in message and "full" in message, message
+                os.remove(filler)
+                await short.close()
                 await client.close()
                 return offset
 

@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("danube._core", "danube._pure"),                   # compiled modules and their pure twins
     ("danube.model",),                                  # pure models the client and the broker side share
     ("danube.status_codes", "danube.tlsfiles", "danube.proto", "danube._tasks", "danube.processes",
-     "danube._allocator", "danube._gctune"),            # small helpers every layer may use
+     "danube._allocator", "danube._gctune", "danube.movetrace"),  # small helpers every layer may use
     ("danube.errors",),                                 # the one error hierarchy
 ]
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from danube import frames
+from danube import frames, movetrace
 from danube.broker.contracts import StorageFactory, TopicStorage
 from danube.broker.dispatch import dispatcher_class
 from danube.broker.keyshared import KeyFilter
@@ -285,8 +285,12 @@ class BrokerService:
             if topic is not None:
                 return self._served(topic)
             if self.cluster is not None and not is_system_topic(name):
+                movetrace.step(name, "dest.open")
                 await self.cluster.check_owner(name)
-            delivery = await self.metadata.get_json(keys.topic_delivery(name))
+            # one round trip for the three reads, not three (a move's new owner waits on them)
+            delivery, terminated_key, policy_doc = await asyncio.gather(
+                self.metadata.get_json(keys.topic_delivery(name)), self.metadata.get(keys.topic_terminated(name)),
+                self.metadata.get_json(keys.topic_policy(name)))
             if delivery is None:
                 if not create or reliable is None:
                     raise NotFoundError(f"topic {name} does not exist; it is created by its first producer")
@@ -301,8 +305,7 @@ class BrokerService:
             is_reliable = delivery.get("dispatch_strategy") == "reliable"
             # sealed for good (terminate_topic): read before the topic is served, so no publish ever
             # reaches a terminated topic reopened here (a move, a restart)
-            terminated = await self.metadata.get(keys.topic_terminated(name)) is not None
-            policy_doc = await self.metadata.get_json(keys.topic_policy(name))
+            terminated = terminated_key is not None
             policies = TopicPolicies.from_dict(policy_doc) if policy_doc else self.policies
             storage: TopicStorage
             if is_reliable:
@@ -321,6 +324,7 @@ class BrokerService:
             if repartition is not None:  # a repartition's target is gated before its first read
                 repartition.topic_opened(name)
             self.metrics.topic_opened(name)
+            movetrace.step(name, "dest.opened")
             log.info("topic %s served here (%s, next offset %d%s)", name,
                      "reliable" if is_reliable else "non-reliable", storage.next_offset,
                      ", terminated" if terminated else "")
@@ -374,8 +378,9 @@ class BrokerService:
             producer_id = int(stored["producer_id"])
         else:
             producer_id = _new_id()
-        await self.metadata.put_json(key, {"producer_id": producer_id, "access_mode": access_mode,
-                                           "reliable": t.reliable})
+        record = {"producer_id": producer_id, "access_mode": access_mode, "reliable": t.reliable}
+        if stored != record:   # (a producer re-created after a move writes nothing: one etcd write less)
+            await self.metadata.put_json(key, record)
         for p in t.producers.values():  # a concurrent create of the same name won the race
             if p.name == producer_name:
                 return p.id
@@ -523,11 +528,13 @@ class BrokerService:
         if limit and sum(len(s.active_consumers()) for s in t.subscriptions.values()) >= limit:
             raise PolicyViolationError(f"topic {topic} already has {limit} consumers (max_consumers_per_topic)")
         key = keys.subscription_consumer(topic, subscription, consumer_name)
+        stored = None
         if consumer_id is None:
             stored = await self.metadata.get_json(key)
             consumer_id = int(stored["consumer_id"]) if stored and "consumer_id" in stored else _new_id()
-        await self.metadata.put_json(key, {"consumer_id": consumer_id, "sub_type": sub_type,
-                                           "key_filters": list(key_filters)})
+        record = {"consumer_id": consumer_id, "sub_type": sub_type, "key_filters": list(key_filters)}
+        if stored != record:   # (a consumer re-subscribing after a move writes nothing: one etcd write less)
+            await self.metadata.put_json(key, record)
         for c in sub.consumers.values():  # a concurrent subscribe of the same name won the race
             if c.name == consumer_name:
                 return c.id
@@ -560,19 +567,21 @@ class BrokerService:
             cursor = min(t.storage.first_offset, t.readable_next) - 1
         failure_policy = self.failure_policy
         if t.reliable:
-            stored = await self.metadata.get_json(keys.subscription(t.name, name))
+            # one round trip for the three reads (a move's new owner re-opens every subscription)
+            stored, saved, fp = await asyncio.gather(
+                self.metadata.get_json(keys.subscription(t.name, name)),
+                self.metadata.get_json(keys.subscription_cursor(t.name, name)),
+                self.metadata.get_json(keys.subscription_failure_policy(t.name, name)))
             if stored is not None:
                 if stored.get("type", sub_type) != sub_type:
                     raise InvalidArgumentError(
                         f"subscription '{name}' on {t.name} is {stored.get('type')}; it cannot be used as {sub_type}")
-                saved = await self.metadata.get_json(keys.subscription_cursor(t.name, name))
                 if isinstance(saved, int):
                     cursor = min(saved, t.readable_next - 1)
             else:
                 await self.metadata.put_json(keys.subscription(t.name, name),
                                              {"type": sub_type, "created_at": int(time.time() * 1000)})
                 await self.metadata.put_json(keys.subscription_cursor(t.name, name), cursor)
-            fp = await self.metadata.get_json(keys.subscription_failure_policy(t.name, name))
             if fp:
                 failure_policy = FailurePolicy.from_dict(fp)
         sub = t.subscriptions.get(name)  # created concurrently while we awaited
@@ -733,8 +742,34 @@ class BrokerService:
             self._late_ack(f"ack/nack on {topic} '{subscription}'", exc)
             return None
 
-    async def ack_subscription(self, topic: str, subscription: str, offsets: Iterable[int]) -> None:
-        """Ack by (topic, subscription) — how Danube's AckRequest addresses a message."""
+    async def _strict_subscription(self, topic: str, subscription: str) -> Subscription | None:
+        """The subscription a held ack applies to: served here, or opened here from its stored record
+        when this broker owns the topic and no consumer re-subscribed yet (a client that re-subscribes
+        only after its next health check would otherwise have its acks held that long).  None: the
+        topic is non-reliable (an ack changes nothing).  NotServedHereError when it cannot be applied
+        here."""
+        try:
+            return await self._served_subscription(topic, subscription)
+        except NotFoundError as exc:
+            not_here = exc
+        t = await self._topic(topic, reliable=None, create=False)   # NotServedHereError unless the owner
+        if not t.reliable:
+            return None
+        stored = await self.metadata.get_json(keys.subscription(topic, subscription))
+        if not stored or "type" not in stored:
+            raise NotServedHereError(f"{not_here}; the ack was not applied, send it again")
+        return await self._subscription(t, subscription, stored["type"])
+
+    async def ack_subscription(self, topic: str, subscription: str, offsets: Iterable[int], *,
+                               strict: bool = False) -> None:
+        """Ack by (topic, subscription) — how Danube's AckRequest addresses a message.  ``strict``
+        (an ack a broker's client proxy holds until it is applied): NotServedHereError, not a late
+        ack, when it cannot be applied here."""
+        if strict:
+            sub = await self._strict_subscription(topic, subscription)
+            if sub is not None:
+                sub.ack(offsets)
+            return
         sub = await self._late_subscription(topic, subscription)
         try:
             if sub is not None:
@@ -743,7 +778,13 @@ class BrokerService:
             self._late_ack(f"ack on {topic} '{subscription}'", exc)
 
     async def nack_subscription(self, topic: str, subscription: str, offset: int, *,
-                                delay_ms: int | None = None, reason: str | None = None) -> None:
+                                delay_ms: int | None = None, reason: str | None = None,
+                                strict: bool = False) -> None:
+        if strict:
+            sub = await self._strict_subscription(topic, subscription)
+            if sub is not None:
+                sub.nack(int(offset), delay_ms, reason)
+            return
         sub = await self._late_subscription(topic, subscription)
         try:
             if sub is not None:
@@ -894,8 +935,10 @@ class BrokerService:
             # the forced flush saves every cursor move the broker answered OK.
             t.closed = True
             self._drop_clients(t)
+            movetrace.step(topic, "source.closed")
             if flush:
                 await self.flush_cursors(force=True, topic=t)
+            movetrace.step(topic, "source.cursors_flushed")
             last = None
             if t.reliable and seal:
                 last = await t.storage.seal()

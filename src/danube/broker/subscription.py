@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Early acks kept per subscription at most (beyond: not recorded; those messages are delivered again).
+_MAX_EARLY_ACKS = 65_536
+
 # (Delivery and the frame helpers live in danube.broker.delivery; importable from here too)
 __all__ = ["Subscription", "Consumer", "Delivery", "SUB_TYPES", "StreamSupersededError",
            "cut_frames", "split_frames", "frame_offset"]
@@ -75,6 +78,10 @@ class Subscription:
         self.metrics = metrics
         self.tracker = AckTracker(cursor)
         self.next_read = cursor + 1
+        # Acks of stored offsets not delivered here yet: a consumer acking what the topic's previous
+        # owner delivered (the ack was held through the move and lands before the redelivery).  They
+        # are skipped at next_read, or settled when delivered, so they do not hold the cursor back.
+        self.early_acks: set[int] = set()
         self.consumers: dict[int, Consumer] = {}
         # who may join, who may receive, what a receive takes (InvalidArgumentError: unknown type)
         self.dispatcher: Dispatcher = make_dispatcher(sub_type, self)
@@ -283,6 +290,8 @@ class Subscription:
     async def read_fresh(self, max_messages: int, max_bytes: int) -> tuple[memoryview, int] | tuple[None, int]:
         """Fresh frames from next_read: (view, count) or (None, 0); next_read is left to the caller."""
         topic = self.topic
+        if self.early_acks:
+            self._skip_early()
         first_held = topic.first_offset
         if self.next_read < first_held:
             lost = first_held - self.next_read
@@ -358,6 +367,8 @@ class Subscription:
         self.next_read = last + 1
         if self.reliable:
             self.tracker.delivered(first, last, consumer.id, now + self.failure_policy.ack_timeout_ms / 1000)
+            if self.early_acks:
+                self._settle_early(first, last)
         else:
             self.tracker.cursor = last
         return Delivery(view, first, last, count)
@@ -425,6 +436,7 @@ class Subscription:
         tracker = self.tracker
         was_full = tracker.unacked >= self.settings.max_unacked_messages
         n = tracker.ack_ranges(ranges)
+        n += self._note_early(ranges)
         if self._reasons:
             for lo, hi in ranges:
                 for o in [o for o in self._reasons if lo <= o <= hi]:
@@ -439,6 +451,38 @@ class Subscription:
             if was_full or self.dispatcher.acks_release:
                 self.notify()
         return n
+
+    def _note_early(self, ranges: list[tuple[int, int]]) -> int:
+        """Record acks of stored offsets at or after next_read (see ``early_acks``); the next read
+        skips them (not here: a read may be awaiting storage from next_read).  Returns how many."""
+        end = self.topic.readable_next
+        early = self.early_acks
+        noted = 0
+        for lo, hi in ranges:
+            lo, hi = max(lo, self.next_read), min(hi, end - 1)
+            if lo <= hi and len(early) + hi - lo < _MAX_EARLY_ACKS:
+                before = len(early)
+                early.update(range(lo, hi + 1))
+                noted += len(early) - before
+        return noted
+
+    def _skip_early(self) -> int:
+        early = self.early_acks
+        skipped = 0
+        while self.next_read in early:
+            early.discard(self.next_read)
+            self.next_read += 1
+            skipped += 1
+        if skipped and self.tracker.advance(self.next_read):
+            self.dirty = True
+        return skipped
+
+    def _settle_early(self, first: int, last: int) -> None:
+        """Early acks inside a run just delivered: acked now (the consumer has them already)."""
+        hits = [o for o in self.early_acks if first <= o <= last]
+        if hits:
+            self.early_acks.difference_update(hits)
+            self.tracker.ack_ranges(to_ranges(hits))
 
     def nack(self, offset: int, delay_ms: int | None = None, reason: str | None = None) -> bool:
         if not self.reliable:

@@ -455,8 +455,9 @@ class _PartitionProducer:
 
     def _gave_up(self, error: DanubeError) -> DanubeError:
         failure = ClientError(
-            f"producer {self.owner.name} on {self.topic} gave up reconnecting after "
-            f"{self._retry.describe()}; {len(self._unacked)} unacked batch(es) failed; last error: {error}"
+            f"producer {self.owner.name} on {self.topic} gave up retrying after "
+            f"{self._retry.describe()} (its retry budget is spent); {len(self._unacked)} unacked batch(es) "
+            f"failed; last error: {error}"
         )
         failure.__cause__ = error
         return failure
@@ -526,8 +527,11 @@ class _PartitionProducer:
                         self._after_ack()
                         continue
                     error = from_batch_status(ack.status.code, ack.status.message, ack.status.retriable)
-                    if _follows_topic(error) and not self._closing:
-                        self.request_reconnect(error)  # the batch stays unacked: resent after re-create
+                    if (_follows_topic(error) or error.retriable) and not self._closing:
+                        # the batch stays unacked: resent after the budget's backoff and a re-create
+                        # (a full WAL disk, RESOURCE_EXHAUSTED, may be freed meanwhile); it fails only
+                        # once the retry budget is spent
+                        self.request_reconnect(error)
                         continue
                     del unacked[ack.sequence]
                     batch.fail(error)

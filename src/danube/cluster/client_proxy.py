@@ -17,7 +17,10 @@ broker forwards each to the topic's *current* owner:
   they do not change) and sends the call there.  The client sees one slow call and no error;
 * a consumer's message stream stays open across moves: the upstream stream is re-opened at the new
   owner, which delivers again what was not acked (at-least-once, as after any reconnect);
-* an ack that cannot reach the owner is answered OK: the owner delivers the message again.
+* an ack is answered OK only once the owner applied it: one the owner cannot apply (the topic is
+  sealing for a move, the subscription is not open on the new owner yet) is held and sent again,
+  to the new owner once there is one, where an ack of a message it has not delivered yet is kept
+  and the message skipped (``Subscription.early_acks``).
 
 Fencing is unchanged: forwarding never writes anything itself, the owner's own checks (lease fence,
 owner epoch, sealing) decide what is stored.  A call is held at most ``hold_s``; after that the last
@@ -34,6 +37,7 @@ from typing import Any
 
 import grpc
 
+from danube import movetrace
 from danube.cluster import peers
 from danube.metadata import keys
 from danube.proto.danube import DanubeApi_pb2 as pb
@@ -52,6 +56,12 @@ _RETRY_CREATE = _RETRY - {grpc.StatusCode.NOT_FOUND}   # NOT_FOUND on create: th
 # (a retry of a dead owner is a refused connection: cheap).
 _CHANGE_WAIT_S = 0.5
 _MAX_CHANNELS = 64
+# How often a held ack is tried again while its owner cannot apply it and the view names no other.
+_ACK_RETRY_S = 0.02
+# Sent with every ack / nack a proxy forwards: the owner answers one it cannot apply with
+# UNAVAILABLE (the proxy sends it again) instead of OK.
+HELD_ACK_HEADER = "x-danube-held-ack"
+_HELD_ACK_METADATA = ((HELD_ACK_HEADER, "1"),)
 # A forwarded call slower than this starts watching the cluster view for a new owner of its topic.
 _SLOW_CALL_S = 0.25
 
@@ -78,6 +88,11 @@ def proxied_to(context: Any, own_url: str) -> str | None:
     return None
 
 
+def is_held_ack(context: Any) -> bool:
+    """The ack / nack was forwarded by a broker's proxy, which holds it until it is applied."""
+    return any(key == HELD_ACK_HEADER for key, _ in context.invocation_metadata() or ())
+
+
 class ClientProxy:
     """Forwards Danube's producer / consumer calls to the owner of their topic (see the module)."""
 
@@ -92,7 +107,7 @@ class ClientProxy:
         self._consumers: dict[int, pb.ConsumerRequest] = {}
         self._streams: dict[int, int] = {}   # consumer id -> generation of its newest downstream stream
         self.held_calls = 0       # forwarded calls that had to wait for a new owner
-        self.late_acks = 0        # acks answered OK because the owner could not be reached
+        self.held_acks = 0        # forwarded acks/nacks the owner could not apply at once
 
     # ------------------------------------------------------------ owners and channels
 
@@ -185,28 +200,48 @@ class ClientProxy:
         recreate = known is None or known.topic_name != topic
         if known is not None and known.topic_name != topic:
             self._producers.pop(request.msg_id.producer_id, None)
+        held = False
+        created_at: set[str] = set()   # owners this call created the producer at
         while True:
             url = await self._owner_url(topic, deadline)
+            if held:
+                movetrace.step(topic, "proxy.owner_known")
             stub = pb_grpc.ProducerServiceStub(self._channel(url, caller))
             try:
                 if recreate:
+                    created_at.add(url)
                     create = self._producers.get(request.msg_id.producer_id) or await self._create_for(request)
                     created = await stub.CreateProducer(create, timeout=self.attempt_timeout_s)
+                    if held:
+                        movetrace.step(topic, "proxy.created")
                     if created.producer_id != request.msg_id.producer_id:
                         # the topic was deleted and created again: the client's producer is gone
                         raise ProxyError(grpc.StatusCode.NOT_FOUND,
                                          f"producer {request.msg_id.producer_id} of {topic} no longer exists")
                     self._producers[request.msg_id.producer_id] = create
                     recreate = False
-                return await self._unless_moved(stub.SendMessage(request, timeout=self.attempt_timeout_s),
-                                                topic, url)
+                answer = await self._unless_moved(stub.SendMessage(request, timeout=self.attempt_timeout_s),
+                                                  topic, url)
+                if held:
+                    movetrace.step(topic, "proxy.sent")
+                return answer
             except _Moved:
                 recreate = True
             except grpc.aio.AioRpcError as exc:
                 if exc.code() not in _RETRY:
                     raise ProxyError(exc.code(), exc.details() or exc.code().name) from None
-                await self._after_failure(topic, url, exc, deadline, "SendMessage")
+                if not held:
+                    movetrace.step(topic, "proxy.send_failed")
+                held = True
                 recreate = True
+                if url not in created_at and self._url_of(topic) == url:
+                    # refused by the broker the view names as the owner, where this call has not
+                    # created the producer: a new owner that does not know it yet (or is still
+                    # opening the topic).  Create it there now: its open is waited for, where
+                    # waiting for the view to name yet another owner would only time out.
+                    self.held_calls += 1
+                    continue
+                await self._after_failure(topic, url, exc, deadline, "SendMessage")
 
     async def _unless_moved(self, call, topic: str, url: str):
         """``call``'s answer, unless the view names another owner first (a stopped or partitioned
@@ -282,47 +317,81 @@ class ClientProxy:
             url = await self._owner_url(topic, deadline)
             channel = self._channel(url, caller)
             call = None
+            moved: list[bool] = []
+            watcher = None
             try:
                 if resubscribe:
                     await pb_grpc.ConsumerServiceStub(channel).Subscribe(subscribe, timeout=self.attempt_timeout_s)
+                    movetrace.step(topic, "proxy.resubscribed")
                 call = pb_grpc.ConsumerServiceStub(channel).ReceiveMessages(request)
+                # an owner that gives the topic up ends its streams only after a pause meant for
+                # Danube's clients: follow the view instead, and re-open at the next owner at once
+                watcher = asyncio.ensure_future(self._cancel_when_moved(topic, url, call, moved))
                 async for message in call:
                     deadline = time.monotonic() + self.hold_s   # healthy again: a fresh budget
                     await context.write(message)
                 failure = None   # the owner ended the stream (its topic closed, or superseded)
+            except asyncio.CancelledError:
+                if not moved:
+                    raise
+                failure = None
             except grpc.aio.AioRpcError as exc:
-                if exc.code() not in _RETRY:
+                if moved:
+                    failure = None
+                elif exc.code() not in _RETRY:
                     raise ProxyError(exc.code(), exc.details() or exc.code().name) from None
-                failure = exc
+                else:
+                    failure = exc
             finally:
+                if watcher is not None:
+                    watcher.cancel()
                 if call is not None:
                     call.cancel()
             if self._streams.get(consumer_id) != generation:
                 return
+            movetrace.step(topic, "proxy.stream_ended")
             resubscribe = True
             if failure is not None:
                 await self._after_failure(topic, url, failure, deadline, "ReceiveMessages")
-            else:
+            elif self._url_of(topic) == url:   # (the view may already name the next owner)
                 await self._view_change(_CHANGE_WAIT_S)
 
+    async def _cancel_when_moved(self, topic: str, url: str, call, moved: list[bool]) -> None:
+        while self._url_of(topic) == url:
+            await self.view.changed()
+        moved.append(True)
+        call.cancel()
+
     async def ack(self, request, caller: str | None, method: str):
-        """Forward an Ack / Nack; OK when the owner cannot take it (it delivers the message again)."""
+        """Forward an Ack / Nack to the topic's owner and answer what the owner answered: OK only
+        once it was applied there.  The forwarded call says it is held (HELD_ACK_HEADER), so an
+        owner that cannot apply it (its topic is sealing, or the subscription is not open there
+        yet) refuses it instead of answering OK; it is then sent again, to the new owner once the
+        view names one, until ``hold_s`` (then UNAVAILABLE: the client sends it again)."""
         topic = request.msg_id.topic_name
-        owner = self.view.owner(topic)
-        url = None if owner is None else (self.own_url if owner == self.node.broker_id
-                                          else self.view.broker_url(owner))
-        response = pb.AckResponse if method == "Ack" else pb.NackResponse
-        if url is None:
-            self.late_acks += 1
-            return response(request_id=request.request_id)
-        stub = pb_grpc.ConsumerServiceStub(self._channel(url, caller))
-        try:
-            return await getattr(stub, method)(request, timeout=self.attempt_timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() not in _RETRY:
-                raise ProxyError(exc.code(), exc.details() or exc.code().name) from None
-            self.late_acks += 1
-            return response(request_id=request.request_id)
+        deadline = time.monotonic() + self.hold_s
+        held = False
+        while True:
+            url = await self._owner_url(topic, deadline)
+            stub = pb_grpc.ConsumerServiceStub(self._channel(url, caller))
+            try:
+                answer = await getattr(stub, method)(request, metadata=_HELD_ACK_METADATA,
+                                                     timeout=self.attempt_timeout_s)
+                if held:
+                    movetrace.step(topic, "proxy.ack_applied")
+                return answer
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in _RETRY:
+                    raise ProxyError(exc.code(), exc.details() or exc.code().name) from None
+                if time.monotonic() >= deadline:
+                    raise ProxyError(exc.code(), exc.details() or exc.code().name) from None
+                if not held:
+                    self.held_acks += 1
+                    held = True
+                # the owner is sealing the topic or does not serve the subscription yet (the
+                # consumer's stream re-subscribes there at once): look again shortly, or as soon
+                # as the view names another owner
+                await self._view_change(_ACK_RETRY_S)
 
     def health(self, client_type: str, client_id: int) -> bool:
         """A proxied producer or consumer is alive while this broker forwards for it."""
@@ -340,4 +409,4 @@ def _stub(method: str, channel: grpc.aio.Channel):
     return pb_grpc.ConsumerServiceStub(channel)
 
 
-__all__ = ["PROXY_HEADER", "ClientProxy", "ProxyError", "proxied_to"]
+__all__ = ["HELD_ACK_HEADER", "PROXY_HEADER", "ClientProxy", "ProxyError", "is_held_ack", "proxied_to"]

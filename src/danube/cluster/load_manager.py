@@ -48,6 +48,7 @@ import time
 from typing import Iterable, Protocol
 
 from danube._tasks import cancel_and_wait
+from danube import movetrace
 from danube.cluster import scoring
 from danube.cluster.load_report import LoadReport, TopicLoad
 from danube.cluster.view import ClusterView
@@ -187,6 +188,8 @@ class LoadManager:
                             ", ".join(reports) or "none", ", ".join(map(str, exclude)) or "none")
                 continue
             reports[broker].topics.append(TopicLoad(topic))  # in-memory usage, before the next choice
+            if marker.get("from_broker"):
+                movetrace.step(topic, "leader.placing")
             writes.append((topic, broker, revision))
         done = 0
         for start in range(0, len(writes), self.batch_size):
@@ -250,6 +253,7 @@ class LoadManager:
             if broker is not None:
                 self.view.assign_local(topic, broker)
                 placed += 1
+                movetrace.step(topic, "leader.assigned")
                 if self.metrics is not None:
                     self.metrics.assignment(broker, "assign")
                 log.debug("assigned %s to %s", topic, broker)

@@ -40,6 +40,7 @@ from danube.cluster.load_manager import DEFAULT_BATCH, LoadManager
 from danube.cluster.load_report import LoadReporter, build_load_report, encode_report
 from danube.cluster.membership import Membership
 from danube.cluster.view import ClusterView
+from danube import movetrace
 from danube.cluster import peers
 from danube.errors import AuthenticationError, MetadataError, NotFoundError, NotServedHereError, PermissionDeniedError
 from danube.metadata import keys
@@ -324,6 +325,7 @@ class ClusterNode:
         if await self.store.get(assignment) is None:
             raise NotFoundError(f"topic {topic} is not assigned to broker {self.broker_id}")
         self._unloading.add(topic)
+        movetrace.step(topic, "source.unload")
         try:
             last = None
             # not "if topic in broker.topics": an open that passed check_owner before the unload
@@ -331,12 +333,14 @@ class ClusterNode:
             # what it opened, so the next owner never finds the WAL still held here
             with contextlib.suppress(NotFoundError):
                 last = await self.broker.unload_topic(topic, local=True)
+            movetrace.step(topic, "source.sealed")
             marker = json.dumps({"reason": "unload", "from_broker": self.broker_id, "sealed": True,
                                  "last_offset": last}, sort_keys=True).encode()
             result = await self.store.txn([Compare.version(assignment, ">", 0)],
                                           [Op.delete(assignment), Op.put(keys.unassigned(topic), marker)])
             if not result.succeeded:
                 raise NotFoundError(f"topic {topic} was reassigned while it was being unloaded")
+            movetrace.step(topic, "source.handed_over")
             # Until this broker's view has seen its assignment go, check_owner would still pass and a
             # client's call could reopen the sealed topic here: stay "unloading" until then.
             try:
@@ -475,7 +479,10 @@ class ClusterNode:
         elif (event.kind == "delete" and len(parts) == 6 and parts[2] == "brokers" and parts[3] == self.broker_id):
             topic = f"/{parts[4]}/{parts[5]}"
             if topic not in self._unloading:
+                movetrace.step(f"/{parts[4]}/{parts[5]}", "source.saw_removal")
                 self._spawn(self._assignment_removed(topic))
+        elif (event.kind == "put" and len(parts) == 6 and parts[2] == "brokers" and parts[3] == self.broker_id):
+            movetrace.step(f"/{parts[4]}/{parts[5]}", "dest.saw_assignment")
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -501,6 +508,7 @@ class ClusterNode:
         self._unloading.add(topic)
         try:   # also when an open is still running (see unload)
             last = await self.broker.unload_topic(topic, local=True)
+            movetrace.step(topic, "source.sealed")
         except NotFoundError:
             pass
         except Exception:  # noqa: BLE001 - confirm anyway: the leader would place it after a timeout
@@ -510,6 +518,7 @@ class ClusterNode:
         confirmed = dict(marker, sealed=True, last_offset=last)
         result = await self.store.txn([Compare.mod_revision(marker_key, "==", revision)],
                                       [Op.put_json(marker_key, confirmed)])
+        movetrace.step(topic, "source.handed_over")
         log.info("topic %s handed over by broker %s (%s, sealed at %s)%s", topic, self.broker_id,
                  marker.get("reason"), last, "" if result.succeeded else "; the marker changed meanwhile")
 

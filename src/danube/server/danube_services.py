@@ -155,20 +155,20 @@ class ConsumerService(pb_grpc.ConsumerServiceServicer):
             if stream is not None:
                 broker.detach(consumer_id, stream)
 
-    async def Ack(self, request, context):
+    async def Ack(self, request, context, *, strict: bool = False):
         try:
             await self.broker.ack_subscription(request.msg_id.topic_name, request.subscription_name,
-                                               (request.msg_id.topic_offset,))
+                                               (request.msg_id.topic_offset,), strict=strict)
         except DanubeError as exc:
             await abort(context, exc)
         return pb.AckResponse(request_id=request.request_id)
 
-    async def Nack(self, request, context):
+    async def Nack(self, request, context, *, strict: bool = False):
         try:
             await self.broker.nack_subscription(
                 request.msg_id.topic_name, request.subscription_name, request.msg_id.topic_offset,
                 delay_ms=request.delay_ms if request.HasField("delay_ms") else None,
-                reason=request.reason if request.HasField("reason") else None)
+                reason=request.reason if request.HasField("reason") else None, strict=strict)
         except DanubeError as exc:
             await abort(context, exc)
         return pb.NackResponse(request_id=request.request_id)

@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from danube.cluster.client_proxy import ClientProxy, ProxyError, proxied_to
+from danube.cluster.client_proxy import ClientProxy, ProxyError, is_held_ack, proxied_to
 from danube.cluster.peers import caller_authorization
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
@@ -63,6 +63,7 @@ class ProxyingConsumerService(ds.ConsumerService):
         super().__init__(broker)
         self.proxy = proxy
         self._own_url = proxy.own_url
+        self._topics = broker.topics
 
     async def Subscribe(self, request, context):
         if proxied_to(context, self._own_url) is None:
@@ -87,18 +88,24 @@ class ProxyingConsumerService(ds.ConsumerService):
             await _abort(context, exc)
 
     async def Ack(self, request, context):
-        if proxied_to(context, self._own_url) is None:
-            return await super().Ack(request, context)
-        try:
-            return await self.proxy.ack(request, caller_authorization(context), "Ack")
-        except ProxyError as exc:
-            await _abort(context, exc)
+        return await self._ack(request, context, "Ack")
 
     async def Nack(self, request, context):
+        return await self._ack(request, context, "Nack")
+
+    async def _ack(self, request, context, method: str):
+        """An ack is answered OK only once it was applied where the subscription's cursor lives.
+        A broker's proxy holds its forwarded acks (HELD_ACK_HEADER) and sends them again when this
+        broker cannot apply one (UNAVAILABLE); a client's ack for a topic that left this broker is
+        held here the same way and carried to the topic's new owner."""
         if proxied_to(context, self._own_url) is None:
-            return await super().Nack(request, context)
+            topic = self._topics.get(request.msg_id.topic_name)
+            held = is_held_ack(context)
+            if held or (topic is not None and not topic.closed) or not request.msg_id.topic_name:
+                serve = super().Ack if method == "Ack" else super().Nack
+                return await serve(request, context, strict=held)
         try:
-            return await self.proxy.ack(request, caller_authorization(context), "Nack")
+            return await self.proxy.ack(request, caller_authorization(context), method)
         except ProxyError as exc:
             await _abort(context, exc)
 

@@ -17,6 +17,7 @@ import logging
 import time
 from typing import Any, AsyncIterator
 
+from danube import movetrace
 from danube._tasks import cancel_and_wait
 from danube.errors import (
     OffsetOutOfRangeError,
@@ -368,6 +369,7 @@ class TopicStorage:
                 if wal.next_offset > wal.first_offset:
                     await wal.wait_durable(last)
                 await self.exporter.export_through(last)
+                movetrace.step(self.topic, "source.exported")
                 if self.catalog.end_offset < last and last >= 0:
                     raise StorageError(f"{self.topic}: durable history ends at {self.catalog.end_offset}, "
                                        f"before the last committed offset {last}")
@@ -381,6 +383,7 @@ class TopicStorage:
             await asyncio.to_thread(wal.close)
             await write_sealed_state(self.metadata, self.config.metadata_prefix, self.durable_topic, last,
                                      self.broker_id)
+            movetrace.step(self.topic, "source.seal_recorded")
             # Only this topic's own directory (checked again right before the delete).
             await asyncio.to_thread(remove_topic_dir, self.config.local_wal_root, self.wal_dir)
             log.info("%s: sealed at offset %d (durable through %d, broker %s)",

@@ -6,8 +6,9 @@ client that ends, is recorded as what reached the application.
 It creates the consumer, then the producer, touches --ready-file, and sends until --stop-file
 exists; then it waits until every acked message was received (or --drain-timeout s) and prints one
 JSON line: {"acked": [[i, t_start, t_end], ...], "received": [[offset, payload, t], ...],
-"errors": [...], "ack_errors": [...], "loop_errors": [...]} (times: time.time()).  While
---hold-file exists the application takes nothing from the consumer (so acks nothing).
+"consumer_acks": [[offset, t_answered_ok], ...], "errors": [...], "ack_errors": [...],
+"loop_errors": [...]} (times: time.time()).  While --hold-file exists the application takes
+nothing from the consumer (so acks nothing).
 
 usage: fault_load.py URL TOPIC --ready-file P --stop-file P [--delay-ms MS] [--drain-timeout S]
                      [--hold-file P]
@@ -38,7 +39,8 @@ class _Errors(logging.Handler):
 async def main(a) -> dict:
     errors_log = _Errors()
     logging.getLogger("danube").addHandler(errors_log)
-    out = {"acked": [], "received": [], "errors": [], "ack_errors": [], "loop_errors": errors_log.records}
+    out = {"acked": [], "received": [], "consumer_acks": [], "errors": [], "ack_errors": [],
+           "loop_errors": errors_log.records}
     client = await DanubeClientBuilder().service_url(a.url).build()
     consumer = (client.new_consumer().with_topic(a.topic).with_consumer_name("fc")
                 .with_subscription("faults").with_subscription_type(SubType.EXCLUSIVE).build())
@@ -56,6 +58,7 @@ async def main(a) -> dict:
             out["received"].append([msg.msg_id.topic_offset, msg.payload.decode(), time.time()])
             try:
                 await consumer.ack(msg)
+                out["consumer_acks"].append([msg.msg_id.topic_offset, time.time()])
             except Exception as exc:  # noqa: BLE001 - what reached the application
                 out["ack_errors"].append(f"{type(exc).__name__}: {exc}")
 

@@ -134,3 +134,67 @@ async def test_shutdown_refuses_new_publishes_and_lets_in_flight_ones_finish(bro
     assert await broker.drain_publishes(5.0)
     assert in_flight.done() and in_flight.result() == (0, 1)
     assert broker.topics[T].storage.next_offset == 2  # nothing of the refused batches was stored
+
+
+async def test_a_held_ack_during_an_unload_is_refused_then_applied_after_the_move(make_broker):
+    # what a broker's client proxy does with an ack (strict): refused while the topic is sealing,
+    # sent again once the topic is open again, where the message was not delivered yet
+    broker = await make_broker(dispatch=DispatchSettings(cursor_flush_interval_ms=5000))
+    pid = await broker.create_producer(T, "p", reliable=True)
+    cid = await broker.subscribe(T, "s", "c")
+    await broker.publish(pid, batch("a", "b", "c", "d"))
+    assert (await receive(broker, cid)).count == 4
+    await broker.ack_subscription(T, "s", [0], strict=True)
+    unload = await _unload_started(broker, T)
+    with pytest.raises(NotServedHereError) as refused:
+        await broker.ack_subscription(T, "s", [1], strict=True)
+    assert refused.value.retriable
+    with pytest.raises(NotServedHereError):
+        await broker.nack_subscription(T, "s", 2, strict=True)
+    await unload
+    assert await broker.metadata.get_json(keys.subscription_cursor(T, "s")) == 0
+    assert broker.late_acks == 0
+    # the new owner: the held ack of 1 lands before the consumer re-subscribed (the subscription is
+    # opened from its stored record), the one of 2 after; nothing was delivered here yet, so those
+    # two are never delivered again
+    await broker.ack_subscription(T, "s", [1], strict=True)
+    assert broker.topics[T].subscriptions["s"].early_acks == {1}
+    again = await broker.subscribe(T, "s", "c2")
+    await broker.ack_subscription(T, "s", [2], strict=True)
+    d = await receive(broker, again)
+    assert (d.first_offset, d.count) == (3, 1)
+    await broker.ack(again, [3])
+    await broker.flush_cursors(force=True)
+    assert await broker.metadata.get_json(keys.subscription_cursor(T, "s")) == 3
+    await stop(broker)
+
+
+async def test_a_held_ack_for_a_subscription_not_open_yet_is_refused_not_lost(make_broker):
+    broker = await make_broker()
+    pid = await broker.create_producer(T, "p", reliable=True)
+    await broker.publish(pid, batch("a"))
+    with pytest.raises(NotServedHereError, match="not applied"):
+        await broker.ack_subscription(T, "nobody-yet", [0], strict=True)
+    await broker.ack_subscription(T, "nobody-yet", [0])   # Danube's own path: answered OK, counted
+    assert broker.late_acks == 1
+    await stop(broker)
+
+
+async def test_early_acks_out_of_order_are_settled_on_delivery_and_beyond_the_end_ignored(make_broker):
+    broker = await make_broker(dispatch=DispatchSettings(cursor_flush_interval_ms=5000))
+    pid = await broker.create_producer(T, "p", reliable=True)
+    cid = await broker.subscribe(T, "s", "c")
+    await broker.publish(pid, batch("a", "b", "c"))
+    # acks of offsets this broker has not delivered (2) and of one not stored at all (7)
+    await broker.ack_subscription(T, "s", [2, 7], strict=True)
+    sub = broker.topics[T].subscriptions["s"]
+    assert sub.early_acks == {2}
+    d = await receive(broker, cid)
+    assert (d.first_offset, d.count) == (0, 3)   # 0 was never acked: delivered with what follows
+    assert not sub.early_acks and sub.tracker.unacked == 2   # 2 was settled on delivery
+    await broker.ack(cid, [0, 1])
+    assert sub.tracker.cursor == 2
+    await broker.publish(pid, batch("d"))
+    d = await receive(broker, cid)
+    assert (d.first_offset, d.count) == (3, 1)   # offset 7's early ack was not kept
+    await stop(broker)

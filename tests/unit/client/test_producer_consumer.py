@@ -307,7 +307,7 @@ async def test_unknown_producer_fails_the_futures_with_client_error_after_bounde
         await producer.create()
         broker.producers.clear()  # re-creating returns the same, still unknown, id: NOT_FOUND every time
         fut = await producer.send(b"x")
-        with pytest.raises(ClientError, match="gave up reconnecting after 3 attempt") as info:
+        with pytest.raises(ClientError, match="gave up retrying after 3 attempt") as info:
             await asyncio.wait_for(fut, 10)
         assert isinstance(info.value.__cause__, NotFoundError)
         assert broker.publish_calls == 4  # the first send and three resends

@@ -11,6 +11,7 @@ from danube.errors import MessageTooLargeError, NotFoundError, TopicSealedError
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.storage.config import StorageConfig
 from danube.storage.factory import StorageFactory
+from tests.support.waiting import async_wait_until
 
 T = "/default/coalesced"
 
@@ -143,22 +144,47 @@ async def test_sealed_topic_fails_every_call_of_the_batch_and_stores_nothing(bro
     assert topic.coalescer.messages == 0
 
 
+class DurabilityGate:
+    """Holds the topic's durability waits until released, so a test can queue calls while one wait is
+    in progress instead of racing it (an interval-synced WAL may answer in well under a millisecond)."""
+
+    def __init__(self, topic, monkeypatch) -> None:
+        self._released = asyncio.Event()
+        self._storage = topic.storage
+        real_wait = topic.storage.wait_durable
+
+        async def gated_wait(target):
+            await self._released.wait()
+            return await real_wait(target)
+
+        monkeypatch.setattr(topic.storage, "wait_durable", gated_wait)   # undone at the test's end at the latest
+        self._real_wait = real_wait
+
+    def release(self) -> None:
+        """Lets the waits in progress go on; later waits are not held."""
+        self._storage.wait_durable = self._real_wait
+        self._released.set()
+
+
 async def test_waits_on_a_busy_topic_are_spaced_and_an_idle_call_is_not_held(broker, monkeypatch):
     from danube.broker import coalesce
 
     monkeypatch.setattr(coalesce, "MIN_WAIT_SPACING_S", 0.3)
     pid = await broker.create_producer(T, "p", reliable=True)
+    c = broker.topics[T].coalescer
+    gate = DurabilityGate(broker.topics[T], monkeypatch)
     loop = asyncio.get_running_loop()
     started = loop.time()
     first = asyncio.ensure_future(broker.publish_one(pid, frame("a", pid)))
-    await asyncio.sleep(0)
-    await asyncio.sleep(0)
+    await async_wait_until(lambda: c.durability_waits == 1, what="the first call's durability wait")
     second = asyncio.ensure_future(broker.publish_one(pid, frame("b", pid)))  # arrives during the wait
+    await async_wait_until(lambda: len(c._waiters) == 1, what="the second call held")
+    gate.release()
     assert await first == 0
     assert loop.time() - started < 0.3        # the first call on an idle topic is not held
     assert await second == 1
     assert loop.time() - started >= 0.3       # the next wait started no sooner than the spacing
-    assert broker.topics[T].coalescer.durability_waits == 2
+    assert c.durability_waits == 2
 
 
 async def test_spacing_grows_while_the_loop_is_saturated_and_falls_back_on_light_traffic(broker, monkeypatch):
@@ -177,11 +203,14 @@ async def test_spacing_grows_while_the_loop_is_saturated_and_falls_back_on_light
     async def burst(n):
         # one call on the idle topic, then n held during its wait: they need one spaced hold
         nonlocal sent
+        gate = DurabilityGate(broker.topics[T], monkeypatch)
+        waits = c.durability_waits
         first = asyncio.ensure_future(broker.publish_one(pid, frame(f"m{sent}", pid)))
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        await async_wait_until(lambda: c.durability_waits == waits + 1, what="the first call's durability wait")
         rest = [asyncio.ensure_future(broker.publish_one(pid, frame(f"m{sent + 1 + i}", pid)))
                 for i in range(n)]
+        await async_wait_until(lambda: len(c._waiters) == n, what="the calls held during the wait")
+        gate.release()
         offsets = await asyncio.gather(first, *rest)
         assert offsets == list(range(sent, sent + n + 1))   # order kept, every call answered
         sent += n + 1

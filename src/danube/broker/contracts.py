@@ -31,7 +31,8 @@ broker calls it only through these contracts, never by importing the layer:
 - :class:`Rebalancing` — ``BrokerService.rebalancer``: the cluster's rebalancer, for the admin service.
 
 The schema gate (``BrokerService.schema_gate``) is ``danube.schema.validation.SchemaGate`` itself:
-the schema package sits below the broker.
+the schema package sits below the broker.  One topic's slot works the same way:
+``Topic.delivery_gate`` (``danube.broker.topic.DeliveryGate``), which live repartition fills.
 
 The implementations do not inherit from these classes: they match them by shape, and mypy checks
 that they do (the functions under ``TYPE_CHECKING`` at the end of this module for the layers below;

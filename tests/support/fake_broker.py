@@ -48,6 +48,10 @@ class FakeBroker:
         self.partitioned: dict[str, int] = {}
         self.publish_calls = 0
         self.ack_calls = 0   # ack requests read off the Consume streams
+        # BrokerService's slots the edges read (broker/contracts.py): none filled here
+        self.metadata = None
+        self.schema_gate = None
+        self.cluster = None
 
     async def create_producer(self, topic, producer_name, *, access_mode="shared", reliable=True) -> int:
         if not topic.startswith("/") or topic.count("/") != 2:
@@ -127,6 +131,25 @@ class FakeBroker:
             raise NotFoundError(f"consumer {consumer_id} not found")
         self.ack_calls += 1
         self.acked[consumer_id].update(offsets)
+
+    def publish_nowait(self, producer_id, frames_buf):
+        return None   # the batch lane then takes the awaited path (publish)
+
+    def ack_ranges_now(self, consumer_id, ranges):
+        return None   # not loaded here: the batch lane then awaits ack_ranges
+
+    async def ack_ranges(self, consumer_id, ranges) -> int:
+        offsets = [o for lo, hi in ranges for o in range(lo, hi + 1)]
+        await self.ack(consumer_id, offsets)
+        return len(offsets)
+
+    def detach(self, consumer_id, stream=None) -> None:
+        """Unacked deliveries go back to the subscription (nothing to do here)."""
+
+    async def producer(self, producer_id):
+        if producer_id not in self.producers:
+            raise NotFoundError(f"unknown producer id {producer_id}")
+        return producer_id
 
     async def nack(self, consumer_id, offset, *, delay_ms=None, reason=None) -> None:
         if consumer_id not in self.consumers:

@@ -45,12 +45,6 @@ CLIENT_MAY_IMPORT = (
 
 # Edges against the order that stay for now, each with the reason (importer, imported).
 ALLOWED: dict[tuple[str, str], str] = {
-    ("danube.broker.service", "danube.routing.repartition.store"):
-        "BrokerService.partitions() counts the partitions a live repartition still drains; to become a "
-        "hook the repartition runtime declares on the broker, with its other extension points",
-    ("danube.broker.service", "danube.cluster.forward_publish"):
-        "a dead letter whose topic another broker owns is forwarded there; to become a hook the "
-        "cluster node declares on the broker, with its other extension points",
     ("danube.gateway.cli", "danube.cli._client_common"):
         "`danube-gateway` runs its event loop and maps errors to exit codes as every `danube` command does",
 }
@@ -136,10 +130,10 @@ def test_imports_only_point_down():
 
 
 def test_the_graph_sees_imports_inside_functions():
-    # BrokerService.partitions imports the repartition store inside the method: the walk must find it,
+    # The batch lane imports the repartition runtime inside its constructor: the walk must find it,
     # or an upward import hidden in a function would pass unnoticed.
-    imports = _imports("danube.broker.service", _modules()["danube.broker.service"])
-    assert "danube.routing.repartition.store" in imports
+    imports = _imports("danube.server.batch_lane", _modules()["danube.server.batch_lane"])
+    assert "danube.routing.repartition.broker_hook" in imports
 
 
 def test_importing_the_client_loads_nothing_of_the_broker_side():

@@ -1,7 +1,8 @@
 """What the broker needs of the parts plugged into it, as ``typing.Protocol``\\ s.
 
 As NATS's ``store.go`` states what a stream store must do and aiokafka's ``_protocols.py`` what
-its pieces expect of each other, this module is the one statement of three contracts:
+its pieces expect of each other, this module is the one statement of what the broker needs of the
+parts plugged into it, below and above.  Below, three contracts:
 
 - :class:`TopicStorage` — one topic's log, as a :class:`~danube.broker.topic.Topic` uses it.
   Implemented by ``danube.storage.TopicStorage`` (reliable topics: the WAL and durable segments)
@@ -14,20 +15,51 @@ its pieces expect of each other, this module is the one statement of three contr
   :class:`~danube.broker.subscription.Subscription` delegates to; one class per type in
   ``danube.broker.dispatch``.
 
+Above, the broker's extension points: a layer above the broker (cluster, routing, server) that
+adds to it does so by filling a typed slot of :class:`~danube.broker.service.BrokerService`
+(``None`` until it does), never by setting an attribute the broker does not declare, and the
+broker calls it only through these contracts, never by importing the layer:
+
+- :class:`Cluster` — ``BrokerService.cluster``: the cluster node (lookups, ownership, moves) and
+  what the layers above read of it through the broker (:class:`ClusterView`, :class:`Election`).
+- :class:`PeerChannels` — ``BrokerService.peers``: channels to the other brokers, authenticated
+  as this broker (``danube.cluster.peers.Peers``).
+- :class:`RemotePublisher` — ``BrokerService.remote_publisher``: stores a record on a topic that
+  another broker owns (a dead letter whose topic is served elsewhere).
+- :class:`RepartitionHook` — ``BrokerService.repartition``: the live repartition runtime, told of
+  every topic opened and asked how many partitions a consumer reads.
+- :class:`Rebalancing` — ``BrokerService.rebalancer``: the cluster's rebalancer, for the admin service.
+
+The schema gate (``BrokerService.schema_gate``) is ``danube.schema.validation.SchemaGate`` itself:
+the schema package sits below the broker.  One topic's slot works the same way:
+``Topic.delivery_gate`` (``danube.broker.topic.DeliveryGate``), which live repartition fills.
+
 The implementations do not inherit from these classes: they match them by shape, and mypy checks
-that they do (the functions under ``TYPE_CHECKING`` at the end of this module).
+that they do (the functions under ``TYPE_CHECKING`` at the end of this module for the layers below;
+the upper layers' own installing code, which assigns to these typed slots, for the others).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Awaitable, Callable, Collection, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection, Protocol
 
 if TYPE_CHECKING:
     from danube.broker.delivery import Delivery
     from danube.broker.subscription import Consumer
 
-__all__ = ["TopicStorage", "StorageFactory", "Dispatcher"]
+__all__ = [
+    "TopicStorage",
+    "StorageFactory",
+    "Dispatcher",
+    "Cluster",
+    "ClusterView",
+    "Election",
+    "PeerChannels",
+    "RemotePublisher",
+    "RepartitionHook",
+    "Rebalancing",
+]
 
 
 class TopicStorage(Protocol):
@@ -147,6 +179,144 @@ class Dispatcher(Protocol):
 
     def blocked(self, offset: int) -> None:
         """``offset`` is now held under the block policy."""
+
+
+# ---------------------------------------------------------------- the broker's extension points
+
+
+class ClusterView(Protocol):
+    """The cluster's assignments as this broker last saw them (``danube.cluster.view.ClusterView``)."""
+
+    @property
+    def registered(self) -> Collection[str]:
+        """The ids of the brokers registered in the cluster."""
+
+    @property
+    def unassigned(self) -> Collection[str]:
+        """Topics waiting for the leader to place them."""
+
+    def owner(self, topic: str) -> str | None:
+        """The id of the broker ``topic`` is assigned to, if any."""
+
+    def broker_url(self, broker_id: str) -> str | None:
+        """The client URL a registered broker advertises."""
+
+
+class Election(Protocol):
+    """The cluster leader's election as this broker takes part in it (``danube.cluster.leader``)."""
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this broker holds the leader key now."""
+
+    def guard(self) -> list[Any]:
+        """Compares that make a metadata write fail once this broker is no longer the leader."""
+
+
+class Cluster(Protocol):
+    """``BrokerService.cluster``: the cluster node in cluster mode (``danube.cluster.node.ClusterNode``).
+
+    The broker delegates lookups and unloads to it and asks it before opening a topic; the layers
+    above read the assignments and the election through it."""
+
+    @property
+    def broker_id(self) -> str:
+        """This broker's id in the cluster."""
+
+    @property
+    def view(self) -> ClusterView:
+        """The in-memory copy of the cluster's assignments."""
+
+    @property
+    def election(self) -> Election:
+        """The leader election this broker takes part in."""
+
+    @property
+    def client_proxy(self) -> Any:
+        """Danube's proxy mode (``danube.cluster.client_proxy.ClientProxy``); None when it is off."""
+
+    async def lookup(self, topic: str) -> Any:
+        """Where clients of ``topic`` go: a ``danube.broker.service.LookupResult``."""
+
+    async def check_owner(self, topic: str) -> None:
+        """Raise ``NotServedHereError`` (with the owner's URL) unless ``topic`` may be opened here."""
+
+    def unreachable(self, what: str) -> str:
+        """Why ``what`` cannot be done while the metadata store is out of reach."""
+
+    def write_refusal(self, topic: str | None = None) -> str:
+        """Why a write is refused while this broker is fenced."""
+
+    async def unload(self, topic: str) -> int | None:
+        """Unload ``topic`` from this broker so another one takes it over."""
+
+
+class PeerChannels(Protocol):
+    """``BrokerService.peers``: gRPC channels to the other brokers of the cluster, carrying this
+    broker's credentials (or a forwarded caller's), ``danube.cluster.peers.Peers``."""
+
+    def channel(self, url: str, *, caller: str | None = None) -> Any:
+        """A ``grpc.aio.Channel`` to ``url``; the caller closes it."""
+
+    def runs_as_broker(self, caller: str | None) -> bool:
+        """Whether a call forwarded for ``caller`` is made as this broker."""
+
+    def explain(self, exc: Any, *, as_broker: bool) -> str:
+        """A sentence for a failed peer call (``grpc.aio.AioRpcError``)."""
+
+
+class RemotePublisher(Protocol):
+    """``BrokerService.remote_publisher``: stores one record on a topic another broker owns
+    (``danube.cluster.forward_publish``), as the broker does with a dead letter served elsewhere."""
+
+    async def publish(
+        self,
+        owner_url: str,
+        topic: str,
+        producer_name: str,
+        payload: bytes,
+        *,
+        publish_time: int,
+        routing_key: str | None,
+        attributes: dict[str, str],
+    ) -> None:
+        """Store the record at ``owner_url``; raises when the owner refuses or cannot be reached."""
+
+
+class RepartitionHook(Protocol):
+    """``BrokerService.repartition``: the live repartition runtime
+    (``danube.routing.repartition.broker_hook.RepartitionRuntime``)."""
+
+    def topic_opened(self, name: str) -> None:
+        """The broker opened ``name`` (before any subscription reads it)."""
+
+    async def readable_partitions(self, topic: str, count: int) -> int:
+        """How many partitions of ``topic`` (recorded with ``count``) a consumer reads: with a
+        repartition under way, the ones a shrink still drains and the retired ones too."""
+
+
+class Rebalancing(Protocol):
+    """``BrokerService.rebalancer``: the cluster's rebalancer (``danube.cluster.rebalancing.loop``),
+    which the admin service answers from (``danube.cluster.rebalancing.admin``)."""
+
+    @property
+    def config(self) -> Any:
+        """The rebalancing settings (``RebalancingConfig``)."""
+
+    def is_leader(self) -> bool:
+        """Whether this broker's rebalancer may move topics."""
+
+    async def observe(self) -> Any:
+        """The cluster's load as the rebalancer sees it now."""
+
+    async def dry_run(self, max_moves: int | None = None) -> Any:
+        """The moves a cycle would make, without making them."""
+
+    async def trigger(self, max_moves: int = 1) -> Any:
+        """Run a cycle now (on the leader)."""
+
+    async def history_records(self, limit: int | None = None) -> Any:
+        """The moves made, newest first."""
 
 
 if TYPE_CHECKING:

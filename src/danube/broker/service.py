@@ -14,10 +14,18 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from danube import frames, movetrace
-from danube.broker.contracts import StorageFactory, TopicStorage
+from danube.broker.contracts import (
+    Cluster,
+    PeerChannels,
+    Rebalancing,
+    RemotePublisher,
+    RepartitionHook,
+    StorageFactory,
+    TopicStorage,
+)
 from danube.broker.dispatch import dispatcher_class
 from danube.broker.keyshared import KeyFilter
 from danube.broker.memory_storage import MemoryTopicStorage
@@ -38,6 +46,9 @@ from danube.errors import (
 )
 from danube.metadata import keys
 from danube.metadata.store import MetadataStore, Op
+
+if TYPE_CHECKING:
+    from danube.schema.validation import SchemaGate
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +120,14 @@ class BrokerService:
         self.failure_policy = failure_policy or FailurePolicy()
         self.dispatch = dispatch or DispatchSettings()
         self.metrics = metrics or MetricsSink()
-        self.cluster = None  # danube.cluster.node.ClusterNode in cluster mode (lookups, ownership, moves)
+        # Extension points the layers above fill (broker/contracts.py); None until they do.
+        self.cluster: Cluster | None = None  # the cluster node in cluster mode (lookups, ownership, moves)
+        self.peers: PeerChannels | None = None  # channels to the other brokers (danube.cluster.peers)
+        self.remote_publisher: RemotePublisher | None = None  # a dead letter whose topic is served elsewhere
+        self.repartition: RepartitionHook | None = None  # live repartition (danube.routing.repartition)
+        self.rebalancer: Rebalancing | None = None  # the cluster's rebalancer, for the admin service
+        self.schema_gate: SchemaGate | None = None  # the publish paths' schema checks (danube.schema)
+        self.metrics_url: str | None = None  # where this broker's metrics are scraped, advertised in ListBrokers
         # Danube's auto_create_topics: false leaves creating topics to the admin API (system topics excepted)
         self.auto_create_topics = True
         self._fenced = False  # cluster lease not renewed in time: no writes (danube.cluster.membership)
@@ -257,10 +275,9 @@ class BrokerService:
     async def _partitions(self, topic: str) -> list[str]:
         count = await self.metadata.get_json(keys.topic_partitions(topic))
         if isinstance(count, int) and count > 0:
-            from danube.routing.repartition.store import readable_partitions
-
-            # a live repartition: the partitions a shrink drains or retired are read too
-            count = await readable_partitions(self.metadata, topic, count)
+            if self.repartition is not None:
+                # a live repartition: the partitions a shrink drains or retired are read too
+                count = await self.repartition.readable_partitions(topic, count)
             return [f"{topic}-part-{i}" for i in range(count)]
         return [topic]
 
@@ -320,15 +337,42 @@ class BrokerService:
                 if reg.kind == "producer" and reg.topic == name:
                     topic.remember_producer_name(reg.id, reg.name)
             self.topics[name] = topic
-            repartition = getattr(self, "repartition", None)
-            if repartition is not None:  # a repartition's target is gated before its first read
-                repartition.topic_opened(name)
+            if self.repartition is not None:  # a repartition's target is gated before its first read
+                self.repartition.topic_opened(name)
             self.metrics.topic_opened(name)
             movetrace.step(name, "dest.opened")
             log.info("topic %s served here (%s, next offset %d%s)", name,
                      "reliable" if is_reliable else "non-reliable", storage.next_offset,
                      ", terminated" if terminated else "")
             return topic
+
+    # What the layers above use of the topics and registrations (not the private ways in).
+
+    async def topic(self, name: str, *, reliable: bool | None = None, create: bool = False) -> Topic:
+        """The served topic ``name``, opened here on first use (created only with ``create`` and a
+        ``reliable`` choice); ``NotFoundError`` when it does not exist, ``NotServedHereError`` when
+        another broker owns it or it is being unloaded."""
+        return await self._topic(name, reliable=reliable, create=create)
+
+    async def subscription(self, topic: Topic, name: str, sub_type: str,
+                           initial_position: str = "latest") -> Subscription:
+        """Subscription ``name`` of a served topic, created (type ``sub_type``) when it is new."""
+        return await self._subscription(topic, name, sub_type, initial_position)
+
+    async def producer(self, producer_id: int) -> Producer:
+        """The producer ``producer_id``, re-attached when it was registered before a restart."""
+        return await self._producer(producer_id)
+
+    def registered_topic(self, kind: str, client_id: int) -> str | None:
+        """The topic of a ``"producer"`` or ``"consumer"`` registered before a restart and not yet
+        re-attached (``producer_topic``/``consumer_info`` answer for attached ones)."""
+        reg = self._dormant.get((kind, client_id))
+        return reg.topic if reg is not None else None
+
+    def track_task(self, task: asyncio.Task) -> None:
+        """A background task of an extension point, cancelled when the broker stops."""
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _served(self, topic: Topic) -> Topic:
         if topic.closed:
@@ -818,12 +862,11 @@ class BrokerService:
             producer_name = f"dlq-{sub.name}"[:keys.MAX_NAME_CHARS]
             if self.cluster is not None:
                 found = await self.lookup(dlq)
-                if found.kind == "redirect":   # another broker owns the dead-letter topic
-                    from danube.cluster import forward_publish
-
-                    await forward_publish.publish(self, found.broker_url, dlq, producer_name, bytes(rec.payload),
-                                                  publish_time=rec.publish_time, routing_key=rec.routing_key,
-                                                  attributes=attrs)
+                # another broker owns the dead-letter topic
+                if found.kind == "redirect" and self.remote_publisher is not None:
+                    await self.remote_publisher.publish(found.broker_url, dlq, producer_name, bytes(rec.payload),
+                                                        publish_time=rec.publish_time, routing_key=rec.routing_key,
+                                                        attributes=attrs)
                     log.warning("message %d of %s moved to dead-letter topic %s (at %s)", offset, sub.topic.name,
                                 dlq, found.broker_url)
                     return

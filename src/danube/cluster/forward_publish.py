@@ -2,21 +2,38 @@
 port (Danube's ``CreateProducer`` + ``SendMessage``), as the broker itself.
 
 A subscription's dead-letter topic may be owned by any broker: the broker whose subscription
-gave up on a message hands it to the owner this way (``BrokerService._send_dead_letter``).
+gave up on a message hands it to the owner this way: the cluster node installs a
+:class:`ForwardPublisher` as the broker's ``remote_publisher`` (``danube.broker.contracts.RemotePublisher``).
 """
 
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
 from danube.cluster import peers
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
 
+if TYPE_CHECKING:
+    from danube.broker.service import BrokerService
+
 _request_ids = itertools.count(1)
 
 
-async def publish(broker, owner_url: str, topic: str, producer_name: str, payload: bytes, *,
+class ForwardPublisher:
+    """The broker's ``remote_publisher`` in cluster mode: :func:`publish` through its peer channels."""
+
+    def __init__(self, broker: BrokerService) -> None:
+        self.broker = broker
+
+    async def publish(self, owner_url: str, topic: str, producer_name: str, payload: bytes, *,
+                      publish_time: int, routing_key: str | None, attributes: dict[str, str]) -> None:
+        await publish(self.broker, owner_url, topic, producer_name, payload, publish_time=publish_time,
+                      routing_key=routing_key, attributes=attributes)
+
+
+async def publish(broker: BrokerService, owner_url: str, topic: str, producer_name: str, payload: bytes, *,
                   publish_time: int, routing_key: str | None, attributes: dict[str, str],
                   timeout: float = 30.0) -> None:
     """Store one record on ``topic`` at its owner ``owner_url`` (a reliable producer named

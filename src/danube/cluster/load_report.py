@@ -29,7 +29,7 @@ import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from danube import frames
 from danube._tasks import cancel_and_wait
@@ -338,6 +338,17 @@ def encode_report(report: LoadReport, *, publish_time_ms: int | None = None) -> 
                                           attributes=REPORT_ATTRIBUTES))
 
 
+class ReportingBroker(Protocol):
+    """What a :class:`LoadReporter` needs of the broker (``BrokerService`` has it)."""
+
+    @property
+    def broker_id(self) -> str: ...
+
+    def stats(self) -> Any: ...
+
+    async def publish_system(self, topic: str, frames_buf: bytearray) -> tuple[int, int]: ...
+
+
 class LoadReporter:
     """Publishes a LoadReport every ``interval_s`` to ``/system/load_reports`` through the broker.
 
@@ -346,13 +357,13 @@ class LoadReporter:
     A failed cycle is logged and retried at the next interval; it never stops the task.
     """
 
-    def __init__(self, broker: Any, interval_s: float = 30.0, *, broker_id: str | None = None,
+    def __init__(self, broker: ReportingBroker, interval_s: float = 30.0, *, broker_id: str | None = None,
                  topic: str = LOAD_REPORTS_TOPIC, monitor: ResourceMonitor | None = None) -> None:
         if not interval_s or interval_s <= 0:
             raise InvalidArgumentError(f"load_report_interval_seconds must be > 0, got {interval_s!r}")
         self._broker = broker
         self.interval_s = float(interval_s)
-        self.broker_id = str(broker_id if broker_id is not None else getattr(broker, "broker_id"))
+        self.broker_id = str(broker_id if broker_id is not None else broker.broker_id)
         self.topic = topic
         self._monitor = monitor or ResourceMonitor()
         self._rates = RateTracker()

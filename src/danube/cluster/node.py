@@ -30,11 +30,11 @@ import contextlib
 import dataclasses
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from danube.broker.service import LookupResult
+from danube.broker.service import BrokerService, LookupResult
 from danube.cluster.leader import LeaderElection
 from danube.cluster.load_manager import DEFAULT_BATCH, LoadManager
 from danube.cluster.load_report import LoadReporter, build_load_report, encode_report
@@ -42,6 +42,7 @@ from danube.cluster.membership import Membership
 from danube.cluster.view import ClusterView
 from danube import movetrace
 from danube.cluster import peers
+from danube.cluster.forward_publish import ForwardPublisher
 from danube.errors import AuthenticationError, MetadataError, NotFoundError, NotServedHereError, PermissionDeniedError
 from danube.metadata import keys
 from danube.metadata.store import Compare, MetadataStore, Op, WatchEvent
@@ -67,7 +68,7 @@ def _forward_error(what: str, exc, channels: peers.Peers | None = None, *, as_br
 class ClusterLoadReporter(LoadReporter):
     """LoadReports into etcd (``/cluster/load/{broker_id}``, under the broker's lease) for the leader."""
 
-    def __init__(self, broker: Any, store: MetadataStore, membership: Membership, interval_s: float) -> None:
+    def __init__(self, broker: BrokerService, store: MetadataStore, membership: Membership, interval_s: float) -> None:
         super().__init__(broker, interval_s, broker_id=membership.broker_id)
         self._store = store
         self._membership = membership
@@ -96,7 +97,7 @@ class ClusterLoadReporter(LoadReporter):
 
 
 class ClusterNode:
-    def __init__(self, store: MetadataStore, broker: Any, *, broker_id: str, broker_url: str,
+    def __init__(self, store: MetadataStore, broker: BrokerService, *, broker_id: str, broker_url: str,
                  admin_url: str | None = None, metrics_url: str | None = None, lease_ttl_s: int = 10,
                  strategy: str = "fair",
                  load_report_interval_s: float = 30.0, lookup_timeout_s: float = 10.0,
@@ -143,6 +144,7 @@ class ClusterNode:
                                      guard=self.election.guard, view=self.view,
                                      metrics=self.rebalancing_metrics, count_assign=False)
         broker.rebalancer = self.rebalancer
+        broker.remote_publisher = ForwardPublisher(broker)
         self._unloading: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
         self._pending_markers: dict[str, asyncio.Future] = {}
@@ -591,3 +593,10 @@ class ClusterNode:
 
     async def _reregistered(self) -> None:
         await self.election.campaign()
+
+
+if TYPE_CHECKING:
+    from danube.broker.contracts import Cluster
+
+    def _is_the_brokers_cluster(node: ClusterNode) -> Cluster:   # mypy: the node fills BrokerService.cluster
+        return node

@@ -32,12 +32,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import grpc
 
 from danube.security.rbac import BROKER_PRINCIPAL
 from danube.security.settings import AuthSettings
+
+if TYPE_CHECKING:
+    from danube.broker.contracts import PeerChannels
+    from danube.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
 
@@ -212,16 +216,11 @@ def _tls_failure(details: str) -> str | None:
     return None
 
 
-def for_broker(broker: Any) -> Peers:
+def for_broker(broker: BrokerService) -> PeerChannels:
     """The broker's :class:`Peers` (plain text, no token, when security was never configured)."""
-    peers = getattr(broker, "peers", None)
-    if peers is None:
-        peers = Peers(broker_id=str(getattr(broker, "broker_id", "")))
-        try:
-            broker.peers = peers
-        except AttributeError:
-            pass
-    return peers
+    if broker.peers is None:
+        broker.peers = Peers(broker_id=broker.broker_id)
+    return broker.peers
 
 
 def certificate_subject(cert_file: str) -> str | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import grpc
 
@@ -28,6 +28,9 @@ from danube.proto.danube_admin import admin_pb2 as pb
 from danube.proto.danube_admin import admin_pb2_grpc as pb_grpc
 from danube.server import failure_policy_wire
 from danube.server.status import abort
+
+if TYPE_CHECKING:
+    from danube.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +85,7 @@ class _Listings:
 class _Admin:
     """Shared lookups over the broker and its metadata store."""
 
-    def __init__(self, broker) -> None:
+    def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
         self.metadata = broker.metadata
         self.listings = _Listings()
@@ -145,7 +148,7 @@ class _Admin:
 
     @property
     def cluster(self):
-        return getattr(self.broker, "cluster", None)
+        return self.broker.cluster
 
     def owner(self, topic: str) -> str:
         """The broker serving ``topic`` ("" when none): the cluster view's assignment, else this broker."""
@@ -184,7 +187,7 @@ class _Admin:
 
     def registry(self):
         """The broker's schema registry (the one its gate follows), else one over the metadata store."""
-        gate = getattr(self.broker, "schema_gate", None)
+        gate = self.broker.schema_gate
         if gate is not None:
             return gate.registry
         from danube.schema.registry import SchemaRegistry
@@ -234,10 +237,10 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
                 for broker_id, info in sorted(view.registered.items())])
         return pb.BrokerListResponse(brokers=[pb.BrokerInfo(
             broker_id=str(b.broker_id), broker_addr=b.broker_url, broker_role="Cluster_Leader",
-            metrics_addr=getattr(b, "metrics_url", ""), broker_status="active")])
+            metrics_addr=b.metrics_url or "", broker_status="active")])
 
     async def GetLeaderBroker(self, request, context):
-        cluster = getattr(self.admin.broker, "cluster", None)
+        cluster = self.admin.broker.cluster
         if cluster is not None:
             return pb.BrokerResponse(leader=str(cluster.view.leader or ""))
         return pb.BrokerResponse(leader=str(self.admin.broker.broker_id))
@@ -252,7 +255,7 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
             await abort(context, exc)
 
     async def UnloadBroker(self, request, context):
-        cluster = getattr(self.admin.broker, "cluster", None)
+        cluster = self.admin.broker.cluster
         if cluster is None:
             await _unimplemented(context, "UnloadBroker")
         try:
@@ -266,7 +269,7 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
         return pb.UnloadBrokerResponse(started=not request.dry_run, **result)
 
     async def ActivateBroker(self, request, context):
-        cluster = getattr(self.admin.broker, "cluster", None)
+        cluster = self.admin.broker.cluster
         if cluster is None:
             await _unimplemented(context, "ActivateBroker")
         try:
@@ -281,7 +284,7 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
     async def _rebalancing(self, context, what: str, call):
         from danube.cluster.rebalancing import admin as rebalancing_admin
 
-        rebalancer = getattr(self.admin.broker, "rebalancer", None)
+        rebalancer = self.admin.broker.rebalancer
         if rebalancer is None:
             await _unimplemented(context, what)
         try:
@@ -395,7 +398,7 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             for name, t in sorted(b.topics.items())])
 
     async def UnloadTopic(self, request, context):
-        cluster = getattr(self.admin.broker, "cluster", None)
+        cluster = self.admin.broker.cluster
         if cluster is not None:  # cluster mode: the owner moves it, wherever the request arrived
             try:
                 last = await cluster.unload_anywhere(request.name, caller=peers.caller_authorization(context))
@@ -604,7 +607,7 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
                         await self.admin.metadata.delete(keys.broker_topic(broker_id, topic))
                     await self.admin.metadata.delete(keys.unassigned(topic))
 
-            factory = getattr(broker, "storage_factory", None)
+            factory = broker.storage_factory
             if factory is not None:  # its files go once it is closed here and no open can start
                 await factory.delete_topic(topic, unload=unload)
             else:
@@ -732,7 +735,7 @@ def _partitioning(d: dict) -> pb.PartitioningResponse:
     return response
 
 
-def add_to_server(server: grpc.aio.Server, broker) -> None:
+def add_to_server(server: grpc.aio.Server, broker: BrokerService) -> None:
     """Register Danube's admin services for ``broker`` (a BrokerService) on ``server``."""
     admin = _Admin(broker)
     pb_grpc.add_BrokerAdminServicer_to_server(BrokerAdmin(admin), server)

@@ -85,6 +85,9 @@ class BrokerApp:
             metrics=self.metrics)
         self.metrics.attach(self.broker)
         self.broker.auto_create_topics = cfg.auto_create_topics
+        from danube.routing.repartition import broker_hook   # live repartition (docs/repartition.md)
+
+        broker_hook.install(self.broker, adoption_timeout_ms=cfg.repartition_adoption_timeout_ms)
         await self.broker.start()
         await self._bootstrap_namespaces(cfg)
         if cfg.cluster:  # before the ports listen: no lookup is ever answered as a standalone broker

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator
 
 import grpc
 
@@ -26,6 +26,9 @@ from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
 from danube.server import status as status_map
 from danube.server.h2grpc.wire import Encoded, varint
+
+if TYPE_CHECKING:
+    from danube.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
 
@@ -134,14 +137,14 @@ def _ack_pairs(ranges) -> tuple[list[tuple[int, int]], int]:
 
 
 class BatchLaneService(pb_grpc.BatchLaneServicer):
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: BrokerService) -> None:
         self._broker = broker
-        self._schema = getattr(broker, "schema_gate", None)   # danube.schema.validation.SchemaGate
-        self._publish_nowait = getattr(broker, "publish_nowait", None)   # the per-call publish path
+        self._schema = broker.schema_gate   # danube.schema.validation.SchemaGate
+        self._publish_nowait = broker.publish_nowait   # the per-call publish path
         # In-stream acks of every Consume stream, applied once per consumer and loop turn.
-        self._acks = AckBatcher(self._apply_acks) if getattr(broker, "ack_ranges_now", None) else None
+        self._acks = AckBatcher(self._apply_acks)
         self._repartition = None   # danube.routing.repartition.broker_hook.RepartitionRuntime (version fence)
-        if getattr(broker, "metadata", None) is not None:
+        if broker.metadata is not None:
             from danube.routing.repartition import broker_hook
 
             self._repartition = broker_hook.for_broker(broker)
@@ -210,10 +213,8 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         """The producer's topic; a producer not loaded yet (broker restart) is loaded to learn it."""
         topic = self._broker.producer_topic(producer_id)
         if topic is None:
-            load = getattr(self._broker, "_producer", None)
-            if load is not None:
-                await load(producer_id)
-                topic = self._broker.producer_topic(producer_id)
+            await self._broker.producer(producer_id)
+            topic = self._broker.producer_topic(producer_id)
         return topic
 
     async def _publish_fenced(self, producer_id: int, buf: bytearray, version: int) -> tuple[int, int]:
@@ -382,11 +383,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         """Acks whole ranges (no work per offset); returns how many offsets the request named."""
         pairs, named = _ack_pairs(ranges)
         if pairs:
-            ack_ranges = getattr(self._broker, "ack_ranges", None)
-            if ack_ranges is not None:
-                await ack_ranges(consumer_id, pairs)
-            else:
-                await self._broker.ack(consumer_id, [o for lo, hi in pairs for o in range(lo, hi + 1)])
+            await self._broker.ack_ranges(consumer_id, pairs)
         return named
 
     def _apply_acks(self, consumer_id: int, ranges: list[tuple[int, int]]) -> None:
@@ -594,9 +591,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             if acks is not None:
                 acks.flush_consumer(consumer_id)   # acks it sent count before it is detached
             # Unacked deliveries of this stream go back to the subscription.
-            detach = getattr(self._broker, "detach", None)
-            if detach is not None:
-                detach(consumer_id)
+            self._broker.detach(consumer_id)
 
 
     # ------------------------------------------------------------ live routing (docs/repartition.md)
@@ -640,7 +635,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             hub.close(stream)
 
 
-def add_to_server(server: grpc.aio.Server, broker: Any) -> BatchLaneService:
+def add_to_server(server: grpc.aio.Server, broker: BrokerService) -> BatchLaneService:
     """Registers the batch lane on ``server`` (called by danube.server.app)."""
     service = BatchLaneService(broker)
     pb_grpc.add_BatchLaneServicer_to_server(service, server)

@@ -28,6 +28,7 @@ Example ``danube_broker.yml``::
       poison_policy: block          # block | drop | dead_letter (+ dead_letter_topic)
       backoff_strategy: exponential # fixed | exponential
     json_schema_rule: danube        # JSON Schema compatibility: danube | reader_writer (stricter)
+    repartition_adoption_timeout_ms: 30000   # live repartition: how long a cutover waits for adoption
     dispatch:
       max_unacked_messages: 10000
       cursor_flush_interval_ms: 1000
@@ -108,6 +109,9 @@ class BrokerConfig:
     auto_create_topics: bool = True          # false: a producer cannot create a topic (admin create only)
     # JSON Schema compatibility: danube (Danube's checker) | reader_writer (stricter; docs/schema-registry.md)
     json_schema_rule: str = "danube"
+    # live repartition: how long a cutover waits for every broker and client to adopt the new
+    # partitioning before the old partitions are drained anyway (docs/repartition.md); None = the default
+    repartition_adoption_timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.sync not in SYNC_MODES:
@@ -256,6 +260,12 @@ class BrokerConfig:
             from danube.schema.compat import normalize_json_schema_rule
 
             kw["json_schema_rule"] = normalize_json_schema_rule(str(data.pop("json_schema_rule")))
+        if "repartition_adoption_timeout_ms" in data:
+            value = data.pop("repartition_adoption_timeout_ms")
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InvalidArgumentError(
+                    f"repartition_adoption_timeout_ms must be a number of milliseconds > 0, got {value!r}")
+            kw["repartition_adoption_timeout_ms"] = value
         if "auth" in data:
             kw["auth"] = AuthSettings.from_dict(data.pop("auth"), base_dir=base_dir)
         if "admin_tls" in data:

@@ -45,7 +45,7 @@ class ProducerService(pb_grpc.ProducerServiceServicer):
     def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
         self._publish_one = broker.publish_one
-        self._schema = getattr(broker, "schema_gate", None)   # danube.schema.validation.SchemaGate
+        self._schema = broker.schema_gate   # danube.schema.validation.SchemaGate
 
     async def CreateProducer(self, request, context):
         try:
@@ -87,10 +87,8 @@ async def _with_schema(gate, broker, producer_id: int, request, attributes):
     if gate.active:
         topic = broker.producer_topic(producer_id)
         if topic is None:   # a producer not loaded yet (broker restart): load it to learn its topic
-            load = getattr(broker, "_producer", None)
-            if load is not None:
-                await load(producer_id)
-                topic = broker.producer_topic(producer_id)
+            await broker.producer(producer_id)
+            topic = broker.producer_topic(producer_id)
         if topic is not None:
             gate.check_message(topic, schema_id, version, request.payload)
     if schema_id is None:
@@ -273,7 +271,7 @@ class HealthCheckService(pb_grpc.HealthCheckServicer):
 
 
 def add_to_server(server: grpc.aio.Server, broker: BrokerService) -> None:
-    proxy = getattr(getattr(broker, "cluster", None), "client_proxy", None)
+    proxy = broker.cluster.client_proxy if broker.cluster is not None else None
     if proxy is not None:  # cluster mode: Danube's proxy mode (docs/cluster.md, "Faults")
         from danube.server import proxy_services
 

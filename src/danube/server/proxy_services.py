@@ -11,7 +11,7 @@ retries), and this broker, alive, can carry its sends to the new owner at once.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -22,13 +22,16 @@ from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
 from danube.server import danube_services as ds
 from danube.server.status import cap_message
 
+if TYPE_CHECKING:
+    from danube.broker.service import BrokerService
+
 
 async def _abort(context, exc: ProxyError):
     await context.abort(exc.code, cap_message(exc.details))
 
 
 class ProxyingProducerService(ds.ProducerService):
-    def __init__(self, broker: Any, proxy: ClientProxy) -> None:
+    def __init__(self, broker: BrokerService, proxy: ClientProxy) -> None:
         super().__init__(broker)
         self.proxy = proxy
         self._own_url = proxy.own_url
@@ -59,7 +62,7 @@ class ProxyingProducerService(ds.ProducerService):
 
 
 class ProxyingConsumerService(ds.ConsumerService):
-    def __init__(self, broker: Any, proxy: ClientProxy) -> None:
+    def __init__(self, broker: BrokerService, proxy: ClientProxy) -> None:
         super().__init__(broker)
         self.proxy = proxy
         self._own_url = proxy.own_url
@@ -111,7 +114,7 @@ class ProxyingConsumerService(ds.ConsumerService):
 
 
 class ProxyingHealthCheckService(ds.HealthCheckService):
-    def __init__(self, broker: Any, proxy: ClientProxy) -> None:
+    def __init__(self, broker: BrokerService, proxy: ClientProxy) -> None:
         super().__init__(broker)
         self.proxy = proxy
 
@@ -123,7 +126,7 @@ class ProxyingHealthCheckService(ds.HealthCheckService):
         return pb.HealthCheckResponse(status=pb.HealthCheckResponse.OK if ok else pb.HealthCheckResponse.CLOSE)
 
 
-def add_to_server(server: grpc.aio.Server, broker: Any, proxy: ClientProxy) -> None:
+def add_to_server(server: grpc.aio.Server, broker: BrokerService, proxy: ClientProxy) -> None:
     pb_grpc.add_ProducerServiceServicer_to_server(ProxyingProducerService(broker, proxy), server)
     pb_grpc.add_ConsumerServiceServicer_to_server(ProxyingConsumerService(broker, proxy), server)
     pb_grpc.add_DiscoveryServicer_to_server(ds.DiscoveryService(broker), server)

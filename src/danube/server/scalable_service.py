@@ -15,7 +15,7 @@ import contextlib
 import itertools
 import json
 import logging
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 import grpc
 
@@ -42,6 +42,9 @@ from danube.routing.scalable.segments import BrokerSegmentOps
 from danube.routing.scalable.store import ScalableTopicStore, TopicSnapshot
 from danube.server import status as status_map
 from danube.server.admin import _FORWARDED as ADMIN_FORWARDED
+
+if TYPE_CHECKING:
+    from danube.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +85,7 @@ class OwnLease:
 class ForwardingSegmentOps(BrokerSegmentOps):
     """BrokerSegmentOps whose owner-only calls go to the broker serving the segment."""
 
-    def __init__(self, broker: Any, service: "ScalableTopicService") -> None:
+    def __init__(self, broker: BrokerService, service: "ScalableTopicService") -> None:
         super().__init__(broker)
         self.service = service
 
@@ -132,7 +135,7 @@ class ForwardingSegmentOps(BrokerSegmentOps):
 
 
 class ScalableTopicService:
-    def __init__(self, broker: Any, *, broker_url: str | None = None, lease: Any = None,
+    def __init__(self, broker: BrokerService, *, broker_url: str | None = None, lease: Any = None,
                  grace_seconds: float = DEFAULT_GRACE_SECONDS, lease_ttl: int = 10,
                  auto_split: dict[str, Any] | None = None, prune: dict[str, Any] | None = None) -> None:
         self.broker = broker
@@ -160,7 +163,7 @@ class ScalableTopicService:
 
     async def _lease_source(self) -> Any:
         if self._lease is None:
-            cluster = getattr(self.broker, "cluster", None)
+            cluster = self.broker.cluster
             membership = getattr(cluster, "membership", None)
             if membership is not None:
                 self._lease = membership
@@ -498,7 +501,7 @@ class ScalableTopicsServicer(pb_grpc.ScalableTopicsServicer):
             raise
 
 
-def add_to_server(server: grpc.aio.Server, broker: Any, **options: Any) -> ScalableTopicService:
+def add_to_server(server: grpc.aio.Server, broker: BrokerService, **options: Any) -> ScalableTopicService:
     """Registers the scalable topics service on ``server`` (called by danube.server.app)."""
     service = ScalableTopicService(broker, **options)
     pb_grpc.add_ScalableTopicsServicer_to_server(ScalableTopicsServicer(service), server)
@@ -511,7 +514,7 @@ def add_servicer(server: grpc.aio.Server, service: ScalableTopicService) -> None
     pb_grpc.add_ScalableTopicsServicer_to_server(ScalableTopicsServicer(service), server)
 
 
-def attach(server: grpc.aio.Server, broker: Any, config: Any = None) -> ScalableTopicService | None:
+def attach(server: grpc.aio.Server, broker: BrokerService, config: Any = None) -> ScalableTopicService | None:
     """The broker app's hook: the service per the ``scalable_topics:`` section (None when disabled)."""
     from danube.routing.scalable.config import ScalableTopicsConfig
 

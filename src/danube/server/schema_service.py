@@ -10,7 +10,7 @@ config) answer ``success=false`` with the reason for a refused change, as Danube
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from danube.errors import DanubeError
 from danube.proto.danube_schema import SchemaRegistry_pb2 as pb
@@ -19,6 +19,9 @@ from danube.schema.errors import SchemaNotFoundError
 from danube.schema.registry import SchemaRegistry, SchemaVersion
 from danube.schema.validation import SchemaGate
 from danube.server.status import abort
+
+if TYPE_CHECKING:
+    from danube.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +170,7 @@ def add_to_server(server: Any, registry: SchemaRegistry, gate: SchemaGate | None
     return service
 
 
-async def attach(server: Any, broker: Any, metadata: Any, json_schema_rule: str = "danube") -> SchemaGate:
+async def attach(server: Any, broker: BrokerService, metadata: Any, json_schema_rule: str = "danube") -> SchemaGate:
     """Registry + gate for a broker: serves the registry on ``server`` and hands the gate to the
     publish paths as ``broker.schema_gate`` (Danube's protocol and the batch lane read it)."""
     registry = SchemaRegistry(metadata, json_schema_rule)

@@ -128,6 +128,11 @@ def test_authorizer_default_deny_bindings_and_super_admins(tmp_path):
 # ---------------------------------------------------------------- the guard
 
 class _Broker:
+    cluster = None
+
+    def registered_topic(self, kind, client_id):
+        return None
+
     def producer_topic(self, producer_id):
         return {7: "/default/t"}.get(producer_id)
 

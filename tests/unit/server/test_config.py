@@ -144,3 +144,20 @@ def test_client_proxy_is_on_by_default_and_can_be_turned_off():
     assert BrokerConfig.from_dict({"client_proxy": False}).client_proxy is False
     with pytest.raises(InvalidArgumentError, match="client_proxy must be true or false"):
         BrokerConfig.from_dict({"client_proxy": "no"})
+
+
+def test_repartition_adoption_timeout_is_a_broker_setting(monkeypatch):
+    from danube.routing.repartition.broker_hook import ADOPTION_TIMEOUT_ENV, adoption_timeout
+    from danube.routing.repartition.model import DEFAULT_ADOPTION_TIMEOUT_MS
+
+    assert BrokerConfig.from_dict({}).repartition_adoption_timeout_ms is None
+    c = BrokerConfig.from_dict({"repartition_adoption_timeout_ms": 5000})
+    assert c.repartition_adoption_timeout_ms == 5000
+    for bad in (0, -1, "5s", True):
+        with pytest.raises(InvalidArgumentError, match="repartition_adoption_timeout_ms must be"):
+            BrokerConfig.from_dict({"repartition_adoption_timeout_ms": bad})
+    monkeypatch.delenv(ADOPTION_TIMEOUT_ENV, raising=False)
+    assert adoption_timeout(None) == DEFAULT_ADOPTION_TIMEOUT_MS
+    assert adoption_timeout(c.repartition_adoption_timeout_ms) == 5000
+    monkeypatch.setenv(ADOPTION_TIMEOUT_ENV, "700")   # the override tests use for every broker they start
+    assert adoption_timeout(5000) == 700

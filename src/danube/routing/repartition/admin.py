@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from danube.metadata import keys
 from danube.routing.repartition.controller import consumed_of, global_adoption
 from danube.routing.repartition.model import CUTOVER, PartitioningState, waiting_for
 from danube.routing.repartition.store import RepartitionStore
 
+if TYPE_CHECKING:
+    from danube.broker.service import BrokerService
 
-async def repartition(broker: Any, topic: str, partitions: int) -> dict[str, Any]:
+
+async def repartition(broker: BrokerService, topic: str, partitions: int) -> dict[str, Any]:
     """Grow or shrink ``topic`` to ``partitions``: marker, version bump (the cutover), adoption stamp."""
     keys.split_topic(topic)
     store = RepartitionStore(broker.metadata)
@@ -19,7 +22,7 @@ async def repartition(broker: Any, topic: str, partitions: int) -> dict[str, Any
     return await describe(broker, topic)
 
 
-async def describe(broker: Any, topic: str) -> dict[str, Any]:
+async def describe(broker: BrokerService, topic: str) -> dict[str, Any]:
     """Version, generation, marker and drain state; NotFoundError for a topic that is not partitioned."""
     store = RepartitionStore(broker.metadata)
     stored = await store.require(topic)
@@ -28,8 +31,8 @@ async def describe(broker: Any, topic: str) -> dict[str, Any]:
     drained = bool(t is not None and t.phase == CUTOVER
                    and (t.drain_complete_ms is not None
                         or state.drained(await consumed_of(broker.metadata, topic, state))))
-    cluster = getattr(broker, "cluster", None)
-    live = list(cluster.view.registered) if cluster is not None else [getattr(broker, "broker_id", "standalone")]
+    cluster = broker.cluster
+    live = list(cluster.view.registered) if cluster is not None else [broker.broker_id]
     adoption = await global_adoption(broker.metadata, live)
     return {"name": topic, "partitions": state.partitions, "partitioning_version": state.version,
             "generation": stored.revision, "marker": t.to_dict() if t is not None else None,

@@ -1,9 +1,10 @@
-"""What the broker's edges consult for live repartition: one object per broker, built on demand.
+"""What the broker's edges consult for live repartition: one object per broker.
 
-``for_broker(broker)`` returns the broker's :class:`RepartitionRuntime` (the version fence, later
-the topology hub and the delivery gate), creating it on first use and keeping it as
-``broker.repartition``.  It needs the broker's metadata store and nothing else, so the batch lane
-reaches it with one ``getattr`` and the broker's own code stays untouched.
+:func:`install` puts the broker's :class:`RepartitionRuntime` (the version fence, the topology hub
+and the delivery gates) in its ``repartition`` slot (``danube.broker.contracts.RepartitionHook``):
+the broker tells it of every topic it opens and asks it how many partitions a consumer reads; the
+batch lane admits batches through its fence.  :func:`for_broker` returns it, installing it on
+first use.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
-
 import os
+from typing import TYPE_CHECKING
 
 from danube.errors import NotFoundError
 from danube.metadata.embedded import EmbeddedMetadataStore
@@ -21,24 +21,30 @@ from danube.routing.repartition.controller import AdoptionReporter, Finalizer
 from danube.routing.repartition.gate import DeliveryGates
 from danube.routing.repartition.fence import NeedsCatchUp, PartitionFence, StaleRoutingError
 from danube.routing.repartition.model import CUTOVER, DEFAULT_ADOPTION_TIMEOUT_MS
-from danube.routing.repartition.store import RepartitionStore
+from danube.routing.repartition.store import RepartitionStore, readable_partitions
 from danube.routing.repartition.topology import TopologyHub
 
+if TYPE_CHECKING:
+    from danube.broker.contracts import RepartitionHook
+    from danube.broker.service import BrokerService
+
 log = logging.getLogger(__name__)
+
+# (the broker setting ``repartition_adoption_timeout_ms``; this variable overrides it, as tests do)
+ADOPTION_TIMEOUT_ENV = "DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS"
 
 SWEEP_INTERVAL_S = 0.5
 GATE_INTERVAL_S = 0.1
 
 
 class RepartitionRuntime:
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: BrokerService, *, adoption_timeout_ms: int | None = None) -> None:
         self.broker = broker
         self.store = RepartitionStore(broker.metadata)
         self.fence = PartitionFence(self.store, next_offset=self._next_offset, owner_url=self._owner_url)
         self.hub = TopologyHub(self.fence, owner_url=self._owner_url)
-        self.reporter = AdoptionReporter(broker.metadata, getattr(broker, "broker_id", "standalone"), self.hub.tracker)
-        timeout = getattr(broker, "repartition_adoption_timeout_ms", None) or int(
-            os.environ.get("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", DEFAULT_ADOPTION_TIMEOUT_MS))
+        self.reporter = AdoptionReporter(broker.metadata, broker.broker_id, self.hub.tracker)
+        timeout = adoption_timeout(adoption_timeout_ms)
         self.finalizer = Finalizer(self.store, lambda: self.fence.states, is_leader=self._is_leader,
                                    live_brokers=self._live_brokers, guard=self._guard,
                                    adoption_timeout_ms=int(timeout))
@@ -55,47 +61,48 @@ class RepartitionRuntime:
     def _retired(self, topic: str, state, revision: int) -> None:
         """A grow that covers a retired partition again deleted its terminated marker in the cutover
         (an earlier version terminated retired partitions): the owner lifts the flag."""
-        mark = getattr(self.broker, "mark_terminated", None)
-        served = getattr(self.broker, "topics", None)
-        if state is None or mark is None or served is None:
+        if state is None:
             return
         for p in range(state.partitions):
-            t = served.get(f"{topic}-part-{p}")
-            if t is not None and getattr(t, "terminated", False):
-                mark(t.name, False)
+            t = self.broker.topics.get(f"{topic}-part-{p}")
+            if t is not None and t.terminated:
+                self.broker.mark_terminated(t.name, False)
 
     def topic_opened(self, name: str) -> None:
         """The broker opened ``name``: a target of a cutover or of a pending hold gets its gate now,
         holding every subscription until the next gate pass, before a subscription can read it."""
         self.gates.ensure(name, self.fence.states)
 
+    async def readable_partitions(self, topic: str, count: int) -> int:
+        return await readable_partitions(self.broker.metadata, topic, count)
+
     def _is_leader(self) -> bool:
-        cluster = getattr(self.broker, "cluster", None)
+        cluster = self.broker.cluster
         if cluster is None:   # standalone (embedded store): this broker decides; cluster: not joined yet
             return isinstance(self.broker.metadata, EmbeddedMetadataStore)
         return bool(cluster.election.is_leader)
 
     def _live_brokers(self) -> list[str]:
-        cluster = getattr(self.broker, "cluster", None)
+        cluster = self.broker.cluster
         if cluster is None:
-            return [getattr(self.broker, "broker_id", "standalone")]
+            return [self.broker.broker_id]
         return list(cluster.view.registered)
 
     def _guard(self) -> list:
-        cluster = getattr(self.broker, "cluster", None)
+        cluster = self.broker.cluster
         return cluster.election.guard() if cluster is not None else []
 
     def _next_offset(self, name: str) -> int | None:
         topic = self.broker.topics.get(name)
-        if topic is None or getattr(topic, "closed", False):
+        if topic is None or topic.closed:
             return None
         return topic.storage.next_offset
 
     def _owner_url(self, name: str) -> str | None:
-        cluster = getattr(self.broker, "cluster", None)
-        view = getattr(cluster, "view", None)
-        if view is None:
-            return getattr(self.broker, "broker_url", None)
+        cluster = self.broker.cluster
+        if cluster is None:
+            return self.broker.broker_url
+        view = cluster.view
         owner = view.owner(name)
         return view.broker_url(owner) if owner else None
 
@@ -105,12 +112,9 @@ class RepartitionRuntime:
             self._sweeper = asyncio.ensure_future(self._sweep())
             self._loops = [asyncio.ensure_future(self.reporter.run()), asyncio.ensure_future(self.finalizer.run())]
             # the broker cancels its background tasks when it stops
-            tasks = getattr(self.broker, "_tasks", None)
-            if isinstance(tasks, set):
-                for task in (self.fence._task, self._sweeper, *self._loops):
-                    if task is not None:
-                        tasks.add(task)
-                        task.add_done_callback(tasks.discard)
+            for task in (self.fence._task, self._sweeper, *self._loops):
+                if task is not None:
+                    self.broker.track_task(task)
 
     async def stop(self) -> None:
         await self.fence.stop()
@@ -157,7 +161,7 @@ class RepartitionRuntime:
                 if name in self.broker.topics or name in self._opening:
                     continue
                 owner = self._owner(name)
-                if owner == getattr(self.broker, "broker_id", None):
+                if owner == self.broker.broker_id:
                     work = self._open(base, i, t.to_version, i in t.sources)
                 elif owner is None and self._is_leader():
                     work = self._place(name)
@@ -167,15 +171,15 @@ class RepartitionRuntime:
                 task.add_done_callback(lambda _t, name=name: self._opening.pop(name, None))
 
     def _owner(self, name: str) -> str | None:
-        cluster = getattr(self.broker, "cluster", None)
+        cluster = self.broker.cluster
         if cluster is None:
-            return getattr(self.broker, "broker_id", None)
+            return self.broker.broker_id
         return cluster.view.owner(name)
 
     async def _open(self, base: str, index: int, to_version: int, source: bool) -> None:
         name = f"{base}-part-{index}"
         try:
-            await self.broker._topic(name, reliable=None, create=False)
+            await self.broker.topic(name)
         except NotFoundError:
             # never created: nothing was stored under the old version, and only this owner could
             # create it now, behind a fence that refuses the old version
@@ -192,7 +196,7 @@ class RepartitionRuntime:
 
     async def _place(self, name: str) -> None:
         cluster = self.broker.cluster
-        if name in cluster.view.unassigned:
+        if cluster is None or name in cluster.view.unassigned:
             return   # placement is pending already
         try:
             await cluster.lookup(name)
@@ -231,12 +235,34 @@ class RepartitionRuntime:
                 self._admit_locks.pop(name, None)
 
 
-def for_broker(broker: Any) -> RepartitionRuntime | None:
-    runtime = getattr(broker, "repartition", None)
-    if runtime is None and getattr(broker, "metadata", None) is not None:
-        runtime = RepartitionRuntime(broker)
-        broker.repartition = runtime
+def adoption_timeout(setting: int | None) -> int:
+    """How long a cutover waits for every broker and client to adopt it (ms): the environment
+    variable, else the broker's setting, else the default."""
+    env = os.environ.get(ADOPTION_TIMEOUT_ENV)
+    if env:
+        return int(env)
+    return DEFAULT_ADOPTION_TIMEOUT_MS if setting is None else int(setting)
+
+
+def install(broker: BrokerService, *, adoption_timeout_ms: int | None = None) -> RepartitionRuntime:
+    """Fill the broker's ``repartition`` slot with a new runtime (not started: the batch lane starts it)."""
+    runtime = RepartitionRuntime(broker, adoption_timeout_ms=adoption_timeout_ms)
+    broker.repartition = runtime
     return runtime
 
 
-__all__ = ["RepartitionRuntime", "StaleRoutingError", "for_broker"]
+def for_broker(broker: BrokerService) -> RepartitionRuntime:
+    """The broker's runtime, installed now with the default settings if nobody installed one."""
+    if isinstance(broker.repartition, RepartitionRuntime):
+        return broker.repartition
+    return install(broker)
+
+
+if TYPE_CHECKING:
+
+    def _is_the_brokers_hook(runtime: RepartitionRuntime) -> RepartitionHook:   # mypy: fills the slot
+        return runtime
+
+
+__all__ = ["ADOPTION_TIMEOUT_ENV", "RepartitionRuntime", "StaleRoutingError", "adoption_timeout", "for_broker",
+           "install"]

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from danube.metadata import keys
+
+if TYPE_CHECKING:
+    from danube.broker.service import BrokerService
 from danube.routing.repartition.model import CUTOVER, PartitioningState, Transition
 
 log = logging.getLogger(__name__)
@@ -50,7 +53,7 @@ class PartitionGate:
 
 
 class DeliveryGates:
-    def __init__(self, broker: Any, metadata: Any) -> None:
+    def __init__(self, broker: BrokerService, metadata: Any) -> None:
         self.broker = broker
         self.metadata = metadata
         self.gates: dict[str, PartitionGate] = {}    # partition topic name -> gate
@@ -73,7 +76,7 @@ class DeliveryGates:
         if gate is None or not versions <= _as_set(gate.to_version):
             # a new cutover: every subscription held until evaluated; a hold that ended keeps the gate
             gate = self.gates[name] = PartitionGate(name, target, versions)
-        if getattr(topic, "delivery_gate", None) is not gate:
+        if topic.delivery_gate is not gate:
             topic.delivery_gate = gate
         return gate
 
@@ -81,7 +84,8 @@ class DeliveryGates:
         """A partition was just opened or stored a batch: gate it if it is a target (a partition
         opened again is a new Topic: its gate goes on it, holds kept)."""
         gate = self.gates.get(name)
-        if gate is not None and getattr(self.broker.topics.get(name), "delivery_gate", None) is gate:
+        served = self.broker.topics.get(name)
+        if gate is not None and served is not None and served.delivery_gate is gate:
             return
         base, sep, index = name.rpartition("-part-")
         state = states.get(base) if sep else None
@@ -139,7 +143,7 @@ class DeliveryGates:
     async def _consumed(self, partition: str, sub_name: str) -> int | None:
         """The offset below which ``sub_name`` acked everything on ``partition`` (None: no such subscription)."""
         topic = self.broker.topics.get(partition)
-        if topic is not None and not getattr(topic, "closed", False):
+        if topic is not None and not topic.closed:
             sub = topic.subscriptions.get(sub_name)
             if sub is not None:
                 return sub.tracker.cursor + 1
@@ -154,7 +158,7 @@ class DeliveryGates:
     def _remove(self, name: str) -> None:
         self.gates.pop(name, None)
         topic = self.broker.topics.get(name)
-        if topic is not None and getattr(topic, "delivery_gate", None) is not None:
+        if topic is not None and topic.delivery_gate is not None:
             topic.delivery_gate = None
             for sub in list(topic.subscriptions.values()):
                 sub.notify()

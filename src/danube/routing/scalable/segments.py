@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from danube.metadata import keys
+
+if TYPE_CHECKING:
+    from danube.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +30,7 @@ class BrokerSegmentOps:
     """SegmentOps against the metadata store and one BrokerService (the broker serving the segments:
     a standalone broker, or the owner that a cluster forwards the call to)."""
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
         self.metadata = broker.metadata
 
@@ -44,7 +47,7 @@ class BrokerSegmentOps:
             return
         served = self.broker.topics.get(topic)
         if served is not None:  # open here: the broker creates it (cursor at its latest offset)
-            await self.broker._subscription(served, subscription, sub_type)
+            await self.broker.subscription(served, subscription, sub_type)
             return
         await self.metadata.put_json(keys.subscription_cursor(topic, subscription), -1)  # Earliest
         await self.metadata.put_json(key, {"type": sub_type, "created_at": int(time.time() * 1000)})
@@ -55,7 +58,7 @@ class BrokerSegmentOps:
         the segment here answers NotServedHereError and the call is forwarded to the owner."""
         await self.broker.terminate_topic(topic)
         if topic not in self.broker.topics and await self.metadata.get(keys.topic_delivery(topic)) is not None:
-            await self.broker._topic(topic, reliable=None, create=False)
+            await self.broker.topic(topic)
 
     async def is_terminated(self, topic: str) -> bool:
         return await self.metadata.get(keys.topic_terminated(topic)) is not None
@@ -70,13 +73,14 @@ class BrokerSegmentOps:
             if topic in broker.topics:  # before the metadata: its last cursor flush writes cursors
                 await broker.unload_topic(topic, local=True, seal=False)
             await self.metadata.delete_prefix(keys.topic_root(topic) + "/")
-            cluster = getattr(broker, "cluster", None)
+            cluster = broker.cluster
             if cluster is not None:
-                for broker_id in {cluster.view.owner(topic), str(cluster.broker_id)} - {None}:
-                    await self.metadata.delete(keys.broker_topic(broker_id, topic))
+                for broker_id in {cluster.view.owner(topic), str(cluster.broker_id)}:
+                    if broker_id is not None:
+                        await self.metadata.delete(keys.broker_topic(broker_id, topic))
                 await self.metadata.delete(keys.unassigned(topic))
 
-        factory = getattr(broker, "storage_factory", None)
+        factory = broker.storage_factory
         if factory is None:
             await unload()
         else:
@@ -114,7 +118,7 @@ class BrokerSegmentOps:
         also one no consumer attached to yet (its backlog from the stored cursor)."""
         served = self.broker.topics.get(topic)
         if served is None and await self.metadata.get(keys.topic_delivery(topic)) is not None:
-            served = await self.broker._topic(topic, reliable=None, create=False)
+            served = await self.broker.topic(topic)
         out: dict[str, Any] = {"topic": topic, "terminated": await self.is_terminated(topic),
                                "served_here": served is not None}
         if served is None:

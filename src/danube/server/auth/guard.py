@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import grpc
 
@@ -32,6 +32,9 @@ from danube.server import status as status_map
 from danube.security.rbac import ANY_RESOURCE, BROKER_PRINCIPAL, CLUSTER, Authorizer
 from danube.security.tls import identity_of
 
+if TYPE_CHECKING:
+    from danube.broker.service import BrokerService
+
 log = logging.getLogger(__name__)
 
 _BEARER = "bearer "
@@ -39,23 +42,22 @@ _BEARER = "bearer "
 
 # ---------------------------------------------------------------- resources of requests
 
-def _producer_topic(broker, producer_id: int) -> str | None:
+def _producer_topic(broker: BrokerService, producer_id: int) -> str | None:
     topic = broker.producer_topic(producer_id)
     if topic is None:   # a producer known from metadata, not yet reopened after a restart
-        reg = getattr(broker, "_dormant", {}).get(("producer", producer_id))
-        topic = getattr(reg, "topic", None)
+        topic = broker.registered_topic("producer", producer_id)
     return topic
 
 
-def _consumer_topic(broker, consumer_id: int) -> str | None:
+def _consumer_topic(broker: BrokerService, consumer_id: int) -> str | None:
     info = broker.consumer_info(consumer_id)
     if info is not None:
         return info[0]
-    reg = getattr(broker, "_dormant", {}).get(("consumer", consumer_id))
-    if reg is not None:
-        return getattr(reg, "topic", None)
+    topic = broker.registered_topic("consumer", consumer_id)
+    if topic is not None:
+        return topic
     # a consumer this broker forwards for (proxy mode, danube.cluster.client_proxy)
-    proxy = getattr(getattr(broker, "cluster", None), "client_proxy", None)
+    proxy = broker.cluster.client_proxy if broker.cluster is not None else None
     return proxy.consumer_topic(consumer_id) if proxy is not None else None
 
 

@@ -10,16 +10,20 @@ cluster call each other on, secured by the same settings.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from danube.server.auth.guard import CallGuard, GuardedRegistrar, GuardInterceptor, _grpc_auth_context
 from danube.security.rbac import BROKER_PRINCIPAL, CLUSTER, Authorizer
 from danube.security.settings import AuthSettings
 
+if TYPE_CHECKING:
+    from danube.broker.service import BrokerService
+
 log = logging.getLogger(__name__)
 
 
 class Security:
-    def __init__(self, settings: AuthSettings, broker, metadata) -> None:
+    def __init__(self, settings: AuthSettings, broker: BrokerService, metadata) -> None:
         self.settings = settings
         self.broker = broker
         settings.check_files()
@@ -30,7 +34,7 @@ class Security:
                                      refresh_s=settings.rbac_refresh_seconds if settings.authenticating else 0.0)
         from danube.cluster.peers import Peers
 
-        broker.peers = Peers(settings, broker_id=str(getattr(broker, "broker_id", "")))
+        broker.peers = Peers(settings, broker_id=broker.broker_id)
         self.guard: CallGuard | None = None
         if settings.authenticating:
             verifier = None
@@ -54,7 +58,7 @@ class Security:
     async def start(self) -> None:
         await self.authorizer.start()
         log.info("security: %s", self.settings.describe())
-        if getattr(self.broker, "cluster", None) is not None:
+        if self.broker.cluster is not None:
             self._check_cluster_identity()
         if self.settings.jwt is not None and not self.settings.tls_enabled:
             log.warning("security: JWTs are accepted over plain text (auth.mode none): a token can be read off "

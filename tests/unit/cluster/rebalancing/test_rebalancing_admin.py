@@ -29,7 +29,8 @@ async def admin(tmp_path):
     rebalancer = Rebalancer(store, cfg, clock=clock, reports=reports, executor=Assigner(store, clock),
                             reassignment_timeout_s=0.0)
     broker = SimpleNamespace(broker_id="a", broker_url="http://127.0.0.1:1", metadata=store, topics={},
-                             rebalancer=rebalancer)
+                             rebalancer=rebalancer, cluster=None, schema_gate=None, storage_factory=None,
+                             metrics_url=None)
     server = grpc.aio.server()
     add_to_server(server, broker)
     port = server.add_insecure_port("127.0.0.1:0")

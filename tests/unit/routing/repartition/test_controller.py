@@ -206,7 +206,7 @@ async def test_describe_shows_what_the_cutover_waits_for_and_the_pending_holds(m
 
     from danube.routing.repartition import admin
 
-    broker = SimpleNamespace(metadata=metadata, broker_id="b1")
+    broker = SimpleNamespace(metadata=metadata, broker_id="b1", cluster=None)
     store, clock = RepartitionStore(metadata), Clock()
     await grown(metadata, store)
     await metadata.put_json(keys.subscription_cursor(f"{T}-part-0", "fast"), 9)

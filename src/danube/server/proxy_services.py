@@ -90,10 +90,12 @@ class ProxyingConsumerService(ds.ConsumerService):
         except ProxyError as exc:
             await _abort(context, exc)
 
-    async def Ack(self, request, context):
+    # ``strict`` is the base class's: whether this broker must apply the ack or refuse it; here it
+    # follows from the call (a held ack forwarded by a proxy is strict), so the keyword is ignored.
+    async def Ack(self, request, context, *, strict: bool = False):
         return await self._ack(request, context, "Ack")
 
-    async def Nack(self, request, context):
+    async def Nack(self, request, context, *, strict: bool = False):
         return await self._ack(request, context, "Nack")
 
     async def _ack(self, request, context, method: str):

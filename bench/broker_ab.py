@@ -99,9 +99,26 @@ def _env(src: str) -> dict:
 
 def _start_broker(src: str, data_dir: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    cmd = [sys.executable, "-m", "danube.cli.main", "broker", "--host", "127.0.0.1", "--port", str(port),
-           "--admin-port", "0", "--metrics-port", "0", "--data-dir", data_dir, "--sync", "interval",
-           "--load-report-interval", "0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "danube.cli.main",
+        "broker",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--admin-port",
+        "0",
+        "--metrics-port",
+        "0",
+        "--data-dir",
+        data_dir,
+        "--sync",
+        "interval",
+        "--load-report-interval",
+        "0",
+    ]
     proc = subprocess.Popen(cmd, env=_env(src), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -133,17 +150,41 @@ def run_e2e(trees: dict, rounds: int, rate: int, duration: float) -> list[dict]:
                         proc, port = brokers[name]
                         before = _cpu_s(proc.pid)
                         out = subprocess.run(
-                            [sys.executable, "-m", "danube.cli.main", "bench", "--service-url",
-                             f"http://127.0.0.1:{port}", "--rate", str(rate), "--duration", str(duration),
-                             "--json", "--no-progress", *extra],
-                            env=_env(trees["before"]), capture_output=True, text=True, check=True)
+                            [
+                                sys.executable,
+                                "-m",
+                                "danube.cli.main",
+                                "bench",
+                                "--service-url",
+                                f"http://127.0.0.1:{port}",
+                                "--rate",
+                                str(rate),
+                                "--duration",
+                                str(duration),
+                                "--json",
+                                "--no-progress",
+                                *extra,
+                            ],
+                            env=_env(trees["before"]),
+                            capture_output=True,
+                            text=True,
+                            check=True,
+                        )
                         cpu = _cpu_s(proc.pid) - before
                         d = json.loads(out.stdout)
-                        rows.append({"tree": name, "case": case, "round": r, "delivered": d["delivered"],
-                                     "all_delivered": d["delivered"] == d["acked"],
-                                     "p50_ms": d["deliver_latency_ms"]["p50"], "p99_ms": d["deliver_latency_ms"]["p99"],
-                                     "broker_cpu_ns_per_msg": cpu / max(1, d["delivered"]) * 1e9,
-                                     "load": d["machine"]["load_before"]})
+                        rows.append(
+                            {
+                                "tree": name,
+                                "case": case,
+                                "round": r,
+                                "delivered": d["delivered"],
+                                "all_delivered": d["delivered"] == d["acked"],
+                                "p50_ms": d["deliver_latency_ms"]["p50"],
+                                "p99_ms": d["deliver_latency_ms"]["p99"],
+                                "broker_cpu_ns_per_msg": cpu / max(1, d["delivered"]) * 1e9,
+                                "load": d["machine"]["load_before"],
+                            }
+                        )
         finally:
             for proc, _port in brokers.values():
                 proc.terminate()
@@ -159,8 +200,13 @@ def run_dispatch(trees: dict, rounds: int) -> list[dict]:
     for r in range(rounds):
         for case, batches, consumers in DISPATCH_CASES:
             for name in _order(trees, r):
-                out = subprocess.run([sys.executable, "-c", _DISPATCH, case, str(batches), str(consumers)],
-                                     env=_env(trees[name]), capture_output=True, text=True, check=True)
+                out = subprocess.run(
+                    [sys.executable, "-c", _DISPATCH, case, str(batches), str(consumers)],
+                    env=_env(trees[name]),
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 rows.append({"tree": name, "case": case, "round": r, "cpu_ns_per_msg": json.loads(out.stdout)})
     return rows
 
@@ -184,21 +230,25 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     trees = {"before": args.before, "after": args.after}
-    result = {"e2e": [] if args.no_e2e else run_e2e(trees, args.rounds, args.rate, args.duration),
-              "dispatch": run_dispatch(trees, args.dispatch_rounds)}
+    result = {
+        "e2e": [] if args.no_e2e else run_e2e(trees, args.rounds, args.rate, args.duration),
+        "dispatch": run_dispatch(trees, args.dispatch_rounds),
+    }
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
     if result["e2e"]:
         cpu, p50, p99 = (_medians(result["e2e"], k) for k in ("broker_cpu_ns_per_msg", "p50_ms", "p99_ms"))
         print(f"end to end, {args.rate:,} msg/s for {args.duration:g} s, medians of {args.rounds}:")
-        for (case, tree) in sorted(cpu):
-            print(f"  {case:10s} {tree:6s} broker CPU {cpu[case, tree]:6.0f} ns/msg  "
-                  f"p50 {p50[case, tree]:5.1f} ms  p99 {p99[case, tree]:6.1f} ms")
+        for case, tree in sorted(cpu):
+            print(
+                f"  {case:10s} {tree:6s} broker CPU {cpu[case, tree]:6.0f} ns/msg  "
+                f"p50 {p50[case, tree]:5.1f} ms  p99 {p99[case, tree]:6.1f} ms"
+            )
         print("  every acked message delivered:", all(r["all_delivered"] for r in result["e2e"]))
     cpu = _medians(result["dispatch"], "cpu_ns_per_msg")
     print(f"dispatch path (no gRPC), CPU per message, medians of {args.dispatch_rounds}:")
-    for (case, tree) in sorted(cpu):
+    for case, tree in sorted(cpu):
         print(f"  {case:10s} {tree:6s} {cpu[case, tree]:7.0f} ns")
     return 0
 

@@ -82,9 +82,15 @@ async def run(topics: int, sync: str, per_call: int, messages: int, profile: boo
         await asyncio.gather(*tasks, return_exceptions=True)
         await broker.stop()
         await md.close()
-        out = {"topics": topics, "sync": sync, "per_call": per_call, "messages": total,
-               "cpu_us_per_msg": round(cpu / total * 1e6, 2),
-               "cpu_us_per_call": round(cpu / (calls * topics) * 1e6, 2), "wall_s": round(wall, 2)}
+        out = {
+            "topics": topics,
+            "sync": sync,
+            "per_call": per_call,
+            "messages": total,
+            "cpu_us_per_msg": round(cpu / total * 1e6, 2),
+            "cpu_us_per_call": round(cpu / (calls * topics) * 1e6, 2),
+            "wall_s": round(wall, 2),
+        }
         if prof:
             buf = io.StringIO()
             pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(30)
@@ -103,8 +109,7 @@ def main() -> None:
     import uvloop
 
     for i, n in enumerate(args.topics):
-        result = uvloop.run(run(n, args.sync, args.per_call, args.messages,
-                                args.profile and i == len(args.topics) - 1))
+        result = uvloop.run(run(n, args.sync, args.per_call, args.messages, args.profile and i == len(args.topics) - 1))
         profile = result.pop("profile", None)
         print(json.dumps(result), flush=True)
         if profile:

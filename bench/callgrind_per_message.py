@@ -35,24 +35,65 @@ def run_once(src: str, duration: float, rate: int, pace_ms: int, sync: str) -> t
     out = os.path.join(work, "callgrind.out")
     env = {**os.environ, "PYTHONPATH": src}
     # The real interpreter, not a pyenv shim: valgrind follows no exec without --trace-children.
-    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no", sys.executable,
-           "-m", "danube.cli.main", "broker", "--host", "127.0.0.1", "--port", str(port), "--admin-port", "0",
-           "--metrics-port", "0", "--data-dir", os.path.join(work, "data"), "--sync", sync,
-           "--load-report-interval", "0"]
+    cmd = [
+        "valgrind",
+        "--tool=callgrind",
+        f"--callgrind-out-file={out}",
+        "--dump-instr=no",
+        sys.executable,
+        "-m",
+        "danube.cli.main",
+        "broker",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--admin-port",
+        "0",
+        "--metrics-port",
+        "0",
+        "--data-dir",
+        os.path.join(work, "data"),
+        "--sync",
+        sync,
+        "--load-report-interval",
+        "0",
+    ]
     with open(os.path.join(work, "broker.log"), "wb") as log:
         broker = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_for_port(port, broker, timeout=300)
         bench = subprocess.run(
-            [sys.executable, "-m", "danube.cli.main", "bench", "--service-url", f"http://127.0.0.1:{port}",
-             "--duration", str(duration), "--rate", str(rate), "--pace-ms", str(pace_ms), "--batch-size", "1000",
-             "--topic", "/default/callgrind", "--no-progress", "--json"],
-            env={**os.environ, "PYTHONPATH": THIS_SRC}, capture_output=True, text=True, timeout=duration + 600)
+            [
+                sys.executable,
+                "-m",
+                "danube.cli.main",
+                "bench",
+                "--service-url",
+                f"http://127.0.0.1:{port}",
+                "--duration",
+                str(duration),
+                "--rate",
+                str(rate),
+                "--pace-ms",
+                str(pace_ms),
+                "--batch-size",
+                "1000",
+                "--topic",
+                "/default/callgrind",
+                "--no-progress",
+                "--json",
+            ],
+            env={**os.environ, "PYTHONPATH": THIS_SRC},
+            capture_output=True,
+            text=True,
+            timeout=duration + 600,
+        )
         if bench.returncode != 0:
             raise SystemExit(f"danube bench failed ({bench.returncode}): {bench.stderr[-2000:]}")
         delivered = int(json.loads(bench.stdout)["delivered"])
     finally:
-        stop_process(broker, timeout=300)   # SIGTERM: callgrind writes its totals as the broker exits
+        stop_process(broker, timeout=300)  # SIGTERM: callgrind writes its totals as the broker exits
     with open(out) as f:
         totals = re.search(r"^summary:\s+(\d+)", f.read(), re.M)
     shutil.rmtree(work, ignore_errors=True)
@@ -77,8 +118,11 @@ def main() -> None:
         short_ir, short_msgs = run_once(src, args.short, args.rate, args.pace_ms, args.sync)
         long_ir, long_msgs = run_once(src, args.long, args.rate, args.pace_ms, args.sync)
         per_msg = (long_ir - short_ir) / max(1, long_msgs - short_msgs)
-        print(f"{label}: {short_ir:,} instructions ({short_msgs:,} msgs), {long_ir:,} ({long_msgs:,} msgs): "
-              f"{per_msg:,.0f} instructions per message", flush=True)
+        print(
+            f"{label}: {short_ir:,} instructions ({short_msgs:,} msgs), {long_ir:,} ({long_msgs:,} msgs): "
+            f"{per_msg:,.0f} instructions per message",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ async def bench_markers(cluster: LocalCluster, n: int) -> dict:
         topics = [f"/{ns}/t{i}" for i in range(n)]
         started = time.perf_counter()
         for i in range(0, n, 100):
-            await store.txn([], [Op.put(keys.unassigned(t), b"null") for t in topics[i:i + 100]])
+            await store.txn([], [Op.put(keys.unassigned(t), b"null") for t in topics[i : i + 100]])
         written = time.perf_counter()
         while await count_assigned(store, ns) < n:
             await asyncio.sleep(0.01)
@@ -50,8 +50,13 @@ async def bench_markers(cluster: LocalCluster, n: int) -> dict:
         per_broker = collections.Counter(kv.key.split("/")[3] for kv in kvs if f"/{ns}/" in kv.key)
     finally:
         await store.close()
-    return {"topics": n, "seconds": round(done - started, 3), "write_markers_s": round(written - started, 3),
-            "topics_per_s": round(n / (done - started)), "per_broker": dict(per_broker)}
+    return {
+        "topics": n,
+        "seconds": round(done - started, 3),
+        "write_markers_s": round(written - started, 3),
+        "topics_per_s": round(n / (done - started)),
+        "per_broker": dict(per_broker),
+    }
 
 
 async def bench_lookups(cluster: LocalCluster, n: int, concurrency: int) -> dict:
@@ -76,7 +81,8 @@ async def bench_lookups(cluster: LocalCluster, n: int, concurrency: int) -> dict
             except asyncio.QueueEmpty:
                 return
             reply = await stubs[i % len(stubs)].TopicLookup(
-                pb.TopicLookupRequest(request_id=i, topic=f"/bench-lookups/t{i}"), timeout=60)
+                pb.TopicLookupRequest(request_id=i, topic=f"/bench-lookups/t{i}"), timeout=60
+            )
             if reply.response_type == pb.TopicLookupResponse.Failed:
                 failed += 1
             else:
@@ -89,8 +95,14 @@ async def bench_lookups(cluster: LocalCluster, n: int, concurrency: int) -> dict
     finally:
         for c in channels:
             await c.close()
-    return {"topics": n, "concurrency": concurrency, "seconds": round(elapsed, 3),
-            "topics_per_s": round(n / elapsed), "failed": failed, "per_broker": dict(owners)}
+    return {
+        "topics": n,
+        "concurrency": concurrency,
+        "seconds": round(elapsed, 3),
+        "topics_per_s": round(n / elapsed),
+        "failed": failed,
+        "per_broker": dict(owners),
+    }
 
 
 def main(argv=None) -> int:
@@ -113,10 +125,14 @@ def main(argv=None) -> int:
         print(json.dumps(result))
     else:
         print(f"{args.brokers} brokers, {args.topics} topics")
-        print(f"  leader placement (markers written in bulk): {markers['topics_per_s']:>6} topics/s "
-              f"({markers['seconds']} s; per broker {markers['per_broker']})")
-        print(f"  client lookups of new topics ({args.concurrency} in flight): {lookups['topics_per_s']:>6} topics/s "
-              f"({lookups['seconds']} s; failed {lookups['failed']}; per broker {lookups['per_broker']})")
+        print(
+            f"  leader placement (markers written in bulk): {markers['topics_per_s']:>6} topics/s "
+            f"({markers['seconds']} s; per broker {markers['per_broker']})"
+        )
+        print(
+            f"  client lookups of new topics ({args.concurrency} in flight): {lookups['topics_per_s']:>6} topics/s "
+            f"({lookups['seconds']} s; failed {lookups['failed']}; per broker {lookups['per_broker']})"
+        )
     return 0
 
 

@@ -33,9 +33,9 @@ import time
 
 import grpc
 
-from danube.processes import free_ports, stop_process, wait_for_port
 from danube.cli.cluster import LocalCluster
 from danube.client import DanubeClient
+from danube.processes import free_ports, stop_process, wait_for_port
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
 from danube.proto.danube_admin import admin_pb2 as admin_pb
@@ -47,7 +47,9 @@ def config(base: str) -> str:
     os.makedirs(shared, exist_ok=True)
     path = os.path.join(base, "shared.yml")
     with open(path, "w") as f:
-        f.write(f"storage:\n  mode: shared_fs\n  local_wal_root: {shared}/wal\n  durable:\n    root: {shared}/durable\n")
+        f.write(
+            f"storage:\n  mode: shared_fs\n  local_wal_root: {shared}/wal\n  durable:\n    root: {shared}/durable\n"
+        )
     return path
 
 
@@ -58,8 +60,12 @@ async def owner_of(url: str, topic: str) -> str:
 
 
 def client(url: str) -> DanubeClient:
-    return (DanubeClient.builder().service_url(url)
-            .with_retry(initial_backoff_s=0.01, max_backoff_s=0.2, give_up_after_s=60).build())
+    return (
+        DanubeClient.builder()
+        .service_url(url)
+        .with_retry(initial_backoff_s=0.01, max_backoff_s=0.2, give_up_after_s=60)
+        .build()
+    )
 
 
 class Sequential:
@@ -180,9 +186,29 @@ def standalone(base: str, cfg: str) -> tuple[subprocess.Popen, str]:
     with open(path, "w") as f:
         f.write(text)
     log = open(os.path.join(data, "broker.log"), "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "danube.cli.main", "broker", "--host", "127.0.0.1", "--port",
-                             str(port), "--admin-port", str(admin), "--metrics-port", "0", "--data-dir", data,
-                             "--config", path], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "danube.cli.main",
+            "broker",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--admin-port",
+            str(admin),
+            "--metrics-port",
+            "0",
+            "--data-dir",
+            data,
+            "--config",
+            path,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     log.close()
     wait_for_port(port, proc, 60)
     return proc, f"http://127.0.0.1:{port}"
@@ -196,8 +222,9 @@ async def tail_loss(mode: str, seconds: float, lease_ttl: int) -> dict:
     from danube.storage.catalog import SegmentCatalog
 
     base = tempfile.mkdtemp(prefix=f"danube-loss-{mode}-")
-    cluster = LocalCluster(brokers=3, base_dir=base, storage=mode, lease_ttl=lease_ttl, load_report_interval=1.0,
-                           log_level="WARNING")
+    cluster = LocalCluster(
+        brokers=3, base_dir=base, storage=mode, lease_ttl=lease_ttl, load_report_interval=1.0, log_level="WARNING"
+    )
     await asyncio.to_thread(cluster.start, 90)
     try:
         topic = "/default/loss"
@@ -239,54 +266,70 @@ def main() -> int:
     ap.add_argument("--lease-ttl", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--count", type=int, default=20000)
-    ap.add_argument("--loss-seconds", type=float, default=5.0,
-                    help="local/object_store: publish this long, kill -9 the owner, count the unexported tail "
-                         "(0 = skip)")
+    ap.add_argument(
+        "--loss-seconds",
+        type=float,
+        default=5.0,
+        help="local/object_store: publish this long, kill -9 the owner, count the unexported tail (0 = skip)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     base = tempfile.mkdtemp(prefix="danube-cluster-moves-")
     cfg = config(base)
     result: dict = {"history_mb": args.history_mb, "lease_ttl_s": args.lease_ttl, "load_avg": os.getloadavg()}
-    cluster = LocalCluster(brokers=3, base_dir=base, config=cfg, lease_ttl=args.lease_ttl, load_report_interval=1.0,
-                           log_level="WARNING")
+    cluster = LocalCluster(
+        brokers=3, base_dir=base, config=cfg, lease_ttl=args.lease_ttl, load_report_interval=1.0, log_level="WARNING"
+    )
     cluster.start(timeout=90)
     alone, alone_url = standalone(base, cfg)
     try:
         topic = "/default/history"
         result["fill_s"] = asyncio.run(fill(cluster.procs[0].url, topic, args.history_mb))
         m = asyncio.run(moves(cluster, topic, args.moves))
-        result["moves_ms"] = {"p50": pct(m, 0.5) * 1000, "p99": pct(m, 0.99) * 1000, "max": max(m) * 1000,
-                              "n": len(m)}
+        result["moves_ms"] = {"p50": pct(m, 0.5) * 1000, "p99": pct(m, 0.99) * 1000, "max": max(m) * 1000, "n": len(m)}
         cl, sa = [], []
         for r in range(args.rounds):
             owner = asyncio.run(owner_of(cluster.procs[0].url, f"/default/tp-{r}"))
             cl.append(asyncio.run(throughput(owner, f"/default/tp-{r}", args.count)))
             sa.append(asyncio.run(throughput(alone_url, f"/default/tp-{r}", args.count)))
-        result["throughput_msg_s"] = {"cluster": statistics.median(cl), "standalone": statistics.median(sa),
-                                      "ratio": statistics.median(cl) / statistics.median(sa),
-                                      "cluster_all": cl, "standalone_all": sa}
+        result["throughput_msg_s"] = {
+            "cluster": statistics.median(cl),
+            "standalone": statistics.median(sa),
+            "ratio": statistics.median(cl) / statistics.median(sa),
+            "cluster_all": cl,
+            "standalone_all": sa,
+        }
         result["failover_s"] = asyncio.run(failover(cluster, topic))
         result["failover_target_s"] = args.lease_ttl + 2
     finally:
         stop_process(alone)
         cluster.stop()
     if args.loss_seconds:
-        result["kill_loss"] = {mode: asyncio.run(tail_loss(mode, args.loss_seconds, args.lease_ttl))
-                               for mode in ("local", "object_store")}
+        result["kill_loss"] = {
+            mode: asyncio.run(tail_loss(mode, args.loss_seconds, args.lease_ttl)) for mode in ("local", "object_store")
+        }
     if args.json:
         print(json.dumps(result))
     else:
         mv = result["moves_ms"]
         tp = result["throughput_msg_s"]
-        print(f"moves ({result['history_mb']} MB history, {mv['n']}): p50 {mv['p50']:.0f} ms, p99 {mv['p99']:.0f} ms, "
-              f"max {mv['max']:.0f} ms (target p99 <= 500 ms)")
-        print(f"failover (kill -9 -> first acked publish): {result['failover_s']:.2f} s "
-              f"(lease ttl {args.lease_ttl} s; target <= {result['failover_target_s']} s)")
-        print(f"throughput, 1 KiB messages: cluster {tp['cluster']:.0f}/s, standalone {tp['standalone']:.0f}/s, "
-              f"ratio {tp['ratio']:.2f} (target >= 0.90)")
+        print(
+            f"moves ({result['history_mb']} MB history, {mv['n']}): p50 {mv['p50']:.0f} ms, p99 {mv['p99']:.0f} ms, "
+            f"max {mv['max']:.0f} ms (target p99 <= 500 ms)"
+        )
+        print(
+            f"failover (kill -9 -> first acked publish): {result['failover_s']:.2f} s "
+            f"(lease ttl {args.lease_ttl} s; target <= {result['failover_target_s']} s)"
+        )
+        print(
+            f"throughput, 1 KiB messages: cluster {tp['cluster']:.0f}/s, standalone {tp['standalone']:.0f}/s, "
+            f"ratio {tp['ratio']:.2f} (target >= 0.90)"
+        )
         for mode, loss in result.get("kill_loss", {}).items():
-            print(f"kill -9 with {mode} storage after {loss['seconds']:.0f} s of publishing: {loss['lost']} of "
-                  f"{loss['acked']} acked messages beyond the durable history (durable through {loss['durable_end']})")
+            print(
+                f"kill -9 with {mode} storage after {loss['seconds']:.0f} s of publishing: {loss['lost']} of "
+                f"{loss['acked']} acked messages beyond the durable history (durable through {loss['durable_end']})"
+            )
         print(f"load average {result['load_avg']}")
     return 0
 

@@ -34,8 +34,7 @@ def main() -> None:
     small = [os.urandom(100) for _ in range((1 << 20) // 138)]
     batch = f.encode_payloads(small)
     writable = bytearray(batch)
-    large = f.encode_payloads([os.urandom(1024) for _ in range((1 << 20) // 1062)], key="k",
-                              attributes={"a": "b"})
+    large = f.encode_payloads([os.urandom(1024) for _ in range((1 << 20) // 1062)], key="k", attributes={"a": "b"})
     timed("validate_100B_1MiB", lambda: f.validate(batch))
     timed("encode_payloads_100B_1MiB", lambda: f.encode_payloads(small))
     timed("decode_batch_100B_1MiB", lambda: f.decode_batch(batch), number=2)

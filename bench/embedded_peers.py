@@ -56,8 +56,10 @@ def _timed(fn):
 
 # ---------------------------------------------------------------- peers
 
+
 def danube_batch(d, batches, sync):
     with Wal.open(d, sync="always" if sync else "never", max_file_bytes=256 << 20) as wal:
+
         def write():
             for b in batches:
                 wal.append_batch(b)  # sync=always: returns after the batch's fdatasync
@@ -65,6 +67,7 @@ def danube_batch(d, batches, sync):
 
         def read():
             return sum(1 for _ in wal.iter(0))
+
         return _timed(write), _timed(read)
 
 
@@ -76,6 +79,7 @@ def danube_per_record(d, payloads):
             for p in payloads:
                 append(p)
             return len(payloads)
+
         return _timed(write)
 
 
@@ -86,6 +90,7 @@ def file_loop(d, batches, sync, per_record=False):
     """The plain-Python baseline: the WAL's frame bytes, no checksum, buffered writes."""
     path = os.path.join(d, "log.bin")
     with open(path, "ab", buffering=1 << 16) as f:
+
         def write():
             pack = _FRAME_HEAD.pack
             w = f.write
@@ -108,6 +113,7 @@ def file_loop(d, batches, sync, per_record=False):
                     os.fdatasync(f.fileno())
             f.flush()
             return off
+
         w = _timed(write)
 
     def read():
@@ -118,10 +124,11 @@ def file_loop(d, batches, sync, per_record=False):
         unpack = _U32.unpack_from
         while pos < n:
             (ln,) = unpack(data, pos + 12)
-            _payload = mv[pos + 38:pos + 16 + ln]
+            _payload = mv[pos + 38 : pos + 16 + ln]
             pos += 16 + ln
             count += 1
         return count
+
     return w, _timed(read)
 
 
@@ -142,6 +149,7 @@ def sqlite_peer(d, batches, sync):
 
     def read():
         return sum(1 for _ in con.execute("SELECT offset, payload FROM log ORDER BY offset"))
+
     try:
         return _timed(write), _timed(read)
     finally:
@@ -163,6 +171,7 @@ def lmdb_peer(d, batches, sync):
     def read():
         with env.begin() as txn:
             return sum(1 for _ in txn.cursor())
+
     try:
         return _timed(write), _timed(read)
     finally:
@@ -170,6 +179,7 @@ def lmdb_peer(d, batches, sync):
 
 
 # ---------------------------------------------------------------- disk and fanout
+
 
 def sync_bandwidths(d, seconds=3.0, slices=6, block=64 * 1024):
     """(disk, wal) bytes/s: fdatasync'd 64 KiB os.write appends, and danube sync=always
@@ -225,6 +235,7 @@ def fanout(d, readers, records=200_000, batch=1000):
 
     async def run():
         with Wal.open(d, sync="never", max_file_bytes=256 << 20) as wal:
+
             async def reader():
                 got = 0
                 async for view in wal.tail_frames(0, 1 << 20):
@@ -240,22 +251,22 @@ def fanout(d, readers, records=200_000, batch=1000):
                 await asyncio.sleep(0)
             await asyncio.gather(*tasks)
             return time.perf_counter() - t0
+
     return asyncio.run(run())
 
 
 # ---------------------------------------------------------------- latency
+
 
 def _percentiles(samples_ns):
     xs = sorted(samples_ns)
     if not xs:
         return {}
     pick = lambda q: xs[min(len(xs) - 1, int(q * len(xs)))] / 1e6  # noqa: E731
-    return {"n": len(xs), "p50_ms": pick(0.50), "p99_ms": pick(0.99), "p999_ms": pick(0.999),
-            "max_ms": xs[-1] / 1e6}
+    return {"n": len(xs), "p50_ms": pick(0.50), "p99_ms": pick(0.99), "p999_ms": pick(0.999), "max_ms": xs[-1] / 1e6}
 
 
-def rotation_latency(d, sync, batches=6000, frames_per_batch=8, payload=400, max_file_bytes=256 << 10,
-                     durable_every=4):
+def rotation_latency(d, sync, batches=6000, frames_per_batch=8, payload=400, max_file_bytes=256 << 10, durable_every=4):
     """Caller-side time of ``append_frames`` (what the broker's event loop pays) across many
     rotations: small files (256 KiB: a rotation every ~75 calls), 8 x 400 B frames a call,
     ``await wait_durable`` every ``durable_every`` calls like a broker acking producers.
@@ -292,6 +303,7 @@ def wait_durable_latency(d, sync="interval", interval_ms=5.0, waits=600, busy=Fa
     spaced by a random 0..2 intervals so they land anywhere in the sync cycle.  ``busy``: a
     second task appends a frame every ~0.2 ms meanwhile (the sync thread never idles)."""
     import random
+
     rng = random.Random(7)
     template = frames.encode_payloads([os.urandom(400)], base_offset=0)
 
@@ -340,8 +352,10 @@ def latency_main(root) -> dict:
             if not isinstance(st, dict) or not st:
                 continue
             label = f"{name} {sub}".strip()
-            print(f"{label:<34}{st['n']:>7}{st['p50_ms']:>9.3f}{st['p99_ms']:>9.3f}{st['p999_ms']:>10.3f}"
-                  f"{st['max_ms']:>9.3f}")
+            print(
+                f"{label:<34}{st['n']:>7}{st['p50_ms']:>9.3f}{st['p99_ms']:>9.3f}{st['p999_ms']:>10.3f}"
+                f"{st['max_ms']:>9.3f}"
+            )
     for name, value in out.items():
         if value.get("spares_used_vs_created"):
             used, created = value["spares_used_vs_created"]
@@ -369,14 +383,19 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=400_000)
     ap.add_argument("--sync-records", type=int, default=20_000)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "out", "embedded_peers.json"))
-    ap.add_argument("--latency", action="store_true",
-                    help="only the latency figures: append_frames across rotations, wait_durable")
+    ap.add_argument(
+        "--latency", action="store_true", help="only the latency figures: append_frames across rotations, wait_durable"
+    )
     args = ap.parse_args()
     if args.latency:
         root = tempfile.mkdtemp(prefix="danube-bench-")
         try:
-            record = {"latency": latency_main(root), "extensions": _native.extensions_loaded(),
-                      "load_average": os.getloadavg(), "time": time.time()}
+            record = {
+                "latency": latency_main(root),
+                "extensions": _native.extensions_loaded(),
+                "load_average": os.getloadavg(),
+                "time": time.time(),
+            }
         finally:
             shutil.rmtree(root, ignore_errors=True)
         path = os.path.join(os.path.dirname(os.path.abspath(args.out)), "wal_latency.json")
@@ -407,15 +426,39 @@ def main() -> None:
             for name, fn in peers:
                 (cnt, wt), (rc, rt) = fn(fresh(), bs, mode != "nosync")
                 assert rc == cnt, (name, rc, cnt)
-                rows.append({"peer": name, "mode": mode, "op": "batch append", "records": cnt,
-                             "append_rps": cnt / wt, "read_rps": rc / rt})
+                rows.append(
+                    {
+                        "peer": name,
+                        "mode": mode,
+                        "op": "batch append",
+                        "records": cnt,
+                        "append_rps": cnt / wt,
+                        "read_rps": rc / rt,
+                    }
+                )
         per = [p for b in batches for p in b]
         cnt, wt = danube_per_record(fresh(), per)
-        rows.append({"peer": "danube.wal", "mode": "nosync", "op": "append()", "records": cnt,
-                     "append_rps": cnt / wt, "read_rps": None})
+        rows.append(
+            {
+                "peer": "danube.wal",
+                "mode": "nosync",
+                "op": "append()",
+                "records": cnt,
+                "append_rps": cnt / wt,
+                "read_rps": None,
+            }
+        )
         (cnt, wt), _ = file_loop(fresh(), batches, False, per_record=True)
-        rows.append({"peer": "file loop", "mode": "nosync", "op": "per-record write", "records": cnt,
-                     "append_rps": cnt / wt, "read_rps": None})
+        rows.append(
+            {
+                "peer": "file loop",
+                "mode": "nosync",
+                "op": "per-record write",
+                "records": cnt,
+                "append_rps": cnt / wt,
+                "read_rps": None,
+            }
+        )
 
         val_gbps = validate_gbps()
         disk_bw, wal_bw = sync_bandwidths(fresh())
@@ -436,20 +479,24 @@ def main() -> None:
         "batch_vs_lmdb": rps("danube.wal", "nosync") / rps("lmdb", "nosync") if lmdb else None,
         "batch_vs_sqlite": rps("danube.wal", "nosync") / rps("sqlite3 WAL", "nosync"),
         "per_record_rps": rps("danube.wal", "nosync", "append()"),
-        "per_record_vs_file_loop": rps("danube.wal", "nosync", "append()") / rps("file loop", "nosync",
-                                                                                   "per-record write"),
+        "per_record_vs_file_loop": rps("danube.wal", "nosync", "append()")
+        / rps("file loop", "nosync", "per-record write"),
         "validate_gbps": val_gbps,
         "sync_always_1k_vs_disk": wal_bw / disk_bw,
         "fanout16_vs_fanout1": fan[16] / fan[1],
     }
-    print(f"danube extensions: {_native.extensions_loaded()}  python {sys.version.split()[0]}  "
-          f"load average {load_before[0]:.2f} -> {load_after[0]:.2f} ({os.cpu_count()} CPUs)")
+    print(
+        f"danube extensions: {_native.extensions_loaded()}  python {sys.version.split()[0]}  "
+        f"load average {load_before[0]:.2f} -> {load_after[0]:.2f} ({os.cpu_count()} CPUs)"
+    )
     print(f"{'peer':<14}{'mode':<12}{'op':<18}{'append rec/s':>14}{'read rec/s':>14}")
     for r in rows:
         read = f"{r['read_rps']:>14,.0f}" if r["read_rps"] else f"{'-':>14}"
         print(f"{r['peer']:<14}{r['mode']:<12}{r['op']:<18}{r['append_rps']:>14,.0f}{read}")
-    print(f"disk fdatasync'd 64 KiB writes: {disk_bw / 1e6:,.1f} MB/s; danube sync=always 1 KiB x 64 KiB "
-          f"batches: {wal_bw / 1e6:,.1f} MB/s")
+    print(
+        f"disk fdatasync'd 64 KiB writes: {disk_bw / 1e6:,.1f} MB/s; danube sync=always 1 KiB x 64 KiB "
+        f"batches: {wal_bw / 1e6:,.1f} MB/s"
+    )
     print("fanout 200k records to N readers, best of 3 (s): " + ", ".join(f"{k}: {v:.3f}" for k, v in fan.items()))
     print(f"{'target':<52}{'measured':>14}{'needed':>14}  result")
     passed = {}
@@ -460,10 +507,18 @@ def main() -> None:
         shown = "n/a" if value is None else (f"{value:,.0f}" if value >= 1000 else f"{value:.2f}")
         need = (">= " if at_least else "<= ") + (f"{threshold:,.0f}" if threshold >= 1000 else f"{threshold:g}")
         print(f"{label:<52}{shown:>14}{need:>14}  {'PASS' if ok else 'FAIL'}")
-    record = {"rows": rows, "disk_sync_bw": disk_bw, "wal_sync_always_1k_bw": wal_bw,
-              "fanout_seconds": fan, "fanout_runs": fan_runs, "results": results, "passed": passed,
-              "load_average": {"before": load_before, "after": load_after},
-              "extensions": _native.extensions_loaded(), "time": time.time()}
+    record = {
+        "rows": rows,
+        "disk_sync_bw": disk_bw,
+        "wal_sync_always_1k_bw": wal_bw,
+        "fanout_seconds": fan,
+        "fanout_runs": fan_runs,
+        "results": results,
+        "passed": passed,
+        "load_average": {"before": load_before, "after": load_after},
+        "extensions": _native.extensions_loaded(),
+        "time": time.time(),
+    }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     stamped = os.path.splitext(args.out)[0] + time.strftime("-%Y%m%d-%H%M%S") + ".json"
     for path in (args.out, stamped):

@@ -54,8 +54,12 @@ def proc_cpu_s(pid: int) -> float:
 
 async def run_once(mode: str, durable: dict, interval: float, seconds: float, mb_per_s: float, moto_pid: int | None):
     work = tempfile.mkdtemp(prefix="export-lag-")
-    section = {"mode": mode, "export_interval_seconds": interval, "wal": {"max_file_mb": 64, "sync": "always"},
-               "durable": durable}
+    section = {
+        "mode": mode,
+        "export_interval_seconds": interval,
+        "wal": {"max_file_mb": 64, "sync": "always"},
+        "durable": durable,
+    }
     cfg = StorageConfig.from_dict(section, data_dir=work)
     store = EmbeddedMetadataStore(os.path.join(work, "metadata.db"))
     factory = StorageFactory(cfg, store, broker_id="bench", background=True)
@@ -99,12 +103,21 @@ async def run_once(mode: str, durable: dict, interval: float, seconds: float, mb
     lags = [covered[i] - at for i, (_o, at) in enumerate(acks) if i in covered]
     await factory.close()
     await store.close()
-    return {"mode": mode, "interval": interval, "wall_s": wall, "appended_mb_per_s": len(acks) * BATCH * RECORD / wall / 1e6,
-            "cpu_per_s": cpu / wall, "moto_cpu_per_s": moto / wall if moto is not None else None,
-            "uploaded_mb_per_s": exported / wall / 1e6, "segments_per_s": segments / wall,
-            "lag_median_s": statistics.median(lags) if lags else None,
-            "lag_p99_s": sorted(lags)[int(len(lags) * 0.99)] if lags else None,
-            "lag_max_s": max(lags) if lags else None, "batches": len(acks), "covered": len(lags)}
+    return {
+        "mode": mode,
+        "interval": interval,
+        "wall_s": wall,
+        "appended_mb_per_s": len(acks) * BATCH * RECORD / wall / 1e6,
+        "cpu_per_s": cpu / wall,
+        "moto_cpu_per_s": moto / wall if moto is not None else None,
+        "uploaded_mb_per_s": exported / wall / 1e6,
+        "segments_per_s": segments / wall,
+        "lag_median_s": statistics.median(lags) if lags else None,
+        "lag_p99_s": sorted(lags)[int(len(lags) * 0.99)] if lags else None,
+        "lag_max_s": max(lags) if lags else None,
+        "batches": len(acks),
+        "covered": len(lags),
+    }
 
 
 def main() -> None:
@@ -113,21 +126,26 @@ def main() -> None:
     p.add_argument("--mb-per-s", type=float, default=4)
     p.add_argument("--interval", type=float, default=1.0)
     a = p.parse_args()
-    from tests.support.s3 import S3Endpoint
     import subprocess
 
     from tests.support.ports import free_port, wait_for_port
+    from tests.support.s3 import S3Endpoint
 
     port = free_port()
-    moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    moto = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     results = []
     try:
         wait_for_port(port, timeout=30)
         s3 = S3Endpoint(f"http://127.0.0.1:{port}", "bench")
         s3.client().create_bucket(Bucket="bench")
-        for mode, durable, pid in (("shared_fs", {"root": tempfile.mkdtemp(prefix="export-lag-shared-")}, None),
-                                   ("object_store", s3.storage_section(), moto.pid)):
+        for mode, durable, pid in (
+            ("shared_fs", {"root": tempfile.mkdtemp(prefix="export-lag-shared-")}, None),
+            ("object_store", s3.storage_section(), moto.pid),
+        ):
             for interval in (a.interval, 10 * a.seconds):
                 r = asyncio.run(run_once(mode, durable, interval, a.seconds, a.mb_per_s, pid))
                 results.append(r)
@@ -136,14 +154,21 @@ def main() -> None:
         moto.terminate()
         moto.wait(10)
     print(f"\nload: {os.getloadavg()}")
-    print(f"{'mode':13} {'interval':>8} {'MB/s in':>8} {'CPU/s':>6} {'moto CPU/s':>10} {'MB/s up':>8} "
-          f"{'seg/s':>6} {'lag p50':>8} {'p99':>6} {'max':>6}")
+    print(
+        f"{'mode':13} {'interval':>8} {'MB/s in':>8} {'CPU/s':>6} {'moto CPU/s':>10} {'MB/s up':>8} "
+        f"{'seg/s':>6} {'lag p50':>8} {'p99':>6} {'max':>6}"
+    )
     for r in results:
         moto = f"{r['moto_cpu_per_s']:.3f}" if r["moto_cpu_per_s"] is not None else "-"
-        lag = (f"{r['lag_median_s']:8.2f} {r['lag_p99_s']:6.2f} {r['lag_max_s']:6.2f}"
-               if r["lag_median_s"] is not None else f"{'-':>8} {'-':>6} {'-':>6}")
-        print(f"{r['mode']:13} {r['interval']:8.0f} {r['appended_mb_per_s']:8.2f} {r['cpu_per_s']:6.3f} {moto:>10} "
-              f"{r['uploaded_mb_per_s']:8.2f} {r['segments_per_s']:6.2f} {lag}")
+        lag = (
+            f"{r['lag_median_s']:8.2f} {r['lag_p99_s']:6.2f} {r['lag_max_s']:6.2f}"
+            if r["lag_median_s"] is not None
+            else f"{'-':>8} {'-':>6} {'-':>6}"
+        )
+        print(
+            f"{r['mode']:13} {r['interval']:8.0f} {r['appended_mb_per_s']:8.2f} {r['cpu_per_s']:6.3f} {moto:>10} "
+            f"{r['uploaded_mb_per_s']:8.2f} {r['segments_per_s']:6.2f} {lag}"
+        )
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, f"export_lag-{int(time.time())}.json"), "w") as f:

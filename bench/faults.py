@@ -40,14 +40,14 @@ import time
 
 import grpc
 
+# run as `python bench/faults.py`: bench/ is on sys.path
+from cluster_moves import config, owner_of  # noqa: E402
+
 from danube.cli.cluster import LocalCluster
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
 from danube.proto.danube_admin import admin_pb2 as admin_pb
 from danube.proto.danube_admin import admin_pb2_grpc as admin_grpc
-
-# run as `python bench/faults.py`: bench/ is on sys.path
-from cluster_moves import config, owner_of  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLIENT_PYTHON = os.path.join(REPO, ".venvs", "danube-client", "bin", "python")
@@ -111,21 +111,27 @@ def move_steps(log_paths: list[str], topic: str, faults: list[float]) -> dict[st
 def run_kind(kind: str, reps: int, ttl: int, trace: bool = False) -> dict:
     base = tempfile.mkdtemp(prefix=f"danube-faults-{kind}-")
     if trace:
-        os.environ["DANUBE_TRACE_MOVES"] = "1"   # the brokers log each step of a move (danube.movetrace)
-    cluster = LocalCluster(brokers=3, base_dir=base, lease_ttl=ttl, load_report_interval=1.0, config=config(base),
-                           log_level="WARNING")
+        os.environ["DANUBE_TRACE_MOVES"] = "1"  # the brokers log each step of a move (danube.movetrace)
+    cluster = LocalCluster(
+        brokers=3, base_dir=base, lease_ttl=ttl, load_report_interval=1.0, config=config(base), log_level="WARNING"
+    )
     cluster.start(timeout=120)
     proc = None
     try:
         topic = f"/default/bench-{kind}"
         entry = cluster.procs[0]
-        if asyncio.run(owner_of(entry.url, topic)) == entry.url:   # the client's broker must stay up
+        if asyncio.run(owner_of(entry.url, topic)) == entry.url:  # the client's broker must stay up
             asyncio.run(unload(entry.admin_url, topic))
             wait_owner_change(entry.url, topic, entry.url)
         ready, stop = os.path.join(base, "ready"), os.path.join(base, "stop")
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-        proc = subprocess.Popen([CLIENT_PYTHON, SCRIPT, entry.url, topic, "--ready-file", ready, "--stop-file", stop,
-                                 "--delay-ms", "5"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [CLIENT_PYTHON, SCRIPT, entry.url, topic, "--ready-file", ready, "--stop-file", stop, "--delay-ms", "5"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         while not os.path.exists(ready):
             if proc.poll() is not None:
                 raise RuntimeError(f"client did not start: {proc.communicate()}")
@@ -161,7 +167,7 @@ def run_kind(kind: str, reps: int, ttl: int, trace: bool = False) -> dict:
                 time.sleep(1.0)
                 if not victim.alive():
                     victim.start(timeout=60)
-                time.sleep(ttl + 1.0)   # its old registration expired and it registered again
+                time.sleep(ttl + 1.0)  # its old registration expired and it registered again
         time.sleep(1.0)
         open(stop, "w").close()
         out, err = proc.communicate(timeout=120)
@@ -182,18 +188,23 @@ def run_kind(kind: str, reps: int, ttl: int, trace: bool = False) -> dict:
     for offset, t in result.get("consumer_acks", []):
         ok_at.setdefault(offset, t)
     # copies delivered after a fault although the consumer's ack was answered OK before it
-    after_ok = sum(1 for r in result["received"]
-                   if r[0] in ok_at and len(r) > 2 and any(ok_at[r[0]] < f < r[2] for f in faults))
+    after_ok = sum(
+        1 for r in result["received"] if r[0] in ok_at and len(r) > 2 and any(ok_at[r[0]] < f < r[2] for f in faults)
+    )
     delivered = {r[1] for r in result["received"]}
     offsets = [r[0] for r in result["received"]]
     stalls_sorted = sorted(stalls)
     return {
-        "fault": kind, "reps": len(faults), "lease_ttl_s": ttl,
+        "fault": kind,
+        "reps": len(faults),
+        "lease_ttl_s": ttl,
         "stall_p50_ms": round(statistics.median(stalls) * 1000),
         "stall_p99_ms": round(stalls_sorted[min(len(stalls) - 1, int(0.99 * len(stalls)))] * 1000),
         "stall_max_ms": round(max(stalls) * 1000),
-        "acked": len(acked), "lost": sum(1 for i, _, _ in acked if f"p-{i}" not in delivered),
-        "redelivered": len(offsets) - len(set(offsets)), "redelivered_after_ok_ack": after_ok,
+        "acked": len(acked),
+        "lost": sum(1 for i, _, _ in acked if f"p-{i}" not in delivered),
+        "redelivered": len(offsets) - len(set(offsets)),
+        "redelivered_after_ok_ack": after_ok,
         "errors": result["errors"] + result["ack_errors"] + result["loop_errors"],
         **({"step_ms_p50": steps} if steps is not None else {}),
     }
@@ -204,16 +215,28 @@ async def _sends(url: str, topic: str, count: int, concurrency: int, owner: str 
     metadata = (("x-danube-broker-url", owner),) if owner else None
     async with grpc.aio.insecure_channel(url.split("//")[1]) as ch:
         stub = pb_grpc.ProducerServiceStub(ch)
-        created = await stub.CreateProducer(pb.ProducerRequest(
-            request_id=1, producer_name=f"hop-{bool(owner)}", topic_name=topic, producer_access_mode=pb.Shared,
-            dispatch_strategy=pb.Reliable), metadata=metadata, timeout=60)
+        created = await stub.CreateProducer(
+            pb.ProducerRequest(
+                request_id=1,
+                producer_name=f"hop-{bool(owner)}",
+                topic_name=topic,
+                producer_access_mode=pb.Shared,
+                dispatch_strategy=pb.Reliable,
+            ),
+            metadata=metadata,
+            timeout=60,
+        )
         latencies: list[float] = []
 
         async def worker(n: int) -> None:
             for i in range(n):
-                msg = pb.StreamMessage(request_id=i, msg_id=pb.MsgID(producer_id=created.producer_id, topic_name=topic),
-                                       payload=b"x" * 100, publish_time=int(time.time() * 1000),
-                                       producer_name=f"hop-{bool(owner)}")
+                msg = pb.StreamMessage(
+                    request_id=i,
+                    msg_id=pb.MsgID(producer_id=created.producer_id, topic_name=topic),
+                    payload=b"x" * 100,
+                    publish_time=int(time.time() * 1000),
+                    producer_name=f"hop-{bool(owner)}",
+                )
                 t = time.perf_counter()
                 await stub.SendMessage(msg, metadata=metadata, timeout=60)
                 latencies.append(time.perf_counter() - t)
@@ -228,8 +251,9 @@ def proxy_cost(count: int, rounds: int) -> dict:
     """The extra hop of proxy mode: Danube's SendMessage straight to the owner vs through another broker
     (alternated rounds, median), 1 and 32 calls in flight."""
     base = tempfile.mkdtemp(prefix="danube-faults-hop-")
-    cluster = LocalCluster(brokers=3, base_dir=base, lease_ttl=10, load_report_interval=1.0, config=config(base),
-                           log_level="WARNING")
+    cluster = LocalCluster(
+        brokers=3, base_dir=base, lease_ttl=10, load_report_interval=1.0, config=config(base), log_level="WARNING"
+    )
     cluster.start(timeout=120)
     try:
         topic = "/default/bench-hop"
@@ -242,10 +266,13 @@ def proxy_cost(count: int, rounds: int) -> dict:
                 direct.append(asyncio.run(_sends(owner, topic, count, concurrency, None)))
                 via.append(asyncio.run(_sends(other, topic, count, concurrency, owner)))
             d_rate, v_rate = statistics.median(r for r, _ in direct), statistics.median(r for r, _ in via)
-            row[f"c{concurrency}"] = {"direct_msgs_s": round(d_rate), "proxied_msgs_s": round(v_rate),
-                                      "ratio": round(v_rate / d_rate, 2),
-                                      "direct_p50_ms": round(statistics.median(p for _, p in direct), 2),
-                                      "proxied_p50_ms": round(statistics.median(p for _, p in via), 2)}
+            row[f"c{concurrency}"] = {
+                "direct_msgs_s": round(d_rate),
+                "proxied_msgs_s": round(v_rate),
+                "ratio": round(v_rate / d_rate, 2),
+                "direct_p50_ms": round(statistics.median(p for _, p in direct), 2),
+                "proxied_p50_ms": round(statistics.median(p for _, p in via), 2),
+            }
         return row
     finally:
         cluster.stop()
@@ -260,8 +287,11 @@ def main() -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--hop", action="store_true", help="also measure the proxy hop's cost (SendMessage rate)")
     p.add_argument("--hop-count", type=int, default=2000)
-    p.add_argument("--trace", action="store_true",
-                   help="per move, the median time from the fault to each step (brokers' DANUBE_TRACE_MOVES logs)")
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="per move, the median time from the fault to each step (brokers' DANUBE_TRACE_MOVES logs)",
+    )
     a = p.parse_args()
     if not os.path.exists(CLIENT_PYTHON):
         print(f"danube-client venv missing ({CLIENT_PYTHON}): run the e2e tests once to create it", file=sys.stderr)
@@ -276,14 +306,20 @@ def main() -> int:
         if a.json:
             print(json.dumps(row))
         else:
-            print(f"{kind:10s} reps {row['reps']:3d}  stall p50 {row['stall_p50_ms']:6d} ms  p99 "
-                  f"{row['stall_p99_ms']:6d} ms  max {row['stall_max_ms']:6d} ms  acked {row['acked']:6d}  "
-                  f"lost {row['lost']}  redelivered {row['redelivered']} (after an OK ack: "
-                  f"{row['redelivered_after_ok_ack']})  errors {len(row['errors'])}"
-                  + (f"  first error: {row['errors'][0][:200]}" if row["errors"] else ""), flush=True)
+            print(
+                f"{kind:10s} reps {row['reps']:3d}  stall p50 {row['stall_p50_ms']:6d} ms  p99 "
+                f"{row['stall_p99_ms']:6d} ms  max {row['stall_max_ms']:6d} ms  acked {row['acked']:6d}  "
+                f"lost {row['lost']}  redelivered {row['redelivered']} (after an OK ack: "
+                f"{row['redelivered_after_ok_ack']})  errors {len(row['errors'])}"
+                + (f"  first error: {row['errors'][0][:200]}" if row["errors"] else ""),
+                flush=True,
+            )
             if "step_ms_p50" in row:
-                print("           steps (ms after the fault, p50): "
-                      + ", ".join(f"{k} {v}" for k, v in row["step_ms_p50"].items()), flush=True)
+                print(
+                    "           steps (ms after the fault, p50): "
+                    + ", ".join(f"{k} {v}" for k, v in row["step_ms_p50"].items()),
+                    flush=True,
+                )
     return 1 if any(r["lost"] or r["errors"] for r in rows) else 0
 
 

@@ -66,10 +66,14 @@ def main() -> None:
 
             def run() -> None:
                 list(pools[k].map(lambda c: [os.fdatasync(fd) for fd in c], chunks))
+
             return run
 
-        methods = {"sequential": seq, **{f"threads-{k}": threaded(k) for k in args.threads},
-                   "syncfs": lambda: syncfs(fds[0])}
+        methods = {
+            "sequential": seq,
+            **{f"threads-{k}": threaded(k) for k in args.threads},
+            "syncfs": lambda: syncfs(fds[0]),
+        }
         times: dict[str, list[float]] = {m: [] for m in methods}
         cpu: dict[str, float] = {m: 0.0 for m in methods}
         for _ in range(args.rounds):
@@ -81,8 +85,10 @@ def main() -> None:
                 cpu[name] += time.process_time() - c0
         for name, ts in times.items():
             ts.sort()
-            print(f"{name:<12} p50 {statistics.median(ts) * 1000:7.2f} ms  p99 "
-                  f"{ts[int(len(ts) * 0.99)] * 1000:7.2f} ms  CPU {cpu[name] / args.rounds * 1e6:7.0f} us/round")
+            print(
+                f"{name:<12} p50 {statistics.median(ts) * 1000:7.2f} ms  p99 "
+                f"{ts[int(len(ts) * 0.99)] * 1000:7.2f} ms  CPU {cpu[name] / args.rounds * 1e6:7.0f} us/round"
+            )
         for fd in fds:
             os.close(fd)
         for pool in pools.values():

@@ -82,7 +82,7 @@ def child(calls: int, per_read: int, message_size: int, skip_idle: bool = False)
 
     import uvloop
 
-    loop = uvloop.new_event_loop()   # as the broker runs
+    loop = uvloop.new_event_loop()  # as the broker runs
     asyncio.set_event_loop(loop)
     server = H2Server(H2Limits(handshake_timeout=0, idle_timeout=0))
     server.loop = loop
@@ -92,8 +92,15 @@ def child(calls: int, per_read: int, message_size: int, skip_idle: bool = False)
     connection.connection_made(transport)
     connection.data_received(frames.PREFACE + frames.settings([]))
     encoder = hpack.Encoder()
-    headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/t.T/Echo"), (b":authority", b"broker"),
-               (b"content-type", b"application/grpc"), (b"te", b"trailers"), (b"user-agent", b"grpc-python/1.6")]
+    headers = [
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":path", b"/t.T/Echo"),
+        (b":authority", b"broker"),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+        (b"user-agent", b"grpc-python/1.6"),
+    ]
     body = wire.message_prefix(message_size) + bytes(message_size)
     reads = []
     stream_id = 1
@@ -110,10 +117,10 @@ def child(calls: int, per_read: int, message_size: int, skip_idle: bool = False)
         for read in batch:
             if not idle:
                 connection.data_received(read)
-            for _ in range(4):   # the handler task, its answer, the flush
+            for _ in range(4):  # the handler task, its answer, the flush
                 await asyncio.sleep(0)
 
-    loop.run_until_complete(drive(reads[:50]))   # warm up (not counted)
+    loop.run_until_complete(drive(reads[:50]))  # warm up (not counted)
     reads = reads[50:]
     done = len(reads) * per_read
     start_written = transport.written
@@ -130,8 +137,7 @@ def child(calls: int, per_read: int, message_size: int, skip_idle: bool = False)
     loop.close()
     loaded = _native.extensions_loaded()
     codec = "compiled" if loaded.get("h2codec") else "pure twin" if "h2codec" in loaded else "none (Python)"
-    return {"codec": codec,
-            "us_per_call": round((cpu - idle) * 1e6 / done, 2), "calls": done}
+    return {"codec": codec, "us_per_call": round((cpu - idle) * 1e6 / done, 2), "calls": done}
 
 
 def codec_times() -> None:
@@ -141,11 +147,10 @@ def codec_times() -> None:
     import danube._pure.h2codec as pure
 
     body = compiled.message_prefix(120) + bytes(120)
-    one_call = (compiled.frame(1, 4, 1, bytes(60)) + compiled.frame(0, 1, 1, body)
-                + compiled.frame(8, 0, 0, b"\0\0\1\0"))
+    one_call = compiled.frame(1, 4, 1, bytes(60)) + compiled.frame(0, 1, 1, body) + compiled.frame(8, 0, 0, b"\0\0\1\0")
     read = bytearray(one_call * 4)
     large_message = compiled.message_prefix(100_000) + bytes(100_000)
-    chunks = [large_message[i:i + 16384] for i in range(0, len(large_message), 16384)]
+    chunks = [large_message[i : i + 16384] for i in range(0, len(large_message), 16384)]
     for codec in (pure, compiled):
         n = 20000
         parse_frames = codec.parse_frames
@@ -159,8 +164,10 @@ def codec_times() -> None:
                 feed_some(chunk)
 
         big = timeit.timeit(large, number=n // 10) / (n // 10)
-        print(f"{codec.__name__:<22} parse_frames (12 frames) {parse * 1e6:6.2f} us   "
-              f"MessageReader.feed (1 message) {feed * 1e6:6.3f} us   (100 kB in 7 DATA) {big * 1e6:6.1f} us")
+        print(
+            f"{codec.__name__:<22} parse_frames (12 frames) {parse * 1e6:6.2f} us   "
+            f"MessageReader.feed (1 message) {feed * 1e6:6.3f} us   (100 kB in 7 DATA) {big * 1e6:6.1f} us"
+        )
 
 
 def main() -> None:
@@ -191,23 +198,53 @@ def main() -> None:
     if args.callgrind:
         for name, tree, env in trees:
             totals = []
-            for calls in (480, 1280):   # the 400 warm-up calls, then 80 or 880 counted
+            for calls in (480, 1280):  # the 400 warm-up calls, then 80 or 880 counted
                 out_file = f"/tmp/h2_calls-{os.getpid()}.callgrind"
-                subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}", sys.executable,
-                                os.path.abspath(__file__), "--child", "--skip-idle", "--calls", str(calls),
-                                "--per-read", str(args.per_read), "--message-size", str(args.message_size)],
-                               capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": tree, **env})
+                subprocess.run(
+                    [
+                        "valgrind",
+                        "--tool=callgrind",
+                        f"--callgrind-out-file={out_file}",
+                        sys.executable,
+                        os.path.abspath(__file__),
+                        "--child",
+                        "--skip-idle",
+                        "--calls",
+                        str(calls),
+                        "--per-read",
+                        str(args.per_read),
+                        "--message-size",
+                        str(args.message_size),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    env={**os.environ, "PYTHONPATH": tree, **env},
+                )
                 with open(out_file) as f:
                     totals.append(next(int(line.split()[1]) for line in f if line.startswith("totals:")))
                 os.unlink(out_file)
             print(f"{name:<14} {(totals[1] - totals[0]) / 800:10,.0f} instructions/call", flush=True)
         return
     for i in range(args.rounds):
-        for name, tree, env in (trees if i % 2 == 0 else list(reversed(trees))):
-            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", "--calls", str(args.calls),
-                                  "--per-read", str(args.per_read), "--message-size", str(args.message_size)],
-                                 capture_output=True, text=True, check=True,
-                                 env={**os.environ, "PYTHONPATH": tree, **env})
+        for name, tree, env in trees if i % 2 == 0 else list(reversed(trees)):
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--child",
+                    "--calls",
+                    str(args.calls),
+                    "--per-read",
+                    str(args.per_read),
+                    "--message-size",
+                    str(args.message_size),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, "PYTHONPATH": tree, **env},
+            )
             row = {"tree": name, "round": i + 1, **json.loads(out.stdout)}
             got[name].append(row["us_per_call"])
             print(json.dumps(row), flush=True)

@@ -50,11 +50,23 @@ def _pythonpath(path: str):
 
 def run_one(tree: str, sync: str, bench_args: list[str], timeout: float) -> dict:
     with _pythonpath(tree), spawned_broker(sync) as broker:
-        cmd = [sys.executable, "-m", "danube.cli.main", "bench", "--service-url", broker.service_url,
-               "--broker-pid", str(broker.proc.pid), "--json", "--no-progress", *bench_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "danube.cli.main",
+            "bench",
+            "--service-url",
+            broker.service_url,
+            "--broker-pid",
+            str(broker.proc.pid),
+            "--json",
+            "--no-progress",
+            *bench_args,
+        ]
         try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                 env={**os.environ, "PYTHONPATH": SRC})
+            out = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": SRC}
+            )
         except subprocess.TimeoutExpired:
             return {"errors": [f"bench did not finish within {timeout:.0f} s"]}
     try:
@@ -86,7 +98,7 @@ def run_idle(tree: str, sync: str, topics: int, seconds: float) -> dict:
 
     with _pythonpath(tree), spawned_broker(sync) as broker:
         asyncio.run(_touch_topics(broker.service_url, topics))
-        time.sleep(1.0)   # the last closes settle
+        time.sleep(1.0)  # the last closes settle
         c0 = cpu_seconds(broker.proc.pid)
         time.sleep(seconds)
         cpu = cpu_seconds(broker.proc.pid) - c0
@@ -96,10 +108,14 @@ def run_idle(tree: str, sync: str, topics: int, seconds: float) -> dict:
 def summary(r: dict, offered: float) -> dict:
     lat = r.get("deliver_latency_ms") or {}
     return {
-        "delivered_per_s": r.get("end_to_end_rate"), "of_offered": round((r.get("end_to_end_rate") or 0) / offered, 3),
-        "p99_ms": lat.get("p99"), "cpu_us_msg": r.get("broker_cpu_us_per_msg"),
-        "cpu_us_call": r.get("broker_cpu_us_per_call"), "calls_s": r.get("calls_per_s"),
-        "threads": r.get("broker_threads"), "errors": (r.get("errors") or [])[:2],
+        "delivered_per_s": r.get("end_to_end_rate"),
+        "of_offered": round((r.get("end_to_end_rate") or 0) / offered, 3),
+        "p99_ms": lat.get("p99"),
+        "cpu_us_msg": r.get("broker_cpu_us_per_msg"),
+        "cpu_us_call": r.get("broker_cpu_us_per_call"),
+        "calls_s": r.get("calls_per_s"),
+        "threads": r.get("broker_threads"),
+        "errors": (r.get("errors") or [])[:2],
     }
 
 
@@ -119,22 +135,56 @@ def main() -> None:
     common = ["--duration", str(args.duration), "--pace-ms", str(args.pace_ms)]
     if args.shape == "idle":
         for i, sync in enumerate(args.sync):
-            for name, tree in (trees if i % 2 == 0 else list(reversed(trees))):
-                row = {"tree": name, "sync": sync, "topics": args.topics or 200,
-                       **run_idle(tree, sync, args.topics or 200, args.duration)}
+            for name, tree in trees if i % 2 == 0 else list(reversed(trees)):
+                row = {
+                    "tree": name,
+                    "sync": sync,
+                    "topics": args.topics or 200,
+                    **run_idle(tree, sync, args.topics or 200, args.duration),
+                }
                 print(json.dumps(row), flush=True)
         return
     if args.shape == "pair":
         n = args.topics or 100
         rate = args.rate or 25000
-        shapes = [("1 topic", ["--rate", str(rate)]),
-                  (f"{n} topics", ["--rate", str(rate), "--topics", str(n), "--producers", str(n),
-                                   "--consumers", str(n), "--connections", str(args.connections or 8)])]
+        shapes = [
+            ("1 topic", ["--rate", str(rate)]),
+            (
+                f"{n} topics",
+                [
+                    "--rate",
+                    str(rate),
+                    "--topics",
+                    str(n),
+                    "--producers",
+                    str(n),
+                    "--consumers",
+                    str(n),
+                    "--connections",
+                    str(args.connections or 8),
+                ],
+            ),
+        ]
     else:
         n = args.topics or 1000
         rate = args.rate or 10.0 * n
-        shapes = [(f"{n} topics", ["--rate", str(rate), "--topics", str(n), "--producers", str(n),
-                                   "--consumers", str(n), "--connections", str(args.connections or 50)])]
+        shapes = [
+            (
+                f"{n} topics",
+                [
+                    "--rate",
+                    str(rate),
+                    "--topics",
+                    str(n),
+                    "--producers",
+                    str(n),
+                    "--consumers",
+                    str(n),
+                    "--connections",
+                    str(args.connections or 50),
+                ],
+            )
+        ]
     rows = []
     for i, sync in enumerate(args.sync):
         order = trees if i % 2 == 0 else list(reversed(trees))
@@ -152,8 +202,10 @@ def main() -> None:
                 got = {r["shape"]: r for r in rows if r["sync"] == sync and r["tree"] == name}
                 one, many = got.get("1 topic"), got.get(f"{n} topics")
                 if one and many and one["cpu_us_msg"] and many["cpu_us_msg"]:
-                    print(f"{sync:<9} {name:<7} CPU/msg {n} topics / 1 topic = "
-                          f"{many['cpu_us_msg'] / one['cpu_us_msg']:.2f}")
+                    print(
+                        f"{sync:<9} {name:<7} CPU/msg {n} topics / 1 topic = "
+                        f"{many['cpu_us_msg'] / one['cpu_us_msg']:.2f}"
+                    )
     if args.json:
         print(json.dumps(rows, indent=2))
 

@@ -54,8 +54,9 @@ async def build(topics: int, brokers: int, seed: int = 3):
     for i in range(topics):
         broker = f"broker-{rng.choices(range(1, brokers + 1), weights)[0]}"
         name = f"/bench/t{i:05d}"
-        cluster.topics[name] = SimTopic(name, born, rng.lognormvariate(-1.5, 1.0), 1, rng.choice((1, 2, 3)),
-                                        rng.randrange(0, 5000))
+        cluster.topics[name] = SimTopic(
+            name, born, rng.lognormvariate(-1.5, 1.0), 1, rng.choice((1, 2, 3)), rng.randrange(0, 5000)
+        )
         cluster.assigned[broker].add(name)
         ops.append(Op.put(keys.broker_topic(broker, name), b"null"))
         if len(ops) == 500:
@@ -68,16 +69,22 @@ async def build(topics: int, brokers: int, seed: int = 3):
 
 def _stats(samples: list[float]) -> dict:
     ms = sorted(1000 * s for s in samples)
-    return {"n": len(ms), "median_ms": statistics.median(ms), "p90_ms": ms[int(0.9 * (len(ms) - 1))],
-            "max_ms": ms[-1], "mean_ms": statistics.fmean(ms)}
+    return {
+        "n": len(ms),
+        "median_ms": statistics.median(ms),
+        "p90_ms": ms[int(0.9 * (len(ms) - 1))],
+        "max_ms": ms[-1],
+        "mean_ms": statistics.fmean(ms),
+    }
 
 
 async def cycle_benchmark(topics: int, brokers: int, cycles: int) -> dict:
     clock, store, cluster = await build(topics, brokers)
     try:
         # the aggressive preset (20 moves/h): one cycle every 180 virtual s, so every cycle may move
-        cfg = RebalancingConfig.from_section({"enabled": True, "aggressiveness": "aggressive",
-                                              "min_topic_age_seconds": 0})
+        cfg = RebalancingConfig.from_section(
+            {"enabled": True, "aggressiveness": "aggressive", "min_topic_age_seconds": 0}
+        )
         reb = Rebalancer(store, cfg, clock=clock, reports=cluster, reassignment_timeout_s=0.0)
         reb.executor = SimMoveExecutor(cluster, MetadataMoveExecutor(store, clock))
         cluster.refresh_reports()
@@ -122,11 +129,19 @@ async def cycle_benchmark(topics: int, brokers: int, cycles: int) -> dict:
             t = time.perf_counter()
             await calm.run_cycle()
             idle.append(time.perf_counter() - t)
-        return {"topics": topics, "brokers": brokers, "cycle_with_move": _stats(moving),
-                "cycle_with_move_cpu": _stats(moving_cpu), "cycle_with_move_view": _stats(with_view),
-                "view_statuses": view_statuses,
-                "dry_run_plan": _stats(dry), "cycle_balanced": _stats(idle), "statuses": statuses,
-                "plan_length": len(plan.plan), "cv_after": balance.cv}
+        return {
+            "topics": topics,
+            "brokers": brokers,
+            "cycle_with_move": _stats(moving),
+            "cycle_with_move_cpu": _stats(moving_cpu),
+            "cycle_with_move_view": _stats(with_view),
+            "view_statuses": view_statuses,
+            "dry_run_plan": _stats(dry),
+            "cycle_balanced": _stats(idle),
+            "statuses": statuses,
+            "plan_length": len(plan.plan),
+            "cv_after": balance.cv,
+        }
     finally:
         await store.close()
 
@@ -136,11 +151,16 @@ async def convergence() -> dict:
     for planner in ("plan", "greedy"):
         t = time.perf_counter()
         r = await run_scenario("add-brokers", planner=planner)
-        out[planner] = {"moves_to_threshold": r.moves_to_threshold, "hours_to_threshold": r.reached_at_h,
-                        "moves_total": len(r.moves), "hours_stayed_under_from": r.converged_at_h,
-                        "final_cv": r.final_cv, "violations": r.violations,
-                        "max_moves_in_any_hour": max_moves_in_window(r.moves),
-                        "wall_s": time.perf_counter() - t}
+        out[planner] = {
+            "moves_to_threshold": r.moves_to_threshold,
+            "hours_to_threshold": r.reached_at_h,
+            "moves_total": len(r.moves),
+            "hours_stayed_under_from": r.converged_at_h,
+            "final_cv": r.final_cv,
+            "violations": r.violations,
+            "max_moves_in_any_hour": max_moves_in_window(r.moves),
+            "wall_s": time.perf_counter() - t,
+        }
     out["threshold"] = 0.20
     out["rate_limit"] = "aggressive: 20 moves/h, check every 120 s, cooldown 30 s"
     return out
@@ -153,27 +173,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cycles", type=int, default=30)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    result = {"cycle": asyncio.run(cycle_benchmark(args.topics, args.brokers, args.cycles)),
-              "convergence": asyncio.run(convergence())}
+    result = {
+        "cycle": asyncio.run(cycle_benchmark(args.topics, args.brokers, args.cycles)),
+        "convergence": asyncio.run(convergence()),
+    }
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     c = result["cycle"]
     print(f"cycle, {c['topics']} topics on {c['brokers']} brokers (target <= 100 ms):")
-    for name in ("cycle_with_move", "cycle_with_move_cpu", "cycle_with_move_view", "dry_run_plan",
-                 "cycle_balanced"):
+    for name in ("cycle_with_move", "cycle_with_move_cpu", "cycle_with_move_view", "dry_run_plan", "cycle_balanced"):
         s = c[name]
-        print(f"  {name:19s} median {s['median_ms']:6.1f} ms  p90 {s['p90_ms']:6.1f} ms  max {s['max_ms']:6.1f} ms"
-              f"  (n={s['n']})")
-    print(f"  statuses {c['statuses']} (with the view: {c['view_statuses']}), dry-run plan of "
-          f"{c['plan_length']} moves")
+        print(
+            f"  {name:19s} median {s['median_ms']:6.1f} ms  p90 {s['p90_ms']:6.1f} ms  max {s['max_ms']:6.1f} ms"
+            f"  (n={s['n']})"
+        )
+    print(f"  statuses {c['statuses']} (with the view: {c['view_statuses']}), dry-run plan of {c['plan_length']} moves")
     v = result["convergence"]
     print(f"add-brokers convergence ({v['rate_limit']}, CV threshold {v['threshold']}):")
     for planner in ("plan", "greedy"):
         r = v[planner]
-        print(f"  {planner:6s} threshold reached after {r['moves_to_threshold']} moves at "
-              f"{r['hours_to_threshold']:.2f} virtual h; {r['moves_total']} moves in total; max "
-              f"{r['max_moves_in_any_hour']} in any hour; violations {r['violations'] or 'none'}")
+        print(
+            f"  {planner:6s} threshold reached after {r['moves_to_threshold']} moves at "
+            f"{r['hours_to_threshold']:.2f} virtual h; {r['moves_total']} moves in total; max "
+            f"{r['max_moves_in_any_hour']} in any hour; violations {r['violations'] or 'none'}"
+        )
     return 0
 
 

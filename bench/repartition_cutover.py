@@ -53,8 +53,10 @@ def service(brokers: int) -> Iterator[tuple[str, str]]:
         with running_broker("--sync", "interval") as broker:
             yield broker.url, f"127.0.0.1:{broker.admin_port}"
         return
-    with tempfile.TemporaryDirectory(prefix="danube-cutover-bench-") as base, \
-            local_cluster(base, brokers=brokers, extra_args=("--sync", "interval")) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="danube-cutover-bench-") as base,
+        local_cluster(base, brokers=brokers, extra_args=("--sync", "interval")) as cluster,
+    ):
         # the client bootstraps on one broker, the repartition is asked of another (any broker answers)
         yield cluster.procs[0].url, cluster.procs[-1].admin_url.split("://", 1)[-1]
 
@@ -67,16 +69,22 @@ def run(seconds: float, rate: int, brokers: int = 1) -> dict:
 
 async def measure(url: str, admin_addr: str, seconds: float, rate: int, brokers: int) -> dict:
     client = DanubeClient.builder().service_url(url).build()
-    producer = (client.new_producer().with_topic(T).with_name("bench").with_partitions(2)
-                .with_max_in_flight(8).build())
+    producer = client.new_producer().with_topic(T).with_name("bench").with_partitions(2).with_max_in_flight(8).build()
     await producer.create()
     for k in KEYS[:64]:
         await producer.send(b"x", key=k)
     await producer.flush()
-    consumer = (client.new_consumer().with_topic(T).with_consumer_name("c").with_subscription("s")
-                .with_subscription_type(SubType.Exclusive).with_reliable(True).build())
+    consumer = (
+        client.new_consumer()
+        .with_topic(T)
+        .with_consumer_name("c")
+        .with_subscription("s")
+        .with_subscription_type(SubType.Exclusive)
+        .with_reliable(True)
+        .build()
+    )
     await consumer.subscribe()
-    samples: list[tuple[float, float]] = []    # (sent at, latency) per message
+    samples: list[tuple[float, float]] = []  # (sent at, latency) per message
     stop = asyncio.Event()
     payload = b"p" * 100
 
@@ -105,7 +113,8 @@ async def measure(url: str, admin_addr: str, seconds: float, rate: int, brokers:
         async with grpc.aio.insecure_channel(admin_addr) as ch:
             t0 = asyncio.get_running_loop().time()
             await admin_grpc.TopicAdminStub(ch).RepartitionTopic(
-                admin_pb.RepartitionRequest(name=T, partitions=n), timeout=30)
+                admin_pb.RepartitionRequest(name=T, partitions=n), timeout=30
+            )
             return t0
 
     async def finalized(timeout: float = 60.0) -> float:
@@ -115,7 +124,8 @@ async def measure(url: str, admin_addr: str, seconds: float, rate: int, brokers:
         async with grpc.aio.insecure_channel(admin_addr) as ch:
             while True:
                 info = await admin_grpc.TopicAdminStub(ch).DescribePartitioning(
-                    admin_pb.TopicRequest(name=T), timeout=10)
+                    admin_pb.TopicRequest(name=T), timeout=10
+                )
                 if not info.marker_json:
                     return loop.time() - t0
                 if loop.time() - t0 > timeout:
@@ -144,28 +154,44 @@ async def measure(url: str, admin_addr: str, seconds: float, rate: int, brokers:
     await client.close()
 
     def phase(lo: float, hi: float) -> dict:
-        lat = [latency for t, latency in samples if lo <= t < hi]              # sent in the window
-        acked = sum(1 for t, latency in samples if lo <= t + latency < hi)    # acked in the window
-        return {"seconds": round(hi - lo, 2), "messages": len(lat), "msgs_per_s": round(acked / (hi - lo)),
-                "p50_ms": round(pct(lat, 0.5) * 1000, 2), "p99_ms": round(pct(lat, 0.99) * 1000, 2),
-                "max_ms": round(max(lat) * 1000, 2) if lat else None}
+        lat = [latency for t, latency in samples if lo <= t < hi]  # sent in the window
+        acked = sum(1 for t, latency in samples if lo <= t + latency < hi)  # acked in the window
+        return {
+            "seconds": round(hi - lo, 2),
+            "messages": len(lat),
+            "msgs_per_s": round(acked / (hi - lo)),
+            "p50_ms": round(pct(lat, 0.5) * 1000, 2),
+            "p99_ms": round(pct(lat, 0.99) * 1000, 2),
+            "max_ms": round(max(lat) * 1000, 2) if lat else None,
+        }
 
     steady = phase(start + 1.0, grow_at)
     grow = phase(grow_at, grow_at + 1.0)
     shrink = phase(shrink_at, shrink_at + 1.0)
     whole = phase(start, end)
-    return {"steady": steady, "grow_cutover_1s": grow, "shrink_cutover_1s": shrink, "whole_run": whole,
-            "grow_vs_steady": round(grow["msgs_per_s"] / steady["msgs_per_s"], 3),
-            "shrink_vs_steady": round(shrink["msgs_per_s"] / steady["msgs_per_s"], 3),
-            "max_publish_wait_ms": whole["max_ms"], "producer_cutovers": cutovers,
-            # where the longest waits were sent, in seconds from the start (the grow/shrink calls at)
-            "longest_waits_sent_at_s": sorted({round(t - start, 1) for t, latency in
-                                               sorted(samples, key=lambda x: -x[1])[:50]}),
-            "grow_at_s": round(grow_at - start, 1), "shrink_at_s": round(shrink_at - start, 1),
-            # upper bounds: checked only after a phase's seconds elapsed
-            "grow_finalized_within_s": round(grow_finalized_s, 1),
-            "shrink_finalized_within_s": round(shrink_finalized_s, 1),
-            "offered_msgs_per_s": rate, "brokers": brokers, "cpus": os.cpu_count(), "loadavg": os.getloadavg()}
+    return {
+        "steady": steady,
+        "grow_cutover_1s": grow,
+        "shrink_cutover_1s": shrink,
+        "whole_run": whole,
+        "grow_vs_steady": round(grow["msgs_per_s"] / steady["msgs_per_s"], 3),
+        "shrink_vs_steady": round(shrink["msgs_per_s"] / steady["msgs_per_s"], 3),
+        "max_publish_wait_ms": whole["max_ms"],
+        "producer_cutovers": cutovers,
+        # where the longest waits were sent, in seconds from the start (the grow/shrink calls at)
+        "longest_waits_sent_at_s": sorted(
+            {round(t - start, 1) for t, latency in sorted(samples, key=lambda x: -x[1])[:50]}
+        ),
+        "grow_at_s": round(grow_at - start, 1),
+        "shrink_at_s": round(shrink_at - start, 1),
+        # upper bounds: checked only after a phase's seconds elapsed
+        "grow_finalized_within_s": round(grow_finalized_s, 1),
+        "shrink_finalized_within_s": round(shrink_finalized_s, 1),
+        "offered_msgs_per_s": rate,
+        "brokers": brokers,
+        "cpus": os.cpu_count(),
+        "loadavg": os.getloadavg(),
+    }
 
 
 def main() -> int:
@@ -183,9 +209,11 @@ def main() -> int:
     else:
         for name in ("steady", "grow_cutover_1s", "shrink_cutover_1s", "whole_run"):
             print(f"{name:18s} {result[name]}")
-        print(f"throughput in the cutover second / steady: grow {result['grow_vs_steady']:.0%}, "
-              f"shrink {result['shrink_vs_steady']:.0%}; longest publish wait {result['max_publish_wait_ms']} ms; "
-              f"producer cutovers {result['producer_cutovers']}")
+        print(
+            f"throughput in the cutover second / steady: grow {result['grow_vs_steady']:.0%}, "
+            f"shrink {result['shrink_vs_steady']:.0%}; longest publish wait {result['max_publish_wait_ms']} ms; "
+            f"producer cutovers {result['producer_cutovers']}"
+        )
     return 0
 
 

@@ -83,12 +83,20 @@ async def latency_phase(url: str, admin, topic: str, rate: int, steady_s: float)
     during = [lat for s, lat in samples if split_from <= s < split_to]
 
     def summary(values):
-        return {"messages": len(values), "p50_ms": round(percentile(values, 0.5) * 1000, 2),
-                "p99_ms": round(percentile(values, 0.99) * 1000, 2),
-                "max_ms": round(max(values) * 1000, 2) if values else None}
+        return {
+            "messages": len(values),
+            "p50_ms": round(percentile(values, 0.5) * 1000, 2),
+            "p99_ms": round(percentile(values, 0.99) * 1000, 2),
+            "max_ms": round(max(values) * 1000, 2) if values else None,
+        }
 
-    return {"rate": rate, "split_request_s": round(split_took, 3), "steady": summary(steady),
-            "during_split": summary(during), "rerouted": producer.reroutes}
+    return {
+        "rate": rate,
+        "split_request_s": round(split_took, 3),
+        "steady": summary(steady),
+        "during_split": summary(during),
+        "rerouted": producer.reroutes,
+    }
 
 
 def _keys_of(index: int, producers: int, affinity: bool) -> list[str]:
@@ -108,8 +116,9 @@ def _keys_of(index: int, producers: int, affinity: bool) -> list[str]:
     return out
 
 
-def _throughput_worker(url: str, topic: str, index: int, start_at: float, seconds: float, out,
-                       producers: int = 1, affinity: bool = False) -> None:
+def _throughput_worker(
+    url: str, topic: str, index: int, start_at: float, seconds: float, out, producers: int = 1, affinity: bool = False
+) -> None:
     async def run() -> int:
         client = DanubeClient.builder().service_url(url).build()
         producer = await ScalableProducer(client, topic, f"tput-{index}", linger_ms=5, max_in_flight=8).create()
@@ -144,9 +153,12 @@ def throughput(urls: list[str], topic: str, producers: int, seconds: float, affi
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     start_at = time.time() + 3.0
-    procs = [ctx.Process(target=_throughput_worker, args=(urls[i % len(urls)], topic, i, start_at, seconds, out,
-                                                               producers, affinity))
-             for i in range(producers)]
+    procs = [
+        ctx.Process(
+            target=_throughput_worker, args=(urls[i % len(urls)], topic, i, start_at, seconds, out, producers, affinity)
+        )
+        for i in range(producers)
+    ]
     for p in procs:
         p.start()
     counts = [out.get(timeout=seconds + 120) for _ in procs]
@@ -187,38 +199,49 @@ def main() -> int:
         urls = [p.url for p in cluster.procs]
         result: dict = {"brokers": 3, "latency": asyncio.run(latency_run(urls[0], args.rate, args.steady))}
         topic = "/default/bench-throughput"
-        asyncio.run(admin_call(urls[0], "CreateScalableTopic",
-                               pb.CreateScalableTopicRequest(topic=topic, num_segments=1)))
+        asyncio.run(
+            admin_call(urls[0], "CreateScalableTopic", pb.CreateScalableTopicRequest(topic=topic, num_segments=1))
+        )
         one = throughput(urls, topic, args.producers, args.seconds)
         one_aff = throughput(urls, topic, args.producers, args.seconds, affinity=True)
         for sid in (0, 1, 2):
             asyncio.run(admin_call(urls[1], "SplitSegment", pb.SplitSegmentRequest(topic=topic, segment_id=sid)))
         four = throughput(urls, topic, args.producers, args.seconds)
         four_aff = throughput(urls, topic, args.producers, args.seconds, affinity=True)
-        result["throughput"] = {"producers": args.producers, "seconds": args.seconds,
-                                "one_segment_msgs_per_s": round(one), "four_segments_msgs_per_s": round(four),
-                                "ratio": round(four / one, 2) if one else None,
-                                "key_affinity": {"one_segment_msgs_per_s": round(one_aff),
-                                                 "four_segments_msgs_per_s": round(four_aff),
-                                                 "ratio": round(four_aff / one_aff, 2) if one_aff else None}}
+        result["throughput"] = {
+            "producers": args.producers,
+            "seconds": args.seconds,
+            "one_segment_msgs_per_s": round(one),
+            "four_segments_msgs_per_s": round(four),
+            "ratio": round(four / one, 2) if one else None,
+            "key_affinity": {
+                "one_segment_msgs_per_s": round(one_aff),
+                "four_segments_msgs_per_s": round(four_aff),
+                "ratio": round(four_aff / one_aff, 2) if one_aff else None,
+            },
+        }
     finally:
         cluster.stop()
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         lat = result["latency"]
-        print(f"publish latency at {lat['rate']} msg/s: steady p50 {lat['steady']['p50_ms']} ms, "
-              f"p99 {lat['steady']['p99_ms']} ms, max {lat['steady']['max_ms']} ms; during the split "
-              f"p50 {lat['during_split']['p50_ms']} ms, p99 {lat['during_split']['p99_ms']} ms, "
-              f"max {lat['during_split']['max_ms']} ms (split request {lat['split_request_s']} s, "
-              f"{lat['rerouted']} messages re-routed)")
+        print(
+            f"publish latency at {lat['rate']} msg/s: steady p50 {lat['steady']['p50_ms']} ms, "
+            f"p99 {lat['steady']['p99_ms']} ms, max {lat['steady']['max_ms']} ms; during the split "
+            f"p50 {lat['during_split']['p50_ms']} ms, p99 {lat['during_split']['p99_ms']} ms, "
+            f"max {lat['during_split']['max_ms']} ms (split request {lat['split_request_s']} s, "
+            f"{lat['rerouted']} messages re-routed)"
+        )
         tp = result["throughput"]
         ka = tp["key_affinity"]
-        print(f"throughput, {tp['producers']} producer processes, keys spread: 1 segment "
-              f"{tp['one_segment_msgs_per_s']} msg/s, 4 segments {tp['four_segments_msgs_per_s']} msg/s, "
-              f"ratio {tp['ratio']}; each process its own quarter of the keys: 1 segment "
-              f"{ka['one_segment_msgs_per_s']} msg/s, 4 segments {ka['four_segments_msgs_per_s']} msg/s, "
-              f"ratio {ka['ratio']}")
+        print(
+            f"throughput, {tp['producers']} producer processes, keys spread: 1 segment "
+            f"{tp['one_segment_msgs_per_s']} msg/s, 4 segments {tp['four_segments_msgs_per_s']} msg/s, "
+            f"ratio {tp['ratio']}; each process its own quarter of the keys: 1 segment "
+            f"{ka['one_segment_msgs_per_s']} msg/s, 4 segments {ka['four_segments_msgs_per_s']} msg/s, "
+            f"ratio {ka['ratio']}"
+        )
     return 0
 
 

@@ -88,7 +88,7 @@ def topics_holding_files(pid: int, wal_root: str) -> dict[str, int]:
         except OSError:
             continue
         if target.startswith(root):
-            d = os.path.dirname(target)[len(root):]
+            d = os.path.dirname(target)[len(root) :]
             held[d] = held.get(d, 0) + 1
     return {d: n for d, n in sorted(held.items()) if n > 1}
 
@@ -98,8 +98,7 @@ def thread_names(pid: int) -> dict[str, int]:
     if shutil.which("py-spy") is None:
         return {}
     try:
-        text = subprocess.run(["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True,
-                              timeout=60).stdout
+        text = subprocess.run(["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
     names: dict[str, int] = {}
@@ -120,8 +119,13 @@ class Broker:
         self.log_level = log_level
         self.config = os.path.join(data_dir, "scale-broker.yml")
         with open(self.config, "w") as f:
-            json.dump({"storage": {"mode": "local", "wal": {"idle_close_seconds": idle_close}},
-                       "http2": {"max_connections": max_connections}}, f)  # JSON is YAML
+            json.dump(
+                {
+                    "storage": {"mode": "local", "wal": {"idle_close_seconds": idle_close}},
+                    "http2": {"max_connections": max_connections},
+                },
+                f,
+            )  # JSON is YAML
         self.port, self.admin_port = free_ports(2)
         self.proc: subprocess.Popen | None = None
         self.log = open(os.path.join(data_dir, "broker.log"), "ab")
@@ -134,11 +138,33 @@ class Broker:
         """Start; return the time.monotonic() of the spawn."""
         t0 = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "danube.cli.main", "--log-level", self.log_level, "broker",
-             "--config", self.config, "--host", "127.0.0.1", "--port", str(self.port),
-             "--admin-port", str(self.admin_port), "--metrics-port", "0", "--data-dir", self.data_dir,
-             "--sync", "always", "--load-report-interval", "0"],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "danube.cli.main",
+                "--log-level",
+                self.log_level,
+                "broker",
+                "--config",
+                self.config,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--admin-port",
+                str(self.admin_port),
+                "--metrics-port",
+                "0",
+                "--data-dir",
+                self.data_dir,
+                "--sync",
+                "always",
+                "--load-report-interval",
+                "0",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         return t0
 
     def wait_listening(self) -> None:
@@ -241,28 +267,49 @@ def append_vs_struct_loop(directory: str, n: int = 200_000, reps: int = 20) -> d
     from wal_append_ratio import measure
 
     r = measure(reps, n, 100, directory)
-    return {"wal_append_rec_s": r["wal_rec_s_median"], "struct_loop_rec_s": r["loop_rec_s_median"],
-            "ratio": r["ratio_median"], "ratio_min": r["ratio_min"], "runs": r}
+    return {
+        "wal_append_rec_s": r["wal_rec_s_median"],
+        "struct_loop_rec_s": r["loop_rec_s_median"],
+        "ratio": r["ratio_median"],
+        "ratio_min": r["ratio_min"],
+        "runs": r,
+    }
 
 
 def bench_run(url: str, *, topics: int, message_size: int, batch_size: int, seconds: float) -> dict:
     from danube.cli.bench import BenchConfig, run_bench
 
-    config = BenchConfig(service_url=url, topics=topics, producers=topics, consumers=topics,
-                         message_size=message_size, batch_size=batch_size, duration=seconds, progress=False,
-                         sync="always", connections=2 * topics if topics > 1 else 0,
-                         max_batch_bytes=max(1 << 20, 4 * message_size))
+    config = BenchConfig(
+        service_url=url,
+        topics=topics,
+        producers=topics,
+        consumers=topics,
+        message_size=message_size,
+        batch_size=batch_size,
+        duration=seconds,
+        progress=False,
+        sync="always",
+        connections=2 * topics if topics > 1 else 0,
+        max_batch_bytes=max(1 << 20, 4 * message_size),
+    )
     result = asyncio.run(run_bench(config))
-    return {"publish_rate": result.publish_rate, "publish_mb_s": result.publish_mb_s,
-            "end_to_end_rate": result.end_to_end_rate, "errors": result.errors[:3]}
+    return {
+        "publish_rate": result.publish_rate,
+        "publish_mb_s": result.publish_mb_s,
+        "end_to_end_rate": result.end_to_end_rate,
+        "errors": result.errors[:3],
+    }
 
 
 def ratios(url: str, directory: str, seconds: float) -> dict:
     out: dict = {}
     one = bench_run(url, topics=1, message_size=100, batch_size=1000, seconds=seconds)
     hundred = bench_run(url, topics=100, message_size=100, batch_size=1000, seconds=seconds)
-    out["group_commit"] = {"one_topic": one, "hundred_topics": hundred,
-                           "ratio": hundred["publish_rate"] / max(one["publish_rate"], 1e-9)}
+    out["group_commit"] = {
+        "one_topic": one,
+        "hundred_topics": hundred,
+        "ratio": hundred["publish_rate"] / max(one["publish_rate"], 1e-9),
+    }
     disk = disk_dsync_bandwidth(directory)
     out["disk_dsync_mb_s"] = disk / 1e6
     for size, batch in ((1024, 256), (65536, 8)):
@@ -321,8 +368,11 @@ def main() -> int:
                 out["idle_settled_s"] = time.monotonic() - t_active
                 break
         else:  # not settled: say what is still held, by which topics and threads
-            out["idle_unsettled"] = {"topics_holding_files": topics_holding_files(pid, wal_root),
-                                     "threads_by_name": thread_names(pid), "threads_before_by_name": before_names}
+            out["idle_unsettled"] = {
+                "topics_holding_files": topics_holding_files(pid, wal_root),
+                "threads_by_name": thread_names(pid),
+                "threads_before_by_name": before_names,
+            }
         n = args.topics
         out["before"], out["active"], out["idle"] = before, active, idle
         out["per_topic_active"] = {k: (active[k] - before[k]) / n for k in before}
@@ -373,28 +423,40 @@ def main() -> int:
 def report(out: dict) -> None:
     kib = 1024
     pa, pi = out["per_topic_active"], out["per_topic_idle"]
-    print(f"{out['topics']} reliable topics, one 100 B message each (load {out['load_before']:.1f} -> "
-          f"{out['load_after']:.1f})")
+    print(
+        f"{out['topics']} reliable topics, one 100 B message each (load {out['load_before']:.1f} -> "
+        f"{out['load_after']:.1f})"
+    )
     print(f"  created in {out['create_s']:.1f} s")
-    print(f"  per topic, just written: disk {pa['disk'] / kib:.1f} KiB, RSS {pa['rss'] / kib:.1f} KiB, "
-          f"descriptors {pa['fds']:.2f}, threads {pa['threads']:.2f}")
-    print(f"  per topic, idle-closed:  disk {pi['disk'] / kib:.1f} KiB, RSS {pi['rss'] / kib:.1f} KiB, "
-          f"descriptors {pi['fds']:.2f}, threads {pi['threads']:.2f}")
-    print(f"  restart after SIGKILL: first request served in {out['restart_first_request_s']:.2f} s; "
-          f"every topic written again in {out['recover_all_s']:.1f} s "
-          f"({out['recover_bad_offsets']} wrong offsets); WAL check: {out['check_problem_count']} problems")
+    print(
+        f"  per topic, just written: disk {pa['disk'] / kib:.1f} KiB, RSS {pa['rss'] / kib:.1f} KiB, "
+        f"descriptors {pa['fds']:.2f}, threads {pa['threads']:.2f}"
+    )
+    print(
+        f"  per topic, idle-closed:  disk {pi['disk'] / kib:.1f} KiB, RSS {pi['rss'] / kib:.1f} KiB, "
+        f"descriptors {pi['fds']:.2f}, threads {pi['threads']:.2f}"
+    )
+    print(
+        f"  restart after SIGKILL: first request served in {out['restart_first_request_s']:.2f} s; "
+        f"every topic written again in {out['recover_all_s']:.1f} s "
+        f"({out['recover_bad_offsets']} wrong offsets); WAL check: {out['check_problem_count']} problems"
+    )
     r = out.get("ratios")
     if r:
         g = r["group_commit"]
-        print(f"  100 topics vs 1, sync=always: {g['hundred_topics']['publish_rate']:,.0f} vs "
-              f"{g['one_topic']['publish_rate']:,.0f} msg/s = {g['ratio']:.2f}")
+        print(
+            f"  100 topics vs 1, sync=always: {g['hundred_topics']['publish_rate']:,.0f} vs "
+            f"{g['one_topic']['publish_rate']:,.0f} msg/s = {g['ratio']:.2f}"
+        )
         print(f"  disk fdatasync'd 64 KiB writes: {r['disk_dsync_mb_s']:.0f} MB/s")
         for size in (1024, 65536):
             x = r[f"large_{size}"]
             print(f"  {size} B end to end: {x['publish_mb_s']:.0f} MB/s = {x['ratio_to_disk']:.2f} of the disk")
         a = r["append"]
-        print(f"  WAL append() {a['wal_append_rec_s']:,.0f} rec/s vs struct loop {a['struct_loop_rec_s']:,.0f} "
-              f"= {a['ratio']:.2f}x (median of per-repetition ratios; min {a['ratio_min']:.2f})")
+        print(
+            f"  WAL append() {a['wal_append_rec_s']:,.0f} rec/s vs struct loop {a['struct_loop_rec_s']:,.0f} "
+            f"= {a['ratio']:.2f}x (median of per-repetition ratios; min {a['ratio_min']:.2f})"
+        )
 
 
 if __name__ == "__main__":

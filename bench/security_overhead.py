@@ -48,9 +48,14 @@ def start_broker(data_dir: str, extra: list[str], sync: str):
     from tests.support.broker import BrokerProcess
     from tests.support.ports import free_port
 
-    broker = BrokerProcess(data_dir=data_dir, port=free_port(), admin_port=free_port(), metrics_port=0,
-                           log_path=os.path.join(data_dir, "broker.log"),
-                           extra_args=["--sync", sync, "--load-report-interval", "0", *extra])
+    broker = BrokerProcess(
+        data_dir=data_dir,
+        port=free_port(),
+        admin_port=free_port(),
+        metrics_port=0,
+        log_path=os.path.join(data_dir, "broker.log"),
+        extra_args=["--sync", sync, "--load-report-interval", "0", *extra],
+    )
     broker.metrics_port = 0
     broker.start()
     return broker
@@ -63,8 +68,7 @@ async def batch_lane(url: str, security: dict | None, *, duration: float, topic:
     if security:
         builder = builder.with_tls(security["ca"]).with_token(security["token"])
     client = builder.build()
-    producer = (client.new_producer().with_topic(topic).with_name("bench").with_reliable()
-                .with_max_in_flight(8).build())
+    producer = client.new_producer().with_topic(topic).with_name("bench").with_reliable().with_max_in_flight(8).build()
     await producer.create()
     batch = [b"\x00" * 100] * 1000
     pending: list = []
@@ -122,8 +126,10 @@ async def unary_in_process(url: str, security: dict | None, *, duration: float, 
     else:
         channel = grpc.aio.insecure_channel(address_of(url))
     stub = pb_grpc.ProducerServiceStub(channel)
-    answer = await stub.CreateProducer(pb.ProducerRequest(request_id=1, producer_name="bench", topic_name=topic,
-                                                          dispatch_strategy=pb.Reliable), metadata=metadata)
+    answer = await stub.CreateProducer(
+        pb.ProducerRequest(request_id=1, producer_name="bench", topic_name=topic, dispatch_strategy=pb.Reliable),
+        metadata=metadata,
+    )
     counted = [0]
     deadline = time.perf_counter() + 0.5 + duration
     measure_from = deadline - duration
@@ -133,8 +139,15 @@ async def unary_in_process(url: str, security: dict | None, *, duration: float, 
             t0 = time.perf_counter()
             if t0 >= deadline:
                 return
-            await stub.SendMessage(pb.StreamMessage(request_id=1, msg_id=pb.MsgID(producer_id=answer.producer_id),
-                                                    payload=b"\x00" * 100, producer_name="bench"), metadata=metadata)
+            await stub.SendMessage(
+                pb.StreamMessage(
+                    request_id=1,
+                    msg_id=pb.MsgID(producer_id=answer.producer_id),
+                    payload=b"\x00" * 100,
+                    producer_name="bench",
+                ),
+                metadata=metadata,
+            )
             if t0 >= measure_from:
                 counted[0] += 1
 
@@ -173,9 +186,20 @@ def main(argv=None) -> int:
             os.makedirs(os.path.join(tmp, "plain"))
             os.makedirs(os.path.join(tmp, "secure"))
             brokers["plain"] = start_broker(os.path.join(tmp, "plain"), [], args.sync)
-            brokers["secure"] = start_broker(os.path.join(tmp, "secure"), [
-                "--tls-cert", pki.server.cert, "--tls-key", pki.server.key, "--jwt-secret-file", secret_file,
-                "--super-admin", "bench"], args.sync)
+            brokers["secure"] = start_broker(
+                os.path.join(tmp, "secure"),
+                [
+                    "--tls-cert",
+                    pki.server.cert,
+                    "--tls-key",
+                    pki.server.key,
+                    "--jwt-secret-file",
+                    secret_file,
+                    "--super-admin",
+                    "bench",
+                ],
+                args.sync,
+            )
             rates: dict = {(kind, mode): [] for kind in ("batch", "unary") for mode in ("plain", "secure")}
             cpu_per_call: dict = {"plain": [], "secure": []}
             for round_no in range(args.rounds):
@@ -183,8 +207,9 @@ def main(argv=None) -> int:
                     broker = brokers[mode]
                     sec = security if mode == "secure" else None
                     print(f"round {round_no + 1}/{args.rounds}: {mode} batch lane", file=sys.stderr, flush=True)
-                    res = asyncio.run(batch_lane(broker.url, sec, duration=args.duration,
-                                                 topic=f"/default/batch-{round_no}"))
+                    res = asyncio.run(
+                        batch_lane(broker.url, sec, duration=args.duration, topic=f"/default/batch-{round_no}")
+                    )
                     rates[("batch", mode)].append(res["rate"])
                     print(f"round {round_no + 1}/{args.rounds}: {mode} unary", file=sys.stderr, flush=True)
                     cpu_before = cpu_seconds(broker.proc.pid)
@@ -201,27 +226,45 @@ def main(argv=None) -> int:
     med = {key: statistics.median(values) for key, values in rates.items()}
     result = {
         "command": "python -m bench.security_overhead " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "sync": args.sync, "rounds": args.rounds, "duration_s": args.duration, "unary_driver": driver,
-        "batch_lane_msg_s": {"plain": med[("batch", "plain")], "tls_jwt": med[("batch", "secure")],
-                             "rounds_plain": rates[("batch", "plain")], "rounds_tls_jwt": rates[("batch", "secure")]},
-        "unary_calls_s": {"plain": med[("unary", "plain")], "tls_jwt": med[("unary", "secure")],
-                          "rounds_plain": rates[("unary", "plain")], "rounds_tls_jwt": rates[("unary", "secure")]},
+        "sync": args.sync,
+        "rounds": args.rounds,
+        "duration_s": args.duration,
+        "unary_driver": driver,
+        "batch_lane_msg_s": {
+            "plain": med[("batch", "plain")],
+            "tls_jwt": med[("batch", "secure")],
+            "rounds_plain": rates[("batch", "plain")],
+            "rounds_tls_jwt": rates[("batch", "secure")],
+        },
+        "unary_calls_s": {
+            "plain": med[("unary", "plain")],
+            "tls_jwt": med[("unary", "secure")],
+            "rounds_plain": rates[("unary", "plain")],
+            "rounds_tls_jwt": rates[("unary", "secure")],
+        },
     }
     result["unary_broker_cpu_us_per_call"] = {
         "plain": round(statistics.median(cpu_per_call["plain"]), 1),
         "tls_jwt": round(statistics.median(cpu_per_call["secure"]), 1),
-        "note": "broker process CPU over the whole driver run (connection set-up included) / calls"}
+        "note": "broker process CPU over the whole driver run (connection set-up included) / calls",
+    }
     result["batch_lane_ratio"] = round(med[("batch", "secure")] / med[("batch", "plain")], 3)
     result["unary_ratio"] = round(med[("unary", "secure")] / med[("unary", "plain")], 3)
-    result["targets_met"] = {"batch_lane>=0.80": result["batch_lane_ratio"] >= 0.80,
-                             "unary>=0.60": result["unary_ratio"] >= 0.60}
+    result["targets_met"] = {
+        "batch_lane>=0.80": result["batch_lane_ratio"] >= 0.80,
+        "unary>=0.60": result["unary_ratio"] >= 0.60,
+    }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"batch lane (acked msg/s, median of {args.rounds}): plain {med[('batch', 'plain')]:,.0f}, "
-              f"TLS+JWT {med[('batch', 'secure')]:,.0f} -> {result['batch_lane_ratio']:.0%} (target >= 80%)")
-        print(f"unary SendMessage x64 ({driver}): plain {med[('unary', 'plain')]:,.0f} calls/s, "
-              f"TLS+JWT {med[('unary', 'secure')]:,.0f} -> {result['unary_ratio']:.0%} (target >= 60%)")
+        print(
+            f"batch lane (acked msg/s, median of {args.rounds}): plain {med[('batch', 'plain')]:,.0f}, "
+            f"TLS+JWT {med[('batch', 'secure')]:,.0f} -> {result['batch_lane_ratio']:.0%} (target >= 80%)"
+        )
+        print(
+            f"unary SendMessage x64 ({driver}): plain {med[('unary', 'plain')]:,.0f} calls/s, "
+            f"TLS+JWT {med[('unary', 'secure')]:,.0f} -> {result['unary_ratio']:.0%} (target >= 60%)"
+        )
         cpu = result["unary_broker_cpu_us_per_call"]
         print(f"broker CPU per unary call: plain {cpu['plain']:.0f} us, TLS+JWT {cpu['tls_jwt']:.0f} us")
     return 0

@@ -25,8 +25,13 @@ async def main(a) -> dict:
     if a.token:
         builder = builder.with_token(a.token)
     client = await builder.build()
-    producer = (client.new_producer().with_topic(a.topic).with_name("security-bench")
-                .with_dispatch_strategy(DispatchStrategy.RELIABLE).build())
+    producer = (
+        client.new_producer()
+        .with_topic(a.topic)
+        .with_name("security-bench")
+        .with_dispatch_strategy(DispatchStrategy.RELIABLE)
+        .build()
+    )
     await producer.create()
     payload = b"\x00" * a.message_size
     perf = time.perf_counter

@@ -88,15 +88,15 @@ def plain_python_reader(buf) -> list[tuple]:
         b = pos + 16
         publish_time, producer_id, flags, _r, attr_count, key_len = _FIXED.unpack_from(mv, b)
         p = b + 22
-        key = bytes(mv[p:p + key_len]).decode() if flags & 1 else None
+        key = bytes(mv[p : p + key_len]).decode() if flags & 1 else None
         p += key_len
         attrs = {}
         for _ in range(attr_count):
             (nl,) = _U16.unpack_from(mv, p)
-            name = bytes(mv[p + 2:p + 2 + nl]).decode()
+            name = bytes(mv[p + 2 : p + 2 + nl]).decode()
             p += 2 + nl
             (vl,) = _U32.unpack_from(mv, p)
-            attrs[name] = bytes(mv[p + 4:p + 4 + vl]).decode()
+            attrs[name] = bytes(mv[p + 4 : p + 4 + vl]).decode()
             p += 4 + vl
         end = b + body_len
         out.append((offset, publish_time, producer_id, key, attrs, bytes(mv[p:end])))
@@ -122,8 +122,15 @@ def plain_python_source(paths: list[str]):
             with open(partition.value, "rb") as f:
                 buf = f.read()
             for offset, publish_time, producer_id, key, attrs, payload in plain_python_reader(buf):
-                yield (TOPIC, offset, datetime.datetime.fromtimestamp(publish_time / 1000, tz=utc),
-                       producer_id, key, attrs, payload)
+                yield (
+                    TOPIC,
+                    offset,
+                    datetime.datetime.fromtimestamp(publish_time / 1000, tz=utc),
+                    producer_id,
+                    key,
+                    attrs,
+                    payload,
+                )
 
     class PlainPythonSegments(DataSource):
         @classmethod
@@ -131,8 +138,10 @@ def plain_python_source(paths: list[str]):
             return "danube_plain_python_baseline"
 
         def schema(self):
-            return ("topic string, offset long, publish_time timestamp, producer_id long, "
-                    "routing_key string, attributes map<string,string>, payload binary")
+            return (
+                "topic string, offset long, publish_time timestamp, producer_id long, "
+                "routing_key string, attributes map<string,string>, payload binary"
+            )
 
         def reader(self, schema):
             return PlainPythonReader(paths)
@@ -213,8 +222,10 @@ def main() -> int:
         records = sum(d.record_count for d in descs)
         mb = total / 1e6
         impl = "compiled" if _native.extensions_loaded().get("frame") else "pure-Python"
-        print(f"{len(descs)} segments, {records} records, {mb:.1f} MB, payload {args.payload} B, "
-              f"codec {impl} (crc32c {frames.crc32c_implementation()})")
+        print(
+            f"{len(descs)} segments, {records} records, {mb:.1f} MB, payload {args.payload} B, "
+            f"codec {impl} (crc32c {frames.crc32c_implementation()})"
+        )
 
         def baseline():
             for d in descs:  # same I/O as the data source: read the segment, then decode
@@ -234,15 +245,19 @@ def main() -> int:
         t_decode = best_of(decode, args.repeat)
         print("(a) in process, one core")
         print(f"    baseline  plain-Python reader      {mb / t_base:8.1f} MB/s  {records / t_base / 1e6:6.2f} M rec/s")
-        print(f"    decode    data source              {mb / t_decode:8.1f} MB/s  {records / t_decode / 1e6:6.2f} M rec/s"
-              f"   {t_base / t_decode:5.1f}x baseline")
+        print(
+            f"    decode    data source              {mb / t_decode:8.1f} MB/s  {records / t_decode / 1e6:6.2f} M rec/s"
+            f"   {t_base / t_decode:5.1f}x baseline"
+        )
         ok_decode = mb / t_decode >= 100 and t_base / t_decode >= 5
         ok_spark = True
         if not args.no_spark:
             ok_spark = run_spark(args, root, descs, records, mb)
-        print(f"targets (≥ 5x the plain-Python reader, ≥ 100 MB/s per core): in process "
-              f"{'met' if ok_decode else 'NOT met'}"
-              + ("" if args.no_spark else f"; through Spark local[1] {'met' if ok_spark else 'NOT met'}"))
+        print(
+            f"targets (≥ 5x the plain-Python reader, ≥ 100 MB/s per core): in process "
+            f"{'met' if ok_decode else 'NOT met'}"
+            + ("" if args.no_spark else f"; through Spark local[1] {'met' if ok_spark else 'NOT met'}")
+        )
         return 0
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -256,9 +271,13 @@ def run_spark(args, root: str, descs, records: int, mb: float) -> bool:
 
     import danube.spark
 
-    spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "1").config("spark.ui.showConsoleProgress", "false")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     try:
         danube.spark.register(spark)
@@ -283,12 +302,13 @@ def run_spark(args, root: str, descs, records: int, mb: float) -> bool:
         assert spark.read.format("danube_plain_python_baseline").load().count() == records
         assert danube_df().count() == records
         cases = [
-            ("spark baseline: plain-Python rows → noop",
-             lambda: to_noop(spark.read.format("danube_plain_python_baseline").load())),
+            (
+                "spark baseline: plain-Python rows → noop",
+                lambda: to_noop(spark.read.format("danube_plain_python_baseline").load()),
+            ),
             ("danube → noop", lambda: to_noop(danube_df())),
             ("danube packSegments → noop", lambda: to_noop(danube_df(packSegments="true"))),
-            ("danube .schema(offset, payload) → noop",
-             lambda: to_noop(danube_df("offset long, payload binary"))),
+            ("danube .schema(offset, payload) → noop", lambda: to_noop(danube_df("offset long, payload binary"))),
             ("danube → count()", lambda: danube_df().count()),
             ("danube → toArrow()", lambda: danube_df().toArrow()),
             ("danube → mapInArrow → noop", lambda: to_noop(danube_df().mapInArrow(count_batches, "rows long"))),
@@ -301,8 +321,10 @@ def run_spark(args, root: str, descs, records: int, mb: float) -> bool:
             ratio = "" if name == cases[0][0] else f"   {results[cases[0][0]] / wall:5.1f}x spark baseline"
             print(f"    {name:40s} {mb / wall:8.1f}  {mb / (jvm + python):8.1f}   {jvm:8.2f}   {python:8.2f}{ratio}")
         wall, jvm, python = run.measure(lambda: to_noop(danube_df(startOffset=str(records))), args.repeat)
-        print(f"    fixed cost of one query (empty range): {wall:.2f} s wall, {jvm:.2f} s JVM CPU, "
-              f"{python:.2f} s Python CPU")
+        print(
+            f"    fixed cost of one query (empty range): {wall:.2f} s wall, {jvm:.2f} s JVM CPU, "
+            f"{python:.2f} s Python CPU"
+        )
         base, ours = results[cases[0][0]], results["danube → noop"]
         return mb / ours >= 100 and base / ours >= 5
     finally:

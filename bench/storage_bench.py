@@ -45,8 +45,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
 from danube import _native, frames  # noqa: E402
-from danube.processes import cpu_seconds, free_port, stop_process, wait_for_port  # noqa: E402
 from danube.metadata.embedded import EmbeddedMetadataStore  # noqa: E402
+from danube.processes import cpu_seconds, free_port, stop_process, wait_for_port  # noqa: E402
 from danube.storage.backends import FilesystemBackend, S3Backend  # noqa: E402
 from danube.storage.catalog import SegmentCatalog  # noqa: E402
 from danube.storage.exporter import SegmentExporter  # noqa: E402
@@ -166,7 +166,9 @@ async def _measure(backend, wal: Wal, metadata, label: str, repeats: int, server
     raw_rate = statistics.median(raw_rates)
     read_ratio = statistics.median(ratios)
     return {
-        "backend": label, "segments": len(descs), "bytes": seg_bytes,
+        "backend": label,
+        "segments": len(descs),
+        "bytes": seg_bytes,
         "export_mb_s": seg_bytes / MB / export_s,
         "tiered_read_mb_s": read_rate,
         "local_file_read_mb_s": local_rate,
@@ -185,8 +187,11 @@ async def _measure(backend, wal: Wal, metadata, label: str, repeats: int, server
 
 
 def _start_moto(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for_port(port, proc)
     except RuntimeError:
@@ -202,8 +207,9 @@ async def main_async(args) -> list[dict]:
     try:
         metadata = EmbeddedMetadataStore(os.path.join(work, "metadata.db"))
         wal = _fill_wal(os.path.join(work, "wal-fs"), args.mb * MB, args.segment_mb * MB, args.payload)
-        results.append(await _measure(FilesystemBackend(os.path.join(work, "shared")), wal, metadata,
-                                      "shared_fs", args.repeats))
+        results.append(
+            await _measure(FilesystemBackend(os.path.join(work, "shared")), wal, metadata, "shared_fs", args.repeats)
+        )
         wal.close()
         if not args.no_s3:
             port = free_port()
@@ -211,10 +217,14 @@ async def main_async(args) -> list[dict]:
             endpoint = f"http://127.0.0.1:{port}"
             import boto3
 
-            boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="bench",
-                         aws_secret_access_key="bench").create_bucket(Bucket="danube-bench")
-            backend = S3Backend("danube-bench", "history", endpoint=endpoint, access_key="bench",
-                                secret_key="bench")
+            boto3.client(
+                "s3",
+                endpoint_url=endpoint,
+                region_name="us-east-1",
+                aws_access_key_id="bench",
+                aws_secret_access_key="bench",
+            ).create_bucket(Bucket="danube-bench")
+            backend = S3Backend("danube-bench", "history", endpoint=endpoint, access_key="bench", secret_key="bench")
             wal = _fill_wal(os.path.join(work, "wal-s3"), args.s3_mb * MB, args.segment_mb * MB, args.payload)
             results.append(await _measure(backend, wal, metadata, "object_store", args.repeats, moto.pid))
             wal.close()
@@ -232,26 +242,42 @@ def main() -> int:
     parser.add_argument("--s3-mb", type=int, default=64, help="MiB of frames for the S3 run (default 64)")
     parser.add_argument("--segment-mb", type=int, default=16, help="WAL file / segment size (default 16)")
     parser.add_argument("--payload", type=int, default=1024, help="payload bytes per message (default 1024)")
-    parser.add_argument("--repeats", type=int, default=5,
-                        help="timed read passes of each side, alternated; medians are reported (default 5)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="timed read passes of each side, alternated; medians are reported (default 5)",
+    )
     parser.add_argument("--no-s3", action="store_true", help="skip the moto S3 run")
     args = parser.parse_args()
     results = asyncio.run(main_async(args))
-    header = f"{'backend':<13}{'segments':>9}{'MiB':>8}{'export MB/s':>13}{'tiered MB/s':>13}" \
-             f"{'local MB/s':>12}{'read ratio':>12}{'target':>8}{'raw GET MB/s':>14}{'vs raw':>8}"
+    header = (
+        f"{'backend':<13}{'segments':>9}{'MiB':>8}{'export MB/s':>13}{'tiered MB/s':>13}"
+        f"{'local MB/s':>12}{'read ratio':>12}{'target':>8}{'raw GET MB/s':>14}{'vs raw':>8}"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
-        print(f"{r['backend']:<13}{r['segments']:>9}{r['bytes'] / MB:>8.0f}{r['export_mb_s']:>13.0f}"
-              f"{r['tiered_read_mb_s']:>13.0f}{r['local_file_read_mb_s']:>12.0f}{r['read_ratio']:>11.0%}"
-              f"{'  ok' if r['meets_target'] else '  MISS':>8}{r['backend_raw_get_mb_s']:>14.0f}"
-              f"{r['read_ratio_vs_raw_backend']:>7.0%}")
+        print(
+            f"{r['backend']:<13}{r['segments']:>9}{r['bytes'] / MB:>8.0f}{r['export_mb_s']:>13.0f}"
+            f"{r['tiered_read_mb_s']:>13.0f}{r['local_file_read_mb_s']:>12.0f}{r['read_ratio']:>11.0%}"
+            f"{'  ok' if r['meets_target'] else '  MISS':>8}{r['backend_raw_get_mb_s']:>14.0f}"
+            f"{r['read_ratio_vs_raw_backend']:>7.0%}"
+        )
     out_dir = os.path.join(HERE, "out")
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"storage_bench-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(path, "w") as f:
-        json.dump({"args": vars(args), "extensions": _native.extensions_loaded(),
-                   "crc32c": frames.crc32c_implementation(), "results": results}, f, indent=2)
+        json.dump(
+            {
+                "args": vars(args),
+                "extensions": _native.extensions_loaded(),
+                "crc32c": frames.crc32c_implementation(),
+                "results": results,
+            },
+            f,
+            indent=2,
+        )
     print(f"\nwritten {path}")
     return 0 if all(r["meets_target"] for r in results) else 1
 

@@ -76,11 +76,13 @@ def measure(reps: int, n: int, size: int, directory: str) -> dict:
                 lp = loop_run(directory, i, n, payload)
             wal_ns.append(w)
             loop_ns.append(lp)
-            ratios.append(lp / w)   # rate ratio: WAL rec/s over loop rec/s
+            ratios.append(lp / w)  # rate ratio: WAL rec/s over loop rec/s
     finally:
         gc.enable()
     return {
-        "records": n, "size": size, "reps": reps,
+        "records": n,
+        "size": size,
+        "reps": reps,
         "wal_rec_s_median": n * 1e9 / statistics.median(wal_ns),
         "wal_rec_s_best": n * 1e9 / min(wal_ns),
         "loop_rec_s_median": n * 1e9 / statistics.median(loop_ns),
@@ -114,14 +116,22 @@ def main() -> None:
     if args.json:
         print(json.dumps(r))
         return
-    print(f"{r['tree']}: {args.reps} x {args.records:,} records of {args.size} B, "
-          f"load {' '.join(f'{x:.2f}' for x in r['load'])}")
-    print(f"  WAL append()  {r['wal_rec_s_median'] / 1e6:6.2f} M rec/s median, {r['wal_rec_s_best'] / 1e6:6.2f} best"
-          f"  ({r['wal_ns_per_call_best']:.0f} ns/call)")
-    print(f"  struct loop   {r['loop_rec_s_median'] / 1e6:6.2f} M rec/s median, {r['loop_rec_s_best'] / 1e6:6.2f} best"
-          f"  ({r['loop_ns_per_call_best']:.0f} ns/call)")
-    print(f"  ratio WAL/loop: median {r['ratio_median']:.2f}, min {r['ratio_min']:.2f}, "
-          f"max {r['ratio_max']:.2f}, of bests {r['ratio_of_bests']:.2f}")
+    print(
+        f"{r['tree']}: {args.reps} x {args.records:,} records of {args.size} B, "
+        f"load {' '.join(f'{x:.2f}' for x in r['load'])}"
+    )
+    print(
+        f"  WAL append()  {r['wal_rec_s_median'] / 1e6:6.2f} M rec/s median, {r['wal_rec_s_best'] / 1e6:6.2f} best"
+        f"  ({r['wal_ns_per_call_best']:.0f} ns/call)"
+    )
+    print(
+        f"  struct loop   {r['loop_rec_s_median'] / 1e6:6.2f} M rec/s median, {r['loop_rec_s_best'] / 1e6:6.2f} best"
+        f"  ({r['loop_ns_per_call_best']:.0f} ns/call)"
+    )
+    print(
+        f"  ratio WAL/loop: median {r['ratio_median']:.2f}, min {r['ratio_min']:.2f}, "
+        f"max {r['ratio_max']:.2f}, of bests {r['ratio_of_bests']:.2f}"
+    )
 
 
 if __name__ == "__main__":

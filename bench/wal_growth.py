@@ -61,8 +61,13 @@ def measure(directory: str, mode: str, appends: int, chunk: int, size: int) -> d
             lat.append((time.perf_counter() - t0) * 1000)
             pos += chunk
         lat.sort()
-        return {"p50_ms": statistics.median(lat), "p99_ms": lat[int(len(lat) * 0.99) - 1], "max_ms": lat[-1],
-                "disk_mib": os.fstat(fd).st_blocks * 512 / (1 << 20), "data_mib": pos / (1 << 20)}
+        return {
+            "p50_ms": statistics.median(lat),
+            "p99_ms": lat[int(len(lat) * 0.99) - 1],
+            "max_ms": lat[-1],
+            "disk_mib": os.fstat(fd).st_blocks * 512 / (1 << 20),
+            "data_mib": pos / (1 << 20),
+        }
     finally:
         os.close(fd)
         os.unlink(path)
@@ -85,8 +90,14 @@ def measure_wal(directory: str, appends: int, chunk: int, size: int) -> dict:
 
     shutil.rmtree(path)
     lat.sort()
-    return {"p50_ms": statistics.median(lat), "p99_ms": lat[int(len(lat) * 0.99) - 1], "max_ms": lat[-1],
-            "disk_mib": disk / (1 << 20), "data_mib": appends * chunk / (1 << 20), "rotations": rotations}
+    return {
+        "p50_ms": statistics.median(lat),
+        "p99_ms": lat[int(len(lat) * 0.99) - 1],
+        "max_ms": lat[-1],
+        "disk_mib": disk / (1 << 20),
+        "data_mib": appends * chunk / (1 << 20),
+        "rotations": rotations,
+    }
 
 
 def main() -> None:
@@ -104,21 +115,27 @@ def main() -> None:
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         import danube
 
-        print(f"WAL ({os.path.dirname(danube.__file__)}): {args.appends} x {args.chunk_kib} KiB sync=always, "
-              f"{args.file_mib} MiB files, {med['rotations']:.0f} rotations: p50 {med['p50_ms']:.3f}  "
-              f"p99 {med['p99_ms']:.3f}  max {med['max_ms']:.3f} ms  (load {os.getloadavg()[0]:.1f})")
+        print(
+            f"WAL ({os.path.dirname(danube.__file__)}): {args.appends} x {args.chunk_kib} KiB sync=always, "
+            f"{args.file_mib} MiB files, {med['rotations']:.0f} rotations: p50 {med['p50_ms']:.3f}  "
+            f"p99 {med['p99_ms']:.3f}  max {med['max_ms']:.3f} ms  (load {os.getloadavg()[0]:.1f})"
+        )
         return
     out: dict[str, list] = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory(dir=args.dir or ".") as d:
         for _ in range(args.rounds):
             for mode in MODES:
                 out[mode].append(measure(d, mode, args.appends, args.chunk_kib << 10, args.file_mib << 20))
-    print(f"{args.appends} appends of {args.chunk_kib} KiB + fdatasync each, {args.file_mib} MiB file, "
-          f"{args.rounds} rounds (medians); load {os.getloadavg()[0]:.1f}")
+    print(
+        f"{args.appends} appends of {args.chunk_kib} KiB + fdatasync each, {args.file_mib} MiB file, "
+        f"{args.rounds} rounds (medians); load {os.getloadavg()[0]:.1f}"
+    )
     for mode, runs in out.items():
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        print(f"  {mode:10s} p50 {med['p50_ms']:.3f}  p99 {med['p99_ms']:.3f}  max {med['max_ms']:.3f} ms   "
-              f"disk {med['disk_mib']:.1f} MiB for {med['data_mib']:.1f} MiB of data")
+        print(
+            f"  {mode:10s} p50 {med['p50_ms']:.3f}  p99 {med['p99_ms']:.3f}  max {med['max_ms']:.3f} ms   "
+            f"disk {med['disk_mib']:.1f} MiB for {med['data_mib']:.1f} MiB of data"
+        )
     os.makedirs("bench/out", exist_ok=True)
     with open(f"bench/out/wal_growth-{int(time.time())}.json", "w") as f:
         json.dump({"args": vars(args), "runs": out}, f, indent=1)

@@ -29,7 +29,7 @@ def run(directory: str, kind: str, chunk: int) -> float:
             t = time.perf_counter()
             pos = 0
             for _ in range(n):
-                mm[pos:pos + chunk] = buf
+                mm[pos : pos + chunk] = buf
                 pos += chunk
             dt = time.perf_counter() - t
             mm.close()

@@ -44,7 +44,7 @@ def write(path: str, mib: int, page_cache_bytes) -> list[float]:
             wal.append_frames(buf)
             took.append(time.perf_counter() - t)
             wal.sync()
-    return took[STEADY_AFTER // len(batch):]
+    return took[STEADY_AFTER // len(batch) :]
 
 
 def main() -> None:
@@ -63,15 +63,20 @@ def main() -> None:
         write(fill, args.fill_mb, None)
         results: dict[str, list[float]] = {"page cache left to the OS": [], "128 MiB window (default)": []}
         for r in range(args.rounds):
-            for (label, keep) in zip(results, (None, 128 << 20)):
+            for label, keep in zip(results, (None, 128 << 20)):
                 path = os.path.join(root, f"r{r}-{'os' if keep is None else 'window'}")
                 took = write(path, args.mb, keep)
                 results[label].append(statistics.median(took) * 1000)
-                print(f"round {r + 1}: {label}: {results[label][-1]:.3f} ms per ~256 KiB append "
-                      f"(p99 {sorted(took)[int(len(took) * 0.99)] * 1000:.3f} ms)", flush=True)
+                print(
+                    f"round {r + 1}: {label}: {results[label][-1]:.3f} ms per ~256 KiB append "
+                    f"(p99 {sorted(took)[int(len(took) * 0.99)] * 1000:.3f} ms)",
+                    flush=True,
+                )
         base, window = (statistics.median(v) for v in results.values())
-        print(f"median ms per append: left to the OS {base:.3f}, window {window:.3f}; "
-              f"the window's appends take {window / base:.2f}x the time")
+        print(
+            f"median ms per append: left to the OS {base:.3f}, window {window:.3f}; "
+            f"the window's appends take {window / base:.2f}x the time"
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

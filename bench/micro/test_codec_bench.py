@@ -21,9 +21,12 @@ try:
 except ImportError:  # pragma: no cover - benchmarks need the build
     compiled = None
 
-IMPLS = [pytest.param(compiled, id="compiled",
-                      marks=pytest.mark.skipif(compiled is None, reason="danube._core.frame not built")),
-         pytest.param(pure, id="pure")]
+IMPLS = [
+    pytest.param(
+        compiled, id="compiled", marks=pytest.mark.skipif(compiled is None, reason="danube._core.frame not built")
+    ),
+    pytest.param(pure, id="pure"),
+]
 SIZES = [100, 1024]
 BATCH_BYTES = 1 << 20  # about 1 MiB of payload per batch
 
@@ -56,8 +59,9 @@ def _slow_rounds(benchmark, impl, call):
 def test_encode_payloads(benchmark, impl, workload):
     size, payloads, batch = workload
     benchmark.group = f"encode_payloads {size}B"
-    out = _slow_rounds(benchmark, impl, lambda: impl.encode_payloads(
-        payloads, publish_time=1_700_000_000_000, producer_id=7))
+    out = _slow_rounds(
+        benchmark, impl, lambda: impl.encode_payloads(payloads, publish_time=1_700_000_000_000, producer_id=7)
+    )
     assert out == batch
     _record_rates(benchmark, len(payloads), len(batch))
 

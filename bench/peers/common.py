@@ -5,10 +5,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from danube.processes import free_port, server_process, wait_for_port  # noqa: F401  (re-exported for the peers)
 from danube.cli.bench import percentiles  # noqa: F401  (one latency summary for danube bench and the peers)
+from danube.processes import free_port, server_process, wait_for_port  # noqa: F401  (re-exported for the peers)
 
-STAMP = struct.Struct("<d")   # perf_counter at send, first 8 bytes of every payload
+STAMP = struct.Struct("<d")  # perf_counter at send, first 8 bytes of every payload
 
 # At a rate every system sends once per PEER_PACE_MS, carrying that interval's messages. Pacing by
 # time, not by a message count, is the rule all rows share; it is also what danube.client's defaults
@@ -36,12 +36,12 @@ def sent_at(data) -> float | None:
 @dataclass
 class PeerResult:
     system: str
-    mode: str                       # "max" or "rate=<n>"
+    mode: str  # "max" or "rate=<n>"
     sent: int = 0
     delivered: int = 0
     seconds: float = 0.0
-    end_to_end_rate: float = 0.0    # messages delivered / s
-    publish_rate: float = 0.0       # messages acked / s
+    end_to_end_rate: float = 0.0  # messages delivered / s
+    publish_rate: float = 0.0  # messages acked / s
     deliver_latency_ms: dict = field(default_factory=dict)
     ack_latency_ms: dict = field(default_factory=dict)
     note: str = ""

@@ -37,23 +37,52 @@ def client_venv_python() -> tuple[str | None, str]:
         return None, f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
-def drive_with_client(python: str, target: str, address: str, *, message_size: int, duration: float,
-                      concurrency: int, warmup: float = 0.5, topic: str = "/default/unary-bench") -> dict:
+def drive_with_client(
+    python: str,
+    target: str,
+    address: str,
+    *,
+    message_size: int,
+    duration: float,
+    concurrency: int,
+    warmup: float = 0.5,
+    topic: str = "/default/unary-bench",
+) -> dict:
     """One run of ``unary_driver.py`` in the client venv; its JSON result."""
     from tests.support.danube_client_venv import script_env
 
-    cmd = [python, DRIVER, target, address, "--concurrency", str(concurrency), "--duration", str(duration),
-           "--warmup", str(warmup), "--message-size", str(message_size), "--topic", topic]
-    proc = subprocess.run(cmd, env=script_env(), capture_output=True, text=True, timeout=duration + 120,
-                          check=False)
+    cmd = [
+        python,
+        DRIVER,
+        target,
+        address,
+        "--concurrency",
+        str(concurrency),
+        "--duration",
+        str(duration),
+        "--warmup",
+        str(warmup),
+        "--message-size",
+        str(message_size),
+        "--topic",
+        topic,
+    ]
+    proc = subprocess.run(cmd, env=script_env(), capture_output=True, text=True, timeout=duration + 120, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"unary driver {target} {address} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
     return json.loads(lines[-1])
 
 
-async def drive_in_process(target: str, address: str, *, message_size: int, duration: float,
-                           concurrency: int, topic: str = "/default/unary-bench") -> dict:
+async def drive_in_process(
+    target: str,
+    address: str,
+    *,
+    message_size: int,
+    duration: float,
+    concurrency: int,
+    topic: str = "/default/unary-bench",
+) -> dict:
     """The fallback driver: this repo's stubs, one unary call per message, same worker loop."""
     from danube.client.client import address_of
     from danube.proto.danube import DanubeApi_pb2 as pb
@@ -69,17 +98,27 @@ async def drive_in_process(target: str, address: str, *, message_size: int, dura
     else:
         channel = grpc.aio.insecure_channel(address_of(address))
         stub = pb_grpc.ProducerServiceStub(channel)
-        answer = await stub.CreateProducer(pb.ProducerRequest(
-            request_id=1, producer_name="unary-driver", topic_name=topic, dispatch_strategy=pb.Reliable))
+        answer = await stub.CreateProducer(
+            pb.ProducerRequest(
+                request_id=1, producer_name="unary-driver", topic_name=topic, dispatch_strategy=pb.Reliable
+            )
+        )
         producer_id = answer.producer_id
         request_ids = iter(range(2, 1 << 62))
 
         def send_one():
-            return stub.SendMessage(pb.StreamMessage(
-                request_id=next(request_ids), msg_id=pb.MsgID(producer_id=producer_id, topic_name=topic),
-                payload=data, publish_time=int(time.time() * 1000), producer_name="unary-driver"))
+            return stub.SendMessage(
+                pb.StreamMessage(
+                    request_id=next(request_ids),
+                    msg_id=pb.MsgID(producer_id=producer_id, topic_name=topic),
+                    payload=data,
+                    publish_time=int(time.time() * 1000),
+                    producer_name="unary-driver",
+                )
+            )
+
     try:
-        await unary_rate(send_one, duration=0.5, concurrency=concurrency)   # warm-up, not counted
+        await unary_rate(send_one, duration=0.5, concurrency=concurrency)  # warm-up, not counted
         calls, seconds = await unary_rate(send_one, duration=duration, concurrency=concurrency)
     finally:
         await channel.close()

@@ -34,17 +34,21 @@ def _danube_echo_handlers(port: int) -> list:
 
     class Producers(pb_grpc.ProducerServiceServicer):
         async def CreateProducer(self, request, context):
-            return pb.ProducerResponse(request_id=request.request_id, producer_id=1,
-                                       producer_name=request.producer_name)
+            return pb.ProducerResponse(
+                request_id=request.request_id, producer_id=1, producer_name=request.producer_name
+            )
 
         async def SendMessage(self, request, context):
             return pb.MessageResponse(request_id=request.request_id)
 
     class Discovery(pb_grpc.DiscoveryServicer):
         async def TopicLookup(self, request, context):
-            return pb.TopicLookupResponse(request_id=request.request_id,
-                                          response_type=pb.TopicLookupResponse.Connect,
-                                          connect_url=url, broker_url=url)
+            return pb.TopicLookupResponse(
+                request_id=request.request_id,
+                response_type=pb.TopicLookupResponse.Connect,
+                connect_url=url,
+                broker_url=url,
+            )
 
         async def TopicPartitions(self, request, context):
             return pb.TopicPartitionsResponse(request_id=request.request_id, partitions=[request.topic])
@@ -53,17 +57,18 @@ def _danube_echo_handlers(port: int) -> list:
         async def HealthCheck(self, request, context):
             return pb.HealthCheckResponse(status=pb.HealthCheckResponse.OK)
 
-    return [(pb_grpc.add_ProducerServiceServicer_to_server, Producers()),
-            (pb_grpc.add_DiscoveryServicer_to_server, Discovery()),
-            (pb_grpc.add_HealthCheckServicer_to_server, Health())]
+    return [
+        (pb_grpc.add_ProducerServiceServicer_to_server, Producers()),
+        (pb_grpc.add_DiscoveryServicer_to_server, Discovery()),
+        (pb_grpc.add_HealthCheckServicer_to_server, Health()),
+    ]
 
 
 async def serve(port: int) -> None:
     async def echo(request: bytes, context) -> bytes:
         return request
 
-    handler = grpc.method_handlers_generic_handler(
-        "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
+    handler = grpc.method_handlers_generic_handler("bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((handler,))
     for add, servicer in _danube_echo_handlers(port):
@@ -102,9 +107,16 @@ async def run(address: str, *, message_size: int, duration: float, concurrency: 
     data = b"\x00" * message_size
     calls, seconds = await unary_rate(lambda: call(data), duration=duration, concurrency=concurrency)
     await channel.close()
-    return PeerResult("grpc.aio unary echo", f"concurrency={concurrency}", sent=calls, delivered=calls,
-                      seconds=round(seconds, 3), publish_rate=round(calls / seconds, 1),
-                      end_to_end_rate=round(calls / seconds, 1), note="baseline for the unary Danube protocol")
+    return PeerResult(
+        "grpc.aio unary echo",
+        f"concurrency={concurrency}",
+        sent=calls,
+        delivered=calls,
+        seconds=round(seconds, 3),
+        publish_rate=round(calls / seconds, 1),
+        end_to_end_rate=round(calls / seconds, 1),
+        note="baseline for the unary Danube protocol",
+    )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,9 @@ def nats_server():
         shutil.rmtree(store, ignore_errors=True)
 
 
-async def run(url: str, *, message_size: int, duration: float, rate: float = 0.0, batch: int = 1000,
-              window: int = 4000) -> PeerResult:
+async def run(
+    url: str, *, message_size: int, duration: float, rate: float = 0.0, batch: int = 1000, window: int = 4000
+) -> PeerResult:
     import nats
     from nats.js.api import AckPolicy, ConsumerConfig, StorageType
 
@@ -39,8 +40,9 @@ async def run(url: str, *, message_size: int, duration: float, rate: float = 0.0
     with contextlib.suppress(Exception):
         await js.delete_stream(STREAM)
     await js.add_stream(name=STREAM, subjects=[SUBJECT], storage=StorageType.FILE)
-    sub = await js.pull_subscribe(SUBJECT, durable="bench", config=ConsumerConfig(
-        ack_policy=AckPolicy.ALL, max_ack_pending=-1))
+    sub = await js.pull_subscribe(
+        SUBJECT, durable="bench", config=ConsumerConfig(ack_policy=AckPolicy.ALL, max_ack_pending=-1)
+    )
     result = PeerResult("nats-jetstream", "max" if rate <= 0 else f"rate={rate:.0f}")
     deliver_lat: list[float] = []
     counts = {"sent": 0, "acked": 0, "delivered": 0}
@@ -57,7 +59,7 @@ async def run(url: str, *, message_size: int, duration: float, rate: float = 0.0
                     return last
                 continue
             now = last = perf()
-            deliver_lat.extend([now - sent_at(m.data) for m in msgs])   # every message sampled
+            deliver_lat.extend([now - sent_at(m.data) for m in msgs])  # every message sampled
             counts["delivered"] += len(msgs)
             await msgs[-1].ack()
 

@@ -21,8 +21,25 @@ STREAM, GROUP = "bench", "bench-group"
 def redis_server():
     port = free_port()
     data = tempfile.mkdtemp(prefix="redis-bench-")
-    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", data, "--appendonly", "yes",
-           "--appendfsync", "everysec", "--save", "", "--protected-mode", "yes", "--daemonize", "no"]
+    cmd = [
+        "redis-server",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        data,
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+        "--save",
+        "",
+        "--protected-mode",
+        "yes",
+        "--daemonize",
+        "no",
+    ]
     try:
         with server_process(cmd, port):
             yield f"redis://127.0.0.1:{port}"
@@ -30,8 +47,9 @@ def redis_server():
         shutil.rmtree(data, ignore_errors=True)
 
 
-async def run(url: str, *, message_size: int, duration: float, rate: float = 0.0, batch: int = 1000,
-              window: int = 4) -> PeerResult:
+async def run(
+    url: str, *, message_size: int, duration: float, rate: float = 0.0, batch: int = 1000, window: int = 4
+) -> PeerResult:
     import redis.asyncio as redis
 
     producer_conn = redis.from_url(url)
@@ -54,7 +72,7 @@ async def run(url: str, *, message_size: int, duration: float, rate: float = 0.0
                 continue
             entries = answer[0][1]
             now = last = perf()
-            deliver_lat.extend([now - sent_at(e[1][b"d"]) for e in entries])   # every message sampled
+            deliver_lat.extend([now - sent_at(e[1][b"d"]) for e in entries])  # every message sampled
             counts["delivered"] += len(entries)
             await consumer_conn.xack(STREAM, GROUP, *[e[0] for e in entries])
 

@@ -58,17 +58,25 @@ def _danube_result(sync: str, runs: list, mode: str) -> PeerResult:
         return {k: med([d.get(k) for d in per_run]) for k in keys} if per_run else {}
 
     errors = [e for r in runs for e in r.errors]
-    per_run = ", ".join(f"{r.end_to_end_rate:,.0f}/s p99 {r.deliver_latency_ms.get('p99')} ms "
-                        f"p99.9 {r.deliver_latency_ms.get('p999')} ms steal {r.machine.get('steal_pct')}% "
-                        f"I/O pressure {r.machine.get('io_pressure_pct')}%"
-                        for r in runs)
+    per_run = ", ".join(
+        f"{r.end_to_end_rate:,.0f}/s p99 {r.deliver_latency_ms.get('p99')} ms "
+        f"p99.9 {r.deliver_latency_ms.get('p999')} ms steal {r.machine.get('steal_pct')}% "
+        f"I/O pressure {r.machine.get('io_pressure_pct')}%"
+        for r in runs
+    )
     calls = f"; {runs[0].messages_per_call} msgs per send_batch" if runs and runs[0].messages_per_call else ""
-    return PeerResult(f"danube batch lane sync={sync}", mode, sent=sum(r.sent for r in runs),
-                      delivered=sum(r.delivered for r in runs), seconds=round(sum(r.elapsed_s for r in runs), 3),
-                      end_to_end_rate=med([r.end_to_end_rate for r in runs]),
-                      publish_rate=med([r.publish_rate for r in runs]),
-                      deliver_latency_ms=lat("deliver_latency_ms"), ack_latency_ms=lat("ack_latency_ms"),
-                      note=f"median of {len(runs)} runs [{per_run}]{calls}" + (f"; {'; '.join(errors[:2])}" if errors else ""))
+    return PeerResult(
+        f"danube batch lane sync={sync}",
+        mode,
+        sent=sum(r.sent for r in runs),
+        delivered=sum(r.delivered for r in runs),
+        seconds=round(sum(r.elapsed_s for r in runs), 3),
+        end_to_end_rate=med([r.end_to_end_rate for r in runs]),
+        publish_rate=med([r.publish_rate for r in runs]),
+        deliver_latency_ms=lat("deliver_latency_ms"),
+        ack_latency_ms=lat("ack_latency_ms"),
+        note=f"median of {len(runs)} runs [{per_run}]{calls}" + (f"; {'; '.join(errors[:2])}" if errors else ""),
+    )
 
 
 def run_danube(sync: str, args) -> list[PeerResult]:
@@ -84,9 +92,17 @@ def run_danube(sync: str, args) -> list[PeerResult]:
         # or more.  Capping paced calls at --batch-size made danube's calls come every 2.6 ms at
         # 385k msg/s while the peers' came every 5 ms (docs/benchmarks.md, "Half-rate point, pacing").
         batch_size = max(args.batch_size, paced_chunk(rate)) if rate > 0 else args.batch_size
-        return BenchConfig(service_url=broker.service_url, message_size=args.message_size, batch_size=batch_size,
-                           duration=args.duration, rate=rate, progress=False, max_in_flight=8,
-                           pace_ms=PEER_PACE_MS, consumer_process=args.consumer_process)
+        return BenchConfig(
+            service_url=broker.service_url,
+            message_size=args.message_size,
+            batch_size=batch_size,
+            duration=args.duration,
+            rate=rate,
+            progress=False,
+            max_in_flight=8,
+            pace_ms=PEER_PACE_MS,
+            consumer_process=args.consumer_process,
+        )
 
     with spawned_broker(sync, grpc_server=args.grpc_server) as broker, _loop_runner() as runner:
         at_max = [runner.run(run_bench(config())) for _ in range(args.repeat)]
@@ -107,14 +123,20 @@ def run_peer(name: str, args) -> list[PeerResult]:
     out = []
     with server() as url:
         with _loop_runner() as runner:
-            res = runner.run(peer.run(url, message_size=args.message_size, duration=args.duration,
-                                      batch=args.batch_size))
+            res = runner.run(
+                peer.run(url, message_size=args.message_size, duration=args.duration, batch=args.batch_size)
+            )
             out.append(res)
-    with server() as url:   # fresh server: the latency run does not read the first run's backlog
+    with server() as url:  # fresh server: the latency run does not read the first run's backlog
         with _loop_runner() as runner:
             half = res.end_to_end_rate / 2
-            out.append(runner.run(peer.run(url, message_size=args.message_size, duration=args.duration,
-                                           rate=half, batch=args.batch_size)))
+            out.append(
+                runner.run(
+                    peer.run(
+                        url, message_size=args.message_size, duration=args.duration, rate=half, batch=args.batch_size
+                    )
+                )
+            )
     return out
 
 
@@ -135,8 +157,12 @@ def run_unary(args) -> list[PeerResult]:
         for round_no in range(args.unary_rounds):
             for label, (target, address) in zip(labels, targets):
                 print(f"  unary round {round_no + 1}/{args.unary_rounds}: {label}", file=sys.stderr, flush=True)
-                kwargs = {"message_size": args.message_size, "duration": args.duration,
-                          "concurrency": args.unary_concurrency, "topic": f"/default/unary-{round_no}"}
+                kwargs = {
+                    "message_size": args.message_size,
+                    "duration": args.duration,
+                    "concurrency": args.unary_concurrency,
+                    "topic": f"/default/unary-{round_no}",
+                }
                 if python:
                     res = danube_unary.drive_with_client(python, target, address, **kwargs)
                 else:
@@ -150,11 +176,20 @@ def run_unary(args) -> list[PeerResult]:
         lat = [r.get("call_latency_ms") or {} for r in runs[label]]
         p50 = [x["p50"] for x in lat if "p50" in x]
         p99 = [x["p99"] for x in lat if "p99" in x]
-        out.append(PeerResult(
-            label, f"unary x{args.unary_concurrency}", sent=sum(r["calls"] for r in runs[label]),
-            seconds=round(sum(r["seconds"] for r in runs[label]), 3), publish_rate=rate, end_to_end_rate=rate,
-            ack_latency_ms={"p50": round(statistics.median(p50), 1), "p99": round(statistics.median(p99), 1)} if p50 else {},
-            note=f"unary, driver: {driver}; median of rates {rates}"))
+        out.append(
+            PeerResult(
+                label,
+                f"unary x{args.unary_concurrency}",
+                sent=sum(r["calls"] for r in runs[label]),
+                seconds=round(sum(r["seconds"] for r in runs[label]), 3),
+                publish_rate=rate,
+                end_to_end_rate=rate,
+                ack_latency_ms={"p50": round(statistics.median(p50), 1), "p99": round(statistics.median(p99), 1)}
+                if p50
+                else {},
+                note=f"unary, driver: {driver}; median of rates {rates}",
+            )
+        )
     return out
 
 
@@ -163,15 +198,21 @@ def table(results: list[PeerResult]) -> str:
     lines = [head, "-" * len(head)]
     for r in results:
         lat = r.deliver_latency_ms or r.ack_latency_ms or {}
-        lines.append(f"{r.system:<32} {r.mode:<14} {r.end_to_end_rate:>12,.0f} {r.publish_rate:>14,.0f} "
-                     f"{lat.get('p50', float('nan')):>15} {lat.get('p99', float('nan')):>9}")
+        lines.append(
+            f"{r.system:<32} {r.mode:<14} {r.end_to_end_rate:>12,.0f} {r.publish_rate:>14,.0f} "
+            f"{lat.get('p50', float('nan')):>15} {lat.get('p99', float('nan')):>9}"
+        )
         if r.note:
             lines.append(f"    {r.note}")
     lines.append("(p50/p99: publish->deliver for the batch-lane and peer rows, per-call latency for the unary rows)")
-    lines.append(f"(every message sampled; each system's producer and consumer in one client process, sends paced "
-                 f"every {PEER_PACE_MS:g} ms at a rate, unless --consumer-process)")
-    lines.append(f"(client process: {_allocator.described()}; the danube broker tunes its own, the echo servers "
-                 f"keep glibc's defaults)")
+    lines.append(
+        f"(every message sampled; each system's producer and consumer in one client process, sends paced "
+        f"every {PEER_PACE_MS:g} ms at a rate, unless --consumer-process)"
+    )
+    lines.append(
+        f"(client process: {_allocator.described()}; the danube broker tunes its own, the echo servers "
+        f"keep glibc's defaults)"
+    )
     return "\n".join(lines)
 
 
@@ -186,21 +227,27 @@ def verdicts(results: list[PeerResult]) -> list[str]:
             d = by.get((f"danube batch lane sync={sync}", "max"))
             if d and best.end_to_end_rate:
                 ratio = d.end_to_end_rate / best.end_to_end_rate
-                out.append(f"sync={sync}: {ratio:.1f}x the faster peer ({best.system}); target >= {target}x: "
-                           f"{'met' if ratio >= target else 'NOT met'}")
+                out.append(
+                    f"sync={sync}: {ratio:.1f}x the faster peer ({best.system}); target >= {target}x: "
+                    f"{'met' if ratio >= target else 'NOT met'}"
+                )
     for sync in ("interval", "always"):
         d = by.get((f"danube batch lane sync={sync}", "half"))
         if d and d.deliver_latency_ms:
             p99 = d.deliver_latency_ms["p99"]
-            out.append(f"sync={sync} p99 publish->deliver at half max rate: {p99} ms; target <= 10 ms: "
-                       f"{'met' if p99 <= 10 else 'NOT met'}")
+            out.append(
+                f"sync={sync} p99 publish->deliver at half max rate: {p99} ms; target <= 10 ms: "
+                f"{'met' if p99 <= 10 else 'NOT met'}"
+            )
     unary = next((r for r in results if r.system.startswith("danube SendMessage")), None)
     for echo_name in ("grpc.aio echo (Danube API)", "grpc.aio echo (raw)"):
         echo = next((r for r in results if r.system == echo_name), None)
         if echo and unary and echo.publish_rate:
             ratio = unary.publish_rate / echo.publish_rate
-            out.append(f"{unary.system}: {ratio:.0%} of the {echo_name} rate (medians, same driver and "
-                       f"concurrency); target >= 80%: {'met' if ratio >= 0.8 else 'NOT met'}")
+            out.append(
+                f"{unary.system}: {ratio:.0%} of the {echo_name} rate (medians, same driver and "
+                f"concurrency); target >= 80%: {'met' if ratio >= 0.8 else 'NOT met'}"
+            )
     return out
 
 
@@ -210,24 +257,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=1000, help="messages per batch/pipeline/fetch")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per run")
     parser.add_argument("--unary-concurrency", type=int, default=64, help="unary calls in flight (default 64)")
-    parser.add_argument("--unary-sync", choices=["always", "interval"], default="always",
-                        help="sync policy of the broker in the unary comparison (default always)")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="runs of every danube configuration; medians are reported")
-    parser.add_argument("--grpc-server", choices=GRPC_SERVERS + tuple(GRPC_SERVER_ALIASES), default=None,
-                        help="what serves the brokers' client port (default: the broker's default, native)")
-    parser.add_argument("--unary-rounds", type=int, default=5,
-                        help="interleaved rounds of the three unary targets (default 5: one round's rates "
-                             "spread by about 15%%); medians are reported")
-    parser.add_argument("--consumer-process", action="store_true",
-                        help="run danube's consumer in a child process (danube bench's default) instead of in the "
-                             "producer's process as the peers do")
-    parser.add_argument("--only", action="append", choices=["danube", "nats", "redis", "unary"],
-                        help="run only these (repeatable)")
+    parser.add_argument(
+        "--unary-sync",
+        choices=["always", "interval"],
+        default="always",
+        help="sync policy of the broker in the unary comparison (default always)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs of every danube configuration; medians are reported"
+    )
+    parser.add_argument(
+        "--grpc-server",
+        choices=GRPC_SERVERS + tuple(GRPC_SERVER_ALIASES),
+        default=None,
+        help="what serves the brokers' client port (default: the broker's default, native)",
+    )
+    parser.add_argument(
+        "--unary-rounds",
+        type=int,
+        default=5,
+        help="interleaved rounds of the three unary targets (default 5: one round's rates "
+        "spread by about 15%%); medians are reported",
+    )
+    parser.add_argument(
+        "--consumer-process",
+        action="store_true",
+        help="run danube's consumer in a child process (danube bench's default) instead of in the "
+        "producer's process as the peers do",
+    )
+    parser.add_argument(
+        "--only", action="append", choices=["danube", "nats", "redis", "unary"], help="run only these (repeatable)"
+    )
     args = parser.parse_args(argv)
     if args.repeat < 1 or args.unary_rounds < 1:
         parser.error("--repeat and --unary-rounds must be at least 1")
-    _allocator.tune()   # this one client process drives every system, so they all get it
+    _allocator.tune()  # this one client process drives every system, so they all get it
     only = set(args.only or ["danube", "nats", "redis", "unary"])
     results: list[PeerResult] = []
     skipped = []
@@ -258,8 +322,18 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(OUT_DIR, exist_ok=True)
     path = os.path.join(OUT_DIR, f"peers-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(path, "w") as f:
-        json.dump({"args": vars(args), "cpu_count": os.cpu_count(), "results": [asdict(r) for r in results],
-                   "verdicts": verdicts(results), "skipped": skipped, "machine": machine_states}, f, indent=2)
+        json.dump(
+            {
+                "args": vars(args),
+                "cpu_count": os.cpu_count(),
+                "results": [asdict(r) for r in results],
+                "verdicts": verdicts(results),
+                "skipped": skipped,
+                "machine": machine_states,
+            },
+            f,
+            indent=2,
+        )
     print(f"JSON: {os.path.relpath(path)}")
     return 0
 

@@ -50,18 +50,23 @@ async def drive(call, payload: bytes, *, concurrency: int, duration: float, warm
     def at(q: float) -> float:
         return round(latencies[min(n - 1, int(q * n))] * 1000, 3) if n else float("nan")
 
-    return {"calls": counted[0], "seconds": round(seconds, 3), "rate": round(counted[0] / seconds, 1),
-            "call_latency_ms": {"p50": at(0.5), "p99": at(0.99)}}
+    return {
+        "calls": counted[0],
+        "seconds": round(seconds, 3),
+        "rate": round(counted[0] / seconds, 1),
+        "call_latency_ms": {"p50": at(0.5), "p99": at(0.99)},
+    }
 
 
 async def run_raw(address: str, a) -> dict:
     import grpc
 
     channel = grpc.aio.insecure_channel(address)
-    call = channel.unary_unary("/bench.Echo/Echo")   # no serializers: bytes in, bytes out
+    call = channel.unary_unary("/bench.Echo/Echo")  # no serializers: bytes in, bytes out
     try:
-        return await drive(call, b"\x00" * a.message_size, concurrency=a.concurrency, duration=a.duration,
-                           warmup=a.warmup)
+        return await drive(
+            call, b"\x00" * a.message_size, concurrency=a.concurrency, duration=a.duration, warmup=a.warmup
+        )
     finally:
         await channel.close()
 
@@ -70,12 +75,18 @@ async def run_danube(url: str, a) -> dict:
     from danube import DanubeClientBuilder, DispatchStrategy
 
     client = await DanubeClientBuilder().service_url(url).build()
-    producer = (client.new_producer().with_topic(a.topic).with_name("unary-driver")
-                .with_dispatch_strategy(DispatchStrategy.RELIABLE).build())
+    producer = (
+        client.new_producer()
+        .with_topic(a.topic)
+        .with_name("unary-driver")
+        .with_dispatch_strategy(DispatchStrategy.RELIABLE)
+        .build()
+    )
     await producer.create()
     try:
-        return await drive(producer.send, b"\x00" * a.message_size, concurrency=a.concurrency,
-                           duration=a.duration, warmup=a.warmup)
+        return await drive(
+            producer.send, b"\x00" * a.message_size, concurrency=a.concurrency, duration=a.duration, warmup=a.warmup
+        )
     finally:
         await producer.close()
 

@@ -20,9 +20,9 @@ import ctypes
 import ctypes.util
 import os
 
-MMAP_THRESHOLD = 16 * 1024 * 1024   # blocks below this come from the heap, not from mmap
-TRIM_THRESHOLD = 64 * 1024 * 1024   # free memory the heap keeps at its top before giving it back
-OPT_OUT_ENV = "DANUBE_MALLOC_TUNING"   # "0": keep glibc's defaults
+MMAP_THRESHOLD = 16 * 1024 * 1024  # blocks below this come from the heap, not from mmap
+TRIM_THRESHOLD = 64 * 1024 * 1024  # free memory the heap keeps at its top before giving it back
+OPT_OUT_ENV = "DANUBE_MALLOC_TUNING"  # "0": keep glibc's defaults
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -37,7 +37,7 @@ def _libc():
     except OSError:
         return None
     if not hasattr(libc, "gnu_get_libc_version") or not hasattr(libc, "mallopt"):
-        return None   # not glibc (musl, macOS): nothing to tune here
+        return None  # not glibc (musl, macOS): nothing to tune here
     return libc
 
 
@@ -59,10 +59,13 @@ def tune() -> str:
         libc = _libc()
         if libc is None:
             _applied = "malloc not tuned (not glibc)"
-        elif libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and libc.mallopt(
-                _M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1:
-            _applied = (f"glibc malloc: mmap_threshold {MMAP_THRESHOLD >> 20} MiB, "
-                        f"trim_threshold {TRIM_THRESHOLD >> 20} MiB")
+        elif (
+            libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+            and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+        ):
+            _applied = (
+                f"glibc malloc: mmap_threshold {MMAP_THRESHOLD >> 20} MiB, trim_threshold {TRIM_THRESHOLD >> 20} MiB"
+            )
         else:
             _applied = "malloc not tuned (mallopt refused)"
     return _applied

@@ -20,7 +20,7 @@ import gc
 import os
 
 GC_THRESHOLD = (50_000, 20, 20)
-OPT_OUT_ENV = "DANUBE_GC_TUNING"   # "0": keep CPython's defaults
+OPT_OUT_ENV = "DANUBE_GC_TUNING"  # "0": keep CPython's defaults
 
 
 def _enabled() -> bool:

@@ -15,7 +15,6 @@ import subprocess
 import time
 from typing import Iterator, Sequence
 
-
 # Ports handed out by this process: a server may not have bound its port yet when the next is asked for.
 _handed_out: set[int] = set()
 
@@ -136,8 +135,9 @@ def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> int:
 
 
 @contextlib.contextmanager
-def server_process(cmd: Sequence[str], port: int, *, log_path: str | None = None,
-                   stop_timeout: float = 15.0) -> Iterator[subprocess.Popen]:
+def server_process(
+    cmd: Sequence[str], port: int, *, log_path: str | None = None, stop_timeout: float = 15.0
+) -> Iterator[subprocess.Popen]:
     """Run a server for the block once it listens on ``port``; stop it by its own PID even on failure."""
     log = open(log_path, "wb") if log_path else None
     proc = subprocess.Popen(list(cmd), stdout=subprocess.DEVNULL if log is None else log, stderr=subprocess.STDOUT)

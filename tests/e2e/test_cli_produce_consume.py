@@ -30,20 +30,53 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 def test_produce_then_consume_with_a_subscription_made_first(broker):
     topic = f"/default/cli-{uuid.uuid4().hex[:8]}"
     # Subscribe first (a new subscription starts at the latest offset), with no messages yet.
-    first = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "s",
-                "--count", "1", "--timeout", "0.5")
+    first = run(
+        "consume",
+        "--service-url",
+        broker.url,
+        "--topic",
+        topic,
+        "--subscription",
+        "s",
+        "--count",
+        "1",
+        "--timeout",
+        "0.5",
+    )
     assert first.returncode == 3, first.stderr
     assert "only 0 of 1" in first.stderr
     produced = run("produce", "--service-url", broker.url, "--topic", topic, "--count", "250", "--size", "64")
     assert produced.returncode == 0, produced.stderr
     assert "produced 250 messages of 64 bytes" in produced.stdout
-    consumed = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "s",
-                   "--count", "250", "--timeout", "10")
+    consumed = run(
+        "consume",
+        "--service-url",
+        broker.url,
+        "--topic",
+        topic,
+        "--subscription",
+        "s",
+        "--count",
+        "250",
+        "--timeout",
+        "10",
+    )
     assert consumed.returncode == 0, consumed.stderr
     assert "consumed 250 messages (16000 bytes)" in consumed.stderr
     # everything was acked: nothing more for this subscription
-    again = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "s",
-                "--count", "1", "--timeout", "0.5")
+    again = run(
+        "consume",
+        "--service-url",
+        broker.url,
+        "--topic",
+        topic,
+        "--subscription",
+        "s",
+        "--count",
+        "1",
+        "--timeout",
+        "0.5",
+    )
     assert again.returncode == 3
 
 
@@ -53,16 +86,54 @@ def test_consume_from_earliest_reads_what_was_produced_before_it(broker):
     topic = f"/default/cli-{uuid.uuid4().hex[:8]}"
     produced = run("produce", "--service-url", broker.url, "--topic", topic, "--count", "40", "--message", "m")
     assert produced.returncode == 0, produced.stderr
-    latest = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "late",
-                 "--count", "1", "--timeout", "0.5")
+    latest = run(
+        "consume",
+        "--service-url",
+        broker.url,
+        "--topic",
+        topic,
+        "--subscription",
+        "late",
+        "--count",
+        "1",
+        "--timeout",
+        "0.5",
+    )
     assert latest.returncode == 3 and "only 0 of 1" in latest.stderr
-    earliest = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "replay",
-                   "--from", "earliest", "--count", "40", "--timeout", "10", "--print")
+    earliest = run(
+        "consume",
+        "--service-url",
+        broker.url,
+        "--topic",
+        topic,
+        "--subscription",
+        "replay",
+        "--from",
+        "earliest",
+        "--count",
+        "40",
+        "--timeout",
+        "10",
+        "--print",
+    )
     assert earliest.returncode == 0, earliest.stderr
     assert earliest.stdout.splitlines() == ["m"] * 40
     # an existing subscription keeps its cursor: --from earliest again replays nothing acked
-    again = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "replay",
-                "--from", "earliest", "--count", "1", "--timeout", "0.5")
+    again = run(
+        "consume",
+        "--service-url",
+        broker.url,
+        "--topic",
+        topic,
+        "--subscription",
+        "replay",
+        "--from",
+        "earliest",
+        "--count",
+        "1",
+        "--timeout",
+        "0.5",
+    )
     assert again.returncode == 3
     bad = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "x", "--from", "oldest")
     assert bad.returncode == 2 and "--from" in bad.stderr
@@ -70,13 +141,42 @@ def test_consume_from_earliest_reads_what_was_produced_before_it(broker):
 
 def test_consume_prints_text_payloads_on_shared_subscription(broker):
     topic = f"/default/cli-{uuid.uuid4().hex[:8]}"
-    assert run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "sh",
-               "--subscription-type", "shared", "--timeout", "0.2").returncode == 0
-    produced = run("produce", "--service-url", broker.url, "--topic", topic, "--count", "3",
-                   "--message", "hello", "--rate", "100")
+    assert (
+        run(
+            "consume",
+            "--service-url",
+            broker.url,
+            "--topic",
+            topic,
+            "--subscription",
+            "sh",
+            "--subscription-type",
+            "shared",
+            "--timeout",
+            "0.2",
+        ).returncode
+        == 0
+    )
+    produced = run(
+        "produce", "--service-url", broker.url, "--topic", topic, "--count", "3", "--message", "hello", "--rate", "100"
+    )
     assert produced.returncode == 0, produced.stderr
-    consumed = run("consume", "--service-url", broker.url, "--topic", topic, "--subscription", "sh",
-                   "--subscription-type", "shared", "--count", "3", "--timeout", "10", "--print")
+    consumed = run(
+        "consume",
+        "--service-url",
+        broker.url,
+        "--topic",
+        topic,
+        "--subscription",
+        "sh",
+        "--subscription-type",
+        "shared",
+        "--count",
+        "3",
+        "--timeout",
+        "10",
+        "--print",
+    )
     assert consumed.returncode == 0, consumed.stderr
     assert consumed.stdout.splitlines() == ["hello"] * 3
 
@@ -93,16 +193,40 @@ def test_bad_options_and_unreachable_broker_exit_codes(broker):
 def test_broker_refuses_one_port_for_two_listeners(tmp_path):
     data_dir = tmp_path / "data"
     port = str(free_port())
-    bad = run("broker", "--host", "127.0.0.1", "--port", port, "--admin-port", port, "--metrics-port", "0",
-              "--data-dir", str(data_dir), timeout=30)
+    bad = run(
+        "broker",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        port,
+        "--admin-port",
+        port,
+        "--metrics-port",
+        "0",
+        "--data-dir",
+        str(data_dir),
+        timeout=30,
+    )
     assert bad.returncode == 2
     assert f"port {port} is given as both the client and the admin port" in bad.stderr
-    assert not data_dir.exists()   # refused before anything was created
+    assert not data_dir.exists()  # refused before anything was created
 
 
 def test_bench_reports_json(broker):
-    result = run("bench", "--service-url", broker.url, "--duration", "2", "--json", "--no-progress",
-                 "--batch-size", "200", "--broker-pid", str(broker.proc.pid), timeout=120)
+    result = run(
+        "bench",
+        "--service-url",
+        broker.url,
+        "--duration",
+        "2",
+        "--json",
+        "--no-progress",
+        "--batch-size",
+        "200",
+        "--broker-pid",
+        str(broker.proc.pid),
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["acked"] > 0 and report["delivered"] == report["acked"]
@@ -115,31 +239,58 @@ def test_bench_reports_json(broker):
     assert report["broker_cpu_s"] > 0 and report["calls_per_s"] > 0
     assert report["broker_cpu_us_per_call"] == pytest.approx(report["broker_cpu_us_per_msg"] * 200, rel=0.05)
     assert report["broker_threads"] >= 1
-    machine = report["machine"]   # how busy the machine was over the measured window
+    machine = report["machine"]  # how busy the machine was over the measured window
     assert machine["load_before"] is not None and 0.0 <= machine["steal_pct"] <= 100.0
-    assert "io_pressure_pct" in machine   # None where the kernel has no /proc/pressure
+    assert "io_pressure_pct" in machine  # None where the kernel has no /proc/pressure
 
 
 def test_bench_text_output_mentions_percentiles(broker):
-    result = run("bench", "--service-url", broker.url, "--duration", "1", "--no-progress",
-                 "--rate", "20000", "--batch-size", "100", timeout=120)
+    result = run(
+        "bench",
+        "--service-url",
+        broker.url,
+        "--duration",
+        "1",
+        "--no-progress",
+        "--rate",
+        "20000",
+        "--batch-size",
+        "100",
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "end to end" in result.stdout and "publish->deliver" in result.stdout and "p99" in result.stdout
-    assert "send_batch/s" in result.stdout and "broker CPU" not in result.stdout   # no pid given
+    assert "send_batch/s" in result.stdout and "broker CPU" not in result.stdout  # no pid given
     assert "machine: load average" in result.stdout and "CPU steal" in result.stdout
 
 
-POLLER_IO = "-event_engine_client,-event_engine_listener"   # the tuning docs/benchmarks.md measures
+POLLER_IO = "-event_engine_client,-event_engine_listener"  # the tuning docs/benchmarks.md measures
 
 
 def test_broker_and_bench_run_on_grpcs_poller_io():
     """The documented GRPC_EXPERIMENTS tuning is valid for the pinned grpc and the broker says it ran."""
     env = {"GRPC_EXPERIMENTS": POLLER_IO}
     with running_broker("--sync", "always", env=env) as b:
-        result = subprocess.run([*DANUBE, "bench", "--service-url", b.url, "--duration", "1", "--json",
-                                 "--no-progress", "--batch-size", "200", "--rate", "20000"],
-                                capture_output=True, text=True, timeout=120,
-                                env={**os.environ, **env})
+        result = subprocess.run(
+            [
+                *DANUBE,
+                "bench",
+                "--service-url",
+                b.url,
+                "--duration",
+                "1",
+                "--json",
+                "--no-progress",
+                "--batch-size",
+                "200",
+                "--rate",
+                "20000",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **env},
+        )
         assert result.returncode == 0, result.stderr
         report = json.loads(result.stdout)
         assert report["acked"] > 0 and report["delivered"] == report["acked"]

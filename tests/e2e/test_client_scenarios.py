@@ -19,7 +19,7 @@ from tests.support.broker import running_broker
 
 pytestmark = pytest.mark.timeout(90)
 
-MAX_MESSAGE_SIZE = 10 * 1024 * 1024   # the broker's default max_message_size
+MAX_MESSAGE_SIZE = 10 * 1024 * 1024  # the broker's default max_message_size
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +29,12 @@ def broker():
 
 
 def new_client(broker) -> DanubeClient:
-    return (DanubeClient.builder().service_url(broker.url)
-            .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=30).build())
+    return (
+        DanubeClient.builder()
+        .service_url(broker.url)
+        .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=30)
+        .build()
+    )
 
 
 @pytest.fixture
@@ -55,8 +59,16 @@ async def make_producer(client, topic, name="p", **options):
 
 
 async def make_consumer(client, topic, sub, name, sub_type=SubType.Exclusive, *, filters=(), reliable=True):
-    consumer = (client.new_consumer().with_topic(topic).with_consumer_name(name).with_subscription(sub)
-                .with_subscription_type(sub_type).with_key_filters(filters).with_reliable(reliable).build())
+    consumer = (
+        client.new_consumer()
+        .with_topic(topic)
+        .with_consumer_name(name)
+        .with_subscription(sub)
+        .with_subscription_type(sub_type)
+        .with_key_filters(filters)
+        .with_reliable(reliable)
+        .build()
+    )
     return await consumer.subscribe()
 
 
@@ -108,13 +120,13 @@ def payloads_of(messages) -> list[bytes]:
 async def test_produce_consume_exclusive(client, reliable):
     topic = fresh_topic("basic")
     producer = await make_producer(client, topic, reliable=reliable)
-    assert await producer.send_and_wait(b"before") == 0          # creates the topic, offset 0
+    assert await producer.send_and_wait(b"before") == 0  # creates the topic, offset 0
     consumer = await make_consumer(client, topic, "sub", "c1", reliable=reliable)
     sent = [b"m-%d" % i for i in range(20)]
     futures = [await producer.send(p, attributes={"i": str(i)}) for i, p in enumerate(sent)]
     assert await asyncio.gather(*futures) == list(range(1, 21))
     got = await collect(consumer, 20)
-    assert payloads_of(got) == sent                               # in order, nothing from before
+    assert payloads_of(got) == sent  # in order, nothing from before
     assert [m.offset for m in got] == list(range(1, 21))
     assert {m.topic for m in got} == {topic}
     assert [m.attributes for m in got] == [{"i": str(i)} for i in range(20)]
@@ -130,8 +142,8 @@ async def test_leaving_the_message_loop_early_loses_nothing(client):
     producer = await make_producer(client, topic)
     consumer = await make_consumer(client, topic, "sub", "c1")
     sent = [b"e-%d" % i for i in range(20)]
-    assert await (await producer.send_batch(sent)) == list(range(20))   # one batch on the wire
-    head = await collect(consumer, 5)                              # breaks out in the middle of it
+    assert await (await producer.send_batch(sent)) == list(range(20))  # one batch on the wire
+    head = await collect(consumer, 5)  # breaks out in the middle of it
     rest = await collect(consumer, 15)
     assert payloads_of(head) + payloads_of(rest) == sent
     await consumer.ack_many(head + rest)
@@ -153,7 +165,7 @@ async def test_second_exclusive_consumer_is_rejected(client):
     assert "exclusive" in str(info.value), str(info.value)
     sent = [b"x-%d" % i for i in range(5)]
     assert await send_each(producer, sent) == list(range(5))
-    got = await collect(first, 5)                                 # the first consumer keeps working
+    got = await collect(first, 5)  # the first consumer keeps working
     assert payloads_of(got) == sent
     await first.ack_many(got)
     await first.close()
@@ -169,10 +181,10 @@ async def test_shared_subscription_splits_messages_exactly_once(client):
     offsets = await send_each(producer, sent)
     assert offsets == list(range(40))
     got_a, got_b = await asyncio.gather(drain(a, 1.5), drain(b, 1.5))
-    assert sorted(payloads_of(got_a) + payloads_of(got_b)) == sorted(sent)     # each exactly once
+    assert sorted(payloads_of(got_a) + payloads_of(got_b)) == sorted(sent)  # each exactly once
     assert len(got_a) + len(got_b) == 40
-    assert got_a and got_b, (len(got_a), len(got_b))                           # both took turns
-    for got in (got_a, got_b):                                                 # each in publish order
+    assert got_a and got_b, (len(got_a), len(got_b))  # both took turns
+    for got in (got_a, got_b):  # each in publish order
         assert [m.offset for m in got] == sorted(m.offset for m in got)
         assert [m.payload for m in got] == [sent[m.offset] for m in got]
     await a.ack_many(got_a)
@@ -197,7 +209,7 @@ async def test_failover_standby_takes_over_when_active_leaves(client):
     unacked = [b"u-%d" % i for i in range(5)]
     await send_each(producer, unacked)
     assert payloads_of(await collect(active, 5)) == unacked
-    assert await drain(standby, 0.5) == []                        # the standby receives nothing meanwhile
+    assert await drain(standby, 0.5) == []  # the standby receives nothing meanwhile
     await active.close()
     later = [b"l-%d" % i for i in range(5)]
     await send_each(producer, later)
@@ -226,12 +238,13 @@ async def test_key_shared_keeps_each_key_on_one_consumer(client):
     assert sorted(payloads_of(got_a) + payloads_of(got_b)) == sorted(sent)
     keys_a = {m.routing_key for m in got_a}
     keys_b = {m.routing_key for m in got_b}
-    assert keys_a.isdisjoint(keys_b) and keys_a | keys_b == set(keys)         # one consumer per key
+    assert keys_a.isdisjoint(keys_b) and keys_a | keys_b == set(keys)  # one consumer per key
     assert keys_a and keys_b, (keys_a, keys_b)
-    for got in (got_a, got_b):                                                 # per-key order kept
+    for got in (got_a, got_b):  # per-key order kept
         for key in {m.routing_key for m in got}:
-            assert [m.payload for m in got if m.routing_key == key] == [p for p in sent
-                                                                       if p.startswith(key.encode() + b":")]
+            assert [m.payload for m in got if m.routing_key == key] == [
+                p for p in sent if p.startswith(key.encode() + b":")
+            ]
     await a.ack_many(got_a)
     await b.ack_many(got_b)
     await a.close()
@@ -244,7 +257,7 @@ async def test_key_shared_with_glob_filters(client):
     producer = await make_producer(client, topic)
     eu = await make_consumer(client, topic, "ks", "eu", SubType.KeyShared, filters=["eu-*"])
     us = await make_consumer(client, topic, "ks", "us", SubType.KeyShared, filters=["us-?"])
-    keys = ["eu-west", "us-1", "eu-north", "us-10"]              # us-10 matches no filter yet
+    keys = ["eu-west", "us-1", "eu-north", "us-10"]  # us-10 matches no filter yet
     sent: dict[str, list[bytes]] = {k: [] for k in keys}
     for i in range(24):
         key = keys[i % len(keys)]
@@ -280,25 +293,25 @@ async def test_partitioned_producer_and_consumer(client):
     topic = fresh_topic("parts")
     producer = await make_producer(client, topic, partitions=3)
     assert producer.partitions == [f"{topic}-part-{i}" for i in range(3)]
-    consumer = await make_consumer(client, topic, "p", "c", SubType.Shared)   # partitions found by lookup
+    consumer = await make_consumer(client, topic, "p", "c", SubType.Shared)  # partitions found by lookup
     assert len(consumer.consumer_ids) == 3
     keyed = [(f"user-{i % 7}", b"k-%d" % i) for i in range(35)]
     for key, payload in keyed:
         await producer.send(payload, key=key)
     unkeyed = [b"u-%d" % i for i in range(9)]
     for payload in unkeyed:
-        await producer.send(payload)                               # round robin: i % 3
+        await producer.send(payload)  # round robin: i % 3
     await producer.flush()
     got = await collect(consumer, 44)
     assert sorted(payloads_of(got)) == sorted([p for _, p in keyed] + unkeyed)
     by_payload = {m.payload: m for m in got}
-    for key, payload in keyed:                                     # FNV-1a-64(key) % 3, as Danube's clients
+    for key, payload in keyed:  # FNV-1a-64(key) % 3, as Danube's clients
         m = by_payload[payload]
         assert m.routing_key == key
         assert m.topic == f"{topic}-part-{fnv1a_64(key.encode()) % 3}"
     for i, payload in enumerate(unkeyed):
         assert by_payload[payload].topic == f"{topic}-part-{i % 3}"
-    for i in range(3):                                             # each partition: its own offsets from 0
+    for i in range(3):  # each partition: its own offsets from 0
         part = [m for m in got if m.topic == f"{topic}-part-{i}"]
         assert [m.offset for m in part] == list(range(len(part)))
     await consumer.ack_many(got)
@@ -331,7 +344,7 @@ async def test_nack_with_delay_redelivers_no_earlier_than_the_delay(client):
         waited = arrived - nacked_at[m.offset]
         assert waited >= delay_ms / 1000 - 0.01, (m.offset, waited)
     await consumer.ack_many(again)
-    assert await drain(consumer, 0.5) == []                        # acked: never again
+    assert await drain(consumer, 0.5) == []  # acked: never again
     await consumer.close()
     await producer.close()
 
@@ -371,10 +384,10 @@ async def test_broker_restart_mid_stream_resumes_at_cursor(tmp_path):
             assert await (await producer.send_batch(first)) == list(range(40))
             got = await collect(consumer, 40)
             assert payloads_of(got) == first
-            await consumer.ack_many(got[:25])                     # 25..39 delivered, never acked
+            await consumer.ack_many(got[:25])  # 25..39 delivered, never acked
             audited = await collect(audit, 40)
             await audit.ack_many(audited[:10])
-            await asyncio.sleep(0.5)                               # let the in-stream acks reach the broker
+            await asyncio.sleep(0.5)  # let the in-stream acks reach the broker
             await audit.close()
             await audit_client.close()
 
@@ -390,7 +403,7 @@ async def test_broker_restart_mid_stream_resumes_at_cursor(tmp_path):
             received, seen = [], set()
 
             async def consume_through_restart():
-                async for m in consumer:                           # ack each message as it is read
+                async for m in consumer:  # ack each message as it is read
                     received.append(m)
                     await consumer.ack(m)
                     seen.add(m.offset)
@@ -401,8 +414,8 @@ async def test_broker_restart_mid_stream_resumes_at_cursor(tmp_path):
             # SIGTERM while both streams are busy, then start again on the same data dir and port
             port = broker.port
             await loop.run_in_executor(None, broker.stop)
-            assert broker.exit_codes == [0], broker.log()          # clean exit
-            assert not producing.done()                            # the restart really is mid-stream
+            assert broker.exit_codes == [0], broker.log()  # clean exit
+            assert not producing.done()  # the restart really is mid-stream
             await loop.run_in_executor(None, broker.start)
             assert broker.port == port
             offsets = await producing
@@ -411,12 +424,12 @@ async def test_broker_restart_mid_stream_resumes_at_cursor(tmp_path):
             assert offsets == sorted(set(offsets)) and offsets[0] >= 40, offsets
             end = offsets[-1]
             stored_twice = sorted(set(range(40, end + 1)) - set(offsets))
-            assert len(stored_twice) <= 4, (stored_twice, broker.log()[-4000:])   # max_in_flight batches
+            assert len(stored_twice) <= 4, (stored_twice, broker.log()[-4000:])  # max_in_flight batches
             deadline = loop.time() + 30
             while not seen >= set(range(25, end + 1)) and loop.time() < deadline and not consuming.done():
                 await asyncio.sleep(0.05)
             if consuming.done():
-                consuming.result()                                 # the consumer's own failure, if any
+                consuming.result()  # the consumer's own failure, if any
             consuming.cancel()
             assert consumer._parts[0].resubscribes >= 1
             # no acked message comes back, no unacked message is lost: every stored offset exactly once
@@ -424,7 +437,7 @@ async def test_broker_restart_mid_stream_resumes_at_cursor(tmp_path):
             stored = {m.offset: m.payload for m in received}
             assert [stored[o] for o in range(25, 40)] == first[25:]
             assert [stored[o] for o in offsets] == second
-            for o in stored_twice:                                 # an earlier copy of a resent message
+            for o in stored_twice:  # an earlier copy of a resent message
                 assert offsets[second.index(stored[o])] > o, (o, stored[o])
             assert await drain(consumer, 0.3) == []
             await consumer.close()
@@ -509,5 +522,5 @@ async def test_producer_of_the_other_dispatch_strategy_is_refused(client):
     assert "reliable" in str(info.value), str(info.value)
     assert await producer.send_and_wait(b"still fine") == 0
     await producer.close()
-    with pytest.raises(ClientError):                               # closed: refused on the client side
+    with pytest.raises(ClientError):  # closed: refused on the client side
         await producer.send(b"late")

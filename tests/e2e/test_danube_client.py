@@ -31,8 +31,7 @@ def broker(client_python):
 
 def start_consumer(broker, tmp_path, topic, sub, *args, name="consumer-1"):
     ready = tmp_path / f"ready-{name}-{sub}"
-    proc = dc.start_script("consume.py", broker.url, topic, sub, "--name", name,
-                           "--ready-file", str(ready), *args)
+    proc = dc.start_script("consume.py", broker.url, topic, sub, "--name", name, "--ready-file", str(ready), *args)
     deadline = time.monotonic() + 30
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -109,10 +108,10 @@ def test_shared_subscription_round_robin(broker, tmp_path):
 def test_failover_standby_takes_over(broker, tmp_path):
     topic = "/default/failover"
     produce(broker, topic, 1, "--reliable")
-    active, _ = start_consumer(broker, tmp_path, topic, "fo", "--type", "failover", "--count", "10",
-                               name="active")
-    standby, _ = start_consumer(broker, tmp_path, topic, "fo", "--type", "failover", "--idle-timeout", "6",
-                                name="standby")
+    active, _ = start_consumer(broker, tmp_path, topic, "fo", "--type", "failover", "--count", "10", name="active")
+    standby, _ = start_consumer(
+        broker, tmp_path, topic, "fo", "--type", "failover", "--idle-timeout", "6", name="standby"
+    )
     sent = produce(broker, topic, 10, "--reliable")
     first = finish(active)
     assert payloads(first) == sent
@@ -124,10 +123,12 @@ def test_failover_standby_takes_over(broker, tmp_path):
 def test_key_shared_with_filters(broker, tmp_path):
     topic = "/default/keyed"
     produce(broker, topic, 1, "--reliable")
-    eu, _ = start_consumer(broker, tmp_path, topic, "ks", "--type", "key_shared", "--filters", "eu-*",
-                           "--idle-timeout", "8", name="eu")
-    us, _ = start_consumer(broker, tmp_path, topic, "ks", "--type", "key_shared", "--filters", "us-*",
-                           "--idle-timeout", "8", name="us")
+    eu, _ = start_consumer(
+        broker, tmp_path, topic, "ks", "--type", "key_shared", "--filters", "eu-*", "--idle-timeout", "8", name="eu"
+    )
+    us, _ = start_consumer(
+        broker, tmp_path, topic, "ks", "--type", "key_shared", "--filters", "us-*", "--idle-timeout", "8", name="us"
+    )
     sent = produce(broker, topic, 30, "--reliable", "--keys", "eu-west,us-east,eu-north")
     r_eu, r_us = finish(eu), finish(us)
     assert {r[3] for r in r_eu["received"]} == {"eu-west", "eu-north"}
@@ -177,8 +178,7 @@ def test_restart_mid_stream_with_live_clients(broker, tmp_path):
     topic = "/default/live"
     produce(broker, topic, 1, "--reliable")
     # redeliveries across the restart are allowed (checked below), so count distinct payloads
-    consumer, _ = start_consumer(broker, tmp_path, topic, "live", "--count", "60", "--distinct",
-                                 "--idle-timeout", "30")
+    consumer, _ = start_consumer(broker, tmp_path, topic, "live", "--count", "60", "--distinct", "--idle-timeout", "30")
     producer = dc.start_script("produce.py", broker.url, topic, "--count", "60", "--reliable", "--delay-ms", "50")
     time.sleep(1.5)
     broker.restart()
@@ -211,11 +211,15 @@ def test_bad_input_gets_clear_status(broker):
         with pytest.raises(grpc.RpcError) as e:
             list(consumers.ReceiveMessages(pb.ReceiveRequest(consumer_id=999)))
         assert e.value.code() == grpc.StatusCode.NOT_FOUND and "consumer" in e.value.details()
-        created = producers.CreateProducer(pb.ProducerRequest(
-            producer_name="big", topic_name="/default/bad", dispatch_strategy=pb.Reliable))
+        created = producers.CreateProducer(
+            pb.ProducerRequest(producer_name="big", topic_name="/default/bad", dispatch_strategy=pb.Reliable)
+        )
         with pytest.raises(grpc.RpcError) as e:
-            producers.SendMessage(pb.StreamMessage(msg_id=pb.MsgID(producer_id=created.producer_id),
-                                                   payload=b"x" * (10 * 1024 * 1024 + 1)))
+            producers.SendMessage(
+                pb.StreamMessage(
+                    msg_id=pb.MsgID(producer_id=created.producer_id), payload=b"x" * (10 * 1024 * 1024 + 1)
+                )
+            )
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "max_message_size" in e.value.details()
     # the broker keeps serving and the stored data is intact
     proc = dc.start_script("consume.py", broker.url, "/default/bad", "again", "--count", "3")

@@ -36,9 +36,22 @@ def client_python():
 
 
 def admin(broker, *args: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "danube.cli.main", "admin", "--endpoint",
-                           f"http://127.0.0.1:{broker.admin_port}", "--output", "json", *args],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "danube.cli.main",
+            "admin",
+            "--endpoint",
+            f"http://127.0.0.1:{broker.admin_port}",
+            "--output",
+            "json",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -66,21 +79,37 @@ def start_consumer(broker, tmp_path, name: str, *args: str):
 
 
 def produce(broker, prefix: str, partitions: int, count: int):
-    return dc.start_script("produce.py", broker.url, T, "--reliable", "--partitions", str(partitions),
-                           "--name", prefix, "--prefix", prefix, "--keys", KEYS, "--count", str(count),
-                           "--delay-ms", "10")
+    return dc.start_script(
+        "produce.py",
+        broker.url,
+        T,
+        "--reliable",
+        "--partitions",
+        str(partitions),
+        "--name",
+        prefix,
+        "--prefix",
+        prefix,
+        "--keys",
+        KEYS,
+        "--count",
+        str(count),
+        "--delay-ms",
+        "10",
+    )
 
 
 def test_a_danube_client_publishes_through_grow_and_shrink_and_a_resubscribed_consumer_reads_all(
-        client_python, tmp_path):
+    client_python, tmp_path
+):
     # the official client acks no topology: the adoption timeout decides each finalize, kept short
     with running_broker(env={"DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS": "1000"}) as broker:
         admin(broker, "topics", "create", T, "--partitions", "2", "--dispatch-strategy", "reliable")
-        first = start_consumer(broker, tmp_path, "first", "--seconds", "8")   # reads the 2 partitions it saw
-        two = produce(broker, "two", 2, 700)                                  # built for 2 partitions
+        first = start_consumer(broker, tmp_path, "first", "--seconds", "8")  # reads the 2 partitions it saw
+        two = produce(broker, "two", 2, 700)  # built for 2 partitions
         time.sleep(1.5)
         assert admin(broker, "topics", "repartition", T, "--partitions", "4")["partitioning_version"] == 1
-        four = produce(broker, "four", 4, 1500)                                # built for 4
+        four = produce(broker, "four", 4, 1500)  # built for 4
         wait_until(lambda: partitioning(broker)["marker"] is None, timeout=60, message="grow finalized")
         assert admin(broker, "topics", "repartition", T, "--partitions", "2")["partitioning_version"] == 2
         # the shrink drains once a consumer of "s" read the shrunk-away partitions: the first
@@ -91,19 +120,19 @@ def test_a_danube_client_publishes_through_grow_and_shrink_and_a_resubscribed_co
         assert four.poll() is None, "the producer built for 4 partitions must still publish after the finalize"
         info = partitioning(broker)
         assert info["partitions"] == 2 and info["retired"] == [2, 3]
-        sent = finish(two)["sent"] + finish(four)["sent"]        # exit 0: none of their publishes failed
+        sent = finish(two)["sent"] + finish(four)["sent"]  # exit 0: none of their publishes failed
         late = finish(again)
     assert len(sent) == 2200
     received = early["received"] + late["received"]
-    assert {r[0] + "@" + r[3] for r in received} >= set(sent)               # nothing lost
-    assert {r[1] for r in late["received"]} >= {f"{T}-part-2", f"{T}-part-3"}   # it read every partition
+    assert {r[0] + "@" + r[3] for r in received} >= set(sent)  # nothing lost
+    assert {r[1] for r in late["received"]} >= {f"{T}-part-2", f"{T}-part-3"}  # it read every partition
     # each producer's messages of a key in publish order (first arrival: a message the first
     # consumer took and did not ack comes again to the second)
     last: dict[tuple[str, str], int] = {}
     for payload, _topic, _offset, key in received:
         prefix, i = payload.rsplit("-", 1)
-        before = last.get((prefix, key), int(key[1:]) - 16)      # produce.py: key k<n> for every i = n mod 16
+        before = last.get((prefix, key), int(key[1:]) - 16)  # produce.py: key k<n> for every i = n mod 16
         if int(i) <= before:
-            continue   # a redelivery of one seen before
+            continue  # a redelivery of one seen before
         assert int(i) == before + 16, (prefix, key, i, before)
         last[(prefix, key)] = int(i)

@@ -10,7 +10,9 @@ import sys
 def test_demo_round_trips_both_lanes_and_stops_the_broker():
     proc = subprocess.run(
         [sys.executable, "-m", "danube.cli.main", "demo", "-n", "300", "--batch-messages", "20000"],
-        capture_output=True, text=True, timeout=180,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     reports = re.findall(r"sent (\d+), received and acked (\d+) \(all present, in order\)", proc.stdout)
@@ -21,7 +23,9 @@ def test_demo_round_trips_both_lanes_and_stops_the_broker():
 def test_demo_rejects_a_bad_topic_with_exit_code_1():
     proc = subprocess.run(
         [sys.executable, "-m", "danube.cli.main", "demo", "-n", "5", "--batch-messages", "0", "--topic", "no-slash"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 1
     assert "demo failed" in proc.stderr

@@ -37,11 +37,36 @@ def admin(broker, *args: str, process: bool = False) -> subprocess.CompletedProc
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
-def set_policy(broker, topic: str, sub: str, *, count: int, poison: str, dead_letter: str | None = None,
-               backoff: str = "fixed", process: bool = False) -> subprocess.CompletedProcess:
-    args = ["topics", "set-failure-policy", topic, "--subscription", sub, "--max-redelivery-count", str(count),
-            "--ack-timeout-ms", "5000", "--base-redelivery-delay-ms", "50", "--max-redelivery-delay-ms", "50",
-            "--backoff-strategy", backoff, "--poison-policy", poison]
+def set_policy(
+    broker,
+    topic: str,
+    sub: str,
+    *,
+    count: int,
+    poison: str,
+    dead_letter: str | None = None,
+    backoff: str = "fixed",
+    process: bool = False,
+) -> subprocess.CompletedProcess:
+    args = [
+        "topics",
+        "set-failure-policy",
+        topic,
+        "--subscription",
+        sub,
+        "--max-redelivery-count",
+        str(count),
+        "--ack-timeout-ms",
+        "5000",
+        "--base-redelivery-delay-ms",
+        "50",
+        "--max-redelivery-delay-ms",
+        "50",
+        "--backoff-strategy",
+        backoff,
+        "--poison-policy",
+        poison,
+    ]
     return admin(broker, *args, *(["--dead-letter-topic", dead_letter] if dead_letter else []), process=process)
 
 
@@ -70,37 +95,75 @@ def test_set_and_get_failure_policy_and_a_live_subscription_follows_it():
         async def scenario():
             client = DanubeClient.builder().service_url(broker.url).build()
             try:
-                producer = await client.new_producer().with_topic(topic).with_name("p").with_reliable(True) \
-                    .build().create()
-                consumer = await (client.new_consumer().with_topic(topic).with_consumer_name("c")
-                                  .with_subscription(sub).with_subscription_type(SubType.Shared)
-                                  .with_reliable(True).build().subscribe())
-                dead = await (client.new_consumer().with_topic(dlq).with_consumer_name("d")
-                              .with_subscription("dlq-sub").with_reliable(True).build().subscribe())
+                producer = (
+                    await client.new_producer().with_topic(topic).with_name("p").with_reliable(True).build().create()
+                )
+                consumer = await (
+                    client.new_consumer()
+                    .with_topic(topic)
+                    .with_consumer_name("c")
+                    .with_subscription(sub)
+                    .with_subscription_type(SubType.Shared)
+                    .with_reliable(True)
+                    .build()
+                    .subscribe()
+                )
+                dead = await (
+                    client.new_consumer()
+                    .with_topic(dlq)
+                    .with_consumer_name("d")
+                    .with_subscription("dlq-sub")
+                    .with_reliable(True)
+                    .build()
+                    .subscribe()
+                )
 
                 # the subscription is live with the broker's default policy (block after 5 redeliveries)
                 r = await run("topics", "get-failure-policy", topic, "--subscription", sub, "--output", "json")
                 assert r.returncode == 0, r.stderr
                 assert json.loads(r.stdout)["poison_policy"] == "block"
 
-                r = await asyncio.to_thread(set_policy, broker, topic, sub, count=0, poison="dead_letter",
-                                            dead_letter=dlq, process=True)
+                r = await asyncio.to_thread(
+                    set_policy, broker, topic, sub, count=0, poison="dead_letter", dead_letter=dlq, process=True
+                )
                 assert r.returncode == 0, r.stderr
                 assert r.stdout.strip() == f"✅ Failure policy updated for topic '{topic}' subscription '{sub}'"
 
                 r = await run("topics", "get-failure-policy", topic, "--subscription", sub, "--output", "json")
                 assert r.returncode == 0, r.stderr
                 assert json.loads(r.stdout) == {
-                    "topic": topic, "subscription": sub, "max_redelivery_count": 0, "ack_timeout_ms": 5000,
-                    "base_redelivery_delay_ms": 50, "max_redelivery_delay_ms": 50, "backoff_strategy": "fixed",
-                    "dead_letter_topic": dlq, "poison_policy": "dead_letter"}
-                r = await run("topics", "get-failure-policy", topic.split("/")[2], "--namespace", "default", "-s", sub,
-                              process=True)
+                    "topic": topic,
+                    "subscription": sub,
+                    "max_redelivery_count": 0,
+                    "ack_timeout_ms": 5000,
+                    "base_redelivery_delay_ms": 50,
+                    "max_redelivery_delay_ms": 50,
+                    "backoff_strategy": "fixed",
+                    "dead_letter_topic": dlq,
+                    "poison_policy": "dead_letter",
+                }
+                r = await run(
+                    "topics",
+                    "get-failure-policy",
+                    topic.split("/")[2],
+                    "--namespace",
+                    "default",
+                    "-s",
+                    sub,
+                    process=True,
+                )
                 assert r.returncode == 0, r.stderr
                 assert r.stdout.splitlines() == [
-                    f"Topic: {topic}", f"Subscription: {sub}", "Max Redelivery Count: 0", "Ack Timeout Ms: 5000",
-                    "Base Redelivery Delay Ms: 50", "Max Redelivery Delay Ms: 50", "Backoff Strategy: fixed",
-                    f"Dead Letter Topic: {dlq}", "Poison Policy: dead_letter"]
+                    f"Topic: {topic}",
+                    f"Subscription: {sub}",
+                    "Max Redelivery Count: 0",
+                    "Ack Timeout Ms: 5000",
+                    "Base Redelivery Delay Ms: 50",
+                    "Max Redelivery Delay Ms: 50",
+                    "Backoff Strategy: fixed",
+                    f"Dead Letter Topic: {dlq}",
+                    "Poison Policy: dead_letter",
+                ]
 
                 await producer.send_and_wait(b"poison")
                 first = await next_message(consumer, 15, "first delivery")
@@ -127,8 +190,12 @@ def test_set_and_get_failure_policy_and_a_live_subscription_follows_it():
         r = set_policy(broker, topic, sub, count=-1, poison="drop")
         assert r.returncode == 2 and "--max-redelivery-count" in r.stderr, r.stderr
         # a partitioned topic's subscriptions live on its partitions: the base name is refused, a partition is not
-        assert admin(broker, "topics", "create", f"{topic}-p", "--partitions", "2",
-                     "--dispatch-strategy", "reliable").returncode == 0
+        assert (
+            admin(
+                broker, "topics", "create", f"{topic}-p", "--partitions", "2", "--dispatch-strategy", "reliable"
+            ).returncode
+            == 0
+        )
         r = set_policy(broker, f"{topic}-p", sub, count=1, poison="drop")
         assert r.returncode == 1 and "partitioned topic" in r.stderr and "-part-0" in r.stderr, r.stderr
         assert set_policy(broker, f"{topic}-p-part-0", sub, count=1, poison="drop").returncode == 0

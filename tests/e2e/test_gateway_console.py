@@ -74,9 +74,11 @@ def _text(selector: str) -> str:
 
 def _card(name: str) -> str:
     """The number on the console's card called ``name`` (0 while it is not shown)."""
-    return (f"Number(([...document.querySelectorAll('.card')].find(c => c.querySelector('.k').textContent === "
-            f"{json.dumps(name)}) || {{querySelector: () => ({{textContent: '0'}})}}).querySelector('.v')"
-            ".textContent.replace(/,/g, ''))")
+    return (
+        f"Number(([...document.querySelectorAll('.card')].find(c => c.querySelector('.k').textContent === "
+        f"{json.dumps(name)}) || {{querySelector: () => ({{textContent: '0'}})}}).querySelector('.v')"
+        ".textContent.replace(/,/g, ''))"
+    )
 
 
 def _drive(browser: Browser, gw, broker, tmp_path) -> None:

@@ -68,11 +68,13 @@ def tree(root) -> set[str]:
 def new_entries(before: set[str], after: set[str], *allowed: str) -> list[str]:
     """Entries that appeared, except the broker's own files and the ``allowed`` directories
     (and their contents; their parents are allowed to appear with them)."""
+
     def ok(path: str) -> bool:
         for prefix in (*BROKER_OWN, *allowed):
             if path == prefix or path.startswith(prefix) or prefix.startswith(path + os.sep):
                 return True
         return False
+
     return sorted(p for p in after - before if not ok(p))
 
 
@@ -81,15 +83,27 @@ def create_producer(broker, topic, *args) -> dict:
 
 
 def run_admin(broker, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "danube.cli.main", "admin", "--endpoint",
-                           f"http://127.0.0.1:{broker.admin_port}", *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "danube.cli.main",
+            "admin",
+            "--endpoint",
+            f"http://127.0.0.1:{broker.admin_port}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def raw_frame(key: bytes | None, attrs=(), *, producer_id: int = 0, payload: bytes = b"p") -> bytes:
     """A checksum-valid frame with any bytes as key and attributes (the encoders take only text)."""
-    body = bytearray(struct.pack("<QQBBHH", 1, producer_id, 1 if key is not None else 0, 0, len(attrs),
-                                 len(key or b"")))
+    body = bytearray(
+        struct.pack("<QQBBHH", 1, producer_id, 1 if key is not None else 0, 0, len(attrs), len(key or b""))
+    )
     body += key or b""
     for name, value in attrs:
         body += struct.pack("<H", len(name)) + name + struct.pack("<I", len(value)) + value
@@ -99,6 +113,7 @@ def raw_frame(key: bytes | None, attrs=(), *, producer_id: int = 0, payload: byt
 
 
 # ---------------------------------------------------------------- names: danube-client
+
 
 @pytest.mark.parametrize("topic", HOSTILE_TOPICS)
 def test_danube_client_producer_on_a_hostile_topic_is_refused_and_writes_nothing(client_python, broker, box, topic):
@@ -136,6 +151,7 @@ def test_danube_client_gets_a_short_status_for_a_100kb_name(client_python, broke
 
 # ---------------------------------------------------------------- names: danube.client
 
+
 async def _own_client_attempts(url: str) -> list[str]:
     client = DanubeClient.builder().service_url(url).build()
     refused = []
@@ -149,12 +165,24 @@ async def _own_client_attempts(url: str) -> list[str]:
         await good.create()
         await good.close()
         for name in HOSTILE_NAMES:
-            consumer = (client.new_consumer().with_topic("/default/own").with_consumer_name("c")
-                        .with_subscription(name).with_subscription_type(SubType.Shared).build())
+            consumer = (
+                client.new_consumer()
+                .with_topic("/default/own")
+                .with_consumer_name("c")
+                .with_subscription(name)
+                .with_subscription_type(SubType.Shared)
+                .build()
+            )
             with pytest.raises(InvalidArgumentError, match="invalid subscription name"):
                 await consumer.subscribe()
-            consumer = (client.new_consumer().with_topic("/default/own").with_consumer_name(name)
-                        .with_subscription("s").with_subscription_type(SubType.Shared).build())
+            consumer = (
+                client.new_consumer()
+                .with_topic("/default/own")
+                .with_consumer_name(name)
+                .with_subscription("s")
+                .with_subscription_type(SubType.Shared)
+                .build()
+            )
             with pytest.raises(InvalidArgumentError, match="invalid consumer name"):
                 await consumer.subscribe()
             refused.append(name)
@@ -172,6 +200,7 @@ def test_danube_client_of_this_project_is_refused_the_same_way(broker, box):
 
 # ---------------------------------------------------------------- names: danube admin
 
+
 @pytest.mark.parametrize("topic", HOSTILE_TOPICS)
 def test_admin_unload_of_a_hostile_topic_is_refused(broker, box, topic):
     before = tree(box)
@@ -179,7 +208,7 @@ def test_admin_unload_of_a_hostile_topic_is_refused(broker, box, topic):
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert "invalid_argument: invalid topic name" in done.stderr.lower()
     after = tree(box)
-    assert new_entries(before, after) == [] and new_entries(after, before) == []   # nothing new, nothing gone
+    assert new_entries(before, after) == [] and new_entries(after, before) == []  # nothing new, nothing gone
 
 
 def test_admin_unload_of_default_dot_leaves_every_topic_of_the_namespace(client_python, box):
@@ -195,14 +224,14 @@ def test_admin_unload_of_default_dot_leaves_every_topic_of_the_namespace(client_
             assert done.returncode == 1 and "invalid topic name" in done.stderr
         assert tree(box) >= {p for p in before if p.startswith("data/wal/default/victim")}
         b.restart()
-        got = dc.run_script("consume.py", b.url, "/default/victim", "keep", "--count", "50",
-                            "--idle-timeout", "10")
+        got = dc.run_script("consume.py", b.url, "/default/victim", "keep", "--count", "50", "--idle-timeout", "10")
         assert [r[0] for r in got["received"]] == sent, got["error"]
         opened = [line for line in b.log().splitlines() if "/default/victim: storage open" in line]
         assert opened and "recovered from empty" not in opened[-1], opened
 
 
 # ---------------------------------------------------------------- the poison frame
+
 
 def _publish_raw(broker, producer_id: int | None, buf: bytes) -> bpb.PublishAck:
     async def go():
@@ -216,22 +245,41 @@ def _publish_raw(broker, producer_id: int | None, buf: bytes) -> bpb.PublishAck:
 
             async def one():
                 yield request
+
             return [ack async for ack in stub.Publish(one())][0]
+
     return asyncio.run(go())
 
 
-@pytest.mark.parametrize("bad", [raw_frame(b"\xff\xfe"), raw_frame(b"k", [(b"\xc3\x28", b"v")]),
-                                 raw_frame(b"k", [(b"n", b"\xed\xa0\x80")]), raw_frame(b"k", producer_id=2**64 - 1)],
-                         ids=["key", "attribute-name", "attribute-value", "producer-id"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        raw_frame(b"\xff\xfe"),
+        raw_frame(b"k", [(b"\xc3\x28", b"v")]),
+        raw_frame(b"k", [(b"n", b"\xed\xa0\x80")]),
+        raw_frame(b"k", producer_id=2**64 - 1),
+    ],
+    ids=["key", "attribute-name", "attribute-value", "producer-id"],
+)
 def test_a_poison_frame_is_refused_whole_and_the_topic_stays_readable(client_python, broker, box, tmp_path, bad):
     first = _publish_raw(broker, None, frames.encode_payloads([b"m0"], publish_time=1))
     assert first.status.code == 0 and first.count == 1, first
     ready = tmp_path / "subscribed"
-    proc = dc.start_script("consume.py", broker.url, "/default/poison", "s", "--count", "2", "--idle-timeout", "15",
-                           "--ready-file", str(ready))
+    proc = dc.start_script(
+        "consume.py",
+        broker.url,
+        "/default/poison",
+        "s",
+        "--count",
+        "2",
+        "--idle-timeout",
+        "15",
+        "--ready-file",
+        str(ready),
+    )
     deadline = time.monotonic() + 30
     while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)   # subscribed (a new subscription starts at the latest offset)
+        time.sleep(0.05)  # subscribed (a new subscription starts at the latest offset)
     before = tree(box)
     good = frames.encode_payloads([b"m1"], publish_time=1)
     ack = _publish_raw(broker, first.producer_id, good + bad + good)
@@ -253,7 +301,7 @@ def test_a_poison_record_already_stored_goes_to_the_failure_policy(client_python
     with running_broker("--config", str(config), data_dir=str(box / "data")) as b:
         dc.run_script("produce.py", b.url, "/default/stored", "--count", "1", "--reliable", "--prefix", "a")
         proc = dc.start_script("consume.py", b.url, "/default/stored", "s", "--count", "1", "--idle-timeout", "2")
-        proc.communicate(timeout=60)          # the subscription exists, cursor at offset 0
+        proc.communicate(timeout=60)  # the subscription exists, cursor at offset 0
         b.stop()
         with Wal.open(os.path.join(b.data_dir, "wal", "default", "stored")) as wal:
             assert wal.append_frames(bytearray(raw_frame(b"\xff\xfe", payload=b"poison"))) == (1, 1)

@@ -22,7 +22,7 @@ def flow():
 
 def test_register_and_read_back(flow):
     r = flow["register"]
-    assert r["id"] >= 1 and r["again"] == r["id"]             # identical schema → the same id
+    assert r["id"] >= 1 and r["again"] == r["id"]  # identical schema → the same id
     assert (r["version"], r["subject"], r["type"]) == (1, "users", "avro")
     assert len(r["fingerprint"]) == 64 and r["definition"]["name"] == "User"
     assert flow["invalid"].startswith("INVALID_ARGUMENT") and "avro" in flow["invalid"]
@@ -53,8 +53,8 @@ def test_produce_with_schema_subject_and_consume(flow):
     assert [m["payload"] for m in consumed] == flow["expected_payloads"]
     sid = flow["register"]["id"]
     assert all(m["schema_id"] == sid and m["schema_version"] == 1 for m in consumed)
-    assert all(set(m["attributes"]) == {"n"} for m in consumed)   # the schema pair is not an attribute
-    assert "users" in flow["topic_config"]                        # the producer's subject went to the topic
+    assert all(set(m["attributes"]) == {"n"} for m in consumed)  # the schema pair is not an attribute
+    assert "users" in flow["topic_config"]  # the producer's subject went to the topic
 
 
 def test_enforce_refuses_bad_publishes(flow):

@@ -49,8 +49,21 @@ def roundtrip(broker, topic, *args, count=3, timeout=90) -> dict:
 
 
 def admin(broker, pki, token, *args) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "danube.cli.main", "admin", "--endpoint", f"127.0.0.1:{broker.admin_port}",
-           "--tls-ca", pki.ca, "--token", token, "--timeout", "20", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "danube.cli.main",
+        "admin",
+        "--endpoint",
+        f"127.0.0.1:{broker.admin_port}",
+        "--tls-ca",
+        pki.ca,
+        "--token",
+        token,
+        "--timeout",
+        "20",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
@@ -59,6 +72,7 @@ def tls_args(pki):
 
 
 # ---------------------------------------------------------------- TLS and mTLS
+
 
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated:DeprecationWarning")
 def test_tls_danube_client(client_python, pki):
@@ -81,18 +95,28 @@ def test_tls_danube_client(client_python, pki):
                 old_tls.wrap_socket(raw, server_hostname="127.0.0.1").close()
         wrong_ca = roundtrip(broker, "/default/tls", "--ca", pki.other_ca, timeout=120)
         assert wrong_ca["error"] and wrong_ca["error"].startswith("UNAVAILABLE"), wrong_ca
-        plain = roundtrip(broker, "/default/tls", timeout=120)   # no TLS at all
+        plain = roundtrip(broker, "/default/tls", timeout=120)  # no TLS at all
         assert plain["error"] and plain["error"].startswith("UNAVAILABLE"), plain
 
 
 @pytest.mark.parametrize("server", ["native", "grpcio"])
 def test_mtls_danube_client(client_python, pki, server):
-    with running_broker(*tls_args(pki), "--tls-ca", pki.ca, "--tls-verify-client", "--super-admin", "client-1",
-                        "--grpc-server", server) as broker:
+    with running_broker(
+        *tls_args(pki), "--tls-ca", pki.ca, "--tls-verify-client", "--super-admin", "client-1", "--grpc-server", server
+    ) as broker:
         ok = roundtrip(broker, "/default/mtls", "--ca", pki.ca, "--cert", pki.client.cert, "--key", pki.client.key)
         assert ok["error"] is None and ok["received"] == ok["sent"], ok
-        rogue = roundtrip(broker, "/default/mtls", "--ca", pki.ca, "--cert", pki.rogue_client.cert,
-                          "--key", pki.rogue_client.key, timeout=120)
+        rogue = roundtrip(
+            broker,
+            "/default/mtls",
+            "--ca",
+            pki.ca,
+            "--cert",
+            pki.rogue_client.cert,
+            "--key",
+            pki.rogue_client.key,
+            timeout=120,
+        )
         assert rogue["error"] and rogue["error"].startswith("UNAVAILABLE"), rogue
         no_cert = roundtrip(broker, "/default/mtls", "--ca", pki.ca, timeout=120)
         assert no_cert["error"] and no_cert["error"].startswith("UNAVAILABLE"), no_cert
@@ -100,22 +124,48 @@ def test_mtls_danube_client(client_python, pki, server):
 
 # ---------------------------------------------------------------- JWT and RBAC
 
+
 @pytest.mark.parametrize("server", ["native", "grpcio"])
 def test_jwt_and_rbac(client_python, pki, secret_file, server):
     admin_token = issue_token("ops", SECRET)
-    with running_broker(*tls_args(pki), "--jwt-secret-file", secret_file, "--super-admin", "ops",
-                        "--grpc-server", server) as broker:
+    with running_broker(
+        *tls_args(pki), "--jwt-secret-file", secret_file, "--super-admin", "ops", "--grpc-server", server
+    ) as broker:
         # Roles and bindings through the admin CLI (admin port: TLS + JWT too).
-        done = admin(broker, pki, admin_token, "security", "roles", "create", "app",
-                     "--permission", "produce:/default/*", "--permission", "consume:/default/*",
-                     "--permission", "lookup:/default/*")
+        done = admin(
+            broker,
+            pki,
+            admin_token,
+            "security",
+            "roles",
+            "create",
+            "app",
+            "--permission",
+            "produce:/default/*",
+            "--permission",
+            "consume:/default/*",
+            "--permission",
+            "lookup:/default/*",
+        )
         assert done.returncode == 0, done.stderr
-        done = admin(broker, pki, admin_token, "security", "roles", "create", "reader",
-                     "--permission", "lookup:/default/*", "--permission", "consume:/default/*")
+        done = admin(
+            broker,
+            pki,
+            admin_token,
+            "security",
+            "roles",
+            "create",
+            "reader",
+            "--permission",
+            "lookup:/default/*",
+            "--permission",
+            "consume:/default/*",
+        )
         assert done.returncode == 0, done.stderr
         for subject, role in (("alice", "app"), ("bob", "reader")):
-            done = admin(broker, pki, admin_token, "security", "bindings", "create", "--subject", subject,
-                         "--role", role)
+            done = admin(
+                broker, pki, admin_token, "security", "bindings", "create", "--subject", subject, "--role", role
+            )
             assert done.returncode == 0, done.stderr
         listed = admin(broker, pki, admin_token, "--output", "json", "security", "bindings", "list")
         assert '"alice"' in listed.stdout and '"reader"' in listed.stdout
@@ -127,11 +177,18 @@ def test_jwt_and_rbac(client_python, pki, secret_file, server):
         ok = roundtrip(broker, "/default/jwt", "--ca", pki.ca, "--token", token)
         assert ok["error"] is None and ok["received"] == ok["sent"], ok
 
-        expired = roundtrip(broker, "/default/jwt", "--ca", pki.ca, "--token",
-                            issue_token("alice", SECRET, now=time.time() - 7200, expires_in_s=60))
+        expired = roundtrip(
+            broker,
+            "/default/jwt",
+            "--ca",
+            pki.ca,
+            "--token",
+            issue_token("alice", SECRET, now=time.time() - 7200, expires_in_s=60),
+        )
         assert expired["error"].startswith("UNAUTHENTICATED") and "expired" in expired["error"], expired
-        forged = roundtrip(broker, "/default/jwt", "--ca", pki.ca, "--token",
-                           issue_token("ops", "not-the-secret-0123456789abcdef-xyz"))
+        forged = roundtrip(
+            broker, "/default/jwt", "--ca", pki.ca, "--token", issue_token("ops", "not-the-secret-0123456789abcdef-xyz")
+        )
         assert forged["error"].startswith("UNAUTHENTICATED") and "signature" in forged["error"], forged
         missing = roundtrip(broker, "/default/jwt", "--ca", pki.ca)
         assert missing["error"].startswith("UNAUTHENTICATED") and "no credentials" in missing["error"], missing
@@ -171,8 +228,18 @@ def test_token_supplier_keeps_a_long_lived_producer_working(client_python, pki, 
         thread = threading.Thread(target=refresher, daemon=True)
         thread.start()
         try:
-            result = roundtrip(broker, "/default/refresh", "--ca", pki.ca, "--token-file", str(token_file),
-                               "--delay-ms", "300", count=20, timeout=120)
+            result = roundtrip(
+                broker,
+                "/default/refresh",
+                "--ca",
+                pki.ca,
+                "--token-file",
+                str(token_file),
+                "--delay-ms",
+                "300",
+                count=20,
+                timeout=120,
+            )
         finally:
             stop.set()
             thread.join(5)
@@ -181,18 +248,31 @@ def test_token_supplier_keeps_a_long_lived_producer_working(client_python, pki, 
 
 # ---------------------------------------------------------------- danube.client (batch lane)
 
+
 def test_danube_client_batch_lane_with_tls_and_jwt(pki, secret_file):
     from danube.client import DanubeClient, SubType
     from danube.errors import AuthenticationError, PermissionDeniedError
 
     async def run(url, token, count=2000):
-        client = (DanubeClient.builder().service_url(url).with_mtls(pki.ca, pki.client.cert, pki.client.key)
-                  .with_token(token).with_retry(give_up_after_s=3).build())
+        client = (
+            DanubeClient.builder()
+            .service_url(url)
+            .with_mtls(pki.ca, pki.client.cert, pki.client.key)
+            .with_token(token)
+            .with_retry(give_up_after_s=3)
+            .build()
+        )
         try:
             producer = client.new_producer().with_topic("/default/lane").with_name("p1").build()
             await producer.create()
-            consumer = (client.new_consumer().with_topic("/default/lane").with_consumer_name("c1")
-                        .with_subscription("s").with_subscription_type(SubType.Exclusive).build())
+            consumer = (
+                client.new_consumer()
+                .with_topic("/default/lane")
+                .with_consumer_name("c1")
+                .with_subscription("s")
+                .with_subscription_type(SubType.Exclusive)
+                .build()
+            )
             await consumer.subscribe()
             futures = [await producer.send(f"m-{i}".encode()) for i in range(count)]
             await asyncio.gather(*futures)
@@ -208,19 +288,27 @@ def test_danube_client_batch_lane_with_tls_and_jwt(pki, secret_file):
         finally:
             await client.close()
 
-    with running_broker(*tls_args(pki), "--tls-ca", pki.ca, "--tls-verify-client", "--jwt-secret-file",
-                        secret_file, "--super-admin", "ops") as broker:
+    with running_broker(
+        *tls_args(pki),
+        "--tls-ca",
+        pki.ca,
+        "--tls-verify-client",
+        "--jwt-secret-file",
+        secret_file,
+        "--super-admin",
+        "ops",
+    ) as broker:
         got = asyncio.run(run(broker.url, issue_token("ops", SECRET)))
         assert got == [f"m-{i}".encode() for i in range(2000)]
         # client-1's certificate is valid, but the token names carol, who holds no role.
         with pytest.raises(PermissionDeniedError, match="lookup"):
             asyncio.run(run(broker.url, issue_token("carol", SECRET), count=1))
         with pytest.raises(AuthenticationError, match="expired"):
-            asyncio.run(run(broker.url, issue_token("ops", SECRET, now=time.time() - 7200, expires_in_s=5),
-                            count=1))
+            asyncio.run(run(broker.url, issue_token("ops", SECRET, now=time.time() - 7200, expires_in_s=5), count=1))
 
 
 # ---------------------------------------------------------------- batch-lane streams, message by message
+
 
 @pytest.mark.parametrize("server", ["native", "grpcio"])
 def test_batch_lane_streams_are_checked_per_message(pki, secret_file, server):
@@ -234,10 +322,13 @@ def test_batch_lane_streams_are_checked_per_message(pki, secret_file, server):
     from danube.proto.danube_batch import batch_pb2_grpc as bgrpc
 
     admin_token = issue_token("ops", SECRET)
-    with running_broker(*tls_args(pki), "--jwt-secret-file", secret_file, "--super-admin", "ops",
-                        "--grpc-server", server) as broker:
-        for args in (("roles", "create", "app", "--permission", "produce:/default/*"),
-                     ("bindings", "create", "--subject", "alice", "--role", "app")):
+    with running_broker(
+        *tls_args(pki), "--jwt-secret-file", secret_file, "--super-admin", "ops", "--grpc-server", server
+    ) as broker:
+        for args in (
+            ("roles", "create", "app", "--permission", "produce:/default/*"),
+            ("bindings", "create", "--subject", "alice", "--role", "app"),
+        ):
             done = admin(broker, pki, admin_token, "security", *args)
             assert done.returncode == 0, done.stderr
 
@@ -246,8 +337,12 @@ def test_batch_lane_streams_are_checked_per_message(pki, secret_file, server):
                 creds = grpc.ssl_channel_credentials(f.read())
 
             def channel_for(subject):
-                return grpc.aio.secure_channel(broker.target, grpc.composite_channel_credentials(
-                    creds, grpc.access_token_call_credentials(issue_token(subject, SECRET))))
+                return grpc.aio.secure_channel(
+                    broker.target,
+                    grpc.composite_channel_credentials(
+                        creds, grpc.access_token_call_credentials(issue_token(subject, SECRET))
+                    ),
+                )
 
             frame = frames.encode_record(b"x", publish_time=1, producer_id=0, key=None, attributes=None)
 
@@ -262,8 +357,11 @@ def test_batch_lane_streams_are_checked_per_message(pki, secret_file, server):
                 return acks, None
 
             def create(seq, topic):
-                return bpb.PublishRequest(sequence=seq, create=bpb.ProducerSpec(
-                    topic=topic, producer_name="p", reliable=True), frames=bytes(frame))
+                return bpb.PublishRequest(
+                    sequence=seq,
+                    create=bpb.ProducerSpec(topic=topic, producer_name="p", reliable=True),
+                    frames=bytes(frame),
+                )
 
             ops = channel_for("ops")
             acks, error = await publish(ops, [create(1, "/private/t")])
@@ -275,11 +373,19 @@ def test_batch_lane_streams_are_checked_per_message(pki, secret_file, server):
             acks, error = await publish(alice, [create(1, "/default/t2"), create(2, "/private/t")])
             assert error is not None and error.code() == grpc.StatusCode.PERMISSION_DENIED, error
             assert "'produce' on /private/t" in error.details()
-            acks, error = await publish(alice, [bpb.PublishRequest(sequence=1, producer_id=private_producer,
-                                                                   frames=bytes(frame))])
+            acks, error = await publish(
+                alice, [bpb.PublishRequest(sequence=1, producer_id=private_producer, frames=bytes(frame))]
+            )
             assert error is not None and error.code() == grpc.StatusCode.PERMISSION_DENIED, error
-            call = bgrpc.BatchLaneStub(alice).Consume(iter([bpb.ConsumeRequest(subscribe=bpb.SubscribeSpec(
-                topic="/default/t", subscription="s", consumer_name="c"))]))
+            call = bgrpc.BatchLaneStub(alice).Consume(
+                iter(
+                    [
+                        bpb.ConsumeRequest(
+                            subscribe=bpb.SubscribeSpec(topic="/default/t", subscription="s", consumer_name="c")
+                        )
+                    ]
+                )
+            )
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 async for _ in call:
                     pass
@@ -292,10 +398,21 @@ def test_batch_lane_streams_are_checked_per_message(pki, secret_file, server):
 
 def test_danube_produce_cli_with_tls_and_token(pki, secret_file):
     with running_broker(*tls_args(pki), "--jwt-secret-file", secret_file, "--super-admin", "ops") as broker:
-        base = [sys.executable, "-m", "danube.cli.main", "produce", "--service-url", broker.url,
-                "--topic", "/default/cli", "--count", "500", "--tls-ca", pki.ca]
-        ok = subprocess.run([*base, "--token", issue_token("ops", SECRET)], capture_output=True, text=True,
-                            timeout=60)
+        base = [
+            sys.executable,
+            "-m",
+            "danube.cli.main",
+            "produce",
+            "--service-url",
+            broker.url,
+            "--topic",
+            "/default/cli",
+            "--count",
+            "500",
+            "--tls-ca",
+            pki.ca,
+        ]
+        ok = subprocess.run([*base, "--token", issue_token("ops", SECRET)], capture_output=True, text=True, timeout=60)
         assert ok.returncode == 0, ok.stderr
         env = dict(os.environ, DANUBE_TOKEN=issue_token("nobody", SECRET))
         denied = subprocess.run(base, capture_output=True, text=True, timeout=60, env=env)
@@ -310,11 +427,12 @@ def test_a_stalled_tls_handshake_is_closed_after_the_handshake_timeout(pki, tmp_
     with running_broker("--config", str(config), *tls_args(pki)) as broker:
         with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as raw:
             started = time.monotonic()
-            assert raw.recv(1) == b""          # nothing sent: the broker closes it
+            assert raw.recv(1) == b""  # nothing sent: the broker closes it
             assert time.monotonic() - started < 5
 
 
 # ---------------------------------------------------------------- scalable topics under RBAC
+
 
 def test_scalable_topic_clients_need_only_their_topics_grants(pki, secret_file):
     """An application bound to produce/consume/lookup on one scalable topic publishes to and
@@ -327,8 +445,14 @@ def test_scalable_topic_clients_need_only_their_topics_grants(pki, secret_file):
     topic, keys_ = "/default/scaled", [f"k{i}" for i in range(8)]
 
     def client(url, subject):
-        return (DanubeClient.builder().service_url(url).with_tls(pki.ca)
-                .with_token(issue_token(subject, SECRET)).with_retry(give_up_after_s=3).build())
+        return (
+            DanubeClient.builder()
+            .service_url(url)
+            .with_tls(pki.ca)
+            .with_token(issue_token(subject, SECRET))
+            .with_retry(give_up_after_s=3)
+            .build()
+        )
 
     async def app(url, count=200):
         c = client(url, "alice")
@@ -361,10 +485,22 @@ def test_scalable_topic_clients_need_only_their_topics_grants(pki, secret_file):
 
     admin_token = issue_token("ops", SECRET)
     with running_broker(*tls_args(pki), "--jwt-secret-file", secret_file, "--super-admin", "ops") as broker:
-        for args in (("security", "roles", "create", "scaled-app", "--permission", f"produce:{topic}",
-                      "--permission", f"consume:{topic}", "--permission", f"lookup:{topic}"),
-                     ("security", "bindings", "create", "--subject", "alice", "--role", "scaled-app"),
-                     ("scalable-topics", "create", topic, "--segments", "2")):
+        for args in (
+            (
+                "security",
+                "roles",
+                "create",
+                "scaled-app",
+                "--permission",
+                f"produce:{topic}",
+                "--permission",
+                f"consume:{topic}",
+                "--permission",
+                f"lookup:{topic}",
+            ),
+            ("security", "bindings", "create", "--subject", "alice", "--role", "scaled-app"),
+            ("scalable-topics", "create", topic, "--segments", "2"),
+        ):
             done = admin(broker, pki, admin_token, *args)
             assert done.returncode == 0, done.stderr
         got = asyncio.run(app(broker.url))

@@ -19,7 +19,7 @@ from tests.support.cluster import lookup
 from tests.support.danube_client_venv import ensure_venv, start_script
 from tests.support.processes import stop_process
 
-TTL = 3   # lease ttl of the fault clusters (s): a kill -9 is served again within TTL + 2 s
+TTL = 3  # lease ttl of the fault clusters (s): a kill -9 is served again within TTL + 2 s
 
 
 def shared_config(base: str) -> str:
@@ -28,7 +28,9 @@ def shared_config(base: str) -> str:
     os.makedirs(shared, exist_ok=True)
     path = os.path.join(base, "shared.yml")
     with open(path, "w") as f:
-        f.write(f"storage:\n  mode: shared_fs\n  local_wal_root: {shared}/wal\n  durable:\n    root: {shared}/durable\n")
+        f.write(
+            f"storage:\n  mode: shared_fs\n  local_wal_root: {shared}/wal\n  durable:\n    root: {shared}/durable\n"
+        )
     return path
 
 
@@ -55,8 +57,9 @@ async def rebalance_move(etcd_url: str, topic: str, source: str, target: str) ->
     store = EtcdMetadataStore(etcd_url)
     try:
         marker = {"reason": "rebalance", "from_broker": source, "to_broker": target, "timestamp": int(time.time())}
-        result = await store.txn([], [Op.put_json(keys.unassigned(topic), marker),
-                                      Op.delete(keys.broker_topic(source, topic))])
+        result = await store.txn(
+            [], [Op.put_json(keys.unassigned(topic), marker), Op.delete(keys.broker_topic(source, topic))]
+        )
         assert result.succeeded
     finally:
         await store.close()
@@ -72,16 +75,16 @@ def apply_fault(kind: str, cluster, topic: str, entry, victim) -> None:
         stop_process(victim.proc, 30)
     elif kind == "kill9":
         victim.kill()
-    elif kind == "etcd_restart":   # etcd crashes and is back within the lease ttl
+    elif kind == "etcd_restart":  # etcd crashes and is back within the lease ttl
         cluster.etcd.kill()
         cluster.etcd.start()
-    elif kind == "etcd_down":      # etcd away for longer than the lease ttl
+    elif kind == "etcd_down":  # etcd away for longer than the lease ttl
         cluster.etcd.kill()
         try:
             time.sleep(TTL + 2.5)
         finally:
             cluster.etcd.start()
-    elif kind == "sigstop":   # a pause longer than the lease (a GC pause, a partition), then it wakes
+    elif kind == "sigstop":  # a pause longer than the lease (a GC pause, a partition), then it wakes
         os.kill(victim.pid, signal.SIGSTOP)
         try:
             time.sleep(TTL + 2.5)
@@ -95,12 +98,12 @@ def apply_fault(kind: str, cluster, topic: str, entry, victim) -> None:
 class Outcome:
     """One client's run through a fault, checked the same way for both clients."""
 
-    acked: list[tuple[int, float, float]]             # (i, start, end) of every acked send, in order
-    received: list[tuple[int, str]]                    # (offset, payload) in delivery order
-    errors: list[str] = field(default_factory=list)    # what reached the application
-    received_at: list[float] = field(default_factory=list)   # when each of ``received`` reached the application
-    consumer_acks: list[tuple[int, float]] = field(default_factory=list)   # (offset, when its ack was answered OK)
-    fault_at: list[float] = field(default_factory=list)      # when each fault began
+    acked: list[tuple[int, float, float]]  # (i, start, end) of every acked send, in order
+    received: list[tuple[int, str]]  # (offset, payload) in delivery order
+    errors: list[str] = field(default_factory=list)  # what reached the application
+    received_at: list[float] = field(default_factory=list)  # when each of ``received`` reached the application
+    consumer_acks: list[tuple[int, float]] = field(default_factory=list)  # (offset, when its ack was answered OK)
+    fault_at: list[float] = field(default_factory=list)  # when each fault began
 
     def redelivered_after_ok(self) -> list[int]:
         """Offsets delivered again after a fault although the consumer's ack of them was answered OK
@@ -131,31 +134,55 @@ class Outcome:
             first[offset] = payload
             order.append(offset)
         offsets = sorted(first)
-        assert offsets == list(range(offsets[0], offsets[-1] + 1)), \
+        assert offsets == list(range(offsets[0], offsets[-1] + 1)), (
             f"offset gap: {sorted(set(range(offsets[0], offsets[-1] + 1)) - set(offsets))[:10]}"
+        )
         seq = [int(first[o].split("-", 1)[1]) for o in offsets]
-        stored_once = list(dict.fromkeys(seq))   # a message stored twice (a send retried after a crash)
+        stored_once = list(dict.fromkeys(seq))  # a message stored twice (a send retried after a crash)
         assert stored_once == sorted(stored_once), "messages of one producer stored out of order"
         delivered = set(seq)
         missing = [i for i, _, _ in self.acked if i not in delivered]
         assert not missing, f"{len(missing)} acked messages never delivered: {missing[:10]}"
-        return {"acked": len(self.acked), "redelivered": redelivered,
-                "stored_twice": len(seq) - len(delivered), "recover_s": self.recover_s()}
+        return {
+            "acked": len(self.acked),
+            "redelivered": redelivered,
+            "stored_twice": len(seq) - len(delivered),
+            "recover_s": self.recover_s(),
+        }
 
     def recover_s(self) -> float:
         """The longest a send waited: the fault's cost to the producer."""
         return max(end - start for _, start, end in self.acked)
 
 
-def run_official_client(tmp: str, entry_url: str, topic: str, fault, *, before_s: float = 1.0,
-                        after_s: float = 2.0, hold_file: str | None = None, delay_ms: int = 5) -> Outcome:
+def run_official_client(
+    tmp: str,
+    entry_url: str,
+    topic: str,
+    fault,
+    *,
+    before_s: float = 1.0,
+    after_s: float = 2.0,
+    hold_file: str | None = None,
+    delay_ms: int = 5,
+) -> Outcome:
     """The official client's load script through ``fault()`` (called once its load runs).
     ``hold_file``: the application takes nothing from its consumer while that file exists."""
     ensure_venv()
     ready, stop = os.path.join(tmp, "ready"), os.path.join(tmp, "stop")
     extra = ["--hold-file", hold_file] if hold_file else []
-    proc = start_script("fault_load.py", entry_url, topic, "--ready-file", ready, "--stop-file", stop,
-                        "--delay-ms", str(delay_ms), *extra)
+    proc = start_script(
+        "fault_load.py",
+        entry_url,
+        topic,
+        "--ready-file",
+        ready,
+        "--stop-file",
+        stop,
+        "--delay-ms",
+        str(delay_ms),
+        *extra,
+    )
     try:
         deadline = time.monotonic() + 60
         while not os.path.exists(ready):
@@ -173,14 +200,26 @@ def run_official_client(tmp: str, entry_url: str, topic: str, fault, *, before_s
             proc.wait()
     assert proc.returncode == 0, f"client script failed ({proc.returncode}): {err[-3000:]}"
     result = json.loads(out.strip().splitlines()[-1])
-    return Outcome(acked=[tuple(a) for a in result["acked"]], received=[(r[0], r[1]) for r in result["received"]],
-                   errors=result["errors"] + result["ack_errors"] + result["loop_errors"],
-                   received_at=[r[2] for r in result["received"]],
-                   consumer_acks=[tuple(a) for a in result["consumer_acks"]], fault_at=list(fault_at))
+    return Outcome(
+        acked=[tuple(a) for a in result["acked"]],
+        received=[(r[0], r[1]) for r in result["received"]],
+        errors=result["errors"] + result["ack_errors"] + result["loop_errors"],
+        received_at=[r[2] for r in result["received"]],
+        consumer_acks=[tuple(a) for a in result["consumer_acks"]],
+        fault_at=list(fault_at),
+    )
 
 
-def run_danube_client(entry_url: str, topic: str, fault, *, before_s: float = 1.0, after_s: float = 2.0,
-                      delay_s: float = 0.005, hold: threading.Event | None = None) -> Outcome:
+def run_danube_client(
+    entry_url: str,
+    topic: str,
+    fault,
+    *,
+    before_s: float = 1.0,
+    after_s: float = 2.0,
+    delay_s: float = 0.005,
+    hold: threading.Event | None = None,
+) -> Outcome:
     """The same application on ``danube.client`` (default options, the batch lane): one producer
     sending ``p-<i>`` one at a time (each awaited), one reliable consumer acking everything.
     ``hold``: while it is set the application takes nothing from its consumer."""
@@ -188,8 +227,14 @@ def run_danube_client(entry_url: str, topic: str, fault, *, before_s: float = 1.
 
     async def scenario() -> Outcome:
         client = DanubeClient.builder().service_url(entry_url).build()
-        consumer = (client.new_consumer().with_topic(topic).with_consumer_name("fc").with_subscription("faults")
-                    .with_reliable().build())
+        consumer = (
+            client.new_consumer()
+            .with_topic(topic)
+            .with_consumer_name("fc")
+            .with_subscription("faults")
+            .with_reliable()
+            .build()
+        )
         producer = client.new_producer().with_topic(topic).with_name("fp").with_reliable().build()
         await producer.create()
         await consumer.subscribe()
@@ -246,5 +291,13 @@ def run_danube_client(entry_url: str, topic: str, fault, *, before_s: float = 1.
     return asyncio.run(scenario())
 
 
-__all__ = ["run_danube_client", "TTL", "Outcome", "apply_fault", "owner_and_entry", "run_official_client", "shared_config",
-           "unload"]
+__all__ = [
+    "run_danube_client",
+    "TTL",
+    "Outcome",
+    "apply_fault",
+    "owner_and_entry",
+    "run_official_client",
+    "shared_config",
+    "unload",
+]

@@ -20,11 +20,15 @@ def test_danube_client_rides_through(tmp_path, fault):
     topic = f"/default/fault-{fault}"
     with local_cluster(base, config=shared_config(base), lease_ttl=TTL) as cluster:
         victim, entry = owner_and_entry(cluster, topic)
-        outcome = run_danube_client(entry.url, topic, lambda: apply_fault(fault, cluster, topic, entry, victim),
-                                    after_s=TTL + 3 if fault in ("kill9", "sigstop") else 1.5)
+        outcome = run_danube_client(
+            entry.url,
+            topic,
+            lambda: apply_fault(fault, cluster, topic, entry, victim),
+            after_s=TTL + 3 if fault in ("kill9", "sigstop") else 1.5,
+        )
         figures = outcome.check()
         print(f"{fault}: {figures}")
         assert figures["recover_s"] < BOUND_S[fault], figures
-        if fault == "sigstop":   # the woken owner was fenced: it stored and acked nothing more
+        if fault == "sigstop":  # the woken owner was fenced: it stored and acked nothing more
             assert victim.alive()
             assert "fenced" in victim.log(), victim.log()[-3000:]

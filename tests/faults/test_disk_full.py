@@ -29,11 +29,14 @@ TOPIC = "/default/full"
 @contextlib.contextmanager
 def small_tmpfs(path: str, size: str = "8m"):
     os.makedirs(path, exist_ok=True)
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True, text=True
+    )
     if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs for the full-disk test (needs root or CAP_SYS_ADMIN): "
-                    f"{result.stderr.strip() or result.returncode}")
+        pytest.skip(
+            f"cannot mount a tmpfs for the full-disk test (needs root or CAP_SYS_ADMIN): "
+            f"{result.stderr.strip() or result.returncode}"
+        )
     try:
         yield path
     finally:
@@ -41,15 +44,28 @@ def small_tmpfs(path: str, size: str = "8m"):
 
 
 def _send(stub, producer_id: int, i: int, payload: bytes) -> None:
-    stub.SendMessage(pb.StreamMessage(request_id=i, msg_id=pb.MsgID(producer_id=producer_id, topic_name=TOPIC),
-                                      payload=payload, publish_time=int(time.time() * 1000),
-                                      producer_name="fill"), timeout=30)
+    stub.SendMessage(
+        pb.StreamMessage(
+            request_id=i,
+            msg_id=pb.MsgID(producer_id=producer_id, topic_name=TOPIC),
+            payload=payload,
+            publish_time=int(time.time() * 1000),
+            producer_name="fill",
+        ),
+        timeout=30,
+    )
 
 
 async def _consume(url: str, count: int, timeout: float = 30.0) -> list[tuple[int, bytes]]:
     client = DanubeClient.builder().service_url(url).build()
-    consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("reader").with_subscription("r")
-                .with_reliable().build())
+    consumer = (
+        client.new_consumer()
+        .with_topic(TOPIC)
+        .with_consumer_name("reader")
+        .with_subscription("r")
+        .with_reliable()
+        .build()
+    )
     await consumer.subscribe()
     got: list[tuple[int, bytes]] = []
     try:
@@ -72,19 +88,28 @@ def test_full_wal_file_system_refuses_publishes_and_recovers(tmp_path):
     with small_tmpfs(fs):
         filler = os.path.join(fs, "filler")
         with open(filler, "wb") as f:
-            f.write(b"\0" * (5 * 1024 * 1024))   # leaves ~3 MiB for the WAL
+            f.write(b"\0" * (5 * 1024 * 1024))  # leaves ~3 MiB for the WAL
         config = tmp_path / "broker.yml"
-        config.write_text(f"storage:\n  mode: local\n  local_wal_root: {fs}/wal\n"
-                          "  wal:\n    max_file_mb: 1\n    initial_file_kb: 64\n")
+        config.write_text(
+            f"storage:\n  mode: local\n  local_wal_root: {fs}/wal\n"
+            "  wal:\n    max_file_mb: 1\n    initial_file_kb: 64\n"
+        )
         data_dir = str(tmp_path / "data")
         os.makedirs(data_dir)
         with running_broker("--config", str(config), data_dir=data_dir) as broker:
             channel = grpc.insecure_channel(broker.target)
             producers = pb_grpc.ProducerServiceStub(channel)
             # the reader's subscription first: it starts at the topic's end
-            producer_id = producers.CreateProducer(pb.ProducerRequest(
-                request_id=1, producer_name="fill", topic_name=TOPIC, producer_access_mode=pb.Shared,
-                dispatch_strategy=pb.Reliable), timeout=30).producer_id
+            producer_id = producers.CreateProducer(
+                pb.ProducerRequest(
+                    request_id=1,
+                    producer_name="fill",
+                    topic_name=TOPIC,
+                    producer_access_mode=pb.Shared,
+                    dispatch_strategy=pb.Reliable,
+                ),
+                timeout=30,
+            ).producer_id
             asyncio.run(_consume(broker.url, 0, timeout=10))
             payload = b"x" * 1024
             acked = 0
@@ -113,22 +138,26 @@ def test_full_wal_file_system_refuses_publishes_and_recovers(tmp_path):
                 # as large as the refused messages (a smaller one may fit what the active WAL file still has)
                 sending = asyncio.ensure_future(producer.send_and_wait(b"after-fu" + payload))
                 await asyncio.sleep(1.5)
-                assert not sending.done(), sending   # held by the client's retries, not failed
-                assert producer._parts[0].reconnects >= 1   # it was refused and sent again
+                assert not sending.done(), sending  # held by the client's retries, not failed
+                assert producer._parts[0].reconnects >= 1  # it was refused and sent again
                 os.remove(filler)
                 offset = await asyncio.wait_for(sending, 60)
                 await producer.close()
                 # a budget spent while the disk stays full fails the send with a clear error
                 with contextlib.suppress(OSError), open(filler, "wb") as f:
-                    for _ in range(8 * 16):   # until the file system is full (the WAL took some)
+                    for _ in range(8 * 16):  # until the file system is full (the WAL took some)
                         f.write(b"\0" * (64 * 1024))
                         f.flush()
-                short = (DanubeClient.builder().service_url(broker.url)
-                         .with_retry(initial_backoff_s=0.05, max_backoff_s=0.2, give_up_after_s=1.0).build())
+                short = (
+                    DanubeClient.builder()
+                    .service_url(broker.url)
+                    .with_retry(initial_backoff_s=0.05, max_backoff_s=0.2, give_up_after_s=1.0)
+                    .build()
+                )
                 spent = short.new_producer().with_topic(TOPIC).with_name("spent").with_reliable().build()
                 await spent.create()
                 with pytest.raises(DanubeError) as full:
-                    for _ in range(400):   # what the WAL's active file still holds is taken first
+                    for _ in range(400):  # what the WAL's active file still holds is taken first
                         await asyncio.wait_for(spent.send_and_wait(b"refused-" + payload * 16), 30)
                 message = str(full.value)
                 assert "retry budget is spent" in message and "RESOURCE_EXHAUSTED" in message, message
@@ -139,7 +168,7 @@ def test_full_wal_file_system_refuses_publishes_and_recovers(tmp_path):
                 return offset
 
             offset = asyncio.run(while_full_then_freed())
-            assert offset == acked   # no offset lost or skipped by the refusals
+            assert offset == acked  # no offset lost or skipped by the refusals
             _send(producers, producer_id, acked + 1, b"%08d" % (acked + 1) + payload)
             got = asyncio.run(_consume(broker.url, 2))
             assert [o for o, _ in got] == [acked, acked + 1]

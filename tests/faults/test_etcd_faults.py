@@ -33,7 +33,9 @@ from tests.support.waiting import wait_until
 
 pytestmark = [requires_etcd, pytest.mark.timeout(240)]
 
-REFUSAL = r"broker \S+ cannot reach the metadata store \(etcd\) for \d+ s .*: writes to {topic} are refused until it is back"
+REFUSAL = (
+    r"broker \S+ cannot reach the metadata store \(etcd\) for \d+ s .*: writes to {topic} are refused until it is back"
+)
 
 
 @pytest.mark.parametrize("fault", ["etcd_restart", "etcd_down"])
@@ -42,8 +44,9 @@ def test_official_client_rides_through_etcd_faults(tmp_path, fault):
     topic = f"/default/fault-{fault}"
     with local_cluster(base, config=shared_config(base), lease_ttl=TTL) as cluster:
         victim, entry = owner_and_entry(cluster, topic)
-        outcome = run_official_client(base, entry.url, topic,
-                                      lambda: apply_fault(fault, cluster, topic, entry, victim), after_s=TTL + 3)
+        outcome = run_official_client(
+            base, entry.url, topic, lambda: apply_fault(fault, cluster, topic, entry, victim), after_s=TTL + 3
+        )
         figures = outcome.check()
         print(f"{fault}: {figures}")
         assert all(p.alive() for p in cluster.procs)
@@ -66,14 +69,28 @@ def _probe_refusals(owner_url: str, topic: str) -> list[tuple[grpc.StatusCode, s
     stub = pb_grpc.ProducerServiceStub(ch)
     found = []
     try:
-        pid = stub.CreateProducer(pb.ProducerRequest(producer_name="fp", topic_name=topic,
-                                                     dispatch_strategy=pb.Reliable), timeout=10).producer_id
-        calls = [lambda: stub.SendMessage(pb.StreamMessage(request_id=1, msg_id=pb.MsgID(producer_id=pid, topic_name=topic),
-                                                           payload=b"probe", publish_time=1, producer_name="fp"), timeout=10),
-                 lambda: stub.CreateProducer(pb.ProducerRequest(producer_name="np", topic_name=topic + "-new",
-                                                                dispatch_strategy=pb.Reliable), timeout=10),
-                 lambda: pb_grpc.ConsumerServiceStub(ch).Subscribe(pb.ConsumerRequest(
-                     topic_name=topic, consumer_name="nc", subscription="new-sub"), timeout=10)]
+        pid = stub.CreateProducer(
+            pb.ProducerRequest(producer_name="fp", topic_name=topic, dispatch_strategy=pb.Reliable), timeout=10
+        ).producer_id
+        calls = [
+            lambda: stub.SendMessage(
+                pb.StreamMessage(
+                    request_id=1,
+                    msg_id=pb.MsgID(producer_id=pid, topic_name=topic),
+                    payload=b"probe",
+                    publish_time=1,
+                    producer_name="fp",
+                ),
+                timeout=10,
+            ),
+            lambda: stub.CreateProducer(
+                pb.ProducerRequest(producer_name="np", topic_name=topic + "-new", dispatch_strategy=pb.Reliable),
+                timeout=10,
+            ),
+            lambda: pb_grpc.ConsumerServiceStub(ch).Subscribe(
+                pb.ConsumerRequest(topic_name=topic, consumer_name="nc", subscription="new-sub"), timeout=10
+            ),
+        ]
         for call in calls:
             try:
                 call()
@@ -102,7 +119,9 @@ class _DanubeClientProbe(threading.Thread):
     async def _run(self) -> None:
         from danube.client import DanubeClient
 
-        client = DanubeClient.builder().service_url(self.entry_url).with_retry(max_attempts=1, give_up_after_s=5).build()
+        client = (
+            DanubeClient.builder().service_url(self.entry_url).with_retry(max_attempts=1, give_up_after_s=5).build()
+        )
         try:
             producer = client.new_producer().with_topic(self.topic).with_name("probe").with_reliable().build()
             if self.early:
@@ -144,8 +163,11 @@ def test_etcd_down_past_the_ttl_keeps_topics_readable_and_writes_resume(tmp_path
     with local_cluster(base, config=_readable_config(base), lease_ttl=TTL) as cluster:
         victim, entry = owner_and_entry(cluster, topic)
 
-        probes_dc = [_DanubeClientProbe(entry.url, topic, early=early) for early in (True, False)] \
-            if client == "danube_client" else []
+        probes_dc = (
+            [_DanubeClientProbe(entry.url, topic, early=early) for early in (True, False)]
+            if client == "danube_client"
+            else []
+        )
 
         def fault():
             for probe in probes_dc:
@@ -154,7 +176,9 @@ def test_etcd_down_past_the_ttl_keeps_topics_readable_and_writes_resume(tmp_path
             marks["down"] = time.time()
             cluster.etcd.kill()
             try:
-                wait_until(lambda: "one lease ttl after its last renewal" in victim.log(), TTL + 10, "the owner past the ttl")
+                wait_until(
+                    lambda: "one lease ttl after its last renewal" in victim.log(), TTL + 10, "the owner past the ttl"
+                )
                 marks["read_only"] = time.time()
                 os.unlink(hold_file)
                 hold.clear()
@@ -171,28 +195,41 @@ def test_etcd_down_past_the_ttl_keeps_topics_readable_and_writes_resume(tmp_path
         open(hold_file, "w").close()
         hold.set()
         if client == "official":
-            outcome = run_official_client(base, entry.url, topic, fault, before_s=1.5, after_s=TTL,
-                                          hold_file=hold_file, delay_ms=20)
+            outcome = run_official_client(
+                base, entry.url, topic, fault, before_s=1.5, after_s=TTL, hold_file=hold_file, delay_ms=20
+            )
         else:
             outcome = run_danube_client(entry.url, topic, fault, before_s=1.5, after_s=TTL, delay_s=0.02, hold=hold)
         figures = outcome.check()
         # what reached the consumer while the owner was read-only and etcd away
-        during = {p for (_, p), t in zip(outcome.received, outcome.received_at) if marks["read_only"] <= t < marks["back"]}
+        during = {
+            p for (_, p), t in zip(outcome.received, outcome.received_at) if marks["read_only"] <= t < marks["back"]
+        }
         before = {f"p-{i}" for i, _, end in outcome.acked if end < marks["down"]}
-        figures.update(acked_before=len(before), received_during=len(during),
-                       outage_s=round(marks["back"] - marks["down"], 1),
-                       read_only_after_s=round(marks["read_only"] - marks["down"], 1))
+        figures.update(
+            acked_before=len(before),
+            received_during=len(during),
+            outage_s=round(marks["back"] - marks["down"], 1),
+            read_only_after_s=round(marks["read_only"] - marks["down"], 1),
+        )
         print(f"{client}: {figures}")
         print(f"refusals: {probes} {[p.result for p in probes_dc]}")
-        assert len(before) > 20, figures   # more than the unacked window: most were read from storage
-        assert before <= during, f"acked before etcd went away, not delivered while it was: {sorted(before - during)[:10]}"
+        assert len(before) > 20, figures  # more than the unacked window: most were read from storage
+        assert before <= during, (
+            f"acked before etcd went away, not delivered while it was: {sorted(before - during)[:10]}"
+        )
         assert [code for code, _ in probes] == [grpc.StatusCode.UNAVAILABLE] * 3, probes
-        assert all(re.search(REFUSAL.format(topic=t), msg)
-                   for (_, msg), t in zip(probes, (topic, topic + "-new", topic), strict=True)), probes
-        if probes_dc:   # a producer created before (its send refused) and during the outage (its lookup)
+        assert all(
+            re.search(REFUSAL.format(topic=t), msg)
+            for (_, msg), t in zip(probes, (topic, topic + "-new", topic), strict=True)
+        ), probes
+        if probes_dc:  # a producer created before (its send refused) and during the outage (its lookup)
             assert re.search(REFUSAL.format(topic=topic), probes_dc[0].result), probes_dc[0].result
-            assert re.search(r"cannot reach the metadata store \(etcd\) for \d+ s .*: the partitions of "
-                             f"{topic} cannot be read until it is back", probes_dc[1].result), probes_dc[1].result
+            assert re.search(
+                r"cannot reach the metadata store \(etcd\) for \d+ s .*: the partitions of "
+                f"{topic} cannot be read until it is back",
+                probes_dc[1].result,
+            ), probes_dc[1].result
         # writes resumed after etcd came back: acked sends started before and ended after it
         assert any(end > marks["back"] for _, _, end in outcome.acked), figures
         assert all(p.alive() for p in cluster.procs)

@@ -30,13 +30,17 @@ def test_official_client_rides_through(tmp_path, fault):
     with local_cluster(base, config=shared_config(base), lease_ttl=TTL) as cluster:
         # the topic exists and is placed before the client starts
         victim, entry = owner_and_entry(cluster, topic)
-        outcome = run_official_client(base, entry.url, topic,
-                                      lambda: apply_fault(fault, cluster, topic, entry, victim),
-                                      after_s=TTL + 3 if fault in ("kill9", "sigstop") else 1.5)
+        outcome = run_official_client(
+            base,
+            entry.url,
+            topic,
+            lambda: apply_fault(fault, cluster, topic, entry, victim),
+            after_s=TTL + 3 if fault in ("kill9", "sigstop") else 1.5,
+        )
         figures = outcome.check()
         print(f"{fault}: {figures}")
         assert figures["recover_s"] < BOUND_S[fault], figures
-        if fault == "sigstop":   # the woken owner was fenced: it stored and acked nothing more
+        if fault == "sigstop":  # the woken owner was fenced: it stored and acked nothing more
             assert victim.alive()
             assert "fenced" in victim.log(), victim.log()[-3000:]
 
@@ -49,8 +53,9 @@ def test_a_client_connected_to_the_owner_follows_an_unload_at_once(tmp_path):
     topic = "/default/fault-direct"
     with local_cluster(base, config=shared_config(base), lease_ttl=TTL) as cluster:
         owner, entry = owner_and_entry(cluster, topic)
-        outcome = run_official_client(base, owner.url, topic,
-                                      lambda: apply_fault("unload", cluster, topic, owner, owner), after_s=1.5)
+        outcome = run_official_client(
+            base, owner.url, topic, lambda: apply_fault("unload", cluster, topic, owner, owner), after_s=1.5
+        )
         figures = outcome.check()
         print(f"unload, client at the owner: {figures}")
         assert figures["recover_s"] < BOUND_S["unload"], figures

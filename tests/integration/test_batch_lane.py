@@ -24,8 +24,12 @@ def broker(request):
 
 @pytest.fixture
 async def client(broker):
-    c = (DanubeClient.builder().service_url(broker.url)
-         .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=30).build())
+    c = (
+        DanubeClient.builder()
+        .service_url(broker.url)
+        .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=30)
+        .build()
+    )
     yield c
     await c.close()
 
@@ -36,19 +40,22 @@ def fresh_topic() -> str:
 
 async def collect(consumer, n: int, timeout: float = 10.0) -> list:
     got = []
+
     async def run():
         async for m in consumer:
             got.append(m)
             if len(got) >= n:
                 return
+
     await asyncio.wait_for(run(), timeout)
     return got
 
 
 async def test_publish_and_consume_round_trip(client):
     topic = fresh_topic()
-    consumer = (client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s")
-                .with_reliable().build())  # with_reliable: creates the topic, no producer yet
+    consumer = (
+        client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s").with_reliable().build()
+    )  # with_reliable: creates the topic, no producer yet
     await consumer.subscribe()
     producer = client.new_producer().with_topic(topic).with_name("p").with_linger_ms(2).build()
     await producer.create()
@@ -72,7 +79,7 @@ async def test_acked_messages_do_not_come_back_unacked_ones_do(client):
     async with client.new_producer().with_topic(topic).with_name("p").build() as producer:
         await (await producer.send_batch([b"a%d" % i for i in range(10)]))
     got = await collect(consumer, 10)
-    await consumer.ack_many(got[:6])      # one AckBatch with range [first, first+5]
+    await consumer.ack_many(got[:6])  # one AckBatch with range [first, first+5]
     await consumer.close()
     consumer = sub.build()
     await consumer.subscribe()
@@ -90,8 +97,9 @@ async def test_credit_limits_what_the_broker_sends(broker):
         control: asyncio.Queue = asyncio.Queue()
 
         async def requests():
-            yield pb.ConsumeRequest(subscribe=pb.SubscribeSpec(topic=topic, subscription="s", consumer_name="c",
-                                                               reliable=True))
+            yield pb.ConsumeRequest(
+                subscribe=pb.SubscribeSpec(topic=topic, subscription="s", consumer_name="c", reliable=True)
+            )
             while (item := await control.get()) is not None:
                 yield item
 
@@ -113,7 +121,7 @@ async def test_credit_limits_what_the_broker_sends(broker):
         assert received == 3
         pending = asyncio.ensure_future(responses.__anext__())
         done, _ = await asyncio.wait({pending}, timeout=0.5)
-        assert not done                      # no credit, nothing more
+        assert not done  # no credit, nothing more
         control.put_nowait(pb.ConsumeRequest(credit=pb.Credit(messages=100, bytes=1 << 20)))
         batch = (await asyncio.wait_for(pending, 5)).batch
         assert batch.first_offset == ack.first_offset + 3
@@ -138,6 +146,7 @@ async def test_partitioned_topic_by_key(client):
     await producer.flush()
     got = await collect(consumer, 30)
     from danube.client.routing import fnv1a_64
+
     for m in got:
         assert m.topic == f"{topic}-part-{fnv1a_64(m.routing_key.encode()) % 3}"
     assert sorted(int(m.payload) for m in got) == list(range(30, 60))
@@ -148,8 +157,9 @@ async def test_partitioned_topic_by_key(client):
 
 async def test_bad_frames_are_rejected_and_stored_data_stays_intact(broker, client):
     topic = fresh_topic()
-    consumer = (client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s")
-                .with_reliable().build())
+    consumer = (
+        client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s").with_reliable().build()
+    )
     await consumer.subscribe()
     channel = grpc.aio.insecure_channel(broker.target)
     stub = pb_grpc.BatchLaneStub(channel)
@@ -189,6 +199,7 @@ async def test_unknown_consumer_and_acks_get_not_found(broker):
     channel = grpc.aio.insecure_channel(broker.target)
     stub = pb_grpc.BatchLaneStub(channel)
     try:
+
         async def requests():
             yield pb.ConsumeRequest(consumer_id=123456789)
 
@@ -208,22 +219,33 @@ async def test_unknown_consumer_and_acks_get_not_found(broker):
 
 async def test_client_reconnects_after_broker_restart():
     with running_broker("--sync", "always") as broker:
-        client = (DanubeClient.builder().service_url(broker.url)
-                  .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=30).build())
+        client = (
+            DanubeClient.builder()
+            .service_url(broker.url)
+            .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=30)
+            .build()
+        )
         topic = fresh_topic()
         try:
-            consumer = (client.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s")
-                        .with_subscription_type(SubType.Exclusive).with_reliable().build())
+            consumer = (
+                client.new_consumer()
+                .with_topic(topic)
+                .with_consumer_name("c")
+                .with_subscription("s")
+                .with_subscription_type(SubType.Exclusive)
+                .with_reliable()
+                .build()
+            )
             await consumer.subscribe()
             producer = client.new_producer().with_topic(topic).with_name("p").with_linger_ms(1).build()
             await producer.create()
             before = await (await producer.send_batch([b"before-%d" % i for i in range(5)]))
             got = await collect(consumer, 5)
             await consumer.ack_many(got)
-            await asyncio.sleep(0.3)              # let the in-stream acks reach the broker
+            await asyncio.sleep(0.3)  # let the in-stream acks reach the broker
             await asyncio.get_running_loop().run_in_executor(None, broker.restart)
             after = await asyncio.wait_for(await producer.send_batch([b"after-%d" % i for i in range(5)]), 30)
-            assert after[0] == before[-1] + 1     # offsets continue across the restart
+            assert after[0] == before[-1] + 1  # offsets continue across the restart
             got = await collect(consumer, 5, timeout=30)
             assert [m.payload for m in got] == [b"after-%d" % i for i in range(5)]
             await consumer.ack_many(got)

@@ -26,8 +26,12 @@ def broker():
 
 
 def client_for(broker) -> DanubeClient:
-    return (DanubeClient.builder().service_url(broker.url)
-            .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=30).build())
+    return (
+        DanubeClient.builder()
+        .service_url(broker.url)
+        .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=30)
+        .build()
+    )
 
 
 async def drain(consumer, n: int, timeout: float = 20.0) -> list:
@@ -46,12 +50,19 @@ async def drain(consumer, n: int, timeout: float = 20.0) -> list:
 async def test_many_consumers_on_one_connection_receive_in_order_and_their_acks_persist(broker):
     base = f"/default/many-{uuid.uuid4().hex[:8]}"
     topics = [f"{base}-{i}" for i in range(TOPICS)]
-    consuming = client_for(broker)   # one client: one connection for every consumer
+    consuming = client_for(broker)  # one client: one connection for every consumer
     producing = client_for(broker)
     try:
+
         def consumer_of(topic):
-            return (consuming.new_consumer().with_topic(topic).with_consumer_name("c").with_subscription("s")
-                    .with_reliable().build())
+            return (
+                consuming.new_consumer()
+                .with_topic(topic)
+                .with_consumer_name("c")
+                .with_subscription("s")
+                .with_reliable()
+                .build()
+            )
 
         consumers = [consumer_of(t) for t in topics]
         await asyncio.gather(*(c.subscribe() for c in consumers))
@@ -59,14 +70,17 @@ async def test_many_consumers_on_one_connection_receive_in_order_and_their_acks_
         await asyncio.gather(*(p.create() for p in producers))
         # small batches to every topic, interleaved: every consumer's deliveries and acks share the connection
         for b in range(BATCHES):
-            sent = [await p.send_batch([b"%s:%d:%d" % (t.encode(), b, k) for k in range(PER_BATCH)])
-                    for p, t in zip(producers, topics)]
+            sent = [
+                await p.send_batch([b"%s:%d:%d" % (t.encode(), b, k) for k in range(PER_BATCH)])
+                for p, t in zip(producers, topics)
+            ]
             await asyncio.gather(*sent)
         total = BATCHES * PER_BATCH
         got = await asyncio.gather(*(drain(c, total) for c in consumers))
         for topic, messages in zip(topics, got):
-            assert [m.payload for m in messages] == [b"%s:%d:%d" % (topic.encode(), b, k)
-                                                    for b in range(BATCHES) for k in range(PER_BATCH)]
+            assert [m.payload for m in messages] == [
+                b"%s:%d:%d" % (topic.encode(), b, k) for b in range(BATCHES) for k in range(PER_BATCH)
+            ]
             assert [m.offset for m in messages] == list(range(total))
 
         # a nack on one stream while the others ack: its message comes back, to it alone
@@ -76,17 +90,24 @@ async def test_many_consumers_on_one_connection_receive_in_order_and_their_acks_
         again = await asyncio.wait_for(consumers[0].receive_batch(), 15)
         assert [(x.offset, x.payload) for x in again.messages()] == [(total, b"nacked")]
         await consumers[0].ack_batch(again)
-        await asyncio.gather(*(c.close() for c in consumers))   # the stream's end applies its last acks
+        await asyncio.gather(*(c.close() for c in consumers))  # the stream's end applies its last acks
         await asyncio.gather(*(p.close() for p in producers))
     finally:
         await consuming.close()
         await producing.close()
 
-    broker.restart()   # a graceful stop persists every cursor
+    broker.restart()  # a graceful stop persists every cursor
     consuming, producing = client_for(broker), client_for(broker)
     try:
-        consumers = [consuming.new_consumer().with_topic(t).with_consumer_name("c").with_subscription("s")
-                     .with_reliable().build() for t in topics]
+        consumers = [
+            consuming.new_consumer()
+            .with_topic(t)
+            .with_consumer_name("c")
+            .with_subscription("s")
+            .with_reliable()
+            .build()
+            for t in topics
+        ]
         await asyncio.gather(*(c.subscribe() for c in consumers))
         for t in topics:
             async with producing.new_producer().with_topic(t).with_name("p").build() as p:

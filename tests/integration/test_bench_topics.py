@@ -10,8 +10,16 @@ from tests.support.broker import running_broker
 
 def test_topics_and_connections_spread_producers_and_consumers():
     with running_broker() as broker:
-        config = BenchConfig(service_url=broker.url, topics=3, connections=4, duration=1.0, batch_size=100,
-                             progress=False, consumer_process=False, drain_timeout=20)
+        config = BenchConfig(
+            service_url=broker.url,
+            topics=3,
+            connections=4,
+            duration=1.0,
+            batch_size=100,
+            progress=False,
+            consumer_process=False,
+            drain_timeout=20,
+        )
         result = asyncio.run(run_bench(config))
     assert not result.errors, result.errors
     assert result.acked > 0 and result.delivered == result.acked

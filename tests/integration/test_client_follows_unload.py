@@ -66,14 +66,24 @@ class Reader:
 async def test_same_producer_and_consumer_follow_unloads(tmp_path):
     (tmp_path / "broker").mkdir()
     with running_broker(data_dir=str(tmp_path / "broker")) as broker:
-        client = (DanubeClient.builder().service_url(broker.url)
-                  .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=30)
-                  .with_health_check_interval(0.5).build())
+        client = (
+            DanubeClient.builder()
+            .service_url(broker.url)
+            .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=30)
+            .with_health_check_interval(0.5)
+            .build()
+        )
         try:
-            consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c1")
-                        .with_subscription("subs").with_subscription_type(SubType.Exclusive)
-                        .with_reliable().build())  # creates the topic: no producer yet
-            await consumer.subscribe()   # a new subscription starts at the latest offset: before producing
+            consumer = (
+                client.new_consumer()
+                .with_topic(TOPIC)
+                .with_consumer_name("c1")
+                .with_subscription("subs")
+                .with_subscription_type(SubType.Exclusive)
+                .with_reliable()
+                .build()
+            )  # creates the topic: no producer yet
+            await consumer.subscribe()  # a new subscription starts at the latest offset: before producing
             producer = client.new_producer().with_topic(TOPIC).with_name("p1").with_linger_ms(1).build()
             await producer.create()
             (producer_id,) = producer.producer_ids
@@ -82,7 +92,7 @@ async def test_same_producer_and_consumer_follow_unloads(tmp_path):
             assert await asyncio.wait_for(asyncio.gather(*futures), 30) == list(range(22))
 
             reader = Reader(consumer)
-            await reader.read_until(13, ack_up_to=9)   # 0..9 acked; 10..13 delivered, not acked
+            await reader.read_until(13, ack_up_to=9)  # 0..9 acked; 10..13 delivered, not acked
             assert reader.acked == set(range(10))
 
             # Unload 1: sends right away (the batch may come back UNAVAILABLE before any health check).
@@ -91,7 +101,7 @@ async def test_same_producer_and_consumer_follow_unloads(tmp_path):
             assert await asyncio.wait_for(asyncio.gather(*futures), 30) == [22, 23, 24]
             assert producer._parts[0].reconnects == 1
             assert producer.producer_ids == [producer_id]
-            for message in reader.unacked:             # the application acks late: after the move
+            for message in reader.unacked:  # the application acks late: after the move
                 await consumer.ack(message)
                 reader.acked.add(message.offset)
             reader.unacked.clear()
@@ -110,7 +120,7 @@ async def test_same_producer_and_consumer_follow_unloads(tmp_path):
             repeated = {o for o in reader.handed_out if reader.handed_out.count(o) > 1}
             assert repeated <= set(range(10, 22)), repeated
             assert consumer._parts[0].resubscribes >= 2
-            await asyncio.sleep(1.0)                   # nothing acked comes back later either
+            await asyncio.sleep(1.0)  # nothing acked comes back later either
             assert await consumer.receive_batch(timeout=0.5) is None
 
             await producer.close()
@@ -120,8 +130,14 @@ async def test_same_producer_and_consumer_follow_unloads(tmp_path):
             # The broker has every ack (the redelivered ones were acked again): after one more
             # unload, a fresh consumer of the subscription resumes past 27 and gets nothing old.
             await _unload(broker, TOPIC)
-            fresh = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c1")
-                     .with_subscription("subs").with_subscription_type(SubType.Exclusive).build())
+            fresh = (
+                client.new_consumer()
+                .with_topic(TOPIC)
+                .with_consumer_name("c1")
+                .with_subscription("subs")
+                .with_subscription_type(SubType.Exclusive)
+                .build()
+            )
             await fresh.subscribe()
             assert await fresh.receive_batch(timeout=1.0) is None
             await fresh.close()
@@ -141,27 +157,39 @@ async def test_danube_client_producer_follows_unloads_by_itself(tmp_path):
         dc.ensure_venv()
     except Exception as exc:  # noqa: BLE001 - no network / no package index
         import pytest
+
         pytest.skip(f"danube-client venv not available: {exc}")
     topic = "/default/dc_follows_unload"
     (tmp_path / "broker").mkdir()
     with running_broker(data_dir=str(tmp_path / "broker")) as broker:
-        client = (DanubeClient.builder().service_url(broker.url)
-                  .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=30)
-                  .with_health_check_interval(0.5).build())
+        client = (
+            DanubeClient.builder()
+            .service_url(broker.url)
+            .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=30)
+            .with_health_check_interval(0.5)
+            .build()
+        )
         try:
-            consumer = (client.new_consumer().with_topic(topic).with_consumer_name("c1")
-                        .with_subscription("all").with_subscription_type(SubType.Exclusive)
-                        .with_reliable().build())
-            await consumer.subscribe()   # creates the topic; the subscription starts before any message
-            script = dc.start_script("move_produce.py", broker.url, topic, "--count", "120",
-                                     "--prefix", "d", "--delay-ms", "25")
+            consumer = (
+                client.new_consumer()
+                .with_topic(topic)
+                .with_consumer_name("c1")
+                .with_subscription("all")
+                .with_subscription_type(SubType.Exclusive)
+                .with_reliable()
+                .build()
+            )
+            await consumer.subscribe()  # creates the topic; the subscription starts before any message
+            script = dc.start_script(
+                "move_produce.py", broker.url, topic, "--count", "120", "--prefix", "d", "--delay-ms", "25"
+            )
             try:
                 received: list[tuple[int, bytes]] = []
                 loop = asyncio.get_running_loop()
                 for _ in range(3):
                     deadline = loop.time() + 20
                     before = len(received)
-                    while len(received) < before + 10:   # the producer is sending: unload under it
+                    while len(received) < before + 10:  # the producer is sending: unload under it
                         assert loop.time() < deadline, f"no progress after {len(received)} messages"
                         assert script.poll() is None, script.communicate()
                         batch = await consumer.receive_batch(timeout=0.5)
@@ -186,7 +214,7 @@ async def test_danube_client_producer_follows_unloads_by_itself(tmp_path):
                 for m in batch.messages() if batch is not None else ():
                     received.append((m.offset, m.payload))
                     await consumer.ack(m)
-            stored = dict(received)             # offset -> payload (a redelivery repeats both)
+            stored = dict(received)  # offset -> payload (a redelivery repeats both)
             assert sorted(stored) == list(range(len(sent))), "each message stored once, no gap"
             assert [stored[o].decode() for o in sorted(stored)] == sent, "in the order sent"
             await consumer.close()

@@ -83,8 +83,16 @@ async def health_calls(target: str):
 
 
 def request_headers(encoder: hpack.Encoder, path: bytes = HEALTH_PATH) -> bytes:
-    return encoder.encode([(b":method", b"POST"), (b":scheme", b"http"), (b":path", path),
-                           (b":authority", b"x"), (b"content-type", b"application/grpc"), (b"te", b"trailers")])
+    return encoder.encode(
+        [
+            (b":method", b"POST"),
+            (b":scheme", b"http"),
+            (b":path", path),
+            (b":authority", b"x"),
+            (b"content-type", b"application/grpc"),
+            (b"te", b"trailers"),
+        ]
+    )
 
 
 async def test_connections_past_max_connections_are_refused_and_descriptors_stay_bounded():
@@ -126,8 +134,9 @@ async def test_rapid_reset_keeps_the_broker_small_and_answering():
                 for i in range(3000):
                     stream_id = 2 * i + 1
                     out.append(frames.frame(frames.HEADERS, frames.END_HEADERS, stream_id, request_headers(encoder)))
-                    out.append(frames.frame(frames.DATA, frames.END_STREAM, stream_id,
-                                            wire.message_prefix(len(body)) + body))
+                    out.append(
+                        frames.frame(frames.DATA, frames.END_STREAM, stream_id, wire.message_prefix(len(body)) + body)
+                    )
                     out.append(frames.rst_stream(stream_id, frames.CANCEL))
                 with contextlib.suppress(ConnectionError):
                     writer.write(b"".join(out))
@@ -137,8 +146,10 @@ async def test_rapid_reset_keeps_the_broker_small_and_answering():
                     while chunk := await asyncio.wait_for(reader.read(1 << 16), 5):
                         data += chunk
                 got, _ = frames.parse_frames(data, 1 << 24)
-                goaways += any(kind == frames.GOAWAY and payload[4:8] == frames.ENHANCE_YOUR_CALM.to_bytes(4, "big")
-                               for kind, _, _, payload in got)
+                goaways += any(
+                    kind == frames.GOAWAY and payload[4:8] == frames.ENHANCE_YOUR_CALM.to_bytes(4, "big")
+                    for kind, _, _, payload in got
+                )
                 writer.close()
             grown = rss(broker.proc.pid) - before
         assert goaways == 20
@@ -158,8 +169,16 @@ async def test_unfinished_large_messages_are_bounded_by_the_buffer_budget():
             ids = []
             for _ in range(16):
                 stream_id = conn.get_next_available_stream_id()
-                conn.send_headers(stream_id, [(b":method", b"POST"), (b":scheme", b"http"), (b":path", HEALTH_PATH),
-                                              (b":authority", b"x"), (b"content-type", b"application/grpc")])
+                conn.send_headers(
+                    stream_id,
+                    [
+                        (b":method", b"POST"),
+                        (b":scheme", b"http"),
+                        (b":path", HEALTH_PATH),
+                        (b":authority", b"x"),
+                        (b"content-type", b"application/grpc"),
+                    ],
+                )
                 conn.send_data(stream_id, wire.message_prefix(64 * MiB - 16))
                 ids.append(stream_id)
             sent = dict.fromkeys(ids, 0)
@@ -169,8 +188,11 @@ async def test_unfinished_large_messages_are_bounded_by_the_buffer_budget():
                 progressed = False
                 for stream_id in ids:
                     with contextlib.suppress(h2.exceptions.StreamClosedError):
-                        room = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size,
-                                   64 * MiB - 32 - sent[stream_id])
+                        room = min(
+                            conn.local_flow_control_window(stream_id),
+                            conn.max_outbound_frame_size,
+                            64 * MiB - 32 - sent[stream_id],
+                        )
                         if room > 0:
                             conn.send_data(stream_id, chunk[:room])
                             sent[stream_id] += room
@@ -193,7 +215,7 @@ async def test_unfinished_large_messages_are_bounded_by_the_buffer_budget():
                 await asyncio.sleep(0.2)
             left = rss(broker.proc.pid) - before
         assert left <= 48 * MiB, left / MiB
-        assert total >= 128 * MiB                  # it sent past the budget...
+        assert total >= 128 * MiB  # it sent past the budget...
         # ...and the broker held no more than that: 224 MiB of request bytes, which the allocator
         # turns into up to about twice as much RSS (growing buffers, freed frames); 16 x 64 MiB
         # was the unbounded case.
@@ -209,8 +231,16 @@ async def _unfinished_upload(port: int, streams: int, message: int, seconds: flo
     sent = {}
     for _ in range(streams):
         stream_id = conn.get_next_available_stream_id()
-        conn.send_headers(stream_id, [(b":method", b"POST"), (b":scheme", b"http"), (b":path", HEALTH_PATH),
-                                      (b":authority", b"x"), (b"content-type", b"application/grpc")])
+        conn.send_headers(
+            stream_id,
+            [
+                (b":method", b"POST"),
+                (b":scheme", b"http"),
+                (b":path", HEALTH_PATH),
+                (b":authority", b"x"),
+                (b"content-type", b"application/grpc"),
+            ],
+        )
         conn.send_data(stream_id, wire.message_prefix(message))
         sent[stream_id] = 0
     chunk = bytes(MiB)
@@ -218,8 +248,11 @@ async def _unfinished_upload(port: int, streams: int, message: int, seconds: flo
     while time.monotonic() < deadline:
         for stream_id in sent:
             with contextlib.suppress(h2.exceptions.StreamClosedError):
-                room = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size,
-                           message - 1 - sent[stream_id])
+                room = min(
+                    conn.local_flow_control_window(stream_id),
+                    conn.max_outbound_frame_size,
+                    message - 1 - sent[stream_id],
+                )
                 if room > 0:
                     conn.send_data(stream_id, chunk[:room])
                     sent[stream_id] += room
@@ -252,7 +285,7 @@ async def test_unfinished_uploads_over_many_connections_hold_at_most_the_budget(
             while rss(broker.proc.pid) - before > 32 * MiB and time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
             left = rss(broker.proc.pid) - before
-        assert sent >= 16 * MiB, sent / MiB       # they got window, up to the budget...
+        assert sent >= 16 * MiB, sent / MiB  # they got window, up to the budget...
         # ...and the broker held about the budget (32 MiB + 64 KiB a connection), which the allocator
         # turns into up to 2-2.5x as much RSS (77 MiB seen once on a fresh CI-like run); 12 x 32 MiB
         # windows were the unbounded case (the old code grew 256 MiB here), well above this bound.
@@ -273,10 +306,23 @@ async def test_streams_opened_over_many_connections_are_capped():
                     encoder = hpack.Encoder()
                     out = [frames.PREFACE, frames.settings([])]
                     for i in range(1024):
-                        out.append(frames.frame(frames.HEADERS, frames.END_HEADERS, 2 * i + 1, encoder.encode(
-                            [(b":method", b"POST"), (b":scheme", b"http"), (b":path", HEALTH_PATH),
-                             (b":authority", b"x"), (b"content-type", b"application/grpc"),
-                             (b"x-n", str(i).encode())])))
+                        out.append(
+                            frames.frame(
+                                frames.HEADERS,
+                                frames.END_HEADERS,
+                                2 * i + 1,
+                                encoder.encode(
+                                    [
+                                        (b":method", b"POST"),
+                                        (b":scheme", b"http"),
+                                        (b":path", HEALTH_PATH),
+                                        (b":authority", b"x"),
+                                        (b"content-type", b"application/grpc"),
+                                        (b"x-n", str(i).encode()),
+                                    ]
+                                ),
+                            )
+                        )
                     writer.write(b"".join(out))
                     await writer.drain()
                     peers.append((reader, writer))
@@ -293,6 +339,7 @@ async def test_streams_opened_over_many_connections_are_capped():
 
 # ---------------------------------------------------------------- full-length measurements (opt in)
 
+
 async def test_a_fan_out_of_one_large_message_to_streams_that_do_not_read_stays_small():
     """One connection opened its windows, held 100 ReceiveMessages streams and never read; one
     8 MiB message took the broker from 57 MiB to 3,274 MiB (a copy of the message per stream,
@@ -304,11 +351,24 @@ async def test_a_fan_out_of_one_large_message_to_streams_that_do_not_read_stays_
             producers = pb_grpc.ProducerServiceStub(channel)
             consumers = pb_grpc.ConsumerServiceStub(channel)
             topic = "/default/fan-out"
-            producer = await producers.CreateProducer(pb.ProducerRequest(request_id=1, producer_name="p",
-                                                                         topic_name=topic), timeout=30)
-            ids = [(await consumers.Subscribe(pb.ConsumerRequest(
-                request_id=i, topic_name=topic, consumer_name=f"c{i}", subscription=f"s{i}",
-                subscription_type=pb.ConsumerRequest.Exclusive), timeout=30)).consumer_id for i in range(100)]
+            producer = await producers.CreateProducer(
+                pb.ProducerRequest(request_id=1, producer_name="p", topic_name=topic), timeout=30
+            )
+            ids = [
+                (
+                    await consumers.Subscribe(
+                        pb.ConsumerRequest(
+                            request_id=i,
+                            topic_name=topic,
+                            consumer_name=f"c{i}",
+                            subscription=f"s{i}",
+                            subscription_type=pb.ConsumerRequest.Exclusive,
+                        ),
+                        timeout=30,
+                    )
+                ).consumer_id
+                for i in range(100)
+            ]
             async with health_calls(broker.target):
                 sock = socket.socket()
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -316,22 +376,37 @@ async def test_a_fan_out_of_one_large_message_to_streams_that_do_not_read_stays_
                 loop = asyncio.get_running_loop()
                 await loop.sock_connect(sock, ("127.0.0.1", broker.port))
                 encoder = hpack.Encoder()
-                out = [frames.PREFACE, frames.settings([(frames.INITIAL_WINDOW_SIZE, 2**31 - 1),
-                                                        (frames.MAX_FRAME_SIZE, 2**24 - 1)]),
-                       frames.window_update(0, 2**31 - 1 - 65535)]
+                out = [
+                    frames.PREFACE,
+                    frames.settings([(frames.INITIAL_WINDOW_SIZE, 2**31 - 1), (frames.MAX_FRAME_SIZE, 2**24 - 1)]),
+                    frames.window_update(0, 2**31 - 1 - 65535),
+                ]
                 for n, consumer_id in enumerate(ids):
                     body = pb.ReceiveRequest(request_id=1, consumer_id=consumer_id).SerializeToString()
-                    out.append(frames.frame(frames.HEADERS, frames.END_HEADERS, 2 * n + 1, request_headers(
-                        encoder, b"/danube.ConsumerService/ReceiveMessages")))
-                    out.append(frames.frame(frames.DATA, frames.END_STREAM, 2 * n + 1,
-                                            wire.message_prefix(len(body)) + body))
+                    out.append(
+                        frames.frame(
+                            frames.HEADERS,
+                            frames.END_HEADERS,
+                            2 * n + 1,
+                            request_headers(encoder, b"/danube.ConsumerService/ReceiveMessages"),
+                        )
+                    )
+                    out.append(
+                        frames.frame(frames.DATA, frames.END_STREAM, 2 * n + 1, wire.message_prefix(len(body)) + body)
+                    )
                 try:
                     await loop.sock_sendall(sock, b"".join(out))
                     await asyncio.sleep(1.0)
                     before = rss(broker.proc.pid)
-                    await producers.SendMessage(pb.StreamMessage(
-                        request_id=2, msg_id=pb.MsgID(producer_id=producer.producer_id, topic_name=topic),
-                        payload=bytes(8 * MiB), publish_time=1), timeout=30)
+                    await producers.SendMessage(
+                        pb.StreamMessage(
+                            request_id=2,
+                            msg_id=pb.MsgID(producer_id=producer.producer_id, topic_name=topic),
+                            payload=bytes(8 * MiB),
+                            publish_time=1,
+                        ),
+                        timeout=30,
+                    )
                     peak = 0
                     for _ in range(30):
                         peak = max(peak, rss(broker.proc.pid))
@@ -356,12 +431,20 @@ async def test_concurrent_admin_listings_do_not_starve_the_client_port():
             topics = admin_grpc.TopicAdminStub(channel)
             names = [f"/default/listed-{i:03d}" for i in range(200)]
             for group in range(0, len(names), 20):
-                await asyncio.gather(*(topics.CreateTopic(admin_pb.NewTopicRequest(name=n), timeout=30)
-                                       for n in names[group:group + 20]))
+                await asyncio.gather(
+                    *(
+                        topics.CreateTopic(admin_pb.NewTopicRequest(name=n), timeout=30)
+                        for n in names[group : group + 20]
+                    )
+                )
             async with health_calls(broker.target):
                 spent = cpu_seconds(broker.proc.pid)
-                got = await asyncio.gather(*(topics.ListNamespaceTopics(admin_pb.NamespaceRequest(name="default"),
-                                                                        timeout=60) for _ in range(1000)))
+                got = await asyncio.gather(
+                    *(
+                        topics.ListNamespaceTopics(admin_pb.NamespaceRequest(name="default"), timeout=60)
+                        for _ in range(1000)
+                    )
+                )
                 spent = cpu_seconds(broker.proc.pid) - spent
             assert all(sorted(t.name for t in r.topics) == names for r in got)
             await topics.CreateTopic(admin_pb.NewTopicRequest(name="/default/listed-new"), timeout=30)
@@ -414,8 +497,10 @@ def _rapid_reset_payload(pairs: int) -> bytes:
 
 
 def _continuation_payload() -> bytes:
-    return frames.frame(frames.HEADERS, 0, 1, request_headers(hpack.Encoder())) + \
-        frames.frame(frames.CONTINUATION, 0, 1) * 20000
+    return (
+        frames.frame(frames.HEADERS, 0, 1, request_headers(hpack.Encoder()))
+        + frames.frame(frames.CONTINUATION, 0, 1) * 20000
+    )
 
 
 MEASURED = {
@@ -424,8 +509,12 @@ MEASURED = {
     "empty CONTINUATION frames": (_continuation_payload, 10, True, True),
     "SETTINGS flood, socket not read": (lambda: frames.settings([]) * 8000, 10, False, True),
     "PING flood, replies read": (lambda: frames.frame(frames.PING, 0, 0, b"pingpong") * 4000, 10, True, True),
-    "SETTINGS of 2,000 INITIAL_WINDOW_SIZE entries":
-        (lambda: frames.settings([(frames.INITIAL_WINDOW_SIZE, 1000 + i) for i in range(2000)]), 10, True, True),
+    "SETTINGS of 2,000 INITIAL_WINDOW_SIZE entries": (
+        lambda: frames.settings([(frames.INITIAL_WINDOW_SIZE, 1000 + i) for i in range(2000)]),
+        10,
+        True,
+        True,
+    ),
 }
 
 
@@ -454,9 +543,12 @@ async def test_measure_attack(name):
                 watcher.cancel()
             await asyncio.sleep(1.0)
             after = rss(broker.proc.pid)
-        trips = sorted({line.split("h2 limit ")[1].split()[0] for line in broker.log().splitlines()
-                        if "h2 limit " in line})
-        print(f"\n{name}: {seconds} s, payload x{sent} over {connections} connection(s); RSS {before / MiB:.0f} MiB -> peak {peak / MiB:.0f}, "
-              f"after {after / MiB:.0f}; health calls {health['ok']} ok, {len(health['failed'])} failed; "
-              f"limits tripped: {', '.join(trips) or 'none'}")
+        trips = sorted(
+            {line.split("h2 limit ")[1].split()[0] for line in broker.log().splitlines() if "h2 limit " in line}
+        )
+        print(
+            f"\n{name}: {seconds} s, payload x{sent} over {connections} connection(s); RSS {before / MiB:.0f} MiB -> peak {peak / MiB:.0f}, "
+            f"after {after / MiB:.0f}; health calls {health['ok']} ok, {len(health['failed'])} failed; "
+            f"limits tripped: {', '.join(trips) or 'none'}"
+        )
         assert peak - before < 128 * MiB

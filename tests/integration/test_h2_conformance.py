@@ -29,10 +29,22 @@ from danube.server.h2grpc import frames, wire
 from tests.integration.test_h2_server import serving
 
 SENTINEL = b"h2specOK"
-REQUEST = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/t.Test/Echo"), (b":authority", b"x"),
-           (b"content-type", b"application/grpc"), (b"te", b"trailers")]
-SLOW = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/t.Test/LazySum"), (b":authority", b"x"),
-        (b"content-type", b"application/grpc"), (b"x-delay", b"3")]
+REQUEST = [
+    (b":method", b"POST"),
+    (b":scheme", b"http"),
+    (b":path", b"/t.Test/Echo"),
+    (b":authority", b"x"),
+    (b"content-type", b"application/grpc"),
+    (b"te", b"trailers"),
+]
+SLOW = [
+    (b":method", b"POST"),
+    (b":scheme", b"http"),
+    (b":path", b"/t.Test/LazySum"),
+    (b":authority", b"x"),
+    (b"content-type", b"application/grpc"),
+    (b"x-delay", b"3"),
+]
 
 
 def f(kind, flags, stream_id, payload=b""):
@@ -44,7 +56,9 @@ def block(conn, headers=REQUEST) -> bytes:
 
 
 def headers(conn, stream_id, end_stream=False, hdrs=REQUEST) -> bytes:
-    return f(frames.HEADERS, frames.END_HEADERS | (frames.END_STREAM if end_stream else 0), stream_id, block(conn, hdrs))
+    return f(
+        frames.HEADERS, frames.END_HEADERS | (frames.END_STREAM if end_stream else 0), stream_id, block(conn, hdrs)
+    )
 
 
 def settings_raw(*pairs) -> bytes:
@@ -60,8 +74,13 @@ def stream_error(code):
 
 
 ALIVE = ("alive", None)
-P, F, SC, FC, CE = (frames.PROTOCOL_ERROR, frames.FRAME_SIZE_ERROR, frames.STREAM_CLOSED, frames.FLOW_CONTROL_ERROR,
-                     frames.COMPRESSION_ERROR)
+P, F, SC, FC, CE = (
+    frames.PROTOCOL_ERROR,
+    frames.FRAME_SIZE_ERROR,
+    frames.STREAM_CLOSED,
+    frames.FLOW_CONTROL_ERROR,
+    frames.COMPRESSION_ERROR,
+)
 C = CE
 
 CASES = [
@@ -70,84 +89,158 @@ CASES = [
     # 4.1 frame format
     ("http2/4.1/1 unknown frame type is ignored", lambda c: f(0x16, 0, 0, b"xyz"), ALIVE),
     ("http2/4.1/2 undefined flags are ignored", lambda c: f(frames.PING, 0x16, 0, b"12345678"), ALIVE),
-    ("http2/4.1/3 reserved bit is ignored",
-     lambda c: bytes(f(frames.PING, 0, 0, b"12345678")[:5]) + b"\x80\x00\x00\x00" + b"12345678", ALIVE),
+    (
+        "http2/4.1/3 reserved bit is ignored",
+        lambda c: bytes(f(frames.PING, 0, 0, b"12345678")[:5]) + b"\x80\x00\x00\x00" + b"12345678",
+        ALIVE,
+    ),
     # 4.2 frame size
     ("http2/4.2/1 DATA of 16384 bytes", lambda c: headers(c, 1) + f(frames.DATA, 0, 1, b"\x00" * 16384), ALIVE),
-    ("http2/4.2/2 DATA over SETTINGS_MAX_FRAME_SIZE",
-     lambda c: headers(c, 1) + f(frames.DATA, 0, 1, b"\x00" * (1024 * 1024 + 1)), conn_error(F)),
-    ("http2/4.2/3 HEADERS over SETTINGS_MAX_FRAME_SIZE",
-     lambda c: f(frames.HEADERS, frames.END_HEADERS, 1, b"\x00" * (1024 * 1024 + 1)), conn_error(F)),
+    (
+        "http2/4.2/2 DATA over SETTINGS_MAX_FRAME_SIZE",
+        lambda c: headers(c, 1) + f(frames.DATA, 0, 1, b"\x00" * (1024 * 1024 + 1)),
+        conn_error(F),
+    ),
+    (
+        "http2/4.2/3 HEADERS over SETTINGS_MAX_FRAME_SIZE",
+        lambda c: f(frames.HEADERS, frames.END_HEADERS, 1, b"\x00" * (1024 * 1024 + 1)),
+        conn_error(F),
+    ),
     # 4.3 header compression
-    ("http2/4.3/1 invalid header block", lambda c: f(frames.HEADERS, frames.END_HEADERS, 1, b"\xff\xff\xff\xff"),
-     conn_error(C)),
-    ("http2/4.3/3 PRIORITY between HEADERS and CONTINUATION",
-     lambda c: f(frames.HEADERS, 0, 1, block(c)) + f(frames.PRIORITY, 0, 3, b"\x00\x00\x00\x00\x10"), conn_error(P)),
+    (
+        "http2/4.3/1 invalid header block",
+        lambda c: f(frames.HEADERS, frames.END_HEADERS, 1, b"\xff\xff\xff\xff"),
+        conn_error(C),
+    ),
+    (
+        "http2/4.3/3 PRIORITY between HEADERS and CONTINUATION",
+        lambda c: f(frames.HEADERS, 0, 1, block(c)) + f(frames.PRIORITY, 0, 3, b"\x00\x00\x00\x00\x10"),
+        conn_error(P),
+    ),
     # 5.1 stream states
     ("http2/5.1/1 idle: DATA", lambda c: f(frames.DATA, frames.END_STREAM, 1, b"x"), conn_error(P)),
     ("http2/5.1/2 idle: RST_STREAM", lambda c: frames.rst_stream(1, frames.CANCEL), conn_error(P)),
     ("http2/5.1/3 idle: WINDOW_UPDATE", lambda c: frames.window_update(1, 100), conn_error(P)),
-    ("http2/5.1/4 idle: CONTINUATION", lambda c: f(frames.CONTINUATION, frames.END_HEADERS, 1, block(c)),
-     conn_error(P)),
-    ("http2/5.1/5 half closed (remote): DATA", lambda c: headers(c, 1, True, SLOW) + f(frames.DATA, 0, 1, b"x"),
-     stream_error(SC)),
-    ("http2/5.1/6 half closed (remote): HEADERS",
-     lambda c: headers(c, 1, True, SLOW) + headers(c, 1, True, SLOW), stream_error(SC)),
-    ("http2/5.1/7 half closed (remote): CONTINUATION",
-     lambda c: headers(c, 1, True, SLOW) + f(frames.CONTINUATION, frames.END_HEADERS, 1, block(c)), conn_error(P)),
-    ("http2/5.1/13 closed: CONTINUATION after the stream ended",
-     lambda c: headers(c, 1, True) + f(frames.CONTINUATION, frames.END_HEADERS, 1, block(c)), conn_error(P)),
+    (
+        "http2/5.1/4 idle: CONTINUATION",
+        lambda c: f(frames.CONTINUATION, frames.END_HEADERS, 1, block(c)),
+        conn_error(P),
+    ),
+    (
+        "http2/5.1/5 half closed (remote): DATA",
+        lambda c: headers(c, 1, True, SLOW) + f(frames.DATA, 0, 1, b"x"),
+        stream_error(SC),
+    ),
+    (
+        "http2/5.1/6 half closed (remote): HEADERS",
+        lambda c: headers(c, 1, True, SLOW) + headers(c, 1, True, SLOW),
+        stream_error(SC),
+    ),
+    (
+        "http2/5.1/7 half closed (remote): CONTINUATION",
+        lambda c: headers(c, 1, True, SLOW) + f(frames.CONTINUATION, frames.END_HEADERS, 1, block(c)),
+        conn_error(P),
+    ),
+    (
+        "http2/5.1/13 closed: CONTINUATION after the stream ended",
+        lambda c: headers(c, 1, True) + f(frames.CONTINUATION, frames.END_HEADERS, 1, block(c)),
+        conn_error(P),
+    ),
     # 5.1.1 stream identifiers
     ("http2/5.1.1/1 even-numbered stream", lambda c: headers(c, 2, True), conn_error(P)),
-    ("http2/5.1.1/2 stream id lower than a previous one",
-     lambda c: headers(c, 5, False, SLOW) + headers(c, 3, True), conn_error(P)),
+    (
+        "http2/5.1.1/2 stream id lower than a previous one",
+        lambda c: headers(c, 5, False, SLOW) + headers(c, 3, True),
+        conn_error(P),
+    ),
     # 5.1.2 stream concurrency
-    ("http2/5.1.2/1 past SETTINGS_MAX_CONCURRENT_STREAMS",
-     lambda c: b"".join(headers(c, 2 * i + 1, False, SLOW) for i in range(257)), stream_error(frames.REFUSED_STREAM)),
+    (
+        "http2/5.1.2/1 past SETTINGS_MAX_CONCURRENT_STREAMS",
+        lambda c: b"".join(headers(c, 2 * i + 1, False, SLOW) for i in range(257)),
+        stream_error(frames.REFUSED_STREAM),
+    ),
     # 5.3.1 stream dependencies
-    ("http2/5.3.1/1 HEADERS depending on itself",
-     lambda c: f(frames.HEADERS, frames.END_HEADERS | frames.PRIORITY_FLAG, 1, b"\x00\x00\x00\x01\x10" + block(c)),
-     stream_error(P)),
-    ("http2/5.3.1/2 PRIORITY depending on itself", lambda c: f(frames.PRIORITY, 0, 1, b"\x00\x00\x00\x01\x10"),
-     stream_error(P)),
+    (
+        "http2/5.3.1/1 HEADERS depending on itself",
+        lambda c: f(frames.HEADERS, frames.END_HEADERS | frames.PRIORITY_FLAG, 1, b"\x00\x00\x00\x01\x10" + block(c)),
+        stream_error(P),
+    ),
+    (
+        "http2/5.3.1/2 PRIORITY depending on itself",
+        lambda c: f(frames.PRIORITY, 0, 1, b"\x00\x00\x00\x01\x10"),
+        stream_error(P),
+    ),
     # 5.5 extending HTTP/2
     ("http2/5.5/1 unknown extension frame is ignored", lambda c: f(0xFF, 0, 0, b"hello"), ALIVE),
-    ("http2/5.5/2 unknown extension frame inside a header block",
-     lambda c: f(frames.HEADERS, 0, 1, block(c)) + f(0xFF, 0, 1, b"x"), conn_error(P)),
+    (
+        "http2/5.5/2 unknown extension frame inside a header block",
+        lambda c: f(frames.HEADERS, 0, 1, block(c)) + f(0xFF, 0, 1, b"x"),
+        conn_error(P),
+    ),
     # 6.1 DATA
     ("http2/6.1/1 DATA on stream 0", lambda c: f(frames.DATA, 0, 0, b"x"), conn_error(P)),
-    ("http2/6.1/2 DATA on a half-closed (remote) stream",
-     lambda c: headers(c, 1, True, SLOW) + f(frames.DATA, 0, 1, b"x"), stream_error(SC)),
-    ("http2/6.1/3 DATA with invalid pad length",
-     lambda c: headers(c, 1) + f(frames.DATA, frames.PADDED, 1, b"\x06" + b"x" * 5), conn_error(P)),
+    (
+        "http2/6.1/2 DATA on a half-closed (remote) stream",
+        lambda c: headers(c, 1, True, SLOW) + f(frames.DATA, 0, 1, b"x"),
+        stream_error(SC),
+    ),
+    (
+        "http2/6.1/3 DATA with invalid pad length",
+        lambda c: headers(c, 1) + f(frames.DATA, frames.PADDED, 1, b"\x06" + b"x" * 5),
+        conn_error(P),
+    ),
     # 6.2 HEADERS
-    ("http2/6.2/1 HEADERS then CONTINUATION after END_HEADERS... interrupted by PING",
-     lambda c: f(frames.HEADERS, 0, 1, block(c)) + f(frames.PING, 0, 0, b"12345678"), conn_error(P)),
-    ("http2/6.2/2 HEADERS then DATA on another stream inside the block",
-     lambda c: f(frames.HEADERS, 0, 1, block(c)) + f(frames.DATA, 0, 3, b"x"), conn_error(P)),
+    (
+        "http2/6.2/1 HEADERS then CONTINUATION after END_HEADERS... interrupted by PING",
+        lambda c: f(frames.HEADERS, 0, 1, block(c)) + f(frames.PING, 0, 0, b"12345678"),
+        conn_error(P),
+    ),
+    (
+        "http2/6.2/2 HEADERS then DATA on another stream inside the block",
+        lambda c: f(frames.HEADERS, 0, 1, block(c)) + f(frames.DATA, 0, 3, b"x"),
+        conn_error(P),
+    ),
     ("http2/6.2/3 HEADERS on stream 0", lambda c: f(frames.HEADERS, frames.END_HEADERS, 0, block(c)), conn_error(P)),
-    ("http2/6.2/4 HEADERS with invalid pad length",
-     lambda c: f(frames.HEADERS, frames.END_HEADERS | frames.PADDED, 1, b"\xff" + block(c)), conn_error(P)),
+    (
+        "http2/6.2/4 HEADERS with invalid pad length",
+        lambda c: f(frames.HEADERS, frames.END_HEADERS | frames.PADDED, 1, b"\xff" + block(c)),
+        conn_error(P),
+    ),
     # 6.3 PRIORITY
     ("http2/6.3/1 PRIORITY on stream 0", lambda c: f(frames.PRIORITY, 0, 0, b"\x00\x00\x00\x03\x10"), conn_error(P)),
     ("http2/6.3/2 PRIORITY of 4 bytes", lambda c: f(frames.PRIORITY, 0, 1, b"\x00\x00\x00\x03"), stream_error(F)),
     # 6.4 RST_STREAM
     ("http2/6.4/1 RST_STREAM on stream 0", lambda c: frames.rst_stream(0, frames.CANCEL), conn_error(P)),
     ("http2/6.4/2 RST_STREAM on an idle stream", lambda c: frames.rst_stream(5, frames.CANCEL), conn_error(P)),
-    ("http2/6.4/3 RST_STREAM of 3 bytes", lambda c: headers(c, 1, False, SLOW) + f(frames.RST_STREAM, 0, 1, b"\x00\x00\x08"),
-     conn_error(F)),
+    (
+        "http2/6.4/3 RST_STREAM of 3 bytes",
+        lambda c: headers(c, 1, False, SLOW) + f(frames.RST_STREAM, 0, 1, b"\x00\x00\x08"),
+        conn_error(F),
+    ),
     # 6.5 SETTINGS
-    ("http2/6.5/1 SETTINGS ACK with a payload", lambda c: f(frames.SETTINGS, frames.ACK, 0, b"\x00" * 6),
-     conn_error(F)),
+    (
+        "http2/6.5/1 SETTINGS ACK with a payload",
+        lambda c: f(frames.SETTINGS, frames.ACK, 0, b"\x00" * 6),
+        conn_error(F),
+    ),
     ("http2/6.5/2 SETTINGS on a stream", lambda c: f(frames.SETTINGS, 0, 1, b""), conn_error(P)),
     ("http2/6.5/3 SETTINGS of 3 bytes", lambda c: f(frames.SETTINGS, 0, 0, b"\x00\x03\x00"), conn_error(F)),
     ("http2/6.5.2/1 SETTINGS_ENABLE_PUSH of 2", lambda c: settings_raw((frames.ENABLE_PUSH, 2)), conn_error(P)),
-    ("http2/6.5.2/2 SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1",
-     lambda c: settings_raw((frames.INITIAL_WINDOW_SIZE, 2**31)), conn_error(FC)),
-    ("http2/6.5.2/3 SETTINGS_MAX_FRAME_SIZE under 16384", lambda c: settings_raw((frames.MAX_FRAME_SIZE, 16383)),
-     conn_error(P)),
-    ("http2/6.5.2/4 SETTINGS_MAX_FRAME_SIZE over 2^24-1", lambda c: settings_raw((frames.MAX_FRAME_SIZE, 2**24)),
-     conn_error(P)),
+    (
+        "http2/6.5.2/2 SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1",
+        lambda c: settings_raw((frames.INITIAL_WINDOW_SIZE, 2**31)),
+        conn_error(FC),
+    ),
+    (
+        "http2/6.5.2/3 SETTINGS_MAX_FRAME_SIZE under 16384",
+        lambda c: settings_raw((frames.MAX_FRAME_SIZE, 16383)),
+        conn_error(P),
+    ),
+    (
+        "http2/6.5.2/4 SETTINGS_MAX_FRAME_SIZE over 2^24-1",
+        lambda c: settings_raw((frames.MAX_FRAME_SIZE, 2**24)),
+        conn_error(P),
+    ),
     ("http2/6.5.2/5 unknown setting is ignored", lambda c: settings_raw((0xFF, 1)), ALIVE),
     ("http2/6.5.3/2 SETTINGS is acknowledged", "settings-ack", ALIVE),
     # 6.7 PING
@@ -159,35 +252,66 @@ CASES = [
     ("http2/6.8/1 GOAWAY on a stream", lambda c: f(frames.GOAWAY, 0, 1, b"\x00" * 8), conn_error(P)),
     # 6.9 WINDOW_UPDATE
     ("http2/6.9/1 connection WINDOW_UPDATE of 0", lambda c: frames.window_update(0, 0), conn_error(P)),
-    ("http2/6.9/2 stream WINDOW_UPDATE of 0", lambda c: headers(c, 1, False, SLOW) + frames.window_update(1, 0),
-     stream_error(P)),
+    (
+        "http2/6.9/2 stream WINDOW_UPDATE of 0",
+        lambda c: headers(c, 1, False, SLOW) + frames.window_update(1, 0),
+        stream_error(P),
+    ),
     ("http2/6.9/3 WINDOW_UPDATE of 3 bytes", lambda c: f(frames.WINDOW_UPDATE, 0, 0, b"\x00\x00\x01"), conn_error(F)),
-    ("http2/6.9.1/2 connection window over 2^31-1",
-     lambda c: frames.window_update(0, 2**31 - 1) + frames.window_update(0, 2**31 - 1), conn_error(FC)),
-    ("http2/6.9.1/3 stream window over 2^31-1",
-     lambda c: headers(c, 1, False, SLOW) + frames.window_update(1, 2**31 - 1) + frames.window_update(1, 2**31 - 1),
-     stream_error(FC)),
-    ("http2/6.9.2/2 a negative window after SETTINGS is allowed",
-     lambda c: headers(c, 1, False, SLOW) + settings_raw((frames.INITIAL_WINDOW_SIZE, 0)), ALIVE),
+    (
+        "http2/6.9.1/2 connection window over 2^31-1",
+        lambda c: frames.window_update(0, 2**31 - 1) + frames.window_update(0, 2**31 - 1),
+        conn_error(FC),
+    ),
+    (
+        "http2/6.9.1/3 stream window over 2^31-1",
+        lambda c: headers(c, 1, False, SLOW) + frames.window_update(1, 2**31 - 1) + frames.window_update(1, 2**31 - 1),
+        stream_error(FC),
+    ),
+    (
+        "http2/6.9.2/2 a negative window after SETTINGS is allowed",
+        lambda c: headers(c, 1, False, SLOW) + settings_raw((frames.INITIAL_WINDOW_SIZE, 0)),
+        ALIVE,
+    ),
     # 6.10 CONTINUATION
     ("http2/6.10/1 several CONTINUATION frames", "continuation-ok", ALIVE),
-    ("http2/6.10/2 CONTINUATION after END_HEADERS", lambda c: headers(c, 1, True)
-     + f(frames.CONTINUATION, frames.END_HEADERS, 1, block(c)), conn_error(P)),
-    ("http2/6.10/4 CONTINUATION on another stream",
-     lambda c: f(frames.HEADERS, 0, 1, block(c)) + f(frames.CONTINUATION, frames.END_HEADERS, 3, b""), conn_error(P)),
-    ("http2/6.10/5 CONTINUATION on stream 0",
-     lambda c: f(frames.HEADERS, 0, 1, block(c)) + f(frames.CONTINUATION, frames.END_HEADERS, 0, b""), conn_error(P)),
+    (
+        "http2/6.10/2 CONTINUATION after END_HEADERS",
+        lambda c: headers(c, 1, True) + f(frames.CONTINUATION, frames.END_HEADERS, 1, block(c)),
+        conn_error(P),
+    ),
+    (
+        "http2/6.10/4 CONTINUATION on another stream",
+        lambda c: f(frames.HEADERS, 0, 1, block(c)) + f(frames.CONTINUATION, frames.END_HEADERS, 3, b""),
+        conn_error(P),
+    ),
+    (
+        "http2/6.10/5 CONTINUATION on stream 0",
+        lambda c: f(frames.HEADERS, 0, 1, block(c)) + f(frames.CONTINUATION, frames.END_HEADERS, 0, b""),
+        conn_error(P),
+    ),
     # 8.2 server push
-    ("http2/8.2/1 PUSH_PROMISE from a client", lambda c: f(frames.PUSH_PROMISE, frames.END_HEADERS, 1, b"\x00" * 4),
-     conn_error(P)),
+    (
+        "http2/8.2/1 PUSH_PROMISE from a client",
+        lambda c: f(frames.PUSH_PROMISE, frames.END_HEADERS, 1, b"\x00" * 4),
+        conn_error(P),
+    ),
     # hpack suite
-    ("hpack/2.3.3/1 index past the end of the tables", lambda c: f(frames.HEADERS, frames.END_HEADERS, 1, b"\xbf\x7f"),
-     conn_error(CE)),
-    ("hpack/4.2/1 table size update over SETTINGS_HEADER_TABLE_SIZE",
-     lambda c: f(frames.HEADERS, frames.END_HEADERS, 1, b"\x3f\xe1\x3f" + block(c)), conn_error(CE)),
-    ("hpack/5.2/1 Huffman string with EOS", lambda c: f(frames.HEADERS, frames.END_HEADERS, 1,
-                                                        b"\x00\x85\xf2\xb2\x4a\x87\xff\xff\xff\xfd\x25\x42\x7f"),
-     conn_error(CE)),
+    (
+        "hpack/2.3.3/1 index past the end of the tables",
+        lambda c: f(frames.HEADERS, frames.END_HEADERS, 1, b"\xbf\x7f"),
+        conn_error(CE),
+    ),
+    (
+        "hpack/4.2/1 table size update over SETTINGS_HEADER_TABLE_SIZE",
+        lambda c: f(frames.HEADERS, frames.END_HEADERS, 1, b"\x3f\xe1\x3f" + block(c)),
+        conn_error(CE),
+    ),
+    (
+        "hpack/5.2/1 Huffman string with EOS",
+        lambda c: f(frames.HEADERS, frames.END_HEADERS, 1, b"\x00\x85\xf2\xb2\x4a\x87\xff\xff\xff\xfd\x25\x42\x7f"),
+        conn_error(CE),
+    ),
     ("hpack/6.1/1 index 0", lambda c: f(frames.HEADERS, frames.END_HEADERS, 1, b"\x80"), conn_error(CE)),
 ]
 
@@ -254,17 +378,25 @@ async def test_h2spec_case(name, send, expected):
                 payload = f(frames.PING, frames.ACK, 0, b"notmine!")
             elif send == "continuation-ok":
                 data = block(conn)
-                payload = (f(frames.HEADERS, 0, 1, data[:3]) + f(frames.CONTINUATION, 0, 1, data[3:6])
-                           + f(frames.CONTINUATION, frames.END_HEADERS, 1, data[6:])
-                           + f(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(2) + b"ok"))
+                payload = (
+                    f(frames.HEADERS, 0, 1, data[:3])
+                    + f(frames.CONTINUATION, 0, 1, data[3:6])
+                    + f(frames.CONTINUATION, frames.END_HEADERS, 1, data[6:])
+                    + f(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(2) + b"ok")
+                )
             else:
                 payload = send(conn)
             with contextlib.suppress(ConnectionError):
                 writer.write(payload + f(frames.PING, 0, 0, SENTINEL))
                 await writer.drain()
             if send == "continuation-ok":
-                got = await replies(reader, until=lambda got: _sentinel_back(got) and any(
-                    k == frames.HEADERS and fl & frames.END_STREAM for k, fl, _, _ in got))
+                got = await replies(
+                    reader,
+                    until=lambda got: (
+                        _sentinel_back(got)
+                        and any(k == frames.HEADERS and fl & frames.END_STREAM for k, fl, _, _ in got)
+                    ),
+                )
             else:
                 got = await replies(reader)
         goaway, resets, alive = verdict(got)
@@ -287,12 +419,13 @@ async def test_h2spec_case(name, send, expected):
 DEVIATIONS = [
     # 8.1.2: the server reads :method, :path, content-type and grpc-timeout and answers a clear
     # status when they are wrong; it does not reject malformed header lists with PROTOCOL_ERROR.
-    ("http2/8.1.2/1 upper-case header name: served as metadata",
-     REQUEST + [(b"X-Upper", b"1")], b"200"),
-    ("http2/8.1.2.3/1 empty :path: a gRPC status (UNIMPLEMENTED)",
-     [(k, b"" if k == b":path" else v) for k, v in REQUEST], b"200"),
-    ("http2/8.1.2.2/1 connection-specific header: ignored",
-     REQUEST + [(b"connection", b"keep-alive")], b"200"),
+    ("http2/8.1.2/1 upper-case header name: served as metadata", REQUEST + [(b"X-Upper", b"1")], b"200"),
+    (
+        "http2/8.1.2.3/1 empty :path: a gRPC status (UNIMPLEMENTED)",
+        [(k, b"" if k == b":path" else v) for k, v in REQUEST],
+        b"200",
+    ),
+    ("http2/8.1.2.2/1 connection-specific header: ignored", REQUEST + [(b"connection", b"keep-alive")], b"200"),
     ("http2/8.1.2.3/2 no :method: HTTP 405", REQUEST[1:], b"405"),
 ]
 
@@ -300,9 +433,11 @@ DEVIATIONS = [
 @pytest.mark.parametrize("name, request_headers, status", DEVIATIONS, ids=[d[0] for d in DEVIATIONS])
 async def test_h2spec_deviation(name, request_headers, status):
     async with serving() as (_, address), h2_client(address) as (conn, reader, writer):
-        writer.write(headers(conn, 1, False, request_headers)
-                     + f(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(2) + b"ok")
-                     + f(frames.PING, 0, 0, SENTINEL))
+        writer.write(
+            headers(conn, 1, False, request_headers)
+            + f(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(2) + b"ok")
+            + f(frames.PING, 0, 0, SENTINEL)
+        )
         got = await replies(reader, until=_stream_1_answered)
         goaway, _, _ = verdict(got)
         assert goaway is None

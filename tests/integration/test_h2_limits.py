@@ -144,9 +144,13 @@ async def test_rapid_reset_is_cut_off_by_the_reset_budget():
 async def test_resets_within_the_rate_are_fine():
     limits = H2Limits(reset_burst=50, resets_per_second=1000)
     async with serving(limits) as (server, address), raw_connection(address) as conn:
-        for i in range(20):   # 200 resets over ~0.4 s: the bucket refills faster than they come
-            conn.send(*(conn.headers(2 * (10 * i + j) + 1, ECHO) + frames.rst_stream(2 * (10 * i + j) + 1, frames.CANCEL)
-                        for j in range(10)))
+        for i in range(20):  # 200 resets over ~0.4 s: the bucket refills faster than they come
+            conn.send(
+                *(
+                    conn.headers(2 * (10 * i + j) + 1, ECHO) + frames.rst_stream(2 * (10 * i + j) + 1, frames.CANCEL)
+                    for j in range(10)
+                )
+            )
             await asyncio.sleep(0.02)
         conn.send(frames.frame(frames.PING, 0, 0, b"stillok!"))
         got = await conn.until(lambda f: f[0] == frames.PING)
@@ -171,12 +175,14 @@ async def test_empty_continuation_frames_are_counted_not_just_their_bytes():
 async def test_a_header_block_within_the_continuation_limit_still_works():
     async with serving() as (server, address), raw_connection(address) as conn:
         block = conn.encoder.encode(ECHO + [(b"x-pad", b"p" * 3000)])
-        pieces = [block[i:i + 200] for i in range(0, len(block), 200)][:17]
+        pieces = [block[i : i + 200] for i in range(0, len(block), 200)][:17]
         assert 10 <= len(pieces) <= 17
-        conn.send(frames.frame(frames.HEADERS, 0, 1, pieces[0]),
-                  *(frames.frame(frames.CONTINUATION, 0, 1, p) for p in pieces[1:-1]),
-                  frames.frame(frames.CONTINUATION, frames.END_HEADERS, 1, pieces[-1]),
-                  frames.frame(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(2) + b"ok"))
+        conn.send(
+            frames.frame(frames.HEADERS, 0, 1, pieces[0]),
+            *(frames.frame(frames.CONTINUATION, 0, 1, p) for p in pieces[1:-1]),
+            frames.frame(frames.CONTINUATION, frames.END_HEADERS, 1, pieces[-1]),
+            frames.frame(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(2) + b"ok"),
+        )
         got = await conn.until(lambda f: f[0] == frames.HEADERS and f[1] & frames.END_STREAM)
         assert any(kind == frames.DATA and payload.endswith(b"ok") for kind, _, _, payload in got)
         assert not server.trips
@@ -275,17 +281,25 @@ async def test_window_changing_settings_over_many_streams_cost_once_per_read():
         reader = asyncio.ensure_future(read_until_closed(conn.reader, 10))
         started = time.monotonic()
         for round_ in range(20):
-            conn.send(*(frames.settings([(frames.INITIAL_WINDOW_SIZE, 1000 + (round_ * 1000 + i) * 32 + e)
-                                         for e in range(32)]) for i in range(1000)))
+            conn.send(
+                *(
+                    frames.settings(
+                        [(frames.INITIAL_WINDOW_SIZE, 1000 + (round_ * 1000 + i) * 32 + e) for e in range(32)]
+                    )
+                    for i in range(1000)
+                )
+            )
             await conn.writer.drain()
         final = 1000 + (19 * 1000 + 999) * 32 + 31
         conn.send(frames.frame(frames.PING, 0, 0, b"lastping"))
-        await async_wait_until(lambda: any(c._peer_initial_window == final for c in server._connections), timeout=10, interval=0.02)
+        await async_wait_until(
+            lambda: any(c._peer_initial_window == final for c in server._connections), timeout=10, interval=0.02
+        )
         elapsed = time.monotonic() - started
         connection = next(c for c in server._connections if c._peer_initial_window == final)
         await async_wait_until(lambda: connection._pending_window_delta == 0, timeout=5, interval=0.02)
         assert {s.send_window for s in connection._streams.values()} == {final}
-        assert elapsed < 8, elapsed   # 20,000 frames x 256 streams would take minutes one by one
+        assert elapsed < 8, elapsed  # 20,000 frames x 256 streams would take minutes one by one
         conn.writer.close()
         await reader
 
@@ -315,13 +329,16 @@ async def _fill_unfinished_messages(address: str, streams: int, message: int, se
         while time.monotonic() < deadline:
             for stream_id in ids:
                 try:
-                    room = min(conn.local_flow_control_window(stream_id), message - 1 - sent[stream_id],
-                               conn.max_outbound_frame_size)
+                    room = min(
+                        conn.local_flow_control_window(stream_id),
+                        message - 1 - sent[stream_id],
+                        conn.max_outbound_frame_size,
+                    )
                     if room > 0:
                         conn.send_data(stream_id, b"\x00" * room)
                         sent[stream_id] += room
                 except h2.exceptions.StreamClosedError:
-                    pass   # answered RESOURCE_EXHAUSTED: that one is over
+                    pass  # answered RESOURCE_EXHAUSTED: that one is over
             writer.write(conn.data_to_send())
             await writer.drain()
             chunk = await asyncio.wait_for(reader.read(1 << 16), 0.2)
@@ -341,8 +358,8 @@ async def test_unfinished_messages_stop_getting_window_past_the_buffer_budget():
     async with serving(limits) as (server, address), health_calls(address):
         reader, writer, sent = await _fill_unfinished_messages(address, 16, 6 * mib, 3.0)
         attacker = max(server._connections, key=lambda c: c.buffered)
-        assert sent >= 4 * mib   # it did get past the budget's worth of window...
-        assert attacker.buffered <= 4 * mib + 6 * mib + 2 * mib   # ...but not to 16 x 6 MiB
+        assert sent >= 4 * mib  # it did get past the budget's worth of window...
+        assert attacker.buffered <= 4 * mib + 6 * mib + 2 * mib  # ...but not to 16 x 6 MiB
         assert attacker.buffered == server.buffered_total
         assert attacker._starved or server.trips["max_buffered_bytes"]
         writer.close()
@@ -351,8 +368,9 @@ async def test_unfinished_messages_stop_getting_window_past_the_buffer_budget():
 
 async def test_the_server_wide_buffer_budget_holds_over_connections():
     mib = 1024 * 1024
-    limits = H2Limits(max_buffered_bytes=4 * mib, max_buffered_bytes_total=3 * mib,
-                      connection_window=1 * mib, stream_window=1 * mib)
+    limits = H2Limits(
+        max_buffered_bytes=4 * mib, max_buffered_bytes_total=3 * mib, connection_window=1 * mib, stream_window=1 * mib
+    )
     async with serving(limits) as (server, address), health_calls(address):
         peers = await asyncio.gather(*(_fill_unfinished_messages(address, 4, 8 * mib, 2.0) for _ in range(4)))
         # The budget, plus at most one connection window per connection that was under it.
@@ -368,10 +386,13 @@ async def test_messages_larger_than_the_budget_arrive_or_fail_fast_never_hang():
     several at once past the budget: the call favoured to finish arrives, the others either
     arrive too or are answered RESOURCE_EXHAUSTED -- none waits for its deadline."""
     mib = 1024 * 1024
-    limits = H2Limits(max_receive_message_length=6 * mib, max_buffered_bytes=4 * mib,
-                      connection_window=2 * mib, stream_window=1 * mib)
-    async with serving(limits) as (server, address), \
-            grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", -1)]) as channel:
+    limits = H2Limits(
+        max_receive_message_length=6 * mib, max_buffered_bytes=4 * mib, connection_window=2 * mib, stream_window=1 * mib
+    )
+    async with (
+        serving(limits) as (server, address),
+        grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", -1)]) as channel,
+    ):
         echo = method(channel, "Echo")
         body = b"b" * (6 * mib - 10)
         assert await echo(body, timeout=20) == body
@@ -396,11 +417,13 @@ async def test_open_streams_are_capped_per_connection_and_in_all():
             assert advertised[frames.MAX_CONCURRENT_STREAMS] == 256
             for conn in conns:
                 conn.send(*(conn.headers(2 * i + 1, ECHO) for i in range(300)))
-            await async_wait_until(lambda: sum(c._last_stream_id for c in server._connections) >= 10 * 599, timeout=5, interval=0.02)
+            await async_wait_until(
+                lambda: sum(c._last_stream_id for c in server._connections) >= 10 * 599, timeout=5, interval=0.02
+            )
             assert all(len(c._streams) <= 256 for c in server._connections)
             assert server.open_streams <= 2 * 1000
             assert server.trips["max_concurrent_streams"] + server.trips["max_streams_total"] > 0
-            await asyncio.sleep(0.5)   # the health calls go on meanwhile
+            await asyncio.sleep(0.5)  # the health calls go on meanwhile
         await async_wait_until(lambda: server.open_streams == 0 and server.connections == 1, timeout=5, interval=0.02)
 
 
@@ -417,7 +440,7 @@ async def test_connections_past_the_cap_make_room_by_evicting_silent_then_idle_o
             opened += [await asyncio.open_connection(host, int(port)) for _ in range(60)]
             await async_wait_until(lambda: server.trips["max_connections"] >= 40, timeout=5, interval=0.02)
             assert server.connections <= 20
-            async with channel_to(address) as channel:   # a client that speaks gets in
+            async with channel_to(address) as channel:  # a client that speaks gets in
                 assert await method(channel, "Echo")(b"in", timeout=5) == b"in"
             idle = []
             for _ in range(25):
@@ -429,7 +452,7 @@ async def test_connections_past_the_cap_make_room_by_evicting_silent_then_idle_o
             await async_wait_until(lambda: server.connections == 20 and not server._unready, timeout=5, interval=0.02)
             # Past the silent ones, the connections idle longest made room: the first of them.
             assert goaway_code(await read_until_closed(idle[0][0], 2)) == frames.NO_ERROR
-            async with channel_to(address) as channel:   # and a new client gets in again
+            async with channel_to(address) as channel:  # and a new client gets in again
                 assert await method(channel, "Echo")(b"again", timeout=5) == b"again"
             for _, w in idle:
                 w.close()
@@ -445,9 +468,12 @@ async def _busy_connection(address: str):
     host, port = address.rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
     encoder = hpack.Encoder()
-    writer.write(frames.PREFACE + frames.settings([])
-                 + frames.frame(frames.HEADERS, frames.END_HEADERS, 1, encoder.encode(ECHO))
-                 + frames.frame(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(8) + b"nap:3.00"))
+    writer.write(
+        frames.PREFACE
+        + frames.settings([])
+        + frames.frame(frames.HEADERS, frames.END_HEADERS, 1, encoder.encode(ECHO))
+        + frames.frame(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(8) + b"nap:3.00")
+    )
     return reader, writer
 
 
@@ -457,7 +483,9 @@ async def test_at_the_cap_with_every_connection_busy_a_newcomer_is_refused():
         try:
             for n in range(3):
                 busy.append(await _busy_connection(address))
-                await async_wait_until(lambda: sum(c.busy for c in server._connections) == n + 1, timeout=5, interval=0.02)
+                await async_wait_until(
+                    lambda: sum(c.busy for c in server._connections) == n + 1, timeout=5, interval=0.02
+                )
             host, port = address.rsplit(":", 1)
             reader, writer = await asyncio.open_connection(host, int(port))
             busy.append((reader, writer))
@@ -475,7 +503,7 @@ async def test_connections_are_capped_per_peer_address():
         host, port = address.rsplit(":", 1)
         opened = []
         try:
-            for _ in range(3):   # the health client holds the fourth
+            for _ in range(3):  # the health client holds the fourth
                 reader, writer = await asyncio.open_connection(host, int(port))
                 writer.write(frames.PREFACE + frames.settings([]))
                 opened.append((reader, writer))
@@ -499,12 +527,17 @@ async def test_a_connection_whose_streams_make_no_progress_is_closed_as_idle():
     idle_timeout closes it whatever it holds -- but a call waiting on its handler (a subscription
     on a quiet topic) is progress the peer cannot make, and keeps its connection."""
     limits = H2Limits(idle_timeout=0.8)
-    async with serving(limits) as (server, address), raw_connection(address) as silent, \
-            raw_connection(address) as trickle, raw_connection(address) as waiting:
+    async with (
+        serving(limits) as (server, address),
+        raw_connection(address) as silent,
+        raw_connection(address) as trickle,
+        raw_connection(address) as waiting,
+    ):
         silent.send(silent.headers(1, ECHO))
         trickle.send(trickle.headers(1, ECHO), frames.frame(frames.DATA, 0, 1, wire.message_prefix(1000)))
-        waiting.send(waiting.headers(1, SHARED), frames.frame(frames.DATA, frames.END_STREAM, 1,
-                                                               wire.message_prefix(1) + b"0"))
+        waiting.send(
+            waiting.headers(1, SHARED), frames.frame(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(1) + b"0")
+        )
 
         async def feed():
             with contextlib.suppress(ConnectionError):
@@ -521,7 +554,7 @@ async def test_a_connection_whose_streams_make_no_progress_is_closed_as_idle():
         with pytest.raises(TimeoutError):
             await waiting.until(lambda f: f[0] == frames.GOAWAY, 0.5)
         assert server.trips["idle_timeout"] == 2
-        await async_wait_until(lambda: server.connections == 1, timeout=5, interval=0.02)   # the waiting one
+        await async_wait_until(lambda: server.connections == 1, timeout=5, interval=0.02)  # the waiting one
 
 
 async def test_a_settings_change_that_overflows_a_stream_window_is_a_flow_control_error():
@@ -535,10 +568,10 @@ async def test_a_settings_change_that_overflows_a_stream_window_is_a_flow_contro
 
 async def test_an_idle_connection_gets_goaway_and_a_busy_one_does_not():
     limits = H2Limits(idle_timeout=0.4)
-    async with serving(limits) as (server, address), raw_connection(address) as idle, \
-            raw_connection(address) as busy:
-        busy.send(busy.headers(1, ECHO), frames.frame(frames.DATA, frames.END_STREAM, 1,
-                                                      wire.message_prefix(8) + b"nap:1.00"))
+    async with serving(limits) as (server, address), raw_connection(address) as idle, raw_connection(address) as busy:
+        busy.send(
+            busy.headers(1, ECHO), frames.frame(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(8) + b"nap:1.00")
+        )
         got = await read_until_closed(idle.reader, 3)
         assert goaway_code(got) == frames.NO_ERROR
         got = await busy.until(lambda f: f[0] == frames.HEADERS and f[1] & frames.END_STREAM)
@@ -581,11 +614,11 @@ async def test_header_heavy_requests_leave_the_others_served():
     largest allowed blocks leaves the health calls within their deadline."""
     headers = ECHO + [(b"x-%d" % i, b"v" * 20) for i in range(120)]
     async with serving() as (server, address), health_calls(address) as health, raw_connection(address) as conn:
-        conn.encoder.header_table_size = 0   # every block fully literal (the costliest form), and the same
+        conn.encoder.header_table_size = 0  # every block fully literal (the costliest form), and the same
         block = conn.encoder.encode(headers)
         stream_id = 1
         deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:   # 100 requests/s, as measured
+        while time.monotonic() < deadline:  # 100 requests/s, as measured
             burst = []
             for _ in range(10):
                 burst.append(frames.frame(frames.HEADERS, frames.END_HEADERS, stream_id, block))
@@ -608,8 +641,11 @@ async def _non_reading_fan_out(address: str, streams: int) -> socket.socket:
     loop = asyncio.get_running_loop()
     await loop.sock_connect(sock, (host, int(port)))
     encoder = hpack.Encoder()
-    out = [frames.PREFACE, frames.settings([(frames.INITIAL_WINDOW_SIZE, 2**31 - 1), (frames.MAX_FRAME_SIZE, 2**24 - 1)]),
-           frames.window_update(0, 2**31 - 1 - 65535)]
+    out = [
+        frames.PREFACE,
+        frames.settings([(frames.INITIAL_WINDOW_SIZE, 2**31 - 1), (frames.MAX_FRAME_SIZE, 2**24 - 1)]),
+        frames.window_update(0, 2**31 - 1 - 65535),
+    ]
     for i in range(streams):
         out.append(frames.frame(frames.HEADERS, frames.END_HEADERS, 2 * i + 1, encoder.encode(SHARED)))
         out.append(frames.frame(frames.DATA, frames.END_STREAM, 2 * i + 1, wire.message_prefix(1) + b"1"))
@@ -670,17 +706,18 @@ async def test_the_receive_budget_bounds_unfinished_uploads_whatever_the_connect
     """60 connections each sending 8 MiB of unfinished messages held 1.8 GiB under a 512 MiB
     budget (every connection got a 32 MiB window up front); now window beyond HTTP/2's initial
     64 KiB is granted from the budget, so N connections hold at most the budget + N x 64 KiB."""
-    limits = H2Limits(max_buffered_bytes_total=4 * MiB, max_buffered_bytes=4 * MiB, connection_window=8 * MiB,
-                      stream_window=4 * MiB)
+    limits = H2Limits(
+        max_buffered_bytes_total=4 * MiB, max_buffered_bytes=4 * MiB, connection_window=8 * MiB, stream_window=4 * MiB
+    )
     async with serving(limits) as (server, address), health_calls(address):
         base = trimmed_rss()
         peers = await asyncio.gather(*(_fill_unfinished_messages(address, 4, 8 * MiB, 2.0) for _ in range(20)))
         sent = sum(p[2] for p in peers)
         held = server.buffered_total
-        assert sent >= 4 * MiB                                 # they did get the budget's worth...
-        assert held + server.recv_windows <= 4 * MiB + 21 * 65535, (held, server.recv_windows)   # ...no more
+        assert sent >= 4 * MiB  # they did get the budget's worth...
+        assert held + server.recv_windows <= 4 * MiB + 21 * 65535, (held, server.recv_windows)  # ...no more
         assert rss() - base < 32 * MiB
         for _, writer, _ in peers:
             writer.close()
         await async_wait_until(lambda: server.buffered_total == 0 and server.connections == 1, timeout=5, interval=0.02)
-        assert server.recv_windows <= limits.connection_window   # the health connection's own
+        assert server.recv_windows <= limits.connection_window  # the health connection's own

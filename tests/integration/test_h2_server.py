@@ -41,7 +41,7 @@ async def echo(request: bytes, context) -> bytes:
 async def meta(request: bytes, context) -> bytes:
     md = dict(context.invocation_metadata())
     remaining = context.time_remaining()
-    return f"{md.get('x-key')}|{md.get('x-blob-bin')!r}|{context.peer().split(':')[0]}|{remaining is not None and 0 < remaining <= 5.1}".encode()   # grpc rounds 5 s up to "5010m"
+    return f"{md.get('x-key')}|{md.get('x-blob-bin')!r}|{context.peer().split(':')[0]}|{remaining is not None and 0 < remaining <= 5.1}".encode()  # grpc rounds 5 s up to "5010m"
 
 
 async def big_meta(request: bytes, context) -> bytes:
@@ -136,7 +136,8 @@ def _handlers():
         "Bidi": grpc.stream_stream_rpc_method_handler(bidi),
         "LazySum": grpc.stream_unary_rpc_method_handler(lazy_sum),
         "Parsed": grpc.unary_unary_rpc_method_handler(
-            echo, request_deserializer=lambda b: (_ for _ in ()).throw(ValueError("not a message"))),
+            echo, request_deserializer=lambda b: (_ for _ in ()).throw(ValueError("not a message"))
+        ),
     }
 
 
@@ -218,14 +219,13 @@ async def test_a_request_that_does_not_parse_is_internal_with_the_reason():
 
 async def test_metadata_peer_and_deadline_reach_the_handler():
     async with serving() as (_, address), channel_to(address) as channel:
-        answer = await method(channel, "Meta")(b"", metadata=(("x-key", "v1"), ("x-blob-bin", b"\x00\xff")),
-                                               timeout=5)
+        answer = await method(channel, "Meta")(b"", metadata=(("x-key", "v1"), ("x-blob-bin", b"\x00\xff")), timeout=5)
         assert answer == b"v1|b'\\x00\\xff'|ipv4|True"
 
 
 async def test_a_server_stream_larger_than_every_window_arrives_intact():
     async with serving() as (_, address), channel_to(address) as channel:
-        count, size = 40, 1024 * 1024 + 3   # 40 MiB: past the client's windows many times over
+        count, size = 40, 1024 * 1024 + 3  # 40 MiB: past the client's windows many times over
         got = [m async for m in method(channel, "StreamOut", "unary_stream")(b"%d,%d" % (count, size))]
         assert len(got) == count
         assert all(m == bytes([i % 251]) * size for i, m in enumerate(got))
@@ -369,15 +369,21 @@ async def raw_request(address: str, headers: list, body: bytes = b"") -> tuple[l
 
 
 def grpc_headers(path: bytes, **extra: bytes) -> list:
-    return [(b":method", b"POST"), (b":scheme", b"http"), (b":path", path), (b":authority", b"test"),
-            (b"content-type", b"application/grpc"), (b"te", b"trailers")] + [
-        (k.replace("_", "-").encode(), v) for k, v in extra.items()]
+    return [
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":path", path),
+        (b":authority", b"test"),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+    ] + [(k.replace("_", "-").encode(), v) for k, v in extra.items()]
 
 
 async def test_raw_unary_call_gets_headers_message_and_trailers():
     async with serving() as (_, address):
-        headers, data, trailers = await raw_request(address, grpc_headers(b"/t.Test/Echo"),
-                                                    wire.message_prefix(3) + b"abc")
+        headers, data, trailers = await raw_request(
+            address, grpc_headers(b"/t.Test/Echo"), wire.message_prefix(3) + b"abc"
+        )
         assert dict(headers)[b":status"] == b"200"
         assert data == wire.message_prefix(3) + b"abc"
         assert dict(trailers)[b"grpc-status"] == b"0"
@@ -385,8 +391,9 @@ async def test_raw_unary_call_gets_headers_message_and_trailers():
 
 async def test_a_malformed_timeout_is_invalid_argument():
     async with serving() as (_, address):
-        headers, _, _ = await raw_request(address, grpc_headers(b"/t.Test/Echo", grpc_timeout=b"soon"),
-                                          wire.message_prefix(1) + b"a")
+        headers, _, _ = await raw_request(
+            address, grpc_headers(b"/t.Test/Echo", grpc_timeout=b"soon"), wire.message_prefix(1) + b"a"
+        )
         fields = dict(headers)
         assert fields[b"grpc-status"] == str(grpc.StatusCode.INVALID_ARGUMENT.value[0]).encode()
         assert b"grpc-timeout" in fields[b"grpc-message"]
@@ -394,8 +401,9 @@ async def test_a_malformed_timeout_is_invalid_argument():
 
 async def test_a_compressed_message_is_unimplemented():
     async with serving() as (_, address):
-        headers, _, _ = await raw_request(address, grpc_headers(b"/t.Test/Echo", grpc_encoding=b"gzip"),
-                                          b"\x01" + (3).to_bytes(4, "big") + b"abc")
+        headers, _, _ = await raw_request(
+            address, grpc_headers(b"/t.Test/Echo", grpc_encoding=b"gzip"), b"\x01" + (3).to_bytes(4, "big") + b"abc"
+        )
         assert dict(headers)[b"grpc-status"] == str(grpc.StatusCode.UNIMPLEMENTED.value[0]).encode()
 
 
@@ -414,12 +422,18 @@ async def test_a_request_ending_inside_a_message_is_internal():
         assert b"inside a message" in fields[b"grpc-message"]
 
 
-@pytest.mark.parametrize("method_name, content_type, status", [(b"GET", b"application/grpc", b"405"),
-                                                               (b"POST", b"text/plain", b"415")])
+@pytest.mark.parametrize(
+    "method_name, content_type, status", [(b"GET", b"application/grpc", b"405"), (b"POST", b"text/plain", b"415")]
+)
 async def test_requests_that_are_not_grpc_get_a_plain_http_status(method_name, content_type, status):
     async with serving() as (_, address):
-        headers = [(b":method", method_name), (b":scheme", b"http"), (b":path", b"/t.Test/Echo"),
-                   (b":authority", b"test"), (b"content-type", content_type)]
+        headers = [
+            (b":method", method_name),
+            (b":scheme", b"http"),
+            (b":path", b"/t.Test/Echo"),
+            (b":authority", b"test"),
+            (b"content-type", content_type),
+        ]
         got, _, _ = await raw_request(address, headers)
         assert dict(got)[b":status"] == status
 
@@ -455,9 +469,16 @@ def test_binding_a_port_in_use_or_a_bad_address_is_a_runtime_error():
         taken.close()
 
 
-@pytest.mark.parametrize("field, value", [("max_receive_message_length", 0), ("max_frame_size", 1000),
-                                          ("stream_window", 2**31), ("connection_window", 100),
-                                          ("max_concurrent_streams", True)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("max_receive_message_length", 0),
+        ("max_frame_size", 1000),
+        ("stream_window", 2**31),
+        ("connection_window", 100),
+        ("max_concurrent_streams", True),
+    ],
+)
 def test_limits_outside_what_http2_allows_are_refused(field, value):
     with pytest.raises(ValueError, match=field):
         ServerLimits(**{field: value})
@@ -522,8 +543,9 @@ async def test_ping_is_answered_with_the_same_payload():
         assert (frames.PING, frames.ACK, 0, b"12345678") in got
 
 
-@pytest.mark.parametrize("case", ["even stream", "interrupted header block", "push promise", "data on stream 0",
-                                  "bad window size"])
+@pytest.mark.parametrize(
+    "case", ["even stream", "interrupted header block", "push promise", "data on stream 0", "bad window size"]
+)
 async def test_protocol_errors_end_that_connection_with_goaway_and_the_server_serves_on(case):
     async with serving() as (_, address), channel_to(address) as channel, raw_connection(address) as conn:
         call = grpc_headers(b"/t.Test/Echo")
@@ -540,7 +562,7 @@ async def test_protocol_errors_end_that_connection_with_goaway_and_the_server_se
         got = await conn.until(lambda f: f[0] == frames.GOAWAY)
         expected = frames.FLOW_CONTROL_ERROR if case == "bad window size" else frames.PROTOCOL_ERROR
         assert goaway_code(got) == expected
-        assert await conn.reader.read() == b""   # and the server hung up
+        assert await conn.reader.read() == b""  # and the server hung up
         assert await method(channel, "Echo")(b"still here") == b"still here"
 
 
@@ -560,25 +582,29 @@ async def test_data_beyond_a_stream_window_resets_that_stream_only():
         conn.send(frames.frame(frames.DATA, 0, 1, b"\x00" * 16384), frames.frame(frames.DATA, 0, 1, b"\x00" * 100))
         got = await conn.until(lambda f: f[0] == frames.RST_STREAM)
         assert (frames.RST_STREAM, 0, 1, frames.FLOW_CONTROL_ERROR.to_bytes(4, "big")) in got
-        conn.send(conn.headers(3, grpc_headers(b"/t.Test/Echo")),
-                  frames.frame(frames.DATA, frames.END_STREAM, 3, wire.message_prefix(2) + b"ok"))
+        conn.send(
+            conn.headers(3, grpc_headers(b"/t.Test/Echo")),
+            frames.frame(frames.DATA, frames.END_STREAM, 3, wire.message_prefix(2) + b"ok"),
+        )
         got = await conn.until(lambda f: f[0] == frames.HEADERS and f[2] == 3 and f[1] & frames.END_STREAM)
         assert any(kind == frames.DATA and sid == 3 and payload.endswith(b"ok") for kind, _, sid, payload in got)
 
 
-@pytest.mark.parametrize("window, copies", [(4096, 200), (3, 2)])   # 3: even the 5-byte prefix is split
+@pytest.mark.parametrize("window, copies", [(4096, 200), (3, 2)])  # 3: even the 5-byte prefix is split
 async def test_a_response_waits_for_the_clients_window_and_keeps_to_its_frame_size(window, copies):
-    body = bytes(range(256)) * copies         # more than the window: several frames, each within it
+    body = bytes(range(256)) * copies  # more than the window: several frames, each within it
     async with serving() as (_, address), raw_connection(address, [(frames.INITIAL_WINDOW_SIZE, window)]) as conn:
-        conn.send(conn.headers(1, grpc_headers(b"/t.Test/Echo")),
-                  frames.frame(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(len(body)) + body))
+        conn.send(
+            conn.headers(1, grpc_headers(b"/t.Test/Echo")),
+            frames.frame(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(len(body)) + body),
+        )
         data = bytearray()
         while True:
             got = await conn.until(lambda f: f[0] in (frames.DATA, frames.HEADERS))
             assert got, "the server hung up"
             for kind, flags, sid, payload in got:
                 if kind == frames.DATA:
-                    assert len(payload) <= window   # never past the window the client gave
+                    assert len(payload) <= window  # never past the window the client gave
                     data += payload
                     conn.send(frames.window_update(1, len(payload)))
             if any(kind == frames.HEADERS and flags & frames.END_STREAM for kind, flags, _, _ in got):
@@ -588,14 +614,16 @@ async def test_a_response_waits_for_the_clients_window_and_keeps_to_its_frame_si
 
 async def test_large_response_metadata_goes_out_in_continuation_frames():
     async with serving() as (_, address), raw_connection(address) as conn:
-        conn.send(conn.headers(1, grpc_headers(b"/t.Test/BigMeta"), end_stream=False),
-                  frames.frame(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(1) + b"x"))
+        conn.send(
+            conn.headers(1, grpc_headers(b"/t.Test/BigMeta"), end_stream=False),
+            frames.frame(frames.DATA, frames.END_STREAM, 1, wire.message_prefix(1) + b"x"),
+        )
         got = await conn.until(lambda f: f[0] == frames.HEADERS and f[1] & frames.END_STREAM)
         kinds = [kind for kind, *_ in got if kind in (frames.HEADERS, frames.CONTINUATION)]
         assert frames.CONTINUATION in kinds
         decoder = hpack.Decoder(max_header_list_size=1 << 20)
         block = b"".join(p for kind, _, _, p in got if kind in (frames.HEADERS, frames.CONTINUATION))
-        headers = dict(decoder.decode(block, raw=True))   # response headers and trailers
+        headers = dict(decoder.decode(block, raw=True))  # response headers and trailers
         assert headers[b"x-big"] == b"m" * 40000
 
 
@@ -608,13 +636,13 @@ async def test_requests_by_callback_and_answers_written_from_it_keep_their_order
     async with serving() as (_, address), channel_to(address) as channel:
         call = method(channel, "SinkEcho", "stream_stream")()
         got = []
-        for m in messages:          # one at a time: each answer before the next request
+        for m in messages:  # one at a time: each answer before the next request
             await call.write(m)
             got.append(await asyncio.wait_for(call.read(), 10))
         await call.done_writing()
         assert await call.read() is grpc.aio.EOF
         assert got == [m[::-1] for m in messages]
         assert await call.code() == grpc.StatusCode.OK
-        burst = method(channel, "SinkEcho", "stream_stream")(iter(messages))   # all at once
+        burst = method(channel, "SinkEcho", "stream_stream")(iter(messages))  # all at once
         assert [r async for r in burst] == [m[::-1] for m in messages]
     assert sink_counts["direct"] > 50 and sink_counts["queued"] >= 2

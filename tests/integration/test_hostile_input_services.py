@@ -48,15 +48,19 @@ async def test_receive_messages_goes_past_a_stored_poison_record(tmp_path):
     async with served_broker(tmp_path, add_all, sync="never", failure_policy=policy) as (broker, channel):
         producers, consumers = pb_grpc.ProducerServiceStub(channel), pb_grpc.ConsumerServiceStub(channel)
         topic = "/default/stored-poison"
-        p = await producers.CreateProducer(pb.ProducerRequest(producer_name="p", topic_name=topic,
-                                                              dispatch_strategy=pb.Reliable))
+        p = await producers.CreateProducer(
+            pb.ProducerRequest(producer_name="p", topic_name=topic, dispatch_strategy=pb.Reliable)
+        )
         c = await consumers.Subscribe(pb.ConsumerRequest(topic_name=topic, consumer_name="c", subscription="s"))
         t = broker.topics[topic]
-        first, last = t.append(bytearray(raw_frame(b"\xff\xfe", payload=b"poison")))   # below the publish check
+        first, last = t.append(bytearray(raw_frame(b"\xff\xfe", payload=b"poison")))  # below the publish check
         t.committed(1, 0, last, 0.0)
         for text in ("after-1", "after-2"):
-            await producers.SendMessage(pb.StreamMessage(msg_id=pb.MsgID(producer_id=p.producer_id, topic_name=topic),
-                                                         payload=text.encode(), routing_key="k"))
+            await producers.SendMessage(
+                pb.StreamMessage(
+                    msg_id=pb.MsgID(producer_id=p.producer_id, topic_name=topic), payload=text.encode(), routing_key="k"
+                )
+            )
         stream = consumers.ReceiveMessages(pb.ReceiveRequest(consumer_id=c.consumer_id))
         got = []
         async for msg in stream:
@@ -74,25 +78,30 @@ async def test_hostile_names_at_every_edge_are_invalid_argument_and_touch_no_fil
         discovery = pb_grpc.DiscoveryStub(channel)
         topics_admin = apb_grpc.TopicAdminStub(channel)
         namespaces_admin = apb_grpc.NamespaceAdminStub(channel)
-        await producers.CreateProducer(pb.ProducerRequest(producer_name="p", topic_name="/default/ok",
-                                                          dispatch_strategy=pb.Reliable))
+        await producers.CreateProducer(
+            pb.ProducerRequest(producer_name="p", topic_name="/default/ok", dispatch_strategy=pb.Reliable)
+        )
         before = tree(tmp_path.parent)
         calls = []
         for topic in ("/../..", "/./..", "/../x", "/default/..", "/default/."):
-            calls += [producers.CreateProducer(pb.ProducerRequest(producer_name="p", topic_name=topic,
-                                                                  dispatch_strategy=pb.Reliable)),
-                      consumers.Subscribe(pb.ConsumerRequest(topic_name=topic, consumer_name="c", subscription="s")),
-                      discovery.TopicLookup(pb.TopicLookupRequest(topic=topic)),
-                      topics_admin.UnloadTopic(apb.TopicRequest(name=topic)),
-                      topics_admin.DescribeTopic(apb.DescribeTopicRequest(name=topic))]
+            calls += [
+                producers.CreateProducer(
+                    pb.ProducerRequest(producer_name="p", topic_name=topic, dispatch_strategy=pb.Reliable)
+                ),
+                consumers.Subscribe(pb.ConsumerRequest(topic_name=topic, consumer_name="c", subscription="s")),
+                discovery.TopicLookup(pb.TopicLookupRequest(topic=topic)),
+                topics_admin.UnloadTopic(apb.TopicRequest(name=topic)),
+                topics_admin.DescribeTopic(apb.DescribeTopicRequest(name=topic)),
+            ]
         for name in ("..", ".", "a/b"):
-            calls += [producers.CreateProducer(pb.ProducerRequest(producer_name=name, topic_name="/default/ok",
-                                                                  dispatch_strategy=pb.Reliable)),
-                      consumers.Subscribe(pb.ConsumerRequest(topic_name="/default/ok", consumer_name="c",
-                                                             subscription=name)),
-                      consumers.Subscribe(pb.ConsumerRequest(topic_name="/default/ok", consumer_name=name,
-                                                             subscription="s")),
-                      namespaces_admin.GetNamespaceTopics(apb.NamespaceRequest(name=name))]
+            calls += [
+                producers.CreateProducer(
+                    pb.ProducerRequest(producer_name=name, topic_name="/default/ok", dispatch_strategy=pb.Reliable)
+                ),
+                consumers.Subscribe(pb.ConsumerRequest(topic_name="/default/ok", consumer_name="c", subscription=name)),
+                consumers.Subscribe(pb.ConsumerRequest(topic_name="/default/ok", consumer_name=name, subscription="s")),
+                namespaces_admin.GetNamespaceTopics(apb.NamespaceRequest(name=name)),
+            ]
         for call in calls:
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await call
@@ -107,8 +116,11 @@ async def test_a_huge_name_is_quoted_by_a_short_prefix(tmp_path):
     async with served_broker(tmp_path, add_all, sync="never") as (broker, channel):
         producers = pb_grpc.ProducerServiceStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as info:
-            await producers.CreateProducer(pb.ProducerRequest(
-                producer_name="p" * 100_000, topic_name="/default/" + "t" * 100_000, dispatch_strategy=pb.Reliable))
+            await producers.CreateProducer(
+                pb.ProducerRequest(
+                    producer_name="p" * 100_000, topic_name="/default/" + "t" * 100_000, dispatch_strategy=pb.Reliable
+                )
+            )
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert len(info.value.details()) < 400 and "(100009 bytes)" in info.value.details()
         await asyncio.sleep(0)

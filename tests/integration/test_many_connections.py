@@ -53,9 +53,17 @@ class Conn:
 
     async def call(self, path: str, request) -> tuple[bytes, dict]:
         sid = self.h2.get_next_available_stream_id()
-        self.h2.send_headers(sid, [(":method", "POST"), (":scheme", "http"), (":path", path),
-                                   (":authority", "broker"), ("content-type", "application/grpc"),
-                                   ("te", "trailers")])
+        self.h2.send_headers(
+            sid,
+            [
+                (":method", "POST"),
+                (":scheme", "http"),
+                (":path", path),
+                (":authority", "broker"),
+                ("content-type", "application/grpc"),
+                ("te", "trailers"),
+            ],
+        )
         self.h2.send_data(sid, _grpc_message(request), end_stream=True)
         self.writer.write(self.h2.data_to_send())
         body, trailers = b"", {}
@@ -87,12 +95,16 @@ async def test_a_thousand_connections_each_served_and_the_next_refused_clearly()
                     conns.append(Conn(reader, writer))
 
             await asyncio.wait_for(asyncio.gather(*(connect() for _ in range(CONNECTIONS))), 60)
+
             # all 1,000 are open at once; each one now creates a producer
             async def produce(i: int, conn: Conn):
                 async with sem:
-                    req = pb.ProducerRequest(request_id=i, producer_name=f"p{i}",
-                                             topic_name=f"/default/many-conn-{i % TOPICS}",
-                                             dispatch_strategy=pb.DispatchStrategy.Reliable)
+                    req = pb.ProducerRequest(
+                        request_id=i,
+                        producer_name=f"p{i}",
+                        topic_name=f"/default/many-conn-{i % TOPICS}",
+                        dispatch_strategy=pb.DispatchStrategy.Reliable,
+                    )
                     body, trailers = await conn.call("/danube.ProducerService/CreateProducer", req)
                     assert trailers.get("grpc-status") == "0", (i, trailers)
                     resp = pb.ProducerResponse.FromString(body[5:])
@@ -103,8 +115,12 @@ async def test_a_thousand_connections_each_served_and_the_next_refused_clearly()
             # one more is served: the connection idle longest (all are idle now) makes room
             reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
             extra = Conn(reader, writer)
-            req = pb.ProducerRequest(request_id=CONNECTIONS, producer_name="extra", topic_name="/default/many-conn-0",
-                                     dispatch_strategy=pb.DispatchStrategy.Reliable)
+            req = pb.ProducerRequest(
+                request_id=CONNECTIONS,
+                producer_name="extra",
+                topic_name="/default/many-conn-0",
+                dispatch_strategy=pb.DispatchStrategy.Reliable,
+            )
             _, trailers = await extra.call("/danube.ProducerService/CreateProducer", req)
             assert trailers.get("grpc-status") == "0", trailers
             extra.writer.close()

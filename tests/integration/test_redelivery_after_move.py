@@ -24,9 +24,9 @@ from danube.proto.danube_admin import admin_pb2, admin_pb2_grpc
 from tests.support.broker import running_broker
 
 TOPIC = "/default/redelivery_after_move"
-WINDOW = 64        # the consumer's receive credit: messages in flight between broker and application
+WINDOW = 64  # the consumer's receive credit: messages in flight between broker and application
 MESSAGES = 3000
-UNLOAD_AT = 800    # messages the application has taken when the topic is unloaded
+UNLOAD_AT = 800  # messages the application has taken when the topic is unloaded
 
 
 async def _unload(broker, topic: str) -> None:
@@ -41,16 +41,28 @@ async def test_redelivery_after_a_move_is_bounded_by_the_consumers_window(tmp_pa
     # test can count them
     (tmp_path / "debug").mkdir()
     (tmp_path / "debug" / "sitecustomize.py").write_text(
-        'import logging\nlogging.getLogger("danube.broker.service").setLevel(logging.DEBUG)\n')
+        'import logging\nlogging.getLogger("danube.broker.service").setLevel(logging.DEBUG)\n'
+    )
     pythonpath = os.pathsep.join(p for p in (str(tmp_path / "debug"), os.environ.get("PYTHONPATH")) if p)
     with running_broker(data_dir=str(tmp_path / "broker"), env={"PYTHONPATH": pythonpath}) as broker:
-        client = (DanubeClient.builder().service_url(broker.url)
-                  .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=15)
-                  .with_health_check_interval(0.5).build())
+        client = (
+            DanubeClient.builder()
+            .service_url(broker.url)
+            .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=15)
+            .with_health_check_interval(0.5)
+            .build()
+        )
         try:
-            consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c")
-                        .with_subscription("s").with_subscription_type(SubType.Exclusive).with_reliable()
-                        .with_receive_credit(WINDOW, 64 * 1024 * 1024).build())
+            consumer = (
+                client.new_consumer()
+                .with_topic(TOPIC)
+                .with_consumer_name("c")
+                .with_subscription("s")
+                .with_subscription_type(SubType.Exclusive)
+                .with_reliable()
+                .with_receive_credit(WINDOW, 64 * 1024 * 1024)
+                .build()
+            )
             wire: list[int] = []  # every offset the broker delivered, in order, redeliveries included
             deliver = consumer.deliver
 
@@ -71,8 +83,11 @@ async def test_redelivery_after_a_move_is_bounded_by_the_consumers_window(tmp_pa
                 for i in range(MESSAGES):
                     payload = b"m-%d" % i
                     fut = await producer.send(payload)
-                    fut.add_done_callback(lambda f, p=payload: acked.__setitem__(f.result(), p)
-                                          if not f.cancelled() and f.exception() is None else None)
+                    fut.add_done_callback(
+                        lambda f, p=payload: (
+                            acked.__setitem__(f.result(), p) if not f.cancelled() and f.exception() is None else None
+                        )
+                    )
                     pending.add(fut)
                     if len(pending) >= 200:
                         _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -127,6 +142,8 @@ async def test_redelivery_after_a_move_is_bounded_by_the_consumers_window(tmp_pa
         assert "Traceback" not in log, log[-3000:]
         assert f"topic {TOPIC} unloaded (sealed at offset" in log
         late_acks = log.count("accepted after its topic left this broker")
-    print(f"window {WINDOW}: unloaded after {unloaded_at} taken; the broker delivered {redelivered} offset(s) "
-          f"again ({late_acks} late ack(s) answered OK), the application got {seen_twice} twice; "
-          f"{time.monotonic() - started:.1f} s")
+    print(
+        f"window {WINDOW}: unloaded after {unloaded_at} taken; the broker delivered {redelivered} offset(s) "
+        f"again ({late_acks} late ack(s) answered OK), the application got {seen_twice} twice; "
+        f"{time.monotonic() - started:.1f} s"
+    )

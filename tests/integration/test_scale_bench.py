@@ -21,9 +21,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_scale_bench_with_200_topics(tmp_path):
     out = tmp_path / "scale.json"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "scale.py"), "--topics", "200",
-                           "--idle-close", "1", "--skip-ratios", "--dir", str(tmp_path), "--json-out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "bench", "scale.py"),
+            "--topics",
+            "200",
+            "--idle-close",
+            "1",
+            "--skip-ratios",
+            "--dir",
+            str(tmp_path),
+            "--json-out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
     assert result["create_bad_offsets"] == 0
@@ -32,7 +47,7 @@ def test_scale_bench_with_200_topics(tmp_path):
     # and both WAL threads until its next retention check, minutes away)
     assert "idle_unsettled" not in result, f"not every topic was idle-closed: {result.get('idle_unsettled')}"
     idle = result["per_topic_idle"]
-    assert idle["disk"] <= 1 << 20          # <= 1 MiB beyond its data per idle reliable topic
-    assert idle["fds"] <= 2                 # <= 2 descriptors per idle reliable topic
-    assert idle["threads"] < 0.1            # no threads per idle topic
+    assert idle["disk"] <= 1 << 20  # <= 1 MiB beyond its data per idle reliable topic
+    assert idle["fds"] <= 2  # <= 2 descriptors per idle reliable topic
+    assert idle["threads"] < 0.1  # no threads per idle topic
     assert result["per_topic_active"]["disk"] <= 1 << 20

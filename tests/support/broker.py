@@ -39,9 +39,23 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> None:
-        cmd = [sys.executable, "-m", "danube.cli.main", "broker", "--host", "127.0.0.1",
-               "--port", str(self.port), "--admin-port", str(self.admin_port),
-               "--metrics-port", str(self.metrics_port), "--data-dir", self.data_dir, *self.extra_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "danube.cli.main",
+            "broker",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--admin-port",
+            str(self.admin_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--data-dir",
+            self.data_dir,
+            *self.extra_args,
+        ]
         env = dict(os.environ)
         env.update(self.env or {})
         log = open(self.log_path, "ab")
@@ -87,9 +101,15 @@ def running_broker(*extra_args: str, data_dir: str | None = None, env: dict | No
     with contextlib.ExitStack() as stack:
         if data_dir is None:
             data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="danube-broker-"))
-        broker = BrokerProcess(data_dir=data_dir, port=free_port(), admin_port=free_port(),
-                               metrics_port=free_port(), log_path=os.path.join(data_dir, "broker.log"),
-                               extra_args=extra_args, env=env)
+        broker = BrokerProcess(
+            data_dir=data_dir,
+            port=free_port(),
+            admin_port=free_port(),
+            metrics_port=free_port(),
+            log_path=os.path.join(data_dir, "broker.log"),
+            extra_args=extra_args,
+            env=env,
+        )
         broker.start()
         try:
             yield broker

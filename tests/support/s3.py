@@ -34,8 +34,13 @@ class S3Endpoint:
     def client(self):
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name=self.region,
-                            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key)
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name=self.region,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+        )
 
     def create_bucket(self, bucket: str | None = None) -> "S3Endpoint":
         """A fresh bucket on the same server."""
@@ -45,9 +50,14 @@ class S3Endpoint:
 
     def storage_section(self, prefix: str = "danube") -> dict:
         """The ``storage.durable`` YAML section pointing at this bucket."""
-        return {"backend": "s3", "root": f"{self.bucket}/{prefix}" if prefix else self.bucket,
-                "endpoint": self.endpoint, "region": self.region,
-                "access_key": self.access_key, "secret_key": self.secret_key}
+        return {
+            "backend": "s3",
+            "root": f"{self.bucket}/{prefix}" if prefix else self.bucket,
+            "endpoint": self.endpoint,
+            "region": self.region,
+            "access_key": self.access_key,
+            "secret_key": self.secret_key,
+        }
 
 
 @contextlib.contextmanager
@@ -81,5 +91,5 @@ def _fixtures():
     return s3_server, s3_bucket
 
 
-# Import into a conftest.py: ``from tests.support.s3 import s3_server, s3_bucket  # noqa: F401``
+# Import into a conftest.py: ``from tests.support.s3 import s3_server, s3_bucket`` (with noqa F401)
 s3_server, s3_bucket = _fixtures()

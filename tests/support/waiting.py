@@ -14,8 +14,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
-               interval: float = 0.05) -> Any:
+def wait_until(
+    predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition", interval: float = 0.05
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         result = predicate()
@@ -26,8 +27,13 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = 
         time.sleep(interval)
 
 
-async def async_wait_until(predicate: Callable[[], Any | Awaitable[Any]], timeout: float = 10.0,
-                           what: str = "condition", interval: float = 0.05, in_thread: bool = False) -> Any:
+async def async_wait_until(
+    predicate: Callable[[], Any | Awaitable[Any]],
+    timeout: float = 10.0,
+    what: str = "condition",
+    interval: float = 0.05,
+    in_thread: bool = False,
+) -> Any:
     """``predicate`` may be a plain function, a coroutine function, or (``in_thread=True``) a blocking
     function that is run off the event loop."""
     loop = asyncio.get_running_loop()

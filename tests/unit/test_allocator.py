@@ -33,8 +33,9 @@ print(json.dumps({"said": said, "mmapped": libc.mallinfo2().hblkhd - before, "de
 def probe(mode: str, **env: str) -> dict:
     full_env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "DANUBE_MALLOC_TUNING")}
     full_env.update(env)
-    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, env=full_env,
-                         timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, mode], capture_output=True, text=True, env=full_env, timeout=60, check=True
+    )
     result = json.loads(out.stdout)
     if "skip" in result:
         pytest.skip(result["skip"])
@@ -43,7 +44,7 @@ def probe(mode: str, **env: str) -> dict:
 
 def test_tuned_process_keeps_a_4_mib_block_on_the_heap():
     untuned = probe("none")
-    assert untuned["mmapped"] >= 4 << 20   # the control: glibc's default maps it
+    assert untuned["mmapped"] >= 4 << 20  # the control: glibc's default maps it
     assert "not tuned" in untuned["said"]
     tuned = probe("tune")
     assert tuned["said"] == "glibc malloc: mmap_threshold 16 MiB, trim_threshold 64 MiB"
@@ -57,4 +58,4 @@ def test_opt_out_and_the_users_own_tunables_are_respected():
     assert opted_out["mmapped"] >= 4 << 20
     own = probe("tune", GLIBC_TUNABLES="glibc.malloc.mmap_threshold=8388608")
     assert own["said"] == "glibc malloc as set by GLIBC_TUNABLES"
-    assert own["mmapped"] == 0   # the user's 8 MiB threshold, applied by glibc itself
+    assert own["mmapped"] == 0  # the user's 8 MiB threshold, applied by glibc itself

@@ -41,7 +41,9 @@ def _declared_slots() -> set[str]:
     init = next(n for n in service.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
     slots = set()
     for node in ast.walk(init):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
         for target in targets:
             if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
                 slots.add(target.attr)

@@ -20,33 +20,52 @@ PACKAGE = SRC / "danube"
 
 # Top first.  Packages on one line are peers: neither imports the other.
 LAYERS: list[tuple[str, ...]] = [
-    ("danube.cli",),                                    # the `danube` command
-    ("danube.gateway", "danube.spark"),                 # the admin gateway; the Spark data source
-    ("danube.server",),                                 # the gRPC edge and the app that wires it all
-    ("danube.cluster", "danube.routing"),               # membership, load manager; scalable topics, repartition
-    ("danube.client",),                                 # the async client (peers of the server use it too)
-    ("danube.broker",),                                 # topics, producers, subscriptions, dispatch
+    ("danube.cli",),  # the `danube` command
+    ("danube.gateway", "danube.spark"),  # the admin gateway; the Spark data source
+    ("danube.server",),  # the gRPC edge and the app that wires it all
+    ("danube.cluster", "danube.routing"),  # membership, load manager; scalable topics, repartition
+    ("danube.client",),  # the async client (peers of the server use it too)
+    ("danube.broker",),  # topics, producers, subscriptions, dispatch
     ("danube.storage", "danube.schema", "danube.security"),  # WAL + durable segments; schemas; JWT/TLS/RBAC
-    ("danube.metadata", "danube.wal"),                  # the metadata store; the embeddable WAL
-    ("danube.frames",),                                 # the frame codec
-    ("danube._native",),                                # picks the compiled module or its pure twin
-    ("danube._core", "danube._pure"),                   # compiled modules and their pure twins
-    ("danube.model",),                                  # pure models the client and the broker side share
-    ("danube.status_codes", "danube.tlsfiles", "danube.proto", "danube._tasks", "danube.processes",
-     "danube._allocator", "danube._gctune", "danube.movetrace"),  # small helpers every layer may use
-    ("danube.errors",),                                 # the one error hierarchy
+    ("danube.metadata", "danube.wal"),  # the metadata store; the embeddable WAL
+    ("danube.frames",),  # the frame codec
+    ("danube._native",),  # picks the compiled module or its pure twin
+    ("danube._core", "danube._pure"),  # compiled modules and their pure twins
+    ("danube.model",),  # pure models the client and the broker side share
+    (
+        "danube.status_codes",
+        "danube.tlsfiles",
+        "danube.proto",
+        "danube._tasks",
+        "danube.processes",
+        "danube._allocator",
+        "danube._gctune",
+        "danube.movetrace",
+    ),  # small helpers every layer may use
+    ("danube.errors",),  # the one error hierarchy
 ]
 
 # What the client may import besides itself: no broker-side package, nothing with a server in it.
 CLIENT_MAY_IMPORT = (
-    "danube.frames", "danube._native", "danube._core", "danube._pure", "danube.proto", "danube.errors",
-    "danube.status_codes", "danube.tlsfiles", "danube._tasks", "danube.model", "danube.schema.tag",
+    "danube.frames",
+    "danube._native",
+    "danube._core",
+    "danube._pure",
+    "danube.proto",
+    "danube.errors",
+    "danube.status_codes",
+    "danube.tlsfiles",
+    "danube._tasks",
+    "danube.model",
+    "danube.schema.tag",
 )
 
 # Edges against the order that stay for now, each with the reason (importer, imported).
 ALLOWED: dict[tuple[str, str], str] = {
-    ("danube.gateway.cli", "danube.cli._client_common"):
-        "`danube-gateway` runs its event loop and maps errors to exit codes as every `danube` command does",
+    (
+        "danube.gateway.cli",
+        "danube.cli._client_common",
+    ): "`danube-gateway` runs its event loop and maps errors to exit codes as every `danube` command does",
 }
 
 

@@ -13,8 +13,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 WHERE = ("src", "docs", "bench", "tests", "proto", "ci")
-SUFFIXES = {".py", ".pyx", ".pxd", ".pyi", ".md", ".proto", ".sh", ".toml", ".yaml", ".yml", ".html", ".js", ".css",
-            ".txt", ".json"}
+SUFFIXES = {
+    ".py",
+    ".pyx",
+    ".pxd",
+    ".pyi",
+    ".md",
+    ".proto",
+    ".sh",
+    ".toml",
+    ".yaml",
+    ".yml",
+    ".html",
+    ".js",
+    ".css",
+    ".txt",
+    ".json",
+}
 SKIP = {"__pycache__", "out", "results", ".venvs"}  # run outputs, not the project's text
 WORDS = re.compile(
     r"\bissue[- ]?#?[0-9]+|\bthe seeds?\b|\bseeds/|\.\./shared|\bshared/(?!failover)"
@@ -27,8 +42,12 @@ def _files():
     yield ROOT / "README.md"
     for top in WHERE:
         for path in (ROOT / top).rglob("*"):
-            if (path.suffix in SUFFIXES and path.is_file() and path != Path(__file__).resolve()
-                    and not SKIP.intersection(path.relative_to(ROOT).parts)):
+            if (
+                path.suffix in SUFFIXES
+                and path.is_file()
+                and path != Path(__file__).resolve()
+                and not SKIP.intersection(path.relative_to(ROOT).parts)
+            ):
                 yield path
 
 

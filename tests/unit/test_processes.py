@@ -8,7 +8,7 @@ from danube import processes
 
 
 def test_free_ports_are_distinct(monkeypatch):
-    handed_out = iter([5001, 5001, 5002, 5001, 5003])   # the OS may hand out one port twice in a row
+    handed_out = iter([5001, 5001, 5002, 5001, 5003])  # the OS may hand out one port twice in a row
     monkeypatch.setattr(processes, "free_port", lambda: next(handed_out))
     assert processes.free_ports(3) == [5001, 5002, 5003]
 
@@ -22,7 +22,7 @@ def test_free_ports_lie_outside_the_ephemeral_range_and_are_never_handed_out_twi
     assert all(not (low <= port <= high) for port in ports)
     for port in ports:
         with socket.socket() as s:
-            s.bind(("127.0.0.1", port))   # still free
+            s.bind(("127.0.0.1", port))  # still free
 
 
 def test_a_port_in_use_is_not_handed_out(monkeypatch):
@@ -61,7 +61,7 @@ def test_a_socket_connected_to_itself_is_not_a_server(monkeypatch):
     assert probe.getsockname() == probe.getpeername()
     monkeypatch.setattr(processes.socket, "create_connection", lambda address, timeout=None: probe)
     assert not processes.accepts_connections("127.0.0.1", port)
-    assert probe.fileno() == -1   # closed by the probe
+    assert probe.fileno() == -1  # closed by the probe
 
 
 def test_cpu_seconds_of_a_process_and_of_none():
@@ -70,9 +70,9 @@ def test_cpu_seconds_of_a_process_and_of_none():
     import sys
 
     spent = processes.cpu_seconds(os.getpid())
-    sum(i * i for i in range(2_000_000))   # some CPU of our own
+    sum(i * i for i in range(2_000_000))  # some CPU of our own
     assert processes.cpu_seconds(os.getpid()) > spent
     assert processes.cpu_seconds(None) == 0.0
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    assert processes.cpu_seconds(gone.pid) == 0.0   # reaped: no /proc entry left
+    assert processes.cpu_seconds(gone.pid) == 0.0  # reaped: no /proc entry left

@@ -18,24 +18,35 @@ class SegmentFile:
     created_ms: int
     write_pos: int
     count: int
-    capacity: int   # bytes the writer may fill (reserved on disk)
-    map_size: int   # bytes mapped: the file's size
+    capacity: int  # bytes the writer may fill (reserved on disk)
+    map_size: int  # bytes mapped: the file's size
     writable: bool
     index_every: int
     spare: bool
     @classmethod
-    def create(cls, path: str, seq: int, first_offset: int, capacity: int, *,
-               created_ms: int | None = ..., index_every: int = ...,
-               reserve: int | None = ..., read_around: bool = ...) -> SegmentFile: ...
+    def create(
+        cls,
+        path: str,
+        seq: int,
+        first_offset: int,
+        capacity: int,
+        *,
+        created_ms: int | None = ...,
+        index_every: int = ...,
+        reserve: int | None = ...,
+        read_around: bool = ...,
+    ) -> SegmentFile: ...
     @classmethod
-    def create_spare(cls, path: str, seq: int, capacity: int, *, index_every: int = ...,
-                     reserve: int | None = ...) -> SegmentFile: ...
+    def create_spare(
+        cls, path: str, seq: int, capacity: int, *, index_every: int = ..., reserve: int | None = ...
+    ) -> SegmentFile: ...
     def reserve(self, capacity: int) -> int: ...
     def populate(self, end: int) -> None: ...
     def activate(self, first_offset: int, created_ms: int | None = ...) -> None: ...
     @classmethod
-    def open(cls, path: str, *, index_every: int = ..., writable: bool = ...,
-             trusted_count: int | None = ...) -> tuple[SegmentFile | None, tuple[int, int]]: ...
+    def open(
+        cls, path: str, *, index_every: int = ..., writable: bool = ..., trusted_count: int | None = ...
+    ) -> tuple[SegmentFile | None, tuple[int, int]]: ...
     @property
     def next_offset(self) -> int: ...
     @property
@@ -67,13 +78,32 @@ class LogWriter:
     producer_id: int
     max_file_age_ms: int | None
     prefault_bytes: int
-    def __init__(self, segment: SegmentFile, ring: Any, rotate: Callable[[int], object], *,
-                 max_file_age_s: float | None = ..., producer_id: int = ...) -> None: ...
+    def __init__(
+        self,
+        segment: SegmentFile,
+        ring: Any,
+        rotate: Callable[[int], object],
+        *,
+        max_file_age_s: float | None = ...,
+        producer_id: int = ...,
+    ) -> None: ...
     def set_segment(self, segment: SegmentFile) -> None: ...
     def close(self) -> None: ...
     def rotation_due(self) -> bool: ...
-    def append(self, payload: Any, *, key: str | None = ..., attributes: dict[str, str] | None = ...,
-               publish_time: int | None = ...) -> int: ...
-    def append_payloads(self, payloads: Any, *, key: str | None = ..., attributes: dict[str, str] | None = ...,
-                        publish_time: int | None = ...) -> tuple[int, int]: ...
+    def append(
+        self,
+        payload: Any,
+        *,
+        key: str | None = ...,
+        attributes: dict[str, str] | None = ...,
+        publish_time: int | None = ...,
+    ) -> int: ...
+    def append_payloads(
+        self,
+        payloads: Any,
+        *,
+        key: str | None = ...,
+        attributes: dict[str, str] | None = ...,
+        publish_time: int | None = ...,
+    ) -> tuple[int, int]: ...
     def append_frames(self, buf: Any) -> tuple[int, int]: ...

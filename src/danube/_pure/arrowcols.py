@@ -62,10 +62,19 @@ def decode_arrow_buffers(buf) -> dict:
     value_offsets, value_data = _offsets(values)
     payload_offsets, payload_data = _offsets([bytes(p) for p in cols["payload"]])
     return {
-        "count": n, "offset": _i64(cols["offset"]), "publish_us": _i64([t * 1000 for t in cols["publish_time"]]),
-        "producer_id": _i64(cols["producer_id"]), "key_validity": validity,
+        "count": n,
+        "offset": _i64(cols["offset"]),
+        "publish_us": _i64([t * 1000 for t in cols["publish_time"]]),
+        "producer_id": _i64(cols["producer_id"]),
+        "key_validity": validity,
         "key_nulls": sum(1 for k in cols["routing_key"] if k is None),
-        "key_offsets": key_offsets, "key_data": key_data, "attr_offsets": _i32(attr_offsets),
-        "name_offsets": name_offsets, "name_data": name_data, "value_offsets": value_offsets,
-        "value_data": value_data, "payload_offsets": payload_offsets, "payload_data": payload_data,
+        "key_offsets": key_offsets,
+        "key_data": key_data,
+        "attr_offsets": _i32(attr_offsets),
+        "name_offsets": name_offsets,
+        "name_data": name_data,
+        "value_offsets": value_offsets,
+        "value_data": value_data,
+        "payload_offsets": payload_offsets,
+        "payload_data": payload_data,
     }

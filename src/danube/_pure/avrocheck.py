@@ -42,10 +42,10 @@ def _check(prog, node: int, buf, pos: int, end: int, depth: int) -> int:
     if op == NULL:
         return pos
     if op == BOOLEAN:
-        if pos >= end:   # any byte, as fastavro's reader (and Avro's Java one) take it
+        if pos >= end:  # any byte, as fastavro's reader (and Avro's Java one) take it
             raise _Bad(pos)
         return pos + 1
-    if op in (INT, LONG):   # no 32-bit range check for int: fastavro's reader has none
+    if op in (INT, LONG):  # no 32-bit range check for int: fastavro's reader has none
         _, p = _varint(buf, pos, end, 10)
         return p
     if op in (FLOAT, DOUBLE):
@@ -59,7 +59,7 @@ def _check(prog, node: int, buf, pos: int, end: int, depth: int) -> int:
             raise _Bad(pos)
         if op == STRING:
             try:
-                bytes(buf[p:p + n]).decode("utf-8")
+                bytes(buf[p : p + n]).decode("utf-8")
             except UnicodeDecodeError:
                 raise _Bad(p) from None
         return p + n
@@ -87,7 +87,7 @@ def _check(prog, node: int, buf, pos: int, end: int, depth: int) -> int:
             pos = p
             if count < 0:
                 count = -count
-                _, pos = _varint(buf, pos, end, 10)      # the block's byte size
+                _, pos = _varint(buf, pos, end, 10)  # the block's byte size
             if count > end - pos + ZERO_WIDTH_ITEMS:
                 raise _Bad(pos)
             for _ in range(count):
@@ -115,7 +115,7 @@ def _run(prog, buf, pos, end):
     return _check(_Prog(prog), 0, buf, pos, end, 0)
 
 
-_STRING_NODE = -1   # map keys: the program view below reads node -1 as STRING
+_STRING_NODE = -1  # map keys: the program view below reads node -1 as STRING
 
 
 class _Prog:
@@ -136,15 +136,15 @@ def check_frames(prog, frames) -> tuple[int, int]:
     pos = 0
     index = 0
     while pos + 16 <= n:
-        body_len = int.from_bytes(buf[pos + 12:pos + 16], "little")
+        body_len = int.from_bytes(buf[pos + 12 : pos + 16], "little")
         body = pos + 16
-        attr_count = int.from_bytes(buf[body + 18:body + 20], "little")
-        key_len = int.from_bytes(buf[body + 20:body + 22], "little")
+        attr_count = int.from_bytes(buf[body + 18 : body + 20], "little")
+        key_len = int.from_bytes(buf[body + 20 : body + 22], "little")
         p = body + 22 + key_len
         for _ in range(attr_count):
-            name_len = int.from_bytes(buf[p:p + 2], "little")
+            name_len = int.from_bytes(buf[p : p + 2], "little")
             p += 2 + name_len
-            value_len = int.from_bytes(buf[p:p + 4], "little")
+            value_len = int.from_bytes(buf[p : p + 4], "little")
             p += 4 + value_len
         end = body + body_len
         bad = check_payload(prog, buf[p:end])
@@ -162,17 +162,17 @@ def check_attribute(frames, name: bytes, value: bytes) -> int:
     pos = 0
     index = 0
     while pos + 16 <= n:
-        body_len = int.from_bytes(buf[pos + 12:pos + 16], "little")
+        body_len = int.from_bytes(buf[pos + 12 : pos + 16], "little")
         body = pos + 16
-        attr_count = int.from_bytes(buf[body + 18:body + 20], "little")
-        key_len = int.from_bytes(buf[body + 20:body + 22], "little")
+        attr_count = int.from_bytes(buf[body + 18 : body + 20], "little")
+        key_len = int.from_bytes(buf[body + 20 : body + 22], "little")
         p = body + 22 + key_len
         found = False
         for _ in range(attr_count):
-            name_len = int.from_bytes(buf[p:p + 2], "little")
-            value_len = int.from_bytes(buf[p + 2 + name_len:p + 6 + name_len], "little")
-            if bytes(buf[p + 2:p + 2 + name_len]) == name:
-                found = bytes(buf[p + 6 + name_len:p + 6 + name_len + value_len]) == value
+            name_len = int.from_bytes(buf[p : p + 2], "little")
+            value_len = int.from_bytes(buf[p + 2 + name_len : p + 6 + name_len], "little")
+            if bytes(buf[p + 2 : p + 2 + name_len]) == name:
+                found = bytes(buf[p + 6 + name_len : p + 6 + name_len + value_len]) == value
                 break
             p += 6 + name_len + value_len
         if not found:

@@ -97,6 +97,7 @@ class Record(NamedTuple):
 
 # ---------------------------------------------------------------- CRC32C
 
+
 def _make_table() -> list[int]:
     table = []
     for i in range(256):
@@ -125,8 +126,10 @@ def crc32c_implementation() -> str:
 
 # ---------------------------------------------------------------- encoding
 
-def _encode_body(publish_time: int, producer_id: int, key: str | None,
-                 attributes: Mapping[str, str] | None, payload) -> bytes:
+
+def _encode_body(
+    publish_time: int, producer_id: int, key: str | None, attributes: Mapping[str, str] | None, payload
+) -> bytes:
     parts = []
     key_bytes = b""
     flags = 0
@@ -165,17 +168,30 @@ def _frame(offset: int, body: bytes) -> bytes:
     return _U64.pack(offset) + _U32.pack(crc) + len_field + body
 
 
-def encode_record(payload, *, offset: int = 0, publish_time: int = 0, producer_id: int = 0,
-                  key: str | None = None, attributes: Mapping[str, str] | None = None) -> bytes:
+def encode_record(
+    payload,
+    *,
+    offset: int = 0,
+    publish_time: int = 0,
+    producer_id: int = 0,
+    key: str | None = None,
+    attributes: Mapping[str, str] | None = None,
+) -> bytes:
     """Encode one record as one frame."""
     body = _encode_body(publish_time, producer_id, key, attributes, payload)
     _check_offsets(offset, 1)
     return _frame(offset, body)
 
 
-def encode_payloads(payloads: Sequence, *, base_offset: int = 0, publish_time: int = 0,
-                    producer_id: int = 0, key: str | None = None,
-                    attributes: Mapping[str, str] | None = None) -> bytes:
+def encode_payloads(
+    payloads: Sequence,
+    *,
+    base_offset: int = 0,
+    publish_time: int = 0,
+    producer_id: int = 0,
+    key: str | None = None,
+    attributes: Mapping[str, str] | None = None,
+) -> bytes:
     """Encode payloads sharing publish time, producer, key and attributes (the fast path)."""
     bodies = [_encode_body(publish_time, producer_id, key, attributes, p) for p in payloads]
     _check_offsets(base_offset, len(bodies))
@@ -191,20 +207,21 @@ def encode_records(records: Iterable, *, base_offset: int = 0) -> bytes:
 
 # ---------------------------------------------------------------- decoding
 
+
 def _check_frame(mv: memoryview, pos: int, n: int) -> tuple[int, int] | None:
     """Return (offset, body_len) of a whole, valid frame at ``pos``; None if torn."""
     if n - pos < HEADER_SIZE:
         return None
     offset, crc, body_len = _HEADER.unpack_from(mv, pos)
     if body_len < MIN_BODY or body_len > MAX_BODY:
-        raise CorruptFrameError(f"invalid body length {body_len}", position=pos, offset=offset,
-                                expected_crc=crc, actual_crc=None)
+        raise CorruptFrameError(
+            f"invalid body length {body_len}", position=pos, offset=offset, expected_crc=crc, actual_crc=None
+        )
     if n - pos - HEADER_SIZE < body_len:
         return None
-    actual = crc32c(mv[pos + 12:pos + HEADER_SIZE + body_len])
+    actual = crc32c(mv[pos + 12 : pos + HEADER_SIZE + body_len])
     if actual != crc:
-        raise CorruptFrameError("checksum mismatch", position=pos, offset=offset,
-                                expected_crc=crc, actual_crc=actual)
+        raise CorruptFrameError("checksum mismatch", position=pos, offset=offset, expected_crc=crc, actual_crc=actual)
     _check_body_layout(mv, pos, offset, body_len)
     return offset, body_len
 
@@ -242,15 +259,15 @@ def _decode_body(mv: memoryview, pos: int, offset: int, body_len: int) -> Record
     p = b + BODY_FIXED_SIZE
     key = None
     if flags & FLAG_HAS_KEY:
-        key = bytes(mv[p:p + key_len]).decode("utf-8")
+        key = bytes(mv[p : p + key_len]).decode("utf-8")
     p += key_len
     attrs: dict[str, str] = {}
     for _ in range(attr_count):
         (nl,) = _U16.unpack_from(mv, p)
-        name = bytes(mv[p + 2:p + 2 + nl]).decode("utf-8")
+        name = bytes(mv[p + 2 : p + 2 + nl]).decode("utf-8")
         p += 2 + nl
         (vl,) = _U32.unpack_from(mv, p)
-        attrs[name] = bytes(mv[p + 4:p + 4 + vl]).decode("utf-8")
+        attrs[name] = bytes(mv[p + 4 : p + 4 + vl]).decode("utf-8")
         p += 4 + vl
     return Record(offset, publish_time, producer_id, key, attrs, mv[p:end])
 
@@ -273,8 +290,9 @@ def iter_records(buf) -> Iterator[Record]:
     while pos < n:
         checked = _check_frame(mv, pos, n)
         if checked is None:
-            raise CorruptFrameError("batch ends inside a frame", position=pos, offset=None,
-                                    expected_crc=None, actual_crc=None)
+            raise CorruptFrameError(
+                "batch ends inside a frame", position=pos, offset=None, expected_crc=None, actual_crc=None
+            )
         offset, body_len = checked
         yield _decode_body(mv, pos, offset, body_len)
         pos += HEADER_SIZE + body_len
@@ -297,17 +315,28 @@ def validate(buf, expected_first_offset: int = -1, check_sequence: bool = False)
     while pos < n:
         checked = _check_frame(mv, pos, n)
         if checked is None:
-            raise CorruptFrameError("batch ends inside a frame", position=pos, offset=None,
-                                    expected_crc=None, actual_crc=None)
+            raise CorruptFrameError(
+                "batch ends inside a frame", position=pos, offset=None, expected_crc=None, actual_crc=None
+            )
         offset, body_len = checked
         if count == 0:
             first = offset
             if expected_first_offset >= 0 and offset != expected_first_offset:
-                raise CorruptFrameError(f"first offset {offset}, expected {expected_first_offset}",
-                                        position=pos, offset=offset, expected_crc=None, actual_crc=None)
+                raise CorruptFrameError(
+                    f"first offset {offset}, expected {expected_first_offset}",
+                    position=pos,
+                    offset=offset,
+                    expected_crc=None,
+                    actual_crc=None,
+                )
         elif check_sequence and offset != last + 1:
-            raise CorruptFrameError(f"offset {offset} does not follow {last}", position=pos,
-                                    offset=offset, expected_crc=None, actual_crc=None)
+            raise CorruptFrameError(
+                f"offset {offset} does not follow {last}",
+                position=pos,
+                offset=offset,
+                expected_crc=None,
+                actual_crc=None,
+            )
         last = offset
         count += 1
         pos += HEADER_SIZE + body_len
@@ -332,7 +361,7 @@ def scan(buf, start: int = 0, expected_first_offset: int = -1, index_every: int 
     last_indexed = -1
     reason = SCAN_END
     while pos < n:
-        if n - pos >= HEADER_SIZE and not any(mv[pos:pos + HEADER_SIZE]):
+        if n - pos >= HEADER_SIZE and not any(mv[pos : pos + HEADER_SIZE]):
             reason = SCAN_ZERO
             break
         try:
@@ -424,7 +453,7 @@ def routing_keys(buf) -> list[str | None]:
         b = pos + HEADER_SIZE
         flags = mv[b + 16]
         (key_len,) = _U16.unpack_from(mv, b + 20)
-        out.append(bytes(mv[b + 22:b + 22 + key_len]).decode("utf-8") if flags & FLAG_HAS_KEY else None)
+        out.append(bytes(mv[b + 22 : b + 22 + key_len]).decode("utf-8") if flags & FLAG_HAS_KEY else None)
     return out
 
 
@@ -434,8 +463,9 @@ def decode_columns(buf) -> dict[str, list]:
     Keys: offset, publish_time, producer_id, routing_key, attributes, payload
     (payloads as ``bytes``).  Validates every frame like :func:`iter_records`.
     """
-    cols: dict[str, list] = {k: [] for k in
-                             ("offset", "publish_time", "producer_id", "routing_key", "attributes", "payload")}
+    cols: dict[str, list] = {
+        k: [] for k in ("offset", "publish_time", "producer_id", "routing_key", "attributes", "payload")
+    }
     for r in iter_records(buf):
         cols["offset"].append(r.offset)
         cols["publish_time"].append(r.publish_time)
@@ -459,7 +489,7 @@ FIELDS_WRONG_PRODUCER = 5  # the frame's producer id is not the expected one
 
 def _utf8(mv: memoryview, start: int, length: int) -> bool:
     try:
-        bytes(mv[start:start + length]).decode("utf-8")
+        bytes(mv[start : start + length]).decode("utf-8")
     except UnicodeDecodeError:
         return False
     return True

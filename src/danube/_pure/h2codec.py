@@ -52,8 +52,9 @@ class CompressedMessage(Exception):
     """A message flagged as compressed; this server does not decompress (UNIMPLEMENTED)."""
 
 
-def parse_frames(buffer, max_frame_size: int, max_frames: int = 1 << 62, max_headers: int = 1 << 62,
-                 max_header_bytes: int = 1 << 62) -> tuple[list[tuple[int, int, int, bytes]], int]:
+def parse_frames(
+    buffer, max_frame_size: int, max_frames: int = 1 << 62, max_headers: int = 1 << 62, max_header_bytes: int = 1 << 62
+) -> tuple[list[tuple[int, int, int, bytes]], int]:
     """The whole frames at the start of ``buffer`` (at most ``max_frames``, and up to the
     ``max_headers``-th HEADERS frame or the HEADERS or CONTINUATION frame that takes the header
     block bytes to ``max_header_bytes``) as ``(type, flags, stream_id, payload)``, and how many
@@ -66,7 +67,7 @@ def parse_frames(buffer, max_frame_size: int, max_frames: int = 1 << 62, max_hea
     left = max_frames
     headers_left = max_headers
     header_bytes_left = max_header_bytes
-    with memoryview(buffer) as view:   # one copy per payload, none for the slicing
+    with memoryview(buffer) as view:  # one copy per payload, none for the slicing
         while end - start >= HEADER_SIZE and left > 0:
             high, low, kind, flags, stream_id = unpack(view, start)
             length = (high << 8) | low
@@ -75,7 +76,9 @@ def parse_frames(buffer, max_frame_size: int, max_frames: int = 1 << 62, max_hea
             payload_start = start + HEADER_SIZE
             if end - payload_start < length:
                 break
-            frames.append((kind, flags, stream_id & _STREAM_MASK, view[payload_start:payload_start + length].tobytes()))
+            frames.append(
+                (kind, flags, stream_id & _STREAM_MASK, view[payload_start : payload_start + length].tobytes())
+            )
             start = payload_start + length
             left -= 1
             if kind == HEADERS or kind == CONTINUATION:
@@ -104,7 +107,7 @@ def unpadded(payload: bytes, flags: int) -> bytes:
         return payload
     if not payload or payload[0] >= len(payload):
         raise FrameError(PROTOCOL_ERROR, "the padding is as long as the frame or longer")
-    return payload[1:len(payload) - payload[0]]
+    return payload[1 : len(payload) - payload[0]]
 
 
 def parse_settings(payload: bytes) -> list[tuple[int, int]]:
@@ -133,7 +136,7 @@ class MessageReader:
     def __init__(self, limit: int) -> None:
         self._buffer = bytearray()
         self._limit = limit
-        self.pending = 0   # bytes received that are not yet part of a whole message
+        self.pending = 0  # bytes received that are not yet part of a whole message
 
     def feed(self, data) -> list[bytes]:
         """Adds ``data``; the messages it completed, in order.  Raises MessageTooLarge or
@@ -146,19 +149,20 @@ class MessageReader:
         start = 0
         end = len(buffer)
         error: Exception | None = None
-        with memoryview(buffer) as view:   # one copy per message, none for the slicing
+        with memoryview(buffer) as view:  # one copy per message, none for the slicing
             while end - start >= PREFIX_SIZE:
-                length = int.from_bytes(view[start + 1:start + PREFIX_SIZE], "big")
+                length = int.from_bytes(view[start + 1 : start + PREFIX_SIZE], "big")
                 if buffer[start] & _COMPRESSED:
-                    error = CompressedMessage("compressed messages are not supported by this server "
-                                              "(send with grpc-encoding identity)")
+                    error = CompressedMessage(
+                        "compressed messages are not supported by this server (send with grpc-encoding identity)"
+                    )
                     break
                 if length > self._limit:
                     error = MessageTooLarge(length, self._limit)
                     break
                 if end - start < PREFIX_SIZE + length:
                     break
-                messages.append(view[start + PREFIX_SIZE:start + PREFIX_SIZE + length].tobytes())
+                messages.append(view[start + PREFIX_SIZE : start + PREFIX_SIZE + length].tobytes())
                 start += PREFIX_SIZE + length
         if error is not None:
             del buffer[before:]

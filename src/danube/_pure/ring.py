@@ -45,13 +45,13 @@ class _Span:
 
     def __init__(self, source, view: memoryview, start: int, first_offset: int) -> None:
         self.source = source
-        self.view = view          # the whole source, exported for as long as the span lives
+        self.view = view  # the whole source, exported for as long as the span lives
         self.start = start
         self.used = 0
         self.first_offset = first_offset
         self.next_offset = first_offset
         self.batch_first: list[int] = []
-        self.batch_pos: list[int] = []   # relative to start
+        self.batch_pos: list[int] = []  # relative to start
 
 
 class FrameRing:
@@ -115,7 +115,7 @@ class FrameRing:
         if pos < 0 or n < 0 or pos + n > len(view):
             raise ValueError("frames outside the source buffer")
         if count is None:
-            count = count_frames(view[pos:pos + n])
+            count = count_frames(view[pos : pos + n])
         if n == 0:
             return count
         if first_offset != self._next:
@@ -124,8 +124,9 @@ class FrameRing:
             self._first = self._next = first_offset + count
             return count
         span = self._spans[-1] if self._spans else None
-        if span is not None and not (span.source is source and pos == span.start + span.used
-                                     and span.used + n <= self.chunk_bytes):
+        if span is not None and not (
+            span.source is source and pos == span.start + span.used and span.used + n <= self.chunk_bytes
+        ):
             span = None
         if span is None:
             span = _Span(source, view, pos, first_offset)
@@ -182,7 +183,7 @@ class FrameRing:
             return None
         nb = bisect_right(span.batch_first, stop - 1)
         batch_first, batch_pos = span.batch_first[:nb], span.batch_pos[:nb]
-        data = span.view[span.start:]
+        data = span.view[span.start :]
         unpack = _BODY_LEN.unpack_from
         b = bisect_right(batch_first, offset) - 1
         start = batch_pos[b]

@@ -34,8 +34,8 @@ class AckBatcher:
         # consumer id -> (its ranges this turn, the error callbacks of the streams that sent them)
         self._pending: dict[int, tuple[list[tuple[int, int]], list[OnError]]] = {}
         self._scheduled = False
-        self.flushes = 0   # turns that applied acks (for tests and stats)
-        self.applied = 0   # apply calls made
+        self.flushes = 0  # turns that applied acks (for tests and stats)
+        self.applied = 0  # apply calls made
 
     def add(self, consumer_id: int, ranges: list[tuple[int, int]], on_error: OnError) -> None:
         """Note ``ranges`` (a list the batcher may extend: the caller hands it over) for this

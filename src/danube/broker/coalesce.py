@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from danube.broker.producer import Producer
     from danube.broker.topic import Topic
 
-_Waiter = tuple["Producer", int, asyncio.Future]   # producer, frame size, the call's future
+_Waiter = tuple["Producer", int, asyncio.Future]  # producer, frame size, the call's future
 
 # Calls held while a durability wait is in flight, before they are appended anyway.
 MAX_HELD_MESSAGES = 4096
@@ -71,8 +71,19 @@ class _Appended:
 class PublishCoalescer:
     """Joins the single-frame publishes submitted to one topic; shares their durability waits."""
 
-    __slots__ = ("topic", "_frames", "_waiters", "_held_bytes", "_scheduled", "_appended", "_waiting",
-                 "_spacing", "batches", "messages", "durability_waits")
+    __slots__ = (
+        "topic",
+        "_frames",
+        "_waiters",
+        "_held_bytes",
+        "_scheduled",
+        "_appended",
+        "_waiting",
+        "_spacing",
+        "batches",
+        "messages",
+        "durability_waits",
+    )
 
     def __init__(self, topic: "Topic") -> None:
         self.topic = topic
@@ -80,12 +91,12 @@ class PublishCoalescer:
         self._waiters: list[_Waiter] = []
         self._held_bytes = 0
         self._scheduled = False
-        self._appended: deque[_Appended] = deque()   # appended, not yet durable, in offset order
-        self._waiting: asyncio.Task | None = None      # the one durability wait in flight
-        self._spacing = MIN_WAIT_SPACING_S             # current least time between wait starts
-        self.batches = 0            # frame batches appended (for tests and stats)
-        self.messages = 0           # messages appended through them
-        self.durability_waits = 0   # wait_durable calls made for them
+        self._appended: deque[_Appended] = deque()  # appended, not yet durable, in offset order
+        self._waiting: asyncio.Task | None = None  # the one durability wait in flight
+        self._spacing = MIN_WAIT_SPACING_S  # current least time between wait starts
+        self.batches = 0  # frame batches appended (for tests and stats)
+        self.messages = 0  # messages appended through them
+        self.durability_waits = 0  # wait_durable calls made for them
 
     def submit(self, producer: "Producer", frame) -> asyncio.Future:
         """Queue one whole, unstamped frame; the future resolves to its offset once durable.
@@ -99,8 +110,9 @@ class PublishCoalescer:
         self._frames.append(frame)
         waiters.append((producer, size, fut))
         self._held_bytes += size
-        if not self._scheduled and (self._waiting is None or len(waiters) >= MAX_HELD_MESSAGES
-                                    or self._held_bytes >= MAX_HELD_BYTES):
+        if not self._scheduled and (
+            self._waiting is None or len(waiters) >= MAX_HELD_MESSAGES or self._held_bytes >= MAX_HELD_BYTES
+        ):
             self._scheduled = True
             loop.call_soon(self._flush)
         return fut
@@ -138,7 +150,7 @@ class PublishCoalescer:
                         if time.perf_counter() - due > LATE_S:
                             self._spacing = min(spacing * 2, MAX_WAIT_SPACING_S)
                 if self._waiters and not self._scheduled:
-                    self._flush()   # what was held during the last wait becomes one batch
+                    self._flush()  # what was held during the last wait becomes one batch
                 if not self._appended:
                     break
                 target = self._appended[-1].last
@@ -156,8 +168,7 @@ class PublishCoalescer:
                 while self._appended and self._appended[0].last <= target:
                     done = self._appended.popleft()
                     answered += len(done.waiters)
-                    topic.committed(done.last - done.first + 1, done.nbytes, done.last, done.started,
-                                    notify=False)
+                    topic.committed(done.last - done.first + 1, done.nbytes, done.last, done.started, notify=False)
                     offset = done.first
                     for producer, size, fut in done.waiters:
                         producer.messages_in += 1
@@ -170,7 +181,7 @@ class PublishCoalescer:
                     self._spacing = MIN_WAIT_SPACING_S
         finally:
             self._waiting = None
-            if self._waiters and not self._scheduled:   # held calls outlived a failed wait: store them now
+            if self._waiters and not self._scheduled:  # held calls outlived a failed wait: store them now
                 self._scheduled = True
                 asyncio.get_running_loop().call_soon(self._flush)
 

@@ -29,12 +29,11 @@ class CommitQueue:
 
     def __init__(self, topic: "Topic") -> None:
         self.topic = topic
-        self._pending: deque[_Pending] = deque()   # appended, not yet durable, in offset order
+        self._pending: deque[_Pending] = deque()  # appended, not yet durable, in offset order
         self._waiting: asyncio.Task | None = None
-        self.waits = 0   # durability waits made (for tests and stats)
+        self.waits = 0  # durability waits made (for tests and stats)
 
-    def add(self, producer: "Producer | None", first: int, last: int, nbytes: int,
-            started: float) -> asyncio.Future:
+    def add(self, producer: "Producer | None", first: int, last: int, nbytes: int, started: float) -> asyncio.Future:
         """``first..last`` was just appended; the future resolves to ``(first, last)`` once it is
         durable and visible to subscribers, or fails as the storage's wait failed."""
         loop = asyncio.get_running_loop()
@@ -75,7 +74,7 @@ class CommitQueue:
                 topic.notify_subscriptions()
         finally:
             self._waiting = None
-            while pending:   # cancelled with batches left (broker stop): they hear it too
+            while pending:  # cancelled with batches left (broker stop): they hear it too
                 fut = pending.popleft()[5]
                 if not fut.done():
                     fut.cancel()

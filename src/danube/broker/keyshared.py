@@ -30,8 +30,9 @@ class KeyFilter:
 
     def __init__(self, patterns: Iterable[str] = ()) -> None:
         self.patterns = tuple(p for p in patterns if p)
-        self._regex = (re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in self.patterns))
-                       if self.patterns else None)
+        self._regex = (
+            re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in self.patterns)) if self.patterns else None
+        )
 
     def matches(self, key: str) -> bool:
         return self._regex is None or self._regex.match(key) is not None

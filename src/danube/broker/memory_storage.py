@@ -38,8 +38,10 @@ class MemoryTopicStorage:
         if self._closed:
             raise TopicSealedError(f"topic {self.topic} is closed on this broker")
         if self._read_only is not None:
-            raise TopicSealedError(f"topic {self.topic} is read-only on this broker: {self._read_only}; "
-                                   "publish refused, nothing stored", retriable=True)
+            raise TopicSealedError(
+                f"topic {self.topic} is read-only on this broker: {self._read_only}; publish refused, nothing stored",
+                retriable=True,
+            )
         base = self.next_offset
         frames.validate(buf)
         count = frames.stamp_offsets(buf, base)

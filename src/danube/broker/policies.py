@@ -92,12 +92,14 @@ class FailurePolicy:
     def __post_init__(self) -> None:
         if self.poison_policy not in POISON_POLICIES:
             raise InvalidArgumentError(
-                f"poison_policy must be one of {', '.join(POISON_POLICIES)}, got {self.poison_policy!r}")
+                f"poison_policy must be one of {', '.join(POISON_POLICIES)}, got {self.poison_policy!r}"
+            )
         if self.poison_policy == "dead_letter" and not self.dead_letter_topic.strip():
             raise InvalidArgumentError("poison_policy dead_letter needs dead_letter_topic")
         if self.backoff_strategy not in BACKOFF_STRATEGIES:
             raise InvalidArgumentError(
-                f"backoff_strategy must be one of {', '.join(BACKOFF_STRATEGIES)}, got {self.backoff_strategy!r}")
+                f"backoff_strategy must be one of {', '.join(BACKOFF_STRATEGIES)}, got {self.backoff_strategy!r}"
+            )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "FailurePolicy":

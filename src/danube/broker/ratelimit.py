@@ -25,8 +25,7 @@ from danube.errors import InvalidArgumentError
 class TokenBucket:
     __slots__ = ("rate", "burst", "_tokens", "_stamp", "_clock")
 
-    def __init__(self, rate: float, burst: float | None = None, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, rate: float, burst: float | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
         if not rate > 0:
             raise InvalidArgumentError(f"a rate limit must be positive, got {rate!r}")
         burst = float(rate) if burst is None else float(burst)
@@ -47,7 +46,7 @@ class TokenBucket:
 
     def available(self) -> int:
         """Whole tokens available now (0 while in debt)."""
-        tokens = self._refill() + 1e-9   # (refills are sums of float products)
+        tokens = self._refill() + 1e-9  # (refills are sums of float products)
         return int(tokens) if tokens >= 1 else 0
 
     def take(self, n: int) -> None:
@@ -76,12 +75,11 @@ class PublishGate:
 
     __slots__ = ("bucket", "_last", "throttled", "throttled_s")
 
-    def __init__(self, rate: float, burst: float | None = None, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, rate: float, burst: float | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.bucket = TokenBucket(rate, burst, clock=clock)
-        self._last: asyncio.Future | None = None   # done when the latest delayed publish may append
-        self.throttled = 0       # publishes that had to wait (stats, tests)
-        self.throttled_s = 0.0   # time they waited in total
+        self._last: asyncio.Future | None = None  # done when the latest delayed publish may append
+        self.throttled = 0  # publishes that had to wait (stats, tests)
+        self.throttled_s = 0.0  # time they waited in total
 
     async def turn(self, count: int) -> None:
         delay = self.bucket.reserve(count)

@@ -42,14 +42,14 @@ def salvage(frame) -> SalvagedRecord:
     end = b + body_len
     publish_time, producer_id, flags, _reserved, attr_count, key_len = _BODY_FIXED.unpack_from(view, b)
     p = b + _BODY_FIXED.size
-    key = _text(view[p:p + key_len]) if flags & _FLAG_HAS_KEY else None
+    key = _text(view[p : p + key_len]) if flags & _FLAG_HAS_KEY else None
     p += key_len
     attributes: dict[str, str] = {}
     for _ in range(attr_count):
         (name_len,) = _U16.unpack_from(view, p)
-        name = _text(view[p + 2:p + 2 + name_len])
+        name = _text(view[p + 2 : p + 2 + name_len])
         p += 2 + name_len
         (value_len,) = _U32.unpack_from(view, p)
-        attributes[name] = _text(view[p + 4:p + 4 + value_len])
+        attributes[name] = _text(view[p + 4 : p + 4 + value_len])
         p += 4 + value_len
     return SalvagedRecord(publish_time, producer_id, key, attributes, bytes(view[p:end]))

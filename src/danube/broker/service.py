@@ -104,14 +104,23 @@ def check_deliverable(buf, producer: Producer) -> None:
         raise InvalidArgumentError(
             f"batch refused, nothing stored: frame {index} (byte {position}) cannot be delivered: "
             f"{frames.FIELDS_PROBLEMS.get(problem, 'it is malformed')}"
-            + (f" (producer {producer.id} publishes it)" if problem == frames.FIELDS_WRONG_PRODUCER else ""))
+            + (f" (producer {producer.id} publishes it)" if problem == frames.FIELDS_WRONG_PRODUCER else "")
+        )
 
 
 class BrokerService:
-    def __init__(self, metadata: MetadataStore, storage_factory: StorageFactory | None, *,
-                 broker_url: str = "http://127.0.0.1:6650", broker_id: str = "standalone",
-                 policies: TopicPolicies | None = None, failure_policy: FailurePolicy | None = None,
-                 dispatch: DispatchSettings | None = None, metrics: MetricsSink | None = None) -> None:
+    def __init__(
+        self,
+        metadata: MetadataStore,
+        storage_factory: StorageFactory | None,
+        *,
+        broker_url: str = "http://127.0.0.1:6650",
+        broker_id: str = "standalone",
+        policies: TopicPolicies | None = None,
+        failure_policy: FailurePolicy | None = None,
+        dispatch: DispatchSettings | None = None,
+        metrics: MetricsSink | None = None,
+    ) -> None:
         self.metadata = metadata
         self.storage_factory = storage_factory
         self.broker_url = broker_url
@@ -165,8 +174,12 @@ class BrokerService:
                 self._dormant[(reg.kind, reg.id)] = reg
         self._flush_task = asyncio.create_task(self._flush_cursors_loop(), name="danube-cursor-flush")
         self._started = True
-        log.info("broker %s started at %s (%d registered producers/consumers)", self.broker_id,
-                 self.broker_url, len(self._dormant))
+        log.info(
+            "broker %s started at %s (%d registered producers/consumers)",
+            self.broker_id,
+            self.broker_url,
+            len(self._dormant),
+        )
 
     @staticmethod
     def _parse_registration(key: str, value: bytes) -> _Registration | None:
@@ -200,7 +213,7 @@ class BrokerService:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return False
-            try:   # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation (gh-86296)
+            try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation (gh-86296)
                 async with asyncio.timeout(remaining):
                     await self._published.wait()
             except TimeoutError:
@@ -306,14 +319,18 @@ class BrokerService:
                 await self.cluster.check_owner(name)
             # one round trip for the three reads, not three (a move's new owner waits on them)
             delivery, terminated_key, policy_doc = await asyncio.gather(
-                self.metadata.get_json(keys.topic_delivery(name)), self.metadata.get(keys.topic_terminated(name)),
-                self.metadata.get_json(keys.topic_policy(name)))
+                self.metadata.get_json(keys.topic_delivery(name)),
+                self.metadata.get(keys.topic_terminated(name)),
+                self.metadata.get_json(keys.topic_policy(name)),
+            )
             if delivery is None:
                 if not create or reliable is None:
                     raise NotFoundError(f"topic {name} does not exist; it is created by its first producer")
                 if not self.auto_create_topics and not is_system_topic(name):
-                    raise NotFoundError(f"Unable to find the topic: {name} (auto_create_topics is off: "
-                                        f"create it with `danube admin topics create`)")
+                    raise NotFoundError(
+                        f"Unable to find the topic: {name} (auto_create_topics is off: "
+                        f"create it with `danube admin topics create`)"
+                    )
                 delivery = {"dispatch_strategy": "reliable" if reliable else "non_reliable"}
                 await self.metadata.put_json(keys.topic_delivery(name), delivery)
                 part = partition_of(name)
@@ -341,9 +358,13 @@ class BrokerService:
                 self.repartition.topic_opened(name)
             self.metrics.topic_opened(name)
             movetrace.step(name, "dest.opened")
-            log.info("topic %s served here (%s, next offset %d%s)", name,
-                     "reliable" if is_reliable else "non-reliable", storage.next_offset,
-                     ", terminated" if terminated else "")
+            log.info(
+                "topic %s served here (%s, next offset %d%s)",
+                name,
+                "reliable" if is_reliable else "non-reliable",
+                storage.next_offset,
+                ", terminated" if terminated else "",
+            )
             return topic
 
     # What the layers above use of the topics and registrations (not the private ways in).
@@ -354,8 +375,9 @@ class BrokerService:
         another broker owns it or it is being unloaded."""
         return await self._topic(name, reliable=reliable, create=create)
 
-    async def subscription(self, topic: Topic, name: str, sub_type: str,
-                           initial_position: str = "latest") -> Subscription:
+    async def subscription(
+        self, topic: Topic, name: str, sub_type: str, initial_position: str = "latest"
+    ) -> Subscription:
         """Subscription ``name`` of a served topic, created (type ``sub_type``) when it is new."""
         return await self._subscription(topic, name, sub_type, initial_position)
 
@@ -393,8 +415,9 @@ class BrokerService:
 
     # ------------------------------------------------------------ producers
 
-    async def create_producer(self, topic: str, producer_name: str, *, access_mode: str = "shared",
-                              reliable: bool = False) -> int:
+    async def create_producer(
+        self, topic: str, producer_name: str, *, access_mode: str = "shared", reliable: bool = False
+    ) -> int:
         keys.split_topic(topic)
         _check_name("producer", producer_name)
         if access_mode not in ACCESS_MODES:
@@ -403,16 +426,18 @@ class BrokerService:
         if t.reliable != bool(reliable):
             raise InvalidArgumentError(
                 f"topic {topic} is {'reliable' if t.reliable else 'non-reliable'}; a producer asked for "
-                f"{'reliable' if reliable else 'non-reliable'} dispatch")
+                f"{'reliable' if reliable else 'non-reliable'} dispatch"
+            )
         for p in t.producers.values():
             if p.name == producer_name:
                 return p.id
         if self.fenced() and not is_system_topic(topic):
-            raise self.fenced_error(topic)   # a new producer is registered in the metadata store
+            raise self.fenced_error(topic)  # a new producer is registered in the metadata store
         for p in t.producers.values():
             if p.access_mode == "exclusive" or access_mode == "exclusive":
                 raise AlreadyExistsError(
-                    f"topic {topic} has producer '{p.name}' and access mode exclusive allows only one producer")
+                    f"topic {topic} has producer '{p.name}' and access mode exclusive allows only one producer"
+                )
         limit = t.policies.max_producers_per_topic
         if limit and len(t.producers) >= limit:
             raise PolicyViolationError(f"topic {topic} already has {limit} producers (max_producers_per_topic)")
@@ -423,12 +448,12 @@ class BrokerService:
         else:
             producer_id = _new_id()
         record = {"producer_id": producer_id, "access_mode": access_mode, "reliable": t.reliable}
-        if stored != record:   # (a producer re-created after a move writes nothing: one etcd write less)
+        if stored != record:  # (a producer re-created after a move writes nothing: one etcd write less)
             await self.metadata.put_json(key, record)
         for p in t.producers.values():  # a concurrent create of the same name won the race
             if p.name == producer_name:
                 return p.id
-        self._served(t)   # closed while this call awaited the metadata store (see subscribe)
+        self._served(t)  # closed while this call awaited the metadata store (see subscribe)
         producer = Producer(producer_id, producer_name, t, access_mode)
         t.add_producer(producer)
         self._producers[producer_id] = producer
@@ -443,8 +468,12 @@ class BrokerService:
             return producer
         reg = self._dormant.get(("producer", producer_id))
         if reg is not None:
-            await self.create_producer(reg.topic, reg.name, access_mode=reg.info.get("access_mode", "shared"),
-                                       reliable=bool(reg.info.get("reliable", False)))
+            await self.create_producer(
+                reg.topic,
+                reg.name,
+                access_mode=reg.info.get("access_mode", "shared"),
+                reliable=bool(reg.info.get("reliable", False)),
+            )
             producer = self._producers.get(producer_id)
             if producer is not None:
                 return producer
@@ -452,8 +481,9 @@ class BrokerService:
             raise NotServedHereError(f"producer {producer_id} was closed: its topic is no longer served here")
         raise NotFoundError(f"unknown producer id {producer_id}: create the producer first")
 
-    async def publish(self, producer_id: int, frames_buf: bytearray, *,
-                      partitioning_version: int | None = None) -> tuple[int, int]:
+    async def publish(
+        self, producer_id: int, frames_buf: bytearray, *, partitioning_version: int | None = None
+    ) -> tuple[int, int]:
         """A producer's batch of unstamped frames (the batch lane): validated, stamped, appended,
         dispatched; (first, last) once durable under the sync policy."""
         self._check_accepting(producer_id)
@@ -537,10 +567,18 @@ class BrokerService:
 
     # ------------------------------------------------------------ consumers
 
-    async def subscribe(self, topic: str, subscription: str, consumer_name: str, *,
-                        sub_type: str = "exclusive", key_filters: Iterable[str] = (),
-                        reliable: bool | None = True, consumer_id: int | None = None,
-                        initial_position: str = "latest") -> int:
+    async def subscribe(
+        self,
+        topic: str,
+        subscription: str,
+        consumer_name: str,
+        *,
+        sub_type: str = "exclusive",
+        key_filters: Iterable[str] = (),
+        reliable: bool | None = True,
+        consumer_id: int | None = None,
+        initial_position: str = "latest",
+    ) -> int:
         """Attach a consumer; ``reliable=None`` requires the topic to exist already.
         ``initial_position`` (latest | earliest) places a subscription this call creates."""
         if initial_position not in ("latest", "earliest"):
@@ -562,12 +600,13 @@ class BrokerService:
                     sub.activate(c)
                 return c.id
         if self.fenced():
-            raise self.fenced_error(topic)   # a new consumer is registered in the metadata store
+            raise self.fenced_error(topic)  # a new consumer is registered in the metadata store
         sub.check_can_join(consumer_name)
         limit = t.policies.max_consumers_per_subscription
         if limit and len(sub.active_consumers()) >= limit:
             raise PolicyViolationError(
-                f"subscription '{subscription}' on {topic} already has {limit} consumers (max_consumers_per_subscription)")
+                f"subscription '{subscription}' on {topic} already has {limit} consumers (max_consumers_per_subscription)"
+            )
         limit = t.policies.max_consumers_per_topic
         if limit and sum(len(s.active_consumers()) for s in t.subscriptions.values()) >= limit:
             raise PolicyViolationError(f"topic {topic} already has {limit} consumers (max_consumers_per_topic)")
@@ -577,7 +616,7 @@ class BrokerService:
             stored = await self.metadata.get_json(key)
             consumer_id = int(stored["consumer_id"]) if stored and "consumer_id" in stored else _new_id()
         record = {"consumer_id": consumer_id, "sub_type": sub_type, "key_filters": list(key_filters)}
-        if stored != record:   # (a consumer re-subscribing after a move writes nothing: one etcd write less)
+        if stored != record:  # (a consumer re-subscribing after a move writes nothing: one etcd write less)
             await self.metadata.put_json(key, record)
         for c in sub.consumers.values():  # a concurrent subscribe of the same name won the race
             if c.name == consumer_name:
@@ -590,8 +629,15 @@ class BrokerService:
         self._consumers[consumer_id] = consumer
         self._dormant.pop(("consumer", consumer_id), None)
         self._closed_ids.discard(("consumer", consumer_id))
-        log.info("consumer '%s' (%d) on %s subscription '%s' (%s, cursor %d)", consumer_name, consumer_id,
-                 topic, subscription, sub_type, sub.cursor)
+        log.info(
+            "consumer '%s' (%d) on %s subscription '%s' (%s, cursor %d)",
+            consumer_name,
+            consumer_id,
+            topic,
+            subscription,
+            sub_type,
+            sub.cursor,
+        )
         return consumer_id
 
     async def _subscription(self, t: Topic, name: str, sub_type: str, initial_position: str = "latest") -> Subscription:
@@ -599,13 +645,16 @@ class BrokerService:
         if sub is not None:
             if sub.sub_type != sub_type:
                 raise InvalidArgumentError(
-                    f"subscription '{name}' on {t.name} is {sub.sub_type}; it cannot be used as {sub_type}")
+                    f"subscription '{name}' on {t.name} is {sub.sub_type}; it cannot be used as {sub_type}"
+                )
             return sub
         if self.fenced():
-            raise self.fenced_error(t.name)   # a new subscription is written to the metadata store
+            raise self.fenced_error(t.name)  # a new subscription is written to the metadata store
         limit = t.policies.max_subscriptions_per_topic
         if limit and len(t.subscriptions) >= limit:
-            raise PolicyViolationError(f"topic {t.name} already has {limit} subscriptions (max_subscriptions_per_topic)")
+            raise PolicyViolationError(
+                f"topic {t.name} already has {limit} subscriptions (max_subscriptions_per_topic)"
+            )
         cursor = t.readable_next - 1  # a new subscription starts at the latest offset (Danube's only choice) ...
         if initial_position == "earliest":  # ... or before the oldest message the topic still holds
             cursor = min(t.storage.first_offset, t.readable_next) - 1
@@ -615,24 +664,35 @@ class BrokerService:
             stored, saved, fp = await asyncio.gather(
                 self.metadata.get_json(keys.subscription(t.name, name)),
                 self.metadata.get_json(keys.subscription_cursor(t.name, name)),
-                self.metadata.get_json(keys.subscription_failure_policy(t.name, name)))
+                self.metadata.get_json(keys.subscription_failure_policy(t.name, name)),
+            )
             if stored is not None:
                 if stored.get("type", sub_type) != sub_type:
                     raise InvalidArgumentError(
-                        f"subscription '{name}' on {t.name} is {stored.get('type')}; it cannot be used as {sub_type}")
+                        f"subscription '{name}' on {t.name} is {stored.get('type')}; it cannot be used as {sub_type}"
+                    )
                 if isinstance(saved, int):
                     cursor = min(saved, t.readable_next - 1)
             else:
-                await self.metadata.put_json(keys.subscription(t.name, name),
-                                             {"type": sub_type, "created_at": int(time.time() * 1000)})
+                await self.metadata.put_json(
+                    keys.subscription(t.name, name), {"type": sub_type, "created_at": int(time.time() * 1000)}
+                )
                 await self.metadata.put_json(keys.subscription_cursor(t.name, name), cursor)
             if fp:
                 failure_policy = FailurePolicy.from_dict(fp)
         sub = t.subscriptions.get(name)  # created concurrently while we awaited
         if sub is not None:
             return sub
-        sub = Subscription(t, name, sub_type, cursor=cursor, failure_policy=failure_policy,
-                           settings=self.dispatch, metrics=self.metrics, dead_letter=self._dead_letter)
+        sub = Subscription(
+            t,
+            name,
+            sub_type,
+            cursor=cursor,
+            failure_policy=failure_policy,
+            settings=self.dispatch,
+            metrics=self.metrics,
+            dead_letter=self._dead_letter,
+        )
         t.subscriptions[name] = sub
         return sub
 
@@ -642,10 +702,15 @@ class BrokerService:
             return consumer
         reg = self._dormant.get(("consumer", consumer_id))
         if reg is not None:
-            await self.subscribe(reg.topic, reg.info["subscription"], reg.name,
-                                 sub_type=reg.info.get("sub_type", "exclusive"),
-                                 key_filters=reg.info.get("key_filters", ()), reliable=None,
-                                 consumer_id=consumer_id)
+            await self.subscribe(
+                reg.topic,
+                reg.info["subscription"],
+                reg.name,
+                sub_type=reg.info.get("sub_type", "exclusive"),
+                key_filters=reg.info.get("key_filters", ()),
+                reliable=None,
+                consumer_id=consumer_id,
+            )
             consumer = self._consumers.get(consumer_id)
             if consumer is not None:
                 return consumer
@@ -653,8 +718,15 @@ class BrokerService:
             raise NotServedHereError(f"consumer {consumer_id} was closed: its topic is no longer served here")
         raise NotFoundError(f"unknown consumer id {consumer_id}: subscribe first")
 
-    async def receive(self, consumer_id: int, *, max_messages: int, max_bytes: int,
-                      stream: int | None = None, interrupt: asyncio.Future | None = None) -> Delivery:
+    async def receive(
+        self,
+        consumer_id: int,
+        *,
+        max_messages: int,
+        max_bytes: int,
+        stream: int | None = None,
+        interrupt: asyncio.Future | None = None,
+    ) -> Delivery:
         """Wait for the next delivery; ``stream`` (from :meth:`open_stream`) ends superseded streams.
 
         ``interrupt``: a future whose completion ends the wait with an empty delivery (count 0)."""
@@ -737,8 +809,9 @@ class BrokerService:
             self._late_ack(f"ack for consumer {consumer_id}", exc)
             return 0
 
-    async def nack(self, consumer_id: int, offset: int, *, delay_ms: int | None = None,
-                   reason: str | None = None) -> None:
+    async def nack(
+        self, consumer_id: int, offset: int, *, delay_ms: int | None = None, reason: str | None = None
+    ) -> None:
         try:
             consumer = await self._consumer(consumer_id)
         except NotServedHereError as exc:
@@ -796,7 +869,7 @@ class BrokerService:
             return await self._served_subscription(topic, subscription)
         except NotFoundError as exc:
             not_here = exc
-        t = await self._topic(topic, reliable=None, create=False)   # NotServedHereError unless the owner
+        t = await self._topic(topic, reliable=None, create=False)  # NotServedHereError unless the owner
         if not t.reliable:
             return None
         stored = await self.metadata.get_json(keys.subscription(topic, subscription))
@@ -804,8 +877,9 @@ class BrokerService:
             raise NotServedHereError(f"{not_here}; the ack was not applied, send it again")
         return await self._subscription(t, subscription, stored["type"])
 
-    async def ack_subscription(self, topic: str, subscription: str, offsets: Iterable[int], *,
-                               strict: bool = False) -> None:
+    async def ack_subscription(
+        self, topic: str, subscription: str, offsets: Iterable[int], *, strict: bool = False
+    ) -> None:
         """Ack by (topic, subscription) — how Danube's AckRequest addresses a message.  ``strict``
         (an ack a broker's client proxy holds until it is applied): NotServedHereError, not a late
         ack, when it cannot be applied here."""
@@ -821,9 +895,16 @@ class BrokerService:
         except NotServedHereError as exc:  # its topic is being unloaded
             self._late_ack(f"ack on {topic} '{subscription}'", exc)
 
-    async def nack_subscription(self, topic: str, subscription: str, offset: int, *,
-                                delay_ms: int | None = None, reason: str | None = None,
-                                strict: bool = False) -> None:
+    async def nack_subscription(
+        self,
+        topic: str,
+        subscription: str,
+        offset: int,
+        *,
+        delay_ms: int | None = None,
+        reason: str | None = None,
+        strict: bool = False,
+    ) -> None:
         if strict:
             sub = await self._strict_subscription(topic, subscription)
             if sub is not None:
@@ -852,28 +933,51 @@ class BrokerService:
             rec = salvage(frame)
             attrs = dict(rec.attributes)
             # Danube's dead-letter attributes (its poison handler's names and values)
-            attrs.update({"x-original-topic": sub.topic.name, "x-original-subscription": sub.name,
-                          "x-original-topic-offset": str(offset),
-                          "x-original-producer-id": str(rec.producer_id),
-                          "x-poison-policy": "dead_letter", "x-delivery-attempt": str(attempt)})
+            attrs.update(
+                {
+                    "x-original-topic": sub.topic.name,
+                    "x-original-subscription": sub.name,
+                    "x-original-topic-offset": str(offset),
+                    "x-original-producer-id": str(rec.producer_id),
+                    "x-poison-policy": "dead_letter",
+                    "x-delivery-attempt": str(attempt),
+                }
+            )
             if reason is not None:
                 attrs["x-failure-reason"] = reason
             # (a name cut to the rule's 255 characters: "dlq-" + a subscription name may be longer)
-            producer_name = f"dlq-{sub.name}"[:keys.MAX_NAME_CHARS]
+            producer_name = f"dlq-{sub.name}"[: keys.MAX_NAME_CHARS]
             if self.cluster is not None:
                 found = await self.lookup(dlq)
                 # another broker owns the dead-letter topic
                 if found.kind == "redirect" and self.remote_publisher is not None:
-                    await self.remote_publisher.publish(found.broker_url, dlq, producer_name, bytes(rec.payload),
-                                                        publish_time=rec.publish_time, routing_key=rec.routing_key,
-                                                        attributes=attrs)
-                    log.warning("message %d of %s moved to dead-letter topic %s (at %s)", offset, sub.topic.name,
-                                dlq, found.broker_url)
+                    await self.remote_publisher.publish(
+                        found.broker_url,
+                        dlq,
+                        producer_name,
+                        bytes(rec.payload),
+                        publish_time=rec.publish_time,
+                        routing_key=rec.routing_key,
+                        attributes=attrs,
+                    )
+                    log.warning(
+                        "message %d of %s moved to dead-letter topic %s (at %s)",
+                        offset,
+                        sub.topic.name,
+                        dlq,
+                        found.broker_url,
+                    )
                     return
             producer_id = await self.create_producer(dlq, producer_name, reliable=True)
-            buf = bytearray(frames.encode_record(rec.payload, publish_time=rec.publish_time,
-                                                 producer_id=producer_id, key=rec.routing_key,
-                                                 attributes=attrs))
+            buf = bytearray(
+                frames.encode_record(
+                    rec.payload,
+                    publish_time=rec.publish_time,
+                    producer_id=producer_id,
+                    key=rec.routing_key,
+                    attributes=attrs,
+                )
+            )
             await self.publish(producer_id, buf)
             log.warning("message %d of %s moved to dead-letter topic %s", offset, sub.topic.name, dlq)
         except Exception:  # noqa: BLE001 - report, the subscription goes on
@@ -899,7 +1003,7 @@ class BrokerService:
         # commit per flush, however many subscriptions moved, not one commit per subscription.
         written = 0
         batch: list[Subscription] = []
-        for t in ([topic] if topic is not None else list(self.topics.values())):
+        for t in [topic] if topic is not None else list(self.topics.values()):
             # a read-only topic's cursors wait until the broker knows it still owns the topic
             # (reopen_for_writing); a broker that lost it never writes them (unload_topic flush=False)
             if not t.reliable or t.read_only:
@@ -956,8 +1060,9 @@ class BrokerService:
             self._dormant.pop(reg_key)
             self._closed_ids.add(reg_key)
 
-    async def unload_topic(self, topic: str, *, local: bool = False, seal: bool = True,
-                           flush: bool = True) -> int | None:
+    async def unload_topic(
+        self, topic: str, *, local: bool = False, seal: bool = True, flush: bool = True
+    ) -> int | None:
         """Seal the topic's storage and stop serving it here (clients get CLOSE and look it up again).
 
         Returns the last committed offset (None for a non-reliable topic).  In cluster mode the
@@ -1030,8 +1135,12 @@ class BrokerService:
                 t.storage = storage
                 t.read_only = False
             else:
-                log.error("topic %s: the reopened WAL ends at %d, the read-only one at %d: not served here any "
-                          "more", topic, storage.next_offset - 1, old.next_offset - 1)
+                log.error(
+                    "topic %s: the reopened WAL ends at %d, the read-only one at %d: not served here any more",
+                    topic,
+                    storage.next_offset - 1,
+                    old.next_offset - 1,
+                )
                 await storage.close()
         if not continues:
             await self.unload_topic(topic, local=True, seal=False, flush=False)
@@ -1077,8 +1186,7 @@ class BrokerService:
 
     def stats(self) -> BrokerStats:
         """Counters of every topic served here (cheap, no I/O: the load reporter calls it on the loop)."""
-        return BrokerStats(broker_url=self.broker_url,
-                           topics={name: t.stats() for name, t in self.topics.items()})
+        return BrokerStats(broker_url=self.broker_url, topics={name: t.stats() for name, t in self.topics.items()})
 
     # ------------------------------------------------------------ system topics
 
@@ -1087,8 +1195,9 @@ class BrokerService:
         this broker, creating it on first use: no producer registration, no policy limits; stamped,
         appended and durable under the sync policy like :meth:`publish`.  Returns (first, last)."""
         if not is_system_topic(topic):
-            raise InvalidArgumentError(f"{quote(topic)} is not a system topic; system topics are named "
-                                       f"{SYSTEM_PREFIX}<name>")
+            raise InvalidArgumentError(
+                f"{quote(topic)} is not a system topic; system topics are named {SYSTEM_PREFIX}<name>"
+            )
         t = await self._topic(topic, reliable=True, create=True)
         if not t.reliable:
             raise InvalidArgumentError(f"system topic {topic} exists as a non-reliable topic; it must be reliable")

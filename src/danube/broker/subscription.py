@@ -43,16 +43,34 @@ log = logging.getLogger(__name__)
 _MAX_EARLY_ACKS = 65_536
 
 # (Delivery and the frame helpers live in danube.broker.delivery; importable from here too)
-__all__ = ["Subscription", "Consumer", "Delivery", "SUB_TYPES", "StreamSupersededError",
-           "cut_frames", "split_frames", "frame_offset"]
+__all__ = [
+    "Subscription",
+    "Consumer",
+    "Delivery",
+    "SUB_TYPES",
+    "StreamSupersededError",
+    "cut_frames",
+    "split_frames",
+    "frame_offset",
+]
 
 
 class Consumer:
-    __slots__ = ("id", "name", "subscription", "key_filter", "active", "receiving",
-                 "messages_out", "bytes_out", "closed", "epoch", "last_turn")
+    __slots__ = (
+        "id",
+        "name",
+        "subscription",
+        "key_filter",
+        "active",
+        "receiving",
+        "messages_out",
+        "bytes_out",
+        "closed",
+        "epoch",
+        "last_turn",
+    )
 
-    def __init__(self, consumer_id: int, name: str, subscription: "Subscription",
-                 key_filter: KeyFilter) -> None:
+    def __init__(self, consumer_id: int, name: str, subscription: "Subscription", key_filter: KeyFilter) -> None:
         self.id = consumer_id
         self.name = name
         self.subscription = subscription
@@ -67,9 +85,18 @@ class Consumer:
 
 
 class Subscription:
-    def __init__(self, topic: "Topic", name: str, sub_type: str, *, cursor: int,
-                 failure_policy: FailurePolicy, settings: DispatchSettings,
-                 metrics: MetricsSink, dead_letter: Callable | None = None) -> None:
+    def __init__(
+        self,
+        topic: "Topic",
+        name: str,
+        sub_type: str,
+        *,
+        cursor: int,
+        failure_policy: FailurePolicy,
+        settings: DispatchSettings,
+        metrics: MetricsSink,
+        dead_letter: Callable | None = None,
+    ) -> None:
         self.topic = topic
         self.name = name
         self.reliable = topic.reliable
@@ -164,8 +191,14 @@ class Subscription:
 
     # ------------------------------------------------------------ receive
 
-    async def receive(self, consumer: Consumer, max_messages: int, max_bytes: int,
-                      epoch: int | None = None, interrupt: asyncio.Future | None = None) -> Delivery:
+    async def receive(
+        self,
+        consumer: Consumer,
+        max_messages: int,
+        max_bytes: int,
+        epoch: int | None = None,
+        interrupt: asyncio.Future | None = None,
+    ) -> Delivery:
         """The next delivery for ``consumer``, waiting until there is one.
 
         With ``interrupt``: once that future is done while the receive waits (never after
@@ -179,7 +212,8 @@ class Subscription:
             while True:
                 if consumer.closed:
                     raise NotServedHereError(
-                        f"consumer {consumer.id} was closed: topic {self.topic.name} is no longer served here")
+                        f"consumer {consumer.id} was closed: topic {self.topic.name} is no longer served here"
+                    )
                 if epoch is not None and epoch != consumer.epoch:
                     raise StreamSupersededError(f"consumer {consumer.id} is served by a newer stream")
                 if not consumer.active:
@@ -187,7 +221,7 @@ class Subscription:
                 # Registered before the fetch: a notify while the fetch awaits storage is not lost.
                 waiter = loop.create_future()
                 self._waiters.append((consumer, waiter))
-                token_due = None   # throttled by the dispatch rate: when the next token is due
+                token_due = None  # throttled by the dispatch rate: when the next token is due
                 try:
                     limit = self.dispatch_limit
                     if limit is None:
@@ -217,7 +251,7 @@ class Subscription:
                 finally:
                     if not waiter.done():
                         waiter.cancel()
-                    waiters = self._waiters   # (notify empties it; a timer or an interrupt does not)
+                    waiters = self._waiters  # (notify empties it; a timer or an interrupt does not)
                     if waiters and waiters[-1][1] is waiter:
                         waiters.pop()
                     elif waiters:
@@ -226,8 +260,13 @@ class Subscription:
         finally:
             consumer.receiving -= 1
 
-    async def _wait(self, waiter: asyncio.Future, interrupt: asyncio.Future | None,
-                    loop: asyncio.AbstractEventLoop, token_due: float | None = None) -> None:
+    async def _wait(
+        self,
+        waiter: asyncio.Future,
+        interrupt: asyncio.Future | None,
+        loop: asyncio.AbstractEventLoop,
+        token_due: float | None = None,
+    ) -> None:
         """Until ``waiter`` is woken (notify), the next redelivery timer or ``token_due`` (seconds)
         is due, or ``interrupt`` is done."""
         timeout = self._next_timer()
@@ -282,8 +321,12 @@ class Subscription:
             self._blocked_logged = False
             return False
         if not self._blocked_logged:
-            log.error("subscription %s on %s is blocked by poison message(s) %s (poison policy block)",
-                      self.name, self.topic.name, sorted(self.tracker.blocked)[:5])
+            log.error(
+                "subscription %s on %s is blocked by poison message(s) %s (poison policy block)",
+                self.name,
+                self.topic.name,
+                sorted(self.tracker.blocked)[:5],
+            )
             self._blocked_logged = True
         return True
 
@@ -295,8 +338,14 @@ class Subscription:
         first_held = topic.first_offset
         if self.next_read < first_held:
             lost = first_held - self.next_read
-            log.warning("subscription %s on %s skips %d messages no longer held (offsets %d..%d)",
-                        self.name, topic.name, lost, self.next_read, first_held - 1)
+            log.warning(
+                "subscription %s on %s skips %d messages no longer held (offsets %d..%d)",
+                self.name,
+                topic.name,
+                lost,
+                self.next_read,
+                first_held - 1,
+            )
             self.metrics.dropped(topic.name, self.name, lost, "evicted")
             if self.reliable:
                 self.tracker.cursor = max(self.tracker.cursor, first_held - 1)
@@ -340,9 +389,14 @@ class Subscription:
     def reject(self, offset: int, problem: str) -> None:
         """``offset`` cannot be delivered (``problem`` says why): no redelivery would help, so the
         poison policy applies now.  Under ``block`` the subscription holds there until an admin skip."""
-        log.error("message %d of %s cannot be delivered on subscription %s: %s; poison policy %s",
-                  offset, self.topic.name, self.name, problem,
-                  self.failure_policy.poison_policy if self.reliable else "drop (non-reliable)")
+        log.error(
+            "message %d of %s cannot be delivered on subscription %s: %s; poison policy %s",
+            offset,
+            self.topic.name,
+            self.name,
+            problem,
+            self.failure_policy.poison_policy if self.reliable else "drop (non-reliable)",
+        )
         if not self.reliable:
             self.metrics.dropped(self.topic.name, self.name, 1, "undeliverable")
             self.tracker.cursor = max(self.tracker.cursor, offset)
@@ -352,8 +406,7 @@ class Subscription:
             self._poison(offset, problem)
         self.notify()  # the receive that met it reads on (or sees the block)
 
-    async def deliver_fresh(self, consumer: Consumer, max_messages: int, max_bytes: int,
-                            now: float) -> Delivery | None:
+    async def deliver_fresh(self, consumer: Consumer, max_messages: int, max_bytes: int, now: float) -> Delivery | None:
         """Fresh frames from next_read for ``consumer`` (within the unacked window), tracked as
         delivered to it; None when there are none."""
         window = self.window()
@@ -383,8 +436,7 @@ class Subscription:
             return None
         return view
 
-    async def redeliver(self, consumer: Consumer, max_messages: int, max_bytes: int,
-                        now: float) -> Delivery | None:
+    async def redeliver(self, consumer: Consumer, max_messages: int, max_bytes: int, now: float) -> Delivery | None:
         """Messages due for redelivery, to ``consumer``; None when none could be read."""
         offsets = self.tracker.pop_ready(now, max_messages)
         if not offsets:
@@ -422,7 +474,8 @@ class Subscription:
         # last time: an ack answered OK now would move a cursor that is never saved.
         if self.topic.closed:
             raise NotServedHereError(
-                f"topic {self.topic.name} is no longer served here; the ack was not applied, look it up again")
+                f"topic {self.topic.name} is no longer served here; the ack was not applied, look it up again"
+            )
 
     def ack(self, offsets: Iterable[int]) -> int:
         return self.ack_ranges(to_ranges(offsets))
@@ -495,7 +548,7 @@ class Subscription:
             log.info("message %d of %s nacked on %s: %s", offset, self.topic.name, self.name, reason)
             self._reasons[offset] = reason
         else:
-            self._reasons.pop(offset, None)   # as Danube: the last failure's reason, or none
+            self._reasons.pop(offset, None)  # as Danube: the last failure's reason, or none
         self._retry(offset, time.monotonic(), requested_ms=delay_ms, nack=True)
         self.notify()
         return True
@@ -503,7 +556,7 @@ class Subscription:
     def _retry(self, offset: int, now: float, *, requested_ms: int | None = None, nack: bool = False) -> None:
         attempt = self.tracker.attempts.get(offset, 0) + 1
         policy = self.failure_policy
-        if attempt > policy.max_redelivery_count:   # Danube's rule: 0 = never delivered again
+        if attempt > policy.max_redelivery_count:  # Danube's rule: 0 = never delivered again
             self._poison(offset, attempt=attempt)
             return
         self.tracker.attempts[offset] = attempt
@@ -523,11 +576,17 @@ class Subscription:
         if policy == "dead_letter" and self._dead_letter is not None:
             self._dead_letter(self, offset, attempt=attempt or 1, reason=reason)
         elif problem is not None:
-            log.warning("message %d of %s dropped on %s: %s (poison policy drop)",
-                        offset, self.topic.name, self.name, problem)
+            log.warning(
+                "message %d of %s dropped on %s: %s (poison policy drop)", offset, self.topic.name, self.name, problem
+            )
         else:
-            log.warning("message %d of %s dropped on %s after %d redeliveries (poison policy drop)",
-                        offset, self.topic.name, self.name, self.failure_policy.max_redelivery_count)
+            log.warning(
+                "message %d of %s dropped on %s after %d redeliveries (poison policy drop)",
+                offset,
+                self.topic.name,
+                self.name,
+                self.failure_policy.max_redelivery_count,
+            )
         if self.tracker.advance(self.next_read):
             self.dirty = True
 
@@ -558,8 +617,10 @@ class Subscription:
 
     def stats(self) -> SubscriptionStats:
         return SubscriptionStats(
-            name=self.name, sub_type=self.sub_type,
-            consumers=len(self.active_consumers()), cursor=self.tracker.cursor,
+            name=self.name,
+            sub_type=self.sub_type,
+            consumers=len(self.active_consumers()),
+            cursor=self.tracker.cursor,
             unacked=self.tracker.unacked,
             backlog=max(0, self.topic.readable_next - 1 - self.tracker.cursor),
         )

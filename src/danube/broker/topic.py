@@ -40,8 +40,9 @@ def partition_of(topic: str) -> tuple[str, int] | None:
 
 
 class Topic:
-    def __init__(self, name: str, *, reliable: bool, storage: TopicStorage, policies: TopicPolicies,
-                 metrics: MetricsSink) -> None:
+    def __init__(
+        self, name: str, *, reliable: bool, storage: TopicStorage, policies: TopicPolicies, metrics: MetricsSink
+    ) -> None:
         self.name = name
         self.reliable = reliable
         self.storage = storage
@@ -62,8 +63,8 @@ class Topic:
         # the broker cannot renew its cluster lease and gave the WAL up (BrokerService.make_read_only):
         # stored offsets are still delivered, acks kept in memory, nothing appended
         self.read_only = False
-        self.coalescer = PublishCoalescer(self)   # single-message publishes (Danube's SendMessage)
-        self.commits = CommitQueue(self)           # appended batches waiting to be durable
+        self.coalescer = PublishCoalescer(self)  # single-message publishes (Danube's SendMessage)
+        self.commits = CommitQueue(self)  # appended batches waiting to be durable
         # max_publish_rate (messages/s, 0 = unlimited): publishes over it are delayed, not refused.
         rate = policies.max_publish_rate
         self.publish_gate = PublishGate(rate) if rate > 0 else None
@@ -96,8 +97,8 @@ class Topic:
                 size = positions[i + 1] - positions[i] - frames.HEADER_SIZE
                 if size > limit:
                     raise MessageTooLargeError(
-                        f"message of {size} bytes exceeds the max_message_size of {limit} bytes "
-                        f"on topic {self.name}")
+                        f"message of {size} bytes exceeds the max_message_size of {limit} bytes on topic {self.name}"
+                    )
 
     def append(self, buf: bytearray) -> tuple[int, int]:
         """Stamp and append a size-checked frame batch (not yet visible to subscribers).
@@ -182,8 +183,12 @@ class Topic:
 
     def stats(self) -> TopicStats:
         return TopicStats(
-            name=self.name, reliable=self.reliable, messages_in=self.messages_in, bytes_in=self.bytes_in,
-            next_offset=self.storage.next_offset, producers=len(self.producers),
+            name=self.name,
+            reliable=self.reliable,
+            messages_in=self.messages_in,
+            bytes_in=self.bytes_in,
+            next_offset=self.storage.next_offset,
+            producers=len(self.producers),
             consumers=sum(len(s.active_consumers()) for s in self.subscriptions.values()),
             subscriptions=[s.stats() for s in self.subscriptions.values()],
         )

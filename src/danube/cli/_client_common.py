@@ -11,9 +11,9 @@ from typing import Any, Callable, Coroutine
 from danube.errors import DanubeError
 
 EXIT_OK = 0
-EXIT_FAILED = 1        # the broker refused or the connection failed for good
-EXIT_USAGE = 2         # argparse's own code for bad options
-EXIT_INCOMPLETE = 3    # ran, but fewer messages than asked for (timeout)
+EXIT_FAILED = 1  # the broker refused or the connection failed for good
+EXIT_USAGE = 2  # argparse's own code for bad options
+EXIT_INCOMPLETE = 3  # ran, but fewer messages than asked for (timeout)
 EXIT_INTERRUPTED = 130
 
 SUBSCRIPTION_TYPES = ["exclusive", "shared", "failover", "key_shared"]
@@ -22,20 +22,24 @@ log = logging.getLogger("danube.cli")
 
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--service-url", default="http://127.0.0.1:6650",
-                        help="broker URL (default http://127.0.0.1:6650)")
+    parser.add_argument(
+        "--service-url", default="http://127.0.0.1:6650", help="broker URL (default http://127.0.0.1:6650)"
+    )
     parser.add_argument("--topic", default="/default/demo", help="topic as /namespace/topic (default /default/demo)")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--reliable", dest="reliable", action="store_true", default=True,
-                       help="WAL-backed topic, at-least-once (default)")
-    group.add_argument("--non-reliable", dest="reliable", action="store_false",
-                       help="in-memory topic, at-most-once")
+    group.add_argument(
+        "--reliable",
+        dest="reliable",
+        action="store_true",
+        default=True,
+        help="WAL-backed topic, at-least-once (default)",
+    )
+    group.add_argument("--non-reliable", dest="reliable", action="store_false", help="in-memory topic, at-most-once")
     security = parser.add_argument_group("security (docs/security.md)")
     security.add_argument("--tls-ca", default=None, metavar="PEM", help="CA of the broker's certificate: use TLS")
     security.add_argument("--tls-cert", default=None, metavar="PEM", help="client certificate (mTLS, with --tls-key)")
     security.add_argument("--tls-key", default=None, metavar="PEM", help="the client certificate's private key")
-    security.add_argument("--token", default=None,
-                          help="JWT sent on every call (default $DANUBE_TOKEN; implies TLS)")
+    security.add_argument("--token", default=None, help="JWT sent on every call (default $DANUBE_TOKEN; implies TLS)")
 
 
 def with_security(builder, args):

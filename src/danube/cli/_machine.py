@@ -17,9 +17,9 @@ from typing import Iterator
 
 @dataclass
 class MachineCounters:
-    total: int      # jiffies over all CPUs and states
-    steal: int      # jiffies the hypervisor ran something else while we wanted the CPU
-    cpu_pressure_us: int | None   # /proc/pressure/cpu "some" total: microseconds with a task waiting
+    total: int  # jiffies over all CPUs and states
+    steal: int  # jiffies the hypervisor ran something else while we wanted the CPU
+    cpu_pressure_us: int | None  # /proc/pressure/cpu "some" total: microseconds with a task waiting
     # /proc/pressure/io "some" total: microseconds with a task waiting on the disk.  Under
     # sync=always a run waits on fdatasync all along, so this reads "how slow was the disk",
     # the other outside cause of a tail besides steal.
@@ -36,8 +36,9 @@ def read_counters() -> MachineCounters | None:
     steal = values[7] if len(values) > 7 else 0
     # guest time is already counted in user time
     total = sum(values[:8])
-    return MachineCounters(total=total, steal=steal, cpu_pressure_us=_pressure_total("cpu"),
-                           io_pressure_us=_pressure_total("io"))
+    return MachineCounters(
+        total=total, steal=steal, cpu_pressure_us=_pressure_total("cpu"), io_pressure_us=_pressure_total("io")
+    )
 
 
 def _pressure_total(resource: str) -> int | None:
@@ -58,11 +59,21 @@ def load_average() -> float | None:
         return None
 
 
-def summary(before: MachineCounters | None, after: MachineCounters | None, seconds: float,
-            load_before: float | None, load_after: float | None) -> dict:
+def summary(
+    before: MachineCounters | None,
+    after: MachineCounters | None,
+    seconds: float,
+    load_before: float | None,
+    load_after: float | None,
+) -> dict:
     """Steal as a share of all CPU time, CPU and I/O pressure as shares of wall time, load at both ends."""
-    out: dict = {"load_before": load_before, "load_after": load_after, "steal_pct": None,
-                 "cpu_pressure_pct": None, "io_pressure_pct": None}
+    out: dict = {
+        "load_before": load_before,
+        "load_after": load_after,
+        "steal_pct": None,
+        "cpu_pressure_pct": None,
+        "io_pressure_pct": None,
+    }
     if before is None or after is None:
         return out
     elapsed = after.total - before.total

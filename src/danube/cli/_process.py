@@ -36,16 +36,37 @@ class BrokerProcess:
 
 
 @contextlib.contextmanager
-def spawned_broker(sync: str = "always", data_dir: str | None = None, *, log_path: str | None = None,
-                   keep_data_dir: bool = False, grpc_server: str | None = None) -> Iterator[BrokerProcess]:
+def spawned_broker(
+    sync: str = "always",
+    data_dir: str | None = None,
+    *,
+    log_path: str | None = None,
+    keep_data_dir: bool = False,
+    grpc_server: str | None = None,
+) -> Iterator[BrokerProcess]:
     """`danube broker` on free loopback ports for the block; a temporary data dir unless one is given;
     ``grpc_server`` picks what serves its client port (the broker's default when None)."""
     own_dir = data_dir is None
     data_dir = data_dir or tempfile.mkdtemp(prefix="danube-broker-")
     port, admin_port, metrics_port = free_ports(3)
-    cmd = [sys.executable, "-m", "danube.cli.main", "broker", "--host", "127.0.0.1", "--port", str(port),
-           "--admin-port", str(admin_port), "--metrics-port", str(metrics_port), "--data-dir", data_dir,
-           "--sync", sync] + (["--grpc-server", grpc_server] if grpc_server else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "danube.cli.main",
+        "broker",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--admin-port",
+        str(admin_port),
+        "--metrics-port",
+        str(metrics_port),
+        "--data-dir",
+        data_dir,
+        "--sync",
+        sync,
+    ] + (["--grpc-server", grpc_server] if grpc_server else [])
     try:
         with server_process(cmd, port, log_path=log_path, stop_timeout=20.0) as proc:
             yield BrokerProcess(port, data_dir, proc)

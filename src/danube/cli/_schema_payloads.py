@@ -34,7 +34,9 @@ def encode_message(info, text: str) -> bytes:
             out = io.BytesIO()
             schemaless_writer(out, parsed.parsed, record)
         except Exception as exc:  # noqa: BLE001 - report the record that did not fit
-            raise SchemaPayloadError(f"--message does not fit Avro schema {info.subject} v{info.version}: {exc}") from None
+            raise SchemaPayloadError(
+                f"--message does not fit Avro schema {info.subject} v{info.version}: {exc}"
+            ) from None
         return out.getvalue()
     payload = text.encode()
     try:
@@ -68,8 +70,11 @@ class PayloadPrinter:
             try:
                 info = await SchemaRegistryClient(self._client).get(schema_id, version)
                 parsed = parse(info.schema_type, info.schema_definition)
-                self._decoders[key] = (payload_decoder(parsed)
-                                       if parsed.schema_type in ("avro", "json_schema", "protobuf", "number") else None)
+                self._decoders[key] = (
+                    payload_decoder(parsed)
+                    if parsed.schema_type in ("avro", "json_schema", "protobuf", "number")
+                    else None
+                )
             except Exception:  # noqa: BLE001 - unknown schema: print the raw text
                 self._decoders[key] = None
         return self._decoders[key]

@@ -29,7 +29,7 @@ DEFAULT_ENDPOINT = "http://127.0.0.1:50051"
 def _target(endpoint: str) -> str:
     for scheme in ("http://", "https://", "grpc://"):
         if endpoint.startswith(scheme):
-            return endpoint[len(scheme):].rstrip("/")
+            return endpoint[len(scheme) :].rstrip("/")
     return endpoint.rstrip("/")
 
 
@@ -49,17 +49,27 @@ def _partitioning(resp, to_dict) -> tuple[dict, list[str]]:
     import json
 
     marker = json.loads(resp.marker_json) if resp.marker_json else None
-    data = {"name": resp.name, "partitions": resp.partitions, "partitioning_version": resp.partitioning_version,
-            "generation": resp.generation, "marker": marker, "drained": resp.drained, "retired": list(resp.retired),
-            "global_adoption": resp.global_adoption if resp.HasField("global_adoption") else None,
-            "adoption_generation": resp.adoption_generation if resp.HasField("adoption_generation") else None}
-    lines = [f"Partitions: {resp.partitions}, partitioning version {resp.partitioning_version}, "
-             f"generation {resp.generation}"]
+    data = {
+        "name": resp.name,
+        "partitions": resp.partitions,
+        "partitioning_version": resp.partitioning_version,
+        "generation": resp.generation,
+        "marker": marker,
+        "drained": resp.drained,
+        "retired": list(resp.retired),
+        "global_adoption": resp.global_adoption if resp.HasField("global_adoption") else None,
+        "adoption_generation": resp.adoption_generation if resp.HasField("adoption_generation") else None,
+    }
+    lines = [
+        f"Partitions: {resp.partitions}, partitioning version {resp.partitioning_version}, generation {resp.generation}"
+    ]
     if marker:
-        lines.append(f"Repartition: {marker['kind']} {marker['from_partitions']} -> {marker['to_partitions']} "
-                     f"({marker['phase']}), drained: {'yes' if resp.drained else 'no'}, adoption generation "
-                     f"{marker.get('adoption_generation')}, fleet adoption "
-                     f"{resp.global_adoption if resp.HasField('global_adoption') else '(no signal)'}")
+        lines.append(
+            f"Repartition: {marker['kind']} {marker['from_partitions']} -> {marker['to_partitions']} "
+            f"({marker['phase']}), drained: {'yes' if resp.drained else 'no'}, adoption generation "
+            f"{marker.get('adoption_generation')}, fleet adoption "
+            f"{resp.global_adoption if resp.HasField('global_adoption') else '(no signal)'}"
+        )
     else:
         lines.append("Repartition: none in progress")
     if resp.retired:
@@ -71,33 +81,45 @@ def _partitioning(resp, to_dict) -> tuple[dict, list[str]]:
 
 def _progress_lines(progress: dict) -> list[str]:
     """What a repartition waits for, and its pending holds, one line each."""
+
     def behind(w: dict) -> str:
-        return (f"subscription {w['subscription']} on partition {w['partition']}: consumed below "
-                f"{w['consumed']}, waits for {w['old_end'] if w['old_end'] is not None else '(not recorded)'}")
+        return (
+            f"subscription {w['subscription']} on partition {w['partition']}: consumed below "
+            f"{w['consumed']}, waits for {w['old_end'] if w['old_end'] is not None else '(not recorded)'}"
+        )
 
     lines = []
     unrecorded = progress.get("unrecorded")
     if unrecorded:
-        lines.append(f"Waiting for offsets: old_end of {unrecorded['old_end'] or '-'}, "
-                     f"new_start of {unrecorded['new_start'] or '-'}")
+        lines.append(
+            f"Waiting for offsets: old_end of {unrecorded['old_end'] or '-'}, "
+            f"new_start of {unrecorded['new_start'] or '-'}"
+        )
     lines += [f"Cutover waits for {behind(w)}" for w in progress.get("waiting", ())]
     adoption = progress.get("adoption")
     if adoption:
-        lines.append(f"Cutover waits for adoption of generation {adoption['wanted']} "
-                     f"(fleet: {adoption['fleet'] if adoption['fleet'] is not None else 'no signal'})")
+        lines.append(
+            f"Cutover waits for adoption of generation {adoption['wanted']} "
+            f"(fleet: {adoption['fleet'] if adoption['fleet'] is not None else 'no signal'})"
+        )
     for hold in progress.get("pending", ()):
-        lines.append(f"Pending hold of the grow to {hold['to_partitions']} (version {hold['to_version']}): "
-                     f"{', '.join(hold['subscriptions'])}")
+        lines.append(
+            f"Pending hold of the grow to {hold['to_partitions']} (version {hold['to_version']}): "
+            f"{', '.join(hold['subscriptions'])}"
+        )
         lines += [f"  holds {behind(w)}" for w in hold["waiting"]]
     return lines
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "admin", help="administer a broker (topics, namespaces, brokers)",
-        description="Danube admin commands over the admin gRPC service (port 50051 by default).")
-    parser.add_argument("--endpoint", default=None,
-                        help=f"admin endpoint (default $DANUBE_ADMIN_ENDPOINT or {DEFAULT_ENDPOINT})")
+        "admin",
+        help="administer a broker (topics, namespaces, brokers)",
+        description="Danube admin commands over the admin gRPC service (port 50051 by default).",
+    )
+    parser.add_argument(
+        "--endpoint", default=None, help=f"admin endpoint (default $DANUBE_ADMIN_ENDPOINT or {DEFAULT_ENDPOINT})"
+    )
     parser.add_argument("--output", "-o", choices=["text", "json"], default="text", help="output format")
     parser.add_argument("--timeout", type=float, default=60.0, help="RPC deadline in seconds (default 60)")
     from danube.cli import admin_security
@@ -131,10 +153,15 @@ def register(subparsers) -> None:
     admin_rebalancing.add_commands(brokers)  # balance | rebalance | rebalance-history
 
     namespaces = groups.add_parser("namespaces", help="namespace commands").add_subparsers(
-        dest="admin_cmd", metavar="COMMAND")
+        dest="admin_cmd", metavar="COMMAND"
+    )
     out(namespaces.add_parser("list", help="namespaces of the cluster"))
-    for name, what in (("topics", "topics of a namespace"), ("policies", "a namespace's policies"),
-                       ("create", "create a namespace"), ("delete", "delete an empty namespace")):
+    for name, what in (
+        ("topics", "topics of a namespace"),
+        ("policies", "a namespace's policies"),
+        ("create", "create a namespace"),
+        ("delete", "delete an empty namespace"),
+    ):
         p = namespaces.add_parser(name, help=what)
         p.add_argument("namespace")
         out(p)
@@ -159,8 +186,7 @@ def _options_after_command(parser) -> None:
     subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     if not subparsers:
         if "--output" not in parser._option_string_actions:
-            parser.add_argument("--output", choices=["text", "json"], default=argparse.SUPPRESS,
-                                help="output format")
+            parser.add_argument("--output", choices=["text", "json"], default=argparse.SUPPRESS, help="output format")
         if "--endpoint" not in parser._option_string_actions:
             parser.add_argument("--endpoint", default=argparse.SUPPRESS, help="admin endpoint")
         return
@@ -184,19 +210,24 @@ def _emit(args, data, text_lines) -> None:
 
 def _policies_lines(policies: dict) -> list[str]:
     """Danube's text rendering of namespace policies."""
+
     def value(key: str) -> str | None:
         v = policies.get(key)
         return None if v is None else str(v)
 
     lines = ["Policies Configuration:", "-----------------------"]
-    for key, label in (("max_producers_per_topic", "Max Producers per Topic"),
-                       ("max_subscriptions_per_topic", "Max Subscriptions per Topic"),
-                       ("max_consumers_per_topic", "Max Consumers per Topic"),
-                       ("max_consumers_per_subscription", "Max Consumers per Subscription")):
+    for key, label in (
+        ("max_producers_per_topic", "Max Producers per Topic"),
+        ("max_subscriptions_per_topic", "Max Subscriptions per Topic"),
+        ("max_consumers_per_topic", "Max Consumers per Topic"),
+        ("max_consumers_per_subscription", "Max Consumers per Subscription"),
+    ):
         lines.append(f"{label}: {value(key) or 'Not Set'}")
-    for key, label in (("max_publish_rate", "Max publish rate"),
-                       ("max_subscription_dispatch_rate", "Dispatch rate for subscription"),
-                       ("max_message_size", "Max message size")):
+    for key, label in (
+        ("max_publish_rate", "Max publish rate"),
+        ("max_subscription_dispatch_rate", "Dispatch rate for subscription"),
+        ("max_message_size", "Max message size"),
+    ):
         lines.append(f"{label}: {value(key)}" if value(key) is not None else f"{label} Not Set")
     return lines + ["-----------------------"]
 
@@ -235,8 +266,9 @@ def run(args) -> int:
             namespaces = pb_grpc.NamespaceAdminStub(channel)
 
             def _dict(message) -> dict:  # the message with the proto's field names, every field present
-                return MessageToDict(message, preserving_proto_field_name=True,
-                                     always_print_fields_with_no_presence=True)
+                return MessageToDict(
+                    message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+                )
 
             brokers = pb_grpc.BrokerAdminStub(channel)
             t = args.timeout
@@ -251,8 +283,13 @@ def run(args) -> int:
 
                 return admin_scalable.run(args, channel, _emit)
             if group == "topics":
-                return admin_topics.run(args, channel, _emit, describe_partitioning=_describe_partitioning,
-                                        partitioning=lambda resp: _partitioning(resp, MessageToDict))
+                return admin_topics.run(
+                    args,
+                    channel,
+                    _emit,
+                    describe_partitioning=_describe_partitioning,
+                    partitioning=lambda resp: _partitioning(resp, MessageToDict),
+                )
             if group == "brokers" and cmd in ("balance", "rebalance", "rebalance-history"):
                 from danube.cli import admin_rebalancing
 
@@ -272,27 +309,46 @@ def run(args) -> int:
                 resp = brokers.ListBrokers(pb.Empty(), timeout=t)
                 data = [_dict(b) for b in resp.brokers]
                 row = "{:<15} {:<15} {:<25} {:<15} {:<25} {:<25}"
-                _emit(args, data, [row.format("BROKER ID", "STATUS", "ADDRESS", "ROLE", "ADMIN ADDR", "METRICS ADDR"),
-                                   "-" * 125] +
-                      [row.format(b.broker_id, b.broker_status, b.broker_addr, b.broker_role, b.admin_addr,
-                                  b.metrics_addr) for b in resp.brokers])
+                _emit(
+                    args,
+                    data,
+                    [row.format("BROKER ID", "STATUS", "ADDRESS", "ROLE", "ADMIN ADDR", "METRICS ADDR"), "-" * 125]
+                    + [
+                        row.format(
+                            b.broker_id, b.broker_status, b.broker_addr, b.broker_role, b.admin_addr, b.metrics_addr
+                        )
+                        for b in resp.brokers
+                    ],
+                )
             elif group == "brokers" and cmd == "leader-broker":
                 resp = brokers.GetLeaderBroker(pb.Empty(), timeout=t)
                 _emit(args, _dict(resp), [f"Leader Broker: {json.dumps(resp.leader)}"])
             elif group == "brokers" and cmd == "unload":
                 timeout_s = args.timeout_seconds if args.timeout_seconds is not None else int(max(1, t - 5))
-                resp = brokers.UnloadBroker(pb.UnloadBrokerRequest(
-                    broker_id=args.broker_id, dry_run=args.dry_run, namespaces_include=args.namespaces_include,
-                    namespaces_exclude=args.namespaces_exclude, timeout_seconds=timeout_s),
-                    timeout=max(t, timeout_s + 5))
-                _emit(args, _dict(resp), [
-                    f"UnloadBroker started={_flag(resp.started)} total={resp.total} succeeded={resp.succeeded} "
-                    f"failed={resp.failed} pending={resp.pending}"])
+                resp = brokers.UnloadBroker(
+                    pb.UnloadBrokerRequest(
+                        broker_id=args.broker_id,
+                        dry_run=args.dry_run,
+                        namespaces_include=args.namespaces_include,
+                        namespaces_exclude=args.namespaces_exclude,
+                        timeout_seconds=timeout_s,
+                    ),
+                    timeout=max(t, timeout_s + 5),
+                )
+                _emit(
+                    args,
+                    _dict(resp),
+                    [
+                        f"UnloadBroker started={_flag(resp.started)} total={resp.total} succeeded={resp.succeeded} "
+                        f"failed={resp.failed} pending={resp.pending}"
+                    ],
+                )
                 for name in resp.failed_topics if args.output != "json" else ():
                     print(f"  failed: {name}", file=sys.stderr)
             elif group == "brokers" and cmd == "activate":
-                resp = brokers.ActivateBroker(pb.ActivateBrokerRequest(broker_id=args.broker_id, reason=args.reason),
-                                             timeout=t)
+                resp = brokers.ActivateBroker(
+                    pb.ActivateBrokerRequest(broker_id=args.broker_id, reason=args.reason), timeout=t
+                )
                 _emit(args, _dict(resp), [f"ActivateBroker success={_flag(resp.success)}"])
             elif cmd in ("namespaces", "list"):
                 resp = brokers.ListNamespaces(pb.Empty(), timeout=t)

@@ -23,15 +23,18 @@ import json
 def add_parser(groups) -> None:
     """Adds the ``scalable-topics`` group to ``danube admin``."""
     st = groups.add_parser("scalable-topics", help="scalable topic commands (split / merge segments)").add_subparsers(
-        dest="admin_cmd", metavar="COMMAND")
+        dest="admin_cmd", metavar="COMMAND"
+    )
     p = st.add_parser("create", help="create a scalable topic")
     p.add_argument("topic")
     p.add_argument("--segments", type=int, default=1, help="initial segments (default 1)")
     p = st.add_parser("list", help="scalable topics of a namespace")
     p.add_argument("namespace", nargs="?", default="default")
-    for name, helptext in (("describe", "the segment DAG with per-segment stats"),
-                           ("subscriptions", "subscriptions, their consumers and assignments"),
-                           ("delete", "delete the topic and its segment topics")):
+    for name, helptext in (
+        ("describe", "the segment DAG with per-segment stats"),
+        ("subscriptions", "subscriptions, their consumers and assignments"),
+        ("delete", "delete the topic and its segment topics"),
+    ):
         st.add_parser(name, help=helptext).add_argument("topic")
     p = st.add_parser("split", help="split an active segment at its midpoint")
     p.add_argument("topic")
@@ -58,9 +61,12 @@ def _layout_lines(doc: dict) -> list[str]:
             rel.append(f"parents {seg['parentIds']}")
         if seg["childIds"]:
             rel.append(f"children {seg['childIds']}")
-        lines.append(f"  segment {sid}  {hr['start']:04x}-{hr['end']:04x}  {seg['state']:<6}  "
-                     f"created@{seg['createdAtEpoch']}" + (f" sealed@{seg['sealedAtEpoch']}" if seg["sealedAtEpoch"]
-                                                          else "") + (f"  ({', '.join(rel)})" if rel else ""))
+        lines.append(
+            f"  segment {sid}  {hr['start']:04x}-{hr['end']:04x}  {seg['state']:<6}  "
+            f"created@{seg['createdAtEpoch']}"
+            + (f" sealed@{seg['sealedAtEpoch']}" if seg["sealedAtEpoch"] else "")
+            + (f"  ({', '.join(rel)})" if rel else "")
+        )
     return lines
 
 
@@ -72,24 +78,31 @@ def run(args, channel, emit) -> int:
     t = args.timeout
     cmd = args.admin_cmd
     if cmd == "create":
-        r = stub.CreateScalableTopic(pb.CreateScalableTopicRequest(topic=args.topic, num_segments=args.segments),
-                                     timeout=t)
+        r = stub.CreateScalableTopic(
+            pb.CreateScalableTopicRequest(topic=args.topic, num_segments=args.segments), timeout=t
+        )
         doc = json.loads(r.metadata_json)
-        emit(args, {"topic": args.topic, "layout": doc, "controller": r.controller_broker_url},
-             [f"Scalable topic {args.topic} created ({args.segments} segment(s))"] + _layout_lines(doc))
+        emit(
+            args,
+            {"topic": args.topic, "layout": doc, "controller": r.controller_broker_url},
+            [f"Scalable topic {args.topic} created ({args.segments} segment(s))"] + _layout_lines(doc),
+        )
     elif cmd == "list":
         r = stub.ListScalableTopics(pb.ListScalableTopicsRequest(namespace=args.namespace), timeout=t)
         emit(args, list(r.topics), [f"Scalable topics in namespace '{args.namespace}':"] + [f"  {x}" for x in r.topics])
     elif cmd == "describe":
         doc = json.loads(stub.DescribeScalableTopic(pb.ScalableTopicRequest(topic=args.topic), timeout=t).json)
-        lines = [f"Scalable topic {doc['topic']}: epoch {doc['epoch']}, controller {doc['controller'] or '(none)'}",
-                 f"Active segments: {doc['activeSegments']}"]
+        lines = [
+            f"Scalable topic {doc['topic']}: epoch {doc['epoch']}, controller {doc['controller'] or '(none)'}",
+            f"Active segments: {doc['activeSegments']}",
+        ]
         for seg in doc["segments"]:
             hr, st = seg["hashRange"], seg.get("stats", {})
-            lines.append(f"  segment {seg['segmentId']}  {hr['start']:04x}-{hr['end']:04x}  {seg['state']:<6}  "
-                         f"{seg['topic']}  in={st.get('messages_in', '-')} producers={st.get('producers', '-')} "
-                         f"consumers={st.get('consumers', '-')}"
-                         + ("  terminated" if st.get("terminated") else ""))
+            lines.append(
+                f"  segment {seg['segmentId']}  {hr['start']:04x}-{hr['end']:04x}  {seg['state']:<6}  "
+                f"{seg['topic']}  in={st.get('messages_in', '-')} producers={st.get('producers', '-')} "
+                f"consumers={st.get('consumers', '-')}" + ("  terminated" if st.get("terminated") else "")
+            )
             for sub, s in sorted(st.get("subscriptions", {}).items()):
                 lines.append(f"      {sub}: backlog {s['backlog']}, cursor {s['cursor']}, consumers {s['consumers']}")
         for sub, s in sorted(doc["subscriptions"].items()):
@@ -100,11 +113,16 @@ def run(args, channel, emit) -> int:
         doc = json.loads(r.metadata_json)
         emit(args, doc, [f"Segment {args.segment_id} of {args.topic} split"] + _layout_lines(doc))
     elif cmd == "merge":
-        r = stub.MergeSegments(pb.MergeSegmentsRequest(topic=args.topic, segment_id1=args.segment_id1,
-                                                       segment_id2=args.segment_id2), timeout=t)
+        r = stub.MergeSegments(
+            pb.MergeSegmentsRequest(topic=args.topic, segment_id1=args.segment_id1, segment_id2=args.segment_id2),
+            timeout=t,
+        )
         doc = json.loads(r.metadata_json)
-        emit(args, doc, [f"Segments {args.segment_id1} and {args.segment_id2} of {args.topic} merged"]
-             + _layout_lines(doc))
+        emit(
+            args,
+            doc,
+            [f"Segments {args.segment_id1} and {args.segment_id2} of {args.topic} merged"] + _layout_lines(doc),
+        )
     elif cmd == "subscriptions":
         doc = json.loads(stub.ListSubscriptions(pb.ScalableTopicRequest(topic=args.topic), timeout=t).json)
         lines = [f"Subscriptions of {args.topic}:"]
@@ -114,19 +132,30 @@ def run(args, channel, emit) -> int:
                 lines.append(f"    consumer {name}: segments {segs}")
         emit(args, doc, lines)
     elif cmd == "create-subscription":
-        r = stub.CreateSubscription(pb.ScalableSubscriptionRequest(topic=args.topic, subscription=args.subscription,
-                                                                   type=args.type), timeout=t)
-        emit(args, {"subscription": args.subscription, "created": r.deleted},
-             [f"Subscription {args.subscription} " + ("created" if r.deleted else "already exists")])
+        r = stub.CreateSubscription(
+            pb.ScalableSubscriptionRequest(topic=args.topic, subscription=args.subscription, type=args.type), timeout=t
+        )
+        emit(
+            args,
+            {"subscription": args.subscription, "created": r.deleted},
+            [f"Subscription {args.subscription} " + ("created" if r.deleted else "already exists")],
+        )
     elif cmd == "delete-subscription":
-        r = stub.DeleteSubscription(pb.ScalableSubscriptionRequest(topic=args.topic, subscription=args.subscription),
-                                    timeout=t)
-        emit(args, {"subscription": args.subscription, "deleted": r.deleted},
-             [f"Subscription {args.subscription} " + ("deleted" if r.deleted else "did not exist")])
+        r = stub.DeleteSubscription(
+            pb.ScalableSubscriptionRequest(topic=args.topic, subscription=args.subscription), timeout=t
+        )
+        emit(
+            args,
+            {"subscription": args.subscription, "deleted": r.deleted},
+            [f"Subscription {args.subscription} " + ("deleted" if r.deleted else "did not exist")],
+        )
     elif cmd == "delete":
         r = stub.DeleteScalableTopic(pb.ScalableTopicRequest(topic=args.topic), timeout=t)
-        emit(args, {"topic": args.topic, "deleted": r.deleted},
-             [f"Scalable topic {args.topic} " + ("deleted" if r.deleted else "did not exist")])
+        emit(
+            args,
+            {"topic": args.topic, "deleted": r.deleted},
+            [f"Scalable topic {args.topic} " + ("deleted" if r.deleted else "did not exist")],
+        )
     else:
         args._admin_parser.print_help()
         return 2

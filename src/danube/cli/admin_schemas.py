@@ -31,7 +31,8 @@ MODES = ["none", "backward", "forward", "full"]
 def add_parser(groups) -> None:
     """Adds the ``schemas`` group to ``danube admin``."""
     schemas = groups.add_parser("schemas", help="schema registry commands").add_subparsers(
-        dest="admin_cmd", metavar="COMMAND")
+        dest="admin_cmd", metavar="COMMAND"
+    )
     p = schemas.add_parser("register", help="register a schema (an identical one returns its existing version)")
     p.add_argument("subject")
     p.add_argument("--schema-type", required=True, choices=TYPES)
@@ -108,14 +109,34 @@ def run(args, channel, emit) -> int:
         data = _definition(args)
         if data is None:
             return 2
-        r = stub.RegisterSchema(pb.RegisterSchemaRequest(
-            subject=args.subject, schema_type=args.schema_type, schema_definition=data,
-            description=args.description, created_by=_user(), tags=args.tags), timeout=t)
-        emit(args, {"subject": args.subject, "schema_id": r.schema_id, "version": r.version,
-                    "is_new_version": r.is_new_version, "fingerprint": r.fingerprint},
-             ["✅ Registered new schema version" if r.is_new_version else "✅ Schema already exists",
-              f"Subject: {args.subject}", f"Schema ID: {r.schema_id}", f"Version: {r.version}",
-              f"Fingerprint: {r.fingerprint}"])
+        r = stub.RegisterSchema(
+            pb.RegisterSchemaRequest(
+                subject=args.subject,
+                schema_type=args.schema_type,
+                schema_definition=data,
+                description=args.description,
+                created_by=_user(),
+                tags=args.tags,
+            ),
+            timeout=t,
+        )
+        emit(
+            args,
+            {
+                "subject": args.subject,
+                "schema_id": r.schema_id,
+                "version": r.version,
+                "is_new_version": r.is_new_version,
+                "fingerprint": r.fingerprint,
+            },
+            [
+                "✅ Registered new schema version" if r.is_new_version else "✅ Schema already exists",
+                f"Subject: {args.subject}",
+                f"Schema ID: {r.schema_id}",
+                f"Version: {r.version}",
+                f"Fingerprint: {r.fingerprint}",
+            ],
+        )
     elif cmd == "get":
         if args.id is not None:
             req = pb.GetSchemaRequest(schema_id=args.id)
@@ -127,13 +148,26 @@ def run(args, channel, emit) -> int:
                 print("danube admin schemas: --version goes with --id", file=sys.stderr)
                 return 2
             r = stub.GetLatestSchema(pb.GetLatestSchemaRequest(subject=args.subject), timeout=t)
-        data = {"schema_id": r.schema_id, "version": r.version, "subject": r.subject, "schema_type": r.schema_type,
-                "schema_definition": r.schema_definition.decode("utf-8", errors="replace"),
-                "description": r.description, "created_at": r.created_at, "created_by": r.created_by,
-                "tags": list(r.tags), "fingerprint": r.fingerprint,
-                "compatibility_mode": r.compatibility_mode.upper()}
-        lines = [f"Schema ID: {r.schema_id}", f"Version: {r.version}", f"Subject: {r.subject}",
-                 f"Type: {r.schema_type}", f"Compatibility Mode: {r.compatibility_mode.upper()}"]
+        data = {
+            "schema_id": r.schema_id,
+            "version": r.version,
+            "subject": r.subject,
+            "schema_type": r.schema_type,
+            "schema_definition": r.schema_definition.decode("utf-8", errors="replace"),
+            "description": r.description,
+            "created_at": r.created_at,
+            "created_by": r.created_by,
+            "tags": list(r.tags),
+            "fingerprint": r.fingerprint,
+            "compatibility_mode": r.compatibility_mode.upper(),
+        }
+        lines = [
+            f"Schema ID: {r.schema_id}",
+            f"Version: {r.version}",
+            f"Subject: {r.subject}",
+            f"Type: {r.schema_type}",
+            f"Compatibility Mode: {r.compatibility_mode.upper()}",
+        ]
         if r.description:
             lines.append(f"Description: {r.description}")
         if r.tags:
@@ -142,9 +176,17 @@ def run(args, channel, emit) -> int:
         emit(args, data, lines)
     elif cmd == "versions":
         r = stub.ListVersions(pb.ListVersionsRequest(subject=args.subject), timeout=t)
-        data = [{"version": v.version, "schema_id": v.schema_id, "created_at": v.created_at,
-                 "created_by": v.created_by, "description": v.description, "fingerprint": v.fingerprint}
-                for v in r.versions]
+        data = [
+            {
+                "version": v.version,
+                "schema_id": v.schema_id,
+                "created_at": v.created_at,
+                "created_by": v.created_by,
+                "description": v.description,
+                "fingerprint": v.fingerprint,
+            }
+            for v in r.versions
+        ]
         lines = [f"Versions for subject '{args.subject}':"]
         for v in r.versions:
             lines.append(f"  Version {v.version}: schema_id={v.schema_id}, fingerprint={v.fingerprint}")
@@ -157,37 +199,63 @@ def run(args, channel, emit) -> int:
         data = _definition(args)
         if data is None:
             return 2
-        req = pb.CheckCompatibilityRequest(subject=args.subject, new_schema_definition=data,
-                                           schema_type=args.schema_type)
+        req = pb.CheckCompatibilityRequest(
+            subject=args.subject, new_schema_definition=data, schema_type=args.schema_type
+        )
         if args.mode:
             req.compatibility_mode = args.mode
         r = stub.CheckCompatibility(req, timeout=t)
-        lines = [f"✅ Schema is compatible with subject '{args.subject}'" if r.is_compatible
-                 else f"❌ Schema is NOT compatible with subject '{args.subject}'"]
+        lines = [
+            f"✅ Schema is compatible with subject '{args.subject}'"
+            if r.is_compatible
+            else f"❌ Schema is NOT compatible with subject '{args.subject}'"
+        ]
         if r.errors:
             lines += ["", "Compatibility errors:"] + [f"  - {e}" for e in r.errors]
         emit(args, {"subject": args.subject, "is_compatible": r.is_compatible, "errors": list(r.errors)}, lines)
         return 0 if r.is_compatible else 1
     elif cmd in ("compatibility", "set-compatibility"):
-        r = stub.SetCompatibilityMode(pb.SetCompatibilityModeRequest(
-            subject=args.subject, compatibility_mode=args.mode.upper()), timeout=t)
-        return _outcome(args, emit, r, [f"✅ Compatibility mode set for subject '{args.subject}'",
-                                        f"Mode: {args.mode.upper()}"], "❌ Failed to set compatibility mode")
+        r = stub.SetCompatibilityMode(
+            pb.SetCompatibilityModeRequest(subject=args.subject, compatibility_mode=args.mode.upper()), timeout=t
+        )
+        return _outcome(
+            args,
+            emit,
+            r,
+            [f"✅ Compatibility mode set for subject '{args.subject}'", f"Mode: {args.mode.upper()}"],
+            "❌ Failed to set compatibility mode",
+        )
     elif cmd == "get-compatibility":
         # the registry has no call of its own for it: the latest version carries the subject's mode
         r = stub.GetLatestSchema(pb.GetLatestSchemaRequest(subject=args.subject), timeout=t)
         mode = r.compatibility_mode.upper()
-        emit(args, {"subject": args.subject, "compatibility_mode": mode},
-             [f"Subject: {args.subject}", f"Compatibility Mode: {mode}"])
+        emit(
+            args,
+            {"subject": args.subject, "compatibility_mode": mode},
+            [f"Subject: {args.subject}", f"Compatibility Mode: {mode}"],
+        )
     elif cmd == "list-subjects":
         r = stub.ListSubjects(pb.ListSubjectsRequest(), timeout=t)
-        data = [{"subject": x.subject, "schema_type": x.schema_type, "latest_version": x.latest_version,
-                 "schema_id": x.schema_id, "compatibility_mode": x.compatibility_mode, "tags": list(x.tags)}
-                for x in r.subjects]
+        data = [
+            {
+                "subject": x.subject,
+                "schema_type": x.schema_type,
+                "latest_version": x.latest_version,
+                "schema_id": x.schema_id,
+                "compatibility_mode": x.compatibility_mode,
+                "tags": list(x.tags),
+            }
+            for x in r.subjects
+        ]
         lines = [f"Found {len(data)} schema subject(s):", ""] if data else ["No schema subjects found."]
         for x in r.subjects:
-            lines += [f"Subject: {x.subject}", f"  Type: {x.schema_type}", f"  Latest Version: {x.latest_version}",
-                      f"  Schema ID: {x.schema_id}", f"  Compatibility: {x.compatibility_mode}"]
+            lines += [
+                f"Subject: {x.subject}",
+                f"  Type: {x.schema_type}",
+                f"  Latest Version: {x.latest_version}",
+                f"  Schema ID: {x.schema_id}",
+                f"  Compatibility: {x.compatibility_mode}",
+            ]
             lines += [f"  Tags: {', '.join(x.tags)}"] if x.tags else []
             lines.append("")
         emit(args, data, lines)
@@ -195,11 +263,17 @@ def run(args, channel, emit) -> int:
         if not args.confirm:
             print("danube admin schemas: deletion requires --confirm", file=sys.stderr)
             return 2
-        r = stub.DeleteSchemaVersion(pb.DeleteSchemaVersionRequest(subject=args.subject, version=args.version),
-                                     timeout=t)
-        return _outcome(args, emit, r, [f"✅ Deleted version {args.version} of subject '{args.subject}'"],
-                        "❌ Failed to delete schema version")
-    elif cmd in ("configure-topic", "topic-config"):   # aliases of Danube's `topics` commands, same output
+        r = stub.DeleteSchemaVersion(
+            pb.DeleteSchemaVersionRequest(subject=args.subject, version=args.version), timeout=t
+        )
+        return _outcome(
+            args,
+            emit,
+            r,
+            [f"✅ Deleted version {args.version} of subject '{args.subject}'"],
+            "❌ Failed to delete schema version",
+        )
+    elif cmd in ("configure-topic", "topic-config"):  # aliases of Danube's `topics` commands, same output
         from danube.cli import admin_topics
 
         if cmd == "configure-topic":
@@ -214,8 +288,11 @@ def run(args, channel, emit) -> int:
 
 
 def _outcome(args, emit, r, ok_lines, failed: str = "❌ Failed") -> int:
-    emit(args, {"success": r.success, "message": r.message},
-         ok_lines if r.success else [failed] + ([f"Error: {r.message}"] if r.message else []))
+    emit(
+        args,
+        {"success": r.success, "message": r.message},
+        ok_lines if r.success else [failed] + ([f"Error: {r.message}"] if r.message else []),
+    )
     return 0 if r.success else 1
 
 

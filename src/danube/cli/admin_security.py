@@ -25,12 +25,17 @@ SERVICE = "danube_admin.SecurityAdmin"
 
 def add_connection_args(parser) -> None:
     """TLS and token options of ``danube admin`` (every group uses them)."""
-    parser.add_argument("--tls-ca", default=None, metavar="PEM",
-                        help="CA of the broker's certificate: connect with TLS (default $DANUBE_ADMIN_TLS_CA)")
+    parser.add_argument(
+        "--tls-ca",
+        default=None,
+        metavar="PEM",
+        help="CA of the broker's certificate: connect with TLS (default $DANUBE_ADMIN_TLS_CA)",
+    )
     parser.add_argument("--tls-cert", default=None, metavar="PEM", help="client certificate (mTLS)")
     parser.add_argument("--tls-key", default=None, metavar="PEM", help="its private key")
-    parser.add_argument("--token", default=None,
-                        help="JWT sent as 'authorization: Bearer' (default $DANUBE_ADMIN_TOKEN; implies TLS)")
+    parser.add_argument(
+        "--token", default=None, help="JWT sent as 'authorization: Bearer' (default $DANUBE_ADMIN_TOKEN; implies TLS)"
+    )
 
 
 def open_channel(args, target: str):
@@ -52,14 +57,21 @@ def open_channel(args, target: str):
 
 def register(groups) -> None:
     security = groups.add_parser("security", help="roles, role bindings and tokens").add_subparsers(
-        dest="admin_cmd", metavar="COMMAND")
+        dest="admin_cmd", metavar="COMMAND"
+    )
     roles = security.add_parser("roles", help="roles: named sets of PERMISSION:PATTERN grants")
     roles_cmds = roles.add_subparsers(dest="security_cmd", metavar="ACTION")
     roles_cmds.add_parser("list", help="every role")
     p = roles_cmds.add_parser("create", help="create or replace a role")
     p.add_argument("name")
-    p.add_argument("--permission", "-p", action="append", required=True, metavar="PERMISSION:PATTERN",
-                   help="produce|consume|lookup|admin on a topic glob (/default/*), a namespace (/ns) or * (repeatable)")
+    p.add_argument(
+        "--permission",
+        "-p",
+        action="append",
+        required=True,
+        metavar="PERMISSION:PATTERN",
+        help="produce|consume|lookup|admin on a topic glob (/default/*), a namespace (/ns) or * (repeatable)",
+    )
     p = roles_cmds.add_parser("delete", help="delete a role")
     p.add_argument("name")
     bindings = security.add_parser("bindings", help="which subjects hold which roles")
@@ -75,8 +87,11 @@ def register(groups) -> None:
     token_cmds = tokens.add_subparsers(dest="security_cmd", metavar="ACTION")
     p = token_cmds.add_parser("create", help="print a signed HS256 token")
     p.add_argument("--subject", required=True, help="the token's sub claim: the principal RBAC sees")
-    p.add_argument("--secret-key", default=None, help="the broker's auth.jwt.secret_key (visible in ps: "
-                   "prefer --secret-key-file or $DANUBE_JWT_SECRET)")
+    p.add_argument(
+        "--secret-key",
+        default=None,
+        help="the broker's auth.jwt.secret_key (visible in ps: prefer --secret-key-file or $DANUBE_JWT_SECRET)",
+    )
     p.add_argument("--secret-key-file", default=None, help="a file holding the secret key")
     p.add_argument("--issuer", default="danube-auth", help="iss claim [default danube-auth]")
     p.add_argument("--expires-in", default="1h", help="lifetime: 3600, 90s, 15m, 12h, 30d, 1y [default 1h]")
@@ -90,8 +105,11 @@ def run(args, channel, emit) -> int:
         return 2
 
     def call(method: str, doc: dict) -> dict:
-        stub = channel.unary_unary(f"/{SERVICE}/{method}", request_serializer=lambda d: json.dumps(d).encode(),
-                                   response_deserializer=lambda b: json.loads(b.decode()) if b else {})
+        stub = channel.unary_unary(
+            f"/{SERVICE}/{method}",
+            request_serializer=lambda d: json.dumps(d).encode(),
+            response_deserializer=lambda b: json.loads(b.decode()) if b else {},
+        )
         return stub(doc, timeout=args.timeout)
 
     if group == "roles":
@@ -113,8 +131,10 @@ def run(args, channel, emit) -> int:
             emit(binding, [f"{binding['subject']}: {', '.join(binding['roles'])}"])
         elif cmd == "delete":
             call("Unbind", {"subject": args.subject, "roles": args.role})
-            emit({"subject": args.subject, "removed": args.role or "all"},
-                 [f"{args.subject}: {', '.join(args.role) if args.role else 'all roles'} removed"])
+            emit(
+                {"subject": args.subject, "removed": args.role or "all"},
+                [f"{args.subject}: {', '.join(args.role) if args.role else 'all roles'} removed"],
+            )
     return 0
 
 
@@ -128,8 +148,10 @@ def create_token(args, emit) -> int:
         if args.secret_key_file:
             secret = read_secret_file(args.secret_key_file)
         if not secret:
-            print("danube admin security tokens create: give --secret-key-file, --secret-key or $DANUBE_JWT_SECRET",
-                  file=sys.stderr)
+            print(
+                "danube admin security tokens create: give --secret-key-file, --secret-key or $DANUBE_JWT_SECRET",
+                file=sys.stderr,
+            )
             return 2
         lifetime = parse_duration(args.expires_in)
         token = issue_token(args.subject, secret, issuer=args.issuer or None, expires_in_s=lifetime)

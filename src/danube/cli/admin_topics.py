@@ -69,13 +69,19 @@ def add_parser(groups) -> None:
     p = topics.add_parser("create", help="create a topic (placed on a broker at once in a cluster)")
     _topic_args(p, output=True)
     p.add_argument("--partitions", type=int, default=None, help="a partitioned topic of N partitions")
-    p.add_argument("--dispatch-strategy", "-s", default="non_reliable",
-                   choices=["reliable", "non_reliable", "reliable_dispatch", "reliable-dispatch", "non-reliable"])
+    p.add_argument(
+        "--dispatch-strategy",
+        "-s",
+        default="non_reliable",
+        choices=["reliable", "non_reliable", "reliable_dispatch", "reliable-dispatch", "non-reliable"],
+    )
     p.add_argument("--schema-subject", default=None, help="the schema registry subject the topic uses")
-    for name, what in (("delete", "delete a topic (a partitioned topic by its base name: every partition)"),
-                       ("unload", "seal the topic here; clients reconnect and it reloads through resume"),
-                       ("describe", "a topic's schema, subscriptions, delivery and storage"),
-                       ("subscriptions", "a topic's subscriptions")):
+    for name, what in (
+        ("delete", "delete a topic (a partitioned topic by its base name: every partition)"),
+        ("unload", "seal the topic here; clients reconnect and it reloads through resume"),
+        ("describe", "a topic's schema, subscriptions, delivery and storage"),
+        ("subscriptions", "a topic's subscriptions"),
+    ):
         _topic_args(topics.add_parser(name, help=what), output=True)
     p = topics.add_parser("unsubscribe", help="delete a subscription of a topic")
     _topic_args(p, output=True)
@@ -105,13 +111,21 @@ def _enabled(flag: bool) -> str:
 
 def describe_json(resp, name: str) -> dict:
     """Danube's describe JSON: every schema field present, null when the topic has none."""
+
     def opt(field):
         return getattr(resp, field) if resp.HasField(field) else None
 
-    return {"topic": resp.name or name, "broker_id": resp.broker_id, "delivery": resp.delivery,
-            "schema_subject": opt("schema_subject"), "schema_id": opt("schema_id"),
-            "schema_version": opt("schema_version"), "schema_type": opt("schema_type"),
-            "compatibility_mode": opt("compatibility_mode"), "subscriptions": list(resp.subscriptions)}
+    return {
+        "topic": resp.name or name,
+        "broker_id": resp.broker_id,
+        "delivery": resp.delivery,
+        "schema_subject": opt("schema_subject"),
+        "schema_id": opt("schema_id"),
+        "schema_version": opt("schema_version"),
+        "schema_type": opt("schema_type"),
+        "compatibility_mode": opt("compatibility_mode"),
+        "subscriptions": list(resp.subscriptions),
+    }
 
 
 def describe_lines(resp) -> list[str]:
@@ -122,8 +136,12 @@ def describe_lines(resp) -> list[str]:
         lines.append(f"Delivery: {resp.delivery}")
     if resp.HasField("schema_subject"):
         lines += ["", "📋 Schema Registry:", f"  Subject: {resp.schema_subject}"]
-        for field, label in (("schema_id", "Schema ID"), ("schema_version", "Version"), ("schema_type", "Type"),
-                             ("compatibility_mode", "Compatibility")):
+        for field, label in (
+            ("schema_id", "Schema ID"),
+            ("schema_version", "Version"),
+            ("schema_type", "Type"),
+            ("compatibility_mode", "Compatibility"),
+        ):
             if resp.HasField(field):
                 lines.append(f"  {label}: {getattr(resp, field)}")
     else:
@@ -152,8 +170,16 @@ def run(args, channel, emit, *, describe_partitioning, partitioning) -> int:
         else:
             raise UsageError("topics list: provide either --namespace or --broker")
         data = [{"name": x.name, "broker_id": x.broker_id, "delivery": x.delivery} for x in resp.topics]
-        emit(args, data, [f"Topic: {x.name} (broker_id: {x.broker_id}, delivery: {x.delivery})" if x.broker_id
-                          else f"Topic: {x.name} (delivery: {x.delivery})" for x in resp.topics])
+        emit(
+            args,
+            data,
+            [
+                f"Topic: {x.name} (broker_id: {x.broker_id}, delivery: {x.delivery})"
+                if x.broker_id
+                else f"Topic: {x.name} (delivery: {x.delivery})"
+                for x in resp.topics
+            ],
+        )
         return 0
     topic = normalize_topic(args.topic, args.namespace)
     if cmd == "create":
@@ -162,8 +188,9 @@ def run(args, channel, emit, *, describe_partitioning, partitioning) -> int:
         if args.partitions is not None:
             if args.partitions < 1:
                 raise UsageError("--partitions must be at least 1")
-            request = pb.PartitionedTopicRequest(base_name=topic, partitions=args.partitions,
-                                                 dispatch_strategy=strategy)
+            request = pb.PartitionedTopicRequest(
+                base_name=topic, partitions=args.partitions, dispatch_strategy=strategy
+            )
             if args.schema_subject:
                 request.schema_subject = args.schema_subject
             resp = stub.CreatePartitionedTopic(request, timeout=t)
@@ -209,12 +236,15 @@ def run(args, channel, emit, *, describe_partitioning, partitioning) -> int:
             from google.protobuf.json_format import MessageToDict
 
             s = resp.storage
-            data["storage"] = MessageToDict(s, preserving_proto_field_name=True,
-                                            always_print_fields_with_no_presence=True)
-            lines += [f"Storage: {s.mode} ({s.backend}), recovered from {s.recovered_from}",
-                      f"  offsets {s.first_offset}..{s.next_offset - 1} (next {s.next_offset}), "
-                      f"hot WAL from {s.hot_start_offset}, durable through {s.durable_end_offset}",
-                      f"  {s.segment_count} segments, {s.segment_bytes} bytes"]
+            data["storage"] = MessageToDict(
+                s, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+            )
+            lines += [
+                f"Storage: {s.mode} ({s.backend}), recovered from {s.recovered_from}",
+                f"  offsets {s.first_offset}..{s.next_offset - 1} (next {s.next_offset}), "
+                f"hot WAL from {s.hot_start_offset}, durable through {s.durable_end_offset}",
+                f"  {s.segment_count} segments, {s.segment_bytes} bytes",
+            ]
             lines += [f"    {g.segment_id}  {g.start_offset}..{g.end_offset}  {g.size} B" for g in s.segments]
         emit(args, data, lines)
     elif cmd == "repartition":
@@ -240,12 +270,20 @@ def schema_config(args, channel, emit, topic: str) -> int:
     t, cmd = args.timeout, args.admin_cmd
     if cmd == "get-schema-config":
         r = stub.GetTopicSchemaConfig(spb.GetTopicSchemaConfigRequest(topic_name=topic), timeout=t)
-        data = {"topic": topic, "schema_subject": r.schema_subject, "validation_policy": r.validation_policy.upper(),
-                "enable_payload_validation": r.enable_payload_validation, "schema_id": r.schema_id}
+        data = {
+            "topic": topic,
+            "schema_subject": r.schema_subject,
+            "validation_policy": r.validation_policy.upper(),
+            "enable_payload_validation": r.enable_payload_validation,
+            "schema_id": r.schema_id,
+        }
         lines = [f"Topic: {topic}"]
         if r.schema_subject:
-            lines += [f"Schema Subject: {r.schema_subject}", f"Validation Policy: {r.validation_policy.upper()}",
-                      f"Payload Validation: {_enabled(r.enable_payload_validation)}"]
+            lines += [
+                f"Schema Subject: {r.schema_subject}",
+                f"Validation Policy: {r.validation_policy.upper()}",
+                f"Payload Validation: {_enabled(r.enable_payload_validation)}",
+            ]
             if r.schema_id > 0:
                 lines.append(f"Cached Schema ID: {r.schema_id}")
         else:
@@ -254,21 +292,40 @@ def schema_config(args, channel, emit, topic: str) -> int:
         return 0
     if cmd == "configure-schema":
         policy = args.validation_policy.upper()
-        r = stub.ConfigureTopicSchema(spb.ConfigureTopicSchemaRequest(
-            topic_name=topic, schema_subject=args.subject, validation_policy=policy,
-            enable_payload_validation=args.enable_payload_validation), timeout=t)
-        ok = [f"✅ Schema configuration set for topic '{topic}'", f"   Schema Subject: {args.subject}",
-              f"   Validation Policy: {policy}", f"   Payload Validation: {_enabled(args.enable_payload_validation)}"]
+        r = stub.ConfigureTopicSchema(
+            spb.ConfigureTopicSchemaRequest(
+                topic_name=topic,
+                schema_subject=args.subject,
+                validation_policy=policy,
+                enable_payload_validation=args.enable_payload_validation,
+            ),
+            timeout=t,
+        )
+        ok = [
+            f"✅ Schema configuration set for topic '{topic}'",
+            f"   Schema Subject: {args.subject}",
+            f"   Validation Policy: {policy}",
+            f"   Payload Validation: {_enabled(args.enable_payload_validation)}",
+        ]
         failed = f"❌ Failed to configure schema for topic '{topic}'"
     else:
         policy = args.policy.upper()
-        r = stub.UpdateTopicValidationPolicy(spb.UpdateTopicValidationPolicyRequest(
-            topic_name=topic, validation_policy=policy, enable_payload_validation=args.enable_payload_validation),
-            timeout=t)
-        ok = [f"✅ Validation policy updated for topic '{topic}'", f"   Policy: {policy}",
-              f"   Payload Validation: {_enabled(args.enable_payload_validation)}"]
+        r = stub.UpdateTopicValidationPolicy(
+            spb.UpdateTopicValidationPolicyRequest(
+                topic_name=topic, validation_policy=policy, enable_payload_validation=args.enable_payload_validation
+            ),
+            timeout=t,
+        )
+        ok = [
+            f"✅ Validation policy updated for topic '{topic}'",
+            f"   Policy: {policy}",
+            f"   Payload Validation: {_enabled(args.enable_payload_validation)}",
+        ]
         failed = f"❌ Failed to update validation policy for topic '{topic}'"
     # Danube prints a refusal and exits 0; a script here needs to see it failed: exit 1
-    emit(args, {"success": r.success, "message": r.message},
-         ok if r.success else [failed] + ([f"Error: {r.message}"] if r.message else []))
+    emit(
+        args,
+        {"success": r.success, "message": r.message},
+        ok if r.success else [failed] + ([f"Error: {r.message}"] if r.message else []),
+    )
     return 0 if r.success else 1

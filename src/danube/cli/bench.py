@@ -34,13 +34,20 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 
-from danube.cli._machine import describe as describe_machine, observe as observe_machine
-from danube.frames import HEADER_SIZE as FRAME_HEADER_SIZE, MIN_BODY as FRAME_MIN_BODY
-from danube.cli._process import spawned_broker
-from danube.processes import cpu_seconds, thread_count
 from danube.cli._client_common import (
-    EXIT_FAILED, EXIT_OK, SUBSCRIPTION_TYPES, non_negative_float, positive_int, run_async,
+    EXIT_FAILED,
+    EXIT_OK,
+    SUBSCRIPTION_TYPES,
+    non_negative_float,
+    positive_int,
+    run_async,
 )
+from danube.cli._machine import describe as describe_machine
+from danube.cli._machine import observe as observe_machine
+from danube.cli._process import spawned_broker
+from danube.frames import HEADER_SIZE as FRAME_HEADER_SIZE
+from danube.frames import MIN_BODY as FRAME_MIN_BODY
+from danube.processes import cpu_seconds, thread_count
 
 _STAMP = struct.Struct("<d")
 
@@ -63,13 +70,13 @@ class BenchConfig:
     max_in_flight: int = 8
     max_batch_bytes: int = 1024 * 1024
     linger_ms: float = 1.0
-    pace_ms: float = 2.0              # with a rate: one send_batch call per pace_ms (at most batch_size messages)
+    pace_ms: float = 2.0  # with a rate: one send_batch call per pace_ms (at most batch_size messages)
     progress: bool = True
     drain_timeout: float = 30.0
-    consumer_process: bool = True     # consumers in a child process (False: in the bench's event loop)
-    topics: int = 1                   # producers and consumers spread round-robin over this many topics
-    connections: int = 0              # client connections, shared round-robin (0: one per process)
-    broker_pid: int | None = None     # read the broker's CPU time from /proc (set when spawned)
+    consumer_process: bool = True  # consumers in a child process (False: in the bench's event loop)
+    topics: int = 1  # producers and consumers spread round-robin over this many topics
+    connections: int = 0  # client connections, shared round-robin (0: one per process)
+    broker_pid: int | None = None  # read the broker's CPU time from /proc (set when spawned)
 
 
 def bench_topics(config: BenchConfig, base: str) -> list[str]:
@@ -98,18 +105,18 @@ class BenchResult:
     acked: int = 0
     delivered: int = 0
     elapsed_s: float = 0.0
-    publish_rate: float = 0.0          # acked messages / s
-    end_to_end_rate: float = 0.0       # delivered messages / s
+    publish_rate: float = 0.0  # acked messages / s
+    end_to_end_rate: float = 0.0  # delivered messages / s
     publish_mb_s: float = 0.0
     ack_latency_ms: dict = field(default_factory=dict)
     deliver_latency_ms: dict = field(default_factory=dict)
-    calls_per_s: float = 0.0           # send_batch calls / s
+    calls_per_s: float = 0.0  # send_batch calls / s
     messages_per_call: int = 0
-    machine: dict = field(default_factory=dict)   # load, CPU steal and pressure over the measured window
-    broker_cpu_s: float | None = None          # the broker's user+system CPU over the run (with a broker pid)
-    broker_cpu_us_per_msg: float | None = None    # ... per acked message
-    broker_cpu_us_per_call: float | None = None   # ... per send_batch call
-    broker_threads: int | None = None          # the broker's threads at the end of the run
+    machine: dict = field(default_factory=dict)  # load, CPU steal and pressure over the measured window
+    broker_cpu_s: float | None = None  # the broker's user+system CPU over the run (with a broker pid)
+    broker_cpu_us_per_msg: float | None = None  # ... per acked message
+    broker_cpu_us_per_call: float | None = None  # ... per send_batch call
+    broker_threads: int | None = None  # the broker's threads at the end of the run
     errors: list = field(default_factory=list)
 
 
@@ -123,8 +130,15 @@ def percentiles(samples: list[float]) -> dict:
     def at(q: float) -> float:
         return round(data[min(n - 1, int(q * n))] * 1000, 3)
 
-    return {"count": n, "p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "p999": at(0.999),
-            "max": round(data[-1] * 1000, 3), "mean": round(sum(data) / n * 1000, 3)}
+    return {
+        "count": n,
+        "p50": at(0.50),
+        "p90": at(0.90),
+        "p99": at(0.99),
+        "p999": at(0.999),
+        "max": round(data[-1] * 1000, 3),
+        "mean": round(sum(data) / n * 1000, 3),
+    }
 
 
 # ------------------------------------------------------------ the workload
@@ -132,7 +146,7 @@ def percentiles(samples: list[float]) -> dict:
 # payload position in a frame without key or attributes: the header, then the fixed body fields
 _PAYLOAD_AT = FRAME_HEADER_SIZE + FRAME_MIN_BODY
 _GC_THRESHOLD = (100_000, 50, 100)  # gen-0 collections every 100k allocations instead of 700
-_TARGET_POLL_S = 0.010             # how often the consumer process looks for the parent's final count
+_TARGET_POLL_S = 0.010  # how often the consumer process looks for the parent's final count
 
 
 @contextlib.contextmanager
@@ -160,12 +174,18 @@ def _loop_factory():
 
 def _build_consumers(clients, config: BenchConfig, topic: str, sub_type: str) -> list:
     topics = bench_topics(config, topic)
-    return [clients[i % len(clients)].new_consumer().with_topic(topics[i % len(topics)])
-            .with_consumer_name(f"bench-c{i}")
-            .with_subscription("bench").with_subscription_type(sub_type)
-            .with_reliable(config.reliable)
-            .with_receive_credit(max(10_000, 4 * config.batch_size), 16 * 1024 * 1024).build()
-            for i in range(config.consumers)]
+    return [
+        clients[i % len(clients)]
+        .new_consumer()
+        .with_topic(topics[i % len(topics)])
+        .with_consumer_name(f"bench-c{i}")
+        .with_subscription("bench")
+        .with_subscription_type(sub_type)
+        .with_reliable(config.reliable)
+        .with_receive_credit(max(10_000, 4 * config.batch_size), 16 * 1024 * 1024)
+        .build()
+        for i in range(config.consumers)
+    ]
 
 
 def _stamp_reader(size: int):
@@ -176,7 +196,7 @@ def _stamp_reader(size: int):
     the producer.  None without numpy (the caller then reads frame by frame)."""
     try:
         import numpy
-    except ImportError:   # pragma: no cover - numpy comes with the test/spark extras
+    except ImportError:  # pragma: no cover - numpy comes with the test/spark extras
         return lambda frames, count, now: None
     frame_len = _PAYLOAD_AT + size
     body_len = frame_len - 16
@@ -189,9 +209,11 @@ def _stamp_reader(size: int):
             return None
         # Every header at i * frame_len names a body of this length (so the frames are exactly
         # there), with no routing key (flags 0) and no attributes: the payload is at 38.
-        if not ((field(frames, count, "<u4", 12) == body_len).all()
-                and (field(frames, count, "u1", 32) == 0).all()
-                and (field(frames, count, "<u2", 34) == 0).all()):
+        if not (
+            (field(frames, count, "<u4", 12) == body_len).all()
+            and (field(frames, count, "u1", 32) == 0).all()
+            and (field(frames, count, "<u2", 34) == 0).all()
+        ):
             return None
         return now - field(frames, count, "<f8", _PAYLOAD_AT)
 
@@ -231,15 +253,14 @@ async def _consume(consumer, seen: dict, latencies: list, config: BenchConfig, f
             if samples is None:
                 first, _ = decode_frame(frames, 0)
                 if first.routing_key is not None or first.attributes or len(first.payload) != size:
-                    samples = []   # a topic shared with other producers (--topic): decode every frame
+                    samples = []  # a topic shared with other producers (--topic): decode every frame
                     pos = 0
                     for _ in range(batch.count):
                         record, pos = decode_frame(frames, pos)
                         if len(record.payload) == size:
                             samples.append(now - unpack(record.payload)[0])
-                else:   # frames of one size only (no key, no attributes): read the stamps in place
-                    samples = [now - unpack(frames, p + _PAYLOAD_AT)[0]
-                               for p in frame_codec.frame_positions(frames)]
+                else:  # frames of one size only (no key, no attributes): read the stamps in place
+                    samples = [now - unpack(frames, p + _PAYLOAD_AT)[0] for p in frame_codec.frame_positions(frames)]
             latencies.append(samples)
         seen["delivered"] += batch.count
         seen["last"] = now
@@ -255,7 +276,7 @@ def _consumer_child(conn_fd: int, counter_fd: int) -> None:
 
     from danube import _allocator
 
-    _allocator.tune()   # like every danube command's process (started with -c, not through main)
+    _allocator.tune()  # like every danube command's process (started with -c, not through main)
 
     conn = Connection(conn_fd)
     delivered = _Counter(mmap.mmap(counter_fd, 8))
@@ -263,7 +284,7 @@ def _consumer_child(conn_fd: int, counter_fd: int) -> None:
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         try:
             answer = runner.run(_consumer_child_main(conn, delivered, config, topic, sub_type))
-        except BaseException as exc:   # noqa: BLE001 - reported to the parent, which owns the outcome
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which owns the outcome
             answer = {"error": f"consumer process: {exc!r}"}
     conn.send(answer)
     conn.close()
@@ -291,7 +312,7 @@ async def _consumer_child_main(conn, delivered, config: BenchConfig, topic: str,
     consumers = _build_consumers(clients, config, topic, sub_type)
     seen = {"delivered": 0, "last": 0.0}
     latencies: list[float] = []
-    target: list = [None, 0.0]   # acked count to reach, when it was announced
+    target: list = [None, 0.0]  # acked count to reach, when it was announced
     next_poll = [0.0]
 
     def finished() -> bool:
@@ -340,8 +361,8 @@ class _ConsumerProcess:
         self.delivered = _Counter(mmap.mmap(counter_file.fileno(), 8))
         fds = (theirs.fileno(), counter_file.fileno())
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", f"from danube.cli.bench import _consumer_child; _consumer_child{fds}"],
-            pass_fds=fds)
+            [sys.executable, "-c", f"from danube.cli.bench import _consumer_child; _consumer_child{fds}"], pass_fds=fds
+        )
         theirs.close()
         self._conn = Connection(ours.detach())
         self._conn.send((config, topic, sub_type))
@@ -355,8 +376,11 @@ class _ConsumerProcess:
         # subscribing takes a metadata write each: allow for a thousand topics on a busy machine
         answer = await self._receive(max(60.0, 0.6 * consumers))
         if answer != "ready":
-            raise RuntimeError(answer.get("error", "the consumer process failed") if isinstance(answer, dict)
-                               else f"unexpected answer {answer!r}")
+            raise RuntimeError(
+                answer.get("error", "the consumer process failed")
+                if isinstance(answer, dict)
+                else f"unexpected answer {answer!r}"
+            )
 
     async def finish(self, acked: int, drain_timeout: float) -> dict:
         self._conn.send(acked)
@@ -412,10 +436,17 @@ async def run_bench(config: BenchConfig) -> BenchResult:
     in_flight = config.max_in_flight * -(-config.batch_size // per_call)
     producers = []
     for i in range(config.producers):
-        producer = (clients[i % len(clients)].new_producer().with_topic(topics[i % len(topics)])
-                    .with_name(f"bench-p{i}")
-                    .with_reliable(config.reliable).with_linger_ms(config.linger_ms)
-                    .with_max_batch_bytes(config.max_batch_bytes).with_max_in_flight(in_flight).build())
+        producer = (
+            clients[i % len(clients)]
+            .new_producer()
+            .with_topic(topics[i % len(topics)])
+            .with_name(f"bench-p{i}")
+            .with_reliable(config.reliable)
+            .with_linger_ms(config.linger_ms)
+            .with_max_batch_bytes(config.max_batch_bytes)
+            .with_max_in_flight(in_flight)
+            .build()
+        )
         producers.append(producer)
 
     def delivered() -> int:
@@ -429,7 +460,7 @@ async def run_bench(config: BenchConfig) -> BenchResult:
         started = perf()
         sent = 0
         while perf() < deadline:
-            t0 = perf()   # the messages are handed to the client now; everything after counts
+            t0 = perf()  # the messages are handed to the client now; everything after counts
             if config.message_size >= _STAMP.size:
                 payload = _STAMP.pack(t0) + pad
             else:
@@ -455,7 +486,7 @@ async def run_bench(config: BenchConfig) -> BenchResult:
                 if delay > 0:
                     await asyncio.sleep(delay)
         await producer.flush()
-        while window._value < in_flight * 2:   # every callback ran
+        while window._value < in_flight * 2:  # every callback ran
             await asyncio.sleep(0.01)
 
     async def progress(deadline: float, start: float) -> None:
@@ -463,8 +494,13 @@ async def run_bench(config: BenchConfig) -> BenchResult:
             return
         from tqdm import tqdm
 
-        with tqdm(total=round(config.duration, 1), unit="s", desc="bench", file=sys.stderr,
-                  bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f}s {postfix}") as bar:
+        with tqdm(
+            total=round(config.duration, 1),
+            unit="s",
+            desc="bench",
+            file=sys.stderr,
+            bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f}s {postfix}",
+        ) as bar:
             last_n, last_t = 0, start
             while not producing_done.is_set():
                 await asyncio.sleep(0.5)
@@ -483,9 +519,10 @@ async def run_bench(config: BenchConfig) -> BenchResult:
             await asyncio.gather(*(c.subscribe() for c in consumers))
         await asyncio.gather(*(p.create() for p in producers))
         with _quiet_gc(), observe_machine() as result.machine:
-            consumer_tasks = [asyncio.ensure_future(_consume(c, seen, deliver_lat, config, in_process_finished,
-                                                             read_stamps))
-                              for c in consumers]
+            consumer_tasks = [
+                asyncio.ensure_future(_consume(c, seen, deliver_lat, config, in_process_finished, read_stamps))
+                for c in consumers
+            ]
             cpu_start = cpu_seconds(config.broker_pid)
             start = perf()
             deadline = start + config.duration
@@ -505,8 +542,10 @@ async def run_bench(config: BenchConfig) -> BenchResult:
                     await asyncio.wait_for(asyncio.gather(*consumer_tasks), config.drain_timeout)
             cpu_end = cpu_seconds(config.broker_pid)
             if seen["delivered"] < counts["acked"]:
-                result.errors.append(f"only {seen['delivered']} of {counts['acked']} acked messages were "
-                                     f"delivered within {config.drain_timeout}s")
+                result.errors.append(
+                    f"only {seen['delivered']} of {counts['acked']} acked messages were "
+                    f"delivered within {config.drain_timeout}s"
+                )
             for task in consumer_tasks:
                 task.cancel()
             await asyncio.gather(*consumer_tasks, progress_task, return_exceptions=True)
@@ -554,12 +593,16 @@ def format_result(result: BenchResult) -> str:
     ]
     for name, lat in (("publish->ack", result.ack_latency_ms), ("publish->deliver", result.deliver_latency_ms)):
         if lat:
-            lines.append(f"{name:<17} p50 {lat['p50']} ms  p90 {lat['p90']} ms  p99 {lat['p99']} ms  "
-                         f"p99.9 {lat['p999']} ms  max {lat['max']} ms")
+            lines.append(
+                f"{name:<17} p50 {lat['p50']} ms  p90 {lat['p90']} ms  p99 {lat['p99']} ms  "
+                f"p99.9 {lat['p999']} ms  max {lat['max']} ms"
+            )
     lines.append(f"calls        {result.calls_per_s:>14,.0f} send_batch/s ({result.messages_per_call} msg each)")
     if result.broker_cpu_s is not None:
-        lines.append(f"broker CPU   {result.broker_cpu_s:.2f} s: {result.broker_cpu_us_per_msg} us/msg, "
-                     f"{result.broker_cpu_us_per_call} us/call, {result.broker_threads} threads")
+        lines.append(
+            f"broker CPU   {result.broker_cpu_s:.2f} s: {result.broker_cpu_us_per_msg} us/msg, "
+            f"{result.broker_cpu_us_per_call} us/call, {result.broker_threads} threads"
+        )
     if result.machine:
         lines.append(describe_machine(result.machine))
     for error in result.errors[:5]:
@@ -569,50 +612,89 @@ def format_result(result: BenchResult) -> str:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "bench", help="measure end-to-end throughput and latency",
+        "bench",
+        help="measure end-to-end throughput and latency",
         description="Run producers and consumers through the batch lane for --duration seconds and report "
-                    "throughput and latency percentiles (publish->ack, publish->deliver). Targets "
-                    "--service-url, or starts its own broker with --spawn-broker. Exit 0 when every acked "
-                    "message was delivered, 1 otherwise.",
+        "throughput and latency percentiles (publish->ack, publish->deliver). Targets "
+        "--service-url, or starts its own broker with --spawn-broker. Exit 0 when every acked "
+        "message was delivered, 1 otherwise.",
     )
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--service-url", default=None, help="broker URL (default http://127.0.0.1:6650)")
-    target.add_argument("--spawn-broker", action="store_true",
-                        help="start a broker on free loopback ports for the run and stop it afterwards")
-    parser.add_argument("--sync", choices=["always", "interval", "never"], default="interval",
-                        help="sync policy of the spawned broker (default interval)")
+    target.add_argument(
+        "--spawn-broker",
+        action="store_true",
+        help="start a broker on free loopback ports for the run and stop it afterwards",
+    )
+    parser.add_argument(
+        "--sync",
+        choices=["always", "interval", "never"],
+        default="interval",
+        help="sync policy of the spawned broker (default interval)",
+    )
     parser.add_argument("--data-dir", default=None, help="data dir of the spawned broker (default a temp dir)")
     parser.add_argument("--topic", default=None, help="topic (default a fresh /default/bench-<id>)")
     parser.add_argument("--producers", type=positive_int, default=1, help="producers (default 1)")
     parser.add_argument("--consumers", type=positive_int, default=1, help="consumers (default 1)")
     parser.add_argument("--message-size", type=positive_int, default=100, help="payload bytes (default 100)")
-    parser.add_argument("--batch-size", type=positive_int, default=1000,
-                        help="messages per send_batch call (default 1000)")
-    parser.add_argument("--rate", type=non_negative_float, default=0.0,
-                        help="total messages per second, 0 = as fast as possible (default 0)")
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=1000, help="messages per send_batch call (default 1000)"
+    )
+    parser.add_argument(
+        "--rate",
+        type=non_negative_float,
+        default=0.0,
+        help="total messages per second, 0 = as fast as possible (default 0)",
+    )
     parser.add_argument("--duration", type=non_negative_float, default=10.0, help="seconds to produce (default 10)")
-    parser.add_argument("--subscription-type", choices=SUBSCRIPTION_TYPES, default=None,
-                        help="default exclusive with one consumer, shared with more")
+    parser.add_argument(
+        "--subscription-type",
+        choices=SUBSCRIPTION_TYPES,
+        default=None,
+        help="default exclusive with one consumer, shared with more",
+    )
     reliability = parser.add_mutually_exclusive_group()
-    reliability.add_argument("--reliable", dest="reliable", action="store_true", default=True,
-                             help="WAL-backed topic (default)")
+    reliability.add_argument(
+        "--reliable", dest="reliable", action="store_true", default=True, help="WAL-backed topic (default)"
+    )
     reliability.add_argument("--non-reliable", dest="reliable", action="store_false", help="in-memory topic")
-    parser.add_argument("--topics", type=positive_int, default=1,
-                        help="spread producers and consumers round-robin over N topics <topic>-0..N-1; "
-                             "each gets at least one producer and one consumer (default 1)")
-    parser.add_argument("--connections", type=positive_int, default=None,
-                        help="client connections, split between producers and consumers in proportion and "
-                             "shared round-robin, at most one per producer/consumer (default: one each side)")
-    parser.add_argument("--max-in-flight", type=positive_int, default=8, help="unacked batches per producer (default 8)")
+    parser.add_argument(
+        "--topics",
+        type=positive_int,
+        default=1,
+        help="spread producers and consumers round-robin over N topics <topic>-0..N-1; "
+        "each gets at least one producer and one consumer (default 1)",
+    )
+    parser.add_argument(
+        "--connections",
+        type=positive_int,
+        default=None,
+        help="client connections, split between producers and consumers in proportion and "
+        "shared round-robin, at most one per producer/consumer (default: one each side)",
+    )
+    parser.add_argument(
+        "--max-in-flight", type=positive_int, default=8, help="unacked batches per producer (default 8)"
+    )
     parser.add_argument("--linger-ms", type=non_negative_float, default=1.0, help="producer linger (default 1 ms)")
-    parser.add_argument("--pace-ms", type=non_negative_float, default=2.0,
-                        help="with --rate: one send_batch call per interval, carrying that interval's messages, "
-                             "at most --batch-size (default 2 ms)")
-    parser.add_argument("--in-process-consumers", action="store_true",
-                        help="run the consumers in the bench's event loop instead of a child process")
-    parser.add_argument("--broker-pid", type=positive_int, default=None,
-                        help="PID of the broker under test (on this machine): report its CPU per message and per "
-                             "call from /proc (automatic with --spawn-broker)")
+    parser.add_argument(
+        "--pace-ms",
+        type=non_negative_float,
+        default=2.0,
+        help="with --rate: one send_batch call per interval, carrying that interval's messages, "
+        "at most --batch-size (default 2 ms)",
+    )
+    parser.add_argument(
+        "--in-process-consumers",
+        action="store_true",
+        help="run the consumers in the bench's event loop instead of a child process",
+    )
+    parser.add_argument(
+        "--broker-pid",
+        type=positive_int,
+        default=None,
+        help="PID of the broker under test (on this machine): report its CPU per message and per "
+        "call from /proc (automatic with --spawn-broker)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
@@ -620,13 +702,27 @@ def register(subparsers) -> None:
 
 def _config_from_args(args) -> BenchConfig:
     return BenchConfig(
-        service_url=args.service_url or "http://127.0.0.1:6650", spawn_broker=args.spawn_broker, sync=args.sync,
-        data_dir=args.data_dir, topic=args.topic, producers=args.producers, consumers=args.consumers,
-        message_size=args.message_size, batch_size=args.batch_size, rate=args.rate, duration=args.duration,
-        reliable=args.reliable, subscription_type=args.subscription_type, max_in_flight=args.max_in_flight,
-        linger_ms=args.linger_ms, pace_ms=args.pace_ms, consumer_process=not args.in_process_consumers,
+        service_url=args.service_url or "http://127.0.0.1:6650",
+        spawn_broker=args.spawn_broker,
+        sync=args.sync,
+        data_dir=args.data_dir,
+        topic=args.topic,
+        producers=args.producers,
+        consumers=args.consumers,
+        message_size=args.message_size,
+        batch_size=args.batch_size,
+        rate=args.rate,
+        duration=args.duration,
+        reliable=args.reliable,
+        subscription_type=args.subscription_type,
+        max_in_flight=args.max_in_flight,
+        linger_ms=args.linger_ms,
+        pace_ms=args.pace_ms,
+        consumer_process=not args.in_process_consumers,
         progress=not args.no_progress and sys.stderr.isatty() or False,
-        topics=args.topics, connections=args.connections or 0, broker_pid=args.broker_pid,
+        topics=args.topics,
+        connections=args.connections or 0,
+        broker_pid=args.broker_pid,
     )
 
 

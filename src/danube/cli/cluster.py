@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from danube.processes import free_ports, stop_process, wait_for_port
 from danube.cluster.etcd_server import EtcdServer
+from danube.processes import free_ports, stop_process, wait_for_port
 
 log = logging.getLogger("danube.cluster")
 
@@ -44,7 +44,7 @@ class BrokerProc:
     cmd: list[str]
     proc: subprocess.Popen | None = None
     metrics_port: int = 0  # Prometheus port, 0 = off (LocalCluster(metrics=True) / cluster up --metrics)
-    scheme: str = "http"   # https when the brokers' config turns TLS on (what they advertise)
+    scheme: str = "http"  # https when the brokers' config turns TLS on (what they advertise)
 
     @property
     def url(self) -> str:
@@ -65,8 +65,9 @@ class BrokerProc:
     def start(self, timeout: float = 60.0) -> None:
         log_file = open(self.log_path, "ab")
         try:
-            self.proc = subprocess.Popen(self.cmd, stdout=log_file, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         finally:
             log_file.close()
         try:
@@ -96,8 +97,14 @@ class BrokerProc:
             return ""
 
     def describe(self) -> dict:
-        described = {"broker_id": self.broker_id, "url": self.url, "admin_url": self.admin_url, "pid": self.pid,
-                     "data_dir": self.data_dir, "log": self.log_path}
+        described = {
+            "broker_id": self.broker_id,
+            "url": self.url,
+            "admin_url": self.admin_url,
+            "pid": self.pid,
+            "data_dir": self.data_dir,
+            "log": self.log_path,
+        }
         if self.metrics_port:
             described["metrics_url"] = self.metrics_url
         return described
@@ -161,9 +168,11 @@ class LocalCluster:
         path = os.path.join(self.base_dir, f"storage-{index}.yml")
         if self.storage == "object_store":
             # every broker's durable segments in one bucket of a local S3 server (moto)
-            text = (f"storage:\n  mode: object_store\n  durable:\n    backend: s3\n    root: {S3_BUCKET}/danube\n"
-                    f"    endpoint: {self.s3_endpoint}\n    region: us-east-1\n    access_key: testing\n"
-                    f"    secret_key: testing\n")
+            text = (
+                f"storage:\n  mode: object_store\n  durable:\n    backend: s3\n    root: {S3_BUCKET}/danube\n"
+                f"    endpoint: {self.s3_endpoint}\n    region: us-east-1\n    access_key: testing\n"
+                f"    secret_key: testing\n"
+            )
         else:  # shared_fs: every broker's durable segments in one shared directory
             shared = os.path.join(self.base_dir, "durable")
             os.makedirs(shared, exist_ok=True)
@@ -187,30 +196,64 @@ class LocalCluster:
             import boto3  # noqa: F401
             import moto.server  # noqa: F401
         except ImportError as exc:
-            raise RuntimeError("--storage object_store runs a local S3 server (moto): pip install 'moto[server]' "
-                               f"boto3, or pass --config with your own bucket ({exc})") from None
+            raise RuntimeError(
+                "--storage object_store runs a local S3 server (moto): pip install 'moto[server]' "
+                f"boto3, or pass --config with your own bucket ({exc})"
+            ) from None
         (port,) = free_ports(1)
         log_file = open(os.path.join(self.base_dir, "s3.log"), "ab")
         try:
-            self.s3 = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                       stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       start_new_session=True)
+            self.s3 = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         finally:
             log_file.close()
         wait_for_port(port, self.s3, timeout)
         self.s3_endpoint = f"http://127.0.0.1:{port}"
         import boto3
 
-        boto3.client("s3", endpoint_url=self.s3_endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                     aws_secret_access_key="testing").create_bucket(Bucket=S3_BUCKET)
+        boto3.client(
+            "s3",
+            endpoint_url=self.s3_endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        ).create_bucket(Bucket=S3_BUCKET)
 
-    def broker_cmd(self, broker_id: str, port: int, admin_port: int, data_dir: str, index: int,
-                   metrics_port: int = 0) -> list[str]:
-        cmd = [sys.executable, "-m", "danube.cli.main", "--log-level", self.log_level, "broker",
-               "--host", "127.0.0.1", "--port", str(port), "--admin-port", str(admin_port),
-               "--metrics-port", str(metrics_port), "--data-dir", data_dir, "--cluster", "--etcd", self.etcd.url,
-               "--broker-id", broker_id, "--lease-ttl", str(self.lease_ttl),
-               "--load-report-interval", str(self.load_report_interval)]
+    def broker_cmd(
+        self, broker_id: str, port: int, admin_port: int, data_dir: str, index: int, metrics_port: int = 0
+    ) -> list[str]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "danube.cli.main",
+            "--log-level",
+            self.log_level,
+            "broker",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--admin-port",
+            str(admin_port),
+            "--metrics-port",
+            str(metrics_port),
+            "--data-dir",
+            data_dir,
+            "--cluster",
+            "--etcd",
+            self.etcd.url,
+            "--broker-id",
+            broker_id,
+            "--lease-ttl",
+            str(self.lease_ttl),
+            "--load-report-interval",
+            str(self.load_report_interval),
+        ]
         return cmd + self._config_args(index) + list(self.extra_args)
 
     def add_broker(self, index: int) -> BrokerProc:
@@ -220,9 +263,16 @@ class LocalCluster:
         metrics_port = metrics_port if self.metrics else 0
         data_dir = os.path.join(self.base_dir, broker_id)
         os.makedirs(data_dir, exist_ok=True)
-        proc = BrokerProc(broker_id, port, admin_port, data_dir, os.path.join(data_dir, "broker.log"),
-                          self.broker_cmd(broker_id, port, admin_port, data_dir, index, metrics_port),
-                          metrics_port=metrics_port, scheme="https" if self._tls() else "http")
+        proc = BrokerProc(
+            broker_id,
+            port,
+            admin_port,
+            data_dir,
+            os.path.join(data_dir, "broker.log"),
+            self.broker_cmd(broker_id, port, admin_port, data_dir, index, metrics_port),
+            metrics_port=metrics_port,
+            scheme="https" if self._tls() else "http",
+        )
         self.procs.append(proc)
         return proc
 
@@ -237,8 +287,13 @@ class LocalCluster:
             for p in self.procs:
                 log_file = open(p.log_path, "ab")
                 try:
-                    p.proc = subprocess.Popen(p.cmd, stdout=log_file, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL, start_new_session=True)
+                    p.proc = subprocess.Popen(
+                        p.cmd,
+                        stdout=log_file,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
                 finally:
                     log_file.close()
             for p in self.procs:
@@ -287,10 +342,16 @@ class LocalCluster:
             stop_process(self.s3)
 
     def describe(self, leader: str | None = None) -> dict:
-        return {"etcd": self.etcd.url if self.etcd else None, "etcd_pid": self.etcd.pid if self.etcd else None,
-                "s3": self.s3_endpoint, "s3_pid": self.s3.pid if self.s3 else None,
-                "leader": leader, "base_dir": self.base_dir, "storage": self.storage,
-                "brokers": [p.describe() for p in self.procs]}
+        return {
+            "etcd": self.etcd.url if self.etcd else None,
+            "etcd_pid": self.etcd.pid if self.etcd else None,
+            "s3": self.s3_endpoint,
+            "s3_pid": self.s3.pid if self.s3 else None,
+            "leader": leader,
+            "base_dir": self.base_dir,
+            "storage": self.storage,
+            "brokers": [p.describe() for p in self.procs],
+        }
 
     def __enter__(self) -> "LocalCluster":
         self.start()
@@ -325,28 +386,51 @@ async def read_state(etcd_url: str) -> dict:
 
 # ---------------------------------------------------------------- CLI
 
+
 def register(subparsers) -> None:
-    p = subparsers.add_parser("cluster", help="run a local cluster (etcd + N brokers) for development",
-                              description=__doc__.split("\n\n")[0])
+    p = subparsers.add_parser(
+        "cluster", help="run a local cluster (etcd + N brokers) for development", description=__doc__.split("\n\n")[0]
+    )
     sub = p.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND")
     up = sub.add_parser("up", help="start etcd and N brokers on free loopback ports until Ctrl-C / SIGTERM")
     up.add_argument("--brokers", type=int, default=3, help="how many brokers [default 3]")
-    up.add_argument("--storage", choices=STORAGE_MODES, default="local",
-                    help="local = each broker its own WAL; shared_fs = durable segments in a directory every "
-                         "broker shares; object_store = in a bucket of a local S3 server (moto) [default local]")
+    up.add_argument(
+        "--storage",
+        choices=STORAGE_MODES,
+        default="local",
+        help="local = each broker its own WAL; shared_fs = durable segments in a directory every "
+        "broker shares; object_store = in a bucket of a local S3 server (moto) [default local]",
+    )
     up.add_argument("--base-dir", default=None, help="where etcd and the brokers keep their data [default a temp dir]")
-    up.add_argument("--config", metavar="FILE", default=None,
-                    help="a broker config file passed to every broker (flags still set ports, ids and etcd)")
+    up.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="a broker config file passed to every broker (flags still set ports, ids and etcd)",
+    )
     up.add_argument("--lease-ttl", type=int, default=10, help="broker lease TTL in seconds [default 10]")
-    up.add_argument("--load-report-interval", type=float, default=5.0, metavar="SECONDS",
-                    help="LoadReport interval of each broker [default 5]")
-    up.add_argument("--export-interval", type=float, default=5.0, metavar="SECONDS",
-                    help="with --storage shared_fs or object_store: each broker exports its committed WAL to "
-                         "durable history this often, so Spark (danube spark load-stats, the data source) sees "
-                         "messages at most this long after they were acknowledged (a config file with its own "
-                         "storage section keeps its own setting) [default 5; the broker's own default is 300]")
-    up.add_argument("--metrics", action="store_true",
-                    help="every broker serves Prometheus metrics on a free port (metrics_url in the JSON line)")
+    up.add_argument(
+        "--load-report-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="LoadReport interval of each broker [default 5]",
+    )
+    up.add_argument(
+        "--export-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="with --storage shared_fs or object_store: each broker exports its committed WAL to "
+        "durable history this often, so Spark (danube spark load-stats, the data source) sees "
+        "messages at most this long after they were acknowledged (a config file with its own "
+        "storage section keeps its own setting) [default 5; the broker's own default is 300]",
+    )
+    up.add_argument(
+        "--metrics",
+        action="store_true",
+        help="every broker serves Prometheus metrics on a free port (metrics_url in the JSON line)",
+    )
     up.add_argument("--json", action="store_true", help="print only the JSON line (for scripts)")
     up.set_defaults(func=run_up)
     from danube.cli import simulate  # danube cluster simulate SCENARIO (docs/rebalancing.md)
@@ -362,10 +446,17 @@ def run_up(args) -> int:
     if not args.export_interval >= 0.01:
         log.error("--export-interval must be at least 0.01 seconds, got %s", args.export_interval)
         return 2
-    cluster = LocalCluster(brokers=args.brokers, base_dir=args.base_dir, storage=args.storage, config=args.config,
-                           lease_ttl=args.lease_ttl, load_report_interval=args.load_report_interval,
-                           export_interval=args.export_interval, log_level="WARNING" if args.json else "INFO",
-                           metrics=args.metrics)
+    cluster = LocalCluster(
+        brokers=args.brokers,
+        base_dir=args.base_dir,
+        storage=args.storage,
+        config=args.config,
+        lease_ttl=args.lease_ttl,
+        load_report_interval=args.load_report_interval,
+        export_interval=args.export_interval,
+        log_level="WARNING" if args.json else "INFO",
+        metrics=args.metrics,
+    )
     stopping = {"flag": False}
 
     def on_signal(signum, frame):  # noqa: ARG001
@@ -384,8 +475,13 @@ def run_up(args) -> int:
             return 1
         print(json.dumps(cluster.describe(leader), separators=(",", ":")), flush=True)
         if not args.json:
-            print(f"etcd {cluster.etcd.url}; brokers: " + ", ".join(f"{p.broker_id} {p.url}" for p in cluster.procs)
-                  + f"; leader {leader}. Ctrl-C stops everything.", file=sys.stderr, flush=True)
+            print(
+                f"etcd {cluster.etcd.url}; brokers: "
+                + ", ".join(f"{p.broker_id} {p.url}" for p in cluster.procs)
+                + f"; leader {leader}. Ctrl-C stops everything.",
+                file=sys.stderr,
+                flush=True,
+            )
         reported: set[str] = set()
         try:
             while True:
@@ -393,8 +489,12 @@ def run_up(args) -> int:
                 for p in cluster.procs:
                     if p.broker_id not in reported and not p.alive():
                         reported.add(p.broker_id)
-                        log.warning("broker %s exited with code %s (log %s)", p.broker_id,
-                                    p.proc.returncode if p.proc else None, p.log_path)
+                        log.warning(
+                            "broker %s exited with code %s (log %s)",
+                            p.broker_id,
+                            p.proc.returncode if p.proc else None,
+                            p.log_path,
+                        )
         except KeyboardInterrupt:
             pass
         return 0

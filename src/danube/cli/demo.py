@@ -25,23 +25,31 @@ log = logging.getLogger("danube.demo")
 def _report(result: dict, how: str) -> None:
     rate = result["sent"] / result["total_s"] if result["total_s"] else 0.0
     complete = result["received"] == result["sent"] and result["in_order"]
-    print(f"sent {result['sent']}, received and acked {result['received']} "
-          f"({'all present, in order' if complete else 'MISSING OR OUT-OF-ORDER MESSAGES'}) "
-          f"in {result['total_s']:.2f} s ({rate:,.0f} msg/s end to end, {how})")
+    print(
+        f"sent {result['sent']}, received and acked {result['received']} "
+        f"({'all present, in order' if complete else 'MISSING OR OUT-OF-ORDER MESSAGES'}) "
+        f"in {result['total_s']:.2f} s ({rate:,.0f} msg/s end to end, {how})"
+    )
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "demo", help="start a broker, produce and consume messages end to end, stop it",
+        "demo",
+        help="start a broker, produce and consume messages end to end, stop it",
         description="Start a standalone broker on free loopback ports with a temporary data directory, "
-                    "produce N messages to a reliable topic with Danube's protocol, consume and ack them, "
-                    "print a summary and stop the broker cleanly (exit 0 on success).")
+        "produce N messages to a reliable topic with Danube's protocol, consume and ack them, "
+        "print a summary and stop the broker cleanly (exit 0 on success).",
+    )
     p.add_argument("--messages", "-n", type=int, default=1000, help="messages to send [default 1000]")
     p.add_argument("--size", type=int, default=100, help="payload bytes [default 100]")
     p.add_argument("--topic", default="/default/demo", help="topic [default /default/demo]")
     p.add_argument("--in-flight", type=int, default=64, help="concurrent SendMessage calls [default 64]")
-    p.add_argument("--batch-messages", type=int, default=200_000,
-                   help="messages for the second phase, on the batch lane with danube.client [default 200000; 0 = skip]")
+    p.add_argument(
+        "--batch-messages",
+        type=int,
+        default=200_000,
+        help="messages for the second phase, on the batch lane with danube.client [default 200000; 0 = skip]",
+    )
     p.set_defaults(func=run)
 
 
@@ -54,11 +62,20 @@ async def _exercise(target: str, topic: str, count: int, size: int, in_flight: i
     async with grpc.aio.insecure_channel(target) as channel:
         producers = pb_grpc.ProducerServiceStub(channel)
         consumers = pb_grpc.ConsumerServiceStub(channel)
-        created = await producers.CreateProducer(pb.ProducerRequest(
-            request_id=1, producer_name="demo-producer", topic_name=topic, dispatch_strategy=pb.Reliable))
-        sub = await consumers.Subscribe(pb.ConsumerRequest(
-            request_id=2, topic_name=topic, consumer_name="demo-consumer", subscription="demo",
-            subscription_type=pb.ConsumerRequest.Exclusive))
+        created = await producers.CreateProducer(
+            pb.ProducerRequest(
+                request_id=1, producer_name="demo-producer", topic_name=topic, dispatch_strategy=pb.Reliable
+            )
+        )
+        sub = await consumers.Subscribe(
+            pb.ConsumerRequest(
+                request_id=2,
+                topic_name=topic,
+                consumer_name="demo-consumer",
+                subscription="demo",
+                subscription_type=pb.ConsumerRequest.Exclusive,
+            )
+        )
         stream = consumers.ReceiveMessages(pb.ReceiveRequest(request_id=3, consumer_id=sub.consumer_id))
 
         pad = b"x" * max(0, size - 12)
@@ -67,18 +84,28 @@ async def _exercise(target: str, topic: str, count: int, size: int, in_flight: i
 
         async def send(i: int) -> None:
             async with semaphore:
-                await producers.SendMessage(pb.StreamMessage(
-                    request_id=i, msg_id=pb.MsgID(producer_id=created.producer_id, topic_name=topic),
-                    payload=b"%012d" % i + pad, publish_time=int(time.time() * 1000),
-                    producer_name="demo-producer"))
+                await producers.SendMessage(
+                    pb.StreamMessage(
+                        request_id=i,
+                        msg_id=pb.MsgID(producer_id=created.producer_id, topic_name=topic),
+                        payload=b"%012d" % i + pad,
+                        publish_time=int(time.time() * 1000),
+                        producer_name="demo-producer",
+                    )
+                )
 
         async def consume() -> list[int]:
             got = []
             acks = []
             async for msg in stream:
                 got.append(int(msg.payload[:12]))
-                acks.append(asyncio.ensure_future(consumers.Ack(pb.AckRequest(
-                    request_id=msg.request_id, msg_id=msg.msg_id, subscription_name="demo"))))
+                acks.append(
+                    asyncio.ensure_future(
+                        consumers.Ack(
+                            pb.AckRequest(request_id=msg.request_id, msg_id=msg.msg_id, subscription_name="demo")
+                        )
+                    )
+                )
                 if len(got) == count:
                     break
             await asyncio.gather(*acks)
@@ -90,8 +117,13 @@ async def _exercise(target: str, topic: str, count: int, size: int, in_flight: i
         got = await asyncio.wait_for(consumer, 120)
         total = time.perf_counter() - started
         stream.cancel()
-    return {"sent": count, "received": len(got), "in_order": sorted(got) == list(range(count)),
-            "produce_s": produced, "total_s": total}
+    return {
+        "sent": count,
+        "received": len(got),
+        "in_order": sorted(got) == list(range(count)),
+        "produce_s": produced,
+        "total_s": total,
+    }
 
 
 async def _exercise_batch_lane(service_url: str, topic: str, count: int, size: int) -> dict:
@@ -100,9 +132,15 @@ async def _exercise_batch_lane(service_url: str, topic: str, count: int, size: i
 
     client = DanubeClient.builder().service_url(service_url).build()
     try:
-        consumer = (client.new_consumer().with_topic(topic).with_consumer_name("demo-batch-consumer")
-                    .with_subscription("demo-batch").with_subscription_type(SubType.Exclusive)
-                    .with_reliable().build())  # subscribed before the producer exists: creates the topic
+        consumer = (
+            client.new_consumer()
+            .with_topic(topic)
+            .with_consumer_name("demo-batch-consumer")
+            .with_subscription("demo-batch")
+            .with_subscription_type(SubType.Exclusive)
+            .with_reliable()
+            .build()
+        )  # subscribed before the producer exists: creates the topic
         await consumer.subscribe()
         producer = client.new_producer().with_topic(topic).with_name("demo-batch-producer").build()
         await producer.create()
@@ -126,7 +164,7 @@ async def _exercise_batch_lane(service_url: str, topic: str, count: int, size: i
         receiving = asyncio.create_task(consume())
         chunk = 10_000
         for i in range(0, count, chunk):
-            await producer.send_batch(payloads[i:i + chunk])
+            await producer.send_batch(payloads[i : i + chunk])
         await producer.flush()
         produced = time.perf_counter() - started
         received = await asyncio.wait_for(receiving, 120)
@@ -135,8 +173,7 @@ async def _exercise_batch_lane(service_url: str, topic: str, count: int, size: i
         await consumer.close()
     finally:
         await client.close()
-    return {"sent": count, "received": abs(received), "in_order": received > 0,
-            "produce_s": produced, "total_s": total}
+    return {"sent": count, "received": abs(received), "in_order": received > 0, "produce_s": produced, "total_s": total}
 
 
 def run(args) -> int:
@@ -146,16 +183,22 @@ def run(args) -> int:
     try:
         with spawned_broker("always", data_dir, log_path=log_path) as broker:
             print(f"starting broker on 127.0.0.1:{broker.port} (data {data_dir}, log {log_path})")
-            print(f"producing {args.messages} messages of {args.size} bytes to {args.topic} (reliable) "
-                  f"and consuming them with an exclusive subscription")
-            result = asyncio.run(_exercise(f"127.0.0.1:{broker.port}", args.topic, args.messages, args.size,
-                                           args.in_flight))
+            print(
+                f"producing {args.messages} messages of {args.size} bytes to {args.topic} (reliable) "
+                f"and consuming them with an exclusive subscription"
+            )
+            result = asyncio.run(
+                _exercise(f"127.0.0.1:{broker.port}", args.topic, args.messages, args.size, args.in_flight)
+            )
             _report(result, "one unary call per message (Danube's protocol)")
             if args.batch_messages > 0:
-                print(f"producing {args.batch_messages} messages of {args.size} bytes to {args.topic}-batch "
-                      f"on the batch lane (danube.client) and consuming them")
-                batch = asyncio.run(_exercise_batch_lane(broker.service_url, f"{args.topic}-batch",
-                                                         args.batch_messages, args.size))
+                print(
+                    f"producing {args.batch_messages} messages of {args.size} bytes to {args.topic}-batch "
+                    f"on the batch lane (danube.client) and consuming them"
+                )
+                batch = asyncio.run(
+                    _exercise_batch_lane(broker.service_url, f"{args.topic}-batch", args.batch_messages, args.size)
+                )
                 _report(batch, "batches on the batch lane")
                 result["received"] = result["received"] if batch["received"] == batch["sent"] else -1
                 result["in_order"] = result["in_order"] and batch["in_order"]

@@ -33,10 +33,10 @@ from danube.client.errors import from_rpc_error
 from danube.client.messages import Message
 from danube.client.producer import Producer
 from danube.errors import ClientError, DanubeError
+from danube.model.segment_assignment import AssignedSegment, ConsumerAssignment
+from danube.model.segment_layout import SegmentLayout, key_hash, segment_topic_name
 from danube.proto.danube_scalable import scalable_pb2 as pb
 from danube.proto.danube_scalable import scalable_pb2_grpc as pb_grpc
-from danube.model.segment_layout import SegmentLayout, key_hash, segment_topic_name
-from danube.model.segment_assignment import AssignedSegment, ConsumerAssignment
 
 log = logging.getLogger(__name__)
 _sessions = itertools.count(1)

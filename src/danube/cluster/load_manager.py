@@ -47,8 +47,8 @@ import logging
 import time
 from typing import Iterable, Protocol
 
-from danube._tasks import cancel_and_wait
 from danube import movetrace
+from danube._tasks import cancel_and_wait
 from danube.cluster import scoring
 from danube.cluster.load_report import LoadReport, TopicLoad
 from danube.cluster.view import ClusterView
@@ -71,9 +71,18 @@ class Leadership(Protocol):
 
 
 class LoadManager:
-    def __init__(self, store: MetadataStore, view: ClusterView, leadership: Leadership, *,
-                 strategy: str = "fair", batch_size: int = DEFAULT_BATCH, orphan_grace_s: float = 10.0,
-                 handoff_timeout_s: float = HANDOFF_TIMEOUT_S, metrics=None) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        view: ClusterView,
+        leadership: Leadership,
+        *,
+        strategy: str = "fair",
+        batch_size: int = DEFAULT_BATCH,
+        orphan_grace_s: float = 10.0,
+        handoff_timeout_s: float = HANDOFF_TIMEOUT_S,
+        metrics=None,
+    ) -> None:
         if strategy not in scoring.STRATEGIES:
             raise ValueError(f"unknown assignment strategy {strategy!r}; expected one of {scoring.STRATEGIES}")
         self.store = store
@@ -134,14 +143,17 @@ class LoadManager:
             base = self.view.loads.get(broker)
             by_name = {t.topic_name: t for t in base.topics} if base is not None else {}
             topics = [by_name.get(t) or TopicLoad(t) for t in sorted(self.view.broker_topics.get(broker, ()))]
-            reports[broker] = LoadReport(resources_usage=list(base.resources_usage) if base else [],
-                                         topics=topics,
-                                         total_throughput_mbps=base.total_throughput_mbps if base else 0.0,
-                                         broker_id=broker)
+            reports[broker] = LoadReport(
+                resources_usage=list(base.resources_usage) if base else [],
+                topics=topics,
+                total_throughput_mbps=base.total_throughput_mbps if base else 0.0,
+                broker_id=broker,
+            )
         return reports
 
-    def select(self, ranked: list[tuple[str, float]], *, exclude: Iterable[str] = (),
-               hint: str | None = None) -> str | None:
+    def select(
+        self, ranked: list[tuple[str, float]], *, exclude: Iterable[str] = (), hint: str | None = None
+    ) -> str | None:
         excluded = set(exclude)
         candidates = [(b, s) for b, s in ranked if b not in excluded]
         if hint is not None and hint not in excluded and any(b == hint for b, _ in candidates):
@@ -184,8 +196,12 @@ class LoadManager:
                 # left and came back): better there than nowhere
                 broker = self.select(ranked, hint=marker.get("to_broker"))
             if broker is None:
-                log.warning("no eligible broker for %s (active: %s, excluded: %s)", topic,
-                            ", ".join(reports) or "none", ", ".join(map(str, exclude)) or "none")
+                log.warning(
+                    "no eligible broker for %s (active: %s, excluded: %s)",
+                    topic,
+                    ", ".join(reports) or "none",
+                    ", ".join(map(str, exclude)) or "none",
+                )
                 continue
             reports[broker].topics.append(TopicLoad(topic))  # in-memory usage, before the next choice
             if marker.get("from_broker"):
@@ -193,7 +209,7 @@ class LoadManager:
             writes.append((topic, broker, revision))
         done = 0
         for start in range(0, len(writes), self.batch_size):
-            done += await self._write_batch(writes[start:start + self.batch_size])
+            done += await self._write_batch(writes[start : start + self.batch_size])
         return done
 
     def _handed_over(self, topic: str, marker: dict, revision: int) -> bool:
@@ -210,8 +226,12 @@ class LoadManager:
             self._handoff_since.clear()
         if time.monotonic() - since < self.handoff_timeout_s:
             return False
-        log.warning("%s: broker %s did not confirm the hand-over within %.0f s; placing it anyway", topic,
-                    source, self.handoff_timeout_s)
+        log.warning(
+            "%s: broker %s did not confirm the hand-over within %.0f s; placing it anyway",
+            topic,
+            source,
+            self.handoff_timeout_s,
+        )
         return True
 
     def _ops(self, topic: str, broker: str | None, revision: int) -> tuple[Compare, list[Op]]:
@@ -288,7 +308,7 @@ class LoadManager:
             for start in range(0, len(topics), self.batch_size):
                 if not self.leadership.is_leader:
                     return moved
-                chunk = topics[start:start + self.batch_size]
+                chunk = topics[start : start + self.batch_size]
                 ops = []
                 for topic in chunk:
                     ops += [Op.delete(keys.broker_topic(broker, topic)), Op.put(keys.unassigned(topic), marker)]

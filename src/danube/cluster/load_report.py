@@ -45,14 +45,14 @@ REPORT_ATTRIBUTES = {"content-type": "application/json", "type": "LoadReport"}
 @dataclass
 class SystemLoad:
     resource: str  # "CPU" | "Memory" | "DiskIO" | "NetworkIO"
-    usage: float   # percent for CPU and Memory, bytes/s for DiskIO and NetworkIO
+    usage: float  # percent for CPU and Memory, bytes/s for DiskIO and NetworkIO
 
 
 @dataclass
 class TopicLoad:
     topic_name: str
-    message_rate: int = 0      # messages/s
-    byte_rate: int = 0         # bytes/s
+    message_rate: int = 0  # messages/s
+    byte_rate: int = 0  # bytes/s
     byte_rate_mbps: float = 0.0  # MB/s (byte_rate / 1e6), Danube's name
     producer_count: int = 0
     consumer_count: int = 0
@@ -96,16 +96,18 @@ class LoadReport:
                 resources.append(SystemLoad(resource, float(item["usage"])))
             topics = []
             for t in data.get("topics") or []:
-                topics.append(TopicLoad(
-                    topic_name=str(t["topic_name"]),
-                    message_rate=int(t.get("message_rate", 0)),
-                    byte_rate=int(t.get("byte_rate", 0)),
-                    byte_rate_mbps=float(t.get("byte_rate_mbps", 0.0)),
-                    producer_count=int(t.get("producer_count", 0)),
-                    consumer_count=int(t.get("consumer_count", 0)),
-                    subscription_count=int(t.get("subscription_count", 0)),
-                    backlog_messages=int(t.get("backlog_messages", 0)),
-                ))
+                topics.append(
+                    TopicLoad(
+                        topic_name=str(t["topic_name"]),
+                        message_rate=int(t.get("message_rate", 0)),
+                        byte_rate=int(t.get("byte_rate", 0)),
+                        byte_rate_mbps=float(t.get("byte_rate_mbps", 0.0)),
+                        producer_count=int(t.get("producer_count", 0)),
+                        consumer_count=int(t.get("consumer_count", 0)),
+                        subscription_count=int(t.get("subscription_count", 0)),
+                        backlog_messages=int(t.get("backlog_messages", 0)),
+                    )
+                )
             return cls(
                 resources_usage=resources,
                 topics=topics,
@@ -130,6 +132,7 @@ class LoadReport:
 
 
 # ---------------------------------------------------------------- host resources from /proc
+
 
 def _read(path: str) -> str | None:
     try:
@@ -248,6 +251,7 @@ class ResourceMonitor:
 
 # ---------------------------------------------------------------- topic rates from broker counters
 
+
 def _field(obj: Any, name: str, default: Any = 0) -> Any:
     if isinstance(obj, Mapping):
         return obj.get(name, default)
@@ -276,8 +280,7 @@ class RateTracker:
         if prev is None or now <= prev[0]:
             return 0, 0
         elapsed = now - prev[0]
-        return (int(max(0, messages_total - prev[1]) / elapsed),
-                int(max(0, bytes_total - prev[2]) / elapsed))
+        return (int(max(0, messages_total - prev[1]) / elapsed), int(max(0, bytes_total - prev[2]) / elapsed))
 
     def forget_missing(self, topics: set[str]) -> None:
         for name in list(self._prev):
@@ -285,9 +288,15 @@ class RateTracker:
                 del self._prev[name]
 
 
-def build_load_report(broker_id: str, stats: Any, *, resources: list[SystemLoad] | None = None,
-                      rates: RateTracker | None = None, now: float | None = None,
-                      timestamp: int | None = None) -> LoadReport:
+def build_load_report(
+    broker_id: str,
+    stats: Any,
+    *,
+    resources: list[SystemLoad] | None = None,
+    rates: RateTracker | None = None,
+    now: float | None = None,
+    timestamp: int | None = None,
+) -> LoadReport:
     """A LoadReport from ``broker.stats()`` (see docs/internals.md, "Load reports").
 
     Per topic, ``message_rate`` / ``byte_rate`` are taken from the stats when they
@@ -305,18 +314,21 @@ def build_load_report(broker_id: str, stats: Any, *, resources: list[SystemLoad]
             if rates is None:
                 msg_rate, byte_rate = 0, 0
             else:
-                msg_rate, byte_rate = rates.rates(name, now, int(_field(t, "messages_in_total", 0) or 0),
-                                                  int(_field(t, "bytes_in_total", 0) or 0))
-        topics.append(TopicLoad(
-            topic_name=name,
-            message_rate=int(msg_rate),
-            byte_rate=int(byte_rate),
-            byte_rate_mbps=int(byte_rate) / 1_000_000.0,
-            producer_count=int(_field(t, "producer_count", 0) or 0),
-            consumer_count=int(_field(t, "consumer_count", 0) or 0),
-            subscription_count=int(_field(t, "subscription_count", 0) or 0),
-            backlog_messages=int(_field(t, "backlog_messages", 0) or 0),
-        ))
+                msg_rate, byte_rate = rates.rates(
+                    name, now, int(_field(t, "messages_in_total", 0) or 0), int(_field(t, "bytes_in_total", 0) or 0)
+                )
+        topics.append(
+            TopicLoad(
+                topic_name=name,
+                message_rate=int(msg_rate),
+                byte_rate=int(byte_rate),
+                byte_rate_mbps=int(byte_rate) / 1_000_000.0,
+                producer_count=int(_field(t, "producer_count", 0) or 0),
+                consumer_count=int(_field(t, "consumer_count", 0) or 0),
+                subscription_count=int(_field(t, "subscription_count", 0) or 0),
+                backlog_messages=int(_field(t, "backlog_messages", 0) or 0),
+            )
+        )
     if rates is not None:
         rates.forget_missing(set(topic_stats))
     return LoadReport(
@@ -333,9 +345,16 @@ def build_load_report(broker_id: str, stats: Any, *, resources: list[SystemLoad]
 def encode_report(report: LoadReport, *, publish_time_ms: int | None = None) -> bytearray:
     """One unstamped frame: JSON payload, routing key = broker id (so compaction keeps the latest per broker)."""
     publish_time = int(time.time() * 1000) if publish_time_ms is None else publish_time_ms
-    return bytearray(frames.encode_record(report.to_json(), offset=0, publish_time=publish_time,
-                                          producer_id=0, key=report.broker_id,
-                                          attributes=REPORT_ATTRIBUTES))
+    return bytearray(
+        frames.encode_record(
+            report.to_json(),
+            offset=0,
+            publish_time=publish_time,
+            producer_id=0,
+            key=report.broker_id,
+            attributes=REPORT_ATTRIBUTES,
+        )
+    )
 
 
 class ReportingBroker(Protocol):
@@ -357,8 +376,15 @@ class LoadReporter:
     A failed cycle is logged and retried at the next interval; it never stops the task.
     """
 
-    def __init__(self, broker: ReportingBroker, interval_s: float = 30.0, *, broker_id: str | None = None,
-                 topic: str = LOAD_REPORTS_TOPIC, monitor: ResourceMonitor | None = None) -> None:
+    def __init__(
+        self,
+        broker: ReportingBroker,
+        interval_s: float = 30.0,
+        *,
+        broker_id: str | None = None,
+        topic: str = LOAD_REPORTS_TOPIC,
+        monitor: ResourceMonitor | None = None,
+    ) -> None:
         if not interval_s or interval_s <= 0:
             raise InvalidArgumentError(f"load_report_interval_seconds must be > 0, got {interval_s!r}")
         self._broker = broker

@@ -41,10 +41,19 @@ class Fence(Protocol):
 
 
 class Membership:
-    def __init__(self, store: MetadataStore, broker_id: str, info: dict, *, lease_ttl_s: int = 10,
-                 fence: Fence | None = None, fence_after_s: float | None = None,
-                 on_lease_lost: Callable[[], Awaitable[None]] | None = None,
-                 on_reregistered: Callable[[], Awaitable[None]] | None = None, clock=time.monotonic) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        broker_id: str,
+        info: dict,
+        *,
+        lease_ttl_s: int = 10,
+        fence: Fence | None = None,
+        fence_after_s: float | None = None,
+        on_lease_lost: Callable[[], Awaitable[None]] | None = None,
+        on_reregistered: Callable[[], Awaitable[None]] | None = None,
+        clock=time.monotonic,
+    ) -> None:
         if lease_ttl_s < 2:
             raise ValueError("lease_ttl_s must be >= 2")
         self.store = store
@@ -71,12 +80,13 @@ class Membership:
         lease = await self.store.grant_lease(self.lease_ttl_s)
         key = keys.broker_register(self.broker_id)
         value = json.dumps(dict(self.info, registered_at=time.time()), sort_keys=True).encode()
-        result = await self.store.txn([Compare.version(key, "==", 0)], [Op.put(key, value, lease=lease)],
-                                      [Op.get(key)])
+        result = await self.store.txn([Compare.version(key, "==", 0)], [Op.put(key, value, lease=lease)], [Op.get(key)])
         if not result.succeeded:
             await self.store.revoke_lease(lease)
-            raise MetadataError(f"broker id {self.broker_id} is already registered (another broker is alive "
-                                "with this id, or the previous lease has not expired yet)")
+            raise MetadataError(
+                f"broker id {self.broker_id} is already registered (another broker is alive "
+                "with this id, or the previous lease has not expired yet)"
+            )
         self.lease_id = lease
         self.last_ok_sent = sent
         self.registrations += 1
@@ -109,8 +119,9 @@ class Membership:
             try:
                 await self.store.revoke_lease(self.lease_id)
             except MetadataError:
-                log.warning("could not revoke lease %x at shutdown; it expires in %d s", self.lease_id,
-                            self.lease_ttl_s)
+                log.warning(
+                    "could not revoke lease %x at shutdown; it expires in %d s", self.lease_id, self.lease_ttl_s
+                )
 
     # ------------------------------------------------------------ fencing
 
@@ -143,8 +154,9 @@ class Membership:
             deadline = self.last_ok_sent + self.fence_after_s
             now = self._clock()
             if now >= deadline:
-                self._set_fenced(f"no lease renewal for {now - self.last_ok_sent:.1f} s "
-                                 f"(lease ttl {self.lease_ttl_s} s)")
+                self._set_fenced(
+                    f"no lease renewal for {now - self.last_ok_sent:.1f} s (lease ttl {self.lease_ttl_s} s)"
+                )
                 await asyncio.sleep(0.05)
             else:
                 await asyncio.sleep(min(0.1, deadline - now))

@@ -34,15 +34,15 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from danube import movetrace
 from danube.broker.service import BrokerService, LookupResult
+from danube.cluster import peers
+from danube.cluster.forward_publish import ForwardPublisher
 from danube.cluster.leader import LeaderElection
 from danube.cluster.load_manager import DEFAULT_BATCH, LoadManager
 from danube.cluster.load_report import LoadReporter, build_load_report, encode_report
 from danube.cluster.membership import Membership
 from danube.cluster.view import ClusterView
-from danube import movetrace
-from danube.cluster import peers
-from danube.cluster.forward_publish import ForwardPublisher
 from danube.errors import AuthenticationError, MetadataError, NotFoundError, NotServedHereError, PermissionDeniedError
 from danube.metadata import keys
 from danube.metadata.store import Compare, MetadataStore, Op, WatchEvent
@@ -78,7 +78,9 @@ class ClusterLoadReporter(LoadReporter):
         stats = self._broker.stats()
         # A system topic (this very report's) is broker-local, never assigned or moved: the leader
         # must not see it (it would count it, and could pick it as the lightest topic to move).
-        stats = dataclasses.replace(stats, topics={n: t for n, t in stats.topics.items() if not n.startswith("/system/")})
+        stats = dataclasses.replace(
+            stats, topics={n: t for n, t in stats.topics.items() if not n.startswith("/system/")}
+        )
         report = build_load_report(self.broker_id, stats, resources=resources, rates=self._rates)
         lease = self._membership.lease_id
         if not lease:
@@ -97,12 +99,25 @@ class ClusterLoadReporter(LoadReporter):
 
 
 class ClusterNode:
-    def __init__(self, store: MetadataStore, broker: BrokerService, *, broker_id: str, broker_url: str,
-                 admin_url: str | None = None, metrics_url: str | None = None, lease_ttl_s: int = 10,
-                 strategy: str = "fair",
-                 load_report_interval_s: float = 30.0, lookup_timeout_s: float = 10.0,
-                 batch_size: int = DEFAULT_BATCH, cluster_name: str = "danube", rebalancing: Any = None,
-                 metrics: Any = None, client_proxy: bool = True) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        broker: BrokerService,
+        *,
+        broker_id: str,
+        broker_url: str,
+        admin_url: str | None = None,
+        metrics_url: str | None = None,
+        lease_ttl_s: int = 10,
+        strategy: str = "fair",
+        load_report_interval_s: float = 30.0,
+        lookup_timeout_s: float = 10.0,
+        batch_size: int = DEFAULT_BATCH,
+        cluster_name: str = "danube",
+        rebalancing: Any = None,
+        metrics: Any = None,
+        client_proxy: bool = True,
+    ) -> None:
         self.store = store
         self.broker = broker
         self.broker_id = broker_id
@@ -111,12 +126,22 @@ class ClusterNode:
         self.lookup_timeout_s = lookup_timeout_s
         self.view = ClusterView(store)
         self.membership = Membership(
-            store, broker_id, {"broker_url": broker_url, "admin_url": admin_url, "metrics_url": metrics_url,
-                               "cluster_name": cluster_name},
-            lease_ttl_s=lease_ttl_s, fence=self, on_lease_lost=self._lease_lost,
-            on_reregistered=self._reregistered)
-        self.election = LeaderElection(store, broker_id, self.membership,
-                                       on_elected=self._elected, on_deposed=self._deposed)
+            store,
+            broker_id,
+            {
+                "broker_url": broker_url,
+                "admin_url": admin_url,
+                "metrics_url": metrics_url,
+                "cluster_name": cluster_name,
+            },
+            lease_ttl_s=lease_ttl_s,
+            fence=self,
+            on_lease_lost=self._lease_lost,
+            on_reregistered=self._reregistered,
+        )
+        self.election = LeaderElection(
+            store, broker_id, self.membership, on_elected=self._elected, on_deposed=self._deposed
+        )
         # the load manager's and the rebalancer's metrics (docs/rebalancing.md) in the broker's Prometheus
         # registry (``metrics``: danube.server.metrics.PrometheusMetrics), set while this broker leads;
         # danube_broker_topics_owned is the broker's own family, labelled broker_id in cluster mode
@@ -127,22 +152,36 @@ class ClusterNode:
 
             self.rebalancing_metrics = rm = RebalancingMetrics(registry, topics_owned_gauge=False)
             if hasattr(metrics, "label_topics_owned"):
-                metrics.label_topics_owned(
-                    broker_id, lambda: rm.topics_owned_values if self.election.is_leader else {})
-        self.load_manager = LoadManager(store, self.view, self.election, strategy=strategy,
-                                        batch_size=batch_size, orphan_grace_s=lease_ttl_s,
-                                        metrics=self.rebalancing_metrics)
-        self.reporter = (ClusterLoadReporter(broker, store, self.membership, load_report_interval_s)
-                         if load_report_interval_s and load_report_interval_s > 0 else None)
+                metrics.label_topics_owned(broker_id, lambda: rm.topics_owned_values if self.election.is_leader else {})
+        self.load_manager = LoadManager(
+            store,
+            self.view,
+            self.election,
+            strategy=strategy,
+            batch_size=batch_size,
+            orphan_grace_s=lease_ttl_s,
+            metrics=self.rebalancing_metrics,
+        )
+        self.reporter = (
+            ClusterLoadReporter(broker, store, self.membership, load_report_interval_s)
+            if load_report_interval_s and load_report_interval_s > 0
+            else None
+        )
         # automated rebalancing (docs/rebalancing.md): one Rebalancer per broker, acting only while this
         # broker leads; it is also what the admin service's balance / rebalance commands use
         from danube.cluster.rebalancing import Rebalancer, RebalancingConfig
 
         if rebalancing is None:
             rebalancing = RebalancingConfig.from_section(None, strategy=strategy)
-        self.rebalancer = Rebalancer(store, rebalancing, is_leader=lambda: self.election.is_leader,
-                                     guard=self.election.guard, view=self.view,
-                                     metrics=self.rebalancing_metrics, count_assign=False)
+        self.rebalancer = Rebalancer(
+            store,
+            rebalancing,
+            is_leader=lambda: self.election.is_leader,
+            guard=self.election.guard,
+            view=self.view,
+            metrics=self.rebalancing_metrics,
+            count_assign=False,
+        )
         broker.rebalancer = self.rebalancer
         broker.remote_publisher = ForwardPublisher(broker)
         self._unloading: set[str] = set()
@@ -157,8 +196,9 @@ class ClusterNode:
         if client_proxy:
             from danube.cluster.client_proxy import ClientProxy
 
-            self.client_proxy = ClientProxy(self, hold_s=2 * lease_ttl_s + lookup_timeout_s,
-                                            attempt_timeout_s=max(5.0, float(lease_ttl_s)))
+            self.client_proxy = ClientProxy(
+                self, hold_s=2 * lease_ttl_s + lookup_timeout_s, attempt_timeout_s=max(5.0, float(lease_ttl_s))
+            )
 
     # ------------------------------------------------------------ lifecycle
 
@@ -217,8 +257,12 @@ class ClusterNode:
             try:
                 owner = await self.view.wait_owner(topic, self.lookup_timeout_s)
             except TimeoutError:
-                log.warning("lookup of %s: no broker was assigned within %.0f s (leader: %s)", topic,
-                            self.lookup_timeout_s, self.view.leader or "none")
+                log.warning(
+                    "lookup of %s: no broker was assigned within %.0f s (leader: %s)",
+                    topic,
+                    self.lookup_timeout_s,
+                    self.view.leader or "none",
+                )
                 return LookupResult("failed", "", "")
         if owner == self.broker_id:
             return LookupResult("connect", self.broker_url, self.broker_url)
@@ -271,18 +315,23 @@ class ClusterNode:
         brokers = sorted(self.view.registered)
 
         def compares(topic):
-            return ([Compare.version(keys.broker_topic(b, topic), "==", 0) for b in brokers]
-                    + [Compare.version(keys.unassigned(topic), "==", 0)])
+            return [Compare.version(keys.broker_topic(b, topic), "==", 0) for b in brokers] + [
+                Compare.version(keys.unassigned(topic), "==", 0)
+            ]
 
         if len(topics) > 1:
-            result = await self.store.txn([c for t in topics for c in compares(t)],
-                                          [Op.put(keys.unassigned(t), b"null") for t in topics])
+            result = await self.store.txn(
+                [c for t in topics for c in compares(t)], [Op.put(keys.unassigned(t), b"null") for t in topics]
+            )
             if result.succeeded:
                 return {}
         owners: dict[str, str] = {}
         for topic in topics:
-            result = await self.store.txn(compares(topic), [Op.put(keys.unassigned(topic), b"null")],
-                                          [Op.get(keys.broker_topic(b, topic)) for b in brokers])
+            result = await self.store.txn(
+                compares(topic),
+                [Op.put(keys.unassigned(topic), b"null")],
+                [Op.get(keys.broker_topic(b, topic)) for b in brokers],
+            )
             if not result.succeeded:
                 owner = next((b for b, kv in zip(brokers, result.results) if kv is not None), None)
                 if owner is not None:
@@ -291,8 +340,10 @@ class ClusterNode:
 
     def unreachable(self, what: str) -> str:
         """Why ``what`` (e.g. "writes to /ns/t are refused") while fenced."""
-        return (f"broker {self.broker_id} cannot reach the metadata store (etcd) for "
-                f"{self.membership.unrenewed_s():.0f} s (its cluster lease is not renewed): {what} until it is back")
+        return (
+            f"broker {self.broker_id} cannot reach the metadata store (etcd) for "
+            f"{self.membership.unrenewed_s():.0f} s (its cluster lease is not renewed): {what} until it is back"
+        )
 
     def write_refusal(self, topic: str | None = None) -> str:
         """Why a write (a publish, a new topic, producer or subscription) is refused while fenced."""
@@ -312,8 +363,9 @@ class ClusterNode:
         owner = self.view.owner(topic)
         url = self.view.broker_url(owner) if owner else None
         where = f"broker {owner} ({url})" if owner else "no broker yet"
-        error = NotServedHereError(f"topic {topic} is not served by broker {self.broker_id}: owner is {where}; "
-                                   "look it up again")
+        error = NotServedHereError(
+            f"topic {topic} is not served by broker {self.broker_id}: owner is {where}; look it up again"
+        )
         if url:
             error.owner_url = url  # sent as trailing metadata x-danube-broker-url (danube.server.status)
         raise error
@@ -336,10 +388,12 @@ class ClusterNode:
             with contextlib.suppress(NotFoundError):
                 last = await self.broker.unload_topic(topic, local=True)
             movetrace.step(topic, "source.sealed")
-            marker = json.dumps({"reason": "unload", "from_broker": self.broker_id, "sealed": True,
-                                 "last_offset": last}, sort_keys=True).encode()
-            result = await self.store.txn([Compare.version(assignment, ">", 0)],
-                                          [Op.delete(assignment), Op.put(keys.unassigned(topic), marker)])
+            marker = json.dumps(
+                {"reason": "unload", "from_broker": self.broker_id, "sealed": True, "last_offset": last}, sort_keys=True
+            ).encode()
+            result = await self.store.txn(
+                [Compare.version(assignment, ">", 0)], [Op.delete(assignment), Op.put(keys.unassigned(topic), marker)]
+            )
             if not result.succeeded:
                 raise NotFoundError(f"topic {topic} was reassigned while it was being unloaded")
             movetrace.step(topic, "source.handed_over")
@@ -348,12 +402,15 @@ class ClusterNode:
             try:
                 await self.view.wait_for(lambda: self.view.owner(topic) != self.broker_id, 2.0)
             except TimeoutError:
-                log.warning("topic %s: the view still shows broker %s as its owner after 2 s", topic,
-                            self.broker_id)
+                log.warning("topic %s: the view still shows broker %s as its owner after 2 s", topic, self.broker_id)
             if self.rebalancing_metrics is not None:
                 self.rebalancing_metrics.assignment(self.broker_id, "unassign")
-            log.info("topic %s unloaded from broker %s (sealed at %s); the leader places it elsewhere", topic,
-                     self.broker_id, last)
+            log.info(
+                "topic %s unloaded from broker %s (sealed at %s); the leader places it elsewhere",
+                topic,
+                self.broker_id,
+                last,
+            )
             return last
         finally:
             self._unloading.discard(topic)
@@ -401,30 +458,43 @@ class ClusterNode:
             async with channels.channel(admin_url, caller=caller) as channel:
                 await apb_grpc.TopicAdminStub(channel).UnloadTopic(apb.TopicRequest(name=topic), timeout=60)
         except grpc.aio.AioRpcError as exc:
-            raise _forward_error(f"unload of {topic} at broker {owner}", exc, channels,
-                                 as_broker=channels.runs_as_broker(caller)) from exc
+            raise _forward_error(
+                f"unload of {topic} at broker {owner}", exc, channels, as_broker=channels.runs_as_broker(caller)
+            ) from exc
         return None
 
     # ------------------------------------------------------------ drain (admin brokers unload / activate)
 
-    async def drain(self, broker_id: str, *, dry_run: bool = False, include: tuple = (), exclude: tuple = (),
-                    timeout_s: float = 60.0, caller: str | None = None) -> dict:
+    async def drain(
+        self,
+        broker_id: str,
+        *,
+        dry_run: bool = False,
+        include: tuple = (),
+        exclude: tuple = (),
+        timeout_s: float = 60.0,
+        caller: str | None = None,
+    ) -> dict:
         """Move every topic assigned to ``broker_id`` away and mark it ``draining`` then ``drained``, so
         the leader assigns it nothing new until :meth:`activate`.  Another broker's drain is sent to
         that broker's admin port (it has to seal its own topics).  ``include`` / ``exclude`` filter
         by namespace.  ``caller``: the admin call's ``authorization`` header, which another broker's
         drain carries (danube.cluster.peers).  Returns total / succeeded / failed / pending / failed_topics."""
         if broker_id and broker_id != self.broker_id:
-            return await self._drain_remote(broker_id, dry_run=dry_run, include=include, exclude=exclude,
-                                            timeout_s=timeout_s, caller=caller)
+            return await self._drain_remote(
+                broker_id, dry_run=dry_run, include=include, exclude=exclude, timeout_s=timeout_s, caller=caller
+            )
 
         def wanted(topic: str) -> bool:
             ns = topic.split("/")[1]
             return (not include or ns in include) and ns not in exclude
 
         assigned = await self.store.get_prefix(f"/cluster/brokers/{self.broker_id}/")
-        topics = sorted(f"/{p[4]}/{p[5]}" for p in (kv.key.split("/") for kv in assigned)
-                        if len(p) == 6 and wanted(f"/{p[4]}/{p[5]}"))
+        topics = sorted(
+            f"/{p[4]}/{p[5]}"
+            for p in (kv.key.split("/") for kv in assigned)
+            if len(p) == 6 and wanted(f"/{p[4]}/{p[5]}")
+        )
         result = {"total": len(topics), "succeeded": 0, "failed": 0, "pending": len(topics), "failed_topics": []}
         if dry_run:
             return result
@@ -457,20 +527,29 @@ class ClusterNode:
         admin_url = (info or {}).get("admin_url")
         if not admin_url:
             raise NotFoundError(f"broker {broker_id} is not registered (or has no admin port)")
-        request = apb.UnloadBrokerRequest(broker_id=broker_id, dry_run=kw["dry_run"],
-                                          namespaces_include=list(kw["include"]),
-                                          namespaces_exclude=list(kw["exclude"]),
-                                          timeout_seconds=int(kw["timeout_s"]))
+        request = apb.UnloadBrokerRequest(
+            broker_id=broker_id,
+            dry_run=kw["dry_run"],
+            namespaces_include=list(kw["include"]),
+            namespaces_exclude=list(kw["exclude"]),
+            timeout_seconds=int(kw["timeout_s"]),
+        )
         channels = peers.for_broker(self.broker)
         caller = kw.get("caller")
         try:
             async with channels.channel(admin_url, caller=caller) as channel:
                 reply = await apb_grpc.BrokerAdminStub(channel).UnloadBroker(request, timeout=kw["timeout_s"] + 10)
         except grpc.aio.AioRpcError as exc:
-            raise _forward_error(f"drain of broker {broker_id}", exc, channels,
-                                 as_broker=channels.runs_as_broker(caller)) from exc
-        return {"total": reply.total, "succeeded": reply.succeeded, "failed": reply.failed,
-                "pending": reply.pending, "failed_topics": list(reply.failed_topics)}
+            raise _forward_error(
+                f"drain of broker {broker_id}", exc, channels, as_broker=channels.runs_as_broker(caller)
+            ) from exc
+        return {
+            "total": reply.total,
+            "succeeded": reply.succeeded,
+            "failed": reply.failed,
+            "pending": reply.pending,
+            "failed_topics": list(reply.failed_topics),
+        }
 
     def _on_event(self, event: WatchEvent) -> None:
         parts = event.key.split("/")
@@ -478,12 +557,12 @@ class ClusterNode:
             self.load_manager.note_deregistered(parts[3])
         elif event.kind == "put" and len(parts) == 4 and parts[2] == "register":
             self.load_manager.note_registered(parts[3])
-        elif (event.kind == "delete" and len(parts) == 6 and parts[2] == "brokers" and parts[3] == self.broker_id):
+        elif event.kind == "delete" and len(parts) == 6 and parts[2] == "brokers" and parts[3] == self.broker_id:
             topic = f"/{parts[4]}/{parts[5]}"
             if topic not in self._unloading:
                 movetrace.step(f"/{parts[4]}/{parts[5]}", "source.saw_removal")
                 self._spawn(self._assignment_removed(topic))
-        elif (event.kind == "put" and len(parts) == 6 and parts[2] == "brokers" and parts[3] == self.broker_id):
+        elif event.kind == "put" and len(parts) == 6 and parts[2] == "brokers" and parts[3] == self.broker_id:
             movetrace.step(f"/{parts[4]}/{parts[5]}", "dest.saw_assignment")
 
     def _spawn(self, coro) -> None:
@@ -501,14 +580,18 @@ class ClusterNode:
         except TimeoutError:
             entry = None
         marker, revision = entry if entry else (None, 0)
-        moving = (isinstance(marker, dict) and marker.get("reason") in ("rebalance", "unload")
-                  and marker.get("from_broker") == self.broker_id and not marker.get("sealed"))
-        if not moving:   # (also when an open is still running: _drop waits for it)
+        moving = (
+            isinstance(marker, dict)
+            and marker.get("reason") in ("rebalance", "unload")
+            and marker.get("from_broker") == self.broker_id
+            and not marker.get("sealed")
+        )
+        if not moving:  # (also when an open is still running: _drop waits for it)
             await self._drop(topic, "its assignment to this broker was removed")
             return
         last = None
         self._unloading.add(topic)
-        try:   # also when an open is still running (see unload)
+        try:  # also when an open is still running (see unload)
             last = await self.broker.unload_topic(topic, local=True)
             movetrace.step(topic, "source.sealed")
         except NotFoundError:
@@ -518,17 +601,24 @@ class ClusterNode:
         finally:
             self._unloading.discard(topic)
         confirmed = dict(marker, sealed=True, last_offset=last)
-        result = await self.store.txn([Compare.mod_revision(marker_key, "==", revision)],
-                                      [Op.put_json(marker_key, confirmed)])
+        result = await self.store.txn(
+            [Compare.mod_revision(marker_key, "==", revision)], [Op.put_json(marker_key, confirmed)]
+        )
         movetrace.step(topic, "source.handed_over")
-        log.info("topic %s handed over by broker %s (%s, sealed at %s)%s", topic, self.broker_id,
-                 marker.get("reason"), last, "" if result.succeeded else "; the marker changed meanwhile")
+        log.info(
+            "topic %s handed over by broker %s (%s, sealed at %s)%s",
+            topic,
+            self.broker_id,
+            marker.get("reason"),
+            last,
+            "" if result.succeeded else "; the marker changed meanwhile",
+        )
 
     async def _drop(self, topic: str, why: str, *, flush: bool = True) -> None:
         try:
             await self.broker.unload_topic(topic, local=True, seal=False, flush=flush)
         except NotFoundError:
-            return   # not served here
+            return  # not served here
         except Exception:  # noqa: BLE001
             log.exception("closing topic %s failed", topic)
             return
@@ -560,25 +650,30 @@ class ClusterNode:
         if not m.fenced or m.last_ok_sent != since:
             return
         served = [t for t in list(self.broker.topics) if not t.startswith("/system/")]
-        log.warning("broker %s: still fenced one lease ttl after its last renewal; %d topic(s) read-only, their "
-                    "WALs released", self.broker_id, len(served))
-        reason = (f"broker {self.broker_id} cannot reach the metadata store (etcd) and gave the topic's WAL up "
-                  "when its cluster lease could expire")
+        log.warning(
+            "broker %s: still fenced one lease ttl after its last renewal; %d topic(s) read-only, their WALs released",
+            self.broker_id,
+            len(served),
+        )
+        reason = (
+            f"broker {self.broker_id} cannot reach the metadata store (etcd) and gave the topic's WAL up "
+            "when its cluster lease could expire"
+        )
         for name in served:
             if not m.fenced or m.last_ok_sent != since:
-                break   # renewed (or re-registered) meanwhile: the rest stays writable
+                break  # renewed (or re-registered) meanwhile: the rest stays writable
             try:
                 await self.broker.make_read_only(name, reason)
             except Exception:  # noqa: BLE001 - release the others anyway
                 log.exception("making %s read-only failed; closing it", name)
                 await self._drop(name, "it could not be made read-only", flush=False)
         if not m.fenced and any(t.read_only for t in self.broker.topics.values()):
-            self._spawn(self._reopen_read_only())   # unfenced while this ran: nobody else reopens them
+            self._spawn(self._reopen_read_only())  # unfenced while this ran: nobody else reopens them
 
     async def _reopen_read_only(self) -> None:
         for name in [n for n, t in list(self.broker.topics.items()) if t.read_only]:
             if not self.membership.lease_fresh():
-                return   # fenced again: the next renewal reopens what is left
+                return  # fenced again: the next renewal reopens what is left
             try:
                 await self.broker.reopen_for_writing(name)
             except Exception:  # noqa: BLE001 - its clients look it up again and reopen it
@@ -598,5 +693,5 @@ class ClusterNode:
 if TYPE_CHECKING:
     from danube.broker.contracts import Cluster
 
-    def _is_the_brokers_cluster(node: ClusterNode) -> Cluster:   # mypy: the node fills BrokerService.cluster
+    def _is_the_brokers_cluster(node: ClusterNode) -> Cluster:  # mypy: the node fills BrokerService.cluster
         return node

@@ -66,7 +66,7 @@ def caller_authorization(context: Any) -> str | None:
     for key, value in metadata:
         if key == "authorization":
             text = value.decode() if isinstance(value, bytes) else str(value)
-            return text if text[:len(_BEARER)].lower() == _BEARER else None
+            return text if text[: len(_BEARER)].lower() == _BEARER else None
     return None
 
 
@@ -119,9 +119,9 @@ class Peers:
         self.settings = settings or AuthSettings()
         self.broker_id = str(broker_id)
         self._credentials = None
-        self._token: tuple[str, float] | None = None   # (header value, unix time it ends)
+        self._token: tuple[str, float] | None = None  # (header value, unix time it ends)
 
-    def __repr__(self) -> str:   # never a token or the secret
+    def __repr__(self) -> str:  # never a token or the secret
         return f"Peers(broker_id={self.broker_id!r}, {self.settings.describe()})"
 
     # ------------------------------------------------------------ who
@@ -139,8 +139,14 @@ class Peers:
         if self._token is None or self._token[1] - now < TOKEN_RENEW_BEFORE_S:
             from danube.security.jwt import issue_token
 
-            token = issue_token(BROKER_PRINCIPAL, jwt.secret_key, issuer=jwt.issuer, expires_in_s=TOKEN_LIFETIME_S,
-                                now=now, extra={"broker_id": self.broker_id} if self.broker_id else None)
+            token = issue_token(
+                BROKER_PRINCIPAL,
+                jwt.secret_key,
+                issuer=jwt.issuer,
+                expires_in_s=TOKEN_LIFETIME_S,
+                now=now,
+                extra={"broker_id": self.broker_id} if self.broker_id else None,
+            )
             self._token = (f"Bearer {token}", now + TOKEN_LIFETIME_S)
         return self._token[0]
 
@@ -182,26 +188,35 @@ class Peers:
         details = exc.details() or ""
         code = exc.code()
         hint = ""
-        tls_failure = _tls_failure(details) if code == grpc.StatusCode.UNAVAILABLE and self.settings.tls_enabled \
-            else None
+        tls_failure = (
+            _tls_failure(details) if code == grpc.StatusCode.UNAVAILABLE and self.settings.tls_enabled else None
+        )
         if tls_failure is not None:
-            hint = (f"; {tls_failure}: auth.tls.ca_file must be the CA that signed the brokers' certificates, "
-                    "each certificate must name the host of its broker's advertised URL")
+            hint = (
+                f"; {tls_failure}: auth.tls.ca_file must be the CA that signed the brokers' certificates, "
+                "each certificate must name the host of its broker's advertised URL"
+            )
             if self.settings.mtls:
-                hint += (", and with verify_client the brokers' certificates are also presented as client "
-                         "certificates (extended key usage clientAuth as well as serverAuth)")
+                hint += (
+                    ", and with verify_client the brokers' certificates are also presented as client "
+                    "certificates (extended key usage clientAuth as well as serverAuth)"
+                )
         elif as_broker and code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
             if self.uses_tokens:
-                hint = ("; the peer refused this broker's own token: every broker of a cluster needs the same "
-                        "auth.jwt secret_key and issuer")
+                hint = (
+                    "; the peer refused this broker's own token: every broker of a cluster needs the same "
+                    "auth.jwt secret_key and issuer"
+                )
             elif self.settings.mtls:
                 hint = "; " + MTLS_BROKER_HINT
         return f"{details}{hint}"
 
 
-MTLS_BROKER_HINT = ("with mTLS and no JWT, brokers call each other as their certificate's common name: list the "
-                    "brokers' certificate subjects (CN) in auth.super_admins of every broker, or configure auth.jwt "
-                    "(the same secret on every broker) so they use broker tokens")
+MTLS_BROKER_HINT = (
+    "with mTLS and no JWT, brokers call each other as their certificate's common name: list the "
+    "brokers' certificate subjects (CN) in auth.super_admins of every broker, or configure auth.jwt "
+    "(the same secret on every broker) so they use broker tokens"
+)
 
 
 def _tls_failure(details: str) -> str | None:

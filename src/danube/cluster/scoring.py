@@ -102,6 +102,7 @@ def _connections(topic: Any) -> int:
 
 # ---------------------------------------------------------------- per-topic and per-broker scores
 
+
 def weighted_topic_load(topics: Sequence[Any]) -> float:
     """0.2·count + 0.3·Σ MB/s + 0.3·Σ connections + 0.2·Σ backlog / 10000 (0 for no topics)."""
     if not topics:
@@ -146,14 +147,16 @@ def weighted_load_scores(reports: Iterable[Any]) -> dict[Any, float]:
         return {}
     metrics = []
     for r in reports:
-        metrics.append({
-            "cpu": resource_usage(r, CPU),
-            "mem": resource_usage(r, MEMORY),
-            "disk": resource_usage(r, DISK_IO),
-            "net": resource_usage(r, NETWORK_IO),
-            "thr": float(_get(r, "total_throughput_mbps", 0.0) or 0.0),
-            "topic": weighted_topic_load(_topics(r)),
-        })
+        metrics.append(
+            {
+                "cpu": resource_usage(r, CPU),
+                "mem": resource_usage(r, MEMORY),
+                "disk": resource_usage(r, DISK_IO),
+                "net": resource_usage(r, NETWORK_IO),
+                "thr": float(_get(r, "total_throughput_mbps", 0.0) or 0.0),
+                "topic": weighted_topic_load(_topics(r)),
+            }
+        )
     maxima = {k: max([1.0] + [m[k] for m in metrics]) for k in ("cpu", "mem", "disk", "net", "thr", "topic")}
     scores: dict[Any, float] = {}
     for r, m in zip(reports, metrics):
@@ -200,6 +203,7 @@ def rankings(strategy: str, reports: Iterable[Any]) -> list[tuple[Any, float]]:
 
 # ---------------------------------------------------------------- statistics
 
+
 def mean(values: Sequence[float]) -> float:
     if not values:
         return 0.0
@@ -229,7 +233,7 @@ class Imbalance:
     cv: float
     max: float
     min: float
-    overloaded: tuple = ()   # broker ids, most loaded first
+    overloaded: tuple = ()  # broker ids, most loaded first
     underloaded: tuple = ()  # broker ids, least loaded first
 
     def needs_rebalancing(self, threshold: float) -> bool:
@@ -252,11 +256,13 @@ def threshold_for(aggressiveness: str) -> float:
     try:
         return AGGRESSIVENESS_THRESHOLDS[aggressiveness]
     except KeyError:
-        raise ValueError(f"unknown aggressiveness {aggressiveness!r}; expected one of "
-                         f"{', '.join(AGGRESSIVENESS_THRESHOLDS)}") from None
+        raise ValueError(
+            f"unknown aggressiveness {aggressiveness!r}; expected one of {', '.join(AGGRESSIVENESS_THRESHOLDS)}"
+        ) from None
 
 
 # ---------------------------------------------------------------- rebalancing
+
 
 def is_blacklisted(topic: str, patterns: Iterable[str]) -> bool:
     """Exact names, or prefixes written with a trailing ``*`` (``/system/*``, ``/ns/critical-*``)."""
@@ -290,10 +296,14 @@ class RebalancePolicy:
         return cls(threshold=threshold_for(aggressiveness), **kwargs)
 
 
-def propose_move(scores: Mapping[Any, float], topics_by_broker: Mapping[Any, Sequence[Any]],
-                 policy: RebalancePolicy = RebalancePolicy(), *,
-                 ineligible_topics: Collection[str] = (),
-                 eligible_targets: Collection[Any] | None = None) -> Move | None:
+def propose_move(
+    scores: Mapping[Any, float],
+    topics_by_broker: Mapping[Any, Sequence[Any]],
+    policy: RebalancePolicy = RebalancePolicy(),
+    *,
+    ineligible_topics: Collection[str] = (),
+    eligible_targets: Collection[Any] | None = None,
+) -> Move | None:
     """The single move a rebalancing cycle would make, or None.
 
     ``scores`` are the active brokers' load scores (one strategy); ``topics_by_broker``
@@ -309,7 +319,8 @@ def propose_move(scores: Mapping[Any, float], topics_by_broker: Mapping[Any, Seq
     ranked = rank(scores)
     for source in stats.overloaded:
         candidates = [
-            t for t in topics_by_broker.get(source, ())
+            t
+            for t in topics_by_broker.get(source, ())
             if not is_blacklisted(_get(t, "topic_name", ""), policy.blacklist)
             and _get(t, "topic_name", "") not in ineligible_topics
         ]

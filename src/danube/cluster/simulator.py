@@ -80,6 +80,7 @@ class SimTopic:
 
 # ---------------------------------------------------------------- the synthetic cluster
 
+
 class SimCluster:
     """Synthetic brokers and the load manager's assignment, on a real metadata store."""
 
@@ -87,7 +88,7 @@ class SimCluster:
         self.store = store
         self.clock = clock
         self.rng = random.Random(seed)
-        self.brokers: list[str] = []             # registered, in join order
+        self.brokers: list[str] = []  # registered, in join order
         self.assigned: dict[str, set[str]] = {}  # mirror of /cluster/brokers/{b}/{ns}/{t}
         self.topics: dict[str, SimTopic] = {}
         self._reports: dict[str, LoadReport] = {}
@@ -113,7 +114,7 @@ class SimCluster:
         for topic in sorted(self.assigned.pop(broker, set())):
             ops += [Op.delete(keys.broker_topic(broker, topic)), Op.put(keys.unassigned(topic), b"null")]
         for i in range(0, len(ops), 128):
-            await self.store.txn([], ops[i:i + 128])
+            await self.store.txn([], ops[i : i + 128])
         self.events.append((self.clock.now(), f"x{broker}"))
         await self.assign_pending()
 
@@ -154,7 +155,7 @@ class SimCluster:
             return 0
         markers = await self.store.get_prefix(keys.unassigned_prefix())
         for kv in markers:
-            topic = "/" + kv.key[len(keys.unassigned_prefix()):]
+            topic = "/" + kv.key[len(keys.unassigned_prefix()) :]
             marker = json.loads(kv.value) if kv.value else None
             hint = marker.get("to_broker") if isinstance(marker, dict) else None
             source = marker.get("from_broker") if isinstance(marker, dict) else None
@@ -177,20 +178,36 @@ class SimCluster:
                 t = self.topics[name]
                 mbps = t.rate(now)
                 byte_rate = int(mbps * 1e6)
-                topics.append(TopicLoad(topic_name=name, message_rate=int(byte_rate / 1000), byte_rate=byte_rate,
-                                        byte_rate_mbps=byte_rate / 1e6, producer_count=t.producers,
-                                        consumer_count=t.consumers, subscription_count=1,
-                                        backlog_messages=t.backlog))
+                topics.append(
+                    TopicLoad(
+                        topic_name=name,
+                        message_rate=int(byte_rate / 1000),
+                        byte_rate=byte_rate,
+                        byte_rate_mbps=byte_rate / 1e6,
+                        producer_count=t.producers,
+                        consumer_count=t.consumers,
+                        subscription_count=1,
+                        backlog_messages=t.backlog,
+                    )
+                )
                 cpu += 0.15 + 1.2 * mbps
                 memory += 0.12 + 0.25 * mbps + 0.02 * t.backlog / 1000.0
             cpu = min(100.0, cpu * (1.0 + self.rng.uniform(-0.01, 0.01)))
             memory = min(100.0, memory)
             self._reports[broker] = LoadReport(
-                resources_usage=[SystemLoad("CPU", cpu), SystemLoad("Memory", memory),
-                                 SystemLoad("DiskIO", 0.0), SystemLoad("NetworkIO", 0.0)],
-                topics=topics, total_throughput_mbps=sum(t.byte_rate_mbps for t in topics),
+                resources_usage=[
+                    SystemLoad("CPU", cpu),
+                    SystemLoad("Memory", memory),
+                    SystemLoad("DiskIO", 0.0),
+                    SystemLoad("NetworkIO", 0.0),
+                ],
+                topics=topics,
+                total_throughput_mbps=sum(t.byte_rate_mbps for t in topics),
                 total_message_rate=sum(t.message_rate for t in topics),
-                total_lag_messages=sum(t.backlog_messages for t in topics), timestamp=int(now), broker_id=broker)
+                total_lag_messages=sum(t.backlog_messages for t in topics),
+                timestamp=int(now),
+                broker_id=broker,
+            )
 
     async def latest_reports(self) -> dict[str, LoadReport]:  # LoadReportSource
         return dict(self._reports)
@@ -215,6 +232,7 @@ class SimMoveExecutor:
 
 # ---------------------------------------------------------------- scenarios
 
+
 @dataclass
 class Scenario:
     name: str
@@ -227,8 +245,14 @@ class Scenario:
 
 
 def _topic(rng: random.Random, name: str, created_at: float, *, scale: float = 1.0) -> SimTopic:
-    return SimTopic(name, created_at, mbps=scale * rng.lognormvariate(math.log(0.25), 0.8),
-                    producers=1, consumers=rng.choice((1, 1, 2, 3)), backlog=rng.randrange(0, 5000))
+    return SimTopic(
+        name,
+        created_at,
+        mbps=scale * rng.lognormvariate(math.log(0.25), 0.8),
+        producers=1,
+        consumers=rng.choice((1, 1, 2, 3)),
+        backlog=rng.randrange(0, 5000),
+    )
 
 
 async def _populate(cluster: SimCluster, brokers: int, per_broker: int, *, scale: float = 1.0) -> None:
@@ -237,8 +261,7 @@ async def _populate(cluster: SimCluster, brokers: int, per_broker: int, *, scale
         await cluster.add_broker(f"broker-{i}")
     for i in range(1, brokers + 1):
         for j in range(per_broker):
-            await cluster.create_topic(_topic(cluster.rng, f"/default/b{i}-t{j:03d}", born, scale=scale),
-                                       f"broker-{i}")
+            await cluster.create_topic(_topic(cluster.rng, f"/default/b{i}-t{j:03d}", born, scale=scale), f"broker-{i}")
     await cluster.store.put(keys.unassigned("/system/load_reports"), b"null")
     cluster.topics["/system/load_reports"] = SimTopic("/system/load_reports", born, 0.05, 5, 1, 0)
     await cluster.assign_pending()
@@ -246,6 +269,7 @@ async def _populate(cluster: SimCluster, brokers: int, per_broker: int, *, scale
 
 def scenario(name: str) -> Scenario:
     if name == "add-brokers":
+
         async def setup(c: SimCluster) -> None:
             await _populate(c, 3, 100)
 
@@ -253,15 +277,23 @@ def scenario(name: str) -> Scenario:
             await c.add_broker("broker-4")
             await c.add_broker("broker-5")
 
-        return Scenario(name, "3 brokers with 100 topics each; 2 brokers join after a minute",
-                        "aggressive", 12.0, setup, [(60.0, join)])
+        return Scenario(
+            name,
+            "3 brokers with 100 topics each; 2 brokers join after a minute",
+            "aggressive",
+            12.0,
+            setup,
+            [(60.0, join)],
+        )
     if name == "broker-failure":
+
         async def setup(c: SimCluster) -> None:
             await _populate(c, 4, 150)
 
         def fail(b: str):
             async def run(c: SimCluster) -> None:
                 await c.fail_broker(b)
+
             return run
 
         async def back(c: SimCluster) -> None:
@@ -272,12 +304,18 @@ def scenario(name: str) -> Scenario:
             c.brokers.append("broker-2")
             c.events.append((c.clock.now(), "broker-2 restarts"))
 
-        return Scenario(name, "4 brokers × 150 topics; the leader (broker-1) fails at 0:30 and its topics fail "
-                              "over; it returns empty at 1:00; at 1:30, mid-rebalancing, the next leader "
-                              "(broker-2) restarts and broker-3 takes over",
-                        "balanced", 10.0, setup,
-                        [(1800.0, fail("broker-1")), (3600.0, back), (5400.0, hand_over)])
+        return Scenario(
+            name,
+            "4 brokers × 150 topics; the leader (broker-1) fails at 0:30 and its topics fail "
+            "over; it returns empty at 1:00; at 1:30, mid-rebalancing, the next leader "
+            "(broker-2) restarts and broker-3 takes over",
+            "balanced",
+            10.0,
+            setup,
+            [(1800.0, fail("broker-1")), (3600.0, back), (5400.0, hand_over)],
+        )
     if name == "workload-drift":
+
         async def setup(c: SimCluster) -> None:
             await _populate(c, 4, 60, scale=0.2)
             start = c.clock.now()
@@ -293,48 +331,65 @@ def scenario(name: str) -> Scenario:
             for n in hot:
                 c.topics[n].growth = growth
 
-        return Scenario(name, "4 brokers × 60 quiet topics; from 2:00 to 5:00 a third of them (mostly on "
-                              "broker-1 and broker-2) grow fiftyfold", "balanced", 12.0, setup,
-                        settle_after_s=5 * 3600.0)
+        return Scenario(
+            name,
+            "4 brokers × 60 quiet topics; from 2:00 to 5:00 a third of them (mostly on "
+            "broker-1 and broker-2) grow fiftyfold",
+            "balanced",
+            12.0,
+            setup,
+            settle_after_s=5 * 3600.0,
+        )
     raise ValueError(f"unknown scenario {name!r}; expected one of {', '.join(SCENARIOS)}")
 
 
 # ---------------------------------------------------------------- running one
+
 
 @dataclass
 class SimulationResult:
     scenario: str
     planner: str
     config: RebalancingConfig
-    timeline: list[tuple[float, float]]             # (hours since start, CV of the active brokers)
-    loads: dict[str, list[tuple[float, float]]]     # broker → (hours, load)
+    timeline: list[tuple[float, float]]  # (hours since start, CV of the active brokers)
+    loads: dict[str, list[tuple[float, float]]]  # broker → (hours, load)
     moves: list[MoveRecord]
-    events: list[tuple[float, str]]                 # (hours, label)
+    events: list[tuple[float, str]]  # (hours, label)
     statuses: dict[str, int]
     cycle_seconds: list[float]
     final_cv: float
-    converged_at_h: float | None                    # first time after the last event the CV stayed under
+    converged_at_h: float | None  # first time after the last event the CV stayed under
     moves_to_converge: int | None
-    reached_at_h: float | None                      # first time after the last event the CV was under
-    moves_to_threshold: int | None                  # moves made until then
+    reached_at_h: float | None  # first time after the last event the CV was under
+    moves_to_threshold: int | None  # moves made until then
     violations: list[str]
-    consistent: bool                                # the store's assignments equal the simulator's
+    consistent: bool  # the store's assignments equal the simulator's
 
     @property
     def threshold(self) -> float:
         return self.config.cv_threshold
 
     def to_dict(self) -> dict:
-        return {"scenario": self.scenario, "planner": self.planner, "config": self.config.to_dict(),
-                "threshold": self.threshold, "final_cv": self.final_cv, "converged_at_h": self.converged_at_h,
-                "moves": len(self.moves), "moves_to_converge": self.moves_to_converge,
-                "reached_at_h": self.reached_at_h, "moves_to_threshold": self.moves_to_threshold,
-                "max_moves_in_any_hour": max_moves_in_window(self.moves),
-                "violations": self.violations, "statuses": self.statuses, "consistent": self.consistent,
-                "cycle_ms_max": 1000 * max(self.cycle_seconds, default=0.0),
-                "events": [{"t_h": t, "event": e} for t, e in self.events],
-                "timeline": [{"t_h": t, "cv": cv} for t, cv in self.timeline],
-                "move_list": [m.to_dict() for m in self.moves]}
+        return {
+            "scenario": self.scenario,
+            "planner": self.planner,
+            "config": self.config.to_dict(),
+            "threshold": self.threshold,
+            "final_cv": self.final_cv,
+            "converged_at_h": self.converged_at_h,
+            "moves": len(self.moves),
+            "moves_to_converge": self.moves_to_converge,
+            "reached_at_h": self.reached_at_h,
+            "moves_to_threshold": self.moves_to_threshold,
+            "max_moves_in_any_hour": max_moves_in_window(self.moves),
+            "violations": self.violations,
+            "statuses": self.statuses,
+            "consistent": self.consistent,
+            "cycle_ms_max": 1000 * max(self.cycle_seconds, default=0.0),
+            "events": [{"t_h": t, "event": e} for t, e in self.events],
+            "timeline": [{"t_h": t, "cv": cv} for t, cv in self.timeline],
+            "move_list": [m.to_dict() for m in self.moves],
+        }
 
 
 def max_moves_in_window(moves: list[MoveRecord], window: float = RATE_WINDOW_SECONDS) -> int:
@@ -373,11 +428,23 @@ def check_safety(moves: list[MoveRecord], config: RebalancingConfig) -> list[str
     return out
 
 
-async def run_scenario(name: str, *, planner: str = "plan", aggressiveness: str | None = None,
-                       hours: float | None = None, seed: int = 7, **overrides: Any) -> SimulationResult:
+async def run_scenario(
+    name: str,
+    *,
+    planner: str = "plan",
+    aggressiveness: str | None = None,
+    hours: float | None = None,
+    seed: int = 7,
+    **overrides: Any,
+) -> SimulationResult:
     sc = scenario(name)
-    section = {"enabled": True, "aggressiveness": aggressiveness or sc.aggressiveness, "planner": planner,
-               "blacklist_topics": ["/system/*"], **overrides}
+    section = {
+        "enabled": True,
+        "aggressiveness": aggressiveness or sc.aggressiveness,
+        "planner": planner,
+        "blacklist_topics": ["/system/*"],
+        **overrides,
+    }
     config = RebalancingConfig.from_section(section)
     duration = (hours if hours is not None else sc.hours) * 3600.0
     clock = VirtualClock()
@@ -393,8 +460,15 @@ async def run_scenario(name: str, *, planner: str = "plan", aggressiveness: str 
         def elect() -> Rebalancer:
             current = cluster.brokers[0] if cluster.brokers else None
             if leader[0] != current or leader[1] is None:
-                reb = Rebalancer(store, config, clock=clock, reports=cluster,
-                                 executor=None, created_at=cluster.created_at, reassignment_timeout_s=0.0)
+                reb = Rebalancer(
+                    store,
+                    config,
+                    clock=clock,
+                    reports=cluster,
+                    executor=None,
+                    created_at=cluster.created_at,
+                    reassignment_timeout_s=0.0,
+                )
                 reb.executor = SimMoveExecutor(cluster, MetadataMoveExecutor(store, clock))
                 leader[0], leader[1] = current, reb
                 if current is not None:
@@ -428,7 +502,7 @@ async def run_scenario(name: str, *, planner: str = "plan", aggressiveness: str 
         moves = await _history.RebalancingHistory(store).records()
         store_assigned: dict[str, set[str]] = {}
         for kv in await store.get_prefix(keys.cluster_brokers_prefix()):
-            parts = kv.key[len(keys.cluster_brokers_prefix()):].split("/")
+            parts = kv.key[len(keys.cluster_brokers_prefix()) :].split("/")
             if len(parts) == 3:
                 store_assigned.setdefault(parts[0], set()).add(f"/{parts[1]}/{parts[2]}")
         mirror = {b: s for b, s in cluster.assigned.items() if s}
@@ -449,12 +523,25 @@ async def run_scenario(name: str, *, planner: str = "plan", aggressiveness: str 
 
     def moves_until(h: float | None) -> int | None:
         return None if h is None else sum(1 for m in moves if (m.timestamp - start) / 3600.0 <= h)
+
     return SimulationResult(
-        scenario=name, planner=planner, config=config, timeline=timeline, loads=loads, moves=moves,
-        events=[((when - start) / 3600.0, label) for when, label in cluster.events], statuses=statuses,
-        cycle_seconds=cycles, final_cv=timeline[-1][1] if timeline else 0.0, converged_at_h=converged,
-        moves_to_converge=moves_until(converged), reached_at_h=reached, moves_to_threshold=moves_until(reached),
-        violations=check_safety(moves, config), consistent=consistent)
+        scenario=name,
+        planner=planner,
+        config=config,
+        timeline=timeline,
+        loads=loads,
+        moves=moves,
+        events=[((when - start) / 3600.0, label) for when, label in cluster.events],
+        statuses=statuses,
+        cycle_seconds=cycles,
+        final_cv=timeline[-1][1] if timeline else 0.0,
+        converged_at_h=converged,
+        moves_to_converge=moves_until(converged),
+        reached_at_h=reached,
+        moves_to_threshold=moves_until(reached),
+        violations=check_safety(moves, config),
+        consistent=consistent,
+    )
 
 
 def simulate(name: str, **kw: Any) -> SimulationResult:
@@ -462,6 +549,7 @@ def simulate(name: str, **kw: Any) -> SimulationResult:
 
 
 # ---------------------------------------------------------------- the chart
+
 
 def write_chart(results: list[SimulationResult], path: str) -> None:
     import matplotlib
@@ -473,18 +561,26 @@ def write_chart(results: list[SimulationResult], path: str) -> None:
     fig, axes = plt.subplots(2, 1, figsize=(11, 8), sharex=True)
     ax = axes[0]
     for r in results:
-        ax.plot([h for h, _ in r.timeline], [cv for _, cv in r.timeline],
-                label=f"CV ({r.planner}: {len(r.moves)} moves)")
-        ax.plot([(m.timestamp - EPOCH) / 3600.0 for m in r.moves],
-                [_cv_at(r.timeline, (m.timestamp - EPOCH) / 3600.0) for m in r.moves], "|", markersize=8)
+        ax.plot(
+            [h for h, _ in r.timeline], [cv for _, cv in r.timeline], label=f"CV ({r.planner}: {len(r.moves)} moves)"
+        )
+        ax.plot(
+            [(m.timestamp - EPOCH) / 3600.0 for m in r.moves],
+            [_cv_at(r.timeline, (m.timestamp - EPOCH) / 3600.0) for m in r.moves],
+            "|",
+            markersize=8,
+        )
     ax.axhline(first.threshold, color="red", linestyle="--", label=f"threshold {first.threshold:.2f}")
     for h, label in first.events:
         ax.axvline(h, color="grey", linestyle=":", linewidth=0.8)
-        ax.annotate(label, (h, ax.get_ylim()[1] if ax.get_ylim()[1] else 1.0), fontsize="x-small",
-                    rotation=90, va="top")
+        ax.annotate(
+            label, (h, ax.get_ylim()[1] if ax.get_ylim()[1] else 1.0), fontsize="x-small", rotation=90, va="top"
+        )
     ax.set_ylabel("CV (std / mean)")
-    ax.set_title(f"danube cluster simulate {first.scenario} ({first.config.aggressiveness}, "
-                 f"max {first.config.max_moves_per_hour} moves/h)")
+    ax.set_title(
+        f"danube cluster simulate {first.scenario} ({first.config.aggressiveness}, "
+        f"max {first.config.max_moves_per_hour} moves/h)"
+    )
     ax.legend(loc="upper right", fontsize="small")
     ax.grid(alpha=0.3)
     for broker, points in sorted(first.loads.items()):

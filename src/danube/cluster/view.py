@@ -38,12 +38,12 @@ def _json(value: bytes | None) -> Any:
 class ClusterView:
     def __init__(self, store: MetadataStore) -> None:
         self.store = store
-        self.registered: dict[str, dict] = {}            # broker id → registration info
-        self.assignments: dict[str, str] = {}            # topic → broker id
-        self.broker_topics: dict[str, set[str]] = {}     # broker id → topics
-        self.broker_states: dict[str, str] = {}          # broker id → active | draining | drained
+        self.registered: dict[str, dict] = {}  # broker id → registration info
+        self.assignments: dict[str, str] = {}  # topic → broker id
+        self.broker_topics: dict[str, set[str]] = {}  # broker id → topics
+        self.broker_states: dict[str, str] = {}  # broker id → active | draining | drained
         self.unassigned: dict[str, tuple[Any, int]] = {}  # topic → (marker JSON or None, mod_revision)
-        self.loads: dict[str, LoadReport] = {}           # broker id → latest LoadReport
+        self.loads: dict[str, LoadReport] = {}  # broker id → latest LoadReport
         self.leader: str | None = None
         self.revision = 0
         self.listeners: list[Callable[[WatchEvent], None]] = []

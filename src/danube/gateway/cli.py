@@ -103,9 +103,9 @@ def run(args) -> int:
         from danube.gateway.app import serve
 
         if cfg.mode == "all":
-            from danube.gateway.mcp_tools import serve_stdio
-
             import asyncio
+
+            from danube.gateway.mcp_tools import serve_stdio
 
             await asyncio.gather(serve(cfg), serve_stdio(cfg, allow_actions=args.mcp_allow_actions))
         else:

@@ -12,9 +12,9 @@ import json
 from typing import Any
 
 from danube.errors import DanubeError
+from danube.gateway import mcp_guides
 from danube.gateway.actions import COMPATIBILITY_MODES, normalize_topic
 from danube.gateway.backend import AdminBackend, pb, spb
-from danube.gateway import mcp_guides
 from danube.gateway.config import GatewayConfig
 from danube.gateway.metrics import MetricsHub
 from danube.gateway.pages import Pages, _dict

@@ -30,8 +30,8 @@ from typing import Any, AsyncIterator, Sequence
 
 from danube.errors import MetadataError
 from danube.metadata.store import (
-    Compare,
     CompactedError,
+    Compare,
     KeyValue,
     LeaseNotFoundError,
     MetadataStore,
@@ -76,10 +76,14 @@ class EmbeddedMetadataStore(MetadataStore):
             if "lease" not in columns:
                 conn.execute("ALTER TABLE kv ADD COLUMN lease INTEGER NOT NULL DEFAULT 0")
             conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
-            conn.execute("CREATE TABLE IF NOT EXISTS leases (id INTEGER PRIMARY KEY, ttl INTEGER NOT NULL, "
-                         "expires_at REAL NOT NULL)")
-            conn.execute("CREATE TABLE IF NOT EXISTS log (revision INTEGER NOT NULL, kind TEXT NOT NULL, "
-                         "key TEXT NOT NULL, value BLOB)")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS leases (id INTEGER PRIMARY KEY, ttl INTEGER NOT NULL, "
+                "expires_at REAL NOT NULL)"
+            )
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS log (revision INTEGER NOT NULL, kind TEXT NOT NULL, "
+                "key TEXT NOT NULL, value BLOB)"
+            )
             conn.execute("CREATE INDEX IF NOT EXISTS log_revision ON log(revision)")
             conn.execute("CREATE INDEX IF NOT EXISTS kv_lease ON kv(lease) WHERE lease != 0")
             meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
@@ -101,8 +105,7 @@ class EmbeddedMetadataStore(MetadataStore):
     # ------------------------------------------------------------ thread-side work
 
     def _row(self, key: str) -> KeyValue | None:
-        row = self._conn.execute("SELECT value, version, mod_revision, lease FROM kv WHERE key = ?",
-                                 (key,)).fetchone()
+        row = self._conn.execute("SELECT value, version, mod_revision, lease FROM kv WHERE key = ?", (key,)).fetchone()
         return None if row is None else KeyValue(key, bytes(row[0]), row[1], row[2], row[3])
 
     def _prefix_rows(self, prefix: str) -> list[KeyValue]:
@@ -128,8 +131,10 @@ class EmbeddedMetadataStore(MetadataStore):
             result = body(revision, events)
             if events:
                 conn.execute("INSERT OR REPLACE INTO meta(name, value) VALUES ('revision', ?)", (revision,))
-                conn.executemany("INSERT INTO log(revision, kind, key, value) VALUES (?, ?, ?, ?)",
-                                 [(revision, e.kind, e.key, e.value) for e in events])
+                conn.executemany(
+                    "INSERT INTO log(revision, kind, key, value) VALUES (?, ?, ?, ?)",
+                    [(revision, e.kind, e.key, e.value) for e in events],
+                )
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -202,7 +207,7 @@ class EmbeddedMetadataStore(MetadataStore):
         def body(revision, events):
             ok = all(c.holds(self._row(c.key)) for c in compare)
             results: list[Any] = []
-            for op in (success if ok else failure):
+            for op in success if ok else failure:
                 if op.kind == "put":
                     self._apply_put(revision, events, op.key, op.value, op.lease)
                     results.append(None)
@@ -229,8 +234,9 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def _grant(self, ttl: int) -> int:
         lease_id = secrets.randbits(62) or 1
-        self._conn.execute("INSERT INTO leases(id, ttl, expires_at) VALUES (?, ?, ?)",
-                           (lease_id, ttl, self._clock() + ttl))
+        self._conn.execute(
+            "INSERT INTO leases(id, ttl, expires_at) VALUES (?, ?, ?)", (lease_id, ttl, self._clock() + ttl)
+        )
         return lease_id
 
     def _keepalive(self, lease_id: int) -> int:
@@ -252,8 +258,9 @@ class EmbeddedMetadataStore(MetadataStore):
     def _expire_leases(self) -> int:
         """Revoke every lease past its deadline (one revision each); returns how many leases remain."""
         conn = self._conn
-        expired = [row[0] for row in conn.execute("SELECT id FROM leases WHERE expires_at <= ?",
-                                                  (self._clock(),)).fetchall()]
+        expired = [
+            row[0] for row in conn.execute("SELECT id FROM leases WHERE expires_at <= ?", (self._clock(),)).fetchall()
+        ]
         for lease_id in expired:
             self._commit(lambda revision, events, lease_id=lease_id: self._apply_revoke(revision, events, lease_id))
         return conn.execute("SELECT COUNT(*) FROM leases").fetchone()[0]
@@ -270,11 +277,12 @@ class EmbeddedMetadataStore(MetadataStore):
         prefix, queue, loop = entry
         if start_revision is not None and start_revision <= self._revision:
             if start_revision <= self._compacted:
-                raise CompactedError(f"revision {start_revision} is compacted (history starts after "
-                                     f"{self._compacted})")
+                raise CompactedError(f"revision {start_revision} is compacted (history starts after {self._compacted})")
             rows = self._conn.execute(
                 "SELECT revision, kind, key, value FROM log WHERE revision >= ? AND key >= ? AND key < ? "
-                "ORDER BY revision, rowid", (start_revision, prefix, prefix + _END)).fetchall()
+                "ORDER BY revision, rowid",
+                (start_revision, prefix, prefix + _END),
+            ).fetchall()
             for rev, kind, key, value in rows:
                 event = WatchEvent(kind, key, None if value is None else bytes(value), rev)
                 loop.call_soon_threadsafe(queue.put_nowait, event)
@@ -313,8 +321,9 @@ class EmbeddedMetadataStore(MetadataStore):
     async def delete_prefix(self, prefix: str) -> int:
         return await self._run(self._delete_prefix, prefix)
 
-    async def txn(self, compare: Sequence[Compare], success: Sequence[Op] = (),
-                  failure: Sequence[Op] = ()) -> TxnResult:
+    async def txn(
+        self, compare: Sequence[Compare], success: Sequence[Op] = (), failure: Sequence[Op] = ()
+    ) -> TxnResult:
         return await self._run(self._txn, tuple(compare), tuple(success), tuple(failure))
 
     async def grant_lease(self, ttl: int) -> int:

@@ -32,8 +32,8 @@ import grpc
 
 from danube.errors import MetadataError
 from danube.metadata.store import (
-    Compare,
     CompactedError,
+    Compare,
     KeyValue,
     LeaseNotFoundError,
     MetadataStore,
@@ -107,8 +107,10 @@ class EtcdMetadataStore(MetadataStore):
 
     def __init__(self, endpoints: str, *, retry_timeout: float = 10.0) -> None:
         if rpc is None:
-            raise MetadataError("cluster mode needs the etcd client: pip install 'danube-broker[cluster]' "
-                                f"({_IMPORT_ERROR})", retriable=False)
+            raise MetadataError(
+                f"cluster mode needs the etcd client: pip install 'danube-broker[cluster]' ({_IMPORT_ERROR})",
+                retriable=False,
+            )
         self.endpoints = endpoints
         self.retry_timeout = retry_timeout
         self._target = parse_endpoints(endpoints)
@@ -152,8 +154,9 @@ class EtcdMetadataStore(MetadataStore):
         if exc.code() == grpc.StatusCode.OUT_OF_RANGE and "compacted" in details:
             return CompactedError(f"etcd {what}: {details}")
         retriable = exc.code() in _RETRY_CODES
-        return MetadataError(f"etcd {what} failed at {self.endpoints}: {exc.code().name} {details}",
-                             retriable=retriable)
+        return MetadataError(
+            f"etcd {what} failed at {self.endpoints}: {exc.code().name} {details}", retriable=retriable
+        )
 
     # ------------------------------------------------------------ reads and writes
 
@@ -174,9 +177,13 @@ class EtcdMetadataStore(MetadataStore):
     async def get_prefix_with_revision(self, prefix: str) -> tuple[list[KeyValue], int]:
         kv_stub, _, _ = self._stubs()
         p = prefix.encode()
-        resp = await self._call("get_prefix", kv_stub.Range, rpc.RangeRequest(
-            key=p, range_end=prefix_end(p), sort_order=rpc.RangeRequest.ASCEND,
-            sort_target=rpc.RangeRequest.KEY))
+        resp = await self._call(
+            "get_prefix",
+            kv_stub.Range,
+            rpc.RangeRequest(
+                key=p, range_end=prefix_end(p), sort_order=rpc.RangeRequest.ASCEND, sort_target=rpc.RangeRequest.KEY
+            ),
+        )
         return [_kv(kv) for kv in resp.kvs], int(resp.header.revision)
 
     async def get_prefix(self, prefix: str) -> list[KeyValue]:
@@ -184,8 +191,9 @@ class EtcdMetadataStore(MetadataStore):
 
     async def put(self, key: str, value: bytes, *, lease: int = 0) -> int:
         kv_stub, _, _ = self._stubs()
-        resp = await self._call("put", kv_stub.Put, rpc.PutRequest(key=key.encode(), value=bytes(value),
-                                                                   lease=int(lease), prev_kv=True))
+        resp = await self._call(
+            "put", kv_stub.Put, rpc.PutRequest(key=key.encode(), value=bytes(value), lease=int(lease), prev_kv=True)
+        )
         return (int(resp.prev_kv.version) + 1) if resp.HasField("prev_kv") else 1
 
     async def put_if_version(self, key: str, value: bytes, expected_version: int) -> bool:
@@ -200,8 +208,9 @@ class EtcdMetadataStore(MetadataStore):
     async def delete_prefix(self, prefix: str) -> int:
         kv_stub, _, _ = self._stubs()
         p = prefix.encode()
-        resp = await self._call("delete_prefix", kv_stub.DeleteRange,
-                                rpc.DeleteRangeRequest(key=p, range_end=prefix_end(p)))
+        resp = await self._call(
+            "delete_prefix", kv_stub.DeleteRange, rpc.DeleteRangeRequest(key=p, range_end=prefix_end(p))
+        )
         return int(resp.deleted)
 
     # ------------------------------------------------------------ transactions
@@ -231,17 +240,25 @@ class EtcdMetadataStore(MetadataStore):
         if op.kind == "get":
             return rpc.RequestOp(request_range=rpc.RangeRequest(key=key))
         if op.kind == "get_prefix":
-            return rpc.RequestOp(request_range=rpc.RangeRequest(
-                key=key, range_end=prefix_end(key), sort_order=rpc.RangeRequest.ASCEND,
-                sort_target=rpc.RangeRequest.KEY))
+            return rpc.RequestOp(
+                request_range=rpc.RangeRequest(
+                    key=key,
+                    range_end=prefix_end(key),
+                    sort_order=rpc.RangeRequest.ASCEND,
+                    sort_target=rpc.RangeRequest.KEY,
+                )
+            )
         raise ValueError(f"unknown transaction op {op.kind!r}")
 
-    async def txn(self, compare: Sequence[Compare], success: Sequence[Op] = (),
-                  failure: Sequence[Op] = ()) -> TxnResult:
+    async def txn(
+        self, compare: Sequence[Compare], success: Sequence[Op] = (), failure: Sequence[Op] = ()
+    ) -> TxnResult:
         kv_stub, _, _ = self._stubs()
-        request = rpc.TxnRequest(compare=[self._compare(c) for c in compare],
-                                 success=[self._request_op(o) for o in success],
-                                 failure=[self._request_op(o) for o in failure])
+        request = rpc.TxnRequest(
+            compare=[self._compare(c) for c in compare],
+            success=[self._request_op(o) for o in success],
+            failure=[self._request_op(o) for o in failure],
+        )
         resp = await self._call("txn", kv_stub.Txn, request)
         ops = success if resp.succeeded else failure
         results: list[Any] = []
@@ -279,8 +296,12 @@ class EtcdMetadataStore(MetadataStore):
                     return reply
             finally:
                 call.cancel()
-            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
-                                       "keepalive stream ended without an answer")
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.aio.Metadata(),
+                grpc.aio.Metadata(),
+                "keepalive stream ended without an answer",
+            )
 
         reply = await self._call("lease keepalive", once, rpc.LeaseKeepAliveRequest(ID=int(lease_id)))
         if reply.TTL <= 0:
@@ -322,8 +343,10 @@ class EtcdMetadataStore(MetadataStore):
                 async for resp in call:
                     down_since, delay = None, 0.05
                     if resp.compact_revision:
-                        raise CompactedError(f"etcd watch on {prefix}: revision {next_revision} is compacted "
-                                             f"(oldest available {resp.compact_revision})")
+                        raise CompactedError(
+                            f"etcd watch on {prefix}: revision {next_revision} is compacted "
+                            f"(oldest available {resp.compact_revision})"
+                        )
                     if resp.created and next_revision is None:
                         next_revision = int(resp.header.revision) + 1
                     if resp.canceled:
@@ -344,8 +367,9 @@ class EtcdMetadataStore(MetadataStore):
                     raise self._error("watch", exc) from exc
                 now = loop.time()
                 down_since = down_since or now
-                log.debug("etcd watch on %s broke (%s); resuming from revision %s", prefix, exc.code().name,
-                          next_revision)
+                log.debug(
+                    "etcd watch on %s broke (%s); resuming from revision %s", prefix, exc.code().name, next_revision
+                )
             finally:
                 queue.put_nowait(None)
                 call.cancel()

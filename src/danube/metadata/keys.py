@@ -19,8 +19,7 @@ from danube.errors import InvalidNameError, InvalidTopicNameError, quote
 MAX_NAME_CHARS = 255
 # "/" + namespace + "/" + topic
 MAX_TOPIC_CHARS = 2 * MAX_NAME_CHARS + 2
-NAME_RULE = ("1-255 characters from letters, digits, '_', '-' and '.', "
-             "not starting with '.'")
+NAME_RULE = "1-255 characters from letters, digits, '_', '-' and '.', not starting with '.'"
 
 # \Z, not $: "$" would also accept a trailing newline.
 _NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,%d}\Z" % (MAX_NAME_CHARS - 1))
@@ -50,12 +49,14 @@ def split_topic(topic: object) -> tuple[str, str]:
     if not isinstance(topic, str):
         raise InvalidTopicNameError(f"invalid topic name: expected a string, got {type(topic).__name__}")
     if not topic.startswith("/") or len(topic) > MAX_TOPIC_CHARS:
-        raise InvalidTopicNameError(f"invalid topic name {quote(topic)}: expected /namespace/topic "
-                                    f"of at most {MAX_TOPIC_CHARS} characters")
+        raise InvalidTopicNameError(
+            f"invalid topic name {quote(topic)}: expected /namespace/topic of at most {MAX_TOPIC_CHARS} characters"
+        )
     parts = topic[1:].split("/")
     if len(parts) != 2 or not all(_NAME.match(p) for p in parts):
         raise InvalidTopicNameError(
-            f"invalid topic name {quote(topic)}: expected /namespace/topic, each part {NAME_RULE}")
+            f"invalid topic name {quote(topic)}: expected /namespace/topic, each part {NAME_RULE}"
+        )
     return parts[0], parts[1]
 
 
@@ -70,6 +71,7 @@ def offset20(offset: int) -> str:
 
 
 # ---------------------------------------------------------------- namespaces and topics
+
 
 def namespace(ns: str) -> str:
     return f"/namespaces/{check_namespace(ns)}"
@@ -123,6 +125,7 @@ def subscription_consumer(topic: str, sub: str, consumer_name: str) -> str:
 
 # ---------------------------------------------------------------- storage (prefix = metadata_prefix)
 
+
 def storage_topic(prefix: str, topic: str) -> str:
     ns, name = split_topic(topic)
     return f"{prefix.rstrip('/')}/storage/topics/{ns}/{name}"
@@ -145,6 +148,7 @@ def storage_state(prefix: str, topic: str) -> str:
 
 
 # ---------------------------------------------------------------- cluster
+
 
 def broker_register(broker_id: str) -> str:
     return f"/cluster/register/{broker_id}"
@@ -175,6 +179,7 @@ def leader() -> str:
 # ---------------------------------------------------------------- schema registry (docs/schema-registry.md)
 # Subjects are free text (a topic name is a common subject), so they are percent-encoded
 # into one key segment.
+
 
 def _subject_segment(subject: str) -> str:
     from urllib.parse import quote
@@ -226,6 +231,7 @@ def schemas_root() -> str:
 # Role and subject names are kept as given (a JWT subject may hold any character), so they are
 # percent-encoded into one key segment.
 
+
 def security_role(role: str) -> str:
     from urllib.parse import quote as _pct
 
@@ -248,6 +254,7 @@ def security_bindings() -> str:
 
 # ---------------------------------------------------------------- cluster view (danube.cluster.view)
 
+
 def cluster_prefix() -> str:
     """Everything the cluster keeps (one watch): registrations, assignments, markers, load reports, leader."""
     return "/cluster/"
@@ -259,6 +266,7 @@ def load_prefix() -> str:
 
 
 # ---------------------------------------------------------------- rebalancing (docs/rebalancing.md)
+
 
 def rebalancing_history_prefix() -> str:
     return "/cluster/rebalancing_history/"
@@ -284,11 +292,11 @@ def unassigned_prefix() -> str:
     return "/cluster/unassigned/"
 
 
-
 # ---------------------------------------------------------------- scalable topics (docs/scalable-topics.md)
 # Pulsar PIP-468's layout: the topic's key holds the ScalableTopicMetadata JSON, with the
 # controller lock, the subscriptions and their consumer sessions under it.  ``operation`` is
 # danube's addition: the split/merge in progress, so a new controller leader can finish it.
+
 
 def scalable_topic(topic: str) -> str:
     return topic_root(topic)
@@ -327,6 +335,7 @@ def scalable_namespace_prefix(ns: str) -> str:
 # One key per partitioned topic under its own prefix, so a watch on the routing content sees
 # nothing of the topics' other metadata (cursors, producers) churning.
 
+
 def partitioning_prefix() -> str:
     """Every partitioned topic's partitioning state (``topic_partitioning``)."""
     return "/routing/partitioning/"
@@ -349,6 +358,7 @@ def routing_adoption(broker_id: str) -> str:
 
 
 # ---------------------------------------------------------------- terminated topics (docs/broker.md)
+
 
 def topic_terminated(topic: str) -> str:
     """The topic was terminated (sealed for good): the broker reads it when it opens the topic and

@@ -211,8 +211,9 @@ class MetadataStore(abc.ABC):
     async def get_prefix_with_revision(self, prefix: str) -> tuple[list[KeyValue], int]: ...
 
     @abc.abstractmethod
-    async def txn(self, compare: Sequence[Compare], success: Sequence[Op] = (),
-                  failure: Sequence[Op] = ()) -> TxnResult:
+    async def txn(
+        self, compare: Sequence[Compare], success: Sequence[Op] = (), failure: Sequence[Op] = ()
+    ) -> TxnResult:
         """Atomically: ``success`` if every comparison holds, else ``failure``."""
 
     @abc.abstractmethod

@@ -30,16 +30,24 @@ class AssignedSegment:
     waiting_for: tuple[int, ...] = ()  # parents not yet drained: do not read this segment yet
 
     def to_json(self) -> dict:
-        return {"segmentId": self.segment_id, "hashRange": self.hash_range.to_json(),
-                "underlyingTopicName": self.topic_name, "sealed": self.sealed,
-                "waitingFor": list(self.waiting_for)}
+        return {
+            "segmentId": self.segment_id,
+            "hashRange": self.hash_range.to_json(),
+            "underlyingTopicName": self.topic_name,
+            "sealed": self.sealed,
+            "waitingFor": list(self.waiting_for),
+        }
 
     @classmethod
     def from_json(cls, doc: Mapping) -> "AssignedSegment":
         hr = doc["hashRange"]
-        return cls(int(doc["segmentId"]), HashRange(int(hr["start"]), int(hr["end"])),
-                   str(doc["underlyingTopicName"]), bool(doc.get("sealed", False)),
-                   tuple(int(p) for p in doc.get("waitingFor", ())))
+        return cls(
+            int(doc["segmentId"]),
+            HashRange(int(hr["start"]), int(hr["end"])),
+            str(doc["underlyingTopicName"]),
+            bool(doc.get("sealed", False)),
+            tuple(int(p) for p in doc.get("waitingFor", ())),
+        )
 
 
 @dataclass(frozen=True)
@@ -56,12 +64,14 @@ class ConsumerAssignment:
 
     @classmethod
     def from_json(cls, doc: Mapping) -> "ConsumerAssignment":
-        return cls(int(doc.get("layoutEpoch", 0)),
-                   tuple(AssignedSegment.from_json(s) for s in doc.get("assignedSegments", ())))
+        return cls(
+            int(doc.get("layoutEpoch", 0)), tuple(AssignedSegment.from_json(s) for s in doc.get("assignedSegments", ()))
+        )
 
 
-def assign(topic: str, layout: SegmentLayout, consumers: Iterable[str],
-           drained: Iterable[int] = ()) -> dict[str, ConsumerAssignment]:
+def assign(
+    topic: str, layout: SegmentLayout, consumers: Iterable[str], drained: Iterable[int] = ()
+) -> dict[str, ConsumerAssignment]:
     """Every consumer's assignment for one subscription (see the module docstring)."""
     names = sorted(set(consumers))
     out: dict[str, list[AssignedSegment]] = {n: [] for n in names}
@@ -77,8 +87,9 @@ def assign(topic: str, layout: SegmentLayout, consumers: Iterable[str],
     for i, seg in enumerate(active):
         name = names[i % len(names)]
         owner_of_active[seg.segment_id] = name
-        out[name].append(AssignedSegment(seg.segment_id, seg.hash_range, segment_topic_name(topic, seg),
-                                         False, waiting(seg)))
+        out[name].append(
+            AssignedSegment(seg.segment_id, seg.hash_range, segment_topic_name(topic, seg), False, waiting(seg))
+        )
     for seg in layout.segments.values():
         if seg.is_active or seg.segment_id in done:
             continue
@@ -88,6 +99,7 @@ def assign(topic: str, layout: SegmentLayout, consumers: Iterable[str],
         holder = layout.find_active_segment(seg.hash_range.start)
         name = owner_of_active[holder.segment_id]
         out[name].append(AssignedSegment(seg.segment_id, seg.hash_range, segment_topic_name(topic, seg), True, ()))
-    return {n: ConsumerAssignment(layout.epoch, tuple(sorted(segs, key=lambda s: (s.hash_range.start,
-                                                                                  s.segment_id))))
-            for n, segs in out.items()}
+    return {
+        n: ConsumerAssignment(layout.epoch, tuple(sorted(segs, key=lambda s: (s.hash_range.start, s.segment_id))))
+        for n, segs in out.items()
+    }

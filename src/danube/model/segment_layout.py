@@ -37,6 +37,7 @@ class LayoutError(InvalidArgumentError):
 
 # ---------------------------------------------------------------- key hash
 
+
 def murmur3_32(data: bytes, seed: int = 0) -> int:
     """MurmurHash3 x86 32-bit (Austin Appleby's reference algorithm)."""
     c1, c2, mask = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
@@ -44,14 +45,14 @@ def murmur3_32(data: bytes, seed: int = 0) -> int:
     n = len(data)
     nblocks = n // 4
     for i in range(nblocks):
-        k = int.from_bytes(data[4 * i:4 * i + 4], "little")
+        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
         k = (k * c1) & mask
         k = ((k << 15) | (k >> 17)) & mask
         k = (k * c2) & mask
         h ^= k
         h = ((h << 13) | (h >> 19)) & mask
         h = (h * 5 + 0xE6546B64) & mask
-    tail = data[4 * nblocks:]
+    tail = data[4 * nblocks :]
     k = 0
     if len(tail) == 3:
         k ^= tail[2] << 16
@@ -79,6 +80,7 @@ def key_hash(key: str | bytes) -> int:
 
 
 # ---------------------------------------------------------------- records
+
 
 @dataclass(frozen=True, order=True)
 class HashRange:
@@ -119,8 +121,9 @@ class SegmentInfo:
     sealed_at_epoch: int = 0  # 0 while ACTIVE (a seal always increments the epoch, so never 0 when sealed)
 
     @classmethod
-    def active(cls, segment_id: int, hash_range: HashRange, epoch: int,
-               parent_ids: Iterable[int] = ()) -> "SegmentInfo":
+    def active(
+        cls, segment_id: int, hash_range: HashRange, epoch: int, parent_ids: Iterable[int] = ()
+    ) -> "SegmentInfo":
         return cls(segment_id, hash_range, SegmentState.ACTIVE, tuple(parent_ids), (), epoch, 0)
 
     def sealed(self, epoch: int, child_ids: Iterable[int]) -> "SegmentInfo":
@@ -136,19 +139,29 @@ class SegmentInfo:
         return f"{self.hash_range}-{self.segment_id}"
 
     def to_json(self) -> dict:
-        return {"segmentId": self.segment_id, "hashRange": self.hash_range.to_json(),
-                "state": self.state.value, "parentIds": list(self.parent_ids),
-                "childIds": list(self.child_ids), "createdAtEpoch": self.created_at_epoch,
-                "sealedAtEpoch": self.sealed_at_epoch}
+        return {
+            "segmentId": self.segment_id,
+            "hashRange": self.hash_range.to_json(),
+            "state": self.state.value,
+            "parentIds": list(self.parent_ids),
+            "childIds": list(self.child_ids),
+            "createdAtEpoch": self.created_at_epoch,
+            "sealedAtEpoch": self.sealed_at_epoch,
+        }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "SegmentInfo":
         try:
             hr = doc["hashRange"]
-            return cls(int(doc["segmentId"]), HashRange(int(hr["start"]), int(hr["end"])),
-                       SegmentState(doc["state"]), tuple(int(p) for p in doc.get("parentIds", ())),
-                       tuple(int(c) for c in doc.get("childIds", ())), int(doc.get("createdAtEpoch", 0)),
-                       int(doc.get("sealedAtEpoch", 0)))
+            return cls(
+                int(doc["segmentId"]),
+                HashRange(int(hr["start"]), int(hr["end"])),
+                SegmentState(doc["state"]),
+                tuple(int(p) for p in doc.get("parentIds", ())),
+                tuple(int(c) for c in doc.get("childIds", ())),
+                int(doc.get("createdAtEpoch", 0)),
+                int(doc.get("sealedAtEpoch", 0)),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise LayoutError(f"unreadable segment record: {exc}") from None
 
@@ -263,8 +276,9 @@ class SegmentLayout:
         epoch = self.epoch + 1
         child = self.next_segment_id
         segs = dict(self.segments)
-        segs[child] = SegmentInfo.active(child, HashRange(lo.hash_range.start, hi.hash_range.end), epoch,
-                                         (lo.segment_id, hi.segment_id))
+        segs[child] = SegmentInfo.active(
+            child, HashRange(lo.hash_range.start, hi.hash_range.end), epoch, (lo.segment_id, hi.segment_id)
+        )
         segs[lo.segment_id] = lo.sealed(epoch, (child,))
         segs[hi.segment_id] = hi.sealed(epoch, (child,))
         return SegmentLayout(epoch, child + 1, segs, self.properties)
@@ -325,16 +339,23 @@ class SegmentLayout:
     # ------------------------------------------------------------ PIP-468's JSON
 
     def to_metadata(self) -> dict:
-        return {"epoch": self.epoch, "nextSegmentId": self.next_segment_id,
-                "segments": {str(sid): s.to_json() for sid, s in self.segments.items()},
-                "properties": dict(self.properties)}
+        return {
+            "epoch": self.epoch,
+            "nextSegmentId": self.next_segment_id,
+            "segments": {str(sid): s.to_json() for sid, s in self.segments.items()},
+            "properties": dict(self.properties),
+        }
 
     @classmethod
     def from_metadata(cls, doc: Mapping[str, Any]) -> "SegmentLayout":
         try:
             segs = {int(k): SegmentInfo.from_json(v) for k, v in doc["segments"].items()}
-            layout = cls(int(doc["epoch"]), int(doc["nextSegmentId"]), segs,
-                         {str(k): str(v) for k, v in (doc.get("properties") or {}).items()})
+            layout = cls(
+                int(doc["epoch"]),
+                int(doc["nextSegmentId"]),
+                segs,
+                {str(k): str(v) for k, v in (doc.get("properties") or {}).items()},
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise LayoutError(f"unreadable scalable topic metadata: {exc!r}") from None
         return layout.validate()

@@ -24,8 +24,16 @@ from __future__ import annotations
 from array import array
 
 NULL, BOOLEAN, INT, LONG, FLOAT, DOUBLE, BYTES, STRING, FIXED, ENUM, UNION, ARRAY, MAP, RECORD = range(14)
-_PRIMS = {"null": NULL, "boolean": BOOLEAN, "int": INT, "long": LONG, "float": FLOAT, "double": DOUBLE,
-          "bytes": BYTES, "string": STRING}
+_PRIMS = {
+    "null": NULL,
+    "boolean": BOOLEAN,
+    "int": INT,
+    "long": LONG,
+    "float": FLOAT,
+    "double": DOUBLE,
+    "bytes": BYTES,
+    "string": STRING,
+}
 
 
 def compile_avro(schema, named: dict) -> array:
@@ -50,7 +58,7 @@ def compile_avro(schema, named: dict) -> array:
             return at
         t = s.get("type")
         if isinstance(t, (dict, list)) or (isinstance(t, str) and t in _PRIMS):
-            return emit(t)            # {"type": "long", "logicalType": ...} or a wrapped type
+            return emit(t)  # {"type": "long", "logicalType": ...} or a wrapped type
         at = len(prog)
         if t in ("record", "error"):
             fields = s.get("fields", [])

@@ -70,14 +70,17 @@ class TopicSchemaConfig:
     payload_validation: bool = False
 
     def to_json(self) -> dict:
-        return {"subject": self.subject, "validation_policy": self.validation_policy,
-                "payload_validation": self.payload_validation}
+        return {
+            "subject": self.subject,
+            "validation_policy": self.validation_policy,
+            "payload_validation": self.payload_validation,
+        }
 
 
 def base_topic(topic: str) -> str:
     """``/ns/t-part-3`` → ``/ns/t``; other names unchanged."""
     cut = topic.rfind("-part-")
-    if cut > 0 and topic[cut + 6:].isdigit():
+    if cut > 0 and topic[cut + 6 :].isdigit():
         return topic[:cut]
     return topic
 
@@ -113,7 +116,7 @@ class SchemaRegistry:
         self.metadata = metadata
         # the broker's JSON Schema compatibility rule; a subject's own setting wins
         self.json_schema_rule = compat.normalize_json_schema_rule(json_schema_rule)
-        self._parsed: dict[str, ParsedSchema] = {}        # fingerprint → parsed schema
+        self._parsed: dict[str, ParsedSchema] = {}  # fingerprint → parsed schema
         self._listeners: list[Callable[[], Any]] = []
         self._lock = asyncio.Lock()
 
@@ -145,12 +148,19 @@ class SchemaRegistry:
 
     def _version_from(self, meta: dict, rec: dict) -> SchemaVersion:
         return SchemaVersion(
-            schema_id=int(meta["schema_id"]), subject=meta["subject"], version=int(rec["version"]),
-            schema_type=meta["schema_type"], definition=_decode_definition(rec),
-            fingerprint=rec["fingerprint"], description=rec.get("description", ""),
-            created_by=rec.get("created_by", ""), created_at=int(rec.get("created_at", 0)),
-            tags=list(rec.get("tags", [])), compatibility_mode=meta.get("compatibility_mode", DEFAULT_COMPATIBILITY),
-            deleted=bool(rec.get("deleted", False)))
+            schema_id=int(meta["schema_id"]),
+            subject=meta["subject"],
+            version=int(rec["version"]),
+            schema_type=meta["schema_type"],
+            definition=_decode_definition(rec),
+            fingerprint=rec["fingerprint"],
+            description=rec.get("description", ""),
+            created_by=rec.get("created_by", ""),
+            created_at=int(rec.get("created_at", 0)),
+            tags=list(rec.get("tags", [])),
+            compatibility_mode=meta.get("compatibility_mode", DEFAULT_COMPATIBILITY),
+            deleted=bool(rec.get("deleted", False)),
+        )
 
     async def _all_versions(self, meta: dict) -> list[SchemaVersion]:
         kvs = await self.metadata.get_prefix(keys.schema_versions(meta["subject"]))
@@ -172,8 +182,7 @@ class SchemaRegistry:
             raise SchemaNotFoundError(f"schema id {schema_id} not found")
         return kv.value.decode()
 
-    async def get(self, schema_id: int, version: int | None = None, *,
-                  include_deleted: bool = False) -> SchemaVersion:
+    async def get(self, schema_id: int, version: int | None = None, *, include_deleted: bool = False) -> SchemaVersion:
         """A subject's version by schema id (latest live one when ``version`` is None)."""
         subject = await self.subject_for_id(schema_id)
         if version is None:
@@ -209,13 +218,22 @@ class SchemaRegistry:
         for _ in range(_CAS_RETRIES):
             kv = await self.metadata.get(keys.schema_next_id())
             current = int(kv.value) if kv is not None else 1
-            if await self.metadata.put_if_version(keys.schema_next_id(), str(current + 1).encode(),
-                                                  kv.version if kv is not None else 0):
+            if await self.metadata.put_if_version(
+                keys.schema_next_id(), str(current + 1).encode(), kv.version if kv is not None else 0
+            ):
                 return current
         raise InvalidArgumentError("could not allocate a schema id (too much contention)")
 
-    async def register(self, subject: str, schema_type: str, definition: bytes, *, description: str = "",
-                       created_by: str = "", tags: list[str] | tuple = ()) -> tuple[SchemaVersion, bool]:
+    async def register(
+        self,
+        subject: str,
+        schema_type: str,
+        definition: bytes,
+        *,
+        description: str = "",
+        created_by: str = "",
+        tags: list[str] | tuple = (),
+    ) -> tuple[SchemaVersion, bool]:
         """Register ``definition`` under ``subject``: (the version, whether it is new).
 
         Raises InvalidSchemaError (bad type or definition, or another type than the subject's)
@@ -238,8 +256,10 @@ class SchemaRegistry:
                 number = 1
             else:
                 if meta["schema_type"] != p.schema_type:
-                    raise InvalidSchemaError(f"subject {subject!r} holds {meta['schema_type']} schemas; "
-                                             f"cannot register a {p.schema_type} schema under it")
+                    raise InvalidSchemaError(
+                        f"subject {subject!r} holds {meta['schema_type']} schemas; "
+                        f"cannot register a {p.schema_type} schema under it"
+                    )
                 existing = await self._all_versions(meta)
                 for v in existing:
                     if not v.deleted and v.fingerprint == p.fingerprint:
@@ -251,18 +271,36 @@ class SchemaRegistry:
                     if reasons:
                         raise IncompatibleSchemaError(
                             f"schema is not {mode} compatible with version {live[-1].version} of subject "
-                            f"{subject!r}: " + "; ".join(reasons), reasons)
+                            f"{subject!r}: " + "; ".join(reasons),
+                            reasons,
+                        )
                 schema_id = int(meta["schema_id"])
                 number = int(meta["latest_version"]) + 1
             if schema_id is None:
                 schema_id = await self._allocate_id()
-            record = {"version": number, "fingerprint": p.fingerprint, "description": description or "",
-                      "created_by": created_by or "", "created_at": now, "tags": list(tags), "deleted": False,
-                      **_encode_definition(p.definition)}
+            record = {
+                "version": number,
+                "fingerprint": p.fingerprint,
+                "description": description or "",
+                "created_by": created_by or "",
+                "created_at": now,
+                "tags": list(tags),
+                "deleted": False,
+                **_encode_definition(p.definition),
+            }
             await self.metadata.put_json(keys.schema_version(subject, number), record)
-            new_meta = dict(meta) if meta else {
-                "schema_id": schema_id, "subject": subject, "schema_type": p.schema_type,
-                "compatibility_mode": DEFAULT_COMPATIBILITY, "created_at": now, "created_by": created_by or ""}
+            new_meta = (
+                dict(meta)
+                if meta
+                else {
+                    "schema_id": schema_id,
+                    "subject": subject,
+                    "schema_type": p.schema_type,
+                    "compatibility_mode": DEFAULT_COMPATIBILITY,
+                    "created_at": now,
+                    "created_by": created_by or "",
+                }
+            )
             new_meta["latest_version"] = number
             payload = json.dumps(new_meta, sort_keys=True, separators=(",", ":")).encode()
             if await self.metadata.put_if_version(keys.schema_subject(subject), payload, meta_version):
@@ -275,8 +313,7 @@ class SchemaRegistry:
             # another writer moved the subject on: try again on its latest state
         raise InvalidArgumentError(f"could not register a schema under {subject!r} (too much contention)")
 
-    async def check(self, subject: str, schema_type: str, definition: bytes,
-                    mode: str | None = None) -> list[str]:
+    async def check(self, subject: str, schema_type: str, definition: bytes, mode: str | None = None) -> list[str]:
         """Reasons ``definition`` would break ``mode`` (default: the subject's) — [] = compatible."""
         meta = await self._require_subject(subject)
         mode = normalize_mode(mode) if mode else meta.get("compatibility_mode", DEFAULT_COMPATIBILITY)
@@ -346,21 +383,32 @@ class SchemaRegistry:
         doc = await self.metadata.get_json(keys.topic_schema_config(topic))
         if not doc:
             return TopicSchemaConfig(topic)
-        return TopicSchemaConfig(topic, doc.get("subject", ""), doc.get("validation_policy", "none"),
-                                 bool(doc.get("payload_validation", False)))
+        return TopicSchemaConfig(
+            topic,
+            doc.get("subject", ""),
+            doc.get("validation_policy", "none"),
+            bool(doc.get("payload_validation", False)),
+        )
 
     async def topic_configs(self) -> list[TopicSchemaConfig]:
         out = []
         root = keys.topic_schema_configs()
         for kv in await self.metadata.get_prefix(root):
-            ns_topic = "/" + kv.key[len(root):]
+            ns_topic = "/" + kv.key[len(root) :]
             doc = json.loads(kv.value)
-            out.append(TopicSchemaConfig(ns_topic, doc.get("subject", ""), doc.get("validation_policy", "none"),
-                                         bool(doc.get("payload_validation", False))))
+            out.append(
+                TopicSchemaConfig(
+                    ns_topic,
+                    doc.get("subject", ""),
+                    doc.get("validation_policy", "none"),
+                    bool(doc.get("payload_validation", False)),
+                )
+            )
         return out
 
-    async def configure_topic(self, topic: str, subject: str, validation_policy: str = "none",
-                              payload_validation: bool = False) -> TopicSchemaConfig:
+    async def configure_topic(
+        self, topic: str, subject: str, validation_policy: str = "none", payload_validation: bool = False
+    ) -> TopicSchemaConfig:
         keys.split_topic(topic)
         policy = normalize_policy(validation_policy)
         await self._require_subject(subject)
@@ -369,8 +417,9 @@ class SchemaRegistry:
         self._changed()
         return cfg
 
-    async def update_topic_policy(self, topic: str, validation_policy: str,
-                                  payload_validation: bool = False) -> TopicSchemaConfig:
+    async def update_topic_policy(
+        self, topic: str, validation_policy: str, payload_validation: bool = False
+    ) -> TopicSchemaConfig:
         cfg = await self.topic_config(topic)
         if not cfg.subject:
             raise SchemaNotFoundError(f"topic {topic} has no schema subject configured (ConfigureTopicSchema first)")
@@ -396,8 +445,9 @@ class SchemaRegistry:
         cfg = await self.topic_config(topic)
         await self._require_subject(subject)
         if cfg.subject and cfg.subject != subject:
-            raise InvalidArgumentError(f"topic {topic} uses schema subject {cfg.subject!r}; a producer asked "
-                                       f"for {subject!r}")
+            raise InvalidArgumentError(
+                f"topic {topic} uses schema subject {cfg.subject!r}; a producer asked for {subject!r}"
+            )
         if not cfg.subject:
             cfg.subject = subject
             await self.metadata.put_json(keys.topic_schema_config(topic), cfg.to_json())

@@ -6,7 +6,7 @@ client must not import the registry or the metadata store that ``danube.schema.v
 
 from __future__ import annotations
 
-SCHEMA_ATTR = "danube.schema"          # value "<schema id>:<version>"
+SCHEMA_ATTR = "danube.schema"  # value "<schema id>:<version>"
 
 
 def schema_value(schema_id: int, version: int | None) -> str:

@@ -42,7 +42,9 @@ def normalize_type(schema_type: str) -> str:
 def normalize_mode(mode: str) -> str:
     m = (mode or "").strip().lower()
     if m not in COMPATIBILITY_MODES:
-        raise InvalidSchemaError(f"unknown compatibility mode {mode!r}; expected one of {', '.join(COMPATIBILITY_MODES)}")
+        raise InvalidSchemaError(
+            f"unknown compatibility mode {mode!r}; expected one of {', '.join(COMPATIBILITY_MODES)}"
+        )
     return m
 
 
@@ -58,8 +60,8 @@ class ParsedSchema:
     schema_type: str
     definition: bytes
     canonical: bytes
-    parsed: Any = None                 # fastavro schema | JSON document | (pool, FileDescriptorSet)
-    named: dict = field(default_factory=dict)   # Avro named types by full name
+    parsed: Any = None  # fastavro schema | JSON document | (pool, FileDescriptorSet)
+    named: dict = field(default_factory=dict)  # Avro named types by full name
 
     @property
     def fingerprint(self) -> str:
@@ -116,7 +118,9 @@ def _parse_json_schema(definition: bytes) -> ParsedSchema:
         cls = jsonschema.validators.validator_for(doc, default=jsonschema.Draft202012Validator)
         cls.check_schema(doc)
     except SchemaError as exc:
-        raise InvalidSchemaError(f"invalid json_schema schema: {exc.message} (at {'/'.join(map(str, exc.path)) or 'root'})") from None
+        raise InvalidSchemaError(
+            f"invalid json_schema schema: {exc.message} (at {'/'.join(map(str, exc.path)) or 'root'})"
+        ) from None
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     return ParsedSchema("json_schema", definition, canonical, doc)
 
@@ -150,8 +154,16 @@ def _parse_protobuf(definition: bytes) -> ParsedSchema:
         with open(errors_path, "w") as err:
             os.dup2(err.fileno(), 2)
             try:
-                rc = protoc.main(["protoc", f"-I{tmp}", f"-I{_protoc_include()}", "--include_imports",
-                                  f"--descriptor_set_out={out}", src])
+                rc = protoc.main(
+                    [
+                        "protoc",
+                        f"-I{tmp}",
+                        f"-I{_protoc_include()}",
+                        "--include_imports",
+                        f"--descriptor_set_out={out}",
+                        src,
+                    ]
+                )
             finally:
                 os.dup2(saved, 2)
                 os.close(saved)

@@ -60,19 +60,23 @@ _WARN_LOG_INTERVAL_S = 10.0
 
 # ---------------------------------------------------------------- payloads
 
+
 def payload_validator(p: ParsedSchema) -> Callable[[Any], None]:
     """A function that raises ValueError (with the reason) for a payload ``p`` does not accept."""
     t = p.schema_type
     if t == "bytes":
         return lambda payload: None
     if t == "string":
+
         def check_string(payload):
             try:
                 bytes(payload).decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise ValueError(f"not UTF-8: {exc}") from None
+
         return check_string
     if t == "number":
+
         def check_number(payload):
             if len(payload) == 8:
                 return
@@ -82,6 +86,7 @@ def payload_validator(p: ParsedSchema) -> Callable[[Any], None]:
                 value = None
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError("not a number (a JSON number in UTF-8, or 8 bytes)")
+
         return check_number
     if t == "avro":
         prog = avro_program(p)
@@ -91,6 +96,7 @@ def payload_validator(p: ParsedSchema) -> Callable[[Any], None]:
             bad = check_payload(prog, payload)
             if bad >= 0:
                 raise ValueError(_avro_reason(p, payload, bad))
+
         return check_avro
     if t == "json_schema":
         loads = json.loads
@@ -102,6 +108,7 @@ def payload_validator(p: ParsedSchema) -> Callable[[Any], None]:
         except Exception:  # noqa: BLE001 - not installed, or a schema it does not take: jsonschema
             fast = None
         if fast is not None:
+
             def check_json_fast(payload):
                 try:
                     doc = loads(bytes(payload))
@@ -111,6 +118,7 @@ def payload_validator(p: ParsedSchema) -> Callable[[Any], None]:
                     error = next(iter(fast.iter_errors(doc)), None)
                     where = "/".join(map(str, getattr(error, "instance_path", ()) or ())) or "root"
                     raise ValueError(f"JSON Schema: {getattr(error, 'message', error)} (at {where})")
+
             return check_json_fast
         import jsonschema
 
@@ -126,6 +134,7 @@ def payload_validator(p: ParsedSchema) -> Callable[[Any], None]:
             if error is not None:
                 where = "/".join(map(str, error.absolute_path)) or "root"
                 raise ValueError(f"JSON Schema: {error.message} (at {where})")
+
         return check_json
     if t == "protobuf":
         from google.protobuf import message_factory
@@ -138,6 +147,7 @@ def payload_validator(p: ParsedSchema) -> Callable[[Any], None]:
                 cls.FromString(bytes(payload))
             except (DecodeError, ValueError) as exc:
                 raise ValueError(f"not a {cls.DESCRIPTOR.full_name}: {exc}") from None
+
         return check_protobuf
     raise ValueError(f"no validator for schema type {t}")
 
@@ -189,6 +199,7 @@ def batch_validator(p: ParsedSchema) -> Callable[[Any], tuple[int, str] | None]:
                 return None
             record = list(frame_codec.iter_records(frames_buf))[index]
             return index, _avro_reason(p, record.payload, bad)
+
         return check_avro_batch
     validate = payload_validator(p)
 
@@ -199,6 +210,7 @@ def batch_validator(p: ParsedSchema) -> Callable[[Any], tuple[int, str] | None]:
             except ValueError as exc:
                 return i, str(exc)
         return None
+
     return check_batch
 
 
@@ -215,11 +227,13 @@ def payload_decoder(p: ParsedSchema) -> Callable[[Any], Any]:
     if t == "string":
         return lambda payload: bytes(payload).decode("utf-8")
     if t == "number":
+
         def number(payload):
             b = bytes(payload)
             if len(b) == 8:
                 return int.from_bytes(b, "big", signed=True)
             return json.loads(b)
+
         return number
     if t == "protobuf":
         from google.protobuf import json_format, message_factory
@@ -230,6 +244,7 @@ def payload_decoder(p: ParsedSchema) -> Callable[[Any], Any]:
 
 
 # ---------------------------------------------------------------- the gate
+
 
 @dataclass
 class _Rule:
@@ -249,9 +264,9 @@ class SchemaGate:
     def __init__(self, registry: SchemaRegistry) -> None:
         self.registry = registry
         self.rules: dict[str, _Rule] = {}
-        self.active = False          # some topic's policy is warn or enforce: publishes need checking
-        self.warnings = 0            # publishes let through under ``warn`` that broke a rule
-        self.refused = 0             # publishes refused under ``enforce``
+        self.active = False  # some topic's policy is warn or enforce: publishes need checking
+        self.warnings = 0  # publishes let through under ``warn`` that broke a rule
+        self.refused = 0  # publishes refused under ``enforce``
         self._refresh_task: asyncio.Task | None = None
         self._watch_task: asyncio.Task | None = None
         self._dirty = False
@@ -327,7 +342,7 @@ class SchemaGate:
         rule = rules.get(topic)
         if rule is None:
             cut = topic.rfind("-part-")
-            if cut > 0 and topic[cut + 6:].isdigit():
+            if cut > 0 and topic[cut + 6 :].isdigit():
                 rule = rules.get(topic[:cut])
         return rule
 
@@ -336,25 +351,36 @@ class SchemaGate:
     def _violation(self, rule: _Rule, reason: str) -> None:
         if rule.policy == "enforce":
             self.refused += 1
-            raise SchemaViolationError(f"topic {rule.topic} (schema subject {rule.subject!r}, policy enforce): {reason}")
+            raise SchemaViolationError(
+                f"topic {rule.topic} (schema subject {rule.subject!r}, policy enforce): {reason}"
+            )
         self.warnings += 1
         now = time.monotonic()
         if now - self._last_warn >= _WARN_LOG_INTERVAL_S:
             self._last_warn = now
-            log.warning("topic %s (schema subject %r, policy warn): %s (%d such publishes so far)",
-                        rule.topic, rule.subject, reason, self.warnings)
+            log.warning(
+                "topic %s (schema subject %r, policy warn): %s (%d such publishes so far)",
+                rule.topic,
+                rule.subject,
+                reason,
+                self.warnings,
+            )
 
     def _check_ids(self, rule: _Rule, schema_id, schema_version) -> bool:
         if schema_id is None:
             self._violation(rule, "the publish carries no schema id (produce with the topic's schema subject)")
             return False
         if rule.schema_id is None or schema_id != rule.schema_id:
-            self._violation(rule, f"schema id {schema_id} is not the topic's (subject {rule.subject!r} has id "
-                                  f"{rule.schema_id})")
+            self._violation(
+                rule, f"schema id {schema_id} is not the topic's (subject {rule.subject!r} has id {rule.schema_id})"
+            )
             return False
         if schema_version is None or schema_version not in rule.versions:
-            self._violation(rule, f"schema version {schema_version} is not a live version of subject "
-                                  f"{rule.subject!r} (live: {sorted(rule.versions)})")
+            self._violation(
+                rule,
+                f"schema version {schema_version} is not a live version of subject "
+                f"{rule.subject!r} (live: {sorted(rule.versions)})",
+            )
             return False
         return True
 
@@ -388,18 +414,23 @@ class SchemaGate:
         # compiled pass over the frames' attributes
         bad = _avrocheck().check_attribute(frames_buf, _SCHEMA_NAME, schema_value(schema_id, schema_version).encode())
         if bad >= 0:
-            self._violation(rule, f"message {bad} of the batch does not carry the batch's schema "
-                                  f"({SCHEMA_ATTR}={schema_value(schema_id, schema_version)})")
+            self._violation(
+                rule,
+                f"message {bad} of the batch does not carry the batch's schema "
+                f"({SCHEMA_ATTR}={schema_value(schema_id, schema_version)})",
+            )
             return
         if rule.payload_validation:
             check = rule.batch_validators.get(schema_version)
             if check is None:
                 check = rule.batch_validators[schema_version] = batch_validator(
-                    self.registry.parsed(rule.versions[schema_version]))
+                    self.registry.parsed(rule.versions[schema_version])
+                )
             bad = check(frames_buf)
             if bad is not None:
-                self._violation(rule, f"message {bad[0]} of the batch does not match schema version "
-                                      f"{schema_version}: {bad[1]}")
+                self._violation(
+                    rule, f"message {bad[0]} of the batch does not match schema version {schema_version}: {bad[1]}"
+                )
 
     async def on_create_producer(self, topic: str, subject: str) -> None:
         """A producer that names a schema subject (Danube's ``ProducerRequest.schema_ref``)."""

@@ -19,8 +19,15 @@ ALGORITHM = "HS256"
 CACHE_ENTRIES = 4096
 
 
-def issue_token(subject: str, secret_key: str, *, issuer: str | None = "danube-auth",
-                expires_in_s: float = 3600, now: float | None = None, extra: dict | None = None) -> str:
+def issue_token(
+    subject: str,
+    secret_key: str,
+    *,
+    issuer: str | None = "danube-auth",
+    expires_in_s: float = 3600,
+    now: float | None = None,
+    extra: dict | None = None,
+) -> str:
     if not subject:
         raise InvalidArgumentError("a token needs a subject")
     if expires_in_s <= 0:
@@ -51,16 +58,17 @@ def parse_duration(text: str) -> int:
 
 
 class TokenVerifier:
-    def __init__(self, secret_key: str, *, issuer: str | None = None, leeway_s: float = 0.0,
-                 cache_entries: int = CACHE_ENTRIES) -> None:
+    def __init__(
+        self, secret_key: str, *, issuer: str | None = None, leeway_s: float = 0.0, cache_entries: int = CACHE_ENTRIES
+    ) -> None:
         self._key = secret_key
         self._issuer = issuer
         self._leeway = leeway_s
-        self._cache: dict[str, tuple[str, float]] = {}   # token -> (subject, expiry)
+        self._cache: dict[str, tuple[str, float]] = {}  # token -> (subject, expiry)
         self._cache_entries = cache_entries
-        self.verified = 0   # tokens checked cryptographically (cache misses), for tests and benchmarks
+        self.verified = 0  # tokens checked cryptographically (cache misses), for tests and benchmarks
 
-    def __repr__(self) -> str:   # never the key
+    def __repr__(self) -> str:  # never the key
         return f"TokenVerifier(issuer={self._issuer!r})"
 
     def subject(self, token: str) -> str:
@@ -85,16 +93,19 @@ class TokenVerifier:
         self.verified += 1
         options = {"require": ["exp", "sub"]}
         try:
-            claims = pyjwt.decode(token, self._key, algorithms=[ALGORITHM], issuer=self._issuer,
-                                  leeway=self._leeway, options=options)
+            claims = pyjwt.decode(
+                token, self._key, algorithms=[ALGORITHM], issuer=self._issuer, leeway=self._leeway, options=options
+            )
         except pyjwt.ExpiredSignatureError:
             expired = _unverified_exp(token)
             when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expired)) if expired else "an earlier time"
-            raise AuthenticationError(f"the token expired at {when}; get a new one "
-                                      "(danube admin security tokens create)") from None
+            raise AuthenticationError(
+                f"the token expired at {when}; get a new one (danube admin security tokens create)"
+            ) from None
         except pyjwt.InvalidSignatureError:
-            raise AuthenticationError("the token's signature does not verify: it was forged or signed "
-                                      "with another secret key") from None
+            raise AuthenticationError(
+                "the token's signature does not verify: it was forged or signed with another secret key"
+            ) from None
         except pyjwt.InvalidIssuerError:
             raise AuthenticationError(f"the token's issuer is not {self._issuer!r}") from None
         except pyjwt.MissingRequiredClaimError as exc:

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 PERMISSIONS = ("produce", "consume", "lookup", "admin")
 CLUSTER = "*"
-ANY_RESOURCE = None   # "holds the permission on some resource" (schema registry reads, ...)
+ANY_RESOURCE = None  # "holds the permission on some resource" (schema registry reads, ...)
 _PARTITION = re.compile(r"^(.*)-part-\d+$")
 # a scalable topic's segment topic (danube.model.segment_layout.segment_topic_name)
 _SEGMENT = re.compile(r"^(.*)\.seg\.[0-9a-f]{4}-[0-9a-f]{4}-\d+$")
@@ -58,7 +58,8 @@ class Grant:
         if not sep or permission not in PERMISSIONS or not pattern.strip():
             raise InvalidArgumentError(
                 f"bad grant {text!r}: expected PERMISSION:PATTERN with PERMISSION one of "
-                f"{', '.join(PERMISSIONS)} (e.g. produce:/default/*)")
+                f"{', '.join(PERMISSIONS)} (e.g. produce:/default/*)"
+            )
         pattern = pattern.strip()
         if pattern != CLUSTER and not pattern.startswith("/"):
             raise InvalidArgumentError(f"bad grant {text!r}: the pattern is '*' or starts with '/'")
@@ -75,7 +76,7 @@ class Grant:
             return True
         if resource == CLUSTER:
             return False
-        if resource.count("/") == 1:   # a namespace "/ns"
+        if resource.count("/") == 1:  # a namespace "/ns"
             return pattern in (resource, resource + "/*") or fnmatchcase(resource, pattern)
         if fnmatchcase(resource, pattern):
             return True
@@ -180,12 +181,14 @@ class Authorizer:
 
     def check(self, subject: str, permission: str, resource: str | None) -> None:
         if not self.allowed(subject, permission, resource):
-            where = "any resource" if resource is ANY_RESOURCE else (
-                "the cluster" if resource == CLUSTER else resource)
+            where = "any resource" if resource is ANY_RESOURCE else ("the cluster" if resource == CLUSTER else resource)
             raise PermissionDeniedError(
                 f"permission {permission!r} on {where} denied to {subject!r}: no role bound to it grants "
                 f"{permission} there (danube admin security bindings ...)",
-                permission=permission, resource=resource, principal=subject)
+                permission=permission,
+                resource=resource,
+                principal=subject,
+            )
 
     # ------------------------------------------------------------ management (admin service)
 
@@ -216,8 +219,9 @@ class Authorizer:
             raise InvalidArgumentError("a binding needs at least one role")
         unknown = [r for r in roles if r not in self._roles]
         if unknown:
-            raise NotFoundError(f"unknown role(s) {', '.join(unknown)}: create them first "
-                                "(danube admin security roles create)")
+            raise NotFoundError(
+                f"unknown role(s) {', '.join(unknown)}: create them first (danube admin security roles create)"
+            )
         merged = list(dict.fromkeys([*self._bindings.get(subject, ()), *roles]))
         doc = {"subject": subject, "roles": merged}
         await self.metadata.put_json(keys.security_binding(subject), doc)

@@ -43,11 +43,18 @@ def refuse_if_world_readable(path: str, what: str) -> None:
     except OSError as exc:
         raise InvalidArgumentError(f"cannot read {what} {path}: {exc.strerror}") from exc
     if mode & stat.S_IROTH:
-        log.warning("UNPROTECTED FILE: %s %s is readable by every user (mode %04o); it holds secrets, so it "
-                    "is refused. Run: chmod o-rwx %s", what, path, stat.S_IMODE(mode), path)
+        log.warning(
+            "UNPROTECTED FILE: %s %s is readable by every user (mode %04o); it holds secrets, so it "
+            "is refused. Run: chmod o-rwx %s",
+            what,
+            path,
+            stat.S_IMODE(mode),
+            path,
+        )
         raise InvalidArgumentError(
             f"{what} {path} holds secrets and is readable by every user (mode {stat.S_IMODE(mode):04o}); "
-            f"refusing to use it: chmod o-rwx {path}")
+            f"refusing to use it: chmod o-rwx {path}"
+        )
 
 
 @dataclass(frozen=True)
@@ -65,8 +72,9 @@ class TlsSettings:
             raise InvalidArgumentError(f"auth.tls: TLS private key {self.key_file} does not exist")
         refuse_if_world_readable(self.key_file, "TLS private key")
         if self.verify_client and not self.ca_file:
-            raise InvalidArgumentError("auth.tls.verify_client needs auth.tls.ca_file (the CA that signs client "
-                                       "certificates)")
+            raise InvalidArgumentError(
+                "auth.tls.verify_client needs auth.tls.ca_file (the CA that signs client certificates)"
+            )
 
 
 @dataclass(frozen=True)
@@ -78,10 +86,14 @@ class JwtSettings:
     def __post_init__(self) -> None:
         if not isinstance(self.secret_key, str) or len(self.secret_key) < 8:
             raise InvalidArgumentError("auth.jwt.secret_key must be a string of at least 8 characters")
-        if isinstance(self.expiration_time, bool) or not isinstance(self.expiration_time, int) \
-                or self.expiration_time <= 0:
+        if (
+            isinstance(self.expiration_time, bool)
+            or not isinstance(self.expiration_time, int)
+            or self.expiration_time <= 0
+        ):
             raise InvalidArgumentError(
-                f"auth.jwt.expiration_time must be a positive number of seconds, got {self.expiration_time!r}")
+                f"auth.jwt.expiration_time must be a positive number of seconds, got {self.expiration_time!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -98,7 +110,8 @@ class AuthSettings:
         refresh = self.rbac_refresh_seconds
         if isinstance(refresh, bool) or not isinstance(refresh, (int, float)) or not 0 < refresh < float("inf"):
             raise InvalidArgumentError(
-                f"auth.rbac_refresh_seconds must be a positive number of seconds, got {refresh!r}")
+                f"auth.rbac_refresh_seconds must be a positive number of seconds, got {refresh!r}"
+            )
         if self.mode == "tls" and self.tls is None:
             raise InvalidArgumentError("auth.mode tls needs auth.tls.cert_file and auth.tls.key_file")
 
@@ -210,10 +223,17 @@ def _no_more(doc: Mapping, where: str) -> None:
         raise InvalidArgumentError(f"unknown key(s) in {where}: {', '.join(sorted(map(str, doc)))}")
 
 
-def with_flags(settings: AuthSettings, *, tls_cert: str | None = None, tls_key: str | None = None,
-               tls_ca: str | None = None, tls_verify_client: bool | None = None,
-               jwt_secret_file: str | None = None, jwt_issuer: str | None = None,
-               super_admins: list[str] | None = None) -> AuthSettings:
+def with_flags(
+    settings: AuthSettings,
+    *,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    tls_ca: str | None = None,
+    tls_verify_client: bool | None = None,
+    jwt_secret_file: str | None = None,
+    jwt_issuer: str | None = None,
+    super_admins: list[str] | None = None,
+) -> AuthSettings:
     """``danube broker`` flags on top of the file's ``auth`` block (a flag given wins).  The JWT
     secret is only taken from a file: a secret on the command line shows in ``ps``."""
     from dataclasses import replace
@@ -224,15 +244,26 @@ def with_flags(settings: AuthSettings, *, tls_cert: str | None = None, tls_key: 
         key = tls_key or (tls.key_file if tls else None)
         if not cert or not key:
             raise InvalidArgumentError("TLS needs both --tls-cert and --tls-key (or auth.tls in the config file)")
-        tls = TlsSettings(cert, key, tls_ca or (tls.ca_file if tls else None),
-                          bool(tls_verify_client) or (tls.verify_client if tls else False))
+        tls = TlsSettings(
+            cert,
+            key,
+            tls_ca or (tls.ca_file if tls else None),
+            bool(tls_verify_client) or (tls.verify_client if tls else False),
+        )
     jwt = settings.jwt
     if jwt_secret_file:
-        jwt = JwtSettings(read_secret_file(jwt_secret_file), jwt_issuer or (jwt.issuer if jwt else "danube-auth"),
-                          jwt.expiration_time if jwt else 3600)
+        jwt = JwtSettings(
+            read_secret_file(jwt_secret_file),
+            jwt_issuer or (jwt.issuer if jwt else "danube-auth"),
+            jwt.expiration_time if jwt else 3600,
+        )
     elif jwt_issuer and jwt is not None:
         jwt = replace(jwt, issuer=jwt_issuer)
     mode = "tls" if tls is not None and (tls is not settings.tls or settings.mode == "tls") else settings.mode
-    return AuthSettings(mode=mode, tls=tls, jwt=jwt,
-                        super_admins=tuple(super_admins) if super_admins else settings.super_admins,
-                        rbac_refresh_seconds=settings.rbac_refresh_seconds)
+    return AuthSettings(
+        mode=mode,
+        tls=tls,
+        jwt=jwt,
+        super_admins=tuple(super_admins) if super_admins else settings.super_admins,
+        rbac_refresh_seconds=settings.rbac_refresh_seconds,
+    )

@@ -23,8 +23,9 @@ H2_TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:DHE+AESGCM:DHE+CHACHA20"
 ALPN_H2 = "h2"
 
 
-def server_ssl_context(cert_file: str, key_file: str, *, ca_file: str | None = None,
-                       verify_client: bool = False) -> ssl.SSLContext:
+def server_ssl_context(
+    cert_file: str, key_file: str, *, ca_file: str | None = None, verify_client: bool = False
+) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.options |= ssl.OP_NO_COMPRESSION | getattr(ssl, "OP_NO_RENEGOTIATION", 0)
@@ -46,8 +47,9 @@ def server_ssl_context(cert_file: str, key_file: str, *, ca_file: str | None = N
     return ctx
 
 
-def client_ssl_context(ca_file: str | None = None, cert_file: str | None = None,
-                       key_file: str | None = None) -> ssl.SSLContext:
+def client_ssl_context(
+    ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None
+) -> ssl.SSLContext:
     """A client context (tests and tools speaking HTTP/2 over TLS directly): ALPN h2, hostname checked."""
     ctx = ssl.create_default_context(cafile=ca_file)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -57,14 +59,14 @@ def client_ssl_context(ca_file: str | None = None, cert_file: str | None = None,
     return ctx
 
 
-def server_credentials(cert_file: str, key_file: str, *, ca_file: str | None = None,
-                       verify_client: bool = False):
+def server_credentials(cert_file: str, key_file: str, *, ca_file: str | None = None, verify_client: bool = False):
     import grpc
 
     cert, key = _read(cert_file, "TLS certificate"), _read(key_file, "TLS private key")
     ca = _read(ca_file, "TLS CA file") if ca_file else None
-    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
-                                       require_client_auth=bool(verify_client and ca))
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=bool(verify_client and ca)
+    )
 
 
 def channel_credentials(ca_file: str | None = None, cert_file: str | None = None, key_file: str | None = None):
@@ -75,7 +77,8 @@ def channel_credentials(ca_file: str | None = None, cert_file: str | None = None
     return grpc.ssl_channel_credentials(
         root_certificates=_read(ca_file, "TLS CA file") if ca_file else None,
         private_key=_read(key_file, "TLS private key") if key_file else None,
-        certificate_chain=_read(cert_file, "TLS certificate") if cert_file else None)
+        certificate_chain=_read(cert_file, "TLS certificate") if cert_file else None,
+    )
 
 
 def identity_of(cert: Any) -> str | None:

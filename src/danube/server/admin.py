@@ -71,7 +71,7 @@ class _Listings:
 
     async def _build(self, key: Any, build: Callable[[], Awaitable[Any]], before: asyncio.Future | None) -> Any:
         if before is not None:
-            await asyncio.wait((before,))   # its outcome is its callers'; this build starts after it
+            await asyncio.wait((before,))  # its outcome is its callers'; this build starts after it
         me = self._pending.pop(key)
         self._running[key] = me
         try:
@@ -138,7 +138,7 @@ class _Admin:
         names = set()
         prefix = keys.topic_subscriptions(topic)
         for kv in await self.metadata.get_prefix(prefix):
-            sub = kv.key[len(prefix):].split("/", 1)[0]
+            sub = kv.key[len(prefix) :].split("/", 1)[0]
             if sub:
                 names.add(sub)
         served = self.broker.topics.get(topic)
@@ -174,16 +174,16 @@ class _Admin:
         info = self.cluster.view.registered.get(broker_id) or {}
         admin_url = info.get("admin_url")
         if not admin_url:
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                f"broker {broker_id} has no admin port registered")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"broker {broker_id} has no admin port registered")
         channels, caller = peers.for_broker(self.broker), peers.caller_authorization(context)
         try:
             async with channels.channel(admin_url, caller=caller) as channel:
                 call = getattr(stub(channel), method)
                 return await call(request, timeout=60, metadata=((_FORWARDED, "1"),))
         except grpc.aio.AioRpcError as exc:
-            await context.abort(exc.code(), f"at broker {broker_id}: "
-                                f"{channels.explain(exc, as_broker=channels.runs_as_broker(caller))}")
+            await context.abort(
+                exc.code(), f"at broker {broker_id}: {channels.explain(exc, as_broker=channels.runs_as_broker(caller))}"
+            )
 
     def registry(self):
         """The broker's schema registry (the one its gate follows), else one over the metadata store."""
@@ -216,8 +216,10 @@ def _forwarded(context) -> bool:
 
 
 async def _unimplemented(context, what: str) -> None:
-    await context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                        f"{what} is not available on a standalone broker yet (it comes with the cluster layer)")
+    await context.abort(
+        grpc.StatusCode.UNIMPLEMENTED,
+        f"{what} is not available on a standalone broker yet (it comes with the cluster layer)",
+    )
 
 
 class BrokerAdmin(pb_grpc.BrokerAdminServicer):
@@ -229,15 +231,30 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
         cluster = getattr(b, "cluster", None)
         if cluster is not None:  # cluster mode: every registered broker, from this broker's view
             view = cluster.view
-            return pb.BrokerListResponse(brokers=[pb.BrokerInfo(
-                broker_id=broker_id, broker_addr=str(info.get("broker_url") or ""),
-                admin_addr=str(info.get("admin_url") or ""), metrics_addr=str(info.get("metrics_url") or ""),
-                broker_role="Cluster_Leader" if broker_id == view.leader else "Cluster_Follower",
-                broker_status=view.broker_states.get(broker_id, "active"))
-                for broker_id, info in sorted(view.registered.items())])
-        return pb.BrokerListResponse(brokers=[pb.BrokerInfo(
-            broker_id=str(b.broker_id), broker_addr=b.broker_url, broker_role="Cluster_Leader",
-            metrics_addr=b.metrics_url or "", broker_status="active")])
+            return pb.BrokerListResponse(
+                brokers=[
+                    pb.BrokerInfo(
+                        broker_id=broker_id,
+                        broker_addr=str(info.get("broker_url") or ""),
+                        admin_addr=str(info.get("admin_url") or ""),
+                        metrics_addr=str(info.get("metrics_url") or ""),
+                        broker_role="Cluster_Leader" if broker_id == view.leader else "Cluster_Follower",
+                        broker_status=view.broker_states.get(broker_id, "active"),
+                    )
+                    for broker_id, info in sorted(view.registered.items())
+                ]
+            )
+        return pb.BrokerListResponse(
+            brokers=[
+                pb.BrokerInfo(
+                    broker_id=str(b.broker_id),
+                    broker_addr=b.broker_url,
+                    broker_role="Cluster_Leader",
+                    metrics_addr=b.metrics_url or "",
+                    broker_status="active",
+                )
+            ]
+        )
 
     async def GetLeaderBroker(self, request, context):
         cluster = self.admin.broker.cluster
@@ -259,11 +276,14 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
         if cluster is None:
             await _unimplemented(context, "UnloadBroker")
         try:
-            result = await cluster.drain(request.broker_id or cluster.broker_id, dry_run=request.dry_run,
-                                         caller=peers.caller_authorization(context),
-                                         include=tuple(request.namespaces_include),
-                                         exclude=tuple(request.namespaces_exclude),
-                                         timeout_s=float(request.timeout_seconds or 60))
+            result = await cluster.drain(
+                request.broker_id or cluster.broker_id,
+                dry_run=request.dry_run,
+                caller=peers.caller_authorization(context),
+                include=tuple(request.namespaces_include),
+                exclude=tuple(request.namespaces_exclude),
+                timeout_s=float(request.timeout_seconds or 60),
+            )
         except DanubeError as exc:
             await abort(context, exc)
         return pb.UnloadBrokerResponse(started=not request.dry_run, **result)
@@ -299,13 +319,19 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
 
     async def TriggerRebalance(self, request, context):
         cluster = self.admin.cluster
-        if (cluster is not None and not _forwarded(context) and cluster.view.leader
-                and str(cluster.view.leader) != str(cluster.broker_id)):  # only the leader moves topics
-            return await self.admin.forward(str(cluster.view.leader), "TriggerRebalance", request, context,
-                                            stub=pb_grpc.BrokerAdminStub)
+        if (
+            cluster is not None
+            and not _forwarded(context)
+            and cluster.view.leader
+            and str(cluster.view.leader) != str(cluster.broker_id)
+        ):  # only the leader moves topics
+            return await self.admin.forward(
+                str(cluster.view.leader), "TriggerRebalance", request, context, stub=pb_grpc.BrokerAdminStub
+            )
         max_moves = request.max_moves if request.HasField("max_moves") else None
-        return await self._rebalancing(context, "TriggerRebalance", lambda m, r: m.rebalance(
-            r, dry_run=request.dry_run, max_moves=max_moves))
+        return await self._rebalancing(
+            context, "TriggerRebalance", lambda m, r: m.rebalance(r, dry_run=request.dry_run, max_moves=max_moves)
+        )
 
     async def GetRebalancingHistory(self, request, context):
         limit = request.limit if request.HasField("limit") else None
@@ -351,8 +377,10 @@ class NamespaceAdmin(pb_grpc.NamespaceAdminServicer):
                 raise NotFoundError(f"namespace {ns} does not exist")
             topics = await self.admin.topics_in(ns)
             if topics:
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                    f"namespace {ns} still has {len(topics)} topic(s); delete them first")
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"namespace {ns} still has {len(topics)} topic(s); delete them first",
+                )
             await self.admin.metadata.delete_prefix(keys.namespace(ns) + "/")
             await self.admin.metadata.delete(keys.namespace(ns))
             return pb.NamespaceResponse(success=True)
@@ -367,9 +395,12 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
     async def ListNamespaceTopics(self, request, context):
         async def build():
             topics = await self.admin.topics_in(request.name)
-            return pb.TopicInfoListResponse(topics=[
-                pb.TopicInfo(name=name, delivery=delivery, broker_id=self.admin.owner(name))
-                for name, delivery in topics.items()])
+            return pb.TopicInfoListResponse(
+                topics=[
+                    pb.TopicInfo(name=name, delivery=delivery, broker_id=self.admin.owner(name))
+                    for name, delivery in topics.items()
+                ]
+            )
 
         try:
             return await self.admin.listings.get(("infos", request.name), build)
@@ -391,11 +422,18 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
                 await abort(context, exc)
             return pb.TopicInfoListResponse(topics=out)
         if request.broker_id and request.broker_id != str(b.broker_id):
-            await context.abort(grpc.StatusCode.NOT_FOUND,
-                                f"broker {quote(request.broker_id)} is unknown here (this broker is {b.broker_id})")
-        return pb.TopicInfoListResponse(topics=[
-            pb.TopicInfo(name=name, broker_id=str(b.broker_id), delivery="Reliable" if t.reliable else "NonReliable")
-            for name, t in sorted(b.topics.items())])
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"broker {quote(request.broker_id)} is unknown here (this broker is {b.broker_id})",
+            )
+        return pb.TopicInfoListResponse(
+            topics=[
+                pb.TopicInfo(
+                    name=name, broker_id=str(b.broker_id), delivery="Reliable" if t.reliable else "NonReliable"
+                )
+                for name, t in sorted(b.topics.items())
+            ]
+        )
 
     async def UnloadTopic(self, request, context):
         cluster = self.admin.broker.cluster
@@ -409,8 +447,10 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
         try:
             exists, _delivery_name = await self.admin.known(request.name)
             if request.name not in self.admin.broker.topics:
-                raise NotFoundError(f"topic {request.name} is not loaded on this broker"
-                                    + ("" if exists else " (and no such topic exists)"))
+                raise NotFoundError(
+                    f"topic {request.name} is not loaded on this broker"
+                    + ("" if exists else " (and no such topic exists)")
+                )
             last = await self.admin.broker.unload_topic(request.name)
             log.info("admin: unloaded %s (last committed offset %s)", request.name, last)
             return pb.TopicResponse(success=True)
@@ -439,18 +479,29 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
                 raise NotFoundError(f"topic {request.name} does not exist")
             served = self.admin.broker.topics.get(request.name)
             response = pb.DescribeTopicResponse(
-                name=request.name, subscriptions=await self.admin.subscriptions(request.name),
-                broker_id=self.admin.owner(request.name), delivery=delivery)
+                name=request.name,
+                subscriptions=await self.admin.subscriptions(request.name),
+                broker_id=self.admin.owner(request.name),
+                delivery=delivery,
+            )
             await self._schema_fields(request.name, response)
             describe = getattr(getattr(served, "storage", None), "describe", None)
             if served is not None and served.reliable and callable(describe):
                 info = describe()
-                response.storage.CopyFrom(pb.StorageInfo(
-                    mode=info["mode"], first_offset=info["first_offset"], next_offset=info["next_offset"],
-                    hot_start_offset=info["hot_start_offset"], durable_end_offset=info["durable_end_offset"],
-                    segment_count=info["segment_count"], segment_bytes=info["segment_bytes"],
-                    recovered_from=info["recovered_from"], backend=info["backend"],
-                    segments=[pb.SegmentInfo(**s) for s in info["segments"]]))
+                response.storage.CopyFrom(
+                    pb.StorageInfo(
+                        mode=info["mode"],
+                        first_offset=info["first_offset"],
+                        next_offset=info["next_offset"],
+                        hot_start_offset=info["hot_start_offset"],
+                        durable_end_offset=info["durable_end_offset"],
+                        segment_count=info["segment_count"],
+                        segment_bytes=info["segment_bytes"],
+                        recovered_from=info["recovered_from"],
+                        backend=info["backend"],
+                        segments=[pb.SegmentInfo(**s) for s in info["segments"]],
+                    )
+                )
             return response
         except DanubeError as exc:
             await abort(context, exc)
@@ -475,7 +526,7 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
         response.schema_id = latest.schema_id
         response.schema_version = latest.version
         response.schema_type = latest.schema_type
-        response.compatibility_mode = str(latest.compatibility_mode).upper()   # Danube's enum case
+        response.compatibility_mode = str(latest.compatibility_mode).upper()  # Danube's enum case
 
     async def _check_subject(self, request) -> str | None:
         """The requested schema subject, refused before anything is created when the registry has
@@ -496,8 +547,9 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
         exists, _ = await self.admin.known(topic)
         if exists:
             raise AlreadyExistsError(f"topic {topic} already exists")
-        await self.admin.metadata.put_json(keys.topic_delivery(topic), {
-            "dispatch_strategy": "reliable" if strategy == pb.Reliable else "non_reliable"})
+        await self.admin.metadata.put_json(
+            keys.topic_delivery(topic), {"dispatch_strategy": "reliable" if strategy == pb.Reliable else "non_reliable"}
+        )
 
     async def _place(self, topics: list[str]) -> None:
         if self.admin.cluster is None:
@@ -530,7 +582,7 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             for name in names:
                 await self._create(name, request.dispatch_strategy)
             await self.admin.metadata.put(keys.topic_partitions(request.base_name), str(request.partitions).encode())
-            await self._attach_subject(request.base_name, subject)   # every partition follows its base
+            await self._attach_subject(request.base_name, subject)  # every partition follows its base
             await self._place(names)
             return pb.TopicResponse(success=True)
         except DanubeError as exc:
@@ -574,8 +626,10 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
 
         base = base_topic(topic)
         if base != topic and await self.admin.metadata.get(keys.topic_partitions(base)) is not None:
-            return (f"Cannot delete individual partition '{topic}'. Delete the base topic instead "
-                    f"('{base}' deletes every partition).")
+            return (
+                f"Cannot delete individual partition '{topic}'. Delete the base topic instead "
+                f"('{base}' deletes every partition)."
+            )
         return None
 
     async def _forget_subject(self, topic: str, context) -> None:
@@ -631,8 +685,10 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             sub = served.subscriptions.get(name) if served is not None else None
             if sub is not None:
                 if sub.active_consumers():
-                    await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                        f"subscription {quote(name)} of {topic} has consumers attached")
+                    await context.abort(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        f"subscription {quote(name)} of {topic} has consumers attached",
+                    )
                 served.subscriptions.pop(name, None)
             await self.admin.metadata.delete_prefix(keys.subscription(topic, name) + "/")
             await self.admin.metadata.delete(keys.subscription(topic, name))
@@ -655,23 +711,28 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             if await self.admin.metadata.get(keys.topic_partitions(request.topic)) is not None:
                 # its subscriptions live on its partitions: a policy stored under the base name
                 # would apply to none of them (Danube refuses it too)
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                    f"{request.topic} is a partitioned topic; set the failure policy on each "
-                                    f"partition ({request.topic}-part-0, ...)")
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"{request.topic} is a partitioned topic; set the failure policy on each "
+                    f"partition ({request.topic}-part-0, ...)",
+                )
             exists, delivery = await self.admin.known(request.topic)
             if not exists:
                 raise NotFoundError(f"topic {request.topic} does not exist")
             if delivery != "Reliable":
                 # a non-reliable subscription never redelivers: a stored policy would be a promise
                 # nothing keeps (Danube refuses it with this status and sentence)
-                await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                    "subscription failure policy can only be configured for reliable topics "
-                                    f"({request.topic} is non-reliable)")
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    "subscription failure policy can only be configured for reliable topics "
+                    f"({request.topic} is non-reliable)",
+                )
             owner = self.admin.remote_owner(request.topic, context)
             if owner is not None:  # checked here first: bad input is refused without a hop
                 return await self.admin.forward(owner, "SetSubscriptionFailurePolicy", request, context)
             await self.admin.metadata.put_json(
-                keys.subscription_failure_policy(request.topic, request.subscription), policy.to_dict())
+                keys.subscription_failure_policy(request.topic, request.subscription), policy.to_dict()
+            )
             served = self.admin.broker.topics.get(request.topic)
             sub = served.subscriptions.get(request.subscription) if served is not None else None
             if sub is not None:
@@ -689,11 +750,13 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
             if owner is not None:
                 return await self.admin.forward(owner, "GetSubscriptionFailurePolicy", request, context)
             doc = await self.admin.metadata.get_json(
-                keys.subscription_failure_policy(request.topic, request.subscription))
+                keys.subscription_failure_policy(request.topic, request.subscription)
+            )
             served = self.admin.broker.topics.get(request.topic)
             sub = served.subscriptions.get(request.subscription) if served is not None else None
             response = pb.GetSubscriptionFailurePolicyResponse(
-                subscription_type=failure_policy_wire.SUB_TYPE_NUMBERS.get(sub.sub_type, 0) if sub else 0)
+                subscription_type=failure_policy_wire.SUB_TYPE_NUMBERS.get(sub.sub_type, 0) if sub else 0
+            )
             if doc:
                 response.failure_policy.CopyFrom(failure_policy_wire.to_wire(FailurePolicy.from_dict(doc)))
             elif sub is not None:
@@ -708,8 +771,9 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
         from danube.routing.repartition import admin as repartition_admin
 
         try:
-            return _partitioning(await repartition_admin.repartition(
-                self.admin.broker, request.name, request.partitions))
+            return _partitioning(
+                await repartition_admin.repartition(self.admin.broker, request.name, request.partitions)
+            )
         except DanubeError as exc:
             await abort(context, exc)
 
@@ -724,10 +788,15 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
 
 def _partitioning(d: dict) -> pb.PartitioningResponse:
     response = pb.PartitioningResponse(
-        name=d["name"], partitions=d["partitions"], partitioning_version=d["partitioning_version"],
-        generation=d["generation"], marker_json=json.dumps(d["marker"]) if d["marker"] else "",
-        drained=d["drained"], retired=d["retired"],
-        progress_json=json.dumps(d["progress"], sort_keys=True) if d.get("progress") else "")
+        name=d["name"],
+        partitions=d["partitions"],
+        partitioning_version=d["partitioning_version"],
+        generation=d["generation"],
+        marker_json=json.dumps(d["marker"]) if d["marker"] else "",
+        drained=d["drained"],
+        retired=d["retired"],
+        progress_json=json.dumps(d["progress"], sort_keys=True) if d.get("progress") else "",
+    )
     if d["global_adoption"] is not None:
         response.global_adoption = d["global_adoption"]
     if d["adoption_generation"] is not None:

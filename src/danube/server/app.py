@@ -28,7 +28,7 @@ from danube.server.rpc_counts import CountingInterceptor, RpcCounts
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024   # either gRPC server, both directions
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # either gRPC server, both directions
 GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -80,12 +80,18 @@ class BrokerApp:
         factory = StorageFactory(storage_config, self.metadata, broker_id=cfg.broker_id)
         self.metrics = PrometheusMetrics()
         self.broker = BrokerService(
-            self.metadata, factory, broker_url=cfg.broker_url, broker_id=cfg.broker_id,
-            policies=cfg.policies, failure_policy=cfg.failure_policy, dispatch=cfg.dispatch,
-            metrics=self.metrics)
+            self.metadata,
+            factory,
+            broker_url=cfg.broker_url,
+            broker_id=cfg.broker_id,
+            policies=cfg.policies,
+            failure_policy=cfg.failure_policy,
+            dispatch=cfg.dispatch,
+            metrics=self.metrics,
+        )
         self.metrics.attach(self.broker)
         self.broker.auto_create_topics = cfg.auto_create_topics
-        from danube.routing.repartition import broker_hook   # live repartition (docs/repartition.md)
+        from danube.routing.repartition import broker_hook  # live repartition (docs/repartition.md)
 
         broker_hook.install(self.broker, adoption_timeout_ms=cfg.repartition_adoption_timeout_ms)
         await self.broker.start()
@@ -101,12 +107,14 @@ class BrokerApp:
         self.security = Security(cfg.auth, self.broker, self.metadata)
         await self.security.start()
         self.server = self.security.guard_client_server(
-            self._client_server(cfg.grpc_server, cfg.http2_limits, self.metrics.rpc))
+            self._client_server(cfg.grpc_server, cfg.http2_limits, self.metrics.rpc)
+        )
         # The schema registry first: it hands Danube's protocol and the batch lane the gate.
         schema_service = _optional_edge("danube.server.schema_service")
         if schema_service is not None:
-            self.schema_gate = await schema_service.attach(self.server, self.broker, self.metadata,
-                                                           cfg.json_schema_rule)
+            self.schema_gate = await schema_service.attach(
+                self.server, self.broker, self.metadata, cfg.json_schema_rule
+            )
         danube_services.add_to_server(self.server, self.broker)
         batch_lane = _optional_edge("danube.server.batch_lane")
         if batch_lane is not None:
@@ -121,10 +129,11 @@ class BrokerApp:
             # counting outermost: a call the guard refuses is counted with its status too
             self.admin_server = grpc.aio.server(
                 options=GRPC_OPTIONS,
-                interceptors=[CountingInterceptor(self.metrics.rpc), *self.security.interceptors()])
+                interceptors=[CountingInterceptor(self.metrics.rpc), *self.security.interceptors()],
+            )
             if admin is not None:
                 admin.add_to_server(self.admin_server, self.broker)
-            if self.schema_gate is not None:   # Danube's admin CLI reaches the registry on the admin port
+            if self.schema_gate is not None:  # Danube's admin CLI reaches the registry on the admin port
                 schema_service.add_to_server(self.admin_server, self.schema_gate.registry, self.schema_gate)
             if self.scalable is not None:  # `danube admin scalable-topics` uses the admin port
                 scalable.add_servicer(self.admin_server, self.scalable)
@@ -141,15 +150,27 @@ class BrokerApp:
             await self.admin_server.start()
         if cfg.cluster:
             await self._join_cluster(cfg)
-        log.info("danube broker %s serving Danube clients on %s:%d (advertised %s); admin port %s; "
-                 "batch lane %s; data in %s; sync=%s; gRPC server %s", cfg.broker_id, cfg.host,
-                 self.bound["client"], cfg.broker_url, self.bound.get("admin", "off"),
-                 "on" if batch_lane else "not installed", os.path.abspath(cfg.data_dir), cfg.sync,
-                 cfg.grpc_server)
+        log.info(
+            "danube broker %s serving Danube clients on %s:%d (advertised %s); admin port %s; "
+            "batch lane %s; data in %s; sync=%s; gRPC server %s",
+            cfg.broker_id,
+            cfg.host,
+            self.bound["client"],
+            cfg.broker_url,
+            self.bound.get("admin", "off"),
+            "on" if batch_lane else "not installed",
+            os.path.abspath(cfg.data_dir),
+            cfg.sync,
+            cfg.grpc_server,
+        )
         # The gRPC I/O runtime is chosen by grpc's own GRPC_EXPERIMENTS (read when grpc is
         # imported); docs/benchmarks.md measures the choice, so the log says which one ran.
-        log.info("grpc %s, GRPC_EXPERIMENTS=%s; %s", grpc.__version__,
-                 os.environ.get("GRPC_EXPERIMENTS") or "(grpc's defaults)", _allocator.described())
+        log.info(
+            "grpc %s, GRPC_EXPERIMENTS=%s; %s",
+            grpc.__version__,
+            os.environ.get("GRPC_EXPERIMENTS") or "(grpc's defaults)",
+            _allocator.described(),
+        )
 
     async def _bootstrap_namespaces(self, cfg: BrokerConfig) -> None:
         """Danube's bootstrap_namespaces: each exists once the broker serves (a namespace is its
@@ -191,19 +212,32 @@ class BrokerApp:
 
         admin_host = self._local_host(cfg)
         self.cluster = ClusterNode(
-            self.metadata, self.broker, broker_id=cfg.broker_id, broker_url=cfg.broker_url,
+            self.metadata,
+            self.broker,
+            broker_id=cfg.broker_id,
+            broker_url=cfg.broker_url,
             admin_url=f"{cfg.url_scheme}://{admin_host}:{cfg.admin_port}" if cfg.admin_port else None,
             metrics_url=f"http://{admin_host}:{cfg.metrics_port}" if cfg.metrics_port else None,
-            lease_ttl_s=cfg.lease_ttl_seconds, strategy=cfg.assignment_strategy,
-            load_report_interval_s=cfg.load_report_interval_seconds, cluster_name=cfg.cluster_name,
-            rebalancing=cfg.rebalancing, metrics=self.metrics, client_proxy=cfg.client_proxy)
+            lease_ttl_s=cfg.lease_ttl_seconds,
+            strategy=cfg.assignment_strategy,
+            load_report_interval_s=cfg.load_report_interval_seconds,
+            cluster_name=cfg.cluster_name,
+            rebalancing=cfg.rebalancing,
+            metrics=self.metrics,
+            client_proxy=cfg.client_proxy,
+        )
         self.broker.cluster = self.cluster
 
     async def _join_cluster(self, cfg: BrokerConfig) -> None:
         """Register, campaign, follow the cluster (danube.cluster.node); after the ports listen."""
         await self.cluster.start()
-        log.info("broker %s in cluster %s (etcd %s, strategy %s)", cfg.broker_id, cfg.cluster_name,
-                 cfg.etcd_url, cfg.assignment_strategy)
+        log.info(
+            "broker %s in cluster %s (etcd %s, strategy %s)",
+            cfg.broker_id,
+            cfg.cluster_name,
+            cfg.etcd_url,
+            cfg.assignment_strategy,
+        )
 
     @staticmethod
     def _client_server(kind: str, http2_limits=None, rpc: RpcCounts | None = None):
@@ -214,8 +248,9 @@ class BrokerApp:
             if rpc is not None:
                 server.on_status = rpc.observe
             return server
-        return grpc.aio.server(options=GRPC_OPTIONS,
-                               interceptors=[CountingInterceptor(rpc)] if rpc is not None else None)
+        return grpc.aio.server(
+            options=GRPC_OPTIONS, interceptors=[CountingInterceptor(rpc)] if rpc is not None else None
+        )
 
     def _bind(self, server: grpc.aio.Server, port: int, what: str) -> int:
         address = f"{self.config.host}:{port}"
@@ -265,8 +300,12 @@ class BrokerApp:
         log.info("stopped cleanly")
 
 
-async def serve(config: BrokerConfig, *, on_ready: Callable[[BrokerApp], None] | None = None,
-                stop_event: asyncio.Event | None = None) -> int:
+async def serve(
+    config: BrokerConfig,
+    *,
+    on_ready: Callable[[BrokerApp], None] | None = None,
+    stop_event: asyncio.Event | None = None,
+) -> int:
     """Run the broker until SIGTERM/SIGINT (or ``stop_event``); return the exit code."""
     app = BrokerApp(config)
     stop = stop_event or asyncio.Event()

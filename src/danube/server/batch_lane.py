@@ -46,9 +46,12 @@ _SUB_TYPES = {
 
 
 def _batch_status(exc: BaseException) -> pb.BatchStatus:
-    status = pb.BatchStatus(code=status_map.status_for(exc).value[0], message=status_map.message_for(exc),
-                            retriable=bool(getattr(exc, "retriable", False)))
-    if getattr(exc, "partitions", None):   # a stale partitioning version (docs/repartition.md)
+    status = pb.BatchStatus(
+        code=status_map.status_for(exc).value[0],
+        message=status_map.message_for(exc),
+        retriable=bool(getattr(exc, "retriable", False)),
+    )
+    if getattr(exc, "partitions", None):  # a stale partitioning version (docs/repartition.md)
         status.partitioning_version = exc.version
         status.partitions = exc.partitions
         status.redirect_url = exc.redirect_url
@@ -64,8 +67,7 @@ def redelivery_counts_in_frame_order(buf, by_offset) -> list[int]:
     if not by_offset or not any(by_offset.values()):
         return []
     view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
-    return [by_offset.get(int.from_bytes(view[p:p + 8], "little"), 0)
-            for p in frame_codec.frame_positions(view)]
+    return [by_offset.get(int.from_bytes(view[p : p + 8], "little"), 0) for p in frame_codec.frame_positions(view)]
 
 
 # ConsumeResponse.batch (field 2) and ConsumeBatch.frames (field 1), both length-delimited.
@@ -139,11 +141,11 @@ def _ack_pairs(ranges) -> tuple[list[tuple[int, int]], int]:
 class BatchLaneService(pb_grpc.BatchLaneServicer):
     def __init__(self, broker: BrokerService) -> None:
         self._broker = broker
-        self._schema = broker.schema_gate   # danube.schema.validation.SchemaGate
-        self._publish_nowait = broker.publish_nowait   # the per-call publish path
+        self._schema = broker.schema_gate  # danube.schema.validation.SchemaGate
+        self._publish_nowait = broker.publish_nowait  # the per-call publish path
         # In-stream acks of every Consume stream, applied once per consumer and loop turn.
         self._acks = AckBatcher(self._apply_acks)
-        self._repartition = None   # danube.routing.repartition.broker_hook.RepartitionRuntime (version fence)
+        self._repartition = None  # danube.routing.repartition.broker_hook.RepartitionRuntime (version fence)
         if broker.metadata is not None:
             from danube.routing.repartition import broker_hook
 
@@ -162,11 +164,13 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             raise InvalidArgumentError(f"unknown producer access mode {spec.access_mode}")
         if not spec.producer_name:
             raise InvalidArgumentError("producer_name must not be empty")
-        if spec.schema_subject and self._schema is not None:   # as Danube's CreateProducer with schema_ref
+        if spec.schema_subject and self._schema is not None:  # as Danube's CreateProducer with schema_ref
             await self._schema.on_create_producer(spec.topic, spec.schema_subject)
         return await self._broker.create_producer(
-            spec.topic, spec.producer_name,
-            access_mode=_ACCESS_MODES[spec.access_mode], reliable=spec.reliable,
+            spec.topic,
+            spec.producer_name,
+            access_mode=_ACCESS_MODES[spec.access_mode],
+            reliable=spec.reliable,
         )
 
     async def CreateProducer(self, request, context):
@@ -195,7 +199,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             if self._schema is not None and self._schema.active:
                 await self._check_schema(producer_id, request, buf)
             version = request.partitioning_version if request.HasField("partitioning_version") else None
-            if version is not None and self._repartition is not None:   # docs/repartition.md: the fence
+            if version is not None and self._repartition is not None:  # docs/repartition.md: the fence
                 first, last = await self._publish_fenced(producer_id, buf, version)
             else:
                 first, last = await self._broker.publish(producer_id, buf, partitioning_version=version)
@@ -237,8 +241,11 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         topic = await self._producer_topic(producer_id)
         if topic is not None:
             self._schema.check_batch(
-                topic, request.schema_id if request.HasField("schema_id") else None,
-                request.schema_version if request.HasField("schema_version") else None, buf)
+                topic,
+                request.schema_id if request.HasField("schema_id") else None,
+                request.schema_version if request.HasField("schema_version") else None,
+                buf,
+            )
 
     def _publish_now(self, request: pb.PublishRequest) -> pb.PublishAck | asyncio.Future | None:
         """The per-call path: a batch naming a loaded producer, with no schema check and no
@@ -246,8 +253,12 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         of its durability, or its ack when it was refused (nothing stored).  None when the batch
         needs the general path (``_publish_one`` in a task)."""
         publish_nowait = self._publish_nowait
-        if (publish_nowait is None or request.WhichOneof("producer") != "producer_id"
-                or request.HasField("partitioning_version") or (self._schema is not None and self._schema.active)):
+        if (
+            publish_nowait is None
+            or request.WhichOneof("producer") != "producer_id"
+            or request.HasField("partitioning_version")
+            or (self._schema is not None and self._schema.active)
+        ):
             return None
         try:
             return publish_nowait(request.producer_id, _validate_frames(request.frames))
@@ -277,7 +288,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         state: list = [0, None]
         encoded = getattr(context, "sends_encoded", False)
         write_nowait = getattr(context, "write_nowait", None)
-        idle = [False]   # this handler waits for an ack to send (is not in the middle of a write)
+        idle = [False]  # this handler waits for an ack to send (is not in the middle of a write)
 
         def settle() -> None:
             state[0] -= 1
@@ -298,15 +309,22 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         def answered(sequence: int, producer_id: int, fut: asyncio.Future) -> None:
             try:
                 if fut.cancelled():
-                    return   # the broker is stopping: as a cancelled store, no ack
+                    return  # the broker is stopping: as a cancelled store, no ack
                 exc = fut.exception()
                 if exc is None:
                     first, last = fut.result()
                     if encoded:
                         answer(_encoded_ack(sequence, producer_id, first, last))
                     else:
-                        answer(pb.PublishAck(sequence=sequence, producer_id=producer_id, first_offset=first,
-                                             last_offset=last, count=last - first + 1))
+                        answer(
+                            pb.PublishAck(
+                                sequence=sequence,
+                                producer_id=producer_id,
+                                first_offset=first,
+                                last_offset=last,
+                                count=last - first + 1,
+                            )
+                        )
                     return
                 if not isinstance(exc, DanubeError):
                     log.error("publish of batch %d failed", sequence, exc_info=exc)
@@ -371,7 +389,9 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         if not spec.consumer_name:
             raise InvalidArgumentError("consumer_name must not be empty")
         return await self._broker.subscribe(
-            spec.topic, spec.subscription, spec.consumer_name,
+            spec.topic,
+            spec.subscription,
+            spec.consumer_name,
             sub_type=_SUB_TYPES[spec.subscription_type],
             key_filters=tuple(spec.key_filters),
             # reliable set = create the topic with that dispatch if missing; unset = it must exist
@@ -396,7 +416,8 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
 
     async def _nack(self, consumer_id: int, request: pb.NackRequest) -> None:
         await self._broker.nack(
-            consumer_id, request.offset,
+            consumer_id,
+            request.offset,
             delay_ms=request.delay_ms if request.HasField("delay_ms") else None,
             reason=request.reason if request.HasField("reason") else None,
         )
@@ -525,13 +546,13 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                 elif kind == "ack":
                     target = request.ack.consumer_id or consumer_id
                     pairs, _named = _ack_pairs(request.ack.ranges)
-                    if pairs and tasks:   # behind a nack still being applied: in order, after it
+                    if pairs and tasks:  # behind a nack still being applied: in order, after it
                         later(self._ack_loading(target, pairs))
                     elif pairs:
                         acks.add(target, pairs, ack_failed)
                 elif kind == "nack":
                     target = request.nack.consumer_id or consumer_id
-                    acks.flush_consumer(target)   # the acks it sent before come first
+                    acks.flush_consumer(target)  # the acks it sent before come first
                     later(self._nack(target, request.nack))
                 else:
                     raise InvalidArgumentError(f"unexpected {kind} request after the stream started")
@@ -558,23 +579,27 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                     await interrupt[0]
                     continue
                 try:
-                    delivery = await self._broker.receive(consumer_id, max_messages=credit[0],
-                                                          max_bytes=credit[1], interrupt=interrupt[0])
+                    delivery = await self._broker.receive(
+                        consumer_id, max_messages=credit[0], max_bytes=credit[1], interrupt=interrupt[0]
+                    )
                 except DanubeError as exc:
                     await _abort(context, exc)
                     return
                 if not delivery.count:
-                    continue   # interrupted: errors to send, more credit, or the end of the stream
+                    continue  # interrupted: errors to send, more credit, or the end of the stream
                 frames = delivery.frames
                 credit[0] -= delivery.count
                 credit[1] -= len(frames)
                 redelivered = delivery.redelivery_counts
-                if encoded and not redelivered:   # a fresh delivery: no message object
-                    yield _encoded_batch(frames, _batch_fields(delivery.first_offset, delivery.last_offset,
-                                                               delivery.count))
+                if encoded and not redelivered:  # a fresh delivery: no message object
+                    yield _encoded_batch(
+                        frames, _batch_fields(delivery.first_offset, delivery.last_offset, delivery.count)
+                    )
                     continue
                 batch = pb.ConsumeBatch(
-                    first_offset=delivery.first_offset, last_offset=delivery.last_offset, count=delivery.count,
+                    first_offset=delivery.first_offset,
+                    last_offset=delivery.last_offset,
+                    count=delivery.count,
                 )
                 counts = redelivery_counts_in_frame_order(frames, redelivered)
                 if counts:
@@ -589,10 +614,9 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                 reader.cancel()
             # (nacks still being applied finish: as the reader applied them before the stream ended)
             if acks is not None:
-                acks.flush_consumer(consumer_id)   # acks it sent count before it is detached
+                acks.flush_consumer(consumer_id)  # acks it sent count before it is detached
             # Unacked deliveries of this stream go back to the subscription.
             self._broker.detach(consumer_id)
-
 
     # ------------------------------------------------------------ live routing (docs/repartition.md)
 

@@ -77,7 +77,7 @@ class BrokerConfig:
     metrics_port: int = 9040  # 0 disables the metrics endpoint
     data_dir: str = "./danube-data"
     sync: str = "always"
-    grpc_server: str = "native"   # which gRPC server serves the client port (docs/broker.md)
+    grpc_server: str = "native"  # which gRPC server serves the client port (docs/broker.md)
     broker_id: str = "standalone"
     advertised_addr: str | None = None
     policies: TopicPolicies = field(default_factory=TopicPolicies)
@@ -86,13 +86,13 @@ class BrokerConfig:
     storage: Mapping[str, Any] = field(default_factory=dict)
     # cluster mode (docs/cluster.md): etcd metadata, registration, leader, load manager
     cluster: bool = False
-    etcd_url: str | None = None           # Danube's meta_store {host, port} or --etcd
+    etcd_url: str | None = None  # Danube's meta_store {host, port} or --etcd
     cluster_name: str = "danube"
-    lease_ttl_seconds: int = 10           # the broker's etcd lease; it is fenced after 2/3 of it
+    lease_ttl_seconds: int = 10  # the broker's etcd lease; it is fenced after 2/3 of it
     # Danube's proxy mode: a lookup of a topic owned elsewhere names this broker as connect_url and it
     # forwards Danube's calls to the owner, holding them through moves and failures (docs/cluster.md)
     client_proxy: bool = True
-    assignment_strategy: str = "fair"     # load_manager.assignment_strategy: fair | balanced | weighted_load
+    assignment_strategy: str = "fair"  # load_manager.assignment_strategy: fair | balanced | weighted_load
     # load_manager.rebalancing: a danube.cluster.rebalancing.RebalancingConfig, checked at load
     # (docs/rebalancing.md); None when the file has no such block (the defaults: disabled)
     rebalancing: Any = None
@@ -103,10 +103,10 @@ class BrokerConfig:
     # section ``scalable_topics:``: a danube.routing.scalable.config.ScalableTopicsConfig
     # (docs/scalable-topics.md); None when the file has none (the defaults)
     scalable_topics: Any = None
-    auth: AuthSettings = field(default_factory=AuthSettings)   # Danube's auth block (docs/security.md)
-    metadata_dir: str | None = None          # Danube's meta_store.data_dir; default: data_dir
-    bootstrap_namespaces: tuple[str, ...] = ()   # created at start when missing
-    auto_create_topics: bool = True          # false: a producer cannot create a topic (admin create only)
+    auth: AuthSettings = field(default_factory=AuthSettings)  # Danube's auth block (docs/security.md)
+    metadata_dir: str | None = None  # Danube's meta_store.data_dir; default: data_dir
+    bootstrap_namespaces: tuple[str, ...] = ()  # created at start when missing
+    auto_create_topics: bool = True  # false: a producer cannot create a topic (admin create only)
     # JSON Schema compatibility: danube (Danube's checker) | reader_writer (stricter; docs/schema-registry.md)
     json_schema_rule: str = "danube"
     # live repartition: how long a cutover waits for every broker and client to adopt the new
@@ -120,7 +120,8 @@ class BrokerConfig:
             object.__setattr__(self, "grpc_server", GRPC_SERVER_ALIASES[self.grpc_server])
         if self.grpc_server not in GRPC_SERVERS:
             raise InvalidArgumentError(
-                f"grpc_server must be one of {', '.join(GRPC_SERVERS)}, got {self.grpc_server!r}")
+                f"grpc_server must be one of {', '.join(GRPC_SERVERS)}, got {self.grpc_server!r}"
+            )
         if self.http2_limits:
             from danube.server.h2grpc.limits import H2Limits
 
@@ -131,7 +132,8 @@ class BrokerConfig:
         interval = self.load_report_interval_seconds
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 <= interval < float("inf"):
             raise InvalidArgumentError(
-                f"load_report_interval_seconds must be a number of seconds >= 0 (0 = off), got {interval!r}")
+                f"load_report_interval_seconds must be a number of seconds >= 0 (0 = off), got {interval!r}"
+            )
         for name in ("port", "admin_port", "metrics_port"):
             value = getattr(self, name)
             if not isinstance(value, int) or not 0 <= value <= 65535:
@@ -139,9 +141,10 @@ class BrokerConfig:
         roles = {"client": self.port, "admin": self.admin_port, "metrics": self.metrics_port}
         taken: dict[int, str] = {}
         for role, value in roles.items():
-            if value and value in taken:   # 0 turns the admin or metrics listener off
+            if value and value in taken:  # 0 turns the admin or metrics listener off
                 raise InvalidArgumentError(
-                    f"port {value} is given as both the {taken[value]} and the {role} port; each needs its own")
+                    f"port {value} is given as both the {taken[value]} and the {role} port; each needs its own"
+                )
             taken[value] = role
 
     def check_cluster(self) -> None:
@@ -149,8 +152,10 @@ class BrokerConfig:
         from danube.cluster.scoring import STRATEGIES
 
         if self.assignment_strategy not in STRATEGIES:
-            raise InvalidArgumentError(f"load_manager.assignment_strategy must be one of {', '.join(STRATEGIES)}, "
-                                       f"got {self.assignment_strategy!r}")
+            raise InvalidArgumentError(
+                f"load_manager.assignment_strategy must be one of {', '.join(STRATEGIES)}, "
+                f"got {self.assignment_strategy!r}"
+            )
         if not isinstance(self.lease_ttl_seconds, int) or self.lease_ttl_seconds < 2:
             raise InvalidArgumentError(f"lease_ttl_seconds must be an integer >= 2, got {self.lease_ttl_seconds!r}")
         if self.cluster and not self.etcd_url:
@@ -233,7 +238,7 @@ class BrokerConfig:
             d = str(data.pop("data_dir"))
             kw["data_dir"] = d if os.path.isabs(d) or base_dir is None else os.path.join(base_dir, d)
         if "metadata_dir" in data:  # as Danube reads meta_store.data_dir: relative to the working directory,
-            kw["metadata_dir"] = str(data.pop("metadata_dir"))   # like storage.local_wal_root beside it
+            kw["metadata_dir"] = str(data.pop("metadata_dir"))  # like storage.local_wal_root beside it
         if "bootstrap_namespaces" in data:
             kw["bootstrap_namespaces"] = _namespaces(data.pop("bootstrap_namespaces"))
         if "auto_create_topics" in data:
@@ -264,7 +269,8 @@ class BrokerConfig:
             value = data.pop("repartition_adoption_timeout_ms")
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise InvalidArgumentError(
-                    f"repartition_adoption_timeout_ms must be a number of milliseconds > 0, got {value!r}")
+                    f"repartition_adoption_timeout_ms must be a number of milliseconds > 0, got {value!r}"
+                )
             kw["repartition_adoption_timeout_ms"] = value
         if "auth" in data:
             kw["auth"] = AuthSettings.from_dict(data.pop("auth"), base_dir=base_dir)
@@ -285,7 +291,8 @@ class BrokerConfig:
             from danube.cluster.rebalancing.config import RebalancingConfig
 
             kw["rebalancing"] = RebalancingConfig.from_section(
-                load_manager.pop("rebalancing"), strategy=kw.get("assignment_strategy", cls.assignment_strategy))
+                load_manager.pop("rebalancing"), strategy=kw.get("assignment_strategy", cls.assignment_strategy)
+            )
         if "scalable_topics" in data:
             from danube.routing.scalable.config import ScalableTopicsConfig
 
@@ -305,8 +312,10 @@ class BrokerConfig:
             if not isinstance(value, bool):
                 raise InvalidArgumentError(f"client_proxy must be true or false, got {value!r}")
             kw["client_proxy"] = value
-        for where, section in (("load_manager.load_report_interval_seconds", load_manager),
-                               ("load_report_interval_seconds", data)):
+        for where, section in (
+            ("load_manager.load_report_interval_seconds", load_manager),
+            ("load_report_interval_seconds", data),
+        ):
             if "load_report_interval_seconds" in section:
                 kw["load_report_interval_seconds"] = _seconds(section.pop("load_report_interval_seconds"), where)
         for key in sorted(load_manager):
@@ -367,7 +376,7 @@ def _addr(value: Any, where: str) -> tuple[str | None, int]:
     text = str(value)
     for prefix in ("http://", "https://"):
         if text.startswith(prefix):
-            text = text[len(prefix):]
+            text = text[len(prefix) :]
     host, sep, port = text.rpartition(":")
     if not sep:
         raise InvalidArgumentError(f"{where}: expected host:port, got {value!r}")

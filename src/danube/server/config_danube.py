@@ -56,8 +56,10 @@ def translate(data: Mapping[str, Any]) -> dict[str, Any]:
             ports.setdefault("prom", ports.pop("prometheus"))
         if "raft" in ports:
             ports.pop("raft")
-            _warn("broker.ports.raft", "there is no Raft transport; brokers of a cluster share etcd "
-                  "(meta_store: {host, port})")
+            _warn(
+                "broker.ports.raft",
+                "there is no Raft transport; brokers of a cluster share etcd (meta_store: {host, port})",
+            )
         if ports:
             broker["ports"] = ports
         listeners = _section(broker, "advertised_listeners", "broker.advertised_listeners")
@@ -65,8 +67,7 @@ def translate(data: Mapping[str, Any]) -> dict[str, Any]:
         if listeners.get("broker_url"):
             broker.setdefault("advertised_addr", str(listeners["broker_url"]))
         if listeners.get("connect_url") and listeners.get("connect_url") != listeners.get("broker_url"):
-            _warn("broker.advertised_listeners.connect_url",
-                  "there is no gRPC proxy mode; lookups answer broker_url")
+            _warn("broker.advertised_listeners.connect_url", "there is no gRPC proxy mode; lookups answer broker_url")
         out["broker"] = broker
     meta = out.get("meta_store")
     if isinstance(meta, Mapping) and ("data_dir" in meta or "seed_nodes" in meta):
@@ -74,11 +75,15 @@ def translate(data: Mapping[str, Any]) -> dict[str, Any]:
         if "data_dir" in meta:
             out["metadata_dir"] = str(meta.pop("data_dir"))
         if meta.pop("seed_nodes", None):
-            _warn("meta_store.seed_nodes", "there is no embedded Raft group; a cluster runs on etcd "
-                  "(meta_store: {host, port} or --etcd)")
+            _warn(
+                "meta_store.seed_nodes",
+                "there is no embedded Raft group; a cluster runs on etcd (meta_store: {host, port} or --etcd)",
+            )
         if meta and not {"host", "port"} <= set(meta):
-            raise InvalidArgumentError(f"meta_store: unknown key(s) {', '.join(sorted(map(str, meta)))}; "
-                                       f"expected data_dir (embedded) or host and port (etcd)")
+            raise InvalidArgumentError(
+                f"meta_store: unknown key(s) {', '.join(sorted(map(str, meta)))}; "
+                f"expected data_dir (embedded) or host and port (etcd)"
+            )
         if meta:
             out["meta_store"] = meta
         else:
@@ -106,8 +111,9 @@ def _storage(storage: dict) -> dict:
     if "max_bytes" in rotation:
         size = rotation.pop("max_bytes")
         if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-            raise InvalidArgumentError(f"storage.wal.rotation.max_bytes: expected a positive number of bytes, "
-                                       f"got {size!r}")
+            raise InvalidArgumentError(
+                f"storage.wal.rotation.max_bytes: expected a positive number of bytes, got {size!r}"
+            )
         wal.setdefault("max_file_mb", size / _MIB)
     if rotation.get("max_hours") is not None:
         hours = rotation.pop("max_hours")
@@ -120,20 +126,29 @@ def _storage(storage: dict) -> dict:
     advanced = wal.pop("advanced", None)
     if isinstance(advanced, Mapping):
         for key in sorted(advanced):
-            _warn(f"storage.wal.advanced.{key}", "this WAL sizes its cache with storage.wal.cache_mb and syncs "
-                  "by the broker's sync setting (always | interval | never)")
+            _warn(
+                f"storage.wal.advanced.{key}",
+                "this WAL sizes its cache with storage.wal.cache_mb and syncs "
+                "by the broker's sync setting (always | interval | never)",
+            )
     if wal or "wal" in storage:
         storage["wal"] = wal
     if storage.pop("write_buffer", None) is not None:
-        _warn("storage.write_buffer", "there is no Valkey write buffer; a reliable topic is durable on the "
-              "broker's own WAL (sync) and its exported segments")
+        _warn(
+            "storage.write_buffer",
+            "there is no Valkey write buffer; a reliable topic is durable on the "
+            "broker's own WAL (sync) and its exported segments",
+        )
     durable = storage.get("durable")
     if isinstance(durable, Mapping):
         durable = dict(durable)
         for key in _S3_EXTRAS:
             if key in durable:
                 durable.pop(key)
-                _warn(f"storage.durable.{key}", "the S3 backend takes endpoint, region, access_key and "
-                      "secret_key (else the AWS default credential chain)")
+                _warn(
+                    f"storage.durable.{key}",
+                    "the S3 backend takes endpoint, region, access_key and "
+                    "secret_key (else the AWS default credential chain)",
+                )
         storage["durable"] = durable
     return storage

@@ -45,7 +45,7 @@ class ProducerService(pb_grpc.ProducerServiceServicer):
     def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
         self._publish_one = broker.publish_one
-        self._schema = broker.schema_gate   # danube.schema.validation.SchemaGate
+        self._schema = broker.schema_gate  # danube.schema.validation.SchemaGate
 
     async def CreateProducer(self, request, context):
         try:
@@ -55,12 +55,16 @@ class ProducerService(pb_grpc.ProducerServiceServicer):
             if self._schema is not None and request.HasField("schema_ref") and request.schema_ref.subject:
                 await self._schema.on_create_producer(request.topic_name, request.schema_ref.subject)
             producer_id = await self.broker.create_producer(
-                request.topic_name, request.producer_name, access_mode=mode,
-                reliable=request.dispatch_strategy == pb.Reliable)
+                request.topic_name,
+                request.producer_name,
+                access_mode=mode,
+                reliable=request.dispatch_strategy == pb.Reliable,
+            )
         except DanubeError as exc:
             await abort(context, exc)
-        return pb.ProducerResponse(request_id=request.request_id, producer_id=producer_id,
-                                   producer_name=request.producer_name)
+        return pb.ProducerResponse(
+            request_id=request.request_id, producer_id=producer_id, producer_name=request.producer_name
+        )
 
     async def SendMessage(self, request, context):
         # The per-message path of Danube's clients: module-level names, one attribute walk each.
@@ -70,9 +74,12 @@ class ProducerService(pb_grpc.ProducerServiceServicer):
             if self._schema is not None and (self._schema.active or request.HasField("schema_id")):
                 attributes = await _with_schema(self._schema, self.broker, producer_id, request, attributes)
             frame = _encode_record(
-                request.payload, publish_time=request.publish_time, producer_id=producer_id,
+                request.payload,
+                publish_time=request.publish_time,
+                producer_id=producer_id,
                 key=request.routing_key if request.HasField("routing_key") else None,
-                attributes=attributes)
+                attributes=attributes,
+            )
             # Concurrent calls on one topic are stored as one batch (one append, one durability wait).
             await self._publish_one(producer_id, frame)
         except DanubeError as exc:
@@ -86,7 +93,7 @@ async def _with_schema(gate, broker, producer_id: int, request, attributes):
     version = request.schema_version if request.HasField("schema_version") else None
     if gate.active:
         topic = broker.producer_topic(producer_id)
-        if topic is None:   # a producer not loaded yet (broker restart): load it to learn its topic
+        if topic is None:  # a producer not loaded yet (broker restart): load it to learn its topic
             await broker.producer(producer_id)
             topic = broker.producer_topic(producer_id)
         if topic is not None:
@@ -108,12 +115,18 @@ class ConsumerService(pb_grpc.ConsumerServiceServicer):
             if sub_type is None:
                 raise InvalidArgumentError(f"unknown subscription type {request.subscription_type}")
             consumer_id = await self.broker.subscribe(
-                request.topic_name, request.subscription, request.consumer_name, sub_type=sub_type,
-                key_filters=list(request.key_filters), reliable=None)
+                request.topic_name,
+                request.subscription,
+                request.consumer_name,
+                sub_type=sub_type,
+                key_filters=list(request.key_filters),
+                reliable=None,
+            )
         except DanubeError as exc:
             await abort(context, exc)
-        return pb.ConsumerResponse(request_id=request.request_id, consumer_id=consumer_id,
-                                   consumer_name=request.consumer_name)
+        return pb.ConsumerResponse(
+            request_id=request.request_id, consumer_id=consumer_id, consumer_name=request.consumer_name
+        )
 
     async def ReceiveMessages(self, request, context):
         broker = self.broker
@@ -127,8 +140,9 @@ class ConsumerService(pb_grpc.ConsumerServiceServicer):
             try:
                 stream = await broker.open_stream(consumer_id)
                 while True:
-                    delivery = await broker.receive(consumer_id, max_messages=STREAM_BATCH_MESSAGES,
-                                                    max_bytes=STREAM_BATCH_BYTES, stream=stream)
+                    delivery = await broker.receive(
+                        consumer_id, max_messages=STREAM_BATCH_MESSAGES, max_bytes=STREAM_BATCH_BYTES, stream=stream
+                    )
                     topic, subscription = broker.consumer_info(consumer_id) or ("", "")
                     for rec in _decodable_records(broker, consumer_id, delivery.frames):
                         try:
@@ -137,8 +151,11 @@ class ConsumerService(pb_grpc.ConsumerServiceServicer):
                             else:
                                 msg = _stream_message(broker, rec, topic, subscription, broker_url)
                         except _CONVERSION_ERRORS as exc:
-                            broker.reject_delivery(consumer_id, rec.offset, f"it cannot become a StreamMessage: "
-                                                   f"{type(exc).__name__}: {quote(str(exc))}")
+                            broker.reject_delivery(
+                                consumer_id,
+                                rec.offset,
+                                f"it cannot become a StreamMessage: {type(exc).__name__}: {quote(str(exc))}",
+                            )
                             continue
                         await context.write(msg)
             except StreamSupersededError:
@@ -155,8 +172,9 @@ class ConsumerService(pb_grpc.ConsumerServiceServicer):
 
     async def Ack(self, request, context, *, strict: bool = False):
         try:
-            await self.broker.ack_subscription(request.msg_id.topic_name, request.subscription_name,
-                                               (request.msg_id.topic_offset,), strict=strict)
+            await self.broker.ack_subscription(
+                request.msg_id.topic_name, request.subscription_name, (request.msg_id.topic_offset,), strict=strict
+            )
         except DanubeError as exc:
             await abort(context, exc)
         return pb.AckResponse(request_id=request.request_id)
@@ -164,9 +182,13 @@ class ConsumerService(pb_grpc.ConsumerServiceServicer):
     async def Nack(self, request, context, *, strict: bool = False):
         try:
             await self.broker.nack_subscription(
-                request.msg_id.topic_name, request.subscription_name, request.msg_id.topic_offset,
+                request.msg_id.topic_name,
+                request.subscription_name,
+                request.msg_id.topic_offset,
                 delay_ms=request.delay_ms if request.HasField("delay_ms") else None,
-                reason=request.reason if request.HasField("reason") else None, strict=strict)
+                reason=request.reason if request.HasField("reason") else None,
+                strict=strict,
+            )
         except DanubeError as exc:
             await abort(context, exc)
         return pb.NackResponse(request_id=request.request_id)
@@ -193,7 +215,7 @@ def _decodable_records(broker: BrokerService, consumer_id: int, buf) -> list:
         try:
             records.append(frames.decode_frame(view[pos:end], 0)[0])
         except _CONVERSION_ERRORS as exc:
-            offset = int.from_bytes(view[pos:pos + 8], "little")
+            offset = int.from_bytes(view[pos : pos + 8], "little")
             broker.reject_delivery(consumer_id, offset, f"it cannot be decoded: {type(exc).__name__}: {exc}")
     return records
 
@@ -211,16 +233,14 @@ def _encoded_stream_message(broker: BrokerService, rec, topic: str, subscription
     return Encoded((head + _PAYLOAD_TAG + varint(len(payload)), payload))
 
 
-def _stream_message(broker: BrokerService, rec, topic: str, subscription: str, broker_url: str, *,
-                    payload=None):
+def _stream_message(broker: BrokerService, rec, topic: str, subscription: str, broker_url: str, *, payload=None):
     """Danube's StreamMessage for one stored record (``payload`` instead of the record's own)."""
     attributes, schema_id, schema_version = rec.attributes, None, None
     if attributes and SCHEMA_ATTR in attributes:
         attributes, schema_id, schema_version = split_schema_attributes(attributes)
     msg = pb.StreamMessage(
         request_id=rec.offset,
-        msg_id=pb.MsgID(producer_id=rec.producer_id, topic_name=topic,
-                        broker_addr=broker_url, topic_offset=rec.offset),
+        msg_id=pb.MsgID(producer_id=rec.producer_id, topic_name=topic, broker_addr=broker_url, topic_offset=rec.offset),
         payload=bytes(rec.payload) if payload is None else payload,
         publish_time=rec.publish_time,
         producer_name=broker.producer_name(topic, rec.producer_id),
@@ -246,10 +266,15 @@ class DiscoveryService(pb_grpc.DiscoveryServicer):
         except DanubeError as exc:
             await abort(context, exc)
         kind = {"connect": pb.TopicLookupResponse.Connect, "redirect": pb.TopicLookupResponse.Redirect}.get(
-            result.kind, pb.TopicLookupResponse.Failed)
-        return pb.TopicLookupResponse(request_id=request.request_id, response_type=kind,
-                                      connect_url=result.connect_url, broker_url=result.broker_url,
-                                      proxy=result.proxy)
+            result.kind, pb.TopicLookupResponse.Failed
+        )
+        return pb.TopicLookupResponse(
+            request_id=request.request_id,
+            response_type=kind,
+            connect_url=result.connect_url,
+            broker_url=result.broker_url,
+            proxy=result.proxy,
+        )
 
     async def TopicPartitions(self, request, context):
         try:
@@ -266,8 +291,7 @@ class HealthCheckService(pb_grpc.HealthCheckServicer):
     async def HealthCheck(self, request, context):
         kind = "producer" if request.client == pb.HealthCheckRequest.Producer else "consumer"
         ok = self.broker.health(kind, request.id)
-        return pb.HealthCheckResponse(
-            status=pb.HealthCheckResponse.OK if ok else pb.HealthCheckResponse.CLOSE)
+        return pb.HealthCheckResponse(status=pb.HealthCheckResponse.OK if ok else pb.HealthCheckResponse.CLOSE)
 
 
 def add_to_server(server: grpc.aio.Server, broker: BrokerService) -> None:

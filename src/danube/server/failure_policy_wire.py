@@ -23,11 +23,13 @@ def from_wire(msg: pb.SubscriptionFailurePolicy) -> FailurePolicy:
     """The policy a Set request carries; InvalidArgumentError for an unknown enum value or a
     dead-letter policy without a topic."""
     if msg.poison_policy not in _POISON_FROM_WIRE:
-        raise InvalidArgumentError(f"invalid poison_policy value {msg.poison_policy}; expected 0 (DeadLetter), "
-                                   "1 (Block) or 2 (Drop)")
+        raise InvalidArgumentError(
+            f"invalid poison_policy value {msg.poison_policy}; expected 0 (DeadLetter), 1 (Block) or 2 (Drop)"
+        )
     if msg.backoff_strategy not in _BACKOFF_FROM_WIRE:
-        raise InvalidArgumentError(f"invalid backoff_strategy value {msg.backoff_strategy}; expected 0 (Fixed) "
-                                   "or 1 (Exponential)")
+        raise InvalidArgumentError(
+            f"invalid backoff_strategy value {msg.backoff_strategy}; expected 0 (Fixed) or 1 (Exponential)"
+        )
     return FailurePolicy(
         max_redelivery_count=msg.max_redelivery_count,
         ack_timeout_ms=msg.ack_timeout_ms,

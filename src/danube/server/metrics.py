@@ -20,14 +20,27 @@ from danube.server.rpc_counts import RpcCounts
 log = logging.getLogger(__name__)
 
 METRIC_NAMES = [
-    "danube_topic_messages_in_total", "danube_topic_bytes_in_total", "danube_producer_send_latency_ms",
-    "danube_consumer_messages_out_total", "danube_consumer_bytes_out_total",
-    "danube_subscription_acks_total", "danube_subscription_redeliveries_total",
-    "danube_subscription_dropped_total", "danube_broker_topics_owned", "danube_topic_producers",
-    "danube_topic_consumers", "danube_subscription_backlog_messages", "danube_subscription_unacked_messages",
-    "danube_wal_next_offset", "danube_wal_durable_offset", "danube_wal_first_offset",
-    "danube_broker_rpc_total", "danube_wal_flush_total", "danube_wal_flush_latency_ms",
-    "danube_wal_sync_rounds_total", "danube_wal_sync_round_latency_ms",
+    "danube_topic_messages_in_total",
+    "danube_topic_bytes_in_total",
+    "danube_producer_send_latency_ms",
+    "danube_consumer_messages_out_total",
+    "danube_consumer_bytes_out_total",
+    "danube_subscription_acks_total",
+    "danube_subscription_redeliveries_total",
+    "danube_subscription_dropped_total",
+    "danube_broker_topics_owned",
+    "danube_topic_producers",
+    "danube_topic_consumers",
+    "danube_subscription_backlog_messages",
+    "danube_subscription_unacked_messages",
+    "danube_wal_next_offset",
+    "danube_wal_durable_offset",
+    "danube_wal_first_offset",
+    "danube_broker_rpc_total",
+    "danube_wal_flush_total",
+    "danube_wal_flush_latency_ms",
+    "danube_wal_sync_rounds_total",
+    "danube_wal_sync_round_latency_ms",
 ]
 
 
@@ -45,11 +58,15 @@ class PrometheusMetrics(MetricsSink):
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.redeliveries = Counter("danube_subscription_redeliveries_total", "Messages redelivered",
-                                    ["topic", "subscription"], registry=r)
-        self._dropped = Counter("danube_subscription_dropped_total",
-                               "Messages a subscription gave up on (poison policy, evicted history)",
-                               ["topic", "subscription", "reason"], registry=r)
+        self.redeliveries = Counter(
+            "danube_subscription_redeliveries_total", "Messages redelivered", ["topic", "subscription"], registry=r
+        )
+        self._dropped = Counter(
+            "danube_subscription_dropped_total",
+            "Messages a subscription gave up on (poison policy, evicted history)",
+            ["topic", "subscription", "reason"],
+            registry=r,
+        )
         # topic -> [messages, bytes, latency sum, then one count per latency bucket (+Inf last)]
         self._published: dict[str, list] = {}
         # topic -> subscription -> [messages out, bytes out, acked]
@@ -64,8 +81,7 @@ class PrometheusMetrics(MetricsSink):
     def attach(self, broker) -> None:
         self._broker = broker
 
-    def label_topics_owned(self, broker_id: str,
-                           others: Callable[[], Mapping[str, float]] | None = None) -> None:
+    def label_topics_owned(self, broker_id: str, others: Callable[[], Mapping[str, float]] | None = None) -> None:
         """Cluster mode: ``danube_broker_topics_owned`` gets a ``broker_id`` label.  This broker's own
         sample is what it serves now; ``others()`` adds the other brokers' counts (the leader's
         rebalancing metrics, from the cluster's assignments: ``danube.cluster.rebalancing.metrics``),
@@ -128,12 +144,11 @@ class _CounterCollector:
 
     def collect(self):
         metrics = self._metrics
-        messages_in = CounterMetricFamily("danube_topic_messages_in", "Messages published to a topic",
-                                          labels=["topic"])
-        bytes_in = CounterMetricFamily("danube_topic_bytes_in", "Bytes (frames) published to a topic",
-                                       labels=["topic"])
-        latency = HistogramMetricFamily("danube_producer_send_latency_ms",
-                                        "Publish latency from receipt to durable append (ms)", labels=["topic"])
+        messages_in = CounterMetricFamily("danube_topic_messages_in", "Messages published to a topic", labels=["topic"])
+        bytes_in = CounterMetricFamily("danube_topic_bytes_in", "Bytes (frames) published to a topic", labels=["topic"])
+        latency = HistogramMetricFamily(
+            "danube_producer_send_latency_ms", "Publish latency from receipt to durable append (ms)", labels=["topic"]
+        )
         for topic, row in list(metrics._published.items()):
             row = list(row)
             messages_in.add_metric([topic], row[0])
@@ -143,10 +158,12 @@ class _CounterCollector:
                 total += n
                 buckets.append((floatToGoString(bound), total))
             latency.add_metric([topic], buckets, row[2])
-        messages_out = CounterMetricFamily("danube_consumer_messages_out", "Messages delivered to consumers",
-                                           labels=["topic", "subscription"])
-        bytes_out = CounterMetricFamily("danube_consumer_bytes_out", "Bytes delivered to consumers",
-                                        labels=["topic", "subscription"])
+        messages_out = CounterMetricFamily(
+            "danube_consumer_messages_out", "Messages delivered to consumers", labels=["topic", "subscription"]
+        )
+        bytes_out = CounterMetricFamily(
+            "danube_consumer_bytes_out", "Bytes delivered to consumers", labels=["topic", "subscription"]
+        )
         acks = CounterMetricFamily("danube_subscription_acks", "Messages acked", labels=["topic", "subscription"])
         for topic, subs in list(metrics._subscriptions.items()):
             for name, row in list(subs.items()):
@@ -167,22 +184,28 @@ class _BrokerCollector:
         metrics = self._metrics
         broker = metrics._broker
         cluster_id = metrics._cluster_broker_id
-        owned = (GaugeMetricFamily("danube_broker_topics_owned", "Topics served by this broker")
-                 if cluster_id is None else
-                 GaugeMetricFamily("danube_broker_topics_owned",
-                                   "Topics per broker: this broker's, and on the cluster leader every active "
-                                   "broker's assignments", labels=["broker_id"]))
+        owned = (
+            GaugeMetricFamily("danube_broker_topics_owned", "Topics served by this broker")
+            if cluster_id is None
+            else GaugeMetricFamily(
+                "danube_broker_topics_owned",
+                "Topics per broker: this broker's, and on the cluster leader every active broker's assignments",
+                labels=["broker_id"],
+            )
+        )
         producers = GaugeMetricFamily("danube_topic_producers", "Producers per topic", labels=["topic"])
         consumers = GaugeMetricFamily("danube_topic_consumers", "Connected consumers per topic", labels=["topic"])
-        backlog = GaugeMetricFamily("danube_subscription_backlog_messages", "Messages not yet acked",
-                                    labels=["topic", "subscription"])
-        unacked = GaugeMetricFamily("danube_subscription_unacked_messages", "Delivered, not yet acked",
-                                    labels=["topic", "subscription"])
-        wal_next = GaugeMetricFamily("danube_wal_next_offset", "Next offset the topic's WAL assigns",
-                                     labels=["topic"])
+        backlog = GaugeMetricFamily(
+            "danube_subscription_backlog_messages", "Messages not yet acked", labels=["topic", "subscription"]
+        )
+        unacked = GaugeMetricFamily(
+            "danube_subscription_unacked_messages", "Delivered, not yet acked", labels=["topic", "subscription"]
+        )
+        wal_next = GaugeMetricFamily("danube_wal_next_offset", "Next offset the topic's WAL assigns", labels=["topic"])
         wal_first = GaugeMetricFamily("danube_wal_first_offset", "Oldest readable offset", labels=["topic"])
-        wal_durable = GaugeMetricFamily("danube_wal_durable_offset", "Highest offset covered by the sync policy",
-                                        labels=["topic"])
+        wal_durable = GaugeMetricFamily(
+            "danube_wal_durable_offset", "Highest offset covered by the sync policy", labels=["topic"]
+        )
         if cluster_id is not None:
             counts = dict(metrics._cluster_topics_owned() or {}) if metrics._cluster_topics_owned else {}
             if broker is not None:  # its assigned topics, as the leader counts the others (not the
@@ -214,9 +237,11 @@ class _BrokerCollector:
 
 
 def _rpc_families(rpc: RpcCounts):
-    family = CounterMetricFamily("danube_broker_rpc_total",
-                                 "Calls answered, by service, method, result (ok|error) and gRPC status code",
-                                 labels=["service", "method", "result", "code"])
+    family = CounterMetricFamily(
+        "danube_broker_rpc_total",
+        "Calls answered, by service, method, result (ok|error) and gRPC status code",
+        labels=["service", "method", "result", "code"],
+    )
     for service, method, result, code, count in sorted(rpc.samples()):
         family.add_metric([service, method, result, code], count)
     yield family
@@ -232,10 +257,12 @@ def _wal_sync_families(topics):
     process sync group (docs/wal.md, "Group commit across logs"): its rounds and their length."""
     from danube.wal.sync import process_sync_groups
 
-    flushes = CounterMetricFamily("danube_wal_flush_total", "Syncs that made a topic's WAL appends durable",
-                                  labels=["topic"])
-    flush_ms = HistogramMetricFamily("danube_wal_flush_latency_ms", "Length of each sync of a topic's WAL (ms)",
-                                     labels=["topic"])
+    flushes = CounterMetricFamily(
+        "danube_wal_flush_total", "Syncs that made a topic's WAL appends durable", labels=["topic"]
+    )
+    flush_ms = HistogramMetricFamily(
+        "danube_wal_flush_latency_ms", "Length of each sync of a topic's WAL (ms)", labels=["topic"]
+    )
     for t in topics:
         wal = getattr(t.storage, "wal", None) if t.reliable else None
         latency = getattr(wal, "flush_latency", None)
@@ -243,12 +270,16 @@ def _wal_sync_families(topics):
             continue
         flushes.add_metric([t.name], wal.sync_count)
         _histogram(flush_ms, [t.name], latency)
-    rounds = CounterMetricFamily("danube_wal_sync_rounds_total",
-                                 "Group-commit rounds run (each syncs every WAL with appends to sync)",
-                                 labels=["group"])
-    round_ms = HistogramMetricFamily("danube_wal_sync_round_latency_ms",
-                                     "Length of a group-commit round, its syncs to its waiters answered (ms)",
-                                     labels=["group"])
+    rounds = CounterMetricFamily(
+        "danube_wal_sync_rounds_total",
+        "Group-commit rounds run (each syncs every WAL with appends to sync)",
+        labels=["group"],
+    )
+    round_ms = HistogramMetricFamily(
+        "danube_wal_sync_round_latency_ms",
+        "Length of a group-commit round, its syncs to its waiters answered (ms)",
+        labels=["group"],
+    )
     for group in process_sync_groups():
         name = "syncfs" if group.syncfs_min_logs else "per_file"
         rounds.add_metric([name], group.rounds)

@@ -83,8 +83,9 @@ class ProxyingConsumerService(ds.ConsumerService):
             # not subscribed through this broker (it restarted): the client subscribes again once its
             # health check says CLOSE; it reopens a failed stream at once, so do not answer at once
             await asyncio.sleep(1.0)
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                f"consumer {request.consumer_id} is not known here: subscribe again")
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"consumer {request.consumer_id} is not known here: subscribe again"
+            )
         try:
             await self.proxy.receive(request, context, caller_authorization(context))
         except ProxyError as exc:

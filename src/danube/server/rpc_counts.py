@@ -29,10 +29,15 @@ UNKNOWN_METHOD = "/unknown/unknown"
 # The codes that say the server failed, not the request (HTTP's 5xx in gRPC's own mapping), less
 # UNIMPLEMENTED: a method this broker does not offer (a cluster call asked of a standalone broker,
 # as every page of the gateway's console does) is no failure of the broker.
-SERVER_ERROR_CODES = frozenset({
-    grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.DATA_LOSS, grpc.StatusCode.DEADLINE_EXCEEDED,
-})
+SERVER_ERROR_CODES = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    }
+)
 
 # A client that cancels (closes its stream, gives up) made no error: counted apart from Danube's two.
 _RESULTS = {grpc.StatusCode.OK: "ok", grpc.StatusCode.CANCELLED: "cancelled"}
@@ -118,8 +123,11 @@ def _code_of(context, default: grpc.StatusCode) -> grpc.StatusCode:
 
 def _counted(method: str, handler, counts: RpcCounts):
     observe = counts.observe
-    kind = ("stream" if handler.request_streaming else "unary") + "_" + (
-        "stream" if handler.response_streaming else "unary")
+    kind = (
+        ("stream" if handler.request_streaming else "unary")
+        + "_"
+        + ("stream" if handler.response_streaming else "unary")
+    )
     behaviour = getattr(handler, kind)
 
     async def run(request, context):
@@ -147,4 +155,3 @@ def _counted(method: str, handler, counts: RpcCounts):
             observe(method, code if code is not grpc.StatusCode.OK else _code_of(context, code))
 
     return handler._replace(**{kind: run})
-

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 import grpc
 
 from danube._tasks import cancel_and_wait
-from danube.cluster import peers
 from danube.client.errors import from_rpc_error
+from danube.cluster import peers
 from danube.errors import DanubeError, NotServedHereError
-from danube.metadata.store import LeaseNotFoundError
 from danube.metadata import keys
+from danube.metadata.store import LeaseNotFoundError
+from danube.model.segment_layout import SegmentLayout, segment_topic_name
 from danube.proto.danube_admin import admin_pb2 as admin_pb
 from danube.proto.danube_admin import admin_pb2_grpc as admin_grpc
 from danube.proto.danube_scalable import scalable_pb2 as pb
@@ -37,7 +38,6 @@ from danube.routing.scalable.controller import (
     create_scalable_topic,
     delete_scalable_topic,
 )
-from danube.model.segment_layout import SegmentLayout, segment_topic_name
 from danube.routing.scalable.segments import BrokerSegmentOps
 from danube.routing.scalable.store import ScalableTopicStore, TopicSnapshot
 from danube.server import status as status_map
@@ -115,7 +115,8 @@ class ForwardingSegmentOps(BrokerSegmentOps):
         try:
             async with peers.for_broker(self.broker).channel(admin_url) as channel:  # as this broker
                 await admin_grpc.TopicAdminStub(channel).DeleteTopic(
-                    admin_pb.TopicRequest(name=topic), timeout=60, metadata=((ADMIN_FORWARDED, "1"),))
+                    admin_pb.TopicRequest(name=topic), timeout=60, metadata=((ADMIN_FORWARDED, "1"),)
+                )
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.NOT_FOUND:  # gone already: deleted
                 raise from_rpc_error(exc) from exc
@@ -128,16 +129,25 @@ class ForwardingSegmentOps(BrokerSegmentOps):
         if self.broker.cluster is not None and topic not in self.broker.topics:
             owner = await self._owner(topic)
             if owner and owner != self.broker.broker_url:
-                reply = await self.service.remote(owner).SegmentStats(pb.SegmentRequest(segment_topic=topic),
-                                                                      timeout=30, metadata=_FORWARDED_CALL)
+                reply = await self.service.remote(owner).SegmentStats(
+                    pb.SegmentRequest(segment_topic=topic), timeout=30, metadata=_FORWARDED_CALL
+                )
                 return dict(json.loads(reply.json))
         return await super().segment_stats(topic)
 
 
 class ScalableTopicService:
-    def __init__(self, broker: BrokerService, *, broker_url: str | None = None, lease: Any = None,
-                 grace_seconds: float = DEFAULT_GRACE_SECONDS, lease_ttl: int = 10,
-                 auto_split: dict[str, Any] | None = None, prune: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        broker: BrokerService,
+        *,
+        broker_url: str | None = None,
+        lease: Any = None,
+        grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        lease_ttl: int = 10,
+        auto_split: dict[str, Any] | None = None,
+        prune: dict[str, Any] | None = None,
+    ) -> None:
         self.broker = broker
         self.metadata = broker.metadata
         self.broker_url = broker_url or broker.broker_url
@@ -180,9 +190,17 @@ class ScalableTopicService:
             async with self._lock:
                 ctl = self.controllers.get(topic)
                 if ctl is None:
-                    ctl = ScalableTopicController(topic, self.store, self.ops, await self._lease_source(),
-                                                  self.broker_url, grace_seconds=self.grace_seconds,
-                                                  step_hook=_crash_hook(), **self.auto_split, **self.prune)
+                    ctl = ScalableTopicController(
+                        topic,
+                        self.store,
+                        self.ops,
+                        await self._lease_source(),
+                        self.broker_url,
+                        grace_seconds=self.grace_seconds,
+                        step_hook=_crash_hook(),
+                        **self.auto_split,
+                        **self.prune,
+                    )
                     await ctl.start()
                     self.controllers[topic] = ctl
         await ctl.wait_leader()
@@ -226,7 +244,8 @@ class ScalableTopicService:
         ctl = await self.controller(topic)
         if not ctl.is_leader:
             reply = await self.remote(ctl.leader_url).SplitSegment(
-                pb.SplitSegmentRequest(topic=topic, segment_id=segment_id), timeout=60)
+                pb.SplitSegmentRequest(topic=topic, segment_id=segment_id), timeout=60
+            )
             return SegmentLayout.from_json(reply.metadata_json)
         return await ctl.split_segment(segment_id)
 
@@ -234,7 +253,8 @@ class ScalableTopicService:
         ctl = await self.controller(topic)
         if not ctl.is_leader:
             reply = await self.remote(ctl.leader_url).MergeSegments(
-                pb.MergeSegmentsRequest(topic=topic, segment_id1=id1, segment_id2=id2), timeout=60)
+                pb.MergeSegmentsRequest(topic=topic, segment_id1=id1, segment_id2=id2), timeout=60
+            )
             return SegmentLayout.from_json(reply.metadata_json)
         return await ctl.merge_segments(id1, id2)
 
@@ -242,7 +262,8 @@ class ScalableTopicService:
         ctl = await self.controller(topic)
         if not ctl.is_leader:
             reply = await self.remote(ctl.leader_url).CreateSubscription(
-                pb.ScalableSubscriptionRequest(topic=topic, subscription=sub, type=kind), timeout=60)
+                pb.ScalableSubscriptionRequest(topic=topic, subscription=sub, type=kind), timeout=60
+            )
             return bool(reply.deleted)
         return await ctl.create_subscription(sub, kind or STREAM)
 
@@ -250,7 +271,8 @@ class ScalableTopicService:
         ctl = await self.controller(topic)
         if not ctl.is_leader:
             reply = await self.remote(ctl.leader_url).DeleteSubscription(
-                pb.ScalableSubscriptionRequest(topic=topic, subscription=sub), timeout=60)
+                pb.ScalableSubscriptionRequest(topic=topic, subscription=sub), timeout=60
+            )
             return bool(reply.deleted)
         return await ctl.delete_subscription(sub)
 
@@ -259,9 +281,13 @@ class ScalableTopicService:
         out = {}
         for sub, doc in (await self.store.subscriptions(topic)).items():
             consumers = await self.store.consumers(topic, sub)
-            out[sub] = {"type": doc.get("type", STREAM), "drainedSegments": doc.get("drainedSegments", []),
-                        "consumers": {name: [s["segmentId"] for s in reg.get("assignedSegments", [])]
-                                      for name, reg in consumers.items()}}
+            out[sub] = {
+                "type": doc.get("type", STREAM),
+                "drainedSegments": doc.get("drainedSegments", []),
+                "consumers": {
+                    name: [s["segmentId"] for s in reg.get("assignedSegments", [])] for name, reg in consumers.items()
+                },
+            }
         return out
 
     async def describe(self, topic: str) -> dict:
@@ -275,29 +301,44 @@ class ScalableTopicService:
             except DanubeError as exc:
                 stats = {"error": str(exc)}
             segments.append({**seg.to_json(), "topic": name, "stats": stats})
-        return {"topic": topic, "epoch": layout.epoch, "nextSegmentId": layout.next_segment_id,
-                "controller": await self.store.controller_url(topic),
-                "activeSegments": [s.segment_id for s in layout.active_segments],
-                "segments": segments, "subscriptions": await self.subscriptions(topic)}
+        return {
+            "topic": topic,
+            "epoch": layout.epoch,
+            "nextSegmentId": layout.next_segment_id,
+            "controller": await self.store.controller_url(topic),
+            "activeSegments": [s.segment_id for s in layout.active_segments],
+            "segments": segments,
+            "subscriptions": await self.subscriptions(topic),
+        }
 
     async def dag(self, snap: TopicSnapshot) -> pb.ScalableTopicDAG:
         if snap.layout is None:
             return pb.ScalableTopicDAG(deleted=True, controller_broker_url=snap.controller_url)
-        dag = pb.ScalableTopicDAG(epoch=snap.layout.epoch, controller_broker_url=snap.controller_url,
-                                  metadata_json=snap.layout.to_json().decode())
+        dag = pb.ScalableTopicDAG(
+            epoch=snap.layout.epoch,
+            controller_broker_url=snap.controller_url,
+            metadata_json=snap.layout.to_json().decode(),
+        )
         for seg in snap.layout.segments.values():
             name = segment_topic_name(snap.topic, seg)
-            dag.segments.append(pb.SegmentInfoProto(
-                segment_id=seg.segment_id,
-                hash_range=pb.HashRange(start=seg.hash_range.start, end=seg.hash_range.end),
-                state=pb.ACTIVE if seg.is_active else pb.SEALED, parent_ids=seg.parent_ids,
-                child_ids=seg.child_ids, created_at_epoch=seg.created_at_epoch,
-                sealed_at_epoch=seg.sealed_at_epoch, topic_name=name))
+            dag.segments.append(
+                pb.SegmentInfoProto(
+                    segment_id=seg.segment_id,
+                    hash_range=pb.HashRange(start=seg.hash_range.start, end=seg.hash_range.end),
+                    state=pb.ACTIVE if seg.is_active else pb.SEALED,
+                    parent_ids=seg.parent_ids,
+                    child_ids=seg.child_ids,
+                    created_at_epoch=seg.created_at_epoch,
+                    sealed_at_epoch=seg.sealed_at_epoch,
+                    topic_name=name,
+                )
+            )
             if seg.is_active:
                 try:
                     found = await self.broker.lookup(name)
-                    dag.segment_brokers.append(pb.SegmentBrokerAddress(segment_id=seg.segment_id,
-                                                                       broker_url=found.broker_url))
+                    dag.segment_brokers.append(
+                        pb.SegmentBrokerAddress(segment_id=seg.segment_id, broker_url=found.broker_url)
+                    )
                 except DanubeError as exc:
                     log.debug("no owner for %s yet: %s", name, exc)
         return dag
@@ -363,13 +404,13 @@ class ScalableTopicsServicer(pb_grpc.ScalableTopicsServicer):
         try:
             ctl = await self.service.controller(request.topic)
             if not ctl.is_leader:
-                err = NotLeaderError(f"the controller leader of {request.topic} is {ctl.leader_url}",
-                                     ctl.leader_url)
+                err = NotLeaderError(f"the controller leader of {request.topic} is {ctl.leader_url}", ctl.leader_url)
                 err.owner_url = ctl.leader_url  # type: ignore[attr-defined]
                 raise err
             queue: asyncio.Queue = asyncio.Queue()
-            first = await ctl.register_consumer(request.subscription, request.consumer_name, request.consumer_id,
-                                                queue.put_nowait)
+            first = await ctl.register_consumer(
+                request.subscription, request.consumer_name, request.consumer_id, queue.put_nowait
+            )
         except DanubeError as exc:
             await _abort(context, exc)
             return
@@ -386,8 +427,10 @@ class ScalableTopicsServicer(pb_grpc.ScalableTopicsServicer):
                     get.cancel()
                     ctl.changed.clear()
                     if not ctl.is_leader:
-                        await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                            f"controller leadership of {request.topic} moved to {ctl.leader_url}")
+                        await context.abort(
+                            grpc.StatusCode.UNAVAILABLE,
+                            f"controller leadership of {request.topic} moved to {ctl.leader_url}",
+                        )
         finally:
             ctl.consumer_disconnected(request.subscription, request.consumer_name)
 
@@ -455,8 +498,9 @@ class ScalableTopicsServicer(pb_grpc.ScalableTopicsServicer):
 
     async def CreateSubscription(self, request, context) -> pb.DeletedResponse:
         try:
-            created = await self.service.create_subscription(request.topic, request.subscription,
-                                                             request.type or STREAM)
+            created = await self.service.create_subscription(
+                request.topic, request.subscription, request.type or STREAM
+            )
             return pb.DeletedResponse(deleted=created)
         except DanubeError as exc:
             await _abort(context, exc)
@@ -464,8 +508,9 @@ class ScalableTopicsServicer(pb_grpc.ScalableTopicsServicer):
 
     async def DeleteSubscription(self, request, context) -> pb.DeletedResponse:
         try:
-            return pb.DeletedResponse(deleted=await self.service.delete_subscription(request.topic,
-                                                                                     request.subscription))
+            return pb.DeletedResponse(
+                deleted=await self.service.delete_subscription(request.topic, request.subscription)
+            )
         except DanubeError as exc:
             await _abort(context, exc)
             raise
@@ -521,13 +566,18 @@ def attach(server: grpc.aio.Server, broker: BrokerService, config: Any = None) -
     cfg = config if config is not None else ScalableTopicsConfig()
     if not cfg.enabled:
         return None
-    return add_to_server(server, broker, grace_seconds=cfg.session_grace_seconds,
-                         lease_ttl=cfg.controller_lease_seconds,
-                         auto_split={"auto_split_rate": cfg.auto_split_rate,
-                                     "auto_split_interval": cfg.auto_split_interval_seconds,
-                                     "max_segments": cfg.max_segments},
-                         prune={"prune_interval": cfg.prune_interval_seconds,
-                                "sealed_retention": cfg.sealed_retention_seconds})
+    return add_to_server(
+        server,
+        broker,
+        grace_seconds=cfg.session_grace_seconds,
+        lease_ttl=cfg.controller_lease_seconds,
+        auto_split={
+            "auto_split_rate": cfg.auto_split_rate,
+            "auto_split_interval": cfg.auto_split_interval_seconds,
+            "max_segments": cfg.max_segments,
+        },
+        prune={"prune_interval": cfg.prune_interval_seconds, "sealed_retention": cfg.sealed_retention_seconds},
+    )
 
 
 __all__ = ["ScalableTopicService", "ScalableTopicsServicer", "add_servicer", "add_to_server", "attach"]

@@ -28,10 +28,18 @@ log = logging.getLogger(__name__)
 
 def _schema_response(v: SchemaVersion) -> pb.GetSchemaResponse:
     return pb.GetSchemaResponse(
-        schema_id=v.schema_id, version=v.version, subject=v.subject, schema_type=v.schema_type,
-        schema_definition=v.definition, description=v.description, created_at=v.created_at,
-        created_by=v.created_by, tags=v.tags, fingerprint=v.fingerprint,
-        compatibility_mode=v.compatibility_mode)
+        schema_id=v.schema_id,
+        version=v.version,
+        subject=v.subject,
+        schema_type=v.schema_type,
+        schema_definition=v.definition,
+        description=v.description,
+        created_at=v.created_at,
+        created_by=v.created_by,
+        tags=v.tags,
+        fingerprint=v.fingerprint,
+        compatibility_mode=v.compatibility_mode,
+    )
 
 
 class SchemaRegistryService(pb_grpc.SchemaRegistryServicer):
@@ -42,19 +50,24 @@ class SchemaRegistryService(pb_grpc.SchemaRegistryServicer):
     async def RegisterSchema(self, request, context):
         try:
             v, is_new = await self.registry.register(
-                request.subject, request.schema_type, request.schema_definition,
-                description=request.description, created_by=request.created_by, tags=list(request.tags))
+                request.subject,
+                request.schema_type,
+                request.schema_definition,
+                description=request.description,
+                created_by=request.created_by,
+                tags=list(request.tags),
+            )
             if is_new:
                 await self._applied()
         except DanubeError as exc:
             await abort(context, exc)
-        return pb.RegisterSchemaResponse(schema_id=v.schema_id, version=v.version, is_new_version=is_new,
-                                         fingerprint=v.fingerprint)
+        return pb.RegisterSchemaResponse(
+            schema_id=v.schema_id, version=v.version, is_new_version=is_new, fingerprint=v.fingerprint
+        )
 
     async def GetSchema(self, request, context):
         try:
-            v = await self.registry.get(request.schema_id,
-                                        request.version if request.HasField("version") else None)
+            v = await self.registry.get(request.schema_id, request.version if request.HasField("version") else None)
         except DanubeError as exc:
             await abort(context, exc)
         return _schema_response(v)
@@ -71,16 +84,28 @@ class SchemaRegistryService(pb_grpc.SchemaRegistryServicer):
             versions = await self.registry.versions(request.subject)
         except DanubeError as exc:
             await abort(context, exc)
-        return pb.ListVersionsResponse(versions=[
-            pb.SchemaVersionInfo(version=v.version, created_at=v.created_at, created_by=v.created_by,
-                                 description=v.description, fingerprint=v.fingerprint, schema_id=v.schema_id)
-            for v in versions])
+        return pb.ListVersionsResponse(
+            versions=[
+                pb.SchemaVersionInfo(
+                    version=v.version,
+                    created_at=v.created_at,
+                    created_by=v.created_by,
+                    description=v.description,
+                    fingerprint=v.fingerprint,
+                    schema_id=v.schema_id,
+                )
+                for v in versions
+            ]
+        )
 
     async def CheckCompatibility(self, request, context):
         try:
             reasons = await self.registry.check(
-                request.subject, request.schema_type, request.new_schema_definition,
-                request.compatibility_mode if request.HasField("compatibility_mode") else None)
+                request.subject,
+                request.schema_type,
+                request.new_schema_definition,
+                request.compatibility_mode if request.HasField("compatibility_mode") else None,
+            )
         except DanubeError as exc:
             await abort(context, exc)
         return pb.CheckCompatibilityResponse(is_compatible=not reasons, errors=reasons)
@@ -92,40 +117,52 @@ class SchemaRegistryService(pb_grpc.SchemaRegistryServicer):
         except DanubeError as exc:
             return pb.DeleteSchemaVersionResponse(success=False, message=str(exc))
         return pb.DeleteSchemaVersionResponse(
-            success=True, message=f"deleted version {request.version} of subject {request.subject!r}")
+            success=True, message=f"deleted version {request.version} of subject {request.subject!r}"
+        )
 
     async def SetCompatibilityMode(self, request, context):
         try:
             await self.registry.set_compatibility_mode(
-                request.subject, request.compatibility_mode,
-                request.json_schema_rule if request.HasField("json_schema_rule") else None)
+                request.subject,
+                request.compatibility_mode,
+                request.json_schema_rule if request.HasField("json_schema_rule") else None,
+            )
         except DanubeError as exc:
             return pb.SetCompatibilityModeResponse(success=False, message=str(exc))
         return pb.SetCompatibilityModeResponse(
-            success=True, message=f"subject {request.subject!r}: compatibility {request.compatibility_mode.lower()}")
+            success=True, message=f"subject {request.subject!r}: compatibility {request.compatibility_mode.lower()}"
+        )
 
     async def ConfigureTopicSchema(self, request, context):
         try:
-            cfg = await self.registry.configure_topic(request.topic_name, request.schema_subject,
-                                                      request.validation_policy or "none",
-                                                      request.enable_payload_validation)
+            cfg = await self.registry.configure_topic(
+                request.topic_name,
+                request.schema_subject,
+                request.validation_policy or "none",
+                request.enable_payload_validation,
+            )
             await self._applied()
         except DanubeError as exc:
             return pb.ConfigureTopicSchemaResponse(success=False, message=str(exc))
         return pb.ConfigureTopicSchemaResponse(
-            success=True, message=f"topic {cfg.topic}: subject {cfg.subject!r}, policy {cfg.validation_policy}, "
-                                  f"payload validation {'on' if cfg.payload_validation else 'off'}")
+            success=True,
+            message=f"topic {cfg.topic}: subject {cfg.subject!r}, policy {cfg.validation_policy}, "
+            f"payload validation {'on' if cfg.payload_validation else 'off'}",
+        )
 
     async def UpdateTopicValidationPolicy(self, request, context):
         try:
-            cfg = await self.registry.update_topic_policy(request.topic_name, request.validation_policy,
-                                                          request.enable_payload_validation)
+            cfg = await self.registry.update_topic_policy(
+                request.topic_name, request.validation_policy, request.enable_payload_validation
+            )
             await self._applied()
         except DanubeError as exc:
             return pb.UpdateTopicValidationPolicyResponse(success=False, message=str(exc))
         return pb.UpdateTopicValidationPolicyResponse(
-            success=True, message=f"topic {cfg.topic}: policy {cfg.validation_policy}, "
-                                  f"payload validation {'on' if cfg.payload_validation else 'off'}")
+            success=True,
+            message=f"topic {cfg.topic}: policy {cfg.validation_policy}, "
+            f"payload validation {'on' if cfg.payload_validation else 'off'}",
+        )
 
     async def GetTopicSchemaConfig(self, request, context):
         try:
@@ -138,9 +175,12 @@ class SchemaRegistryService(pb_grpc.SchemaRegistryServicer):
                     schema_id = 0
         except DanubeError as exc:
             await abort(context, exc)
-        return pb.GetTopicSchemaConfigResponse(schema_subject=cfg.subject, validation_policy=cfg.validation_policy,
-                                               enable_payload_validation=cfg.payload_validation,
-                                               schema_id=schema_id)
+        return pb.GetTopicSchemaConfigResponse(
+            schema_subject=cfg.subject,
+            validation_policy=cfg.validation_policy,
+            enable_payload_validation=cfg.payload_validation,
+            schema_id=schema_id,
+        )
 
     async def ListSubjects(self, request, context):
         summaries = []
@@ -150,9 +190,16 @@ class SchemaRegistryService(pb_grpc.SchemaRegistryServicer):
                     v = await self.registry.latest(subject)
                 except SchemaNotFoundError:  # every version deleted: nothing a producer could use
                     continue
-                summaries.append(pb.SubjectSummary(
-                    subject=subject, schema_type=v.schema_type, latest_version=v.version,
-                    compatibility_mode=str(v.compatibility_mode).upper(), schema_id=v.schema_id, tags=v.tags))
+                summaries.append(
+                    pb.SubjectSummary(
+                        subject=subject,
+                        schema_type=v.schema_type,
+                        latest_version=v.version,
+                        compatibility_mode=str(v.compatibility_mode).upper(),
+                        schema_id=v.schema_id,
+                        tags=v.tags,
+                    )
+                )
         except DanubeError as exc:
             await abort(context, exc)
         return pb.ListSubjectsResponse(subjects=summaries)

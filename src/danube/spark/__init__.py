@@ -32,7 +32,11 @@ def _check_worker_python(spark) -> None:
         logging.getLogger(__name__).warning(
             "Spark's Python workers run %s, not this interpreter (%s); if danube is not installed there, "
             "tasks fail with ModuleNotFoundError. Set PYSPARK_PYTHON=%s before the session starts "
-            "(danube spark ... does so itself)", worker, sys.executable, sys.executable)
+            "(danube spark ... does so itself)",
+            worker,
+            sys.executable,
+            sys.executable,
+        )
 
 
 __all__ = ["register"]

@@ -19,23 +19,34 @@ from danube.errors import InvalidArgumentError
 
 _columns = _native.load("arrowcols")
 
-SCHEMA_DDL = ("topic string, offset long, publish_time timestamp, producer_id long, "
-              "routing_key string, attributes map<string,string>, payload binary")
+SCHEMA_DDL = (
+    "topic string, offset long, publish_time timestamp, producer_id long, "
+    "routing_key string, attributes map<string,string>, payload binary"
+)
 COLUMNS = ("topic", "offset", "publish_time", "producer_id", "routing_key", "attributes", "payload")
 # column → its Spark type as ``DataType.simpleString()`` reports it (``long`` reads back as ``bigint``)
-SPARK_TYPES = {"topic": "string", "offset": "bigint", "publish_time": "timestamp", "producer_id": "bigint",
-               "routing_key": "string", "attributes": "map<string,string>", "payload": "binary"}
+SPARK_TYPES = {
+    "topic": "string",
+    "offset": "bigint",
+    "publish_time": "timestamp",
+    "producer_id": "bigint",
+    "routing_key": "string",
+    "attributes": "map<string,string>",
+    "payload": "binary",
+}
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 ATTRIBUTES = pa.map_(pa.string(), pa.string())
-ARROW_SCHEMA = pa.schema([
-    ("topic", pa.string()),
-    ("offset", pa.int64()),
-    ("publish_time", TIMESTAMP),
-    ("producer_id", pa.int64()),
-    ("routing_key", pa.string()),
-    ("attributes", ATTRIBUTES),
-    ("payload", pa.binary()),
-])
+ARROW_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("offset", pa.int64()),
+        ("publish_time", TIMESTAMP),
+        ("producer_id", pa.int64()),
+        ("routing_key", pa.string()),
+        ("attributes", ATTRIBUTES),
+        ("payload", pa.binary()),
+    ]
+)
 # columns a writer accepts; ``topic`` and ``offset`` are ignored (the target topic assigns offsets)
 WRITABLE = {"payload", "routing_key", "attributes", "publish_time", "producer_id", "topic", "offset"}
 
@@ -53,11 +64,9 @@ def check_read_columns(names_and_types: list[tuple[str, str]]) -> tuple[str, ...
         raise InvalidArgumentError("a danube read schema needs at least one column")
     for name, kind in names_and_types:
         if name not in expected:
-            raise InvalidArgumentError(f"the danube data source has no column {name!r}; its columns are "
-                                       f"{SCHEMA_DDL}")
+            raise InvalidArgumentError(f"the danube data source has no column {name!r}; its columns are {SCHEMA_DDL}")
         if kind != expected[name]:
-            raise InvalidArgumentError(f"column {name!r} is {expected[name]} in the danube data source, "
-                                       f"not {kind}")
+            raise InvalidArgumentError(f"column {name!r} is {expected[name]} in the danube data source, not {kind}")
     if len(set(names)) != len(names):
         raise InvalidArgumentError(f"a danube read schema names a column twice: {', '.join(names)}")
     return tuple(names)
@@ -81,9 +90,16 @@ def frames_to_batch(topic: str, buf, columns: tuple[str, ...] = COLUMNS) -> pa.R
         return pa.repeat(pa.scalar(topic, pa.string()), n) if n else pa.array([], pa.string())
 
     def keys_column():
-        keys = pa.Array.from_buffers(pa.string(), n, [pa.py_buffer(c["key_validity"]) if c["key_nulls"] else None,
-                                                      i32("key_offsets"), pa.py_buffer(c["key_data"])],
-                                     null_count=c["key_nulls"])
+        keys = pa.Array.from_buffers(
+            pa.string(),
+            n,
+            [
+                pa.py_buffer(c["key_validity"]) if c["key_nulls"] else None,
+                i32("key_offsets"),
+                pa.py_buffer(c["key_data"]),
+            ],
+            null_count=c["key_nulls"],
+        )
         keys.validate(full=True)  # UTF-8 as the frame format promises
         return keys
 
@@ -93,8 +109,9 @@ def frames_to_batch(topic: str, buf, columns: tuple[str, ...] = COLUMNS) -> pa.R
         values = pa.Array.from_buffers(pa.string(), m, [None, i32("value_offsets"), pa.py_buffer(c["value_data"])])
         names.validate(full=True)
         values.validate(full=True)
-        return pa.MapArray.from_arrays(pa.Array.from_buffers(pa.int32(), n + 1, [None, i32("attr_offsets")]),
-                                       names, values)
+        return pa.MapArray.from_arrays(
+            pa.Array.from_buffers(pa.int32(), n + 1, [None, i32("attr_offsets")]), names, values
+        )
 
     builders = {
         "topic": topic_column,
@@ -103,15 +120,22 @@ def frames_to_batch(topic: str, buf, columns: tuple[str, ...] = COLUMNS) -> pa.R
         "producer_id": lambda: pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c["producer_id"])]),
         "routing_key": keys_column,
         "attributes": attributes_column,
-        "payload": lambda: pa.Array.from_buffers(pa.binary(), n, [None, i32("payload_offsets"),
-                                                                  pa.py_buffer(c["payload_data"])]),
+        "payload": lambda: pa.Array.from_buffers(
+            pa.binary(), n, [None, i32("payload_offsets"), pa.py_buffer(c["payload_data"])]
+        ),
     }
     schema = ARROW_SCHEMA if columns == COLUMNS else pa.schema([ARROW_SCHEMA.field(name) for name in columns])
     return pa.RecordBatch.from_arrays([builders[name]() for name in columns], schema=schema)
 
 
-def filter_batch(batch: pa.RecordBatch, *, start_offset: int | None, end_offset: int | None,
-                 start_time_ms: int | None, end_time_ms: int | None) -> pa.RecordBatch:
+def filter_batch(
+    batch: pa.RecordBatch,
+    *,
+    start_offset: int | None,
+    end_offset: int | None,
+    start_time_ms: int | None,
+    end_time_ms: int | None,
+) -> pa.RecordBatch:
     """Rows with start_offset ≤ offset < end_offset and start_time ≤ publish_time < end_time."""
     mask = None
 
@@ -133,6 +157,7 @@ def filter_batch(batch: pa.RecordBatch, *, start_offset: int | None, end_offset:
 
 # ---------------------------------------------------------------- writing
 
+
 def check_writable_schema(names_and_types: list[tuple[str, str]]) -> None:
     """Reject DataFrames the writer cannot store, naming the offending column.
 
@@ -143,16 +168,22 @@ def check_writable_schema(names_and_types: list[tuple[str, str]]) -> None:
     if unknown:
         raise InvalidArgumentError(
             f"cannot write column(s) {', '.join(unknown)} to a danube topic; select from "
-            f"{', '.join(sorted(WRITABLE))} (payload required)")
+            f"{', '.join(sorted(WRITABLE))} (payload required)"
+        )
     if "payload" not in names:
         raise InvalidArgumentError("a danube topic write needs a 'payload' column (binary or string)")
-    expected = {"payload": ("binary", "string"), "routing_key": ("string",),
-                "attributes": ("map<string,string>",), "publish_time": ("timestamp", "timestamp_ntz", "bigint"),
-                "producer_id": ("bigint", "int")}
+    expected = {
+        "payload": ("binary", "string"),
+        "routing_key": ("string",),
+        "attributes": ("map<string,string>",),
+        "publish_time": ("timestamp", "timestamp_ntz", "bigint"),
+        "producer_id": ("bigint", "int"),
+    }
     for name, kind in names_and_types:
         if name in expected and kind not in expected[name]:
             raise InvalidArgumentError(
-                f"column {name!r} has type {kind}; the danube writer expects {' or '.join(expected[name])}")
+                f"column {name!r} has type {kind}; the danube writer expects {' or '.join(expected[name])}"
+            )
 
 
 def batch_to_records(batch: pa.RecordBatch, *, default_publish_time_ms: int | None = None) -> list[tuple]:
@@ -163,8 +194,9 @@ def batch_to_records(batch: pa.RecordBatch, *, default_publish_time_ms: int | No
     payload_col = batch.column("payload")
     if payload_col.null_count:
         first_null = pc.index(pc.is_null(payload_col), True).as_py()
-        raise InvalidArgumentError(f"row {first_null} of the batch has a null payload; "
-                                   "write an empty payload (b'') instead")
+        raise InvalidArgumentError(
+            f"row {first_null} of the batch has a null payload; write an empty payload (b'') instead"
+        )
     if pa.types.is_string(payload_col.type) or pa.types.is_large_string(payload_col.type):
         payloads = [p.encode("utf-8") for p in payload_col.to_pylist()]
     else:

@@ -61,7 +61,7 @@ class DanubeDataSource(DataSource):
         return "danube"
 
     def schema(self) -> str:
-        if schema_decode.wants_schema_decode(self.options):   # typed columns from the schema registry
+        if schema_decode.wants_schema_decode(self.options):  # typed columns from the schema registry
             return self._decode_plan().ddl
         return arrow.SCHEMA_DDL
 
@@ -73,8 +73,11 @@ class DanubeDataSource(DataSource):
 
     def reader(self, schema: StructType) -> "DanubeReader":
         if schema_decode.wants_schema_decode(self.options):
-            return SchemaDecodingReader(planning.ReadOptions.parse(self.options), self._decode_plan(),
-                                        {k.lower(): v for k, v in self.options.items()}.get("onerror", "fail"))
+            return SchemaDecodingReader(
+                planning.ReadOptions.parse(self.options),
+                self._decode_plan(),
+                {k.lower(): v for k, v in self.options.items()}.get("onerror", "fail"),
+            )
         return DanubeReader(planning.ReadOptions.parse(self.options), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> "DanubeWriter":
@@ -85,8 +88,7 @@ class SegmentPartition(InputPartition):
     """One Spark task: consecutive segment reads (``planning.pack``), together about ``maxPartitionBytes``."""
 
     def __init__(self, reads: list[planning.SegmentRead]) -> None:
-        super().__init__(reads[0].segment_id if len(reads) == 1
-                         else f"{reads[0].segment_id}..{reads[-1].segment_id}")
+        super().__init__(reads[0].segment_id if len(reads) == 1 else f"{reads[0].segment_id}..{reads[-1].segment_id}")
         self.reads = reads
 
 
@@ -117,9 +119,13 @@ class DanubeReader(DataSourceReader):
         from danube.spark.reading import read_partition
 
         wal = self.options.wal_root
-        return read_partition(partition.reads, _backend(self.options.backend), verify=self.options.verify,
-                              columns=self.columns,
-                              wal_backend=_backend(planning.BackendSpec(wal)) if wal else None)
+        return read_partition(
+            partition.reads,
+            _backend(self.options.backend),
+            verify=self.options.verify,
+            columns=self.columns,
+            wal_backend=_backend(planning.BackendSpec(wal)) if wal else None,
+        )
 
 
 class SchemaDecodingReader(DanubeReader):
@@ -138,6 +144,7 @@ class SchemaDecodingReader(DanubeReader):
 
 
 # ---------------------------------------------------------------- writer
+
 
 @dataclass(frozen=True)
 class WriteOptions:
@@ -253,7 +260,7 @@ class DanubeWriter(DataSourceArrowWriter):
                         flush()  # the next frame does not fit: start a new segment
                         continue
                     j = i + 1  # one frame larger than a segment gets a segment of its own
-                buf += encoded[positions[i]:positions[j]]
+                buf += encoded[positions[i] : positions[j]]
                 count += j - i
                 i = j
                 if i < n or len(buf) >= limit:
@@ -284,8 +291,9 @@ class DanubeWriter(DataSourceArrowWriter):
                 data = bytearray(backend.get(piece.key))
                 stamped = frames.stamp_offsets(data, base)
                 if stamped != piece.count:
-                    raise StorageError(f"staged file {piece.key} holds {stamped} frames, expected {piece.count}",
-                                       retriable=False)
+                    raise StorageError(
+                        f"staged file {piece.key} holds {stamped} frames, expected {piece.count}", retriable=False
+                    )
                 written.append(seg.write_segment(backend, self.options.topic, data))
                 base += stamped
                 backend.delete(piece.key)
@@ -331,8 +339,8 @@ class DanubeWriter(DataSourceArrowWriter):
         async def add(store):
             for desc in written:
                 await store.put(keys.storage_segment(prefix, topic, desc.start_offset), desc.to_json())
-            await store.put_json(keys.storage_segments_cur(prefix, topic),
-                                 {"start": keys.offset20(written[-1].start_offset)})
+            await store.put_json(
+                keys.storage_segments_cur(prefix, topic), {"start": keys.offset20(written[-1].start_offset)}
+            )
 
         self._catalog(add)
-

@@ -24,11 +24,18 @@ from danube.storage.backends import DurableBackend, backend_from_url
 
 DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
 DEFAULT_BATCH_BYTES = 4 * 1024 * 1024
-S3_OPTION_NAMES = {"endpoint": "endpoint", "region": "region", "access_key": "access_key",
-                   "accesskey": "access_key", "secret_key": "secret_key", "secretkey": "secret_key"}
+S3_OPTION_NAMES = {
+    "endpoint": "endpoint",
+    "region": "region",
+    "access_key": "access_key",
+    "accesskey": "access_key",
+    "secret_key": "secret_key",
+    "secretkey": "secret_key",
+}
 
 
 # ---------------------------------------------------------------- options
+
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): v for k, v in options.items() if v is not None}
@@ -44,8 +51,10 @@ def parse_time_ms(value: str | int, name: str) -> int:
     try:
         parsed = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise InvalidArgumentError(f"option {name}={value!r}: expected milliseconds since the epoch "
-                                   "or an ISO-8601 time such as 2024-05-01T12:00:00Z") from None
+        raise InvalidArgumentError(
+            f"option {name}={value!r}: expected milliseconds since the epoch "
+            "or an ISO-8601 time such as 2024-05-01T12:00:00Z"
+        ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=_dt.timezone.utc)
     return int(parsed.timestamp() * 1000)
@@ -84,15 +93,17 @@ class BackendSpec:
     s3: tuple = ()
 
     def open(self) -> DurableBackend:
-        return backend_from_url(self.url, **dict(self.s3)) if self.url.startswith("s3://") \
-            else backend_from_url(self.url)
+        return (
+            backend_from_url(self.url, **dict(self.s3)) if self.url.startswith("s3://") else backend_from_url(self.url)
+        )
 
 
 def backend_spec(opts: dict) -> BackendSpec:
     url = opts.get("path") or opts.get("root")
     if not url:
-        raise InvalidArgumentError("the danube data source needs a path: .load(<durable root or s3://bucket/prefix>)"
-                                   " or .option('path', ...)")
+        raise InvalidArgumentError(
+            "the danube data source needs a path: .load(<durable root or s3://bucket/prefix>) or .option('path', ...)"
+        )
     s3 = tuple(sorted((S3_OPTION_NAMES[k], v) for k, v in opts.items() if k in S3_OPTION_NAMES))
     return BackendSpec(str(url), s3)
 
@@ -102,8 +113,9 @@ def _wal_root(value: str | None) -> str | None:
         return None
     path = value[7:] if value.startswith("file://") else value
     if not os.path.isdir(path):
-        raise InvalidArgumentError(f"option walRoot={value!r}: no directory there (the broker's "
-                                   "storage.local_wal_root, e.g. <data_dir>/wal)")
+        raise InvalidArgumentError(
+            f"option walRoot={value!r}: no directory there (the broker's storage.local_wal_root, e.g. <data_dir>/wal)"
+        )
     return os.path.abspath(path)
 
 
@@ -151,8 +163,11 @@ class ReadOptions:
             pack_segments=_bool_option(opts, "packSegments", False),
             wal_root=_wal_root(opts.get("walroot")),
         )
-        if parsed.start_offset is not None and parsed.end_offset is not None \
-                and parsed.end_offset < parsed.start_offset:
+        if (
+            parsed.start_offset is not None
+            and parsed.end_offset is not None
+            and parsed.end_offset < parsed.start_offset
+        ):
             raise InvalidArgumentError(f"endOffset {parsed.end_offset} is before startOffset {parsed.start_offset}")
         if start_time is not None and end_time is not None and end_time < start_time:
             raise InvalidArgumentError(f"endTime ({end_time} ms) is before startTime ({start_time} ms)")
@@ -160,6 +175,7 @@ class ReadOptions:
 
 
 # ---------------------------------------------------------------- catalog
+
 
 def catalog_descriptors(metadata_path: str, prefix: str, topic: str) -> list[seg.SegmentDescriptor]:
     """Segment descriptors of ``topic`` from the metadata store (``keys.storage_segment``)."""
@@ -183,8 +199,9 @@ def catalog_descriptors(metadata_path: str, prefix: str, topic: str) -> list[seg
         try:
             out.append(seg.SegmentDescriptor.from_json(kv.value))
         except (ValueError, TypeError) as exc:
-            raise StorageError(f"metadata key {kv.key} does not hold a SegmentDescriptor: {exc}",
-                               retriable=False) from exc
+            raise StorageError(
+                f"metadata key {kv.key} does not hold a SegmentDescriptor: {exc}", retriable=False
+            ) from exc
     return sorted(out, key=lambda d: d.start_offset)
 
 
@@ -197,6 +214,7 @@ def list_descriptors(options: ReadOptions, backend: DurableBackend) -> list[seg.
 
 # ---------------------------------------------------------------- pruning and splitting
 
+
 @dataclass
 class SegmentRead:
     """One input partition: bytes [byte_start, byte_end) of one segment and the rows wanted from them."""
@@ -208,9 +226,9 @@ class SegmentRead:
     size: int
     byte_start: int
     byte_end: int
-    first_offset: int       # offset of the frame at byte_start
-    last_offset: int        # offset of the last frame before byte_end
-    whole: bool             # the whole object: its etag is checked
+    first_offset: int  # offset of the frame at byte_start
+    last_offset: int  # offset of the last frame before byte_end
+    whole: bool  # the whole object: its etag is checked
     row_start_offset: int | None
     row_end_offset: int | None
     start_time_ms: int | None
@@ -277,14 +295,30 @@ def plan(options: ReadOptions, descriptors: list[seg.SegmentDescriptor]) -> list
     for desc, lo, hi in selected:
         row_lo = lo if lo > desc.start_offset else None
         row_hi = hi if hi <= desc.end_offset else None
-        common = dict(topic=desc.topic, segment_id=desc.segment_id, data_key=desc.data_key, etag=desc.etag,
-                      size=desc.size, row_start_offset=row_lo, row_end_offset=row_hi,
-                      start_time_ms=options.start_time_ms, end_time_ms=options.end_time_ms)
+        common = dict(
+            topic=desc.topic,
+            segment_id=desc.segment_id,
+            data_key=desc.data_key,
+            etag=desc.etag,
+            size=desc.size,
+            row_start_offset=row_lo,
+            row_end_offset=row_hi,
+            start_time_ms=options.start_time_ms,
+            end_time_ms=options.end_time_ms,
+        )
         index = _index(desc)
         if desc.size <= limit:
-            reads.append(SegmentRead(byte_start=0, byte_end=desc.size, first_offset=desc.start_offset,
-                                     last_offset=desc.end_offset, whole=True,
-                                     batch_bounds=_chunk_bounds(index, desc.size, options.batch_bytes), **common))
+            reads.append(
+                SegmentRead(
+                    byte_start=0,
+                    byte_end=desc.size,
+                    first_offset=desc.start_offset,
+                    last_offset=desc.end_offset,
+                    whole=True,
+                    batch_bounds=_chunk_bounds(index, desc.size, options.batch_bytes),
+                    **common,
+                )
+            )
             continue
         # large segment: only the index intervals holding [lo, hi), cut into pieces of about ``limit`` bytes
         start_i = max(i for i, (off, _p) in enumerate(index) if off <= lo)
@@ -302,8 +336,9 @@ def plan(options: ReadOptions, descriptors: list[seg.SegmentDescriptor]) -> list
     return reads
 
 
-def plan_all(options: ReadOptions, backend: DurableBackend,
-             descriptors: list[seg.SegmentDescriptor] | None = None) -> list[SegmentRead]:
+def plan_all(
+    options: ReadOptions, backend: DurableBackend, descriptors: list[seg.SegmentDescriptor] | None = None
+) -> list[SegmentRead]:
     """Every read of a query: durable segments, then (``walRoot``) the WAL files' offsets after them."""
     if descriptors is None:
         descriptors = list_descriptors(options, backend)
@@ -347,6 +382,12 @@ def pack(options: ReadOptions, reads: list[SegmentRead]) -> list[list[SegmentRea
 def _piece(entries, stop, desc, options, common) -> SegmentRead:
     stop_offset, stop_pos = stop
     first_offset, first_pos = entries[0]
-    return SegmentRead(byte_start=first_pos, byte_end=stop_pos, first_offset=first_offset,
-                       last_offset=stop_offset - 1, whole=False,
-                       batch_bounds=_chunk_bounds(entries, stop_pos, options.batch_bytes), **common)
+    return SegmentRead(
+        byte_start=first_pos,
+        byte_end=stop_pos,
+        first_offset=first_offset,
+        last_offset=stop_offset - 1,
+        whole=False,
+        batch_bounds=_chunk_bounds(entries, stop_pos, options.batch_bytes),
+        **common,
+    )

@@ -24,17 +24,25 @@ from danube.storage.backends import DurableBackend, FilesystemBackend
 
 def _check_sequence(read: SegmentRead, offsets: pa.Array, expected_first: int) -> None:
     if len(offsets) == 0:
-        raise SegmentCorruptError("segment range holds no frames", segment_id=read.segment_id,
-                                  offset=expected_first)
+        raise SegmentCorruptError("segment range holds no frames", segment_id=read.segment_id, offset=expected_first)
     arr = offsets.to_numpy(zero_copy_only=False)
     if arr[0] != expected_first:
-        raise SegmentCorruptError("frame offset differs from the segment index", segment_id=read.segment_id,
-                                  offset=expected_first, expected=expected_first, actual=int(arr[0]))
+        raise SegmentCorruptError(
+            "frame offset differs from the segment index",
+            segment_id=read.segment_id,
+            offset=expected_first,
+            expected=expected_first,
+            actual=int(arr[0]),
+        )
     if len(arr) > 1 and not bool((np.diff(arr) == 1).all()):
         bad = int(np.nonzero(np.diff(arr) != 1)[0][0]) + 1
-        raise SegmentCorruptError("frame offsets are not consecutive", segment_id=read.segment_id,
-                                  offset=int(arr[bad - 1]) + 1, expected=int(arr[bad - 1]) + 1,
-                                  actual=int(arr[bad]))
+        raise SegmentCorruptError(
+            "frame offsets are not consecutive",
+            segment_id=read.segment_id,
+            offset=int(arr[bad - 1]) + 1,
+            expected=int(arr[bad - 1]) + 1,
+            actual=int(arr[bad]),
+        )
 
 
 @contextlib.contextmanager
@@ -55,9 +63,8 @@ def _segment_bytes(backend: DurableBackend, read: SegmentRead):
                 return
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except FileNotFoundError as exc:
-        raise StorageError(f"segment data {read.data_key} not found in {backend.describe()}",
-                           retriable=False) from exc
-    view = memoryview(mapped)[read.byte_start:read.byte_end]
+        raise StorageError(f"segment data {read.data_key} not found in {backend.describe()}", retriable=False) from exc
+    view = memoryview(mapped)[read.byte_start : read.byte_end]
     try:
         yield view
     finally:
@@ -68,16 +75,22 @@ def _segment_bytes(backend: DurableBackend, read: SegmentRead):
             pass
 
 
-def read_batches(read: SegmentRead, backend: DurableBackend, *, verify: bool = True,
-                 columns: tuple[str, ...] = COLUMNS) -> Iterator[pa.RecordBatch]:
+def read_batches(
+    read: SegmentRead, backend: DurableBackend, *, verify: bool = True, columns: tuple[str, ...] = COLUMNS
+) -> Iterator[pa.RecordBatch]:
     """Decode one segment read into RecordBatches (one per ~batch_bytes chunk) of ``columns``, rows filtered."""
     with _segment_bytes(backend, read) as data, memoryview(data) as view:
         yield from _decode(read, view, verify, columns)
 
 
-def read_partition(reads: list[SegmentRead], backend: DurableBackend, *, verify: bool = True,
-                   columns: tuple[str, ...] = COLUMNS,
-                   wal_backend: DurableBackend | None = None) -> Iterator[pa.RecordBatch]:
+def read_partition(
+    reads: list[SegmentRead],
+    backend: DurableBackend,
+    *,
+    verify: bool = True,
+    columns: tuple[str, ...] = COLUMNS,
+    wal_backend: DurableBackend | None = None,
+) -> Iterator[pa.RecordBatch]:
     """An input partition (see ``planning.pack``): its segment reads one after the other
     (WAL file reads from ``wal_backend``, a directory backend on the WAL root)."""
     for read in reads:
@@ -91,14 +104,26 @@ def read_partition(reads: list[SegmentRead], backend: DurableBackend, *, verify:
 
 def _decode(read: SegmentRead, data, verify: bool, columns: tuple[str, ...]) -> Iterator[pa.RecordBatch]:
     if len(data) != read.byte_end - read.byte_start:
-        raise SegmentCorruptError("segment is shorter than its descriptor", segment_id=read.segment_id,
-                                  offset=read.first_offset, expected=read.byte_end - read.byte_start,
-                                  actual=len(data))
+        raise SegmentCorruptError(
+            "segment is shorter than its descriptor",
+            segment_id=read.segment_id,
+            offset=read.first_offset,
+            expected=read.byte_end - read.byte_start,
+            actual=len(data),
+        )
     if read.whole and verify:
-        desc = seg.SegmentDescriptor(segment_id=read.segment_id, topic=read.topic,
-                                     start_offset=read.first_offset, end_offset=read.last_offset,
-                                     record_count=read.last_offset - read.first_offset + 1, size=read.size,
-                                     etag=read.etag, created_at=0, min_publish_time=0, max_publish_time=0)
+        desc = seg.SegmentDescriptor(
+            segment_id=read.segment_id,
+            topic=read.topic,
+            start_offset=read.first_offset,
+            end_offset=read.last_offset,
+            record_count=read.last_offset - read.first_offset + 1,
+            size=read.size,
+            etag=read.etag,
+            created_at=0,
+            min_publish_time=0,
+            max_publish_time=0,
+        )
         seg.verify_segment(desc, data)
     mv = data
     # offsets are always checked against the index; publish times are needed to filter on them
@@ -112,39 +137,60 @@ def _decode(read: SegmentRead, data, verify: bool, columns: tuple[str, ...]) -> 
     expected_next = read.first_offset
     for i, (pos, index_offset) in enumerate(bounds):
         if index_offset != expected_next:
-            raise SegmentCorruptError("segment index is inconsistent with its frames",
-                                      segment_id=read.segment_id, offset=expected_next,
-                                      expected=expected_next, actual=index_offset)
+            raise SegmentCorruptError(
+                "segment index is inconsistent with its frames",
+                segment_id=read.segment_id,
+                offset=expected_next,
+                expected=expected_next,
+                actual=index_offset,
+            )
         chunk_end_offset = bounds[i + 1][1] if i + 1 < len(bounds) else read.last_offset + 1
         if read.row_end_offset is not None and index_offset >= read.row_end_offset:
             return  # the rest is past the range (a whole segment was still verified by its etag)
         if read.row_start_offset is not None and chunk_end_offset <= read.row_start_offset:
             expected_next = chunk_end_offset  # wholly before the range: skip decoding
             continue
-        chunk = mv[starts[i]:starts[i + 1]]
+        chunk = mv[starts[i] : starts[i + 1]]
         try:
             batch = frames_to_batch(read.topic, chunk, built)
             chunk.release()
         except (CorruptFrameError, FrameFormatError, pa.ArrowInvalid) as exc:
             offset = getattr(exc, "offset", None)
             raise SegmentCorruptError(
-                f"corrupt frame ({exc})", segment_id=read.segment_id,
+                f"corrupt frame ({exc})",
+                segment_id=read.segment_id,
                 offset=offset if offset is not None else expected_next,
-                expected=getattr(exc, "expected_crc", None), actual=getattr(exc, "actual_crc", None),
+                expected=getattr(exc, "expected_crc", None),
+                actual=getattr(exc, "actual_crc", None),
             ) from exc
         offsets = batch.column("offset")
         _check_sequence(read, offsets, expected_next)
         last = offsets[-1].as_py()
         if last + 1 != chunk_end_offset:
-            raise SegmentCorruptError("frames do not match the segment index", segment_id=read.segment_id,
-                                      offset=last + 1, expected=chunk_end_offset - 1, actual=last)
+            raise SegmentCorruptError(
+                "frames do not match the segment index",
+                segment_id=read.segment_id,
+                offset=last + 1,
+                expected=chunk_end_offset - 1,
+                actual=last,
+            )
         expected_next = chunk_end_offset
-        batch = filter_batch(batch, start_offset=read.row_start_offset, end_offset=read.row_end_offset,
-                             start_time_ms=read.start_time_ms, end_time_ms=read.end_time_ms)
+        batch = filter_batch(
+            batch,
+            start_offset=read.row_start_offset,
+            end_offset=read.row_end_offset,
+            start_time_ms=read.start_time_ms,
+            end_time_ms=read.end_time_ms,
+        )
         if built != columns:
             batch = batch.select(list(columns))  # zero-copy
         if batch.num_rows:
             yield batch
     if expected_next != read.last_offset + 1:
-        raise SegmentCorruptError("segment ends before its last offset", segment_id=read.segment_id,
-                                  offset=expected_next, expected=read.last_offset, actual=expected_next - 1)
+        raise SegmentCorruptError(
+            "segment ends before its last offset",
+            segment_id=read.segment_id,
+            offset=expected_next,
+            expected=read.last_offset,
+            actual=expected_next - 1,
+        )

@@ -33,8 +33,12 @@ import pyarrow as pa
 from danube.errors import InvalidArgumentError
 from danube.schema.validation import SCHEMA_ATTR, parse_schema_value
 
-META_COLUMNS = [("offset", pa.int64(), "bigint"), ("publish_time", pa.timestamp("us", tz="UTC"), "timestamp"),
-                ("routing_key", pa.string(), "string"), ("schema_version", pa.int32(), "int")]
+META_COLUMNS = [
+    ("offset", pa.int64(), "bigint"),
+    ("publish_time", pa.timestamp("us", tz="UTC"), "timestamp"),
+    ("routing_key", pa.string(), "string"),
+    ("schema_version", pa.int32(), "int"),
+]
 SOURCE_COLUMNS = ("offset", "publish_time", "routing_key", "attributes", "payload")
 
 
@@ -44,7 +48,7 @@ class SubjectVersions:
     schema_type: str
     schema_id: int
     latest: int
-    definitions: dict[int, bytes] = field(default_factory=dict)   # every version, deleted ones too
+    definitions: dict[int, bytes] = field(default_factory=dict)  # every version, deleted ones too
 
 
 def wants_schema_decode(options: Mapping[str, str]) -> bool:
@@ -57,13 +61,16 @@ def wants_schema_decode(options: Mapping[str, str]) -> bool:
 
 # ---------------------------------------------------------------- driver: the subject's versions
 
+
 def load_versions(options: Mapping[str, str]) -> SubjectVersions:
     opts = {k.lower(): v for k, v in options.items()}
     source = opts.get("schemaregistry")
     topic = opts.get("topic")
     if not source:
-        raise InvalidArgumentError("option decode=schema needs option schemaRegistry (the broker's metadata "
-                                   "database file, or a broker URL such as http://127.0.0.1:6650)")
+        raise InvalidArgumentError(
+            "option decode=schema needs option schemaRegistry (the broker's metadata "
+            "database file, or a broker URL such as http://127.0.0.1:6650)"
+        )
     if source.startswith(("http://", "https://", "grpc://")) or (":" in source and not source.startswith("/")):
         return _from_grpc(source, opts.get("subject"), topic)
     return _from_metadata(source, opts.get("subject"), topic)
@@ -88,8 +95,13 @@ def _from_metadata(path: str, subject: str | None, topic: str | None) -> Subject
             live = [v for v in versions if not v.deleted]
             if not live:
                 raise InvalidArgumentError(f"schema subject {name!r} has no live version")
-            return SubjectVersions(name, live[-1].schema_type, live[-1].schema_id, live[-1].version,
-                                   {v.version: v.definition for v in versions})
+            return SubjectVersions(
+                name,
+                live[-1].schema_type,
+                live[-1].schema_id,
+                live[-1].version,
+                {v.version: v.definition for v in versions},
+            )
         finally:
             await store.close()
 
@@ -117,27 +129,37 @@ def _from_grpc(url: str, subject: str | None, topic: str | None) -> SubjectVersi
         if not subject:
             if not topic:
                 raise InvalidArgumentError("option decode=schema needs option subject or option topic")
-            subject = stub.GetTopicSchemaConfig(pb.GetTopicSchemaConfigRequest(topic_name=topic), timeout=30).schema_subject
+            subject = stub.GetTopicSchemaConfig(
+                pb.GetTopicSchemaConfigRequest(topic_name=topic), timeout=30
+            ).schema_subject
             if not subject:
                 raise InvalidArgumentError(f"topic {topic} has no schema subject; give option subject")
         latest = stub.GetLatestSchema(pb.GetLatestSchemaRequest(subject=subject), timeout=30)
         listed = stub.ListVersions(pb.ListVersionsRequest(subject=subject), timeout=30)
         defs = {}
         for v in listed.versions:
-            defs[v.version] = stub.GetSchema(pb.GetSchemaRequest(schema_id=latest.schema_id, version=v.version),
-                                             timeout=30).schema_definition
+            defs[v.version] = stub.GetSchema(
+                pb.GetSchemaRequest(schema_id=latest.schema_id, version=v.version), timeout=30
+            ).schema_definition
     return SubjectVersions(subject, latest.schema_type, latest.schema_id, latest.version, defs)
 
 
 # ---------------------------------------------------------------- the DataFrame schema
 
+
 def _avro_type(s, named: dict) -> tuple[pa.DataType, str]:
     """(Arrow type, Spark DDL type) of an Avro schema node (fastavro-parsed)."""
     if isinstance(s, str):
-        prim = {"null": (pa.null(), "void"), "boolean": (pa.bool_(), "boolean"), "int": (pa.int32(), "int"),
-                "long": (pa.int64(), "bigint"), "float": (pa.float32(), "float"),
-                "double": (pa.float64(), "double"), "bytes": (pa.binary(), "binary"),
-                "string": (pa.string(), "string")}
+        prim = {
+            "null": (pa.null(), "void"),
+            "boolean": (pa.bool_(), "boolean"),
+            "int": (pa.int32(), "int"),
+            "long": (pa.int64(), "bigint"),
+            "float": (pa.float32(), "float"),
+            "double": (pa.float64(), "double"),
+            "bytes": (pa.binary(), "binary"),
+            "string": (pa.string(), "string"),
+        }
         if s in prim:
             return prim[s]
         return _avro_type(named[s], named)
@@ -145,7 +167,7 @@ def _avro_type(s, named: dict) -> tuple[pa.DataType, str]:
         branches = [b for b in s if b != "null"]
         if len(branches) == 1:
             return _avro_type(branches[0], named)
-        return pa.string(), "string"               # a general union: its JSON text
+        return pa.string(), "string"  # a general union: its JSON text
     t = s.get("type")
     logical = s.get("logicalType")
     if logical in ("timestamp-millis", "timestamp-micros"):
@@ -154,13 +176,16 @@ def _avro_type(s, named: dict) -> tuple[pa.DataType, str]:
         return pa.date32(), "date"
     if logical in ("decimal", "uuid", "time-millis", "time-micros"):
         return pa.string(), "string"
-    if isinstance(t, (dict, list)) or (isinstance(t, str) and t not in ("record", "error", "enum", "fixed",
-                                                                          "array", "map")):
+    if isinstance(t, (dict, list)) or (
+        isinstance(t, str) and t not in ("record", "error", "enum", "fixed", "array", "map")
+    ):
         return _avro_type(t, named)
     if t in ("record", "error"):
         fields = [(f["name"],) + _avro_type(f["type"], named) for f in s["fields"]]
-        return (pa.struct([(n, a) for n, a, _ in fields]),
-                "struct<" + ",".join(f"`{n}`:{d}" for n, _, d in fields) + ">")
+        return (
+            pa.struct([(n, a) for n, a, _ in fields]),
+            "struct<" + ",".join(f"`{n}`:{d}" for n, _, d in fields) + ">",
+        )
     if t == "enum":
         return pa.string(), "string"
     if t == "fixed":
@@ -191,12 +216,14 @@ def _json_type(s: Any) -> tuple[pa.DataType, str]:
         return pa.string(), "string"
     if t == "object" and isinstance(s.get("properties"), dict):
         fields = [(n,) + _json_type(sub) for n, sub in s["properties"].items()]
-        return (pa.struct([(n, a) for n, a, _ in fields]),
-                "struct<" + ",".join(f"`{n}`:{d}" for n, _, d in fields) + ">")
+        return (
+            pa.struct([(n, a) for n, a, _ in fields]),
+            "struct<" + ",".join(f"`{n}`:{d}" for n, _, d in fields) + ">",
+        )
     if t == "array" and isinstance(s.get("items"), dict):
         a, d = _json_type(s["items"])
         return pa.list_(a), f"array<{d}>"
-    return pa.string(), "string"                    # anything else: its JSON text
+    return pa.string(), "string"  # anything else: its JSON text
 
 
 def _proto_scalar(f) -> tuple[pa.DataType, str]:
@@ -205,8 +232,15 @@ def _proto_scalar(f) -> tuple[pa.DataType, str]:
     t = f.type
     if t in (F.TYPE_INT32, F.TYPE_SINT32, F.TYPE_SFIXED32):
         return pa.int32(), "int"
-    if t in (F.TYPE_INT64, F.TYPE_SINT64, F.TYPE_SFIXED64, F.TYPE_UINT32, F.TYPE_FIXED32,
-             F.TYPE_UINT64, F.TYPE_FIXED64):
+    if t in (
+        F.TYPE_INT64,
+        F.TYPE_SINT64,
+        F.TYPE_SFIXED64,
+        F.TYPE_UINT32,
+        F.TYPE_FIXED32,
+        F.TYPE_UINT64,
+        F.TYPE_FIXED64,
+    ):
         return pa.int64(), "bigint"
     if t == F.TYPE_FLOAT:
         return pa.float32(), "float"
@@ -218,9 +252,11 @@ def _proto_scalar(f) -> tuple[pa.DataType, str]:
         return pa.binary(), "binary"
     if t == F.TYPE_MESSAGE:
         fields = [(sub.name,) + _proto_type(sub) for sub in f.message_type.fields]
-        return (pa.struct([(n, a) for n, a, _ in fields]),
-                "struct<" + ",".join(f"`{n}`:{d}" for n, _, d in fields) + ">")
-    return pa.string(), "string"                    # string, enum (its name)
+        return (
+            pa.struct([(n, a) for n, a, _ in fields]),
+            "struct<" + ",".join(f"`{n}`:{d}" for n, _, d in fields) + ">",
+        )
+    return pa.string(), "string"  # string, enum (its name)
 
 
 def _proto_repeated(f) -> bool:
@@ -231,7 +267,7 @@ def _proto_repeated(f) -> bool:
 def _proto_type(f, _depth: int = 0) -> tuple[pa.DataType, str]:
     """(Arrow type, Spark DDL type) of a protobuf field: maps, repeated fields, messages nest."""
     if _depth > 32:
-        return pa.string(), "string"               # deeply recursive messages: their text
+        return pa.string(), "string"  # deeply recursive messages: their text
     if f.message_type is not None and f.message_type.GetOptions().map_entry:
         k, kd = _proto_scalar(f.message_type.fields_by_name["key"])
         v, vd = _proto_type(f.message_type.fields_by_name["value"], _depth + 1)
@@ -251,8 +287,9 @@ def _proto_value(msg) -> dict:
         value = getattr(msg, f.name)
         if f.message_type is not None and f.message_type.GetOptions().map_entry:
             vf = f.message_type.fields_by_name["value"]
-            out[f.name] = [(k, _proto_value(v) if vf.type == F.TYPE_MESSAGE else _enum_name(vf, v))
-                           for k, v in value.items()]
+            out[f.name] = [
+                (k, _proto_value(v) if vf.type == F.TYPE_MESSAGE else _enum_name(vf, v)) for k, v in value.items()
+            ]
         elif _proto_repeated(f):
             out[f.name] = [_proto_value(v) if f.type == F.TYPE_MESSAGE else _enum_name(f, v) for v in value]
         elif f.type == F.TYPE_MESSAGE:
@@ -302,8 +339,9 @@ def plan(versions: SubjectVersions) -> DecodePlan:
 
         fields = [(f.name,) + _proto_type(f) for f in protobuf_main_message(latest).fields]
     else:
-        raise InvalidArgumentError(f"decode=schema reads Avro, JSON Schema and Protobuf subjects, "
-                                   f"not {latest.schema_type}")
+        raise InvalidArgumentError(
+            f"decode=schema reads Avro, JSON Schema and Protobuf subjects, not {latest.schema_type}"
+        )
     taken = {n for n, _, _ in META_COLUMNS}
     clash = [n for n, _, _ in fields if n in taken]
     if clash:
@@ -312,6 +350,7 @@ def plan(versions: SubjectVersions) -> DecodePlan:
 
 
 # ---------------------------------------------------------------- executors: decode batches
+
 
 class Decoder:
     def __init__(self, decode_plan: DecodePlan, on_error: str = "fail") -> None:
@@ -328,7 +367,8 @@ class Decoder:
             from danube.schema.types import parse, protobuf_main_message
 
             self._proto = message_factory.GetMessageClass(
-                protobuf_main_message(parse("protobuf", v.definitions[v.latest])))
+                protobuf_main_message(parse("protobuf", v.definitions[v.latest]))
+            )
         elif not self._json:
             from fastavro import parse_schema
 
@@ -343,14 +383,16 @@ class Decoder:
 
             defs = self.plan.versions.definitions
             if version not in defs:
-                raise InvalidArgumentError(f"schema version {version} of subject {self.plan.versions.subject!r} "
-                                           "is not registered")
+                raise InvalidArgumentError(
+                    f"schema version {version} of subject {self.plan.versions.subject!r} is not registered"
+                )
             writer = parse_schema(json.loads(defs[version]))
             reader = self._reader_schema
 
             def r(payload, writer=writer, reader=reader):
                 bio = io.BytesIO(payload)
                 return schemaless_reader(bio, writer, reader)
+
             self._readers[version] = r
         return r
 
@@ -370,7 +412,7 @@ class Decoder:
             attrs = dict(cols["attributes"][i] or [])
             sid, version = parse_schema_value(attrs.get(SCHEMA_ATTR))
             if version is None or sid != v.schema_id:
-                version = v.latest       # untagged (or another subject's id): read as the latest
+                version = v.latest  # untagged (or another subject's id): read as the latest
             try:
                 if self._json:
                     doc = json.loads(payload)
@@ -382,8 +424,10 @@ class Decoder:
                     doc = self._avro(version)(payload)
             except Exception as exc:  # noqa: BLE001
                 if self.on_error != "null":
-                    raise InvalidArgumentError(f"offset {cols['offset'][i]}: payload does not decode with schema "
-                                               f"{v.subject!r} version {version}: {exc}") from None
+                    raise InvalidArgumentError(
+                        f"offset {cols['offset'][i]}: payload does not decode with schema "
+                        f"{v.subject!r} version {version}: {exc}"
+                    ) from None
                 doc = {}
             rows["offset"].append(cols["offset"][i])
             rows["publish_time"].append(cols["publish_time"][i])

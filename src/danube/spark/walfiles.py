@@ -48,8 +48,7 @@ def _scan(path: str, index_every: int) -> tuple[int, int, int, int, list] | None
         if size <= _walfile.FILE_HEADER_SIZE:
             return None
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
-            count, end_pos, first, last, _reason, index = frames.scan(view, _walfile.FILE_HEADER_SIZE, -1,
-                                                                      index_every)
+            count, end_pos, first, last, _reason, index = frames.scan(view, _walfile.FILE_HEADER_SIZE, -1, index_every)
     if count == 0:
         return None
     return count, end_pos, first, last, [(int(o), int(p)) for o, p in index]
@@ -76,8 +75,11 @@ def plan_wal(options: ReadOptions, durable_ends: dict[str, int]) -> list[Segment
             if last < expected:
                 continue
             if first > expected and known:
-                raise StorageError(f"{topic}: offsets {expected}..{first - 1} are neither in durable segments "
-                                   f"nor in the WAL files under {directory}", retriable=False)
+                raise StorageError(
+                    f"{topic}: offsets {expected}..{first - 1} are neither in durable segments "
+                    f"nor in the WAL files under {directory}",
+                    retriable=False,
+                )
             lo, hi = max(first, expected), last + 1
             expected, known = last + 1, True
             if options.start_offset is not None:
@@ -86,12 +88,24 @@ def plan_wal(options: ReadOptions, durable_ends: dict[str, int]) -> list[Segment
                 hi = min(hi, options.end_offset)
             if lo >= hi:
                 continue
-            reads.append(SegmentRead(
-                topic=topic, segment_id=f"wal {ns}/{name}/{os.path.basename(path)}",
-                data_key=os.path.relpath(path, root), etag="", size=end_pos,
-                byte_start=_walfile.FILE_HEADER_SIZE, byte_end=end_pos, first_offset=first, last_offset=last,
-                whole=False, row_start_offset=lo if lo > first else None,
-                row_end_offset=hi if hi <= last else None,
-                start_time_ms=options.start_time_ms, end_time_ms=options.end_time_ms,
-                batch_bounds=_chunk_bounds(index, end_pos, options.batch_bytes), source=SOURCE))
+            reads.append(
+                SegmentRead(
+                    topic=topic,
+                    segment_id=f"wal {ns}/{name}/{os.path.basename(path)}",
+                    data_key=os.path.relpath(path, root),
+                    etag="",
+                    size=end_pos,
+                    byte_start=_walfile.FILE_HEADER_SIZE,
+                    byte_end=end_pos,
+                    first_offset=first,
+                    last_offset=last,
+                    whole=False,
+                    row_start_offset=lo if lo > first else None,
+                    row_end_offset=hi if hi <= last else None,
+                    start_time_ms=options.start_time_ms,
+                    end_time_ms=options.end_time_ms,
+                    batch_bounds=_chunk_bounds(index, end_pos, options.batch_bytes),
+                    source=SOURCE,
+                )
+            )
     return reads

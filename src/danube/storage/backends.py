@@ -188,23 +188,36 @@ class S3Backend(DurableBackend):
     # range (moto does).  The tiered reader keeps several in flight.
     min_range_bytes = 16 * 1024 * 1024
 
-    def __init__(self, bucket: str, prefix: str = "", *, endpoint: str | None = None,
-                 region: str | None = None, access_key: str | None = None,
-                 secret_key: str | None = None) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint: str | None = None,
+        region: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+    ) -> None:
         try:
             import boto3
             from botocore.config import Config
         except ImportError as exc:  # pragma: no cover - depends on extras
-            raise StorageError("object_store mode needs boto3: pip install 'danube-broker[s3]'",
-                               retriable=False) from exc
+            raise StorageError(
+                "object_store mode needs boto3: pip install 'danube-broker[s3]'", retriable=False
+            ) from exc
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         options = {"retries": {"max_attempts": 5, "mode": "standard"}, "max_pool_connections": 16}
 
         def client(config):
-            return boto3.client("s3", endpoint_url=endpoint, region_name=region or "us-east-1",
-                                aws_access_key_id=access_key, aws_secret_access_key=secret_key,
-                                config=config)
+            return boto3.client(
+                "s3",
+                endpoint_url=endpoint,
+                region_name=region or "us-east-1",
+                aws_access_key_id=access_key,
+                aws_secret_access_key=secret_key,
+                config=config,
+            )
 
         self._client = client(Config(**options))
 

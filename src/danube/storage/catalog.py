@@ -22,8 +22,9 @@ log = logging.getLogger(__name__)
 
 
 class SegmentCatalog:
-    def __init__(self, metadata: MetadataStore, prefix: str, topic: str,
-                 segments: list[SegmentDescriptor] | None = None) -> None:
+    def __init__(
+        self, metadata: MetadataStore, prefix: str, topic: str, segments: list[SegmentDescriptor] | None = None
+    ) -> None:
         self.metadata = metadata
         self.prefix = prefix
         self.topic = topic
@@ -58,15 +59,18 @@ class SegmentCatalog:
             if catalog._segments and desc.start_offset != catalog.end_offset + 1:
                 raise StorageError(
                     f"durable history of {topic} is not contiguous: segment {desc.segment_id} follows "
-                    f"{catalog._segments[-1].segment_id}", retriable=False)
+                    f"{catalog._segments[-1].segment_id}",
+                    retriable=False,
+                )
             catalog._append(desc)
         last = catalog.last
         if last is not None and cur_start != last.start_offset:
             # A crash between a descriptor write and the cur update: the descriptor is complete, so
             # the pointer catches up (it never moves backwards).
             if cur_start is None or cur_start < last.start_offset:
-                log.info("%s: segments/cur %s behind the last descriptor %s; advancing it",
-                         topic, cur_start, last.segment_id)
+                log.info(
+                    "%s: segments/cur %s behind the last descriptor %s; advancing it", topic, cur_start, last.segment_id
+                )
                 await catalog._write_cur(last.start_offset)
         return catalog
 
@@ -115,19 +119,24 @@ class SegmentCatalog:
     async def publish(self, desc: SegmentDescriptor) -> None:
         """Record an uploaded segment: its descriptor, then ``segments/cur``."""
         if self._segments and desc.start_offset != self.end_offset + 1:
-            raise StorageError(f"segment {desc.segment_id} of {self.topic} does not follow durable end "
-                               f"{self.end_offset}", retriable=False)
+            raise StorageError(
+                f"segment {desc.segment_id} of {self.topic} does not follow durable end {self.end_offset}",
+                retriable=False,
+            )
         key = keys.storage_segment(self.prefix, self.topic, desc.start_offset)
         # Only if no broker published a segment starting here: an owner that lost the topic without
         # knowing it (cut off, lease expired) must not overwrite the history the next owner writes
         # from the same offset (with tail exports every interval, that window is a live one).
         if not await self.metadata.put_if_version(key, desc.to_json(), 0):
-            raise StorageError(f"{self.topic}: a segment starting at offset {desc.start_offset} was published "
-                               f"by another broker; this broker no longer owns the topic's history",
-                               retriable=False)
+            raise StorageError(
+                f"{self.topic}: a segment starting at offset {desc.start_offset} was published "
+                f"by another broker; this broker no longer owns the topic's history",
+                retriable=False,
+            )
         self._append(desc)
         await self._write_cur(desc.start_offset)
 
     async def _write_cur(self, start: int) -> None:
-        await self.metadata.put_json(keys.storage_segments_cur(self.prefix, self.topic),
-                                     {"start": keys.offset20(start)})
+        await self.metadata.put_json(
+            keys.storage_segments_cur(self.prefix, self.topic), {"start": keys.offset20(start)}
+        )

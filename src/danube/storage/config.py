@@ -111,9 +111,14 @@ class DurableSettings:
     secret_key: str | None = None
 
     def redacted(self) -> dict[str, Any]:
-        return {"backend": self.backend, "root": self.root, "endpoint": self.endpoint,
-                "region": self.region, "access_key": "***" if self.access_key else None,
-                "secret_key": "***" if self.secret_key else None}
+        return {
+            "backend": self.backend,
+            "root": self.root,
+            "endpoint": self.endpoint,
+            "region": self.region,
+            "access_key": "***" if self.access_key else None,
+            "secret_key": "***" if self.secret_key else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -135,8 +140,14 @@ class StorageConfig:
     def make_backend(self) -> DurableBackend:
         if self.durable.backend == "s3":
             bucket, _, prefix = self.durable.root.partition("/")
-            return S3Backend(bucket, prefix, endpoint=self.durable.endpoint, region=self.durable.region,
-                             access_key=self.durable.access_key, secret_key=self.durable.secret_key)
+            return S3Backend(
+                bucket,
+                prefix,
+                endpoint=self.durable.endpoint,
+                region=self.durable.region,
+                access_key=self.durable.access_key,
+                secret_key=self.durable.secret_key,
+            )
         return FilesystemBackend(self.durable.root)
 
     def wal_dir(self, topic: str) -> str:
@@ -151,12 +162,21 @@ class StorageConfig:
         section = {} if section is None else section
         if not isinstance(section, Mapping):
             raise StorageConfigError(f"storage: expected a mapping, got {type(section).__name__}")
-        known = {"mode", "local_wal_root", "metadata_prefix", "local_retention", "durable", "wal",
-                 "export_interval_seconds", "read_chunk_mb"}
+        known = {
+            "mode",
+            "local_wal_root",
+            "metadata_prefix",
+            "local_retention",
+            "durable",
+            "wal",
+            "export_interval_seconds",
+            "read_chunk_mb",
+        }
         unknown = sorted(set(section) - known)
         if unknown:
-            raise StorageConfigError(f"storage: unknown key(s) {', '.join(unknown)}; known keys: "
-                                     f"{', '.join(sorted(known))}")
+            raise StorageConfigError(
+                f"storage: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
+            )
 
         mode = section.get("mode", "local")
         if mode not in MODES:
@@ -177,9 +197,16 @@ class StorageConfig:
         durable = _durable(mode, section.get("durable"), data_dir)
         interval = _number(section, "export_interval_seconds", 300.0, "storage.", minimum=0.01)
         chunk_mb = _number(section, "read_chunk_mb", 4, "storage.", minimum=0.0625)
-        return cls(mode=mode, local_wal_root=wal_root, metadata_prefix=prefix, local_retention=retention,
-                   durable=durable, wal=wal, export_interval_s=float(interval),
-                   read_chunk_bytes=int(chunk_mb * _MIB))
+        return cls(
+            mode=mode,
+            local_wal_root=wal_root,
+            metadata_prefix=prefix,
+            local_retention=retention,
+            durable=durable,
+            wal=wal,
+            export_interval_s=float(interval),
+            read_chunk_bytes=int(chunk_mb * _MIB),
+        )
 
 
 def _string(section: Mapping[str, Any], key: str, default: str | None, where: str = "storage.") -> str | None:
@@ -191,8 +218,9 @@ def _string(section: Mapping[str, Any], key: str, default: str | None, where: st
     return value
 
 
-def _number(section: Mapping[str, Any], key: str, default: float | None, where: str, *,
-            minimum: float = 0.0) -> float | None:
+def _number(
+    section: Mapping[str, Any], key: str, default: float | None, where: str, *, minimum: float = 0.0
+) -> float | None:
     value = section.get(key, default)
     if value is None:
         return default
@@ -221,8 +249,9 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 def _check_keys(section: Mapping[str, Any], known: set[str], where: str) -> None:
     unknown = sorted(set(section) - known)
     if unknown:
-        raise StorageConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known keys: "
-                                 f"{', '.join(sorted(known))}")
+        raise StorageConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
+        )
 
 
 def _retention(value: Any) -> LocalRetention:
@@ -239,14 +268,30 @@ def _retention(value: Any) -> LocalRetention:
 def _wal(value: Any) -> WalSettings:
     where = "storage.wal"
     section = _mapping(value, where)
-    _check_keys(section, {"sync", "sync_interval_ms", "max_file_mb", "max_file_age_seconds", "cache_mb",
-                          "page_cache_mb", "idle_close_seconds", "initial_file_kb", "syncfs"}, where)
+    _check_keys(
+        section,
+        {
+            "sync",
+            "sync_interval_ms",
+            "max_file_mb",
+            "max_file_age_seconds",
+            "cache_mb",
+            "page_cache_mb",
+            "idle_close_seconds",
+            "initial_file_kb",
+            "syncfs",
+        },
+        where,
+    )
     sync = section.get("sync", "always")
     if sync not in SYNC_MODES:
         raise StorageConfigError(f"{where}.sync: {sync!r} is not one of {', '.join(SYNC_MODES)}")
     age = _number(section, "max_file_age_seconds", None, where + ".", minimum=0.001)
-    idle = (None if "idle_close_seconds" in section and section["idle_close_seconds"] is None
-            else float(_number(section, "idle_close_seconds", 60, where + ".", minimum=0.001)))
+    idle = (
+        None
+        if "idle_close_seconds" in section and section["idle_close_seconds"] is None
+        else float(_number(section, "idle_close_seconds", 60, where + ".", minimum=0.001))
+    )
     return WalSettings(
         sync=sync,
         sync_interval_ms=int(_number(section, "sync_interval_ms", 5, where + ".", minimum=1)),
@@ -254,8 +299,11 @@ def _wal(value: Any) -> WalSettings:
         max_file_age_s=None if age is None else float(age),
         cache_bytes=int(_number(section, "cache_mb", 64, where + ".") * _MIB),
         # an explicit null leaves the WAL's page cache to the OS
-        page_cache_bytes=(None if "page_cache_mb" in section and section["page_cache_mb"] is None
-                          else int(_number(section, "page_cache_mb", 128, where + ".") * _MIB)),
+        page_cache_bytes=(
+            None
+            if "page_cache_mb" in section and section["page_cache_mb"] is None
+            else int(_number(section, "page_cache_mb", 128, where + ".") * _MIB)
+        ),
         idle_close_s=idle,
         initial_file_bytes=int(_number(section, "initial_file_kb", 256, where + ".", minimum=4) * 1024),
         syncfs=_flag(section, "syncfs", True, where + "."),
@@ -272,17 +320,21 @@ def _durable(mode: str, value: Any, data_dir: str) -> DurableSettings:
     if mode == "shared_fs":
         backend = section.get("backend", "fs")
         if backend not in ("fs", "shared_fs", None):
-            raise StorageConfigError(f"{where}.backend: shared_fs mode stores segments in a directory; "
-                                     f"remove backend {backend!r} or use mode object_store")
+            raise StorageConfigError(
+                f"{where}.backend: shared_fs mode stores segments in a directory; "
+                f"remove backend {backend!r} or use mode object_store"
+            )
         root = section.get("root")
         if not isinstance(root, str) or not root:
-            raise StorageConfigError(f"{where}.root: shared_fs mode needs the shared directory "
-                                     f"(e.g. durable: {{root: /mnt/danube}})")
+            raise StorageConfigError(
+                f"{where}.root: shared_fs mode needs the shared directory (e.g. durable: {{root: /mnt/danube}})"
+            )
         return DurableSettings("fs", root)
     backend = section.get("backend")
     if backend not in DURABLE_BACKENDS:
-        raise StorageConfigError(f"{where}.backend: object_store mode supports {', '.join(DURABLE_BACKENDS)}, "
-                                 f"got {backend!r}")
+        raise StorageConfigError(
+            f"{where}.backend: object_store mode supports {', '.join(DURABLE_BACKENDS)}, got {backend!r}"
+        )
     root = section.get("root")
     if not isinstance(root, str) or not root.strip("/"):
         raise StorageConfigError(f"{where}.root: object_store mode needs 'bucket' or 'bucket/prefix'")
@@ -292,10 +344,17 @@ def _durable(mode: str, value: Any, data_dir: str) -> DurableSettings:
         raise StorageConfigError(f"{where}.root: bucket name {bucket!r} must be 3 to 63 characters")
     access, secret = section.get("access_key"), section.get("secret_key")
     if (access is None) != (secret is None):
-        raise StorageConfigError(f"{where}: give both access_key and secret_key, or neither "
-                                 f"(then the AWS default credential chain is used)")
+        raise StorageConfigError(
+            f"{where}: give both access_key and secret_key, or neither (then the AWS default credential chain is used)"
+        )
     endpoint = _string(section, "endpoint", None, where + ".")
     if endpoint is not None and not endpoint.startswith(("http://", "https://")):
         raise StorageConfigError(f"{where}.endpoint: expected an http(s):// URL, got {endpoint!r}")
-    return DurableSettings("s3", root, endpoint=endpoint, region=_string(section, "region", None, where + "."),
-                           access_key=access, secret_key=secret)
+    return DurableSettings(
+        "s3",
+        root,
+        endpoint=endpoint,
+        region=_string(section, "region", None, where + "."),
+        access_key=access,
+        secret_key=secret,
+    )

@@ -48,9 +48,16 @@ def _value(obj: Any, name: str) -> Any:
 class SegmentExporter:
     """Exports one topic's WAL history; at most one export runs at a time."""
 
-    def __init__(self, topic: str, wal: Any, backend: DurableBackend, catalog: SegmentCatalog, *,
-                 max_segment_bytes: int = 64 * 1024 * 1024,
-                 on_exported: Callable[[SegmentDescriptor], None] | None = None) -> None:
+    def __init__(
+        self,
+        topic: str,
+        wal: Any,
+        backend: DurableBackend,
+        catalog: SegmentCatalog,
+        *,
+        max_segment_bytes: int = 64 * 1024 * 1024,
+        on_exported: Callable[[SegmentDescriptor], None] | None = None,
+    ) -> None:
         self.topic = topic
         self.wal = wal
         self.backend = backend
@@ -137,7 +144,9 @@ class SegmentExporter:
                 if len(self.catalog):
                     raise StorageError(
                         f"{self.topic}: offsets {start}..{wal_first - 1} are neither durable nor in the local "
-                        f"WAL; refusing to export with a gap", retriable=False)
+                        f"WAL; refusing to export with a gap",
+                        retriable=False,
+                    )
                 start = wal_first  # an empty catalog starts at the WAL's first offset
             if start > end:
                 break
@@ -145,8 +154,11 @@ class SegmentExporter:
             data, last = await asyncio.to_thread(self._collect, start, end)
             desc = await asyncio.to_thread(write_segment, self.backend, self.topic, data)
             if desc.start_offset != start or desc.end_offset != last:
-                raise StorageError(f"{self.topic}: exported segment {desc.segment_id} does not match the "
-                                   f"range {start}..{last} read from the WAL", retriable=False)
+                raise StorageError(
+                    f"{self.topic}: exported segment {desc.segment_id} does not match the "
+                    f"range {start}..{last} read from the WAL",
+                    retriable=False,
+                )
             await self.catalog.publish(desc)
             self.exported_segments += 1
             self.exported_bytes += desc.size
@@ -168,8 +180,9 @@ class SegmentExporter:
             try:
                 count, first, last = frames.validate(chunk, pos, True)
             except CorruptFrameError as exc:
-                raise StorageError(f"{self.topic}: WAL frames at offset {pos} failed validation before "
-                                   f"export: {exc}", retriable=False) from exc
+                raise StorageError(
+                    f"{self.topic}: WAL frames at offset {pos} failed validation before export: {exc}", retriable=False
+                ) from exc
             if last > end:
                 chunk = memoryview(chunk)[: frames.find_offset(chunk, end + 1)]
                 last = end
@@ -177,6 +190,7 @@ class SegmentExporter:
             size += len(chunk)
             pos = last + 1
         if pos == start:
-            raise StorageError(f"{self.topic}: the WAL returned no frames at offset {start} (expected up to "
-                               f"{end})", retriable=True)
+            raise StorageError(
+                f"{self.topic}: the WAL returned no frames at offset {start} (expected up to {end})", retriable=True
+            )
         return b"".join(parts), pos - 1

@@ -17,8 +17,8 @@ from danube.storage.backends import DurableBackend, FilesystemBackend
 from danube.storage.catalog import SegmentCatalog
 from danube.storage.config import StorageConfig
 from danube.storage.fence import OwnerFence, bump_owner_epoch, cursor_floor
-from danube.storage.recovery import clear_sealed_state, local_wal_continuity, resolve_recovery_start
 from danube.storage.paths import remove_topic_data, remove_topic_dir, set_aside
+from danube.storage.recovery import clear_sealed_state, local_wal_continuity, resolve_recovery_start
 from danube.storage.segment import DESCRIPTOR_SUFFIX, topic_prefix
 from danube.storage.topic_storage import TopicStorage
 
@@ -26,8 +26,15 @@ log = logging.getLogger(__name__)
 
 
 class StorageFactory:
-    def __init__(self, config: StorageConfig, metadata: MetadataStore, *, broker_id: str,
-                 backend: DurableBackend | None = None, background: bool = True) -> None:
+    def __init__(
+        self,
+        config: StorageConfig,
+        metadata: MetadataStore,
+        *,
+        broker_id: str,
+        backend: DurableBackend | None = None,
+        background: bool = True,
+    ) -> None:
         """``background=False`` leaves export and retention to explicit calls (tests, tools)."""
         self.config = config
         self.background = background
@@ -82,8 +89,11 @@ class StorageFactory:
         durable = durable_topic(topic, self.broker_id)
         # the owner epoch (shared_fs) is taken while the catalog loads: one round trip less for a
         # move's new owner; the fence is claimed below, before the WAL is opened, as before
-        bump = (bump_owner_epoch(self.metadata, cfg.metadata_prefix, topic, self.broker_id)
-                if cfg.mode == "shared_fs" else asyncio.sleep(0, 0))
+        bump = (
+            bump_owner_epoch(self.metadata, cfg.metadata_prefix, topic, self.broker_id)
+            if cfg.mode == "shared_fs"
+            else asyncio.sleep(0, 0)
+        )
         catalog, epoch = await asyncio.gather(SegmentCatalog.load(self.metadata, cfg.metadata_prefix, durable), bump)
         wal_dir = cfg.wal_dir(topic)
         start = await resolve_recovery_start(self.metadata, cfg.metadata_prefix, durable, wal_dir, catalog)
@@ -92,9 +102,17 @@ class StorageFactory:
             # what consumers already acked.
             floor = await cursor_floor(self.metadata, topic)
             if floor > start.initial_offset:
-                log.warning("%s: recovered from %s at %d, but subscriptions acked up to %d: starting at %d "
-                            "(offsets %d..%d were only in the previous owner's WAL)", topic, start.source,
-                            start.initial_offset, floor - 1, floor, start.initial_offset, floor - 1)
+                log.warning(
+                    "%s: recovered from %s at %d, but subscriptions acked up to %d: starting at %d "
+                    "(offsets %d..%d were only in the previous owner's WAL)",
+                    topic,
+                    start.source,
+                    start.initial_offset,
+                    floor - 1,
+                    floor,
+                    start.initial_offset,
+                    floor - 1,
+                )
                 start = dataclasses.replace(start, initial_offset=floor, hot_cutover=True)
         if start.discard_local:
             log.info("%s: removing the local WAL left behind by a seal (all of it is durable)", topic)
@@ -119,22 +137,49 @@ class StorageFactory:
             # its WAL is stale.  Keep it aside and continue from the durable end.
             await asyncio.to_thread(wal.close)
             moved = await asyncio.to_thread(set_aside, cfg.local_wal_root, wal_dir)
-            log.warning("%s: local WAL ends at %d but durable history reaches %d; stale WAL moved to %s",
-                        topic, wal.next_offset - 1, catalog.end_offset, moved)
+            log.warning(
+                "%s: local WAL ends at %d but durable history reaches %d; stale WAL moved to %s",
+                topic,
+                wal.next_offset - 1,
+                catalog.end_offset,
+                moved,
+            )
             if fence is not None:
                 await asyncio.to_thread(fence.claim)  # the epoch file went aside with the stale WAL
             wal = await asyncio.to_thread(Wal.open, wal_dir, initial_offset=catalog.end_offset + 1, **options)
-        elif start.source == "local" and len(catalog) and wal.first_offset > catalog.end_offset + 1 \
-                and wal.next_offset > wal.first_offset:
-            log.error("%s: offsets %d..%d are neither durable nor in the local WAL", topic,
-                      catalog.end_offset + 1, wal.first_offset - 1)
+        elif (
+            start.source == "local"
+            and len(catalog)
+            and wal.first_offset > catalog.end_offset + 1
+            and wal.next_offset > wal.first_offset
+        ):
+            log.error(
+                "%s: offsets %d..%d are neither durable nor in the local WAL",
+                topic,
+                catalog.end_offset + 1,
+                wal.first_offset - 1,
+            )
 
-        storage = TopicStorage(topic, cfg, wal, backend, catalog, self.metadata, broker_id=self.broker_id,
-                               recovery=start, wal_dir=wal_dir, durable_topic=durable)
+        storage = TopicStorage(
+            topic,
+            cfg,
+            wal,
+            backend,
+            catalog,
+            self.metadata,
+            broker_id=self.broker_id,
+            recovery=start,
+            wal_dir=wal_dir,
+            durable_topic=durable,
+        )
         storage.fence = fence
         if start.source == "local" and fence is not None and fence.epoch > 1:
-            log.info("%s: continuing the WAL of the previous owner (owner epoch %d): offsets up to %d",
-                     topic, fence.epoch, wal.next_offset - 1)
+            log.info(
+                "%s: continuing the WAL of the previous owner (owner epoch %d): offsets up to %d",
+                topic,
+                fence.epoch,
+                wal.next_offset - 1,
+            )
         try:
             await storage.exporter.reconcile()
             if start.sealed is not None:
@@ -145,12 +190,18 @@ class StorageFactory:
             raise
         if self.background:
             storage.start()
-        log.info("%s: storage open (%s, recovered from %s, offsets %d..%d, durable through %d)", topic,
-                 cfg.mode, start.source, storage.first_offset, storage.next_offset - 1, catalog.end_offset)
+        log.info(
+            "%s: storage open (%s, recovered from %s, offsets %d..%d, durable through %d)",
+            topic,
+            cfg.mode,
+            start.source,
+            storage.first_offset,
+            storage.next_offset - 1,
+            catalog.end_offset,
+        )
         return storage
 
-    async def delete_topic(self, topic: str, *,
-                           unload: Callable[[], Awaitable[object]] | None = None) -> list[str]:
+    async def delete_topic(self, topic: str, *, unload: Callable[[], Awaitable[object]] | None = None) -> list[str]:
         """Remove everything stored for ``topic``; what was removed (paths, object keys).
 
         Opens of ``topic`` on this broker are refused (StorageError, retriable) from the first line
@@ -176,8 +227,10 @@ class StorageFactory:
             # an open that started before the fence finishes first (then the topic is open: refused)
             async with self._opening.setdefault(topic, asyncio.Lock()):
                 if topic in self._topics:
-                    raise StorageError(f"topic {topic} is still open on this broker; unload it before "
-                                       f"deleting its storage", retriable=True)
+                    raise StorageError(
+                        f"topic {topic} is still open on this broker; unload it before deleting its storage",
+                        retriable=True,
+                    )
                 return await self._delete(topic)
         finally:
             self._deleting.discard(topic)
@@ -209,8 +262,9 @@ class StorageFactory:
             failures.append(f"local WAL under {cfg.local_wal_root}: {exc}")
         log.info("%s: storage deleted (%d paths/objects removed)", topic, len(removed))
         if failures:
-            raise StorageError(f"topic {topic}: its metadata and catalog are deleted but not all its files: "
-                               + "; ".join(failures))
+            raise StorageError(
+                f"topic {topic}: its metadata and catalog are deleted but not all its files: " + "; ".join(failures)
+            )
         return removed
 
     async def close(self) -> None:

@@ -81,8 +81,7 @@ class OwnerFence:
         found = read_epoch_file(self.wal_dir)
         if found > self.epoch:
             self.fenced_by = found
-            raise TopicSealedError(f"topic {self.topic}: a newer owner (epoch {found}) holds its WAL",
-                                   retriable=True)
+            raise TopicSealedError(f"topic {self.topic}: a newer owner (epoch {found}) holds its WAL", retriable=True)
         tmp = f"{self.path}.{self.broker_id}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
             f.write(json.dumps({"epoch": self.epoch, "broker_id": self.broker_id}).encode())
@@ -111,8 +110,12 @@ class OwnerFence:
         found = read_epoch_file(self.wal_dir)
         if found > self.epoch or identity is None:
             self.fenced_by = found
-            log.error("%s: fenced: the WAL now belongs to owner epoch %d (this broker holds %d); "
-                      "no more acks or writes here", self.topic, found, self.epoch)
+            log.error(
+                "%s: fenced: the WAL now belongs to owner epoch %d (this broker holds %d); no more acks or writes here",
+                self.topic,
+                found,
+                self.epoch,
+            )
             raise self._error()
         self._identity = identity  # rewritten by ourselves (same epoch): keep going
 
@@ -121,8 +124,11 @@ class OwnerFence:
         return self.fenced_by is not None
 
     def _error(self) -> TopicSealedError:
-        return TopicSealedError(f"topic {self.topic} moved to another broker (owner epoch {self.fenced_by} > "
-                                f"{self.epoch}); look it up again", retriable=True)
+        return TopicSealedError(
+            f"topic {self.topic} moved to another broker (owner epoch {self.fenced_by} > "
+            f"{self.epoch}); look it up again",
+            retriable=True,
+        )
 
 
 async def cursor_floor(metadata: MetadataStore, topic: str) -> int:

@@ -43,10 +43,11 @@ def check_topic_dir(root: str, path: str) -> str:
     full = os.path.abspath(path)
     rel = os.path.relpath(full, base)
     parts = rel.split(os.sep)
-    if (len(parts) != 2 or not all(is_valid_name(p) for p in parts)
-            or os.path.join(base, *parts) != full):
-        raise UnsafePathError(f"topic directory {quote(path)} is not a directory of a topic inside "
-                              f"the storage root {quote(base, 256)}; refused")
+    if len(parts) != 2 or not all(is_valid_name(p) for p in parts) or os.path.join(base, *parts) != full:
+        raise UnsafePathError(
+            f"topic directory {quote(path)} is not a directory of a topic inside "
+            f"the storage root {quote(base, 256)}; refused"
+        )
     return full
 
 
@@ -65,7 +66,7 @@ def stale_dirs(root: str, topic: str) -> list[str]:
         return []
     out = []
     for entry in entries:
-        stem, _, ms = entry[len(STALE_PREFIX):].rpartition("-")
+        stem, _, ms = entry[len(STALE_PREFIX) :].rpartition("-")
         if entry.startswith(STALE_PREFIX) and stem == name and ms.isdigit():
             out.append(os.path.join(ns_dir, entry))
     return sorted(out, key=lambda p: int(p.rpartition("-")[2]))
@@ -95,7 +96,7 @@ def _check_stale_dir(root: str, topic: str, path: str) -> None:
     """``path`` must be ``<root>/<ns>/.stale-<topic>-<ms>`` for this very topic."""
     ns_dir, name = os.path.split(topic_dir(root, topic))
     parent, entry = os.path.split(os.path.abspath(path))
-    stem, _, ms = entry[len(STALE_PREFIX):].rpartition("-")
+    stem, _, ms = entry[len(STALE_PREFIX) :].rpartition("-")
     if parent != ns_dir or not entry.startswith(STALE_PREFIX) or stem != name or not ms.isdigit():
         raise UnsafePathError(f"{quote(path)} is not a set-aside WAL directory of topic {quote(topic)}; refused")
 

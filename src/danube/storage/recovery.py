@@ -44,8 +44,12 @@ class StorageStateSealed:
     def from_json(cls, raw: bytes | str) -> "StorageStateSealed":
         data = json.loads(raw)
         try:
-            return cls(sealed=bool(data["sealed"]), last_committed_offset=int(data["last_committed_offset"]),
-                       broker_id=str(data.get("broker_id", "")), timestamp=int(data.get("timestamp", 0)))
+            return cls(
+                sealed=bool(data["sealed"]),
+                last_committed_offset=int(data["last_committed_offset"]),
+                broker_id=str(data.get("broker_id", "")),
+                timestamp=int(data.get("timestamp", 0)),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise StorageError(f"unreadable sealed state {raw[:120]!r}: {exc}", retriable=False) from exc
 
@@ -58,8 +62,9 @@ async def read_sealed_state(metadata: MetadataStore, prefix: str, topic: str) ->
     return state if state.sealed else None
 
 
-async def write_sealed_state(metadata: MetadataStore, prefix: str, topic: str, last_committed_offset: int,
-                             broker_id: str) -> StorageStateSealed:
+async def write_sealed_state(
+    metadata: MetadataStore, prefix: str, topic: str, last_committed_offset: int, broker_id: str
+) -> StorageStateSealed:
     state = StorageStateSealed(True, last_committed_offset, broker_id, int(time.time()))
     await metadata.put(keys.storage_state(prefix, topic), state.to_json())
     return state
@@ -97,8 +102,9 @@ def local_wal_continuity(wal_dir: str) -> bool:
     return bool(files)
 
 
-async def resolve_recovery_start(metadata: MetadataStore, prefix: str, topic: str, wal_dir: str,
-                                 catalog: SegmentCatalog) -> RecoveryStart:
+async def resolve_recovery_start(
+    metadata: MetadataStore, prefix: str, topic: str, wal_dir: str, catalog: SegmentCatalog
+) -> RecoveryStart:
     import asyncio
 
     durable_next = catalog.end_offset + 1
@@ -107,13 +113,21 @@ async def resolve_recovery_start(metadata: MetadataStore, prefix: str, topic: st
     if sealed is not None:
         resume = sealed.last_committed_offset + 1
         if durable_next < resume:
-            log.error("%s: sealed at %d but durable history ends at %d; offsets %d..%d are unreadable",
-                      topic, sealed.last_committed_offset, catalog.end_offset, durable_next, resume - 1)
-        return RecoveryStart("sealed", resume, True, sealed=sealed,
-                             discard_local=await asyncio.to_thread(os.path.isdir, wal_dir))
+            log.error(
+                "%s: sealed at %d but durable history ends at %d; offsets %d..%d are unreadable",
+                topic,
+                sealed.last_committed_offset,
+                catalog.end_offset,
+                durable_next,
+                resume - 1,
+            )
+        return RecoveryStart(
+            "sealed", resume, True, sealed=sealed, discard_local=await asyncio.to_thread(os.path.isdir, wal_dir)
+        )
     if has_local:
         return RecoveryStart("local", durable_next, False)
     if len(catalog):
-        return RecoveryStart("durable", durable_next, True,
-                             set_aside_local=await asyncio.to_thread(os.path.isdir, wal_dir))
+        return RecoveryStart(
+            "durable", durable_next, True, set_aside_local=await asyncio.to_thread(os.path.isdir, wal_dir)
+        )
     return RecoveryStart("empty", 0, False)

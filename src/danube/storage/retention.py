@@ -58,8 +58,9 @@ def choose_prune_through(stats: list[tuple[Any, float, int]], limits: LocalReten
 
 
 class RetentionEnforcer:
-    def __init__(self, topic: str, wal: Any, exporter: SegmentExporter, limits: LocalRetention, *,
-                 export_before_prune: bool) -> None:
+    def __init__(
+        self, topic: str, wal: Any, exporter: SegmentExporter, limits: LocalRetention, *, export_before_prune: bool
+    ) -> None:
         self.topic = topic
         self.wal = wal
         self.exporter = exporter
@@ -87,8 +88,12 @@ class RetentionEnforcer:
                 break
         waiting = through < wanted
         if waiting:
-            log.info("%s: retention wants offsets through %d gone; durable segments cover %d, waiting for export",
-                     self.topic, wanted, self.exporter.durable_end)
+            log.info(
+                "%s: retention wants offsets through %d gone; durable segments cover %d, waiting for export",
+                self.topic,
+                wanted,
+                self.exporter.durable_end,
+            )
         if through >= 0:
             await self._prune(through)
             self.pruned_through = through

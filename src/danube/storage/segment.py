@@ -84,13 +84,19 @@ def content_etag(data) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
 
-def describe_frames(topic: str, data, *, created_at: int | None = None,
-                    index_every: int = DEFAULT_INDEX_EVERY) -> SegmentDescriptor:
+def describe_frames(
+    topic: str, data, *, created_at: int | None = None, index_every: int = DEFAULT_INDEX_EVERY
+) -> SegmentDescriptor:
     """Validate ``data`` (consecutive whole frames) and build its descriptor."""
     count, end_pos, first, last, reason, index = frames.scan(data, 0, -1, index_every)
     if count == 0 or end_pos != len(data) or reason not in (frames.SCAN_END,):
-        raise CorruptFrameError("segment content is not a whole run of consecutive frames",
-                                position=end_pos, offset=None, expected_crc=None, actual_crc=None)
+        raise CorruptFrameError(
+            "segment content is not a whole run of consecutive frames",
+            position=end_pos,
+            offset=None,
+            expected_crc=None,
+            actual_crc=None,
+        )
     mv = memoryview(data).cast("B")
     times = [_PUBLISH_TIME.unpack_from(mv, p + frames.HEADER_SIZE)[0] for p in frames.frame_positions(mv)]
     start, end = first, last
@@ -136,8 +142,13 @@ def read_segment(backend: DurableBackend, desc: SegmentDescriptor, *, verify: bo
 
 def verify_segment(desc: SegmentDescriptor, data) -> None:
     if len(data) != desc.size:
-        raise SegmentCorruptError("segment size differs from its descriptor", segment_id=desc.segment_id,
-                                  offset=desc.start_offset, expected=desc.size, actual=len(data))
+        raise SegmentCorruptError(
+            "segment size differs from its descriptor",
+            segment_id=desc.segment_id,
+            offset=desc.start_offset,
+            expected=desc.size,
+            actual=len(data),
+        )
     actual = content_etag(data)
     if actual != desc.etag:
         offset = None
@@ -145,6 +156,10 @@ def verify_segment(desc: SegmentDescriptor, data) -> None:
             frames.validate(data, desc.start_offset, True)
         except CorruptFrameError as exc:
             offset = exc.offset if exc.offset is not None else desc.start_offset
-        raise SegmentCorruptError("segment etag mismatch", segment_id=desc.segment_id,
-                                  offset=offset if offset is not None else desc.start_offset,
-                                  expected=desc.etag, actual=actual)
+        raise SegmentCorruptError(
+            "segment etag mismatch",
+            segment_id=desc.segment_id,
+            offset=offset if offset is not None else desc.start_offset,
+            expected=desc.etag,
+            actual=actual,
+        )

@@ -92,12 +92,12 @@ def split_frames_at(buf, marks: list[tuple[int, int]], last_offset: int, max_byt
             break
         i = bisect.bisect_right(cuts, limit) - 1
         if i >= 0 and cuts[i] > start:
-            pieces.append((mv[start:cuts[i]], offsets[i] - 1))
+            pieces.append((mv[start : cuts[i]], offsets[i] - 1))
             start = cuts[i]
             continue
         # no mark within reach: cut up to the next one frame by frame
         j = bisect.bisect_right(cuts, start)
-        parts = split_frames(mv[start:cuts[j]], max_bytes)
+        parts = split_frames(mv[start : cuts[j]], max_bytes)
         pieces.extend((part, _last_offset(part)) for part in parts[:-1])
         pieces.append((parts[-1], offsets[j] - 1))
         start = cuts[j]
@@ -137,8 +137,9 @@ class _HashChain:
         self.hasher = xxhash.xxh3_128()
         self.stopped = False
 
-    def update_after(self, previous: threading.Event | None, data: bytes, done: threading.Event,
-                     final: bool) -> str | None:
+    def update_after(
+        self, previous: threading.Event | None, data: bytes, done: threading.Event, final: bool
+    ) -> str | None:
         try:
             while previous is not None and not previous.wait(0.1):
                 if self.stopped:
@@ -152,8 +153,9 @@ class _HashChain:
 
 
 class DurableHistoryReader:
-    def __init__(self, backend: DurableBackend, catalog: SegmentCatalog, *,
-                 chunk_bytes: int = DEFAULT_CHUNK, prefetch: int = 2) -> None:
+    def __init__(
+        self, backend: DurableBackend, catalog: SegmentCatalog, *, chunk_bytes: int = DEFAULT_CHUNK, prefetch: int = 2
+    ) -> None:
         self.backend = backend
         self.catalog = catalog
         self.chunk_bytes = max(int(chunk_bytes), 1)
@@ -164,17 +166,25 @@ class DurableHistoryReader:
         return self.catalog.end_offset
 
     def _corrupt(self, desc: SegmentDescriptor, message: str, offset: int, expected=None, actual=None):
-        return SegmentCorruptError(f"{message} in {self.backend.describe()}", segment_id=desc.segment_id,
-                                   offset=offset, expected=expected, actual=actual)
+        return SegmentCorruptError(
+            f"{message} in {self.backend.describe()}",
+            segment_id=desc.segment_id,
+            offset=offset,
+            expected=expected,
+            actual=actual,
+        )
 
     def _plan(self, from_offset: int, until_offset: int, chunk: int) -> Iterator[_Range]:
         """Ranges to fetch, in order.  They start and end on frame boundaries taken from each
         descriptor's offset index, so every range is checked on its own (on the worker thread)."""
         index = self.catalog.find(from_offset)
         if index < 0:
-            raise OffsetOutOfRangeError("offset is not in the durable history", offset=from_offset,
-                                        first_offset=self.catalog.start_offset or 0,
-                                        next_offset=self.catalog.end_offset + 1)
+            raise OffsetOutOfRangeError(
+                "offset is not in the durable history",
+                offset=from_offset,
+                first_offset=self.catalog.start_offset or 0,
+                next_offset=self.catalog.end_offset + 1,
+            )
         first_segment = True
         while index < len(self.catalog):
             desc = self.catalog.at(index)
@@ -198,8 +208,14 @@ class DurableHistoryReader:
             first_segment = False
             index += 1
 
-    def _fetch(self, job: _Range, chain: _HashChain | None, previous: threading.Event | None,
-               done: threading.Event, max_bytes: int) -> _Fetched:
+    def _fetch(
+        self,
+        job: _Range,
+        chain: _HashChain | None,
+        previous: threading.Event | None,
+        done: threading.Event,
+        max_bytes: int,
+    ) -> _Fetched:
         """Worker thread: one range read, its checksums and offset sequence, its share of the etag.
 
         The scan also notes a frame start every ``max_bytes / 8`` bytes or so
@@ -220,21 +236,34 @@ class DurableHistoryReader:
         finally:
             done.set()
 
-    async def stream(self, from_offset: int, until_offset: int | None = None, *,
-                     max_bytes: int = DEFAULT_CHUNK, chunk_bytes: int | None = None,
-                     prefetch: int | None = None) -> AsyncIterator[memoryview]:
+    async def stream(
+        self,
+        from_offset: int,
+        until_offset: int | None = None,
+        *,
+        max_bytes: int = DEFAULT_CHUNK,
+        chunk_bytes: int | None = None,
+        prefetch: int | None = None,
+    ) -> AsyncIterator[memoryview]:
         """Whole-frame buffers holding offsets ``from_offset`` .. ``until_offset`` (default: durable end)."""
-        pieces = self.stream_with_last_offsets(from_offset, until_offset, max_bytes=max_bytes,
-                                               chunk_bytes=chunk_bytes, prefetch=prefetch)
+        pieces = self.stream_with_last_offsets(
+            from_offset, until_offset, max_bytes=max_bytes, chunk_bytes=chunk_bytes, prefetch=prefetch
+        )
         try:
             async for piece, _last in pieces:
                 yield piece
         finally:
             await pieces.aclose()
 
-    async def stream_with_last_offsets(self, from_offset: int, until_offset: int | None = None, *,
-                                       max_bytes: int = DEFAULT_CHUNK, chunk_bytes: int | None = None,
-                                       prefetch: int | None = None) -> AsyncIterator[tuple[memoryview, int]]:
+    async def stream_with_last_offsets(
+        self,
+        from_offset: int,
+        until_offset: int | None = None,
+        *,
+        max_bytes: int = DEFAULT_CHUNK,
+        chunk_bytes: int | None = None,
+        prefetch: int | None = None,
+    ) -> AsyncIterator[tuple[memoryview, int]]:
         """``stream``, each piece with the offset of its last frame."""
         end_offset = self.catalog.end_offset
         until = end_offset if until_offset is None else min(until_offset, end_offset)
@@ -258,8 +287,9 @@ class DurableHistoryReader:
             elif job.first == from_offset or state["chain"] is None:
                 state["chain"], state["previous"] = None, None
             done = threading.Event()
-            task = asyncio.ensure_future(asyncio.to_thread(self._fetch, job, state["chain"], state["previous"],
-                                                           done, max_bytes))
+            task = asyncio.ensure_future(
+                asyncio.to_thread(self._fetch, job, state["chain"], state["previous"], done, max_bytes)
+            )
             state["previous"] = done
             inflight.append((job, task))
             return True
@@ -274,8 +304,9 @@ class DurableHistoryReader:
                 desc = self.catalog.at(job.index)
                 self._check(desc, job, got)
                 if got.etag is not None and got.etag != desc.etag:
-                    raise self._corrupt(desc, "segment etag mismatch", desc.start_offset,
-                                        expected=desc.etag, actual=got.etag)
+                    raise self._corrupt(
+                        desc, "segment etag mismatch", desc.start_offset, expected=desc.etag, actual=got.etag
+                    )
                 data = memoryview(got.data)
                 lo, hi = 0, len(data)
                 if job.first < from_offset:
@@ -300,13 +331,18 @@ class DurableHistoryReader:
 
     def _check(self, desc: SegmentDescriptor, job: _Range, got: _Fetched) -> None:
         if got.reason == -1:
-            raise self._corrupt(desc, "segment object is shorter than its descriptor", job.first,
-                                expected=desc.size, actual=job.start + len(got.data))
+            raise self._corrupt(
+                desc,
+                "segment object is shorter than its descriptor",
+                job.first,
+                expected=desc.size,
+                actual=job.start + len(got.data),
+            )
         if got.reason != frames.SCAN_END or got.end_pos != len(got.data) or got.last != job.last:
             bad = job.first + got.count
             detail = "frame checksum, length or offset sequence check failed"
             try:
-                frames.validate(memoryview(got.data)[got.end_pos:], bad, True)
+                frames.validate(memoryview(got.data)[got.end_pos :], bad, True)
             except Exception as exc:  # noqa: BLE001 - only used to enrich the message
                 detail = str(exc)
             raise self._corrupt(desc, f"corrupt frame ({detail})", bad)
@@ -324,9 +360,13 @@ class DurableHistoryReader:
         return b""
 
 
-async def chained_tail(history: DurableHistoryReader, hot_start: Callable[[], int],
-                       wal_tail: Callable[[int, int], AsyncIterator], from_offset: int,
-                       max_bytes: int) -> AsyncIterator:
+async def chained_tail(
+    history: DurableHistoryReader,
+    hot_start: Callable[[], int],
+    wal_tail: Callable[[int, int], AsyncIterator],
+    from_offset: int,
+    max_bytes: int,
+) -> AsyncIterator:
     """Durable history below the hot WAL's start, then the hot WAL (following live appends).
 
     ``hot_start()`` is re-read at each switch: retention may move the WAL's start
@@ -338,16 +378,22 @@ async def chained_tail(history: DurableHistoryReader, hot_start: Callable[[], in
         start = hot_start()
         if offset < start:
             if history.end_offset < start - 1 and offset > history.end_offset:
-                raise OffsetOutOfRangeError("offset is neither in durable history nor in the local WAL",
-                                            offset=offset, first_offset=history.catalog.start_offset or start,
-                                            next_offset=start)
+                raise OffsetOutOfRangeError(
+                    "offset is neither in durable history nor in the local WAL",
+                    offset=offset,
+                    first_offset=history.catalog.start_offset or start,
+                    next_offset=start,
+                )
             async for piece, last in history.stream_with_last_offsets(offset, start - 1, max_bytes=max_bytes):
                 yield piece
                 offset = last + 1
             if offset < start:
-                raise OffsetOutOfRangeError("durable history ends before the local WAL starts",
-                                            offset=offset, first_offset=history.catalog.start_offset or 0,
-                                            next_offset=start)
+                raise OffsetOutOfRangeError(
+                    "durable history ends before the local WAL starts",
+                    offset=offset,
+                    first_offset=history.catalog.start_offset or 0,
+                    next_offset=start,
+                )
             continue
         try:
             async for piece in wal_tail(offset, max_bytes):

@@ -45,9 +45,20 @@ SHUTDOWN_EXPORT_TIMEOUT_S = 30.0
 
 
 class TopicStorage:
-    def __init__(self, topic: str, config: StorageConfig, wal: Any, backend: DurableBackend,
-                 catalog: SegmentCatalog, metadata: MetadataStore, *, broker_id: str,
-                 recovery: RecoveryStart, wal_dir: str, durable_topic: str | None = None) -> None:
+    def __init__(
+        self,
+        topic: str,
+        config: StorageConfig,
+        wal: Any,
+        backend: DurableBackend,
+        catalog: SegmentCatalog,
+        metadata: MetadataStore,
+        *,
+        broker_id: str,
+        recovery: RecoveryStart,
+        wal_dir: str,
+        durable_topic: str | None = None,
+    ) -> None:
         self.topic = topic
         # the name of its durable history (factory.durable_topic: a system topic's is per broker)
         self.durable_topic = durable_topic or topic
@@ -60,9 +71,12 @@ class TopicStorage:
         self.recovery = recovery
         self.wal_dir = wal_dir
         self.cutover = recovery.initial_offset if recovery.hot_cutover else 0
-        self.exporter = SegmentExporter(self.durable_topic, wal, backend, catalog, max_segment_bytes=config.wal.max_file_bytes)
-        self.retention = RetentionEnforcer(topic, wal, self.exporter, config.local_retention,
-                                           export_before_prune=not config.exports_continuously)
+        self.exporter = SegmentExporter(
+            self.durable_topic, wal, backend, catalog, max_segment_bytes=config.wal.max_file_bytes
+        )
+        self.retention = RetentionEnforcer(
+            topic, wal, self.exporter, config.local_retention, export_before_prune=not config.exports_continuously
+        )
         self.history = DurableHistoryReader(backend, catalog, chunk_bytes=config.read_chunk_bytes)
         self.sealed_offset: int | None = None
         self._writable = True
@@ -70,9 +84,9 @@ class TopicStorage:
         # make_read_only(): why writes are refused while the stored offsets are still served
         self.read_only_reason: str | None = None
         self._seal_lock = asyncio.Lock()
-        self._wake = asyncio.Event()       # the maintenance task has something to look at
-        self._rotation_seen = False         # ... a rotated file (export, retention)
-        self._listening = False             # the WAL listeners are registered (once: a failed seal restarts)
+        self._wake = asyncio.Event()  # the maintenance task has something to look at
+        self._rotation_seen = False  # ... a rotated file (export, retention)
+        self._listening = False  # the WAL listeners are registered (once: a failed seal restarts)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self.on_closed = None  # set by the factory
@@ -126,8 +140,16 @@ class TopicStorage:
             "durable_end_offset": self.durable_end,
             "segment_count": len(segments),
             "segment_bytes": sum(d.size for d in segments),
-            "segments": [{"segment_id": d.segment_id, "start_offset": d.start_offset, "end_offset": d.end_offset,
-                          "size": d.size, "record_count": d.record_count} for d in segments[-20:]],
+            "segments": [
+                {
+                    "segment_id": d.segment_id,
+                    "start_offset": d.start_offset,
+                    "end_offset": d.end_offset,
+                    "size": d.size,
+                    "record_count": d.record_count,
+                }
+                for d in segments[-20:]
+            ],
             "recovered_from": self.recovery.source,
             "sealed": self.sealed,
             "read_only": self.read_only,
@@ -207,15 +229,20 @@ class TopicStorage:
                     await self.retention.enforce()
                     next_check = time.monotonic() + check_every
                 if idle_limit and self._writable:
-                    if continuous and self._may_export() and self.exporter.pending() \
-                            and self.wal.idle_seconds() >= idle_limit:
+                    if (
+                        continuous
+                        and self._may_export()
+                        and self.exporter.pending()
+                        and self.wal.idle_seconds() >= idle_limit
+                    ):
                         await self.exporter.export_committed()  # before its files and cache go
                     self._suspend_if_idle(idle_limit)
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - the loop must survive a backend outage
-                log.exception("%s: background export/retention failed; retrying in %.0fs",
-                              self.topic, _RETRY_AFTER_FAILURE_S)
+                log.exception(
+                    "%s: background export/retention failed; retrying in %.0fs", self.topic, _RETRY_AFTER_FAILURE_S
+                )
                 next_export = min(next_export, time.monotonic() + _RETRY_AFTER_FAILURE_S)
                 next_check = min(next_check, time.monotonic() + _RETRY_AFTER_FAILURE_S)
                 await asyncio.sleep(min(_RETRY_AFTER_FAILURE_S, 1.0))
@@ -245,11 +272,13 @@ class TopicStorage:
         """Stamp and append an unstamped frame batch; ``(first, last)`` offsets."""
         if not self._writable:
             if self.read_only_reason is not None:
-                raise TopicSealedError(f"topic {self.topic} is read-only on this broker: {self.read_only_reason}; "
-                                       "publish refused, nothing stored", retriable=True)
+                raise TopicSealedError(
+                    f"topic {self.topic} is read-only on this broker: {self.read_only_reason}; "
+                    "publish refused, nothing stored",
+                    retriable=True,
+                )
             if self.sealed_offset is not None or not self._closed:
-                raise TopicSealedError(f"topic {self.topic} is sealed for a handoff; look it up again",
-                                       retriable=True)
+                raise TopicSealedError(f"topic {self.topic} is sealed for a handoff; look it up again", retriable=True)
             raise TopicSealedError(f"topic {self.topic} storage is closed", retriable=True)
         if self.fence is not None:
             # one stat: an owner that was stopped while another broker took the shared WAL over must
@@ -266,8 +295,10 @@ class TopicStorage:
         simply succeeds.  Other I/O errors stay what they are."""
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             return exc
-        return StorageFullError(f"topic {self.topic}: {what}: the file system of its WAL ({self.wal_dir}) is full "
-                                f"({exc.strerror}); accepted again once space is freed")
+        return StorageFullError(
+            f"topic {self.topic}: {what}: the file system of its WAL ({self.wal_dir}) is full "
+            f"({exc.strerror}); accepted again once space is freed"
+        )
 
     async def wait_durable(self, offset: int) -> None:
         try:
@@ -289,13 +320,21 @@ class TopicStorage:
             hot = self.hot_start
             if from_offset < hot:
                 if from_offset > self.catalog.end_offset or self.catalog.find(from_offset) < 0:
-                    raise OffsetOutOfRangeError("offset is no longer held", offset=from_offset,
-                                                first_offset=self.first_offset, next_offset=self.next_offset)
+                    raise OffsetOutOfRangeError(
+                        "offset is no longer held",
+                        offset=from_offset,
+                        first_offset=self.first_offset,
+                        next_offset=self.next_offset,
+                    )
                 return await self.history.read(from_offset, max_bytes, hot - 1)
             if self.sealed_offset is not None:
                 if from_offset > self.sealed_offset + 1:
-                    raise OffsetOutOfRangeError("offset beyond the end", offset=from_offset,
-                                                first_offset=self.first_offset, next_offset=self.next_offset)
+                    raise OffsetOutOfRangeError(
+                        "offset beyond the end",
+                        offset=from_offset,
+                        first_offset=self.first_offset,
+                        next_offset=self.next_offset,
+                    )
                 return b""
             try:
                 return self.wal.read_frames(from_offset, max_bytes)
@@ -303,8 +342,12 @@ class TopicStorage:
                 if from_offset >= self.hot_start:
                     raise
                 # pruned by retention between the check and the read: go to durable history
-        raise OffsetOutOfRangeError("offset moved out of the local WAL repeatedly", offset=from_offset,
-                                    first_offset=self.first_offset, next_offset=self.next_offset)
+        raise OffsetOutOfRangeError(
+            "offset moved out of the local WAL repeatedly",
+            offset=from_offset,
+            first_offset=self.first_offset,
+            next_offset=self.next_offset,
+        )
 
     def tail_frames(self, from_offset: int, max_bytes: int) -> AsyncIterator[bytes | memoryview]:
         """Frames from ``from_offset`` onwards: durable history, then the hot WAL, following live appends.
@@ -358,8 +401,10 @@ class TopicStorage:
             if self._closed:
                 raise StorageError(f"topic {self.topic} storage is closed", retriable=False)
             if self.read_only_reason is not None:
-                raise StorageError(f"topic {self.topic} cannot be sealed: it is read-only on this broker "
-                                   f"({self.read_only_reason})", retriable=True)
+                raise StorageError(
+                    f"topic {self.topic} cannot be sealed: it is read-only on this broker ({self.read_only_reason})",
+                    retriable=True,
+                )
             self._writable = False
             restart = self._task is not None
             await self._stop_background()
@@ -371,8 +416,10 @@ class TopicStorage:
                 await self.exporter.export_through(last)
                 movetrace.step(self.topic, "source.exported")
                 if self.catalog.end_offset < last and last >= 0:
-                    raise StorageError(f"{self.topic}: durable history ends at {self.catalog.end_offset}, "
-                                       f"before the last committed offset {last}")
+                    raise StorageError(
+                        f"{self.topic}: durable history ends at {self.catalog.end_offset}, "
+                        f"before the last committed offset {last}"
+                    )
             except BaseException:
                 self._writable = True
                 if restart:
@@ -381,13 +428,19 @@ class TopicStorage:
             self.sealed_offset = last
             self._closed = True
             await asyncio.to_thread(wal.close)
-            await write_sealed_state(self.metadata, self.config.metadata_prefix, self.durable_topic, last,
-                                     self.broker_id)
+            await write_sealed_state(
+                self.metadata, self.config.metadata_prefix, self.durable_topic, last, self.broker_id
+            )
             movetrace.step(self.topic, "source.seal_recorded")
             # Only this topic's own directory (checked again right before the delete).
             await asyncio.to_thread(remove_topic_dir, self.config.local_wal_root, self.wal_dir)
-            log.info("%s: sealed at offset %d (durable through %d, broker %s)",
-                     self.topic, last, self.catalog.end_offset, self.broker_id)
+            log.info(
+                "%s: sealed at offset %d (durable through %d, broker %s)",
+                self.topic,
+                last,
+                self.catalog.end_offset,
+                self.broker_id,
+            )
             self._notify_closed()
             return last
 
@@ -425,12 +478,25 @@ class TopicStorage:
                 await wal.wait_durable(last)
                 await self.exporter.export_through(last)
         except Exception as exc:  # noqa: BLE001 - closing goes on; the WAL keeps the offsets
-            log.warning("%s: export at shutdown stopped after %.1fs (%s); durable history ends at %d, offsets "
-                        "%d..%d stay in the local WAL only", self.topic, time.monotonic() - started,
-                        exc or type(exc).__name__, self.catalog.end_offset, self.catalog.end_offset + 1, last)
+            log.warning(
+                "%s: export at shutdown stopped after %.1fs (%s); durable history ends at %d, offsets "
+                "%d..%d stay in the local WAL only",
+                self.topic,
+                time.monotonic() - started,
+                exc or type(exc).__name__,
+                self.catalog.end_offset,
+                self.catalog.end_offset + 1,
+                last,
+            )
             return
-        log.info("%s: exported offsets %d..%d at shutdown (%.2fs); durable history ends at %d",
-                 self.topic, before + 1, last, time.monotonic() - started, self.catalog.end_offset)
+        log.info(
+            "%s: exported offsets %d..%d at shutdown (%.2fs); durable history ends at %d",
+            self.topic,
+            before + 1,
+            last,
+            time.monotonic() - started,
+            self.catalog.end_offset,
+        )
 
     def _notify_closed(self) -> None:
         callback, self.on_closed = self.on_closed, None

@@ -22,6 +22,16 @@ from danube.wal.recovery import RecoveryReport
 WalRecord = Record
 
 __all__ = [
-    "Wal", "WalRecord", "Record", "SyncPolicy", "WalOptions", "WalFileInfo", "Checkpoint",
-    "RecoveryReport", "WalError", "WalClosedError", "OffsetOutOfRangeError", "CorruptFrameError",
+    "Wal",
+    "WalRecord",
+    "Record",
+    "SyncPolicy",
+    "WalOptions",
+    "WalFileInfo",
+    "Checkpoint",
+    "RecoveryReport",
+    "WalError",
+    "WalClosedError",
+    "OffsetOutOfRangeError",
+    "CorruptFrameError",
 ]

@@ -21,11 +21,12 @@ from danube import _native, frames
 from danube.errors import OffsetOutOfRangeError, TooManyOpenFilesError, WalBusyError, WalClosedError
 from danube.wal.checkpoint import Checkpoint, write_checkpoint
 from danube.wal.files import LOCK_NAME, WalFileInfo, fsync_directory
+from danube.wal.flushstats import FlushLatency
 from danube.wal.options import SyncPolicy, WalOptions
 from danube.wal.pagecache import PageCacheWindow
 from danube.wal.recovery import RecoveryReport, recover
-from danube.wal.rotation import FileKeeper, file_info as _info, grow_reservation
-from danube.wal.flushstats import FlushLatency
+from danube.wal.rotation import FileKeeper, grow_reservation
+from danube.wal.rotation import file_info as _info
 from danube.wal.sync import Syncer
 from danube.wal.tail import AppendNotifier
 
@@ -55,19 +56,21 @@ class Wal:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self._lock_fd)
-            raise WalBusyError(f"WAL {self.path} is open elsewhere (one writer per log); it is free once "
-                               "that process closes it or ends") from None
+            raise WalBusyError(
+                f"WAL {self.path} is open elsewhere (one writer per log); it is free once "
+                "that process closes it or ends"
+            ) from None
         self._device = os.fstat(self._lock_fd).st_dev
         self._closing = False
         self._admin_lock = threading.RLock()  # the segment lists: rotation, pruning, close, suspend
         self._listeners: list[Callable[[WalFileInfo], None]] = []
         self._resume_listeners: list[Callable[[], None]] = []
         self._dormant: _Dormant | None = None  # set while suspended (files, threads, cache released)
-        self._generation = 0                   # bumped by every suspend
+        self._generation = 0  # bumped by every suspend
         self.suspend_count = 0
-        self._reads = 0                        # reads that reached the files (idleness)
+        self._reads = 0  # reads that reached the files (idleness)
         self._sync_base = 0
-        self.flush_latency = FlushLatency()    # every sync's, across suspends
+        self.flush_latency = FlushLatency()  # every sync's, across suspends
         self.resume_count = 0
         self._ring: Any = None
         self._notifier: AppendNotifier | None = None
@@ -94,8 +97,7 @@ class Wal:
             self._ring = _ring.FrameRing(options.cache_bytes, next_offset=active.next_offset)
         else:  # resuming: the cache was emptied at suspend
             self._ring.reset(active.next_offset)
-        self._writer = _walfile.LogWriter(active, self._ring, self._on_full,
-                                          max_file_age_s=options.max_file_age_s)
+        self._writer = _walfile.LogWriter(active, self._ring, self._on_full, max_file_age_s=options.max_file_age_s)
         if options.sync is SyncPolicy.NEVER:
             # fault the file mapping in ahead of the writer (never under a sync policy: each
             # fdatasync would also write the populated zero pages)
@@ -112,15 +114,29 @@ class Wal:
                     seg.close()
                 raise
         # Under sync=never nothing is synced, so nothing is dropped from the page cache either.
-        self.page_cache = (PageCacheWindow(options.page_cache_bytes)
-                           if options.page_cache_bytes is not None and options.sync is not SyncPolicy.NEVER
-                           else None)
-        self._syncer = Syncer(options.sync, options.sync_interval_ms, self._appended, self._sync_files,
-                              after_sync=self._trim_page_cache if self.page_cache is not None else None,
-                              group=options.sync_group, watch_appends=self._notifier.watch,
-                              fs_target=self._fs_sync_target, latency=self.flush_latency)
-        self._keeper = FileKeeper(self.path, options, recovered.checkpoint,
-                                  durable=options.sync is not SyncPolicy.NEVER, sync_lock=self._syncer.lock)
+        self.page_cache = (
+            PageCacheWindow(options.page_cache_bytes)
+            if options.page_cache_bytes is not None and options.sync is not SyncPolicy.NEVER
+            else None
+        )
+        self._syncer = Syncer(
+            options.sync,
+            options.sync_interval_ms,
+            self._appended,
+            self._sync_files,
+            after_sync=self._trim_page_cache if self.page_cache is not None else None,
+            group=options.sync_group,
+            watch_appends=self._notifier.watch,
+            fs_target=self._fs_sync_target,
+            latency=self.flush_latency,
+        )
+        self._keeper = FileKeeper(
+            self.path,
+            options,
+            recovered.checkpoint,
+            durable=options.sync is not SyncPolicy.NEVER,
+            sync_lock=self._syncer.lock,
+        )
         self._keeper.listeners = self._listeners
         self._last_use = ((self._writer.next_offset, self._reads), time.monotonic())
         # The per-record hot path is the writer's own method unless every append must wait for disk.
@@ -229,8 +245,9 @@ class Wal:
 
     def _check_open(self) -> None:
         if self._closed or self._closing:
-            raise WalClosedError("the WAL is read-only (stop_writing)" if self._read_only and not self._closed
-                                 else "the WAL is closed")
+            raise WalClosedError(
+                "the WAL is read-only (stop_writing)" if self._read_only and not self._closed else "the WAL is closed"
+            )
 
     # ------------------------------------------------------------ writing
 
@@ -239,23 +256,34 @@ class Wal:
         not (the loop must not block): coroutines ``await wait_durable(offset)``."""
         return asyncio._get_running_loop() is None
 
-    def append(self, payload, *, key: str | None = None, attributes: dict[str, str] | None = None,
-               publish_time: int | None = None) -> int:
+    def append(
+        self,
+        payload,
+        *,
+        key: str | None = None,
+        attributes: dict[str, str] | None = None,
+        publish_time: int | None = None,
+    ) -> int:
         """Append one record; return its offset."""
         offset = self._writer.append(payload, key=key, attributes=attributes, publish_time=publish_time)
         if self._durable_now():
             self._syncer.sync_now()
         return offset
 
-    def append_batch(self, batch, *, key: str | None = None, attributes: dict[str, str] | None = None,
-                     publish_time: int | None = None) -> tuple[int, int]:
+    def append_batch(
+        self,
+        batch,
+        *,
+        key: str | None = None,
+        attributes: dict[str, str] | None = None,
+        publish_time: int | None = None,
+    ) -> tuple[int, int]:
         """Append a list of payloads (sharing key, attributes, publish time) or an encoded frame
         buffer; return ``(first, last)`` offsets."""
         if isinstance(batch, (bytes, bytearray, memoryview)):
             first_last = self._writer.append_frames(batch)
         else:
-            first_last = self._writer.append_payloads(batch, key=key, attributes=attributes,
-                                                      publish_time=publish_time)
+            first_last = self._writer.append_payloads(batch, key=key, attributes=attributes, publish_time=publish_time)
         if self.options.sync is SyncPolicy.ALWAYS and self._durable_now():
             self._syncer.sync_now()
         return first_last
@@ -278,8 +306,12 @@ class Wal:
     async def wait_durable(self, offset: int) -> None:
         """Resolve once ``offset`` is covered by the sync policy (never blocks the event loop)."""
         if offset >= self.next_offset:
-            raise OffsetOutOfRangeError("wait_durable for an offset not appended yet", offset=offset,
-                                        first_offset=self.first_offset, next_offset=self.next_offset)
+            raise OffsetOutOfRangeError(
+                "wait_durable for an offset not appended yet",
+                offset=offset,
+                first_offset=self.first_offset,
+                next_offset=self.next_offset,
+            )
         if self._dormant is not None and offset <= self.durable_offset:
             return
         await self._syncer.wait_durable(offset)
@@ -390,7 +422,7 @@ class Wal:
                 doomed.extend(s for s in self._rotated if s.last_offset <= offset and s.seq in ckpt.rotated)
                 if not doomed:
                     return
-                keep = self._rotated[len(doomed):]
+                keep = self._rotated[len(doomed) :]
                 self._rotated = keep
                 self._segments = keep + [self._writer.segment]
                 self._seg_firsts = [s.first_offset for s in self._segments]
@@ -409,8 +441,9 @@ class Wal:
     # ------------------------------------------------------------ reading
 
     def _range_error(self, offset: int, message: str) -> OffsetOutOfRangeError:
-        return OffsetOutOfRangeError(message, offset=offset, first_offset=self.first_offset,
-                                     next_offset=self.next_offset)
+        return OffsetOutOfRangeError(
+            message, offset=offset, first_offset=self.first_offset, next_offset=self.next_offset
+        )
 
     def read_frames(self, from_offset: int, max_bytes: int = DEFAULT_READ_BYTES):
         """Whole frames from ``from_offset``: at least one, then up to ``max_bytes``.
@@ -436,8 +469,7 @@ class Wal:
         self._reads += 1
         generation = self._generation
         segments, firsts = self._segments, self._seg_firsts
-        if from_offset > next_offset or from_offset < firsts[0] or (
-                from_offset < segments[0].first_offset):
+        if from_offset > next_offset or from_offset < firsts[0] or (from_offset < segments[0].first_offset):
             raise self._range_error(from_offset, "offset outside the log")
         i = bisect_right(firsts, from_offset) - 1
         seg = segments[i]
@@ -482,8 +514,9 @@ class Wal:
     def __iter__(self) -> Iterator[Record]:
         return self.iter()
 
-    async def tail_frames(self, from_offset: int | None = None,
-                          max_bytes: int = DEFAULT_READ_BYTES) -> AsyncIterator[memoryview]:
+    async def tail_frames(
+        self, from_offset: int | None = None, max_bytes: int = DEFAULT_READ_BYTES
+    ) -> AsyncIterator[memoryview]:
         """Yield frame batches from ``from_offset`` (default: the end), following live appends.
 
         Every reader gets views of the same bytes (no copy per reader).  Ends when the WAL closes.
@@ -491,7 +524,7 @@ class Wal:
         pos = self.next_offset if from_offset is None else from_offset
         notifier = self._notifier
         read_cached = self._ring.read_counted  # frames and their count, no walk over them (the ring
-        while not self._closed:                # object lives as long as the WAL, across suspends)
+        while not self._closed:  # object lives as long as the WAL, across suspends)
             got = read_cached(pos, max_bytes)
             if got is not None:
                 view, count = got
@@ -558,8 +591,9 @@ class Wal:
                 self._syncer.close()  # a last sync (sync modes)
                 self._sync_base += self._syncer.sync_count
                 active = writer.segment
-                dormant = _Dormant(self, writer.next_offset, [_info(s) for s in self._rotated],
-                                   active.created_ms, active.count)
+                dormant = _Dormant(
+                    self, writer.next_offset, [_info(s) for s in self._rotated], active.created_ms, active.count
+                )
                 self._ring.reset(writer.next_offset)  # the cache references the mappings
                 release = _release_tail(active)  # a dup of the fd: the truncates run in the background
                 for seg in self._segments:
@@ -700,7 +734,8 @@ def _fd_error(exc: OSError, path: str) -> OSError | TooManyOpenFilesError:
     return TooManyOpenFilesError(
         f"WAL {path}: {which} ran out of file descriptors (RLIMIT_NOFILE soft {soft}, hard {hard}); "
         f"raise the limit (ulimit -n, LimitNOFILE=) or close idle topics sooner "
-        f"(storage.wal.idle_close_seconds)")
+        f"(storage.wal.idle_close_seconds)"
+    )
 
 
 def _release_tail(seg) -> tuple[int, int, int] | None:

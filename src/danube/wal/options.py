@@ -14,9 +14,9 @@ MiB = 1024 * 1024
 class SyncPolicy(str, Enum):
     """When appended bytes are made durable (fdatasync)."""
 
-    ALWAYS = "always"      # append waits for fdatasync (group commit shares one among waiters)
+    ALWAYS = "always"  # append waits for fdatasync (group commit shares one among waiters)
     INTERVAL = "interval"  # a background thread fdatasyncs every sync_interval_ms
-    NEVER = "never"        # the OS writes back when it likes; a process crash loses nothing, a machine crash may
+    NEVER = "never"  # the OS writes back when it likes; a process crash loses nothing, a machine crash may
 
 
 @dataclass(frozen=True)
@@ -58,10 +58,12 @@ class WalOptions:
             raise InvalidArgumentError("max_file_age_s must be > 0 or None")
         if opts.cache_bytes < 0:
             raise InvalidArgumentError("cache_bytes must be >= 0")
-        if opts.page_cache_bytes is not None and not (isinstance(opts.page_cache_bytes, int)
-                                                      and opts.page_cache_bytes >= 0):
-            raise InvalidArgumentError("page_cache_bytes must be an integer >= 0, or None to leave the "
-                                       "page cache to the OS")
+        if opts.page_cache_bytes is not None and not (
+            isinstance(opts.page_cache_bytes, int) and opts.page_cache_bytes >= 0
+        ):
+            raise InvalidArgumentError(
+                "page_cache_bytes must be an integer >= 0, or None to leave the page cache to the OS"
+            )
         if opts.index_every_bytes < 0:
             raise InvalidArgumentError("index_every_bytes must be >= 0")
         if opts.initial_offset is not None and not 0 <= opts.initial_offset < (1 << 63):

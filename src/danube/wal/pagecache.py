@@ -41,10 +41,10 @@ class PageCacheWindow:
             raise ValueError("keep_bytes must be >= 0")
         self.keep_bytes = keep_bytes
         self.step_bytes = drop_step(keep_bytes)
-        self.dropped_bytes = 0                 # bytes dropped so far (stats, tests)
-        self.failed: OSError | None = None     # trimming stopped after this error
+        self.dropped_bytes = 0  # bytes dropped so far (stats, tests)
+        self.failed: OSError | None = None  # trimming stopped after this error
         self._dropped_to: dict[int, int] = {}  # segment seq -> file position dropped up to
-        self._last: tuple[int, int] | None = None   # (seq, write_pos) of the active file at the last trim
+        self._last: tuple[int, int] | None = None  # (seq, write_pos) of the active file at the last trim
         self._busy = threading.Lock()
 
     def trim(self, segments: Sequence) -> int:
@@ -60,10 +60,11 @@ class PageCacheWindow:
         try:
             self._last = (active.seq, active.write_pos)
             return self._trim(segments)
-        except OSError as exc:   # the kernel or file system refuses: keep serving, stop trimming
+        except OSError as exc:  # the kernel or file system refuses: keep serving, stop trimming
             self.failed = exc
-            log.warning("WAL page-cache trimming stopped (the log keeps working; the OS now decides "
-                        "what stays cached): %s", exc)
+            log.warning(
+                "WAL page-cache trimming stopped (the log keeps working; the OS now decides what stays cached): %s", exc
+            )
             return 0
         finally:
             self._busy.release()
@@ -83,12 +84,12 @@ class PageCacheWindow:
             if done >= upto:
                 if seg is active:
                     continue
-                break   # a rotated file dropped whole: every older one was dropped before it
+                break  # a rotated file dropped whole: every older one was dropped before it
             # the active file once the head has moved a step; a rotated one up to the window's edge
             if upto - done >= self.step_bytes or seg is not active:
                 dropped += seg.drop_cache(done, upto)
                 dropped_to[seg.seq] = upto
-        if len(dropped_to) > len(segments) + 16:   # forget pruned files
+        if len(dropped_to) > len(segments) + 16:  # forget pruned files
             present = {s.seq for s in segments}
             self._dropped_to = {seq: pos for seq, pos in dropped_to.items() if seq in present}
         self.dropped_bytes += dropped

@@ -69,16 +69,23 @@ def recover(directory: str, options: WalOptions) -> RecoveredLog:
             known = ckpt.rotated.get(seq)
             seg = None
             if known is not None and not is_last and os.path.getsize(path) == known[2]:
-                seg, _ = _walfile.SegmentFile.open(path, index_every=index_every, writable=False,
-                                                   trusted_count=known[1] - known[0] + 1)
+                seg, _ = _walfile.SegmentFile.open(
+                    path, index_every=index_every, writable=False, trusted_count=known[1] - known[0] + 1
+                )
             else:
                 seg, (reason, trimmed) = _walfile.SegmentFile.open(path, index_every=index_every, writable=True)
                 report.scanned_files.append(path)
                 if seg is not None and trimmed:
                     report.trimmed.append((path, seg.write_pos, trimmed))
-                    log.warning("WAL %s: zeroed %d bytes after the last good frame at position %d "
-                                "(offset %d; scan stopped: %s)", path, trimmed, seg.write_pos, seg.next_offset,
-                                _REASONS.get(reason, reason))
+                    log.warning(
+                        "WAL %s: zeroed %d bytes after the last good frame at position %d "
+                        "(offset %d; scan stopped: %s)",
+                        path,
+                        trimmed,
+                        seg.write_pos,
+                        seg.next_offset,
+                        _REASONS.get(reason, reason),
+                    )
             if seg is None:
                 report.removed_empty.append(path)
                 os.unlink(path)
@@ -89,8 +96,10 @@ def recover(directory: str, options: WalOptions) -> RecoveredLog:
                 continue
             if segments and seg.first_offset != segments[-1].next_offset and seg.count:
                 prev = segments[-1]
-                raise WalError(f"WAL files do not continue: {prev.path} ends before offset {prev.next_offset}, "
-                               f"{seg.path} starts at {seg.first_offset}")
+                raise WalError(
+                    f"WAL files do not continue: {prev.path} ends before offset {prev.next_offset}, "
+                    f"{seg.path} starts at {seg.first_offset}"
+                )
             if not is_last and seg.writable:
                 seg.seal(sync=True)
             segments.append(seg)
@@ -121,9 +130,15 @@ def recover(directory: str, options: WalOptions) -> RecoveredLog:
         active = None
     if active is None:
         path = os.path.join(directory, segment_file_name(next_seq))
-        active = _walfile.SegmentFile.create(path, next_seq, next_offset, options.max_file_bytes,
-                                             index_every=index_every, reserve=options.initial_file_bytes,
-                                             read_around=options.sync is not SyncPolicy.NEVER)
+        active = _walfile.SegmentFile.create(
+            path,
+            next_seq,
+            next_offset,
+            options.max_file_bytes,
+            index_every=index_every,
+            reserve=options.initial_file_bytes,
+            read_around=options.sync is not SyncPolicy.NEVER,
+        )
         next_seq += 1
 
     found = ckpt if report.checkpoint_found else None

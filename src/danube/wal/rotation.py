@@ -80,37 +80,38 @@ def file_info(seg) -> WalFileInfo:
 class FileKeeper:
     """Makes the next file ahead of need and finishes rotated files on its own thread."""
 
-    def __init__(self, directory: str, options: WalOptions, checkpoint: Checkpoint, *,
-                 durable: bool, sync_lock: threading.Lock) -> None:
+    def __init__(
+        self, directory: str, options: WalOptions, checkpoint: Checkpoint, *, durable: bool, sync_lock: threading.Lock
+    ) -> None:
         self.directory = directory
         self.options = options
         self.checkpoint = checkpoint
-        self.durable = durable                # fsync anything at all (every policy but never)
-        self.sync_lock = sync_lock            # the syncer's: trims and syncs never overlap
-        self.unsynced: list = []              # rotated files whose frames may not be fdatasync'd yet
-        self.dir_dirty = False                # a file was created without a directory fsync
+        self.durable = durable  # fsync anything at all (every policy but never)
+        self.sync_lock = sync_lock  # the syncer's: trims and syncs never overlap
+        self.unsynced: list = []  # rotated files whose frames may not be fdatasync'd yet
+        self.dir_dirty = False  # a file was created without a directory fsync
         self.listeners: list[Callable[[WalFileInfo], None]] = []
         self.error: BaseException | None = None
         self._cond = threading.Condition()
-        self._ckpt_lock = threading.Lock()    # checkpoint edits + writes, in order
+        self._ckpt_lock = threading.Lock()  # checkpoint edits + writes, in order
         self._to_finish: deque = deque()
         self._to_delete: list = []
         self._spare = None
         self._next_seq = checkpoint.next_seq
         self._last_used_seq = checkpoint.next_seq - 1
-        self._retired = 0                     # rotated files handed over
-        self._finished = 0                    # ... trimmed, synced and in the checkpoint
-        self._notified = 0                    # ... and their listeners called
+        self._retired = 0  # rotated files handed over
+        self._finished = 0  # ... trimmed, synced and in the checkpoint
+        self._notified = 0  # ... and their listeners called
         self._closing = False
-        self._spare_failed = False            # stop retrying until the next rotation
+        self._spare_failed = False  # stop retrying until the next rotation
         # A spare only for a log that writes: made after its first rotation, not at open (an idle
         # or small topic holds one file, so many idle topics cost little disk).
         self._want_spare = False
         self._spare_reserve = options.initial_file_bytes  # disk reserved for the next spare
-        self.spares_used = 0                  # rotations that found their file ready
-        self.fallback_creates = 0             # rotations that had to create it on the writer's thread
-        self._scheduled = False               # a job of this keeper is queued or running
-        self._worker: threading.Thread | None = None   # the thread running it
+        self.spares_used = 0  # rotations that found their file ready
+        self.fallback_creates = 0  # rotations that had to create it on the writer's thread
+        self._scheduled = False  # a job of this keeper is queued or running
+        self._worker: threading.Thread | None = None  # the thread running it
 
     # ------------------------------------------------------------ the writer's side (cheap)
 
@@ -142,11 +143,15 @@ class FileKeeper:
             return spare
         self.fallback_creates += 1
         path = os.path.join(self.directory, segment_file_name(seq))
-        seg = _walfile.SegmentFile.create(path, seq, first_offset, max(self.options.max_file_bytes, need),
-                                          index_every=self.options.index_every_bytes,
-                                          reserve=max(self.options.initial_file_bytes, need,
-                                                      min(reserve, self.options.max_file_bytes)),
-                                          read_around=self.options.sync is not SyncPolicy.NEVER)
+        seg = _walfile.SegmentFile.create(
+            path,
+            seq,
+            first_offset,
+            max(self.options.max_file_bytes, need),
+            index_every=self.options.index_every_bytes,
+            reserve=max(self.options.initial_file_bytes, need, min(reserve, self.options.max_file_bytes)),
+            read_around=self.options.sync is not SyncPolicy.NEVER,
+        )
         if self.durable:
             self.dir_dirty = True  # the syncer fsyncs the directory before anything in it counts as durable
         return seg
@@ -159,8 +164,7 @@ class FileKeeper:
             # the next spare reserves what this file came to need: a hot log's files are
             # reserved whole (as every file was before reservations grew in steps), a log rotated by
             # age keeps small files
-            self._spare_reserve = min(max(old.capacity, self.options.initial_file_bytes),
-                                      self.options.max_file_bytes)
+            self._spare_reserve = min(max(old.capacity, self.options.initial_file_bytes), self.options.max_file_bytes)
             self._want_spare = True  # the log writes: keep a spare ahead from now on
             self._retired += 1
             self._to_finish.append(old)
@@ -182,8 +186,8 @@ class FileKeeper:
         with self._cond:
             target = self._retired
             ok = self._cond.wait_for(
-                lambda: self.error is not None or (self._notified if notified else self._finished) >= target,
-                timeout)
+                lambda: self.error is not None or (self._notified if notified else self._finished) >= target, timeout
+            )
         if self.error is not None:
             raise WalError(f"WAL {self.directory}: background file work failed: {self.error}") from self.error
         return ok
@@ -201,9 +205,11 @@ class FileKeeper:
     # ------------------------------------------------------------ the thread
 
     def _has_work(self) -> bool:
-        return bool(self._to_finish or self._to_delete
-                    or (self._spare is None and self._want_spare and not self._spare_failed
-                        and not self._closing))
+        return bool(
+            self._to_finish
+            or self._to_delete
+            or (self._spare is None and self._want_spare and not self._spare_failed and not self._closing)
+        )
 
     def _kick(self) -> None:
         """Queue this keeper's job if there is work and none is queued (``_cond`` held)."""
@@ -230,8 +236,7 @@ class FileKeeper:
                 batch = list(self._to_finish)
                 self._to_finish.clear()
                 doomed, self._to_delete = self._to_delete, []
-                want_spare = (self._spare is None and self._want_spare and not self._spare_failed
-                              and not self._closing)
+                want_spare = self._spare is None and self._want_spare and not self._spare_failed and not self._closing
             if want_spare:
                 # first: the next rotation needs it, while the old file's durability does not
                 # wait for this job (the syncer syncs unsynced files itself)
@@ -286,9 +291,13 @@ class FileKeeper:
             seq = self._next_seq
             self._next_seq += 1
         path = os.path.join(self.directory, segment_file_name(seq))
-        seg = _walfile.SegmentFile.create_spare(path, seq, self.options.max_file_bytes,
-                                                index_every=self.options.index_every_bytes,
-                                                reserve=self._spare_reserve)
+        seg = _walfile.SegmentFile.create_spare(
+            path,
+            seq,
+            self.options.max_file_bytes,
+            index_every=self.options.index_every_bytes,
+            reserve=self._spare_reserve,
+        )
         try:
             if self.durable:
                 seg.sync()  # the preallocation's metadata, not on the first sync of the active file

@@ -57,7 +57,7 @@ class IntervalBudget:
 
     def __init__(self, interval_s: float, now: float) -> None:
         self.interval_s = interval_s
-        self._on_schedule = now   # when the next sync falls due on the even schedule
+        self._on_schedule = now  # when the next sync falls due on the even schedule
 
     def earliest_start(self) -> float:
         return self._on_schedule - self.interval_s
@@ -116,21 +116,22 @@ class SyncGroup:
     durable with one ``syncfs`` of it (which also writes back whatever else is dirty there: give
     the WAL a file system of its own, or 0 to sync each log's files)."""
 
-    def __init__(self, workers: int = ROUND_WORKERS, *, syncfs_min_logs: int = SYNCFS_MIN_LOGS,
-                 name: str = "danube-wal-sync") -> None:
+    def __init__(
+        self, workers: int = ROUND_WORKERS, *, syncfs_min_logs: int = SYNCFS_MIN_LOGS, name: str = "danube-wal-sync"
+    ) -> None:
         self.workers = workers
         self.syncfs_min_logs = syncfs_min_logs if _syncfs is not None else 0
         self.name = name
         self._cond = threading.Condition()
-        self._urgent: dict[Syncer, None] = {}                 # sync=always logs asked to sync now
-        self._paced: dict[float, dict[Syncer, None]] = {}     # sync=interval logs, by interval
+        self._urgent: dict[Syncer, None] = {}  # sync=always logs asked to sync now
+        self._paced: dict[float, dict[Syncer, None]] = {}  # sync=interval logs, by interval
         self._budgets: dict[float, IntervalBudget] = {}
         self._thread: threading.Thread | None = None
-        self._pool: WorkerPool | None = None   # made on the first round that needs one
+        self._pool: WorkerPool | None = None  # made on the first round that needs one
         self._syncfs_failed = False
-        self.rounds = 0          # rounds run (tests, stats, the metrics page)
-        self.synced_logs = 0     # logs in them
-        self.fs_syncs = 0        # syncfs calls made for them
+        self.rounds = 0  # rounds run (tests, stats, the metrics page)
+        self.synced_logs = 0  # logs in them
+        self.fs_syncs = 0  # syncfs calls made for them
         self.round_latency = FlushLatency()  # a round's length, from its first sync to its waiters answered
 
     def request(self, syncer: "Syncer") -> None:
@@ -287,7 +288,7 @@ _BUSY = object()
 def _sync_all(logs: list["Syncer"], busy: list["Syncer"]) -> None:
     for syncer in logs:
         if not syncer._round_sync():
-            busy.append(syncer)   # list.append: safe from the round's worker threads
+            busy.append(syncer)  # list.append: safe from the round's worker threads
 
 
 _GROUPS: dict[bool, SyncGroup] = {}
@@ -317,23 +318,30 @@ class Syncer:
     log's next append, from the appending thread: how the group learns that a log nobody waits
     on has something to sync, without looking at idle logs."""
 
-    def __init__(self, policy: SyncPolicy, interval_ms: float, appended: Callable[[], int],
-                 sync_files: Callable[[], None], after_sync: Callable[[], object] | None = None, *,
-                 group: SyncGroup | None = None,
-                 watch_appends: Callable[[Callable[[], None]], None] | None = None,
-                 fs_target: Callable[[], tuple[int, int] | None] | None = None,
-                 latency: FlushLatency | None = None) -> None:
+    def __init__(
+        self,
+        policy: SyncPolicy,
+        interval_ms: float,
+        appended: Callable[[], int],
+        sync_files: Callable[[], None],
+        after_sync: Callable[[], object] | None = None,
+        *,
+        group: SyncGroup | None = None,
+        watch_appends: Callable[[Callable[[], None]], None] | None = None,
+        fs_target: Callable[[], tuple[int, int] | None] | None = None,
+        latency: FlushLatency | None = None,
+    ) -> None:
         self.policy = policy
         self.interval_s = interval_ms / 1000.0
-        self._appended = appended       # highest offset appended (next_offset - 1)
-        self._sync_files = sync_files   # fdatasync what holds appended offsets (under ``lock``)
-        self._after_sync = after_sync   # a chore after each sync, once its waiters are answered
+        self._appended = appended  # highest offset appended (next_offset - 1)
+        self._sync_files = sync_files  # fdatasync what holds appended offsets (under ``lock``)
+        self._after_sync = after_sync  # a chore after each sync, once its waiters are answered
         # (device, fd) to syncfs instead of syncing the files, or None when the log needs its own
         # syncs this time (a rotated file or the directory not synced yet)
         self._fs_target = fs_target
-        self._durable = appended()      # what exists at open was recovered from disk
+        self._durable = appended()  # what exists at open was recovered from disk
         self._lock = threading.Lock()
-        self.lock = self._lock          # held during every fdatasync of appended data
+        self.lock = self._lock  # held during every fdatasync of appended data
         self._closing = False
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
         self._waiters_lock = threading.Lock()

@@ -20,7 +20,7 @@ class AppendNotifier:
         self._writer = writer
         self._lock = threading.Lock()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
-        self._watcher = None   # one-shot: called after the next append (the sync group)
+        self._watcher = None  # one-shot: called after the next append (the sync group)
         self.closed = False
         writer.on_append = self.wake_all
 

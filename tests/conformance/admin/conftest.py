@@ -45,16 +45,18 @@ def ours(argv: list[str]) -> list[str]:
     if "--output" in argv:
         i = argv.index("--output")
         front = ["-o", argv[i + 1]]
-        del argv[i:i + 2]
+        del argv[i : i + 2]
     if argv[:2] == ["topics", "list"] and "--namespace" in argv:
         i = argv.index("--namespace")
-        argv[i:i + 2] = [argv[i + 1]]
+        argv[i : i + 2] = [argv[i + 1]]
     elif argv[:2] == ["schemas", "set-compatibility"]:
         argv[1] = "compatibility"
     elif argv[:2] == ["topics", "configure-schema"]:
         argv[:2] = ["schemas", "configure-topic"]
-        argv = [{"--validation-policy": "--policy", "--enable-payload-validation": "--payload-validation"}.get(a, a)
-                for a in argv]
+        argv = [
+            {"--validation-policy": "--policy", "--enable-payload-validation": "--payload-validation"}.get(a, a)
+            for a in argv
+        ]
     elif argv[:2] == ["topics", "get-schema-config"]:
         argv[:2] = ["schemas", "topic-config"]
     return front + argv
@@ -72,8 +74,13 @@ class AdminCli:
         args = list(argv) if self.syntax == "danube" else ours(list(argv))
         if self.subprocess:
             env = {**os.environ, "DANUBE_ADMIN_ENDPOINT": self.endpoint}
-            done = subprocess.run([sys.executable, "-m", "danube.cli.main", "admin", *args], env=env,
-                                  capture_output=True, text=True, timeout=120)
+            done = subprocess.run(
+                [sys.executable, "-m", "danube.cli.main", "admin", *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             return Result(done.returncode, done.stdout, done.stderr)
         from danube.cli import admin
 

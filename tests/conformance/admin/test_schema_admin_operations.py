@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-
 SCHEMA_V1 = {
     "$schema": "http://json-schema.org/draft-07/schema#",
     "title": "AdminTestEvent",
@@ -20,7 +19,7 @@ SCHEMA_V2 = {**SCHEMA_V1, "properties": {**SCHEMA_V1["properties"], "metadata": 
 def test_schema_admin_operations(cli, tmp_path):
     ns = cli.unique_ns()
     topic = f"/{ns}/admin-test-events"
-    subject = f"admin-events-schema-{cli.syntax}"   # both syntaxes share one broker
+    subject = f"admin-events-schema-{cli.syntax}"  # both syntaxes share one broker
     cli.create_ns(ns)
     v1 = tmp_path / "admin_test_schema.json"
     v1.write_text(json.dumps(SCHEMA_V1, indent=2))
@@ -37,8 +36,16 @@ def test_schema_admin_operations(cli, tmp_path):
 
     # a topic's schema configuration
     cli.ok("topics", "create", topic)
-    r = cli.ok("topics", "configure-schema", topic, "--subject", subject, "--validation-policy", "enforce",
-               "--enable-payload-validation")
+    r = cli.ok(
+        "topics",
+        "configure-schema",
+        topic,
+        "--subject",
+        subject,
+        "--validation-policy",
+        "enforce",
+        "--enable-payload-validation",
+    )
     for text in ("Schema configuration set", subject, "ENFORCE", "ENABLED"):
         assert text in r.stdout, r.stdout
 

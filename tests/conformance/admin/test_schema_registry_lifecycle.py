@@ -18,21 +18,22 @@ SCHEMA = {
 def test_schema_registry_lifecycle(cli, tmp_path):
     ns = cli.unique_ns()
     topic = f"/{ns}/events"
-    subject = f"test-events-schema-{cli.syntax}"   # both syntaxes share one broker
+    subject = f"test-events-schema-{cli.syntax}"  # both syntaxes share one broker
     cli.create_ns(ns)
     path = tmp_path / "test_schema.json"
     path.write_text(json.dumps(SCHEMA, indent=2))
 
     r = cli("schemas", "register", subject, "--schema-type", "json_schema", "--file", str(path))
     assert r.ok, r.stderr
-    if cli.syntax == "danube":   # Danube's test reads the id from the text; ours asks for JSON before the group
+    if cli.syntax == "danube":  # Danube's test reads the id from the text; ours asks for JSON before the group
         found = re.search(r"Schema ID:\s*(\d+)", r.stdout)
         assert found, r.stdout
         schema_id = int(found.group(1))
         assert "Version: 1" in r.stdout
     else:
-        r = cli.ok("schemas", "register", subject, "--schema-type", "json_schema", "--file", str(path),
-                   "--output", "json")
+        r = cli.ok(
+            "schemas", "register", subject, "--schema-type", "json_schema", "--file", str(path), "--output", "json"
+        )
         registered = json.loads(r.stdout)
         schema_id, version = registered["schema_id"], registered["version"]
         assert isinstance(schema_id, int) and version == 1 and registered["is_new_version"] is False
@@ -46,8 +47,14 @@ def test_schema_registry_lifecycle(cli, tmp_path):
 
     # beyond Danube's test: its CLI's list-subjects
     listed = {x["subject"]: x for x in json.loads(cli.ok("schemas", "list-subjects", "--output", "json").stdout)}
-    assert listed[subject] == {"subject": subject, "schema_type": "json_schema", "latest_version": 1,
-                               "schema_id": schema_id, "compatibility_mode": "BACKWARD", "tags": []}
+    assert listed[subject] == {
+        "subject": subject,
+        "schema_type": "json_schema",
+        "latest_version": 1,
+        "schema_id": schema_id,
+        "compatibility_mode": "BACKWARD",
+        "tags": [],
+    }
     assert f"Subject: {subject}" in cli.ok("schemas", "list-subjects").stdout
 
     r = cli.ok("topics", "create", topic, "--schema-subject", subject)

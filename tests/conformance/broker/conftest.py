@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import os
+from dataclasses import dataclass
 
 import pytest
 
@@ -43,7 +42,8 @@ def pytest_collection_modifyitems(session, config, items):
     starts at its first test and stops with the package, so it never idles while the others run."""
     slots = [i for i, item in enumerate(items) if str(item.path).startswith(_HERE + os.sep)]
     mine = [items[i] for i in slots]
-    ordered = ([it for it in mine if "conformance_cluster" not in it.fixturenames]
-               + [it for it in mine if "conformance_cluster" in it.fixturenames])
+    ordered = [it for it in mine if "conformance_cluster" not in it.fixturenames] + [
+        it for it in mine if "conformance_cluster" in it.fixturenames
+    ]
     for i, item in zip(slots, ordered):
         items[i] = item

@@ -22,21 +22,48 @@ class Results:
         result = self.results.get(name)
         assert result is not None, f"{self.module} has no scenario {name!r} (ran: {sorted(self.results)})"
         if not result["ok"]:
-            pytest.fail(f"{self.module}::{name} failed against {self.target} "
-                        f"after {result['seconds']}s:\n{result['error']}", pytrace=False)
+            pytest.fail(
+                f"{self.module}::{name} failed against {self.target} after {result['seconds']}s:\n{result['error']}",
+                pytrace=False,
+            )
 
 
-def run(module: str, target, *, only: list[str] | None = None, parallel: int = 6, timeout: float = 300.0,
-        scale: float = 3.0, env: dict | None = None) -> Results:
+def run(
+    module: str,
+    target,
+    *,
+    only: list[str] | None = None,
+    parallel: int = 6,
+    timeout: float = 300.0,
+    scale: float = 3.0,
+    env: dict | None = None,
+) -> Results:
     """Run ``module``'s scenarios against ``target`` (anything with ``url`` and ``admin_url``);
     ``env``: more environment for the client (Danube's tests read some settings from it)."""
     dc.ensure_venv()
-    cmd = [dc.python_path(), os.path.join(CLIENT_DIR, "runner.py"), module, "--url", target.url,
-           "--admin-url", target.admin_url, "--parallel", str(parallel), "--scale", str(scale)]
+    cmd = [
+        dc.python_path(),
+        os.path.join(CLIENT_DIR, "runner.py"),
+        module,
+        "--url",
+        target.url,
+        "--admin-url",
+        target.admin_url,
+        "--parallel",
+        str(parallel),
+        "--scale",
+        str(scale),
+    ]
     if only:
         cmd += ["--only", *only]
-    proc = subprocess.Popen(cmd, env={**dc.script_env(), **(env or {})}, cwd=CLIENT_DIR, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd,
+        env={**dc.script_env(), **(env or {})},
+        cwd=CLIENT_DIR,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

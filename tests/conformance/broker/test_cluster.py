@@ -17,12 +17,31 @@ from tests.support.etcd import requires_etcd
 
 pytestmark = [requires_etcd, pytest.mark.timeout(600)]
 
-MODULES = ["reliable_dispatch_failure_handling", "key_shared_safety", "reliable_dispatch_reconnection",
-           "subscription_basic", "partitioned_basic", "pubsub_fanout_exclusive", "queuing_shared_round_robin",
-           "key_shared_basic", "consumer_churn", "key_shared_filtering", "key_shared_partitioned",
-           "partitioned_variants", "partitioning_validation", "producer_reconnect", "reliable_dispatch_basic",
-           "reliable_dispatch_heartbeat", "deleted_upstream", "schema_compatibility", "schema_registry_basic",
-           "schema_validation_policy", "schema_version_selection", "topic_schema_config", "cluster_only"]
+MODULES = [
+    "reliable_dispatch_failure_handling",
+    "key_shared_safety",
+    "reliable_dispatch_reconnection",
+    "subscription_basic",
+    "partitioned_basic",
+    "pubsub_fanout_exclusive",
+    "queuing_shared_round_robin",
+    "key_shared_basic",
+    "consumer_churn",
+    "key_shared_filtering",
+    "key_shared_partitioned",
+    "partitioned_variants",
+    "partitioning_validation",
+    "producer_reconnect",
+    "reliable_dispatch_basic",
+    "reliable_dispatch_heartbeat",
+    "deleted_upstream",
+    "schema_compatibility",
+    "schema_registry_basic",
+    "schema_validation_policy",
+    "schema_version_selection",
+    "topic_schema_config",
+    "cluster_only",
+]
 # ignored upstream as a multi-broker case (cross-broker eviction); it runs single-broker only
 SKIP = {"key_shared_safety::key_shared_reliable_inactive_consumer_eviction"}
 

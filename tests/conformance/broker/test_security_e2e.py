@@ -36,23 +36,51 @@ def results(tmp_path_factory):
     secret = tmp_path_factory.mktemp("secret") / "jwt-secret"
     secret.write_text(SECRET)
     os.chmod(secret, 0o600)
-    with running_broker("--tls-cert", pki.server.cert, "--tls-key", pki.server.key, "--jwt-secret-file", str(secret),
-                        "--super-admin", "ops") as broker:
+    with running_broker(
+        "--tls-cert",
+        pki.server.cert,
+        "--tls-key",
+        pki.server.key,
+        "--jwt-secret-file",
+        str(secret),
+        "--super-admin",
+        "ops",
+    ) as broker:
+
         def admin(*args):
-            cmd = [sys.executable, "-m", "danube.cli.main", "admin", "--endpoint", f"127.0.0.1:{broker.admin_port}",
-                   "--tls-ca", pki.ca, "--token", issue_token("ops", SECRET), "--timeout", "20", "security", *args]
+            cmd = [
+                sys.executable,
+                "-m",
+                "danube.cli.main",
+                "admin",
+                "--endpoint",
+                f"127.0.0.1:{broker.admin_port}",
+                "--tls-ca",
+                pki.ca,
+                "--token",
+                issue_token("ops", SECRET),
+                "--timeout",
+                "20",
+                "security",
+                *args,
+            ]
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
             assert done.returncode == 0, f"{args}: {done.stderr}"
 
-        admin("roles", "create", "producer-role", "--permission", f"produce:{TOPIC}", "--permission",
-              f"lookup:{TOPIC}")
-        admin("roles", "create", "consumer-role", "--permission", f"consume:{TOPIC}", "--permission",
-              f"lookup:{TOPIC}")
+        admin("roles", "create", "producer-role", "--permission", f"produce:{TOPIC}", "--permission", f"lookup:{TOPIC}")
+        admin("roles", "create", "consumer-role", "--permission", f"consume:{TOPIC}", "--permission", f"lookup:{TOPIC}")
         for role in ("producer-role", "consumer-role"):
             admin("bindings", "create", "--subject", "e2e-authorized", "--role", role)
-        yield harness.run("security_e2e", _Target(broker), parallel=1, env={
-            "DANUBE_CA_CERT": pki.ca, "DANUBE_AUTHORIZED_TOKEN": issue_token("e2e-authorized", SECRET),
-            "DANUBE_DENIED_TOKEN": issue_token("e2e-denied", SECRET)})
+        yield harness.run(
+            "security_e2e",
+            _Target(broker),
+            parallel=1,
+            env={
+                "DANUBE_CA_CERT": pki.ca,
+                "DANUBE_AUTHORIZED_TOKEN": issue_token("e2e-authorized", SECRET),
+                "DANUBE_DENIED_TOKEN": issue_token("e2e-denied", SECRET),
+            },
+        )
 
 
 def test_security_authorized_produce(results):

@@ -21,11 +21,16 @@ import json
 import time
 
 import grpc
+
 from danube import DanubeClientBuilder, SubType
 from danube.errors import DanubeError
 
-TYPES = {"exclusive": SubType.EXCLUSIVE, "shared": SubType.SHARED, "failover": SubType.FAILOVER,
-         "key_shared": SubType.KEY_SHARED}
+TYPES = {
+    "exclusive": SubType.EXCLUSIVE,
+    "shared": SubType.SHARED,
+    "failover": SubType.FAILOVER,
+    "key_shared": SubType.KEY_SHARED,
+}
 
 
 async def retry(call):
@@ -41,8 +46,13 @@ async def retry(call):
 async def main(a) -> dict:
     result = {"received": [], "acked": [], "nacked": [], "times": {}, "ack_times": {}, "error": None}
     client = await DanubeClientBuilder().service_url(a.url).build()
-    builder = (client.new_consumer().with_topic(a.topic).with_consumer_name(a.name)
-               .with_subscription(a.subscription).with_subscription_type(TYPES[a.type]))
+    builder = (
+        client.new_consumer()
+        .with_topic(a.topic)
+        .with_consumer_name(a.name)
+        .with_subscription(a.subscription)
+        .with_subscription_type(TYPES[a.type])
+    )
     if a.filters:
         builder = builder.with_key_filters(a.filters.split(","))
     consumer = builder.build()

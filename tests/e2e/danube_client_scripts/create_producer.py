@@ -11,6 +11,7 @@ import asyncio
 import json
 
 import grpc
+
 from danube import DanubeClientBuilder, DispatchStrategy
 from danube.errors import DanubeError
 
@@ -28,9 +29,13 @@ async def main(a) -> dict:
     topic = open(a.topic_file, encoding="utf-8").read() if a.topic_file else a.topic
     name = open(a.name_file, encoding="utf-8").read() if a.name_file else a.name
     client = await DanubeClientBuilder().service_url(a.url).build()
-    producer = (client.new_producer().with_topic(topic).with_name(name)
-                .with_dispatch_strategy(DispatchStrategy.RELIABLE if a.reliable else DispatchStrategy.NON_RELIABLE)
-                .build())
+    producer = (
+        client.new_producer()
+        .with_topic(topic)
+        .with_name(name)
+        .with_dispatch_strategy(DispatchStrategy.RELIABLE if a.reliable else DispatchStrategy.NON_RELIABLE)
+        .build()
+    )
     try:
         await producer.create()
     except (grpc.aio.AioRpcError, DanubeError, ValueError) as exc:

@@ -39,14 +39,31 @@ class _Errors(logging.Handler):
 async def main(a) -> dict:
     errors_log = _Errors()
     logging.getLogger("danube").addHandler(errors_log)
-    out = {"acked": [], "received": [], "consumer_acks": [], "errors": [], "ack_errors": [],
-           "loop_errors": errors_log.records}
+    out = {
+        "acked": [],
+        "received": [],
+        "consumer_acks": [],
+        "errors": [],
+        "ack_errors": [],
+        "loop_errors": errors_log.records,
+    }
     client = await DanubeClientBuilder().service_url(a.url).build()
-    consumer = (client.new_consumer().with_topic(a.topic).with_consumer_name("fc")
-                .with_subscription("faults").with_subscription_type(SubType.EXCLUSIVE).build())
-    producer = (client.new_producer().with_topic(a.topic).with_name("fp")
-                .with_dispatch_strategy(DispatchStrategy.RELIABLE).build())
-    await producer.create()   # creates the topic
+    consumer = (
+        client.new_consumer()
+        .with_topic(a.topic)
+        .with_consumer_name("fc")
+        .with_subscription("faults")
+        .with_subscription_type(SubType.EXCLUSIVE)
+        .build()
+    )
+    producer = (
+        client.new_producer()
+        .with_topic(a.topic)
+        .with_name("fp")
+        .with_dispatch_strategy(DispatchStrategy.RELIABLE)
+        .build()
+    )
+    await producer.create()  # creates the topic
     await consumer.subscribe()
     queue = await consumer.receive()
 
@@ -79,7 +96,7 @@ async def main(a) -> dict:
     deadline = time.monotonic() + a.drain_timeout
     while time.monotonic() < deadline and not wanted <= {r[1] for r in out["received"]}:
         await asyncio.sleep(0.1)
-    for task in consumer._tasks:   # a receive loop of the client that ended by itself
+    for task in consumer._tasks:  # a receive loop of the client that ended by itself
         if task.done() and not task.cancelled():
             out["loop_errors"].append("a receive loop of the client ended")
     consuming.cancel()

@@ -13,14 +13,21 @@ import json
 import logging
 
 import grpc
+
 from danube import DanubeClientBuilder, SubType
 
 
 async def main(a) -> dict:
     result = {"received": [], "ack_errors": [], "error": None}
     client = await DanubeClientBuilder().service_url(a.url).build()
-    consumer = (client.new_consumer().with_topic(a.topic).with_consumer_name("dc")
-                .with_subscription(a.subscription).with_subscription_type(SubType.EXCLUSIVE).build())
+    consumer = (
+        client.new_consumer()
+        .with_topic(a.topic)
+        .with_consumer_name("dc")
+        .with_subscription(a.subscription)
+        .with_subscription_type(SubType.EXCLUSIVE)
+        .build()
+    )
     await consumer.subscribe()
     delivered = await consumer.receive()
     if a.ready_file:

@@ -14,13 +14,19 @@ import json
 import sys
 
 import grpc
+
 from danube import DanubeClientBuilder, DispatchStrategy
 
 
 async def main(a) -> int:
     client = await DanubeClientBuilder().service_url(a.url).build()
-    producer = (client.new_producer().with_topic(a.topic).with_name("dp")
-                .with_dispatch_strategy(DispatchStrategy.RELIABLE).build())
+    producer = (
+        client.new_producer()
+        .with_topic(a.topic)
+        .with_name("dp")
+        .with_dispatch_strategy(DispatchStrategy.RELIABLE)
+        .build()
+    )
     for attempt in range(200):  # the topic may be moving when the script starts
         try:
             await producer.create()

@@ -9,13 +9,18 @@ import asyncio
 import json
 
 import grpc
+
 from danube import DanubeClientBuilder, DispatchStrategy
 
 
 async def main(a) -> None:
     client = await DanubeClientBuilder().service_url(a.url).build()
-    builder = (client.new_producer().with_topic(a.topic).with_name(a.name)
-               .with_dispatch_strategy(DispatchStrategy.RELIABLE if a.reliable else DispatchStrategy.NON_RELIABLE))
+    builder = (
+        client.new_producer()
+        .with_topic(a.topic)
+        .with_name(a.name)
+        .with_dispatch_strategy(DispatchStrategy.RELIABLE if a.reliable else DispatchStrategy.NON_RELIABLE)
+    )
     if a.partitions:
         builder = builder.with_partitions(a.partitions)
     producer = builder.build()

@@ -13,6 +13,7 @@ import json
 import time
 
 import grpc
+
 from danube import DanubeClientBuilder, DispatchStrategy
 
 
@@ -22,8 +23,13 @@ def message(prefix: str, i: int):
 
 async def main(a) -> None:
     client = await DanubeClientBuilder().service_url(a.url).build()
-    producer = (client.new_producer().with_topic(a.topic).with_name(a.name)
-                .with_dispatch_strategy(DispatchStrategy.RELIABLE).build())
+    producer = (
+        client.new_producer()
+        .with_topic(a.topic)
+        .with_name(a.name)
+        .with_dispatch_strategy(DispatchStrategy.RELIABLE)
+        .build()
+    )
     await producer.create()
     acked = 0
     queue = iter(range(a.start, a.start + a.count))

@@ -13,6 +13,7 @@ import asyncio
 import json
 
 import grpc
+
 from danube import CompatibilityMode, DanubeClientBuilder, DispatchStrategy, SchemaType, SubType
 
 
@@ -50,28 +51,48 @@ PROTO = 'syntax = "proto3"; package e2e; message User {{ int64 id = 1; {rest} }}
 
 # subject type -> (base, {mode: (allowed change, refused change)})
 CASES = {
-    SchemaType.AVRO: (record([ID, NAME]), {
-        "backward": (record([ID, NAME, OPT]), record([ID, NAME, REQ])),
-        "forward": (record([ID, NAME, REQ]), record([ID])),
-        "full": (record([ID, NAME, OPT]), record([ID, NAME, REQ])),
-        "none": (record([ID, {"name": "name", "type": "boolean"}]), None),
-    }),
-    SchemaType.JSON_SCHEMA: (js(OBJ), {
-        "backward": (js({**OBJ, "properties": {**OBJ["properties"], "email": {"type": "string"}}}),
-                     js({**OBJ, "required": ["id", "name"]})),
-        "forward": (js({**OBJ, "required": ["id", "name"]}),
-                    js({**OBJ, "properties": {"id": {"type": "number"}, "name": {"type": "string"}}})),
-        "full": (js({**OBJ, "description": "users"}), js({**OBJ, "properties": {"id": {"type": "string"}}})),
-        "none": (js({"type": "array"}), None),
-    }),
-    SchemaType.PROTOBUF: (PROTO.format(rest="string name = 2;").encode(), {
-        "backward": (PROTO.format(rest="string name = 2; string email = 3;").encode(),
-                     PROTO.format(rest="int32 name = 2;").encode()),
-        "forward": (PROTO.format(rest="string name = 2; string email = 3;").encode(),
-                    PROTO.format(rest="repeated string name = 2;").encode()),
-        "full": (PROTO.format(rest="string full_name = 2;").encode(), PROTO.format(rest="double name = 2;").encode()),
-        "none": (PROTO.format(rest="double name = 2;").encode(), None),
-    }),
+    SchemaType.AVRO: (
+        record([ID, NAME]),
+        {
+            "backward": (record([ID, NAME, OPT]), record([ID, NAME, REQ])),
+            "forward": (record([ID, NAME, REQ]), record([ID])),
+            "full": (record([ID, NAME, OPT]), record([ID, NAME, REQ])),
+            "none": (record([ID, {"name": "name", "type": "boolean"}]), None),
+        },
+    ),
+    SchemaType.JSON_SCHEMA: (
+        js(OBJ),
+        {
+            "backward": (
+                js({**OBJ, "properties": {**OBJ["properties"], "email": {"type": "string"}}}),
+                js({**OBJ, "required": ["id", "name"]}),
+            ),
+            "forward": (
+                js({**OBJ, "required": ["id", "name"]}),
+                js({**OBJ, "properties": {"id": {"type": "number"}, "name": {"type": "string"}}}),
+            ),
+            "full": (js({**OBJ, "description": "users"}), js({**OBJ, "properties": {"id": {"type": "string"}}})),
+            "none": (js({"type": "array"}), None),
+        },
+    ),
+    SchemaType.PROTOBUF: (
+        PROTO.format(rest="string name = 2;").encode(),
+        {
+            "backward": (
+                PROTO.format(rest="string name = 2; string email = 3;").encode(),
+                PROTO.format(rest="int32 name = 2;").encode(),
+            ),
+            "forward": (
+                PROTO.format(rest="string name = 2; string email = 3;").encode(),
+                PROTO.format(rest="repeated string name = 2;").encode(),
+            ),
+            "full": (
+                PROTO.format(rest="string full_name = 2;").encode(),
+                PROTO.format(rest="double name = 2;").encode(),
+            ),
+            "none": (PROTO.format(rest="double name = 2;").encode(), None),
+        },
+    ),
 }
 
 
@@ -89,14 +110,31 @@ async def main(a) -> dict:
 
     # ---- register and read back
     v1 = record([ID, NAME])
-    sid = await (reg.register_schema("users").with_type(SchemaType.AVRO).with_schema_data(v1)
-                 .with_description("users v1").with_created_by("e2e").with_tags(["pii"]).execute())
-    again = await reg.register_schema("users").with_type(SchemaType.AVRO).with_schema_data(
-        json.dumps(json.loads(v1), indent=2).encode()).execute()
+    sid = await (
+        reg.register_schema("users")
+        .with_type(SchemaType.AVRO)
+        .with_schema_data(v1)
+        .with_description("users v1")
+        .with_created_by("e2e")
+        .with_tags(["pii"])
+        .execute()
+    )
+    again = (
+        await reg.register_schema("users")
+        .with_type(SchemaType.AVRO)
+        .with_schema_data(json.dumps(json.loads(v1), indent=2).encode())
+        .execute()
+    )
     info = await reg.get_schema_by_id(sid)
-    out["register"] = {"id": sid, "again": again, "version": info.version, "subject": info.subject,
-                       "type": info.schema_type, "fingerprint": info.fingerprint,
-                       "definition": json.loads(info.schema_definition)}
+    out["register"] = {
+        "id": sid,
+        "again": again,
+        "version": info.version,
+        "subject": info.subject,
+        "type": info.schema_type,
+        "fingerprint": info.fingerprint,
+        "definition": json.loads(info.schema_definition),
+    }
     try:
         await reg.register_schema("broken").with_type(SchemaType.AVRO).with_schema_data(b'{"type": "rec"}').execute()
         out["invalid"] = None
@@ -131,10 +169,22 @@ async def main(a) -> dict:
 
     # ---- produce with .with_schema_subject and consume
     topic = a.topic
-    consumer = (client.new_consumer().with_topic(topic).with_consumer_name("c1").with_subscription("s1")
-                .with_subscription_type(SubType.EXCLUSIVE).build())
-    producer = (client.new_producer().with_topic(topic).with_name("p-schema").with_schema_subject("users")
-                .with_dispatch_strategy(DispatchStrategy.RELIABLE).build())
+    consumer = (
+        client.new_consumer()
+        .with_topic(topic)
+        .with_consumer_name("c1")
+        .with_subscription("s1")
+        .with_subscription_type(SubType.EXCLUSIVE)
+        .build()
+    )
+    producer = (
+        client.new_producer()
+        .with_topic(topic)
+        .with_name("p-schema")
+        .with_schema_subject("users")
+        .with_dispatch_strategy(DispatchStrategy.RELIABLE)
+        .build()
+    )
     await producer.create()
     await consumer.subscribe()
     queue = await consumer.receive()
@@ -143,9 +193,14 @@ async def main(a) -> dict:
     got = []
     for _ in range(5):
         msg = await asyncio.wait_for(queue.get(), 20)
-        got.append({"payload": msg.payload.hex(), "schema_id": msg.schema_id if msg.HasField("schema_id") else None,
-                    "schema_version": msg.schema_version if msg.HasField("schema_version") else None,
-                    "attributes": dict(msg.attributes)})
+        got.append(
+            {
+                "payload": msg.payload.hex(),
+                "schema_id": msg.schema_id if msg.HasField("schema_id") else None,
+                "schema_version": msg.schema_version if msg.HasField("schema_version") else None,
+                "attributes": dict(msg.attributes),
+            }
+        )
         await consumer.ack(msg)
     out["consumed"] = got
     out["expected_payloads"] = [avro_user(i, f"user-{i}").hex() for i in range(5)]
@@ -154,15 +209,20 @@ async def main(a) -> dict:
     # ---- enforce: a publish without a schema, then a bad payload, are refused
     ok, msg = await reg.configure_topic_schema(topic, "users", "enforce", False)
     out["configure"] = [ok, msg]
-    plain = (client.new_producer().with_topic(topic).with_name("p-plain")
-             .with_dispatch_strategy(DispatchStrategy.RELIABLE).build())
+    plain = (
+        client.new_producer()
+        .with_topic(topic)
+        .with_name("p-plain")
+        .with_dispatch_strategy(DispatchStrategy.RELIABLE)
+        .build()
+    )
     await plain.create()
     try:
         await plain.send(b"no schema here")
         out["enforce_no_schema"] = None
     except Exception as exc:  # noqa: BLE001
         out["enforce_no_schema"] = code_of(exc)
-    await producer.send(b"\xff\xff\xff garbage")      # ids only: accepted
+    await producer.send(b"\xff\xff\xff garbage")  # ids only: accepted
     ok, msg = await reg.update_topic_validation_policy(topic, "enforce", True)
     out["update_policy"] = [ok, msg]
     try:

@@ -12,6 +12,7 @@ import asyncio
 import json
 
 import grpc
+
 from danube import DanubeClientBuilder, DispatchStrategy, SubType
 
 
@@ -41,13 +42,24 @@ async def main(a) -> dict:
         builder = builder.with_token_supplier(supplier)
     client = await builder.build()
     try:
-        producer = (client.new_producer().with_topic(a.topic).with_name("p1")
-                    .with_dispatch_strategy(DispatchStrategy.RELIABLE).build())
+        producer = (
+            client.new_producer()
+            .with_topic(a.topic)
+            .with_name("p1")
+            .with_dispatch_strategy(DispatchStrategy.RELIABLE)
+            .build()
+        )
         await asyncio.wait_for(producer.create(), 30)
         consumer = None
         if not a.produce_only:
-            consumer = (client.new_consumer().with_topic(a.topic).with_consumer_name("c1")
-                        .with_subscription("s1").with_subscription_type(SubType.EXCLUSIVE).build())
+            consumer = (
+                client.new_consumer()
+                .with_topic(a.topic)
+                .with_consumer_name("c1")
+                .with_subscription("s1")
+                .with_subscription_type(SubType.EXCLUSIVE)
+                .build()
+            )
             await asyncio.wait_for(consumer.subscribe(), 30)
         for i in range(a.count):
             payload = f"m-{i}"
@@ -82,4 +94,4 @@ if __name__ == "__main__":
     print(json.dumps(asyncio.run(main(args))), flush=True)
     import os
 
-    os._exit(0)   # do not wait for the client's background tasks
+    os._exit(0)  # do not wait for the client's background tasks

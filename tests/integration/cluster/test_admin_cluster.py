@@ -63,7 +63,9 @@ def test_every_admin_subcommand_agrees_whichever_broker_is_asked(tmp_path):
         assert {b["admin_addr"] for b in brokers} == set(urls)
         leader = same("brokers", "leader-broker")["leader"]
         assert [b["broker_id"] for b in brokers if b["broker_role"] == "Cluster_Leader"] == [leader]
-        balance = same("brokers", "balance", key=lambda d: (d["strategy"], sorted(b["broker_id"] for b in d["brokers"])))
+        balance = same(
+            "brokers", "balance", key=lambda d: (d["strategy"], sorted(b["broker_id"] for b in d["brokers"]))
+        )
         assert balance[1] == ids
 
         # namespaces on the shared metadata store
@@ -81,8 +83,7 @@ def test_every_admin_subcommand_agrees_whichever_broker_is_asked(tmp_path):
         def listed():
             answers = [ok(u, "topics", "list", "adm") for u in urls]
             placed = {t["name"]: t for t in answers[0] if t["broker_id"]}
-            return answers[0] if all(a == answers[0] for a in answers) and {"/adm/t1", *parts} <= set(placed) \
-                else None
+            return answers[0] if all(a == answers[0] for a in answers) and {"/adm/t1", *parts} <= set(placed) else None
 
         topics = {t["name"]: t for t in wait_until(listed, 15, "every broker listing the placed topics")}
         assert topics["/adm/t1"]["delivery"] == "Reliable" and topics[parts[0]]["delivery"] == "NonReliable"
@@ -104,8 +105,13 @@ def test_every_admin_subcommand_agrees_whichever_broker_is_asked(tmp_path):
 
         # moves and drain through a non-owner
         assert ok(other, "topics", "unload", "/adm/t1") == {"success": True}
-        wait_until(lambda: (lambda d: d if d["broker_id"] and d["broker_id"] != owner else None)(
-            ok(urls[0], "topics", "describe", "/adm/t1")), 20, "the unloaded topic placed elsewhere")
+        wait_until(
+            lambda: (lambda d: d if d["broker_id"] and d["broker_id"] != owner else None)(
+                ok(urls[0], "topics", "describe", "/adm/t1")
+            ),
+            20,
+            "the unloaded topic placed elsewhere",
+        )
         dry = ok(urls[0], "brokers", "unload", ids[2], "--dry-run")
         assert dry["started"] is False and dry["total"] >= 0
         assert ok(urls[1], "brokers", "activate", ids[2]) == {"success": True}
@@ -120,9 +126,13 @@ def test_every_admin_subcommand_agrees_whichever_broker_is_asked(tmp_path):
         assert "adm" not in same("namespaces", "list")
 
         # the endpoint from DANUBE_ADMIN_ENDPOINT, through the real command line
-        done = subprocess.run([sys.executable, "-m", "danube.cli.main", "admin", "-o", "json", "brokers",
-                               "leader-broker"], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "DANUBE_ADMIN_ENDPOINT": urls[2]})
+        done = subprocess.run(
+            [sys.executable, "-m", "danube.cli.main", "admin", "-o", "json", "brokers", "leader-broker"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "DANUBE_ADMIN_ENDPOINT": urls[2]},
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == {"leader": leader}
     print(f"admin cluster test: {time.monotonic() - started:.1f} s")
@@ -133,8 +143,14 @@ async def _subscribe(service_url: str, topic: str, subscription: str) -> None:
 
     client = DanubeClient.builder().service_url(service_url).build()
     try:
-        consumer = (client.new_consumer().with_topic(topic).with_consumer_name("c1")
-                    .with_subscription(subscription).with_reliable(True).build())
+        consumer = (
+            client.new_consumer()
+            .with_topic(topic)
+            .with_consumer_name("c1")
+            .with_subscription(subscription)
+            .with_reliable(True)
+            .build()
+        )
         await consumer.subscribe()
         await consumer.close()
     finally:

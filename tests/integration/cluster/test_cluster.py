@@ -56,22 +56,30 @@ def test_producer_on_the_owner_works_and_elsewhere_is_unavailable(cluster):
     other = next(p.url for p in cluster.procs if p.url != owner)
     with grpc.insecure_channel(other.split("//")[1]) as ch:
         with pytest.raises(grpc.RpcError) as info:
-            pb_grpc.ProducerServiceStub(ch).CreateProducer(pb.ProducerRequest(
-                producer_name="p", topic_name=topic, dispatch_strategy=pb.Reliable), timeout=30)
+            pb_grpc.ProducerServiceStub(ch).CreateProducer(
+                pb.ProducerRequest(producer_name="p", topic_name=topic, dispatch_strategy=pb.Reliable), timeout=30
+            )
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
         assert ("x-danube-broker-url", owner) in tuple(info.value.trailing_metadata())
         # the batch lane: the same answer, the owner in the trailing metadata
         with pytest.raises(grpc.RpcError) as info:
-            batch_grpc.BatchLaneStub(ch).CreateProducer(batch_pb.ProducerSpec(
-                topic=topic, producer_name="bp", reliable=True), timeout=30)
+            batch_grpc.BatchLaneStub(ch).CreateProducer(
+                batch_pb.ProducerSpec(topic=topic, producer_name="bp", reliable=True), timeout=30
+            )
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
         assert ("x-danube-broker-url", owner) in tuple(info.value.trailing_metadata())
     with grpc.insecure_channel(owner.split("//")[1]) as ch:
         producers = pb_grpc.ProducerServiceStub(ch)
-        p = producers.CreateProducer(pb.ProducerRequest(producer_name="p", topic_name=topic,
-                                                        dispatch_strategy=pb.Reliable), timeout=30)
-        sent = pb.StreamMessage(request_id=7, msg_id=pb.MsgID(producer_id=p.producer_id, topic_name=topic),
-                                payload=b"hello cluster", publish_time=1, producer_name="p")
+        p = producers.CreateProducer(
+            pb.ProducerRequest(producer_name="p", topic_name=topic, dispatch_strategy=pb.Reliable), timeout=30
+        )
+        sent = pb.StreamMessage(
+            request_id=7,
+            msg_id=pb.MsgID(producer_id=p.producer_id, topic_name=topic),
+            payload=b"hello cluster",
+            publish_time=1,
+            producer_name="p",
+        )
         assert producers.SendMessage(sent, timeout=30).request_id == 7
 
 
@@ -110,9 +118,15 @@ def test_leader_failover_reassigns_the_dead_brokers_topics(tmp_path):
             return s if s["leader"] not in (None, leader) and leader not in s["registered"] else None
 
         s = wait_until(new_leader, 20, "a new leader")
-        s = wait_until(lambda: (lambda st: st if all(t in st["assignments"] and st["assignments"][t] != leader
-                                                      for t in dead_topics) else None)(state(cluster)),
-                       20, "dead broker's topics reassigned")
+        s = wait_until(
+            lambda: (
+                lambda st: (
+                    st if all(t in st["assignments"] and st["assignments"][t] != leader for t in dead_topics) else None
+                )
+            )(state(cluster)),
+            20,
+            "dead broker's topics reassigned",
+        )
         survivors = {p.broker_id for p in cluster.procs if p.alive()}
         assert set(s["assignments"].values()) <= survivors
         for t in set(first["assignments"]) - dead_topics:
@@ -123,24 +137,42 @@ def test_leader_failover_reassigns_the_dead_brokers_topics(tmp_path):
         new_leader_id = state(cluster)["leader"]
         follower = next(p for p in cluster.procs if p.alive() and p.broker_id != new_leader_id)
         follower.kill()
-        wait_until(lambda: set(state(cluster)["assignments"].values()) == {new_leader_id}
-                   and len(state(cluster)["assignments"]) == len(topics), 20, "all topics on the last broker")
+        wait_until(
+            lambda: (
+                set(state(cluster)["assignments"].values()) == {new_leader_id}
+                and len(state(cluster)["assignments"]) == len(topics)
+            ),
+            20,
+            "all topics on the last broker",
+        )
 
 
 def _admin_unload(admin_url: str, topic: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "danube.cli.main", "admin", "--endpoint", admin_url,
-                           "topics", "unload", topic], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "danube.cli.main", "admin", "--endpoint", admin_url, "topics", "unload", topic],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _send(url: str, topic: str, payloads) -> None:
     with grpc.insecure_channel(url.split("//")[1]) as ch:
         producers = pb_grpc.ProducerServiceStub(ch)
-        p = producers.CreateProducer(pb.ProducerRequest(producer_name="p", topic_name=topic,
-                                                        dispatch_strategy=pb.Reliable), timeout=30)
+        p = producers.CreateProducer(
+            pb.ProducerRequest(producer_name="p", topic_name=topic, dispatch_strategy=pb.Reliable), timeout=30
+        )
         for i, payload in enumerate(payloads):
-            producers.SendMessage(pb.StreamMessage(
-                request_id=i, msg_id=pb.MsgID(producer_id=p.producer_id, topic_name=topic), payload=payload,
-                publish_time=1, producer_name="p"), timeout=30)
+            producers.SendMessage(
+                pb.StreamMessage(
+                    request_id=i,
+                    msg_id=pb.MsgID(producer_id=p.producer_id, topic_name=topic),
+                    payload=payload,
+                    publish_time=1,
+                    producer_name="p",
+                ),
+                timeout=30,
+            )
 
 
 def _receive(url: str, topic: str, count: int) -> list[tuple[int, bytes]]:
@@ -148,13 +180,13 @@ def _receive(url: str, topic: str, count: int) -> list[tuple[int, bytes]]:
     got = []
     with grpc.insecure_channel(url.split("//")[1]) as ch:
         consumers = pb_grpc.ConsumerServiceStub(ch)
-        c = consumers.Subscribe(pb.ConsumerRequest(topic_name=topic, consumer_name="c", subscription="s"),
-                                timeout=30)
+        c = consumers.Subscribe(pb.ConsumerRequest(topic_name=topic, consumer_name="c", subscription="s"), timeout=30)
         stream = consumers.ReceiveMessages(pb.ReceiveRequest(consumer_id=c.consumer_id), timeout=30)
         for msg in stream:
             got.append((msg.msg_id.topic_offset, msg.payload))
-            consumers.Ack(pb.AckRequest(request_id=msg.request_id, msg_id=msg.msg_id, subscription_name="s"),
-                          timeout=30)
+            consumers.Ack(
+                pb.AckRequest(request_id=msg.request_id, msg_id=msg.msg_id, subscription_name="s"), timeout=30
+            )
             if len(got) == count:
                 break
         stream.cancel()
@@ -168,14 +200,16 @@ def test_admin_unload_moves_a_topic_and_offsets_continue(tmp_path):
         source = next(p for p in cluster.procs if p.url == first_owner)
         _send(source.url, topic, [])  # the producer creates the topic
         with grpc.insecure_channel(source.url.split("//")[1]) as ch:  # the subscription exists before data
-            pb_grpc.ConsumerServiceStub(ch).Subscribe(pb.ConsumerRequest(
-                topic_name=topic, consumer_name="c", subscription="s"), timeout=30)
+            pb_grpc.ConsumerServiceStub(ch).Subscribe(
+                pb.ConsumerRequest(topic_name=topic, consumer_name="c", subscription="s"), timeout=30
+            )
         _send(source.url, topic, [b"m0", b"m1", b"m2"])
         assert [o for o, _ in _receive(source.url, topic, 3)] == [0, 1, 2]
         # sent to a broker that does not own the topic: forwarded to the owner
         elsewhere = next(p for p in cluster.procs if p is not source)
         done = _admin_unload(elsewhere.admin_url, topic)
         assert done.returncode == 0, done.stderr
+
         # the leader places it on another broker (the source is excluded); every broker agrees
         def moved():
             answers = asyncio.run(owners_seen_by_each_broker(cluster, [topic]))[topic]
@@ -222,8 +256,9 @@ async def _rebalance(etcd_url: str, topic: str, source: str, target: str) -> Non
     store = EtcdMetadataStore(etcd_url)
     try:
         marker = {"reason": "rebalance", "from_broker": source, "to_broker": target, "timestamp": int(time.time())}
-        result = await store.txn([], [Op.put_json(keys.unassigned(topic), marker),
-                                      Op.delete(keys.broker_topic(source, topic))])
+        result = await store.txn(
+            [], [Op.put_json(keys.unassigned(topic), marker), Op.delete(keys.broker_topic(source, topic))]
+        )
         assert result.succeeded
     finally:
         await store.close()
@@ -241,14 +276,22 @@ def test_a_broker_that_cannot_renew_its_lease_stops_publishes_before_it_expires(
         before = state(cluster)
         with grpc.insecure_channel(owner.split("//")[1]) as ch:
             producers = pb_grpc.ProducerServiceStub(ch)
-            p = producers.CreateProducer(pb.ProducerRequest(producer_name="p", topic_name=topic,
-                                                            dispatch_strategy=pb.Reliable), timeout=30)
+            p = producers.CreateProducer(
+                pb.ProducerRequest(producer_name="p", topic_name=topic, dispatch_strategy=pb.Reliable), timeout=30
+            )
 
             def send(i):
                 try:
-                    producers.SendMessage(pb.StreamMessage(
-                        request_id=i, msg_id=pb.MsgID(producer_id=p.producer_id, topic_name=topic),
-                        payload=b"x", publish_time=1, producer_name="p"), timeout=10)
+                    producers.SendMessage(
+                        pb.StreamMessage(
+                            request_id=i,
+                            msg_id=pb.MsgID(producer_id=p.producer_id, topic_name=topic),
+                            payload=b"x",
+                            publish_time=1,
+                            producer_name="p",
+                        ),
+                        timeout=10,
+                    )
                     return "ok"
                 except grpc.RpcError as exc:
                     assert exc.code() == grpc.StatusCode.UNAVAILABLE and "fenced" in exc.details(), exc
@@ -272,14 +315,30 @@ def test_a_broker_that_cannot_renew_its_lease_stops_publishes_before_it_expires(
             wait_until(lambda: send(1000) == "ok", 15, "publishes accepted again")
         after = state(cluster)
         assert after["assignments"] == before["assignments"] and after["leader"] == before["leader"]
-        assert {b: i["registered_at"] for b, i in after["registered"].items()} == \
-            {b: i["registered_at"] for b, i in before["registered"].items()}
+        assert {b: i["registered_at"] for b, i in after["registered"].items()} == {
+            b: i["registered_at"] for b, i in before["registered"].items()
+        }
 
 
 def test_admin_balance_is_answered_by_the_clusters_rebalancer(cluster):
     asyncio.run(owners_seen_by_each_broker(cluster, [f"/default/bal-{i}" for i in range(6)]))
-    done = subprocess.run([sys.executable, "-m", "danube.cli.main", "admin", "--endpoint", cluster.procs[0].admin_url,
-                           "--output", "json", "brokers", "balance"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "danube.cli.main",
+            "admin",
+            "--endpoint",
+            cluster.procs[0].admin_url,
+            "--output",
+            "json",
+            "brokers",
+            "balance",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     balance = json.loads(done.stdout)
     assert balance["strategy"] == "fair" and balance["std_deviation"] >= 0
@@ -287,9 +346,23 @@ def test_admin_balance_is_answered_by_the_clusters_rebalancer(cluster):
 
 def test_admin_lists_the_clusters_brokers_and_leader(cluster):
     def admin(*args):
-        done = subprocess.run([sys.executable, "-m", "danube.cli.main", "admin", "--endpoint",
-                               cluster.procs[1].admin_url, "--output", "json", "brokers", *args],
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "danube.cli.main",
+                "admin",
+                "--endpoint",
+                cluster.procs[1].admin_url,
+                "--output",
+                "json",
+                "brokers",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
@@ -310,17 +383,36 @@ def test_drain_a_broker_through_another_brokers_admin_port_then_activate_it(clus
     assert had
 
     def admin(*args):
-        done = subprocess.run([sys.executable, "-m", "danube.cli.main", "admin", "--endpoint",
-                               cluster.procs[0].admin_url, "--output", "json", "brokers", *args],
-                              capture_output=True, text=True, timeout=90)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "danube.cli.main",
+                "admin",
+                "--endpoint",
+                cluster.procs[0].admin_url,
+                "--output",
+                "json",
+                "brokers",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
     assert admin("unload", drained.broker_id, "--dry-run")["total"] == len(had)
     result = admin("unload", drained.broker_id)
     assert (result["total"], result["succeeded"], result["failed"]) == (len(had), len(had), 0)
-    s = wait_until(lambda: (lambda st: st if not st["unassigned"] and all(t in st["assignments"] for t in had)
-                            else None)(state(cluster)), 20, "drained topics placed elsewhere")
+    s = wait_until(
+        lambda: (lambda st: st if not st["unassigned"] and all(t in st["assignments"] for t in had) else None)(
+            state(cluster)
+        ),
+        20,
+        "drained topics placed elsewhere",
+    )
     assert drained.broker_id not in s["assignments"].values()
     brokers = {b["broker_id"]: b for b in admin("list")}
     assert brokers[drained.broker_id]["broker_status"] == "drained"
@@ -328,7 +420,10 @@ def test_drain_a_broker_through_another_brokers_admin_port_then_activate_it(clus
     seen = asyncio.run(owners_seen_by_each_broker(cluster, new))
     assert drained.url not in {answers[0] for answers in seen.values()}
     admin("activate", drained.broker_id)
-    wait_until(lambda: {b["broker_id"]: b for b in admin("list")}[drained.broker_id]["broker_status"] == "active",
-               10, "broker active again")
+    wait_until(
+        lambda: {b["broker_id"]: b for b in admin("list")}[drained.broker_id]["broker_status"] == "active",
+        10,
+        "broker active again",
+    )
     seen = asyncio.run(owners_seen_by_each_broker(cluster, ["/default/after-activate"]))
     assert seen["/default/after-activate"][0] == drained.url  # the least loaded again under fair

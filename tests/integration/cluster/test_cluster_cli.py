@@ -34,9 +34,27 @@ def _gone(pid: int) -> bool:
 def test_cluster_up_prints_one_json_line_and_stops_everything_on_sigterm(tmp_path, storage):
     if storage == "object_store":
         pytest.importorskip("moto.server")
-    proc = subprocess.Popen([sys.executable, "-m", "danube.cli.main", "cluster", "up", "--brokers", "2", "--json",
-                             "--base-dir", str(tmp_path / "c"), "--lease-ttl", "3", "--storage", storage],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "danube.cli.main",
+            "cluster",
+            "up",
+            "--brokers",
+            "2",
+            "--json",
+            "--base-dir",
+            str(tmp_path / "c"),
+            "--lease-ttl",
+            "3",
+            "--storage",
+            storage,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     pids = []
     try:
         line = proc.stdout.readline()

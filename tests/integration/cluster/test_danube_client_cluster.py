@@ -32,8 +32,9 @@ def test_danube_client_follows_redirects_to_the_owner(client_python, tmp_path):
         ready = tmp_path / "ready"
         # the producer starts at one non-owner (creating the topic on its owner), the consumer at the other
         assert dc.run_script("produce.py", others[1], topic, "--count", "0", "--reliable")["sent"] == []
-        consumer = dc.start_script("consume.py", others[0], topic, "sub", "--count", "10", "--idle-timeout", "20",
-                                   "--ready-file", str(ready))
+        consumer = dc.start_script(
+            "consume.py", others[0], topic, "sub", "--count", "10", "--idle-timeout", "20", "--ready-file", str(ready)
+        )
         try:
             deadline = time.monotonic() + 60
             while not ready.exists():

@@ -44,22 +44,55 @@ def test_policy_set_at_a_non_owner_applies_to_the_owners_live_subscription(tmp_p
         async def scenario():
             client = DanubeClient.builder().service_url(other.url).build()
             try:
-                producer = await client.new_producer().with_topic(topic).with_name("p").with_reliable(True) \
-                    .build().create()
-                consumer = await (client.new_consumer().with_topic(topic).with_consumer_name("c")
-                                  .with_subscription(sub).with_subscription_type(SubType.Shared)
-                                  .with_reliable(True).build().subscribe())
-                dead = await (client.new_consumer().with_topic(dlq).with_consumer_name("d")
-                              .with_subscription("dlq-sub").with_reliable(True).build().subscribe())
-                code, out = await admin("topics", "set-failure-policy", topic, "--subscription", sub,
-                                        "--max-redelivery-count", "0", "--ack-timeout-ms", "5000",
-                                        "--base-redelivery-delay-ms", "50", "--max-redelivery-delay-ms", "50",
-                                        "--poison-policy", "dead_letter", "--dead-letter-topic", dlq)
+                producer = (
+                    await client.new_producer().with_topic(topic).with_name("p").with_reliable(True).build().create()
+                )
+                consumer = await (
+                    client.new_consumer()
+                    .with_topic(topic)
+                    .with_consumer_name("c")
+                    .with_subscription(sub)
+                    .with_subscription_type(SubType.Shared)
+                    .with_reliable(True)
+                    .build()
+                    .subscribe()
+                )
+                dead = await (
+                    client.new_consumer()
+                    .with_topic(dlq)
+                    .with_consumer_name("d")
+                    .with_subscription("dlq-sub")
+                    .with_reliable(True)
+                    .build()
+                    .subscribe()
+                )
+                code, out = await admin(
+                    "topics",
+                    "set-failure-policy",
+                    topic,
+                    "--subscription",
+                    sub,
+                    "--max-redelivery-count",
+                    "0",
+                    "--ack-timeout-ms",
+                    "5000",
+                    "--base-redelivery-delay-ms",
+                    "50",
+                    "--max-redelivery-delay-ms",
+                    "50",
+                    "--poison-policy",
+                    "dead_letter",
+                    "--dead-letter-topic",
+                    dlq,
+                )
                 assert (code, out) == (0, {"success": True})
                 code, out = await admin("topics", "get-failure-policy", topic, "--subscription", sub)
                 assert code == 0, out
-                assert (out["max_redelivery_count"], out["poison_policy"], out["dead_letter_topic"]) == \
-                    (0, "dead_letter", dlq)
+                assert (out["max_redelivery_count"], out["poison_policy"], out["dead_letter_topic"]) == (
+                    0,
+                    "dead_letter",
+                    dlq,
+                )
 
                 await producer.send_and_wait(b"poison")
                 got = await next_message(consumer, 20, "first delivery")

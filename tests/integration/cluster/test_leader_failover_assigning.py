@@ -115,14 +115,15 @@ def test_leader_failover_while_topics_are_being_assigned(tmp_path):
         deadline = time.monotonic() + 20
         while True:
             holders, unassigned = asyncio.run(_etcd_keys(cluster.etcd.url))
-            problems = {t: holders.get(t) for t in TOPICS
-                        if len(holders.get(t, [])) != 1 or holders[t][0] not in live}
+            problems = {t: holders.get(t) for t in TOPICS if len(holders.get(t, [])) != 1 or holders[t][0] not in live}
             stale = sorted(set(unassigned) & set(TOPICS))
             if not problems and not stale:
                 break
-            assert time.monotonic() < deadline, (f"{len(problems)} topic(s) not assigned exactly once to a live "
-                                                 f"broker: {dict(list(problems.items())[:5])}; markers left: "
-                                                 f"{stale[:5]}")
+            assert time.monotonic() < deadline, (
+                f"{len(problems)} topic(s) not assigned exactly once to a live "
+                f"broker: {dict(list(problems.items())[:5])}; markers left: "
+                f"{stale[:5]}"
+            )
             time.sleep(0.2)
         owner_of = {t: holders[t][0] for t in TOPICS}
         s = state(cluster)
@@ -143,14 +144,24 @@ def test_leader_failover_while_topics_are_being_assigned(tmp_path):
             owner = live[owner_of[topic]]
             with grpc.insecure_channel(owner.url.split("//")[1]) as ch:
                 producers = pb_grpc.ProducerServiceStub(ch)
-                p = producers.CreateProducer(pb.ProducerRequest(producer_name="p", topic_name=topic,
-                                                                dispatch_strategy=pb.Reliable), timeout=30)
+                p = producers.CreateProducer(
+                    pb.ProducerRequest(producer_name="p", topic_name=topic, dispatch_strategy=pb.Reliable), timeout=30
+                )
                 for i in range(3):
-                    reply = producers.SendMessage(pb.StreamMessage(
-                        request_id=i, msg_id=pb.MsgID(producer_id=p.producer_id, topic_name=topic),
-                        payload=b"after failover %d" % i, publish_time=1, producer_name="p"), timeout=30)
+                    reply = producers.SendMessage(
+                        pb.StreamMessage(
+                            request_id=i,
+                            msg_id=pb.MsgID(producer_id=p.producer_id, topic_name=topic),
+                            payload=b"after failover %d" % i,
+                            publish_time=1,
+                            producer_name="p",
+                        ),
+                        timeout=30,
+                    )
                     assert reply.request_id == i
         for p in live.values():
             assert "Traceback" not in p.log(), p.log()[-3000:]
-        print(f"leader {leader_id} killed with {in_flight} of {len(TOPICS)} lookups to go; retries "
-              f"{dict(driver.retries)}; placement {dict(counts)}; {time.monotonic() - started:.1f} s")
+        print(
+            f"leader {leader_id} killed with {in_flight} of {len(TOPICS)} lookups to go; retries "
+            f"{dict(driver.retries)}; placement {dict(counts)}; {time.monotonic() - started:.1f} s"
+        )

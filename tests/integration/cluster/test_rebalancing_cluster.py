@@ -93,8 +93,9 @@ def test_joining_brokers_get_topics_while_clients_produce_and_nothing_is_lost(tm
     started = time.monotonic()
     config = tmp_path / "danube_broker.yml"
     config.write_text(CONFIG)
-    with local_cluster(str(tmp_path / "c"), brokers=3, lease_ttl=6, storage="shared_fs", config=str(config),
-                       metrics=True) as cluster:
+    with local_cluster(
+        str(tmp_path / "c"), brokers=3, lease_ttl=6, storage="shared_fs", config=str(config), metrics=True
+    ) as cluster:
         leader = cluster.wait_ready()
         for p in cluster.procs:  # the file reached every broker (with the storage of --storage)
             assert "--config" in p.cmd and "--cluster" in p.cmd
@@ -103,13 +104,25 @@ def test_joining_brokers_get_topics_while_clients_produce_and_nothing_is_lost(tm
 
 
 async def scenario(cluster, leader: str) -> None:
-    client = (DanubeClient.builder().service_url(cluster.procs[0].url).with_health_check_interval(1.0)
-              .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=60).build())
+    client = (
+        DanubeClient.builder()
+        .service_url(cluster.procs[0].url)
+        .with_health_check_interval(1.0)
+        .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=60)
+        .build()
+    )
     producers = [client.new_producer().with_topic(t).with_name(f"p{i}").build() for i, t in enumerate(TOPICS)]
     await asyncio.gather(*(p.create() for p in producers))
-    consumers = [client.new_consumer().with_topic(t).with_consumer_name(f"c{i}").with_subscription("s")
-                 .with_subscription_type(SubType.Exclusive).with_reliable(True).build()
-                 for i, t in enumerate(TOPICS)]
+    consumers = [
+        client.new_consumer()
+        .with_topic(t)
+        .with_consumer_name(f"c{i}")
+        .with_subscription("s")
+        .with_subscription_type(SubType.Exclusive)
+        .with_reliable(True)
+        .build()
+        for i, t in enumerate(TOPICS)
+    ]
     await asyncio.gather(*(c.subscribe() for c in consumers))
     sent: list[list[asyncio.Future]] = [[] for _ in TOPICS]
     received: list[dict[int, bytes]] = [{} for _ in TOPICS]
@@ -150,7 +163,9 @@ async def scenario(cluster, leader: str) -> None:
                 return counts
             return None
 
-        counts = await async_wait_until(balanced, 75, "CV under the threshold with the new brokers owning topics", 0.3, in_thread=True)
+        counts = await async_wait_until(
+            balanced, 75, "CV under the threshold with the new brokers owning topics", 0.3, in_thread=True
+        )
         print(f"balanced {time.monotonic() - joined:.1f} s after the brokers joined: {dict(counts)}")
         await asyncio.sleep(1.5)  # a few more messages on the topics where they are now
     finally:
@@ -174,8 +189,7 @@ async def scenario(cluster, leader: str) -> None:
         for r in readers:
             r.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
-        await asyncio.gather(*(p.close() for p in producers), *(c.close() for c in consumers),
-                             return_exceptions=True)
+        await asyncio.gather(*(p.close() for p in producers), *(c.close() for c in consumers), return_exceptions=True)
         await client.close()
 
     # the history shows every move: each assignment after a topic's first one is a recorded move,
@@ -211,8 +225,12 @@ async def scenario(cluster, leader: str) -> None:
     assert metrics["danube_rebalancing_checks_total"] >= len(moved)
     assert metrics["danube_rebalancing_cycle_duration_seconds_count"] >= len(moved)
     assert metrics["danube_cluster_balance_cv"] < THRESHOLD
-    assert metrics["danube_cluster_balance_max_load"] >= metrics["danube_cluster_balance_mean_load"] \
-        >= metrics["danube_cluster_balance_min_load"] > 0
+    assert (
+        metrics["danube_cluster_balance_max_load"]
+        >= metrics["danube_cluster_balance_mean_load"]
+        >= metrics["danube_cluster_balance_min_load"]
+        > 0
+    )
     assert "danube_cluster_balance_std_dev" in metrics
     placed = collections.Counter(broker for _, broker in puts)
     unassigned = collections.Counter(r.from_broker for r in moved)

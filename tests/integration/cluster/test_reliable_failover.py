@@ -34,13 +34,19 @@ def shared_config(base: str) -> str:
     os.makedirs(shared, exist_ok=True)
     path = os.path.join(base, "shared.yml")
     with open(path, "w") as f:
-        f.write(f"storage:\n  mode: shared_fs\n  local_wal_root: {shared}/wal\n  durable:\n    root: {shared}/durable\n")
+        f.write(
+            f"storage:\n  mode: shared_fs\n  local_wal_root: {shared}/wal\n  durable:\n    root: {shared}/durable\n"
+        )
     return path
 
 
 def _client(url: str) -> DanubeClient:
-    return (DanubeClient.builder().service_url(url)
-            .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=60).build())
+    return (
+        DanubeClient.builder()
+        .service_url(url)
+        .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=60)
+        .build()
+    )
 
 
 class Load:
@@ -48,15 +54,21 @@ class Load:
 
     def __init__(self, client: DanubeClient, topic: str, subscription: str = "s") -> None:
         self.client, self.topic, self.subscription = client, topic, subscription
-        self.acked: dict[bytes, int] = {}    # payload -> offset, as the producer's acks said
+        self.acked: dict[bytes, int] = {}  # payload -> offset, as the producer's acks said
         self.ack_times: list[float] = []
         self.received: list[tuple[int, bytes]] = []
         self.ack_errors: list[BaseException] = []
         self.running = True
 
     async def start(self) -> None:
-        self.consumer = (self.client.new_consumer().with_topic(self.topic).with_consumer_name("c")
-                         .with_subscription(self.subscription).with_reliable().build())
+        self.consumer = (
+            self.client.new_consumer()
+            .with_topic(self.topic)
+            .with_consumer_name("c")
+            .with_subscription(self.subscription)
+            .with_reliable()
+            .build()
+        )
         await self.consumer.subscribe()
         self.producer = self.client.new_producer().with_topic(self.topic).with_name("p").with_linger_ms(1).build()
         await self.producer.create()
@@ -74,6 +86,7 @@ class Load:
                 if not f.cancelled() and f.exception() is None:
                     self.acked[payload] = f.result()
                     self.ack_times.append(time.monotonic())
+
             fut.add_done_callback(done)
             pending.add(fut)
             pending = {f for f in pending if not f.done()}
@@ -102,8 +115,10 @@ class Load:
             if time.monotonic() > deadline:
                 missing = sorted(self.acked[p] for p in set(self.acked) - {p for _, p in self.received})
                 got = sorted(o for o, _ in self.received)
-                raise AssertionError(f"{len(missing)} acked messages never delivered: offsets {missing[:5]}.."
-                                     f"{missing[-5:]}; received {len(got)} up to offset {got[-1] if got else None}")
+                raise AssertionError(
+                    f"{len(missing)} acked messages never delivered: offsets {missing[:5]}.."
+                    f"{missing[-5:]}; received {len(got)} up to offset {got[-1] if got else None}"
+                )
             await asyncio.sleep(0.1)
 
     async def close(self) -> None:
@@ -119,7 +134,9 @@ class Load:
         for offset, payload in self.received:
             assert by_offset.setdefault(offset, payload) == payload, f"offset {offset} issued twice"
         for payload, offset in self.acked.items():
-            assert by_offset.get(offset) == payload, f"acked {payload!r} at {offset}, delivered {by_offset.get(offset)!r}"
+            assert by_offset.get(offset) == payload, (
+                f"acked {payload!r} at {offset}, delivered {by_offset.get(offset)!r}"
+            )
         offsets = sorted(by_offset)
         assert offsets == list(range(offsets[0], offsets[-1] + 1)), "offset gap"
         assert offsets[-1] >= max(self.acked.values()), "the consumer did not reach the last offset"
@@ -159,14 +176,17 @@ def test_kill_9_of_an_owner_under_load_loses_no_acked_message(tmp_path):
         assert recovered <= ttl + 5
         new_owner = next(p for p in cluster.procs if p.alive() and p.broker_id == state(cluster)["assignments"][topic])
         assert "continuing the WAL of the previous owner" in new_owner.log()
-        print(f"kill -9 -> first acked publish: {recovered:.2f} s (lease ttl {ttl} s); "
-              f"{len(load.acked)} acked, all delivered")
+        print(
+            f"kill -9 -> first acked publish: {recovered:.2f} s (lease ttl {ttl} s); "
+            f"{len(load.acked)} acked, all delivered"
+        )
 
 
 def _start_proxy(target_url: str) -> tuple[subprocess.Popen, str]:
     host, port = target_url.split("//")[1].rsplit(":", 1)
-    proc = subprocess.Popen([sys.executable, PROXY, host, port], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, PROXY, host, port], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     return proc, f"http://127.0.0.1:{int(proc.stdout.readline())}"
 
 
@@ -188,30 +208,46 @@ def test_a_broker_cut_off_from_etcd_never_accepts_a_write_while_another_does(tmp
                     topic = t
                     break
             assert topic is not None, "no topic placed on broker-3"
-            accepted: list[tuple[float, str, int]] = []   # (time, broker url, offset)
+            accepted: list[tuple[float, str, int]] = []  # (time, broker url, offset)
 
             def producer(url):
                 ch = grpc.insecure_channel(url.split("//")[1])
                 stub = pb_grpc.ProducerServiceStub(ch)
-                pid = stub.CreateProducer(pb.ProducerRequest(producer_name=f"p{url[-5:]}", topic_name=topic,
-                                                             dispatch_strategy=pb.Reliable), timeout=30).producer_id
+                pid = stub.CreateProducer(
+                    pb.ProducerRequest(producer_name=f"p{url[-5:]}", topic_name=topic, dispatch_strategy=pb.Reliable),
+                    timeout=30,
+                ).producer_id
                 return ch, stub, pid
 
             def send(url, stub, pid, i) -> bool:
                 try:
-                    r = stub.SendMessage(pb.StreamMessage(
-                        request_id=i, msg_id=pb.MsgID(producer_id=pid, topic_name=topic),
-                        payload=b"c-%d" % i, publish_time=1, producer_name="p"), timeout=5)
+                    r = stub.SendMessage(
+                        pb.StreamMessage(
+                            request_id=i,
+                            msg_id=pb.MsgID(producer_id=pid, topic_name=topic),
+                            payload=b"c-%d" % i,
+                            publish_time=1,
+                            producer_name="p",
+                        ),
+                        timeout=5,
+                    )
                 except grpc.RpcError as exc:
-                    assert exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                                          grpc.StatusCode.NOT_FOUND), exc
+                    assert exc.code() in (
+                        grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        grpc.StatusCode.NOT_FOUND,
+                    ), exc
                     return False
                 accepted.append((time.monotonic(), url, r.request_id))
                 return True
 
             ch, stub, pid = producer(cut.url)
-            pb_grpc.ConsumerServiceStub(ch).Subscribe(pb.ConsumerRequest(  # its cursor starts at 0
-                topic_name=topic, consumer_name="c", subscription="all"), timeout=30)
+            pb_grpc.ConsumerServiceStub(ch).Subscribe(
+                pb.ConsumerRequest(  # its cursor starts at 0
+                    topic_name=topic, consumer_name="c", subscription="all"
+                ),
+                timeout=30,
+            )
             for i in range(20):
                 assert send(cut.url, stub, pid, i)
             os.kill(proxy.pid, signal.SIGSTOP)  # broker-3 can no longer reach etcd; the others can
@@ -221,6 +257,7 @@ def test_a_broker_cut_off_from_etcd_never_accepts_a_write_while_another_does(tmp
                 send(cut.url, stub, pid, i)  # accepted until it fences itself, refused after
                 i += 1
                 time.sleep(0.05)
+
             # meanwhile the leader reassigned the topic after broker-3's lease expired
             def moved():
                 kind, owner = asyncio.run(lookup(cluster.procs[0].url, topic))
@@ -256,8 +293,7 @@ def test_a_broker_cut_off_from_etcd_never_accepts_a_write_while_another_does(tmp
         # every accepted message is in the topic, once, in order (the new owner continued the WAL)
         ch = grpc.insecure_channel(new_owner.split("//")[1])
         consumers = pb_grpc.ConsumerServiceStub(ch)
-        c = consumers.Subscribe(pb.ConsumerRequest(topic_name=topic, consumer_name="c", subscription="all"),
-                                timeout=30)
+        c = consumers.Subscribe(pb.ConsumerRequest(topic_name=topic, consumer_name="c", subscription="all"), timeout=30)
         got = []
         stream = consumers.ReceiveMessages(pb.ReceiveRequest(consumer_id=c.consumer_id), timeout=30)
         want = {b"c-%d" % rid for _, _, rid in accepted}
@@ -304,13 +340,15 @@ def test_20_moves_under_continuous_produce_and_consume_with_both_clients(tmp_pat
             load = Load(_client(urls[0]), topic)
             await load.start()  # creates the topic and subscription "s"
             # danube-client: a consumer on subscription "b" (acks not retried) and a producer
-            consumer = dc.start_script("move_consume.py", urls[1], topic, "b", "--idle-timeout", "10",
-                                       "--ready-file", str(ready))
+            consumer = dc.start_script(
+                "move_consume.py", urls[1], topic, "b", "--idle-timeout", "10", "--ready-file", str(ready)
+            )
             while not ready.exists():
                 assert consumer.poll() is None, consumer.communicate()
                 await asyncio.sleep(0.1)
-            producer = dc.start_script("move_produce.py", urls[2], topic, "--count", "300", "--prefix", "d",
-                                       "--delay-ms", "30")
+            producer = dc.start_script(
+                "move_produce.py", urls[2], topic, "--count", "300", "--prefix", "d", "--delay-ms", "30"
+            )
             moves = []
             try:
                 for _ in range(20):
@@ -346,11 +384,13 @@ def test_20_moves_under_continuous_produce_and_consume_with_both_clients(tmp_pat
             assert by_offset.setdefault(offset, payload) == payload
         offsets = sorted(by_offset)
         assert offsets == list(range(offsets[0], offsets[-1] + 1)), "offset gap (danube-client)"
-        dc_lines = sorted(line for p in cluster.procs for line in p.log().splitlines()
-                          if "'dc'" in line or "subscription 'b'" in line)
+        dc_lines = sorted(
+            line for p in cluster.procs for line in p.log().splitlines() if "'dc'" in line or "subscription 'b'" in line
+        )
         assert set(sent) <= set(by_offset.values()), (
             f"danube-client consumer stopped at offset {offsets[-1]}; its log:\n{consumed['stderr']}\n"
-            f"brokers:\n" + "\n".join(dc_lines[-30:]))
+            f"brokers:\n" + "\n".join(dc_lines[-30:])
+        )
         assert {p.decode() for p, o in load.acked.items() if o >= offsets[0]} <= set(by_offset.values())
         # move_produce.py never rebuilds its producer: danube-client re-created it by itself, at each
         # new owner (its send retries UNAVAILABLE, then looks the topic up and creates it again)
@@ -358,6 +398,8 @@ def test_20_moves_under_continuous_produce_and_consume_with_both_clients(tmp_pat
         assert recreated >= 1, "danube-client's producer was never re-created"
         # both consumers end at the last offset: the last acked by either producer
         assert offsets[-1] == max(o for o, _ in load.received) >= max(load.acked.values())
-        print(f"20 moves: {len(load.acked)} + {len(sent)} messages ({recreated} danube-client producer "
-              f"re-creations); move (unload -> served again) "
-              f"p50 {sorted(moves)[10] * 1000:.0f} ms, max {max(moves) * 1000:.0f} ms")
+        print(
+            f"20 moves: {len(load.acked)} + {len(sent)} messages ({recreated} danube-client producer "
+            f"re-creations); move (unload -> served again) "
+            f"p50 {sorted(moves)[10] * 1000:.0f} ms, max {max(moves) * 1000:.0f} ms"
+        )

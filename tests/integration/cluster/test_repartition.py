@@ -28,8 +28,12 @@ KEYS = [f"key-{i}" for i in range(60)]
 
 
 def admin(admin_url: str, *args: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "danube.cli.main", "admin", "--endpoint", admin_url,
-                           "--output", "json", *args], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "danube.cli.main", "admin", "--endpoint", admin_url, "--output", "json", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -44,10 +48,10 @@ class Sub:
 
     def __init__(self, client, name: str, sub_type: str, consumers: int) -> None:
         self.name = name
-        self.idle = consumers == 0   # subscribed at the start, then nobody consumes it until the end
-        self.ordered = sub_type != SubType.Shared   # the types that promise per-key order
+        self.idle = consumers == 0  # subscribed at the start, then nobody consumes it until the end
+        self.ordered = sub_type != SubType.Shared  # the types that promise per-key order
         self.consumers = [self.consumer(client, sub_type, f"{name}-c{i}") for i in range(max(consumers, 1))]
-        self.seen = {k: 0 for k in KEYS}   # the first message of each key was published before the subscription
+        self.seen = {k: 0 for k in KEYS}  # the first message of each key was published before the subscription
         self.violations: list[str] = []
         self.got: set[tuple[str, int]] = set()
         self.received = 0
@@ -55,8 +59,16 @@ class Sub:
 
     def consumer(self, client, sub_type: str, consumer_name: str):
         self.sub_type = sub_type
-        return (client.new_consumer().with_topic(T).with_consumer_name(consumer_name).with_subscription(self.name)
-                .with_subscription_type(sub_type).with_reliable(True).with_receive_credit(50, 1 << 20).build())
+        return (
+            client.new_consumer()
+            .with_topic(T)
+            .with_consumer_name(consumer_name)
+            .with_subscription(self.name)
+            .with_subscription_type(sub_type)
+            .with_reliable(True)
+            .with_receive_credit(50, 1 << 20)
+            .build()
+        )
 
     async def consume(self, index: int, running: asyncio.Event) -> None:
         consumer = self.consumers[index]
@@ -65,8 +77,9 @@ class Sub:
             k, seq = m.payload.decode().split(":")
             seq = int(seq)
             if self.ordered and seq != self.seen[k] + 1:
-                self.violations.append(f"{self.name}: {k}: {seq} after {self.seen[k]} "
-                                       f"({consumer.name} {m.topic}@{m.offset})")
+                self.violations.append(
+                    f"{self.name}: {k}: {seq} after {self.seen[k]} ({consumer.name} {m.topic}@{m.offset})"
+                )
             if (k, seq) in self.got:
                 self.violations.append(f"{self.name}: {k}: {seq} twice ({consumer.name} {m.topic}@{m.offset})")
             self.got.add((k, seq))
@@ -79,9 +92,17 @@ class Sub:
 EXCLUSIVE = (("s", SubType.Exclusive, 1),)
 
 
-async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, check=None,
-                   held_at_least: dict[int, float] | None = None, subs=EXCLUSIVE,
-                   after_finalize=None) -> list[Sub]:
+async def scenario(
+    cluster,
+    steps=((4, 1), (2, 2)),
+    *,
+    pause=True,
+    during=None,
+    check=None,
+    held_at_least: dict[int, float] | None = None,
+    subs=EXCLUSIVE,
+    after_finalize=None,
+) -> list[Sub]:
     """``steps``: (partitions, version) per repartition; ``during(target)``: a coroutine run with the
     repartition call; ``check(target, seconds from the call to finalize)``; ``held_at_least``: with no
     backlog pause, a cutover to N may finalize before ``describe`` sees its marker, not sooner than [N] s;
@@ -89,13 +110,17 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
     idle subscription, consumed only once everything else was); ``after_finalize(target)``: awaited
     after each finalize."""
     url, admin_url = cluster.procs[0].url, cluster.procs[1].admin_url
-    client = (DanubeClient.builder().service_url(url)
-              .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=60).build())
+    client = (
+        DanubeClient.builder()
+        .service_url(url)
+        .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=60)
+        .build()
+    )
     producer = client.new_producer().with_topic(T).with_name("p").with_partitions(2).build()
     await producer.create()
     sent = {k: 0 for k in KEYS}
     futures = []
-    for i, k in enumerate(KEYS):   # every partition exists (and is recorded) before the consumers attach
+    for i, k in enumerate(KEYS):  # every partition exists (and is recorded) before the consumers attach
         futures.append(await producer.send(f"{k}:0".encode(), key=k))
         sent[k] = 1
     await producer.flush()
@@ -131,7 +156,7 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
         await async_wait_until(lambda: received() > 300, what="steady traffic", timeout=60)
         for target, version in steps:
             if pause:
-                running.clear()                   # a pre-cutover backlog on the sources
+                running.clear()  # a pre-cutover backlog on the sources
                 await asyncio.sleep(0.5)
             started = time.monotonic()
             call = asyncio.to_thread(admin, admin_url, "topics", "repartition", T, "--partitions", str(target))
@@ -141,15 +166,20 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
                 out = await call
             assert out["partitions"] == target and out["partitioning_version"] == version
             assert out["marker"]["phase"] == "cutover" and out["adoption_generation"] >= 1
-            await async_wait_until(lambda: producer.partitioning_version == version, what="producer cut over", timeout=60)
+            await async_wait_until(
+                lambda: producer.partitioning_version == version, what="producer cut over", timeout=60
+            )
             if target == 4:
-                await async_wait_until(lambda: all(len(c._parts) == 4 for c in consumers),
-                                 what="consumers on the new partitions", timeout=60)
+                await async_wait_until(
+                    lambda: all(len(c._parts) == 4 for c in consumers),
+                    what="consumers on the new partitions",
+                    timeout=60,
+                )
             info = await describe(admin_url)
             assert info["partitioning_version"] == version
-            if info["marker"] is None:   # finalized already: only allowed once the hold could have ended
+            if info["marker"] is None:  # finalized already: only allowed once the hold could have ended
                 assert held_at_least is not None and time.monotonic() - started >= held_at_least[target], info
-            await asyncio.sleep(0.5)              # moved keys are published on their new partitions
+            await asyncio.sleep(0.5)  # moved keys are published on their new partitions
             running.set()
             resumed = time.monotonic()
             info = await async_wait_until(lambda: _finalized(admin_url), timeout=60, what=f"finalize to {target}")
@@ -157,7 +187,7 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
                 await after_finalize(target)
             if check is not None:
                 check(target, time.monotonic() - started)
-            else:   # adopted: finalized well before the 30 s adoption timeout, which runs from the drain's
+            else:  # adopted: finalized well before the 30 s adoption timeout, which runs from the drain's
                 # completion, after the consumers resumed (not from the call: the CLI calls the pause
                 # spans take seconds each under load, and the backlog grows meanwhile)
                 assert time.monotonic() - resumed < 25, (time.monotonic() - resumed, time.monotonic() - started)
@@ -169,15 +199,21 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
     finally:
         stop.set()
         await asyncio.wait_for(pub, 60)
-        await async_wait_until(lambda: all(len(sub.got) == sum(sent.values()) - len(KEYS)
-                                     for sub in subscriptions if not sub.idle), what="everything consumed", timeout=60)
-        for sub in idle:   # its consumer is back: what it missed, every key in order
+        await async_wait_until(
+            lambda: all(len(sub.got) == sum(sent.values()) - len(KEYS) for sub in subscriptions if not sub.idle),
+            what="everything consumed",
+            timeout=60,
+        )
+        for sub in idle:  # its consumer is back: what it missed, every key in order
             sub.consumers.append(sub.consumer(client, sub.sub_type, f"{sub.name}-back"))
             consumers.append(sub.consumers[0])
             await sub.consumers[0].subscribe()
             cons.append(asyncio.ensure_future(sub.consume(0, running)))
-        await async_wait_until(lambda: all(sub.seen[k] == sent[k] - 1 for sub in idle for k in KEYS),
-                         what="the idle subscriptions consumed", timeout=60)
+        await async_wait_until(
+            lambda: all(sub.seen[k] == sent[k] - 1 for sub in idle for k in KEYS),
+            what="the idle subscriptions consumed",
+            timeout=60,
+        )
         for task in cons:
             task.cancel()
         await asyncio.gather(*cons, return_exceptions=True)
@@ -188,7 +224,7 @@ async def scenario(cluster, steps=((4, 1), (2, 2)), *, pause=True, during=None, 
     assert all(f.done() and f.exception() is None for f in futures)
     for sub in subscriptions:
         assert not sub.violations, sub.violations[:10]
-        assert sub.received == sum(sent.values()) - len(KEYS), sub.name   # nothing lost, nothing twice
+        assert sub.received == sum(sent.values()) - len(KEYS), sub.name  # nothing lost, nothing twice
     assert producer.cutovers == len(steps)
     return subscriptions
 
@@ -198,8 +234,13 @@ async def _finalized(admin_url: str):
     return info if info["marker"] is None else None
 
 
-EVERY_TYPE = (("ex", SubType.Exclusive, 1), ("sh", SubType.Shared, 2), ("fo", SubType.Failover, 2),
-              ("ks1", SubType.KeyShared, 1), ("ks", SubType.KeyShared, 2))
+EVERY_TYPE = (
+    ("ex", SubType.Exclusive, 1),
+    ("sh", SubType.Shared, 2),
+    ("fo", SubType.Failover, 2),
+    ("ks1", SubType.KeyShared, 1),
+    ("ks", SubType.KeyShared, 2),
+)
 
 
 def test_every_subscription_type_through_grow_and_shrink_on_three_brokers(tmp_path):
@@ -207,34 +248,39 @@ def test_every_subscription_type_through_grow_and_shrink_on_three_brokers(tmp_pa
     with local_cluster(str(tmp_path)) as cluster:
         done = asyncio.run(asyncio.wait_for(scenario(cluster, subs=EVERY_TYPE), 240))
     key_shared = next(sub for sub in done if sub.name == "ks")
-    assert all(n > 0 for n in key_shared.by_consumer), key_shared.by_consumer   # both consumers took keys
+    assert all(n > 0 for n in key_shared.by_consumer), key_shared.by_consumer  # both consumers took keys
 
 
-def test_a_subscription_nobody_consumes_holds_neither_a_grow_nor_a_shrink_and_keeps_its_order(tmp_path,
-                                                                                             monkeypatch):
+def test_a_subscription_nobody_consumes_holds_neither_a_grow_nor_a_shrink_and_keeps_its_order(tmp_path, monkeypatch):
     """The grow, then the shrink, finalize although "idle" has no consumer and has not drained their
     sources: a pending hold per transition in the partitioning state keeps its gate (on every
     broker); its consumer, back after both, reads the retired partitions too and every key in
     publish order; the leader then drops the holds."""
-    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "2000")   # the idle window (brokers)
+    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "2000")  # the idle window (brokers)
     from danube.metadata import keys as mkeys
     from danube.metadata.etcd import EtcdMetadataStore
 
     with local_cluster(str(tmp_path)) as cluster:
+
         async def run():
             store = EtcdMetadataStore(cluster.etcd.url)
 
             async def pending():
                 return json.loads((await store.get(mkeys.topic_partitioning(T))).value).get("pending", [])
 
-            async def held(target):   # the grow's hold, then the shrink's beside it
+            async def held(target):  # the grow's hold, then the shrink's beside it
                 holds = [(h["transition"]["to_partitions"], h["subscriptions"]) for h in await pending()]
                 assert holds == [(4, ["idle"])] + ([(2, ["idle"])] if target == 2 else []), holds
 
             try:
                 # "s" keeps consuming (paused, it would be idle too once the 2 s window passed)
-                done = await scenario(cluster, subs=(("s", SubType.Exclusive, 1), ("idle", SubType.Exclusive, 0)),
-                                      after_finalize=held, pause=False, held_at_least={4: 2.0, 2: 2.0})
+                done = await scenario(
+                    cluster,
+                    subs=(("s", SubType.Exclusive, 1), ("idle", SubType.Exclusive, 0)),
+                    after_finalize=held,
+                    pause=False,
+                    held_at_least={4: 2.0, 2: 2.0},
+                )
                 assert next(sub for sub in done if sub.idle).received > 0
                 await async_wait_until(lambda: _none(pending()), what="the pending holds dropped", timeout=60)
             finally:
@@ -265,11 +311,12 @@ def test_grow_while_a_broker_is_being_drained(tmp_path):
 
 
 def test_silent_client_waits_for_the_timeout_and_a_dead_brokers_label_is_ignored(tmp_path, monkeypatch):
-    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "8000")   # inherited by the brokers
+    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "8000")  # inherited by the brokers
     with local_cluster(str(tmp_path)) as cluster:
+
         async def run():
-            from danube.metadata.etcd import EtcdMetadataStore
             from danube.metadata import keys as mkeys
+            from danube.metadata.etcd import EtcdMetadataStore
             from danube.proto.danube_batch import batch_pb2 as bpb
             from danube.proto.danube_batch import batch_pb2_grpc as bgrpc
 
@@ -293,14 +340,14 @@ def test_silent_client_waits_for_the_timeout_and_a_dead_brokers_label_is_ignored
             requests.put_nowait(bpb.TopologyStreamRequest(ack=bpb.TopologyAck(generation=snap.generation)))
 
             async def during(target):
-                if target == 2:   # the silent client leaves before the shrink: only the ghost is left
+                if target == 2:  # the silent client leaves before the shrink: only the ghost is left
                     requests.put_nowait(None)
                     silent.cancel()
 
             def check(target, seconds):
-                if target == 4:   # held by the silent client: finalized on the 8 s timeout, not before
+                if target == 4:  # held by the silent client: finalized on the 8 s timeout, not before
                     assert 8 <= seconds < 30, seconds
-                else:             # the ghost's label is ignored: adopted long before the timeout
+                else:  # the ghost's label is ignored: adopted long before the timeout
                     assert seconds < 7.5, seconds
 
             try:
@@ -317,15 +364,20 @@ def test_a_source_open_on_no_broker_is_opened_and_the_transition_finalizes(tmp_p
     """Unloaded: the broker it was placed on opens it.  Never created: no broker owns it; the leader
     looks it up (the cluster's placement assigns it) and its owner records that nothing is there."""
     # nobody connected: no adoption label has a generation, so the (short) adoption timeout decides
-    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "2000")   # inherited by the brokers
+    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "2000")  # inherited by the brokers
     with local_cluster(str(tmp_path)) as cluster:
+
         async def run():
             from danube.metadata import keys as mkeys
             from danube.metadata.etcd import EtcdMetadataStore
 
             admin_url = cluster.procs[1].admin_url
-            client = (DanubeClient.builder().service_url(cluster.procs[0].url)
-                      .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=60).build())
+            client = (
+                DanubeClient.builder()
+                .service_url(cluster.procs[0].url)
+                .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=60)
+                .build()
+            )
             if part_1 == "unloaded":
                 producer = client.new_producer().with_topic(T).with_name("p").with_partitions(2).build()
             else:
@@ -341,7 +393,9 @@ def test_a_source_open_on_no_broker_is_opened_and_the_transition_finalizes(tmp_p
                 before = assignments[f"{T}-part-1"]
                 # sealed and handed to another broker, which opens it only when a client comes
                 await asyncio.to_thread(admin, admin_url, "topics", "unload", f"{T}-part-1")
-                await async_wait_until(lambda: _owner_other_than(cluster, f"{T}-part-1", before), what="part-1 placed", timeout=60)
+                await async_wait_until(
+                    lambda: _owner_other_than(cluster, f"{T}-part-1", before), what="part-1 placed", timeout=60
+                )
             else:
                 assert f"{T}-part-1" not in assignments
                 store = EtcdMetadataStore(cluster.etcd.url)
@@ -387,19 +441,31 @@ def test_every_type_keeps_receiving_as_a_user_first_tries_it(shared_fs_cluster, 
 
     async def run():
         admin_url = cluster.procs[1].admin_url
-        client = (DanubeClient.builder().service_url(cluster.procs[0].url)
-                  .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=60).build())
+        client = (
+            DanubeClient.builder()
+            .service_url(cluster.procs[0].url)
+            .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=60)
+            .build()
+        )
         producer = client.new_producer().with_topic(topic).with_name("p").with_partitions(2).build()
         await producer.create()
         subs = []
         for name, sub_type, n in EVERY_TYPE:
-            consumers = [client.new_consumer().with_topic(topic).with_consumer_name(f"{name}-c{i}")
-                         .with_subscription(name).with_subscription_type(sub_type).build() for i in range(n)]
+            consumers = [
+                client.new_consumer()
+                .with_topic(topic)
+                .with_consumer_name(f"{name}-c{i}")
+                .with_subscription(name)
+                .with_subscription_type(sub_type)
+                .build()
+                for i in range(n)
+            ]
             for c in consumers:
                 await c.subscribe()
             subs.append((name, sub_type != SubType.Shared, consumers, {}, []))
         tasks = []
         for name, ordered, consumers, got, violations in subs:
+
             async def consume(c, ordered=ordered, got=got, violations=violations):
                 async for m in c:
                     k, seq = m.payload.decode().split(":")
@@ -411,6 +477,7 @@ def test_every_type_keeps_receiving_as_a_user_first_tries_it(shared_fs_cluster, 
                         violations.append(f"{c.name}: {k}: {seq} after {len(seen) - 1} ({m.topic}@{m.offset})")
                     seen.add(seq)
                     await c.ack(m)
+
             tasks += [asyncio.ensure_future(consume(c)) for c in consumers]
         sent = {k: 0 for k in keys_}
         loop = asyncio.get_running_loop()
@@ -418,11 +485,15 @@ def test_every_type_keeps_receiving_as_a_user_first_tries_it(shared_fs_cluster, 
         try:
             while steps or loop.time() - started < last + 2.0:
                 elapsed = loop.time() - started
-                if steps and elapsed >= steps[0][0] and (
-                        steps[0][1] == 4 or (await describe_topic(admin_url, topic))["marker"] is None):
+                if (
+                    steps
+                    and elapsed >= steps[0][0]
+                    and (steps[0][1] == 4 or (await describe_topic(admin_url, topic))["marker"] is None)
+                ):
                     target = steps.pop(0)[1]
-                    await asyncio.to_thread(admin, admin_url, "topics", "repartition", topic,
-                                            "--partitions", str(target))
+                    await asyncio.to_thread(
+                        admin, admin_url, "topics", "repartition", topic, "--partitions", str(target)
+                    )
                     last = loop.time() - started
                 while i < elapsed * 2000:
                     k = keys_[i % len(keys_)]
@@ -431,8 +502,11 @@ def test_every_type_keeps_receiving_as_a_user_first_tries_it(shared_fs_cluster, 
                     i += 1
                 await asyncio.sleep(0.01)
             await producer.flush()
-            await async_wait_until(lambda: all(sum(map(len, got.values())) >= i for _, _, _, got, _ in subs),
-                             timeout=180, what="every subscription received everything")
+            await async_wait_until(
+                lambda: all(sum(map(len, got.values())) >= i for _, _, _, got, _ in subs),
+                timeout=180,
+                what="every subscription received everything",
+            )
         finally:
             for t in tasks:
                 t.cancel()
@@ -441,7 +515,7 @@ def test_every_type_keeps_receiving_as_a_user_first_tries_it(shared_fs_cluster, 
             await client.close()
         for name, _, _, got, violations in subs:
             assert not violations, (name, violations[:10])
-            assert {k: len(v) for k, v in got.items()} == sent, name   # every message, none missing
+            assert {k: len(v) for k, v in got.items()} == sent, name  # every message, none missing
 
     asyncio.run(asyncio.wait_for(run(), 500))
 

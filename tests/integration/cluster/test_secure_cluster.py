@@ -19,13 +19,13 @@ import os
 import grpc
 import pytest
 
+from danube.model.segment_layout import SegmentLayout
 from danube.proto.danube import DanubeApi_pb2 as dpb
 from danube.proto.danube import DanubeApi_pb2_grpc as dpb_grpc
 from danube.proto.danube_admin import admin_pb2 as apb
 from danube.proto.danube_admin import admin_pb2_grpc as apb_grpc
 from danube.proto.danube_scalable import scalable_pb2 as spb
 from danube.proto.danube_scalable import scalable_pb2_grpc as spb_grpc
-from danube.model.segment_layout import SegmentLayout
 from danube.security.jwt import issue_token
 from tests.support.certs import ClusterPki, make_cluster_pki
 from tests.support.cluster import local_cluster, wait_until
@@ -39,6 +39,7 @@ TOPIC = "/default/secure-orders"
 
 # ---------------------------------------------------------------- configuration
 
+
 def _config(directory: str, pki: ClusterPki, *, jwt: bool = True, super_admins=("ops",)) -> str:
     auth: dict = {
         "mode": "tls",
@@ -46,7 +47,8 @@ def _config(directory: str, pki: ClusterPki, *, jwt: bool = True, super_admins=(
         "super_admins": list(super_admins),
         # a broker re-reads roles changed through another broker only this rarely: the test
         # relies on one broker's stale view (the refusal at the owner below)
-        "rbac_refresh_seconds": 3600}
+        "rbac_refresh_seconds": 3600,
+    }
     if jwt:
         secret = os.path.join(directory, "jwt-secret")
         fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -55,11 +57,12 @@ def _config(directory: str, pki: ClusterPki, *, jwt: bool = True, super_admins=(
         auth["jwt"] = {"secret_key_file": secret, "issuer": "danube-auth"}
     path = os.path.join(directory, "broker.yml")
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"auth": auth}, f)   # JSON is YAML
+        json.dump({"auth": auth}, f)  # JSON is YAML
     return path
 
 
 # ---------------------------------------------------------------- calls
+
 
 def token(subject: str) -> str:
     return issue_token(subject, SECRET, issuer="danube-auth", expires_in_s=600)
@@ -107,8 +110,15 @@ async def grant_roles(c: Secure, cluster) -> None:
 
 def place(c: Secure, cluster, topic: str):
     """Place ``topic`` (a lookup at the first broker); (owner id, a broker that does not own it)."""
-    asyncio.run(c.call(cluster.procs[0].url, dpb_grpc.DiscoveryStub, "TopicLookup",
-                       dpb.TopicLookupRequest(request_id=1, topic=topic), "alice"))
+    asyncio.run(
+        c.call(
+            cluster.procs[0].url,
+            dpb_grpc.DiscoveryStub,
+            "TopicLookup",
+            dpb.TopicLookupRequest(request_id=1, topic=topic),
+            "alice",
+        )
+    )
     owner_id = wait_until(lambda: cluster.state()["assignments"].get(topic), 20, "placement")
     return owner_id, next(p for p in cluster.procs if p.broker_id != owner_id)
 
@@ -116,14 +126,25 @@ def place(c: Secure, cluster, topic: str):
 async def produce_and_consume(url: str, pki: ClusterPki, subject: str, payloads: list[bytes]) -> list[bytes]:
     from danube.client import DanubeClient, SubType
 
-    client = (DanubeClient.builder().service_url(url)
-              .with_mtls(pki.ca, pki.client.cert, pki.client.key).with_token(token(subject))
-              .with_retry(give_up_after_s=20).build())
+    client = (
+        DanubeClient.builder()
+        .service_url(url)
+        .with_mtls(pki.ca, pki.client.cert, pki.client.key)
+        .with_token(token(subject))
+        .with_retry(give_up_after_s=20)
+        .build()
+    )
     try:
         producer = client.new_producer().with_topic(TOPIC).with_name("p").build()
-        await producer.create()   # creates the topic on its first run
-        consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s")
-                    .with_subscription_type(SubType.Exclusive).build())
+        await producer.create()  # creates the topic on its first run
+        consumer = (
+            client.new_consumer()
+            .with_topic(TOPIC)
+            .with_consumer_name("c")
+            .with_subscription("s")
+            .with_subscription_type(SubType.Exclusive)
+            .build()
+        )
         await consumer.subscribe()
         await asyncio.gather(*[await producer.send(p) for p in payloads])
         got: list[bytes] = []
@@ -142,6 +163,7 @@ async def produce_and_consume(url: str, pki: ClusterPki, subject: str, payloads:
 
 # ---------------------------------------------------------------- the test
 
+
 def test_secure_cluster_forwards_as_the_caller_and_follows_redirects(tmp_path):
     pki = make_cluster_pki(str(tmp_path / "pki"))
     config = _config(str(tmp_path), pki)
@@ -153,8 +175,15 @@ def test_secure_cluster_forwards_as_the_caller_and_follows_redirects(tmp_path):
         first = cluster.procs[0]
         owner_id, other = place(c, cluster, TOPIC)
         owner = procs[owner_id]
-        answer = asyncio.run(c.call(other.url, dpb_grpc.DiscoveryStub, "TopicLookup",
-                                    dpb.TopicLookupRequest(request_id=2, topic=TOPIC), "alice"))
+        answer = asyncio.run(
+            c.call(
+                other.url,
+                dpb_grpc.DiscoveryStub,
+                "TopicLookup",
+                dpb.TopicLookupRequest(request_id=2, topic=TOPIC),
+                "alice",
+            )
+        )
         assert answer.response_type == dpb.TopicLookupResponse.Redirect
         assert answer.broker_url == owner.url == f"https://127.0.0.1:{owner.port}"
         registered = cluster.state()["registered"]
@@ -165,61 +194,118 @@ def test_secure_cluster_forwards_as_the_caller_and_follows_redirects(tmp_path):
         assert asyncio.run(produce_and_consume(other.url, pki, "alice", payloads)) == payloads
 
         # Describe at the broker that does not own the topic: forwarded with alice's token ...
-        described = asyncio.run(c.call(other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic",
-                                       apb.DescribeTopicRequest(name=TOPIC), "alice"))
+        described = asyncio.run(
+            c.call(
+                other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic", apb.DescribeTopicRequest(name=TOPIC), "alice"
+            )
+        )
         assert described.broker_id == owner_id and described.storage.next_offset == 20
         assert list(described.subscriptions) == ["s"]
         # ... and for a caller known by its client certificate only, as the broker itself.
-        described = asyncio.run(c.call(other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic",
-                                       apb.DescribeTopicRequest(name=TOPIC), None))
+        described = asyncio.run(
+            c.call(
+                other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic", apb.DescribeTopicRequest(name=TOPIC), None
+            )
+        )
         assert described.broker_id == owner_id
 
         # No role at all: refused by the broker asked, nothing forwarded.
-        refused = asyncio.run(c.refused(other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic",
-                                        apb.DescribeTopicRequest(name=TOPIC), "bob"))
+        refused = asyncio.run(
+            c.refused(
+                other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic", apb.DescribeTopicRequest(name=TOPIC), "bob"
+            )
+        )
         assert refused.code() == grpc.StatusCode.PERMISSION_DENIED
         assert "denied to 'bob'" in refused.details() and "at broker" not in refused.details()
 
         # carol loses her binding through the owner; the other broker's view is still the old one,
         # so it lets her call through and forwards it with her token: the owner refuses.
         asyncio.run(c.security(owner.admin_url, "Unbind", {"subject": "carol"}))
-        refused = asyncio.run(c.refused(other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic",
-                                        apb.DescribeTopicRequest(name=TOPIC), "carol"))
+        refused = asyncio.run(
+            c.refused(
+                other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic", apb.DescribeTopicRequest(name=TOPIC), "carol"
+            )
+        )
         assert refused.code() == grpc.StatusCode.PERMISSION_DENIED, refused.details()
         assert refused.details().startswith(f"at broker {owner_id}: permission 'admin' on {TOPIC} denied to 'carol'")
-        refused = asyncio.run(c.refused(other.admin_url, apb_grpc.TopicAdminStub, "UnloadTopic",
-                                        apb.TopicRequest(name=TOPIC), "carol"))
+        refused = asyncio.run(
+            c.refused(other.admin_url, apb_grpc.TopicAdminStub, "UnloadTopic", apb.TopicRequest(name=TOPIC), "carol")
+        )
         assert refused.code() == grpc.StatusCode.PERMISSION_DENIED and "denied to 'carol'" in refused.details()
-        assert cluster.state()["assignments"][TOPIC] == owner_id   # nothing moved
+        assert cluster.state()["assignments"][TOPIC] == owner_id  # nothing moved
 
         # Unload sent to the other broker: forwarded to the owner (as alice), the topic moves.
-        asyncio.run(c.call(other.admin_url, apb_grpc.TopicAdminStub, "UnloadTopic",
-                           apb.TopicRequest(name=TOPIC), "alice"))
+        asyncio.run(
+            c.call(other.admin_url, apb_grpc.TopicAdminStub, "UnloadTopic", apb.TopicRequest(name=TOPIC), "alice")
+        )
         wait_until(lambda: cluster.state()["assignments"].get(TOPIC) == other.broker_id, 20, "the move")
 
         # Drain the topic's new owner, asked of the first owner: forwarded to the broker drained.
-        drained = asyncio.run(c.call(owner.admin_url, apb_grpc.BrokerAdminStub, "UnloadBroker",
-                                     apb.UnloadBrokerRequest(broker_id=other.broker_id, timeout_seconds=30), "ops"))
+        drained = asyncio.run(
+            c.call(
+                owner.admin_url,
+                apb_grpc.BrokerAdminStub,
+                "UnloadBroker",
+                apb.UnloadBrokerRequest(broker_id=other.broker_id, timeout_seconds=30),
+                "ops",
+            )
+        )
         assert drained.total >= 1 and drained.succeeded == drained.total and not drained.failed_topics, drained
         wait_until(lambda: cluster.state()["assignments"].get(TOPIC) == owner_id, 20, "the drain's move")
-        asyncio.run(c.call(owner.admin_url, apb_grpc.BrokerAdminStub, "ActivateBroker",
-                           apb.ActivateBrokerRequest(broker_id=other.broker_id), "ops"))
+        asyncio.run(
+            c.call(
+                owner.admin_url,
+                apb_grpc.BrokerAdminStub,
+                "ActivateBroker",
+                apb.ActivateBrokerRequest(broker_id=other.broker_id),
+                "ops",
+            )
+        )
 
         # A scalable topic's split asked of the broker that is not its controller leader: forwarded to
         # the leader's client port as the broker (its token), the parent segment terminated at
         # whichever broker serves it.
         scalable = "/default/secure-scalable"
-        asyncio.run(c.call(first.url, spb_grpc.ScalableTopicsStub, "CreateScalableTopic",
-                           spb.CreateScalableTopicRequest(topic=scalable, num_segments=1), "ops"))
-        leader_url = asyncio.run(c.call(first.url, spb_grpc.ScalableTopicsStub, "GetScalableTopic",
-                                        spb.ScalableTopicRequest(topic=scalable), "ops")).controller_broker_url
+        asyncio.run(
+            c.call(
+                first.url,
+                spb_grpc.ScalableTopicsStub,
+                "CreateScalableTopic",
+                spb.CreateScalableTopicRequest(topic=scalable, num_segments=1),
+                "ops",
+            )
+        )
+        leader_url = asyncio.run(
+            c.call(
+                first.url,
+                spb_grpc.ScalableTopicsStub,
+                "GetScalableTopic",
+                spb.ScalableTopicRequest(topic=scalable),
+                "ops",
+            )
+        ).controller_broker_url
         assert leader_url.startswith("https://")
         not_leader = next(p for p in cluster.procs if p.url != leader_url)
-        asyncio.run(c.call(not_leader.url, spb_grpc.ScalableTopicsStub, "SplitSegment",
-                           spb.SplitSegmentRequest(topic=scalable, segment_id=0), "ops"))
-        layout = SegmentLayout.from_json(asyncio.run(c.call(
-            not_leader.url, spb_grpc.ScalableTopicsStub, "GetScalableTopic", spb.ScalableTopicRequest(topic=scalable),
-            "ops")).metadata_json)
+        asyncio.run(
+            c.call(
+                not_leader.url,
+                spb_grpc.ScalableTopicsStub,
+                "SplitSegment",
+                spb.SplitSegmentRequest(topic=scalable, segment_id=0),
+                "ops",
+            )
+        )
+        layout = SegmentLayout.from_json(
+            asyncio.run(
+                c.call(
+                    not_leader.url,
+                    spb_grpc.ScalableTopicsStub,
+                    "GetScalableTopic",
+                    spb.ScalableTopicRequest(topic=scalable),
+                    "ops",
+                )
+            ).metadata_json
+        )
         assert sorted(s.segment_id for s in layout.active_segments) == [1, 2], layout
 
         # The client, still pointed at the drained broker, is redirected to where the topic is now;
@@ -237,20 +323,32 @@ def test_mtls_only_cluster_needs_the_brokers_subject_as_an_admin(tmp_path):
     c = Secure(pki)
     with local_cluster(str(tmp_path / "c"), brokers=2, config=config) as cluster:
         first = cluster.procs[0]
-        asyncio.run(c.call(first.admin_url, apb_grpc.TopicAdminStub, "CreateTopic",
-                           apb.NewTopicRequest(name=TOPIC), None))
+        asyncio.run(
+            c.call(first.admin_url, apb_grpc.TopicAdminStub, "CreateTopic", apb.NewTopicRequest(name=TOPIC), None)
+        )
         owner_id = wait_until(lambda: cluster.state()["assignments"].get(TOPIC), 20, "placement")
         other = next(p for p in cluster.procs if p.broker_id != owner_id)
 
-        def other_sees_the_owner():   # its watched view, which decides whether it forwards
-            listed = asyncio.run(c.call(other.admin_url, apb_grpc.TopicAdminStub, "ListNamespaceTopics",
-                                        apb.NamespaceRequest(name="default"), None))
+        def other_sees_the_owner():  # its watched view, which decides whether it forwards
+            listed = asyncio.run(
+                c.call(
+                    other.admin_url,
+                    apb_grpc.TopicAdminStub,
+                    "ListNamespaceTopics",
+                    apb.NamespaceRequest(name="default"),
+                    None,
+                )
+            )
             return any(t.name == TOPIC and t.broker_id == owner_id for t in listed.topics)
+
         wait_until(other_sees_the_owner, 20, f"{other.broker_id}'s view of the placement")
         for p in cluster.procs:
             assert "certificate subject 'danube-node' may not administer the cluster" in p.log()
-        refused = asyncio.run(c.refused(other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic",
-                                        apb.DescribeTopicRequest(name=TOPIC), None))
+        refused = asyncio.run(
+            c.refused(
+                other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic", apb.DescribeTopicRequest(name=TOPIC), None
+            )
+        )
         assert refused.code() == grpc.StatusCode.PERMISSION_DENIED, refused.details()
         assert f"at broker {owner_id}" in refused.details() and "denied to 'danube-node'" in refused.details()
         assert "auth.super_admins" in refused.details()
@@ -259,9 +357,13 @@ def test_mtls_only_cluster_needs_the_brokers_subject_as_an_admin(tmp_path):
             for p in cluster.procs:
                 await c.security(p.admin_url, "PutRole", {"name": "brokers", "permissions": ["admin:*"]}, None)
                 await c.security(p.admin_url, "Bind", {"subject": "danube-node", "roles": ["brokers"]}, None)
+
         asyncio.run(grant())
-        described = asyncio.run(c.call(other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic",
-                                       apb.DescribeTopicRequest(name=TOPIC), None))
+        described = asyncio.run(
+            c.call(
+                other.admin_url, apb_grpc.TopicAdminStub, "DescribeTopic", apb.DescribeTopicRequest(name=TOPIC), None
+            )
+        )
         assert described.broker_id == owner_id
 
 
@@ -277,14 +379,26 @@ def test_danube_client_from_pypi_follows_a_secure_redirect(tmp_path):
     pki = make_cluster_pki(str(tmp_path / "pki"))
     c = Secure(pki)
     token_file = tmp_path / "token"
-    token_file.write_text(token("alice"))   # read by the script: a token never goes on a command line
+    token_file.write_text(token("alice"))  # read by the script: a token never goes on a command line
     os.chmod(token_file, 0o600)
     with local_cluster(str(tmp_path / "c"), brokers=2, config=_config(str(tmp_path), pki)) as cluster:
         asyncio.run(grant_roles(c, cluster))
         topic = "/default/secure-pypi"
         _, other = place(c, cluster, topic)
-        result = dc.run_script("secure_roundtrip.py", other.url, topic, "--count", "5", "--ca", pki.ca,
-                               "--cert", pki.client.cert, "--key", pki.client.key, "--token-file", str(token_file),
-                               timeout=90)
-        assert result["error"] is None and result["received"] == result["sent"] == [f"m-{i}" for i in range(5)], \
-            result
+        result = dc.run_script(
+            "secure_roundtrip.py",
+            other.url,
+            topic,
+            "--count",
+            "5",
+            "--ca",
+            pki.ca,
+            "--cert",
+            pki.client.cert,
+            "--key",
+            pki.client.key,
+            "--token-file",
+            str(token_file),
+            timeout=90,
+        )
+        assert result["error"] is None and result["received"] == result["sent"] == [f"m-{i}" for i in range(5)], result

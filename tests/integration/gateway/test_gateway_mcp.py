@@ -99,17 +99,41 @@ async def test_mcp_actions_when_allowed(broker):
             result = await session.call_tool("list_topics", {"namespace": "default"})
             topics = json.loads(result.content[0].text)
             assert [t["delivery"] for t in topics if t["name"] == "/default/mcp_t"] == ["Reliable"]
-            set_policy = ["--endpoint", f"http://127.0.0.1:{broker.admin_port}", "topics", "set-failure-policy",
-                          "/default/mcp_t", "-s", "s", "--max-redelivery-count", "2", "--ack-timeout-ms", "1000",
-                          "--base-redelivery-delay-ms", "10", "--max-redelivery-delay-ms", "20", "--poison-policy",
-                          "drop"]
+            set_policy = [
+                "--endpoint",
+                f"http://127.0.0.1:{broker.admin_port}",
+                "topics",
+                "set-failure-policy",
+                "/default/mcp_t",
+                "-s",
+                "s",
+                "--max-redelivery-count",
+                "2",
+                "--ack-timeout-ms",
+                "1000",
+                "--base-redelivery-delay-ms",
+                "10",
+                "--max-redelivery-delay-ms",
+                "20",
+                "--poison-policy",
+                "drop",
+            ]
             assert await asyncio.to_thread(admin_cli.main, set_policy) == 0
-            result = await session.call_tool("get_subscription_failure_policy",
-                                             {"topic": "/default/mcp_t", "subscription": "s"})
-            assert json.loads(result.content[0].text) == {"subscription_type": "Exclusive", "failure_policy": {
-                "max_redelivery_count": 2, "ack_timeout_ms": 1000, "base_redelivery_delay_ms": 10,
-                "max_redelivery_delay_ms": 20, "backoff_strategy": "fixed", "dead_letter_topic": None,
-                "poison_policy": "drop"}}
+            result = await session.call_tool(
+                "get_subscription_failure_policy", {"topic": "/default/mcp_t", "subscription": "s"}
+            )
+            assert json.loads(result.content[0].text) == {
+                "subscription_type": "Exclusive",
+                "failure_policy": {
+                    "max_redelivery_count": 2,
+                    "ack_timeout_ms": 1000,
+                    "base_redelivery_delay_ms": 10,
+                    "max_redelivery_delay_ms": 20,
+                    "backoff_strategy": "fixed",
+                    "dead_letter_topic": None,
+                    "poison_policy": "drop",
+                },
+            }
             result = await session.call_tool("delete_topic", {"topic": "/default/mcp_t"})
             assert not _is_error(result), result.content[0].text
             result = await session.call_tool("describe_topic", {"topic": "/default/mcp_t"})

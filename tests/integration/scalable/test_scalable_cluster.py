@@ -19,9 +19,9 @@ from danube.client import DanubeClient
 from danube.client.scalable import QUEUE, STREAM, ScalableConsumer, ScalableProducer
 from danube.metadata import keys
 from danube.metadata.etcd import EtcdMetadataStore
+from danube.model.segment_layout import SegmentLayout
 from danube.proto.danube_scalable import scalable_pb2 as pb
 from danube.proto.danube_scalable import scalable_pb2_grpc as pb_grpc
-from danube.model.segment_layout import SegmentLayout
 from tests.support.cluster import local_cluster
 from tests.support.etcd import requires_etcd
 
@@ -79,8 +79,11 @@ async def scenario(cluster) -> None:
                 await asyncio.sleep(0.002)
 
     got_ordered, got_queue = [], []
-    tasks = [asyncio.create_task(publish()), asyncio.create_task(reader(ordered, got_ordered, stop_reading)),
-             asyncio.create_task(reader(queue, got_queue, stop_reading))]
+    tasks = [
+        asyncio.create_task(publish()),
+        asyncio.create_task(reader(ordered, got_ordered, stop_reading)),
+        asyncio.create_task(reader(queue, got_queue, stop_reading)),
+    ]
     await asyncio.sleep(1.0)
     await via.SplitSegment(pb.SplitSegmentRequest(topic=T, segment_id=0), timeout=60)
     await asyncio.sleep(1.0)
@@ -97,7 +100,7 @@ async def scenario(cluster) -> None:
     split = asyncio.ensure_future(on_leader.SplitSegment(pb.SplitSegmentRequest(topic=T, segment_id=2), timeout=60))
     await asyncio.sleep(0.01)
     leader.kill()
-    try:   # a split takes milliseconds: it may finish before the kill lands (then the layout has it)
+    try:  # a split takes milliseconds: it may finish before the kill lands (then the layout has it)
         await split
         finished_before_the_kill = True
     except grpc.aio.AioRpcError:
@@ -126,8 +129,7 @@ async def scenario(cluster) -> None:
     assert layout.epoch in (3, 4)  # 4: completed, 3: rolled back
     assert layout.epoch == 4 or not finished_before_the_kill, "an answered split was rolled back"
     # and the clients carry on: one more split through the new leader
-    await via.SplitSegment(pb.SplitSegmentRequest(topic=T, segment_id=layout.active_segments[0].segment_id),
-                           timeout=60)
+    await via.SplitSegment(pb.SplitSegmentRequest(topic=T, segment_id=layout.active_segments[0].segment_id), timeout=60)
     await asyncio.sleep(2.0)
     stop_publishing.set()
     await tasks[0]
@@ -138,8 +140,10 @@ async def scenario(cluster) -> None:
         await asyncio.sleep(0.2)
     stop_reading.set()
     await asyncio.gather(*tasks[1:])
-    print(f"sent {total}, ordered {len(got_ordered)}, queue {len(got_queue)}, re-sent after a seal "
-          f"{producer.reroutes}, final epoch {layout.epoch}")
+    print(
+        f"sent {total}, ordered {len(got_ordered)}, queue {len(got_queue)}, re-sent after a seal "
+        f"{producer.reroutes}, final epoch {layout.epoch}"
+    )
     for name, got in (("ordered", got_ordered), ("queue", got_queue)):
         per_key = collections.defaultdict(list)
         for key, seq, _ in got:

@@ -16,9 +16,9 @@ from danube.client import DanubeClient
 from danube.client.scalable import QUEUE, ScalableConsumer, ScalableProducer
 from danube.metadata import keys
 from danube.metadata.etcd import EtcdMetadataStore
+from danube.model.segment_layout import SegmentLayout, segment_topic_name
 from danube.proto.danube_scalable import scalable_pb2 as pb
 from danube.proto.danube_scalable import scalable_pb2_grpc as pb_grpc
-from danube.model.segment_layout import SegmentLayout, segment_topic_name
 from tests.support.cluster import local_cluster, lookup
 from tests.support.etcd import requires_etcd
 from tests.support.s3 import s3_bucket, s3_server  # noqa: F401
@@ -33,8 +33,12 @@ KEYS = [f"key-{i}" for i in range(24)]
 def wal_dirs(base: str, name: str) -> list[str]:
     """Every directory of segment topic ``name`` (or a set-aside copy) on any broker's disk."""
     short = name.rsplit("/", 1)[1]
-    return sorted(os.path.join(d, e) for d, dirs, _ in os.walk(base) for e in dirs
-                  if e == short or e.startswith(f".stale-{short}-"))
+    return sorted(
+        os.path.join(d, e)
+        for d, dirs, _ in os.walk(base)
+        for e in dirs
+        if e == short or e.startswith(f".stale-{short}-")
+    )
 
 
 def objects(s3, name: str) -> list[str]:
@@ -68,8 +72,10 @@ async def scenario(cluster, s3, base: str) -> None:
         await async_wait_until(lambda: len(got) >= 90, 60, "the first 90 messages", 0.2)
         first = SegmentLayout.from_json((await admin.GetScalableTopic(pb.ScalableTopicRequest(topic=T))).metadata_json)
         parent = segment_topic_name(T, first.segment(0))
-        owners = {segment_topic_name(T, s): (await lookup(procs[0].url, segment_topic_name(T, s)))[1]
-                  for s in first.active_segments}
+        owners = {
+            segment_topic_name(T, s): (await lookup(procs[0].url, segment_topic_name(T, s)))[1]
+            for s in first.active_segments
+        }
         print("segment owners", owners)
         assert wal_dirs(base, parent)
 
@@ -80,7 +86,8 @@ async def scenario(cluster, s3, base: str) -> None:
 
         async def pruned():
             layout = SegmentLayout.from_json(
-                (await admin.GetScalableTopic(pb.ScalableTopicRequest(topic=T))).metadata_json)
+                (await admin.GetScalableTopic(pb.ScalableTopicRequest(topic=T))).metadata_json
+            )
             return 0 not in layout.segments and await store.get(keys.scalable_operation(T)) is None and layout
 
         layout = await async_wait_until(pruned, 60, "the drained parent's prune", 0.2)
@@ -92,14 +99,16 @@ async def scenario(cluster, s3, base: str) -> None:
 
         # delete: every segment's files on every broker and in the bucket, and its metadata
         names = [segment_topic_name(T, s) for s in layout.segments.values()]
-        await async_wait_until(lambda: all(objects(s3, n) for n in names if n in owners), 60,
-                               "the export of the active segments", 0.2)
+        await async_wait_until(
+            lambda: all(objects(s3, n) for n in names if n in owners), 60, "the export of the active segments", 0.2
+        )
         assert all(wal_dirs(base, n) for n in names)
         reader.cancel()
         await producer.close()
         await queue.close()
         reply = await pb_grpc.ScalableTopicsStub(cclient.connection().channel).DeleteScalableTopic(
-            pb.ScalableTopicRequest(topic=T), timeout=60)
+            pb.ScalableTopicRequest(topic=T), timeout=60
+        )
         assert reply.deleted
         for name in names:
             assert wal_dirs(base, name) == [], name
@@ -118,10 +127,15 @@ async def scenario(cluster, s3, base: str) -> None:
 
 def test_prune_and_delete_free_the_storage_on_every_broker(tmp_path, s3_bucket):  # noqa: F811
     # small WAL files rotated by age too: exported (only rotated files are) within a second
-    config = {"storage": {"mode": "object_store", "export_interval_seconds": 0.3,
-                          "wal": {"max_file_mb": 4 / 1024, "max_file_age_seconds": 0.5},
-                          "durable": s3_bucket.storage_section("danube")},
-              "scalable_topics": {"prune_interval_seconds": 0.2, "sealed_retention_seconds": 0.5}}
+    config = {
+        "storage": {
+            "mode": "object_store",
+            "export_interval_seconds": 0.3,
+            "wal": {"max_file_mb": 4 / 1024, "max_file_age_seconds": 0.5},
+            "durable": s3_bucket.storage_section("danube"),
+        },
+        "scalable_topics": {"prune_interval_seconds": 0.2, "sealed_retention_seconds": 0.5},
+    }
     path = tmp_path / "broker.yml"
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)  # it holds the S3 keys: the broker refuses a file others can read

@@ -29,8 +29,9 @@ KEYS = [f"key-{i}" for i in range(24)]
 @contextlib.asynccontextmanager
 async def broker_with_scalable(data_dir, grace=5.0, **options):
     metadata = EmbeddedMetadataStore(str(data_dir / "metadata.db"))
-    factory = StorageFactory(StorageConfig.from_dict({"wal": {"sync": "never"}}, data_dir=str(data_dir)),
-                             metadata, broker_id="test")
+    factory = StorageFactory(
+        StorageConfig.from_dict({"wal": {"sync": "never"}}, data_dir=str(data_dir)), metadata, broker_id="test"
+    )
     server = grpc.aio.server()
     port = server.add_insecure_port("127.0.0.1:0")
     url = f"http://127.0.0.1:{port}"
@@ -85,16 +86,19 @@ async def test_split_split_merge_with_keyed_publishing(tmp_path):
 
         got_ordered, got_queue = [], []
         publisher = asyncio.create_task(publish())
-        readers = [asyncio.create_task(collect(ordered, 10**9, got_ordered, 3600)),
-                   asyncio.create_task(collect(queue, 10**9, got_queue, 3600))]
+        readers = [
+            asyncio.create_task(collect(ordered, 10**9, got_ordered, 3600)),
+            asyncio.create_task(collect(queue, 10**9, got_queue, 3600)),
+        ]
         await asyncio.sleep(0.5)
         one = json.loads((await admin.SplitSegment(pb.SplitSegmentRequest(topic=T, segment_id=0))).metadata_json)
         assert sorted(int(k) for k in one["segments"]) == [0, 1, 2]
         await asyncio.sleep(0.5)
         await admin.SplitSegment(pb.SplitSegmentRequest(topic=T, segment_id=1))
         await asyncio.sleep(0.5)
-        three = json.loads((await admin.MergeSegments(
-            pb.MergeSegmentsRequest(topic=T, segment_id1=3, segment_id2=4))).metadata_json)
+        three = json.loads(
+            (await admin.MergeSegments(pb.MergeSegmentsRequest(topic=T, segment_id1=3, segment_id2=4))).metadata_json
+        )
         assert [s["segmentId"] for s in three["segments"].values() if s["state"] == "ACTIVE"] == [2, 5]
         await asyncio.sleep(0.5)
         stop.set()
@@ -107,7 +111,18 @@ async def test_split_split_merge_with_keyed_publishing(tmp_path):
             await asyncio.sleep(0.1)
         for task in readers:
             task.cancel()
-        print("total", total, "reroutes", producer.reroutes, "ordered", len(got_ordered), "queue", len(got_queue), "segments", collections.Counter(t for _, _, t in got_ordered))
+        print(
+            "total",
+            total,
+            "reroutes",
+            producer.reroutes,
+            "ordered",
+            len(got_ordered),
+            "queue",
+            len(got_queue),
+            "segments",
+            collections.Counter(t for _, _, t in got_ordered),
+        )
         assert total > 500
 
         for name, got in (("ordered", got_ordered), ("queue", got_queue)):
@@ -127,7 +142,7 @@ async def test_split_split_merge_with_keyed_publishing(tmp_path):
             if seg["stats"].get("served_here"):
                 assert {"ordered", "work"} <= set(subs), seg["topic"]
         plain = client.new_producer().with_topic(f"{T}.seg.0000-ffff-0").with_name("plain").build()
-        await plain.create()                              # a sealed segment refuses a plain producer too
+        await plain.create()  # a sealed segment refuses a plain producer too
         with pytest.raises(TopicTerminatedError, match="terminated") as refused:
             await plain.send_and_wait(b"late")
         assert not refused.value.retriable and broker.topics[f"{T}.seg.0000-ffff-0"].terminated
@@ -173,8 +188,17 @@ async def test_admin_cli_scalable_topics(tmp_path):
 
         async def cli(*args):
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "danube.cli.admin", "--endpoint", endpoint, "-o", "json", *args,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                sys.executable,
+                "-m",
+                "danube.cli.admin",
+                "--endpoint",
+                endpoint,
+                "-o",
+                "json",
+                *args,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
             out, err = await proc.communicate()
             assert proc.returncode == 0, err.decode()
             return json.loads(out)
@@ -214,8 +238,10 @@ async def test_delete_removes_every_segments_stored_data(tmp_path):
         await plain.send_and_wait(b"stays")
         config = broker.storage_factory.config
         layout = json.loads((await admin.GetScalableTopic(pb.ScalableTopicRequest(topic=T))).metadata_json)
-        names = [f"{T}.seg.{s['hashRange']['start']:04x}-{s['hashRange']['end']:04x}-{s['segmentId']}"
-                 for s in layout["segments"].values()]
+        names = [
+            f"{T}.seg.{s['hashRange']['start']:04x}-{s['hashRange']['end']:04x}-{s['segmentId']}"
+            for s in layout["segments"].values()
+        ]
         assert len(names) == 3 and all(os.path.isdir(config.wal_dir(n)) for n in names)
 
         assert (await admin.DeleteScalableTopic(pb.ScalableTopicRequest(topic=T))).deleted
@@ -224,7 +250,9 @@ async def test_delete_removes_every_segments_stored_data(tmp_path):
             assert name not in broker.topics
             assert not os.path.exists(config.wal_dir(name)), name
             assert await broker.metadata.get_prefix(f"/topics/default/{name.rsplit('/', 1)[1]}/") == []
-        assert os.path.isdir(config.wal_dir("/default/plain")) and broker.topics["/default/plain"].storage.next_offset == 1
+        assert (
+            os.path.isdir(config.wal_dir("/default/plain")) and broker.topics["/default/plain"].storage.next_offset == 1
+        )
         await plain.close()
         # the name is free again: a new scalable topic starts empty
         await admin.CreateScalableTopic(pb.CreateScalableTopicRequest(topic=T, num_segments=1))
@@ -248,8 +276,10 @@ async def test_a_drained_sealed_segment_is_pruned_and_its_data_deleted(tmp_path)
         await asyncio.wait_for(ordered.assignment_changed.wait(), 10)
         producer = await ScalableProducer(client, T, "p1").create()
         got_ordered, got_queue = [], []
-        readers = [asyncio.create_task(collect(ordered, 10**9, got_ordered, 3600)),
-                   asyncio.create_task(collect(queue, 10**9, got_queue, 3600))]
+        readers = [
+            asyncio.create_task(collect(ordered, 10**9, got_ordered, 3600)),
+            asyncio.create_task(collect(queue, 10**9, got_queue, 3600)),
+        ]
         for i in range(60):
             await producer.send_and_wait(f"{KEYS[i % len(KEYS)]}:{i}".encode(), key=KEYS[i % len(KEYS)])
         parent = f"{T}.seg.0000-ffff-0"

@@ -37,8 +37,12 @@ def expected_row(topic, offset, record):
 def collect_rows(df):
     """Rows as plain tuples, publish_time as epoch milliseconds (time-zone independent)."""
     out = []
-    for r in df.selectExpr("topic", "offset", "unix_millis(publish_time) AS t", "producer_id", "routing_key",
-                           "attributes", "payload").orderBy("topic", "offset").collect():
-        out.append((r.topic, r.offset, r.t, r.producer_id, r.routing_key, dict(r.attributes or {}),
-                    bytes(r.payload)))
+    for r in (
+        df.selectExpr(
+            "topic", "offset", "unix_millis(publish_time) AS t", "producer_id", "routing_key", "attributes", "payload"
+        )
+        .orderBy("topic", "offset")
+        .collect()
+    ):
+        out.append((r.topic, r.offset, r.t, r.producer_id, r.routing_key, dict(r.attributes or {}), bytes(r.payload)))
     return out

@@ -33,16 +33,20 @@ TRAFFIC = "/default/traffic"
 
 def _config(tmp_path) -> str:
     path = tmp_path / "danube_broker.yml"
-    path.write_text(json.dumps({  # JSON is YAML
-        "broker_id": BROKER_ID,
-        "load_manager": {"load_report_interval_seconds": 0.3},
-        "storage": {
-            "mode": "shared_fs",
-            "export_interval_seconds": 0.5,
-            "wal": {"max_file_mb": 0.004},  # ~4 KiB files: a rotation (= a segment) every few reports
-            "durable": {"root": str(tmp_path / "shared")},
-        },
-    }))
+    path.write_text(
+        json.dumps(
+            {  # JSON is YAML
+                "broker_id": BROKER_ID,
+                "load_manager": {"load_report_interval_seconds": 0.3},
+                "storage": {
+                    "mode": "shared_fs",
+                    "export_interval_seconds": 0.5,
+                    "wal": {"max_file_mb": 0.004},  # ~4 KiB files: a rotation (= a segment) every few reports
+                    "durable": {"root": str(tmp_path / "shared")},
+                },
+            }
+        )
+    )
     return str(path)
 
 
@@ -50,8 +54,7 @@ async def _traffic(url: str) -> None:
     client = DanubeClient.builder().service_url(url).build()
     producer = client.new_producer().with_topic(TRAFFIC).with_name("p").with_linger_ms(1).build()
     await producer.create()
-    consumer = (client.new_consumer().with_topic(TRAFFIC).with_consumer_name("c")
-                .with_subscription("s").build())
+    consumer = client.new_consumer().with_topic(TRAFFIC).with_consumer_name("c").with_subscription("s").build()
     await consumer.subscribe()
     for round_ in range(8):
         await (await producer.send_batch([b"m-%d-%d" % (round_, i) for i in range(50)]))
@@ -63,8 +66,13 @@ async def _traffic(url: str) -> None:
 async def _load_describe_unload(broker) -> int:
     """Load the system topic with an ordinary consumer, return its next offset, unload (seal) it."""
     client = DanubeClient.builder().service_url(broker.url).build()
-    consumer = (client.new_consumer().with_topic(LOAD_REPORTS_TOPIC).with_consumer_name("audit")
-                .with_subscription("audit").build())
+    consumer = (
+        client.new_consumer()
+        .with_topic(LOAD_REPORTS_TOPIC)
+        .with_consumer_name("audit")
+        .with_subscription("audit")
+        .build()
+    )
     await consumer.subscribe()  # the topic exists: no with_reliable needed
     await consumer.close()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{broker.admin_port}") as channel:

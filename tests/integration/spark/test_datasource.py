@@ -10,7 +10,6 @@ from danube.metadata import keys
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.storage import segment as seg
 from danube.storage.backends import FilesystemBackend, S3Backend
-
 from tests.integration.spark.helpers import collect_rows, write_history
 
 pytestmark = pytest.mark.spark
@@ -27,10 +26,19 @@ def storage(mode, tmp_path, s3_bucket_factory):
         root = str(tmp_path / "shared-mount")
         return FilesystemBackend(root), f"file://{root}", {}
     s3 = s3_bucket_factory()
-    backend = S3Backend(s3.bucket, "cluster-a", endpoint=s3.endpoint, region=s3.region,
-                        access_key=s3.access_key, secret_key=s3.secret_key)
-    return backend, f"s3://{s3.bucket}/cluster-a", {"endpoint": s3.endpoint, "region": s3.region,
-                                                     "access_key": s3.access_key, "secret_key": s3.secret_key}
+    backend = S3Backend(
+        s3.bucket,
+        "cluster-a",
+        endpoint=s3.endpoint,
+        region=s3.region,
+        access_key=s3.access_key,
+        secret_key=s3.secret_key,
+    )
+    return (
+        backend,
+        f"s3://{s3.bucket}/cluster-a",
+        {"endpoint": s3.endpoint, "region": s3.region, "access_key": s3.access_key, "secret_key": s3.secret_key},
+    )
 
 
 def reader(spark, options):
@@ -103,8 +111,14 @@ def test_writer_produces_consecutive_offsets_and_descriptors(spark, tmp_path):
     _, rows = write_history(backend, TOPIC, [(0, 300)])
     db = str(tmp_path / "meta.db")
     source = reader(spark, {"topic": TOPIC}).load(path).repartition(3).orderBy("offset")
-    (source.write.format("danube").option("topic", "/default/copy").option("segmentBytes", "8192")
-     .option("metadata", db).mode("overwrite").save(path))
+    (
+        source.write.format("danube")
+        .option("topic", "/default/copy")
+        .option("segmentBytes", "8192")
+        .option("metadata", db)
+        .mode("overwrite")
+        .save(path)
+    )
     copied = collect_rows(reader(spark, {"topic": "/default/copy"}).load(path))
     assert [r[1] for r in copied] == list(range(300))
     assert [r[2:] for r in copied] == [r[2:] for r in rows]
@@ -116,8 +130,10 @@ def test_writer_produces_consecutive_offsets_and_descriptors(spark, tmp_path):
     async def catalog():
         store = EmbeddedMetadataStore(db)
         try:
-            return ([kv.key for kv in await store.get_prefix(keys.storage_segments("", "/default/copy"))],
-                    await store.get_json(keys.storage_segments_cur("", "/default/copy")))
+            return (
+                [kv.key for kv in await store.get_prefix(keys.storage_segments("", "/default/copy"))],
+                await store.get_json(keys.storage_segments_cur("", "/default/copy")),
+            )
         finally:
             await store.close()
 
@@ -129,8 +145,11 @@ def test_writer_produces_consecutive_offsets_and_descriptors(spark, tmp_path):
     extra = spark.createDataFrame([(b"late-1", "k"), (b"late-2", None)], "payload binary, routing_key string")
     extra.coalesce(1).write.format("danube").option("topic", "/default/copy").mode("append").save(path)
     tail = collect_rows(reader(spark, {"topic": "/default/copy", "startOffset": "299"}).load(path))
-    assert [(r[1], r[4], r[6]) for r in tail] == [(299, rows[-1][4], rows[-1][6]), (300, "k", b"late-1"),
-                                                  (301, None, b"late-2")]
+    assert [(r[1], r[4], r[6]) for r in tail] == [
+        (299, rows[-1][4], rows[-1][6]),
+        (300, "k", b"late-1"),
+        (301, None, b"late-2"),
+    ]
 
 
 def test_writer_bad_input_is_a_clear_error_and_stores_nothing(spark, tmp_path):
@@ -166,8 +185,14 @@ def test_a_narrower_schema_reads_only_those_columns(spark, tmp_path):
     assert df.columns == ["payload", "offset"]
     got = [(r.offset, bytes(r.payload)) for r in df.orderBy("offset").collect()]
     assert got == [(r[1], r[6]) for r in rows]
-    ranged = (spark.read.format("danube").schema("routing_key string").option("topic", TOPIC)
-              .option("startOffset", "10").option("endOffset", "20").load(path))
+    ranged = (
+        spark.read.format("danube")
+        .schema("routing_key string")
+        .option("topic", TOPIC)
+        .option("startOffset", "10")
+        .option("endOffset", "20")
+        .load(path)
+    )
     assert sorted(r.routing_key or "" for r in ranged.collect()) == sorted(r[4] or "" for r in rows[10:20])
     with pytest.raises(Exception, match="has no column 'color'"):
         spark.read.format("danube").schema("payload binary, color string").load(path).count()

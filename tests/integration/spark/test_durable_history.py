@@ -37,16 +37,21 @@ def write_config(tmp_path, mode: str, s3=None, *, export_interval: float) -> str
         storage["durable"] = s3.storage_section()
     (tmp_path / "data").mkdir(exist_ok=True)
     path = tmp_path / "broker.yml"
-    path.write_text(json.dumps({"broker_id": "history-1", "load_manager": {"load_report_interval_seconds": 0},
-                                "storage": storage}))
+    path.write_text(
+        json.dumps({"broker_id": "history-1", "load_manager": {"load_report_interval_seconds": 0}, "storage": storage})
+    )
     path.chmod(0o600)  # it may hold S3 credentials: the broker refuses a world-readable one
     return str(path)
 
 
 def root_and_options(tmp_path, mode: str, s3=None) -> tuple[str, dict]:
     if mode == "object_store":
-        return f"s3://{s3.bucket}/danube", {"endpoint": s3.endpoint, "region": s3.region,
-                                            "access_key": s3.access_key, "secret_key": s3.secret_key}
+        return f"s3://{s3.bucket}/danube", {
+            "endpoint": s3.endpoint,
+            "region": s3.region,
+            "access_key": s3.access_key,
+            "secret_key": s3.secret_key,
+        }
     if mode == "shared_fs":
         return str(tmp_path / "shared"), {}
     return str(tmp_path / "data" / "durable"), {"walRoot": str(tmp_path / "data" / "wal")}
@@ -56,8 +61,19 @@ class Producer:
     """produce_window.py in the client venv; acks (count, time) collected from its output as it runs."""
 
     def __init__(self, url: str, count: int, *, start: int = 0, window: int = 32, report_every: int = 0):
-        self.proc = start_script("produce_window.py", url, TOPIC, "--count", count, "--start", start,
-                                 "--window", window, "--report-every", report_every)
+        self.proc = start_script(
+            "produce_window.py",
+            url,
+            TOPIC,
+            "--count",
+            count,
+            "--start",
+            start,
+            "--window",
+            window,
+            "--report-every",
+            report_every,
+        )
         self.acks: list[tuple[int, float]] = []
         self.sent: int | None = None
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -170,5 +186,7 @@ def test_durable_history_follows_a_running_broker_and_a_kill_loses_at_most_an_in
     assert end >= committed_early, (end, committed_early)
     rows = spark_rows(spark, root, options)
     assert [r[0] for r in sorted(rows)] == list(range(end + 1))
-    print(f"newest acked message durable after {visible_after:.2f}s; kill -9: durable through {end}, "
-          f"acked {busy.acked_by(killed_at)} of the busy producer's messages by then")
+    print(
+        f"newest acked message durable after {visible_after:.2f}s; kill -9: durable through {end}, "
+        f"acked {busy.acked_by(killed_at)} of the busy producer's messages by then"
+    )

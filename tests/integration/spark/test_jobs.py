@@ -17,7 +17,6 @@ from danube.cluster.load_report import LOAD_REPORTS_TOPIC, LoadReport, SystemLoa
 from danube.spark.jobs import load_stats, reprocess
 from danube.storage import segment as seg
 from danube.storage.backends import FilesystemBackend
-
 from tests.integration.spark.helpers import collect_rows, write_history
 
 pytestmark = pytest.mark.spark
@@ -48,14 +47,16 @@ def test_reprocess_compact_into_a_new_topic(spark, tmp_path):
     root = str(tmp_path / "durable")
     backend = FilesystemBackend(root)
     _, rows = write_history(backend, TOPIC, [(0, 120), (120, 80)])
-    args = parse(reprocess.add_arguments, ["--root", root, "--topic", TOPIC, "--compact",
-                                           "--output-topic", "/default/accounts-compacted"])
+    args = parse(
+        reprocess.add_arguments,
+        ["--root", root, "--topic", TOPIC, "--compact", "--output-topic", "/default/accounts-compacted"],
+    )
     result = reprocess.run(spark, args)
     expected = plain_compaction(rows)
     got = collect_rows(spark.read.format("danube").option("topic", "/default/accounts-compacted").load(root))
     assert result.rows_written == len(expected) == len(got)
     assert [r[1] for r in got] == list(range(len(expected)))  # new history from offset 0
-    assert [r[2:] for r in got] == [r[2:] for r in expected]   # same records, source order
+    assert [r[2:] for r in got] == [r[2:] for r in expected]  # same records, source order
     descs = seg.list_segments(backend, seg.topic_prefix("/default/accounts-compacted"))
     assert sum(d.record_count for d in descs) == len(expected)
 
@@ -64,9 +65,26 @@ def test_reprocess_filter_transform_rekey_into_parquet_via_cli(spark, tmp_path):
     root = str(tmp_path / "durable")
     _, rows = write_history(FilesystemBackend(root), TOPIC, [(0, 90)])
     out = str(tmp_path / "out.parquet")
-    code = cli_main.main(["spark", "reprocess", "--root", root, "--topic", TOPIC, "--start-offset", "10",
-                          "--filter", "producer_id = 41", "--payload-expr", "upper(cast(payload AS string))",
-                          "--key-expr", "attributes['n']", "--output-parquet", out])
+    code = cli_main.main(
+        [
+            "spark",
+            "reprocess",
+            "--root",
+            root,
+            "--topic",
+            TOPIC,
+            "--start-offset",
+            "10",
+            "--filter",
+            "producer_id = 41",
+            "--payload-expr",
+            "upper(cast(payload AS string))",
+            "--key-expr",
+            "attributes['n']",
+            "--output-parquet",
+            out,
+        ]
+    )
     assert code == 0
     table = pq.read_table(out).to_pylist()
     expected = [r for r in rows if r[1] >= 10 and r[3] == 41]
@@ -77,21 +95,47 @@ def test_reprocess_filter_transform_rekey_into_parquet_via_cli(spark, tmp_path):
 
 # ---------------------------------------------------------------- load statistics
 
+
 def history():
     """3 brokers × 4 snapshots of 30 s; b1 turns hot from the third snapshot; b2 reports twice in one."""
     reports = []
     base = 1_700_000_015  # mid-snapshot: snapshots start at 1_700_000_000 + 30 k
     for snap in range(4):
-        for broker, cpu, mem, ntopics in (("b1", 20 + 30 * snap, 30.0, 2 + 2 * snap),
-                                          ("b2", 25.0, 30.0, 2), ("b3", 10.0, 20.0, 1)):
-            topics = [TopicLoad(f"/{broker}/t{i}", message_rate=10 * i, byte_rate=100_000 * i,
-                                byte_rate_mbps=100_000 * i / 1e6, producer_count=1, consumer_count=i,
-                                subscription_count=1, backlog_messages=500 * i) for i in range(ntopics)]
-            resources = [SystemLoad("CPU", float(cpu)), SystemLoad("Memory", float(mem)),
-                         SystemLoad("DiskIO", 1000.0), SystemLoad("NetworkIO", 2000.0)]
-            reports.append(LoadReport(resources, topics, sum(t.byte_rate_mbps for t in topics),
-                                      sum(t.message_rate for t in topics), sum(t.backlog_messages for t in topics),
-                                      base + snap * 30, broker))
+        for broker, cpu, mem, ntopics in (
+            ("b1", 20 + 30 * snap, 30.0, 2 + 2 * snap),
+            ("b2", 25.0, 30.0, 2),
+            ("b3", 10.0, 20.0, 1),
+        ):
+            topics = [
+                TopicLoad(
+                    f"/{broker}/t{i}",
+                    message_rate=10 * i,
+                    byte_rate=100_000 * i,
+                    byte_rate_mbps=100_000 * i / 1e6,
+                    producer_count=1,
+                    consumer_count=i,
+                    subscription_count=1,
+                    backlog_messages=500 * i,
+                )
+                for i in range(ntopics)
+            ]
+            resources = [
+                SystemLoad("CPU", float(cpu)),
+                SystemLoad("Memory", float(mem)),
+                SystemLoad("DiskIO", 1000.0),
+                SystemLoad("NetworkIO", 2000.0),
+            ]
+            reports.append(
+                LoadReport(
+                    resources,
+                    topics,
+                    sum(t.byte_rate_mbps for t in topics),
+                    sum(t.message_rate for t in topics),
+                    sum(t.backlog_messages for t in topics),
+                    base + snap * 30,
+                    broker,
+                )
+            )
     # an earlier b2 report in snapshot 0 that the later one supersedes
     stale = LoadReport([SystemLoad("CPU", 99.0), SystemLoad("Memory", 99.0)], [], 0.0, 0, 0, base - 5, "b2")
     return [stale] + reports
@@ -102,8 +146,7 @@ def plain_balance(reports, bucket=30):
     snapshots = {}
     for r in reports:
         start = r.timestamp - r.timestamp % bucket
-        if r.broker_id not in snapshots.setdefault(start, {}) or \
-                snapshots[start][r.broker_id].timestamp < r.timestamp:
+        if r.broker_id not in snapshots.setdefault(start, {}) or snapshots[start][r.broker_id].timestamp < r.timestamp:
             snapshots[start][r.broker_id] = r
     out = {}
     for start, by_broker in snapshots.items():
@@ -113,9 +156,16 @@ def plain_balance(reports, bucket=30):
             cpu = [s.usage for s in r.resources_usage if s.resource == "CPU"][0]
             mem = [s.usage for s in r.resources_usage if s.resource == "Memory"][0]
             t = r.topics
-            load = (0.2 * len(t) + 0.3 * sum(x.byte_rate_mbps for x in t)
+            load = (
+                (
+                    0.2 * len(t)
+                    + 0.3 * sum(x.byte_rate_mbps for x in t)
                     + 0.3 * sum(x.producer_count + x.consumer_count for x in t)
-                    + 0.2 * sum(x.backlog_messages for x in t) / 10000) if t else 0.0
+                    + 0.2 * sum(x.backlog_messages for x in t) / 10000
+                )
+                if t
+                else 0.0
+            )
             balanced.append(0.3 * load + 0.35 * cpu + 0.35 * mem)
         for name, values in (("fair", fair), ("balanced", balanced)):
             m = sum(values) / len(values)
@@ -141,8 +191,10 @@ def test_load_stats_against_plain_python(spark, tmp_path):
     reports = history()
     write_reports(root, reports)
     out = str(tmp_path / "stats")
-    args = parse(load_stats.add_arguments, ["--root", root, "--output", out, "--aggressiveness", "aggressive",
-                                            "--blacklist", "/b1/t0"])
+    args = parse(
+        load_stats.add_arguments,
+        ["--root", root, "--output", out, "--aggressiveness", "aggressive", "--blacklist", "/b1/t0"],
+    )
     summary = load_stats.run(spark, args)
     snapshots, expected = plain_balance(reports)
     assert summary["snapshots"] == 4 and summary["brokers"] == 3
@@ -161,8 +213,9 @@ def test_load_stats_against_plain_python(spark, tmp_path):
     rankings = pq.read_table(os.path.join(out, "rankings")).to_pylist()
     for start, by_broker in snapshots.items():
         fair = sorted(by_broker, key=lambda b: (len(by_broker[b].topics), b))
-        got = [r["broker_id"] for r in rankings
-               if int(r["bucket_start"].timestamp()) == start and r["strategy"] == "fair"]
+        got = [
+            r["broker_id"] for r in rankings if int(r["bucket_start"].timestamp()) == start and r["strategy"] == "fair"
+        ]
         assert got == fair
 
     # snapshot 3: b1 has 8 topics (fair CV 0.98 ≥ 0.20), its lightest non-blacklisted topic is /b1/t1,
@@ -188,17 +241,39 @@ def test_spark_submit_with_pure_python_executors(tmp_path):
     root = str(tmp_path / "durable")
     _, rows = write_history(FilesystemBackend(root), TOPIC, [(0, 60)])
     out = str(tmp_path / "compacted.parquet")
-    env = dict(os.environ, DANUBE_NO_EXTENSIONS="1", SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
-               PYSPARK_DRIVER_PYTHON=sys.executable)
+    env = dict(
+        os.environ,
+        DANUBE_NO_EXTENSIONS="1",
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+    )
     submit = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
     proc = subprocess.run(
-        [submit, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-         "--conf", "spark.sql.shuffle.partitions=1", os.path.join(REPO, "spark", "jobs", "reprocess.py"),
-         "--root", root, "--topic", TOPIC, "--compact", "--output-parquet", out],
-        env=env, capture_output=True, text=True, timeout=300)
+        [
+            submit,
+            "--master",
+            "local[1]",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.sql.shuffle.partitions=1",
+            os.path.join(REPO, "spark", "jobs", "reprocess.py"),
+            "--root",
+            root,
+            "--topic",
+            TOPIC,
+            "--compact",
+            "--output-parquet",
+            out,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "reprocess:" in proc.stdout
     expected = plain_compaction(rows)
     table = pq.read_table(out).to_pylist()
-    assert [(t["offset"], t["routing_key"], t["payload"]) for t in table] == \
-        [(r[1], r[4], r[6]) for r in expected]
+    assert [(t["offset"], t["routing_key"], t["payload"]) for t in table] == [(r[1], r[4], r[6]) for r in expected]

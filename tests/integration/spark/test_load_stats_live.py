@@ -20,15 +20,18 @@ from tests.support.cluster import local_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
-RUN_S = 14          # the cluster reports for this long before the job runs (1 report/s per broker)
+RUN_S = 14  # the cluster reports for this long before the job runs (1 report/s per broker)
 EXPORT_S = 1.0
 
 
 def test_load_stats_on_a_live_cluster_sees_every_exported_report(spark, tmp_path):
     durable = tmp_path / "durable"
     config = tmp_path / "cluster.yml"
-    config.write_text(json.dumps({"storage": {"mode": "shared_fs", "export_interval_seconds": EXPORT_S,
-                                              "durable": {"root": str(durable)}}}))
+    config.write_text(
+        json.dumps(
+            {"storage": {"mode": "shared_fs", "export_interval_seconds": EXPORT_S, "durable": {"root": str(durable)}}}
+        )
+    )
     with local_cluster(str(tmp_path / "cluster"), brokers=3, config=str(config)) as cluster:
         started = time.time()
         time.sleep(RUN_S)
@@ -77,10 +80,30 @@ def test_cli_from_a_virtualenv_without_pyspark_python(tmp_path):
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     out = str(tmp_path / "out.parquet")
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "danube.cli.main", "spark", "reprocess", "--root", root,
-                           "--topic", "/default/venv", "--compact", "--master", "local[1]",
-                           "--conf", "spark.ui.enabled=false", "--output-parquet", out],
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "danube.cli.main",
+            "spark",
+            "reprocess",
+            "--root",
+            root,
+            "--topic",
+            "/default/venv",
+            "--compact",
+            "--master",
+            "local[1]",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--output-parquet",
+            out,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     took = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "reprocess: " in proc.stdout and os.path.isdir(out)

@@ -22,9 +22,20 @@ def test_load_stats_reports_the_cv_around_each_move(spark, tmp_path):
     starts = sorted(snapshots)
     # a move inside the second snapshot: before = the first, after = the third
     move_at = starts[1] + 10
-    records = [{"topic": "/b1/t1", "from_broker": "b1", "to_broker": "b3", "reason": "LoadImbalance",
-                "estimated_load": 1.0, "timestamp": move_at, "strategy": "fair", "cv_before": 0.9,
-                "cv_after_estimated": 0.8, "outcome": "moved"}]
+    records = [
+        {
+            "topic": "/b1/t1",
+            "from_broker": "b1",
+            "to_broker": "b3",
+            "reason": "LoadImbalance",
+            "estimated_load": 1.0,
+            "timestamp": move_at,
+            "strategy": "fair",
+            "cv_before": 0.9,
+            "cv_after_estimated": 0.8,
+            "outcome": "moved",
+        }
+    ]
     path = tmp_path / "history.json"
     path.write_text(json.dumps({"records": records}))
     out = str(tmp_path / "stats")

@@ -22,8 +22,15 @@ TOPIC = "/default/reliable_topic"
 
 
 def _admin(broker, *args):
-    cmd = [sys.executable, "-m", "danube.cli.main", "admin", "--endpoint",
-           f"http://127.0.0.1:{broker.admin_port}", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "danube.cli.main",
+        "admin",
+        "--endpoint",
+        f"http://127.0.0.1:{broker.admin_port}",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
 
@@ -56,8 +63,14 @@ async def test_unload_seals_and_the_next_clients_resume_with_continuous_offsets(
             producer = client.new_producer().with_topic(TOPIC).with_name("p1").with_reliable(True).build()
             await producer.create()
             # A new subscription starts at the latest offset: subscribe before producing.
-            consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c1")
-                        .with_subscription("subs_reliable").with_reliable(True).build())
+            consumer = (
+                client.new_consumer()
+                .with_topic(TOPIC)
+                .with_consumer_name("c1")
+                .with_subscription("subs_reliable")
+                .with_reliable(True)
+                .build()
+            )
             await consumer.subscribe()
             offsets = [await producer.send_and_wait(b"message-%d" % i) for i in range(22)]
             assert offsets == list(range(22))
@@ -70,14 +83,12 @@ async def test_unload_seals_and_the_next_clients_resume_with_continuous_offsets(
                 before.extend(m.offset for m in batch.messages())
             await consumer.ack_many([m for m in delivered if m.offset <= 13])  # the cursor: 13
             producer_id = producer.producer_ids[0]
-            assert await _health(broker, api.HealthCheckRequest.Producer, producer_id) == \
-                api.HealthCheckResponse.OK
+            assert await _health(broker, api.HealthCheckRequest.Producer, producer_id) == api.HealthCheckResponse.OK
 
             result = await asyncio.to_thread(_admin, broker, "topics", "unload", TOPIC)
             assert result.returncode == 0, result.stderr
-            assert "Topic Unloaded: true" in result.stdout   # Danube's text
-            assert await _health(broker, api.HealthCheckRequest.Producer, producer_id) == \
-                api.HealthCheckResponse.CLOSE
+            assert "Topic Unloaded: true" in result.stdout  # Danube's text
+            assert await _health(broker, api.HealthCheckRequest.Producer, producer_id) == api.HealthCheckResponse.CLOSE
 
             # Told CLOSE, clients create their producer and consumer again: the lookup reloads the
             # topic through resume and offsets continue at 22.
@@ -87,8 +98,14 @@ async def test_unload_seals_and_the_next_clients_resume_with_continuous_offsets(
             await producer.create()
             offsets = [await producer.send_and_wait(b"message-%d" % i) for i in range(22, 28)]
             assert offsets == list(range(22, 28))
-            consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("c1")
-                        .with_subscription("subs_reliable").with_reliable(True).build())
+            consumer = (
+                client.new_consumer()
+                .with_topic(TOPIC)
+                .with_consumer_name("c1")
+                .with_subscription("subs_reliable")
+                .with_reliable(True)
+                .build()
+            )
             await consumer.subscribe()
 
             described = await asyncio.to_thread(_admin, broker, "--output", "json", "topics", "describe", TOPIC)
@@ -118,13 +135,24 @@ def test_admin_cli_reports_unknown_topic_and_unreachable_endpoint(tmp_path):
     with running_broker(data_dir=str(tmp_path / "broker")) as broker:
         result = _admin(broker, "topics", "unload", "/default/nope")
         assert result.returncode == 1 and "not_found" in result.stderr
-        result = _admin(broker, "topics", "unload", "not-a-topic")   # no namespace: refused before asking
+        result = _admin(broker, "topics", "unload", "not-a-topic")  # no namespace: refused before asking
         assert result.returncode == 2 and "no namespace" in result.stderr
         result = _admin(broker, "topics", "unload", "/not-a-topic")
         assert result.returncode == 1 and "invalid_argument" in result.stderr
     from tests.support.ports import free_port
 
-    cmd = [sys.executable, "-m", "danube.cli.main", "admin", "--endpoint", f"http://127.0.0.1:{free_port()}",
-           "--timeout", "3", "topics", "list", "default"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "danube.cli.main",
+        "admin",
+        "--endpoint",
+        f"http://127.0.0.1:{free_port()}",
+        "--timeout",
+        "3",
+        "topics",
+        "list",
+        "default",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "danube admin:" in result.stderr

@@ -110,8 +110,9 @@ async def test_delete_removes_the_topics_files_and_nothing_else(mode, tmp_path, 
         assert DOOMED not in broker.topics and factory.get(DOOMED) is None
         assert not os.path.exists(wal)
         assert stale_dirs(config.local_wal_root, DOOMED) == []
-        assert [os.path.basename(p) for p in stale_dirs(config.local_wal_root, SIMILAR)] == \
-            [".stale-doomed-1-1700000000000"]
+        assert [os.path.basename(p) for p in stale_dirs(config.local_wal_root, SIMILAR)] == [
+            ".stale-doomed-1-1700000000000"
+        ]
         assert await asyncio.to_thread(backend.list, topic_prefix(DOOMED)) == []
         if mode != "object_store":  # the durable directory of the topic is gone, not just emptied
             assert not os.path.exists(topic_dir(config.durable.root, DOOMED))
@@ -127,8 +128,14 @@ async def test_delete_removes_the_topics_files_and_nothing_else(mode, tmp_path, 
         assert broker.topics[SIMILAR].storage.next_offset == 3
 
         # a producer that comes back creates the topic anew: empty, offsets from 0
-        consumer = (client.new_consumer().with_topic(DOOMED).with_consumer_name("c1")
-                    .with_subscription("s1").with_reliable(True).build())
+        consumer = (
+            client.new_consumer()
+            .with_topic(DOOMED)
+            .with_consumer_name("c1")
+            .with_subscription("s1")
+            .with_reliable(True)
+            .build()
+        )
         await consumer.subscribe()
         # the producer that was attached comes back (CLOSE, then a new lookup) and creates it anew
         assert [await live.send_and_wait(DOOMED.encode() + b"-%d" % i) for i in range(2)] == [0, 1]
@@ -205,8 +212,16 @@ def test_a_hostile_name_cannot_delete_outside_the_data_dir(tmp_path):
     outside.mkdir()
     (outside / "file").write_text("keep")
     (root / "default").mkdir(parents=True)
-    for name in ("/default/..", "/../precious", "/default/../../precious", "default/x", "/default/.stale-x-1",
-                 "/default/x/../../precious", "/default", "/default/x\n"):
+    for name in (
+        "/default/..",
+        "/../precious",
+        "/default/../../precious",
+        "default/x",
+        "/default/.stale-x-1",
+        "/default/x/../../precious",
+        "/default",
+        "/default/x\n",
+    ):
         with pytest.raises(InvalidTopicNameError):
             remove_topic_data(str(root), name)
     # a topic directory that is a symbolic link: the link goes, never what it points to

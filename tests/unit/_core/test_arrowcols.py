@@ -15,8 +15,13 @@ from danube.errors import CorruptFrameError, FrameFormatError
 compiled = pytest.importorskip("danube._core.arrowcols", reason="compiled core not built")
 
 text = st.text(max_size=12)
-record = st.tuples(st.integers(0, 2**40), st.integers(0, 2**63 - 1), st.one_of(st.none(), text),
-                   st.dictionaries(text, text, max_size=3), st.binary(max_size=64))
+record = st.tuples(
+    st.integers(0, 2**40),
+    st.integers(0, 2**63 - 1),
+    st.one_of(st.none(), text),
+    st.dictionaries(text, text, max_size=3),
+    st.binary(max_size=64),
+)
 
 
 @settings(max_examples=200, deadline=None)

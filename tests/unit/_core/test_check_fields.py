@@ -24,17 +24,33 @@ TWINS = [pytest.param(pure, id="pure"), pytest.param(compiled, id="compiled")]
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 U64 = st.integers(min_value=0, max_value=2**64 - 1)
 # Mostly text, sometimes arbitrary bytes (invalid UTF-8, overlongs, surrogates, > U+10FFFF).
-RAW = st.one_of(st.text(max_size=12).map(lambda t: t.encode("utf-8", "surrogatepass")), st.binary(max_size=12),
-                st.sampled_from([b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe0\x80\xaf",
-                                 b"\xf0\x8f\xbf\xbf", b"abcdefgh\xff", b"\xe2\x82", b"\xef\xbf\xbf",
-                                 b"\xf4\x8f\xbf\xbf", b"\xc2\x80"]))
+RAW = st.one_of(
+    st.text(max_size=12).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    st.binary(max_size=12),
+    st.sampled_from(
+        [
+            b"\xc0\xaf",
+            b"\xed\xa0\x80",
+            b"\xf4\x90\x80\x80",
+            b"\xe0\x80\xaf",
+            b"\xf0\x8f\xbf\xbf",
+            b"abcdefgh\xff",
+            b"\xe2\x82",
+            b"\xef\xbf\xbf",
+            b"\xf4\x8f\xbf\xbf",
+            b"\xc2\x80",
+        ]
+    ),
+)
 
 
-def raw_frame(key: bytes | None, attrs: list[tuple[bytes, bytes]], *, producer_id: int = 0,
-              payload: bytes = b"p") -> bytes:
+def raw_frame(
+    key: bytes | None, attrs: list[tuple[bytes, bytes]], *, producer_id: int = 0, payload: bytes = b"p"
+) -> bytes:
     """A frame with any bytes as key and attributes (the codec's encoders take only text)."""
-    body = bytearray(struct.pack("<QQBBHH", 0, producer_id, 1 if key is not None else 0, 0, len(attrs),
-                                 len(key or b"")))
+    body = bytearray(
+        struct.pack("<QQBBHH", 0, producer_id, 1 if key is not None else 0, 0, len(attrs), len(key or b""))
+    )
     body += key or b""
     for name, value in attrs:
         body += struct.pack("<H", len(name)) + name + struct.pack("<I", len(value)) + value
@@ -64,7 +80,9 @@ def expected_reason(key, attrs, producer_id, expected_producer):
     return pure.FIELDS_OK
 
 
-FRAME_SPEC = st.tuples(st.none() | RAW, st.lists(st.tuples(RAW, RAW), max_size=3), st.sampled_from([0, 1, 2, 2**64 - 1]))
+FRAME_SPEC = st.tuples(
+    st.none() | RAW, st.lists(st.tuples(RAW, RAW), max_size=3), st.sampled_from([0, 1, 2, 2**64 - 1])
+)
 
 
 @SETTINGS
@@ -98,9 +116,13 @@ def test_the_utf8_check_is_pythons_decoder(data):
 
 
 @SETTINGS
-@given(specs=st.lists(FRAME_SPEC, min_size=1, max_size=3), cut=st.integers(min_value=0, max_value=400),
-       flips=st.lists(st.tuples(st.integers(min_value=0, max_value=400), st.integers(min_value=0, max_value=255)),
-                      max_size=4))
+@given(
+    specs=st.lists(FRAME_SPEC, min_size=1, max_size=3),
+    cut=st.integers(min_value=0, max_value=400),
+    flips=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=400), st.integers(min_value=0, max_value=255)), max_size=4
+    ),
+)
 def test_damaged_buffers_give_the_same_answer_from_both_twins(specs, cut, flips):
     buf = bytearray(b"".join(raw_frame(key, attrs, producer_id=pid) for key, attrs, pid in specs))
     for at, value in flips:

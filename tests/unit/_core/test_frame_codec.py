@@ -26,9 +26,12 @@ try:
 except ImportError:  # pure-only build: only the twin's half of the suite runs
     compiled = None
 
-IMPLS = [pytest.param(pure, id="pure"),
-         pytest.param(compiled, id="compiled",
-                      marks=pytest.mark.skipif(compiled is None, reason="danube._core.frame not built"))]
+IMPLS = [
+    pytest.param(pure, id="pure"),
+    pytest.param(
+        compiled, id="compiled", marks=pytest.mark.skipif(compiled is None, reason="danube._core.frame not built")
+    ),
+]
 needs_compiled = pytest.mark.skipif(compiled is None, reason="danube._core.frame not built")
 
 U64 = st.integers(min_value=0, max_value=2**64 - 1)
@@ -45,8 +48,10 @@ def codec(request):
 
 
 def _records(t_pid_key_attrs_payload, base):
-    return [pure.Record(base + i, t, pid, key, dict(attrs), payload)
-            for i, (t, pid, key, attrs, payload) in enumerate(t_pid_key_attrs_payload)]
+    return [
+        pure.Record(base + i, t, pid, key, dict(attrs), payload)
+        for i, (t, pid, key, attrs, payload) in enumerate(t_pid_key_attrs_payload)
+    ]
 
 
 def _plain(records):
@@ -55,8 +60,10 @@ def _plain(records):
 
 # ---------------------------------------------------------------- CRC32C
 
-@pytest.mark.parametrize("data, crc", [(b"", 0), (b"123456789", 0xE3069283), (b"\x00" * 32, 0x8A9136AA),
-                                        (b"\xff" * 32, 0x62A8AB43)])
+
+@pytest.mark.parametrize(
+    "data, crc", [(b"", 0), (b"123456789", 0xE3069283), (b"\x00" * 32, 0x8A9136AA), (b"\xff" * 32, 0x62A8AB43)]
+)
 def test_crc32c_known_values(codec, data, crc):
     assert codec.crc32c(data) == crc
 
@@ -73,20 +80,29 @@ def test_crc32c_implementations_agree_on_every_block_boundary():
     lengths = list(range(0, 200)) + [191, 192, 193, 767, 768, 769, 1050, 12287, 12288, 12289, len(data)]
     for n in lengths:
         for start in (0, 1, 5):
-            chunk = data[start:start + n]
+            chunk = data[start : start + n]
             expected = pure.crc32c(chunk) if n < 2000 else compiled._crc32c_with("slicing-by-8", chunk)
             for impl in impls:
                 assert compiled._crc32c_with(impl, chunk, 0) == expected, (impl, n, start)
-                assert compiled._crc32c_with(impl, chunk, 0x12345678) == \
-                    compiled._crc32c_with("slicing-by-8", chunk, 0x12345678)
+                assert compiled._crc32c_with(impl, chunk, 0x12345678) == compiled._crc32c_with(
+                    "slicing-by-8", chunk, 0x12345678
+                )
 
 
 @needs_compiled
 def test_crc32c_environment_variable_forces_the_portable_path():
-    code = ("import danube._core.frame as f, danube._pure.frame as p, os; d = os.urandom(5000);"
-            "print(f.crc32c_implementation(), f.crc32c(d) == p.crc32c(d))")
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "DANUBE_CRC32C": "portable"},
-                         capture_output=True, text=True, timeout=60, check=True)
+    code = (
+        "import danube._core.frame as f, danube._pure.frame as p, os; d = os.urandom(5000);"
+        "print(f.crc32c_implementation(), f.crc32c(d) == p.crc32c(d))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "DANUBE_CRC32C": "portable"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert out.stdout.split() == ["slicing-by-8", "True"]
 
 
@@ -105,11 +121,20 @@ def test_crc32c_rejects_non_buffers(codec):
 
 # ---------------------------------------------------------------- byte layout
 
+
 def test_layout_of_one_frame_byte_by_byte(codec):
-    frame = codec.encode_record(b"PAY", offset=7, publish_time=0x0102030405060708, producer_id=9,
-                                key="k", attributes={"a": "bc"})
-    body = (struct.pack("<QQBBHH", 0x0102030405060708, 9, 1, 0, 1, 1) + b"k"
-            + struct.pack("<H", 1) + b"a" + struct.pack("<I", 2) + b"bc" + b"PAY")
+    frame = codec.encode_record(
+        b"PAY", offset=7, publish_time=0x0102030405060708, producer_id=9, key="k", attributes={"a": "bc"}
+    )
+    body = (
+        struct.pack("<QQBBHH", 0x0102030405060708, 9, 1, 0, 1, 1)
+        + b"k"
+        + struct.pack("<H", 1)
+        + b"a"
+        + struct.pack("<I", 2)
+        + b"bc"
+        + b"PAY"
+    )
     len_field = struct.pack("<I", len(body))
     assert frame == struct.pack("<Q", 7) + struct.pack("<I", pure.crc32c(len_field + body)) + len_field + body
     assert codec.HEADER_SIZE == 16 and codec.MIN_BODY == 22 and codec.MAX_BODY == 256 * 1024 * 1024
@@ -124,6 +149,7 @@ def test_key_absent_versus_empty(codec):
 
 # ---------------------------------------------------------------- round trips
 
+
 @settings(max_examples=60, deadline=None)
 @given(records=RECORDS, base=st.integers(min_value=0, max_value=2**40))
 def test_round_trip_records(codec, records, base):
@@ -131,8 +157,9 @@ def test_round_trip_records(codec, records, base):
     expected = _records(records, base)
     assert _plain(codec.decode_batch(batch)) == expected
     assert _plain(list(codec.iter_records(batch))) == expected
-    assert codec.validate(batch, base, True) == ((len(records), base, base + len(records) - 1)
-                                                 if records else (0, -1, -1))
+    assert codec.validate(batch, base, True) == (
+        (len(records), base, base + len(records) - 1) if records else (0, -1, -1)
+    )
     cols = codec.decode_columns(batch)
     assert cols["payload"] == [bytes(p) for *_, p in records]
     assert cols["offset"] == [r.offset for r in expected]
@@ -147,11 +174,15 @@ def test_round_trip_records(codec, records, base):
 
 
 @settings(max_examples=40, deadline=None)
-@given(payloads=st.lists(st.binary(max_size=200), max_size=20), key=st.none() | TEXT,
-       attrs=st.none() | st.dictionaries(TEXT, TEXT, max_size=2), t=U64, pid=U64)
+@given(
+    payloads=st.lists(st.binary(max_size=200), max_size=20),
+    key=st.none() | TEXT,
+    attrs=st.none() | st.dictionaries(TEXT, TEXT, max_size=2),
+    t=U64,
+    pid=U64,
+)
 def test_encode_payloads_equals_encode_records(codec, payloads, key, attrs, t, pid):
-    fast = codec.encode_payloads(payloads, base_offset=5, publish_time=t, producer_id=pid, key=key,
-                                 attributes=attrs)
+    fast = codec.encode_payloads(payloads, base_offset=5, publish_time=t, producer_id=pid, key=key, attributes=attrs)
     general = codec.encode_records([(t, pid, key, attrs, p) for p in payloads], base_offset=5)
     assert fast == general
     assert isinstance(fast, bytes)
@@ -205,6 +236,7 @@ def test_large_batches_take_the_gil_free_paths(codec):
 
 # ---------------------------------------------------------------- stamping
 
+
 def test_stamp_offsets_rewrites_headers_only(codec):
     batch = bytearray(codec.encode_payloads([b"a", b"bb", b"ccc"]))
     assert codec.stamp_offsets(batch, 40) == 3
@@ -232,6 +264,7 @@ def test_stamp_offsets_leaves_a_bad_batch_unchanged(codec):
 
 
 # ---------------------------------------------------------------- bad inputs
+
 
 def test_encode_rejects_oversized_fields(codec):
     with pytest.raises(FrameFormatError, match="routing key"):
@@ -261,7 +294,7 @@ def test_checksum_mismatch_carries_position_offset_and_both_crcs(codec):
     err = info.value
     assert (err.position, err.offset) == (second, 11)
     assert err.expected_crc == struct.unpack_from("<I", batch, second + 8)[0]
-    assert err.actual_crc == pure.crc32c(bytes(batch[second + 12:]))
+    assert err.actual_crc == pure.crc32c(bytes(batch[second + 12 :]))
     assert err.expected_crc != err.actual_crc
 
 
@@ -289,15 +322,18 @@ def _reframe(codec, body: bytes) -> bytes:
     return struct.pack("<Q", 0) + struct.pack("<I", pure.crc32c(len_field + body)) + len_field + body
 
 
-@pytest.mark.parametrize("fixed, rest, message", [
-    ((0, 0, 2, 0, 0, 0), b"", "unknown flags"),
-    ((0, 0, 0, 1, 0, 0), b"", "unknown flags"),
-    ((0, 0, 0, 0, 0, 3), b"abc", "key length without key flag"),
-    ((0, 0, 1, 0, 0, 9), b"abc", "routing key overruns"),
-    ((0, 0, 0, 0, 1, 0), b"\x05", "attributes overrun"),
-    ((0, 0, 0, 0, 1, 0), b"\x01\x00a\x09\x00", "attributes overrun"),
-    ((0, 0, 0, 0, 1, 0), b"\x01\x00a\x09\x00\x00\x00xy", "attributes overrun"),
-])
+@pytest.mark.parametrize(
+    "fixed, rest, message",
+    [
+        ((0, 0, 2, 0, 0, 0), b"", "unknown flags"),
+        ((0, 0, 0, 1, 0, 0), b"", "unknown flags"),
+        ((0, 0, 0, 0, 0, 3), b"abc", "key length without key flag"),
+        ((0, 0, 1, 0, 0, 9), b"abc", "routing key overruns"),
+        ((0, 0, 0, 0, 1, 0), b"\x05", "attributes overrun"),
+        ((0, 0, 0, 0, 1, 0), b"\x01\x00a\x09\x00", "attributes overrun"),
+        ((0, 0, 0, 0, 1, 0), b"\x01\x00a\x09\x00\x00\x00xy", "attributes overrun"),
+    ],
+)
 def test_bad_body_layout_with_a_valid_checksum(codec, fixed, rest, message):
     frame = _reframe(codec, struct.pack("<QQBBHH", *fixed) + rest)
     for call in (codec.validate, codec.decode_batch, codec.decode_columns, lambda b: codec.decode_frame(b)):

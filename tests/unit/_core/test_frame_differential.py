@@ -22,9 +22,9 @@ except ImportError:
 U64 = st.integers(min_value=0, max_value=2**64 - 1)
 TEXT = st.text(max_size=10)
 RECORDS = st.lists(
-    st.tuples(U64, U64, st.none() | TEXT, st.none() | st.dictionaries(TEXT, TEXT, max_size=3),
-              st.binary(max_size=80)),
-    min_size=1, max_size=10,
+    st.tuples(U64, U64, st.none() | TEXT, st.none() | st.dictionaries(TEXT, TEXT, max_size=3), st.binary(max_size=80)),
+    min_size=1,
+    max_size=10,
 )
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -67,8 +67,7 @@ def assert_same_everywhere(buf, start=0, expected=-1):
         ("crc32c", (buf,), {}),
     ]
     for name, args, kwargs in calls:
-        assert outcome(getattr(compiled, name), *args, **kwargs) == \
-            outcome(getattr(pure, name), *args, **kwargs), name
+        assert outcome(getattr(compiled, name), *args, **kwargs) == outcome(getattr(pure, name), *args, **kwargs), name
     a, b = bytearray(buf), bytearray(buf)
     assert outcome(compiled.stamp_offsets, a, 1000) == outcome(pure.stamp_offsets, b, 1000)
     assert a == b
@@ -77,17 +76,25 @@ def assert_same_everywhere(buf, start=0, expected=-1):
 @SETTINGS
 @given(records=RECORDS, base=U64)
 def test_encode_records_byte_identical(records, base):
-    assert outcome(compiled.encode_records, records, base_offset=base) == \
-        outcome(pure.encode_records, records, base_offset=base)
+    assert outcome(compiled.encode_records, records, base_offset=base) == outcome(
+        pure.encode_records, records, base_offset=base
+    )
 
 
 @SETTINGS
-@given(payloads=st.lists(st.binary(max_size=120), max_size=12), base=st.integers(0, 2**63),
-       t=U64, pid=U64, key=st.none() | TEXT, attrs=st.none() | st.dictionaries(TEXT, TEXT, max_size=2))
+@given(
+    payloads=st.lists(st.binary(max_size=120), max_size=12),
+    base=st.integers(0, 2**63),
+    t=U64,
+    pid=U64,
+    key=st.none() | TEXT,
+    attrs=st.none() | st.dictionaries(TEXT, TEXT, max_size=2),
+)
 def test_encode_payloads_and_record_byte_identical(payloads, base, t, pid, key, attrs):
     kwargs = dict(publish_time=t, producer_id=pid, key=key, attributes=attrs)
-    assert compiled.encode_payloads(payloads, base_offset=base, **kwargs) == \
-        pure.encode_payloads(payloads, base_offset=base, **kwargs)
+    assert compiled.encode_payloads(payloads, base_offset=base, **kwargs) == pure.encode_payloads(
+        payloads, base_offset=base, **kwargs
+    )
     for p in payloads[:2]:
         assert compiled.encode_record(p, offset=base, **kwargs) == pure.encode_record(p, offset=base, **kwargs)
 
@@ -144,16 +151,19 @@ def test_outcome_tells_errors_apart():
     batch = bytearray(pure.encode_payloads([b"abc"], base_offset=1))
     batch[-1] ^= 1
     kind, error_type, message, fields = outcome(compiled.validate, bytes(batch))
-    assert (kind, error_type.__name__, fields["position"], fields["offset"]) == \
-        ("error", "CorruptFrameError", 0, 1)
+    assert (kind, error_type.__name__, fields["position"], fields["offset"]) == ("error", "CorruptFrameError", 0, 1)
     assert "checksum mismatch" in message
     assert outcome(pure.validate, bytes(batch)) != outcome(pure.validate, bytes(batch[:-1]))
 
 
 def test_body_layout_errors_read_the_same():
-    bodies = [struct.pack("<QQBBHH", 0, 0, 2, 0, 0, 0), struct.pack("<QQBBHH", 0, 0, 0, 0, 0, 2) + b"ab",
-              struct.pack("<QQBBHH", 0, 0, 1, 0, 0, 5) + b"ab", struct.pack("<QQBBHH", 0, 0, 0, 0, 1, 0) + b"\x01",
-              struct.pack("<QQBBHH", 0, 0, 1, 0, 0, 1) + b"\xff"]
+    bodies = [
+        struct.pack("<QQBBHH", 0, 0, 2, 0, 0, 0),
+        struct.pack("<QQBBHH", 0, 0, 0, 0, 0, 2) + b"ab",
+        struct.pack("<QQBBHH", 0, 0, 1, 0, 0, 5) + b"ab",
+        struct.pack("<QQBBHH", 0, 0, 0, 0, 1, 0) + b"\x01",
+        struct.pack("<QQBBHH", 0, 0, 1, 0, 0, 1) + b"\xff",
+    ]
     good = pure.encode_payloads([b"ok"], base_offset=3)
     for body in bodies:
         len_field = struct.pack("<I", len(body))

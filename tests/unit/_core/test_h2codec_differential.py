@@ -21,8 +21,8 @@ except ImportError:
     pytest.skip("danube._core.h2codec not built", allow_module_level=True)
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-STREAM_IDS = st.integers(min_value=0, max_value=2**32 - 1)   # the reserved bit too
-KINDS = st.integers(0, 255)                                # 10..255 are unknown types
+STREAM_IDS = st.integers(min_value=0, max_value=2**32 - 1)  # the reserved bit too
+KINDS = st.integers(0, 255)  # 10..255 are unknown types
 FRAMES = st.lists(st.tuples(KINDS, st.integers(0, 255), STREAM_IDS, st.binary(max_size=120)), max_size=10)
 BUDGET = st.integers(min_value=0, max_value=20)
 
@@ -58,8 +58,9 @@ def test_the_error_classes_are_shared():
 
 @SETTINGS
 @given(FRAMES, st.integers(0, 2000), st.integers(0, 200), BUDGET, BUDGET, st.integers(0, 500))
-def test_parse_frames_agrees_on_streams_cut_anywhere(items, cut, max_frame_size, max_frames, max_headers,
-                                                     max_header_bytes):
+def test_parse_frames_agrees_on_streams_cut_anywhere(
+    items, cut, max_frame_size, max_frames, max_headers, max_header_bytes
+):
     data = bytearray(wire_of(items)[:cut])
     result = both("parse_frames", data, max_frame_size, max_frames, max_headers, max_header_bytes)
     if result[0] == "ok":
@@ -86,7 +87,7 @@ def test_parse_frames_takes_every_whole_frame_without_budgets(items):
 @given(st.binary(max_size=400), st.integers(0, 300), st.integers(1, 50))
 def test_parse_frames_agrees_on_hostile_bytes(data, max_frame_size, max_frames):
     both("parse_frames", bytearray(data), max_frame_size, max_frames, 5, 1000)
-    both("parse_frames", data, max_frame_size)   # any buffer, not only a bytearray
+    both("parse_frames", data, max_frame_size)  # any buffer, not only a bytearray
 
 
 @SETTINGS
@@ -95,8 +96,11 @@ def test_an_oversize_length_is_refused_from_the_header_alone(length, max_frame_s
     header = pure.frame_header(kind, 0, 1, length)
     result = both("parse_frames", bytearray(header + tail), max_frame_size)
     if length > max_frame_size:
-        assert result[:3] == ("error", pure.FrameError,
-                              f"a {length}-byte frame is over the {max_frame_size}-byte limit")
+        assert result[:3] == (
+            "error",
+            pure.FrameError,
+            f"a {length}-byte frame is over the {max_frame_size}-byte limit",
+        )
         assert result[3]["code"] == pure.FRAME_SIZE_ERROR
     else:
         assert result == ("ok", ([], 0)) or len(tail) >= length
@@ -115,8 +119,8 @@ def test_parse_frames_budgets_stop_after_the_frame_that_spends_them():
     buf = bytearray(data + headers + data + headers + data)
     for codec in (pure, compiled):
         assert len(codec.parse_frames(buf, 16384, 2)[0]) == 2
-        assert len(codec.parse_frames(buf, 16384, 100, 1)[0]) == 2          # up to the first HEADERS
-        assert len(codec.parse_frames(buf, 16384, 100, 100, 15)[0]) == 4    # 20 header bytes > 15
+        assert len(codec.parse_frames(buf, 16384, 100, 1)[0]) == 2  # up to the first HEADERS
+        assert len(codec.parse_frames(buf, 16384, 100, 100, 15)[0]) == 4  # 20 header bytes > 15
         assert len(codec.parse_frames(buf, 16384, 0)[0]) == 0
 
 
@@ -135,7 +139,7 @@ def test_bad_padding_is_a_protocol_error(data, pad, extra):
         assert result[:3] == ("error", pure.FrameError, "the padding is as long as the frame or longer")
         assert result[3]["code"] == pure.PROTOCOL_ERROR
     else:
-        assert result == ("ok", data[:len(data) - pad])
+        assert result == ("ok", data[: len(data) - pad])
     assert both("unpadded", b"", pure.PADDED)[3]["code"] == pure.PROTOCOL_ERROR
 
 
@@ -158,7 +162,7 @@ def test_encoders_write_the_same_bytes(kind, flags, stream_id, payload, length):
 @pytest.mark.parametrize("args", [(256, 0, 1, 0), (0, 0, 2**32, 0), (0, 0, -1, 0), (0, 0, 1, 2**24), (0, 0, 1, -1)])
 def test_out_of_range_header_fields_are_refused_by_both(args):
     for codec in (pure, compiled):
-        with pytest.raises(Exception):   # noqa: B017 - struct.error (pure) or OverflowError (compiled)
+        with pytest.raises(Exception):  # noqa: B017 - struct.error (pure) or OverflowError (compiled)
             codec.frame_header(*args)
     for length in (-1, 2**32):
         for codec in (pure, compiled):
@@ -214,13 +218,17 @@ def test_message_reader_agrees_on_hostile_chunks(chunks, limit):
 def test_an_oversize_message_is_refused_from_its_prefix(length, limit, some_body, split):
     readers = [pure.MessageReader(limit), compiled.MessageReader(limit)]
     data = b"\x00" + length.to_bytes(4, "big") + some_body
-    if split:   # the slow path: the prefix completes bytes the reader holds
+    if split:  # the slow path: the prefix completes bytes the reader holds
         assert feed_both(readers, data[:2]) == ("ok", [])
         data = data[2:]
     result = feed_both(readers, data)
     if length > limit:
-        assert result == ("error", pure.MessageTooLarge, f"received message larger than max ({length} vs. {limit})",
-                          {"code": None, "limit": limit, "length": length})
+        assert result == (
+            "error",
+            pure.MessageTooLarge,
+            f"received message larger than max ({length} vs. {limit})",
+            {"code": None, "limit": limit, "length": length},
+        )
         assert readers[1].pending == (2 if split else 0)
 
 
@@ -244,24 +252,31 @@ def damage(rng: random.Random, data: bytes) -> bytes:
         if what < 0.4 and raw:
             raw[rng.randrange(len(raw))] = rng.randrange(256)
         elif what < 0.6 and raw:
-            del raw[rng.randrange(len(raw)):]
+            del raw[rng.randrange(len(raw)) :]
         elif what < 0.8:
-            raw[rng.randrange(len(raw) + 1):0] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 12)))
-        else:   # a header claiming a huge length, or an unknown type
-            raw += pure.frame_header(rng.choice([rng.randrange(256), 10, 0xFF]), rng.randrange(256),
-                                     rng.randrange(2**32), rng.choice([16385, 2**24 - 1, rng.randrange(64)]))
+            raw[rng.randrange(len(raw) + 1) : 0] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 12)))
+        else:  # a header claiming a huge length, or an unknown type
+            raw += pure.frame_header(
+                rng.choice([rng.randrange(256), 10, 0xFF]),
+                rng.randrange(256),
+                rng.randrange(2**32),
+                rng.choice([16385, 2**24 - 1, rng.randrange(64)]),
+            )
     return bytes(raw)
 
 
 def test_fuzz_damaged_streams_give_the_same_frames_or_the_same_error():
     rng = random.Random(20261126)
     for _ in range(2000):
-        items = [(rng.randrange(12), rng.randrange(256), rng.randrange(2**31), rng.randbytes(rng.randrange(40)))
-                 for _ in range(rng.randint(0, 6))]
+        items = [
+            (rng.randrange(12), rng.randrange(256), rng.randrange(2**31), rng.randbytes(rng.randrange(40)))
+            for _ in range(rng.randint(0, 6))
+        ]
         data = damage(rng, wire_of(items))
         max_frame_size = rng.choice([16384, 64, 8])
-        result = both("parse_frames", bytearray(data), max_frame_size, rng.randint(1, 8), rng.randint(1, 3),
-                      rng.randint(1, 200))
+        result = both(
+            "parse_frames", bytearray(data), max_frame_size, rng.randint(1, 8), rng.randint(1, 3), rng.randint(1, 200)
+        )
         if result[0] == "ok":
             for kind, flags, _, payload in result[1][0]:
                 if kind in (pure.DATA, pure.HEADERS):

@@ -43,8 +43,12 @@ def test_twin_offers_the_compiled_names(name):
     pure = importlib.import_module(f"danube._pure.{name}")
     public = {n for n in dir(compiled) if not n.startswith("_")}
     # what the compiled module defines (not the modules, classes and functions it imported)
-    exported = {n for n in public if not isinstance(getattr(compiled, n), type(sys))
-                and getattr(getattr(compiled, n), "__module__", compiled.__name__) == compiled.__name__}
+    exported = {
+        n
+        for n in public
+        if not isinstance(getattr(compiled, n), type(sys))
+        and getattr(getattr(compiled, n), "__module__", compiled.__name__) == compiled.__name__
+    }
     missing = sorted(n for n in exported if not hasattr(pure, n))
     assert missing == []
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from danube._pure import frame as pure_frame
 from danube._pure import ring as pure_ring
@@ -99,7 +100,7 @@ def test_references_contiguous_appends_without_copying(impl):
     assert ring.append_from(source, n1 + n2, -1, 3) == 3
     assert ring.chunk_count == 1 and ring.size_bytes == len(source)  # one span, extended in place
     view, count = ring.read_counted(1, 1 << 20)
-    assert count == 5 and bytes(view) == bytes(source[len(_batch(0, [10])):])
+    assert count == 5 and bytes(view) == bytes(source[len(_batch(0, [10])) :])
     source[-1] = ord("y")
     assert bytes(view)[-1] == ord("y")  # the very bytes of the source: no copy was made
     with pytest.raises(BufferError):

@@ -6,7 +6,8 @@ import importlib
 import os
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from danube._pure import frame as pure_frame
 from danube._pure import ring as pure_ring
@@ -52,7 +53,8 @@ OPS = st.lists(
         st.one_of(st.none(), st.text(max_size=8)),
         st.one_of(st.none(), st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2)),
     ),
-    min_size=1, max_size=20,
+    min_size=1,
+    max_size=20,
 )
 
 
@@ -117,7 +119,7 @@ def test_recovery_trims_and_reports_identically(tmp_path, walfile, ring):
     assert seg.write_pos < end - 3 and trimmed == end + 2 - seg.write_pos
     assert seg.index_entries()[0] == (0, 64) and positions[0] == 64
     data = open(path, "rb").read()
-    assert not any(data[seg.write_pos:])
+    assert not any(data[seg.write_pos :])
     seg.close()
 
 
@@ -172,27 +174,28 @@ def test_drop_cache_empties_the_page_cache_and_keeps_every_byte(tmp_path, walfil
     page = 4096
     path = tmp_path / "s.log"
     writer, seg = _writer(walfile, ring, path, capacity=4 << 20)
-    for i in range(24):   # ~2.4 MB through the writer's batch path
+    for i in range(24):  # ~2.4 MB through the writer's batch path
         writer.append_payloads([bytes([i]) * 100] * 1000, publish_time=7)
     seg.sync()
     end = seg.write_pos
     stored = bytes(seg.view(0, end))
-    held = seg.view(0, end)   # a reader's view across the dropped range
+    held = seg.view(0, end)  # a reader's view across the dropped range
     before = resident_pages(path, 0, end)
-    assert before >= end // page - 1   # control: what was just written is cached
+    assert before >= end // page - 1  # control: what was just written is cached
 
-    assert seg.drop_cache(100, 2 * page - 1) == 0   # no whole page inside: nothing to drop
+    assert seg.drop_cache(100, 2 * page - 1) == 0  # no whole page inside: nothing to drop
     dropped = seg.drop_cache(0, 1 << 20)
     assert dropped == 1 << 20
     assert resident_pages(path, 0, 1 << 20) == 0
-    assert resident_pages(path, 1 << 20, end) >= (end - (1 << 20)) // page - 1   # the rest stays
+    assert resident_pages(path, 1 << 20, end) >= (end - (1 << 20)) // page - 1  # the rest stays
 
-    assert bytes(held) == stored   # faulted back in from the file, unchanged
+    assert bytes(held) == stored  # faulted back in from the file, unchanged
     assert bytes(seg.view(0, end)) == stored
-    assert [r.offset for r in pure_frame.iter_records(seg.read_frames(0, 1 << 30, writer.next_offset))] \
-        == list(range(writer.next_offset))
-    assert seg.drop_cache(0, 64 << 20) == seg.capacity   # clamped to the file's capacity
+    assert [r.offset for r in pure_frame.iter_records(seg.read_frames(0, 1 << 30, writer.next_offset))] == list(
+        range(writer.next_offset)
+    )
+    assert seg.drop_cache(0, 64 << 20) == seg.capacity  # clamped to the file's capacity
     del held
     writer.close()
     seg.close()
-    assert seg.drop_cache(0, 1 << 20) == 0   # closed: nothing to drop, no error
+    assert seg.drop_cache(0, 1 << 20) == 0  # closed: nothing to drop, no error

@@ -18,8 +18,10 @@ def make_broker(tmp_path):
         config = StorageConfig.from_dict({"wal": {"sync": "never"}}, data_dir=str(tmp_path))
         factory = StorageFactory(config, metadata, broker_id="test")
         kw.setdefault("dispatch", DispatchSettings(cursor_flush_interval_ms=50))
-        kw.setdefault("failure_policy", FailurePolicy(ack_timeout_ms=30_000, base_redelivery_delay_ms=50,
-                                                      max_redelivery_delay_ms=400))
+        kw.setdefault(
+            "failure_policy",
+            FailurePolicy(ack_timeout_ms=30_000, base_redelivery_delay_ms=50, max_redelivery_delay_ms=400),
+        )
         kw.setdefault("policies", TopicPolicies())
         broker = BrokerService(metadata, factory, **kw)
         await broker.start()

@@ -29,13 +29,15 @@ async def test_one_apply_per_consumer_and_turn_with_every_range_in_order():
     for i in range(5):
         acks.add(1, [(2 * i, 2 * i + 1)], lambda *e: errors.append(e))
         acks.add(2, [(10 + i, 10 + i)], lambda *e: errors.append(e))
-    assert apply.calls == []            # nothing before the end of the turn
+    assert apply.calls == []  # nothing before the end of the turn
     await turn()
-    assert sorted(apply.calls) == [(1, [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]),
-                                   (2, [(10, 10), (11, 11), (12, 12), (13, 13), (14, 14)])]
+    assert sorted(apply.calls) == [
+        (1, [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]),
+        (2, [(10, 10), (11, 11), (12, 12), (13, 13), (14, 14)]),
+    ]
     assert acks.flushes == 1 and acks.applied == 2
     assert errors == []
-    acks.add(1, [(20, 20)], lambda *e: errors.append(e))   # the next turn is a new batch
+    acks.add(1, [(20, 20)], lambda *e: errors.append(e))  # the next turn is a new batch
     await turn()
     assert apply.calls[-1] == (1, [(20, 20)]) and acks.flushes == 2
 
@@ -67,12 +69,12 @@ async def test_an_error_reaches_every_stream_that_sent_ranges_and_spares_the_oth
 
     acks.add(7, [(1, 1)], a)
     acks.add(7, [(2, 2)], b)
-    acks.add(7, [(3, 3)], a)             # the same stream again: told once
+    acks.add(7, [(3, 3)], a)  # the same stream again: told once
     acks.add(8, [(4, 4)], c)
     await turn()
     assert heard_a == [("consumer 7 gone", 7, [(1, 1), (2, 2), (3, 3)])]
     assert heard_b == [7]
-    assert heard_c == []                 # consumer 8's acks were applied
+    assert heard_c == []  # consumer 8's acks were applied
     assert (8, [(4, 4)]) in apply.calls
 
 

@@ -21,8 +21,12 @@ async def broker(request, tmp_path):
     metadata = EmbeddedMetadataStore(str(tmp_path / "metadata.db"))
     config = StorageConfig.from_dict({"wal": {"sync": request.param}}, data_dir=str(tmp_path))
     factory = StorageFactory(config, metadata, broker_id="test")
-    b = BrokerService(metadata, factory, dispatch=DispatchSettings(cursor_flush_interval_ms=50),
-                      policies=TopicPolicies(max_message_size=1000))
+    b = BrokerService(
+        metadata,
+        factory,
+        dispatch=DispatchSettings(cursor_flush_interval_ms=50),
+        policies=TopicPolicies(max_message_size=1000),
+    )
     await b.start()
     yield b
     with contextlib.suppress(Exception):
@@ -51,9 +55,9 @@ async def test_concurrent_calls_share_appends_and_durability_waits(broker):
     assert offsets == list(range(200))
     coalescer = topic.coalescer
     assert coalescer.messages == 200
-    assert coalescer.batches < 20          # one append per loop iteration, not one per call
+    assert coalescer.batches < 20  # one append per loop iteration, not one per call
     assert coalescer.durability_waits <= coalescer.batches
-    assert topic.storage.wal.durable_offset >= 199   # answered only once durable
+    assert topic.storage.wal.durable_offset >= 199  # answered only once durable
     got = await read_all(broker, cid, 200)
     assert [p for _o, _pid, p in got] == [f"m{i}" for i in range(200)]
     assert broker._producers[pid].messages_in == 200
@@ -63,7 +67,7 @@ async def test_calls_held_during_a_wait_become_one_batch(broker):
     pid = await broker.create_producer(T, "p", reliable=True)
     topic = broker.topics[T]
     first = [asyncio.ensure_future(broker.publish_one(pid, frame(f"a{i}", pid))) for i in range(10)]
-    await asyncio.sleep(0)       # the first calls are appended as one batch; its wait starts
+    await asyncio.sleep(0)  # the first calls are appended as one batch; its wait starts
     await asyncio.sleep(0)
     c = topic.coalescer
     assert (c.batches, c.messages) == (1, 10)
@@ -71,7 +75,7 @@ async def test_calls_held_during_a_wait_become_one_batch(broker):
     await asyncio.sleep(0)
     third = [asyncio.ensure_future(broker.publish_one(pid, frame(f"c{i}", pid))) for i in range(10)]
     await asyncio.sleep(0)
-    assert c.batches == 1        # held while the first batch's durability wait runs
+    assert c.batches == 1  # held while the first batch's durability wait runs
     offsets = await asyncio.gather(*first, *second, *third)
     assert offsets == list(range(30))
     # everything held became one batch, with one append and one more durability wait
@@ -91,7 +95,7 @@ async def test_held_calls_past_the_limit_are_appended_anyway(broker, monkeypatch
     more = [asyncio.ensure_future(broker.publish_one(pid, frame(f"b{i}", pid))) for i in range(5)]
     await asyncio.sleep(0)
     await asyncio.sleep(0)
-    assert c.batches == 2        # the limit was reached: appended without waiting for the first wait
+    assert c.batches == 2  # the limit was reached: appended without waiting for the first wait
     assert await asyncio.gather(first, *more) == list(range(6))
 
 
@@ -118,9 +122,11 @@ async def test_order_kept_per_producer_when_producers_interleave(broker):
 async def test_too_large_message_fails_alone(broker):
     pid = await broker.create_producer(T, "p", reliable=True)
     cid = await broker.subscribe(T, "s", "c")
-    calls = [broker.publish_one(pid, frame("ok-1", pid)),
-             broker.publish_one(pid, frame("x" * 2000, pid)),
-             broker.publish_one(pid, frame("ok-2", pid))]
+    calls = [
+        broker.publish_one(pid, frame("ok-1", pid)),
+        broker.publish_one(pid, frame("x" * 2000, pid)),
+        broker.publish_one(pid, frame("ok-2", pid)),
+    ]
     results = await asyncio.gather(*calls, return_exceptions=True)
     assert results[0] == 0 and results[2] == 1
     assert isinstance(results[1], MessageTooLargeError)
@@ -137,8 +143,9 @@ async def test_sealed_topic_fails_every_call_of_the_batch_and_stores_nothing(bro
     topic = broker.topics[T]
     before = topic.storage.next_offset
     await topic.storage.seal()
-    results = await asyncio.gather(*(topic.publish_one(broker._producers[pid], frame(f"m{i}", pid))
-                                     for i in range(5)), return_exceptions=True)
+    results = await asyncio.gather(
+        *(topic.publish_one(broker._producers[pid], frame(f"m{i}", pid)) for i in range(5)), return_exceptions=True
+    )
     assert all(isinstance(r, TopicSealedError) for r in results), results
     assert topic.storage.next_offset == before
     assert topic.coalescer.messages == 0
@@ -157,7 +164,7 @@ class DurabilityGate:
             await self._released.wait()
             return await real_wait(target)
 
-        monkeypatch.setattr(topic.storage, "wait_durable", gated_wait)   # undone at the test's end at the latest
+        monkeypatch.setattr(topic.storage, "wait_durable", gated_wait)  # undone at the test's end at the latest
         self._real_wait = real_wait
 
     def release(self) -> None:
@@ -181,9 +188,9 @@ async def test_waits_on_a_busy_topic_are_spaced_and_an_idle_call_is_not_held(bro
     await async_wait_until(lambda: len(c._waiters) == 1, what="the second call held")
     gate.release()
     assert await first == 0
-    assert loop.time() - started < 0.3        # the first call on an idle topic is not held
+    assert loop.time() - started < 0.3  # the first call on an idle topic is not held
     assert await second == 1
-    assert loop.time() - started >= 0.3       # the next wait started no sooner than the spacing
+    assert loop.time() - started >= 0.3  # the next wait started no sooner than the spacing
     assert c.durability_waits == 2
 
 
@@ -194,8 +201,8 @@ async def test_spacing_grows_while_the_loop_is_saturated_and_falls_back_on_light
     # a wait longer than the spacing leaves nothing to hold, and the test would see no hold at all.
     monkeypatch.setattr(coalesce, "MIN_WAIT_SPACING_S", 0.2)
     monkeypatch.setattr(coalesce, "MAX_WAIT_SPACING_S", 0.5)
-    monkeypatch.setattr(coalesce, "LATE_S", -1.0)     # every hold counts as woken late: a saturated loop
-    monkeypatch.setattr(coalesce, "BUSY_BATCH", 0)     # no wait counts as light traffic
+    monkeypatch.setattr(coalesce, "LATE_S", -1.0)  # every hold counts as woken late: a saturated loop
+    monkeypatch.setattr(coalesce, "BUSY_BATCH", 0)  # no wait counts as light traffic
     pid = await broker.create_producer(T, "p", reliable=True)
     c = broker.topics[T].coalescer
     sent = 0
@@ -207,19 +214,18 @@ async def test_spacing_grows_while_the_loop_is_saturated_and_falls_back_on_light
         waits = c.durability_waits
         first = asyncio.ensure_future(broker.publish_one(pid, frame(f"m{sent}", pid)))
         await async_wait_until(lambda: c.durability_waits == waits + 1, what="the first call's durability wait")
-        rest = [asyncio.ensure_future(broker.publish_one(pid, frame(f"m{sent + 1 + i}", pid)))
-                for i in range(n)]
+        rest = [asyncio.ensure_future(broker.publish_one(pid, frame(f"m{sent + 1 + i}", pid))) for i in range(n)]
         await async_wait_until(lambda: len(c._waiters) == n, what="the calls held during the wait")
         gate.release()
         offsets = await asyncio.gather(first, *rest)
-        assert offsets == list(range(sent, sent + n + 1))   # order kept, every call answered
+        assert offsets == list(range(sent, sent + n + 1))  # order kept, every call answered
         sent += n + 1
 
     assert c._spacing == 0.2
     await burst(5)
-    assert c._spacing == 0.4                           # doubled after a late hold
+    assert c._spacing == 0.4  # doubled after a late hold
     await burst(5)
-    assert c._spacing == 0.5                           # capped at the maximum
+    assert c._spacing == 0.5  # capped at the maximum
     monkeypatch.setattr(coalesce, "BUSY_BATCH", 4)
-    await burst(1)                                     # waits answering one call each: light traffic
+    await burst(1)  # waits answering one call each: light traffic
     assert c._spacing == 0.2

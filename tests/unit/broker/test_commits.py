@@ -30,8 +30,7 @@ async def broker(request, tmp_path):
 
 
 def batch(texts, producer_id: int) -> bytearray:
-    return bytearray(b"".join(frames.encode_record(t.encode(), publish_time=1, producer_id=producer_id)
-                              for t in texts))
+    return bytearray(b"".join(frames.encode_record(t.encode(), publish_time=1, producer_id=producer_id) for t in texts))
 
 
 async def test_batches_are_appended_in_call_order_and_answered_with_their_offsets(broker):
@@ -42,10 +41,10 @@ async def test_batches_are_appended_in_call_order_and_answered_with_their_offset
     futures = [broker.publish_nowait(pid, batch([f"a{i}", f"b{i}"], pid)) for i in range(50)]
     assert topic.storage.next_offset == 100
     assert not any(f.done() for f in futures)
-    assert topic.readable_next == 0          # nothing visible before it is durable
+    assert topic.readable_next == 0  # nothing visible before it is durable
     answers = await asyncio.gather(*futures)
     assert answers == [(2 * i, 2 * i + 1) for i in range(50)]
-    assert topic.commits.waits < 50          # one waiter covered many calls
+    assert topic.commits.waits < 50  # one waiter covered many calls
     assert topic.readable_next == 100
     assert broker._producers[pid].messages_in == 100
     got = []
@@ -59,7 +58,7 @@ async def test_batches_are_appended_in_call_order_and_answered_with_their_offset
 async def test_a_refused_batch_raises_at_once_and_stores_nothing(broker):
     pid = await broker.create_producer(T, "p", reliable=True)
     other = await broker.create_producer("/default/other", "q", reliable=True)
-    with pytest.raises(InvalidArgumentError):   # a frame naming another producer
+    with pytest.raises(InvalidArgumentError):  # a frame naming another producer
         broker.publish_nowait(pid, batch(["x"], other))
     assert broker.topics[T].storage.next_offset == 0
     assert broker._publishing == 0
@@ -87,7 +86,7 @@ async def test_a_failed_durability_wait_fails_the_batches_it_covered_and_the_nex
     first = [broker.publish_nowait(pid, batch([f"m{i}"], pid)) for i in range(3)]
     results = await asyncio.gather(*first, return_exceptions=True)
     assert all(isinstance(r, OSError) for r in results)
-    assert topic.readable_next == 0       # not made visible
+    assert topic.readable_next == 0  # not made visible
     assert await broker.publish_nowait(pid, batch(["after"], pid)) == (3, 3)
     assert topic.readable_next == 4
     assert broker._publishing == 0

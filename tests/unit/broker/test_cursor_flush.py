@@ -21,7 +21,7 @@ async def broker(tmp_path):
     factory = StorageFactory(config, metadata, broker_id="test")
     b = BrokerService(metadata, factory, dispatch=DispatchSettings(cursor_flush_interval_ms=5000))
     await b.start()
-    b._flush_task.cancel()   # the test flushes by hand: no background flush in between
+    b._flush_task.cancel()  # the test flushes by hand: no background flush in between
     yield b
     with contextlib.suppress(Exception):
         await b.stop()
@@ -43,10 +43,10 @@ async def test_many_moved_cursors_are_one_transaction_each_chunk(broker, monkeyp
     await ack_one_each(broker, topics)
     before = await broker.metadata.revision()
     assert await broker.flush_cursors() == 20
-    assert await broker.metadata.revision() - before == 3     # 8 + 8 + 4, not 20 writes
+    assert await broker.metadata.revision() - before == 3  # 8 + 8 + 4, not 20 writes
     for name in topics:
         assert await broker.metadata.get_json(keys.subscription_cursor(name, "s")) == 0
-    assert await broker.flush_cursors() == 0                  # nothing moved since
+    assert await broker.flush_cursors() == 0  # nothing moved since
 
 
 async def test_a_failed_write_keeps_every_cursor_of_it_dirty(broker, monkeypatch):
@@ -67,8 +67,9 @@ async def test_a_failed_write_keeps_every_cursor_of_it_dirty(broker, monkeypatch
 async def test_an_ack_wakes_a_receive_waiting_on_a_full_window(tmp_path):
     metadata = EmbeddedMetadataStore(str(tmp_path / "metadata.db"))
     config = StorageConfig.from_dict({"wal": {"sync": "never"}}, data_dir=str(tmp_path))
-    b = BrokerService(metadata, StorageFactory(config, metadata, broker_id="t"),
-                      dispatch=DispatchSettings(max_unacked_messages=2))
+    b = BrokerService(
+        metadata, StorageFactory(config, metadata, broker_id="t"), dispatch=DispatchSettings(max_unacked_messages=2)
+    )
     await b.start()
     try:
         pid = await b.create_producer("/default/w", "p", reliable=True)
@@ -76,14 +77,14 @@ async def test_an_ack_wakes_a_receive_waiting_on_a_full_window(tmp_path):
         for i in range(4):
             await b.publish(pid, bytearray(frames.encode_record(b"m%d" % i, publish_time=1, producer_id=pid)))
         d = await asyncio.wait_for(b.receive(cid, max_messages=10, max_bytes=1 << 20), 5)
-        assert (d.first_offset, d.last_offset) == (0, 1)        # the window is full now
+        assert (d.first_offset, d.last_offset) == (0, 1)  # the window is full now
         waiting = asyncio.ensure_future(b.receive(cid, max_messages=10, max_bytes=1 << 20))
         await asyncio.sleep(0.05)
         assert not waiting.done()
         assert b.ack_ranges_now(cid, [(0, 0)]) == 1
         d = await asyncio.wait_for(waiting, 5)
-        assert (d.first_offset, d.last_offset) == (2, 2)        # one more fits
-        assert b.ack_ranges_now(999, [(0, 0)]) is None           # not loaded: the awaited path
+        assert (d.first_offset, d.last_offset) == (2, 2)  # one more fits
+        assert b.ack_ranges_now(999, [(0, 0)]) is None  # not loaded: the awaited path
     finally:
         await b.stop()
         await metadata.close()

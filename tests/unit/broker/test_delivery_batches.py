@@ -16,7 +16,7 @@ def reference_cut(buf, max_messages, max_bytes):
     view = memoryview(buf)
     pos = count = 0
     while pos + H <= len(view) and count < max_messages:
-        size = H + int.from_bytes(view[pos + 12:pos + 16], "little")
+        size = H + int.from_bytes(view[pos + 12 : pos + 16], "little")
         if count and pos + size > max_bytes:
             break
         pos += size
@@ -24,8 +24,11 @@ def reference_cut(buf, max_messages, max_bytes):
     return pos, count
 
 
-@given(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=40),
-       max_messages=st.integers(1, 50), max_bytes=st.integers(1, 20_000))
+@given(
+    sizes=st.lists(st.integers(0, 300), min_size=1, max_size=40),
+    max_messages=st.integers(1, 50),
+    max_bytes=st.integers(1, 20_000),
+)
 def test_cut_frames_matches_the_frame_by_frame_definition(sizes, max_messages, max_bytes):
     buf = frames.encode_records([(1, 2, None, None, b"p" * n) for n in sizes])
     view, count = cut_frames(buf, max_messages, max_bytes)
@@ -54,5 +57,5 @@ async def test_ack_ranges_moves_the_cursor_without_expanding_offsets(make_broker
     assert await b.ack_ranges(cid, [(4000, 4999), (0, 2999), (2500, 3999), (6000, 7000)]) == 5000
     assert sub.cursor == 4999
     assert sub.tracker.unacked == 0
-    assert await b.ack_ranges(cid, [(0, 4999)]) == 0   # acking again changes nothing
+    assert await b.ack_ranges(cid, [(0, 4999)]) == 0  # acking again changes nothing
     await stop(b)

@@ -29,8 +29,12 @@ async def receive(broker, cid, timeout=2.0):
 
 async def test_each_subscription_type_gets_its_dispatcher(broker):
     assert SUB_TYPES == ("exclusive", "shared", "failover", "key_shared")
-    expected = {"exclusive": ExclusiveDispatcher, "shared": SharedDispatcher,
-                "failover": FailoverDispatcher, "key_shared": KeySharedDispatcher}
+    expected = {
+        "exclusive": ExclusiveDispatcher,
+        "shared": SharedDispatcher,
+        "failover": FailoverDispatcher,
+        "key_shared": KeySharedDispatcher,
+    }
     assert DISPATCHERS == expected
     for sub_type, cls in expected.items():
         await broker.subscribe(T, f"s-{sub_type}", "c", sub_type=sub_type)
@@ -63,12 +67,12 @@ async def test_key_shared_a_joining_consumer_waits_until_earlier_reads_are_acked
     keys = [f"k{i}" for i in range(20)]
     for k in keys:
         await broker.publish(pid, batch([f"{k}:0"], key=k))
-    first = await receive(broker, a)                       # every key's first message, unacked
+    first = await receive(broker, a)  # every key's first message, unacked
     assert len(payloads(first)) == len(keys)
     b = await broker.subscribe(T, "s", "b", sub_type="key_shared")
     for k in keys:
         await broker.publish(pid, batch([f"{k}:1"], key=k))
-    with pytest.raises(asyncio.TimeoutError):              # b's keys wait for a's acks
+    with pytest.raises(asyncio.TimeoutError):  # b's keys wait for a's acks
         await receive(broker, b, timeout=0.5)
     await broker.ack(a, range(first.first_offset, first.last_offset + 1))
     got = payloads(await receive(broker, b))
@@ -84,7 +88,7 @@ async def test_key_shared_a_joining_consumer_does_not_wait_for_a_delayed_redeliv
         await broker.publish(pid, batch([f"{k}:0"], key=k))
     first = await receive(broker, a)
     b = await broker.subscribe(T, "s", "b", sub_type="key_shared")
-    await broker.nack(a, first.first_offset, delay_ms=60_000)   # waits for redelivery, not in flight
+    await broker.nack(a, first.first_offset, delay_ms=60_000)  # waits for redelivery, not in flight
     await broker.ack(a, range(first.first_offset + 1, first.last_offset + 1))
     for k in keys:
         await broker.publish(pid, batch([f"{k}:1"], key=k))

@@ -33,14 +33,14 @@ class Repartition:
 async def test_partitions_and_opened_topics_go_through_the_repartition_slot(broker):
     await broker.metadata.put_json(keys.topic_partitions(T), 2)
     assert broker.repartition is None
-    assert await broker.partitions(T) == [f"{T}-part-0", f"{T}-part-1"]   # no runtime: the count as recorded
+    assert await broker.partitions(T) == [f"{T}-part-0", f"{T}-part-1"]  # no runtime: the count as recorded
 
-    hook = broker.repartition = Repartition(extra=1)   # a shrink still drains a third partition
+    hook = broker.repartition = Repartition(extra=1)  # a shrink still drains a third partition
     assert await broker.partitions(T) == [f"{T}-part-{i}" for i in range(3)]
     assert hook.asked == [(T, 2)]
     await broker.create_producer(f"{T}-part-0", "p", reliable=True)
     assert hook.opened == [f"{T}-part-0"]
-    assert (await broker.topic(f"{T}-part-0")).name == f"{T}-part-0"   # served: no second open
+    assert (await broker.topic(f"{T}-part-0")).name == f"{T}-part-0"  # served: no second open
     assert hook.opened == [f"{T}-part-0"]
 
 

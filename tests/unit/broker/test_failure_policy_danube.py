@@ -34,7 +34,7 @@ async def test_max_redelivery_count_zero_means_no_redelivery(make_broker):
     cid = await b.subscribe(T, "s", "c")
     await b.publish(pid, batch(["poison"]))
     d = await receive(b, cid)
-    await b.nack(cid, d.first_offset)            # the first failure already drops it
+    await b.nack(cid, d.first_offset)  # the first failure already drops it
     await b.publish(pid, batch(["next"]))
     assert payloads(await receive(b, cid)) == ["next"]
     await stop(b)
@@ -54,13 +54,14 @@ async def test_max_redelivery_count_counts_redeliveries(make_broker):
         await b.nack(cid, d.first_offset)
         if deliveries == 3:
             await b.publish(pid, batch(["next"]))
-    assert deliveries == 3 and payloads(d) == ["next"]       # the first delivery and 2 redeliveries
+    assert deliveries == 3 and payloads(d) == ["next"]  # the first delivery and 2 redeliveries
     await stop(b)
 
 
 async def test_dead_letter_carries_danubes_attributes(make_broker):
-    b = await make_broker(failure_policy=policy(max_redelivery_count=1, poison_policy="dead_letter",
-                                                dead_letter_topic="/default/dlq"))
+    b = await make_broker(
+        failure_policy=policy(max_redelivery_count=1, poison_policy="dead_letter", dead_letter_topic="/default/dlq")
+    )
     pid = await b.create_producer(T, "p", reliable=True)
     cid = await b.subscribe(T, "s", "c")
     await b.publish(pid, batch(["bad"], producer_id=pid))
@@ -74,10 +75,24 @@ async def test_dead_letter_carries_danubes_attributes(make_broker):
     rec = frames.decode_batch(await b.topics["/default/dlq"].storage.read_frames(0, 1 << 20))[0]
     attrs = dict(rec.attributes)
     assert bytes(rec.payload) == b"bad"
-    assert {k: attrs[k] for k in ("x-original-topic", "x-original-subscription", "x-original-topic-offset",
-                                  "x-poison-policy", "x-delivery-attempt", "x-failure-reason")} == {
-        "x-original-topic": T, "x-original-subscription": "s", "x-original-topic-offset": "0",
-        "x-poison-policy": "dead_letter", "x-delivery-attempt": "2", "x-failure-reason": "second"}
+    assert {
+        k: attrs[k]
+        for k in (
+            "x-original-topic",
+            "x-original-subscription",
+            "x-original-topic-offset",
+            "x-poison-policy",
+            "x-delivery-attempt",
+            "x-failure-reason",
+        )
+    } == {
+        "x-original-topic": T,
+        "x-original-subscription": "s",
+        "x-original-topic-offset": "0",
+        "x-poison-policy": "dead_letter",
+        "x-delivery-attempt": "2",
+        "x-failure-reason": "second",
+    }
     assert int(attrs["x-original-producer-id"]) == pid
     await stop(b)
 
@@ -88,19 +103,19 @@ async def test_key_shared_block_stalls_only_the_poisoned_key(make_broker):
     cid = await b.subscribe(T, "s", "c", sub_type="key_shared")
     await b.publish(pid, batch(["bad"], key="k1"))
     d = await receive(b, cid)
-    await b.nack(cid, d.first_offset)                                    # k1 is blocked
+    await b.nack(cid, d.first_offset)  # k1 is blocked
     await b.publish(pid, batch(["k1-later"], key="k1"))
     await b.publish(pid, batch(["k2-a"], key="k2"))
     d = await receive(b, cid)
-    assert payloads(d) == ["k2-a"]                                       # other keys flow
+    assert payloads(d) == ["k2-a"]  # other keys flow
     await b.ack(cid, [d.first_offset])
     with pytest.raises(asyncio.TimeoutError):
-        await receive(b, cid, timeout=0.3)                               # k1 still held
+        await receive(b, cid, timeout=0.3)  # k1 still held
     sub = b.topics[T].subscriptions["s"]
-    assert sub.cursor == -1                                              # the cursor waits at the block
-    assert sub.unblock() == 1                                            # an admin releases it
+    assert sub.cursor == -1  # the cursor waits at the block
+    assert sub.unblock() == 1  # an admin releases it
     d = await receive(b, cid)
-    assert payloads(d) == ["k1-later"]                                   # in order, nothing lost
+    assert payloads(d) == ["k1-later"]  # in order, nothing lost
     await b.ack(cid, [d.first_offset])
     for _ in range(50):
         if sub.cursor == 2:

@@ -84,8 +84,14 @@ async def test_stats_are_keyed_by_topic_with_the_reporter_counter_names(broker):
     stats = broker.stats()
     assert list(stats.topics) == [T]
     t = stats.topics[T]
-    assert (t.messages_in_total, t.bytes_in_total, t.producer_count, t.consumer_count,
-            t.subscription_count, t.backlog_messages) == (2, nbytes, 1, 1, 1, 2)
+    assert (
+        t.messages_in_total,
+        t.bytes_in_total,
+        t.producer_count,
+        t.consumer_count,
+        t.subscription_count,
+        t.backlog_messages,
+    ) == (2, nbytes, 1, 1, 1, 2)
 
 
 async def test_publish_system_creates_a_reliable_topic_without_a_producer(broker):

@@ -20,8 +20,9 @@ U64_MAX = 2**64 - 1
 
 def raw_frame(key: bytes | None, attrs=(), *, producer_id: int = 0, payload: bytes = b"p") -> bytes:
     """A checksum-valid frame with any bytes as key and attributes (the encoders take only text)."""
-    body = bytearray(struct.pack("<QQBBHH", 1, producer_id, 1 if key is not None else 0, 0, len(attrs),
-                                 len(key or b"")))
+    body = bytearray(
+        struct.pack("<QQBBHH", 1, producer_id, 1 if key is not None else 0, 0, len(attrs), len(key or b""))
+    )
     body += key or b""
     for name, value in attrs:
         body += struct.pack("<H", len(name)) + name + struct.pack("<I", len(value)) + value
@@ -49,18 +50,22 @@ def store_below_the_check(broker, topic: str, buf: bytes) -> None:
     t.committed(last - first + 1, len(buf), last, 0.0)
 
 
-@pytest.mark.parametrize("bad", [
-    raw_frame(b"\xff\xfe"),
-    raw_frame(b"k", [(b"\xc3\x28", b"v")]),
-    raw_frame(None, [(b"name", b"\xed\xa0\x80")]),
-    raw_frame(b"k", producer_id=U64_MAX),
-], ids=["key", "attribute-name", "attribute-value", "producer-id-2^64-1"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        raw_frame(b"\xff\xfe"),
+        raw_frame(b"k", [(b"\xc3\x28", b"v")]),
+        raw_frame(None, [(b"name", b"\xed\xa0\x80")]),
+        raw_frame(b"k", producer_id=U64_MAX),
+    ],
+    ids=["key", "attribute-name", "attribute-value", "producer-id-2^64-1"],
+)
 async def test_publish_refuses_the_whole_batch_before_storing_anything(broker, bad):
     pid = await broker.create_producer(T, "p", reliable=True)
     await broker.publish(pid, bytearray(good("before")))
     with pytest.raises(InvalidArgumentError, match="batch refused, nothing stored: frame 1 "):
         await broker.publish(pid, bytearray(good("ok") + bad + good("after")))
-    assert broker.topics[T].storage.next_offset == 1   # not one frame of the batch was stored
+    assert broker.topics[T].storage.next_offset == 1  # not one frame of the batch was stored
     assert await broker.publish(pid, bytearray(good("next"))) == (1, 1)
 
 
@@ -84,7 +89,7 @@ async def test_a_stored_poison_record_is_dropped_and_delivery_goes_on(make_broke
         d = await receive(b, cid)
         got += texts(d)
         await b.ack(cid, range(d.first_offset, d.last_offset + 1))
-    assert got == ["m0", "m1", "m3", "m4"]          # offset 2 (the poison) skipped, nothing stalls
+    assert got == ["m0", "m1", "m3", "m4"]  # offset 2 (the poison) skipped, nothing stalls
     assert b.topics[T].subscriptions["s"].cursor == 4  # and the cursor passed it
     await stop(b)
 
@@ -101,16 +106,17 @@ async def test_a_stored_poison_record_blocks_under_the_block_policy(make_broker)
     await b.ack(cid, [0])
     sub = b.topics[T].subscriptions["s"]
     with pytest.raises(asyncio.TimeoutError):
-        await receive(b, cid, timeout=0.3)          # held at offset 1, as configured
+        await receive(b, cid, timeout=0.3)  # held at offset 1, as configured
     assert sub.tracker.blocked == {1}
-    assert sub.unblock() == 1                        # an admin skip releases it
+    assert sub.unblock() == 1  # an admin skip releases it
     assert texts(await receive(b, cid)) == ["m2"]
     await stop(b)
 
 
 async def test_a_stored_poison_record_goes_to_the_dead_letter_topic_readable(make_broker):
-    b = await make_broker(failure_policy=FailurePolicy(poison_policy="dead_letter",
-                                                       dead_letter_topic="/default/poison-dlq"))
+    b = await make_broker(
+        failure_policy=FailurePolicy(poison_policy="dead_letter", dead_letter_topic="/default/poison-dlq")
+    )
     pid = await b.create_producer(T, "p", reliable=True)
     cid = await b.subscribe(T, "s", "c")
     store_below_the_check(b, T, raw_frame(b"ke\xffy", [(b"a", b"\xfe")], payload=b"kept"))

@@ -40,9 +40,10 @@ def test_bad_values_are_clear_errors():
 def test_fixed_backoff_and_danube_spellings():
     f = FailurePolicy(base_redelivery_delay_ms=50, max_redelivery_delay_ms=1000, backoff_strategy="fixed")
     assert [f.backoff_ms(a) for a in (1, 2, 5)] == [50, 50, 50]
-    assert FailurePolicy().backoff_strategy == "exponential"   # Danube's default
-    g = FailurePolicy.from_dict({"poison_policy": "DeadLetter", "dead_letter_topic": "/default/dlq",
-                                 "backoff_strategy": "Fixed"})
+    assert FailurePolicy().backoff_strategy == "exponential"  # Danube's default
+    g = FailurePolicy.from_dict(
+        {"poison_policy": "DeadLetter", "dead_letter_topic": "/default/dlq", "backoff_strategy": "Fixed"}
+    )
     assert (g.poison_policy, g.backoff_strategy) == ("dead_letter", "fixed")
     assert FailurePolicy.from_dict({"dead_letter_topic": None}).dead_letter_topic == ""
     with pytest.raises(InvalidArgumentError, match="backoff_strategy"):

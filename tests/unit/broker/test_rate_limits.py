@@ -35,7 +35,7 @@ def texts(delivery):
 
 def test_bucket_starts_full_refills_at_rate_and_caps_at_burst():
     clock = FakeClock()
-    bucket = TokenBucket(100, clock=clock)          # burst: one second's worth
+    bucket = TokenBucket(100, clock=clock)  # burst: one second's worth
     assert bucket.available() == 100
     bucket.take(100)
     assert bucket.available() == 0
@@ -43,17 +43,17 @@ def test_bucket_starts_full_refills_at_rate_and_caps_at_burst():
     clock.now += 0.25
     assert bucket.available() == 25
     clock.now += 10
-    assert bucket.available() == 100                # never more than the burst
+    assert bucket.available() == 100  # never more than the burst
 
 
 def test_reserve_goes_into_debt_and_says_how_long_it_lasts():
     clock = FakeClock()
     bucket = TokenBucket(1000, burst=500, clock=clock)
     assert bucket.reserve(400) == 0.0
-    assert bucket.reserve(600) == pytest.approx(0.5)     # 500 short at 1000/s
+    assert bucket.reserve(600) == pytest.approx(0.5)  # 500 short at 1000/s
     assert bucket.available() == 0
     clock.now += 0.5
-    assert bucket.available() == 0                       # the debt is paid, nothing more
+    assert bucket.available() == 0  # the debt is paid, nothing more
     clock.now += 0.1
     assert bucket.available() == 100
 
@@ -74,7 +74,7 @@ async def test_gate_keeps_delayed_publishes_in_order():
         order.append(i)
 
     started = time.monotonic()
-    await asyncio.gather(*(publish(i, 20) for i in range(5)))   # 100 messages, 90 over the burst
+    await asyncio.gather(*(publish(i, 20) for i in range(5)))  # 100 messages, 90 over the burst
     assert order == [0, 1, 2, 3, 4]
     assert time.monotonic() - started >= 0.085
     assert gate.throttled == 5
@@ -82,9 +82,9 @@ async def test_gate_keeps_delayed_publishes_in_order():
 
 async def test_cancelled_waiter_does_not_block_the_ones_behind_it():
     gate = PublishGate(100, burst=1)
-    first = asyncio.ensure_future(gate.turn(10))      # waits ~0.1 s
+    first = asyncio.ensure_future(gate.turn(10))  # waits ~0.1 s
     await asyncio.sleep(0)
-    second = asyncio.ensure_future(gate.turn(1))      # behind it
+    second = asyncio.ensure_future(gate.turn(1))  # behind it
     await asyncio.sleep(0.01)
     first.cancel()
     await asyncio.wait_for(second, 1.0)
@@ -98,12 +98,12 @@ async def test_publish_over_the_rate_is_delayed_not_refused(make_broker):
     pid = await b.create_producer(T, "p", reliable=True)
     cid = await b.subscribe(T, "s", "c")
     started = time.monotonic()
-    assert await b.publish(pid, batch([f"a{i}" for i in range(2000)])) == (0, 1999)   # the burst
+    assert await b.publish(pid, batch([f"a{i}" for i in range(2000)])) == (0, 1999)  # the burst
     assert time.monotonic() - started < 0.4
     results = await asyncio.gather(*(b.publish(pid, batch([f"b{j}.{i}" for i in range(250)])) for j in range(4)))
     elapsed = time.monotonic() - started
-    assert elapsed >= 0.45                     # 1000 messages over the burst at 2000/s
-    assert results == [(2000 + 250 * j, 2249 + 250 * j) for j in range(4)]   # arrival order kept
+    assert elapsed >= 0.45  # 1000 messages over the burst at 2000/s
+    assert results == [(2000 + 250 * j, 2249 + 250 * j) for j in range(4)]  # arrival order kept
     got = []
     while len(got) < 3000:
         got += texts(await asyncio.wait_for(b.receive(cid, max_messages=5000, max_bytes=1 << 22), 2))
@@ -118,18 +118,22 @@ async def test_unlimited_topic_has_no_gate(broker):
     await broker.publish(pid, batch(["x"]))
     assert broker.topics[T].publish_gate is None
     assert broker.topics[T].subscriptions == {} or all(
-        s.dispatch_limit is None for s in broker.topics[T].subscriptions.values())
+        s.dispatch_limit is None for s in broker.topics[T].subscriptions.values()
+    )
 
 
 async def test_single_message_publishes_are_limited_too(make_broker):
     b = await make_broker(policies=TopicPolicies(max_publish_rate=100))
     pid = await b.create_producer(T, "p", reliable=True)
     started = time.monotonic()
-    offsets = await asyncio.gather(*(
-        b.publish_one(pid, frames.encode_record(f"m{i}".encode(), publish_time=1, producer_id=pid))
-        for i in range(120)))
-    assert offsets == list(range(120))                # in submission order
-    assert time.monotonic() - started >= 0.18         # 20 over the burst of 100 at 100/s
+    offsets = await asyncio.gather(
+        *(
+            b.publish_one(pid, frames.encode_record(f"m{i}".encode(), publish_time=1, producer_id=pid))
+            for i in range(120)
+        )
+    )
+    assert offsets == list(range(120))  # in submission order
+    assert time.monotonic() - started >= 0.18  # 20 over the burst of 100 at 100/s
     await stop(b)
 
 
@@ -145,8 +149,8 @@ async def test_dispatch_rate_paces_deliveries(make_broker):
         counts.append(d.count)
         await b.ack_ranges(cid, [(d.first_offset, d.last_offset)])
     elapsed = time.monotonic() - started
-    assert counts[0] == 1000                          # the burst, then what the rate refills
-    assert elapsed >= 0.45                            # 500 more at 1000/s
+    assert counts[0] == 1000  # the burst, then what the rate refills
+    assert elapsed >= 0.45  # 500 more at 1000/s
     assert sum(counts) == 1500
     # The limit is per subscription: another one starts with its own full bucket.
     cid2 = await b.subscribe(T, "other", "c2")
@@ -158,8 +162,9 @@ async def test_dispatch_rate_paces_deliveries(make_broker):
 
 async def test_per_topic_policy_document_sets_the_limits(make_broker):
     b = await make_broker()
-    await b.metadata.put_json("/topics/default/limited/policy",
-                              {"max_publish_rate": 50, "max_subscription_dispatch_rate": 20})
+    await b.metadata.put_json(
+        "/topics/default/limited/policy", {"max_publish_rate": 50, "max_subscription_dispatch_rate": 20}
+    )
     pid = await b.create_producer(T, "p", reliable=True)
     cid = await b.subscribe(T, "s", "c")
     topic = b.topics[T]
@@ -167,5 +172,5 @@ async def test_per_topic_policy_document_sets_the_limits(make_broker):
     assert topic.subscriptions["s"].dispatch_limit.rate == 20
     await b.publish(pid, batch([f"m{i}" for i in range(30)]))
     d = await asyncio.wait_for(b.receive(cid, max_messages=100, max_bytes=1 << 20), 1)
-    assert d.count == 20                              # one second's worth at 20/s
+    assert d.count == 20  # one second's worth at 20/s
     await stop(b)

@@ -21,8 +21,11 @@ T = "/default/topic"
 
 
 def batch(payloads, key=None, producer_id=0):
-    return bytearray(frames.encode_payloads([p if isinstance(p, bytes) else p.encode() for p in payloads],
-                                            key=key, producer_id=producer_id))
+    return bytearray(
+        frames.encode_payloads(
+            [p if isinstance(p, bytes) else p.encode() for p in payloads], key=key, producer_id=producer_id
+        )
+    )
 
 
 def payloads(delivery):
@@ -98,7 +101,6 @@ async def test_shared_consumers_take_turns(broker):
     assert got == ["1", "2"]
 
 
-
 async def test_shared_consumers_take_turns_when_they_come_straight_back(broker):
     # Each consumer asks again the moment it is served, with nothing in between that yields to
     # the loop (as a stream whose writes complete at once does): turns must still alternate.
@@ -121,6 +123,7 @@ async def test_shared_consumers_take_turns_when_they_come_straight_back(broker):
         t.cancel()
     assert sorted(got[a] + got[b], key=int) == [str(i) for i in range(20)]
     assert len(got[a]) == len(got[b]) == 10, got
+
 
 async def test_failover_standby_gets_unacked_when_active_leaves(broker):
     pid = await broker.create_producer(T, "p", reliable=True)
@@ -178,9 +181,15 @@ async def test_nack_redelivers_after_the_larger_delay(broker):
 
 
 async def test_ack_timeout_redelivers_then_poison_drop(make_broker):
-    b = await make_broker(failure_policy=FailurePolicy(
-        ack_timeout_ms=100, base_redelivery_delay_ms=10, max_redelivery_delay_ms=20,
-        max_redelivery_count=2, poison_policy="drop"))
+    b = await make_broker(
+        failure_policy=FailurePolicy(
+            ack_timeout_ms=100,
+            base_redelivery_delay_ms=10,
+            max_redelivery_delay_ms=20,
+            max_redelivery_count=2,
+            poison_policy="drop",
+        )
+    )
     pid = await b.create_producer(T, "p", reliable=True)
     cid = await b.subscribe(T, "s", "c")
     await b.publish(pid, batch(["poison"]))
@@ -195,9 +204,16 @@ async def test_ack_timeout_redelivers_then_poison_drop(make_broker):
 
 
 async def test_poison_dead_letter_topic(make_broker):
-    b = await make_broker(failure_policy=FailurePolicy(
-        ack_timeout_ms=60_000, base_redelivery_delay_ms=10, max_redelivery_delay_ms=20,
-        max_redelivery_count=1, poison_policy="dead_letter", dead_letter_topic="/default/dlq"))
+    b = await make_broker(
+        failure_policy=FailurePolicy(
+            ack_timeout_ms=60_000,
+            base_redelivery_delay_ms=10,
+            max_redelivery_delay_ms=20,
+            max_redelivery_count=1,
+            poison_policy="dead_letter",
+            dead_letter_topic="/default/dlq",
+        )
+    )
     pid = await b.create_producer(T, "p", reliable=True)
     cid = await b.subscribe(T, "s", "c")
     await b.publish(pid, batch(["bad"]))
@@ -214,8 +230,9 @@ async def test_poison_dead_letter_topic(make_broker):
 
 
 async def test_poison_block_stops_the_subscription(make_broker):
-    b = await make_broker(failure_policy=FailurePolicy(
-        base_redelivery_delay_ms=10, max_redelivery_delay_ms=20, max_redelivery_count=1))
+    b = await make_broker(
+        failure_policy=FailurePolicy(base_redelivery_delay_ms=10, max_redelivery_delay_ms=20, max_redelivery_count=1)
+    )
     pid = await b.create_producer(T, "p", reliable=True)
     cid = await b.subscribe(T, "s", "c")
     await b.publish(pid, batch(["bad"]))

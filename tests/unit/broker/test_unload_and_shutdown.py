@@ -74,8 +74,11 @@ async def test_an_ack_during_an_unload_is_answered_ok_and_the_message_redelivere
     unload = await _unload_started(broker, T)
 
     answered_ok = []
-    for offset, call in ((1, broker.ack(cid, [1])), (2, broker.ack_subscription(T, "s", [2])),
-                         (3, broker.ack_ranges(cid, [(3, 3)]))):
+    for offset, call in (
+        (1, broker.ack(cid, [1])),
+        (2, broker.ack_subscription(T, "s", [2])),
+        (3, broker.ack_ranges(cid, [(3, 3)])),
+    ):
         try:
             await call
             answered_ok.append(offset)
@@ -175,7 +178,7 @@ async def test_a_held_ack_for_a_subscription_not_open_yet_is_refused_not_lost(ma
     await broker.publish(pid, batch("a"))
     with pytest.raises(NotServedHereError, match="not applied"):
         await broker.ack_subscription(T, "nobody-yet", [0], strict=True)
-    await broker.ack_subscription(T, "nobody-yet", [0])   # Danube's own path: answered OK, counted
+    await broker.ack_subscription(T, "nobody-yet", [0])  # Danube's own path: answered OK, counted
     assert broker.late_acks == 1
     await stop(broker)
 
@@ -190,11 +193,11 @@ async def test_early_acks_out_of_order_are_settled_on_delivery_and_beyond_the_en
     sub = broker.topics[T].subscriptions["s"]
     assert sub.early_acks == {2}
     d = await receive(broker, cid)
-    assert (d.first_offset, d.count) == (0, 3)   # 0 was never acked: delivered with what follows
-    assert not sub.early_acks and sub.tracker.unacked == 2   # 2 was settled on delivery
+    assert (d.first_offset, d.count) == (0, 3)  # 0 was never acked: delivered with what follows
+    assert not sub.early_acks and sub.tracker.unacked == 2  # 2 was settled on delivery
     await broker.ack(cid, [0, 1])
     assert sub.tracker.cursor == 2
     await broker.publish(pid, batch("d"))
     d = await receive(broker, cid)
-    assert (d.first_offset, d.count) == (3, 1)   # offset 7's early ack was not kept
+    assert (d.first_offset, d.count) == (3, 1)  # offset 7's early ack was not kept
     await stop(broker)

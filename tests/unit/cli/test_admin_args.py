@@ -16,13 +16,18 @@ def parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(["admin", *argv])
 
 
-@pytest.mark.parametrize("danube, ours", [
-    (["topics", "list", "--namespace", "shop", "--output", "json"], ["-o", "json", "topics", "list", "shop"]),
-    (["topics", "describe", "/shop/t", "--output", "json", "--endpoint", "http://h:1"],
-     ["--endpoint", "http://h:1", "--output", "json", "topics", "describe", "/shop/t"]),
-    (["brokers", "namespaces", "--output", "json"], ["-o", "json", "brokers", "namespaces"]),
-    (["schemas", "versions", "s", "--output", "json"], ["--output", "json", "schemas", "versions", "s"]),
-])
+@pytest.mark.parametrize(
+    "danube, ours",
+    [
+        (["topics", "list", "--namespace", "shop", "--output", "json"], ["-o", "json", "topics", "list", "shop"]),
+        (
+            ["topics", "describe", "/shop/t", "--output", "json", "--endpoint", "http://h:1"],
+            ["--endpoint", "http://h:1", "--output", "json", "topics", "describe", "/shop/t"],
+        ),
+        (["brokers", "namespaces", "--output", "json"], ["-o", "json", "brokers", "namespaces"]),
+        (["schemas", "versions", "s", "--output", "json"], ["--output", "json", "schemas", "versions", "s"]),
+    ],
+)
 def test_danube_and_our_placement_parse_alike(danube, ours):
     a, b = parse(*danube), parse(*ours)
     for key in ("output", "endpoint", "admin_group", "admin_cmd"):
@@ -41,10 +46,16 @@ def test_broker_id_as_danube_flag_or_positional():
     assert parse("brokers", "activate", "b2").broker_id == "b2"
 
 
-@pytest.mark.parametrize("given, namespace, expected", [
-    ("/shop/t", None, "/shop/t"), ("shop/t", None, "/shop/t"), ("t", "shop", "/shop/t"), ("t", "/shop", "/shop/t"),
-    ("/../..", None, "/../.."),   # the broker judges names: it refuses this one with invalid_argument
-])
+@pytest.mark.parametrize(
+    "given, namespace, expected",
+    [
+        ("/shop/t", None, "/shop/t"),
+        ("shop/t", None, "/shop/t"),
+        ("t", "shop", "/shop/t"),
+        ("t", "/shop", "/shop/t"),
+        ("/../..", None, "/../.."),  # the broker judges names: it refuses this one with invalid_argument
+    ],
+)
 def test_topic_spellings(given, namespace, expected):
     assert normalize_topic(given, namespace) == expected
 

@@ -14,10 +14,17 @@ def test_steal_and_pressure_are_shares_of_cpu_and_wall_time():
     before = MachineCounters(total=1_000, steal=10, cpu_pressure_us=5_000_000, io_pressure_us=1_000_000)
     after = MachineCounters(total=1_400, steal=34, cpu_pressure_us=5_300_000, io_pressure_us=1_050_000)
     state = summary(before, after, 2.0, 1.5, 2.25)
-    assert state == {"load_before": 1.5, "load_after": 2.25, "steal_pct": 6.0, "cpu_pressure_pct": 15.0,
-                     "io_pressure_pct": 2.5}
-    assert describe(state) == ("machine: load average 1.5 -> 2.25, CPU steal 6.0%, "
-                               "CPU pressure (some) 15.0% of the time, I/O pressure (some) 2.5%")
+    assert state == {
+        "load_before": 1.5,
+        "load_after": 2.25,
+        "steal_pct": 6.0,
+        "cpu_pressure_pct": 15.0,
+        "io_pressure_pct": 2.5,
+    }
+    assert describe(state) == (
+        "machine: load average 1.5 -> 2.25, CPU steal 6.0%, "
+        "CPU pressure (some) 15.0% of the time, I/O pressure (some) 2.5%"
+    )
 
 
 def test_missing_readings_are_none_not_zero():
@@ -32,6 +39,6 @@ def test_missing_readings_are_none_not_zero():
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_observe_reads_this_machine():
     with observe() as state:
-        time.sleep(0.1)   # /proc/stat counts in 10 ms ticks: the block must span several
+        time.sleep(0.1)  # /proc/stat counts in 10 ms ticks: the block must span several
     assert state["load_before"] is not None and state["steal_pct"] is not None
     assert 0.0 <= state["steal_pct"] <= 100.0

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from danube.client.consumer import offset_ranges
 from danube.client.routing import PartitionRouter, fnv1a_64, partition_topic

@@ -99,10 +99,15 @@ async def test_1000_topics_take_a_few_transactions(store):
 
 async def test_hints_exclusions_and_stale_markers(store):
     await register(store, "b1", "b2", "b3")
-    await store.put(keys.unassigned("/ns/hinted"), json.dumps(
-        {"reason": "rebalance", "from_broker": "b1", "to_broker": "b3", "timestamp": 1, "sealed": True}).encode())
-    await store.put(keys.unassigned("/ns/moved"), json.dumps(
-        {"reason": "unload", "from_broker": "b1", "sealed": True}).encode())
+    await store.put(
+        keys.unassigned("/ns/hinted"),
+        json.dumps(
+            {"reason": "rebalance", "from_broker": "b1", "to_broker": "b3", "timestamp": 1, "sealed": True}
+        ).encode(),
+    )
+    await store.put(
+        keys.unassigned("/ns/moved"), json.dumps({"reason": "unload", "from_broker": "b1", "sealed": True}).encode()
+    )
     await store.put(keys.broker_topic("b2", "/ns/owned"), b"null")
     await store.put(keys.unassigned("/ns/owned"), b"null")  # a lookup raced an assignment: stale marker
     view = await started_view(store)
@@ -156,10 +161,10 @@ def test_round_robin_among_brokers_within_ten_percent():
 
 async def test_balanced_strategy_prefers_the_idle_broker(store):
     await register(store, "b1", "b2")
-    busy = LoadReport(resources_usage=[SystemLoad("CPU", 90.0), SystemLoad("Memory", 80.0)], broker_id="b1",
-                      timestamp=1)
-    idle = LoadReport(resources_usage=[SystemLoad("CPU", 5.0), SystemLoad("Memory", 10.0)], broker_id="b2",
-                      timestamp=1)
+    busy = LoadReport(
+        resources_usage=[SystemLoad("CPU", 90.0), SystemLoad("Memory", 80.0)], broker_id="b1", timestamp=1
+    )
+    idle = LoadReport(resources_usage=[SystemLoad("CPU", 5.0), SystemLoad("Memory", 10.0)], broker_id="b2", timestamp=1)
     await store.put(keys.load_report("b1"), busy.to_json())
     await store.put(keys.load_report("b2"), idle.to_json())
     for i in range(5):

@@ -38,13 +38,13 @@ def test_resource_monitor_reads_proc_deltas(tmp_path):
     root = str(tmp_path)
     # user nice system idle iowait irq softirq steal
     write_proc(root, cpu=[100, 0, 100, 700, 100, 0, 0, 0], disk_sectors=(0, 0), net=(0, 0))
-    monitor = ResourceMonitor(proc=os.path.join(root, "proc"), sys_block=os.path.join(root, "sys_block"),
-                              clock=lambda: now[0])
+    monitor = ResourceMonitor(
+        proc=os.path.join(root, "proc"), sys_block=os.path.join(root, "sys_block"), clock=lambda: now[0]
+    )
     first = {s.resource: s.usage for s in monitor.sample()}
     assert first == {"CPU": 0.0, "Memory": 75.0, "DiskIO": 0.0, "NetworkIO": 0.0}
     # +200 busy, +200 idle/iowait → 50 %; 2 s; disk +1000 sectors → 256000 B/s; net +3000 B → 1500 B/s
-    write_proc(root, cpu=[200, 0, 200, 800, 200, 0, 0, 0], mem_avail=900, disk_sectors=(400, 600),
-               net=(1000, 2000))
+    write_proc(root, cpu=[200, 0, 200, 800, 200, 0, 0, 0], mem_avail=900, disk_sectors=(400, 600), net=(1000, 2000))
     now[0] = 102.0
     second = {s.resource: s.usage for s in monitor.sample()}
     assert second == {"CPU": 50.0, "Memory": 10.0, "DiskIO": 256000.0, "NetworkIO": 1500.0}
@@ -53,8 +53,12 @@ def test_resource_monitor_reads_proc_deltas(tmp_path):
 def test_resource_monitor_without_proc_reports_zeros(tmp_path):
     monitor = ResourceMonitor(proc=str(tmp_path / "missing"), sys_block=str(tmp_path / "missing"))
     monitor.sample()
-    assert {s.resource: s.usage for s in monitor.sample()} == {"CPU": 0.0, "Memory": 0.0, "DiskIO": 0.0,
-                                                                "NetworkIO": 0.0}
+    assert {s.resource: s.usage for s in monitor.sample()} == {
+        "CPU": 0.0,
+        "Memory": 0.0,
+        "DiskIO": 0.0,
+        "NetworkIO": 0.0,
+    }
 
 
 def test_real_proc_sample_is_sane():
@@ -67,11 +71,22 @@ def test_real_proc_sample_is_sane():
 
 def test_build_report_from_counters_and_json_roundtrip():
     rates = lr.RateTracker()
-    stats = {"topics": {"/d/b": {"messages_in_total": 0, "bytes_in_total": 0, "producer_count": 1,
-                                 "consumer_count": 2, "subscription_count": 1, "backlog_messages": 7},
-                        "/d/a": {"message_rate": 5, "byte_rate": 3_000_000}}}
-    first = lr.build_load_report("b1", stats, rates=rates, now=10.0, timestamp=1_700_000_000,
-                                 resources=[SystemLoad("CPU", 12.5)])
+    stats = {
+        "topics": {
+            "/d/b": {
+                "messages_in_total": 0,
+                "bytes_in_total": 0,
+                "producer_count": 1,
+                "consumer_count": 2,
+                "subscription_count": 1,
+                "backlog_messages": 7,
+            },
+            "/d/a": {"message_rate": 5, "byte_rate": 3_000_000},
+        }
+    }
+    first = lr.build_load_report(
+        "b1", stats, rates=rates, now=10.0, timestamp=1_700_000_000, resources=[SystemLoad("CPU", 12.5)]
+    )
     assert [t.topic_name for t in first.topics] == ["/d/a", "/d/b"]
     assert first.topics[1].message_rate == 0  # first report: no previous counters
     stats["topics"]["/d/b"].update(messages_in_total=100, bytes_in_total=4_000_000)
@@ -88,14 +103,19 @@ def test_build_report_from_counters_and_json_roundtrip():
     assert raw["timestamp"] == 1_700_000_000 and raw["broker_id"] == "b1"
 
 
-@pytest.mark.parametrize("raw, message", [
-    (b"not json", "not JSON"),
-    (b"[1, 2]", "must be a JSON object"),
-    (b'{"timestamp": 1}', "malformed load report"),
-    (b'{"timestamp": 1, "broker_id": "x", "resources_usage": [{"resource": "GPU", "usage": 1}]}',
-     "unknown resource type 'GPU'"),
-    (b'{"timestamp": "soon", "broker_id": "x"}', "malformed load report"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (b"not json", "not JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b'{"timestamp": 1}', "malformed load report"),
+        (
+            b'{"timestamp": 1, "broker_id": "x", "resources_usage": [{"resource": "GPU", "usage": 1}]}',
+            "unknown resource type 'GPU'",
+        ),
+        (b'{"timestamp": "soon", "broker_id": "x"}', "malformed load report"),
+    ],
+)
 def test_bad_reports_are_clear_errors(raw, message):
     with pytest.raises(InvalidArgumentError, match=message):
         LoadReport.from_json(raw)
@@ -123,9 +143,18 @@ class ProtocolBroker:
 
     def stats(self):
         self.messages += 10
-        return {"topics": {"/default/orders": {"messages_in_total": self.messages, "bytes_in_total": self.messages * 100,
-                                               "producer_count": 1, "consumer_count": 1,
-                                               "subscription_count": 1, "backlog_messages": 3}}}
+        return {
+            "topics": {
+                "/default/orders": {
+                    "messages_in_total": self.messages,
+                    "bytes_in_total": self.messages * 100,
+                    "producer_count": 1,
+                    "consumer_count": 1,
+                    "subscription_count": 1,
+                    "backlog_messages": 3,
+                }
+            }
+        }
 
     async def publish_system(self, topic, frame_batch):
         self.calls += 1

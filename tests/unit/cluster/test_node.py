@@ -24,12 +24,20 @@ def batch(payloads, producer_id):
 @pytest.fixture
 async def node(tmp_path):
     store = EmbeddedMetadataStore(str(tmp_path / "meta.db"))
-    factory = StorageFactory(StorageConfig.from_dict({"wal": {"sync": "never"}}, data_dir=str(tmp_path)), store,
-                             broker_id="b1")
+    factory = StorageFactory(
+        StorageConfig.from_dict({"wal": {"sync": "never"}}, data_dir=str(tmp_path)), store, broker_id="b1"
+    )
     broker = BrokerService(store, factory, broker_url="http://b1:6650", broker_id="b1")
     await broker.start()
-    n = ClusterNode(store, broker, broker_id="b1", broker_url="http://b1:6650", lease_ttl_s=3,
-                    load_report_interval_s=0.2, lookup_timeout_s=5)
+    n = ClusterNode(
+        store,
+        broker,
+        broker_id="b1",
+        broker_url="http://b1:6650",
+        lease_ttl_s=3,
+        load_report_interval_s=0.2,
+        lookup_timeout_s=5,
+    )
     broker.cluster = n
     await n.start()
     for _ in range(100):
@@ -73,15 +81,18 @@ async def test_a_fenced_broker_answers_a_partitions_read_it_cannot_make_with_the
     broker = node.broker
     broker.fence("test")
     node.membership.fenced = True
-    assert await broker.partitions("/default/pp") == ["/default/pp"]   # the store answers: as usual
+    assert await broker.partitions("/default/pp") == ["/default/pp"]  # the store answers: as usual
 
     async def unreachable(key):
         await asyncio.sleep(3600)
 
     monkeypatch.setattr(broker.metadata, "get_json", unreachable)
     monkeypatch.setattr(service, "FENCED_READ_TIMEOUT_S", 0.2)
-    with pytest.raises(NotServedHereError, match="broker b1 cannot reach the metadata store \\(etcd\\) for \\d+ s "
-                                                 ".*: the partitions of /default/pp cannot be read until it is back"):
+    with pytest.raises(
+        NotServedHereError,
+        match="broker b1 cannot reach the metadata store \\(etcd\\) for \\d+ s "
+        ".*: the partitions of /default/pp cannot be read until it is back",
+    ):
         await asyncio.wait_for(broker.partitions("/default/pp"), 5)
     broker.unfence()
     node.membership.fenced = False
@@ -92,7 +103,7 @@ async def _cut_off_past_the_ttl(node, topic):
     one ttl after the last renewal its topics turn read-only."""
     m = node.membership
     await m.stop(revoke=False)
-    m.last_ok_sent -= m.lease_ttl_s   # the renewal was a ttl ago: no waiting in the test
+    m.last_ok_sent -= m.lease_ttl_s  # the renewal was a ttl ago: no waiting in the test
     m._set_fenced("test: no lease renewal")
     await async_wait_until(lambda: node.broker.topics[topic].read_only, 5)
 
@@ -115,8 +126,11 @@ async def test_past_the_ttl_topics_stay_readable_and_reopen_when_the_lease_is_re
     with pytest.raises(TopicSealedError, match="read-only on this broker: broker b1 cannot reach the metadata store"):
         t.storage.append_frames(batch(["zombie"], pid))
     # publishes, new subscriptions and producers: UNAVAILABLE saying why
-    with pytest.raises(NotServedHereError, match=f"broker b1 cannot reach the metadata store \\(etcd\\) for \\d+ s"
-                                                 f".*writes to {topic} are refused until it is back") as info:
+    with pytest.raises(
+        NotServedHereError,
+        match=f"broker b1 cannot reach the metadata store \\(etcd\\) for \\d+ s"
+        f".*writes to {topic} are refused until it is back",
+    ) as info:
         await broker.publish(pid, batch(["x"], pid))
     assert info.value.retriable
     with pytest.raises(NotServedHereError, match=f"writes to {topic} are refused"):
@@ -130,7 +144,7 @@ async def test_past_the_ttl_topics_stay_readable_and_reopen_when_the_lease_is_re
     assert [r.payload for r in frames.iter_records(rest.frames)] == [f"m{i}".encode() for i in range(3, 10)]
     await broker.ack(cid, range(3, 10))
     await broker.flush_cursors(force=True)
-    assert await store.get_json(keys.subscription_cursor(topic, "s")) == 2   # not written while read-only
+    assert await store.get_json(keys.subscription_cursor(topic, "s")) == 2  # not written while read-only
     # the same producer name gets its id back without the metadata store
     assert await broker.create_producer(topic, "p", reliable=True) == pid
 
@@ -157,7 +171,7 @@ async def test_past_the_ttl_a_lost_lease_closes_the_read_only_topics_without_wri
     await broker.ack(cid, [0, 1])
     await node._lease_lost()
     assert topic not in broker.topics
-    assert await store.get_json(keys.subscription_cursor(topic, "s")) == -1   # the next owner's to move
+    assert await store.get_json(keys.subscription_cursor(topic, "s")) == -1  # the next owner's to move
 
 
 async def test_a_topic_owned_elsewhere_redirects_and_is_refused_here(node):
@@ -167,8 +181,12 @@ async def test_a_topic_owned_elsewhere_redirects_and_is_refused_here(node):
     await node.view.wait_for(lambda: node.view.owner("/default/theirs") == "b2", 5)
     result = await broker.lookup("/default/theirs")
     # proxy mode: the client keeps talking to the broker it asked, which forwards to the owner
-    assert (result.kind, result.broker_url, result.connect_url, result.proxy) == \
-        ("redirect", "http://b2:6650", node.broker_url, True)
+    assert (result.kind, result.broker_url, result.connect_url, result.proxy) == (
+        "redirect",
+        "http://b2:6650",
+        node.broker_url,
+        True,
+    )
     with pytest.raises(NotServedHereError) as info:
         await broker.create_producer("/default/theirs", "p", reliable=True)
     assert info.value.owner_url == "http://b2:6650"
@@ -245,8 +263,9 @@ async def test_a_rebalance_move_is_sealed_here_then_confirmed_then_placed(node):
     pid = await broker.create_producer("/default/r", "p", reliable=True)
     await broker.publish(pid, batch(["a", "b", "c"], pid))
     marker = {"reason": "rebalance", "from_broker": "b1", "to_broker": "b2", "timestamp": 1}
-    await store.txn([], [Op.put_json(keys.unassigned("/default/r"), marker),
-                         Op.delete(keys.broker_topic("b1", "/default/r"))])
+    await store.txn(
+        [], [Op.put_json(keys.unassigned("/default/r"), marker), Op.delete(keys.broker_topic("b1", "/default/r"))]
+    )
     await node.view.wait_for(lambda: node.view.owner("/default/r") == "b2", 10)
     assert "/default/r" not in broker.topics
     sealed = await store.get_json(keys.storage_state("", "/default/r"))

@@ -14,11 +14,11 @@ import pytest
 from danube.cluster import peers
 from danube.errors import AuthenticationError, InvalidArgumentError
 from danube.security import tls
-from danube.server.auth.guard import CallGuard
 from danube.security.jwt import TokenVerifier
 from danube.security.rbac import BROKER_PRINCIPAL, CLUSTER
-from danube.server.auth.runtime import Security
 from danube.security.settings import AuthSettings, JwtSettings, TlsSettings, with_flags
+from danube.server.auth.guard import CallGuard
+from danube.server.auth.runtime import Security
 from danube.server.config import BrokerConfig
 from tests.support.certs import make_cluster_pki
 
@@ -53,12 +53,24 @@ async def echo_server(credentials=None):
         return await echo(b"", context)
 
     server = grpc.aio.server()
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("test.Peer", {
-        "Echo": grpc.unary_unary_rpc_method_handler(echo, request_deserializer=_raw, response_serializer=_raw),
-        "EchoStream": grpc.unary_stream_rpc_method_handler(echo_stream, request_deserializer=_raw,
-                                                           response_serializer=_raw),
-        "EchoClientStream": grpc.stream_unary_rpc_method_handler(echo_client_stream, request_deserializer=_raw,
-                                                                 response_serializer=_raw)})])
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler(
+                "test.Peer",
+                {
+                    "Echo": grpc.unary_unary_rpc_method_handler(
+                        echo, request_deserializer=_raw, response_serializer=_raw
+                    ),
+                    "EchoStream": grpc.unary_stream_rpc_method_handler(
+                        echo_stream, request_deserializer=_raw, response_serializer=_raw
+                    ),
+                    "EchoClientStream": grpc.stream_unary_rpc_method_handler(
+                        echo_client_stream, request_deserializer=_raw, response_serializer=_raw
+                    ),
+                },
+            )
+        ]
+    )
     address = "127.0.0.1:0"
     port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     await server.start()
@@ -105,8 +117,9 @@ async def test_jwt_peer_calls_carry_the_brokers_token_or_the_callers():
 
 
 async def test_mtls_peer_channel_presents_the_brokers_certificate(pki):
-    settings = AuthSettings(mode="tls", tls=TlsSettings(pki.broker.cert, pki.broker.key, pki.ca, True),
-                            jwt=JwtSettings(SECRET))
+    settings = AuthSettings(
+        mode="tls", tls=TlsSettings(pki.broker.cert, pki.broker.key, pki.ca, True), jwt=JwtSettings(SECRET)
+    )
     credentials = tls.server_credentials(pki.broker.cert, pki.broker.key, ca_file=pki.ca, verify_client=True)
     async with echo_server(credentials) as port:
         authorization, cn = await echo(peers.Peers(settings, broker_id="b1"), f"https://127.0.0.1:{port}")
@@ -128,7 +141,7 @@ async def test_a_peer_signed_by_another_ca_fails_with_what_to_configure(pki):
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     explained = channels.explain(info.value, as_broker=True)
     assert "auth.tls.ca_file must be the CA that signed the brokers' certificates" in explained
-    assert "clientAuth" in explained   # verify_client: the certificate is a client certificate too
+    assert "clientAuth" in explained  # verify_client: the certificate is a client certificate too
 
 
 async def test_a_broker_certificate_without_client_authentication_fails_with_what_to_configure(tmp_path):
@@ -137,11 +150,13 @@ async def test_a_broker_certificate_without_client_authentication_fails_with_wha
     from tests.support.certs import make_pki
 
     server_only = make_pki(str(tmp_path / "pki"))
-    settings = AuthSettings(mode="tls", tls=TlsSettings(server_only.server.cert, server_only.server.key,
-                                                        server_only.ca, True))
+    settings = AuthSettings(
+        mode="tls", tls=TlsSettings(server_only.server.cert, server_only.server.key, server_only.ca, True)
+    )
     channels = peers.Peers(settings)
-    credentials = tls.server_credentials(server_only.server.cert, server_only.server.key, ca_file=server_only.ca,
-                                         verify_client=True)
+    credentials = tls.server_credentials(
+        server_only.server.cert, server_only.server.key, ca_file=server_only.ca, verify_client=True
+    )
     async with echo_server(credentials) as port:
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await echo(channels, f"https://127.0.0.1:{port}")
@@ -162,8 +177,9 @@ def test_the_broker_principal_is_a_super_admin_only_where_jwt_is_on(pki):
     with_jwt = Security(_jwt_settings(), types.SimpleNamespace(broker_id="b1"), metadata=None)
     assert with_jwt.authorizer.allowed(BROKER_PRINCIPAL, "admin", CLUSTER)
     assert isinstance(with_jwt.broker.peers, peers.Peers) and with_jwt.broker.peers.uses_tokens
-    mtls_only = AuthSettings(mode="tls", tls=TlsSettings(pki.broker.cert, pki.broker.key, pki.ca, True),
-                             super_admins=("ops",))
+    mtls_only = AuthSettings(
+        mode="tls", tls=TlsSettings(pki.broker.cert, pki.broker.key, pki.ca, True), super_admins=("ops",)
+    )
     security = Security(mtls_only, types.SimpleNamespace(broker_id="b1"), metadata=None)
     assert not security.authorizer.allowed(BROKER_PRINCIPAL, "admin", CLUSTER)
     assert not security.broker.peers.uses_tokens

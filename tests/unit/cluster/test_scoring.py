@@ -15,9 +15,16 @@ from danube.cluster.load_report import LoadReport, SystemLoad, TopicLoad
 
 
 def topic(name, *, byte_rate=0, producers=0, consumers=0, backlog=0):
-    return TopicLoad(topic_name=name, message_rate=0, byte_rate=byte_rate, byte_rate_mbps=byte_rate / 1e6,
-                     producer_count=producers, consumer_count=consumers, subscription_count=0,
-                     backlog_messages=backlog)
+    return TopicLoad(
+        topic_name=name,
+        message_rate=0,
+        byte_rate=byte_rate,
+        byte_rate_mbps=byte_rate / 1e6,
+        producer_count=producers,
+        consumer_count=consumers,
+        subscription_count=0,
+        backlog_messages=backlog,
+    )
 
 
 def report(broker, topics=(), cpu=None, mem=None, disk=None, net=None):
@@ -26,18 +33,25 @@ def report(broker, topics=(), cpu=None, mem=None, disk=None, net=None):
         if value is not None:
             resources.append(SystemLoad(name, value))
     topics = list(topics)
-    return LoadReport(resources_usage=resources, topics=topics,
-                      total_throughput_mbps=sum(t.byte_rate_mbps for t in topics),
-                      timestamp=0, broker_id=broker)
+    return LoadReport(
+        resources_usage=resources,
+        topics=topics,
+        total_throughput_mbps=sum(t.byte_rate_mbps for t in topics),
+        timestamp=0,
+        broker_id=broker,
+    )
 
 
 # ---------------------------------------------------------------- worked examples (hand computed)
 
+
 def test_balanced_matches_danube_worked_example():
     # Danube's own test: topic_load = 10 × 0.2 = 2; score = 2×0.3 + 50×0.35 + 30×0.35 = 28.6
-    reports = [report("1", [topic(f"/d/t{i}") for i in range(10)], cpu=50.0, mem=30.0),
-               report("2", [topic(f"/d/t{i}") for i in range(5)], cpu=20.0, mem=20.0),
-               report("3", [topic(f"/d/t{i}") for i in range(2)], cpu=10.0, mem=10.0)]
+    reports = [
+        report("1", [topic(f"/d/t{i}") for i in range(10)], cpu=50.0, mem=30.0),
+        report("2", [topic(f"/d/t{i}") for i in range(5)], cpu=20.0, mem=20.0),
+        report("3", [topic(f"/d/t{i}") for i in range(2)], cpu=10.0, mem=10.0),
+    ]
     ranked = scoring.rankings("balanced", reports)
     assert [b for b, _ in ranked] == ["3", "2", "1"]
     assert [round(s, 6) for _, s in ranked] == [7.12, 14.3, 28.6]
@@ -103,8 +117,12 @@ def test_blacklist_exact_and_prefix():
 
 def test_propose_move_lightest_eligible_topic_to_least_loaded():
     topics = {
-        "hot": [topic("/system/x"), topic("/d/heavy", byte_rate=9_000_000, producers=3),
-                topic("/d/light", producers=1), topic("/d/cooling")],
+        "hot": [
+            topic("/system/x"),
+            topic("/d/heavy", byte_rate=9_000_000, producers=3),
+            topic("/d/light", producers=1),
+            topic("/d/cooling"),
+        ],
         "mid": [topic("/d/m")],
         "cold": [],
     }
@@ -132,15 +150,23 @@ def test_propose_move_respects_eligible_targets():
 
 
 def test_scoring_accepts_plain_mappings():
-    as_dicts = [{"broker_id": "x", "topics": [{"topic_name": "/d/t", "byte_rate_mbps": 1.0}],
-                 "resources_usage": [{"resource": "CPU", "usage": 10.0}], "total_throughput_mbps": 1.0}]
+    as_dicts = [
+        {
+            "broker_id": "x",
+            "topics": [{"topic_name": "/d/t", "byte_rate_mbps": 1.0}],
+            "resources_usage": [{"resource": "CPU", "usage": 10.0}],
+            "total_throughput_mbps": 1.0,
+        }
+    ]
     assert scoring.balanced_scores(as_dicts) == {"x": pytest.approx((0.2 + 0.3) * 0.3 + 3.5)}
 
 
 # ---------------------------------------------------------------- independent reference
 
+
 def reference_scores(strategy, reports):
     """A straight re-derivation from danube-internals.md, written without the module's helpers."""
+
     def usage(r, name):
         found = [s.usage for s in r.resources_usage if s.resource == name]
         return found[-1] if found else 0.0
@@ -148,21 +174,28 @@ def reference_scores(strategy, reports):
     def wtl(ts):
         if not ts:
             return 0.0
-        return (0.2 * len(ts) + 0.3 * sum(t.byte_rate_mbps for t in ts)
-                + 0.3 * sum(t.producer_count + t.consumer_count for t in ts)
-                + 0.2 * sum(t.backlog_messages for t in ts) / 10000)
+        return (
+            0.2 * len(ts)
+            + 0.3 * sum(t.byte_rate_mbps for t in ts)
+            + 0.3 * sum(t.producer_count + t.consumer_count for t in ts)
+            + 0.2 * sum(t.backlog_messages for t in ts) / 10000
+        )
 
     if strategy == "fair":
         return {r.broker_id: len(r.topics) for r in reports}
     if strategy == "balanced":
         if not any(usage(r, "CPU") > 0 or usage(r, "Memory") > 0 for r in reports):
             return {r.broker_id: len(r.topics) for r in reports}
-        return {r.broker_id: 0.3 * wtl(r.topics) + 0.35 * usage(r, "CPU") + 0.35 * usage(r, "Memory")
-                for r in reports}
+        return {r.broker_id: 0.3 * wtl(r.topics) + 0.35 * usage(r, "CPU") + 0.35 * usage(r, "Memory") for r in reports}
     mx = {}
-    for key, get in (("cpu", lambda r: usage(r, "CPU")), ("mem", lambda r: usage(r, "Memory")),
-                     ("disk", lambda r: usage(r, "DiskIO")), ("net", lambda r: usage(r, "NetworkIO")),
-                     ("thr", lambda r: r.total_throughput_mbps), ("topic", lambda r: wtl(r.topics))):
+    for key, get in (
+        ("cpu", lambda r: usage(r, "CPU")),
+        ("mem", lambda r: usage(r, "Memory")),
+        ("disk", lambda r: usage(r, "DiskIO")),
+        ("net", lambda r: usage(r, "NetworkIO")),
+        ("thr", lambda r: r.total_throughput_mbps),
+        ("topic", lambda r: wtl(r.topics)),
+    ):
         mx[key] = max([1.0] + [get(r) for r in reports])
     out = {}
     for r in reports:
@@ -172,17 +205,17 @@ def reference_scores(strategy, reports):
         top = max(cpu, mem, disk, net, thr, tl)
         if top > 0.7:
             if top == cpu:
-                s = .5 * cpu + .2 * mem + .15 * thr + .15 * tl
+                s = 0.5 * cpu + 0.2 * mem + 0.15 * thr + 0.15 * tl
             elif top == mem:
-                s = .5 * mem + .2 * cpu + .15 * thr + .15 * tl
+                s = 0.5 * mem + 0.2 * cpu + 0.15 * thr + 0.15 * tl
             elif top == thr:
-                s = .5 * thr + .2 * net + .15 * cpu + .15 * mem
+                s = 0.5 * thr + 0.2 * net + 0.15 * cpu + 0.15 * mem
             elif top == net:
-                s = .5 * net + .2 * thr + .15 * cpu + .15 * mem
+                s = 0.5 * net + 0.2 * thr + 0.15 * cpu + 0.15 * mem
             else:
-                s = .5 * tl + .2 * cpu + .2 * mem + .1 * thr
+                s = 0.5 * tl + 0.2 * cpu + 0.2 * mem + 0.1 * thr
         else:
-            s = .25 * tl + .25 * cpu + .25 * mem + .15 * thr + .1 * net
+            s = 0.25 * tl + 0.25 * cpu + 0.25 * mem + 0.15 * thr + 0.1 * net
         out[r.broker_id] = s
     return out
 
@@ -190,13 +223,23 @@ def reference_scores(strategy, reports):
 finite = st.floats(min_value=0.0, max_value=1e4, allow_nan=False, allow_infinity=False)
 topic_st = st.builds(
     lambda i, br, p, c, bl: topic(f"/ns/t{i}", byte_rate=br, producers=p, consumers=c, backlog=bl),
-    st.integers(0, 50), st.integers(0, 10**8), st.integers(0, 20), st.integers(0, 20), st.integers(0, 10**6))
+    st.integers(0, 50),
+    st.integers(0, 10**8),
+    st.integers(0, 20),
+    st.integers(0, 20),
+    st.integers(0, 10**6),
+)
 report_st = st.builds(
     lambda topics, cpu, mem, disk, net: (topics, cpu, mem, disk, net),
-    st.lists(topic_st, max_size=6), st.one_of(st.none(), st.floats(0, 100)), st.one_of(st.none(), st.floats(0, 100)),
-    st.one_of(st.none(), finite), st.one_of(st.none(), finite))
+    st.lists(topic_st, max_size=6),
+    st.one_of(st.none(), st.floats(0, 100)),
+    st.one_of(st.none(), st.floats(0, 100)),
+    st.one_of(st.none(), finite),
+    st.one_of(st.none(), finite),
+)
 cluster_st = st.lists(report_st, min_size=1, max_size=6).map(
-    lambda items: [report(f"b{i}", *item) for i, item in enumerate(items)])
+    lambda items: [report(f"b{i}", *item) for i, item in enumerate(items)]
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -229,9 +272,14 @@ def test_statistics_match_statistics_module(values):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.text(min_size=1, max_size=4),
-                       st.one_of(st.just(0.0), st.floats(min_value=1e-6, max_value=1e6)),
-                       min_size=1, max_size=12))
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=4),
+        st.one_of(st.just(0.0), st.floats(min_value=1e-6, max_value=1e6)),
+        min_size=1,
+        max_size=12,
+    )
+)
 def test_classification_properties(scores):
     stats = scoring.imbalance(scores)
     # CV is scale invariant, overloaded/underloaded are disjoint and on the right side of the mean
@@ -247,8 +295,10 @@ def test_classification_properties(scores):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.dictionaries(st.sampled_from("abcdef"), st.floats(min_value=0.0, max_value=1e3), min_size=2, max_size=6),
-       st.sampled_from([0.2, 0.3, 0.4]))
+@given(
+    st.dictionaries(st.sampled_from("abcdef"), st.floats(min_value=0.0, max_value=1e3), min_size=2, max_size=6),
+    st.sampled_from([0.2, 0.3, 0.4]),
+)
 def test_move_comes_from_an_overloaded_broker_to_a_less_loaded_one(scores, threshold):
     topics = {b: [topic(f"/ns/{b}{i}", producers=i) for i in range(3)] for b in scores}
     move = scoring.propose_move(scores, topics, scoring.RebalancePolicy(threshold=threshold))
@@ -264,9 +314,15 @@ def test_move_comes_from_an_overloaded_broker_to_a_less_loaded_one(scores, thres
 
 
 def test_namespace_objects_work_as_reports():
-    r = SimpleNamespace(broker_id="n", topics=[SimpleNamespace(topic_name="/a/b", byte_rate_mbps=0.0,
-                                                                producer_count=1, consumer_count=0,
-                                                                backlog_messages=0)],
-                        resources_usage=[], total_throughput_mbps=0.0)
+    r = SimpleNamespace(
+        broker_id="n",
+        topics=[
+            SimpleNamespace(
+                topic_name="/a/b", byte_rate_mbps=0.0, producer_count=1, consumer_count=0, backlog_messages=0
+            )
+        ],
+        resources_usage=[],
+        total_throughput_mbps=0.0,
+    )
     assert scoring.fair_scores([r]) == {"n": 1.0}
     assert math.isclose(scoring.weighted_topic_load(r.topics), 0.5)

@@ -94,21 +94,30 @@ def test_parse_exposition_reads_calls_errors_and_wal_syncs_and_the_hub_rates_cal
     from danube.wal.flushstats import FlushLatency
 
     m = PrometheusMetrics()
-    for code, n in ((grpc.StatusCode.OK, 7), (grpc.StatusCode.INVALID_ARGUMENT, 2), (grpc.StatusCode.INTERNAL, 1),
-                    (grpc.StatusCode.UNIMPLEMENTED, 1), (grpc.StatusCode.CANCELLED, 4)):
+    for code, n in (
+        (grpc.StatusCode.OK, 7),
+        (grpc.StatusCode.INVALID_ARGUMENT, 2),
+        (grpc.StatusCode.INTERNAL, 1),
+        (grpc.StatusCode.UNIMPLEMENTED, 1),
+        (grpc.StatusCode.CANCELLED, 4),
+    ):
         for _ in range(n):
             m.rpc.observe("/danube.ProducerService/SendMessage", code)
     latency = FlushLatency()
     for ms in (0.3, 0.4, 0.4, 2.0):
         latency.record(ms)
     wal = types.SimpleNamespace(flush_latency=latency, sync_count=4, next_offset=9, first_offset=0, durable_offset=8)
-    topic = types.SimpleNamespace(name="/default/a", reliable=True, storage=types.SimpleNamespace(
-        wal=wal, next_offset=9, first_offset=0), stats=lambda: types.SimpleNamespace(
-        producers=1, consumers=0, subscriptions=[]))
+    topic = types.SimpleNamespace(
+        name="/default/a",
+        reliable=True,
+        storage=types.SimpleNamespace(wal=wal, next_offset=9, first_offset=0),
+        stats=lambda: types.SimpleNamespace(producers=1, consumers=0, subscriptions=[]),
+    )
     m.attach(types.SimpleNamespace(topics={"/default/a": topic}))
     text = generate_latest(m.registry).decode()
-    assert ('danube_broker_rpc_total{code="INVALID_ARGUMENT",method="send_message",result="error",'
-            'service="producer"} 2.0') in text
+    assert (
+        'danube_broker_rpc_total{code="INVALID_ARGUMENT",method="send_message",result="error",service="producer"} 2.0'
+    ) in text
     assert 'result="cancelled"' in text
     sample = parse_exposition(text, "http://x/metrics", 1.0)
     assert (sample.rpc_total, sample.rpc_errors, sample.rpc_server_errors) == (15, 4, 1)
@@ -116,8 +125,16 @@ def test_parse_exposition_reads_calls_errors_and_wal_syncs_and_the_hub_rates_cal
     assert t.wal_flush_total == 4
     assert 0.25 < quantile(t.wal_flush_buckets, 0.5) <= 0.5 < quantile(t.wal_flush_buckets, 0.99) <= 2.5
 
-    hub = MetricsHub(types.SimpleNamespace(history_s=60, scrape_interval_s=1, max_history_topics=10,
-                                           request_timeout_s=1, prometheus_url=None, metrics_urls=()))
+    hub = MetricsHub(
+        types.SimpleNamespace(
+            history_s=60,
+            scrape_interval_s=1,
+            max_history_topics=10,
+            request_timeout_s=1,
+            prometheus_url=None,
+            metrics_urls=(),
+        )
+    )
     assert hub.rpc_rate("b1") == 0.0
     clock = {"now": 0.0, "total": 0}
 

@@ -12,9 +12,27 @@ from danube.errors import InvalidNameError, InvalidTopicNameError
 from danube.metadata import keys
 from danube.storage.paths import topic_dir
 
-HOSTILE_TOPICS = ["/../..", "/./..", "/../x", "/default/..", "/default/.", "/default/.hidden", "/.x/t",
-                  "/default/", "//t", "/default/t/", "/default/a/b", "default/t", "/default/t\n",
-                  "/default/t\x00", "/default/t t", "/default/ü", "/default/t\\..", "", "/"]
+HOSTILE_TOPICS = [
+    "/../..",
+    "/./..",
+    "/../x",
+    "/default/..",
+    "/default/.",
+    "/default/.hidden",
+    "/.x/t",
+    "/default/",
+    "//t",
+    "/default/t/",
+    "/default/a/b",
+    "default/t",
+    "/default/t\n",
+    "/default/t\x00",
+    "/default/t t",
+    "/default/ü",
+    "/default/t\\..",
+    "",
+    "/",
+]
 
 
 @pytest.mark.parametrize("topic", HOSTILE_TOPICS)
@@ -59,8 +77,7 @@ def test_an_error_quotes_only_a_short_prefix_of_a_huge_name():
 
 
 SEGMENT_CHARS = st.sampled_from(list("aZ09_-./\\\x00\n é~:"))
-SEGMENTS = st.one_of(st.sampled_from(["", ".", "..", "...", ".a", "a.", "a..b"]),
-                     st.text(SEGMENT_CHARS, max_size=8))
+SEGMENTS = st.one_of(st.sampled_from(["", ".", "..", "...", ".a", "a.", "a..b"]), st.text(SEGMENT_CHARS, max_size=8))
 
 
 @settings(max_examples=500, deadline=None)
@@ -77,8 +94,11 @@ def test_a_valid_topic_resolves_to_its_own_directory_two_levels_below_the_root(t
     else:
         valid = True
     resolved = os.path.normpath(os.path.join(os.path.realpath(root), ns, name))
-    stays_put = (os.path.dirname(os.path.dirname(resolved)) == os.path.realpath(root)
-                 and os.path.basename(resolved) == name and os.path.basename(os.path.dirname(resolved)) == ns)
+    stays_put = (
+        os.path.dirname(os.path.dirname(resolved)) == os.path.realpath(root)
+        and os.path.basename(resolved) == name
+        and os.path.basename(os.path.dirname(resolved)) == ns
+    )
     if valid:
         assert stays_put
         assert topic_dir(root, topic) == resolved

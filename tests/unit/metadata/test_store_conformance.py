@@ -13,7 +13,7 @@ import pytest
 
 from danube.errors import MetadataError
 from danube.metadata.embedded import EmbeddedMetadataStore
-from danube.metadata.store import Compare, CompactedError, LeaseNotFoundError, Op
+from danube.metadata.store import CompactedError, Compare, LeaseNotFoundError, Op
 from tests.support.etcd import etcd_available, running_etcd
 
 
@@ -150,9 +150,11 @@ async def test_watch_from_a_revision_replays_then_follows(store):
 
 
 async def test_transactions_compare_and_apply_atomically(store):
-    result = await store.txn([Compare.version("/tx/a", "==", 0)],
-                             [Op.put("/tx/a", b"1"), Op.put("/tx/b", b"2"), Op.get("/tx/a")],
-                             [Op.get("/tx/a")])
+    result = await store.txn(
+        [Compare.version("/tx/a", "==", 0)],
+        [Op.put("/tx/a", b"1"), Op.put("/tx/b", b"2"), Op.get("/tx/a")],
+        [Op.get("/tx/a")],
+    )
     assert result.succeeded
     assert result.results[2].value == b"1"
     kv_a, kv_b = await store.get("/tx/a"), await store.get("/tx/b")
@@ -161,9 +163,14 @@ async def test_transactions_compare_and_apply_atomically(store):
     assert not again.succeeded and again.results[0].value == b"1"
     assert (await store.get("/tx/a")).value == b"1"
     # value, mod_revision and != comparisons; delete and prefix ops
-    ok = await store.txn([Compare.value("/tx/a", "==", b"1"), Compare.mod_revision("/tx/b", "==", kv_b.mod_revision),
-                          Compare.version("/tx/b", "!=", 0)],
-                         [Op.delete("/tx/a"), Op.get_prefix("/tx/")])
+    ok = await store.txn(
+        [
+            Compare.value("/tx/a", "==", b"1"),
+            Compare.mod_revision("/tx/b", "==", kv_b.mod_revision),
+            Compare.version("/tx/b", "!=", 0),
+        ],
+        [Op.delete("/tx/a"), Op.get_prefix("/tx/")],
+    )
     assert ok.succeeded and ok.results[0] == 1 and [kv.key for kv in ok.results[1]] == ["/tx/b"]
     assert not (await store.txn([Compare.value("/tx/missing", "==", b"")], [Op.put("/tx/z", b"")])).succeeded
     assert (await store.txn([], [Op.delete_prefix("/tx/")])).results == (1,)

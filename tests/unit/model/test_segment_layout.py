@@ -72,7 +72,10 @@ def test_pip468_example_is_what_split_split_produces():
 def test_initial_and_errors():
     layout = SegmentLayout.initial(3)
     assert [(s.hash_range.start, s.hash_range.end) for s in layout.active_segments] == [
-        (0, 21844), (21845, 43689), (43690, 65535)]
+        (0, 21844),
+        (21845, 43689),
+        (43690, 65535),
+    ]
     with pytest.raises(LayoutError):
         layout.merge_segments(0, 2)  # not adjacent
     with pytest.raises(LayoutError):
@@ -122,8 +125,7 @@ def test_validate_rejects_inconsistent_dag():
 
 # ---------------------------------------------------------------- properties
 
-operations = st.lists(st.tuples(st.sampled_from(["split", "merge", "prune"]), st.integers(0, 10_000)),
-                      max_size=40)
+operations = st.lists(st.tuples(st.sampled_from(["split", "merge", "prune"]), st.integers(0, 10_000)), max_size=40)
 
 
 def apply(layout: SegmentLayout, op: str, pick: int) -> SegmentLayout:
@@ -138,10 +140,14 @@ def apply(layout: SegmentLayout, op: str, pick: int) -> SegmentLayout:
             return layout
         i = pick % (len(active) - 1)
         a, b = active[i], active[i + 1]
-        return layout.merge_segments(b.segment_id, a.segment_id) if pick % 2 else \
-            layout.merge_segments(a.segment_id, b.segment_id)
-    sealed = [s for s in layout.segments.values()
-              if not s.is_active and not any(p in layout.segments for p in s.parent_ids)]
+        return (
+            layout.merge_segments(b.segment_id, a.segment_id)
+            if pick % 2
+            else layout.merge_segments(a.segment_id, b.segment_id)
+        )
+    sealed = [
+        s for s in layout.segments.values() if not s.is_active and not any(p in layout.segments for p in s.parent_ids)
+    ]
     if not sealed:
         return layout
     return layout.prune_segment(sealed[pick % len(sealed)].segment_id)
@@ -187,7 +193,10 @@ def test_children_cover_exactly_their_parents(initial, ops):
         if len(children) == 2:  # split: two children exactly partition the parent
             lo, hi = sorted(children, key=lambda c: c.hash_range.start)
             assert (lo.hash_range.start, lo.hash_range.end + 1, hi.hash_range.end) == (
-                s.hash_range.start, hi.hash_range.start, s.hash_range.end)
+                s.hash_range.start,
+                hi.hash_range.start,
+                s.hash_range.end,
+            )
         else:  # merge: the child covers its parent
             (child,) = children
             assert child.hash_range.start <= s.hash_range.start <= s.hash_range.end <= child.hash_range.end

@@ -56,8 +56,11 @@ class MemorySegmentOps:
 
     async def segment_stats(self, topic: str) -> dict[str, Any]:
         seg = self._get(topic)
-        return {"terminated": seg.terminated, "messages_in": seg.messages_in,
-                "subscriptions": {n: {"backlog": b} for n, b in seg.subscriptions.items()}}
+        return {
+            "terminated": seg.terminated,
+            "messages_in": seg.messages_in,
+            "subscriptions": {n: {"backlog": b} for n, b in seg.subscriptions.items()},
+        }
 
     def _get(self, topic: str) -> FakeSegment:
         try:

@@ -6,6 +6,7 @@ import asyncio
 import pytest
 
 from danube.metadata import keys
+from danube.model.segment_layout import SegmentLayout, segment_topic_name
 from danube.routing.scalable.controller import (
     STEPS,
     LayoutConflictError,
@@ -14,10 +15,9 @@ from danube.routing.scalable.controller import (
     create_scalable_topic,
     delete_scalable_topic,
 )
-from danube.model.segment_layout import SegmentLayout, segment_topic_name
 from danube.routing.scalable.store import ScalableTopicStore
-from tests.unit.routing.fakes import MemorySegmentOps, StoreLease
 from tests.support.waiting import async_wait_until
+from tests.unit.routing.fakes import MemorySegmentOps, StoreLease
 
 T = "/default/events"
 
@@ -28,8 +28,7 @@ class Crash(Exception):
 
 async def controller(metadata, ops, url, *, grace=30.0, hook=None, start=True):
     lease = await StoreLease.grant(metadata)
-    ctl = ScalableTopicController(T, ScalableTopicStore(metadata), ops, lease, url, grace_seconds=grace,
-                                  step_hook=hook)
+    ctl = ScalableTopicController(T, ScalableTopicStore(metadata), ops, lease, url, grace_seconds=grace, step_hook=hook)
     if start:
         await ctl.start()
         await ctl.wait_leader()
@@ -75,18 +74,23 @@ async def test_split_then_merge_in_pip468_order(metadata):
     ops.segments[seg_topic(root, 0)].subscriptions["audit"] = 5  # a subscription only the segment knows
     ops.calls.clear()
     one = await ctl.split_segment(0)
-    assert ops.calls == [("create", seg_topic(one, 1)), ("create", seg_topic(one, 2)),
-                         ("terminate", seg_topic(one, 0))]
+    assert ops.calls == [("create", seg_topic(one, 1)), ("create", seg_topic(one, 2)), ("terminate", seg_topic(one, 0))]
     for sid in (1, 2):  # every cursor carried to the children
         assert set(ops.segments[seg_topic(one, sid)].subscriptions) == {"audit", "billing"}
     assert ops.segments[seg_topic(one, 0)].terminated
     two = await ctl.split_segment(1)
     assert [(s.hash_range.start, s.hash_range.end) for s in two.active_segments] == [
-        (0, 16383), (16384, 32767), (32768, 65535)]
+        (0, 16383),
+        (16384, 32767),
+        (32768, 65535),
+    ]
     ops.calls.clear()
     three = await ctl.merge_segments(4, 3)
-    assert ops.calls == [("create", seg_topic(three, 5)), ("terminate", seg_topic(three, 3)),
-                         ("terminate", seg_topic(three, 4))]
+    assert ops.calls == [
+        ("create", seg_topic(three, 5)),
+        ("terminate", seg_topic(three, 3)),
+        ("terminate", seg_topic(three, 4)),
+    ]
     assert (await store.load(T)).layout == three and three.epoch == 3
     assert three.segment(5).parent_ids == (3, 4)
     assert await store.load_operation(T) is None
@@ -227,8 +231,9 @@ async def test_automatic_split_of_a_busy_segment(metadata):
     store = ScalableTopicStore(metadata)
     await create_scalable_topic(store, ops, T, 2)
     lease = await StoreLease.grant(metadata)
-    ctl = ScalableTopicController(T, store, ops, lease, "http://a:1", auto_split_rate=100.0,
-                                  auto_split_interval=3600, max_segments=3)
+    ctl = ScalableTopicController(
+        T, store, ops, lease, "http://a:1", auto_split_rate=100.0, auto_split_interval=3600, max_segments=3
+    )
     await ctl.start()
     await ctl.wait_leader()
     layout = ctl.layout

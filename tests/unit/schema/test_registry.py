@@ -14,8 +14,11 @@ from danube.schema.errors import IncompatibleSchemaError, InvalidSchemaError, Sc
 from danube.schema.registry import SchemaRegistry
 from danube.schema.validation import SCHEMA_ATTR, SchemaGate, schema_attributes
 
-USER_V1 = {"type": "record", "name": "User", "fields": [
-    {"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}
+USER_V1 = {
+    "type": "record",
+    "name": "User",
+    "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string"}],
+}
 USER_V2 = {**USER_V1, "fields": USER_V1["fields"] + [{"name": "email", "type": ["null", "string"], "default": None}]}
 
 
@@ -37,8 +40,9 @@ async def registry(tmp_path):
 
 
 async def test_register_versions_ids_and_fingerprints(registry):
-    v1, new = await registry.register("users", "avro", avro(USER_V1), description="first", created_by="me",
-                                      tags=["a", "b"])
+    v1, new = await registry.register(
+        "users", "avro", avro(USER_V1), description="first", created_by="me", tags=["a", "b"]
+    )
     assert new and v1.version == 1 and v1.schema_id >= 1 and len(v1.fingerprint) == 64
     # the same schema, formatted differently: the existing version, not a new one
     again, new = await registry.register("users", "avro", json.dumps(USER_V1, indent=4).encode())
@@ -46,10 +50,10 @@ async def test_register_versions_ids_and_fingerprints(registry):
     v2, new = await registry.register("users", "avro", avro(USER_V2))
     assert new and v2.version == 2 and v2.schema_id == v1.schema_id
     other, _ = await registry.register("orders", "json_schema", b'{"type": "object"}')
-    assert other.schema_id != v1.schema_id                      # ids are per subject, globally unique
+    assert other.schema_id != v1.schema_id  # ids are per subject, globally unique
     got = await registry.get(v1.schema_id, 1)
     assert (got.subject, got.description, got.created_by, got.tags) == ("users", "first", "me", ["a", "b"])
-    assert (await registry.get(v1.schema_id)).version == 2      # no version: the latest
+    assert (await registry.get(v1.schema_id)).version == 2  # no version: the latest
     assert [v.version for v in await registry.versions("users")] == [1, 2]
     assert (await registry.latest("users")).version == 2
     assert sorted(await registry.subjects()) == ["orders", "users"]
@@ -57,7 +61,9 @@ async def test_register_versions_ids_and_fingerprints(registry):
 
 async def test_invalid_definitions_are_refused(registry):
     with pytest.raises(InvalidSchemaError, match="avro"):
-        await registry.register("s", "avro", b'{"type": "record", "name": "R", "fields": [{"name": "x", "type": "nope"}]}')
+        await registry.register(
+            "s", "avro", b'{"type": "record", "name": "R", "fields": [{"name": "x", "type": "nope"}]}'
+        )
     with pytest.raises(InvalidSchemaError, match="not JSON"):
         await registry.register("s", "avro", b"{nope")
     with pytest.raises(InvalidSchemaError, match="json_schema"):
@@ -73,7 +79,7 @@ async def test_invalid_definitions_are_refused(registry):
 async def test_modes_and_compatibility(registry):
     await registry.register("users", "avro", avro(USER_V1))
     assert await registry.compatibility_mode("users") == "backward"
-    breaking = {**USER_V1, "fields": USER_V1["fields"] + [{"name": "age", "type": "int"}]}   # no default
+    breaking = {**USER_V1, "fields": USER_V1["fields"] + [{"name": "age", "type": "int"}]}  # no default
     reasons = await registry.check("users", "avro", avro(breaking))
     assert reasons and "age" in reasons[0]
     with pytest.raises(IncompatibleSchemaError) as info:
@@ -96,7 +102,7 @@ async def test_delete_version(registry):
     with pytest.raises(SchemaNotFoundError):
         await registry.get(v1.schema_id, 2)
     assert (await registry.get(v1.schema_id, 2, include_deleted=True)).deleted
-    v3, new = await registry.register("users", "avro", avro(USER_V2))   # numbers are not reused
+    v3, new = await registry.register("users", "avro", avro(USER_V2))  # numbers are not reused
     assert new and v3.version == 3
 
 
@@ -109,7 +115,7 @@ async def test_gate_enforce_and_payload_validation(registry):
     attrs = schema_attributes(v1.schema_id, 1)
     batch = bytearray(frames.encode_payloads([good, good], attributes=attrs))
     gate.check_batch("/default/users", v1.schema_id, 1, batch)
-    gate.check_batch("/default/users-part-3", v1.schema_id, 1, batch)      # a partition follows its topic
+    gate.check_batch("/default/users-part-3", v1.schema_id, 1, batch)  # a partition follows its topic
     with pytest.raises(SchemaViolationError, match="no schema id"):
         gate.check_batch("/default/users", None, None, batch)
     with pytest.raises(SchemaViolationError, match="not the topic's"):
@@ -117,7 +123,7 @@ async def test_gate_enforce_and_payload_validation(registry):
     with pytest.raises(SchemaViolationError, match="version 7"):
         gate.check_batch("/default/users", v1.schema_id, 7, batch)
     bad = bytearray(frames.encode_payloads([good, b"\xff\xff\xff"], attributes=attrs))
-    gate.check_batch("/default/users", v1.schema_id, 1, bad)                # ids only: passes
+    gate.check_batch("/default/users", v1.schema_id, 1, bad)  # ids only: passes
     await registry.update_topic_policy("/default/users", "enforce", payload_validation=True)
     await gate.refresh()
     with pytest.raises(SchemaViolationError, match="message 1"):
@@ -127,9 +133,9 @@ async def test_gate_enforce_and_payload_validation(registry):
         gate.check_message("/default/users", v1.schema_id, 1, b"\x02")
     await registry.update_topic_policy("/default/users", "warn", payload_validation=True)
     await gate.refresh()
-    gate.check_batch("/default/users", v1.schema_id, 1, bad)                # warn: let through, counted
+    gate.check_batch("/default/users", v1.schema_id, 1, bad)  # warn: let through, counted
     assert gate.warnings == 1
-    gate.check_batch("/default/other", None, None, bad)                     # no config: nothing checked
+    gate.check_batch("/default/other", None, None, bad)  # no config: nothing checked
     no_attrs = bytearray(frames.encode_payloads([good]))
     await registry.update_topic_policy("/default/users", "enforce")
     await gate.refresh()
@@ -158,14 +164,26 @@ def test_json_payload_validation_with_either_library(fast, monkeypatch):
     from danube.schema.validation import payload_validator
 
     if not fast:
-        monkeypatch.setitem(sys.modules, "jsonschema_rs", None)   # import fails: the fallback
+        monkeypatch.setitem(sys.modules, "jsonschema_rs", None)  # import fails: the fallback
     elif pytest.importorskip("jsonschema_rs") is None:
         return
-    p = parse("json_schema", json.dumps({"type": "object", "required": ["id"], "properties": {
-        "id": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}}}))
+    p = parse(
+        "json_schema",
+        json.dumps(
+            {
+                "type": "object",
+                "required": ["id"],
+                "properties": {"id": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
+            }
+        ),
+    )
     check = payload_validator(p)
     check(b'{"id": 1, "tags": ["a"]}')
-    for bad, where in ((b'{"id": "x"}', "at id"), (b'{"tags": []}', "at root"), (b'{"id": 1, "tags": [2]}', "at tags/0")):
+    for bad, where in (
+        (b'{"id": "x"}', "at id"),
+        (b'{"tags": []}', "at root"),
+        (b'{"id": 1, "tags": [2]}', "at tags/0"),
+    ):
         with pytest.raises(ValueError, match=where):
             check(bad)
     with pytest.raises(ValueError, match="not JSON"):
@@ -187,8 +205,9 @@ async def test_partitions_share_the_partitioned_topics_config(registry):
 
 
 TYPED = json.dumps({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}).encode()
-TYPED_PLUS = json.dumps({"type": "object", "properties": {"name": {"type": "string"}, "email": {"type": "string"}},
-                         "required": ["name"]}).encode()
+TYPED_PLUS = json.dumps(
+    {"type": "object", "properties": {"name": {"type": "string"}, "email": {"type": "string"}}, "required": ["name"]}
+).encode()
 
 
 async def test_json_schema_rule_default_per_subject_and_per_broker(registry, tmp_path):
@@ -202,7 +221,7 @@ async def test_json_schema_rule_default_per_subject_and_per_broker(registry, tmp
     assert await registry.json_schema_rule_of("strict") == "reader_writer"
     with pytest.raises(IncompatibleSchemaError, match="email"):
         await registry.register("strict", "json_schema", TYPED_PLUS)
-    await registry.set_compatibility_mode("strict", "backward", "default")   # back to the broker's
+    await registry.set_compatibility_mode("strict", "backward", "default")  # back to the broker's
     assert (await registry.register("strict", "json_schema", TYPED_PLUS))[0].version == 2
     with pytest.raises(InvalidSchemaError, match="rule"):
         await registry.set_compatibility_mode("strict", "backward", "lenient")

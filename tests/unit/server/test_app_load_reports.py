@@ -12,8 +12,14 @@ pytestmark = pytest.mark.timeout(30)
 
 
 def _config(tmp_path, interval):
-    return BrokerConfig(port=0, admin_port=0, metrics_port=0, data_dir=str(tmp_path), sync="never",
-                        load_report_interval_seconds=interval)
+    return BrokerConfig(
+        port=0,
+        admin_port=0,
+        metrics_port=0,
+        data_dir=str(tmp_path),
+        sync="never",
+        load_report_interval_seconds=interval,
+    )
 
 
 async def test_the_app_runs_the_load_reporter_of_its_broker(tmp_path):

@@ -13,12 +13,12 @@ import pytest
 
 from danube.errors import AuthenticationError, InvalidArgumentError, PermissionDeniedError
 from danube.metadata.embedded import EmbeddedMetadataStore
-from danube.server import status
-from danube.server.auth.guard import CallGuard, rule_for
 from danube.security.jwt import TokenVerifier, issue_token, parse_duration
 from danube.security.rbac import ANY_RESOURCE, CLUSTER, Authorizer, Grant
 from danube.security.settings import AuthSettings, with_flags
 from danube.security.tls import identity_of, server_ssl_context
+from danube.server import status
+from danube.server.auth.guard import CallGuard, rule_for
 from danube.server.config import BrokerConfig
 
 SECRET = "unit-test-secret-0123456789abcdef-xyz"
@@ -26,20 +26,24 @@ SECRET = "unit-test-secret-0123456789abcdef-xyz"
 
 # ---------------------------------------------------------------- JWT
 
+
 def test_token_round_trip_and_cache():
     verifier = TokenVerifier(SECRET, issuer="danube-auth")
     token = issue_token("alice", SECRET, expires_in_s=60)
     assert verifier.subject(token) == "alice"
     assert verifier.subject(token) == "alice"
-    assert verifier.verified == 1          # the second call was a cache hit
+    assert verifier.verified == 1  # the second call was a cache hit
 
 
-@pytest.mark.parametrize("token, needle", [
-    (lambda: issue_token("alice", SECRET, now=time.time() - 7200, expires_in_s=60), "expired"),
-    (lambda: issue_token("alice", "another-secret-0123456789abcdef-xyz"), "forged"),
-    (lambda: issue_token("alice", SECRET, issuer="someone-else"), "issuer"),
-    (lambda: "not-a-jwt", "malformed"),
-])
+@pytest.mark.parametrize(
+    "token, needle",
+    [
+        (lambda: issue_token("alice", SECRET, now=time.time() - 7200, expires_in_s=60), "expired"),
+        (lambda: issue_token("alice", "another-secret-0123456789abcdef-xyz"), "forged"),
+        (lambda: issue_token("alice", SECRET, issuer="someone-else"), "issuer"),
+        (lambda: "not-a-jwt", "malformed"),
+    ],
+)
 def test_bad_tokens_say_why(token, needle):
     verifier = TokenVerifier(SECRET, issuer="danube-auth")
     with pytest.raises(AuthenticationError, match=needle) as info:
@@ -72,20 +76,24 @@ def test_durations():
 
 # ---------------------------------------------------------------- RBAC
 
-@pytest.mark.parametrize("grant, permission, resource, expected", [
-    ("produce:/default/*", "produce", "/default/orders", True),
-    ("produce:/default/*", "consume", "/default/orders", False),
-    ("produce:/default/*", "produce", "/other/orders", False),
-    ("produce:/default/orders", "produce", "/default/orders-part-3", True),   # partitions of T
-    ("produce:/default/orders", "produce", "/default/orders2", False),
-    ("produce:/default/orders", "produce", "/default/orders.seg.0000-7fff-1", True),  # segments of T
-    ("produce:/default/orders", "produce", "/default/orders2.seg.0000-7fff-1", False),
-    ("produce:/default/orders", "produce", "/default/orders.seg.x", False),
-    ("admin:/default/*", "admin", "/default", True),                          # the namespace itself
-    ("admin:/default/*", "admin", CLUSTER, False),
-    ("admin:*", "admin", CLUSTER, True),
-    ("lookup:/a/*", "lookup", ANY_RESOURCE, True),
-])
+
+@pytest.mark.parametrize(
+    "grant, permission, resource, expected",
+    [
+        ("produce:/default/*", "produce", "/default/orders", True),
+        ("produce:/default/*", "consume", "/default/orders", False),
+        ("produce:/default/*", "produce", "/other/orders", False),
+        ("produce:/default/orders", "produce", "/default/orders-part-3", True),  # partitions of T
+        ("produce:/default/orders", "produce", "/default/orders2", False),
+        ("produce:/default/orders", "produce", "/default/orders.seg.0000-7fff-1", True),  # segments of T
+        ("produce:/default/orders", "produce", "/default/orders2.seg.0000-7fff-1", False),
+        ("produce:/default/orders", "produce", "/default/orders.seg.x", False),
+        ("admin:/default/*", "admin", "/default", True),  # the namespace itself
+        ("admin:/default/*", "admin", CLUSTER, False),
+        ("admin:*", "admin", CLUSTER, True),
+        ("lookup:/a/*", "lookup", ANY_RESOURCE, True),
+    ],
+)
 def test_grants(grant, permission, resource, expected):
     assert Grant.parse(grant).covers(permission, resource) is expected
 
@@ -127,6 +135,7 @@ def test_authorizer_default_deny_bindings_and_super_admins(tmp_path):
 
 # ---------------------------------------------------------------- the guard
 
+
 class _Broker:
     cluster = None
 
@@ -155,22 +164,33 @@ def test_guard_principal_and_rules(tmp_path):
     class Msg:
         class msg_id:
             producer_id = 7
+
     assert (permission, resolver(Msg, _Broker())) == ("produce", "/default/t")
     assert rule_for("/danube_admin.TopicAdmin/UnloadTopic")[0] == "admin"
-    assert rule_for("/some.Unknown/Method")[0] == "admin"       # default-deny: admins only
+    assert rule_for("/some.Unknown/Method")[0] == "admin"  # default-deny: admins only
     assert rule_for("/danube.HealthCheck/HealthCheck") == (None, None)
 
 
-@pytest.mark.parametrize("method, permission", [
-    ("WatchTopic", "lookup"), ("GetScalableTopic", "lookup"), ("RegisterConsumer", "consume"),
-    ("SegmentDrained", "consume"), ("CreateSubscription", "consume"), ("SplitSegment", "admin"),
-    ("MergeSegments", "admin"), ("DeleteScalableTopic", "admin"), ("CreateScalableTopic", "admin"),
-])
+@pytest.mark.parametrize(
+    "method, permission",
+    [
+        ("WatchTopic", "lookup"),
+        ("GetScalableTopic", "lookup"),
+        ("RegisterConsumer", "consume"),
+        ("SegmentDrained", "consume"),
+        ("CreateSubscription", "consume"),
+        ("SplitSegment", "admin"),
+        ("MergeSegments", "admin"),
+        ("DeleteScalableTopic", "admin"),
+        ("CreateScalableTopic", "admin"),
+    ],
+)
 def test_scalable_topic_calls_are_judged_on_their_topic(method, permission):
     rule, resolver = rule_for(f"/danube_scalable.ScalableTopics/{method}")
 
     class Request:
         topic = "/default/orders"
+
     assert (rule, resolver(Request, _Broker())) == (permission, "/default/orders")
     # the broker-to-broker calls stay with cluster admins
     assert rule_for("/danube_scalable.ScalableTopics/TerminateSegment")[1](Request, _Broker()) == CLUSTER
@@ -178,6 +198,7 @@ def test_scalable_topic_calls_are_judged_on_their_topic(method, permission):
 
     class ListRequest:
         namespace = "default"
+
     assert listed(ListRequest, _Broker()) == "/default"
 
 
@@ -189,6 +210,7 @@ def test_identity_of_both_servers():
 
 # ---------------------------------------------------------------- config
 
+
 def _pki(tmp_path):
     from tests.support.certs import make_pki
 
@@ -197,11 +219,21 @@ def _pki(tmp_path):
 
 def test_auth_block_parses_and_hides_the_secret(tmp_path):
     pki = _pki(tmp_path)
-    config = BrokerConfig.from_dict({"auth": {
-        "mode": "tls", "tls": {"cert_file": pki.server.cert, "key_file": pki.server.key, "ca_file": pki.ca,
-                               "verify_client": True},
-        "jwt": {"secret_key": SECRET, "issuer": "danube-auth", "expiration_time": 600},
-        "super_admins": ["admin"]}})
+    config = BrokerConfig.from_dict(
+        {
+            "auth": {
+                "mode": "tls",
+                "tls": {
+                    "cert_file": pki.server.cert,
+                    "key_file": pki.server.key,
+                    "ca_file": pki.ca,
+                    "verify_client": True,
+                },
+                "jwt": {"secret_key": SECRET, "issuer": "danube-auth", "expiration_time": 600},
+                "super_admins": ["admin"],
+            }
+        }
+    )
     auth = config.auth
     assert auth.tls_enabled and auth.mtls and auth.authenticating and auth.jwt.expiration_time == 600
     assert SECRET not in repr(config) and SECRET not in auth.describe()
@@ -210,23 +242,27 @@ def test_auth_block_parses_and_hides_the_secret(tmp_path):
     assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.minimum_version >= ssl.TLSVersion.TLSv1_2
     assert AuthSettings.from_dict({"mode": "tls", "tls": {"cert_file": "a", "key_file": "b"}}).mode == "tls"
     jwt_doc = {"secret_key": SECRET}
-    assert AuthSettings.from_dict({"mode": "tlswithjwt", "tls": {"cert_file": "a", "key_file": "b"},
-                                   "jwt": jwt_doc}).mode == "tls"
+    assert (
+        AuthSettings.from_dict({"mode": "tlswithjwt", "tls": {"cert_file": "a", "key_file": "b"}, "jwt": jwt_doc}).mode
+        == "tls"
+    )
     # Danube's mode none: nothing is on, whatever else the block holds (and no file is checked).
-    off = AuthSettings.from_dict({"mode": "none", "tls": {"cert_file": "/nope", "key_file": "/nope"},
-                                  "jwt": jwt_doc})
+    off = AuthSettings.from_dict({"mode": "none", "tls": {"cert_file": "/nope", "key_file": "/nope"}, "jwt": jwt_doc})
     assert not off.tls_enabled and off.jwt is None and not off.authenticating
     off.check_files()
 
 
-@pytest.mark.parametrize("doc, needle", [
-    ({"mode": "tls"}, "needs auth.tls"),
-    ({"mode": "kerberos"}, "auth.mode"),
-    ({"mode": "tlswithjwt", "tls": {"cert_file": "a", "key_file": "b"}}, "needs auth.jwt"),
-    ({"jwt": {"secret_key": "short"}}, "at least 8"),
-    ({"jwt": {"secret_key": SECRET, "algorithm": "none"}}, "unknown key"),
-    ({"super_admins": "admin"}, "list"),
-])
+@pytest.mark.parametrize(
+    "doc, needle",
+    [
+        ({"mode": "tls"}, "needs auth.tls"),
+        ({"mode": "kerberos"}, "auth.mode"),
+        ({"mode": "tlswithjwt", "tls": {"cert_file": "a", "key_file": "b"}}, "needs auth.jwt"),
+        ({"jwt": {"secret_key": "short"}}, "at least 8"),
+        ({"jwt": {"secret_key": SECRET, "algorithm": "none"}}, "unknown key"),
+        ({"super_admins": "admin"}, "list"),
+    ],
+)
 def test_bad_auth_blocks(doc, needle):
     with pytest.raises(InvalidArgumentError, match=needle):
         AuthSettings.from_dict(doc)
@@ -240,11 +276,11 @@ def test_world_readable_config_with_secrets_is_refused(tmp_path, caplog):
         BrokerConfig.from_yaml(str(path))
     assert str(path) in caplog.text and SECRET not in caplog.text
     os.chmod(path, 0o640)
-    assert BrokerConfig.from_yaml(str(path)).auth.jwt is None     # read, and mode none leaves it off
+    assert BrokerConfig.from_yaml(str(path)).auth.jwt is None  # read, and mode none leaves it off
     plain = tmp_path / "plain.yml"
     plain.write_text("sync: never\n")
     os.chmod(plain, 0o644)
-    BrokerConfig.from_yaml(str(plain))      # no secrets: world-readable is fine
+    BrokerConfig.from_yaml(str(plain))  # no secrets: world-readable is fine
 
 
 def test_world_readable_private_key_and_secret_file_are_refused(tmp_path):
@@ -267,8 +303,22 @@ def test_cli_tokens_create_signs_a_verifiable_token(tmp_path, capsys):
     secret = tmp_path / "secret"
     secret.write_text(SECRET)
     os.chmod(secret, 0o600)
-    assert admin_main(["security", "tokens", "create", "--subject", "alice", "--secret-key-file", str(secret),
-                       "--expires-in", "2h"]) == 0
+    assert (
+        admin_main(
+            [
+                "security",
+                "tokens",
+                "create",
+                "--subject",
+                "alice",
+                "--secret-key-file",
+                str(secret),
+                "--expires-in",
+                "2h",
+            ]
+        )
+        == 0
+    )
     token = capsys.readouterr().out.strip()
     assert TokenVerifier(SECRET, issuer="danube-auth").subject(token) == "alice"
     assert admin_main(["security", "tokens", "create", "--subject", "bob", "--secret-key", SECRET]) == 0

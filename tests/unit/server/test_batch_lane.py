@@ -45,7 +45,10 @@ async def test_publish_acks_each_batch_with_its_offsets(lane):
     pid = (await stub.CreateProducer(pb.ProducerSpec(topic=TOPIC, producer_name="p", reliable=True))).producer_id
     acks = await _publish(stub, [pb.PublishRequest(sequence=s, producer_id=pid, frames=_frames(5)) for s in (1, 2, 3)])
     assert [(a.sequence, a.first_offset, a.last_offset, a.count) for a in acks] == [
-        (1, 0, 4, 5), (2, 5, 9, 5), (3, 10, 14, 5)]
+        (1, 0, 4, 5),
+        (2, 5, 9, 5),
+        (3, 10, 14, 5),
+    ]
     assert all(not a.HasField("status") for a in acks)
     stored = frame_codec.decode_batch(bytes(broker.topics[TOPIC].log))
     assert [r.offset for r in stored] == list(range(15))
@@ -59,13 +62,16 @@ async def test_publish_with_create_spec_creates_the_producer_once(lane):
     assert [a.last_offset for a in acks] == [1, 3]
 
 
-@pytest.mark.parametrize("damage, code", [
-    # a client's corrupt frame is bad input (DATA_LOSS is kept for stored data that fails its checksum)
-    ("flip_payload_byte", grpc.StatusCode.INVALID_ARGUMENT),
-    ("truncate", grpc.StatusCode.INVALID_ARGUMENT),
-    ("garbage", grpc.StatusCode.INVALID_ARGUMENT),
-    ("empty", grpc.StatusCode.INVALID_ARGUMENT),
-])
+@pytest.mark.parametrize(
+    "damage, code",
+    [
+        # a client's corrupt frame is bad input (DATA_LOSS is kept for stored data that fails its checksum)
+        ("flip_payload_byte", grpc.StatusCode.INVALID_ARGUMENT),
+        ("truncate", grpc.StatusCode.INVALID_ARGUMENT),
+        ("garbage", grpc.StatusCode.INVALID_ARGUMENT),
+        ("empty", grpc.StatusCode.INVALID_ARGUMENT),
+    ],
+)
 async def test_bad_frames_get_a_status_and_the_stream_keeps_serving(lane, damage, code):
     broker, stub = lane
     pid = (await stub.CreateProducer(pb.ProducerSpec(topic=TOPIC, producer_name="p", reliable=True))).producer_id
@@ -79,11 +85,14 @@ async def test_bad_frames_get_a_status_and_the_stream_keeps_serving(lane, damage
         bad = bytearray(b"\x01" * 40)
     else:
         bad = bytearray()
-    acks = await _publish(stub, [
-        pb.PublishRequest(sequence=1, producer_id=pid, frames=good),
-        pb.PublishRequest(sequence=2, producer_id=pid, frames=bytes(bad)),
-        pb.PublishRequest(sequence=3, producer_id=pid, frames=good),
-    ])
+    acks = await _publish(
+        stub,
+        [
+            pb.PublishRequest(sequence=1, producer_id=pid, frames=good),
+            pb.PublishRequest(sequence=2, producer_id=pid, frames=bytes(bad)),
+            pb.PublishRequest(sequence=3, producer_id=pid, frames=good),
+        ],
+    )
     assert acks[1].status.code == code.value[0], acks[1]
     assert acks[1].status.message
     assert not acks[0].HasField("status") and not acks[2].HasField("status")
@@ -122,8 +131,11 @@ async def test_consume_respects_message_credit_and_takes_acks(lane):
     broker, stub = lane
     pid = (await stub.CreateProducer(pb.ProducerSpec(topic=TOPIC, producer_name="p", reliable=True))).producer_id
     control: asyncio.Queue = asyncio.Queue()
-    call = await _consume_stream(stub, pb.ConsumeRequest(subscribe=pb.SubscribeSpec(
-        topic=TOPIC, subscription="s", consumer_name="c", reliable=True)), control)
+    call = await _consume_stream(
+        stub,
+        pb.ConsumeRequest(subscribe=pb.SubscribeSpec(topic=TOPIC, subscription="s", consumer_name="c", reliable=True)),
+        control,
+    )
     responses = call.__aiter__()
     first = await responses.__anext__()
     cid = first.subscribed.consumer_id
@@ -150,8 +162,9 @@ async def test_consume_byte_credit_limits_batch_size(lane):
     broker, stub = lane
     pid = (await stub.CreateProducer(pb.ProducerSpec(topic=TOPIC, producer_name="p", reliable=True))).producer_id
     control: asyncio.Queue = asyncio.Queue()
-    call = await _consume_stream(stub, pb.ConsumeRequest(subscribe=pb.SubscribeSpec(
-        topic=TOPIC, subscription="s", consumer_name="c")), control)
+    call = await _consume_stream(
+        stub, pb.ConsumeRequest(subscribe=pb.SubscribeSpec(topic=TOPIC, subscription="s", consumer_name="c")), control
+    )
     responses = call.__aiter__()
     await responses.__anext__()
     frames = _frames(10, size=100)
@@ -178,8 +191,9 @@ async def test_consume_unknown_consumer_id_is_not_found(lane):
 async def test_in_stream_ack_error_is_reported_and_stream_goes_on(lane):
     broker, stub = lane
     control: asyncio.Queue = asyncio.Queue()
-    call = await _consume_stream(stub, pb.ConsumeRequest(subscribe=pb.SubscribeSpec(
-        topic=TOPIC, subscription="s", consumer_name="c")), control)
+    call = await _consume_stream(
+        stub, pb.ConsumeRequest(subscribe=pb.SubscribeSpec(topic=TOPIC, subscription="s", consumer_name="c")), control
+    )
     responses = call.__aiter__()
     await responses.__anext__()
     control.put_nowait(pb.ConsumeRequest(ack=pb.AckBatch(consumer_id=555, ranges=[pb.OffsetRange(first=0, last=0)])))
@@ -195,8 +209,9 @@ async def test_in_stream_ack_error_is_reported_and_stream_goes_on(lane):
 async def test_unary_ack_and_nack(lane):
     broker, stub = lane
     cid = await broker.subscribe(TOPIC, "s", "c")
-    answer = await stub.Ack(pb.AckBatch(consumer_id=cid, ranges=[pb.OffsetRange(first=2, last=4),
-                                                                  pb.OffsetRange(first=9, last=9)]))
+    answer = await stub.Ack(
+        pb.AckBatch(consumer_id=cid, ranges=[pb.OffsetRange(first=2, last=4), pb.OffsetRange(first=9, last=9)])
+    )
     assert answer.acked == 4 and broker.acked[cid] == {2, 3, 4, 9}
     await stub.Nack(pb.NackRequest(consumer_id=cid, offset=3, delay_ms=50))
     assert broker.nacked == [(cid, 3, 50)]

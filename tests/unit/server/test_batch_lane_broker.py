@@ -72,7 +72,7 @@ async def _publish(stub, producer_id: int, frames: bytes) -> pb.PublishAck:
 def test_redelivery_counts_follow_frame_order():
     buf = bytearray(frame_codec.encode_payloads([b"a", b"b", b"c"]))
     for i, pos in enumerate(frame_codec.frame_positions(buf)):
-        buf[pos:pos + 8] = (7 - i * 2).to_bytes(8, "little")  # offsets 7, 5, 3: not sorted
+        buf[pos : pos + 8] = (7 - i * 2).to_bytes(8, "little")  # offsets 7, 5, 3: not sorted
     assert redelivery_counts_in_frame_order(buf, {5: 2, 3: 1}) == [0, 2, 1]
     assert redelivery_counts_in_frame_order(memoryview(buf), {7: 4}) == [4, 0, 0]
     assert redelivery_counts_in_frame_order(buf, {}) == []
@@ -82,8 +82,9 @@ def test_redelivery_counts_follow_frame_order():
 async def test_nacked_messages_come_back_with_one_count_per_message(lane):
     broker, stub = lane
     pid = (await stub.CreateProducer(pb.ProducerSpec(topic=T, producer_name="p", reliable=True))).producer_id
-    stream = ConsumeStream(stub, pb.ConsumeRequest(subscribe=pb.SubscribeSpec(
-        topic=T, subscription="s", consumer_name="c")))
+    stream = ConsumeStream(
+        stub, pb.ConsumeRequest(subscribe=pb.SubscribeSpec(topic=T, subscription="s", consumer_name="c"))
+    )
     try:
         assert (await stream.next()).WhichOneof("kind") == "subscribed"
         await _publish(stub, pid, _frames(4))
@@ -109,8 +110,10 @@ async def test_nacked_messages_come_back_with_one_count_per_message(lane):
 
 async def test_subscribe_without_reliable_needs_the_topic_to_exist(lane):
     broker, stub = lane
-    missing = ConsumeStream(stub, pb.ConsumeRequest(subscribe=pb.SubscribeSpec(
-        topic="/default/nobody", subscription="s", consumer_name="c")))
+    missing = ConsumeStream(
+        stub,
+        pb.ConsumeRequest(subscribe=pb.SubscribeSpec(topic="/default/nobody", subscription="s", consumer_name="c")),
+    )
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await missing.next()
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
@@ -119,8 +122,12 @@ async def test_subscribe_without_reliable_needs_the_topic_to_exist(lane):
     missing.close()
 
     # reliable set: the topic is created with that dispatch strategy
-    creating = ConsumeStream(stub, pb.ConsumeRequest(subscribe=pb.SubscribeSpec(
-        topic="/default/made", subscription="s", consumer_name="c", reliable=False)))
+    creating = ConsumeStream(
+        stub,
+        pb.ConsumeRequest(
+            subscribe=pb.SubscribeSpec(topic="/default/made", subscription="s", consumer_name="c", reliable=False)
+        ),
+    )
     try:
         assert (await creating.next()).WhichOneof("kind") == "subscribed"
         assert broker.topics["/default/made"].reliable is False
@@ -132,8 +139,9 @@ async def test_subscribe_without_reliable_needs_the_topic_to_exist(lane):
 
 
 async def test_graceful_stop_refuses_new_batches_and_acks_the_stored_ones(tmp_path):
-    config = BrokerConfig(port=0, admin_port=0, metrics_port=0, data_dir=str(tmp_path), sync="always",
-                          load_report_interval_seconds=0)
+    config = BrokerConfig(
+        port=0, admin_port=0, metrics_port=0, data_dir=str(tmp_path), sync="always", load_report_interval_seconds=0
+    )
     app = BrokerApp(config)
     await app.start()
     stopping = None
@@ -167,8 +175,9 @@ async def test_graceful_stop_refuses_new_batches_and_acks_the_stored_ones(tmp_pa
 
     # only the batch acked before the stop is stored
     metadata = EmbeddedMetadataStore(config.metadata_path)
-    factory = StorageFactory(StorageConfig.from_dict(config.storage_section(), data_dir=config.data_dir),
-                             metadata, broker_id="test")
+    factory = StorageFactory(
+        StorageConfig.from_dict(config.storage_section(), data_dir=config.data_dir), metadata, broker_id="test"
+    )
     try:
         storage = await factory.open_topic(T)
         assert storage.next_offset == 3

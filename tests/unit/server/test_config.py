@@ -6,8 +6,14 @@ from danube.server.config import BrokerConfig
 
 def test_defaults():
     c = BrokerConfig()
-    assert (c.host, c.port, c.admin_port, c.metrics_port, c.data_dir, c.sync) == \
-        ("127.0.0.1", 6650, 50051, 9040, "./danube-data", "always")
+    assert (c.host, c.port, c.admin_port, c.metrics_port, c.data_dir, c.sync) == (
+        "127.0.0.1",
+        6650,
+        50051,
+        9040,
+        "./danube-data",
+        "always",
+    )
     assert c.broker_url == "http://127.0.0.1:6650"
 
 
@@ -19,7 +25,8 @@ def test_yaml_with_danube_keys_and_flag_overrides(tmp_path):
         "data_dir: data\nsync: interval\n"
         "policies: {max_producers_per_topic: 2, max_message_size: 1024}\n"
         "failure_policy: {max_redelivery_count: 3}\n"
-        "storage: {mode: local}\n")
+        "storage: {mode: local}\n"
+    )
     c = BrokerConfig.from_yaml(str(path))
     assert (c.port, c.admin_port, c.metrics_port, c.sync) == (7000, 7001, 7002, "interval")
     assert c.data_dir == str(tmp_path / "data")
@@ -42,7 +49,7 @@ def test_grpc_server_defaults_to_native_and_comes_from_file_or_flag(tmp_path):
     assert build_config(args).grpc_server == "grpcio"
     args = parser.parse_args(["broker", "--config", str(path), "--grpc-server", "native"])
     assert build_config(args).grpc_server == "native"
-    args = parser.parse_args(["broker", "--config", str(path), "--grpc-server", "h2"])   # the former name
+    args = parser.parse_args(["broker", "--config", str(path), "--grpc-server", "h2"])  # the former name
     assert build_config(args).grpc_server == "native"
     path.write_text("grpc_server: h2\n")
     assert BrokerConfig.from_yaml(str(path)).grpc_server == "native"
@@ -56,23 +63,29 @@ def test_flat_danube_addresses():
     assert c.broker_url == "http://127.0.0.1:6651"
 
 
-@pytest.mark.parametrize("data, match", [
-    ({"sync": "sometimes"}, "sync must be one of"),
-    ({"grpc_server": "tonic"}, "grpc_server must be one of native, grpcio, got 'tonic'"),
-    ({"port": "abc"}, "expected a port number"),
-    ({"colour": "blue"}, "unknown config key"),
-    ({"policies": {"max_producer": 1}}, "unknown policies keys"),
-])
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ({"sync": "sometimes"}, "sync must be one of"),
+        ({"grpc_server": "tonic"}, "grpc_server must be one of native, grpcio, got 'tonic'"),
+        ({"port": "abc"}, "expected a port number"),
+        ({"colour": "blue"}, "unknown config key"),
+        ({"policies": {"max_producer": 1}}, "unknown policies keys"),
+    ],
+)
 def test_bad_config_is_a_clear_error(data, match):
     with pytest.raises(InvalidArgumentError, match=match):
         BrokerConfig.from_dict(data)
 
 
-@pytest.mark.parametrize("ports, match", [
-    ({"client": 7000, "admin": 7000, "prom": 7002}, "port 7000 is given as both the client and the admin port"),
-    ({"client": 7000, "admin": 7001, "prom": 7001}, "port 7001 is given as both the admin and the metrics port"),
-    ({"client": 7000, "admin": 7001, "prom": 7000}, "port 7000 is given as both the client and the metrics port"),
-])
+@pytest.mark.parametrize(
+    "ports, match",
+    [
+        ({"client": 7000, "admin": 7000, "prom": 7002}, "port 7000 is given as both the client and the admin port"),
+        ({"client": 7000, "admin": 7001, "prom": 7001}, "port 7001 is given as both the admin and the metrics port"),
+        ({"client": 7000, "admin": 7001, "prom": 7000}, "port 7000 is given as both the client and the metrics port"),
+    ],
+)
 def test_one_port_for_two_listeners_is_a_clear_error(ports, match):
     with pytest.raises(InvalidArgumentError, match=match):
         BrokerConfig.from_dict({"broker": {"ports": ports}})
@@ -92,8 +105,7 @@ def test_missing_file(tmp_path):
 
 def test_load_report_interval_from_danube_section_top_level_and_flag(tmp_path):
     assert BrokerConfig().load_report_interval_seconds == 30
-    c = BrokerConfig.from_dict({"load_manager": {"load_report_interval_seconds": 5,
-                                                 "assignment_strategy": "balanced"}})
+    c = BrokerConfig.from_dict({"load_manager": {"load_report_interval_seconds": 5, "assignment_strategy": "balanced"}})
     assert c.load_report_interval_seconds == 5  # other load_manager keys are ignored, not errors
     assert BrokerConfig.from_dict({"load_report_interval_seconds": 0}).load_report_interval_seconds == 0
     assert c.with_overrides(load_report_interval_seconds=None).load_report_interval_seconds == 5
@@ -112,12 +124,15 @@ def test_load_report_interval_from_danube_section_top_level_and_flag(tmp_path):
     assert broker_cli.build_config(args).load_report_interval_seconds == 0.5
 
 
-@pytest.mark.parametrize("data, match", [
-    ({"load_manager": {"load_report_interval_seconds": -1}}, "load_manager.load_report_interval_seconds"),
-    ({"load_report_interval_seconds": "often"}, "expected a number of seconds"),
-    ({"load_report_interval_seconds": True}, "expected a number of seconds"),
-    ({"load_manager": [1, 2]}, "load_manager: expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ({"load_manager": {"load_report_interval_seconds": -1}}, "load_manager.load_report_interval_seconds"),
+        ({"load_report_interval_seconds": "often"}, "expected a number of seconds"),
+        ({"load_report_interval_seconds": True}, "expected a number of seconds"),
+        ({"load_manager": [1, 2]}, "load_manager: expected a mapping"),
+    ],
+)
 def test_bad_load_report_interval_is_a_clear_error(data, match):
     with pytest.raises(InvalidArgumentError, match=match):
         BrokerConfig.from_dict(data)
@@ -128,7 +143,9 @@ def test_bad_load_report_interval_is_a_clear_error(data, match):
 def test_json_schema_rule_and_backoff_strategy(tmp_path):
     assert BrokerConfig().json_schema_rule == "danube"
     path = tmp_path / "b.yml"
-    path.write_text("json_schema_rule: reader_writer\nfailure_policy: {backoff_strategy: fixed, max_redelivery_count: 0}\n")
+    path.write_text(
+        "json_schema_rule: reader_writer\nfailure_policy: {backoff_strategy: fixed, max_redelivery_count: 0}\n"
+    )
     c = BrokerConfig.from_yaml(str(path))
     assert c.json_schema_rule == "reader_writer"
     assert (c.failure_policy.backoff_strategy, c.failure_policy.max_redelivery_count) == ("fixed", 0)
@@ -159,5 +176,5 @@ def test_repartition_adoption_timeout_is_a_broker_setting(monkeypatch):
     monkeypatch.delenv(ADOPTION_TIMEOUT_ENV, raising=False)
     assert adoption_timeout(None) == DEFAULT_ADOPTION_TIMEOUT_MS
     assert adoption_timeout(c.repartition_adoption_timeout_ms) == 5000
-    monkeypatch.setenv(ADOPTION_TIMEOUT_ENV, "700")   # the override tests use for every broker they start
+    monkeypatch.setenv(ADOPTION_TIMEOUT_ENV, "700")  # the override tests use for every broker they start
     assert adoption_timeout(5000) == 700

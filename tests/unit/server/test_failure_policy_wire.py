@@ -10,16 +10,21 @@ from danube.server import failure_policy_wire as wire
 # What Danube's admin client sends for max_redelivery_count 2, ack_timeout_ms 5000, base 50,
 # max 50, Exponential, dead letter "/default/dlq", Drop — written by hand from the field numbers
 # and enum values of Danube's admin proto (1 varint, 2 varint, 3, 4, 5 enum, 6 string, 7 enum).
-DANUBE_BYTES = (b"\x08\x02" b"\x10\x88\x27" b"\x18\x32" b"\x20\x32" b"\x28\x01"
-                b"\x32\x0c/default/dlq" b"\x38\x02")
+DANUBE_BYTES = b"\x08\x02\x10\x88\x27\x18\x32\x20\x32\x28\x01\x32\x0c/default/dlq\x38\x02"
 
 
 def test_danubes_bytes_decode_to_the_policy_and_back():
     msg = pb.SubscriptionFailurePolicy.FromString(DANUBE_BYTES)
     policy = wire.from_wire(msg)
-    assert policy == FailurePolicy(max_redelivery_count=2, ack_timeout_ms=5000, base_redelivery_delay_ms=50,
-                                   max_redelivery_delay_ms=50, backoff_strategy="exponential",
-                                   dead_letter_topic="/default/dlq", poison_policy="drop")
+    assert policy == FailurePolicy(
+        max_redelivery_count=2,
+        ack_timeout_ms=5000,
+        base_redelivery_delay_ms=50,
+        max_redelivery_delay_ms=50,
+        backoff_strategy="exponential",
+        dead_letter_topic="/default/dlq",
+        poison_policy="drop",
+    )
     assert wire.to_wire(policy).SerializeToString() == DANUBE_BYTES
 
 

@@ -17,8 +17,8 @@ def samples(metrics: PrometheusMetrics) -> dict:
 def test_published_delivered_and_acked_counts_and_the_latency_histogram():
     m = PrometheusMetrics()
     m.published("/default/a", 2, 100, 0.3)
-    m.published("/default/a", 1, 50, 0.5)      # on a bucket's bound: counted in it (le)
-    m.published("/default/a", 1, 10, 7000.0)   # beyond the last bound: +Inf only
+    m.published("/default/a", 1, 50, 0.5)  # on a bucket's bound: counted in it (le)
+    m.published("/default/a", 1, 10, 7000.0)  # beyond the last bound: +Inf only
     m.published("/default/b", 5, 500, 3.0)
     m.delivered("/default/a", "s", 3, 150)
     m.delivered("/default/a", "s", 1, 10)

@@ -20,28 +20,38 @@ T = "/default/unary"
 @pytest.fixture()
 async def served(tmp_path):
     policies = TopicPolicies(max_message_size=1000)
-    async with served_broker(tmp_path, danube_services.add_to_server, sync="always",
-                             policies=policies) as (broker, channel):
+    async with served_broker(tmp_path, danube_services.add_to_server, sync="always", policies=policies) as (
+        broker,
+        channel,
+    ):
         yield broker, pb_grpc.ProducerServiceStub(channel)
 
 
 async def test_concurrent_send_message_calls_are_batched_and_all_stored(served):
     broker, producers = served
-    p = await producers.CreateProducer(pb.ProducerRequest(request_id=1, producer_name="p", topic_name=T,
-                                                          dispatch_strategy=pb.Reliable))
+    p = await producers.CreateProducer(
+        pb.ProducerRequest(request_id=1, producer_name="p", topic_name=T, dispatch_strategy=pb.Reliable)
+    )
     cid = await broker.subscribe(T, "s", "c", reliable=None)
 
     def message(i: int, payload: bytes) -> pb.StreamMessage:
-        return pb.StreamMessage(request_id=100 + i, msg_id=pb.MsgID(producer_id=p.producer_id, topic_name=T),
-                                payload=payload, publish_time=i, producer_name="p")
+        return pb.StreamMessage(
+            request_id=100 + i,
+            msg_id=pb.MsgID(producer_id=p.producer_id, topic_name=T),
+            payload=payload,
+            publish_time=i,
+            producer_name="p",
+        )
 
     answers = await asyncio.gather(
         *(producers.SendMessage(message(i, f"m{i}".encode())) for i in range(150)),
-        producers.SendMessage(message(999, b"x" * 5000)), return_exceptions=True)
+        producers.SendMessage(message(999, b"x" * 5000)),
+        return_exceptions=True,
+    )
     ok, too_large = answers[:150], answers[150]
     assert [a.request_id for a in ok] == [100 + i for i in range(150)]
     assert isinstance(too_large, grpc.aio.AioRpcError)
-    assert too_large.code() == grpc.StatusCode.INVALID_ARGUMENT   # that call alone fails
+    assert too_large.code() == grpc.StatusCode.INVALID_ARGUMENT  # that call alone fails
 
     coalescer = broker.topics[T].coalescer
     assert coalescer.messages == 150

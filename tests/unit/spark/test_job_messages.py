@@ -6,12 +6,12 @@ import argparse
 
 import pytest
 
+from danube import frames
 from danube.cli import main as cli_main
 from danube.cluster.load_report import LOAD_REPORTS_TOPIC
 from danube.spark.jobs import common, load_stats
 from danube.storage import segment as seg
 from danube.storage.backends import FilesystemBackend
-from danube import frames
 
 
 def test_load_stats_with_nothing_exported_says_why_and_writes_nothing(tmp_path, capsys):
@@ -30,8 +30,20 @@ def test_load_stats_with_nothing_exported_says_why_and_writes_nothing(tmp_path, 
 def test_the_newest_exported_offset_is_named_when_the_range_holds_nothing(tmp_path, capsys):
     root = tmp_path / "durable"
     seg.write_segment(FilesystemBackend(str(root)), "/default/t", frames.encode_payloads([b"x"] * 5, base_offset=0))
-    code = cli_main.main(["spark", "reprocess", "--root", str(root), "--topic", "/default/t",
-                          "--start-offset", "5", "--output-parquet", str(tmp_path / "p")])
+    code = cli_main.main(
+        [
+            "spark",
+            "reprocess",
+            "--root",
+            str(root),
+            "--topic",
+            "/default/t",
+            "--start-offset",
+            "5",
+            "--output-parquet",
+            str(tmp_path / "p"),
+        ]
+    )
     assert code == 1
     assert "the newest exported offset is 4" in capsys.readouterr().err
 

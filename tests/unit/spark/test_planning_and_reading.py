@@ -72,8 +72,9 @@ def rows_of(batches):
     out = []
     for row in table.to_pylist():
         millis = (row["publish_time"] - EPOCH) // datetime.timedelta(milliseconds=1)
-        out.append((row["offset"], millis, row["producer_id"],
-                    row["routing_key"], dict(row["attributes"]), row["payload"]))
+        out.append(
+            (row["offset"], millis, row["producer_id"], row["routing_key"], dict(row["attributes"]), row["payload"])
+        )
     return out
 
 
@@ -105,8 +106,9 @@ def test_large_segment_splits_on_the_offset_index(tmp_path):
     descs, written = write_topic(backend)
     big = descs[2]
     assert len(big.offset_index) > 4
-    options = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC,
-                                          "maxPartitionBytes": str(big.size // 3), "batchBytes": "4096"})
+    options = planning.ReadOptions.parse(
+        {"path": str(tmp_path), "topic": TOPIC, "maxPartitionBytes": str(big.size // 3), "batchBytes": "4096"}
+    )
     reads, batches = read_all(options, backend)
     pieces = [r for r in reads if r.segment_id == big.segment_id]
     assert len(pieces) >= 3 and not any(p.whole for p in pieces)
@@ -119,8 +121,9 @@ def test_large_segment_splits_on_the_offset_index(tmp_path):
 def test_offset_range_pruning_reads_no_excluded_segment(tmp_path):
     backend = CountingBackend(str(tmp_path))
     descs, written = write_topic(backend)
-    options = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC,
-                                          "startOffset": "60", "endOffset": "90"})
+    options = planning.ReadOptions.parse(
+        {"path": str(tmp_path), "topic": TOPIC, "startOffset": "60", "endOffset": "90"}
+    )
     backend.gets.clear()
     descriptors = planning.list_descriptors(options, backend)
     reads = planning.plan(options, descriptors)
@@ -134,8 +137,9 @@ def test_offset_range_inside_a_large_segment_reads_only_its_index_interval(tmp_p
     backend = CountingBackend(str(tmp_path))
     descs, written = write_topic(backend)
     big = descs[2]
-    options = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC, "startOffset": "300",
-                                          "endOffset": "310", "maxPartitionBytes": "8192"})
+    options = planning.ReadOptions.parse(
+        {"path": str(tmp_path), "topic": TOPIC, "startOffset": "300", "endOffset": "310", "maxPartitionBytes": "8192"}
+    )
     reads, batches = read_all(options, backend)
     assert [r[0] for r in rows_of(batches)] == list(range(300, 310))
     data_reads = [(s, e) for k, s, e in backend.gets if k == big.data_key]
@@ -146,8 +150,9 @@ def test_time_range_pruning(tmp_path):
     backend = CountingBackend(str(tmp_path))
     descs, written = write_topic(backend)
     # publish_time = 1000 + offset*10 → [1500, 1600) is offsets 50..59, all in segment 2
-    options = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC,
-                                          "startTime": "1500", "endTime": "1970-01-01T00:00:01.600Z"})
+    options = planning.ReadOptions.parse(
+        {"path": str(tmp_path), "topic": TOPIC, "startTime": "1500", "endTime": "1970-01-01T00:00:01.600Z"}
+    )
     reads, batches = read_all(options, backend)
     assert [r.segment_id for r in reads] == [descs[1].segment_id]
     assert [r[0] for r in rows_of(batches)] == list(range(50, 60))
@@ -181,8 +186,9 @@ def test_corruption_inside_a_split_piece_names_segment_and_offset(tmp_path):
     off, pos = big.offset_index[2]
     raw[pos + 40] ^= 0x01  # inside the body of the frame with offset `off`
     path.write_bytes(bytes(raw))
-    options = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC,
-                                          "maxPartitionBytes": "4096", "startOffset": "100"})
+    options = planning.ReadOptions.parse(
+        {"path": str(tmp_path), "topic": TOPIC, "maxPartitionBytes": "4096", "startOffset": "100"}
+    )
     with pytest.raises(SegmentCorruptError) as err:
         read_all(options, backend)
     assert err.value.segment_id == big.segment_id and err.value.offset == off
@@ -194,8 +200,9 @@ def test_truncated_segment_is_a_clear_error(tmp_path, backend_type):
     descs, _ = write_topic(backend)
     path = tmp_path / descs[1].data_key
     path.write_bytes(path.read_bytes()[:-10])
-    options = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC, "startOffset": "50",
-                                          "endOffset": "100"})
+    options = planning.ReadOptions.parse(
+        {"path": str(tmp_path), "topic": TOPIC, "startOffset": "50", "endOffset": "100"}
+    )
     with pytest.raises(SegmentCorruptError, match=descs[1].segment_id):
         read_all(options, backend)
 
@@ -223,31 +230,35 @@ def test_all_topics_under_a_root_and_incomplete_uploads_ignored(tmp_path):
     assert topics == ["/a/one"] * 5 + ["/b/two"] * 7
 
 
-@pytest.mark.parametrize("options, message", [
-    ({}, "needs a path"),
-    ({"path": "/x", "topic": "no-slash"}, "invalid topic name"),
-    ({"path": "/x", "startOffset": "ten"}, "startOffset='ten': expected an integer"),
-    ({"path": "/x", "startOffset": "10", "endOffset": "5"}, "endOffset 5 is before startOffset 10"),
-    ({"path": "/x", "startTime": "yesterday"}, "startTime='yesterday'"),
-    ({"path": "/x", "verify": "maybe"}, "verify='maybe'"),
-    ({"path": "/x", "metadata": "/m.db"}, "needs option topic"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({}, "needs a path"),
+        ({"path": "/x", "topic": "no-slash"}, "invalid topic name"),
+        ({"path": "/x", "startOffset": "ten"}, "startOffset='ten': expected an integer"),
+        ({"path": "/x", "startOffset": "10", "endOffset": "5"}, "endOffset 5 is before startOffset 10"),
+        ({"path": "/x", "startTime": "yesterday"}, "startTime='yesterday'"),
+        ({"path": "/x", "verify": "maybe"}, "verify='maybe'"),
+        ({"path": "/x", "metadata": "/m.db"}, "needs option topic"),
+    ],
+)
 def test_bad_options_are_clear_errors(options, message):
     with pytest.raises(InvalidArgumentError, match=message):
         planning.ReadOptions.parse(options)
 
 
 def test_missing_catalog_database_is_a_clear_error(tmp_path):
-    options = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC,
-                                          "metadata": str(tmp_path / "nope.db")})
+    options = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC, "metadata": str(tmp_path / "nope.db")})
     with pytest.raises(InvalidArgumentError, match="no metadata database"):
         planning.list_descriptors(options, FilesystemBackend(str(tmp_path)))
 
 
 def test_writer_record_conversion_rejects_bad_rows():
     ok = pa.RecordBatch.from_pydict({"payload": [b"a", b""], "routing_key": ["k", None]})
-    assert [r[2:] for r in arrow.batch_to_records(ok, default_publish_time_ms=5)] == \
-        [("k", None, b"a"), (None, None, b"")]
+    assert [r[2:] for r in arrow.batch_to_records(ok, default_publish_time_ms=5)] == [
+        ("k", None, b"a"),
+        (None, None, b""),
+    ]
     with pytest.raises(InvalidArgumentError, match="row 1 of the batch has a null payload"):
         arrow.batch_to_records(pa.RecordBatch.from_pydict({"payload": [b"a", None]}))
     with pytest.raises(InvalidArgumentError, match="cannot write column"):
@@ -263,15 +274,18 @@ def test_small_segments_are_packed_into_partitions_up_to_max_partition_bytes(tmp
     descs, written = write_topic(backend)
     sizes = [d.size for d in descs]
     default = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC})
-    assert [[r.segment_id for r in group] for group in planning.pack(default, planning.plan(default, descs))] == \
-        [[d.segment_id] for d in descs]  # by default one partition per segment
+    assert [[r.segment_id for r in group] for group in planning.pack(default, planning.plan(default, descs))] == [
+        [d.segment_id] for d in descs
+    ]  # by default one partition per segment
     whole = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC, "packSegments": "true"})
     reads = planning.plan(whole, descs)
-    assert [[r.segment_id for r in group] for group in planning.pack(whole, reads)] == \
-        [[d.segment_id for d in descs]]  # 128 MiB default: everything in one task
+    assert [[r.segment_id for r in group] for group in planning.pack(whole, reads)] == [
+        [d.segment_id for d in descs]
+    ]  # 128 MiB default: everything in one task
     # a limit that fits the first two segments but not the third with them
-    two = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC, "packSegments": "true",
-                                      "maxPartitionBytes": str(sizes[0] + sizes[1])})
+    two = planning.ReadOptions.parse(
+        {"path": str(tmp_path), "topic": TOPIC, "packSegments": "true", "maxPartitionBytes": str(sizes[0] + sizes[1])}
+    )
     groups = planning.pack(two, planning.plan(two, descs))
     assert [[r.segment_id for r in g] for g in groups][0] == [descs[0].segment_id, descs[1].segment_id]
     assert all(sum(r.byte_end - r.byte_start for r in g) <= sizes[0] + sizes[1] or len(g) == 1 for g in groups)
@@ -284,8 +298,9 @@ def test_small_segments_are_packed_into_partitions_up_to_max_partition_bytes(tmp
 def test_min_partitions_splits_for_parallelism(tmp_path):
     backend = FilesystemBackend(str(tmp_path))
     descs, written = write_topic(backend)
-    options = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC, "minPartitions": "6",
-                                          "packSegments": "true"})
+    options = planning.ReadOptions.parse(
+        {"path": str(tmp_path), "topic": TOPIC, "minPartitions": "6", "packSegments": "true"}
+    )
     groups = planning.pack(options, planning.plan(options, descs))
     assert len(groups) >= 6
     total = sum(d.size for d in descs)
@@ -295,14 +310,17 @@ def test_min_partitions_splits_for_parallelism(tmp_path):
         planning.ReadOptions.parse({"path": str(tmp_path), "minPartitions": "0"})
 
 
-@pytest.mark.parametrize("columns", [("payload",), ("payload", "offset"), ("attributes", "routing_key", "topic"),
-                                     ("producer_id", "publish_time")])
+@pytest.mark.parametrize(
+    "columns",
+    [("payload",), ("payload", "offset"), ("attributes", "routing_key", "topic"), ("producer_id", "publish_time")],
+)
 def test_a_column_subset_is_built_alone_and_equals_the_full_read(tmp_path, columns):
     backend = FilesystemBackend(str(tmp_path))
     descs, _ = write_topic(backend)
     # a time filter needs publish_time and the index check needs offset, even when not asked for
-    options = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC, "startTime": "1500",
-                                          "endTime": "3000", "batchBytes": "2048"})
+    options = planning.ReadOptions.parse(
+        {"path": str(tmp_path), "topic": TOPIC, "startTime": "1500", "endTime": "3000", "batchBytes": "2048"}
+    )
     reads = planning.plan(options, descs)
     full = pa.Table.from_batches([b for r in reads for b in read_batches(r, backend)])
     narrow_batches = [b for r in reads for b in read_batches(r, backend, columns=columns)]
@@ -312,12 +330,15 @@ def test_a_column_subset_is_built_alone_and_equals_the_full_read(tmp_path, colum
     assert narrow.equals(full.select(list(columns)))
 
 
-@pytest.mark.parametrize("schema, message", [
-    ([("payload", "binary"), ("color", "string")], "has no column 'color'"),
-    ([("offset", "int")], "column 'offset' is bigint in the danube data source, not int"),
-    ([("payload", "binary"), ("payload", "binary")], "names a column twice"),
-    ([], "at least one column"),
-])
+@pytest.mark.parametrize(
+    "schema, message",
+    [
+        ([("payload", "binary"), ("color", "string")], "has no column 'color'"),
+        ([("offset", "int")], "column 'offset' is bigint in the danube data source, not int"),
+        ([("payload", "binary"), ("payload", "binary")], "names a column twice"),
+        ([], "at least one column"),
+    ],
+)
 def test_bad_read_schema_is_a_clear_error(schema, message):
     with pytest.raises(InvalidArgumentError, match=message):
         arrow.check_read_columns(schema)

@@ -47,8 +47,9 @@ def test_durable_segments_then_the_wal_files_without_overlap(tmp_path):
     assert got[250]["payload"] == b"payload-00250" and got[250]["routing_key"] == "k1"
     assert dict(got[250]["attributes"]) == {"i": "250"}
     # an offset range reaching into the WAL files
-    ranged = planning.ReadOptions.parse({"path": str(durable), "topic": TOPIC, "walRoot": str(wal_root),
-                                         "startOffset": "100", "endOffset": "210"})
+    ranged = planning.ReadOptions.parse(
+        {"path": str(durable), "topic": TOPIC, "walRoot": str(wal_root), "startOffset": "100", "endOffset": "210"}
+    )
     assert [r["offset"] for r in rows(ranged, backend, wal_root)[1]] == list(range(100, 210))
 
 

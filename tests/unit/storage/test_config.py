@@ -66,34 +66,41 @@ def test_shared_fs_uses_durable_root(tmp_path):
     assert cfg.exports_continuously
 
 
-@pytest.mark.parametrize("section, message", [
-    ({"mode": "cloud"}, "storage.mode"),
-    ({"modes": "local"}, "unknown key"),
-    ("local", "expected a mapping"),
-    ({"mode": "shared_fs"}, "storage.durable.root"),
-    ({"mode": "shared_fs", "durable": {"root": "/x", "backend": "s3"}}, "storage.durable.backend"),
-    ({"mode": "object_store", "durable": {"root": "bucket"}}, "storage.durable.backend"),
-    ({"mode": "object_store", "durable": {"backend": "gcs", "root": "bucket"}}, "storage.durable.backend"),
-    ({"mode": "object_store", "durable": {"backend": "s3"}}, "storage.durable.root"),
-    ({"mode": "object_store", "durable": {"backend": "s3", "root": "ab"}}, "3 to 63"),
-    ({"mode": "object_store", "durable": {"backend": "s3", "root": "bucket", "access_key": "a"}},
-     "both access_key and secret_key"),
-    ({"mode": "object_store", "durable": {"backend": "s3", "root": "bucket", "endpoint": "localhost:9000"}},
-     "http(s)://"),
-    ({"mode": "object_store", "durable": {"backend": "s3", "root": "bucket", "bogus": 1}}, "unknown key"),
-    ({"local_retention": {"size_mb": -1}}, "storage.local_retention.size_mb"),
-    ({"local_retention": {"time_minutes": "1h"}}, "expected a number"),
-    ({"local_retention": {"check_interval_minutes": 0}}, "check_interval_minutes"),
-    ({"local_retention": 5}, "expected a mapping"),
-    ({"wal": {"sync": "sometimes"}}, "storage.wal.sync"),
-    ({"wal": {"max_file_mb": True}}, "expected a number"),
-    ({"wal": {"page_cache_mb": -1}}, "storage.wal.page_cache_mb"),
-    ({"wal": {"page_cache_mb": "all"}}, "expected a number"),
-    ({"wal": {"syncfs": "yes"}}, "storage.wal.syncfs: expected true or false"),
-    ({"export_interval_seconds": 0}, "export_interval_seconds"),
-    ({"local_wal_root": ""}, "local_wal_root"),
-    ({"metadata_prefix": 7}, "metadata_prefix"),
-])
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        ({"mode": "cloud"}, "storage.mode"),
+        ({"modes": "local"}, "unknown key"),
+        ("local", "expected a mapping"),
+        ({"mode": "shared_fs"}, "storage.durable.root"),
+        ({"mode": "shared_fs", "durable": {"root": "/x", "backend": "s3"}}, "storage.durable.backend"),
+        ({"mode": "object_store", "durable": {"root": "bucket"}}, "storage.durable.backend"),
+        ({"mode": "object_store", "durable": {"backend": "gcs", "root": "bucket"}}, "storage.durable.backend"),
+        ({"mode": "object_store", "durable": {"backend": "s3"}}, "storage.durable.root"),
+        ({"mode": "object_store", "durable": {"backend": "s3", "root": "ab"}}, "3 to 63"),
+        (
+            {"mode": "object_store", "durable": {"backend": "s3", "root": "bucket", "access_key": "a"}},
+            "both access_key and secret_key",
+        ),
+        (
+            {"mode": "object_store", "durable": {"backend": "s3", "root": "bucket", "endpoint": "localhost:9000"}},
+            "http(s)://",
+        ),
+        ({"mode": "object_store", "durable": {"backend": "s3", "root": "bucket", "bogus": 1}}, "unknown key"),
+        ({"local_retention": {"size_mb": -1}}, "storage.local_retention.size_mb"),
+        ({"local_retention": {"time_minutes": "1h"}}, "expected a number"),
+        ({"local_retention": {"check_interval_minutes": 0}}, "check_interval_minutes"),
+        ({"local_retention": 5}, "expected a mapping"),
+        ({"wal": {"sync": "sometimes"}}, "storage.wal.sync"),
+        ({"wal": {"max_file_mb": True}}, "expected a number"),
+        ({"wal": {"page_cache_mb": -1}}, "storage.wal.page_cache_mb"),
+        ({"wal": {"page_cache_mb": "all"}}, "expected a number"),
+        ({"wal": {"syncfs": "yes"}}, "storage.wal.syncfs: expected true or false"),
+        ({"export_interval_seconds": 0}, "export_interval_seconds"),
+        ({"local_wal_root": ""}, "local_wal_root"),
+        ({"metadata_prefix": 7}, "metadata_prefix"),
+    ],
+)
 def test_bad_config_is_rejected_with_the_key_named(section, message):
     with pytest.raises(StorageConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         StorageConfig.from_dict(section)

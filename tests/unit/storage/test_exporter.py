@@ -129,8 +129,9 @@ async def test_crash_between_sidecar_and_metadata_descriptor(tmp_path, factories
     descs = await again.exporter.export_through(again.next_offset - 1)
     assert assert_contiguous(descs) == 64
     listed = list_segments(backend, topic_prefix(TOPIC))
-    assert [d.segment_id for d in listed] == [d.segment_id for d in descs], \
+    assert [d.segment_id for d in listed] == [d.segment_id for d in descs], (
         "a backend listing (as Spark reads it) shows each offset exactly once"
+    )
 
 
 async def test_crash_between_descriptor_and_cur_is_repaired_on_load(tmp_path, factories, metadata):
@@ -139,8 +140,9 @@ async def test_crash_between_descriptor_and_cur_is_repaired_on_load(tmp_path, fa
     await append(storage, 0, 60)
     descs = await storage.exporter.export_rotated()
     # Simulate: the last descriptor was written but the process died before cur moved.
-    await metadata.put_json(keys.storage_segments_cur(cfg.metadata_prefix, TOPIC),
-                            {"start": keys.offset20(descs[0].start_offset)})
+    await metadata.put_json(
+        keys.storage_segments_cur(cfg.metadata_prefix, TOPIC), {"start": keys.offset20(descs[0].start_offset)}
+    )
     catalog = await SegmentCatalog.load(metadata, cfg.metadata_prefix, TOPIC)
     assert catalog.end_offset == descs[-1].end_offset
     cur = await metadata.get_json(keys.storage_segments_cur(cfg.metadata_prefix, TOPIC))

@@ -8,8 +8,8 @@ import os
 import shutil
 
 from danube.storage import StorageConfig
-from tests.unit.storage.conftest import TOPIC, append, make_config, offsets_of, read_all
 from tests.support.waiting import async_wait_until
+from tests.unit.storage.conftest import TOPIC, append, make_config, offsets_of, read_all
 
 
 def _fds_under(path: str) -> int:
@@ -26,8 +26,12 @@ def _fds_under(path: str) -> int:
 def test_config_knob():
     cfg = StorageConfig.from_dict({"mode": "local", "wal": {"idle_close_seconds": 5}}, data_dir="/tmp/x")
     assert cfg.wal.idle_close_s == 5.0
-    assert StorageConfig.from_dict({"mode": "local", "wal": {"idle_close_seconds": None}},
-                                   data_dir="/tmp/x").wal.idle_close_s is None
+    assert (
+        StorageConfig.from_dict(
+            {"mode": "local", "wal": {"idle_close_seconds": None}}, data_dir="/tmp/x"
+        ).wal.idle_close_s
+        is None
+    )
     assert StorageConfig.from_dict({"mode": "local"}, data_dir="/tmp/x").wal.idle_close_s == 60.0
     cfg = StorageConfig.from_dict({"mode": "local", "wal": {"initial_file_kb": 64}}, data_dir="/tmp/x")
     assert cfg.wal.open_kwargs()["initial_file_bytes"] == 64 * 1024
@@ -35,8 +39,9 @@ def test_config_knob():
 
 
 async def test_idle_topic_releases_its_wal_and_reopens_on_use(tmp_path, factories):
-    cfg = make_config(tmp_path, mode="local", file_kb=16,
-                      wal={"max_file_mb": 16 / 1024, "sync": "always", "idle_close_seconds": 0.2})
+    cfg = make_config(
+        tmp_path, mode="local", file_kb=16, wal={"max_file_mb": 16 / 1024, "sync": "always", "idle_close_seconds": 0.2}
+    )
     storage = await factories(cfg, background=True).open_topic(TOPIC)
     await append(storage, 0, 200)
     wal_dir = os.path.abspath(storage.wal_dir)
@@ -58,8 +63,9 @@ async def test_idle_topic_releases_its_wal_and_reopens_on_use(tmp_path, factorie
 
 
 async def test_crash_recovery_of_a_topic_closed_while_idle(tmp_path, factories):
-    cfg = make_config(tmp_path, mode="local", file_kb=16,
-                      wal={"max_file_mb": 16 / 1024, "sync": "always", "idle_close_seconds": 0.1})
+    cfg = make_config(
+        tmp_path, mode="local", file_kb=16, wal={"max_file_mb": 16 / 1024, "sync": "always", "idle_close_seconds": 0.1}
+    )
     storage = await factories(cfg, background=False).open_topic(TOPIC)
     await append(storage, 0, 150)
     storage.wal.idle_seconds()
@@ -81,8 +87,9 @@ async def test_a_topic_reopened_by_use_is_released_again(tmp_path, factories):
     sleep until its next retention check, minutes away, because the log was suspended when it last
     looked).  The scale bench's topics hit this when their first idle check came before their
     producer's first send: the topic kept its threads and files for the 5-minute check interval."""
-    cfg = make_config(tmp_path, mode="local", file_kb=16,
-                      wal={"max_file_mb": 16 / 1024, "sync": "always", "idle_close_seconds": 0.2})
+    cfg = make_config(
+        tmp_path, mode="local", file_kb=16, wal={"max_file_mb": 16 / 1024, "sync": "always", "idle_close_seconds": 0.2}
+    )
     storage = await factories(cfg, background=True).open_topic(TOPIC)
     wal = storage.wal
     await async_wait_until(lambda: wal.suspended, 10, "an idle topic that was never written is released")

@@ -32,9 +32,13 @@ async def _rotation_wake_pending(storage) -> None:
 
 @pytest.mark.parametrize("how", ["seal", "close"])
 async def test_stop_lands_with_a_rotation_wake(tmp_path, factories, how):
-    cfg = make_config(tmp_path, mode="local", file_kb=64,
-                      wal={"max_file_mb": 64 / 1024, "sync": "always", "idle_close_seconds": None},
-                      export_interval_seconds=30)
+    cfg = make_config(
+        tmp_path,
+        mode="local",
+        file_kb=64,
+        wal={"max_file_mb": 64 / 1024, "sync": "always", "idle_close_seconds": None},
+        export_interval_seconds=30,
+    )
     storage = await factories(cfg, background=True).open_topic(TOPIC)
     await append(storage, 0, 10)
     task = storage._task
@@ -54,9 +58,13 @@ async def test_stop_lands_with_a_rotation_wake(tmp_path, factories, how):
 async def test_maintenance_still_wakes_on_rotation(tmp_path, factories):
     """The wait still ends on a rotation (not only on its deadline): a rotated file is exported
     long before the 30 s export interval."""
-    cfg = make_config(tmp_path, mode="shared_fs", file_kb=64,
-                      wal={"max_file_mb": 64 / 1024, "sync": "always", "idle_close_seconds": None},
-                      export_interval_seconds=30)
+    cfg = make_config(
+        tmp_path,
+        mode="shared_fs",
+        file_kb=64,
+        wal={"max_file_mb": 64 / 1024, "sync": "always", "idle_close_seconds": None},
+        export_interval_seconds=30,
+    )
     storage = await factories(cfg, background=True).open_topic(TOPIC)
     await append(storage, 0, 10)
     await asyncio.sleep(0.05)

@@ -56,13 +56,15 @@ async def test_a_read_only_owner_keeps_reading_while_the_next_owner_continues_th
     await append(old, 0, 30)
     assert await old.make_read_only("broker-a cannot reach the metadata store") == 29
     assert old.read_only and old.describe()["read_only"]
-    with pytest.raises(TopicSealedError, match="read-only on this broker: broker-a cannot reach the metadata store"
-                                               "; publish refused, nothing stored") as info:
+    with pytest.raises(
+        TopicSealedError,
+        match="read-only on this broker: broker-a cannot reach the metadata store; publish refused, nothing stored",
+    ) as info:
         old.append_frames(bytearray(frames.encode_payloads([b"zombie"])))
     assert info.value.retriable
     with pytest.raises(StorageError, match="read-only"):
         await old.seal()
-    new = await factories(cfg, "broker-b").open_topic(TOPIC)   # the lock is free: no WalBusyError
+    new = await factories(cfg, "broker-b").open_topic(TOPIC)  # the lock is free: no WalBusyError
     assert new.recovery.source == "local" and new.next_offset == 30
     assert await append(new, 30, 20) == (30, 49)
     # its own offsets, all of them, nothing after; then the log as the next owner has it

@@ -28,8 +28,21 @@ def wal_root(tmp_path):
     return str(root)
 
 
-@pytest.mark.parametrize("path", ["", ".", "..", "default", "default/.", "default/..", "default/victim/..",
-                                  "default/victim/x", "../other-root/default/victim", "default/.hidden"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "",
+        ".",
+        "..",
+        "default",
+        "default/.",
+        "default/..",
+        "default/victim/..",
+        "default/victim/x",
+        "../other-root/default/victim",
+        "default/.hidden",
+    ],
+)
 def test_only_a_topic_directory_passes(wal_root, path):
     with pytest.raises(UnsafePathError):
         check_topic_dir(wal_root, os.path.join(wal_root, path))

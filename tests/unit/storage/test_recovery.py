@@ -51,8 +51,9 @@ async def test_sealed_state_beats_a_leftover_local_wal(tmp_path, factories, meta
     await append(old, 0, 40)
     await old.close()
     # Another owner took the topic, wrote up to 99 and sealed it (its history is durable elsewhere).
-    await metadata.put(keys.storage_state(cfg.metadata_prefix, TOPIC),
-                       StorageStateSealed(True, 99, "broker-z", 1).to_json())
+    await metadata.put(
+        keys.storage_state(cfg.metadata_prefix, TOPIC), StorageStateSealed(True, 99, "broker-z", 1).to_json()
+    )
     new = await factories(cfg).open_topic(TOPIC)
     assert new.recovery.source == "sealed"
     assert new.next_offset == 100
@@ -86,6 +87,7 @@ async def test_stale_local_wal_behind_durable_history_is_set_aside(tmp_path, fac
     await b.exporter.export_through(29)
     await b.close()
     import shutil
+
     shutil.rmtree(cfg.wal_dir(TOPIC))
     os.rename(stash, cfg.wal_dir(TOPIC))  # a's old WAL (0..9) comes back
     c = await factories(cfg, "c").open_topic(TOPIC)

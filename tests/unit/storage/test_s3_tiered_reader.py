@@ -31,8 +31,14 @@ def _frames(first: int, count: int, fill: bytes = b"s") -> bytes:
 
 @pytest.fixture
 def s3_history(s3_bucket):
-    backend = S3Backend(s3_bucket.bucket, "history", endpoint=s3_bucket.endpoint, region=s3_bucket.region,
-                        access_key=s3_bucket.access_key, secret_key=s3_bucket.secret_key)
+    backend = S3Backend(
+        s3_bucket.bucket,
+        "history",
+        endpoint=s3_bucket.endpoint,
+        region=s3_bucket.region,
+        access_key=s3_bucket.access_key,
+        secret_key=s3_bucket.secret_key,
+    )
     catalog = SegmentCatalog(None, "", TOPIC)
     descs = [write_segment(backend, TOPIC, _frames(first, count), index_every=512) for first, count in SEGMENTS]
     for desc in descs:
@@ -49,8 +55,9 @@ async def _drain(reader: DurableHistoryReader, start: int = 0, **kwargs) -> list
     return out
 
 
-@pytest.mark.parametrize("chunk,max_bytes,start", [(1 << 20, 1 << 20, 0), (1 << 20, 2000, 17),
-                                                   (3000, 700, 50), (512, 1, 94)])
+@pytest.mark.parametrize(
+    "chunk,max_bytes,start", [(1 << 20, 1 << 20, 0), (1 << 20, 2000, 17), (3000, 700, 50), (512, 1, 94)]
+)
 def test_stream_over_s3_is_exact(s3_history, chunk, max_bytes, start):
     backend, catalog, _descs, _client = s3_history
     reader = DurableHistoryReader(backend, catalog, chunk_bytes=chunk, prefetch=2)

@@ -99,5 +99,4 @@ async def test_a_system_topics_history_is_kept_per_broker(tmp_path, factories):
     backend = cfg.make_backend()
     for broker in ("b1", "b2"):
         descs = list_segments(backend, topic_prefix(f"/system/load_reports.{broker}"))
-        assert [(d.start_offset, d.end_offset, d.topic) for d in descs] == \
-            [(0, 2, f"/system/load_reports.{broker}")]
+        assert [(d.start_offset, d.end_offset, d.topic) for d in descs] == [(0, 2, f"/system/load_reports.{broker}")]

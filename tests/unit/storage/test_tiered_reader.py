@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from danube import frames
 from danube.storage.tiered_reader import DurableHistoryReader, split_frames
@@ -60,8 +61,12 @@ async def test_read_frames_switches_tier_at_hot_start(tmp_path, factories):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(chunk=st.integers(min_value=40, max_value=3000), start=st.integers(min_value=0, max_value=60),
-       max_bytes=st.integers(min_value=1, max_value=5000), prefetch=st.integers(min_value=0, max_value=3))
+@given(
+    chunk=st.integers(min_value=40, max_value=3000),
+    start=st.integers(min_value=0, max_value=60),
+    max_bytes=st.integers(min_value=1, max_value=5000),
+    prefetch=st.integers(min_value=0, max_value=3),
+)
 def test_stream_is_exact_for_any_chunking(tmp_path_factory, chunk, start, max_bytes, prefetch):
     """Ranges cut anywhere (inside headers or bodies) still give every frame once, in order."""
     from danube.storage.backends import FilesystemBackend
@@ -100,8 +105,11 @@ def test_split_frames_respects_max_bytes():
 
 
 @settings(max_examples=40, deadline=None)
-@given(sizes=st.lists(st.integers(min_value=0, max_value=1200), min_size=1, max_size=30),
-       every=st.integers(min_value=0, max_value=4000), max_bytes=st.integers(min_value=1, max_value=5000))
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=1200), min_size=1, max_size=30),
+    every=st.integers(min_value=0, max_value=4000),
+    max_bytes=st.integers(min_value=1, max_value=5000),
+)
 def test_split_frames_at_marks_is_exact(sizes, every, max_bytes):
     """Cut at the scan's marks (or frame by frame between distant marks): same bytes, right last offsets."""
     from danube.storage.tiered_reader import split_frames_at

@@ -24,17 +24,17 @@ def test_a_new_log_reserves_a_little_and_grows_in_steps(tmp_path):
     d = tmp_path / "w"
     with Wal.open(d, sync="always", max_file_bytes=8 * MiB) as wal:
         (path,) = _logs(d)
-        assert os.path.getsize(path) == 8 * MiB           # mapped whole ...
-        assert _allocated(path) <= 256 * KiB              # ... reserved 256 KiB
+        assert os.path.getsize(path) == 8 * MiB  # mapped whole ...
+        assert _allocated(path) <= 256 * KiB  # ... reserved 256 KiB
         seg = wal._writer.segment
         assert (seg.capacity, seg.map_size) == (256 * KiB, 8 * MiB)
-        for _ in range(3000):                             # ~1.1 MiB
+        for _ in range(3000):  # ~1.1 MiB
             wal.append_batch([b"r" * 300])
-        assert _logs(d) == [path]                         # grew, no rotation, no spare
+        assert _logs(d) == [path]  # grew, no rotation, no spare
         assert 1 * MiB <= seg.capacity <= 4 * MiB
         assert _allocated(path) <= seg.capacity
         assert wal._keeper._spare is None
-        for _ in range(30):                               # past 8 MiB: rotates
+        for _ in range(30):  # past 8 MiB: rotates
             wal.append_batch([b"x" * 1000] * 300)
         wal.finish_rotations()
         assert len(wal.rotated_files()) >= 1
@@ -87,7 +87,7 @@ def test_crash_recovery_over_a_sparse_tail_with_garbage(tmp_path):
         assert sum(t[2] for t in again.recovery.trimmed) >= 100
         assert [bytes(r.payload) for r in again.read(0)] == payloads
         assert again.append(b"after") == len(payloads)
-        again.append_batch([b"z" * 1000] * 2000)   # grows through the zeroed region
+        again.append_batch([b"z" * 1000] * 2000)  # grows through the zeroed region
         assert again.read(len(payloads))[0].payload == b"after"
     with open(path, "rb") as f:
         f.seek(9 * MiB + 5)
@@ -106,7 +106,7 @@ def test_sync_never_prefault_window_changes_no_byte(tmp_path):
         for i in range(5000):
             want.append(b"a%d" % i * 7)
             wal.append(want[-1], key="k" if i % 3 else None)
-            if i % 997 == 0:                              # >= 16 KiB: the pwrite path
+            if i % 997 == 0:  # >= 16 KiB: the pwrite path
                 batch = [b"b%d" % i * 300] * 20
                 wal.append_batch(batch)
                 want.extend(batch)
@@ -116,7 +116,7 @@ def test_sync_never_prefault_window_changes_no_byte(tmp_path):
         end = seg.write_pos
     with Wal.open(d, sync="never", max_file_bytes=16 * MiB) as wal:
         assert [bytes(r.payload) for r in wal.read(0)] == want
-        for _ in range(3000):                             # the reopened file: a window from its end
+        for _ in range(3000):  # the reopened file: a window from its end
             wal.append(b"c" * 100)
             want.append(b"c" * 100)
         end = wal._writer.segment.write_pos

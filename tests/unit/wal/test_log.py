@@ -8,7 +8,14 @@ import threading
 import pytest
 
 from danube import frames
-from danube.errors import CorruptFrameError, FrameFormatError, InvalidArgumentError, OffsetOutOfRangeError, WalClosedError, WalError
+from danube.errors import (
+    CorruptFrameError,
+    FrameFormatError,
+    InvalidArgumentError,
+    OffsetOutOfRangeError,
+    WalClosedError,
+    WalError,
+)
 from danube.wal import Wal, WalRecord
 
 

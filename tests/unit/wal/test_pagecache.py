@@ -6,7 +6,8 @@ import logging
 import os
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from danube.errors import InvalidArgumentError
 from danube.wal import Wal
@@ -34,7 +35,7 @@ class FakeSegment:
 
 
 def newer_bytes(segments, i) -> int:
-    return sum(s.write_pos for s in segments[i + 1:])
+    return sum(s.write_pos for s in segments[i + 1 :])
 
 
 def test_step_is_an_eighth_of_the_window_within_1_to_8_mib():
@@ -44,8 +45,10 @@ def test_step_is_an_eighth_of_the_window_within_1_to_8_mib():
 
 
 @settings(max_examples=200, deadline=None)
-@given(keep=st.integers(0, 6 * MiB),
-       moves=st.lists(st.one_of(st.integers(1, 3 * MiB), st.just("rotate")), min_size=1, max_size=40))
+@given(
+    keep=st.integers(0, 6 * MiB),
+    moves=st.lists(st.one_of(st.integers(1, 3 * MiB), st.just("rotate")), min_size=1, max_size=40),
+)
 def test_the_newest_bytes_stay_and_the_rest_goes_behind_them(keep, moves):
     window = PageCacheWindow(keep)
     segments = [FakeSegment(1)]
@@ -54,8 +57,11 @@ def test_the_newest_bytes_stay_and_the_rest_goes_behind_them(keep, moves):
             segments.append(FakeSegment(segments[-1].seq + 1))
         else:
             segments[-1].write_pos += move
-        ran = window._last is None or window._last[0] != segments[-1].seq or \
-            segments[-1].write_pos - window._last[1] >= window.step_bytes
+        ran = (
+            window._last is None
+            or window._last[0] != segments[-1].seq
+            or segments[-1].write_pos - window._last[1] >= window.step_bytes
+        )
         window.trim(segments)
         for i, seg in enumerate(segments):
             keep_from = seg.write_pos - max(0, keep - newer_bytes(segments, i))
@@ -64,7 +70,7 @@ def test_the_newest_bytes_stay_and_the_rest_goes_behind_them(keep, moves):
             ends = [e for _s, e in seg.dropped]
             assert ends == sorted(ends) and len(set(ends)) == len(ends)
             if ran and seg is not segments[-1]:
-                assert seg.dropped_to() == max(keep_from, 0)   # a rotated file: dropped up to the window
+                assert seg.dropped_to() == max(keep_from, 0)  # a rotated file: dropped up to the window
         if ran:
             head = segments[-1]
             assert head.write_pos - max(0, keep) - head.dropped_to() < window.step_bytes or keep >= head.write_pos
@@ -94,24 +100,23 @@ def test_bad_window_is_refused(tmp_path, value):
 def test_a_wal_keeps_only_its_window_cached_and_reads_back_everything(tmp_path, open_wal, keep):
     if not page_cache_droppable(tmp_path):
         pytest.skip("the temp dir is on tmpfs: its pages are the file")
-    wal = open_wal(tmp_path / "wal", sync="always", max_file_bytes=MiB, cache_bytes=256 * 1024,
-                   page_cache_bytes=keep)
+    wal = open_wal(tmp_path / "wal", sync="always", max_file_bytes=MiB, cache_bytes=256 * 1024, page_cache_bytes=keep)
     payloads = [bytes([i % 251]) * 100 for i in range(1000)]
-    batches = 80   # ~8.6 MB over about nine 1 MiB files
+    batches = 80  # ~8.6 MB over about nine 1 MiB files
     for _ in range(batches):
-        wal.append_batch(payloads)   # outside an event loop, sync=always syncs inline
+        wal.append_batch(payloads)  # outside an event loop, sync=always syncs inline
     wal.finish_rotations(10)
-    rotated = [f.path for f in wal.rotated_files()]   # oldest first; then the active file
+    rotated = [f.path for f in wal.rotated_files()]  # oldest first; then the active file
     assert len(rotated) >= 7
     cached = [resident_pages(f) * 4096 for f in rotated + [wal._writer.segment.path]]
-    if keep is None:   # control: without a window, everything written stays cached
+    if keep is None:  # control: without a window, everything written stays cached
         assert wal.page_cache is None
         assert sum(cached[:-1]) >= sum(os.path.getsize(f) for f in rotated) * 0.9
     else:
         assert wal.page_cache.dropped_bytes >= sum(os.path.getsize(f) for f in rotated) - keep - 2 * MiB
         # files more than the window behind: gone but for their last, partial page and another
         assert max(cached[:-4]) <= 2 * 4096
-        assert sum(cached[-3:]) >= keep * 0.5   # the window: still cached
+        assert sum(cached[-3:]) >= keep * 0.5  # the window: still cached
     records = wal.read(wal.first_offset)
     assert len(records) == batches * len(payloads)
     assert [r.payload for r in records[:1000]] == payloads and [r.payload for r in records[-1000:]] == payloads

@@ -24,7 +24,7 @@ def test_stop_writing_frees_the_directory_and_keeps_the_stored_offsets_readable(
     kept = 0
     old = Wal.open(d, sync=sync, max_file_bytes=16 << 10)
     try:
-        for i in range(600):   # several rotated files and an active one
+        for i in range(600):  # several rotated files and an active one
             old.append(b"old-%04d" % i + b"." * 60)
         assert len(old.rotated_files()) >= 2
         with pytest.raises(WalBusyError):
@@ -42,7 +42,7 @@ def test_stop_writing_frees_the_directory_and_keeps_the_stored_offsets_readable(
                 new.append(b"new-%04d" % i + b"." * 60)
             new.rotate()
             new.finish_rotations()
-            pruned = new.prune_through(299)   # the new owner's retention removes files the old one maps
+            pruned = new.prune_through(299)  # the new owner's retention removes files the old one maps
             assert pruned
             kept = pruned[-1].last_offset + 1
             # the old one still reads every offset it stored, and only those

@@ -37,7 +37,7 @@ def _patch(path, pos, data):
 @pytest.mark.parametrize("where", ["flip", "truncate", "garbage", "zero_header_torn"])
 def test_bad_tail_is_trimmed_to_last_good_frame(tmp_path, where):
     path = tmp_path / "w"
-    (_seq, file), = _write(path)
+    ((_seq, file),) = _write(path)
     positions = [HEADER + p for p in _frame_positions(file)]
     size = os.path.getsize(file)
     if where == "flip":  # a flipped bit inside frame 7's payload
@@ -92,7 +92,7 @@ def test_corruption_in_a_rotated_file_is_reported_on_read(tmp_path):
 
 def test_bad_file_header_fails_loudly(tmp_path):
     path = tmp_path / "w"
-    (_seq, file), = _write(path)
+    ((_seq, file),) = _write(path)
     _patch(file, 20, b"\x01")
     with pytest.raises(CorruptFrameError):
         Wal.open(path)

@@ -83,8 +83,10 @@ def test_prune_through(open_wal, tmp_path):
     assert not any(os.path.exists(f.path) for f in pruned)
     assert wal.first_offset == cut + 1
     assert wal.read(cut + 1)[0].offset == cut + 1
-    from danube.errors import OffsetOutOfRangeError
     import pytest
+
+    from danube.errors import OffsetOutOfRangeError
+
     with pytest.raises(OffsetOutOfRangeError):
         wal.read(0)
     wal.close()

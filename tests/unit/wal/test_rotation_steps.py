@@ -190,6 +190,7 @@ async def test_offset_in_a_just_rotated_file_is_synced_before_it_counts_as_durab
 
 def _frame(i):
     from danube import frames
+
     return frames.encode_payloads([b"%06d" % i + b"." * 194])
 
 
@@ -234,6 +235,7 @@ def test_listener_errors_do_not_stop_rotation(open_wal, tmp_path):
 
 # ---------------------------------------------------------------- sync=interval cadence
 
+
 async def test_interval_sync_starts_at_once_when_due_with_one_interval_of_slack(open_wal, tmp_path):
     interval = 0.4
     wal = open_wal(tmp_path / "w", sync="interval", sync_interval_ms=interval * 1000)
@@ -264,11 +266,11 @@ async def test_interval_sync_keeps_its_budget_of_one_sync_per_interval(open_wal,
     syncs_before = wal.sync_count
     t0 = time.monotonic()
     waits = 8
-    for i in range(waits):   # each waiter asks right after the previous sync answered
+    for i in range(waits):  # each waiter asks right after the previous sync answered
         await wal.wait_durable(wal.append(b"%d" % i))
     elapsed = time.monotonic() - t0
     syncs = wal.sync_count - syncs_before
-    assert syncs == waits   # each wait needed its own sync
+    assert syncs == waits  # each wait needed its own sync
     # n syncs need at least n - 2 intervals: two ahead of the schedule at most
     assert elapsed >= (waits - 2) * interval * 0.95, elapsed
     assert syncs <= elapsed / interval + 2

@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from danube.errors import WalClosedError
-from danube.wal import Wal
-from danube.wal import rotation, sync as sync_mod
+from danube.wal import Wal, rotation
+from danube.wal import sync as sync_mod
 
 
 def _open_fds_under(path: str) -> list[str]:
@@ -54,7 +54,7 @@ def test_suspend_releases_and_reopens_on_append(tmp_path, sync):
             assert wal._dormant.released.wait(10)  # the tail release holds a dup of the fd until done
         assert _open_fds_under(str(d)) == [os.path.join(str(d), "wal.lock")]
         assert _wal_threads() <= _SHARED_WAL_THREADS
-        assert not wal._keeper._scheduled   # no file work left queued for it
+        assert not wal._keeper._scheduled  # no file work left queued for it
         # state still answers without reopening
         assert (wal.first_offset, wal.next_offset) == (first, nxt)
         assert wal.rotated_files() and wal.suspended
@@ -106,6 +106,7 @@ def test_tail_reader_waits_across_suspend():
         return got
 
     import tempfile
+
     with tempfile.TemporaryDirectory() as tmp:
         assert asyncio.run(main(os.path.join(tmp, "w"))) == [b"a", b"b", b"c"]
 

@@ -3,7 +3,8 @@ test_rotation_steps.py on real time)."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from danube.wal.sync import IntervalBudget
 
@@ -56,16 +57,16 @@ def test_a_writer_jittering_around_one_request_per_interval_never_waits(jitters)
     # the case a strict start-to-start gap got wrong: a request a little early waited out
     # the rest of the interval, and so did every one after it
     requests = [INTERVAL * (k + 1) + j for k, j in enumerate(jitters)]
-    _, waits = simulate(requests, [0.0])   # instant syncs: any wait is the budget's
+    _, waits = simulate(requests, [0.0])  # instant syncs: any wait is the budget's
     assert waits == [0.0] * len(requests)
 
 
 def test_an_idle_stretch_does_not_bank_syncs():
     budget = IntervalBudget(INTERVAL, 0.0)
-    budget.started(1000.0)            # the first sync after a long idle stretch
-    assert budget.earliest_start() == 1000.0   # one more at once ...
+    budget.started(1000.0)  # the first sync after a long idle stretch
+    assert budget.earliest_start() == 1000.0  # one more at once ...
     budget.started(1000.0)
-    assert budget.earliest_start() == 1000.0 + INTERVAL   # ... then back on the schedule
+    assert budget.earliest_start() == 1000.0 + INTERVAL  # ... then back on the schedule
 
 
 def test_a_failing_after_sync_chore_is_logged_once_and_never_fails_a_sync(caplog):
@@ -94,7 +95,7 @@ def test_a_failing_after_sync_chore_is_logged_once_and_never_fails_a_sync(caplog
                 appended[0] = 4
                 await asyncio.wait_for(syncer.wait_durable(4), 5)
 
-            asyncio.run(wait())   # the sync thread's syncs go on after the chore failed
+            asyncio.run(wait())  # the sync thread's syncs go on after the chore failed
         assert synced == [1, 2, 3, 4] and syncer.durable_offset == 4
         assert calls == [1]
         assert [r for r in caplog.records if "after-sync chore failed" in r.getMessage()] == caplog.records[:1]

@@ -58,7 +58,7 @@ def test_every_waiter_of_many_logs_is_answered_by_shared_rounds(tmp_path, sync, 
     finally:
         for wal in logs:
             wal.close()
-    for i, wal in enumerate(logs):   # what was acknowledged is there after reopening
+    for i, wal in enumerate(logs):  # what was acknowledged is there after reopening
         with Wal.open(tmp_path / f"log{i}", sync_group=group, sync=sync) as again:
             assert again.next_offset == 10
             assert bytes(again.read(8)[0].payload) == f"r4-{i}".encode()
@@ -68,7 +68,7 @@ def test_threads_do_not_grow_with_the_number_of_logs(tmp_path):
     before = len(_wal_threads())
     logs = _open_logs(tmp_path, 24, None, sync="always", max_file_bytes=64 * 1024, initial_file_bytes=8192)
     try:
-        for wal in logs:   # every log rotates a few times (file work) and waits for the disk
+        for wal in logs:  # every log rotates a few times (file work) and waits for the disk
             for _ in range(3):
                 wal.append_batch([b"x" * 20_000])
         asyncio.run(_append_and_wait_all(logs, rounds=2))
@@ -84,11 +84,11 @@ def test_interval_syncs_appends_nobody_waits_for_and_idle_logs_cost_no_rounds(tm
     logs = _open_logs(tmp_path, 6, group, sync="interval", sync_interval_ms=5)
     try:
         for wal in logs:
-            wal.append(b"unwaited")        # no wait_durable: the append hook tells the group
+            wal.append(b"unwaited")  # no wait_durable: the append hook tells the group
         wait_until(lambda: all(wal.durable_offset == 0 for wal in logs), 10, 0.01, "every log synced")
         wait_until(lambda: not group._urgent and not any(group._paced.values()), 10, 0.01, "nothing pending")
         rounds = group.rounds
-        time.sleep(0.3)                     # sixty intervals of nothing to sync
+        time.sleep(0.3)  # sixty intervals of nothing to sync
         assert group.rounds == rounds
         logs[2].append(b"again")
         wait_until(lambda: logs[2].durable_offset == 1, 10, 0.01, "the new append synced")
@@ -118,7 +118,7 @@ def test_a_log_with_a_rotated_file_not_yet_synced_syncs_its_own_files(tmp_path):
         keeper = wal._keeper
         keeper.dir_dirty = True
         assert wal._fs_sync_target() is None
-        wal.append(b"x")                    # outside a loop: synced on this thread, directory too
+        wal.append(b"x")  # outside a loop: synced on this thread, directory too
         assert keeper.dir_dirty is False
         assert wal._fs_sync_target() is not None
 
@@ -132,11 +132,12 @@ def test_a_log_whose_lock_is_taken_does_not_hold_up_the_others(tmp_path, syncfs_
 
     async def run() -> None:
         lasts = [wal.append_frames(_frames(b"x"))[1] for wal in logs]
-        with logs[0]._syncer.lock:   # as FileKeeper's trim does
-            first = asyncio.ensure_future(logs[0].wait_durable(lasts[0]))   # asks first, alone
+        with logs[0]._syncer.lock:  # as FileKeeper's trim does
+            first = asyncio.ensure_future(logs[0].wait_durable(lasts[0]))  # asks first, alone
             await asyncio.sleep(0.05)
-            await asyncio.wait_for(asyncio.gather(*(wal.wait_durable(last) for wal, last
-                                                    in zip(logs[1:], lasts[1:]))), 20)
+            await asyncio.wait_for(
+                asyncio.gather(*(wal.wait_durable(last) for wal, last in zip(logs[1:], lasts[1:]))), 20
+            )
             assert logs[0].durable_offset < lasts[0] and not first.done()
         await asyncio.wait_for(first, 20)
 

@@ -110,20 +110,34 @@ def decode_file_header(buf, path: str | None = None) -> tuple[int, int, int]:
     """``(seq, first_offset, created_ms)`` of a segment file header; raises on a bad header."""
     mv = memoryview(buf).cast("B")
     if len(mv) < FILE_HEADER_SIZE:
-        raise CorruptStoredFrameError("WAL file header truncated", position=0, offset=None,
-                                      expected_crc=None, actual_crc=None, path=path)
+        raise CorruptStoredFrameError(
+            "WAL file header truncated", position=0, offset=None, expected_crc=None, actual_crc=None, path=path
+        )
     magic, version, header_size, seq, first_offset, created_ms = _FILE_HEADER.unpack_from(mv, 0)
     (stored,) = _U32.unpack_from(mv, 60)
     actual = frames.crc32c(mv[:60])
     if magic != FILE_MAGIC:
-        raise CorruptStoredFrameError("not a danube WAL file (bad magic)", position=0, offset=None,
-                                      expected_crc=None, actual_crc=None, path=path)
+        raise CorruptStoredFrameError(
+            "not a danube WAL file (bad magic)", position=0, offset=None, expected_crc=None, actual_crc=None, path=path
+        )
     if stored != actual:
-        raise CorruptStoredFrameError("WAL file header checksum mismatch", position=0, offset=None,
-                                      expected_crc=stored, actual_crc=actual, path=path)
+        raise CorruptStoredFrameError(
+            "WAL file header checksum mismatch",
+            position=0,
+            offset=None,
+            expected_crc=stored,
+            actual_crc=actual,
+            path=path,
+        )
     if version != FILE_VERSION or header_size != FILE_HEADER_SIZE:
-        raise CorruptStoredFrameError(f"unsupported WAL file version {version}", position=0, offset=None,
-                                      expected_crc=None, actual_crc=None, path=path)
+        raise CorruptStoredFrameError(
+            f"unsupported WAL file version {version}",
+            position=0,
+            offset=None,
+            expected_crc=None,
+            actual_crc=None,
+            path=path,
+        )
     return seq, first_offset, created_ms
 
 
@@ -148,9 +162,21 @@ def _release(mm) -> None:
 class SegmentFile:
     """One segment file: header, frames, sparse index; written through a shared mapping."""
 
-    def __init__(self, path: str, fd: int, mm, *, seq: int, first_offset: int, created_ms: int,
-                 write_pos: int, count: int, writable: bool, index_every: int,
-                 index: list | None) -> None:
+    def __init__(
+        self,
+        path: str,
+        fd: int,
+        mm,
+        *,
+        seq: int,
+        first_offset: int,
+        created_ms: int,
+        write_pos: int,
+        count: int,
+        writable: bool,
+        index_every: int,
+        index: list | None,
+    ) -> None:
         self.path = path
         self._fd = fd
         self._mm = mm
@@ -161,8 +187,8 @@ class SegmentFile:
         self.count = count
         self.writable = writable
         self.index_every = index_every
-        self.capacity = len(mm)   # bytes the writer may fill: reserved on disk (<= map_size)
-        self.map_size = len(mm)   # bytes mapped (the file's size; beyond capacity a hole)
+        self.capacity = len(mm)  # bytes the writer may fill: reserved on disk (<= map_size)
+        self.map_size = len(mm)  # bytes mapped (the file's size; beyond capacity a hole)
         self._index_offsets = array("q")
         self._index_positions = array("q")
         self._last_indexed = -(1 << 62)
@@ -176,9 +202,18 @@ class SegmentFile:
     # ------------------------------------------------------------ open / create
 
     @classmethod
-    def create(cls, path: str, seq: int, first_offset: int, capacity: int, *,
-               created_ms: int | None = None, index_every: int = 65536,
-               reserve: int | None = None, read_around: bool = True) -> "SegmentFile":
+    def create(
+        cls,
+        path: str,
+        seq: int,
+        first_offset: int,
+        capacity: int,
+        *,
+        created_ms: int | None = None,
+        index_every: int = 65536,
+        reserve: int | None = None,
+        read_around: bool = True,
+    ) -> "SegmentFile":
         """A new file of ``capacity`` bytes: reserved whole (``reserve`` None), or sparse with
         only ``[0, reserve)`` allocated, which is then all the writer may fill until
         :meth:`reserve` grows it.  ``read_around`` False: compiled, the header's page is
@@ -193,8 +228,19 @@ class SegmentFile:
         except BaseException:
             os.close(fd)
             raise
-        seg = cls(path, fd, mm, seq=seq, first_offset=first_offset, created_ms=created_ms,
-                  write_pos=FILE_HEADER_SIZE, count=0, writable=True, index_every=index_every, index=[])
+        seg = cls(
+            path,
+            fd,
+            mm,
+            seq=seq,
+            first_offset=first_offset,
+            created_ms=created_ms,
+            write_pos=FILE_HEADER_SIZE,
+            count=0,
+            writable=True,
+            index_every=index_every,
+            index=[],
+        )
         seg.capacity = reserved
         return seg
 
@@ -209,14 +255,16 @@ class SegmentFile:
             try:
                 _reserve_range(self._fd, self.capacity, capacity - self.capacity)
             except OSError as exc:
-                raise WalError(f"segment {self.path}: reserving disk up to {capacity} bytes failed: "
-                               f"{exc.strerror}") from exc
+                raise WalError(
+                    f"segment {self.path}: reserving disk up to {capacity} bytes failed: {exc.strerror}"
+                ) from exc
             self.capacity = capacity
         return self.capacity
 
     @classmethod
-    def create_spare(cls, path: str, seq: int, capacity: int, *, index_every: int = 65536,
-                     reserve: int | None = None) -> "SegmentFile":
+    def create_spare(
+        cls, path: str, seq: int, capacity: int, *, index_every: int = 65536, reserve: int | None = None
+    ) -> "SegmentFile":
         """A preallocated file with an all-zero header, to become the active file later
         (:meth:`activate`); recovery deletes it while its header is still zero.  ``reserve``:
         as :meth:`create`."""
@@ -227,8 +275,19 @@ class SegmentFile:
         except BaseException:
             os.close(fd)
             raise
-        seg = cls(path, fd, mm, seq=seq, first_offset=0, created_ms=0, write_pos=FILE_HEADER_SIZE, count=0,
-                  writable=True, index_every=index_every, index=[])
+        seg = cls(
+            path,
+            fd,
+            mm,
+            seq=seq,
+            first_offset=0,
+            created_ms=0,
+            write_pos=FILE_HEADER_SIZE,
+            count=0,
+            writable=True,
+            index_every=index_every,
+            index=[],
+        )
         seg.capacity = reserved
         seg.spare = True
         return seg
@@ -252,8 +311,7 @@ class SegmentFile:
         self.spare = False
 
     @classmethod
-    def open(cls, path: str, *, index_every: int = 65536, writable: bool = False,
-             trusted_count: int | None = None):
+    def open(cls, path: str, *, index_every: int = 65536, writable: bool = False, trusted_count: int | None = None):
         """Open an existing file.
 
         With ``trusted_count`` (a rotated file the checkpoint describes) nothing is
@@ -279,9 +337,19 @@ class SegmentFile:
                 pass
             raise
         if trusted_count is not None:
-            seg = cls(path, fd, mm, seq=seq, first_offset=first_offset, created_ms=created_ms,
-                      write_pos=size, count=trusted_count, writable=False, index_every=index_every,
-                      index=None)
+            seg = cls(
+                path,
+                fd,
+                mm,
+                seq=seq,
+                first_offset=first_offset,
+                created_ms=created_ms,
+                write_pos=size,
+                count=trusted_count,
+                writable=False,
+                index_every=index_every,
+                index=None,
+            )
             return seg, (frames.SCAN_END, 0)
         count, end, _first, _last, reason, index = frames.scan(mm, FILE_HEADER_SIZE, first_offset, index_every)
         trimmed = 0
@@ -289,8 +357,19 @@ class SegmentFile:
             # after a zero header there may still be a body that reached the disk
             # without its header: clear it so no stale byte can ever follow new frames
             trimmed = _zero_tail(fd, mm, end, writable)
-        seg = cls(path, fd, mm, seq=seq, first_offset=first_offset, created_ms=created_ms,
-                  write_pos=end, count=count, writable=writable, index_every=index_every, index=index)
+        seg = cls(
+            path,
+            fd,
+            mm,
+            seq=seq,
+            first_offset=first_offset,
+            created_ms=created_ms,
+            write_pos=end,
+            count=count,
+            writable=writable,
+            index_every=index_every,
+            index=index,
+        )
         if writable:
             # what is allocated beyond the data is unknown (a hole after a suspend or a growth in
             # steps): the writer gets the page after its data and reserves more before storing
@@ -338,7 +417,7 @@ class SegmentFile:
         pos = self.write_pos
         if n > self.capacity - pos:
             raise WalError(f"segment {self.path} has {self.capacity - pos} bytes free, {n} needed")
-        self._mm[pos:pos + n] = mv
+        self._mm[pos : pos + n] = mv
         self._index_batch(pos, n)
         self.write_pos = pos + n
         self._valid_end = pos + n
@@ -373,18 +452,20 @@ class SegmentFile:
             return 0
         try:
             mm.madvise(mmap.MADV_DONTNEED, first, stop - first)
-        except ValueError:   # closed meanwhile (pruned or sealed): nothing left to drop here
+        except ValueError:  # closed meanwhile (pruned or sealed): nothing left to drop here
             return 0
         except OSError as exc:
-            raise OSError(exc.errno, f"madvise(MADV_DONTNEED) of {self.path} [{first}, {stop}): "
-                                     f"{os.strerror(exc.errno)}") from None
+            raise OSError(
+                exc.errno, f"madvise(MADV_DONTNEED) of {self.path} [{first}, {stop}): {os.strerror(exc.errno)}"
+            ) from None
         try:
             os.posix_fadvise(self._fd, first, stop - first, os.POSIX_FADV_DONTNEED)
         except OSError as exc:
             if exc.errno == errno.EBADF:
                 return 0
-            raise OSError(exc.errno, f"posix_fadvise(DONTNEED) of {self.path} [{first}, {stop}): "
-                                     f"{os.strerror(exc.errno)}") from None
+            raise OSError(
+                exc.errno, f"posix_fadvise(DONTNEED) of {self.path} [{first}, {stop}): {os.strerror(exc.errno)}"
+            ) from None
         return stop - first
 
     def view(self, start: int, end: int) -> memoryview:
@@ -437,8 +518,7 @@ class SegmentFile:
     def _ensure_index(self) -> None:
         if self._indexed:
             return
-        count, end, _f, _l, reason, index = frames.scan(self._mm, FILE_HEADER_SIZE, self.first_offset,
-                                                        self.index_every)
+        count, end, _f, _l, reason, index = frames.scan(self._mm, FILE_HEADER_SIZE, self.first_offset, self.index_every)
         self._load_index(index)
         self._valid_end = end
         self._scan_reason = reason
@@ -486,16 +566,25 @@ class SegmentFile:
         try:
             frames.validate(view, offset, True)
         except (CorruptFrameError, FrameFormatError) as exc:
-            raise CorruptStoredFrameError(f"corrupt WAL data: {exc}",
-                                          position=pos + (getattr(exc, "position", None) or 0),
-                                          offset=getattr(exc, "offset", offset),
-                                          expected_crc=getattr(exc, "expected_crc", None),
-                                          actual_crc=getattr(exc, "actual_crc", None), path=self.path) from exc
+            raise CorruptStoredFrameError(
+                f"corrupt WAL data: {exc}",
+                position=pos + (getattr(exc, "position", None) or 0),
+                offset=getattr(exc, "offset", offset),
+                expected_crc=getattr(exc, "expected_crc", None),
+                actual_crc=getattr(exc, "actual_crc", None),
+                path=self.path,
+            ) from exc
         return view
 
     def _raise_corrupt(self, offset: int):
-        raise CorruptStoredFrameError("WAL file is corrupt before the requested offset", position=self._valid_end,
-                                      offset=offset, expected_crc=None, actual_crc=None, path=self.path)
+        raise CorruptStoredFrameError(
+            "WAL file is corrupt before the requested offset",
+            position=self._valid_end,
+            offset=offset,
+            expected_crc=None,
+            actual_crc=None,
+            path=self.path,
+        )
 
 
 def _reserve_range(fd: int, start: int, length: int) -> None:
@@ -535,21 +624,21 @@ def _data_end(fd: int, start: int, size: int) -> int:
             last = min(h, size)
             pos = h
     except OSError as exc:
-        if exc.errno != errno.ENXIO:   # ENXIO: no data after pos
+        if exc.errno != errno.ENXIO:  # ENXIO: no data after pos
             return size
-    except AttributeError:             # no SEEK_DATA on this platform
+    except AttributeError:  # no SEEK_DATA on this platform
         return size
     return last
 
 
 def _zero_tail(fd: int, mm, end: int, writable: bool) -> int:
     """Zero every non-zero byte after ``end``; return how many bytes were cleared."""
-    tail = mm[end:_data_end(fd, end, len(mm))]   # not the holes: a sparse 64 MiB tail is not read
+    tail = mm[end : _data_end(fd, end, len(mm))]  # not the holes: a sparse 64 MiB tail is not read
     last = len(tail.rstrip(b"\x00"))
     if last == 0:
         return 0
     if writable:
-        mm[end:end + last] = bytes(last)
+        mm[end : end + last] = bytes(last)
         mm.flush(end - end % mmap.PAGESIZE, last + end % mmap.PAGESIZE)
     else:
         os.pwrite(fd, bytes(last), end)

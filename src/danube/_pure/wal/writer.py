@@ -23,8 +23,9 @@ class LogWriter:
     a cost per append when nobody waits.
     """
 
-    def __init__(self, segment: SegmentFile, ring, rotate, *, max_file_age_s: float | None = None,
-                 producer_id: int = 0) -> None:
+    def __init__(
+        self, segment: SegmentFile, ring, rotate, *, max_file_age_s: float | None = None, producer_id: int = 0
+    ) -> None:
         self.segment = segment
         self.ring = ring
         self._rotate = rotate
@@ -77,9 +78,14 @@ class LogWriter:
         offset = self.next_offset
         if not isinstance(payload, bytes):
             payload = memoryview(payload)  # any buffer; TypeError for anything else (as compiled)
-        frame = frames.encode_record(payload, offset=offset,
-                                     publish_time=now_ms() if publish_time is None else publish_time,
-                                     producer_id=self.producer_id, key=key, attributes=attributes)
+        frame = frames.encode_record(
+            payload,
+            offset=offset,
+            publish_time=now_ms() if publish_time is None else publish_time,
+            producer_id=self.producer_id,
+            key=key,
+            attributes=attributes,
+        )
         self._room_for(len(frame))
         self._publish(frame, offset, 1)
         return offset
@@ -90,9 +96,14 @@ class LogWriter:
         if not payloads:
             raise ValueError("append_payloads needs at least one payload")
         first = self.next_offset
-        data = frames.encode_payloads(payloads, base_offset=first,
-                                      publish_time=now_ms() if publish_time is None else publish_time,
-                                      producer_id=self.producer_id, key=key, attributes=attributes)
+        data = frames.encode_payloads(
+            payloads,
+            base_offset=first,
+            publish_time=now_ms() if publish_time is None else publish_time,
+            producer_id=self.producer_id,
+            key=key,
+            attributes=attributes,
+        )
         self._room_for(len(data))
         self._publish(data, first, len(payloads))
         return first, first + len(payloads) - 1

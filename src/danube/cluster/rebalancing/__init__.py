@@ -22,11 +22,30 @@ from .loop import (
     ViewLoadReports,
 )
 from .metrics import RebalancingMetrics
-from .planner import PlannedMove, greedy_plan, plan_moves, greedy_move
+from .planner import PlannedMove, greedy_move, greedy_plan, plan_moves
 
 __all__ = [
-    "ClusterBalance", "ClusterState", "build_state", "compute_balance", "PRESETS", "RebalancingConfig",
-    "MoveRecord", "RebalancingHistory", "Clock", "ClusterSource", "CycleResult", "ViewLoadReports", "LoadReportSource", "MetadataMoveExecutor",
-    "MoveExecutor", "Rebalancer", "StoreLoadReports", "SystemClock", "RebalancingMetrics", "PlannedMove",
-    "greedy_plan", "plan_moves", "greedy_move",
+    "ClusterBalance",
+    "ClusterState",
+    "build_state",
+    "compute_balance",
+    "PRESETS",
+    "RebalancingConfig",
+    "MoveRecord",
+    "RebalancingHistory",
+    "Clock",
+    "ClusterSource",
+    "CycleResult",
+    "ViewLoadReports",
+    "LoadReportSource",
+    "MetadataMoveExecutor",
+    "MoveExecutor",
+    "Rebalancer",
+    "StoreLoadReports",
+    "SystemClock",
+    "RebalancingMetrics",
+    "PlannedMove",
+    "greedy_plan",
+    "plan_moves",
+    "greedy_move",
 ]

@@ -32,7 +32,7 @@ from danube.cluster.scoring import _get
 
 class TopicInfo(NamedTuple):
     name: str
-    move_score: float      # scoring.topic_load_score: the "lightest first" order
+    move_score: float  # scoring.topic_load_score: the "lightest first" order
     estimated_load: float  # what the topic adds to its broker's load (see the module docstring)
 
 
@@ -45,24 +45,40 @@ class ClusterBalance:
     min_load: float
     active_brokers: int
     loads: Mapping[str, float] = field(default_factory=dict)
-    overloaded: tuple = ()   # most loaded first
+    overloaded: tuple = ()  # most loaded first
     underloaded: tuple = ()  # least loaded first
 
     def needs_rebalancing(self, threshold: float) -> bool:
         return self.active_brokers >= 2 and self.cv >= threshold
 
     def to_dict(self) -> dict:
-        return {"cv": self.cv, "mean_load": self.mean, "std_dev": self.std_dev, "max_load": self.max_load,
-                "min_load": self.min_load, "active_brokers": self.active_brokers,
-                "loads": dict(sorted(self.loads.items())), "overloaded": list(self.overloaded),
-                "underloaded": list(self.underloaded)}
+        return {
+            "cv": self.cv,
+            "mean_load": self.mean,
+            "std_dev": self.std_dev,
+            "max_load": self.max_load,
+            "min_load": self.min_load,
+            "active_brokers": self.active_brokers,
+            "loads": dict(sorted(self.loads.items())),
+            "overloaded": list(self.overloaded),
+            "underloaded": list(self.underloaded),
+        }
 
 
 def compute_balance(loads: Mapping[str, float]) -> ClusterBalance:
     """Mean, std, CV, max, min and the overloaded / underloaded brokers of ``loads``."""
     stats = scoring.imbalance(loads)
-    return ClusterBalance(stats.mean, stats.std, stats.cv, stats.max, stats.min, len(loads), dict(loads),
-                          stats.overloaded, stats.underloaded)
+    return ClusterBalance(
+        stats.mean,
+        stats.std,
+        stats.cv,
+        stats.max,
+        stats.min,
+        len(loads),
+        dict(loads),
+        stats.overloaded,
+        stats.underloaded,
+    )
 
 
 def sources(balance: ClusterBalance, *, fallback_above_mean: bool = True) -> tuple:
@@ -82,15 +98,22 @@ def _fields(topic: Any) -> tuple[str, float, float, int, float]:
     """(name, MB/s, byte_rate, connections, backlog) of a topic load, read once."""
     if type(topic) is not dict:
         try:
-            return (topic.topic_name, float(topic.byte_rate_mbps or 0.0), float(topic.byte_rate or 0),
-                    int(topic.producer_count or 0) + int(topic.consumer_count or 0),
-                    float(topic.backlog_messages or 0))
+            return (
+                topic.topic_name,
+                float(topic.byte_rate_mbps or 0.0),
+                float(topic.byte_rate or 0),
+                int(topic.producer_count or 0) + int(topic.consumer_count or 0),
+                float(topic.backlog_messages or 0),
+            )
         except AttributeError:
             pass
-    return (_get(topic, "topic_name", ""), float(_get(topic, "byte_rate_mbps", 0.0) or 0.0),
-            float(_get(topic, "byte_rate", 0) or 0),
-            int(_get(topic, "producer_count", 0) or 0) + int(_get(topic, "consumer_count", 0) or 0),
-            float(_get(topic, "backlog_messages", 0) or 0))
+    return (
+        _get(topic, "topic_name", ""),
+        float(_get(topic, "byte_rate_mbps", 0.0) or 0.0),
+        float(_get(topic, "byte_rate", 0) or 0),
+        int(_get(topic, "producer_count", 0) or 0) + int(_get(topic, "consumer_count", 0) or 0),
+        float(_get(topic, "backlog_messages", 0) or 0),
+    )
 
 
 def _topic_weight(mbps: float, connections: int, backlog: float) -> float:
@@ -103,8 +126,10 @@ def _counts_only(strategy: str, reports: Collection[Any]) -> bool:
     if strategy == "fair":
         return True
     if strategy == "balanced":
-        return not any(scoring.resource_usage(r, scoring.CPU) > 0.0 or scoring.resource_usage(r, scoring.MEMORY) > 0.0
-                       for r in reports)
+        return not any(
+            scoring.resource_usage(r, scoring.CPU) > 0.0 or scoring.resource_usage(r, scoring.MEMORY) > 0.0
+            for r in reports
+        )
     return False
 
 
@@ -119,8 +144,12 @@ class ClusterState:
         return compute_balance(self.loads)
 
 
-def build_state(strategy: str, reports: Mapping[str, Any], active: Iterable[str],
-                assignments: Mapping[str, Iterable[str]] | None = None) -> ClusterState:
+def build_state(
+    strategy: str,
+    reports: Mapping[str, Any],
+    active: Iterable[str],
+    assignments: Mapping[str, Iterable[str]] | None = None,
+) -> ClusterState:
     """Loads and topics of the active brokers that have a report.
 
     ``reports``: broker id → its latest LoadReport; ``assignments``: broker id →

@@ -24,8 +24,8 @@ from .config import RebalancingConfig
 @dataclass(frozen=True)
 class Eligibility:
     blacklist: tuple = ()
-    cooling: frozenset = frozenset()    # moved within the cooldown
-    young: frozenset = frozenset()      # younger than min_topic_age_seconds
+    cooling: frozenset = frozenset()  # moved within the cooldown
+    young: frozenset = frozenset()  # younger than min_topic_age_seconds
     forbidden: Mapping[str, frozenset] = field(default_factory=dict)  # topic → brokers it may not go back to
 
     def topic_ok(self, topic: str) -> bool:
@@ -44,9 +44,13 @@ class Eligibility:
         return None
 
 
-def eligibility(config: RebalancingConfig, records: Sequence[_history.MoveRecord], now: float,
-                topics: Iterable[str] = (), created_at: Callable[[str], float | None] | Mapping[str, float] | None = None
-                ) -> Eligibility:
+def eligibility(
+    config: RebalancingConfig,
+    records: Sequence[_history.MoveRecord],
+    now: float,
+    topics: Iterable[str] = (),
+    created_at: Callable[[str], float | None] | Mapping[str, float] | None = None,
+) -> Eligibility:
     """The rules for one cycle at ``now``; ``created_at`` gives a topic's creation (or first-seen) time,
     None when unknown (then the topic counts as young)."""
     lookup: Callable[[str], float | None]
@@ -61,15 +65,20 @@ def eligibility(config: RebalancingConfig, records: Sequence[_history.MoveRecord
             if born is None or now - born < config.min_topic_age_seconds:
                 young.add(topic)
     forbidden = {t: frozenset(b) for t, b in _history.forbidden_returns(records, now).items()}
-    return Eligibility(tuple(config.blacklist_topics),
-                       frozenset(_history.recently_moved(records, now, config.cooldown_seconds)),
-                       frozenset(young), forbidden)
+    return Eligibility(
+        tuple(config.blacklist_topics),
+        frozenset(_history.recently_moved(records, now, config.cooldown_seconds)),
+        frozenset(young),
+        forbidden,
+    )
 
 
 def candidates(state: ClusterState, broker: str, rules: Eligibility) -> list[TopicInfo]:
     """``broker``'s movable topics, lightest first (ties by name)."""
-    return sorted((t for t in state.topics.get(broker, {}).values() if rules.topic_ok(t.name)),
-                  key=lambda t: (t.move_score, t.name))
+    return sorted(
+        (t for t in state.topics.get(broker, {}).values() if rules.topic_ok(t.name)),
+        key=lambda t: (t.move_score, t.name),
+    )
 
 
 def target_for(loads: Mapping[str, float], source: str, topic: str, rules: Eligibility) -> str | None:

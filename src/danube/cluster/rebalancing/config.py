@@ -60,8 +60,18 @@ PLANNERS = ("plan", "greedy")
 OSCILLATION_WINDOW_SECONDS = 3600.0
 RATE_WINDOW_SECONDS = 3600.0
 
-_KEYS = ("enabled", "aggressiveness", "check_interval_seconds", "max_moves_per_hour", "cooldown_seconds",
-         "min_brokers_for_rebalance", "min_topic_age_seconds", "blacklist_topics", "cv_threshold", "planner")
+_KEYS = (
+    "enabled",
+    "aggressiveness",
+    "check_interval_seconds",
+    "max_moves_per_hour",
+    "cooldown_seconds",
+    "min_brokers_for_rebalance",
+    "min_topic_age_seconds",
+    "blacklist_topics",
+    "cv_threshold",
+    "planner",
+)
 
 
 @dataclass(frozen=True)
@@ -101,11 +111,13 @@ class RebalancingConfig:
             raise InvalidArgumentError(f"{where}: expected a mapping, got {type(section).__name__}")
         unknown = sorted(set(section) - set(_KEYS))
         if unknown:
-            raise InvalidArgumentError(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; "
-                                       f"expected {', '.join(_KEYS)}")
+            raise InvalidArgumentError(
+                f"{where}: unknown key(s) {', '.join(map(str, unknown))}; expected {', '.join(_KEYS)}"
+            )
         if strategy not in STRATEGIES:
-            raise InvalidArgumentError(f"load_manager.assignment_strategy must be one of {', '.join(STRATEGIES)}, "
-                                       f"got {strategy!r}")
+            raise InvalidArgumentError(
+                f"load_manager.assignment_strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}"
+            )
         level = section.get("aggressiveness", "balanced")
         if level not in PRESETS:
             raise InvalidArgumentError(f"{where}.aggressiveness must be one of {', '.join(PRESETS)}, got {level!r}")
@@ -122,8 +134,11 @@ class RebalancingConfig:
             if not isinstance(section["enabled"], bool):
                 raise InvalidArgumentError(f"{where}.enabled must be true or false, got {section['enabled']!r}")
             kw["enabled"] = section["enabled"]
-        for name, minimum in (("check_interval_seconds", 0.001), ("cooldown_seconds", 0.0),
-                              ("min_topic_age_seconds", 0.0)):
+        for name, minimum in (
+            ("check_interval_seconds", 0.001),
+            ("cooldown_seconds", 0.0),
+            ("min_topic_age_seconds", 0.0),
+        ):
             if name in section:
                 kw[name] = _number(section[name], f"{where}.{name}", minimum)
         for name, minimum in (("max_moves_per_hour", 0), ("min_brokers_for_rebalance", 2)):
@@ -140,13 +155,16 @@ class RebalancingConfig:
         if "blacklist_topics" in section:
             patterns = section["blacklist_topics"] or []
             if isinstance(patterns, str) or not all(isinstance(p, str) and p for p in patterns):
-                raise InvalidArgumentError(f"{where}.blacklist_topics must be a list of topic names or "
-                                           f"patterns ending in '*', got {patterns!r}")
+                raise InvalidArgumentError(
+                    f"{where}.blacklist_topics must be a list of topic names or "
+                    f"patterns ending in '*', got {patterns!r}"
+                )
             kw["blacklist_topics"] = tuple(patterns)
         if "planner" in section:
             if section["planner"] not in PLANNERS:
-                raise InvalidArgumentError(f"{where}.planner must be one of {', '.join(PLANNERS)}, "
-                                           f"got {section['planner']!r}")
+                raise InvalidArgumentError(
+                    f"{where}.planner must be one of {', '.join(PLANNERS)}, got {section['planner']!r}"
+                )
             kw["planner"] = section["planner"]
         return cls(explicit=frozenset(section), **kw)
 
@@ -177,13 +195,19 @@ class RebalancingConfig:
         return replace(self, **kw)
 
     def to_dict(self) -> dict:
-        return {"enabled": self.enabled, "aggressiveness": self.aggressiveness,
-                "check_interval_seconds": self.check_interval_seconds,
-                "max_moves_per_hour": self.max_moves_per_hour, "cooldown_seconds": self.cooldown_seconds,
-                "min_brokers_for_rebalance": self.min_brokers_for_rebalance,
-                "min_topic_age_seconds": self.min_topic_age_seconds,
-                "blacklist_topics": list(self.blacklist_topics), "cv_threshold": self.cv_threshold,
-                "planner": self.planner, "strategy": self.strategy}
+        return {
+            "enabled": self.enabled,
+            "aggressiveness": self.aggressiveness,
+            "check_interval_seconds": self.check_interval_seconds,
+            "max_moves_per_hour": self.max_moves_per_hour,
+            "cooldown_seconds": self.cooldown_seconds,
+            "min_brokers_for_rebalance": self.min_brokers_for_rebalance,
+            "min_topic_age_seconds": self.min_topic_age_seconds,
+            "blacklist_topics": list(self.blacklist_topics),
+            "cv_threshold": self.cv_threshold,
+            "planner": self.planner,
+            "strategy": self.strategy,
+        }
 
 
 def _number(value: Any, where: str, minimum: float) -> float:

@@ -57,17 +57,23 @@ class MoveRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "MoveRecord":
-        return cls(topic=str(data["topic"]), from_broker=str(data["from_broker"]),
-                   to_broker=str(data.get("to_broker", "")), timestamp=float(data["timestamp"]),
-                   estimated_load=float(data.get("estimated_load", 0.0) or 0.0),
-                   reason=str(data.get("reason", "LoadImbalance")),
-                   planned_to_broker=str(data.get("planned_to_broker", data.get("to_broker", ""))),
-                   cv_before=float(data.get("cv_before", 0.0) or 0.0),
-                   cv_after_estimated=float(data.get("cv_after_estimated", 0.0) or 0.0),
-                   strategy=str(data.get("strategy", "balanced")), outcome=str(data.get("outcome", "moved")))
+        return cls(
+            topic=str(data["topic"]),
+            from_broker=str(data["from_broker"]),
+            to_broker=str(data.get("to_broker", "")),
+            timestamp=float(data["timestamp"]),
+            estimated_load=float(data.get("estimated_load", 0.0) or 0.0),
+            reason=str(data.get("reason", "LoadImbalance")),
+            planned_to_broker=str(data.get("planned_to_broker", data.get("to_broker", ""))),
+            cv_before=float(data.get("cv_before", 0.0) or 0.0),
+            cv_after_estimated=float(data.get("cv_after_estimated", 0.0) or 0.0),
+            strategy=str(data.get("strategy", "balanced")),
+            outcome=str(data.get("outcome", "moved")),
+        )
 
 
 # ---------------------------------------------------------------- pure rules over a list of records
+
 
 def moves_in_window(records: Iterable[MoveRecord], now: float, window: float = RATE_WINDOW_SECONDS) -> int:
     """Records newer than now − window (a record "from the future", written by a leader whose clock
@@ -94,8 +100,9 @@ def recently_moved(records: Iterable[MoveRecord], now: float, cooldown_seconds: 
     return {r.topic for r in records if now - r.timestamp < cooldown_seconds}
 
 
-def forbidden_returns(records: Iterable[MoveRecord], now: float,
-                      window: float = OSCILLATION_WINDOW_SECONDS) -> dict[str, set[str]]:
+def forbidden_returns(
+    records: Iterable[MoveRecord], now: float, window: float = OSCILLATION_WINDOW_SECONDS
+) -> dict[str, set[str]]:
     """topic → brokers it left within ``window``: it is not moved back there."""
     out: dict[str, set[str]] = {}
     for r in records:
@@ -105,6 +112,7 @@ def forbidden_returns(records: Iterable[MoveRecord], now: float,
 
 
 # ---------------------------------------------------------------- the store
+
 
 class RebalancingHistory:
     def __init__(self, store: MetadataStore, *, retention_seconds: float = DEFAULT_RETENTION_SECONDS) -> None:
@@ -135,8 +143,7 @@ class RebalancingHistory:
         value = json.dumps(record.to_dict(), separators=(",", ":"), sort_keys=True).encode()
         for _ in range(1000):
             key = keys.rebalancing_history(ms)
-            result = await self.store.txn([*guard, Compare.version(key, "==", 0)], [Op.put(key, value)],
-                                          [Op.get(key)])
+            result = await self.store.txn([*guard, Compare.version(key, "==", 0)], [Op.put(key, value)], [Op.get(key)])
             if result.succeeded:
                 return key
             if result.results and result.results[0] is None:

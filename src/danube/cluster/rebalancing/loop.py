@@ -45,7 +45,7 @@ from .candidates import Eligibility, eligibility
 from .config import OSCILLATION_WINDOW_SECONDS, RATE_WINDOW_SECONDS, RebalancingConfig
 from .history import MoveRecord, RebalancingHistory
 from .metrics import RebalancingMetrics
-from .planner import PlannedMove, greedy_plan, plan_moves, greedy_move
+from .planner import PlannedMove, greedy_move, greedy_plan, plan_moves
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class StoreLoadReports:
         prefix = keys.load_report("")
         out = {}
         for kv in await self.store.get_prefix(prefix):
-            broker = kv.key[len(prefix):]
+            broker = kv.key[len(prefix) :]
             if not broker or "/" in broker:
                 continue
             try:
@@ -95,12 +95,12 @@ class ClusterSource(Protocol):
     """An in-memory view of ``/cluster/`` (``danube.cluster.view.ClusterView`` fits): what a cycle reads
     instead of the store when given."""
 
-    registered: Mapping[str, Any]             # broker id → registration
-    broker_states: Mapping[str, str]          # broker id → active | draining | drained
-    broker_topics: Mapping[str, set]          # broker id → topics assigned
-    assignments: Mapping[str, str]            # topic → broker id
-    unassigned: Mapping[str, Any]             # topic → marker
-    loads: Mapping[str, Any]                  # broker id → latest LoadReport
+    registered: Mapping[str, Any]  # broker id → registration
+    broker_states: Mapping[str, str]  # broker id → active | draining | drained
+    broker_topics: Mapping[str, set]  # broker id → topics assigned
+    assignments: Mapping[str, str]  # topic → broker id
+    unassigned: Mapping[str, Any]  # topic → marker
+    loads: Mapping[str, Any]  # broker id → latest LoadReport
     revision: int
 
     async def wait_for(self, predicate: Callable[[], Any], timeout: float) -> Any: ...
@@ -131,21 +131,28 @@ class MetadataMoveExecutor:
     ``to_broker`` when that broker is active (else to the best other one).
     """
 
-    def __init__(self, store: MetadataStore, clock: Clock | None = None,
-                 guard: Callable[[], Sequence[Compare]] | None = None) -> None:
+    def __init__(
+        self, store: MetadataStore, clock: Clock | None = None, guard: Callable[[], Sequence[Compare]] | None = None
+    ) -> None:
         self.store = store
         self.clock = clock or SystemClock()
         self.guard = guard
 
     async def move(self, topic: str, from_broker: str, to_broker: str) -> int:
-        marker = {"reason": "rebalance", "from_broker": from_broker, "to_broker": to_broker,
-                  "timestamp": int(self.clock.now())}
+        marker = {
+            "reason": "rebalance",
+            "from_broker": from_broker,
+            "to_broker": to_broker,
+            "timestamp": int(self.clock.now()),
+        }
         source = keys.broker_topic(from_broker, topic)
         compare = [*(self.guard() if self.guard else ()), Compare.version(source, "!=", 0)]
         result = await self.store.txn(compare, [Op.put_json(keys.unassigned(topic), marker), Op.delete(source)])
         if not result.succeeded:
-            raise MoveRejectedError(f"move of {topic} from {from_broker} rejected: not the leader any more, "
-                                    f"or {from_broker} no longer owns it")
+            raise MoveRejectedError(
+                f"move of {topic} from {from_broker} rejected: not the leader any more, "
+                f"or {from_broker} no longer owns it"
+            )
         return result.revision
 
 
@@ -160,17 +167,21 @@ class CycleResult:
     moves_last_hour: int = 0
 
     def to_dict(self) -> dict:
-        return {"status": self.status, "reason": self.reason,
-                "balance": self.balance.to_dict() if self.balance else None,
-                "move": self.move.to_dict() if self.move else None,
-                "plan": [m.to_dict() for m in self.plan], "duration_s": self.duration_s,
-                "moves_last_hour": self.moves_last_hour}
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "balance": self.balance.to_dict() if self.balance else None,
+            "move": self.move.to_dict() if self.move else None,
+            "plan": [m.to_dict() for m in self.plan],
+            "duration_s": self.duration_s,
+            "moves_last_hour": self.moves_last_hour,
+        }
 
 
 @dataclass
 class Observation:
     active: list[str]
-    reports: dict[str, Any]          # active brokers that reported
+    reports: dict[str, Any]  # active brokers that reported
     assignments: dict[str, set[str]]  # active broker → topics
     state: ClusterState
     fingerprint: tuple
@@ -187,14 +198,22 @@ def _state_name(raw: bytes) -> str:
 
 
 class Rebalancer:
-    def __init__(self, store: MetadataStore, config: RebalancingConfig, *, clock: Clock | None = None,
-                 reports: LoadReportSource | None = None, executor: MoveExecutor | None = None,
-                 is_leader: Callable[[], bool] = lambda: True,
-                 guard: Callable[[], Sequence[Compare]] | None = None,
-                 metrics: RebalancingMetrics | None = None,
-                 created_at: Callable[[str], float | None] | None = None,
-                 reassignment_timeout_s: float = 30.0, view: ClusterSource | None = None,
-                 count_assign: bool = True) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        config: RebalancingConfig,
+        *,
+        clock: Clock | None = None,
+        reports: LoadReportSource | None = None,
+        executor: MoveExecutor | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
+        guard: Callable[[], Sequence[Compare]] | None = None,
+        metrics: RebalancingMetrics | None = None,
+        created_at: Callable[[str], float | None] | None = None,
+        reassignment_timeout_s: float = 30.0,
+        view: ClusterSource | None = None,
+        count_assign: bool = True,
+    ) -> None:
         self.store = store
         self.config = config
         self.clock = clock or SystemClock()
@@ -236,11 +255,13 @@ class Rebalancer:
             states = {b: str(v).strip().lower() for b, v in self.view.broker_states.items()}
             assignments = {b: set(ts) for b, ts in self.view.broker_topics.items()}
         else:
-            registered = {kv.key[len(keys.cluster_register_prefix()):]
-                          for kv in await self.store.get_prefix(keys.cluster_register_prefix())}
+            registered = {
+                kv.key[len(keys.cluster_register_prefix()) :]
+                for kv in await self.store.get_prefix(keys.cluster_register_prefix())
+            }
             prefix = keys.cluster_brokers_prefix()
             for kv in await self.store.get_prefix(prefix):
-                parts = kv.key[len(prefix):].split("/")
+                parts = kv.key[len(prefix) :].split("/")
                 if len(parts) == 2 and parts[1] == "state":
                     states[parts[0]] = _state_name(kv.value)
                 elif len(parts) == 3:
@@ -266,8 +287,9 @@ class Rebalancer:
 
     async def _recent_records(self, now: float) -> list[MoveRecord]:
         """The history a cycle's rules read: the rate window, the oscillation window, the cooldown."""
-        return await self.history.records(since=now - max(RATE_WINDOW_SECONDS, OSCILLATION_WINDOW_SECONDS,
-                                                           self.config.cooldown_seconds))
+        return await self.history.records(
+            since=now - max(RATE_WINDOW_SECONDS, OSCILLATION_WINDOW_SECONDS, self.config.cooldown_seconds)
+        )
 
     def _rules(self, obs: Observation, records: Sequence[MoveRecord], now: float) -> Eligibility:
         topics = [t for ts in obs.state.topics.values() for t in ts]
@@ -289,11 +311,16 @@ class Rebalancer:
         records = await self._recent_records(now)
         rules = self._rules(obs, records, now)
         limit = self.config.max_moves_per_hour if max_moves is None else max_moves
-        plan = self._make_plan(obs.state, rules, limit) if balance.needs_rebalancing(self.config.cv_threshold) \
-            else []
-        return CycleResult("planned", "balanced" if not plan and balance.cv < self.config.cv_threshold else "",
-                           balance, None, plan, time.perf_counter() - started,
-                           _history.moves_in_window(records, now))
+        plan = self._make_plan(obs.state, rules, limit) if balance.needs_rebalancing(self.config.cv_threshold) else []
+        return CycleResult(
+            "planned",
+            "balanced" if not plan and balance.cv < self.config.cv_threshold else "",
+            balance,
+            None,
+            plan,
+            time.perf_counter() - started,
+            _history.moves_in_window(records, now),
+        )
 
     async def trigger(self, max_moves: int = 1) -> list[CycleResult]:
         """TriggerRebalance without ``--dry-run``: up to ``max_moves`` cycles now, whether or not automated
@@ -356,16 +383,22 @@ class Rebalancer:
         records = await self._recent_records(now)
         done = _history.moves_in_window(records, now)
         if done >= cfg.max_moves_per_hour:
-            return CycleResult("rate_limited", f"{done} moves in the last hour (max {cfg.max_moves_per_hour})",
-                               balance, moves_last_hour=done)
+            return CycleResult(
+                "rate_limited",
+                f"{done} moves in the last hour (max {cfg.max_moves_per_hour})",
+                balance,
+                moves_last_hour=done,
+            )
         if _history.in_cooldown(records, now, cfg.cooldown_seconds):
-            return CycleResult("cooldown", f"last move less than {cfg.cooldown_seconds:g} s ago", balance,
-                               moves_last_hour=done)
+            return CycleResult(
+                "cooldown", f"last move less than {cfg.cooldown_seconds:g} s ago", balance, moves_last_hour=done
+            )
         rules = self._rules(obs, records, now)
         move = self._next_move(obs, rules)
         if move is None:
-            log.warning("rebalancing: CV %.3f >= %.3f but no topic can move (no candidate or no target)",
-                        balance.cv, floor)
+            log.warning(
+                "rebalancing: CV %.3f >= %.3f but no topic can move (no candidate or no target)", balance.cv, floor
+            )
             return CycleResult("no_move", "no eligible topic or target", balance, moves_last_hour=done)
         return await self._execute(move, obs, balance, now, done)
 
@@ -375,23 +408,36 @@ class Rebalancer:
             return greedy_move(obs.state, rules, self.config.cv_threshold)
         if self._plan and self._plan_fingerprint == obs.fingerprint:
             head = self._plan[0]
-            if (head.topic in obs.state.topics.get(head.from_broker, {}) and head.to_broker in obs.state.loads
-                    and rules.topic_ok(head.topic) and rules.move_ok(head.topic, head.to_broker)):
+            if (
+                head.topic in obs.state.topics.get(head.from_broker, {})
+                and head.to_broker in obs.state.loads
+                and rules.topic_ok(head.topic)
+                and rules.move_ok(head.topic, head.to_broker)
+            ):
                 return head
         self._plan = self._make_plan(obs.state, rules, max(1, self.config.max_moves_per_hour))
         self._plan_fingerprint = obs.fingerprint
         return self._plan[0] if self._plan else None
 
-    async def _execute(self, move: PlannedMove, obs: Observation, balance: ClusterBalance, now: float,
-                       done: int) -> CycleResult:
+    async def _execute(
+        self, move: PlannedMove, obs: Observation, balance: ClusterBalance, now: float, done: int
+    ) -> CycleResult:
         cfg = self.config
-        log.info("rebalancing: moving %s from %s to %s (estimated load %.3f, CV %.3f → %.3f)", move.topic,
-                 move.from_broker, move.to_broker, move.estimated_load, move.cv_before, move.cv_after)
+        log.info(
+            "rebalancing: moving %s from %s to %s (estimated load %.3f, CV %.3f → %.3f)",
+            move.topic,
+            move.from_broker,
+            move.to_broker,
+            move.estimated_load,
+            move.cv_before,
+            move.cv_after,
+        )
         try:
             revision = await self.executor.move(move.topic, move.from_broker, move.to_broker)
         except Exception as exc:  # a failed move is counted and retried at a later cycle
-            log.warning("rebalancing: move of %s from %s to %s failed: %s", move.topic, move.from_broker,
-                        move.to_broker, exc)
+            log.warning(
+                "rebalancing: move of %s from %s to %s failed: %s", move.topic, move.from_broker, move.to_broker, exc
+            )
             if self.metrics is not None:
                 self.metrics.failures.inc()
             self._plan = []
@@ -403,8 +449,9 @@ class Rebalancer:
         if self.view is not None:
             landed = await self._wait_in_view(move.topic, move.from_broker, revision)
         else:
-            landed = await self._wait_assigned(move.topic, [move.to_broker, *(b for b in obs.active
-                                                                              if b != move.to_broker)])
+            landed = await self._wait_assigned(
+                move.topic, [move.to_broker, *(b for b in obs.active if b != move.to_broker)]
+            )
         outcome = "moved"
         if landed is None:
             outcome = "timeout"
@@ -413,10 +460,18 @@ class Rebalancer:
                 self.metrics.failures.inc()
         elif landed != move.to_broker:
             self._plan = []  # the load manager chose another broker: plan again next cycle
-        record = MoveRecord(topic=move.topic, from_broker=move.from_broker, to_broker=landed or "",
-                            timestamp=now, estimated_load=move.estimated_load, planned_to_broker=move.to_broker,
-                            cv_before=move.cv_before, cv_after_estimated=move.cv_after, strategy=cfg.strategy,
-                            outcome=outcome)
+        record = MoveRecord(
+            topic=move.topic,
+            from_broker=move.from_broker,
+            to_broker=landed or "",
+            timestamp=now,
+            estimated_load=move.estimated_load,
+            planned_to_broker=move.to_broker,
+            cv_before=move.cv_before,
+            cv_after_estimated=move.cv_after,
+            strategy=cfg.strategy,
+            outcome=outcome,
+        )
         guard = self.guard() if self.guard else ()
         key = await self.history.append(record, guard=guard)
         if key is None:
@@ -426,9 +481,14 @@ class Rebalancer:
                 if self.count_assign:
                     self.metrics.assignment(landed, "assign")
                 self.metrics.moves.inc()
-        return CycleResult("moved" if landed is not None else "failed",
-                           "" if landed is not None else "reassignment timed out", balance, record,
-                           list(self._plan), moves_last_hour=done + 1)
+        return CycleResult(
+            "moved" if landed is not None else "failed",
+            "" if landed is not None else "reassignment timed out",
+            balance,
+            record,
+            list(self._plan),
+            moves_last_hour=done + 1,
+        )
 
     async def _wait_in_view(self, topic: str, source: str, revision: int | None) -> str | None:
         """With a ClusterSource: once the view has seen the move (its revision), the new owner."""
@@ -466,7 +526,7 @@ class Rebalancer:
             try:
                 async for event in events:
                     if event.kind == "put" and event.key.endswith(suffix):
-                        broker = event.key[len(prefix):-len(suffix)]
+                        broker = event.key[len(prefix) : -len(suffix)]
                         if broker and "/" not in broker:
                             return broker
             finally:

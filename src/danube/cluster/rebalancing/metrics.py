@@ -29,50 +29,63 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from danube.cluster import scoring
 
 METRIC_NAMES = [
-    "danube_cluster_balance_cv", "danube_cluster_balance_mean_load", "danube_cluster_balance_max_load",
-    "danube_cluster_balance_min_load", "danube_cluster_balance_std_dev", "danube_cluster_active_brokers",
-    "danube_rebalancing_checks_total", "danube_rebalancing_moves_total", "danube_rebalancing_failures_total",
-    "danube_rebalancing_cycle_duration_seconds", "danube_topic_assignments_total",
-    "danube_broker_topics_owned", "danube_broker_cpu_usage", "danube_broker_memory_usage",
+    "danube_cluster_balance_cv",
+    "danube_cluster_balance_mean_load",
+    "danube_cluster_balance_max_load",
+    "danube_cluster_balance_min_load",
+    "danube_cluster_balance_std_dev",
+    "danube_cluster_active_brokers",
+    "danube_rebalancing_checks_total",
+    "danube_rebalancing_moves_total",
+    "danube_rebalancing_failures_total",
+    "danube_rebalancing_cycle_duration_seconds",
+    "danube_topic_assignments_total",
+    "danube_broker_topics_owned",
+    "danube_broker_cpu_usage",
+    "danube_broker_memory_usage",
     "danube_broker_throughput_mbps",
 ]
 
 
 class RebalancingMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None, *, broker_gauges: bool = True,
-                 topics_owned_gauge: bool = True) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, broker_gauges: bool = True, topics_owned_gauge: bool = True
+    ) -> None:
         self.registry = r = registry if registry is not None else CollectorRegistry()
-        self.cv = Gauge("danube_cluster_balance_cv", "Coefficient of variation of the active brokers' loads",
-                        registry=r)
+        self.cv = Gauge(
+            "danube_cluster_balance_cv", "Coefficient of variation of the active brokers' loads", registry=r
+        )
         self.mean_load = Gauge("danube_cluster_balance_mean_load", "Mean broker load", registry=r)
         self.max_load = Gauge("danube_cluster_balance_max_load", "Max broker load", registry=r)
         self.min_load = Gauge("danube_cluster_balance_min_load", "Min broker load", registry=r)
-        self.std_dev = Gauge("danube_cluster_balance_std_dev", "Standard deviation of the broker loads",
-                             registry=r)
+        self.std_dev = Gauge("danube_cluster_balance_std_dev", "Standard deviation of the broker loads", registry=r)
         self.active_brokers = Gauge("danube_cluster_active_brokers", "Active brokers", registry=r)
-        self.checks = Counter("danube_rebalancing_checks_total", "Rebalancing check cycles run by the leader",
-                              registry=r)
-        self.moves = Counter("danube_rebalancing_moves_total", "Topic moves executed by the rebalancer",
-                             registry=r)
-        self.failures = Counter("danube_rebalancing_failures_total", "Failed rebalancing move attempts",
-                                registry=r)
+        self.checks = Counter(
+            "danube_rebalancing_checks_total", "Rebalancing check cycles run by the leader", registry=r
+        )
+        self.moves = Counter("danube_rebalancing_moves_total", "Topic moves executed by the rebalancer", registry=r)
+        self.failures = Counter("danube_rebalancing_failures_total", "Failed rebalancing move attempts", registry=r)
         self.cycle_duration = Histogram(
-            "danube_rebalancing_cycle_duration_seconds", "Duration of a rebalancing cycle", registry=r,
-            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
-        self.assignments = Counter("danube_topic_assignments_total", "Topic assignments",
-                                   ["broker_id", "action"], registry=r)
+            "danube_rebalancing_cycle_duration_seconds",
+            "Duration of a rebalancing cycle",
+            registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
+        self.assignments = Counter(
+            "danube_topic_assignments_total", "Topic assignments", ["broker_id", "action"], registry=r
+        )
         self.broker_gauges = broker_gauges
         self.topics_owned: Gauge | None = None
         # broker id → topics it owns, from the latest leader cycle (also without the gauge)
         self.topics_owned_values: dict[str, float] = {}
         if broker_gauges:
             if topics_owned_gauge:
-                self.topics_owned = Gauge("danube_broker_topics_owned", "Topics per broker", ["broker_id"],
-                                          registry=r)
+                self.topics_owned = Gauge("danube_broker_topics_owned", "Topics per broker", ["broker_id"], registry=r)
             self.cpu_usage = Gauge("danube_broker_cpu_usage", "CPU usage %", ["broker_id"], registry=r)
             self.memory_usage = Gauge("danube_broker_memory_usage", "Memory usage %", ["broker_id"], registry=r)
-            self.throughput = Gauge("danube_broker_throughput_mbps", "Aggregate throughput (MB/s)",
-                                    ["broker_id"], registry=r)
+            self.throughput = Gauge(
+                "danube_broker_throughput_mbps", "Aggregate throughput (MB/s)", ["broker_id"], registry=r
+            )
         self._known_brokers: set[str] = set()
 
     def balance(self, balance: Any) -> None:

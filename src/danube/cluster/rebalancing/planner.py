@@ -47,9 +47,15 @@ class PlannedMove:
     cv_after: float  # estimated
 
     def to_dict(self) -> dict:
-        return {"topic": self.topic, "from_broker": self.from_broker, "to_broker": self.to_broker,
-                "estimated_load": self.estimated_load, "move_score": self.move_score,
-                "cv_before": self.cv_before, "cv_after_estimated": self.cv_after}
+        return {
+            "topic": self.topic,
+            "from_broker": self.from_broker,
+            "to_broker": self.to_broker,
+            "estimated_load": self.estimated_load,
+            "move_score": self.move_score,
+            "cv_before": self.cv_before,
+            "cv_after_estimated": self.cv_after,
+        }
 
 
 def _cv(sumsq: float, total: float, n: int) -> float:
@@ -60,9 +66,15 @@ def _cv(sumsq: float, total: float, n: int) -> float:
     return math.sqrt(var) / mean
 
 
-def greedy_move(state: ClusterState, rules: Eligibility, threshold: float, *,
-                     loads: Mapping[str, float] | None = None, exclude: frozenset = frozenset(),
-                     fallback_above_mean: bool = True) -> PlannedMove | None:
+def greedy_move(
+    state: ClusterState,
+    rules: Eligibility,
+    threshold: float,
+    *,
+    loads: Mapping[str, float] | None = None,
+    exclude: frozenset = frozenset(),
+    fallback_above_mean: bool = True,
+) -> PlannedMove | None:
     """Danube's one move per cycle (None when balanced or nothing can move)."""
     loads = dict(state.loads if loads is None else loads)
     balance = compute_balance(loads)
@@ -78,21 +90,30 @@ def greedy_move(state: ClusterState, rules: Eligibility, threshold: float, *,
             after = dict(loads)
             after[source] -= topic.estimated_load
             after[target] += topic.estimated_load
-            return PlannedMove(topic.name, source, target, topic.estimated_load, topic.move_score,
-                               balance.cv, compute_balance(after).cv)
+            return PlannedMove(
+                topic.name,
+                source,
+                target,
+                topic.estimated_load,
+                topic.move_score,
+                balance.cv,
+                compute_balance(after).cv,
+            )
         # the lightest candidate of the most loaded source decides; with no candidate try the next source
     return None
 
 
-def greedy_plan(state: ClusterState, rules: Eligibility, threshold: float, max_moves: int, *,
-                fallback_above_mean: bool = True) -> list[PlannedMove]:
+def greedy_plan(
+    state: ClusterState, rules: Eligibility, threshold: float, max_moves: int, *, fallback_above_mean: bool = True
+) -> list[PlannedMove]:
     """Danube's greedy step applied repeatedly on the model (for comparison and dry runs)."""
     loads = dict(state.loads)
     moved: set[str] = set()
     plan: list[PlannedMove] = []
     while len(plan) < max_moves:
-        move = greedy_move(state, rules, threshold, loads=loads, exclude=frozenset(moved),
-                                fallback_above_mean=fallback_above_mean)
+        move = greedy_move(
+            state, rules, threshold, loads=loads, exclude=frozenset(moved), fallback_above_mean=fallback_above_mean
+        )
         if move is None:
             break
         loads[move.from_broker] -= move.estimated_load
@@ -116,9 +137,10 @@ def plan_moves(state: ClusterState, rules: Eligibility, threshold: float, max_mo
     # per broker: eligible topics sorted by estimate (estimates, infos) for bisection
     pools: dict[str, tuple[list[float], list]] = {}
     for broker in loads:
-        infos = sorted((t for t in state.topics.get(broker, {}).values()
-                        if rules.topic_ok(t.name) and t.estimated_load > 0.0),
-                       key=lambda t: (t.estimated_load, t.move_score, t.name))
+        infos = sorted(
+            (t for t in state.topics.get(broker, {}).values() if rules.topic_ok(t.name) and t.estimated_load > 0.0),
+            key=lambda t: (t.estimated_load, t.move_score, t.name),
+        )
         pools[broker] = ([t.estimated_load for t in infos], infos)
 
     plan: list[PlannedMove] = []

@@ -28,18 +28,26 @@ async def describe(broker: BrokerService, topic: str) -> dict[str, Any]:
     stored = await store.require(topic)
     state = stored.state
     t = state.transition
-    drained = bool(t is not None and t.phase == CUTOVER
-                   and (t.drain_complete_ms is not None
-                        or state.drained(await consumed_of(broker.metadata, topic, state))))
+    drained = bool(
+        t is not None
+        and t.phase == CUTOVER
+        and (t.drain_complete_ms is not None or state.drained(await consumed_of(broker.metadata, topic, state)))
+    )
     cluster = broker.cluster
     live = list(cluster.view.registered) if cluster is not None else [broker.broker_id]
     adoption = await global_adoption(broker.metadata, live)
-    return {"name": topic, "partitions": state.partitions, "partitioning_version": state.version,
-            "generation": stored.revision, "marker": t.to_dict() if t is not None else None,
-            "drained": drained, "retired": list(state.retired),
-            "global_adoption": adoption,
-            "adoption_generation": t.adoption_generation if t is not None else None,
-            "progress": await progress(broker.metadata, topic, state, adoption)}
+    return {
+        "name": topic,
+        "partitions": state.partitions,
+        "partitioning_version": state.version,
+        "generation": stored.revision,
+        "marker": t.to_dict() if t is not None else None,
+        "drained": drained,
+        "retired": list(state.retired),
+        "global_adoption": adoption,
+        "adoption_generation": t.adoption_generation if t is not None else None,
+        "progress": await progress(broker.metadata, topic, state, adoption),
+    }
 
 
 async def progress(metadata: Any, topic: str, state: PartitioningState, adoption: int | None) -> dict[str, Any]:
@@ -48,21 +56,30 @@ async def progress(metadata: Any, topic: str, state: PartitioningState, adoption
     out: dict[str, Any] = {}
     t = state.transition
     if t is not None and t.phase == CUTOVER:
-        unrecorded = {"old_end": sorted(s for s in t.sources if s not in t.old_end),
-                      "new_start": sorted(x for x in t.targets if x not in t.new_start)}
+        unrecorded = {
+            "old_end": sorted(s for s in t.sources if s not in t.old_end),
+            "new_start": sorted(x for x in t.targets if x not in t.new_start),
+        }
         if unrecorded["old_end"] or unrecorded["new_start"]:
             out["unrecorded"] = unrecorded
         if t.drain_complete_ms is None:
             out["waiting"] = waiting_for(t, await consumed_of(metadata, topic, t))
         elif not state.adopted(adoption):
-            out["adoption"] = {"wanted": t.adoption_generation, "fleet": adoption,
-                               "drain_complete_ms": t.drain_complete_ms}
+            out["adoption"] = {
+                "wanted": t.adoption_generation,
+                "fleet": adoption,
+                "drain_complete_ms": t.drain_complete_ms,
+            }
     if state.pending:
         out["pending"] = []
         for hold in state.pending:
             behind = waiting_for(hold.transition, await consumed_of(metadata, topic, hold.transition))
-            out["pending"].append({"to_version": hold.transition.to_version,
-                                   "to_partitions": hold.transition.to_partitions,
-                                   "subscriptions": list(hold.subscriptions),
-                                   "waiting": [w for w in behind if w["subscription"] in hold.subscriptions]})
+            out["pending"].append(
+                {
+                    "to_version": hold.transition.to_version,
+                    "to_partitions": hold.transition.to_partitions,
+                    "subscriptions": list(hold.subscriptions),
+                    "waiting": [w for w in behind if w["subscription"] in hold.subscriptions],
+                }
+            )
     return out

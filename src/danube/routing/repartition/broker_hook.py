@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from danube.errors import NotFoundError
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.routing.repartition.controller import AdoptionReporter, Finalizer
-from danube.routing.repartition.gate import DeliveryGates
 from danube.routing.repartition.fence import NeedsCatchUp, PartitionFence, StaleRoutingError
+from danube.routing.repartition.gate import DeliveryGates
 from danube.routing.repartition.model import CUTOVER, DEFAULT_ADOPTION_TIMEOUT_MS
 from danube.routing.repartition.store import RepartitionStore, readable_partitions
 from danube.routing.repartition.topology import TopologyHub
@@ -45,17 +45,22 @@ class RepartitionRuntime:
         self.hub = TopologyHub(self.fence, owner_url=self._owner_url)
         self.reporter = AdoptionReporter(broker.metadata, broker.broker_id, self.hub.tracker)
         timeout = adoption_timeout(adoption_timeout_ms)
-        self.finalizer = Finalizer(self.store, lambda: self.fence.states, is_leader=self._is_leader,
-                                   live_brokers=self._live_brokers, guard=self._guard,
-                                   adoption_timeout_ms=int(timeout))
+        self.finalizer = Finalizer(
+            self.store,
+            lambda: self.fence.states,
+            is_leader=self._is_leader,
+            live_brokers=self._live_brokers,
+            guard=self._guard,
+            adoption_timeout_ms=int(timeout),
+        )
         self.gates = DeliveryGates(broker, broker.metadata)
         self.fence.add_listener(lambda topic, state, revision: self.gates.install(topic, state))
         self.fence.add_listener(self._retired)
         self.fence.on_stored = lambda name: self.gates.ensure(name, self.fence.states)
         self._sweeper: asyncio.Task | None = None
         self._loops: list[asyncio.Task] = []
-        self._opening: dict[str, asyncio.Task] = {}   # unserved partitions being opened / placed
-        self._slow: dict[str, int] = {}                # partition -> batches admitted through the lock
+        self._opening: dict[str, asyncio.Task] = {}  # unserved partitions being opened / placed
+        self._slow: dict[str, int] = {}  # partition -> batches admitted through the lock
         self._admit_locks: dict[str, asyncio.Lock] = {}
 
     def _retired(self, topic: str, state, revision: int) -> None:
@@ -78,7 +83,7 @@ class RepartitionRuntime:
 
     def _is_leader(self) -> bool:
         cluster = self.broker.cluster
-        if cluster is None:   # standalone (embedded store): this broker decides; cluster: not joined yet
+        if cluster is None:  # standalone (embedded store): this broker decides; cluster: not joined yet
             return isinstance(self.broker.metadata, EmbeddedMetadataStore)
         return bool(cluster.election.is_leader)
 
@@ -140,7 +145,7 @@ class RepartitionRuntime:
                     self._open_unrecorded()
             except asyncio.CancelledError:
                 raise
-            except Exception:   # noqa: BLE001
+            except Exception:  # noqa: BLE001
                 log.warning("repartition sweep failed", exc_info=True)
 
     # ------------------------------------------------------------ partitions nobody serves
@@ -188,7 +193,7 @@ class RepartitionRuntime:
             return
         except asyncio.CancelledError:
             raise
-        except Exception:   # noqa: BLE001 - tried again on the next sweep
+        except Exception:  # noqa: BLE001 - tried again on the next sweep
             log.warning("opening %s to record its repartition offsets failed", name, exc_info=True)
             return
         log.info("repartition of %s: opened %s (unserved) to record its offsets", base, name)
@@ -197,12 +202,12 @@ class RepartitionRuntime:
     async def _place(self, name: str) -> None:
         cluster = self.broker.cluster
         if cluster is None or name in cluster.view.unassigned:
-            return   # placement is pending already
+            return  # placement is pending already
         try:
             await cluster.lookup(name)
         except asyncio.CancelledError:
             raise
-        except Exception:   # noqa: BLE001 - tried again on the next sweep
+        except Exception:  # noqa: BLE001 - tried again on the next sweep
             log.warning("placing %s to record its repartition offsets failed", name, exc_info=True)
 
     # ------------------------------------------------------------ the batch lane's publish hook
@@ -260,9 +265,15 @@ def for_broker(broker: BrokerService) -> RepartitionRuntime:
 
 if TYPE_CHECKING:
 
-    def _is_the_brokers_hook(runtime: RepartitionRuntime) -> RepartitionHook:   # mypy: fills the slot
+    def _is_the_brokers_hook(runtime: RepartitionRuntime) -> RepartitionHook:  # mypy: fills the slot
         return runtime
 
 
-__all__ = ["ADOPTION_TIMEOUT_ENV", "RepartitionRuntime", "StaleRoutingError", "adoption_timeout", "for_broker",
-           "install"]
+__all__ = [
+    "ADOPTION_TIMEOUT_ENV",
+    "RepartitionRuntime",
+    "StaleRoutingError",
+    "adoption_timeout",
+    "for_broker",
+    "install",
+]

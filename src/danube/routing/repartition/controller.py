@@ -30,14 +30,20 @@ from typing import Any, Callable, Iterable, Mapping
 
 from danube.metadata import keys
 from danube.metadata.store import Compare, MetadataStore
-from danube.routing.repartition.model import (CUTOVER, DEFAULT_ADOPTION_TIMEOUT_MS, PartitioningState,
-                                              Transition, lagging, waiting_for)
+from danube.routing.repartition.model import (
+    CUTOVER,
+    DEFAULT_ADOPTION_TIMEOUT_MS,
+    PartitioningState,
+    Transition,
+    lagging,
+    waiting_for,
+)
 from danube.routing.repartition.store import RepartitionStore
 from danube.routing.repartition.topology import AdoptionTracker
 
 log = logging.getLogger(__name__)
 
-STALL_LOG_MS = 10_000   # a subscription not moving on the sources for this long is named in the log
+STALL_LOG_MS = 10_000  # a subscription not moving on the sources for this long is named in the log
 
 
 def now_ms() -> int:
@@ -51,7 +57,7 @@ async def global_adoption(metadata: MetadataStore, live: Iterable[str]) -> int |
     for kv in await metadata.get_prefix(keys.routing_adoption_prefix()):
         broker_id = kv.key.rsplit("/", 1)[-1]
         if broker_id not in live:
-            continue   # a dead broker's label is frozen at its departed clients: ignored
+            continue  # a dead broker's label is frozen at its departed clients: ignored
         try:
             value = json.loads(kv.value).get("lowest")
         except (ValueError, AttributeError):
@@ -61,8 +67,9 @@ async def global_adoption(metadata: MetadataStore, live: Iterable[str]) -> int |
     return lowest
 
 
-async def consumed_of(metadata: MetadataStore, topic: str,
-                      state: PartitioningState | Transition) -> dict[str, dict[int, int]]:
+async def consumed_of(
+    metadata: MetadataStore, topic: str, state: PartitioningState | Transition
+) -> dict[str, dict[int, int]]:
     """Per subscription, per source partition of the transition (of ``state``): the offset below
     which everything is acked (persisted cursor + 1)."""
     t = state.transition if isinstance(state, PartitioningState) else state
@@ -73,7 +80,7 @@ async def consumed_of(metadata: MetadataStore, topic: str,
         part = f"{topic}-part-{s}"
         prefix = keys.topic_subscriptions(part)
         for kv in await metadata.get_prefix(prefix):
-            rest = kv.key[len(prefix):]
+            rest = kv.key[len(prefix) :]
             if not rest.endswith("/cursor") or rest.count("/") != 1:
                 continue
             sub = rest.split("/", 1)[0]
@@ -90,8 +97,9 @@ async def consumed_of(metadata: MetadataStore, topic: str,
 class AdoptionReporter:
     """Writes this broker's adoption label on change and every ``interval_s``."""
 
-    def __init__(self, metadata: MetadataStore, broker_id: str, tracker: AdoptionTracker, *,
-                 interval_s: float = 5.0) -> None:
+    def __init__(
+        self, metadata: MetadataStore, broker_id: str, tracker: AdoptionTracker, *, interval_s: float = 5.0
+    ) -> None:
         self.metadata = metadata
         self.broker_id = broker_id
         self.tracker = tracker
@@ -110,9 +118,9 @@ class AdoptionReporter:
                 await self.report_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:   # noqa: BLE001
+            except Exception:  # noqa: BLE001
                 log.warning("writing the adoption label failed", exc_info=True)
-            try:   # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the stop's cancellation (gh-86296)
+            try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow the stop's cancellation (gh-86296)
                 async with asyncio.timeout(self.interval_s):
                     await self.tracker.changed.wait()
             except TimeoutError:
@@ -120,11 +128,18 @@ class AdoptionReporter:
 
 
 class Finalizer:
-    def __init__(self, store: RepartitionStore, states: Callable[[], Mapping[str, PartitioningState]], *,
-                 is_leader: Callable[[], bool], live_brokers: Callable[[], Iterable[str]],
-                 guard: Callable[[], list[Compare]] = list,
-                 adoption_timeout_ms: int = DEFAULT_ADOPTION_TIMEOUT_MS, interval_s: float = 0.25,
-                 clock: Callable[[], int] = now_ms) -> None:
+    def __init__(
+        self,
+        store: RepartitionStore,
+        states: Callable[[], Mapping[str, PartitioningState]],
+        *,
+        is_leader: Callable[[], bool],
+        live_brokers: Callable[[], Iterable[str]],
+        guard: Callable[[], list[Compare]] = list,
+        adoption_timeout_ms: int = DEFAULT_ADOPTION_TIMEOUT_MS,
+        interval_s: float = 0.25,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
         self.store = store
         self.metadata = store.metadata
         self._states = states
@@ -141,8 +156,9 @@ class Finalizer:
         # (topic, to_version, subscription) -> (its position on the sources, unchanged since, last logged)
         self._stalls: dict[tuple[str, int, str], tuple[tuple, int, int]] = {}
 
-    def _idle(self, topic: str, t: Transition, subs: list[str], consumed: Mapping[str, Mapping[int, int]],
-              now: int) -> bool:
+    def _idle(
+        self, topic: str, t: Transition, subs: list[str], consumed: Mapping[str, Mapping[int, int]], now: int
+    ) -> bool:
         """Every one of ``subs`` has not moved on the sources for the idle window (as seen here)."""
         idle = True
         for sub in subs:
@@ -168,7 +184,7 @@ class Finalizer:
             if t is None:
                 continue
             if t.phase != CUTOVER:
-                await self.store.resume(topic, compare=self._guard())   # a marker left by a crash
+                await self.store.resume(topic, compare=self._guard())  # a marker left by a crash
                 continue
             now = self._clock()
             behind: list[str] = []
@@ -183,18 +199,34 @@ class Finalizer:
                 if behind and not self._idle(topic, t, behind, consumed, now):
                     continue
                 state = (await self.store.mark_drain_complete(topic, now, compare=self._guard())).state
-                log.info("repartition of %s to %d partitions: drained%s", topic, t.to_partitions,
-                         f" but for idle subscriptions {behind}" if behind else "")
+                log.info(
+                    "repartition of %s to %d partitions: drained%s",
+                    topic,
+                    t.to_partitions,
+                    f" but for idle subscriptions {behind}" if behind else "",
+                )
             adoption = await global_adoption(self.metadata, self._live())
             if state.can_finalize(now, adoption, adoption_timeout_ms=self.adoption_timeout_ms):
                 adopted = state.adopted(adoption)
                 held = behind
                 await self.store.finalize(topic, lagging=held, compare=self._guard())
-                self.finalized.append({"topic": topic, "to_partitions": t.to_partitions, "adopted": adopted,
-                                       "global_adoption": adoption, "at": now, "held": held})
-                log.info("repartition of %s to %d partitions finalized (%s)%s", topic, t.to_partitions,
-                         "adopted" if adopted else "adoption timed out",
-                         f"; the gate stays for {held} until they drained" if held else "")
+                self.finalized.append(
+                    {
+                        "topic": topic,
+                        "to_partitions": t.to_partitions,
+                        "adopted": adopted,
+                        "global_adoption": adoption,
+                        "at": now,
+                        "held": held,
+                    }
+                )
+                log.info(
+                    "repartition of %s to %d partitions finalized (%s)%s",
+                    topic,
+                    t.to_partitions,
+                    "adopted" if adopted else "adoption timed out",
+                    f"; the gate stays for {held} until they drained" if held else "",
+                )
                 done.append(topic)
                 for key in [k for k in self._progress if k[0] == topic and k[1] == t.to_version]:
                     del self._progress[key]
@@ -202,8 +234,15 @@ class Finalizer:
                     del self._stalls[key]
         return done
 
-    def _report_stalls(self, topic: str, t: Transition, consumed: Mapping[str, Mapping[int, int]], now: int,
-                       what: str, only: Iterable[str] | None = None) -> None:
+    def _report_stalls(
+        self,
+        topic: str,
+        t: Transition,
+        consumed: Mapping[str, Mapping[int, int]],
+        now: int,
+        what: str,
+        only: Iterable[str] | None = None,
+    ) -> None:
         """Names in the log a subscription whose consumed position on the sources has not moved for
         ``stall_log_ms``, with the offsets it waits for (again every 6 windows while it lasts)."""
         behind: dict[str, list[dict[str, Any]]] = {}
@@ -223,21 +262,39 @@ class Finalizer:
             # named once the window passed, then once a minute or so (a pending hold may last days)
             if now - since >= self.stall_log_ms and (logged == since or now - logged >= 6 * self.stall_log_ms):
                 self._stalls[key] = (position, since, now)
-                log.warning("repartition of %s to %d partitions: %s waits for subscription %s, not moved for "
-                            "%.0f s: %s", topic, t.to_partitions, what, sub, (now - since) / 1000,
-                            "; ".join(f"partition {w['partition']} consumed below {w['consumed']}, "
-                                      f"needs {w['old_end']}" for w in waits))
+                log.warning(
+                    "repartition of %s to %d partitions: %s waits for subscription %s, not moved for %.0f s: %s",
+                    topic,
+                    t.to_partitions,
+                    what,
+                    sub,
+                    (now - since) / 1000,
+                    "; ".join(
+                        f"partition {w['partition']} consumed below {w['consumed']}, needs {w['old_end']}"
+                        for w in waits
+                    ),
+                )
 
     async def _release_holds(self, topic: str, state: PartitioningState) -> None:
-        consumed = {h.transition.to_version: await consumed_of(self.metadata, topic, h.transition)
-                    for h in state.pending}
+        consumed = {
+            h.transition.to_version: await consumed_of(self.metadata, topic, h.transition) for h in state.pending
+        }
         for h in state.pending:
-            self._report_stalls(topic, h.transition, consumed[h.transition.to_version], self._clock(),
-                                "a pending hold", only=h.subscriptions)
+            self._report_stalls(
+                topic,
+                h.transition,
+                consumed[h.transition.to_version],
+                self._clock(),
+                "a pending hold",
+                only=h.subscriptions,
+            )
         if state.release_holds(consumed) != state:
             new = (await self.store.release_holds(topic, consumed, compare=self._guard())).state
-            log.info("repartition of %s: pending holds now %s", topic,
-                     [(h.transition.to_version, h.subscriptions) for h in new.pending])
+            log.info(
+                "repartition of %s: pending holds now %s",
+                topic,
+                [(h.transition.to_version, h.subscriptions) for h in new.pending],
+            )
 
     async def run(self) -> None:
         while True:
@@ -245,6 +302,6 @@ class Finalizer:
                 await self.tick()
             except asyncio.CancelledError:
                 raise
-            except Exception:   # noqa: BLE001
+            except Exception:  # noqa: BLE001
                 log.warning("repartition finalizer pass failed", exc_info=True)
             await asyncio.sleep(self.interval_s)

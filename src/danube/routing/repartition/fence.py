@@ -73,15 +73,20 @@ class _Entry:
 
 
 class PartitionFence:
-    def __init__(self, store: RepartitionStore, *, next_offset: Callable[[str], int | None],
-                 owner_url: Callable[[str], str | None] = lambda name: None) -> None:
+    def __init__(
+        self,
+        store: RepartitionStore,
+        *,
+        next_offset: Callable[[str], int | None],
+        owner_url: Callable[[str], str | None] = lambda name: None,
+    ) -> None:
         self.store = store
-        self._next_offset = next_offset      # the served partition's next offset, None when not served here
+        self._next_offset = next_offset  # the served partition's next offset, None when not served here
         self._owner_url = owner_url
         self.states: dict[str, PartitioningState] = {}
         self._entries: dict[str, _Entry | None] = {}
-        self._counts: dict[str, int] = {}     # topic -> its partition count (batches to others are refused)
-        self._recorded: set[tuple] = set()    # (base, index, to_version, "old_end" | "new_start")
+        self._counts: dict[str, int] = {}  # topic -> its partition count (batches to others are refused)
+        self._recorded: set[tuple] = set()  # (base, index, to_version, "old_end" | "new_start")
         self._recording: set[tuple] = set()
         self._task: asyncio.Task | None = None
         self._ready = asyncio.Event()
@@ -124,7 +129,7 @@ class PartitionFence:
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception:   # noqa: BLE001 - the store closed or broke: start over from a snapshot
+            except Exception:  # noqa: BLE001 - the store closed or broke: start over from a snapshot
                 log.debug("partitioning watch broke; re-reading", exc_info=True)
                 await asyncio.sleep(RECORD_RETRY_S)
 
@@ -187,7 +192,7 @@ class PartitionFence:
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception:   # noqa: BLE001 - retried: the drain waits for this record
+            except Exception:  # noqa: BLE001 - retried: the drain waits for this record
                 log.warning("recording %s of %s-part-%d failed; retrying", offsets, topic, index, exc_info=True)
                 await asyncio.sleep(RECORD_RETRY_S)
         self._recorded.discard(key)
@@ -203,7 +208,7 @@ class PartitionFence:
         topic, index, to_version, _ = key
         try:
             if old is not None and old.inflight:
-                await old.idle.wait()            # every batch admitted under the old version is stored
+                await old.idle.wait()  # every batch admitted under the old version is stored
             offset = self._next_offset(f"{topic}-part-{index}")
             if offset is not None:
                 self._write(topic, index, to_version, old_end=offset)
@@ -267,7 +272,10 @@ class PartitionFence:
         raise StaleRoutingError(
             f"{name}: routed under partitioning version {version}, the topic is at version "
             f"{epoch.version} with {partitions} partitions; route it again",
-            version=epoch.version, partitions=partitions, redirect_url=self._owner_url(name) or "")
+            version=epoch.version,
+            partitions=partitions,
+            redirect_url=self._owner_url(name) or "",
+        )
 
     def _entry(self, name: str) -> _Entry | None:
         part = split_partition(name)
@@ -295,14 +303,19 @@ class PartitionFence:
                 return self.admit(name, version)
             except NeedsCatchUp:
                 # the client routed under a version the store does not have: let it route again
-                raise StaleRoutingError(f"{name}: partitioning version {version} is unknown here; route it again",
-                                        version=self.states[need.base].version if need.base in self.states else 0,
-                                        partitions=self.states[need.base].partitions
-                                        if need.base in self.states else 0) from None
+                raise StaleRoutingError(
+                    f"{name}: partitioning version {version} is unknown here; route it again",
+                    version=self.states[need.base].version if need.base in self.states else 0,
+                    partitions=self.states[need.base].partitions if need.base in self.states else 0,
+                ) from None
 
     def describe(self) -> dict:
-        return {"revision": self.revision, "refused": self.refused,
-                "topics": {t: s.to_dict() for t, s in self.states.items()}, "at": time.time()}
+        return {
+            "revision": self.revision,
+            "refused": self.refused,
+            "topics": {t: s.to_dict() for t, s in self.states.items()},
+            "at": time.time(),
+        }
 
 
 class NeedsCatchUp(Exception):

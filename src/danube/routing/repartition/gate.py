@@ -38,8 +38,8 @@ class PartitionGate:
     def __init__(self, topic_name: str, index: int, to_version: int | frozenset[int]) -> None:
         self.topic_name = topic_name
         self.index = index
-        self.to_version = to_version   # what it gates on: the versions of the transitions (a new one: a new gate)
-        self.holds: dict[str, int | None] = {}   # subscription -> hold-from offset (-1: all unread), None: released
+        self.to_version = to_version  # what it gates on: the versions of the transitions (a new one: a new gate)
+        self.holds: dict[str, int | None] = {}  # subscription -> hold-from offset (-1: all unread), None: released
         self.held_reads = 0
 
     def readable(self, sub: Any, readable_next: int) -> int:
@@ -56,7 +56,7 @@ class DeliveryGates:
     def __init__(self, broker: BrokerService, metadata: Any) -> None:
         self.broker = broker
         self.metadata = metadata
-        self.gates: dict[str, PartitionGate] = {}    # partition topic name -> gate
+        self.gates: dict[str, PartitionGate] = {}  # partition topic name -> gate
 
     def install(self, base: str, state: PartitioningState | None) -> None:
         """At once (the fence's listener, before any batch under the new version is stored): a gate
@@ -109,11 +109,17 @@ class DeliveryGates:
         for name in [n for n in self.gates if n not in wanted]:
             self._remove(name)
 
-    async def _evaluate(self, base: str, gates: list[tuple[Transition, frozenset[str] | None]], target: int,
-                        topic: Any, gate: PartitionGate) -> None:
+    async def _evaluate(
+        self,
+        base: str,
+        gates: list[tuple[Transition, frozenset[str] | None]],
+        target: int,
+        topic: Any,
+        gate: PartitionGate,
+    ) -> None:
         for sub in list(topic.subscriptions.values()):
             if gate.holds.get(sub.name, _HOLD_ALL) is None:
-                continue   # released: sources only move forward, gates only go away
+                continue  # released: sources only move forward, gates only go away
             hold: int | None = None
             for t, subs in gates:
                 if target not in t.targets or (subs is not None and sub.name not in subs):

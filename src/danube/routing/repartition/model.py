@@ -43,16 +43,16 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
-from danube.model.partitions import fnv1a_64
 from danube.errors import InvalidArgumentError
+from danube.model.partitions import fnv1a_64
 
 DEFAULT_ADOPTION_TIMEOUT_MS = 30_000
 MAX_PARTITIONS = 4096
 
 GROW = "grow"
 SHRINK = "shrink"
-MARKED = "marked"      # the transition marker is written, the version is not bumped yet
-CUTOVER = "cutover"    # the version is bumped: routing uses to_partitions; draining
+MARKED = "marked"  # the transition marker is written, the version is not bumped yet
+CUTOVER = "cutover"  # the version is bumped: routing uses to_partitions; draining
 
 
 class RepartitionError(InvalidArgumentError):
@@ -97,14 +97,16 @@ class Transition:
     @property
     def sources(self) -> frozenset[int]:
         """Old partitions that must drain (those keys move away from)."""
-        return frozenset(s for s in range(self.from_partitions)
-                         if targets_of(s, self.from_partitions, self.to_partitions))
+        return frozenset(
+            s for s in range(self.from_partitions) if targets_of(s, self.from_partitions, self.to_partitions)
+        )
 
     @property
     def targets(self) -> frozenset[int]:
         """New partitions that hold moved keys until their sources drained."""
-        return frozenset(t for t in range(self.to_partitions)
-                         if sources_of(t, self.from_partitions, self.to_partitions))
+        return frozenset(
+            t for t in range(self.to_partitions) if sources_of(t, self.from_partitions, self.to_partitions)
+        )
 
     def sources_of(self, target: int) -> frozenset[int]:
         return sources_of(target, self.from_partitions, self.to_partitions)
@@ -115,22 +117,35 @@ class Transition:
         return self.sources <= set(self.old_end) and self.targets <= set(self.new_start)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "from_partitions": self.from_partitions, "to_partitions": self.to_partitions,
-                "from_version": self.from_version, "to_version": self.to_version, "phase": self.phase,
-                "started_ms": self.started_ms, "adoption_generation": self.adoption_generation,
-                "old_end": {str(k): v for k, v in sorted(self.old_end.items())},
-                "new_start": {str(k): v for k, v in sorted(self.new_start.items())},
-                "drain_complete_ms": self.drain_complete_ms}
+        return {
+            "kind": self.kind,
+            "from_partitions": self.from_partitions,
+            "to_partitions": self.to_partitions,
+            "from_version": self.from_version,
+            "to_version": self.to_version,
+            "phase": self.phase,
+            "started_ms": self.started_ms,
+            "adoption_generation": self.adoption_generation,
+            "old_end": {str(k): v for k, v in sorted(self.old_end.items())},
+            "new_start": {str(k): v for k, v in sorted(self.new_start.items())},
+            "drain_complete_ms": self.drain_complete_ms,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Transition":
-        return cls(kind=d["kind"], from_partitions=int(d["from_partitions"]), to_partitions=int(d["to_partitions"]),
-                   from_version=int(d["from_version"]), to_version=int(d["to_version"]),
-                   phase=d.get("phase", MARKED), started_ms=int(d.get("started_ms", 0)),
-                   adoption_generation=d.get("adoption_generation"),
-                   old_end={int(k): int(v) for k, v in (d.get("old_end") or {}).items()},
-                   new_start={int(k): int(v) for k, v in (d.get("new_start") or {}).items()},
-                   drain_complete_ms=d.get("drain_complete_ms"))
+        return cls(
+            kind=d["kind"],
+            from_partitions=int(d["from_partitions"]),
+            to_partitions=int(d["to_partitions"]),
+            from_version=int(d["from_version"]),
+            to_version=int(d["to_version"]),
+            phase=d.get("phase", MARKED),
+            started_ms=int(d.get("started_ms", 0)),
+            adoption_generation=d.get("adoption_generation"),
+            old_end={int(k): int(v) for k, v in (d.get("old_end") or {}).items()},
+            new_start={int(k): int(v) for k, v in (d.get("new_start") or {}).items()},
+            drain_complete_ms=d.get("drain_complete_ms"),
+        )
 
 
 @dataclass(frozen=True)
@@ -155,8 +170,8 @@ class PartitioningState:
     partitions: int
     version: int = 0
     transition: Transition | None = None
-    retired: tuple[int, ...] = ()   # a finalized shrink's partitions: out of routing, still read
-    pending: tuple[PendingHold, ...] = ()   # finalized transitions still gating subscriptions that lag
+    retired: tuple[int, ...] = ()  # a finalized shrink's partitions: out of routing, still read
+    pending: tuple[PendingHold, ...] = ()  # finalized transitions still gating subscriptions that lag
 
     # ------------------------------------------------------------ routing
 
@@ -191,21 +206,33 @@ class PartitioningState:
         if self.transition is not None:
             raise RepartitionError(
                 f"a repartition to {self.transition.to_partitions} partitions is in progress "
-                f"(phase {self.transition.phase}); it must finalize first")
+                f"(phase {self.transition.phase}); it must finalize first"
+            )
         if partitions == self.partitions:
             raise RepartitionError(f"the topic already has {partitions} partitions")
         kind = GROW if partitions > self.partitions else SHRINK
-        marker = Transition(kind=kind, from_partitions=self.partitions, to_partitions=partitions,
-                            from_version=self.version, to_version=self.version + 1, started_ms=now_ms,
-                            new_start={t: 0 for t in range(self.partitions, partitions)})
+        marker = Transition(
+            kind=kind,
+            from_partitions=self.partitions,
+            to_partitions=partitions,
+            from_version=self.version,
+            to_version=self.version + 1,
+            started_ms=now_ms,
+            new_start={t: 0 for t in range(self.partitions, partitions)},
+        )
         return replace(self, transition=marker)
 
     def cutover(self) -> "PartitioningState":
         """The version bump: routing switches to ``to_partitions`` under ``to_version``."""
         t = self._require(MARKED)
-        retired = tuple(p for p in self.retired if p >= t.to_partitions)   # a grow reopens retired ones
-        return replace(self, partitions=t.to_partitions, version=t.to_version, retired=retired,
-                       transition=replace(t, phase=CUTOVER))
+        retired = tuple(p for p in self.retired if p >= t.to_partitions)  # a grow reopens retired ones
+        return replace(
+            self,
+            partitions=t.to_partitions,
+            version=t.to_version,
+            retired=retired,
+            transition=replace(t, phase=CUTOVER),
+        )
 
     def stamp_adoption(self, generation: int) -> "PartitioningState":
         """The generation of the commit that bumped the version (stamped once, right after it)."""
@@ -214,8 +241,14 @@ class PartitioningState:
             return self
         return replace(self, transition=replace(t, adoption_generation=int(generation)))
 
-    def record_offsets(self, partition: int, next_offset: int | None = None, *,
-                       old_end: int | None = None, new_start: int | None = None) -> "PartitioningState":
+    def record_offsets(
+        self,
+        partition: int,
+        next_offset: int | None = None,
+        *,
+        old_end: int | None = None,
+        new_start: int | None = None,
+    ) -> "PartitioningState":
         """What the owner of ``partition`` records when it applies the new version: as a source, the
         end of its old-version messages (``old_end``); as a target, where moved keys may start
         (``new_start``); ``next_offset`` sets both.  First value wins."""
@@ -256,8 +289,9 @@ class PartitioningState:
             return True
         return global_adoption is not None and global_adoption >= t.adoption_generation
 
-    def can_finalize(self, now_ms: int, global_adoption: int | None, *,
-                     adoption_timeout_ms: int = DEFAULT_ADOPTION_TIMEOUT_MS) -> bool:
+    def can_finalize(
+        self, now_ms: int, global_adoption: int | None, *, adoption_timeout_ms: int = DEFAULT_ADOPTION_TIMEOUT_MS
+    ) -> bool:
         """finalize = drained_complete and (adopted or adoption_timed_out)."""
         t = self.transition
         if t is None or t.phase != CUTOVER or t.drain_complete_ms is None:
@@ -299,7 +333,8 @@ class PartitioningState:
         """What delivery is gated on: the transition in cutover (every subscription: None) and the
         pending holds (their subscriptions)."""
         out: list[tuple[Transition, frozenset[str] | None]] = [
-            (h.transition, frozenset(h.subscriptions)) for h in self.pending]
+            (h.transition, frozenset(h.subscriptions)) for h in self.pending
+        ]
         if self.transition is not None and self.transition.phase == CUTOVER:
             out.append((self.transition, None))
         return out
@@ -312,19 +347,26 @@ class PartitioningState:
 
     # ------------------------------------------------------------ delivery gate
 
-    def holds(self, partition: int, offset: int, consumed: Mapping[int, int] | None,
-              subscription: str | None = None) -> bool:
+    def holds(
+        self, partition: int, offset: int, consumed: Mapping[int, int] | None, subscription: str | None = None
+    ) -> bool:
         """Whether one subscription must hold ``offset`` of ``partition`` back (``consumed``: that
         subscription's consumed-below offset per partition)."""
-        return any(transition_holds(t, partition, offset, consumed)
-                   for t, subs in self.gates() if subs is None or subscription in subs)
+        return any(
+            transition_holds(t, partition, offset, consumed)
+            for t, subs in self.gates()
+            if subs is None or subscription in subs
+        )
 
     # ------------------------------------------------------------ encoding
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"partitions": self.partitions, "version": self.version,
-             "transition": self.transition.to_dict() if self.transition else None,
-             "retired": list(self.retired)}
+        d: dict[str, Any] = {
+            "partitions": self.partitions,
+            "version": self.version,
+            "transition": self.transition.to_dict() if self.transition else None,
+            "retired": list(self.retired),
+        }
         if self.pending:
             d["pending"] = [h.to_dict() for h in self.pending]
         return d
@@ -335,10 +377,13 @@ class PartitioningState:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "PartitioningState":
         t = d.get("transition")
-        return cls(partitions=int(d["partitions"]), version=int(d.get("version", 0)),
-                   transition=Transition.from_dict(t) if t else None,
-                   retired=tuple(int(p) for p in d.get("retired", ())),
-                   pending=tuple(PendingHold.from_dict(h) for h in d.get("pending", ())))
+        return cls(
+            partitions=int(d["partitions"]),
+            version=int(d.get("version", 0)),
+            transition=Transition.from_dict(t) if t else None,
+            retired=tuple(int(p) for p in d.get("retired", ())),
+            pending=tuple(PendingHold.from_dict(h) for h in d.get("pending", ())),
+        )
 
     @classmethod
     def from_json(cls, raw: bytes) -> "PartitioningState":
@@ -352,15 +397,16 @@ def transition_holds(t: Transition, partition: int, offset: int, consumed: Mappi
     start = t.new_start.get(partition)
     if start is not None and offset < start:
         return False
-    if start is None:   # the target's owner has not recorded it yet: hold conservatively
+    if start is None:  # the target's owner has not recorded it yet: hold conservatively
         return True
     return not all(s in t.old_end and source_drained(t, s, consumed or {}) for s in t.sources_of(partition))
 
 
 def lagging(t: Transition, consumed: Mapping[str, Mapping[int, int]]) -> list[str]:
     """The subscriptions of ``consumed`` that have not consumed every source of ``t`` up to its ``old_end``."""
-    return sorted(sub for sub, per_part in consumed.items()
-                  if not all(source_drained(t, s, per_part) for s in t.sources))
+    return sorted(
+        sub for sub, per_part in consumed.items() if not all(source_drained(t, s, per_part) for s in t.sources)
+    )
 
 
 def waiting_for(t: Transition, consumed: Mapping[str, Mapping[int, int]]) -> list[dict[str, Any]]:
@@ -370,8 +416,9 @@ def waiting_for(t: Transition, consumed: Mapping[str, Mapping[int, int]]) -> lis
     for sub, per_part in sorted(consumed.items()):
         for s in sorted(t.sources):
             if not source_drained(t, s, per_part):
-                out.append({"subscription": sub, "partition": s, "consumed": per_part.get(s),
-                            "old_end": t.old_end.get(s)})
+                out.append(
+                    {"subscription": sub, "partition": s, "consumed": per_part.get(s), "old_end": t.old_end.get(s)}
+                )
     return out
 
 

@@ -27,8 +27,8 @@ CAS_ATTEMPTS = 50
 @dataclass(frozen=True)
 class StoredState:
     state: PartitioningState
-    version: int       # the key's version (0: not stored yet, derived from the partition count)
-    revision: int      # store revision it was read at or committed in
+    version: int  # the key's version (0: not stored yet, derived from the partition count)
+    revision: int  # store revision it was read at or committed in
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def topic_of_key(key: str) -> str | None:
     prefix = keys.partitioning_prefix()
     if not key.startswith(prefix):
         return None
-    rest = key[len(prefix):]
+    rest = key[len(prefix) :]
     return "/" + rest if rest.count("/") == 1 else None
 
 
@@ -76,9 +76,14 @@ class RepartitionStore:
             raise NotFoundError(f"{topic} is not a partitioned topic (no partitions recorded)")
         return stored
 
-    async def update(self, topic: str, change: Callable[[PartitioningState], PartitioningState], *,
-                     extra_ops: Callable[[PartitioningState], Sequence[Op]] = lambda s: (),
-                     compare: Sequence[Compare] = ()) -> StoredState:
+    async def update(
+        self,
+        topic: str,
+        change: Callable[[PartitioningState], PartitioningState],
+        *,
+        extra_ops: Callable[[PartitioningState], Sequence[Op]] = lambda s: (),
+        compare: Sequence[Compare] = (),
+    ) -> StoredState:
         """Apply ``change`` by compare-and-swap (retried on a concurrent write). ``change`` may raise
         RepartitionError; returning the same state writes nothing."""
         key = keys.topic_partitioning(topic)
@@ -88,8 +93,8 @@ class RepartitionStore:
             if new == stored.state and stored.version:
                 return stored
             result = await self.metadata.txn(
-                [Compare.version(key, "==", stored.version), *compare],
-                [Op.put(key, new.to_json()), *extra_ops(new)])
+                [Compare.version(key, "==", stored.version), *compare], [Op.put(key, new.to_json()), *extra_ops(new)]
+            )
             if result.succeeded:
                 return StoredState(new, stored.version + 1, result.revision)
             if compare and not await self._compares_hold(compare):
@@ -102,8 +107,9 @@ class RepartitionStore:
 
     # ------------------------------------------------------------ the transitions
 
-    async def repartition(self, topic: str, partitions: int, *, now_ms: int,
-                          compare: Sequence[Compare] = ()) -> StoredState:
+    async def repartition(
+        self, topic: str, partitions: int, *, now_ms: int, compare: Sequence[Compare] = ()
+    ) -> StoredState:
         """Marker, then the version bump (the cutover, with the partition count key), then the
         ``adoption_generation`` stamp: the bump's commit revision."""
         await self.update(topic, lambda s: s.begin(partitions, now_ms=now_ms), compare=compare)
@@ -117,8 +123,11 @@ class RepartitionStore:
             subs = await self._new_partition_subscriptions(topic, t.from_partitions, t.to_partitions)
             # a grow reopens the retired partitions it covers again; a terminated marker (an earlier
             # version terminated retired partitions) goes with the bump
-            reopened = [Op.delete(keys.topic_terminated(f"{topic}-part-{p}"))
-                        for p in stored.state.retired if p < t.to_partitions]
+            reopened = [
+                Op.delete(keys.topic_terminated(f"{topic}-part-{p}"))
+                for p in stored.state.retired
+                if p < t.to_partitions
+            ]
             bumped = False
 
             def bump(s: PartitioningState) -> PartitioningState:
@@ -127,10 +136,15 @@ class RepartitionStore:
                 return s.cutover() if bumped else s
 
             stored = await self.update(
-                topic, bump,
-                extra_ops=lambda s: [Op.put(keys.topic_partitions(topic), str(s.partitions).encode()), *subs,
-                                     *reopened],
-                compare=compare)
+                topic,
+                bump,
+                extra_ops=lambda s: [
+                    Op.put(keys.topic_partitions(topic), str(s.partitions).encode()),
+                    *subs,
+                    *reopened,
+                ],
+                compare=compare,
+            )
             bump_revision: int | None = stored.revision
             if not bumped:
                 # another resume committed it (the admin's call and the leader's finalizer both carry
@@ -141,9 +155,11 @@ class RepartitionStore:
                 bump_revision = kv.mod_revision if kv is not None else None
             if bump_revision is not None:
                 stamp = bump_revision
-                stored = await self.update(topic, lambda s: s.stamp_adoption(stamp)
-                                           if s.transition and s.transition.phase == "cutover" else s,
-                                           compare=compare)
+                stored = await self.update(
+                    topic,
+                    lambda s: s.stamp_adoption(stamp) if s.transition and s.transition.phase == "cutover" else s,
+                    compare=compare,
+                )
         return stored
 
     async def _new_partition_subscriptions(self, topic: str, old: int, new: int) -> list[Op]:
@@ -165,43 +181,56 @@ class RepartitionStore:
         for p in range(old):
             prefix = keys.topic_subscriptions(f"{topic}-part-{p}")
             for kv in await self.metadata.get_prefix(prefix):
-                rest = kv.key[len(prefix):]
+                rest = kv.key[len(prefix) :]
                 if "/" not in rest:
                     subs.setdefault(rest, kv.value)
         for q in range(old, new):
             part = f"{topic}-part-{q}"
             for name, record in subs.items():
                 if await self.metadata.get(keys.subscription(part, name)) is None:
-                    ops += [Op.put(keys.subscription(part, name), record),
-                            Op.put(keys.subscription_cursor(part, name), b"-1")]
+                    ops += [
+                        Op.put(keys.subscription(part, name), record),
+                        Op.put(keys.subscription_cursor(part, name), b"-1"),
+                    ]
         return ops
 
-    async def record_offsets(self, topic: str, partition: int, next_offset: int | None = None, *,
-                             old_end: int | None = None, new_start: int | None = None,
-                             to_version: int | None = None) -> StoredState:
+    async def record_offsets(
+        self,
+        topic: str,
+        partition: int,
+        next_offset: int | None = None,
+        *,
+        old_end: int | None = None,
+        new_start: int | None = None,
+        to_version: int | None = None,
+    ) -> StoredState:
         """An owner's record of where the old version ended / moved keys may start on ``partition``
         (ignored unless the transition in cutover is the one to ``to_version``, when given)."""
+
         def change(s: PartitioningState) -> PartitioningState:
             if s.transition is None or s.transition.phase != "cutover":
                 return s
             if to_version is not None and s.transition.to_version != to_version:
                 return s
             return s.record_offsets(partition, next_offset, old_end=old_end, new_start=new_start)
+
         return await self.update(topic, change)
 
     async def mark_drain_complete(self, topic: str, now_ms: int, *, compare: Sequence[Compare] = ()) -> StoredState:
         return await self.update(topic, lambda s: s.mark_drain_complete(now_ms), compare=compare)
 
-    async def finalize(self, topic: str, *, lagging: Sequence[str] = (),
-                       compare: Sequence[Compare] = ()) -> StoredState:
+    async def finalize(
+        self, topic: str, *, lagging: Sequence[str] = (), compare: Sequence[Compare] = ()
+    ) -> StoredState:
         """Clear the marker (a shrink retires the partitions it removed: routing and the fence leave
         them, their history stays readable, and a publish of a client that still counts them is
         stored there and read, docs/repartition.md).  A grow's ``lagging`` subscriptions keep its
         gate as a pending hold (model.PartitioningState.finalize)."""
         return await self.update(topic, lambda s: s.finalize(lagging), compare=compare)
 
-    async def release_holds(self, topic: str, consumed: dict[int, dict[str, dict[int, int]]], *,
-                            compare: Sequence[Compare] = ()) -> StoredState:
+    async def release_holds(
+        self, topic: str, consumed: dict[int, dict[str, dict[int, int]]], *, compare: Sequence[Compare] = ()
+    ) -> StoredState:
         """Drop the subscriptions that drained a pending hold's sources (and emptied holds)."""
         return await self.update(topic, lambda s: s.release_holds(consumed), compare=compare)
 

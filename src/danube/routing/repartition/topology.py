@@ -75,7 +75,7 @@ class TopologyHub:
         out: dict[str, PartitioningState | None] = {}
         for topic in topics:
             state = self.fence.states.get(topic)
-            if state is None:   # not stored: version 0 with the recorded partition count (or not partitioned)
+            if state is None:  # not stored: version 0 with the recorded partition count (or not partitioned)
                 stored = await self.fence.store.load(topic)
                 state = stored.state if stored is not None else None
             out[topic] = state
@@ -84,18 +84,26 @@ class TopologyHub:
     def routing(self, topic: str, state: PartitioningState | None) -> pb.TopicRouting:
         if state is None:
             return pb.TopicRouting(topic=topic, partitions=0, partitioning_version=0)
-        owners = [pb.PartitionOwner(index=i, broker_url=self._owner_url(f"{topic}-part-{i}") or "")
-                  for i in range(state.partitions)]
-        return pb.TopicRouting(topic=topic, partitions=state.partitions, partitioning_version=state.version,
-                               owners=owners, in_transition=state.transition is not None,
-                               live_partitions=state.readable_partitions)
+        owners = [
+            pb.PartitionOwner(index=i, broker_url=self._owner_url(f"{topic}-part-{i}") or "")
+            for i in range(state.partitions)
+        ]
+        return pb.TopicRouting(
+            topic=topic,
+            partitions=state.partitions,
+            partitioning_version=state.version,
+            owners=owners,
+            in_transition=state.transition is not None,
+            live_partitions=state.readable_partitions,
+        )
 
     async def snapshot(self, topics: Iterable[str]) -> pb.Topology:
         topics = list(dict.fromkeys(topics))
         generation = self.fence.revision
         states = await self.states(topics)
-        return pb.Topology(generation=max(generation, self.fence.revision),
-                           topics=[self.routing(t, s) for t, s in states.items()])
+        return pb.Topology(
+            generation=max(generation, self.fence.revision), topics=[self.routing(t, s) for t, s in states.items()]
+        )
 
     # ------------------------------------------------------------ push streams
 
@@ -115,8 +123,9 @@ class TopologyHub:
         stream.topics.update(topics)
         snap = await self.snapshot(topics)
         for routing in snap.topics:
-            stream.sent[routing.topic] = ((routing.partitions, routing.partitioning_version)
-                                         if routing.partitions else None)
+            stream.sent[routing.topic] = (
+                (routing.partitions, routing.partitioning_version) if routing.partitions else None
+            )
         stream.queue.put_nowait(snap)
 
     def ack(self, stream: TopologyStream, generation: int) -> None:
@@ -132,5 +141,8 @@ class TopologyHub:
             stream.queue.put_nowait(pb.Topology(generation=revision, topics=[self.routing(topic, state)]))
 
     def describe(self) -> dict[str, Any]:
-        return {"connections": len(self._streams), "acked_connections": len(self.tracker),
-                "lowest_acked_generation": self.tracker.lowest()}
+        return {
+            "connections": len(self._streams),
+            "acked_connections": len(self.tracker),
+            "lowest_acked_generation": self.tracker.lowest(),
+        }

@@ -119,8 +119,13 @@ STEPS = ("intent", "children_created", "terminate_marked", "parents_terminated",
 PRUNE_STEP = "pruned"  # a prune: the layout no longer has the segment, its topic is not deleted yet
 
 
-async def create_scalable_topic(store: ScalableTopicStore, ops: SegmentOps, topic: str,
-                                num_segments: int = 1, properties: dict[str, str] | None = None) -> SegmentLayout:
+async def create_scalable_topic(
+    store: ScalableTopicStore,
+    ops: SegmentOps,
+    topic: str,
+    num_segments: int = 1,
+    properties: dict[str, str] | None = None,
+) -> SegmentLayout:
     """PIP-468's createScalableTopic: write the initial layout, then create its segment topics."""
     keys.split_topic(topic)
     layout = SegmentLayout.initial(num_segments, properties)
@@ -144,11 +149,22 @@ async def delete_scalable_topic(store: ScalableTopicStore, ops: SegmentOps, topi
 
 
 class ScalableTopicController:
-    def __init__(self, topic: str, store: ScalableTopicStore, ops: SegmentOps, lease: LeaseSource,
-                 broker_url: str, *, grace_seconds: float = DEFAULT_GRACE_SECONDS,
-                 step_hook: StepHook | None = None, auto_split_rate: float = 0.0,
-                 auto_split_interval: float = 10.0, max_segments: int = 64, prune_interval: float = 0.0,
-                 sealed_retention: float = 3600.0) -> None:
+    def __init__(
+        self,
+        topic: str,
+        store: ScalableTopicStore,
+        ops: SegmentOps,
+        lease: LeaseSource,
+        broker_url: str,
+        *,
+        grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        step_hook: StepHook | None = None,
+        auto_split_rate: float = 0.0,
+        auto_split_interval: float = 10.0,
+        max_segments: int = 64,
+        prune_interval: float = 0.0,
+        sealed_retention: float = 3600.0,
+    ) -> None:
         keys.split_topic(topic)
         self.topic = topic
         self.store = store
@@ -200,8 +216,10 @@ class ScalableTopicController:
         await self._set_leader("")
 
     def guard(self) -> list[Compare]:
-        return [Compare.value(self._ctl, "==", self.broker_url.encode()),
-                Compare.lease(self._ctl, "==", self._lease_at_election)]
+        return [
+            Compare.value(self._ctl, "==", self.broker_url.encode()),
+            Compare.lease(self._ctl, "==", self._lease_at_election),
+        ]
 
     async def wait_leader(self, timeout: float = 10.0) -> str:
         """The leader's URL once there is one."""
@@ -209,7 +227,7 @@ class ScalableTopicController:
         deadline = loop.time() + timeout
         while not self.leader_url:
             self.changed.clear()
-            async with asyncio.timeout(max(0.0, deadline - loop.time())):   # not wait_for (gh-86296)
+            async with asyncio.timeout(max(0.0, deadline - loop.time())):  # not wait_for (gh-86296)
                 await self.changed.wait()
         return self.leader_url
 
@@ -219,7 +237,9 @@ class ScalableTopicController:
             return False
         result = await self.store.metadata.txn(
             [Compare.version(self._ctl, "==", 0)],
-            [Op.put(self._ctl, self.broker_url.encode(), lease=lease)], [Op.get(self._ctl)])
+            [Op.put(self._ctl, self.broker_url.encode(), lease=lease)],
+            [Op.get(self._ctl)],
+        )
         if result.succeeded:
             self._lease_at_election = lease
             await self._set_leader(self.broker_url)
@@ -275,10 +295,12 @@ class ScalableTopicController:
             await self._on_elected()  # on failure the election loop retries (the key is still ours)
             if self.auto_split_rate > 0 and (self._auto_task is None or self._auto_task.done()):
                 self._auto_task = asyncio.get_running_loop().create_task(
-                    self._auto_split_loop(), name=f"scalable-autosplit-{self.topic}")
+                    self._auto_split_loop(), name=f"scalable-autosplit-{self.topic}"
+                )
             if self.prune_interval > 0 and (self._prune_task is None or self._prune_task.done()):
                 self._prune_task = asyncio.get_running_loop().create_task(
-                    self._prune_loop(), name=f"scalable-prune-{self.topic}")
+                    self._prune_loop(), name=f"scalable-prune-{self.topic}"
+                )
             self._drained_since.clear()  # retention is counted by the leader that prunes
         self.leader_url = url
         self.is_leader = becoming
@@ -331,14 +353,31 @@ class ScalableTopicController:
             parents = list(target.segment(children[0]).parent_ids)
             return await self._operate("merge", parents, children, stored.layout, stored.version, target)
 
-    async def _operate(self, kind: str, parents: list[int], children: list[int], current: SegmentLayout,
-                       version: int, target: SegmentLayout) -> SegmentLayout:
-        record = {"op": kind, "parentIds": parents, "childIds": children, "fromEpoch": current.epoch,
-                  "step": "create", "layout": target.to_metadata()}
+    async def _operate(
+        self,
+        kind: str,
+        parents: list[int],
+        children: list[int],
+        current: SegmentLayout,
+        version: int,
+        target: SegmentLayout,
+    ) -> SegmentLayout:
+        record = {
+            "op": kind,
+            "parentIds": parents,
+            "childIds": children,
+            "fromEpoch": current.epoch,
+            "step": "create",
+            "layout": target.to_metadata(),
+        }
         result = await self.store.metadata.txn(
-            [*self.guard(), Compare.version(self._op_key, "==", 0),
-             Compare.version(keys.scalable_topic(self.topic), "==", version)],
-            [Op.put(self._op_key, dump_json(record))])
+            [
+                *self.guard(),
+                Compare.version(self._op_key, "==", 0),
+                Compare.version(keys.scalable_topic(self.topic), "==", version),
+            ],
+            [Op.put(self._op_key, dump_json(record))],
+        )
         if not result.succeeded:
             raise LayoutConflictError(f"{kind} of {self.topic}: the layout changed or an operation is in progress")
         await self._step("intent")
@@ -360,8 +399,9 @@ class ScalableTopicController:
         await self._step("children_created")
         if record["step"] != "terminate":
             record = {**record, "step": "terminate"}
-            result = await self.store.metadata.txn([*self.guard(), Compare.version(self._op_key, ">", 0)],
-                                                   [Op.put(self._op_key, dump_json(record))])
+            result = await self.store.metadata.txn(
+                [*self.guard(), Compare.version(self._op_key, ">", 0)], [Op.put(self._op_key, dump_json(record))]
+            )
             if not result.succeeded:
                 raise NotLeaderError(f"lost the controller leadership of {self.topic} during a {record['op']}")
         await self._step("terminate_marked")
@@ -370,14 +410,24 @@ class ScalableTopicController:
             await self.ops.terminate_segment(segment_topic_name(self.topic, p))
         await self._step("parents_terminated")
         # 4. compare-and-swap the layout, dropping the record in the same transaction
-        ok = await self.store.cas_layout(self.topic, layout_version, target,
-                                         compare=[*self.guard(), Compare.version(self._op_key, ">", 0)],
-                                         ops=[Op.delete(self._op_key)])
+        ok = await self.store.cas_layout(
+            self.topic,
+            layout_version,
+            target,
+            compare=[*self.guard(), Compare.version(self._op_key, ">", 0)],
+            ops=[Op.delete(self._op_key)],
+        )
         if not ok:
             raise LayoutConflictError(f"{record['op']} of {self.topic}: the layout CAS failed")
         await self._step("layout_updated")
-        log.info("%s of %s: segments %s sealed, %s active (epoch %d)", record["op"], self.topic,
-                 record["parentIds"], record["childIds"], target.epoch)
+        log.info(
+            "%s of %s: segments %s sealed, %s active (epoch %d)",
+            record["op"],
+            self.topic,
+            record["parentIds"],
+            record["childIds"],
+            target.epoch,
+        )
         # 5. notify
         self.layout = target
         await self._notify(target)
@@ -398,12 +448,12 @@ class ScalableTopicController:
             await self.store.metadata.txn(self.guard(), [Op.delete(self._op_key)])
             return
         if record.get("step") == "terminate":
-            log.warning("completing the interrupted %s of %s (parents %s)", record["op"], self.topic,
-                        record["parentIds"])
+            log.warning(
+                "completing the interrupted %s of %s (parents %s)", record["op"], self.topic, record["parentIds"]
+            )
             await self._roll_forward(record, stored.version)
             return
-        log.warning("rolling back the interrupted %s of %s (children %s)", record["op"], self.topic,
-                    record["childIds"])
+        log.warning("rolling back the interrupted %s of %s (children %s)", record["op"], self.topic, record["childIds"])
         target = SegmentLayout.from_metadata(record["layout"])
         for cid in record["childIds"]:
             await self.ops.delete_segment(segment_topic_name(self.topic, target.segment(cid)))
@@ -441,8 +491,10 @@ class ScalableTopicController:
         subs = stats.get("subscriptions")
         if not stats.get("terminated") or not isinstance(subs, dict) or int(stats.get("consumers", 0)):
             return False
-        return all(int(s.get("backlog", 1)) == 0 and int(s.get("unacked", 0)) == 0 and not int(s.get("consumers", 0))
-                   for s in subs.values())
+        return all(
+            int(s.get("backlog", 1)) == 0 and int(s.get("unacked", 0)) == 0 and not int(s.get("consumers", 0))
+            for s in subs.values()
+        )
 
     async def prune_tick(self, now: float) -> list[int]:
         """Prune every sealed segment that may go (module docstring), oldest first; their ids."""
@@ -454,8 +506,10 @@ class ScalableTopicController:
             await self._delete_revived(now)
             stored = await self.store.require(self.topic)
             layout, version = stored.layout, stored.version
-            sealed = sorted((s for s in layout.segments.values() if not s.is_active),
-                            key=lambda s: (s.sealed_at_epoch, s.segment_id))
+            sealed = sorted(
+                (s for s in layout.segments.values() if not s.is_active),
+                key=lambda s: (s.sealed_at_epoch, s.segment_id),
+            )
             for seg in sealed:
                 sid = seg.segment_id
                 if not await self._drained_by_all(layout, sid):
@@ -465,16 +519,29 @@ class ScalableTopicController:
                 if now - since < self.sealed_retention or any(p in layout.segments for p in seg.parent_ids):
                     continue  # kept for the retention; or its parents go first (maybe in this look)
                 target = layout.prune_segment(sid)
-                record = {"op": "prune", "segmentId": sid, "segmentTopic": segment_topic_name(self.topic, seg),
-                          "fromEpoch": target.epoch}
-                ok = await self.store.cas_layout(self.topic, version, target,
-                                                 compare=[*self.guard(), Compare.version(self._op_key, "==", 0)],
-                                                 ops=[Op.put(self._op_key, dump_json(record))])
+                record = {
+                    "op": "prune",
+                    "segmentId": sid,
+                    "segmentTopic": segment_topic_name(self.topic, seg),
+                    "fromEpoch": target.epoch,
+                }
+                ok = await self.store.cas_layout(
+                    self.topic,
+                    version,
+                    target,
+                    compare=[*self.guard(), Compare.version(self._op_key, "==", 0)],
+                    ops=[Op.put(self._op_key, dump_json(record))],
+                )
                 if not ok:
                     raise LayoutConflictError(f"prune of segment {sid} of {self.topic}: the layout changed")
                 await self._step(PRUNE_STEP)
-                log.info("segment %d of %s pruned (drained by every subscription for %.0f s; epoch %d)",
-                         sid, self.topic, now - since, target.epoch)
+                log.info(
+                    "segment %d of %s pruned (drained by every subscription for %.0f s; epoch %d)",
+                    sid,
+                    self.topic,
+                    now - since,
+                    target.epoch,
+                )
                 self._drained_since.pop(sid, None)
                 self._pruned[record["segmentTopic"]] = now
                 layout = target
@@ -539,8 +606,13 @@ class ScalableTopicController:
                 busiest = (rate, seg.segment_id)
         if busiest is None or len(active) >= self.max_segments:
             return None
-        log.info("automatic split of segment %d of %s: %.0f msg/s > %.0f", busiest[1], self.topic, busiest[0],
-                 self.auto_split_rate)
+        log.info(
+            "automatic split of segment %d of %s: %.0f msg/s > %.0f",
+            busiest[1],
+            self.topic,
+            busiest[0],
+            self.auto_split_rate,
+        )
         await self.split_segment(busiest[1])
         return busiest[1]
 
@@ -548,9 +620,14 @@ class ScalableTopicController:
 
     def _coordinator(self, sub: str, doc: dict) -> SubscriptionCoordinator:
         assert self.layout is not None
-        coord = SubscriptionCoordinator(self.topic, sub, self.layout, persist=self._persister(sub),
-                                        grace_seconds=self.grace_seconds,
-                                        drained=doc.get("drainedSegments", ()))
+        coord = SubscriptionCoordinator(
+            self.topic,
+            sub,
+            self.layout,
+            persist=self._persister(sub),
+            grace_seconds=self.grace_seconds,
+            drained=doc.get("drainedSegments", ()),
+        )
         self.coordinators[sub] = coord
         return coord
 
@@ -559,11 +636,15 @@ class ScalableTopicController:
             if session is None:
                 ok = await self.store.delete_consumer(self.topic, sub, name, compare=self.guard())
             else:
-                doc = {"consumerName": name, "consumerId": session.consumer_id,
-                       **(session.assignment.to_json() if session.assignment else {})}
+                doc = {
+                    "consumerName": name,
+                    "consumerId": session.consumer_id,
+                    **(session.assignment.to_json() if session.assignment else {}),
+                }
                 ok = await self.store.put_consumer(self.topic, sub, name, doc, compare=self.guard())
             if not ok:
                 raise NotLeaderError(f"lost the controller leadership of {self.topic}", self.leader_url)
+
         return persist
 
     async def create_subscription(self, sub: str, kind: str = STREAM) -> bool:
@@ -580,8 +661,11 @@ class ScalableTopicController:
         layout = (await self.store.require(self.topic)).layout
         for seg in layout.active_segments:
             await self.ops.create_subscription(segment_topic_name(self.topic, seg), sub, segment_sub_type(kind))
-        doc = {"subscription": sub, "type": kind,
-               "drainedSegments": sorted(s for s, i in layout.segments.items() if not i.is_active)}
+        doc = {
+            "subscription": sub,
+            "type": kind,
+            "drainedSegments": sorted(s for s, i in layout.segments.items() if not i.is_active),
+        }
         created = await self.store.put_subscription(self.topic, sub, doc)
         if sub not in self.coordinators:
             self._coordinator(sub, doc if created else (await self.store.subscriptions(self.topic)).get(sub, doc))
@@ -598,8 +682,9 @@ class ScalableTopicController:
                 await self.ops.delete_subscription(segment_topic_name(self.topic, seg), sub)
             return await self.store.delete_subscription(self.topic, sub)
 
-    async def register_consumer(self, sub: str, name: str, consumer_id: int = 0,
-                                listener: Listener | None = None) -> ConsumerAssignment:
+    async def register_consumer(
+        self, sub: str, name: str, consumer_id: int = 0, listener: Listener | None = None
+    ) -> ConsumerAssignment:
         """PIP-468's registerConsumer (ordered consumers): the consumer's segment assignment."""
         keys.check_name("consumer", name)
         self._check_leader()
@@ -640,8 +725,9 @@ class ScalableTopicController:
         kv = await self.store.metadata.get(key)
         doc = json.loads(kv.value) if kv is not None else {"subscription": sub}
         doc["drainedSegments"] = sorted(set(doc.get("drainedSegments", ())) | {segment_id})
-        result = await self.store.metadata.txn([*self.guard(), Compare.version(key, "==", kv.version if kv else 0)],
-                                               [Op.put(key, dump_json(doc))])
+        result = await self.store.metadata.txn(
+            [*self.guard(), Compare.version(key, "==", kv.version if kv else 0)], [Op.put(key, dump_json(doc))]
+        )
         if not result.succeeded:
             raise LayoutConflictError(f"subscription {sub} of {self.topic} changed concurrently; retry")
         return await coord.segment_drained(segment_id)

@@ -90,7 +90,7 @@ class BrokerSegmentOps:
         prefix = keys.topic_subscriptions(topic)
         out = {}
         for kv in await self.metadata.get_prefix(prefix):
-            rest = kv.key[len(prefix):]
+            rest = kv.key[len(prefix) :]
             if "/" not in rest:
                 import json
 
@@ -119,19 +119,41 @@ class BrokerSegmentOps:
         served = self.broker.topics.get(topic)
         if served is None and await self.metadata.get(keys.topic_delivery(topic)) is not None:
             served = await self.broker.topic(topic)
-        out: dict[str, Any] = {"topic": topic, "terminated": await self.is_terminated(topic),
-                               "served_here": served is not None}
+        out: dict[str, Any] = {
+            "topic": topic,
+            "terminated": await self.is_terminated(topic),
+            "served_here": served is not None,
+        }
         if served is None:
             return out
         st = served.stats()
-        subs = {s.name: {"type": s.sub_type, "consumers": s.consumers, "cursor": s.cursor,
-                         "backlog": s.backlog, "unacked": s.unacked} for s in st.subscriptions}
+        subs = {
+            s.name: {
+                "type": s.sub_type,
+                "consumers": s.consumers,
+                "cursor": s.cursor,
+                "backlog": s.backlog,
+                "unacked": s.unacked,
+            }
+            for s in st.subscriptions
+        }
         for name, sub_type in (await self.segment_subscriptions(topic)).items():
             if name not in subs:
                 cursor = await self.metadata.get_json(keys.subscription_cursor(topic, name))
                 cursor = cursor if isinstance(cursor, int) else -1
-                subs[name] = {"type": sub_type, "consumers": 0, "cursor": cursor,
-                              "backlog": max(0, served.readable_next - 1 - cursor), "unacked": 0}
-        out.update(messages_in=st.messages_in, bytes_in=st.bytes_in, next_offset=st.next_offset,
-                   producers=st.producers, consumers=st.consumers, subscriptions=subs)
+                subs[name] = {
+                    "type": sub_type,
+                    "consumers": 0,
+                    "cursor": cursor,
+                    "backlog": max(0, served.readable_next - 1 - cursor),
+                    "unacked": 0,
+                }
+        out.update(
+            messages_in=st.messages_in,
+            bytes_in=st.bytes_in,
+            next_offset=st.next_offset,
+            producers=st.producers,
+            consumers=st.consumers,
+            subscriptions=subs,
+        )
         return out

@@ -18,7 +18,6 @@ from typing import Awaitable, Callable, Iterable
 from danube.model.segment_assignment import ConsumerAssignment, assign
 from danube.model.segment_layout import SegmentLayout
 
-
 log = logging.getLogger(__name__)
 
 
@@ -46,9 +45,16 @@ class SubscriptionCoordinator:
     ``persist(name, assignment | None)`` writes (or, with None, deletes) the consumer's persisted
     registration; it is awaited on every membership or assignment change, never on liveness."""
 
-    def __init__(self, topic: str, subscription: str, layout: SegmentLayout, *,
-                 persist: Callable[[str, ConsumerSession | None], Awaitable[None]],
-                 grace_seconds: float, drained: Iterable[int] = ()) -> None:
+    def __init__(
+        self,
+        topic: str,
+        subscription: str,
+        layout: SegmentLayout,
+        *,
+        persist: Callable[[str, ConsumerSession | None], Awaitable[None]],
+        grace_seconds: float,
+        drained: Iterable[int] = (),
+    ) -> None:
         self.topic = topic
         self.subscription = subscription
         self.layout = layout
@@ -69,8 +75,9 @@ class SubscriptionCoordinator:
 
     # ------------------------------------------------------------ membership
 
-    async def add_consumer(self, name: str, consumer_id: int = 0,
-                           listener: Listener | None = None) -> ConsumerAssignment:
+    async def add_consumer(
+        self, name: str, consumer_id: int = 0, listener: Listener | None = None
+    ) -> ConsumerAssignment:
         """Register (or reconnect) ``name``; returns its assignment.  A reconnect within the grace
         period keeps the assignment and disturbs nobody."""
         async with self._lock:
@@ -159,8 +166,13 @@ class SubscriptionCoordinator:
         if session is None or session.connected or self._closed:
             return
         session.timer = None
-        log.info("consumer %s of %s/%s did not come back within %.1fs: its segments are redistributed",
-                 name, self.topic, self.subscription, self.grace_seconds)
+        log.info(
+            "consumer %s of %s/%s did not come back within %.1fs: its segments are redistributed",
+            name,
+            self.topic,
+            self.subscription,
+            self.grace_seconds,
+        )
         task = asyncio.get_running_loop().create_task(self.remove_consumer(name))
         task.add_done_callback(_log_failure)
 

@@ -55,7 +55,8 @@ class ScalableTopicStore:
         key = keys.scalable_topic(topic)
         result = await self.metadata.txn(
             [Compare.version(key, "==", 0), Compare.version(keys.topic_delivery(topic), "==", 0)],
-            [Op.put(key, layout.to_json())])
+            [Op.put(key, layout.to_json())],
+        )
         if not result.succeeded:
             raise AlreadyExistsError(f"topic {topic} already exists")
         stored = await self.load(topic)
@@ -74,27 +75,34 @@ class ScalableTopicStore:
             raise NotFoundError(f"scalable topic {topic} does not exist")
         return stored
 
-    async def cas_layout(self, topic: str, expected_version: int, layout: SegmentLayout, *,
-                         compare: Sequence[Compare] = (), ops: Sequence[Op] = ()) -> bool:
+    async def cas_layout(
+        self,
+        topic: str,
+        expected_version: int,
+        layout: SegmentLayout,
+        *,
+        compare: Sequence[Compare] = (),
+        ops: Sequence[Op] = (),
+    ) -> bool:
         """Replace the layout iff its key is still at ``expected_version`` (and ``compare`` holds)."""
         layout.validate()
         key = keys.scalable_topic(topic)
-        result = await self.metadata.txn([Compare.version(key, "==", expected_version), *compare],
-                                         [Op.put(key, layout.to_json()), *ops])
+        result = await self.metadata.txn(
+            [Compare.version(key, "==", expected_version), *compare], [Op.put(key, layout.to_json()), *ops]
+        )
         return result.succeeded
 
     async def delete(self, topic: str) -> bool:
         """Remove the layout and everything under it (controller, operation, subscriptions, sessions)."""
         key = keys.scalable_topic(topic)
-        result = await self.metadata.txn([Compare.version(key, ">", 0)],
-                                         [Op.delete(key), Op.delete_prefix(key + "/")])
+        result = await self.metadata.txn([Compare.version(key, ">", 0)], [Op.delete(key), Op.delete_prefix(key + "/")])
         return result.succeeded
 
     async def list(self, namespace: str) -> list[str]:
         prefix = keys.scalable_namespace_prefix(namespace)
         out = []
         for kv in await self.metadata.get_prefix(prefix):
-            rest = kv.key[len(prefix):]
+            rest = kv.key[len(prefix) :]
             if "/" in rest:
                 continue
             try:
@@ -128,26 +136,26 @@ class ScalableTopicStore:
         prefix = keys.scalable_subscriptions(topic)
         out = {}
         for kv in await self.metadata.get_prefix(prefix):
-            rest = kv.key[len(prefix):]
+            rest = kv.key[len(prefix) :]
             if "/" not in rest:
                 out[rest] = json.loads(kv.value)
         return out
 
     async def delete_subscription(self, topic: str, sub: str) -> bool:
         key = keys.scalable_subscription(topic, sub)
-        result = await self.metadata.txn([Compare.version(key, ">", 0)],
-                                         [Op.delete(key), Op.delete_prefix(key + "/")])
+        result = await self.metadata.txn([Compare.version(key, ">", 0)], [Op.delete(key), Op.delete_prefix(key + "/")])
         return result.succeeded
 
-    async def put_consumer(self, topic: str, sub: str, name: str, doc: dict[str, Any], *,
-                           compare: Sequence[Compare] = ()) -> bool:
+    async def put_consumer(
+        self, topic: str, sub: str, name: str, doc: dict[str, Any], *, compare: Sequence[Compare] = ()
+    ) -> bool:
         key = keys.scalable_consumer(topic, sub, name)
         result = await self.metadata.txn(list(compare), [Op.put(key, dump_json(doc))])
         return result.succeeded
 
     async def consumers(self, topic: str, sub: str) -> dict[str, dict]:
         prefix = keys.scalable_consumers(topic, sub)
-        return {kv.key[len(prefix):]: json.loads(kv.value) for kv in await self.metadata.get_prefix(prefix)}
+        return {kv.key[len(prefix) :]: json.loads(kv.value) for kv in await self.metadata.get_prefix(prefix)}
 
     async def delete_consumer(self, topic: str, sub: str, name: str, *, compare: Sequence[Compare] = ()) -> bool:
         result = await self.metadata.txn(list(compare), [Op.delete(keys.scalable_consumer(topic, sub, name))])

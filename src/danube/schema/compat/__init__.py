@@ -26,8 +26,9 @@ DEFAULT_JSON_SCHEMA_RULE = "danube"
 def normalize_json_schema_rule(rule: str | None) -> str:
     r = (rule or DEFAULT_JSON_SCHEMA_RULE).strip().lower().replace("-", "_")
     if r not in JSON_SCHEMA_RULES:
-        raise InvalidSchemaError(f"unknown JSON Schema compatibility rule {rule!r}; "
-                                 f"expected one of {', '.join(JSON_SCHEMA_RULES)}")
+        raise InvalidSchemaError(
+            f"unknown JSON Schema compatibility rule {rule!r}; expected one of {', '.join(JSON_SCHEMA_RULES)}"
+        )
     return r
 
 
@@ -59,7 +60,7 @@ def check(latest: ParsedSchema, new: ParsedSchema, mode: str, json_rule: str = D
         return json_schema.check(latest, new, mode)
     can_read = _reader_check(new.schema_type, json_rule)
     if can_read is None:
-        return []          # bytes, string, number: nothing to evolve
+        return []  # bytes, string, number: nothing to evolve
     reasons: list[str] = []
     if mode in ("backward", "full"):
         reasons += [f"backward: {r}" for r in can_read(new, latest)]

@@ -9,9 +9,14 @@ from __future__ import annotations
 from danube.schema.types import ParsedSchema
 
 _PROMOTIONS = {
-    ("int", "long"), ("int", "float"), ("int", "double"),
-    ("long", "float"), ("long", "double"), ("float", "double"),
-    ("string", "bytes"), ("bytes", "string"),
+    ("int", "long"),
+    ("int", "float"),
+    ("int", "double"),
+    ("long", "float"),
+    ("long", "double"),
+    ("float", "double"),
+    ("string", "bytes"),
+    ("bytes", "string"),
 }
 _PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
 
@@ -52,7 +57,7 @@ class _Resolver:
         if isinstance(s, dict) and isinstance(s.get("type"), (dict, list)) and "name" not in s:
             return self._deref(s["type"], named)
         if isinstance(s, dict) and s.get("type") in _PRIMITIVES and len(s) >= 1 and "name" not in s:
-            return s["type"]   # {"type": "long", "logicalType": ...} resolves as its base type
+            return s["type"]  # {"type": "long", "logicalType": ...} resolves as its base type
         return s
 
     def matches(self, r, w) -> bool:
@@ -73,8 +78,10 @@ class _Resolver:
             for branch in w:
                 if rk == "union":
                     if not any(self.matches(rb, branch) for rb in r):
-                        self.reasons.append(f"{where}: the writer's union branch {_describe(branch)} "
-                                            f"matches no branch of the reader's union")
+                        self.reasons.append(
+                            f"{where}: the writer's union branch {_describe(branch)} "
+                            f"matches no branch of the reader's union"
+                        )
                 else:
                     self.resolve(r, branch, path)
             return
@@ -97,11 +104,15 @@ class _Resolver:
                 return
         if rk == "fixed":
             if r.get("size") != w.get("size"):
-                self.reasons.append(f"{where}: fixed {r.get('name')} size {w.get('size')} cannot be read as size {r.get('size')}")
+                self.reasons.append(
+                    f"{where}: fixed {r.get('name')} size {w.get('size')} cannot be read as size {r.get('size')}"
+                )
         elif rk == "enum":
             missing = [s for s in w.get("symbols", []) if s not in r.get("symbols", [])]
             if missing and "default" not in r:
-                self.reasons.append(f"{where}: enum {r.get('name')} lacks the writer's symbols {missing} and has no default")
+                self.reasons.append(
+                    f"{where}: enum {r.get('name')} lacks the writer's symbols {missing} and has no default"
+                )
         elif rk == "array":
             self.resolve(r["items"], w["items"], f"{path}[]")
         elif rk == "map":
@@ -109,7 +120,7 @@ class _Resolver:
         elif rk in ("record", "error"):
             key = (r.get("name", ""), w.get("name", ""))
             if key in self.seen:
-                return            # recursive type already being resolved
+                return  # recursive type already being resolved
             self.seen.add(key)
             wfields = {f["name"]: f for f in w.get("fields", [])}
             for f in r.get("fields", []):
@@ -122,7 +133,9 @@ class _Resolver:
                             break
                 if wf is None:
                     if "default" not in f:
-                        self.reasons.append(f"field '{fpath}' is missing in the writer's schema and has no default in the reader's")
+                        self.reasons.append(
+                            f"field '{fpath}' is missing in the writer's schema and has no default in the reader's"
+                        )
                     continue
                 self.resolve(f["type"], wf["type"], fpath)
 

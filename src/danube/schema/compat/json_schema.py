@@ -47,8 +47,9 @@ def _type_changes(old, new, direction: str) -> list[str]:
         new_prop = new_props.get(name)
         if isinstance(old_prop, dict) and isinstance(new_prop, dict) and "type" in old_prop and "type" in new_prop:
             if old_prop["type"] != new_prop["type"]:
-                reasons.append(f"{direction}: type of property '{name}' changed from "
-                               f"{old_prop['type']!r} to {new_prop['type']!r}")
+                reasons.append(
+                    f"{direction}: type of property '{name}' changed from {old_prop['type']!r} to {new_prop['type']!r}"
+                )
     return reasons
 
 
@@ -56,8 +57,11 @@ def _backward(old, new) -> list[str]:
     old_props, new_props = _properties(old) or {}, _properties(new) or {}
     old_required, new_required = _required(old), _required(new)
     reasons = [f"backward: required property '{name}' removed" for name in old_required if name not in new_props]
-    reasons += [f"backward: optional property '{name}' made required" for name in new_required
-                if name in old_props and name not in old_required]
+    reasons += [
+        f"backward: optional property '{name}' made required"
+        for name in new_required
+        if name in old_props and name not in old_required
+    ]
     return reasons + _type_changes(old, new, "backward")
 
 

@@ -18,8 +18,21 @@ import json
 
 from danube.schema.types import ParsedSchema
 
-_STRUCTURAL = {"type", "properties", "required", "additionalProperties", "items", "enum",
-               "title", "description", "$schema", "$id", "default", "examples", "$comment"}
+_STRUCTURAL = {
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "enum",
+    "title",
+    "description",
+    "$schema",
+    "$id",
+    "default",
+    "examples",
+    "$comment",
+}
 
 
 def can_read(reader: ParsedSchema, writer: ParsedSchema) -> list[str]:
@@ -31,17 +44,17 @@ def can_read(reader: ParsedSchema, writer: ParsedSchema) -> list[str]:
 def _types(s: dict) -> set[str] | None:
     t = s.get("type")
     if t is None:
-        return None                      # any type
+        return None  # any type
     types = {t} if isinstance(t, str) else set(t)
     if "number" in types:
-        types.add("integer")             # number includes integer
+        types.add("integer")  # number includes integer
     return types
 
 
 def _check(r, w, path: str, reasons: list[str]) -> None:
     where = path or "root"
     if r is True or r == {}:
-        return                           # the reader accepts anything
+        return  # the reader accepts anything
     if w is True or w == {}:
         if r is not True:
             reasons.append(f"{where}: the writer allows any value, the reader restricts it")
@@ -87,8 +100,10 @@ def _check(r, w, path: str, reasons: list[str]) -> None:
             # the writer may have written anything under a name the reader now types
             if rprops[name] not in (True, {}):
                 if w_additional is True:
-                    reasons.append(f"{where}: property '{name}' added with a type, but the writer allows "
-                                   "any value under additional properties")
+                    reasons.append(
+                        f"{where}: property '{name}' added with a type, but the writer allows "
+                        "any value under additional properties"
+                    )
                 else:
                     _check(rprops[name], w_additional, f"{path}.{name}" if path else name, reasons)
     if "items" in r or "items" in w:

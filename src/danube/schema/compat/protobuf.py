@@ -16,8 +16,13 @@ from google.protobuf.descriptor import FieldDescriptor as F
 from danube.schema.types import ParsedSchema, protobuf_main_message
 
 _VARINT = {F.TYPE_INT32, F.TYPE_UINT32, F.TYPE_INT64, F.TYPE_UINT64, F.TYPE_BOOL, F.TYPE_ENUM}
-_GROUPS = [_VARINT, {F.TYPE_SINT32, F.TYPE_SINT64}, {F.TYPE_FIXED32, F.TYPE_SFIXED32},
-           {F.TYPE_FIXED64, F.TYPE_SFIXED64}, {F.TYPE_STRING, F.TYPE_BYTES}]
+_GROUPS = [
+    _VARINT,
+    {F.TYPE_SINT32, F.TYPE_SINT64},
+    {F.TYPE_FIXED32, F.TYPE_SFIXED32},
+    {F.TYPE_FIXED64, F.TYPE_SFIXED64},
+    {F.TYPE_STRING, F.TYPE_BYTES},
+]
 _NAMES = {v: k[5:].lower() for k, v in vars(F).items() if k.startswith("TYPE_")}
 
 
@@ -58,8 +63,10 @@ def _message(r, w, seen: set, reasons: list[str]) -> None:
             reasons.append(f"{where}: type {_NAMES.get(wf.type)} cannot be read as {_NAMES.get(rf.type)}")
         rrep, wrep = _repeated(rf), _repeated(wf)
         if rrep != wrep:
-            reasons.append(f"{where}: {'repeated' if wrep else 'singular'} in the writer, "
-                           f"{'repeated' if rrep else 'singular'} in the reader")
+            reasons.append(
+                f"{where}: {'repeated' if wrep else 'singular'} in the writer, "
+                f"{'repeated' if rrep else 'singular'} in the reader"
+            )
         r_oneof = rf.containing_oneof is not None and not _synthetic(rf.containing_oneof)
         w_oneof = wf.containing_oneof is not None and not _synthetic(wf.containing_oneof)
         if r_oneof != w_oneof:

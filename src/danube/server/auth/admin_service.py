@@ -99,8 +99,11 @@ class SecurityAdmin:
     @_json_method
     async def Unbind(self, doc):
         await self.authorizer.unbind(str(doc.get("subject", "")), _strings(doc, "roles"))
-        log.info("security: binding of %r changed (%s removed)", doc.get("subject"),
-                 ", ".join(_strings(doc, "roles")) or "all roles")
+        log.info(
+            "security: binding of %r changed (%s removed)",
+            doc.get("subject"),
+            ", ".join(_strings(doc, "roles")) or "all roles",
+        )
         return {}
 
 
@@ -109,6 +112,10 @@ METHODS = ("ListRoles", "PutRole", "DeleteRole", "ListBindings", "Bind", "Unbind
 
 def add_to_server(server, authorizer: Authorizer) -> None:
     service = SecurityAdmin(authorizer)
-    handlers = {name: grpc.unary_unary_rpc_method_handler(
-        getattr(service, name), request_deserializer=None, response_serializer=_encode) for name in METHODS}
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            getattr(service, name), request_deserializer=None, response_serializer=_encode
+        )
+        for name in METHODS
+    }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import grpc
 
 from danube.errors import AuthenticationError, DanubeError
-from danube.server import status as status_map
 from danube.security.rbac import ANY_RESOURCE, BROKER_PRINCIPAL, CLUSTER, Authorizer
 from danube.security.tls import identity_of
+from danube.server import status as status_map
 
 if TYPE_CHECKING:
     from danube.broker.service import BrokerService
@@ -42,9 +42,10 @@ _BEARER = "bearer "
 
 # ---------------------------------------------------------------- resources of requests
 
+
 def _producer_topic(broker: BrokerService, producer_id: int) -> str | None:
     topic = broker.producer_topic(producer_id)
-    if topic is None:   # a producer known from metadata, not yet reopened after a restart
+    if topic is None:  # a producer known from metadata, not yet reopened after a restart
         topic = broker.registered_topic("producer", producer_id)
     return topic
 
@@ -87,8 +88,10 @@ RULES: dict[str, tuple[str | None, Resolver | None]] = {
     "/danube.ProducerService/CreateProducer": ("produce", lambda r, b: r.topic_name),
     # a producer not served here is forwarded (proxy mode) only to the topic the message names, and
     # only once the owner confirmed the id belongs to that topic (danube.cluster.client_proxy)
-    "/danube.ProducerService/SendMessage": ("produce", lambda r, b: _producer_topic(b, r.msg_id.producer_id)
-                                            or r.msg_id.topic_name or None),
+    "/danube.ProducerService/SendMessage": (
+        "produce",
+        lambda r, b: _producer_topic(b, r.msg_id.producer_id) or r.msg_id.topic_name or None,
+    ),
     "/danube.ConsumerService/Subscribe": ("consume", lambda r, b: r.topic_name),
     "/danube.ConsumerService/ReceiveMessages": ("consume", lambda r, b: _consumer_topic(b, r.consumer_id)),
     "/danube.ConsumerService/Ack": ("consume", lambda r, b: r.msg_id.topic_name),
@@ -132,7 +135,7 @@ def rule_for(method: str) -> tuple[str | None, Resolver | None]:
         return rule
     if method.startswith(_ADMIN_PREFIX):
         return "admin", _admin_resource
-    return "admin", lambda r, b: CLUSTER   # default-deny: an unknown method is for admins only
+    return "admin", lambda r, b: CLUSTER  # default-deny: an unknown method is for admins only
 
 
 # Streaming requests: each message's (permission, resource), or None when it names nothing new.
@@ -152,7 +155,7 @@ def _publish_resource(request, broker, seen: set) -> tuple[str, str | None] | No
     if resource is None:
         resource = _producer_topic(broker, request.producer_id)
         if resource is None:
-            seen.discard(key)   # unknown: the broker answers NOT_FOUND; check again next time
+            seen.discard(key)  # unknown: the broker answers NOT_FOUND; check again next time
             return None
     return "produce", resource
 
@@ -168,7 +171,7 @@ def _consume_resource(request, broker, seen: set) -> tuple[str, str | None] | No
         consumer_id = request.ack.consumer_id
     elif kind == "nack":
         consumer_id = request.nack.consumer_id
-    if not consumer_id or consumer_id in seen:   # 0 = this stream's consumer, already checked
+    if not consumer_id or consumer_id in seen:  # 0 = this stream's consumer, already checked
         return None
     topic = _consumer_topic(broker, consumer_id)
     if topic is None:
@@ -185,13 +188,15 @@ STREAM_RULES = {
 
 # ---------------------------------------------------------------- the guard
 
+
 class _Denied(Exception):
     """Raised inside a checked request stream; the wrapper turns it into the call's status."""
 
 
 class CallGuard:
-    def __init__(self, *, verifier=None, authorizer: Authorizer | None, broker,
-                 accept_client_certificates: bool = False) -> None:
+    def __init__(
+        self, *, verifier=None, authorizer: Authorizer | None, broker, accept_client_certificates: bool = False
+    ) -> None:
         self.verifier = verifier
         self.authorizer = authorizer
         self.broker = broker
@@ -213,16 +218,20 @@ class CallGuard:
         if self.accept_client_certificates and cert_of is not None:
             name = identity_of(cert_of())
             if name == BROKER_PRINCIPAL:
-                raise AuthenticationError(f"the subject {BROKER_PRINCIPAL!r} is reserved for the brokers' own "
-                                          "tokens; a client certificate cannot claim it")
+                raise AuthenticationError(
+                    f"the subject {BROKER_PRINCIPAL!r} is reserved for the brokers' own "
+                    "tokens; a client certificate cannot claim it"
+                )
             if name:
                 return name
         if token:
-            raise AuthenticationError("this broker does not accept JWTs (no auth.jwt configured); "
-                                      "use a client certificate")
+            raise AuthenticationError(
+                "this broker does not accept JWTs (no auth.jwt configured); use a client certificate"
+            )
         if self.verifier is not None:
-            raise AuthenticationError("no credentials: send the metadata 'authorization: Bearer <jwt>' "
-                                      "(danube admin security tokens create)")
+            raise AuthenticationError(
+                "no credentials: send the metadata 'authorization: Bearer <jwt>' (danube admin security tokens create)"
+            )
         raise AuthenticationError("no credentials: connect with a client certificate signed by the broker's CA")
 
     def check(self, principal: str, permission: str | None, resource) -> None:
@@ -289,6 +298,7 @@ class CallGuard:
                                 denied.append(exc)
                                 raise _Denied() from None
                     yield request
+
             return gen()
 
         async def start(request_iterator, context):
@@ -372,6 +382,7 @@ def _peer(context) -> str:
 
 # ---------------------------------------------------------------- the two servers
 
+
 class _WrappingGeneric(grpc.GenericRpcHandler):
     def __init__(self, inner, guard: CallGuard, cert_lookup) -> None:
         self._inner = inner
@@ -400,13 +411,18 @@ class GuardedRegistrar:
         self._cert_lookup = cert_lookup
 
     def add_registered_method_handlers(self, service_name: str, method_handlers: dict) -> None:
-        self._server.add_registered_method_handlers(service_name, {
-            name: self._guard.wrap(f"/{service_name}/{name}", handler, self._cert_lookup)
-            for name, handler in method_handlers.items()})
+        self._server.add_registered_method_handlers(
+            service_name,
+            {
+                name: self._guard.wrap(f"/{service_name}/{name}", handler, self._cert_lookup)
+                for name, handler in method_handlers.items()
+            },
+        )
 
     def add_generic_rpc_handlers(self, generic_rpc_handlers) -> None:
         self._server.add_generic_rpc_handlers(
-            [_WrappingGeneric(g, self._guard, self._cert_lookup) for g in generic_rpc_handlers])
+            [_WrappingGeneric(g, self._guard, self._cert_lookup) for g in generic_rpc_handlers]
+        )
 
     def __getattr__(self, name: str):
         return getattr(self._server, name)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from danube.server.auth.guard import CallGuard, GuardedRegistrar, GuardInterceptor, _grpc_auth_context
 from danube.security.rbac import BROKER_PRINCIPAL, CLUSTER, Authorizer
 from danube.security.settings import AuthSettings
+from danube.server.auth.guard import CallGuard, GuardedRegistrar, GuardInterceptor, _grpc_auth_context
 
 if TYPE_CHECKING:
     from danube.broker.service import BrokerService
@@ -28,10 +28,13 @@ class Security:
         self.broker = broker
         settings.check_files()
         super_admins = tuple(settings.super_admins)
-        if settings.jwt is not None:   # the brokers' own tokens (danube.cluster.peers)
+        if settings.jwt is not None:  # the brokers' own tokens (danube.cluster.peers)
             super_admins += (BROKER_PRINCIPAL,)
-        self.authorizer = Authorizer(metadata, super_admins=super_admins,
-                                     refresh_s=settings.rbac_refresh_seconds if settings.authenticating else 0.0)
+        self.authorizer = Authorizer(
+            metadata,
+            super_admins=super_admins,
+            refresh_s=settings.rbac_refresh_seconds if settings.authenticating else 0.0,
+        )
         from danube.cluster.peers import Peers
 
         broker.peers = Peers(settings, broker_id=broker.broker_id)
@@ -42,18 +45,21 @@ class Security:
                 from danube.security.jwt import TokenVerifier
 
                 verifier = TokenVerifier(settings.jwt.secret_key, issuer=settings.jwt.issuer)
-            self.guard = CallGuard(verifier=verifier, authorizer=self.authorizer, broker=broker,
-                                   accept_client_certificates=settings.mtls)
+            self.guard = CallGuard(
+                verifier=verifier, authorizer=self.authorizer, broker=broker, accept_client_certificates=settings.mtls
+            )
         self._ssl_context = None
         self._grpc_credentials = None
         if settings.tls_enabled:
             from danube.security import tls
 
             t = settings.tls
-            self._ssl_context = tls.server_ssl_context(t.cert_file, t.key_file, ca_file=t.ca_file,
-                                                       verify_client=t.verify_client)
-            self._grpc_credentials = tls.server_credentials(t.cert_file, t.key_file, ca_file=t.ca_file,
-                                                            verify_client=t.verify_client)
+            self._ssl_context = tls.server_ssl_context(
+                t.cert_file, t.key_file, ca_file=t.ca_file, verify_client=t.verify_client
+            )
+            self._grpc_credentials = tls.server_credentials(
+                t.cert_file, t.key_file, ca_file=t.ca_file, verify_client=t.verify_client
+            )
 
     async def start(self) -> None:
         await self.authorizer.start()
@@ -61,8 +67,10 @@ class Security:
         if self.broker.cluster is not None:
             self._check_cluster_identity()
         if self.settings.jwt is not None and not self.settings.tls_enabled:
-            log.warning("security: JWTs are accepted over plain text (auth.mode none): a token can be read off "
-                        "the network and replayed; set auth.mode tls with auth.tls")
+            log.warning(
+                "security: JWTs are accepted over plain text (auth.mode none): a token can be read off "
+                "the network and replayed; set auth.mode tls with auth.tls"
+            )
 
     def _check_cluster_identity(self) -> None:
         """What would make calls to other brokers fail, said at start-up rather than at the first
@@ -72,17 +80,23 @@ class Security:
 
         settings = self.settings
         if settings.tls_enabled and not settings.tls.ca_file:
-            log.warning("security: auth.tls.ca_file is not set, so this broker verifies the other brokers' "
-                        "certificates against the system's CAs only; set it to the CA that signed them")
+            log.warning(
+                "security: auth.tls.ca_file is not set, so this broker verifies the other brokers' "
+                "certificates against the system's CAs only; set it to the CA that signed them"
+            )
         if not settings.mtls or settings.jwt is not None:
             return
         subject = certificate_subject(settings.tls.cert_file)
         if subject is None:
             log.warning("security: cannot read the common name of %s; %s", settings.tls.cert_file, MTLS_BROKER_HINT)
         elif not self.authorizer.allowed(subject, "admin", CLUSTER):
-            log.warning("security: this broker's certificate subject %r may not administer the cluster, so other "
-                        "brokers will refuse its calls (forwarded admin requests, unloads, drains) with "
-                        "PERMISSION_DENIED; %s", subject, MTLS_BROKER_HINT)
+            log.warning(
+                "security: this broker's certificate subject %r may not administer the cluster, so other "
+                "brokers will refuse its calls (forwarded admin requests, unloads, drains) with "
+                "PERMISSION_DENIED; %s",
+                subject,
+                MTLS_BROKER_HINT,
+            )
 
     async def stop(self) -> None:
         await self.authorizer.stop()
@@ -93,7 +107,8 @@ class Security:
         """The server to register the client port's services on (the guard in front when on)."""
         if self.guard is None:
             return server
-        if hasattr(server, "peer_certificate"):   # danube's own HTTP/2 server
+        if hasattr(server, "peer_certificate"):  # danube's own HTTP/2 server
+
             def cert_lookup(context):
                 return server.peer_certificate(context.peer())
         else:

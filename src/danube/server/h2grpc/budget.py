@@ -96,8 +96,9 @@ class ReceiveBudget:
 
     def _favour_one(self) -> None:
         favoured = self._favoured
-        if (favoured is not None and favoured.unfinished) or \
-                self._server.buffered_total > self._limits.max_buffered_bytes_total:
+        if (
+            favoured is not None and favoured.unfinished
+        ) or self._server.buffered_total > self._limits.max_buffered_bytes_total:
             return
         for call in self._starved:
             if call.unfinished:
@@ -115,9 +116,12 @@ class ReceiveBudget:
         while self._starved and self._recv_window < quarter:
             victim = min(self._starved, key=lambda c: c.buffered)
             self._starved.discard(victim)
-            self._server.trip("max_buffered_bytes", self.peer,
-                              f"stream {victim.stream_id} answered RESOURCE_EXHAUSTED with {victim.buffered} "
-                              f"bytes of its request held ({self.buffered} on the connection)")
+            self._server.trip(
+                "max_buffered_bytes",
+                self.peer,
+                f"stream {victim.stream_id} answered RESOURCE_EXHAUSTED with {victim.buffered} "
+                f"bytes of its request held ({self.buffered} on the connection)",
+            )
             victim.shed()
 
     def starve(self, call) -> None:
@@ -155,4 +159,3 @@ class ReceiveBudget:
         starved, self._starved = self._starved, set()
         for call in starved:
             call.release_held()
-

@@ -53,20 +53,50 @@ class ServerCall:
     sends_encoded = True
 
     __slots__ = (
-        "_connection", "stream_id", "method", "_handler", "_headers", "_metadata", "_reader", "_messages",
-        "_waiter", "_remote_ended", "_held_credit", "_task", "_headers_sent", "_finished", "_code",
-        "_details", "_trailing_metadata", "_deadline", "_deadline_timer", "_deadline_hit",
-        "_done_callbacks", "_cancelled", "_queued_bytes", "_buffered", "_sink",
+        "_connection",
+        "stream_id",
+        "method",
+        "_handler",
+        "_headers",
+        "_metadata",
+        "_reader",
+        "_messages",
+        "_waiter",
+        "_remote_ended",
+        "_held_credit",
+        "_task",
+        "_headers_sent",
+        "_finished",
+        "_code",
+        "_details",
+        "_trailing_metadata",
+        "_deadline",
+        "_deadline_timer",
+        "_deadline_hit",
+        "_done_callbacks",
+        "_cancelled",
+        "_queued_bytes",
+        "_buffered",
+        "_sink",
     )
 
-    def __init__(self, connection: "GrpcConnection", stream_id: int, method: str, handler: Any,
-                 headers: list, *, receive_limit: int, timeout: float | None) -> None:
+    def __init__(
+        self,
+        connection: "GrpcConnection",
+        stream_id: int,
+        method: str,
+        handler: Any,
+        headers: list,
+        *,
+        receive_limit: int,
+        timeout: float | None,
+    ) -> None:
         self._connection = connection
         self.stream_id = stream_id
         self.method = method
         self._handler = handler
         self._headers = headers
-        self._metadata: tuple | None = None   # built from the headers if a handler asks
+        self._metadata: tuple | None = None  # built from the headers if a handler asks
         self._reader = wire.MessageReader(receive_limit)
         self._messages: collections.deque = collections.deque()
         self._waiter: asyncio.Future | None = None
@@ -85,7 +115,7 @@ class ServerCall:
         self._trailing_metadata: tuple = ()
         self._deadline_hit = False
         self._done_callbacks: list = []
-        self._sink = None   # set_message_sink: request messages go to this callback as they arrive
+        self._sink = None  # set_message_sink: request messages go to this callback as they arrive
         loop = connection.loop
         self._deadline = None if timeout is None else loop.time() + timeout
         self._deadline_timer = None if timeout is None else loop.call_at(self._deadline, self._on_deadline)
@@ -118,7 +148,7 @@ class ServerCall:
         if messages:
             connection.progress += 1
             if self._sink is not None:
-                self._to_sink(messages)   # taken at once: nothing queued, nothing to wake
+                self._to_sink(messages)  # taken at once: nothing queued, nothing to wake
                 if self._finished:
                     connection.return_credit(self.stream_id, flow_controlled)
                     return
@@ -135,13 +165,14 @@ class ServerCall:
             server.buffered_total += delta
         if len(self._messages) > UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
             self._held_credit += flow_controlled
-        elif ((connection.buffered > connection.max_buffered or server.buffered_total > server.max_buffered_total)
-              and not connection.favours(self)):
+        elif (
+            connection.buffered > connection.max_buffered or server.buffered_total > server.max_buffered_total
+        ) and not connection.favours(self):
             self._held_credit += flow_controlled
             connection.starve(self)
         else:
             connection.return_credit(self.stream_id, flow_controlled)
-        if (not self.streaming_request and self._task is None and len(self._messages) > 1):
+        if not self.streaming_request and self._task is None and len(self._messages) > 1:
             self._fail_early(grpc.StatusCode.INTERNAL, "a unary call got more than one request message")
 
     def on_remote_end(self) -> None:
@@ -156,8 +187,10 @@ class ServerCall:
             self._sink(grpc.aio.EOF)
         if self._task is None and not self.streaming_request:
             if len(self._messages) != 1:
-                self._fail_early(grpc.StatusCode.INTERNAL, "a unary call needs exactly one request message, got "
-                                 f"{len(self._messages)}")
+                self._fail_early(
+                    grpc.StatusCode.INTERNAL,
+                    f"a unary call needs exactly one request message, got {len(self._messages)}",
+                )
                 return
             self.start()
 
@@ -250,9 +283,14 @@ class ServerCall:
         observe = self._connection._server.on_status
         if observe is not None:
             observe(self.method, code)
-        self._connection.send_status(self.stream_id, code, details, self._trailing_metadata,
-                                     trailers_only=not self._headers_sent,
-                                     reset_after=not self._remote_ended)
+        self._connection.send_status(
+            self.stream_id,
+            code,
+            details,
+            self._trailing_metadata,
+            trailers_only=not self._headers_sent,
+            reset_after=not self._remote_ended,
+        )
 
     def _fail_early(self, code: grpc.StatusCode, details: str) -> None:
         """A bad request seen while reading it: answer the status, stop the handler."""
@@ -292,8 +330,10 @@ class ServerCall:
         return self._remote_ended and not self._finished and self._task is not None and not self._task.done()
 
     def shed(self) -> None:
-        self._fail_early(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                         "request buffers full: the server holds too many unfinished messages on this connection")
+        self._fail_early(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "request buffers full: the server holds too many unfinished messages on this connection",
+        )
 
     def release_held(self) -> None:
         """The buffer budget has room again: give back the window held for it (unless the

@@ -38,13 +38,13 @@ import grpc
 
 from danube.errors import DanubeError
 from danube.server import status as status_map
-from danube.server.rpc_counts import UNKNOWN_METHOD
 from danube.server.h2grpc import frames, wire
 from danube.server.h2grpc.budget import ReceiveBudget
 from danube.server.h2grpc.call import ServerCall
 from danube.server.h2grpc.frames import FrameError
 from danube.server.h2grpc.headers import HeaderBlockDecoder
 from danube.server.h2grpc.sending import SendSide
+from danube.server.rpc_counts import UNKNOWN_METHOD
 
 if TYPE_CHECKING:
     from danube.server.h2grpc.server import H2Server
@@ -59,7 +59,7 @@ _LINGER_S = 2.0
 # Why reading is paused (bits): the per-read frame budget ran out, or replies are piling up
 # for a peer that does not read.
 _PAUSED_FOR_BUDGET = 1
-_PAUSE_READING_ABOVE = 64 * 1024   # bytes left in the read buffer after a read's budget
+_PAUSE_READING_ABOVE = 64 * 1024  # bytes left in the read buffer after a read's budget
 _PAUSED_FOR_BACKLOG = 2
 _HEADER_FRAMES = (frames.HEADERS, frames.CONTINUATION)
 
@@ -111,7 +111,7 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         self._recv_window = frames.DEFAULT_WINDOW
         self._recv_unacked = 0
         self._recv_target = max(frames.DEFAULT_WINDOW, min(limits.initial_connection_window, limits.connection_window))
-        self._recv_moved = 0   # window granted since the target last grew
+        self._recv_moved = 0  # window granted since the target last grew
         # ... and what we may send it (its SETTINGS and WINDOW_UPDATEs).
         self._send_window = frames.DEFAULT_WINDOW
         self._peer_initial_window = frames.DEFAULT_WINDOW
@@ -121,11 +121,11 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         # cost (frames x streams) otherwise).
         self._pending_window_delta = 0
         self._out: list = []
-        self._out_bytes = 0          # bytes in _out
-        self._send_recorded = 0      # bytes the transport held for the socket at the last look
+        self._out_bytes = 0  # bytes in _out
+        self._send_recorded = 0  # bytes the transport held for the socket at the last look
         self._send_limit = limits.max_send_queued_bytes
         self._frame_limit = min(frames.DEFAULT_MAX_FRAME_SIZE, limits.max_send_frame_bytes)
-        self._blocked: set[int] = set()   # streams whose writer waits on the peer
+        self._blocked: set[int] = set()  # streams whose writer waits on the peer
         self._flush_scheduled = False
         self._window_waiters: list[asyncio.Future] = []
         self._drain_waiter: asyncio.Future | None = None
@@ -134,9 +134,9 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         self._lost = False
         self._broken = False
         self._admitted = False
-        self._closing: asyncio.Transport | None = None   # a transport lingering after our GOAWAY
+        self._closing: asyncio.Transport | None = None  # a transport lingering after our GOAWAY
         self.peer = "unknown"
-        self.peer_address = ""   # the peer's IP: what max_connections_per_peer counts
+        self.peer_address = ""  # the peer's IP: what max_connections_per_peer counts
         # Bumped on every call opened or ended and every whole message in or out: the idle
         # check's measure of progress, and when it last moved (for eviction at the cap).
         self.progress = 0
@@ -144,9 +144,9 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         # Limits (limits.H2Limits) and their counters.
         self.buffered = 0
         self.max_buffered = limits.max_buffered_bytes
-        self._max_block = limits.max_header_list_size * 2   # header block bytes, before decoding
+        self._max_block = limits.max_header_list_size * 2  # header block bytes, before decoding
         self._favoured = None
-        self._starved: set = set()   # calls holding flow-control credit back for the buffer budget
+        self._starved: set = set()  # calls holding flow-control credit back for the buffer budget
         self.control_queued = 0
         self._read_paused = 0
         self._more_scheduled = False
@@ -179,12 +179,16 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         self._reset_stamp = self.idle_since = self.loop.time()
         if limits.handshake_timeout:
             self._handshake_timer = self.loop.call_later(limits.handshake_timeout, self._on_handshake_timeout)
-        self._queue(frames.settings([
-            (frames.MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
-            (frames.INITIAL_WINDOW_SIZE, limits.stream_window),
-            (frames.MAX_FRAME_SIZE, limits.max_frame_size),
-            (frames.MAX_HEADER_LIST_SIZE, limits.max_header_list_size),
-        ]))
+        self._queue(
+            frames.settings(
+                [
+                    (frames.MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
+                    (frames.INITIAL_WINDOW_SIZE, limits.stream_window),
+                    (frames.MAX_FRAME_SIZE, limits.max_frame_size),
+                    (frames.MAX_HEADER_LIST_SIZE, limits.max_header_list_size),
+                ]
+            )
+        )
         self._server.recv_windows += self._recv_window
         if self._recv_target > frames.DEFAULT_WINDOW:
             self._recv_unacked = self._recv_target - frames.DEFAULT_WINDOW
@@ -206,8 +210,13 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         try:
             if not self._preface_seen and not self._read_preface():
                 return
-            parsed, used = frames.parse_frames(buffer, limits.max_frame_size, limits.max_frames_per_read,
-                                               limits.max_requests_per_read, limits.max_header_bytes_per_read)
+            parsed, used = frames.parse_frames(
+                buffer,
+                limits.max_frame_size,
+                limits.max_frames_per_read,
+                limits.max_requests_per_read,
+                limits.max_header_bytes_per_read,
+            )
             if used:
                 del buffer[:used]
             if not self._handshake_done and parsed:
@@ -237,16 +246,19 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
                     raise FrameError(frames.PROTOCOL_ERROR, "a client must not send PUSH_PROMISE")
                 # Unknown frame types are ignored, as HTTP/2 asks.
             if self.control_queued > limits.max_queued_control_frames:
-                raise FrameError(frames.ENHANCE_YOUR_CALM,
-                                 f"over {limits.max_queued_control_frames} control frames queued for a peer "
-                                 "that does not read", limit="max_queued_control_frames")
+                raise FrameError(
+                    frames.ENHANCE_YOUR_CALM,
+                    f"over {limits.max_queued_control_frames} control frames queued for a peer that does not read",
+                    limit="max_queued_control_frames",
+                )
             if self._pending_window_delta:
                 self._apply_window_delta()
         except FrameError as exc:
             self._connection_error(exc.code, str(exc), exc.limit)
             return
         if len(parsed) >= limits.max_frames_per_read or (
-                parsed and parsed[-1][0] in _HEADER_FRAMES and len(buffer) >= frames.HEADER_SIZE):
+            parsed and parsed[-1][0] in _HEADER_FRAMES and len(buffer) >= frames.HEADER_SIZE
+        ):
             # The read's budget (frames, or requests: HEADERS cost a decode and maybe a call)
             # may be spent: let the loop serve the others, then go on.  Reading pauses only when
             # much is left over, so the buffer stays bounded whatever the peer sends.
@@ -350,15 +362,21 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         self._stall_timer = None
         if self._transport is None or not self._write_paused:
             return
-        self._connection_error(frames.ENHANCE_YOUR_CALM, f"the peer has not read what the server queued for it "
-                               f"for {self._limits.write_stall_timeout:g} s", "write_stall_timeout")
+        self._connection_error(
+            frames.ENHANCE_YOUR_CALM,
+            f"the peer has not read what the server queued for it for {self._limits.write_stall_timeout:g} s",
+            "write_stall_timeout",
+        )
 
     def _on_handshake_timeout(self) -> None:
         self._handshake_timer = None
         if self._handshake_done or self._broken:
             return
-        self._connection_error(frames.NO_ERROR, f"no HTTP/2 preface and SETTINGS within "
-                               f"{self._limits.handshake_timeout:g} s", "handshake_timeout")
+        self._connection_error(
+            frames.NO_ERROR,
+            f"no HTTP/2 preface and SETTINGS within {self._limits.handshake_timeout:g} s",
+            "handshake_timeout",
+        )
 
     def _idle_check(self) -> None:
         """Every quarter of ``idle_timeout``: a connection that made no progress (no call opened or
@@ -370,14 +388,18 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
             return
         mark = self.progress + self._last_stream_id
         if mark != self._idle_mark or any(
-                call.waits_on_server and call.stream_id not in self._blocked for call in self._calls.values()):
+            call.waits_on_server and call.stream_id not in self._blocked for call in self._calls.values()
+        ):
             self._idle_mark = mark
             self._idle_ticks = 0
         else:
             self._idle_ticks += 1
             if self._idle_ticks >= 4:
-                self._server.trip("idle_timeout", self.peer, f"no progress for {self._limits.idle_timeout:g} s "
-                                  f"({len(self._calls)} call(s) open)")
+                self._server.trip(
+                    "idle_timeout",
+                    self.peer,
+                    f"no progress for {self._limits.idle_timeout:g} s ({len(self._calls)} call(s) open)",
+                )
                 self._going_away = True
                 self._queue(frames.goaway(self._last_stream_id, frames.NO_ERROR, b"idle"))
                 self._flush()
@@ -398,7 +420,7 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
             if stream_id > self._last_stream_id:
                 raise FrameError(frames.PROTOCOL_ERROR, f"DATA on stream {stream_id}, which was never opened")
             self.return_credit(stream_id, size)  # a call already over: give the window back, drop the bytes
-            if stream is not None:   # DATA after the client's END_STREAM
+            if stream is not None:  # DATA after the client's END_STREAM
                 self._reset_call(stream_id, frames.STREAM_CLOSED)
             return
         stream.recv_window -= size
@@ -430,8 +452,11 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
                 raise FrameError(frames.PROTOCOL_ERROR, f"stream {stream_id} depends on itself")
             block = block[5:]
         if len(block) > self._max_block:
-            raise FrameError(frames.ENHANCE_YOUR_CALM, "a header block over twice the header list size limit",
-                             limit="max_header_list_size")
+            raise FrameError(
+                frames.ENHANCE_YOUR_CALM,
+                "a header block over twice the header list size limit",
+                limit="max_header_list_size",
+            )
         if flags & frames.END_HEADERS:
             self._on_header_block(stream_id, flags, block)
         else:
@@ -448,20 +473,29 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         self._continuing_frames += 1
         limits = self._limits
         if self._continuing_bytes > limits.max_header_list_size * 2:
-            raise FrameError(frames.ENHANCE_YOUR_CALM, "a header block over twice the header list size limit",
-                             limit="max_header_list_size")
+            raise FrameError(
+                frames.ENHANCE_YOUR_CALM,
+                "a header block over twice the header list size limit",
+                limit="max_header_list_size",
+            )
         if self._continuing_frames > limits.max_continuation_frames:
-            raise FrameError(frames.ENHANCE_YOUR_CALM, f"a header block in more than "
-                             f"{limits.max_continuation_frames} CONTINUATION frames", limit="max_continuation_frames")
+            raise FrameError(
+                frames.ENHANCE_YOUR_CALM,
+                f"a header block in more than {limits.max_continuation_frames} CONTINUATION frames",
+                limit="max_continuation_frames",
+            )
         if flags & frames.END_HEADERS:
             self._continuing = None
             self._on_header_block(stream_id, continuing[1], b"".join(continuing[2]))
 
     def _on_header_block(self, stream_id: int, flags: int, block: bytes) -> None:
-        headers = self._header_decoder.decode(block)   # always: it keeps the HPACK state in step
+        headers = self._header_decoder.decode(block)  # always: it keeps the HPACK state in step
         if len(headers) > self._limits.max_header_count:
-            raise FrameError(frames.ENHANCE_YOUR_CALM, f"a header block of {len(headers)} headers (at most "
-                             f"{self._limits.max_header_count})", limit="max_header_count")
+            raise FrameError(
+                frames.ENHANCE_YOUR_CALM,
+                f"a header block of {len(headers)} headers (at most {self._limits.max_header_count})",
+                limit="max_header_count",
+            )
         stream = self._streams.get(stream_id)
         if stream is not None:
             if stream.remote_closed:
@@ -473,16 +507,24 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
             self._remote_end(stream_id, stream)
             return
         if stream_id <= self._last_stream_id or not stream_id & 1:
-            raise FrameError(frames.PROTOCOL_ERROR, f"a client cannot open stream {stream_id} "
-                             f"(after stream {self._last_stream_id}; client streams are odd)")
+            raise FrameError(
+                frames.PROTOCOL_ERROR,
+                f"a client cannot open stream {stream_id} "
+                f"(after stream {self._last_stream_id}; client streams are odd)",
+            )
         self._last_stream_id = stream_id
         ended = bool(flags & frames.END_STREAM)
         limits = self._limits
         server = self._server
         open_here = len(self._streams)
-        if (self._going_away or open_here >= limits.max_concurrent_streams
-                or (server.open_streams >= limits.max_streams_total
-                    and open_here * server.connections >= limits.max_streams_total)):
+        if (
+            self._going_away
+            or open_here >= limits.max_concurrent_streams
+            or (
+                server.open_streams >= limits.max_streams_total
+                and open_here * server.connections >= limits.max_streams_total
+            )
+        ):
             # Past max_streams_total only a connection under its fair share opens streams, so a
             # few busy peers cannot lock out the rest (the total stays under twice the limit).
             self._refuse(stream_id)
@@ -520,7 +562,9 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
             stream = self._streams.get(stream_id)
             if stream is None:
                 if stream_id > self._last_stream_id:
-                    raise FrameError(frames.PROTOCOL_ERROR, f"WINDOW_UPDATE on stream {stream_id}, which was never opened")
+                    raise FrameError(
+                        frames.PROTOCOL_ERROR, f"WINDOW_UPDATE on stream {stream_id}, which was never opened"
+                    )
                 return  # a stream that is over: a late update is harmless
             if increment == 0:
                 self._reset_call(stream_id, frames.PROTOCOL_ERROR)
@@ -548,8 +592,11 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
             return
         limit = self._limits.max_settings_entries
         if len(payload) > 6 * limit:
-            raise FrameError(frames.ENHANCE_YOUR_CALM, f"a SETTINGS frame of {len(payload) // 6} entries "
-                             f"(at most {limit})", limit="max_settings_entries")
+            raise FrameError(
+                frames.ENHANCE_YOUR_CALM,
+                f"a SETTINGS frame of {len(payload) // 6} entries (at most {limit})",
+                limit="max_settings_entries",
+            )
         window = None
         for key, value in frames.parse_settings(payload):
             if key == frames.INITIAL_WINDOW_SIZE:
@@ -558,8 +605,9 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
                 window = value
             elif key == frames.MAX_FRAME_SIZE:
                 if not frames.DEFAULT_MAX_FRAME_SIZE <= value <= 16777215:
-                    raise FrameError(frames.PROTOCOL_ERROR,
-                                     f"SETTINGS_MAX_FRAME_SIZE {value} is outside 16384..16777215")
+                    raise FrameError(
+                        frames.PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value} is outside 16384..16777215"
+                    )
                 self._peer_max_frame_size = value
                 self._frame_limit = min(value, self._limits.max_send_frame_bytes)
             elif key == frames.ENABLE_PUSH and value > 1:
@@ -567,7 +615,7 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
             # HEADER_TABLE_SIZE bounds an encoder table this server does not use; the others
             # describe the client as a server, which it is not here.
         if window is not None and window != self._peer_initial_window:
-            if self._streams:   # applied to them at the end of this read (_apply_window_delta)
+            if self._streams:  # applied to them at the end of this read (_apply_window_delta)
                 self._pending_window_delta += window - self._peer_initial_window
             self._peer_initial_window = window
         self._queue_control(frames.SETTINGS_ACK)
@@ -580,8 +628,9 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
             if stream.send_window > frames.MAX_WINDOW:
                 # RFC 9113 6.9.2: a SETTINGS change that takes a window past 2^31-1 is a
                 # connection error.
-                raise FrameError(frames.FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE took a stream's "
-                                 "window over 2^31-1")
+                raise FrameError(
+                    frames.FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE took a stream's window over 2^31-1"
+                )
 
     def _on_rst_stream(self, stream_id: int, payload: bytes) -> None:
         frames.parse_u32(payload, "RST_STREAM")
@@ -639,8 +688,14 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         if handler is None:
             if self._server.on_status is not None:  # not by its path: client input is no label
                 self._server.on_status(UNKNOWN_METHOD, grpc.StatusCode.UNIMPLEMENTED)
-            self.send_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {path_text}",
-                             (), trailers_only=True, reset_after=not ended)
+            self.send_status(
+                stream_id,
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"Method not found: {path_text}",
+                (),
+                trailers_only=True,
+                reset_after=not ended,
+            )
             return
         timeout = None
         if timeout_value is not None:
@@ -649,11 +704,24 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
             except DanubeError as exc:
                 if self._server.on_status is not None:
                     self._server.on_status(path_text, status_map.status_for(exc))
-                self.send_status(stream_id, status_map.status_for(exc), status_map.message_for(exc), (),
-                                 trailers_only=True, reset_after=not ended)
+                self.send_status(
+                    stream_id,
+                    status_map.status_for(exc),
+                    status_map.message_for(exc),
+                    (),
+                    trailers_only=True,
+                    reset_after=not ended,
+                )
                 return
-        call = ServerCall(self, stream_id, path_text, handler, headers,
-                          receive_limit=self._limits.max_receive_message_length, timeout=timeout)
+        call = ServerCall(
+            self,
+            stream_id,
+            path_text,
+            handler,
+            headers,
+            receive_limit=self._limits.max_receive_message_length,
+            timeout=timeout,
+        )
         self._calls[stream_id] = call
         if handler.request_streaming:
             call.start()
@@ -680,8 +748,16 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
             block += frames.encode_header_block(_header_pairs(metadata))
         self._send_headers(stream_id, block, end_stream=False)
 
-    def send_status(self, stream_id: int, code: grpc.StatusCode, details: str, trailing: tuple, *,
-                    trailers_only: bool, reset_after: bool) -> None:
+    def send_status(
+        self,
+        stream_id: int,
+        code: grpc.StatusCode,
+        details: str,
+        trailing: tuple,
+        *,
+        trailers_only: bool,
+        reset_after: bool,
+    ) -> None:
         """The call's end: ``grpc-status`` (and message) in trailers, or trailers-only when no
         response headers went out."""
         if code is grpc.StatusCode.OK and not details and not trailing and not trailers_only:
@@ -782,7 +858,7 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         """A stream over a stream limit (or after GOAWAY): RST_STREAM REFUSED_STREAM."""
         self._queue_control(frames.rst_stream(stream_id, frames.REFUSED_STREAM))
         if self._going_away:
-            return   # the client raced our GOAWAY: nothing to hold against it
+            return  # the client raced our GOAWAY: nothing to hold against it
         limits = self._limits
         if len(self._streams) >= limits.max_concurrent_streams:
             self._server.trip("max_concurrent_streams", self.peer, f"stream {stream_id} refused")
@@ -801,8 +877,11 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         self._reset_stamp = now
         self._reset_tokens = tokens - 1
         if tokens < 1:
-            raise FrameError(frames.ENHANCE_YOUR_CALM, f"too many stream resets ({what}): over {limits.reset_burst} "
-                             f"at once or {limits.resets_per_second}/s", limit="reset_burst")
+            raise FrameError(
+                frames.ENHANCE_YOUR_CALM,
+                f"too many stream resets ({what}): over {limits.reset_burst} at once or {limits.resets_per_second}/s",
+                limit="reset_burst",
+            )
 
     def _queue_control(self, data: bytes) -> None:
         """A reply the peer's frames caused (PING or SETTINGS ACK, RST_STREAM): counted while
@@ -830,7 +909,7 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         self._broken = True
         self._buffer.clear()
         self._continuing = None
-        for call in list(self._calls.values()):   # their handlers stop now, not after the linger
+        for call in list(self._calls.values()):  # their handlers stop now, not after the linger
             call.on_reset()
         self._queue(frames.goaway(self._last_stream_id, code, reason.encode("utf-8", "replace")[:256]))
         self._flush()

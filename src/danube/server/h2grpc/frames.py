@@ -66,9 +66,15 @@ _SETTING = struct.Struct(">HL")
 _GOAWAY = struct.Struct(">LL")
 
 # The HPACK static table entries (RFC 7541 appendix A) a gRPC server's answers can use.
-_STATIC_INDEXED = {(b":status", b"200"): 8, (b":status", b"204"): 9, (b":status", b"206"): 10,
-                   (b":status", b"304"): 11, (b":status", b"400"): 12, (b":status", b"404"): 13,
-                   (b":status", b"500"): 14}
+_STATIC_INDEXED = {
+    (b":status", b"200"): 8,
+    (b":status", b"204"): 9,
+    (b":status", b"206"): 10,
+    (b":status", b"304"): 11,
+    (b":status", b"400"): 12,
+    (b":status", b"404"): 13,
+    (b":status", b"500"): 14,
+}
 
 
 # A frame that breaks HTTP/2 framing, or a peer past one of the server's limits (``limit`` names
@@ -139,7 +145,7 @@ def headers_frames(stream_id: int, block: bytes, end_stream: bool, max_frame_siz
     flags = END_STREAM if end_stream else 0
     if len(block) <= max_frame_size:
         return frame(HEADERS, flags | END_HEADERS, stream_id, block)
-    pieces = [block[i:i + max_frame_size] for i in range(0, len(block), max_frame_size)]
+    pieces = [block[i : i + max_frame_size] for i in range(0, len(block), max_frame_size)]
     out = [frame(HEADERS, flags, stream_id, pieces[0])]
     for piece in pieces[1:-1]:
         out.append(frame(CONTINUATION, 0, stream_id, piece))

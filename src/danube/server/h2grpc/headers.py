@@ -70,8 +70,9 @@ class HeaderBlockDecoder:
         try:
             decoded = self._decoder.decode(block, raw=True)
         except hpack.exceptions.OversizedHeaderListError as exc:
-            raise FrameError(ENHANCE_YOUR_CALM, f"a header list over the header list size limit: {exc}",
-                             limit="max_header_list_size") from exc
+            raise FrameError(
+                ENHANCE_YOUR_CALM, f"a header list over the header list size limit: {exc}", limit="max_header_list_size"
+            ) from exc
         except hpack.exceptions.HPACKError as exc:
             raise FrameError(COMPRESSION_ERROR, f"a header block does not decode: {exc}") from exc
         headers = [(name, value) for name, value in decoded]

@@ -24,7 +24,7 @@ MiB = 1024 * 1024
 @dataclasses.dataclass(frozen=True)
 class H2Limits:
     # ---- what is advertised in SETTINGS, and the windows
-    max_receive_message_length: int = 64 * MiB   # larger request messages: RESOURCE_EXHAUSTED
+    max_receive_message_length: int = 64 * MiB  # larger request messages: RESOURCE_EXHAUSTED
     # SETTINGS_MAX_CONCURRENT_STREAMS; streams past it are refused (RST_STREAM REFUSED_STREAM).
     max_concurrent_streams: int = 256
     # Per-stream and connection receive windows: large enough that a client publishing
@@ -35,15 +35,15 @@ class H2Limits:
     # connection has moved four windows' worth, budget permitting, so idle connections do not
     # hold the request budget as open windows.
     initial_connection_window: int = 1 * MiB
-    max_frame_size: int = 1 * MiB                 # SETTINGS_MAX_FRAME_SIZE; larger: FRAME_SIZE_ERROR
-    max_header_list_size: int = 64 * 1024         # SETTINGS_MAX_HEADER_LIST_SIZE (decoded, RFC 7541 sizes)
+    max_frame_size: int = 1 * MiB  # SETTINGS_MAX_FRAME_SIZE; larger: FRAME_SIZE_ERROR
+    max_header_list_size: int = 64 * 1024  # SETTINGS_MAX_HEADER_LIST_SIZE (decoded, RFC 7541 sizes)
     # Headers in one request's block (grpc's C core and Envoy allow 100 metadata entries; a
     # danube client sends about 10).  Each costs a few microseconds of HPACK decoding in Python.
     max_header_count: int = 128
 
     # ---- per connection, against hostile peers
-    max_continuation_frames: int = 16    # CONTINUATION frames in one header block
-    max_settings_entries: int = 32       # entries in one SETTINGS frame (nghttp2's default)
+    max_continuation_frames: int = 16  # CONTINUATION frames in one header block
+    max_settings_entries: int = 32  # entries in one SETTINGS frame (nghttp2's default)
     # Stream resets (the client's RST_STREAM on an open stream, streams refused, streams reset
     # for the client's errors): a token bucket of reset_burst tokens refilled at resets_per_second
     # (HTTP/2 Rapid Reset, CVE-2023-44487).
@@ -81,9 +81,9 @@ class H2Limits:
     # Response bytes waiting for peers' sockets over all connections; past it, a connection
     # with a backlog of its own waits for the others to drain.
     max_send_queued_bytes_total: int = 256 * MiB
-    max_streams_total: int = 16384       # open streams over all connections; past it: REFUSED_STREAM
-    max_connections: int = 4096          # further connections: SETTINGS + GOAWAY, closed at once
-    handshake_timeout: float = 10.0      # seconds for the client's preface and SETTINGS; 0 = off
+    max_streams_total: int = 16384  # open streams over all connections; past it: REFUSED_STREAM
+    max_connections: int = 4096  # further connections: SETTINGS + GOAWAY, closed at once
+    handshake_timeout: float = 10.0  # seconds for the client's preface and SETTINGS; 0 = off
     # Seconds without progress (a call opened or ended, a whole message in or out) before
     # GOAWAY NO_ERROR, whatever streams the connection holds; 0 = off.  A server-streaming call
     # whose handler waits on the broker (a subscription on a quiet topic) keeps it open.
@@ -119,8 +119,7 @@ class H2Limits:
         data = dict(data or {})
         unknown = sorted(k for k in data if k not in names)
         if unknown:
-            raise ValueError(f"unknown h2 limit(s): {', '.join(map(str, unknown))} "
-                             f"(known: {', '.join(sorted(names))})")
+            raise ValueError(f"unknown h2 limit(s): {', '.join(map(str, unknown))} (known: {', '.join(sorted(names))})")
         return cls(**{**defaults, **data})
 
 

@@ -63,9 +63,14 @@ class SendSide:
         if stream is None or stream.local_closed:
             raise asyncio.CancelledError("the client closed the stream")
         server = self._server
-        if (total <= self._frame_limit and not self._write_paused and self._out_bytes < self._send_limit
-                and total <= stream.send_window and total <= self._send_window
-                and server.send_queued <= server.max_send_queued_total):
+        if (
+            total <= self._frame_limit
+            and not self._write_paused
+            and self._out_bytes < self._send_limit
+            and total <= stream.send_window
+            and total <= self._send_window
+            and server.send_queued <= server.max_send_queued_total
+        ):
             stream.send_window -= total
             self._send_window -= total
             out = self._out
@@ -135,9 +140,16 @@ class SendSide:
         total = wire.PREFIX_SIZE + length
         stream = self._streams.get(stream_id)
         server = self._server
-        if (stream is None or stream.local_closed or total > self._frame_limit or self._write_paused
-                or self._out_bytes >= self._send_limit or total > stream.send_window
-                or total > self._send_window or server.send_queued > server.max_send_queued_total):
+        if (
+            stream is None
+            or stream.local_closed
+            or total > self._frame_limit
+            or self._write_paused
+            or self._out_bytes >= self._send_limit
+            or total > stream.send_window
+            or total > self._send_window
+            or server.send_queued > server.max_send_queued_total
+        ):
             return False
         stream.send_window -= total
         self._send_window -= total
@@ -159,8 +171,7 @@ class SendSide:
         if self._write_paused or self._out_bytes >= self._send_limit:
             return False
         server = self._server
-        return (server.send_queued <= server.max_send_queued_total
-                or (self._send_recorded == 0 and self._out_bytes == 0))
+        return server.send_queued <= server.max_send_queued_total or (self._send_recorded == 0 and self._out_bytes == 0)
 
     async def _send_room(self) -> None:
         """Waits until ``_may_queue`` may be true again."""

@@ -164,11 +164,17 @@ class H2Server:
         self._terminated = asyncio.Event()
         for sock in self._sockets:
             sock.listen(1024)
-            self._listeners.append(await self.loop.create_server(
-                lambda: GrpcConnection(self), sock=sock, backlog=1024, ssl=self.ssl_context,
-                # A TLS handshake gets the HTTP/2 handshake's time limit (the connection is only
-                # counted once the handshake is done).
-                ssl_handshake_timeout=(self.limits.handshake_timeout or None) if self.ssl_context else None))
+            self._listeners.append(
+                await self.loop.create_server(
+                    lambda: GrpcConnection(self),
+                    sock=sock,
+                    backlog=1024,
+                    ssl=self.ssl_context,
+                    # A TLS handshake gets the HTTP/2 handshake's time limit (the connection is only
+                    # counted once the handshake is done).
+                    ssl_handshake_timeout=(self.limits.handshake_timeout or None) if self.ssl_context else None,
+                )
+            )
 
     async def stop(self, grace: float | None) -> None:
         """Stop listening, send GOAWAY, let calls in flight finish for ``grace`` seconds, then
@@ -185,8 +191,10 @@ class H2Server:
         while self._busy() and loop.time() < deadline:
             await asyncio.sleep(0.01)
         if self._busy():
-            log.info("grace period over: cancelling the calls of %d connection(s)",
-                     sum(1 for c in self._connections if c.busy))
+            log.info(
+                "grace period over: cancelling the calls of %d connection(s)",
+                sum(1 for c in self._connections if c.busy),
+            )
             for connection in list(self._connections):
                 connection.cancel_calls()
             for _ in range(3):  # the cancelled handlers answer UNAVAILABLE on their next steps
@@ -202,7 +210,7 @@ class H2Server:
     async def wait_for_termination(self, timeout: float | None = None) -> bool:
         if self._terminated is None:
             return False
-        try:   # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation (gh-86296)
+        try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation (gh-86296)
             async with asyncio.timeout(timeout):
                 await self._terminated.wait()
         except TimeoutError:
@@ -219,8 +227,11 @@ class H2Server:
         out a client that speaks."""
         address = connection.peer_address
         if self._per_peer[address] >= self.limits.max_connections_per_peer:
-            self.trip("max_connections_per_peer", connection.peer,
-                      f"{self._per_peer[address]} connections open from {address}")
+            self.trip(
+                "max_connections_per_peer",
+                connection.peer,
+                f"{self._per_peer[address]} connections open from {address}",
+            )
             return False
         if len(self._connections) >= self.max_connections:
             if self._unready:
@@ -339,8 +350,13 @@ class H2Server:
             self._trip_logged[limit] = (last, quiet + 1)
             return
         self._trip_logged[limit] = (now, 0)
-        log.warning("h2 limit %s tripped by %s: %s%s", limit, peer, detail,
-                    f" ({quiet} more in the last second not logged)" if quiet else "")
+        log.warning(
+            "h2 limit %s tripped by %s: %s%s",
+            limit,
+            peer,
+            detail,
+            f" ({quiet} more in the last second not logged)" if quiet else "",
+        )
 
     def _busy(self) -> bool:
         return any(c.busy for c in self._connections)
@@ -362,6 +378,7 @@ def _connection_cap(configured: int) -> int:
     if soft == resource.RLIM_INFINITY or configured <= soft - _DESCRIPTORS_KEPT:
         return configured
     cap = max(1, soft - _DESCRIPTORS_KEPT)
-    log.warning("max_connections %d is over what the descriptor limit (RLIMIT_NOFILE %d) leaves: %d",
-                configured, soft, cap)
+    log.warning(
+        "max_connections %d is over what the descriptor limit (RLIMIT_NOFILE %d) leaves: %d", configured, soft, cap
+    )
     return cap

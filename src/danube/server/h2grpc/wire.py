@@ -25,8 +25,7 @@ _codec = _native.load("h2codec")
 PREFIX_SIZE = _codec.PREFIX_SIZE
 
 # Headers gRPC itself uses; the rest of a request's headers are the call's metadata.
-_TRANSPORT_HEADERS = frozenset((b"content-type", b"te", b"grpc-timeout", b"grpc-encoding",
-                                b"grpc-accept-encoding"))
+_TRANSPORT_HEADERS = frozenset((b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding"))
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 
 

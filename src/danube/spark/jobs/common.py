@@ -11,16 +11,26 @@ from typing import Mapping, Sequence
 
 def add_source_arguments(parser: argparse.ArgumentParser, *, default_topic: str | None = None) -> None:
     src = parser.add_argument_group("source")
-    src.add_argument("--root", help="durable root holding the segments: a directory or s3://bucket/prefix "
-                                    "(required unless --data-dir)")
-    src.add_argument("--wal-root", help="the broker's storage.local_wal_root: also read its WAL files, every "
-                                        "offset after the durable segments (local mode; a stopped broker)")
-    src.add_argument("--data-dir", help="a local-mode broker's data directory: --root DIR/durable "
-                                        "--wal-root DIR/wal")
-    src.add_argument("--topic", default=default_topic, required=default_topic is None,
-                     help="topic to read, /namespace/topic" + (f" (default {default_topic})" if default_topic else ""))
-    src.add_argument("--metadata", help="metadata database (catalog of segment descriptors); default: the "
-                                        "segment sidecars under --root")
+    src.add_argument(
+        "--root",
+        help="durable root holding the segments: a directory or s3://bucket/prefix (required unless --data-dir)",
+    )
+    src.add_argument(
+        "--wal-root",
+        help="the broker's storage.local_wal_root: also read its WAL files, every "
+        "offset after the durable segments (local mode; a stopped broker)",
+    )
+    src.add_argument("--data-dir", help="a local-mode broker's data directory: --root DIR/durable --wal-root DIR/wal")
+    src.add_argument(
+        "--topic",
+        default=default_topic,
+        required=default_topic is None,
+        help="topic to read, /namespace/topic" + (f" (default {default_topic})" if default_topic else ""),
+    )
+    src.add_argument(
+        "--metadata",
+        help="metadata database (catalog of segment descriptors); default: the segment sidecars under --root",
+    )
     src.add_argument("--metadata-prefix", default="", help="storage.metadata_prefix of the broker (default '')")
     src.add_argument("--s3-endpoint", help="S3 endpoint URL (MinIO, moto, ...)")
     src.add_argument("--s3-region")
@@ -54,8 +64,10 @@ def resolve_source(args) -> None:
         if not args.wal_root and os.path.isdir(os.path.join(data_dir, "wal")):
             args.wal_root = os.path.join(data_dir, "wal")
     if not args.root:
-        raise SystemExit("give --root (the durable root: a directory or s3://bucket/prefix) or --data-dir "
-                         "(a local-mode broker's data directory)")
+        raise SystemExit(
+            "give --root (the durable root: a directory or s3://bucket/prefix) or --data-dir "
+            "(a local-mode broker's data directory)"
+        )
 
 
 def source_options(args) -> dict[str, str]:
@@ -66,8 +78,12 @@ def source_options(args) -> dict[str, str]:
     if args.metadata:
         opts["metadata"] = args.metadata
         opts["metadataPrefix"] = args.metadata_prefix
-    for flag, name in (("start_offset", "startOffset"), ("end_offset", "endOffset"),
-                       ("start_time", "startTime"), ("end_time", "endTime")):
+    for flag, name in (
+        ("start_offset", "startOffset"),
+        ("end_offset", "endOffset"),
+        ("start_time", "startTime"),
+        ("end_time", "endTime"),
+    ):
         value = getattr(args, flag, None)
         if value is not None:
             opts[name] = str(value)
@@ -184,6 +200,7 @@ def get_session(app_name: str, master: str | None = None, conf: Sequence[str] = 
 
 # ---------------------------------------------------------------- what a job is about to read
 
+
 class NothingFound(Exception):
     """A job's input holds no record: the message says where it looked and what to check."""
 
@@ -196,17 +213,22 @@ class SourceSummary:
     topic: str
     reads: int
     bytes: int
-    newest_exported: int | None   # end of the topic's durable segments (whatever the range asked)
+    newest_exported: int | None  # end of the topic's durable segments (whatever the range asked)
     wal_root: str | None
 
     def explain_empty(self, what: str) -> str:
         """Why a job found nothing, and what to check."""
-        newest = ("no segment of it is exported yet" if self.newest_exported is None
-                  else f"the newest exported offset is {self.newest_exported}")
+        newest = (
+            "no segment of it is exported yet"
+            if self.newest_exported is None
+            else f"the newest exported offset is {self.newest_exported}"
+        )
         where = self.root + (f" (and the WAL files under {self.wal_root})" if self.wal_root else "")
-        hint = ("is the broker's storage mode shared_fs or object_store, and has export_interval_seconds "
-                "passed since they were written? In local mode read the broker's data directory "
-                "with --data-dir (or --wal-root)")
+        hint = (
+            "is the broker's storage mode shared_fs or object_store, and has export_interval_seconds "
+            "passed since they were written? In local mode read the broker's data directory "
+            "with --data-dir (or --wal-root)"
+        )
         if self.wal_root:
             hint = "does the offset or time range hold any record?"
         return f"no {what} under {where} for {self.topic}; {newest}; {hint}"
@@ -224,12 +246,19 @@ def inspect_source(args) -> SourceSummary:
         backend = options.backend.open()
         descriptors = planning.list_descriptors(options, backend)
         reads += planning.plan_all(options, backend, descriptors)
-        newest = max([d.end_offset for d in descriptors if d.topic == topic]
-                     + ([newest] if newest is not None else []), default=None)
+        newest = max(
+            [d.end_offset for d in descriptors if d.topic == topic] + ([newest] if newest is not None else []),
+            default=None,
+        )
         wal_root = options.wal_root
-    return SourceSummary(root=args.root, topic=args.topic, reads=len(reads),
-                         bytes=sum(r.byte_end - r.byte_start for r in reads), newest_exported=newest,
-                         wal_root=wal_root)
+    return SourceSummary(
+        root=args.root,
+        topic=args.topic,
+        reads=len(reads),
+        bytes=sum(r.byte_end - r.byte_start for r in reads),
+        newest_exported=newest,
+        wal_root=wal_root,
+    )
 
 
 def size_shuffles(spark, input_bytes: int, conf: Sequence[str] = ()) -> int:

@@ -56,35 +56,69 @@ from danube.spark.jobs.common import (
 )
 from danube.spark.jobs.progress import StageProgress
 
-REPORT_COLUMNS = ("bucket_start", "broker_id", "timestamp", "offset", "cpu", "memory", "disk_io",
-                  "network_io", "topic_count", "total_throughput_mbps", "total_message_rate",
-                  "total_lag_messages", "report_json")
-REPORT_SCHEMA = ("bucket_start long, broker_id string, timestamp long, offset long, cpu double, memory double, "
-                 "disk_io double, network_io double, topic_count long, total_throughput_mbps double, "
-                 "total_message_rate long, total_lag_messages long, report_json string")
-EVALUATION_SCHEMA = ("kind string, bucket_start long, strategy string, broker_id string, rank int, score double, "
-                     "brokers int, mean double, std double, cv double, max double, min double, "
-                     "overloaded array<string>, underloaded array<string>, threshold double, "
-                     "needs_rebalancing boolean, topic string, from_broker string, to_broker string, "
-                     "topic_score double")
+REPORT_COLUMNS = (
+    "bucket_start",
+    "broker_id",
+    "timestamp",
+    "offset",
+    "cpu",
+    "memory",
+    "disk_io",
+    "network_io",
+    "topic_count",
+    "total_throughput_mbps",
+    "total_message_rate",
+    "total_lag_messages",
+    "report_json",
+)
+REPORT_SCHEMA = (
+    "bucket_start long, broker_id string, timestamp long, offset long, cpu double, memory double, "
+    "disk_io double, network_io double, topic_count long, total_throughput_mbps double, "
+    "total_message_rate long, total_lag_messages long, report_json string"
+)
+EVALUATION_SCHEMA = (
+    "kind string, bucket_start long, strategy string, broker_id string, rank int, score double, "
+    "brokers int, mean double, std double, cv double, max double, min double, "
+    "overloaded array<string>, underloaded array<string>, threshold double, "
+    "needs_rebalancing boolean, topic string, from_broker string, to_broker string, "
+    "topic_score double"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser, default_topic=LOAD_REPORTS_TOPIC)
     st = parser.add_argument_group("statistics")
-    st.add_argument("--bucket-seconds", type=int, default=30,
-                    help="snapshot width; each broker's latest report in a snapshot counts (default 30)")
-    st.add_argument("--aggressiveness", choices=sorted(scoring.AGGRESSIVENESS_THRESHOLDS), default="balanced",
-                    help="rebalancing CV threshold: conservative 0.40, balanced 0.30, aggressive 0.20")
-    st.add_argument("--blacklist", action="append", default=[], metavar="PATTERN",
-                    help="topic never moved: exact name or prefix with a trailing * (repeatable)")
+    st.add_argument(
+        "--bucket-seconds",
+        type=int,
+        default=30,
+        help="snapshot width; each broker's latest report in a snapshot counts (default 30)",
+    )
+    st.add_argument(
+        "--aggressiveness",
+        choices=sorted(scoring.AGGRESSIVENESS_THRESHOLDS),
+        default="balanced",
+        help="rebalancing CV threshold: conservative 0.40, balanced 0.30, aggressive 0.20",
+    )
+    st.add_argument(
+        "--blacklist",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="topic never moved: exact name or prefix with a trailing * (repeatable)",
+    )
     st.add_argument("--min-brokers", type=int, default=2, help="min_brokers_for_rebalance (default 2)")
-    st.add_argument("--rebalancing-history", default=None, metavar="FILE|http://ETCD",
-                    help="the leader's rebalancing history: report, per move, the CV before and after")
+    st.add_argument(
+        "--rebalancing-history",
+        default=None,
+        metavar="FILE|http://ETCD",
+        help="the leader's rebalancing history: report, per move, the CV before and after",
+    )
     parser.add_argument("--output", required=True, help="output directory (Parquet tables and load_stats.png)")
 
 
 # ---------------------------------------------------------------- per-record and per-snapshot functions
+
 
 def parse_reports(batches: Iterator, bucket_seconds: int) -> Iterator:
     """mapInArrow: (offset, payload) → one flattened row per LoadReport (LoadReport.from_json validates)."""
@@ -113,11 +147,23 @@ def parse_reports(batches: Iterator, bucket_seconds: int) -> Iterator:
 def _report_arrow_schema():
     import pyarrow as pa
 
-    return pa.schema([("bucket_start", pa.int64()), ("broker_id", pa.string()), ("timestamp", pa.int64()),
-                      ("offset", pa.int64()), ("cpu", pa.float64()), ("memory", pa.float64()),
-                      ("disk_io", pa.float64()), ("network_io", pa.float64()), ("topic_count", pa.int64()),
-                      ("total_throughput_mbps", pa.float64()), ("total_message_rate", pa.int64()),
-                      ("total_lag_messages", pa.int64()), ("report_json", pa.string())])
+    return pa.schema(
+        [
+            ("bucket_start", pa.int64()),
+            ("broker_id", pa.string()),
+            ("timestamp", pa.int64()),
+            ("offset", pa.int64()),
+            ("cpu", pa.float64()),
+            ("memory", pa.float64()),
+            ("disk_io", pa.float64()),
+            ("network_io", pa.float64()),
+            ("topic_count", pa.int64()),
+            ("total_throughput_mbps", pa.float64()),
+            ("total_message_rate", pa.int64()),
+            ("total_lag_messages", pa.int64()),
+            ("report_json", pa.string()),
+        ]
+    )
 
 
 def evaluate_snapshot(bucket_start: int, reports: list[LoadReport], policy: scoring.RebalancePolicy) -> list[dict]:
@@ -127,20 +173,50 @@ def evaluate_snapshot(bucket_start: int, reports: list[LoadReport], policy: scor
     for strategy in scoring.STRATEGIES:
         scores = scoring.broker_scores(strategy, reports)
         for position, (broker, score) in enumerate(scoring.rank(scores), start=1):
-            out.append({"kind": "rank", "bucket_start": bucket_start, "strategy": strategy,
-                        "broker_id": broker, "rank": position, "score": score})
+            out.append(
+                {
+                    "kind": "rank",
+                    "bucket_start": bucket_start,
+                    "strategy": strategy,
+                    "broker_id": broker,
+                    "rank": position,
+                    "score": score,
+                }
+            )
         stats = scoring.imbalance(scores)
         needed = len(scores) >= max(policy.min_brokers, 2) and stats.needs_rebalancing(policy.threshold)
-        out.append({"kind": "balance", "bucket_start": bucket_start, "strategy": strategy,
-                    "brokers": len(scores), "mean": stats.mean, "std": stats.std, "cv": stats.cv,
-                    "max": stats.max, "min": stats.min, "overloaded": list(stats.overloaded),
-                    "underloaded": list(stats.underloaded), "threshold": policy.threshold,
-                    "needs_rebalancing": needed})
+        out.append(
+            {
+                "kind": "balance",
+                "bucket_start": bucket_start,
+                "strategy": strategy,
+                "brokers": len(scores),
+                "mean": stats.mean,
+                "std": stats.std,
+                "cv": stats.cv,
+                "max": stats.max,
+                "min": stats.min,
+                "overloaded": list(stats.overloaded),
+                "underloaded": list(stats.underloaded),
+                "threshold": policy.threshold,
+                "needs_rebalancing": needed,
+            }
+        )
         move = scoring.propose_move(scores, topics_by_broker, policy)
         if move is not None:
-            out.append({"kind": "move", "bucket_start": bucket_start, "strategy": strategy,
-                        "topic": move.topic, "from_broker": move.from_broker, "to_broker": move.to_broker,
-                        "topic_score": move.topic_score, "cv": move.cv, "threshold": policy.threshold})
+            out.append(
+                {
+                    "kind": "move",
+                    "bucket_start": bucket_start,
+                    "strategy": strategy,
+                    "topic": move.topic,
+                    "from_broker": move.from_broker,
+                    "to_broker": move.to_broker,
+                    "topic_score": move.topic_score,
+                    "cv": move.cv,
+                    "threshold": policy.threshold,
+                }
+            )
     return out
 
 
@@ -158,10 +234,12 @@ def _evaluate_group(policy: scoring.RebalancePolicy):
 
 # ---------------------------------------------------------------- rebalancing history: CV before / after each move
 
-MOVE_EFFECT_SCHEMA = ("timestamp double, topic string, from_broker string, to_broker string, outcome string, "
-                      "estimated_load double, strategy string, leader_cv_before double, "
-                      "leader_cv_after_estimated double, before_bucket long, cv_before double, "
-                      "after_bucket long, cv_after double, cv_change double")
+MOVE_EFFECT_SCHEMA = (
+    "timestamp double, topic string, from_broker string, to_broker string, outcome string, "
+    "estimated_load double, strategy string, leader_cv_before double, "
+    "leader_cv_after_estimated double, before_bucket long, cv_before double, "
+    "after_bucket long, cv_after double, cv_change double"
+)
 
 
 def parse_history(text: str) -> list[dict]:
@@ -200,8 +278,9 @@ def read_history(source: str) -> list[dict]:
         return parse_history(f.read())
 
 
-def move_cv_effects(balance: list[tuple[int, str, float]], records: list[dict], bucket_seconds: int,
-                    default_strategy: str = "balanced") -> list[dict]:
+def move_cv_effects(
+    balance: list[tuple[int, str, float]], records: list[dict], bucket_seconds: int, default_strategy: str = "balanced"
+) -> list[dict]:
     """Per move: the CV of the last snapshot that ended before it and of the first that started after it.
 
     ``balance``: (bucket_start in Unix seconds, strategy, cv) per snapshot (the cluster_balance table);
@@ -223,13 +302,24 @@ def move_cv_effects(balance: list[tuple[int, str, float]], records: list[dict], 
         after = [(b, cv) for b, cv in series if b >= ts]
         b0, cv0 = before[-1] if before else (None, None)
         b1, cv1 = after[0] if after else (None, None)
-        out.append({"timestamp": ts, "topic": str(r["topic"]), "from_broker": str(r.get("from_broker", "")),
-                    "to_broker": str(r.get("to_broker", "")), "outcome": str(r.get("outcome", "moved")),
-                    "estimated_load": float(r.get("estimated_load", 0.0) or 0.0), "strategy": strategy,
-                    "leader_cv_before": _float_or_none(r.get("cv_before")),
-                    "leader_cv_after_estimated": _float_or_none(r.get("cv_after_estimated")),
-                    "before_bucket": b0, "cv_before": cv0, "after_bucket": b1, "cv_after": cv1,
-                    "cv_change": None if cv0 is None or cv1 is None else cv1 - cv0})
+        out.append(
+            {
+                "timestamp": ts,
+                "topic": str(r["topic"]),
+                "from_broker": str(r.get("from_broker", "")),
+                "to_broker": str(r.get("to_broker", "")),
+                "outcome": str(r.get("outcome", "moved")),
+                "estimated_load": float(r.get("estimated_load", 0.0) or 0.0),
+                "strategy": strategy,
+                "leader_cv_before": _float_or_none(r.get("cv_before")),
+                "leader_cv_after_estimated": _float_or_none(r.get("cv_after_estimated")),
+                "before_bucket": b0,
+                "cv_before": cv0,
+                "after_bucket": b1,
+                "cv_after": cv1,
+                "cv_change": None if cv0 is None or cv1 is None else cv1 - cv0,
+            }
+        )
     return out
 
 
@@ -239,6 +329,7 @@ def _float_or_none(value) -> float | None:
 
 # ---------------------------------------------------------------- the job
 
+
 def compute(spark, df, *, bucket_seconds: int = 30, policy: scoring.RebalancePolicy | None = None):
     """DataFrames ``broker_timeseries``, ``rankings``, ``cluster_balance``, ``moves`` from a reports DataFrame."""
     policy = policy if policy is not None else scoring.RebalancePolicy()
@@ -246,31 +337,54 @@ def compute(spark, df, *, bucket_seconds: int = 30, policy: scoring.RebalancePol
 
     if bucket_seconds <= 0:
         raise ValueError("--bucket-seconds must be > 0")
-    reports = df.select("offset", "payload").mapInArrow(
-        lambda it: parse_reports(it, bucket_seconds), REPORT_SCHEMA)
+    reports = df.select("offset", "payload").mapInArrow(lambda it: parse_reports(it, bucket_seconds), REPORT_SCHEMA)
     # the latest report of each broker within a snapshot (highest timestamp, then offset)
-    latest = (reports.groupBy("bucket_start", "broker_id")
-              .agg(F.max_by(F.struct(*[F.col(c) for c in REPORT_COLUMNS]),
-                            F.struct(F.col("timestamp"), F.col("offset"))).alias("r"))
-              .select("r.*")).cache()
-    evaluated = (latest.groupBy("bucket_start").applyInPandas(_evaluate_group(policy), EVALUATION_SCHEMA)
-                 .withColumn("bucket_start", F.timestamp_seconds("bucket_start"))).cache()
-    rankings = (evaluated.where(F.col("kind") == "rank")
-                .select("bucket_start", "strategy", "rank", "broker_id", "score"))
-    balance = (evaluated.where(F.col("kind") == "balance")
-               .select("bucket_start", "strategy", "brokers", "mean", "std", "cv", "max", "min", "overloaded",
-                       "underloaded", "threshold", "needs_rebalancing"))
-    moves = (evaluated.where(F.col("kind") == "move")
-             .select("bucket_start", "strategy", "topic", "from_broker", "to_broker", "topic_score", "cv",
-                     "threshold"))
-    wide = rankings.groupBy("bucket_start", "broker_id").pivot("strategy", list(scoring.STRATEGIES)).agg(
-        F.first("score").alias("score"), F.first("rank").alias("rank"))
+    latest = (
+        reports.groupBy("bucket_start", "broker_id")
+        .agg(
+            F.max_by(
+                F.struct(*[F.col(c) for c in REPORT_COLUMNS]), F.struct(F.col("timestamp"), F.col("offset"))
+            ).alias("r")
+        )
+        .select("r.*")
+    ).cache()
+    evaluated = (
+        latest.groupBy("bucket_start")
+        .applyInPandas(_evaluate_group(policy), EVALUATION_SCHEMA)
+        .withColumn("bucket_start", F.timestamp_seconds("bucket_start"))
+    ).cache()
+    rankings = evaluated.where(F.col("kind") == "rank").select("bucket_start", "strategy", "rank", "broker_id", "score")
+    balance = evaluated.where(F.col("kind") == "balance").select(
+        "bucket_start",
+        "strategy",
+        "brokers",
+        "mean",
+        "std",
+        "cv",
+        "max",
+        "min",
+        "overloaded",
+        "underloaded",
+        "threshold",
+        "needs_rebalancing",
+    )
+    moves = evaluated.where(F.col("kind") == "move").select(
+        "bucket_start", "strategy", "topic", "from_broker", "to_broker", "topic_score", "cv", "threshold"
+    )
+    wide = (
+        rankings.groupBy("bucket_start", "broker_id")
+        .pivot("strategy", list(scoring.STRATEGIES))
+        .agg(F.first("score").alias("score"), F.first("rank").alias("rank"))
+    )
     for strategy in scoring.STRATEGIES:
-        wide = (wide.withColumnRenamed(f"{strategy}_score", f"score_{strategy}")
-                .withColumnRenamed(f"{strategy}_rank", f"rank_{strategy}"))
-    timeseries = (latest.withColumn("bucket_start", F.timestamp_seconds("bucket_start"))
-                  .drop("report_json", "offset")
-                  .join(wide, ["bucket_start", "broker_id"], "left"))
+        wide = wide.withColumnRenamed(f"{strategy}_score", f"score_{strategy}").withColumnRenamed(
+            f"{strategy}_rank", f"rank_{strategy}"
+        )
+    timeseries = (
+        latest.withColumn("bucket_start", F.timestamp_seconds("bucket_start"))
+        .drop("report_json", "offset")
+        .join(wide, ["bucket_start", "broker_id"], "left")
+    )
     return {
         "broker_timeseries": timeseries.orderBy("bucket_start", "broker_id"),
         "rankings": rankings.orderBy("bucket_start", "strategy", "rank"),
@@ -304,8 +418,9 @@ def write_chart(timeseries_pdf, balance_pdf, path: str, threshold: float) -> dic
             ax.legend(loc="upper left", fontsize="small")
     fig.tight_layout()
     # what the chart shows, per panel: (line label, points), for the summary and the tests
-    shown = {ax.get_ylabel(): [(str(line.get_label()), len(line.get_xdata())) for line in ax.get_lines()]
-             for ax in axes}
+    shown = {
+        ax.get_ylabel(): [(str(line.get_label()), len(line.get_xdata())) for line in ax.get_lines()] for ax in axes
+    }
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return shown
@@ -319,8 +434,9 @@ def run(spark, args, progress: StageProgress | None = None, source: SourceSummar
     if source.reads == 0:
         raise NothingFound(source.explain_empty("load reports"))
     size_shuffles(spark, source.bytes, getattr(args, "conf", ()))
-    policy = scoring.RebalancePolicy.for_aggressiveness(args.aggressiveness, blacklist=tuple(args.blacklist),
-                                                        min_brokers=args.min_brokers)
+    policy = scoring.RebalancePolicy.for_aggressiveness(
+        args.aggressiveness, blacklist=tuple(args.blacklist), min_brokers=args.min_brokers
+    )
     tables = compute(spark, read_topic(spark, args), bucket_seconds=args.bucket_seconds, policy=policy)
     step("read and group the reports")
     if tables["broker_timeseries"].limit(1).count() == 0:
@@ -335,20 +451,29 @@ def run(spark, args, progress: StageProgress | None = None, source: SourceSummar
     chart = os.path.join(args.output, "load_stats.png")
     shown = write_chart(timeseries, balance, chart, policy.threshold)
     moves = spark.read.parquet(os.path.join(args.output, "moves")).count()
-    summary = {"snapshots": int(balance["bucket_start"].nunique()) if len(balance) else 0,
-               "brokers": int(timeseries["broker_id"].nunique()) if len(timeseries) else 0,
-               "moves": moves, "chart": chart, "chart_lines": shown}
+    summary = {
+        "snapshots": int(balance["bucket_start"].nunique()) if len(balance) else 0,
+        "brokers": int(timeseries["broker_id"].nunique()) if len(timeseries) else 0,
+        "moves": moves,
+        "chart": chart,
+        "chart_lines": shown,
+    }
     if getattr(args, "rebalancing_history", None):
         from pyspark.sql import functions as F
 
         records = read_history(args.rebalancing_history)
-        snapshots = [(int(row[0]), row[1], float(row[2])) for row in
-                     spark.read.parquet(os.path.join(args.output, "cluster_balance"))
-                     .select(F.unix_timestamp("bucket_start"), "strategy", "cv").collect()]
+        snapshots = [
+            (int(row[0]), row[1], float(row[2]))
+            for row in spark.read.parquet(os.path.join(args.output, "cluster_balance"))
+            .select(F.unix_timestamp("bucket_start"), "strategy", "cv")
+            .collect()
+        ]
         effects = move_cv_effects(snapshots, records, args.bucket_seconds)
-        (spark.createDataFrame(effects, MOVE_EFFECT_SCHEMA) if effects
-         else spark.createDataFrame([], MOVE_EFFECT_SCHEMA)).write.mode("overwrite").parquet(
-            os.path.join(args.output, "rebalancing_moves"))
+        (
+            spark.createDataFrame(effects, MOVE_EFFECT_SCHEMA)
+            if effects
+            else spark.createDataFrame([], MOVE_EFFECT_SCHEMA)
+        ).write.mode("overwrite").parquet(os.path.join(args.output, "rebalancing_moves"))
         summary["rebalancing_moves"] = len(effects)
     return summary
 
@@ -372,11 +497,15 @@ def execute(args) -> int:
     except NothingFound as exc:
         print(f"load-stats: {exc}", file=sys.stderr)
         return 1
-    print(f"load-stats: {summary['snapshots']} snapshots, {summary['brokers']} brokers, "
-          f"{summary['moves']} proposed moves; tables and {summary['chart']} in {args.output}")
+    print(
+        f"load-stats: {summary['snapshots']} snapshots, {summary['brokers']} brokers, "
+        f"{summary['moves']} proposed moves; tables and {summary['chart']} in {args.output}"
+    )
     if "rebalancing_moves" in summary:
-        print(f"load-stats: {summary['rebalancing_moves']} rebalancing moves with the CV before and after "
-              f"in {os.path.join(args.output, 'rebalancing_moves')}")
+        print(
+            f"load-stats: {summary['rebalancing_moves']} rebalancing moves with the CV before and after "
+            f"in {os.path.join(args.output, 'rebalancing_moves')}"
+        )
     return 0
 
 

@@ -73,8 +73,10 @@ class StageProgress:
                     continue  # not started yet, or skipped (its output was reused)
                 self._done.add(stage_id)
                 took = time.monotonic() - self._seen[stage_id]  # (to within one poll)
-                line = (f"{self.job}: {self._labels[stage_id]} - stage {stage_id}: {stage.numCompletedTasks} "
-                        f"task{'s' if stage.numCompletedTasks != 1 else ''}, {took:.1f} s")
+                line = (
+                    f"{self.job}: {self._labels[stage_id]} - stage {stage_id}: {stage.numCompletedTasks} "
+                    f"task{'s' if stage.numCompletedTasks != 1 else ''}, {took:.1f} s"
+                )
                 self.lines.append(line)
                 print(line, file=self.out, flush=True)
             if info is not None and str(info.status) in ("SUCCEEDED", "FAILED"):

@@ -38,9 +38,12 @@ log = logging.getLogger(__name__)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
     tr = parser.add_argument_group("transform")
-    tr.add_argument("--filter", help="keep rows where this Spark SQL expression is true, "
-                                     "e.g. \"routing_key LIKE 'eu-%%' AND size(attributes) > 0\"")
-    tr.add_argument("--payload-expr", help="new payload, e.g. \"upper(cast(payload AS string))\"")
+    tr.add_argument(
+        "--filter",
+        help="keep rows where this Spark SQL expression is true, "
+        "e.g. \"routing_key LIKE 'eu-%%' AND size(attributes) > 0\"",
+    )
+    tr.add_argument("--payload-expr", help='new payload, e.g. "upper(cast(payload AS string))"')
     tr.add_argument("--key-expr", help="new routing key, e.g. \"attributes['customer']\"")
     tr.add_argument("--compact", action="store_true", help="keep only the latest record per routing key")
     out = parser.add_argument_group("output (one of)")
@@ -49,12 +52,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--output-topic", metavar="/NS/TOPIC", help="write a topic's segments")
     out.add_argument("--output-root", help="durable root for --output-topic (default: --root; same S3 settings)")
     out.add_argument("--output-metadata", help="metadata database to register the new segments in")
-    out.add_argument("--append", action="store_true",
-                     help="append to existing output (default: replace it)")
+    out.add_argument("--append", action="store_true", help="append to existing output (default: replace it)")
 
 
-def transform(df, *, filter_expr: str | None = None, payload_expr: str | None = None,
-              key_expr: str | None = None, compact: bool = False):
+def transform(
+    df,
+    *,
+    filter_expr: str | None = None,
+    payload_expr: str | None = None,
+    key_expr: str | None = None,
+    compact: bool = False,
+):
     """The reprocessing pipeline on a data source DataFrame (same columns out)."""
     from pyspark.sql import functions as F
 
@@ -74,10 +82,12 @@ def compact_latest(df):
     from pyspark.sql import functions as F
 
     columns = df.columns
-    keyed = (df.where(F.col("routing_key").isNotNull())
-             .groupBy("routing_key")
-             .agg(F.max_by(F.struct(*columns), F.col("offset")).alias("latest"))
-             .select("latest.*"))
+    keyed = (
+        df.where(F.col("routing_key").isNotNull())
+        .groupBy("routing_key")
+        .agg(F.max_by(F.struct(*columns), F.col("offset")).alias("latest"))
+        .select("latest.*")
+    )
     return keyed.unionByName(df.where(F.col("routing_key").isNull()))
 
 
@@ -97,8 +107,13 @@ def run(spark, args, progress: StageProgress | None = None, source: SourceSummar
     size_shuffles(spark, source.bytes, getattr(args, "conf", ()))
     if progress is not None:
         progress.step("transform and write")
-    df = transform(read_topic(spark, args), filter_expr=args.filter, payload_expr=args.payload_expr,
-                   key_expr=args.key_expr, compact=args.compact)
+    df = transform(
+        read_topic(spark, args),
+        filter_expr=args.filter,
+        payload_expr=args.payload_expr,
+        key_expr=args.key_expr,
+        compact=args.compact,
+    )
     ordered = df.orderBy("topic", "offset")
     mode = "append" if args.append else "overwrite"
     if args.output_parquet:
@@ -106,8 +121,12 @@ def run(spark, args, progress: StageProgress | None = None, source: SourceSummar
         rows = spark.read.parquet(args.output_parquet).count()
         return ReprocessResult(rows, args.output_parquet)
     root = args.output_root or args.root
-    writer = (ordered.select("payload", "routing_key", "attributes", "publish_time", "producer_id")
-              .write.format("danube").mode(mode).option("topic", args.output_topic))
+    writer = (
+        ordered.select("payload", "routing_key", "attributes", "publish_time", "producer_id")
+        .write.format("danube")
+        .mode(mode)
+        .option("topic", args.output_topic)
+    )
     for key, value in s3_options(args).items():
         writer = writer.option(key, value)
     if args.output_metadata:
@@ -137,8 +156,10 @@ def execute(args) -> int:
     spark = get_session("danube-reprocess", args.master, args.conf)
     with StageProgress(spark, "reprocess") as progress:
         result = run(spark, args, progress, source)
-    print(f"reprocess: {result.rows_written} records in {result.output}"
-          + (f" ({result.segments} segments)" if result.segments else ""))
+    print(
+        f"reprocess: {result.rows_written} records in {result.output}"
+        + (f" ({result.segments} segments)" if result.segments else "")
+    )
     return 0
 
 

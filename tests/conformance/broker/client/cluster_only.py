@@ -3,11 +3,11 @@ subscription's topic still receives the poisoned message, with Danube's attribut
 
 import asyncio
 
-from danube import SubType
-
 from common import consumer, producer, recv
 from danube_admin import failure_policy
 from reliable_topic_move_shared_fs import wait_for_assignment
+
+from danube import SubType
 
 
 async def test_dead_letter_to_a_topic_another_broker_owns(ctx):
@@ -17,7 +17,7 @@ async def test_dead_letter_to_a_topic_another_broker_owns(ctx):
     p = await producer(client, topic, "producer_cluster_dlq", reliable=True)
     source = await wait_for_assignment(ctx, topic)
     dlq_topic = None
-    for i in range(12):   # topics are placed by load: try names until one lands elsewhere
+    for i in range(12):  # topics are placed by load: try names until one lands elsewhere
         candidate = f"{topic}-dlq-{i}"
         await ctx.admin.create_topic(candidate, "reliable")
         await producer(client, candidate, f"placer-{i}", reliable=True)

@@ -5,9 +5,9 @@ import asyncio
 import itertools
 import os
 
-from danube import DanubeClientBuilder, DispatchStrategy, SubType
-
 from danube_admin import AdminClient
+
+from danube import DanubeClientBuilder, DispatchStrategy, SubType
 
 _seq = itertools.count()
 
@@ -55,8 +55,17 @@ async def nothing_within(queue: asyncio.Queue, seconds: float):
         return None
 
 
-async def producer(client, topic: str, name: str, *, reliable: bool = False, partitions: int = 0,
-                   subject: str | None = None, version: int | None = None, min_version: int | None = None):
+async def producer(
+    client,
+    topic: str,
+    name: str,
+    *,
+    reliable: bool = False,
+    partitions: int = 0,
+    subject: str | None = None,
+    version: int | None = None,
+    min_version: int | None = None,
+):
     b = client.new_producer().with_topic(topic).with_name(name)
     if reliable:
         b = b.with_dispatch_strategy(DispatchStrategy.RELIABLE)
@@ -73,10 +82,21 @@ async def producer(client, topic: str, name: str, *, reliable: bool = False, par
     return p
 
 
-async def consumer(client, topic: str, name: str, subscription: str, sub_type: SubType = SubType.EXCLUSIVE,
-                   key_filters: list[str] | None = None):
-    b = (client.new_consumer().with_topic(topic).with_consumer_name(name).with_subscription(subscription)
-         .with_subscription_type(sub_type))
+async def consumer(
+    client,
+    topic: str,
+    name: str,
+    subscription: str,
+    sub_type: SubType = SubType.EXCLUSIVE,
+    key_filters: list[str] | None = None,
+):
+    b = (
+        client.new_consumer()
+        .with_topic(topic)
+        .with_consumer_name(name)
+        .with_subscription(subscription)
+        .with_subscription_type(sub_type)
+    )
     if key_filters:
         b = b.with_key_filters(key_filters)
     c = b.build()

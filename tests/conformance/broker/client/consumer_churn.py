@@ -2,9 +2,9 @@
 
 import asyncio
 
-from danube import SubType
-
 from common import consumer, fan_in, producer, stop
+
+from danube import SubType
 
 
 async def _churn(ctx, prefix, p_name, c_prefix, sub_of, sub_type, pause_b):
@@ -32,8 +32,9 @@ async def _churn(ctx, prefix, p_name, c_prefix, sub_of, sub_type, pause_b):
 
 
 async def test_churn_shared_queue_join_leave(ctx):
-    sink, tasks = await _churn(ctx, "/default/churn_shared", "prod_churn_shared", "cs",
-                               lambda i: "churn-shared-sub", SubType.SHARED, 0.01)
+    sink, tasks = await _churn(
+        ctx, "/default/churn_shared", "prod_churn_shared", "cs", lambda i: "churn-shared-sub", SubType.SHARED, 0.01
+    )
     total = 45
     counts: dict = {}
     seen = set()
@@ -56,8 +57,9 @@ async def test_churn_shared_queue_join_leave(ctx):
 
 
 async def test_churn_exclusive_fanout_join_leave(ctx):
-    sink, tasks = await _churn(ctx, "/default/churn_exclusive", "prod_churn_excl", "ce",
-                               lambda i: f"ce-sub-{i}", SubType.EXCLUSIVE, 0.005)
+    sink, tasks = await _churn(
+        ctx, "/default/churn_exclusive", "prod_churn_excl", "ce", lambda i: f"ce-sub-{i}", SubType.EXCLUSIVE, 0.005
+    )
     total = 45
     per: dict = {}
 
@@ -65,14 +67,17 @@ async def test_churn_exclusive_fanout_join_leave(ctx):
         while True:
             name, msg = await sink.get()
             per.setdefault(name, set()).add(msg.payload.decode())
-            if (len(per.get("ce-cons-0", ())) == total and len(per.get("ce-cons-1", ())) == total
-                    and per.get("ce-cons-2")):
+            if (
+                len(per.get("ce-cons-0", ())) == total
+                and len(per.get("ce-cons-1", ())) == total
+                and per.get("ce-cons-2")
+            ):
                 return
 
     try:
         await asyncio.wait_for(collect(), ctx.t(30))
     except asyncio.TimeoutError:
-        raise AssertionError(f"timeout receiving churn exclusive messages: {({k: len(v) for k, v in per.items()})}")
+        raise AssertionError(f"timeout receiving churn exclusive messages: { ({k: len(v) for k, v in per.items()}) }")
     finally:
         stop(tasks)
     assert len(per.get("ce-cons-0", ())) == total, "ce-cons-0 should receive all messages"

@@ -6,10 +6,10 @@ own tests) and the producer names a registered string subject ``my_schema`` inst
 
 import asyncio
 
-from danube import SchemaType, SubType
-
 from common import blob, consumer, fan_in, producer, recv, recv_n, stop
 from schema_registry_basic import register_empty
+
+from danube import SchemaType, SubType
 
 
 async def _string_subject(client):
@@ -62,77 +62,152 @@ async def _reliable_blobs(ctx, topic, p_name, c_name, sub, sub_type, schema=True
 
 # subscription_exclusive.rs / subscription_shared.rs (removed in a62487f)
 
+
 async def test_subscription_exclusive__exclusive_subscription(ctx):
-    await _one_message(ctx, ctx.unique_topic("/default/exclusive_subscription"), "producer_exclusive",
-                       "consumer_exclusive", "test_subscription_consumer_exclusive", SubType.EXCLUSIVE)
+    await _one_message(
+        ctx,
+        ctx.unique_topic("/default/exclusive_subscription"),
+        "producer_exclusive",
+        "consumer_exclusive",
+        "test_subscription_consumer_exclusive",
+        SubType.EXCLUSIVE,
+    )
 
 
 async def test_subscription_shared__shared_subscription(ctx):
-    await _one_message(ctx, ctx.unique_topic("/default/shared_subscription"), "producer_shared",
-                       "consumer_shared", "test_subscription_consumer_shared", SubType.SHARED)
+    await _one_message(
+        ctx,
+        ctx.unique_topic("/default/shared_subscription"),
+        "producer_shared",
+        "consumer_shared",
+        "test_subscription_consumer_shared",
+        SubType.SHARED,
+    )
 
 
 # partitioned_exclusive.rs / partitioned_shared.rs (removed in fa69384)
 
+
 async def test_partitioned_exclusive__part_exclusive_subscription(ctx):
-    await _partitioned(ctx, ctx.unique_topic("/default/part_exclusive_subsc"), "part_producer_exclusive",
-                       "part_consumer_exclusive", "test_subscription_part_consumer_exclusive", SubType.EXCLUSIVE)
+    await _partitioned(
+        ctx,
+        ctx.unique_topic("/default/part_exclusive_subsc"),
+        "part_producer_exclusive",
+        "part_consumer_exclusive",
+        "test_subscription_part_consumer_exclusive",
+        SubType.EXCLUSIVE,
+    )
 
 
 async def test_partitioned_shared__part_shared_subscription(ctx):
-    await _partitioned(ctx, ctx.unique_topic("/default/part_shared_subsc"), "part_producer_shared",
-                       "part_consumer_shared", "test_subscription_part_consumer_shared", SubType.SHARED)
+    await _partitioned(
+        ctx,
+        ctx.unique_topic("/default/part_shared_subsc"),
+        "part_producer_shared",
+        "part_consumer_shared",
+        "test_subscription_part_consumer_shared",
+        SubType.SHARED,
+    )
 
 
 # reliable_dispatch_exclusive.rs / reliable_dispatch_shared.rs (removed in fa69384)
 
+
 async def test_reliable_dispatch_exclusive__reliable_exclusive_dispatch(ctx):
-    await _reliable_blobs(ctx, ctx.unique_topic("/default/reliable_exclusive"), "producer_reliable_exclusive",
-                          "consumer_reliable_exclusive", "reliable_subscription_consumer_reliable_exclusive",
-                          SubType.EXCLUSIVE)
+    await _reliable_blobs(
+        ctx,
+        ctx.unique_topic("/default/reliable_exclusive"),
+        "producer_reliable_exclusive",
+        "consumer_reliable_exclusive",
+        "reliable_subscription_consumer_reliable_exclusive",
+        SubType.EXCLUSIVE,
+    )
 
 
 async def test_reliable_dispatch_shared__reliable_shared_dispatch(ctx):
-    await _reliable_blobs(ctx, ctx.unique_topic("/default/reliable_shared"), "producer_reliable_shared",
-                          "consumer_reliable_shared", "reliable_subscription_consumer_reliable_shared",
-                          SubType.SHARED)
+    await _reliable_blobs(
+        ctx,
+        ctx.unique_topic("/default/reliable_shared"),
+        "producer_reliable_shared",
+        "consumer_reliable_shared",
+        "reliable_subscription_consumer_reliable_shared",
+        SubType.SHARED,
+    )
 
 
 # non_partitioned_topic_test.rs, partitioned_topic_test.rs, reliable_dispatch_topic_test.rs (removed in 540d7ac)
 
+
 async def test_non_partitioned_topic_test__test_exclusive_subscription(ctx):
-    await _one_message(ctx, "/default/topic_test_exclusive_subscription", "test_producer_exclusive",
-                       "test_consumer_exclusive", "test_subscription_test_consumer_exclusive", SubType.EXCLUSIVE)
+    await _one_message(
+        ctx,
+        "/default/topic_test_exclusive_subscription",
+        "test_producer_exclusive",
+        "test_consumer_exclusive",
+        "test_subscription_test_consumer_exclusive",
+        SubType.EXCLUSIVE,
+    )
 
 
 async def test_non_partitioned_topic_test__test_shared_subscription(ctx):
-    await _one_message(ctx, "/default/topic_test_shared_subscription", "test_producer_shared",
-                       "test_consumer_shared", "test_subscription_test_consumer_shared", SubType.SHARED)
+    await _one_message(
+        ctx,
+        "/default/topic_test_shared_subscription",
+        "test_producer_shared",
+        "test_consumer_shared",
+        "test_subscription_test_consumer_shared",
+        SubType.SHARED,
+    )
 
 
 async def test_partitioned_topic_test__test_exclusive_subscription(ctx):
-    await _partitioned(ctx, "/default/topic_exclusive_subsc", "producer_exclusive", "consumer_exclusive",
-                       "test_subscription_consumer_exclusive", SubType.EXCLUSIVE)
+    await _partitioned(
+        ctx,
+        "/default/topic_exclusive_subsc",
+        "producer_exclusive",
+        "consumer_exclusive",
+        "test_subscription_consumer_exclusive",
+        SubType.EXCLUSIVE,
+    )
 
 
 async def test_partitioned_topic_test__test_shared_subscription(ctx):
-    await _partitioned(ctx, "/default/topic_shared_subsc", "producer_shared", "consumer_shared",
-                       "test_subscription_consumer_shared", SubType.SHARED)
+    await _partitioned(
+        ctx,
+        "/default/topic_shared_subsc",
+        "producer_shared",
+        "consumer_shared",
+        "test_subscription_consumer_shared",
+        SubType.SHARED,
+    )
 
 
 async def test_reliable_dispatch_topic_test__test_reliable_exclusive_delivery(ctx):
-    await _reliable_blobs(ctx, "/default/topic_test_reliable_exclusive", "test_producer_reliable_exclusive",
-                          "test_consumer_reliable_exclusive", "reliable_subscription_test_consumer_reliable_exclusive",
-                          SubType.EXCLUSIVE, schema=False)
+    await _reliable_blobs(
+        ctx,
+        "/default/topic_test_reliable_exclusive",
+        "test_producer_reliable_exclusive",
+        "test_consumer_reliable_exclusive",
+        "reliable_subscription_test_consumer_reliable_exclusive",
+        SubType.EXCLUSIVE,
+        schema=False,
+    )
 
 
 async def test_reliable_dispatch_topic_test__test_reliable_shared_delivery(ctx):
-    await _reliable_blobs(ctx, "/default/topic_test_reliable_shared", "test_producer_reliable_shared",
-                          "test_consumer_reliable_shared", "reliable_subscription_test_consumer_reliable_shared",
-                          SubType.SHARED, schema=False)
+    await _reliable_blobs(
+        ctx,
+        "/default/topic_test_reliable_shared",
+        "test_producer_reliable_shared",
+        "test_consumer_reliable_shared",
+        "reliable_subscription_test_consumer_reliable_shared",
+        SubType.SHARED,
+        schema=False,
+    )
 
 
 # reliable_shared_redelivery.rs (ignored upstream, removed in f9065a6)
+
 
 async def test_reliable_shared_redelivery__reliable_shared_redelivery_to_other_consumer(ctx):
     client = await ctx.client()
@@ -154,13 +229,13 @@ async def test_reliable_shared_redelivery__reliable_shared_redelivery_to_other_c
         while seen < total:
             msg = await s1.get()
             if seen % 3 == 0:
-                skipped.add(msg.payload.decode())      # not acked
+                skipped.add(msg.payload.decode())  # not acked
             else:
                 await c1.ack(msg)
             seen += 1
 
     try:
-        await asyncio.wait_for(phase1(), 3.0)   # Danube's test gives c1 3 s, whatever it got
+        await asyncio.wait_for(phase1(), 3.0)  # Danube's test gives c1 3 s, whatever it got
     except asyncio.TimeoutError:
         pass
     await c1.close()

@@ -2,9 +2,9 @@
 
 import asyncio
 
-from danube import SubType
-
 from common import consumer, fan_in, producer, recv, stop
+
+from danube import SubType
 
 
 async def test_key_shared_basic_single_consumer_non_reliable(ctx):
@@ -44,13 +44,16 @@ async def spread_over_consumers(attempt_once):
         every = set().union(*key_to_consumer.values())
         if len(every) >= 2:
             return result
-    raise AssertionError(f"messages should be distributed across multiple consumers, got {key_to_consumer} "
-                         f"({SPREAD_ATTEMPTS} subscriptions)")
+    raise AssertionError(
+        f"messages should be distributed across multiple consumers, got {key_to_consumer} "
+        f"({SPREAD_ATTEMPTS} subscriptions)"
+    )
 
 
 async def _affinity(ctx, prefix, p_name, c_prefix, sub, keys, per_key, pause, settle, reliable, wait):
     return await spread_over_consumers(
-        lambda: _affinity_once(ctx, prefix, p_name, c_prefix, sub, keys, per_key, pause, settle, reliable, wait))
+        lambda: _affinity_once(ctx, prefix, p_name, c_prefix, sub, keys, per_key, pause, settle, reliable, wait)
+    )
 
 
 async def _affinity_once(ctx, prefix, p_name, c_prefix, sub, keys, per_key, pause, settle, reliable, wait):
@@ -92,15 +95,47 @@ async def _affinity_once(ctx, prefix, p_name, c_prefix, sub, keys, per_key, paus
 
 
 async def test_key_shared_per_key_affinity_non_reliable(ctx):
-    await _affinity(ctx, "/default/ks_affinity_nr", "prod_ks_affinity_nr", "ks-cons", "ks_affinity_nr_sub",
-                    ["alpha", "beta", "gamma", "delta"], 5, 0.02, 0.4, False, 15)
+    await _affinity(
+        ctx,
+        "/default/ks_affinity_nr",
+        "prod_ks_affinity_nr",
+        "ks-cons",
+        "ks_affinity_nr_sub",
+        ["alpha", "beta", "gamma", "delta"],
+        5,
+        0.02,
+        0.4,
+        False,
+        15,
+    )
 
 
 async def test_key_shared_reliable_per_key_affinity(ctx):
-    keys = ["order", "payment", "shipping", "refund", "invoice", "receipt", "delivery", "tracking", "return",
-            "exchange"]
-    order = await _affinity(ctx, "/default/ks_affinity_rel", "prod_ks_affinity_rel", "ks-rel-cons",
-                            "ks_affinity_rel_sub", keys, 3, 0.1, 0.5, True, 30)
+    keys = [
+        "order",
+        "payment",
+        "shipping",
+        "refund",
+        "invoice",
+        "receipt",
+        "delivery",
+        "tracking",
+        "return",
+        "exchange",
+    ]
+    order = await _affinity(
+        ctx,
+        "/default/ks_affinity_rel",
+        "prod_ks_affinity_rel",
+        "ks-rel-cons",
+        "ks_affinity_rel_sub",
+        keys,
+        3,
+        0.1,
+        0.5,
+        True,
+        30,
+    )
     for key, payloads in order.items():
         for i, payload in enumerate(payloads):
             assert payload == f"msg-{key}-{i}", f"key {key!r}: message {i} out of order: {payloads}"

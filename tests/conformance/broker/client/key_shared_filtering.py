@@ -2,13 +2,12 @@
 
 import asyncio
 
-from danube import SubType
-
 from common import consumer, fan_in, producer, stop
 
+from danube import SubType
 
-async def _filtered(ctx, prefix, p_name, sub, members, sends, total, wait, reliable=False, own_clients=True,
-                    pause=0.0):
+
+async def _filtered(ctx, prefix, p_name, sub, members, sends, total, wait, reliable=False, own_clients=True, pause=0.0):
     """``members``: (consumer name, key filters); ``sends``: rounds of (key, payload)."""
     client = await ctx.client()
     topic = ctx.unique_topic(prefix)
@@ -43,9 +42,16 @@ async def _filtered(ctx, prefix, p_name, sub, members, sends, total, wait, relia
 
 async def test_key_shared_filter_glob_non_reliable(ctx):
     user_keys, order_keys = ["user-1", "user-2", "user-3"], ["order-1", "order-2", "order-3"]
-    per = await _filtered(ctx, "/default/ks_filter_nr", "prod_ks_filter_nr", "ks_filter_nr_sub",
-                          [("filter-cons-user", ["user-*"]), ("filter-cons-order", ["order-*"])],
-                          [[(k, f"payload-{k}") for k in user_keys + order_keys]], 6, 15)
+    per = await _filtered(
+        ctx,
+        "/default/ks_filter_nr",
+        "prod_ks_filter_nr",
+        "ks_filter_nr_sub",
+        [("filter-cons-user", ["user-*"]), ("filter-cons-order", ["order-*"])],
+        [[(k, f"payload-{k}") for k in user_keys + order_keys]],
+        6,
+        15,
+    )
     user = per.get("filter-cons-user", [])
     assert len(user) == len(user_keys), f"user consumer should receive {len(user_keys)} messages, got {user}"
     for m in user:
@@ -58,10 +64,19 @@ async def test_key_shared_filter_glob_non_reliable(ctx):
 
 async def test_key_shared_filter_glob_reliable(ctx):
     keys = ["eu-west", "eu-east", "us-west", "us-east"]
-    per = await _filtered(ctx, "/default/ks_filter_rel", "prod_ks_filter_rel", "ks_filter_rel_sub",
-                          [("filter-eu-cons", ["eu-*"]), ("filter-us-cons", ["us-*"])],
-                          [[(k, f"{k}-{r}") for k in keys] for r in range(3)], 12, 20, reliable=True,
-                          own_clients=False, pause=0.1)
+    per = await _filtered(
+        ctx,
+        "/default/ks_filter_rel",
+        "prod_ks_filter_rel",
+        "ks_filter_rel_sub",
+        [("filter-eu-cons", ["eu-*"]), ("filter-us-cons", ["us-*"])],
+        [[(k, f"{k}-{r}") for k in keys] for r in range(3)],
+        12,
+        20,
+        reliable=True,
+        own_clients=False,
+        pause=0.1,
+    )
     eu = per.get("filter-eu-cons", [])
     assert len(eu) == 6, eu
     for m in eu:
@@ -74,9 +89,16 @@ async def test_key_shared_filter_glob_reliable(ctx):
 
 async def test_key_shared_filter_mixed_with_unfiltered(ctx):
     keys = ["vip-gold", "vip-platinum", "regular-1", "regular-2"]
-    per = await _filtered(ctx, "/default/ks_filter_mixed", "prod_ks_filter_mixed", "ks_filter_mixed_sub",
-                          [("mixed-all-cons", None), ("mixed-vip-cons", ["vip-*"])],
-                          [[(k, f"payload-{k}") for k in keys]], 4, 15)
+    per = await _filtered(
+        ctx,
+        "/default/ks_filter_mixed",
+        "prod_ks_filter_mixed",
+        "ks_filter_mixed_sub",
+        [("mixed-all-cons", None), ("mixed-vip-cons", ["vip-*"])],
+        [[(k, f"payload-{k}") for k in keys]],
+        4,
+        15,
+    )
     vip = per.get("mixed-vip-cons", [])
     for m in vip:
         assert "vip-" in m, f"vip consumer received unexpected message: {m}"
@@ -87,9 +109,16 @@ async def test_key_shared_filter_mixed_with_unfiltered(ctx):
 
 async def test_key_shared_filter_multiple_patterns(ctx):
     keys = ["eu-west", "ap-tokyo", "us-east", "af-cape"]
-    per = await _filtered(ctx, "/default/ks_filter_multi", "prod_ks_filter_multi", "ks_filter_multi_sub",
-                          [("multi-euap-cons", ["eu-*", "ap-*"]), ("multi-usaf-cons", ["us-*", "af-*"])],
-                          [[(k, f"{k}-data") for k in keys]], 4, 15)
+    per = await _filtered(
+        ctx,
+        "/default/ks_filter_multi",
+        "prod_ks_filter_multi",
+        "ks_filter_multi_sub",
+        [("multi-euap-cons", ["eu-*", "ap-*"]), ("multi-usaf-cons", ["us-*", "af-*"])],
+        [[(k, f"{k}-data") for k in keys]],
+        4,
+        15,
+    )
     euap = per.get("multi-euap-cons", [])
     assert len(euap) == 2, f"EU/AP consumer should get 2 messages: {euap}"
     for m in euap:

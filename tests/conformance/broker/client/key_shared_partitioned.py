@@ -2,10 +2,10 @@
 
 import asyncio
 
-from danube import SubType
-
 from common import consumer, fan_in, producer, recv, stop
 from key_shared_basic import spread_over_consumers
+
+from danube import SubType
 
 
 async def _members(ctx, topic, sub, names, sink):

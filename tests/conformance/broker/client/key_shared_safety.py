@@ -2,10 +2,10 @@
 
 import asyncio
 
-from danube import SubType
-
 from common import consumer, nothing_within, producer, recv
 from danube_admin import failure_policy
+
+from danube import SubType
 
 
 async def _setup(ctx, prefix, subscription, policy, suffix, dlq=False):
@@ -24,8 +24,9 @@ async def _setup(ctx, prefix, subscription, policy, suffix, dlq=False):
 
 
 async def test_key_shared_reliable_drop_poison_skips_exhausted_message(ctx):
-    client, topic, _, c, stream = await _setup(ctx, "/default/ks_safety_drop", "sub_ks_safety_drop",
-                                               failure_policy(0, 5_000, "drop"), "drop")
+    client, topic, _, c, stream = await _setup(
+        ctx, "/default/ks_safety_drop", "sub_ks_safety_drop", failure_policy(0, 5_000, "drop"), "drop"
+    )
     await asyncio.sleep(0.2)
     p = await producer(client, topic, "producer_ks_drop", reliable=True)
     await p.send_with_key(b"drop-me", None, "order")
@@ -40,8 +41,9 @@ async def test_key_shared_reliable_drop_poison_skips_exhausted_message(ctx):
 
 
 async def test_key_shared_reliable_block_poison_stalls_only_affected_key(ctx):
-    client, topic, _, c, stream = await _setup(ctx, "/default/ks_safety_block", "sub_ks_safety_block",
-                                               failure_policy(0, 5_000, "block"), "block")
+    client, topic, _, c, stream = await _setup(
+        ctx, "/default/ks_safety_block", "sub_ks_safety_block", failure_policy(0, 5_000, "block"), "block"
+    )
     await asyncio.sleep(0.2)
     p = await producer(client, topic, "producer_ks_block", reliable=True)
     await p.send_with_key(b"block-me", None, "blocked-key")
@@ -59,8 +61,9 @@ async def test_key_shared_reliable_block_poison_stalls_only_affected_key(ctx):
 
 
 async def test_key_shared_reliable_deadletter_routes_to_dlq_and_frees_key(ctx):
-    client, topic, dlq_topic, c, stream = await _setup(ctx, "/default/ks_safety_dlq", "sub_ks_safety_dlq",
-                                                       None, "dlq", dlq=True)
+    client, topic, dlq_topic, c, stream = await _setup(
+        ctx, "/default/ks_safety_dlq", "sub_ks_safety_dlq", None, "dlq", dlq=True
+    )
     dlq = await consumer(client, dlq_topic, "consumer_ks_dlq_reader", "sub_ks_dlq_reader", SubType.EXCLUSIVE)
     dlq_stream = await dlq.receive()
     await asyncio.sleep(0.2)
@@ -129,9 +132,13 @@ async def test_key_shared_reliable_inactive_consumer_eviction(ctx):
 
 
 async def test_key_shared_reliable_nack_redelivers_same_message(ctx):
-    client, topic, _, c, stream = await _setup(ctx, "/default/ks_safety_nack_redeliver",
-                                               "sub_ks_safety_nack_redeliver",
-                                               failure_policy(2, 5_000, "block"), "nack_redeliver")
+    client, topic, _, c, stream = await _setup(
+        ctx,
+        "/default/ks_safety_nack_redeliver",
+        "sub_ks_safety_nack_redeliver",
+        failure_policy(2, 5_000, "block"),
+        "nack_redeliver",
+    )
     await asyncio.sleep(0.2)
     p = await producer(client, topic, "producer_ks_nack_redeliver", reliable=True)
     await p.send_with_key(b"nack-me", None, "nack-key")

@@ -2,9 +2,9 @@
 
 import asyncio
 
-from danube import SubType
-
 from common import consumer, fan_in, producer, stop
+
+from danube import SubType
 
 
 async def _setup(ctx, prefix, p_name, c_prefix, sub_of, sub_type):
@@ -21,8 +21,14 @@ async def _setup(ctx, prefix, p_name, c_prefix, sub_of, sub_type):
 
 
 async def test_partitioned_queue_shared_distribution_and_partition_coverage(ctx):
-    topic, p, sink, tasks = await _setup(ctx, "/default/part_queue_shared", "producer_part_queue_shared", "pq",
-                                         lambda i: "part-queue-shared-sub", SubType.SHARED)
+    topic, p, sink, tasks = await _setup(
+        ctx,
+        "/default/part_queue_shared",
+        "producer_part_queue_shared",
+        "pq",
+        lambda i: "part-queue-shared-sub",
+        SubType.SHARED,
+    )
     total = 60
     for i in range(total):
         await p.send(f"pm{i}".encode(), None)
@@ -47,13 +53,20 @@ async def test_partitioned_queue_shared_distribution_and_partition_coverage(ctx)
     tolerance = max(2, expected // 5)
     for i in range(3):
         got = counts.get(f"pq-cons-{i}", 0)
-        assert abs(got - expected) <= tolerance, \
+        assert abs(got - expected) <= tolerance, (
             f"pq-cons-{i} should receive near-equal share: got {got}, expected ~{expected} (+/-{tolerance}): {counts}"
+        )
 
 
 async def test_partitioned_pubsub_fanout_exclusive_full_receipt(ctx):
-    topic, p, sink, tasks = await _setup(ctx, "/default/part_fanout_excl", "producer_part_fanout_excl", "pfe",
-                                         lambda i: f"pfe-sub-{i}", SubType.EXCLUSIVE)
+    topic, p, sink, tasks = await _setup(
+        ctx,
+        "/default/part_fanout_excl",
+        "producer_part_fanout_excl",
+        "pfe",
+        lambda i: f"pfe-sub-{i}",
+        SubType.EXCLUSIVE,
+    )
     total = 45
     expected = [f"pm{i}" for i in range(total)]
     for body in expected:
@@ -75,7 +88,9 @@ async def test_partitioned_pubsub_fanout_exclusive_full_receipt(ctx):
     try:
         await asyncio.wait_for(collect(), ctx.t(25))
     except asyncio.TimeoutError:
-        raise AssertionError(f"timeout receiving partitioned fanout messages: {({k: len(v) for k, v in per.items()})}")
+        raise AssertionError(
+            f"timeout receiving partitioned fanout messages: { ({k: len(v) for k, v in per.items()}) }"
+        )
     finally:
         stop(tasks)
     for i in range(3):

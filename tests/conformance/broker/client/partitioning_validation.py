@@ -30,7 +30,7 @@ async def test_partitioning_validation(ctx):
         while len(seen) < partitions:
             seen.add((await p_stream.get()).msg_id.topic_name)
 
-    try:   # (Danube's test ignores the timeout and then checks the partitions seen)
+    try:  # (Danube's test ignores the timeout and then checks the partitions seen)
         await asyncio.wait_for(collect(), ctx.t(10))
     except asyncio.TimeoutError:
         pass

@@ -11,7 +11,7 @@ async def test_producer_reconnection_reuse(ctx):
     p1 = await producer(client, topic, "producer_reconn_reuse")
     await asyncio.sleep(0.2)
     await p1.send(b"Hello Danube", None)
-    try:   # Danube's test ignores the second create's outcome
+    try:  # Danube's test ignores the second create's outcome
         await producer(client, topic, "producer_reconn_reuse")
     except Exception:  # noqa: BLE001
         pass

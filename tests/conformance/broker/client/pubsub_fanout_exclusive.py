@@ -2,9 +2,9 @@
 
 import asyncio
 
-from danube import SubType
-
 from common import consumer, fan_in, producer, stop
+
+from danube import SubType
 
 
 async def test_pubsub_fanout_exclusive_unique_subscriptions(ctx):
@@ -37,7 +37,7 @@ async def test_pubsub_fanout_exclusive_unique_subscriptions(ctx):
     try:
         await asyncio.wait_for(collect(), ctx.t(20))
     except asyncio.TimeoutError:
-        raise AssertionError(f"timeout receiving fan-out messages: {({k: len(v) for k, v in per_consumer.items()})}")
+        raise AssertionError(f"timeout receiving fan-out messages: { ({k: len(v) for k, v in per_consumer.items()}) }")
     finally:
         stop(tasks)
     for i in range(3):

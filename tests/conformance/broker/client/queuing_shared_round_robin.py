@@ -2,9 +2,9 @@
 
 import asyncio
 
-from danube import SubType
-
 from common import consumer, fan_in, producer, stop
+
+from danube import SubType
 
 
 async def test_queue_shared_round_robin_distribution(ctx):

@@ -2,9 +2,9 @@
 
 import asyncio
 
-from danube import SubType
-
 from common import blob, consumer, producer, recv
+
+from danube import SubType
 
 NAMES = {SubType.EXCLUSIVE: "cons_rel_exclusive", SubType.SHARED: "cons_rel_shared"}
 

@@ -3,10 +3,10 @@ policies (block, drop, dead letter) on reliable subscriptions, set through Danub
 
 import asyncio
 
-from danube import SubType
-
 from common import consumer, nothing_within, producer, recv
 from danube_admin import failure_policy
+
+from danube import SubType
 
 
 async def _setup(ctx, prefix, subscription, policy, sub_type=SubType.EXCLUSIVE, suffix=""):
@@ -33,18 +33,37 @@ async def _nack_redelivers(ctx, prefix, subscription, sub_type, suffix, payload,
 
 
 async def test_reliable_exclusive_nack_redelivers_same_message(ctx):
-    await _nack_redelivers(ctx, "/default/reliable_failure_nack_exclusive", "sub_failure_nack_exclusive",
-                           SubType.EXCLUSIVE, "failure_nack_exclusive", b"nack-exclusive", "retry please")
+    await _nack_redelivers(
+        ctx,
+        "/default/reliable_failure_nack_exclusive",
+        "sub_failure_nack_exclusive",
+        SubType.EXCLUSIVE,
+        "failure_nack_exclusive",
+        b"nack-exclusive",
+        "retry please",
+    )
 
 
 async def test_reliable_shared_nack_redelivers_same_message(ctx):
-    await _nack_redelivers(ctx, "/default/reliable_failure_nack_shared", "sub_failure_nack_shared",
-                           SubType.SHARED, "failure_nack_shared", b"nack-shared", "retry shared")
+    await _nack_redelivers(
+        ctx,
+        "/default/reliable_failure_nack_shared",
+        "sub_failure_nack_shared",
+        SubType.SHARED,
+        "failure_nack_shared",
+        b"nack-shared",
+        "retry shared",
+    )
 
 
 async def test_reliable_exclusive_ack_timeout_redelivers_same_message(ctx):
-    _, _, p, c, stream = await _setup(ctx, "/default/reliable_failure_ack_timeout", "sub_failure_ack_timeout",
-                                      failure_policy(2, 200, "block"), suffix="failure_ack_timeout")
+    _, _, p, c, stream = await _setup(
+        ctx,
+        "/default/reliable_failure_ack_timeout",
+        "sub_failure_ack_timeout",
+        failure_policy(2, 200, "block"),
+        suffix="failure_ack_timeout",
+    )
     await p.send(b"ack-timeout", None)
     first = await recv(stream, ctx.t(5), "first delivery")
     again = await recv(stream, ctx.t(10), "timeout-based redelivery")
@@ -54,8 +73,13 @@ async def test_reliable_exclusive_ack_timeout_redelivers_same_message(ctx):
 
 
 async def test_reliable_retry_exhausted_block_prevents_progress(ctx):
-    _, _, p, c, stream = await _setup(ctx, "/default/reliable_failure_block", "sub_failure_block",
-                                      failure_policy(0, 5_000, "block"), suffix="failure_block")
+    _, _, p, c, stream = await _setup(
+        ctx,
+        "/default/reliable_failure_block",
+        "sub_failure_block",
+        failure_policy(0, 5_000, "block"),
+        suffix="failure_block",
+    )
     await p.send(b"blocked-msg", None)
     first = await recv(stream, ctx.t(5), "first delivery")
     await c.nack(first, 0, "block it")
@@ -65,8 +89,13 @@ async def test_reliable_retry_exhausted_block_prevents_progress(ctx):
 
 
 async def test_reliable_retry_exhausted_drop_skips_poisoned_message(ctx):
-    _, _, p, c, stream = await _setup(ctx, "/default/reliable_failure_drop", "sub_failure_drop",
-                                      failure_policy(0, 5_000, "drop"), suffix="failure_drop")
+    _, _, p, c, stream = await _setup(
+        ctx,
+        "/default/reliable_failure_drop",
+        "sub_failure_drop",
+        failure_policy(0, 5_000, "drop"),
+        suffix="failure_drop",
+    )
     await p.send(b"drop-me", None)
     first = await recv(stream, ctx.t(5), "first delivery")
     await c.nack(first, 0, "drop it")

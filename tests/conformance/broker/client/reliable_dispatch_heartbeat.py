@@ -4,9 +4,9 @@ the subscription promises it)."""
 
 import asyncio
 
-from danube import SubType
-
 from common import consumer, producer, recv, recv_n
+
+from danube import SubType
 
 
 async def _pair(ctx, prefix, suffix, settle=0.2):
@@ -53,7 +53,7 @@ async def test_consumer_disconnect_during_notification(ctx):
     await p.send(b"disconnect_msg_3", None)
     pending = await recv(stream, ctx.t(5), "message 3")
     assert pending.payload.decode() == "disconnect_msg_3"
-    await c.close()          # not acked
+    await c.close()  # not acked
     await asyncio.sleep(0.3)
     c2 = await consumer(client, topic, "consumer_disconnect", "sub_disconnect", SubType.EXCLUSIVE)
     stream2 = await c2.receive()

@@ -3,9 +3,9 @@ reconnects (exclusive), or goes to the other consumer (shared)."""
 
 import asyncio
 
-from danube import SubType
-
 from common import consumer, fan_in, producer, recv, stop
+
+from danube import SubType
 
 
 async def test_reliable_exclusive_reconnection_resends_pending_message(ctx):
@@ -29,8 +29,9 @@ async def test_reliable_exclusive_reconnection_resends_pending_message(ctx):
     c2 = await consumer(client, topic, name, sub, SubType.EXCLUSIVE)
     stream2 = await c2.receive()
     again = await recv(stream2, ctx.t(5), "the redelivered message")
-    assert again.payload.decode() == payloads[3], \
+    assert again.payload.decode() == payloads[3], (
         f"Redelivered message should be msg_3 (the unacked message), got {again.payload!r}"
+    )
     await c2.ack(again)
     for i in range(4, 10):
         msg = await recv(stream2, ctx.t(5), f"message {i}")
@@ -64,15 +65,15 @@ async def test_reliable_shared_reconnection_failover_to_another_consumer(ctx):
         pending = msg.payload.decode()
         survivor = "c2" if who == "c1" else "c1"
         pumps[who].cancel()
-        await members[who].close()          # leaves its message unacked
+        await members[who].close()  # leaves its message unacked
         await asyncio.sleep(0.3)
-        while True:    # the survivor drains everything, the unacked message among it
+        while True:  # the survivor drains everything, the unacked message among it
             try:
-                got_by, msg = await asyncio.wait_for(sink.get(), 5.0)   # Danube's drain: until 5 s of silence
+                got_by, msg = await asyncio.wait_for(sink.get(), 5.0)  # Danube's drain: until 5 s of silence
             except asyncio.TimeoutError:
                 break
             if got_by != survivor:
-                continue   # delivered to the closed consumer before it left: unacked, comes back
+                continue  # delivered to the closed consumer before it left: unacked, comes back
             received[survivor].append(msg.payload.decode())
             await members[survivor].ack(msg)
     finally:
@@ -103,8 +104,9 @@ async def test_reliable_multiple_reconnections_same_message(ctx):
         c = await consumer(client, topic, name, sub, SubType.EXCLUSIVE)
         stream = await c.receive()
         again = await recv(stream, ctx.t(5), f"redelivery {cycle}")
-        assert again.payload.decode() == payloads[1], \
+        assert again.payload.decode() == payloads[1], (
             f"reconnection {cycle} should redeliver msg_1, got {again.payload!r}"
+        )
     await c.ack(again)
     msg2 = await recv(stream, ctx.t(5), "msg2")
     assert msg2.payload.decode() == payloads[2], "After acking msg_1, should receive msg_2"

@@ -3,9 +3,9 @@ moves to another one of a shared-fs cluster; offsets continue and what was unack
 
 import asyncio
 
-from danube import SubType
-
 from common import blob, consumer, producer, recv, recv_n
+
+from danube import SubType
 
 
 async def wait_for_assignment(ctx, topic, previous=None):
@@ -21,8 +21,10 @@ async def wait_for_assignment(ctx, topic, previous=None):
         except Exception as exc:  # noqa: BLE001 - kept for the timeout message, as Danube's
             last_error = exc
         if loop.time() >= deadline:
-            raise AssertionError(f"timed out waiting for topic assignment change for {topic} "
-                                 f"(previous broker: {previous}, last admin error: {last_error!r})")
+            raise AssertionError(
+                f"timed out waiting for topic assignment change for {topic} "
+                f"(previous broker: {previous}, last admin error: {last_error!r})"
+            )
         await asyncio.sleep(1)
 
 

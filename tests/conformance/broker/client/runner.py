@@ -47,10 +47,13 @@ async def main() -> None:
     for module_name in modules:
         module = importlib.import_module(module_name)
         prefix = f"{module_name}::" if len(modules) > 1 else ""
-        found = [(fn.__code__.co_firstlineno, name, fn)
-                 for name, fn in inspect.getmembers(module, inspect.iscoroutinefunction) if name.startswith("test_")]
+        found = [
+            (fn.__code__.co_firstlineno, name, fn)
+            for name, fn in inspect.getmembers(module, inspect.iscoroutinefunction)
+            if name.startswith("test_")
+        ]
         # in the file's order: with --parallel 1 a test may rely on the one before (as Danube's may)
-        tests.update({prefix + name[len("test_"):]: fn for _, name, fn in sorted(found)})
+        tests.update({prefix + name[len("test_") :]: fn for _, name, fn in sorted(found)})
     if args.only:
         tests = {n: tests[n] for n in args.only}
     ctx = Ctx(args.url, args.admin_url, args.run_id, args.scale)

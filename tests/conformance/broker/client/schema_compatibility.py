@@ -6,8 +6,9 @@ from danube import CompatibilityMode, SchemaType
 
 
 def obj(props: dict, required: list) -> bytes:
-    return json.dumps({"type": "object", "properties": {n: {"type": t} for n, t in props.items()},
-                       "required": required}).encode()
+    return json.dumps(
+        {"type": "object", "properties": {n: {"type": t} for n, t in props.items()}, "required": required}
+    ).encode()
 
 
 async def register(schema, subject, data, schema_type=SchemaType.JSON_SCHEMA):
@@ -32,27 +33,46 @@ async def _evolve(ctx, subject, mode, v1, v2, schema_type=SchemaType.JSON_SCHEMA
 
 
 async def test_backward_compatibility_add_optional_field(ctx):
-    ok = await _evolve(ctx, "backward-add-field", CompatibilityMode.BACKWARD,
-                       obj({"name": "string"}, ["name"]), obj({"name": "string", "email": "string"}, ["name"]))
+    ok = await _evolve(
+        ctx,
+        "backward-add-field",
+        CompatibilityMode.BACKWARD,
+        obj({"name": "string"}, ["name"]),
+        obj({"name": "string", "email": "string"}, ["name"]),
+    )
     assert ok, "Adding optional field should be backward compatible"
 
 
 async def test_backward_compatibility_remove_required_field_fails(ctx):
-    ok = await _evolve(ctx, "backward-remove-field", CompatibilityMode.BACKWARD,
-                       obj({"name": "string", "age": "integer"}, ["name", "age"]), obj({"name": "string"}, ["name"]))
+    ok = await _evolve(
+        ctx,
+        "backward-remove-field",
+        CompatibilityMode.BACKWARD,
+        obj({"name": "string", "age": "integer"}, ["name", "age"]),
+        obj({"name": "string"}, ["name"]),
+    )
     assert not ok, "Removing required field should fail backward compatibility"
 
 
 async def test_forward_compatibility_remove_optional_field(ctx):
-    ok = await _evolve(ctx, "forward-remove-field", CompatibilityMode.FORWARD,
-                       obj({"name": "string", "nickname": "string"}, ["name"]), obj({"name": "string"}, ["name"]))
+    ok = await _evolve(
+        ctx,
+        "forward-remove-field",
+        CompatibilityMode.FORWARD,
+        obj({"name": "string", "nickname": "string"}, ["name"]),
+        obj({"name": "string"}, ["name"]),
+    )
     assert ok, "Removing optional field should be forward compatible"
 
 
 async def test_forward_compatibility_add_required_field_fails(ctx):
-    ok = await _evolve(ctx, "forward-add-required", CompatibilityMode.FORWARD,
-                       obj({"name": "string"}, ["name"]),
-                       obj({"name": "string", "email": "string"}, ["name", "email"]))
+    ok = await _evolve(
+        ctx,
+        "forward-add-required",
+        CompatibilityMode.FORWARD,
+        obj({"name": "string"}, ["name"]),
+        obj({"name": "string", "email": "string"}, ["name", "email"]),
+    )
     assert not ok, "Adding required field should fail forward compatibility"
 
 
@@ -62,23 +82,30 @@ async def test_full_compatibility_strict_evolution(ctx):
     subject = "full-compat"
     await register(schema, subject, obj({"id": "integer", "name": "string"}, ["id", "name"]))
     await schema.set_compatibility_mode(subject, CompatibilityMode.FULL)
-    ok = await registers(schema, subject, obj({"id": "integer", "name": "string", "description": "string"},
-                                              ["id", "name"]))
+    ok = await registers(
+        schema, subject, obj({"id": "integer", "name": "string", "description": "string"}, ["id", "name"])
+    )
     assert ok, "Adding optional field should pass FULL compatibility"
     ok = await registers(schema, subject, obj({"id": "integer"}, ["id"]))
     assert not ok, "Removing required field should fail FULL compatibility"
 
 
 async def test_compatibility_none_allows_breaking_changes(ctx):
-    ok = await _evolve(ctx, "none-compat", CompatibilityMode.NONE,
-                       obj({"name": "string"}, ["name"]), obj({"age": "integer"}, ["age"]))
+    ok = await _evolve(
+        ctx, "none-compat", CompatibilityMode.NONE, obj({"name": "string"}, ["name"]), obj({"age": "integer"}, ["age"])
+    )
     assert ok, "Breaking change should be allowed with NONE compatibility"
 
 
 async def test_avro_backward_compatibility(ctx):
     v1 = json.dumps({"type": "record", "name": "User", "fields": [{"name": "name", "type": "string"}]}).encode()
-    v2 = json.dumps({"type": "record", "name": "User", "fields": [
-        {"name": "name", "type": "string"}, {"name": "age", "type": "int", "default": 0}]}).encode()
+    v2 = json.dumps(
+        {
+            "type": "record",
+            "name": "User",
+            "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": "int", "default": 0}],
+        }
+    ).encode()
     ok = await _evolve(ctx, "avro-backward", CompatibilityMode.BACKWARD, v1, v2, SchemaType.AVRO)
     assert ok, "Avro field with default should be backward compatible"
 

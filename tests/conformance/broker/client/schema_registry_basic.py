@@ -2,9 +2,9 @@
 
 import json
 
-from danube import SchemaType, SubType
-
 from common import consumer, producer, recv
+
+from danube import SchemaType, SubType
 
 
 async def register(schema, subject, data: bytes, schema_type=SchemaType.JSON_SCHEMA):
@@ -17,9 +17,12 @@ async def register_empty(schema, subject, schema_type):
     from danube.proto import SchemaRegistry_pb2
 
     metadata, stub = await schema._prepare(schema._uri)
-    resp = await stub.RegisterSchema(SchemaRegistry_pb2.RegisterSchemaRequest(
-        subject=subject, schema_type=schema_type.as_string(), schema_definition=b"", created_by="danube-py"),
-        metadata=metadata)
+    resp = await stub.RegisterSchema(
+        SchemaRegistry_pb2.RegisterSchemaRequest(
+            subject=subject, schema_type=schema_type.as_string(), schema_definition=b"", created_by="danube-py"
+        ),
+        metadata=metadata,
+    )
     return resp.schema_id
 
 
@@ -31,8 +34,11 @@ async def test_schema_registration_multiple_types(ctx):
     client = await ctx.client()
     schema = client.schema()
     json_id = await register(schema, "user-events-json", props(name="string", age="integer"))
-    avro = {"type": "record", "name": "User", "fields": [{"name": "name", "type": "string"},
-                                                        {"name": "age", "type": "int"}]}
+    avro = {
+        "type": "record",
+        "name": "User",
+        "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": "int"}],
+    }
     avro_id = await register(schema, "user-events-avro", json.dumps(avro).encode(), SchemaType.AVRO)
     await register_empty(schema, "log-events-string", SchemaType.STRING)
     await register_empty(schema, "binary-events", SchemaType.BYTES)
@@ -58,8 +64,9 @@ async def test_producer_with_unregistered_schema_fails(ctx):
         await producer(client, topic, "producer_unregistered", subject="non-existent-schema")
     except Exception as exc:  # noqa: BLE001 - the refusal is the observation
         message = str(exc)
-        assert "not found" in message or "validation failed" in message, \
+        assert "not found" in message or "validation failed" in message, (
             f"Error should mention schema not found: {message}"
+        )
     else:
         raise AssertionError("Producer creation should fail with unregistered schema")
 

@@ -3,10 +3,10 @@
 import asyncio
 import json
 
-from danube import SchemaType, SubType
-
 from common import consumer, producer, recv
 from schema_registry_basic import register, register_empty
+
+from danube import SchemaType, SubType
 
 
 async def _pipe(ctx, topic_prefix, subject, p_name, c_name, sub):
@@ -21,11 +21,20 @@ async def _pipe(ctx, topic_prefix, subject, p_name, c_name, sub):
 
 async def test_matching_schemas_end_to_end(ctx):
     client = await ctx.client()
-    schema_id = await register(client.schema(), "matching-schema", json.dumps(
-        {"type": "object", "properties": {"message": {"type": "string"}, "count": {"type": "integer"}},
-         "required": ["message", "count"]}).encode())
-    _, _, p, c, stream = await _pipe(ctx, "/default/matching_schemas", "matching-schema", "producer_matching",
-                                     "consumer_matching", "sub_matching")
+    schema_id = await register(
+        client.schema(),
+        "matching-schema",
+        json.dumps(
+            {
+                "type": "object",
+                "properties": {"message": {"type": "string"}, "count": {"type": "integer"}},
+                "required": ["message", "count"],
+            }
+        ).encode(),
+    )
+    _, _, p, c, stream = await _pipe(
+        ctx, "/default/matching_schemas", "matching-schema", "producer_matching", "consumer_matching", "sub_matching"
+    )
     await p.send(json.dumps({"message": "hello", "count": 42}).encode(), None)
     message = await recv(stream, ctx.t(5), "the message")
     assert message.HasField("schema_id") and message.schema_id == schema_id
@@ -37,16 +46,30 @@ async def test_matching_schemas_end_to_end(ctx):
 
 async def test_multiple_valid_payloads(ctx):
     client = await ctx.client()
-    await register(client.schema(), "multi-type-schema", json.dumps({
-        "type": "object",
-        "properties": {"string_field": {"type": "string"}, "int_field": {"type": "integer"},
-                       "bool_field": {"type": "boolean"}, "array_field": {"type": "array", "items": {"type": "string"}}},
-        "required": ["string_field", "int_field"]}).encode())
-    _, _, p, c, stream = await _pipe(ctx, "/default/multi_valid", "multi-type-schema", "producer_multi",
-                                     "consumer_multi", "sub_multi")
-    payloads = [{"string_field": "test", "int_field": 1},
-                {"string_field": "test2", "int_field": 2, "bool_field": True},
-                {"string_field": "test3", "int_field": 3, "array_field": ["a", "b"]}]
+    await register(
+        client.schema(),
+        "multi-type-schema",
+        json.dumps(
+            {
+                "type": "object",
+                "properties": {
+                    "string_field": {"type": "string"},
+                    "int_field": {"type": "integer"},
+                    "bool_field": {"type": "boolean"},
+                    "array_field": {"type": "array", "items": {"type": "string"}},
+                },
+                "required": ["string_field", "int_field"],
+            }
+        ).encode(),
+    )
+    _, _, p, c, stream = await _pipe(
+        ctx, "/default/multi_valid", "multi-type-schema", "producer_multi", "consumer_multi", "sub_multi"
+    )
+    payloads = [
+        {"string_field": "test", "int_field": 1},
+        {"string_field": "test2", "int_field": 2, "bool_field": True},
+        {"string_field": "test3", "int_field": 3, "array_field": ["a", "b"]},
+    ]
     for payload in payloads:
         await p.send(json.dumps(payload).encode(), None)
     for payload in payloads:
@@ -60,16 +83,27 @@ async def test_schema_evolution_consumer_compatibility(ctx):
     schema = client.schema()
     topic = ctx.unique_topic("/default/evolution")
     subject = f"evolution-schema-{topic.split('-')[-1]}"
-    await register(schema, subject, json.dumps(
-        {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}).encode())
+    await register(
+        schema,
+        subject,
+        json.dumps({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}).encode(),
+    )
     p1 = await producer(client, topic, "producer_v1", subject=subject)
     c = await consumer(client, topic, "consumer_evolution", "sub_evolution")
     stream = await c.receive()
     await asyncio.sleep(0.2)
     await p1.send(json.dumps({"id": 1}).encode(), None)
-    await register(schema, subject, json.dumps(
-        {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}},
-         "required": ["id"]}).encode())
+    await register(
+        schema,
+        subject,
+        json.dumps(
+            {
+                "type": "object",
+                "properties": {"id": {"type": "integer"}, "name": {"type": "string"}},
+                "required": ["id"],
+            }
+        ).encode(),
+    )
     p2 = await producer(client, topic, "producer_v2", subject=subject)
     await p2.send(json.dumps({"id": 2, "name": "test"}).encode(), None)
     msg1 = await recv(stream, ctx.t(5), "the V1 message")
@@ -86,12 +120,25 @@ async def test_schema_evolution_consumer_compatibility(ctx):
 
 async def test_avro_schema_end_to_end(ctx):
     client = await ctx.client()
-    schema_id = await register(client.schema(), "avro-user-schema", json.dumps({
-        "type": "record", "name": "User",
-        "fields": [{"name": "username", "type": "string"}, {"name": "age", "type": "int"},
-                   {"name": "active", "type": "boolean"}]}).encode(), SchemaType.AVRO)
-    _, _, p, c, stream = await _pipe(ctx, "/default/avro_test", "avro-user-schema", "producer_avro",
-                                     "consumer_avro", "sub_avro")
+    schema_id = await register(
+        client.schema(),
+        "avro-user-schema",
+        json.dumps(
+            {
+                "type": "record",
+                "name": "User",
+                "fields": [
+                    {"name": "username", "type": "string"},
+                    {"name": "age", "type": "int"},
+                    {"name": "active", "type": "boolean"},
+                ],
+            }
+        ).encode(),
+        SchemaType.AVRO,
+    )
+    _, _, p, c, stream = await _pipe(
+        ctx, "/default/avro_test", "avro-user-schema", "producer_avro", "consumer_avro", "sub_avro"
+    )
     # (Danube's test sends the record as JSON: without payload validation the broker does not parse it)
     await p.send(json.dumps({"username": "alice", "age": 30, "active": True}).encode(), None)
     message = await recv(stream, ctx.t(5), "the message")
@@ -102,8 +149,9 @@ async def test_avro_schema_end_to_end(ctx):
 async def test_string_schema_type(ctx):
     client = await ctx.client()
     schema_id = await register_empty(client.schema(), "log-messages", SchemaType.STRING)
-    _, _, p, c, stream = await _pipe(ctx, "/default/string_schema", "log-messages", "producer_string",
-                                     "consumer_string", "sub_string")
+    _, _, p, c, stream = await _pipe(
+        ctx, "/default/string_schema", "log-messages", "producer_string", "consumer_string", "sub_string"
+    )
     messages = ["INFO: Server started", "DEBUG: Connection established", "ERROR: Timeout"]
     for m in messages:
         await p.send(m.encode(), None)
@@ -117,8 +165,9 @@ async def test_string_schema_type(ctx):
 async def test_bytes_schema_type(ctx):
     client = await ctx.client()
     schema_id = await register_empty(client.schema(), "binary-data", SchemaType.BYTES)
-    _, _, p, c, stream = await _pipe(ctx, "/default/bytes_schema", "binary-data", "producer_bytes",
-                                     "consumer_bytes", "sub_bytes")
+    _, _, p, c, stream = await _pipe(
+        ctx, "/default/bytes_schema", "binary-data", "producer_bytes", "consumer_bytes", "sub_bytes"
+    )
     binary = bytes([0x00, 0xFF, 0xAB, 0xCD, 0xEF])
     await p.send(binary, None)
     msg = await recv(stream, ctx.t(5), "the message")
@@ -130,10 +179,12 @@ async def test_bytes_schema_type(ctx):
 async def test_verify_schema_metadata_in_messages(ctx):
     client = await ctx.client()
     schema = client.schema()
-    schema_id = await register(schema, "metadata-schema", json.dumps(
-        {"type": "object", "properties": {"value": {"type": "number"}}}).encode())
-    _, _, p, c, stream = await _pipe(ctx, "/default/metadata_verify", "metadata-schema", "producer_metadata",
-                                     "consumer_metadata", "sub_metadata")
+    schema_id = await register(
+        schema, "metadata-schema", json.dumps({"type": "object", "properties": {"value": {"type": "number"}}}).encode()
+    )
+    _, _, p, c, stream = await _pipe(
+        ctx, "/default/metadata_verify", "metadata-schema", "producer_metadata", "consumer_metadata", "sub_metadata"
+    )
     await p.send(json.dumps({"value": 3.14}).encode(), None)
     msg = await recv(stream, ctx.t(5), "the message")
     assert msg.HasField("schema_id"), "Message should have schema_id"
@@ -149,10 +200,26 @@ async def test_second_producer_different_subject_fails(ctx):
     client = await ctx.client()
     schema = client.schema()
     topic = ctx.unique_topic("/default/multi_schema")
-    await register(schema, "event-schema", json.dumps({"type": "object", "properties": {
-        "type": {"type": "string", "enum": ["event"]}, "data": {"type": "string"}}}).encode())
-    await register(schema, "metric-schema", json.dumps({"type": "object", "properties": {
-        "type": {"type": "string", "enum": ["metric"]}, "value": {"type": "number"}}}).encode())
+    await register(
+        schema,
+        "event-schema",
+        json.dumps(
+            {
+                "type": "object",
+                "properties": {"type": {"type": "string", "enum": ["event"]}, "data": {"type": "string"}},
+            }
+        ).encode(),
+    )
+    await register(
+        schema,
+        "metric-schema",
+        json.dumps(
+            {
+                "type": "object",
+                "properties": {"type": {"type": "string", "enum": ["metric"]}, "value": {"type": "number"}},
+            }
+        ).encode(),
+    )
     await producer(client, topic, "producer_events", subject="event-schema")
     try:
         await producer(client, topic, "producer_metrics", subject="metric-schema")

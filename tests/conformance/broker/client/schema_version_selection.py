@@ -3,10 +3,10 @@
 import asyncio
 import json
 
-from danube import SubType
-
 from common import consumer, producer, recv
 from schema_registry_basic import register
+
+from danube import SubType
 
 
 def obj(props: dict, required: list | None = None) -> bytes:

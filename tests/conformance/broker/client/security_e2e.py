@@ -36,8 +36,14 @@ async def test_security_authorized_produce(ctx):
 
 async def test_security_authorized_consume(ctx):
     client = await build_client(ctx, env("DANUBE_AUTHORIZED_TOKEN"))
-    consumer = (client.new_consumer().with_topic(TOPIC).with_consumer_name("security-e2e-consumer")
-                .with_subscription("security-e2e-sub").with_subscription_type(SubType.EXCLUSIVE).build())
+    consumer = (
+        client.new_consumer()
+        .with_topic(TOPIC)
+        .with_consumer_name("security-e2e-consumer")
+        .with_subscription("security-e2e-sub")
+        .with_subscription_type(SubType.EXCLUSIVE)
+        .build()
+    )
     try:
         await consumer.subscribe()
     except Exception as exc:  # noqa: BLE001
@@ -52,7 +58,8 @@ async def test_security_denied_produce(ctx):
     except Exception as exc:  # noqa: BLE001 - the refusal is the observation
         cause = exc.__cause__ if exc.__cause__ is not None else exc
         message = f"{exc} {cause!r}"
-        assert "PermissionDenied" in message or "permission" in message.lower(), \
+        assert "PermissionDenied" in message or "permission" in message.lower(), (
             f"Error should be permission-related, got: {message}"
+        )
     else:
         raise AssertionError("Unprivileged principal should be denied producer creation")

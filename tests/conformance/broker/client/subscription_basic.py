@@ -2,9 +2,9 @@
 
 import asyncio
 
-from danube import SubType
-
 from common import consumer, producer, recv
+
+from danube import SubType
 
 NAMES = {SubType.EXCLUSIVE: "consumer_exclusive", SubType.SHARED: "consumer_shared"}
 

@@ -23,8 +23,9 @@ async def test_first_producer_assigns_schema(ctx):
     topic = ctx.unique_topic("/default/first_producer")
     await register(client.schema(), "first-schema", obj({"msg": {"type": "string"}}))
     await producer(client, topic, "first_producer", subject="first-schema")
-    assert await _creates(client, topic, "second_producer", subject="first-schema"), \
+    assert await _creates(client, topic, "second_producer", subject="first-schema"), (
         "Second producer with same schema should succeed"
+    )
 
 
 async def test_second_producer_different_schema_fails(ctx):
@@ -33,8 +34,9 @@ async def test_second_producer_different_schema_fails(ctx):
     await register(client.schema(), "schema-a", obj({"a": {"type": "string"}}))
     await register(client.schema(), "schema-b", obj({"b": {"type": "integer"}}))
     await producer(client, topic, "producer_schema_a", subject="schema-a")
-    assert not await _creates(client, topic, "producer_schema_b", subject="schema-b"), \
+    assert not await _creates(client, topic, "producer_schema_b", subject="schema-b"), (
         "Second producer with different schema should fail"
+    )
 
 
 async def test_producer_without_schema_can_connect(ctx):
@@ -42,8 +44,9 @@ async def test_producer_without_schema_can_connect(ctx):
     topic = ctx.unique_topic("/default/no_schema_allowed")
     await register(client.schema(), "optional-schema", obj({"x": {"type": "number"}}))
     await producer(client, topic, "first_with_schema", subject="optional-schema")
-    assert await _creates(client, topic, "second_no_schema"), \
+    assert await _creates(client, topic, "second_no_schema"), (
         "Producer without schema should be allowed to connect. Schema validation happens at message level."
+    )
 
 
 async def test_topic_allows_different_versions_same_subject(ctx):
@@ -53,5 +56,6 @@ async def test_topic_allows_different_versions_same_subject(ctx):
     await register(client.schema(), subject, obj({"id": {"type": "integer"}}))
     await producer(client, topic, "producer_v1", subject=subject, version=1)
     await register(client.schema(), subject, obj({"id": {"type": "integer"}, "name": {"type": "string"}}))
-    assert await _creates(client, topic, "producer_v2", subject=subject, version=2), \
+    assert await _creates(client, topic, "producer_v2", subject=subject, version=2), (
         "Producer with different version of same subject should succeed"
+    )

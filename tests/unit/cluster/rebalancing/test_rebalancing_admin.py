@@ -26,11 +26,20 @@ async def admin(tmp_path):
     reports = Reports(store, clock)
     await reports.refresh()
     cfg = RebalancingConfig.from_section({"enabled": False, "min_topic_age_seconds": 0}, strategy="fair")
-    rebalancer = Rebalancer(store, cfg, clock=clock, reports=reports, executor=Assigner(store, clock),
-                            reassignment_timeout_s=0.0)
-    broker = SimpleNamespace(broker_id="a", broker_url="http://127.0.0.1:1", metadata=store, topics={},
-                             rebalancer=rebalancer, cluster=None, schema_gate=None, storage_factory=None,
-                             metrics_url=None)
+    rebalancer = Rebalancer(
+        store, cfg, clock=clock, reports=reports, executor=Assigner(store, clock), reassignment_timeout_s=0.0
+    )
+    broker = SimpleNamespace(
+        broker_id="a",
+        broker_url="http://127.0.0.1:1",
+        metadata=store,
+        topics={},
+        rebalancer=rebalancer,
+        cluster=None,
+        schema_gate=None,
+        storage_factory=None,
+        metrics_url=None,
+    )
     server = grpc.aio.server()
     add_to_server(server, broker)
     port = server.add_insecure_port("127.0.0.1:0")

@@ -11,8 +11,14 @@ from danube.cluster.rebalancing.balance import build_state, compute_balance, sou
 
 
 def topic(name, mbps=0.0, producers=1, consumers=1, backlog=0):
-    return TopicLoad(topic_name=name, byte_rate=int(mbps * 1e6), byte_rate_mbps=mbps, producer_count=producers,
-                     consumer_count=consumers, backlog_messages=backlog)
+    return TopicLoad(
+        topic_name=name,
+        byte_rate=int(mbps * 1e6),
+        byte_rate_mbps=mbps,
+        producer_count=producers,
+        consumer_count=consumers,
+        backlog_messages=backlog,
+    )
 
 
 def report(broker, topics, cpu=None, mem=None, ts=100):
@@ -50,8 +56,10 @@ def test_fair_estimates_are_one_per_topic_and_loads_follow_the_assignments():
 
 
 def test_balanced_estimates_share_the_score_and_sum_to_it():
-    reports = {"a": report("a", [topic("/d/x", 5.0), topic("/d/y", 0.1)], cpu=60.0, mem=40.0),
-               "b": report("b", [topic("/d/z", 0.1)], cpu=10.0, mem=20.0)}
+    reports = {
+        "a": report("a", [topic("/d/x", 5.0), topic("/d/y", 0.1)], cpu=60.0, mem=40.0),
+        "b": report("b", [topic("/d/z", 0.1)], cpu=10.0, mem=20.0),
+    }
     state = build_state("balanced", reports, ["a", "b"])
     for broker, topics in state.topics.items():
         assert math.fsum(t.estimated_load for t in topics.values()) == pytest.approx(state.loads[broker])

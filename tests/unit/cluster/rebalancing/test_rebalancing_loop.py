@@ -41,8 +41,12 @@ class Reports:
                 parts = a.key.split("/")
                 if len(parts) == 6:
                     topics.append(TopicLoad(topic_name=f"/{parts[4]}/{parts[5]}", producer_count=1))
-            self.reports[broker] = LoadReport(resources_usage=[SystemLoad("CPU", 0.0)], topics=topics,
-                                              timestamp=int(self.clock.now()), broker_id=broker)
+            self.reports[broker] = LoadReport(
+                resources_usage=[SystemLoad("CPU", 0.0)],
+                topics=topics,
+                timestamp=int(self.clock.now()),
+                broker_id=broker,
+            )
 
     async def latest_reports(self):
         return dict(self.reports)
@@ -83,11 +87,19 @@ async def setup(store, layout, states=None):
 
 
 def make(store, clock, reports, executor=None, **section):
-    cfg = RebalancingConfig.from_section({"enabled": True, "aggressiveness": "aggressive", "min_topic_age_seconds": 0,
-                                          **section}, strategy="fair")
+    cfg = RebalancingConfig.from_section(
+        {"enabled": True, "aggressiveness": "aggressive", "min_topic_age_seconds": 0, **section}, strategy="fair"
+    )
     metrics = RebalancingMetrics()
-    reb = Rebalancer(store, cfg, clock=clock, reports=reports, executor=executor or Assigner(store, clock),
-                     metrics=metrics, reassignment_timeout_s=0.0)
+    reb = Rebalancer(
+        store,
+        cfg,
+        clock=clock,
+        reports=reports,
+        executor=executor or Assigner(store, clock),
+        metrics=metrics,
+        reassignment_timeout_s=0.0,
+    )
     return reb, metrics
 
 
@@ -102,8 +114,7 @@ async def test_a_move_writes_the_marker_deletes_the_source_and_records_history(c
     assert result.status == "moved", result
     move = result.move
     assert (move.from_broker, move.to_broker, move.planned_to_broker, move.outcome) == ("a", "b", "b", "moved")
-    assert executor.markers == [{"reason": "rebalance", "from_broker": "a", "to_broker": "b",
-                                 "timestamp": int(T0)}]
+    assert executor.markers == [{"reason": "rebalance", "from_broker": "a", "to_broker": "b", "timestamp": int(T0)}]
     assert await cluster.get(keys.broker_topic("a", move.topic)) is None
     assert await cluster.get(keys.broker_topic("b", move.topic)) is not None
     [record] = await RebalancingHistory(cluster).records()
@@ -220,7 +231,7 @@ async def test_waits_for_the_reassignment_through_a_watch(cluster):
             markers = await cluster.get_prefix(keys.unassigned_prefix())
             if markers:
                 marker = json.loads(markers[0].value)
-                topic = "/" + markers[0].key[len(keys.unassigned_prefix()):]
+                topic = "/" + markers[0].key[len(keys.unassigned_prefix()) :]
                 await cluster.put(keys.broker_topic(marker["to_broker"], topic), b"null")
                 await cluster.delete(markers[0].key)
                 return
@@ -268,8 +279,9 @@ async def test_with_the_cluster_view_and_reports_in_the_store(cluster):
         async def load_manager():
             await view.wait_for(lambda: view.unassigned, 5.0)
             [(topic, (marker, _rev))] = view.unassigned.items()
-            await cluster.txn([], [Op.put(keys.broker_topic(marker["to_broker"], topic), b"null"),
-                                   Op.delete(keys.unassigned(topic))])
+            await cluster.txn(
+                [], [Op.put(keys.broker_topic(marker["to_broker"], topic), b"null"), Op.delete(keys.unassigned(topic))]
+            )
 
         task = asyncio.create_task(load_manager())
         result = await reb.run_cycle()

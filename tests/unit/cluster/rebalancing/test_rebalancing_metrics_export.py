@@ -19,16 +19,27 @@ from danube.storage.factory import StorageFactory
 @pytest.fixture
 async def node(tmp_path):
     store = EmbeddedMetadataStore(str(tmp_path / "meta.db"))
-    factory = StorageFactory(StorageConfig.from_dict({"wal": {"sync": "never"}}, data_dir=str(tmp_path)), store,
-                             broker_id="b1")
+    factory = StorageFactory(
+        StorageConfig.from_dict({"wal": {"sync": "never"}}, data_dir=str(tmp_path)), store, broker_id="b1"
+    )
     metrics = PrometheusMetrics()
     broker = BrokerService(store, factory, broker_url="http://b1:6650", broker_id="b1", metrics=metrics)
     metrics.attach(broker)
     await broker.start()
-    config = RebalancingConfig.for_aggressiveness("aggressive", enabled=True, check_interval_seconds=3600,
-                                                  strategy="fair")
-    n = ClusterNode(store, broker, broker_id="b1", broker_url="http://b1:6650", lease_ttl_s=3,
-                    load_report_interval_s=0.2, lookup_timeout_s=5, rebalancing=config, metrics=metrics)
+    config = RebalancingConfig.for_aggressiveness(
+        "aggressive", enabled=True, check_interval_seconds=3600, strategy="fair"
+    )
+    n = ClusterNode(
+        store,
+        broker,
+        broker_id="b1",
+        broker_url="http://b1:6650",
+        lease_ttl_s=3,
+        load_report_interval_s=0.2,
+        lookup_timeout_s=5,
+        rebalancing=config,
+        metrics=metrics,
+    )
     broker.cluster = n
     await n.start()
     for _ in range(100):
@@ -48,10 +59,10 @@ def scrape(metrics) -> str:
 async def test_every_rebalancing_metric_is_in_the_brokers_registry_once(node):
     n, metrics = node
     broker = n.broker
-    await broker.lookup("/default/a")            # placed by this broker's (the leader's) load manager
+    await broker.lookup("/default/a")  # placed by this broker's (the leader's) load manager
     await broker.create_producer("/default/a", "p", reliable=True)
     await n.view.wait_for(lambda: "b1" in n.view.loads, 5)  # its first load report
-    result = await n.rebalancer.run_cycle()       # one broker: skipped, but the gauges are set
+    result = await n.rebalancer.run_cycle()  # one broker: skipped, but the gauges are set
     assert result.reason == "too few brokers"
     text = scrape(metrics)
     for name in METRIC_NAMES:
@@ -72,8 +83,8 @@ async def test_the_leaders_counts_of_the_other_brokers_join_the_brokers_own_fami
     rm.topics_owned_values = {"b1": 0.0, "b2": 7.0}
     text = scrape(metrics)
     assert 'danube_broker_topics_owned{broker_id="b2"} 7.0' in text
-    assert 'danube_broker_topics_owned{broker_id="b1"} 0.0' in text   # its own: what it serves now
-    n.election.is_leader = False                  # a follower exports only its own count
+    assert 'danube_broker_topics_owned{broker_id="b1"} 0.0' in text  # its own: what it serves now
+    n.election.is_leader = False  # a follower exports only its own count
     try:
         text = scrape(metrics)
         assert 'broker_id="b2"' not in text and 'danube_broker_topics_owned{broker_id="b1"} 0.0' in text

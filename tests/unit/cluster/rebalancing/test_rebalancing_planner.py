@@ -11,7 +11,7 @@ from danube.cluster.rebalancing.balance import ClusterState, TopicInfo, compute_
 from danube.cluster.rebalancing.candidates import Eligibility, candidates, eligibility, target_for
 from danube.cluster.rebalancing.config import RebalancingConfig
 from danube.cluster.rebalancing.history import MoveRecord
-from danube.cluster.rebalancing.planner import greedy_plan, plan_moves, greedy_move
+from danube.cluster.rebalancing.planner import greedy_move, greedy_plan, plan_moves
 
 
 def state_of(spec):
@@ -22,8 +22,9 @@ def state_of(spec):
 
 
 def test_candidates_filter_and_order():
-    cfg = RebalancingConfig.from_section({"blacklist_topics": ["/system/*", "/d/pinned"], "cooldown_seconds": 60,
-                                          "min_topic_age_seconds": 300})
+    cfg = RebalancingConfig.from_section(
+        {"blacklist_topics": ["/system/*", "/d/pinned"], "cooldown_seconds": 60, "min_topic_age_seconds": 300}
+    )
     now = 10_000.0
     records = [MoveRecord("/d/cool", "b", "a", now - 30), MoveRecord("/d/old-move", "b", "a", now - 1000)]
     names = ["/system/load_reports", "/d/pinned", "/d/cool", "/d/young", "/d/ok1", "/d/ok2", "/d/old-move"]
@@ -41,8 +42,13 @@ def test_candidates_filter_and_order():
 
 
 def test_greedy_moves_the_lightest_topic_to_the_least_loaded_broker():
-    state = state_of({"a": [("/d/h", 5.0, 5.0), ("/d/l", 1.0, 1.0), ("/d/m", 3.0, 3.0)],
-                      "b": [("/d/x", 2.0, 2.0)], "c": [("/d/y", 1.0, 1.0)]})
+    state = state_of(
+        {
+            "a": [("/d/h", 5.0, 5.0), ("/d/l", 1.0, 1.0), ("/d/m", 3.0, 3.0)],
+            "b": [("/d/x", 2.0, 2.0)],
+            "c": [("/d/y", 1.0, 1.0)],
+        }
+    )
     move = greedy_move(state, Eligibility(), 0.2)
     assert (move.topic, move.from_broker, move.to_broker) == ("/d/l", "a", "c")
     assert move.cv_after < move.cv_before
@@ -50,8 +56,10 @@ def test_greedy_moves_the_lightest_topic_to_the_least_loaded_broker():
 
 
 def add_brokers_state(per_broker=100, old=3, new=2):
-    spec = {f"b{i}": [(f"/d/b{i}-{j}", 0.3 + (j * 37 % 100) / 50.0, 0.3 + (j * 37 % 100) / 50.0)
-                      for j in range(per_broker)] for i in range(old)}
+    spec = {
+        f"b{i}": [(f"/d/b{i}-{j}", 0.3 + (j * 37 % 100) / 50.0, 0.3 + (j * 37 % 100) / 50.0) for j in range(per_broker)]
+        for i in range(old)
+    }
     spec.update({f"n{i}": [] for i in range(new)})
     return state_of(spec)
 
@@ -86,8 +94,7 @@ def clusters(draw):
     spec = {}
     for b in range(brokers):
         n = draw(st.integers(0, 12))
-        spec[f"b{b}"] = [(f"/d/b{b}-t{j}", draw(st.floats(0.01, 20.0)), draw(st.floats(0.0, 10.0)))
-                         for j in range(n)]
+        spec[f"b{b}"] = [(f"/d/b{b}-t{j}", draw(st.floats(0.01, 20.0)), draw(st.floats(0.0, 10.0))) for j in range(n)]
     names = [n for ts in spec.values() for n, _, _ in ts]
     blacklisted = draw(st.sets(st.sampled_from(names), max_size=4)) if names else set()
     cooling = draw(st.sets(st.sampled_from(names), max_size=4)) if names else set()
@@ -95,8 +102,9 @@ def clusters(draw):
     if names:
         for n in draw(st.sets(st.sampled_from(names), max_size=4)):
             forbidden[n] = frozenset(draw(st.sets(st.sampled_from(sorted(spec)), min_size=1)))
-    return state_of(spec), Eligibility(blacklist=tuple(sorted(blacklisted)), cooling=frozenset(cooling),
-                                       forbidden=forbidden)
+    return state_of(spec), Eligibility(
+        blacklist=tuple(sorted(blacklisted)), cooling=frozenset(cooling), forbidden=forbidden
+    )
 
 
 @settings(max_examples=150, deadline=None)

@@ -22,13 +22,25 @@ BLACKLIST = ("/system/*", "/d/pinned-*")
 
 
 class PlannerMachine(RuleBasedStateMachine):
-    @initialize(brokers=st.integers(2, 5), max_moves=st.integers(1, 8), cooldown=st.sampled_from([0, 60, 600]),
-                min_age=st.sampled_from([0, 300]), threshold=st.sampled_from([0.1, 0.2, 0.3, 0.4]),
-                loads=st.lists(st.floats(0.05, 10.0), min_size=4, max_size=30), ages=st.randoms())
+    @initialize(
+        brokers=st.integers(2, 5),
+        max_moves=st.integers(1, 8),
+        cooldown=st.sampled_from([0, 60, 600]),
+        min_age=st.sampled_from([0, 300]),
+        threshold=st.sampled_from([0.1, 0.2, 0.3, 0.4]),
+        loads=st.lists(st.floats(0.05, 10.0), min_size=4, max_size=30),
+        ages=st.randoms(),
+    )
     def setup(self, brokers, max_moves, cooldown, min_age, threshold, loads, ages):
-        self.config = RebalancingConfig.from_section({
-            "max_moves_per_hour": max_moves, "cooldown_seconds": cooldown, "min_topic_age_seconds": min_age,
-            "blacklist_topics": list(BLACKLIST), "cv_threshold": threshold})
+        self.config = RebalancingConfig.from_section(
+            {
+                "max_moves_per_hour": max_moves,
+                "cooldown_seconds": cooldown,
+                "min_topic_age_seconds": min_age,
+                "blacklist_topics": list(BLACKLIST),
+                "cv_threshold": threshold,
+            }
+        )
         self.now = 1_000_000.0
         self.owner: dict[str, str] = {}
         self.load: dict[str, float] = {}
@@ -73,8 +85,7 @@ class PlannerMachine(RuleBasedStateMachine):
         move = plan[0]
         assert self.owner[move.topic] == move.from_broker
         self.owner[move.topic] = move.to_broker
-        self.records.append(h.MoveRecord(move.topic, move.from_broker, move.to_broker, self.now,
-                                         move.estimated_load))
+        self.records.append(h.MoveRecord(move.topic, move.from_broker, move.to_broker, self.now, move.estimated_load))
 
     @invariant()
     def safe(self):

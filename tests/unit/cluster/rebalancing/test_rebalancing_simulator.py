@@ -51,10 +51,14 @@ def test_check_safety_reports_violations():
     from danube.cluster.rebalancing.config import RebalancingConfig
     from danube.cluster.rebalancing.history import MoveRecord
 
-    cfg = RebalancingConfig.from_section({"max_moves_per_hour": 2, "cooldown_seconds": 60,
-                                          "blacklist_topics": ["/system/*"]})
-    moves = [MoveRecord("/d/a", "x", "y", 0.0), MoveRecord("/d/a", "y", "x", 30.0),
-             MoveRecord("/system/s", "x", "y", 100.0)]
+    cfg = RebalancingConfig.from_section(
+        {"max_moves_per_hour": 2, "cooldown_seconds": 60, "blacklist_topics": ["/system/*"]}
+    )
+    moves = [
+        MoveRecord("/d/a", "x", "y", 0.0),
+        MoveRecord("/d/a", "y", "x", 30.0),
+        MoveRecord("/system/s", "x", "y", 100.0),
+    ]
     problems = " ".join(check_safety(moves, cfg))
     for word in ("rate limit", "cooldown", "oscillation", "blacklist"):
         assert word in problems

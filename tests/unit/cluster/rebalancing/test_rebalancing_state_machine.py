@@ -40,14 +40,26 @@ class RebalancerMachine(RuleBasedStateMachine):
         self.run(self.store.close())
         self.loop.close()
 
-    @initialize(level=st.sampled_from(["conservative", "balanced", "aggressive"]),
-                max_moves=st.integers(1, 6), cooldown=st.sampled_from([0, 30, 300, 900]),
-                min_age=st.sampled_from([0, 300, 1800]), planner=st.sampled_from(["plan", "greedy"]),
-                topics=st.lists(st.tuples(st.floats(0.01, 5.0), st.integers(0, 4000)), min_size=8, max_size=40))
+    @initialize(
+        level=st.sampled_from(["conservative", "balanced", "aggressive"]),
+        max_moves=st.integers(1, 6),
+        cooldown=st.sampled_from([0, 30, 300, 900]),
+        min_age=st.sampled_from([0, 300, 1800]),
+        planner=st.sampled_from(["plan", "greedy"]),
+        topics=st.lists(st.tuples(st.floats(0.01, 5.0), st.integers(0, 4000)), min_size=8, max_size=40),
+    )
     def setup(self, level, max_moves, cooldown, min_age, planner, topics):
-        self.config = RebalancingConfig.from_section({
-            "enabled": True, "aggressiveness": level, "max_moves_per_hour": max_moves, "cooldown_seconds": cooldown,
-            "min_topic_age_seconds": min_age, "blacklist_topics": BLACKLIST, "planner": planner})
+        self.config = RebalancingConfig.from_section(
+            {
+                "enabled": True,
+                "aggressiveness": level,
+                "max_moves_per_hour": max_moves,
+                "cooldown_seconds": cooldown,
+                "min_topic_age_seconds": min_age,
+                "blacklist_topics": BLACKLIST,
+                "planner": planner,
+            }
+        )
         for _ in range(3):
             self.run(self._add())
         now = self.clock.now()
@@ -60,8 +72,14 @@ class RebalancerMachine(RuleBasedStateMachine):
         self.cluster.refresh_reports()
 
     def _new_leader(self):
-        reb = Rebalancer(self.store, self.config, clock=self.clock, reports=self.cluster,
-                         created_at=self.cluster.created_at, reassignment_timeout_s=0.0)
+        reb = Rebalancer(
+            self.store,
+            self.config,
+            clock=self.clock,
+            reports=self.cluster,
+            created_at=self.cluster.created_at,
+            reassignment_timeout_s=0.0,
+        )
         reb.executor = SimMoveExecutor(self.cluster, MetadataMoveExecutor(self.store, self.clock))
         return reb
 

@@ -20,8 +20,11 @@ T = "/default/fenced"
 
 
 async def publish(stub, topic, version, n=3, seq=1):
-    req = pb.PublishRequest(sequence=seq, create=pb.ProducerSpec(topic=topic, producer_name="p", reliable=True),
-                            frames=frame_codec.encode_payloads([b"x"] * n, publish_time=1, producer_id=0))
+    req = pb.PublishRequest(
+        sequence=seq,
+        create=pb.ProducerSpec(topic=topic, producer_name="p", reliable=True),
+        frames=frame_codec.encode_payloads([b"x"] * n, publish_time=1, producer_id=0),
+    )
     if version is not None:
         req.partitioning_version = version
 
@@ -42,20 +45,26 @@ async def test_fence_refuses_stale_and_records_offsets(tmp_path):
         runtime = broker.repartition
         assert runtime.fence._ready.is_set()
 
-        await store.repartition(T, 4, now_ms=0)          # grow 2 -> 4: version 1
+        await store.repartition(T, 4, now_ms=0)  # grow 2 -> 4: version 1
         # the fence learns through its watch and records each source's old_end (3: one batch of 3)
-        await async_wait_until(lambda: runtime.fence.states.get(T) is not None and runtime.fence.states[T].version == 1, timeout=5, interval=0.02)
-        await async_wait_until(lambda: runtime.fence.states[T].transition.old_end == {0: 3, 1: 3}, timeout=5, interval=0.02)
+        await async_wait_until(
+            lambda: runtime.fence.states.get(T) is not None and runtime.fence.states[T].version == 1,
+            timeout=5,
+            interval=0.02,
+        )
+        await async_wait_until(
+            lambda: runtime.fence.states[T].transition.old_end == {0: 3, 1: 3}, timeout=5, interval=0.02
+        )
         before = broker.topics[f"{T}-part-0"].storage.next_offset
         ack = await publish(stub, f"{T}-part-0", 0, seq=2)
         assert ack.status.code == grpc.StatusCode.FAILED_PRECONDITION.value[0], ack
         assert ack.status.retriable and "version 1" in ack.status.message and "4 partitions" in ack.status.message
-        assert broker.topics[f"{T}-part-0"].storage.next_offset == before   # nothing stored
+        assert broker.topics[f"{T}-part-0"].storage.next_offset == before  # nothing stored
         ack = await publish(stub, f"{T}-part-0", 1, seq=3)
         assert ack.status.code == 0 and ack.first_offset == 3
         ack = await publish(stub, f"{T}-part-3", 1, seq=4)
         assert ack.status.code == 0 and ack.first_offset == 0
-        ack = await publish(stub, f"{T}-part-1", None, seq=5)          # no version: not fenced
+        ack = await publish(stub, f"{T}-part-1", None, seq=5)  # no version: not fenced
         assert ack.status.code == 0
         assert runtime.fence.refused == 1
 
@@ -68,9 +77,9 @@ async def test_newer_version_than_the_watch_catches_up_and_shrink_records_new_st
         for p in range(4):
             await publish(stub, f"{T}-part-{p}", 0, n=p + 1)
         runtime = broker.repartition
-        await runtime.fence.stop()                       # the watch is late: nothing arrives through it
-        await store.repartition(T, 2, now_ms=0)          # shrink 4 -> 2
-        ack = await publish(stub, f"{T}-part-0", 1, seq=9)   # newer than the fence knew: catches up
+        await runtime.fence.stop()  # the watch is late: nothing arrives through it
+        await store.repartition(T, 2, now_ms=0)  # shrink 4 -> 2
+        ack = await publish(stub, f"{T}-part-0", 1, seq=9)  # newer than the fence knew: catches up
         assert ack.status.code == 0 and ack.first_offset == 1
         ack = await publish(stub, f"{T}-part-2", 0, seq=10)
         assert ack.status.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
@@ -84,7 +93,7 @@ async def test_newer_version_than_the_watch_catches_up_and_shrink_records_new_st
                 break
             await asyncio.sleep(0.05)
         assert t.old_end == {2: 3, 3: 4}
-        assert t.new_start == {0: 1, 1: 2}   # before the first new-version batch on partition 0
+        assert t.new_start == {0: 1, 1: 2}  # before the first new-version batch on partition 0
 
 
 async def test_batches_waiting_for_the_fence_to_catch_up_keep_their_order(tmp_path):
@@ -96,11 +105,11 @@ async def test_batches_waiting_for_the_fence_to_catch_up_keep_their_order(tmp_pa
         await broker.metadata.put_json(keys.topic_partitions(T), 2)
         await publish(stub, f"{T}-part-0", 0)
         runtime = broker.repartition
-        await runtime.fence.stop()                       # the watch is late
+        await runtime.fence.stop()  # the watch is late
         await store.repartition(T, 4, now_ms=0)
         load, delays = runtime.fence.store.load, [0.3, 0.0, 0.0]
 
-        async def slow_first_load(topic):                # the first read ends last
+        async def slow_first_load(topic):  # the first read ends last
             await asyncio.sleep(delays.pop(0) if delays else 0)
             return await load(topic)
 

@@ -34,8 +34,12 @@ def add_services(server, broker):
 
 def client_for(channel) -> DanubeClient:
     target = channel._channel.target.decode()
-    return (DanubeClient.builder().service_url(f"http://{target}")
-            .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=20).build())
+    return (
+        DanubeClient.builder()
+        .service_url(f"http://{target}")
+        .with_retry(initial_backoff_s=0.05, max_backoff_s=0.5, give_up_after_s=20)
+        .build()
+    )
 
 
 class Run:
@@ -52,7 +56,7 @@ class Run:
         self.violations: list[str] = []
         self.stop = asyncio.Event()
         self.futures: list[asyncio.Future] = []
-        self.running = asyncio.Event()   # cleared: the consumer pauses (a backlog builds up)
+        self.running = asyncio.Event()  # cleared: the consumer pauses (a backlog builds up)
         self.running.set()
 
     async def publish(self) -> None:
@@ -73,8 +77,10 @@ class Run:
             key, seq = m.payload.decode().split(":")
             seq = int(seq)
             if self.ordered and seq != self.seen[key] + 1:
-                self.violations.append(f"{consumer.subscription} {consumer.name}: {key}: {seq} after "
-                                       f"{self.seen[key]} ({m.topic}@{m.offset})")
+                self.violations.append(
+                    f"{consumer.subscription} {consumer.name}: {key}: {seq} after "
+                    f"{self.seen[key]} ({m.topic}@{m.offset})"
+                )
             if seq in self.got[key]:
                 self.violations.append(f"{key}: {seq} twice ({m.topic}@{m.offset})")
             self.got[key].add(seq)
@@ -87,8 +93,14 @@ class Run:
 
 
 def consumer_for(client, name: str, sub: str, sub_type: str, reliable: bool | None = True):
-    builder = (client.new_consumer().with_topic(T).with_consumer_name(name).with_subscription(sub)
-               .with_subscription_type(sub_type).with_receive_credit(50, 1 << 20))   # the backlog stays on the broker
+    builder = (
+        client.new_consumer()
+        .with_topic(T)
+        .with_consumer_name(name)
+        .with_subscription(sub)
+        .with_subscription_type(sub_type)
+        .with_receive_credit(50, 1 << 20)
+    )  # the backlog stays on the broker
     return (builder.with_reliable(reliable) if reliable is not None else builder).build()
 
 
@@ -123,32 +135,41 @@ async def live_run(channel, broker, partitions, sub_type=SubType.Exclusive, cons
             await consumer.close()
         await client.close()
         assert not run.violations, run.violations[:10]
-        assert run.received == sum(run.sent.values())       # nothing lost, nothing twice
+        assert run.received == sum(run.sent.values())  # nothing lost, nothing twice
 
 
-EVERY_TYPE = [(SubType.Exclusive, 1), (SubType.Shared, 2), (SubType.Failover, 2), (SubType.KeyShared, 1),
-              (SubType.KeyShared, 2)]
+EVERY_TYPE = [
+    (SubType.Exclusive, 1),
+    (SubType.Shared, 2),
+    (SubType.Failover, 2),
+    (SubType.KeyShared, 1),
+    (SubType.KeyShared, 2),
+]
 
 
 @pytest.mark.parametrize("sub_type,consumers", EVERY_TYPE)
 async def test_grow_then_shrink_keeps_per_key_order(tmp_path, monkeypatch, sub_type, consumers):
     monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "30000")
-    async with served_broker(tmp_path, add_services, sync="never",
-                             dispatch=DispatchSettings(cursor_flush_interval_ms=100)) as (broker, channel):
+    async with served_broker(
+        tmp_path, add_services, sync="never", dispatch=DispatchSettings(cursor_flush_interval_ms=100)
+    ) as (broker, channel):
         store = RepartitionStore(broker.metadata)
         async with live_run(channel, broker, 2, sub_type, consumers) as run:
             await async_wait_until(lambda: run.received > 300, what="steady traffic", timeout=20)
-            run.running.clear()                              # a pre-cutover backlog on the sources
+            run.running.clear()  # a pre-cutover backlog on the sources
             await asyncio.sleep(0.3)
             await store.repartition(T, 4, now_ms=0)
             await async_wait_until(lambda: run.producer.partitioning_version == 1, what="producer cut over", timeout=20)
-            await async_wait_until(lambda: all(len(c._parts) == 4 for c in run.consumers),
-                             what="consumers attached to the new partitions", timeout=20)
-            await asyncio.sleep(0.3)                         # moved keys published on the new partitions
+            await async_wait_until(
+                lambda: all(len(c._parts) == 4 for c in run.consumers),
+                what="consumers attached to the new partitions",
+                timeout=20,
+            )
+            await asyncio.sleep(0.3)  # moved keys published on the new partitions
             run.running.set()
             finalizer = broker.repartition.finalizer
             await async_wait_until(lambda: finalizer.finalized, what="grow finalized", timeout=20)
-            assert finalizer.finalized[0]["adopted"]        # the client acked: no timeout needed
+            assert finalizer.finalized[0]["adopted"]  # the client acked: no timeout needed
             assert (await store.load(T)).state.transition is None
             n = run.received
             await async_wait_until(lambda: run.received > n + 300, what="traffic after the grow", timeout=20)
@@ -176,10 +197,16 @@ async def test_a_retired_partition_keeps_what_a_client_that_still_counts_it_publ
         await broker.metadata.put_json(keys.topic_partitions(T), 4)
         plain = await broker.create_producer(f"{T}-part-3", "plain", reliable=True)
         await broker.publish(plain, bytearray(frames.encode_payloads([b"before"])))
-        broker.repartition.finalizer.adoption_timeout_ms = 0      # no client acks here
+        broker.repartition.finalizer.adoption_timeout_ms = 0  # no client acks here
         await store.repartition(T, 2, now_ms=0)
-        await async_wait_until(lambda: (broker.repartition.fence.states.get(T) is not None
-                                  and broker.repartition.fence.states[T].retired == (2, 3)), what="finalized", timeout=20)
+        await async_wait_until(
+            lambda: (
+                broker.repartition.fence.states.get(T) is not None
+                and broker.repartition.fence.states[T].retired == (2, 3)
+            ),
+            what="finalized",
+            timeout=20,
+        )
         assert await broker.metadata.get(keys.topic_terminated(f"{T}-part-3")) is None
         await broker.publish(plain, bytearray(frames.encode_payloads([b"after"])))
         assert broker.topics[f"{T}-part-3"].storage.next_offset == 2
@@ -190,7 +217,7 @@ async def test_a_retired_partition_keeps_what_a_client_that_still_counts_it_publ
             broker.repartition.fence.admit(f"{T}-part-3", broker.repartition.fence.states[T].version)
         client = client_for(channel)
         consumer = consumer_for(client, "c", "late", SubType.Exclusive)
-        await consumer.subscribe()                               # a new subscription: from the latest
+        await consumer.subscribe()  # a new subscription: from the latest
         assert len(consumer._parts) == 4
         await broker.publish(plain, bytearray(frames.encode_payloads([b"later"])))
         m = await asyncio.wait_for(consumer.__aiter__().__anext__(), 10)
@@ -212,8 +239,9 @@ async def test_consumers_attach_to_a_grows_partitions_before_any_producer_wrote_
         runs = []
         for sub_type, n in EVERY_TYPE:
             # no delivery given (as Danube's consumers): a subscribe never creates a topic
-            consumers = [consumer_for(client, f"{sub_type}-{n}-c{i}", f"{sub_type}-{n}", sub_type, None)
-                         for i in range(n)]
+            consumers = [
+                consumer_for(client, f"{sub_type}-{n}-c{i}", f"{sub_type}-{n}", sub_type, None) for i in range(n)
+            ]
             for c in consumers:
                 await c.subscribe()
             run = Run(client, None, consumers[0], ordered=sub_type != SubType.Shared)
@@ -224,14 +252,19 @@ async def test_consumers_attach_to_a_grows_partitions_before_any_producer_wrote_
             for k in KEYS:
                 await producer.send(f"{k}:0".encode(), key=k)
             await producer.flush()
-            await producer.close()                               # nobody publishes during the grow
+            await producer.close()  # nobody publishes during the grow
             await async_wait_until(lambda: all(r.complete() for r in runs), what="the first messages", timeout=20)
             await store.repartition(T, 4, now_ms=0)
             consumers = [c for r in runs for c in r.consumers]
-            await async_wait_until(lambda: all(len(c._parts) == 4 and all(p._subscribed.done() and not
-                                                                     p._subscribed.exception() for p in c._parts)
-                                         for c in consumers), what="every consumer attached to 4 partitions", timeout=20)
-            assert not [t for r in runs for t in r.tasks if t.done()]   # no consumer ended
+            await async_wait_until(
+                lambda: all(
+                    len(c._parts) == 4 and all(p._subscribed.done() and not p._subscribed.exception() for p in c._parts)
+                    for c in consumers
+                ),
+                what="every consumer attached to 4 partitions",
+                timeout=20,
+            )
+            assert not [t for r in runs for t in r.tasks if t.done()]  # no consumer ended
             producer = client.new_producer().with_topic(T).with_name("p2").with_partitions(4).build()
             await producer.create()
             for i in range(1, 4):
@@ -241,7 +274,9 @@ async def test_consumers_attach_to_a_grows_partitions_before_any_producer_wrote_
             await producer.close()
             for r in runs:
                 r.sent = {k: 4 for k in KEYS}
-            await async_wait_until(lambda: all(r.complete() for r in runs), what="every message after the grow", timeout=20)
+            await async_wait_until(
+                lambda: all(r.complete() for r in runs), what="every message after the grow", timeout=20
+            )
         finally:
             for r in runs:
                 for t in r.tasks:
@@ -265,18 +300,24 @@ async def test_stale_publish_is_refused_and_rerouted_never_stored(tmp_path):
         assert producer.partitioning_version == 0
         # the producer does not hear the push (its listener is removed): its next publish is stale
         client.topology().cache.unlisten(T, producer._on_route)
-        key = next(k for k in KEYS if k and __import__("danube.client.routing", fromlist=["x"]).fnv1a_64(
-            k.encode()) % 4 >= 2)
+        key = next(
+            k for k in KEYS if k and __import__("danube.client.routing", fromlist=["x"]).fnv1a_64(k.encode()) % 4 >= 2
+        )
         await producer.send_and_wait(b"before", key=key)
         await store.repartition(T, 4, now_ms=0)
-        await async_wait_until(lambda: broker.repartition.fence.states.get(T) is not None
-                         and broker.repartition.fence.states[T].version == 1, what="fence learned", timeout=20)
+        await async_wait_until(
+            lambda: (
+                broker.repartition.fence.states.get(T) is not None and broker.repartition.fence.states[T].version == 1
+            ),
+            what="fence learned",
+            timeout=20,
+        )
         offset = await producer.send_and_wait(b"after", key=key)
         assert broker.repartition.fence.refused == 1
-        assert producer.partitioning_version == 1 and offset == 0   # re-routed to its new partition
+        assert producer.partitioning_version == 1 and offset == 0  # re-routed to its new partition
         new = f"{T}-part-{__import__('danube.client.routing', fromlist=['x']).fnv1a_64(key.encode()) % 4}"
         old = f"{T}-part-{__import__('danube.client.routing', fromlist=['x']).fnv1a_64(key.encode()) % 2}"
-        assert broker.topics[old].storage.next_offset == 1          # the stale batch was not stored
+        assert broker.topics[old].storage.next_offset == 1  # the stale batch was not stored
         assert broker.topics[new].storage.next_offset == 1
         await producer.close()
         await client.close()
@@ -302,11 +343,11 @@ async def test_push_only_on_routing_content_and_adoption(tmp_path):
         snap = await asyncio.wait_for(call.read(), 5)
         assert snap.topics[0].partitions == 2 and snap.topics[0].partitioning_version == 0
         hub = broker.repartition.hub
-        assert hub.tracker.lowest() is None                  # not acked yet: does not count
+        assert hub.tracker.lowest() is None  # not acked yet: does not count
         requests.put_nowait(pb.TopologyStreamRequest(ack=pb.TopologyAck(generation=snap.generation)))
         await async_wait_until(lambda: hub.tracker.lowest() == snap.generation, what="ack tracked", timeout=20)
-        await store.repartition("/default/other", 3, now_ms=0)   # another topic: no push
-        await broker.metadata.put_json(keys.subscription_cursor(T + "-part-0", "s"), 3)   # churn: no push
+        await store.repartition("/default/other", 3, now_ms=0)  # another topic: no push
+        await broker.metadata.put_json(keys.subscription_cursor(T + "-part-0", "s"), 3)  # churn: no push
         await store.repartition(T, 4, now_ms=0)
         push = await asyncio.wait_for(call.read(), 5)
         assert push.topics[0].topic == T and push.topics[0].partitions == 4
@@ -329,58 +370,77 @@ async def _old_end(store: RepartitionStore, partition: int):
 
 
 @pytest.mark.parametrize("created", [True, False])
-async def test_a_source_open_nowhere_is_opened_by_its_owner_and_the_transition_finalizes(tmp_path, monkeypatch,
-                                                                                          created):
+async def test_a_source_open_nowhere_is_opened_by_its_owner_and_the_transition_finalizes(
+    tmp_path, monkeypatch, created
+):
     # no client acks here: the (short) adoption timeout decides once drained
     monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "1000")
     async with served_broker(tmp_path, add_services, sync="never") as (broker, channel):
         store = RepartitionStore(broker.metadata)
         await broker.metadata.put_json(keys.topic_partitions(T), 2)
         idle = f"{T}-part-1"
-        for p in (0, 1) if created else (0,):    # not created: part-1 never existed
+        for p in (0, 1) if created else (0,):  # not created: part-1 never existed
             producer = await broker.create_producer(f"{T}-part-{p}", "plain", reliable=True)
             for i in range(3 + p):
                 await broker.publish(producer, bytearray(frames.encode_payloads([f"m{i}".encode()])))
         if created:
-            await broker.unload_topic(idle)      # sealed at offset 3: open on no broker
+            await broker.unload_topic(idle)  # sealed at offset 3: open on no broker
         assert idle not in broker.topics
         await store.repartition(T, 4, now_ms=0)
-        assert await async_wait_until(lambda: _old_end(store, 1), what="old_end of the source open nowhere", timeout=20) == (
-            (4,) if created else (0,))
+        assert await async_wait_until(
+            lambda: _old_end(store, 1), what="old_end of the source open nowhere", timeout=20
+        ) == ((4,) if created else (0,))
         assert await _old_end(store, 0) == (3,)
         finalizer = broker.repartition.finalizer
         await async_wait_until(lambda: finalizer.finalized, what="finalized", timeout=20)
         assert not finalizer.finalized[0]["adopted"]
         assert (await store.load(T)).state.transition is None
-        assert (idle in broker.topics) == created   # reopened by its owner; a never-created one stays absent
+        assert (idle in broker.topics) == created  # reopened by its owner; a never-created one stays absent
 
 
 async def test_a_subscription_nobody_consumes_keeps_its_gate_past_the_finalize(tmp_path, monkeypatch):
     """A grow finalizes although subscription "idle" (no consumer) has not drained its sources: the
     gate stays for it as a pending hold, so its consumer, back after the finalize, still gets every
     key in publish order across the old and the new partitions; then the hold is dropped."""
-    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "1000")   # also the idle window
-    async with served_broker(tmp_path, add_services, sync="never",
-                             dispatch=DispatchSettings(cursor_flush_interval_ms=100)) as (broker, channel):
+    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "1000")  # also the idle window
+    async with served_broker(
+        tmp_path, add_services, sync="never", dispatch=DispatchSettings(cursor_flush_interval_ms=100)
+    ) as (broker, channel):
         store = RepartitionStore(broker.metadata)
         async with live_run(channel, broker, 2) as run:
-            idle = (run.client.new_consumer().with_topic(T).with_consumer_name("gone").with_subscription("idle")
-                    .with_subscription_type(SubType.Exclusive).with_reliable(True).build())
+            idle = (
+                run.client.new_consumer()
+                .with_topic(T)
+                .with_consumer_name("gone")
+                .with_subscription("idle")
+                .with_subscription_type(SubType.Exclusive)
+                .with_reliable(True)
+                .build()
+            )
             await idle.subscribe()
-            await idle.close()                                # the subscription stays, nobody consumes it
+            await idle.close()  # the subscription stays, nobody consumes it
             await async_wait_until(lambda: run.received > 300, what="steady traffic", timeout=20)
             await store.repartition(T, 4, now_ms=0)
             finalizer = broker.repartition.finalizer
-            await async_wait_until(lambda: finalizer.finalized, what="grow finalized without the idle subscription", timeout=20)
+            await async_wait_until(
+                lambda: finalizer.finalized, what="grow finalized without the idle subscription", timeout=20
+            )
             assert finalizer.finalized[0]["held"] == ["idle"]
             state = (await store.load(T)).state
             assert state.transition is None and [h.subscriptions for h in state.pending] == [("idle",)]
             n = run.received
             await async_wait_until(lambda: run.received > n + 300, what="traffic after the grow", timeout=20)
         client = client_for(channel)
-        back = (client.new_consumer().with_topic(T).with_consumer_name("back").with_subscription("idle")
-                .with_subscription_type(SubType.Exclusive).with_reliable(True)
-                .with_receive_credit(50, 1 << 20).build())
+        back = (
+            client.new_consumer()
+            .with_topic(T)
+            .with_consumer_name("back")
+            .with_subscription("idle")
+            .with_subscription_type(SubType.Exclusive)
+            .with_reliable(True)
+            .with_receive_credit(50, 1 << 20)
+            .build()
+        )
         await back.subscribe()
         assert len(back._parts) == 4
         seqs: dict[str, list[int]] = {k: [] for k in KEYS}
@@ -393,9 +453,14 @@ async def test_a_subscription_nobody_consumes_keeps_its_gate_past_the_finalize(t
 
         task = asyncio.ensure_future(drain())
         try:
-            await async_wait_until(lambda: all(s and s[-1] == run.sent[k] - 1 for k, s in seqs.items()),
-                             what="the idle subscription's backlog consumed", timeout=20)
-            await async_wait_until(lambda: not broker.repartition.fence.states[T].pending, what="pending hold dropped", timeout=20)
+            await async_wait_until(
+                lambda: all(s and s[-1] == run.sent[k] - 1 for k, s in seqs.items()),
+                what="the idle subscription's backlog consumed",
+                timeout=20,
+            )
+            await async_wait_until(
+                lambda: not broker.repartition.fence.states[T].pending, what="pending hold dropped", timeout=20
+            )
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -403,7 +468,7 @@ async def test_a_subscription_nobody_consumes_keeps_its_gate_past_the_finalize(t
             await client.close()
         moved = [k for k in KEYS if route_of(k, 2) != route_of(k, 4)]
         assert moved
-        for k, s in seqs.items():   # each key in publish order, nothing twice, nothing skipped
+        for k, s in seqs.items():  # each key in publish order, nothing twice, nothing skipped
             assert s == list(range(s[0], s[0] + len(s))), (k, s[:20])
         assert (await store.load(T)).state.pending == ()
 
@@ -419,24 +484,32 @@ async def test_a_consumer_back_during_a_shrink_drains_the_shrunk_away_partitions
     drain: it attaches to the 4 partitions still live (the topology's live_partitions), drains
     the shrunk-away ones, every key in order, and the shrink finalizes."""
     monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "30000")
-    async with served_broker(tmp_path, add_services, sync="never",
-                             dispatch=DispatchSettings(cursor_flush_interval_ms=100)) as (broker, channel):
+    async with served_broker(
+        tmp_path, add_services, sync="never", dispatch=DispatchSettings(cursor_flush_interval_ms=100)
+    ) as (broker, channel):
         store = RepartitionStore(broker.metadata)
         async with live_run(channel, broker, 4) as run:
             await async_wait_until(lambda: run.received > 300, what="steady traffic", timeout=20)
-            run.running.clear()                              # a backlog on the partitions that go away
+            run.running.clear()  # a backlog on the partitions that go away
             await asyncio.sleep(0.3)
             await store.repartition(T, 2, now_ms=0)
             await async_wait_until(lambda: run.producer.partitioning_version == 1, what="producer cut over", timeout=20)
-            run.tasks[1].cancel()                            # the consumer goes away, its backlog unread
+            run.tasks[1].cancel()  # the consumer goes away, its backlog unread
             await asyncio.gather(run.tasks[1], return_exceptions=True)
             await run.consumers[0].close()
             await asyncio.sleep(0.3)
-            back = (run.client.new_consumer().with_topic(T).with_consumer_name("c0").with_subscription("s")
-                    .with_subscription_type(SubType.Exclusive).with_reliable(True)
-                    .with_receive_credit(50, 1 << 20).build())
+            back = (
+                run.client.new_consumer()
+                .with_topic(T)
+                .with_consumer_name("c0")
+                .with_subscription("s")
+                .with_subscription_type(SubType.Exclusive)
+                .with_reliable(True)
+                .with_receive_credit(50, 1 << 20)
+                .build()
+            )
             await back.subscribe()
-            assert len(back._parts) == 4                     # the count is 2, the live partitions 4
+            assert len(back._parts) == 4  # the count is 2, the live partitions 4
             run.consumers[0] = back
             run.tasks.append(asyncio.ensure_future(run.consume(back)))
             run.running.set()
@@ -451,17 +524,25 @@ async def test_a_target_opened_again_is_gated_before_its_first_read(tmp_path):
     """A target partition closed in the middle of a cutover (a move, a restart) and opened again by
     a subscribing consumer carries its gate from the open, not from the next gate pass (stopped
     here): the moved keys stored on it wait until the sources' backlog was consumed."""
-    async with served_broker(tmp_path, add_services, sync="never",
-                             dispatch=DispatchSettings(cursor_flush_interval_ms=100)) as (broker, channel):
+    async with served_broker(
+        tmp_path, add_services, sync="never", dispatch=DispatchSettings(cursor_flush_interval_ms=100)
+    ) as (broker, channel):
         store = RepartitionStore(broker.metadata)
         await broker.metadata.put_json(keys.topic_partitions(T), 2)
         client = client_for(channel)
         producer = client.new_producer().with_topic(T).with_name("p").with_partitions(2).build()
         await producer.create()
-        first = (client.new_consumer().with_topic(T).with_consumer_name("c").with_subscription("s")
-                 .with_subscription_type(SubType.Exclusive).with_reliable(True).build())
+        first = (
+            client.new_consumer()
+            .with_topic(T)
+            .with_consumer_name("c")
+            .with_subscription("s")
+            .with_subscription_type(SubType.Exclusive)
+            .with_reliable(True)
+            .build()
+        )
         await first.subscribe()
-        await first.close()                                   # "s" has a backlog from here on
+        await first.close()  # "s" has a backlog from here on
         sent = {k: 0 for k in KEYS}
 
         async def publish(rounds: int) -> None:
@@ -474,17 +555,24 @@ async def test_a_target_opened_again_is_gated_before_its_first_read(tmp_path):
         await publish(5)
         await store.repartition(T, 4, now_ms=0)
         await async_wait_until(lambda: producer.partitioning_version == 1, what="producer cut over", timeout=20)
-        await publish(5)                                      # moved keys stored on parts 2 and 3
+        await publish(5)  # moved keys stored on parts 2 and 3
         await async_wait_until(lambda: _recorded(store), what="offsets recorded", timeout=20)
         runtime = broker.repartition
-        runtime._sweeper.cancel()                             # no gate pass from here on
+        runtime._sweeper.cancel()  # no gate pass from here on
         await asyncio.gather(runtime._sweeper, return_exceptions=True)
         for p in (2, 3):
             await broker.unload_topic(f"{T}-part-{p}")
-        back = (client.new_consumer().with_topic(T).with_consumer_name("c").with_subscription("s")
-                .with_subscription_type(SubType.Exclusive).with_reliable(True)
-                .with_receive_credit(50, 1 << 20).build())
-        await back.subscribe()                                # opens parts 2 and 3 again
+        back = (
+            client.new_consumer()
+            .with_topic(T)
+            .with_consumer_name("c")
+            .with_subscription("s")
+            .with_subscription_type(SubType.Exclusive)
+            .with_reliable(True)
+            .with_receive_credit(50, 1 << 20)
+            .build()
+        )
+        await back.subscribe()  # opens parts 2 and 3 again
         assert f"{T}-part-2" in broker.topics and len(back._parts) == 4
         seqs: dict[str, list[int]] = {k: [] for k in KEYS}
         topics: list[str] = []
@@ -500,10 +588,11 @@ async def test_a_target_opened_again_is_gated_before_its_first_read(tmp_path):
         try:
             await async_wait_until(lambda: len(topics) >= 5 * len(KEYS), what="the sources' backlog", timeout=20)
             await asyncio.sleep(0.5)
-            assert not [t for t in topics if t.endswith(("-part-2", "-part-3"))]   # held from the open
-            runtime._sweeper = asyncio.ensure_future(runtime._sweep())          # the gate passes resume
-            await async_wait_until(lambda: all(s and s[-1] == sent[k] - 1 for k, s in seqs.items()),
-                             what="everything consumed", timeout=20)
+            assert not [t for t in topics if t.endswith(("-part-2", "-part-3"))]  # held from the open
+            runtime._sweeper = asyncio.ensure_future(runtime._sweep())  # the gate passes resume
+            await async_wait_until(
+                lambda: all(s and s[-1] == sent[k] - 1 for k, s in seqs.items()), what="everything consumed", timeout=20
+            )
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -529,8 +618,9 @@ async def test_every_type_keeps_receiving_through_an_unpaused_grow_and_shrink(tm
     over 64 keys, one subscription of each type consuming as fast as it can (none paused, consumers
     subscribe without a delivery, as Danube's do), grow 2 -> 4 after 1.5 s, shrink back after 4 s."""
     keys_ = [f"key-{i}" for i in range(64)]
-    async with served_broker(tmp_path, add_services, sync="never",
-                             dispatch=DispatchSettings(cursor_flush_interval_ms=100)) as (broker, channel):
+    async with served_broker(
+        tmp_path, add_services, sync="never", dispatch=DispatchSettings(cursor_flush_interval_ms=100)
+    ) as (broker, channel):
         store = RepartitionStore(broker.metadata)
         await broker.metadata.put_json(keys.topic_partitions(T), 2)
         client = client_for(channel)
@@ -538,13 +628,13 @@ async def test_every_type_keeps_receiving_through_an_unpaused_grow_and_shrink(tm
         await producer.create()
         runs = []
         for sub_type, n in EVERY_TYPE:
-            consumers = [consumer_for(client, f"{sub_type}-{n}-c{i}", f"{sub_type}-{n}", sub_type, None)
-                         for i in range(n)]
+            consumers = [
+                consumer_for(client, f"{sub_type}-{n}-c{i}", f"{sub_type}-{n}", sub_type, None) for i in range(n)
+            ]
             for c in consumers:
                 await c.subscribe()
             run = Run(client, producer, consumers[0], ordered=sub_type != SubType.Shared)
-            run.sent, run.seen, run.got = ({k: 0 for k in keys_}, {k: -1 for k in keys_},
-                                          {k: set() for k in keys_})
+            run.sent, run.seen, run.got = ({k: 0 for k in keys_}, {k: -1 for k in keys_}, {k: set() for k in keys_})
             run.consumers, run.tasks = consumers, [asyncio.ensure_future(run.consume(c)) for c in consumers]
             runs.append(run)
         sent = {k: 0 for k in keys_}
@@ -567,8 +657,9 @@ async def test_every_type_keeps_receiving_through_an_unpaused_grow_and_shrink(tm
             await producer.flush()
             for run in runs:
                 run.sent = sent
-            await async_wait_until(lambda: all(r.complete() for r in runs), timeout=60,
-                             what="every subscription received everything")
+            await async_wait_until(
+                lambda: all(r.complete() for r in runs), timeout=60, what="every subscription received everything"
+            )
         finally:
             for r in runs:
                 for t in r.tasks:

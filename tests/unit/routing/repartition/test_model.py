@@ -22,7 +22,7 @@ from danube.routing.repartition.model import (
     sources_of,
 )
 
-KEYS = [f"k{i}" for i in range(5)]   # few keys: a rule picks one that moves often
+KEYS = [f"k{i}" for i in range(5)]  # few keys: a rule picks one that moves often
 
 
 def test_route_is_the_clients_function():
@@ -46,7 +46,7 @@ def test_grow_2_to_4_sources_and_targets():
     t = st0.transition
     assert t.kind == GROW and t.phase == MARKED and t.to_version == 1
     assert t.sources == {0, 1} and t.targets == {2, 3} and t.new_start == {2: 0, 3: 0}
-    assert st0.partitions == 2 and st0.version == 0      # the marker alone changes no routing
+    assert st0.partitions == 2 and st0.version == 0  # the marker alone changes no routing
     cut = st0.cutover()
     assert cut.partitions == 4 and cut.version == 1 and cut.transition.phase == CUTOVER
     assert cut.is_stale(0) and not cut.is_stale(1)
@@ -58,7 +58,7 @@ def test_shrink_4_to_2_holds_post_cutover_offsets_until_sources_drained():
     assert t.kind == SHRINK and t.sources == {2, 3} and t.targets == {0, 1}
     assert s.live_partitions == 4
     s = s.record_offsets(0, 100).record_offsets(1, 50).record_offsets(2, 7).record_offsets(3, 9)
-    s = s.record_offsets(2, 999)           # first value wins
+    s = s.record_offsets(2, 999)  # first value wins
     assert s.transition.old_end == {2: 7, 3: 9} and s.transition.new_start == {0: 100, 1: 50}
     assert not s.holds(0, 99, {}) and s.holds(0, 100, {2: 6}) and not s.holds(0, 100, {2: 7})
     assert s.holds(1, 60, {3: 3}) and not s.holds(1, 60, {3: 9})
@@ -82,10 +82,10 @@ def test_a_grow_finalizes_with_a_lagging_subscription_as_a_pending_hold():
     again = fin.begin(8).cutover().record_offsets(2, 3)
     assert again.holds(2, 0, {0: 9, 1: 20}, "idle") and not again.holds(2, 0, {0: 9, 1: 20}, "s")
     assert again.holds(6, 0, {2: 1}, "s") and not again.holds(6, 0, {2: 3}, "s")
-    assert fin.release_holds({}) == fin                                  # not looked at: kept
-    assert fin.release_holds({1: {"idle": {0: 9, 1: 20}}}) == fin        # still behind on 0
+    assert fin.release_holds({}) == fin  # not looked at: kept
+    assert fin.release_holds({1: {"idle": {0: 9, 1: 20}}}) == fin  # still behind on 0
     assert fin.release_holds({1: {"idle": {0: 10, 1: 20}}}).pending == ()
-    assert fin.release_holds({1: {}}).pending == ()                      # the subscription is gone
+    assert fin.release_holds({1: {}}).pending == ()  # the subscription is gone
 
 
 def test_a_shrink_finalizes_with_a_lagging_subscription_as_a_pending_hold():
@@ -95,31 +95,31 @@ def test_a_shrink_finalizes_with_a_lagging_subscription_as_a_pending_hold():
     s = s.mark_drain_complete(5)
     fin = s.finalize(["idle"])
     assert fin.transition is None and fin.partitions == 2 and fin.retired == (2, 3)
-    assert fin.readable_partitions == 4   # a consumer back later attaches to the retired ones to drain them
+    assert fin.readable_partitions == 4  # a consumer back later attaches to the retired ones to drain them
     assert [h.subscriptions for h in fin.pending] == [("idle",)]
     assert fin.holds(0, 10, {2: 9}, "idle") and not fin.holds(0, 10, {2: 10}, "idle")
     assert not fin.holds(0, 9, {2: 0}, "idle") and not fin.holds(0, 10, {2: 9}, "s")
     assert fin.release_holds({1: {"idle": {2: 10, 3: 10}}}).pending == ()
     unrecorded = PartitioningState(4).begin(2).cutover().record_offsets(0, 1)
     with pytest.raises(RepartitionError):
-        unrecorded.mark_drain_complete(5).finalize(["idle"])   # which offsets would the hold wait for?
+        unrecorded.mark_drain_complete(5).finalize(["idle"])  # which offsets would the hold wait for?
 
 
 def test_finalize_rule():
     s = PartitioningState(2).begin(4).cutover()
     s = s.stamp_adoption(40).stamp_adoption(99)
     assert s.transition.adoption_generation == 40
-    assert not s.can_finalize(10**9, 10**9)              # not drained: never
+    assert not s.can_finalize(10**9, 10**9)  # not drained: never
     with pytest.raises(RepartitionError):
         s.finalize()
     s = s.record_offsets(0, 3).record_offsets(1, 4).mark_drain_complete(1000)
-    assert not s.can_finalize(1000, None)                 # no adoption signal, no timeout yet
+    assert not s.can_finalize(1000, None)  # no adoption signal, no timeout yet
     assert not s.can_finalize(1000, 39)
     assert s.can_finalize(1000, 40)
     assert s.can_finalize(31_000, None) and not s.can_finalize(30_999, 39)
     assert s.can_finalize(1500, None, adoption_timeout_ms=500)
     ungated = PartitioningState(2).begin(4).cutover().record_offsets(0, 0).record_offsets(1, 0)
-    assert ungated.mark_drain_complete(0).can_finalize(0, None)   # a marker without a generation
+    assert ungated.mark_drain_complete(0).can_finalize(0, None)  # a marker without a generation
 
 
 def test_refusals_and_json_roundtrip():
@@ -139,6 +139,7 @@ def test_refusals_and_json_roundtrip():
 
 
 # ---------------------------------------------------------------- the per-key order model
+
 
 class RepartitionMachine(RuleBasedStateMachine):
     """One client, the owners' fences, one exclusive subscription per partition.
@@ -161,10 +162,10 @@ class RepartitionMachine(RuleBasedStateMachine):
         self.client_version = 0
         self.client_partitions = 2
         self.learned = 0
-        self.pending: list[tuple[str, int]] = []       # unsent, in publish order
+        self.pending: list[tuple[str, int]] = []  # unsent, in publish order
         self.inflight: dict[int, list[tuple[str, int, int]]] = {}
         self.next_seq = {k: 0 for k in KEYS}
-        self.cursor: dict[int, int] = {0: 0, 1: 0}      # next offset to deliver = consumed-below
+        self.cursor: dict[int, int] = {0: 0, 1: 0}  # next offset to deliver = consumed-below
         self.seen = {k: -1 for k in KEYS}
         self.idle_cursor: dict[int, int] = {0: 0, 1: 0}
         self.idle_seen = {k: -1 for k in KEYS}
@@ -184,7 +185,7 @@ class RepartitionMachine(RuleBasedStateMachine):
     def send(self):
         if self.learned > self.client_version:
             if any(self.inflight.values()):
-                return                                  # the barrier: wait for acks/refusals
+                return  # the barrier: wait for acks/refusals
             self.client_version = self.learned
             self.client_partitions = self.state.partitions
         key, seq = self.pending.pop(0)
@@ -193,7 +194,7 @@ class RepartitionMachine(RuleBasedStateMachine):
 
     @rule()
     def push_topology(self):
-        self.learned = self.state.version                # the topology push (any time)
+        self.learned = self.state.version  # the topology push (any time)
         self.acked_generation = self.generation
 
     # ---- the owners
@@ -202,11 +203,11 @@ class RepartitionMachine(RuleBasedStateMachine):
         busy = sorted(q for q, m in self.inflight.items() if m)
         if not busy:
             return
-        p = busy[p % len(busy)]   # the rule's number picks among the partitions with messages in flight
+        p = busy[p % len(busy)]  # the rule's number picks among the partitions with messages in flight
         q = self.inflight[p]
         key, seq, version = q[0]
         if version > self.fence.get(p, 0):
-            self.apply(p)                                # catch up before accepting a newer version
+            self.apply(p)  # catch up before accepting a newer version
         if version < self.fence.get(p, 0) or p in self.sealed or p >= self.state.live_partitions:
             # refused: the client re-routes it; everything it sent after it to p comes back too,
             # ahead of what it has not sent yet (one stream: the rest of its batches are refused)
@@ -313,17 +314,25 @@ class RepartitionMachine(RuleBasedStateMachine):
                 self.deliver_idle(i)
             if self.state.transition is not None or self.state.pending:
                 self.tick(40_000)
-            if not self.pending and not any(self.inflight.values()) and all(
+            if (
+                not self.pending
+                and not any(self.inflight.values())
+                and all(
                     self.cursor.get(p, 0) == len(log) and self.idle_cursor.get(p, 0) == len(log)
-                    for p, log in self.logs.items()) and self.state.transition is None and not self.state.pending:
+                    for p, log in self.logs.items()
+                )
+                and self.state.transition is None
+                and not self.state.pending
+            ):
                 break
         assert all(self.seen[k] == self.next_seq[k] - 1 for k in KEYS), (self.seen, self.next_seq)
         assert all(self.idle_seen[k] == self.next_seq[k] - 1 for k in KEYS), (self.idle_seen, self.next_seq)
 
 
 TestRepartitionMachine = RepartitionMachine.TestCase
-TestRepartitionMachine.settings = settings(max_examples=300, stateful_step_count=60, deadline=None,
-                                           suppress_health_check=[HealthCheck.too_slow])
+TestRepartitionMachine.settings = settings(
+    max_examples=300, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def _settle(m: RepartitionMachine, *, idle_awake: bool, until=lambda m: False, rounds: int = 500) -> None:
@@ -337,7 +346,7 @@ def _settle(m: RepartitionMachine, *, idle_awake: bool, until=lambda m: False, r
             m.store_head(i)
         for p in list(m.logs):
             m.apply(p)
-        for i in range(len(m.logs)):   # partitions in index order: a surviving one before a retired one
+        for i in range(len(m.logs)):  # partitions in index order: a surviving one before a retired one
             m.deliver(i)
             if idle_awake:
                 m.deliver_idle(i)
@@ -357,14 +366,14 @@ def test_an_idle_subscription_reads_in_order_across_a_shrink_that_finalized_with
     m.repartition(4)
     _settle(m, idle_awake=True, until=lambda m: m.state.transition is None and not m.pending)
     assert m.state.partitions == 4 and m.state.transition is None
-    for k in KEYS * 3:                 # on all 4 partitions; the idle subscription does not read them
+    for k in KEYS * 3:  # on all 4 partitions; the idle subscription does not read them
         m.publish(k)
     _settle(m, idle_awake=False, until=lambda m: not m.pending and not any(m.inflight.values()))
     assert any(m.idle_cursor.get(p, 0) < len(m.logs[p]) for p in (2, 3))
     m.repartition(2)
-    for k in KEYS * 3:                 # the moved keys' next messages land on 0 and 1
+    for k in KEYS * 3:  # the moved keys' next messages land on 0 and 1
         m.publish(k)
     _settle(m, idle_awake=False, until=lambda m: m.state.transition is None and not m.pending)
     assert m.state.retired == (2, 3) and [h.subscriptions for h in m.state.pending] == [("idle",)]
-    _settle(m, idle_awake=True, until=lambda m: not m.state.pending)   # asserts per-key order as it reads
+    _settle(m, idle_awake=True, until=lambda m: not m.state.pending)  # asserts per-key order as it reads
     m.teardown()

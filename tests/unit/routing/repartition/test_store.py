@@ -30,7 +30,7 @@ async def test_grow_cutover_stamp_record_finalize(metadata):
     await metadata.put_json(keys.topic_delivery(f"{T}-part-1"), {"dispatch_strategy": "reliable"})
     stored = await store.repartition(T, 4, now_ms=123)
     s = stored.state
-    for p in (2, 3):   # created by the cutover (as the old ones): a consumer may attach before a producer
+    for p in (2, 3):  # created by the cutover (as the old ones): a consumer may attach before a producer
         assert await metadata.get_json(keys.topic_delivery(f"{T}-part-{p}")) == {"dispatch_strategy": "reliable"}
     assert s.partitions == 4 and s.version == 1 and s.transition.phase == CUTOVER
     assert await metadata.get_json(keys.topic_partitions(T)) == 4
@@ -38,9 +38,9 @@ async def test_grow_cutover_stamp_record_finalize(metadata):
     assert s.transition.adoption_generation is not None
     assert s.transition.adoption_generation < stored.revision
     with pytest.raises(RepartitionError):
-        await store.repartition(T, 6, now_ms=0)         # one at a time
+        await store.repartition(T, 6, now_ms=0)  # one at a time
     with pytest.raises(RepartitionError):
-        await store.finalize(T)                          # not drained
+        await store.finalize(T)  # not drained
     # the owners record concurrently: every record lands (CAS retries)
     await asyncio.gather(*(store.record_offsets(T, p, 10 + p) for p in range(4)))
     s = (await store.load(T)).state
@@ -66,12 +66,12 @@ async def test_shrink_retires_and_guard(metadata):
     await metadata.put("/guard", b"me")
     s = (await store.finalize(T, compare=guard)).state
     assert s.retired == (2, 3) and s.partitions == 2
-    for p in (2, 3):   # not terminated: a client that still counts them publishes there (read, not lost)
+    for p in (2, 3):  # not terminated: a client that still counts them publishes there (read, not lost)
         assert await metadata.get(keys.topic_terminated(f"{T}-part-{p}")) is None
     assert await readable_partitions(metadata, T, 2) == 4
-    await metadata.put(keys.topic_terminated(f"{T}-part-2"), b"1")   # as an earlier version left it
+    await metadata.put(keys.topic_terminated(f"{T}-part-2"), b"1")  # as an earlier version left it
     s = (await store.repartition(T, 3, now_ms=0, compare=guard)).state
-    assert s.retired == (3,)                             # a grow reopens part-2: a marker goes with the bump
+    assert s.retired == (3,)  # a grow reopens part-2: a marker goes with the bump
     assert await metadata.get(keys.topic_terminated(f"{T}-part-2")) is None
     assert await readable_partitions(metadata, T, 3) == 4
 
@@ -80,7 +80,7 @@ async def test_resume_a_marker_left_before_the_cutover(metadata):
     store = RepartitionStore(metadata)
     await metadata.put_json(keys.topic_partitions(T), 2)
     await store.update(T, lambda s: s.begin(3))
-    assert (await store.load(T)).state.version == 0      # the marker alone routes nothing differently
+    assert (await store.load(T)).state.version == 0  # the marker alone routes nothing differently
     s = (await store.resume(T)).state
     assert s.version == 1 and s.partitions == 3 and s.transition.adoption_generation is not None
 
@@ -94,16 +94,21 @@ async def test_a_resume_that_lost_the_cutover_race_does_not_stamp_a_later_revisi
     await metadata.put_json(keys.topic_partitions(T), 4)
     await store.update(T, lambda s: s.begin(2))
     marked = await store.require(T)
-    bump = (await store.update(T, lambda s: s.cutover(),   # the winner's cutover, not stamped yet
-                               extra_ops=lambda s: [Op.put(keys.topic_partitions(T), b"2")])).revision
-    await metadata.put("/elsewhere", b"x")                  # the store moves on (cursors, labels)
+    bump = (
+        await store.update(
+            T,
+            lambda s: s.cutover(),  # the winner's cutover, not stamped yet
+            extra_ops=lambda s: [Op.put(keys.topic_partitions(T), b"2")],
+        )
+    ).revision
+    await metadata.put("/elsewhere", b"x")  # the store moves on (cursors, labels)
     require, reads = store.require, [marked]
 
-    async def read_before_the_bump(topic):                 # the loser read the marker before the bump
+    async def read_before_the_bump(topic):  # the loser read the marker before the bump
         return reads.pop() if reads else await require(topic)
 
     store.require = read_before_the_bump
-    await store.resume(T)                                  # stamps first
+    await store.resume(T)  # stamps first
     store.require = require
     t = (await store.load(T)).state.transition
     assert t.phase == CUTOVER and t.adoption_generation == bump
@@ -124,7 +129,7 @@ async def test_snapshot_and_watch(metadata):
                 return
 
     task = asyncio.ensure_future(follow())
-    await metadata.put_json(keys.subscription_cursor(T + "-part-0", "s"), 5)   # unrelated churn
+    await metadata.put_json(keys.subscription_cursor(T + "-part-0", "s"), 5)  # unrelated churn
     await store.repartition(T, 4, now_ms=0)
     await asyncio.wait_for(task, 10)
     assert [e.topic for e in events] == [T] * 3

@@ -6,13 +6,13 @@ import pytest
 
 from danube.errors import InvalidArgumentError
 from danube.metadata import keys
+from danube.model.segment_layout import segment_topic_name
 from danube.routing.scalable.config import ScalableTopicsConfig
 from danube.routing.scalable.controller import (
     PRUNE_STEP,
     ScalableTopicController,
     create_scalable_topic,
 )
-from danube.model.segment_layout import segment_topic_name
 from danube.routing.scalable.store import ScalableTopicStore
 from tests.unit.routing.fakes import MemorySegmentOps, StoreLease
 
@@ -25,8 +25,9 @@ class Crash(Exception):
 
 async def leader(metadata, ops, url, *, retention=10.0, hook=None):
     lease = await StoreLease.grant(metadata)
-    ctl = ScalableTopicController(T, ScalableTopicStore(metadata), ops, lease, url, step_hook=hook,
-                                  sealed_retention=retention)
+    ctl = ScalableTopicController(
+        T, ScalableTopicStore(metadata), ops, lease, url, step_hook=hook, sealed_retention=retention
+    )
     await ctl.start()
     await ctl.wait_leader()
     assert ctl.is_leader
@@ -138,7 +139,7 @@ async def test_a_crash_between_the_cas_and_the_delete_is_completed_by_the_next_l
     with pytest.raises(Crash):
         await a.prune_tick(1.0)
     assert 0 not in (await store.require(T)).layout.segments  # pruned from the layout ...
-    assert parent in ops.segments                               # ... its topic not yet deleted
+    assert parent in ops.segments  # ... its topic not yet deleted
     record, _ = await store.load_operation(T)
     assert record == {"op": "prune", "segmentId": 0, "segmentTopic": parent, "fromEpoch": 2}
     await a.stop(resign=False)

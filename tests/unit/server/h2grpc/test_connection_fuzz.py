@@ -19,11 +19,25 @@ from hypothesis import strategies as st
 from danube.server.h2grpc import H2Limits, H2Server, frames, wire
 from danube.server.h2grpc.connection import GrpcConnection
 
-LIMITS = H2Limits(max_concurrent_streams=4, max_streams_total=6, stream_window=65535, connection_window=65535 * 2,
-                  max_frame_size=16384, max_header_list_size=2048, max_continuation_frames=3,
-                  max_settings_entries=4, reset_burst=5, resets_per_second=1, max_queued_control_frames=8,
-                  max_frames_per_read=7, max_buffered_bytes=40000, max_buffered_bytes_total=60000,
-                  max_receive_message_length=50000, handshake_timeout=0, idle_timeout=0)
+LIMITS = H2Limits(
+    max_concurrent_streams=4,
+    max_streams_total=6,
+    stream_window=65535,
+    connection_window=65535 * 2,
+    max_frame_size=16384,
+    max_header_list_size=2048,
+    max_continuation_frames=3,
+    max_settings_entries=4,
+    reset_burst=5,
+    resets_per_second=1,
+    max_queued_control_frames=8,
+    max_frames_per_read=7,
+    max_buffered_bytes=40000,
+    max_buffered_bytes_total=60000,
+    max_receive_message_length=50000,
+    handshake_timeout=0,
+    idle_timeout=0,
+)
 
 
 async def echo(request: bytes, context) -> bytes:
@@ -50,7 +64,7 @@ class FakeTransport(asyncio.Transport):
     def write(self, data) -> None:
         assert not self.closed or True
         self.written += data
-        if len(self.written) > 4096 and not self.paused_writing:   # a peer that reads slowly
+        if len(self.written) > 4096 and not self.paused_writing:  # a peer that reads slowly
             self.paused_writing = True
             self.protocol.pause_writing()
 
@@ -85,18 +99,27 @@ class FakeTransport(asyncio.Transport):
 
 
 ENCODER_HEADERS = [
-    [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/t.T/Echo"), (b":authority", b"x"),
-     (b"content-type", b"application/grpc")],
-    [(b":method", b"POST"), (b":path", b"/t.T/Collect"), (b"content-type", b"application/grpc"),
-     (b"grpc-timeout", b"1m")],
+    [
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":path", b"/t.T/Echo"),
+        (b":authority", b"x"),
+        (b"content-type", b"application/grpc"),
+    ],
+    [
+        (b":method", b"POST"),
+        (b":path", b"/t.T/Collect"),
+        (b"content-type", b"application/grpc"),
+        (b"grpc-timeout", b"1m"),
+    ],
     [(b":method", b"GET"), (b":path", b"/")],
     [(b":method", b"POST"), (b":path", b"/t.T/Nope"), (b"content-type", b"application/grpc"), (b"x-big", b"v" * 3000)],
 ]
 
 stream_ids = st.sampled_from([0, 1, 2, 3, 5, 7, 9, 11, 13])
-settings_payloads = st.lists(st.tuples(st.sampled_from([1, 3, 4, 5, 6, 0x99]), st.integers(0, 2**32 - 1)),
-                             max_size=6).map(
-    lambda pairs: b"".join(key.to_bytes(2, "big") + value.to_bytes(4, "big") for key, value in pairs))
+settings_payloads = st.lists(
+    st.tuples(st.sampled_from([1, 3, 4, 5, 6, 0x99]), st.integers(0, 2**32 - 1)), max_size=6
+).map(lambda pairs: b"".join(key.to_bytes(2, "big") + value.to_bytes(4, "big") for key, value in pairs))
 payloads = st.one_of(
     st.binary(max_size=40),
     st.builds(lambda n, body: wire.message_prefix(n) + body, st.integers(0, 60000), st.binary(max_size=64)),
@@ -131,10 +154,13 @@ def test_data_received_survives_any_frames_and_stays_within_its_limits(preface_o
     try:
         server = H2Server(LIMITS)
         server.loop = loop
-        server.add_registered_method_handlers("t.T", {
-            "Echo": grpc.unary_unary_rpc_method_handler(echo),
-            "Collect": grpc.stream_unary_rpc_method_handler(collect),
-        })
+        server.add_registered_method_handlers(
+            "t.T",
+            {
+                "Echo": grpc.unary_unary_rpc_method_handler(echo),
+                "Collect": grpc.stream_unary_rpc_method_handler(collect),
+            },
+        )
         connection = GrpcConnection(server)
         transport = FakeTransport(connection)
         connection.connection_made(transport)
@@ -143,11 +169,13 @@ def test_data_received_survives_any_frames_and_stays_within_its_limits(preface_o
         wire_bytes += frames.settings([])
 
         def feed(data: bytes) -> None:
-            connection.data_received(data)   # must never raise
+            connection.data_received(data)  # must never raise
             assert len(connection._streams) <= LIMITS.max_concurrent_streams
             assert server.open_streams <= 2 * LIMITS.max_streams_total
-            assert connection.buffered <= LIMITS.max_buffered_bytes + LIMITS.max_receive_message_length \
-                + LIMITS.connection_window
+            assert (
+                connection.buffered
+                <= LIMITS.max_buffered_bytes + LIMITS.max_receive_message_length + LIMITS.connection_window
+            )
             assert len(connection._buffer) <= LIMITS.max_frame_size + frames.HEADER_SIZE + len(data)
 
         opened: list[int] = []
@@ -176,20 +204,24 @@ def test_data_received_survives_any_frames_and_stays_within_its_limits(preface_o
                 stream_id = 2 * len(opened) + 1
                 opened.append(stream_id)
                 block = encoder.encode(ENCODER_HEADERS[step[1]])
-                pieces = [block[i::step[2] + 1] and block[len(block) * i // (step[2] + 1):
-                                                          len(block) * (i + 1) // (step[2] + 1)]
-                          for i in range(step[2] + 1)]
-                wire_bytes += frames.frame(frames.HEADERS, 0 if len(pieces) > 1 else frames.END_HEADERS, stream_id,
-                                           pieces[0])
+                pieces = [
+                    block[i :: step[2] + 1]
+                    and block[len(block) * i // (step[2] + 1) : len(block) * (i + 1) // (step[2] + 1)]
+                    for i in range(step[2] + 1)
+                ]
+                wire_bytes += frames.frame(
+                    frames.HEADERS, 0 if len(pieces) > 1 else frames.END_HEADERS, stream_id, pieces[0]
+                )
                 for i, piece in enumerate(pieces[1:], 2):
-                    wire_bytes += frames.frame(frames.CONTINUATION, frames.END_HEADERS if i == len(pieces) else 0,
-                                               stream_id, piece)
+                    wire_bytes += frames.frame(
+                        frames.CONTINUATION, frames.END_HEADERS if i == len(pieces) else 0, stream_id, piece
+                    )
             elif what == "raw":
                 _, kind, flags, stream_id, payload = step
                 wire_bytes += frames.frame(kind, flags, stream_id, payload)
             else:
                 pieces = [bytes(wire_bytes)]
-                for cut in cuts:   # arbitrary piece boundaries
+                for cut in cuts:  # arbitrary piece boundaries
                     last = pieces.pop()
                     pieces += [last[:cut], last[cut:]]
                 wire_bytes.clear()
@@ -208,8 +240,10 @@ def test_data_received_survives_any_frames_and_stays_within_its_limits(preface_o
         written, used = frames.parse_frames(bytearray(transport.written), 1 << 24)
         assert used == len(transport.written)
         assert written[0][0] == frames.SETTINGS
-        event(f"broken={connection._broken} streams_opened={connection._last_stream_id > 0} "
-              f"trips={','.join(sorted(server.trips))}")
+        event(
+            f"broken={connection._broken} streams_opened={connection._last_stream_id > 0} "
+            f"trips={','.join(sorted(server.trips))}"
+        )
         connection.connection_lost(None)
         for _ in range(3):
             loop.run_until_complete(asyncio.sleep(0))

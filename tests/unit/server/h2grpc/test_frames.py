@@ -48,13 +48,16 @@ def test_data_frames_match_hyperframe(flags, stream_id, payload):
     assert (parsed.type, parsed.stream_id, length) == (frames.DATA, stream_id, len(payload))
 
 
-@given(st.integers(1, 2**31 - 1), st.integers(1, 2**31 - 1), st.integers(0, 0xFFFFFFFF),
-       st.binary(max_size=8, min_size=8))
+@given(
+    st.integers(1, 2**31 - 1), st.integers(1, 2**31 - 1), st.integers(0, 0xFFFFFFFF), st.binary(max_size=8, min_size=8)
+)
 def test_control_frames_match_hyperframe(stream_id, increment, code, opaque):
     assert frames.window_update(stream_id, increment) == hf.WindowUpdateFrame(stream_id, increment).serialize()
     assert frames.rst_stream(stream_id, code) == hf.RstStreamFrame(stream_id, error_code=code).serialize()
-    assert frames.goaway(stream_id, code, b"why") == hf.GoAwayFrame(
-        0, last_stream_id=stream_id, error_code=code, additional_data=b"why").serialize()
+    assert (
+        frames.goaway(stream_id, code, b"why")
+        == hf.GoAwayFrame(0, last_stream_id=stream_id, error_code=code, additional_data=b"why").serialize()
+    )
     assert frames.frame(frames.PING, frames.ACK, 0, opaque) == hf.PingFrame(0, opaque, flags={"ACK"}).serialize()
     assert frames.SETTINGS_ACK == hf.SettingsFrame(0, flags={"ACK"}).serialize()
 
@@ -139,9 +142,14 @@ def test_parse_stops_at_the_frame_budget_and_after_the_last_headers_it_allows(it
     assert used == sum(frames.HEADER_SIZE + len(item[3]) for item in expected)
 
 
-@given(st.lists(st.tuples(st.sampled_from([frames.HEADERS, frames.CONTINUATION, frames.DATA]),
-                          st.binary(max_size=300)), min_size=1, max_size=30),
-       st.integers(min_value=1, max_value=2000))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([frames.HEADERS, frames.CONTINUATION, frames.DATA]), st.binary(max_size=300)),
+        min_size=1,
+        max_size=30,
+    ),
+    st.integers(min_value=1, max_value=2000),
+)
 def test_a_read_stops_at_the_frame_that_spends_its_header_bytes(items, budget):
     buffer = bytearray(b"".join(frames.frame(kind, 0, 1, payload) for kind, payload in items))
     parsed, used = frames.parse_frames(buffer, 1 << 14, max_header_bytes=budget)

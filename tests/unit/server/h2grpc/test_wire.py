@@ -6,14 +6,12 @@ import itertools
 import urllib.parse
 
 import pytest
-from hypothesis import given
+from google.protobuf.internal import encoder
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from danube.errors import InvalidArgumentError
-from google.protobuf.internal import encoder
-from hypothesis import settings
-
 from danube import frames as codec
+from danube.errors import InvalidArgumentError
 from danube.proto.danube import DanubeApi_pb2 as danube_pb
 from danube.proto.danube_batch import batch_pb2 as batch_pb
 from danube.server import batch_lane
@@ -71,8 +69,10 @@ def test_a_compressed_message_is_refused():
         wire.MessageReader(limit=100).feed(b"\x01" + (3).to_bytes(4, "big") + b"abc")
 
 
-@pytest.mark.parametrize("value, seconds", [(b"1S", 1.0), (b"250m", 0.25), (b"3M", 180.0), (b"2H", 7200.0),
-                                            (b"99999999u", 99.999999), (b"5n", 5e-9)])
+@pytest.mark.parametrize(
+    "value, seconds",
+    [(b"1S", 1.0), (b"250m", 0.25), (b"3M", 180.0), (b"2H", 7200.0), (b"99999999u", 99.999999), (b"5n", 5e-9)],
+)
 def test_timeouts_parse_in_every_unit(value, seconds):
     assert wire.parse_timeout(value) == pytest.approx(seconds)
 
@@ -105,17 +105,19 @@ def test_varint_is_protobufs(value):
 
 
 @settings(deadline=None)
-@given(payload=st.binary(max_size=300), attributes=st.dictionaries(st.text(max_size=5), st.text(max_size=5),
-                                                                              max_size=3))
+@given(
+    payload=st.binary(max_size=300), attributes=st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3)
+)
 def test_an_encoded_stream_message_parses_as_the_serialized_one(payload, attributes):
     class Broker:
         def producer_name(self, topic, producer_id):
             return "p"
 
-    rec = codec.decode_batch(bytearray(codec.encode_record(payload, publish_time=7, producer_id=3, key="k",
-                                                           attributes=attributes or None)))[0]
+    rec = codec.decode_batch(
+        bytearray(codec.encode_record(payload, publish_time=7, producer_id=3, key="k", attributes=attributes or None))
+    )[0]
     encoded = services._encoded_stream_message(Broker(), rec, "/d/t", "s", "http://b")
-    assert type(encoded) is wire.Encoded and any(part is rec.payload for part in encoded)   # not copied
+    assert type(encoded) is wire.Encoded and any(part is rec.payload for part in encoded)  # not copied
     plain = services._stream_message(Broker(), rec, "/d/t", "s", "http://b")
     assert danube_pb.StreamMessage.FromString(encoded.tobytes()) == plain
 

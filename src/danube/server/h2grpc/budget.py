@@ -13,14 +13,26 @@ several large messages sent at once cannot wait on one another forever.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
 from danube.server.h2grpc import frames
+
+if TYPE_CHECKING:
+    from danube.server.h2grpc.call import ServerCall
+    from danube.server.h2grpc.connection import GrpcConnection
+    from danube.server.h2grpc.limits import H2Limits
+    from danube.server.h2grpc.server import H2Server
 
 
 class ReceiveBudget:
     # Set by GrpcConnection.__init__ (declared here for the type checker).
     buffered: int
     max_buffered: int
-    _favoured: object
+    peer: str
+    _server: H2Server
+    _limits: H2Limits
+    _favoured: ServerCall | None
     _starved: set
     _recv_window: int
     _recv_unacked: int
@@ -28,6 +40,9 @@ class ReceiveBudget:
     _recv_moved: int
     _streams: dict
     _lost: bool
+    # Defined by SendSide, the connection's other half.
+    _queue: Callable[[bytes], None]
+    _schedule_flush: Callable[[], None]
 
     def return_credit(self, stream_id: int, size: int) -> None:
         """Gives ``size`` bytes of flow-control credit back for what a call has taken in.  The
@@ -75,7 +90,7 @@ class ReceiveBudget:
             self._recv_unacked = owed = owed - grant
             self._schedule_flush()
         if owed:
-            server.window_starved.add(self)
+            server.window_starved.add(cast("GrpcConnection", self))  # the mixin's only class
 
     def over_budget(self) -> bool:
         """Whether the calls hold more request bytes than the connection's or the server's budget
@@ -124,10 +139,10 @@ class ReceiveBudget:
             )
             victim.shed()
 
-    def starve(self, call) -> None:
+    def starve(self, call: ServerCall) -> None:
         """``call`` holds window back for the budget: it gets it back once under budget."""
         if not self._starved:
-            self._server.starving(self)
+            self._server.starving(cast("GrpcConnection", self))
         self._starved.add(call)
 
     def unbuffer(self, call, size: int) -> None:
@@ -136,7 +151,7 @@ class ReceiveBudget:
         self._server.buffered_total -= size
         self.unbuffered(call)
 
-    def unbuffered(self, call) -> None:
+    def unbuffered(self, call: ServerCall) -> None:
         """After ``call`` let go of buffered bytes: the calls waiting on the budget may go on."""
         server = self._server
         if server.window_starved:

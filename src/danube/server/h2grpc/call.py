@@ -11,7 +11,8 @@ import asyncio
 import collections
 import inspect
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 from grpc.aio import AbortError
@@ -115,10 +116,12 @@ class ServerCall:
         self._trailing_metadata: tuple = ()
         self._deadline_hit = False
         self._done_callbacks: list = []
-        self._sink = None  # set_message_sink: request messages go to this callback as they arrive
+        self._sink: Callable[[Any], None] | None = (
+            None  # set_message_sink: request messages go to this callback as they arrive
+        )
         loop = connection.loop
         self._deadline = None if timeout is None else loop.time() + timeout
-        self._deadline_timer = None if timeout is None else loop.call_at(self._deadline, self._on_deadline)
+        self._deadline_timer = None if timeout is None else loop.call_at(cast(float, self._deadline), self._on_deadline)
 
     # ------------------------------------------------------------ from the connection
 
@@ -401,7 +404,7 @@ class ServerCall:
             sink(grpc.aio.EOF)
 
     def _to_sink(self, messages: list) -> None:
-        sink = self._sink
+        sink = cast("Callable[[Any], None]", self._sink)  # called once a sink is set
         for data in messages:
             if self._finished:
                 return

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import grpc
 
@@ -90,7 +90,8 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
 
     def __init__(self, server: H2Server) -> None:
         self._server = server
-        self.loop = server.loop
+        # The server makes connections once it listens, its loop set (some unit tests make one without).
+        self.loop = cast(asyncio.AbstractEventLoop, server.loop)
         limits = server.limits
         self._limits = limits
         self._transport: asyncio.Transport | None = None

@@ -47,7 +47,7 @@ class _CountingTable(hpack.table.HeaderTable):
     @maxsize.setter
     def maxsize(self, newmax: int) -> None:
         self.changes += 1
-        hpack.table.HeaderTable.maxsize.fset(self, newmax)
+        hpack.table.HeaderTable.maxsize.fset(self, newmax)  # type: ignore[attr-defined]  # a property: hpack's stubs say overload
 
 
 class HeaderBlockDecoder:

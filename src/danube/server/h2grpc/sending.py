@@ -22,8 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from typing import TYPE_CHECKING
 
 from danube.server.h2grpc import frames, wire
+
+if TYPE_CHECKING:
+    from danube.server.h2grpc.server import H2Server
 
 # Flush the socket inside the write loop once this much is queued, instead of at the end of the
 # loop iteration, so large messages stream out while they are being framed.
@@ -34,6 +38,8 @@ _GLOBAL_RECHECK_S = 0.2
 
 class SendSide:
     # Set by GrpcConnection.__init__ (declared here for the type checker).
+    loop: asyncio.AbstractEventLoop
+    _server: H2Server
     _out: list
     _out_bytes: int
     _send_recorded: int

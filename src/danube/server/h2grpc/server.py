@@ -16,7 +16,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from danube import _allocator
 from danube.server.h2grpc import wire
@@ -234,6 +234,7 @@ class H2Server:
             )
             return False
         if len(self._connections) >= self.max_connections:
+            victim: GrpcConnection | None
             if self._unready:
                 victim = next(iter(self._unready))
                 why = "closed before its preface, to make room for a new one"
@@ -242,7 +243,7 @@ class H2Server:
                 if victim is None:
                     self.trip("max_connections", connection.peer, f"{len(self._connections)} connections open")
                     return False
-                why = f"idle for {self.loop.time() - victim.idle_since:.1f} s: closed to make room for a new one"
+                why = f"idle for {cast(asyncio.AbstractEventLoop, self.loop).time() - victim.idle_since:.1f} s: closed to make room for a new one"
             self.trip("max_connections", victim.peer, why)
             self._release(victim)
             victim.evict()
@@ -325,9 +326,10 @@ class H2Server:
 
     async def wait_send_room(self, recheck: float) -> None:
         """Until some connection's backlog drained (or ``recheck`` seconds, to look again)."""
-        waiter = self.loop.create_future()
+        loop = cast(asyncio.AbstractEventLoop, self.loop)  # connections write only while the server listens
+        waiter = loop.create_future()
         self._send_waiters.append(waiter)
-        handle = self.loop.call_later(recheck, _wake, waiter)
+        handle = loop.call_later(recheck, _wake, waiter)
         try:
             await waiter
         finally:

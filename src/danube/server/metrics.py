@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -264,7 +264,7 @@ def _wal_sync_families(topics):
         "danube_wal_flush_latency_ms", "Length of each sync of a topic's WAL (ms)", labels=["topic"]
     )
     for t in topics:
-        wal = getattr(t.storage, "wal", None) if t.reliable else None
+        wal: Any = getattr(t.storage, "wal", None) if t.reliable else None  # has sync_count when it has a latency
         latency = getattr(wal, "flush_latency", None)
         if latency is None:
             continue

@@ -15,7 +15,7 @@ import contextlib
 import itertools
 import json
 import logging
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, cast
 
 import grpc
 
@@ -45,6 +45,7 @@ from danube.server.admin import _FORWARDED as ADMIN_FORWARDED
 
 if TYPE_CHECKING:
     from danube.broker.service import BrokerService
+    from danube.cluster.node import ClusterNode
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +108,10 @@ class ForwardingSegmentOps(BrokerSegmentOps):
         deletes the stored data there too); here when it is this broker's or nobody's."""
         cluster = self.broker.cluster
         owner = cluster.view.owner(topic) if cluster is not None else None
-        if owner is None or str(owner) == str(cluster.broker_id):
+        node = cast("ClusterNode", cluster)  # read only with an owner, so in cluster mode
+        if owner is None or str(owner) == str(node.broker_id):
             return await super().delete_segment(topic)
-        admin_url = (cluster.view.registered.get(owner) or {}).get("admin_url")
+        admin_url = (node.view.registered.get(owner) or {}).get("admin_url")
         if not admin_url:
             raise NotServedHereError(f"segment {topic} is owned by broker {owner}, which has no admin port")
         try:

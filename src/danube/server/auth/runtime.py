@@ -10,10 +10,10 @@ cluster call each other on, secured by the same settings.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from danube.security.rbac import BROKER_PRINCIPAL, CLUSTER, Authorizer
-from danube.security.settings import AuthSettings
+from danube.security.settings import AuthSettings, TlsSettings
 from danube.server.auth.guard import CallGuard, GuardedRegistrar, GuardInterceptor, _grpc_auth_context
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class Security:
         if settings.tls_enabled:
             from danube.security import tls
 
-            t = settings.tls
+            t = cast(TlsSettings, settings.tls)  # set when tls_enabled
             self._ssl_context = tls.server_ssl_context(
                 t.cert_file, t.key_file, ca_file=t.ca_file, verify_client=t.verify_client
             )
@@ -79,16 +79,17 @@ class Security:
         from danube.cluster.peers import MTLS_BROKER_HINT, certificate_subject
 
         settings = self.settings
-        if settings.tls_enabled and not settings.tls.ca_file:
+        tls = cast(TlsSettings, settings.tls)  # read below only when TLS is on (mTLS is TLS)
+        if settings.tls_enabled and not tls.ca_file:
             log.warning(
                 "security: auth.tls.ca_file is not set, so this broker verifies the other brokers' "
                 "certificates against the system's CAs only; set it to the CA that signed them"
             )
         if not settings.mtls or settings.jwt is not None:
             return
-        subject = certificate_subject(settings.tls.cert_file)
+        subject = certificate_subject(tls.cert_file)
         if subject is None:
-            log.warning("security: cannot read the common name of %s; %s", settings.tls.cert_file, MTLS_BROKER_HINT)
+            log.warning("security: cannot read the common name of %s; %s", tls.cert_file, MTLS_BROKER_HINT)
         elif not self.authorizer.allowed(subject, "admin", CLUSTER):
             log.warning(
                 "security: this broker's certificate subject %r may not administer the cluster, so other "

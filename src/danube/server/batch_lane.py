@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import TYPE_CHECKING, AsyncIterator, cast
 
 import grpc
 
@@ -29,6 +29,9 @@ from danube.server.h2grpc.wire import Encoded, varint
 
 if TYPE_CHECKING:
     from danube.broker.service import BrokerService
+    from danube.routing.repartition.broker_hook import RepartitionRuntime
+    from danube.routing.repartition.fence import StaleRoutingError
+    from danube.schema.validation import SchemaGate
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +55,10 @@ def _batch_status(exc: BaseException) -> pb.BatchStatus:
         retriable=bool(getattr(exc, "retriable", False)),
     )
     if getattr(exc, "partitions", None):  # a stale partitioning version (docs/repartition.md)
-        status.partitioning_version = exc.version
-        status.partitions = exc.partitions
-        status.redirect_url = exc.redirect_url
+        stale = cast("StaleRoutingError", exc)
+        status.partitioning_version = stale.version
+        status.partitions = stale.partitions
+        status.redirect_url = stale.redirect_url
     return status
 
 
@@ -225,12 +229,13 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         """A batch routed under partitioning ``version``: refused (StaleRoutingError, nothing stored)
         when its partition's version is newer; one dict lookup per batch otherwise."""
         name = await self._producer_topic(producer_id)
-        epoch = await self._repartition.admit(name, version) if name is not None else None
+        repartition = cast("RepartitionRuntime", self._repartition)  # Publish calls this only with one
+        epoch = await repartition.admit(name, version) if name is not None else None
         if epoch is None:
             return await self._broker.publish(producer_id, buf, partitioning_version=version)
         try:
             first, last = await self._broker.publish(producer_id, buf, partitioning_version=version)
-            self._repartition.fence.stored(name, epoch, first)
+            repartition.fence.stored(cast(str, name), epoch, first)  # an epoch is admitted for a name
             return first, last
         finally:
             epoch.done()
@@ -240,7 +245,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         payloads one by one only when the topic validates payloads."""
         topic = await self._producer_topic(producer_id)
         if topic is not None:
-            self._schema.check_batch(
+            cast("SchemaGate", self._schema).check_batch(  # Publish calls this only with an active gate
                 topic,
                 request.schema_id if request.HasField("schema_id") else None,
                 request.schema_version if request.HasField("schema_version") else None,
@@ -436,7 +441,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             await _abort(context, exc)
         return pb.NackResponse()
 
-    async def Consume(self, request_iterator, context) -> AsyncIterator[pb.ConsumeResponse]:
+    async def Consume(self, request_iterator, context) -> AsyncIterator[pb.ConsumeResponse | Encoded]:
         """First request subscribes (or names a consumer id); then credits, acks and nacks.
 
         Batches are sent while the client has message and byte credit left.  When the

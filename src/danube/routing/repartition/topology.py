@@ -55,7 +55,7 @@ class TopologyStream:
         self.connection = connection
         self.topics: set[str] = set()
         self.sent: dict[str, tuple[int, int] | None] = {}
-        self.queue: asyncio.Queue[pb.Topology] = asyncio.Queue()
+        self.queue: asyncio.Queue[pb.Topology | None] = asyncio.Queue()  # None: the stream's end
         self.pushes = 0
 
 

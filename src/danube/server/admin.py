@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, cast
 
 import grpc
 
@@ -31,6 +31,8 @@ from danube.server.status import abort
 
 if TYPE_CHECKING:
     from danube.broker.service import BrokerService
+    from danube.broker.topic import Topic
+    from danube.cluster.node import ClusterNode
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +179,7 @@ class _Admin:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"broker {broker_id} has no admin port registered")
         channels, caller = peers.for_broker(self.broker), peers.caller_authorization(context)
         try:
-            async with channels.channel(admin_url, caller=caller) as channel:
+            async with channels.channel(cast(str, admin_url), caller=caller) as channel:  # aborted without one
                 call = getattr(stub(channel), method)
                 return await call(request, timeout=60, metadata=((_FORWARDED, "1"),))
         except grpc.aio.AioRpcError as exc:
@@ -257,7 +259,7 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
         )
 
     async def GetLeaderBroker(self, request, context):
-        cluster = self.admin.broker.cluster
+        cluster = cast("ClusterNode | None", self.admin.broker.cluster)  # the view's leader: the node's view
         if cluster is not None:
             return pb.BrokerResponse(leader=str(cluster.view.leader or ""))
         return pb.BrokerResponse(leader=str(self.admin.broker.broker_id))
@@ -275,9 +277,10 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
         cluster = self.admin.broker.cluster
         if cluster is None:
             await _unimplemented(context, "UnloadBroker")
+        node = cast("ClusterNode", cluster)  # _unimplemented aborted the call without one
         try:
-            result = await cluster.drain(
-                request.broker_id or cluster.broker_id,
+            result = await node.drain(
+                request.broker_id or node.broker_id,
                 dry_run=request.dry_run,
                 caller=peers.caller_authorization(context),
                 include=tuple(request.namespaces_include),
@@ -292,8 +295,9 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
         cluster = self.admin.broker.cluster
         if cluster is None:
             await _unimplemented(context, "ActivateBroker")
+        node = cast("ClusterNode", cluster)  # _unimplemented aborted the call without one
         try:
-            await cluster.activate(request.broker_id)
+            await node.activate(request.broker_id)
         except DanubeError as exc:
             await abort(context, exc)
         return pb.ActivateBrokerResponse(success=True)
@@ -436,7 +440,7 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
         )
 
     async def UnloadTopic(self, request, context):
-        cluster = self.admin.broker.cluster
+        cluster = cast("ClusterNode | None", self.admin.broker.cluster)
         if cluster is not None:  # cluster mode: the owner moves it, wherever the request arrived
             try:
                 last = await cluster.unload_anywhere(request.name, caller=peers.caller_authorization(context))
@@ -689,7 +693,7 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
                         grpc.StatusCode.FAILED_PRECONDITION,
                         f"subscription {quote(name)} of {topic} has consumers attached",
                     )
-                served.subscriptions.pop(name, None)
+                cast("Topic", served).subscriptions.pop(name, None)  # sub was found in it
             await self.admin.metadata.delete_prefix(keys.subscription(topic, name) + "/")
             await self.admin.metadata.delete(keys.subscription(topic, name))
             log.info("admin: unsubscribed %s from %s", name, topic)

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import os
 import signal
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, cast
 
 import grpc
 
@@ -25,6 +25,11 @@ from danube.server import danube_services
 from danube.server.config import BrokerConfig
 from danube.server.metrics import PrometheusMetrics
 from danube.server.rpc_counts import CountingInterceptor, RpcCounts
+
+if TYPE_CHECKING:
+    from danube.cluster.load_report import LoadReporter
+    from danube.cluster.node import ClusterNode
+    from danube.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +58,14 @@ class BrokerApp:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker: BrokerService | None = None
-        self.metadata: EmbeddedMetadataStore | None = None
+        self.metadata: MetadataStore | None = None
         self.server: grpc.aio.Server | None = None
         self.admin_server: grpc.aio.Server | None = None
         self.metrics: PrometheusMetrics | None = None
         self.schema_gate = None
         self.bound: dict[str, int] = {}
-        self.cluster = None  # danube.cluster.node.ClusterNode in cluster mode
-        self.load_reporter = None  # danube.cluster.load_report.LoadReporter of a standalone broker
+        self.cluster: ClusterNode | None = None  # in cluster mode
+        self.load_reporter: LoadReporter | None = None  # of a standalone broker
         self.scalable = None  # danube.server.scalable_service.ScalableTopicService
 
     async def start(self) -> None:
@@ -177,9 +182,10 @@ class BrokerApp:
         policy key; an existing one keeps its policies)."""
         from danube.metadata import keys
 
+        store = cast("MetadataStore", self.metadata)  # start() set it
         for ns in cfg.bootstrap_namespaces:
-            if await self.metadata.get(keys.namespace_policy(ns)) is None:
-                await self.metadata.put_json(keys.namespace_policy(ns), {})
+            if await store.get(keys.namespace_policy(ns)) is None:
+                await store.put_json(keys.namespace_policy(ns), {})
                 log.info("namespace %s created (bootstrap_namespaces)", ns)
 
     def _start_load_reporter(self, cfg: BrokerConfig) -> None:
@@ -190,18 +196,18 @@ class BrokerApp:
             return
         from danube.cluster.load_report import LoadReporter
 
-        self.load_reporter = LoadReporter(self.broker, interval)
+        self.load_reporter = LoadReporter(cast("BrokerService", self.broker), interval)  # start() set it
         self.load_reporter.start()
         log.info("load reports every %g s to %s", interval, self.load_reporter.topic)
 
     @staticmethod
-    def _metadata_store(cfg: BrokerConfig):
+    def _metadata_store(cfg: BrokerConfig) -> MetadataStore:
         if not cfg.cluster:
             return EmbeddedMetadataStore(cfg.metadata_path)
         from danube.metadata.etcd import EtcdMetadataStore
 
         cfg.check_cluster()
-        return EtcdMetadataStore(cfg.etcd_url)
+        return EtcdMetadataStore(cast(str, cfg.etcd_url))  # check_cluster() refused it unset
 
     @staticmethod
     def _local_host(cfg: BrokerConfig) -> str:
@@ -211,9 +217,10 @@ class BrokerApp:
         from danube.cluster.node import ClusterNode
 
         admin_host = self._local_host(cfg)
+        broker = cast("BrokerService", self.broker)  # start() set it and the store
         self.cluster = ClusterNode(
-            self.metadata,
-            self.broker,
+            cast("MetadataStore", self.metadata),
+            broker,
             broker_id=cfg.broker_id,
             broker_url=cfg.broker_url,
             admin_url=f"{cfg.url_scheme}://{admin_host}:{cfg.admin_port}" if cfg.admin_port else None,
@@ -226,11 +233,11 @@ class BrokerApp:
             metrics=self.metrics,
             client_proxy=cfg.client_proxy,
         )
-        self.broker.cluster = self.cluster
+        broker.cluster = self.cluster
 
     async def _join_cluster(self, cfg: BrokerConfig) -> None:
         """Register, campaign, follow the cluster (danube.cluster.node); after the ports listen."""
-        await self.cluster.start()
+        await cast("ClusterNode", self.cluster).start()  # built by start() in cluster mode
         log.info(
             "broker %s in cluster %s (etcd %s, strategy %s)",
             cfg.broker_id,

@@ -29,11 +29,20 @@ def test_a_port_in_use_is_not_handed_out(monkeypatch):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         busy = taken.getsockname()[1]
-        choices = iter([busy, busy, busy + 1 if busy < 65535 else busy - 1])
+        # the busy port twice, then random ones (a neighbour of an ephemeral port may be in use too)
+        first_choices = iter([busy, busy])
+        real_randint = processes.random.randint
+        drawn: list[int] = []
+
+        def randint(a: int, b: int) -> int:
+            drawn.append(next(first_choices, None) or real_randint(a, b))
+            return drawn[-1]
+
         monkeypatch.setattr(processes, "_candidate_range", lambda: (1024, 65535))
-        monkeypatch.setattr(processes.random, "randint", lambda a, b: next(choices))
+        monkeypatch.setattr(processes.random, "randint", randint)
         monkeypatch.setattr(processes, "_handed_out", set())
-        assert processes.free_port() != busy
+        port = processes.free_port()
+        assert drawn[:2] == [busy, busy] and port != busy
 
 
 def test_without_a_range_outside_the_ephemeral_one_the_os_chooses(monkeypatch):

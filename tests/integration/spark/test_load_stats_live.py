@@ -54,7 +54,8 @@ def test_load_stats_on_a_live_cluster_sees_every_exported_report(spark, tmp_path
     lines = summary["chart_lines"]
     for panel in ("CPU %", "balanced score"):
         assert sorted(label for label, _n in lines[panel]) == brokers, lines
-        assert all(n >= summary["snapshots"] - 2 for _label, n in lines[panel]), lines
+        # a broker's newest reports may still wait for its next export (as the snapshot count above)
+        assert all(n >= summary["snapshots"] - EXPORT_S - 4 for _label, n in lines[panel]), lines
     import matplotlib.image
 
     pixels = matplotlib.image.imread(summary["chart"])

@@ -241,16 +241,19 @@ class StreamSupersededError(NotServedHereError):
 
 
 class FencedError(DanubeError):
-    """A request carried a stale partitioning version or ownership epoch."""
+    """A batch carried a stale partitioning version (the version fence of live repartition).
+
+    The other two fences refuse with other classes: a broker whose cluster lease is not renewed
+    with NotServedHereError, an old owner of a shared WAL with TopicSealedError."""
 
     retriable = True
 
 
 class TopicTerminatedError(DanubeError):
     """The topic was terminated (sealed for good: a scalable topic's segment a split or merge
-    replaced, a partition a shrink retired): no publish is accepted any more, on any broker, after
-    any restart; its history stays readable to the end.  Not retriable: the same publish to this
-    topic never succeeds."""
+    replaced; a partition a shrink retired is not terminated): no publish is accepted any more, on
+    any broker, after any restart; its history stays readable to the end.  Not retriable: the same
+    publish to this topic never succeeds."""
 
     @classmethod
     def of(cls, topic: str) -> "TopicTerminatedError":

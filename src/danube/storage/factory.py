@@ -16,7 +16,7 @@ from danube.metadata.store import MetadataStore
 from danube.storage.backends import DurableBackend, FilesystemBackend
 from danube.storage.catalog import SegmentCatalog
 from danube.storage.config import StorageConfig
-from danube.storage.fence import OwnerFence, bump_owner_epoch, cursor_floor
+from danube.storage.owner_fence import OwnerFence, bump_owner_epoch, cursor_floor
 from danube.storage.paths import remove_topic_data, remove_topic_dir, set_aside
 from danube.storage.recovery import clear_sealed_state, local_wal_continuity, resolve_recovery_start
 from danube.storage.segment import DESCRIPTOR_SUFFIX, topic_prefix
@@ -124,7 +124,7 @@ class StorageFactory:
         fence = None
         if cfg.mode == "shared_fs":
             # The WAL directory may be on the shared root: the owner epoch taken above fences any
-            # previous owner before its tail is read (danube.storage.fence).
+            # previous owner before its tail is read (danube.storage.owner_fence).
             fence = OwnerFence(topic, wal_dir, epoch, self.broker_id)
             await asyncio.to_thread(fence.claim)
 
@@ -172,7 +172,7 @@ class StorageFactory:
             wal_dir=wal_dir,
             durable_topic=durable,
         )
-        storage.fence = fence
+        storage.owner_fence = fence
         if start.source == "local" and fence is not None and fence.epoch > 1:
             log.info(
                 "%s: continuing the WAL of the previous owner (owner epoch %d): offsets up to %d",
@@ -213,7 +213,7 @@ class StorageFactory:
         authority on what history exists, so from here on nothing old is ever read), the durable
         segment objects (``shared_fs`` / ``object_store``, and ``local``'s lazy exports), the local
         WAL directory and its set-aside copies.  The owner epoch key stays: a topic created again
-        gets a higher epoch than any old owner still running (danube.storage.fence).  Every path is
+        gets a higher epoch than any old owner still running (danube.storage.owner_fence).  Every path is
         checked to lie inside its root (danube.storage.paths)."""
         split_topic(topic)
         if self._closed:

@@ -90,7 +90,7 @@ class TopicStorage:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
         self.on_closed = None  # set by the factory
-        self.fence = None  # danube.storage.fence.OwnerFence (shared_fs), set by the factory
+        self.owner_fence = None  # danube.storage.owner_fence.OwnerFence (shared_fs), set by the factory
 
     def __repr__(self) -> str:
         return f"<TopicStorage {self.topic} {self.config.mode} {self.first_offset}..{self.next_offset - 1}>"
@@ -249,7 +249,7 @@ class TopicStorage:
 
     def _may_export(self) -> bool:
         """Not once another broker took the WAL over (shared_fs): its new owner exports from here on."""
-        return self.fence is None or not self.fence.fenced
+        return self.owner_fence is None or not self.owner_fence.fenced
 
     def _suspend_if_idle(self, idle_limit: float) -> bool:
         """Release the WAL's files, threads and cache once it has been idle ``idle_limit`` seconds
@@ -280,10 +280,10 @@ class TopicStorage:
             if self.sealed_offset is not None or not self._closed:
                 raise TopicSealedError(f"topic {self.topic} is sealed for a handoff; look it up again", retriable=True)
             raise TopicSealedError(f"topic {self.topic} storage is closed", retriable=True)
-        if self.fence is not None:
+        if self.owner_fence is not None:
             # one stat: an owner that was stopped while another broker took the shared WAL over must
             # not write into it when it wakes (the new owner appends to the same files)
-            self.fence.check()
+            self.owner_fence.check()
         try:
             return self.wal.append_frames(buf)
         except OSError as exc:
@@ -305,9 +305,9 @@ class TopicStorage:
             await self.wal.wait_durable(offset)
         except OSError as exc:
             raise self._disk_error(exc, "not made durable") from exc
-        if self.fence is not None:
+        if self.owner_fence is not None:
             try:
-                self.fence.check()  # ack nothing once another broker took the WAL over
+                self.owner_fence.check()  # ack nothing once another broker took the WAL over
             except TopicSealedError:
                 self._writable = False
                 raise

@@ -22,7 +22,7 @@ from danube.server import admin as admin_service
 from danube.server import batch_lane, danube_services
 from danube.storage.config import StorageConfig
 from danube.storage.factory import StorageFactory
-from danube.storage.fence import epoch_key
+from danube.storage.owner_fence import epoch_key
 from danube.storage.paths import remove_topic_data, set_aside, stale_dirs, topic_dir
 from danube.storage.segment import topic_prefix
 
@@ -104,7 +104,7 @@ async def test_delete_removes_the_topics_files_and_nothing_else(mode, tmp_path, 
         catalog = keys.storage_segments(config.metadata_prefix, DOOMED)
         assert await broker.metadata.get_prefix(catalog)
 
-        fence = factory.get(DOOMED).fence  # shared_fs: the owner epoch of the WAL directory
+        fence = factory.get(DOOMED).owner_fence  # shared_fs: the owner epoch of the WAL directory
         await admin.DeleteTopic(admin_pb.TopicRequest(name=DOOMED))
 
         assert DOOMED not in broker.topics and factory.get(DOOMED) is None
@@ -143,7 +143,7 @@ async def test_delete_removes_the_topics_files_and_nothing_else(mode, tmp_path, 
         storage = broker.topics[DOOMED].storage
         assert (storage.first_offset, storage.next_offset) == (0, 2)
         if fence is not None:
-            assert storage.fence.epoch > fence.epoch
+            assert storage.owner_fence.epoch > fence.epoch
         got = []
         while len(got) < 2:
             batch = await consumer.receive_batch(timeout=30)

@@ -7,7 +7,7 @@ import pytest
 from danube import frames
 from danube.errors import StorageError, TopicSealedError
 from danube.metadata import keys
-from danube.storage.fence import epoch_key, read_epoch_file
+from danube.storage.owner_fence import epoch_key, read_epoch_file
 from tests.unit.storage.conftest import TOPIC, append, make_config, offsets_of
 
 

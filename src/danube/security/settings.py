@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from danube.errors import InvalidArgumentError
+from danube.settings import ConfigError, load_section
 
 log = logging.getLogger(__name__)
 
@@ -146,11 +147,13 @@ class AuthSettings:
             self.tls.check()
 
     @classmethod
-    def from_dict(cls, data: Any, *, base_dir: str | None = None) -> "AuthSettings":
-        if data is None:
-            return cls()
-        if not isinstance(data, Mapping):
-            raise InvalidArgumentError("auth: expected a mapping")
+    def from_dict(cls, data: Any, *, base_dir: str | None = None, path: str = "auth") -> "AuthSettings":
+        """The ``auth`` block, through the one settings loader; relative paths against ``base_dir``."""
+        return load_section(cls, data, path, base_dir=base_dir)
+
+    @classmethod
+    def parse_section(cls, data: Mapping[str, Any], path: str = "auth", *, base_dir: str | None = None) -> "AuthSettings":
+        """The loader's hook: Danube's mode names, files resolved, a secret read from its file."""
         data = dict(data)
         raw_mode = str(data.pop("mode", "none") or "none").strip().lower()
         mode = _MODE_ALIASES.get(raw_mode, raw_mode)
@@ -220,7 +223,7 @@ def read_secret_file(path: str) -> str:
 
 def _no_more(doc: Mapping, where: str) -> None:
     if doc:
-        raise InvalidArgumentError(f"unknown key(s) in {where}: {', '.join(sorted(map(str, doc)))}")
+        raise ConfigError(f"unknown key {where}.{sorted(map(str, doc))[0]}", "not a setting (docs/security.md)")
 
 
 def with_flags(

@@ -28,16 +28,19 @@ Example::
         access_key: ...
         secret_key: ...
 
-Every bad value raises :class:`danube.errors.InvalidArgumentError` naming the key.
+Loaded by the one settings loader (``danube.settings.load_section``; ``StorageConfig.from_dict``),
+whose hook :meth:`StorageConfig.parse_section` converts the units; every bad value raises
+:class:`StorageConfigError` naming the key.  Paths left to their defaults live under the broker's
+data directory (:meth:`StorageConfig.with_data_dir` moves them with it).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from danube.errors import InvalidArgumentError
+from danube.settings import ConfigError, load_section
 from danube.storage.backends import DurableBackend, FilesystemBackend, S3Backend
 from danube.storage.paths import topic_dir
 
@@ -47,7 +50,7 @@ DURABLE_BACKENDS = ("s3",)
 _MIB = 1024 * 1024
 
 
-class StorageConfigError(InvalidArgumentError):
+class StorageConfigError(ConfigError):
     """The storage section of the configuration is invalid."""
 
 
@@ -131,6 +134,23 @@ class StorageConfig:
     wal: WalSettings = field(default_factory=WalSettings)
     export_interval_s: float = 300.0
     read_chunk_bytes: int = 4 * _MIB  # range-read size of the tiered reader
+    # the directory the defaulted paths (``derived``) were placed under
+    data_dir: str = field(default="./danube-data", compare=False)
+    derived: frozenset[str] = field(default=frozenset({"local_wal_root", "durable"}), compare=False, repr=False)
+
+    def with_data_dir(self, data_dir: str) -> "StorageConfig":
+        """The same settings with the paths that were left to their defaults under ``data_dir``."""
+        if data_dir == self.data_dir:
+            return self
+        changes: dict[str, Any] = {"data_dir": data_dir}
+        if "local_wal_root" in self.derived:
+            changes["local_wal_root"] = os.path.join(data_dir, "wal")
+        if "durable" in self.derived:
+            changes["durable"] = replace(self.durable, root=os.path.join(data_dir, "durable"))
+        return replace(self, **changes)
+
+    def with_sync(self, sync: str) -> "StorageConfig":
+        return self if sync == self.wal.sync else replace(self, wal=replace(self.wal, sync=sync))
 
     @property
     def exports_continuously(self) -> bool:
@@ -157,11 +177,19 @@ class StorageConfig:
     # ------------------------------------------------------------------ parsing
 
     @classmethod
-    def from_dict(cls, section: Mapping[str, Any] | None, *, data_dir: str = "./danube-data") -> "StorageConfig":
-        """Parse the ``storage:`` section; relative defaults live under ``data_dir``."""
-        section = {} if section is None else section
-        if not isinstance(section, Mapping):
-            raise StorageConfigError(f"storage: expected a mapping, got {type(section).__name__}")
+    def from_dict(
+        cls, section: Mapping[str, Any] | None, *, data_dir: str = "./danube-data", path: str = "storage"
+    ) -> "StorageConfig":
+        """The ``storage:`` section; relative defaults live under ``data_dir``."""
+        if section is not None and not isinstance(section, Mapping):
+            raise StorageConfigError(path, f"expected a mapping, got {type(section).__name__}")
+        return load_section(cls, section, path, data_dir=data_dir)
+
+    @classmethod
+    def parse_section(
+        cls, section: Mapping[str, Any], path: str = "storage", *, data_dir: str = "./danube-data"
+    ) -> "StorageConfig":
+        """The loader's hook: the file's units (MiB, minutes) into the fields' (bytes, seconds)."""
         known = {
             "mode",
             "local_wal_root",
@@ -172,15 +200,11 @@ class StorageConfig:
             "export_interval_seconds",
             "read_chunk_mb",
         }
-        unknown = sorted(set(section) - known)
-        if unknown:
-            raise StorageConfigError(
-                f"storage: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
-            )
+        _check_keys(section, known, "storage")
 
         mode = section.get("mode", "local")
         if mode not in MODES:
-            raise StorageConfigError(f"storage.mode: {mode!r} is not one of {', '.join(MODES)}")
+            raise StorageConfigError("storage.mode", f"expected one of {'|'.join(MODES)}, got {mode!r}")
 
         wal_root = _string(section, "local_wal_root", os.path.join(data_dir, "wal"))
         prefix = section.get("metadata_prefix", "")
@@ -197,7 +221,12 @@ class StorageConfig:
         durable = _durable(mode, section.get("durable"), data_dir)
         interval = _number(section, "export_interval_seconds", 300.0, "storage.", minimum=0.01)
         chunk_mb = _number(section, "read_chunk_mb", 4, "storage.", minimum=0.0625)
+        derived = {"local_wal_root"} if "local_wal_root" not in section or section["local_wal_root"] is None else set()
+        if mode == "local" and not _mapping(section.get("durable"), "storage.durable").get("root"):
+            derived.add("durable")
         return cls(
+            data_dir=data_dir,
+            derived=frozenset(derived),
             mode=mode,
             local_wal_root=wal_root,
             metadata_prefix=prefix,
@@ -247,10 +276,10 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 
 
 def _check_keys(section: Mapping[str, Any], known: set[str], where: str) -> None:
-    unknown = sorted(set(section) - known)
+    unknown = sorted(map(str, set(section) - known))
     if unknown:
         raise StorageConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
+            f"unknown key {where}.{unknown[0]}", f"not a setting (the settings here are {', '.join(sorted(known))})"
         )
 
 
@@ -285,7 +314,7 @@ def _wal(value: Any) -> WalSettings:
     )
     sync = section.get("sync", "always")
     if sync not in SYNC_MODES:
-        raise StorageConfigError(f"{where}.sync: {sync!r} is not one of {', '.join(SYNC_MODES)}")
+        raise StorageConfigError(f"{where}.sync", f"expected one of {'|'.join(SYNC_MODES)}, got {sync!r}")
     age = _number(section, "max_file_age_seconds", None, where + ".", minimum=0.001)
     idle = (
         None

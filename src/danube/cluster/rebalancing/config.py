@@ -34,12 +34,14 @@ error, so a typo does not silently leave rebalancing at its defaults.
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from danube.cluster.scoring import AGGRESSIVENESS_THRESHOLDS, STRATEGIES
 from danube.errors import InvalidArgumentError
+from danube.settings import ConfigError, load_section
 
 
 @dataclass(frozen=True)
@@ -99,21 +101,23 @@ class RebalancingConfig:
         section = dict(overrides)
         strategy = section.pop("strategy", "balanced")
         section["aggressiveness"] = aggressiveness
-        return cls.from_section(section, strategy=strategy)
+        return cls.from_dict(section, strategy=strategy)
 
     @classmethod
-    def from_section(cls, section: Mapping[str, Any] | None, *, strategy: str = "balanced") -> "RebalancingConfig":
-        """Parse the ``rebalancing:`` mapping itself (``None`` → defaults)."""
-        where = "load_manager.rebalancing"
-        if section is None:
-            section = {}
-        if not isinstance(section, Mapping):
-            raise InvalidArgumentError(f"{where}: expected a mapping, got {type(section).__name__}")
-        unknown = sorted(set(section) - set(_KEYS))
+    def from_dict(
+        cls, section: Mapping[str, Any] | None, *, strategy: str = "balanced", path: str = "load_manager.rebalancing"
+    ) -> "RebalancingConfig":
+        """The ``rebalancing:`` mapping itself (``None`` → defaults), through the one settings loader."""
+        return load_section(cls, section, path, strategy=strategy)
+
+    @classmethod
+    def parse_section(cls, section: Mapping[str, Any], where: str, *, strategy: str = "balanced") -> "RebalancingConfig":
+        """The loader's hook: the level's preset under the keys the file gives."""
+        unknown = sorted(map(str, set(section) - set(_KEYS)))
         if unknown:
-            raise InvalidArgumentError(
-                f"{where}: unknown key(s) {', '.join(map(str, unknown))}; expected {', '.join(_KEYS)}"
-            )
+            close = difflib.get_close_matches(unknown[0], _KEYS, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"the settings here are {', '.join(_KEYS)}"
+            raise ConfigError(f"unknown key {where}.{unknown[0]}", f"not a setting ({hint})")
         if strategy not in STRATEGIES:
             raise InvalidArgumentError(
                 f"load_manager.assignment_strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}"
@@ -178,7 +182,7 @@ class RebalancingConfig:
         if not isinstance(load_manager, Mapping):
             raise InvalidArgumentError("load_manager: expected a mapping")
         strategy = load_manager.get("assignment_strategy", "balanced")
-        return cls.from_section(load_manager.get("rebalancing"), strategy=strategy)
+        return cls.from_dict(load_manager.get("rebalancing"), strategy=strategy)
 
     @classmethod
     def from_yaml(cls, path: str) -> "RebalancingConfig":

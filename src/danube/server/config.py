@@ -32,7 +32,7 @@ Example ``danube_broker.yml``::
     dispatch:
       max_unacked_messages: 10000
       cursor_flush_interval_ms: 1000
-    storage:                        # passed to danube.storage.StorageConfig.from_dict
+    storage:                        # danube.storage.config.StorageConfig (docs/storage.md)
       mode: local
     load_manager:
       load_report_interval_seconds: 30   # LoadReport to /system/load_reports; 0 = off
@@ -44,10 +44,16 @@ start; ``auto_create_topics: false`` refuses producers on a topic nobody created
 loads unchanged: its keys are honoured or mapped (danube.server.config_danube), and a key this
 broker cannot honour is a warning naming it; a key neither project knows is an error.  The
 ``auth`` block: danube.security.settings (docs/security.md).
+
+Every section is a frozen dataclass loaded by the one loader, ``danube.settings.load_section``:
+a wrong key or value is a :class:`~danube.settings.ConfigError` whose sentence names its key path
+(``http2.max_frame_size: expected an integer in 16384..16777215, got 100``).  docs/broker.md,
+"Every setting", lists them all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass, field, replace
@@ -60,7 +66,7 @@ from danube.errors import InvalidArgumentError
 from danube.metadata import keys
 from danube.routing.repartition.model import DEFAULT_ADOPTION_TIMEOUT_MS
 from danube.routing.scalable.config import ScalableTopicsConfig
-from danube.schema.compat import normalize_json_schema_rule
+from danube.schema.compat import JSON_SCHEMA_RULES, normalize_json_schema_rule
 from danube.security.settings import AuthSettings, refuse_if_world_readable
 from danube.server import config_danube
 from danube.server.h2grpc.limits import H2Limits
@@ -156,7 +162,7 @@ class BrokerConfig:
     bootstrap_namespaces: tuple[str, ...] = ()  # created at start when missing
     auto_create_topics: bool = True  # false: a producer cannot create a topic (admin create only)
     # JSON Schema compatibility: danube (Danube's checker) | reader_writer (stricter; docs/schema-registry.md)
-    json_schema_rule: str = "danube"
+    json_schema_rule: str = setting("danube", choices=JSON_SCHEMA_RULES)
     # live repartition: how long a cutover waits for every broker and client to adopt the new
     # partitioning before the old partitions are drained anyway (docs/repartition.md)
     repartition_adoption_timeout_ms: int = setting(DEFAULT_ADOPTION_TIMEOUT_MS, minimum=1)
@@ -246,11 +252,9 @@ class BrokerConfig:
         auth = data.pop("auth", None)
         load_manager = data.pop("load_manager", None)
         meta_store = data.pop("meta_store", None)
-        if "json_schema_rule" in data and isinstance(data["json_schema_rule"], str):
-            try:
+        if isinstance(data.get("json_schema_rule"), str):  # "Reader-Writer" spells reader_writer too
+            with contextlib.suppress(InvalidArgumentError):  # else the loader names the choices
                 data["json_schema_rule"] = normalize_json_schema_rule(data["json_schema_rule"])
-            except InvalidArgumentError as exc:
-                raise ConfigError("json_schema_rule", str(exc)) from None
         for key in sorted(k for k in data if k in _DANUBE_IGNORED):
             data.pop(key)
             log.warning("config key %s is not honoured by this broker", key)

@@ -141,8 +141,9 @@ def load_fields(cls: type, data: Mapping[Any, Any], path: str) -> dict[str, Any]
 
 def check_settings(instance: Any) -> None:
     """Every field of ``instance`` against its type and constraints (for ``__post_init__``)."""
-    hints = _hints(type(instance))
-    for name, spec in _fields(type(instance)).items():
+    cls: Any = type(instance)
+    hints = _hints(cls)
+    for name, spec in _fields(cls).items():
         value = getattr(instance, name)
         checked = check_value(value, hints[name], spec.metadata, name)
         if checked is not value:
@@ -188,7 +189,7 @@ def check_value(value: Any, hint: Any, meta: Mapping[str, Any], key: str) -> Any
             raise ConfigError(key, f"expected a list, got {_show(value)}")
         item = typing.get_args(hint)[0]
         return tuple(check_value(v, item, {}, f"{key}[{i}]") for i, v in enumerate(value))
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if not isinstance(value, hint):
             raise ConfigError(key, f"expected a mapping of settings, got {_show(value)}")
         return value
@@ -248,7 +249,11 @@ def _section_type(hint: Any) -> type | None:
 
 def _check_range(value: float, meta: Mapping[str, Any], key: str, hint: Any) -> None:
     low, high, above = meta.get("minimum"), meta.get("maximum"), meta.get("above")
-    if (low is not None and value < low) or (high is not None and value > high) or (above is not None and value <= above):
+    if (
+        (low is not None and value < low)
+        or (high is not None and value > high)
+        or (above is not None and value <= above)
+    ):
         raise ConfigError(key, f"expected {_describe(hint, meta)}, got {_show(value)}")
 
 

@@ -115,7 +115,10 @@ def test_sections_built_in_code_are_checked_the_same_way():
     [
         ({"sync": "x"}, "sync: expected one of always|interval|never, got 'x'"),
         ({"storage": {"wal": {"sync": "x"}}}, "storage.wal.sync: expected one of always|interval|never, got 'x'"),
-        ({"http2": {"max_frame_sizee": 1}}, "unknown key http2.max_frame_sizee: not a setting (did you mean max_frame_size?)"),
+        (
+            {"http2": {"max_frame_sizee": 1}},
+            "unknown key http2.max_frame_sizee: not a setting (did you mean max_frame_size?)",
+        ),
         ({"http2": {"idle_timeout": "long"}}, "http2.idle_timeout: expected a number >= 0, got 'long'"),
         ({"http2": 5}, "http2: expected a mapping of settings, got 5"),
         ({"broker": {"ports": {"client": 70000}}}, "broker.ports.client: expected an integer in 0..65535, got 70000"),
@@ -126,10 +129,16 @@ def test_sections_built_in_code_are_checked_the_same_way():
         ({"policies": {"max_message_size": -1}}, "policies.max_message_size: expected an integer >= 0, got -1"),
         ({"failure_policy": {"poison_policy": "dead_letter"}}, "failure_policy.dead_letter_topic: poison_policy"),
         ({"failure_policy": {"backoff_strategy": "linear"}}, "failure_policy.backoff_strategy: expected one of"),
-        ({"dispatch": {"cursor_flush_interval_ms": 9000}}, "dispatch.cursor_flush_interval_ms: expected an integer in 0..5000"),
+        (
+            {"dispatch": {"cursor_flush_interval_ms": 9000}},
+            "dispatch.cursor_flush_interval_ms: expected an integer in 0..5000",
+        ),
         ({"scalable_topics": {"max_segments": 0}}, "scalable_topics.max_segments: expected an integer >= 1, got 0"),
         ({"scalable_topics": {"grace": 1}}, "unknown key scalable_topics.grace"),
-        ({"load_manager": {"assignment_strategy": "random"}}, "load_manager.assignment_strategy: expected one of fair|"),
+        (
+            {"load_manager": {"assignment_strategy": "random"}},
+            "load_manager.assignment_strategy: expected one of fair|",
+        ),
         ({"load_manager": {"rebalancing": {"planner": "magic"}}}, "load_manager.rebalancing.planner"),
         ({"load_manager": 3}, "load_manager: expected a mapping of settings, got 3"),
         ({"meta_store": {"host": "h", "port": "p"}}, "meta_store.port: expected an integer in 0..65535, got 'p'"),
@@ -140,7 +149,10 @@ def test_sections_built_in_code_are_checked_the_same_way():
         ({"json_schema_rule": "loose"}, "json_schema_rule: expected one of danube|reader_writer, got 'loose'"),
         ({"repartition_adoption_timeout_ms": 0}, "repartition_adoption_timeout_ms: expected an integer >= 1, got 0"),
         ({"lease_ttl_seconds": "10"}, "lease_ttl_seconds: expected an integer >= 2, got '10'"),
-        ({"sync": "never", "storage": {"wal": {"sync": "always"}}}, "storage.wal.sync: 'always' differs from sync 'never'"),
+        (
+            {"sync": "never", "storage": {"wal": {"sync": "always"}}},
+            "storage.wal.sync: 'always' differs from sync 'never'",
+        ),
     ],
 )
 def test_the_broker_file_names_the_bad_key(data, sentence):
@@ -150,7 +162,9 @@ def test_the_broker_file_names_the_bad_key(data, sentence):
 
 
 def test_http2_and_storage_are_typed_sections_loaded_once():
-    c = BrokerConfig.from_dict({"http2": {"max_connections": 7, "idle_timeout": 0}, "storage": {"wal": {"cache_mb": 1}}})
+    c = BrokerConfig.from_dict(
+        {"http2": {"max_connections": 7, "idle_timeout": 0}, "storage": {"wal": {"cache_mb": 1}}}
+    )
     assert isinstance(c.http2, H2Limits) and (c.http2.max_connections, c.http2.idle_timeout) == (7, 0.0)
     assert c.storage.wal.cache_bytes == 1024 * 1024
     assert BrokerConfig().http2 == H2Limits()
@@ -223,7 +237,12 @@ def test_random_mappings_for_a_section_load_or_raise_only_the_config_error(data)
 def test_every_setting_is_documented_in_the_broker_page():
     page = DOCS.read_text(encoding="utf-8")
     missing = []
-    sections = [(BrokerConfig, ""), (BrokerSection, "broker"), (LoadManagerSection, "load_manager"), (EtcdSection, "meta_store")]
+    sections = [
+        (BrokerConfig, ""),
+        (BrokerSection, "broker"),
+        (LoadManagerSection, "load_manager"),
+        (EtcdSection, "meta_store"),
+    ]
     for cls, path in sections:
         for key, _kind, _default in describe_section(cls, path):
             if key.startswith("http2."):  # the limits' table names them without the prefix

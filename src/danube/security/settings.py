@@ -152,7 +152,9 @@ class AuthSettings:
         return load_section(cls, data, path, base_dir=base_dir)
 
     @classmethod
-    def parse_section(cls, data: Mapping[str, Any], path: str = "auth", *, base_dir: str | None = None) -> "AuthSettings":
+    def parse_section(
+        cls, data: Mapping[str, Any], where: str = "auth", *, base_dir: str | None = None
+    ) -> "AuthSettings":
         """The loader's hook: Danube's mode names, files resolved, a secret read from its file."""
         data = dict(data)
         raw_mode = str(data.pop("mode", "none") or "none").strip().lower()

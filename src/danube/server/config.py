@@ -83,16 +83,20 @@ GRPC_SERVER_ALIASES = {"h2": "native"}
 _DANUBE_IGNORED = {"schema_registry", "proxy", "raft", "cluster"}
 # Keys whose values are secrets: a config file holding one must not be readable by everyone.
 _SECRET_KEYS = {"secret_key", "secret_access_key", "access_key", "password", "token"}
-_PORT = {"minimum": 0, "maximum": 65535}
+_PORT_RANGE = {"minimum": 0, "maximum": 65535}
+
+
+def _port(default: int | None) -> Any:
+    return setting(default, minimum=0, maximum=65535)
 
 
 @dataclass(frozen=True)
 class PortsSection:
     """``broker.ports`` (Danube's ``prometheus`` is read as ``prom``; ``raft`` is a warning)."""
 
-    client: int | None = setting(None, **_PORT)
-    admin: int | None = setting(None, **_PORT)
-    prom: int | None = setting(None, **_PORT)
+    client: int | None = _port(None)
+    admin: int | None = _port(None)
+    prom: int | None = _port(None)
 
 
 @dataclass(frozen=True)
@@ -118,15 +122,15 @@ class EtcdSection:
     """``meta_store: {host, port}``: etcd, which turns cluster mode on."""
 
     host: str | None = None
-    port: int | None = setting(None, **_PORT)
+    port: int | None = _port(None)
 
 
 @dataclass(frozen=True)
 class BrokerConfig:
     host: str = "127.0.0.1"
-    port: int = setting(6650, **_PORT)
-    admin_port: int = setting(50051, **_PORT)  # 0 turns the admin port off
-    metrics_port: int = setting(9040, **_PORT)  # 0 disables the metrics endpoint
+    port: int = _port(6650)
+    admin_port: int = _port(50051)  # 0 turns the admin port off
+    metrics_port: int = _port(9040)  # 0 disables the metrics endpoint
     data_dir: str = "./danube-data"
     sync: str = setting("always", choices=SYNC_MODES)  # the WAL's storage.wal.sync
     # which gRPC server serves the client port (docs/broker.md)
@@ -295,7 +299,11 @@ def _load_manager(section: Any, kw: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(section, Mapping):
         raise ConfigError("load_manager", f"expected a mapping of settings, got {section!r}")
     section = dict(section)
-    known = {k: section.pop(k) for k in ("assignment_strategy", "load_report_interval_seconds", "rebalancing") if k in section}
+    known = {
+        k: section.pop(k)
+        for k in ("assignment_strategy", "load_report_interval_seconds", "rebalancing")
+        if k in section
+    }
     for key in sorted(map(str, section)):
         log.warning("config key load_manager.%s is not honoured by this broker", key)
     values = load_fields(LoadManagerSection, known, "load_manager")
@@ -349,4 +357,4 @@ def _addr(value: Any, where: str) -> tuple[str | None, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
         raise ConfigError(where, f"expected host:port, got {value!r}")
-    return (host or None), check_value(int(port), int, _PORT, where)
+    return (host or None), check_value(int(port), int, _PORT_RANGE, where)

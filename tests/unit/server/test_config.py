@@ -37,7 +37,10 @@ def test_yaml_with_danube_keys_and_flag_overrides(tmp_path):
     c = c.with_overrides(port=7100, sync=None)
     assert c.port == 7100 and c.sync == "interval"
     moved = c.with_overrides(data_dir=str(tmp_path / "flag"), sync="never").storage_config()
-    assert (moved.local_wal_root, moved.durable.root) == (str(tmp_path / "flag" / "wal"), str(tmp_path / "flag" / "durable"))
+    assert (moved.local_wal_root, moved.durable.root) == (
+        str(tmp_path / "flag" / "wal"),
+        str(tmp_path / "flag" / "durable"),
+    )
     assert moved.wal.sync == "never"
 
 
@@ -75,7 +78,10 @@ def test_flat_danube_addresses():
         ({"grpc_server": "tonic"}, "grpc_server: expected one of native|grpcio, got 'tonic'"),
         ({"port": "abc"}, "port: expected an integer in 0..65535, got 'abc'"),
         ({"colour": "blue"}, "unknown key colour: not a setting"),
-        ({"policies": {"max_producer": 1}}, "unknown key policies.max_producer: not a setting \\(did you mean max_producers_per_topic\\?\\)"),
+        (
+            {"policies": {"max_producer": 1}},
+            "unknown key policies.max_producer: not a setting \\(did you mean max_producers_per_topic\\?\\)",
+        ),
     ],
 )
 def test_bad_config_is_a_clear_error(data, match):

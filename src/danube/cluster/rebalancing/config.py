@@ -111,7 +111,9 @@ class RebalancingConfig:
         return load_section(cls, section, path, strategy=strategy)
 
     @classmethod
-    def parse_section(cls, section: Mapping[str, Any], where: str, *, strategy: str = "balanced") -> "RebalancingConfig":
+    def parse_section(
+        cls, section: Mapping[str, Any], where: str, *, strategy: str = "balanced"
+    ) -> "RebalancingConfig":
         """The loader's hook: the level's preset under the keys the file gives."""
         unknown = sorted(map(str, set(section) - set(_KEYS)))
         if unknown:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from typing import TYPE_CHECKING
 
@@ -168,7 +169,10 @@ class RepartitionRuntime:
                 else:
                     continue
                 task = self._opening[name] = asyncio.ensure_future(work)
-                task.add_done_callback(lambda _t, name=name: self._opening.pop(name, None))
+                task.add_done_callback(functools.partial(self._opened, name))
+
+    def _opened(self, name: str, _task: asyncio.Future) -> None:
+        self._opening.pop(name, None)
 
     def _owner(self, name: str) -> str | None:
         cluster = self.broker.cluster

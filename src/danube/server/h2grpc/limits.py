@@ -38,7 +38,9 @@ class H2Limits:
     # connection has moved four windows' worth, budget permitting, so idle connections do not
     # hold the request budget as open windows.
     initial_connection_window: int = setting(1 * MiB, minimum=65535, maximum=_MAX_WINDOW)
-    max_frame_size: int = setting(1 * MiB, minimum=16384, maximum=16777215)  # SETTINGS_MAX_FRAME_SIZE; larger: FRAME_SIZE_ERROR
+    max_frame_size: int = setting(
+        1 * MiB, minimum=16384, maximum=16777215
+    )  # SETTINGS_MAX_FRAME_SIZE; larger: FRAME_SIZE_ERROR
     max_header_list_size: int = setting(64 * 1024, minimum=1)  # SETTINGS_MAX_HEADER_LIST_SIZE (decoded, RFC 7541 sizes)
     # Headers in one request's block (grpc's C core and Envoy allow 100 metadata entries; a
     # danube client sends about 10).  Each costs a few microseconds of HPACK decoding in Python.

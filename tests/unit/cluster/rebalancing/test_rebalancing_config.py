@@ -108,5 +108,8 @@ def test_the_broker_config_checks_the_block_at_load(tmp_path):
     assert isinstance(c.rebalancing, RebalancingConfig)
     assert c.rebalancing.enabled and c.rebalancing.cv_threshold == 0.20 and c.rebalancing.strategy == "balanced"
     assert BrokerConfig.from_dict({"load_manager": {"rebalancing": {}}}).rebalancing.strategy == "fair"
-    with pytest.raises(InvalidArgumentError, match="unknown key load_manager.rebalancing.enable: not a setting \\(did you mean enabled\\?\\)"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match="unknown key load_manager.rebalancing.enable: not a setting \\(did you mean enabled\\?\\)",
+    ):
         BrokerConfig.from_dict({"load_manager": {"rebalancing": {"enable": True}}})

@@ -369,9 +369,7 @@ async def _old_end(store: RepartitionStore, partition: int):
 
 
 @pytest.mark.parametrize("created", [True, False])
-async def test_a_source_open_nowhere_is_opened_by_its_owner_and_the_transition_finalizes(
-    tmp_path, created
-):
+async def test_a_source_open_nowhere_is_opened_by_its_owner_and_the_transition_finalizes(tmp_path, created):
     async with served_broker(tmp_path, add_services, sync="never") as (broker, channel):
         # no client acks here: the (short) adoption timeout decides once drained
         broker.repartition.finalizer.adoption_timeout_ms = 1000

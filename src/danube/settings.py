@@ -135,6 +135,8 @@ def load_fields(cls: type, data: Mapping[Any, Any], path: str) -> dict[str, Any]
         if section is not None and (value is None or isinstance(value, Mapping)):
             values[name] = None if value is None and _optional(hints[name]) else load_section(section, value, key)
             continue
+        if value is None and typing.get_origin(hints[name]) is tuple:
+            continue  # a YAML list key left empty (``key:``): its default, as an empty section is
         values[name] = check_value(value, hints[name], specs[name].metadata, key)
     return values
 

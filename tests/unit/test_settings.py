@@ -55,6 +55,8 @@ def test_values_load_with_their_types():
     assert load_section(Sample, None, "s") == Sample()
     assert load_section(Sample, {"maybe": None}, "s").maybe is None
     assert load_section(Sample, {"count": 4.0}, "s").count == 4  # an integral number is an integer
+    # YAML's empty ``inner:`` and ``tags:``: the defaults, as before the one loader
+    assert load_section(Sample, {"inner": None, "tags": None}, "s") == Sample()
 
 
 @pytest.mark.parametrize(

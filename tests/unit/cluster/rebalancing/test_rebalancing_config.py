@@ -6,10 +6,11 @@ import pytest
 
 from danube.cluster.rebalancing.config import PRESETS, RebalancingConfig
 from danube.errors import InvalidArgumentError
+from danube.server.config import BrokerConfig
 
 
 def test_defaults_are_danubes():
-    c = RebalancingConfig.from_danube_config({})
+    c = RebalancingConfig.from_dict(None)
     assert (
         c.enabled,
         c.aggressiveness,
@@ -50,7 +51,7 @@ def test_explicit_keys_win_over_the_preset():
             },
         }
     }
-    c = RebalancingConfig.from_danube_config(data)
+    c = BrokerConfig.from_dict(data).rebalancing
     assert c.enabled and c.cv_threshold == 0.20 and c.check_interval_seconds == 30.0
     assert (c.max_moves_per_hour, c.cooldown_seconds, c.min_brokers_for_rebalance, c.min_topic_age_seconds) == (
         3,
@@ -88,14 +89,12 @@ def test_from_yaml(tmp_path):
         "  rebalancing:\n    enabled: true\n    aggressiveness: conservative\n"
         "    blacklist_topics: ['/system/*']\n"
     )
-    c = RebalancingConfig.from_yaml(str(path))
+    c = BrokerConfig.from_yaml(str(path)).rebalancing
     assert c.enabled and c.cv_threshold == 0.40 and c.strategy == "weighted_load"
     assert c.blacklist_topics == ("/system/*",)
 
 
 def test_the_broker_config_checks_the_block_at_load(tmp_path):
-    from danube.server.config import BrokerConfig
-
     assert BrokerConfig().rebalancing is None
     c = BrokerConfig.from_dict(
         {

@@ -121,7 +121,10 @@ def load_section(cls: type, data: Any, path: str, **context: Any) -> Any:
 def load_fields(cls: type, data: Mapping[Any, Any], path: str) -> dict[str, Any]:
     """The keyword arguments of ``cls`` that ``data`` gives, each checked (see :func:`load_section`)."""
     specs = _fields(cls)
-    bad = [k for k in data if not isinstance(k, str) or k not in specs or not specs[k].metadata.get("in_file", True)]
+    bad = sorted(
+        (k for k in data if not isinstance(k, str) or k not in specs or not specs[k].metadata.get("in_file", True)),
+        key=str,
+    )
     if bad:
         known = [name for name, f in specs.items() if f.metadata.get("in_file", True)]
         close = difflib.get_close_matches(str(bad[0]), known, n=1)

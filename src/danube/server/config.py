@@ -265,8 +265,8 @@ class BrokerConfig:
         kw.update(load_fields(cls, data, ""))
         if "data_dir" in kw and base_dir is not None and not os.path.isabs(kw["data_dir"]):
             kw["data_dir"] = os.path.join(base_dir, kw["data_dir"])
-        # metadata_dir: as Danube reads meta_store.data_dir, relative to the working directory,
-        # like storage.local_wal_root beside it
+        # (metadata_dir stays relative to the working directory, as Danube reads meta_store.data_dir
+        # and storage.local_wal_root beside it)
         if "bootstrap_namespaces" in kw:
             kw["bootstrap_namespaces"] = _namespaces(kw["bootstrap_namespaces"])
         if auth is not None:
@@ -278,7 +278,7 @@ class BrokerConfig:
             sync = _one_sync(storage, kw.get("sync"))
             if sync is not None:
                 kw["sync"] = sync
-        kw.update(_load_manager(load_manager, kw))
+        kw.update(_load_manager(load_manager))
         if meta_store is not None:  # etcd's {host, port} (Danube before its embedded Raft store): cluster mode
             etcd = load_section(EtcdSection, meta_store, "meta_store")
             if etcd.host is None or etcd.port is None:
@@ -292,7 +292,7 @@ class BrokerConfig:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def _load_manager(section: Any, kw: Mapping[str, Any]) -> dict[str, Any]:
+def _load_manager(section: Any) -> dict[str, Any]:
     """``load_manager``: the keys this broker honours; Danube's others are warnings."""
     if section is None:
         return {}

@@ -15,6 +15,7 @@ from danube.errors import InvalidArgumentError
 from danube.server.config import BrokerConfig, BrokerSection, EtcdSection, LoadManagerSection
 from danube.server.h2grpc.limits import H2Limits
 from danube.settings import ConfigError, check_settings, describe_section, load_section, setting
+from danube.storage.config import StorageKeys
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "broker.md"
 
@@ -256,3 +257,13 @@ def test_every_setting_is_documented_in_the_broker_page():
             if not documented:
                 missing.append(key)
     assert not missing, f"settings not in docs/broker.md: {missing}"
+
+
+def test_every_storage_setting_is_documented_in_the_storage_page():
+    page = (DOCS.parent / "storage.md").read_text(encoding="utf-8")
+    missing = [
+        key
+        for key, _kind, _default in describe_section(StorageKeys, "storage")
+        if not re.search(rf"^\s+{re.escape(key.split('.')[-1])}:", page, re.M)
+    ]
+    assert not missing, f"settings not in docs/storage.md: {missing}"

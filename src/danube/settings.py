@@ -11,8 +11,9 @@ field of another is loaded by the same loader one path level deeper.
 A section that accepts other spellings of its values (Danube's "DeadLetter" for ``dead_letter``)
 declares a classmethod ``prepare_section(data)`` that rewrites them before the checks.  A section
 whose file layout is not its fields (units converted, paths resolved, presets filled in)
-declares a classmethod ``parse_section(data, path)``; the loader hands it the mapping, and what it
-raises names the key paths too.
+declares a classmethod ``parse_section(data, path)``; the loader hands it the mapping, the hook
+checks the keys with :func:`load_fields` against a dataclass of the file's keys (``StorageKeys``)
+or its own fields, builds the section, and what it raises names the key paths too.
 
 The same checks run when a section is built in code (``check_settings`` in ``__post_init__``), so
 flags and tests cannot build a section the file could not hold.

@@ -82,9 +82,7 @@ async def cycle_benchmark(topics: int, brokers: int, cycles: int) -> dict:
     clock, store, cluster = await build(topics, brokers)
     try:
         # the aggressive preset (20 moves/h): one cycle every 180 virtual s, so every cycle may move
-        cfg = RebalancingConfig.from_section(
-            {"enabled": True, "aggressiveness": "aggressive", "min_topic_age_seconds": 0}
-        )
+        cfg = RebalancingConfig.from_dict({"enabled": True, "aggressiveness": "aggressive", "min_topic_age_seconds": 0})
         reb = Rebalancer(store, cfg, clock=clock, reports=cluster, reassignment_timeout_s=0.0)
         reb.executor = SimMoveExecutor(cluster, MetadataMoveExecutor(store, clock))
         cluster.refresh_reports()
@@ -122,7 +120,7 @@ async def cycle_benchmark(topics: int, brokers: int, cycles: int) -> dict:
             await view.stop()
         balance = await reb.cluster_balance()
         # a balanced cluster: the same size, placement by the simulator's round-robin
-        relaxed = RebalancingConfig.from_section({"enabled": True, "cv_threshold": 10.0})
+        relaxed = RebalancingConfig.from_dict({"enabled": True, "cv_threshold": 10.0})
         calm = Rebalancer(store, relaxed, clock=clock, reports=cluster)
         idle = []
         for _ in range(max(5, cycles // 3)):

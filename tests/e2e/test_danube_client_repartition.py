@@ -103,7 +103,9 @@ def test_a_danube_client_publishes_through_grow_and_shrink_and_a_resubscribed_co
     client_python, tmp_path
 ):
     # the official client acks no topology: the adoption timeout decides each finalize, kept short
-    with running_broker(env={"DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS": "1000"}) as broker:
+    config = tmp_path / "broker.yml"
+    config.write_text("repartition_adoption_timeout_ms: 1000\n")
+    with running_broker("--config", str(config)) as broker:
         admin(broker, "topics", "create", T, "--partitions", "2", "--dispatch-strategy", "reliable")
         first = start_consumer(broker, tmp_path, "first", "--seconds", "8")  # reads the 2 partitions it saw
         two = produce(broker, "two", 2, 700)  # built for 2 partitions

@@ -102,13 +102,26 @@ def test_metrics_endpoint_has_danube_names(broker):
         assert name in body, name
 
 
-def test_bad_config_exits_with_a_clear_message(tmp_path):
+@pytest.mark.parametrize(
+    "text, sentence",
+    [
+        ("sync: sometimes\n", "sync: expected one of always|interval|never, got 'sometimes'"),
+        (
+            "sync: interval\nhttp2:\n  max_frame_sizee: 65536\n",
+            "unknown key http2.max_frame_sizee: not a setting (did you mean max_frame_size?)",
+        ),
+    ],
+)
+def test_bad_config_exits_with_a_sentence_naming_the_key(tmp_path, text, sentence):
+    # every other wrong key or value: tests/unit/test_settings.py
     cfg = tmp_path / "bad.yml"
-    cfg.write_text("sync: sometimes\n")
+    cfg.write_text(text)
     r = subprocess.run(
-        [sys.executable, "-m", "danube.cli.main", "broker", "--config", str(cfg)],
+        [sys.executable, "-m", "danube.cli.main", "broker", "--config", str(cfg), "--data-dir", str(tmp_path / "d")],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert r.returncode == 2 and "sync must be one of" in r.stderr
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert f"bad configuration: {sentence}" in r.stderr, r.stderr
+    assert not (tmp_path / "d").exists()  # refused before anything was created

@@ -591,7 +591,7 @@ async def test_a_header_block_over_twice_the_list_limit_is_refused_before_decodi
 def test_limits_are_checked_and_read_from_config_mappings():
     limits = H2Limits.from_dict({"max_connections": 10, "idle_timeout": 0}, max_receive_message_length=1000)
     assert (limits.max_connections, limits.idle_timeout, limits.max_receive_message_length) == (10, 0, 1000)
-    with pytest.raises(ValueError, match="unknown h2 limit"):
+    with pytest.raises(ValueError, match="unknown key http2.max_conections: not a setting"):
         H2Limits.from_dict({"max_conections": 10})
     with pytest.raises(ValueError, match="handshake_timeout"):
         H2Limits(handshake_timeout=-1)

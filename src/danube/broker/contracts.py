@@ -285,7 +285,7 @@ class RemotePublisher(Protocol):
 
 class RepartitionHook(Protocol):
     """``BrokerService.repartition``: the live repartition runtime
-    (``danube.routing.repartition.broker_hook.RepartitionRuntime``)."""
+    (``danube.routing.repartition.runtime.RepartitionRuntime``)."""
 
     def topic_opened(self, name: str) -> None:
         """The broker opened ``name`` (before any subscription reads it)."""

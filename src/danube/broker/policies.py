@@ -1,8 +1,9 @@
 """Topic policies, subscription failure policies and dispatch settings.
 
-Names and defaults follow Danube (0 = unlimited).  Each ``from_dict`` accepts
-Danube's YAML keys and rejects unknown ones with a clear error, so a typo in a
-config file is never silently ignored.
+Names and defaults follow Danube (0 = unlimited).  Each is a section of the broker's
+config file loaded by ``danube.settings.load_section`` (``from_dict``): Danube's YAML
+keys, and an unknown key or a bad value is an error naming it, so a typo in a config
+file is never silently ignored.
 """
 
 from __future__ import annotations
@@ -10,54 +11,31 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
-from danube.errors import InvalidArgumentError
+from danube.settings import ConfigError, check_settings, load_section, setting
 
 MiB = 1024 * 1024
 POISON_POLICIES = ("block", "drop", "dead_letter")
 BACKOFF_STRATEGIES = ("fixed", "exponential")
 
 
-def _from_mapping(cls, data: Mapping[str, Any] | None, what: str):
-    if not data:
-        return cls()
-    if not isinstance(data, Mapping):
-        raise InvalidArgumentError(f"{what} must be a mapping, got {type(data).__name__}")
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise InvalidArgumentError(f"unknown {what} keys: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    values: dict[str, Any] = {}
-    for name, value in data.items():
-        default = getattr(cls(), name)
-        if isinstance(default, bool):
-            values[name] = bool(value)
-        elif isinstance(default, int) and not isinstance(value, bool):
-            try:
-                values[name] = int(value)
-            except (TypeError, ValueError):
-                raise InvalidArgumentError(f"{what}.{name} must be an integer, got {value!r}") from None
-            if values[name] < 0:
-                raise InvalidArgumentError(f"{what}.{name} must be >= 0, got {value!r}")
-        else:
-            values[name] = value
-    return cls(**values)
-
-
 @dataclass(frozen=True)
 class TopicPolicies:
     """Limits per topic; 0 means unlimited (Danube's convention)."""
 
-    max_producers_per_topic: int = 0
-    max_subscriptions_per_topic: int = 0
-    max_consumers_per_topic: int = 0
-    max_consumers_per_subscription: int = 0
-    max_publish_rate: int = 0  # messages per second per topic
-    max_subscription_dispatch_rate: int = 0  # messages per second per subscription
-    max_message_size: int = 10 * MiB
+    max_producers_per_topic: int = setting(0, minimum=0)
+    max_subscriptions_per_topic: int = setting(0, minimum=0)
+    max_consumers_per_topic: int = setting(0, minimum=0)
+    max_consumers_per_subscription: int = setting(0, minimum=0)
+    max_publish_rate: int = setting(0, minimum=0)  # messages per second per topic
+    max_subscription_dispatch_rate: int = setting(0, minimum=0)  # messages per second per subscription
+    max_message_size: int = setting(10 * MiB, minimum=0)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "TopicPolicies":
-        return _from_mapping(cls, data, "policies")
+    def from_dict(cls, data: Mapping[str, Any] | None, path: str = "policies") -> "TopicPolicies":
+        return load_section(cls, data, path)
 
     def to_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -81,37 +59,33 @@ class FailurePolicy:
     after its first delivery fails: 0 means the first nack or ack timeout already applies the
     poison policy."""
 
-    max_redelivery_count: int = 5
-    ack_timeout_ms: int = 30_000
-    base_redelivery_delay_ms: int = 1_000
-    max_redelivery_delay_ms: int = 60_000
-    poison_policy: str = "block"  # block | drop | dead_letter
+    max_redelivery_count: int = setting(5, minimum=0)
+    ack_timeout_ms: int = setting(30_000, minimum=0)
+    base_redelivery_delay_ms: int = setting(1_000, minimum=0)
+    max_redelivery_delay_ms: int = setting(60_000, minimum=0)
+    poison_policy: str = setting("block", choices=POISON_POLICIES)
     dead_letter_topic: str = ""
-    backoff_strategy: str = "exponential"  # fixed | exponential
+    backoff_strategy: str = setting("exponential", choices=BACKOFF_STRATEGIES)
 
     def __post_init__(self) -> None:
-        if self.poison_policy not in POISON_POLICIES:
-            raise InvalidArgumentError(
-                f"poison_policy must be one of {', '.join(POISON_POLICIES)}, got {self.poison_policy!r}"
-            )
+        check_settings(self)
         if self.poison_policy == "dead_letter" and not self.dead_letter_topic.strip():
-            raise InvalidArgumentError("poison_policy dead_letter needs dead_letter_topic")
-        if self.backoff_strategy not in BACKOFF_STRATEGIES:
-            raise InvalidArgumentError(
-                f"backoff_strategy must be one of {', '.join(BACKOFF_STRATEGIES)}, got {self.backoff_strategy!r}"
-            )
+            raise ConfigError("dead_letter_topic", "poison_policy dead_letter needs a dead_letter_topic")
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "FailurePolicy":
-        if isinstance(data, Mapping):
-            # Danube's spellings too: "DeadLetter", "Exponential", a null dead-letter topic
-            data = dict(data)
-            for name in ("poison_policy", "backoff_strategy"):
-                if isinstance(data.get(name), str):
-                    data[name] = _snake(data[name])
-            if data.get("dead_letter_topic", "") is None:
-                data["dead_letter_topic"] = ""
-        return _from_mapping(cls, data, "failure_policy")
+    def prepare_section(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+        """Danube's spellings too: "DeadLetter", "Exponential", a null dead-letter topic."""
+        data = dict(data)
+        for name in ("poison_policy", "backoff_strategy"):
+            if isinstance(data.get(name), str):
+                data[name] = _snake(data[name])
+        if "dead_letter_topic" in data and data["dead_letter_topic"] is None:
+            data["dead_letter_topic"] = ""
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, path: str = "failure_policy") -> "FailurePolicy":
+        return load_section(cls, data, path)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -148,18 +122,16 @@ class DispatchSettings:
     deeper window, so the default here is larger (set 10 to match Danube).
     """
 
-    max_unacked_messages: int = 10_000
-    max_batch_messages: int = 1_000  # per delivery on the batch path
-    max_batch_bytes: int = 4 * MiB
-    non_reliable_buffer_bytes: int = 16 * MiB  # in-memory history per non-reliable topic
-    cursor_flush_interval_ms: int = 1_000  # debounce of cursor persistence (<= 5 s)
-    consumer_grace_ms: int = 0  # how long a detached consumer keeps its slot
+    max_unacked_messages: int = setting(10_000, minimum=1)
+    max_batch_messages: int = setting(1_000, minimum=0)  # per delivery on the batch path
+    max_batch_bytes: int = setting(4 * MiB, minimum=0)
+    non_reliable_buffer_bytes: int = setting(16 * MiB, minimum=0)  # in-memory history per non-reliable topic
+    cursor_flush_interval_ms: int = setting(1_000, minimum=0, maximum=5_000)  # debounce of cursor persistence
+    consumer_grace_ms: int = setting(0, minimum=0)  # how long a detached consumer keeps its slot
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "DispatchSettings":
-        settings = _from_mapping(cls, data, "dispatch")
-        if settings.max_unacked_messages < 1:
-            raise InvalidArgumentError("dispatch.max_unacked_messages must be >= 1")
-        if settings.cursor_flush_interval_ms > 5_000:
-            raise InvalidArgumentError("dispatch.cursor_flush_interval_ms must be <= 5000")
-        return settings
+    def from_dict(cls, data: Mapping[str, Any] | None, path: str = "dispatch") -> "DispatchSettings":
+        return load_section(cls, data, path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from danube.errors import DanubeError
@@ -156,7 +157,7 @@ def build_config(args):
 
     config = BrokerConfig.from_yaml(args.config) if args.config else BrokerConfig()
     if getattr(args, "max_connections", None) is not None:
-        config = config.with_overrides(http2_limits={**config.http2_limits, "max_connections": args.max_connections})
+        config = config.with_overrides(http2=dataclasses.replace(config.http2, max_connections=args.max_connections))
     if any(
         getattr(args, f, None)
         for f in ("tls_cert", "tls_key", "tls_ca", "tls_verify_client", "jwt_secret_file", "jwt_issuer", "super_admin")

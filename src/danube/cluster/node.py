@@ -172,7 +172,7 @@ class ClusterNode:
         from danube.cluster.rebalancing import Rebalancer, RebalancingConfig
 
         if rebalancing is None:
-            rebalancing = RebalancingConfig.from_section(None, strategy=strategy)
+            rebalancing = RebalancingConfig.from_dict(None, strategy=strategy)
         self.rebalancer = Rebalancer(
             store,
             rebalancing,

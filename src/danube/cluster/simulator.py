@@ -445,7 +445,7 @@ async def run_scenario(
         "blacklist_topics": ["/system/*"],
         **overrides,
     }
-    config = RebalancingConfig.from_section(section)
+    config = RebalancingConfig.from_dict(section)
     duration = (hours if hours is not None else sc.hours) * 3600.0
     clock = VirtualClock()
     start = clock.now()

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from danube.errors import InvalidArgumentError
+from danube.settings import ConfigError, check_settings, load_section, setting
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,9 @@ class TlsSettings:
     ca_file: str | None = None
     verify_client: bool = False
 
+    def __post_init__(self) -> None:
+        check_settings(self)
+
     def check(self) -> None:
         for what, path in (("TLS certificate", self.cert_file), ("TLS CA file", self.ca_file)):
             if path is not None and not os.path.isfile(path):
@@ -81,39 +85,26 @@ class TlsSettings:
 class JwtSettings:
     secret_key: str = field(repr=False)
     issuer: str | None = "danube-auth"
-    expiration_time: int = 3600
+    expiration_time: int = setting(3600, minimum=1)  # seconds
 
     def __post_init__(self) -> None:
-        if not isinstance(self.secret_key, str) or len(self.secret_key) < 8:
-            raise InvalidArgumentError("auth.jwt.secret_key must be a string of at least 8 characters")
-        if (
-            isinstance(self.expiration_time, bool)
-            or not isinstance(self.expiration_time, int)
-            or self.expiration_time <= 0
-        ):
-            raise InvalidArgumentError(
-                f"auth.jwt.expiration_time must be a positive number of seconds, got {self.expiration_time!r}"
-            )
+        if not isinstance(self.secret_key, str) or len(self.secret_key) < 8:  # never quoted: it is a secret
+            raise ConfigError("secret_key", "must be a string of at least 8 characters")
+        check_settings(self)
 
 
 @dataclass(frozen=True)
 class AuthSettings:
-    mode: str = "none"
+    mode: str = setting("none", choices=AUTH_MODES)
     tls: TlsSettings | None = None
     jwt: JwtSettings | None = None
-    super_admins: tuple[str, ...] = ()
-    rbac_refresh_seconds: float = 5.0
+    super_admins: tuple[str, ...] = ()  # JWT subjects or client-certificate CNs
+    rbac_refresh_seconds: float = setting(5.0, above=0)
 
     def __post_init__(self) -> None:
-        if self.mode not in AUTH_MODES:
-            raise InvalidArgumentError(f"auth.mode must be one of {', '.join(AUTH_MODES)}, got {self.mode!r}")
-        refresh = self.rbac_refresh_seconds
-        if isinstance(refresh, bool) or not isinstance(refresh, (int, float)) or not 0 < refresh < float("inf"):
-            raise InvalidArgumentError(
-                f"auth.rbac_refresh_seconds must be a positive number of seconds, got {refresh!r}"
-            )
+        check_settings(self)
         if self.mode == "tls" and self.tls is None:
-            raise InvalidArgumentError("auth.mode tls needs auth.tls.cert_file and auth.tls.key_file")
+            raise ConfigError("mode", "tls needs auth.tls.cert_file and auth.tls.key_file")
 
     @property
     def tls_enabled(self) -> bool:
@@ -146,11 +137,15 @@ class AuthSettings:
             self.tls.check()
 
     @classmethod
-    def from_dict(cls, data: Any, *, base_dir: str | None = None) -> "AuthSettings":
-        if data is None:
-            return cls()
-        if not isinstance(data, Mapping):
-            raise InvalidArgumentError("auth: expected a mapping")
+    def from_dict(cls, data: Any, *, base_dir: str | None = None, path: str = "auth") -> "AuthSettings":
+        """The ``auth`` block, through the one settings loader; relative paths against ``base_dir``."""
+        return load_section(cls, data, path, base_dir=base_dir)
+
+    @classmethod
+    def parse_section(
+        cls, data: Mapping[str, Any], where: str = "auth", *, base_dir: str | None = None
+    ) -> "AuthSettings":
+        """The loader's hook: Danube's mode names, files resolved, a secret read from its file."""
         data = dict(data)
         raw_mode = str(data.pop("mode", "none") or "none").strip().lower()
         mode = _MODE_ALIASES.get(raw_mode, raw_mode)
@@ -176,7 +171,10 @@ class AuthSettings:
             _no_more(tls_doc, "auth.tls")
             if cert is None or key is None:
                 raise InvalidArgumentError("auth.tls needs cert_file and key_file")
-            tls = TlsSettings(cert, key, ca, verify)
+            try:
+                tls = TlsSettings(cert, key, ca, verify)
+            except ConfigError as exc:
+                raise exc.under(f"{where}.tls") from None
         jwt = None
         jwt_doc = data.pop("jwt", None)
         if jwt_doc:
@@ -194,7 +192,10 @@ class AuthSettings:
             issuer = jwt_doc.pop("issuer", "danube-auth")
             expiration = jwt_doc.pop("expiration_time", 3600)
             _no_more(jwt_doc, "auth.jwt")
-            jwt = JwtSettings(str(secret), None if issuer in (None, "") else str(issuer), expiration)
+            try:
+                jwt = JwtSettings(str(secret), None if issuer in (None, "") else str(issuer), expiration)
+            except ConfigError as exc:
+                raise exc.under(f"{where}.jwt") from None
         admins = data.pop("super_admins", None) or ()
         if isinstance(admins, str) or not all(isinstance(a, str) and a for a in admins):
             raise InvalidArgumentError("auth.super_admins must be a list of subject names")
@@ -206,7 +207,10 @@ class AuthSettings:
             tls = jwt = None
         if requires_jwt and jwt is None:
             raise InvalidArgumentError(f"auth.mode {raw_mode} needs auth.jwt (secret_key, issuer)")
-        return cls(mode=mode, tls=tls, jwt=jwt, super_admins=tuple(admins), rbac_refresh_seconds=refresh)
+        try:
+            return cls(mode=mode, tls=tls, jwt=jwt, super_admins=tuple(admins), rbac_refresh_seconds=refresh)
+        except ConfigError as exc:
+            raise exc.under(where) from None
 
 
 def read_secret_file(path: str) -> str:
@@ -220,7 +224,7 @@ def read_secret_file(path: str) -> str:
 
 def _no_more(doc: Mapping, where: str) -> None:
     if doc:
-        raise InvalidArgumentError(f"unknown key(s) in {where}: {', '.join(sorted(map(str, doc)))}")
+        raise ConfigError(f"unknown key {where}.{sorted(map(str, doc))[0]}", "not a setting (docs/security.md)")
 
 
 def with_flags(

@@ -23,6 +23,7 @@ from danube.broker.service import BrokerService
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.server import danube_services
 from danube.server.config import BrokerConfig
+from danube.server.h2grpc.limits import H2Limits
 from danube.server.metrics import PrometheusMetrics
 from danube.server.rpc_counts import CountingInterceptor, RpcCounts
 
@@ -69,7 +70,6 @@ class BrokerApp:
         self.scalable = None  # danube.server.scalable_service.ScalableTopicService
 
     async def start(self) -> None:
-        from danube.storage.config import StorageConfig
         from danube.storage.factory import StorageFactory
 
         cfg = self.config
@@ -80,7 +80,7 @@ class BrokerApp:
         from danube.server.limits import raise_nofile_limit
 
         raise_nofile_limit(log)
-        storage_config = StorageConfig.from_dict(cfg.storage_section(), data_dir=cfg.data_dir)
+        storage_config = cfg.storage_config()
         self.metadata = self._metadata_store(cfg)
         factory = StorageFactory(storage_config, self.metadata, broker_id=cfg.broker_id)
         self.metrics = PrometheusMetrics()
@@ -96,9 +96,9 @@ class BrokerApp:
         )
         self.metrics.attach(self.broker)
         self.broker.auto_create_topics = cfg.auto_create_topics
-        from danube.routing.repartition import broker_hook  # live repartition (docs/repartition.md)
+        from danube.routing.repartition import runtime as repartition_runtime  # live repartition (docs/repartition.md)
 
-        broker_hook.install(self.broker, adoption_timeout_ms=cfg.repartition_adoption_timeout_ms)
+        repartition_runtime.install(self.broker, adoption_timeout_ms=cfg.repartition_adoption_timeout_ms)
         await self.broker.start()
         await self._bootstrap_namespaces(cfg)
         if cfg.cluster:  # before the ports listen: no lookup is ever answered as a standalone broker
@@ -112,7 +112,7 @@ class BrokerApp:
         self.security = Security(cfg.auth, self.broker, self.metadata)
         await self.security.start()
         self.server = self.security.guard_client_server(
-            self._client_server(cfg.grpc_server, cfg.http2_limits, self.metrics.rpc)
+            self._client_server(cfg.grpc_server, cfg.http2, self.metrics.rpc)
         )
         # The schema registry first: it hands Danube's protocol and the batch lane the gate.
         schema_service = _optional_edge("danube.server.schema_service")
@@ -247,11 +247,11 @@ class BrokerApp:
         )
 
     @staticmethod
-    def _client_server(kind: str, http2_limits=None, rpc: RpcCounts | None = None):
+    def _client_server(kind: str, http2: H2Limits | None = None, rpc: RpcCounts | None = None):
         if kind == "native":
-            from danube.server.h2grpc import H2Limits, H2Server
+            from danube.server.h2grpc import H2Server
 
-            server = H2Server(H2Limits.from_dict(http2_limits, max_receive_message_length=MAX_MESSAGE_BYTES))
+            server = H2Server(http2 if http2 is not None else H2Limits(max_receive_message_length=MAX_MESSAGE_BYTES))
             if rpc is not None:
                 server.on_status = rpc.observe
             return server

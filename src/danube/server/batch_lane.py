@@ -29,8 +29,8 @@ from danube.server.h2grpc.wire import Encoded, varint
 
 if TYPE_CHECKING:
     from danube.broker.service import BrokerService
-    from danube.routing.repartition.broker_hook import RepartitionRuntime
     from danube.routing.repartition.fence import StaleRoutingError
+    from danube.routing.repartition.runtime import RepartitionRuntime
     from danube.schema.validation import SchemaGate
 
 log = logging.getLogger(__name__)
@@ -149,11 +149,11 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
         self._publish_nowait = broker.publish_nowait  # the per-call publish path
         # In-stream acks of every Consume stream, applied once per consumer and loop turn.
         self._acks = AckBatcher(self._apply_acks)
-        self._repartition = None  # danube.routing.repartition.broker_hook.RepartitionRuntime (version fence)
+        self._repartition = None  # danube.routing.repartition.runtime.RepartitionRuntime (version fence)
         if broker.metadata is not None:
-            from danube.routing.repartition import broker_hook
+            from danube.routing.repartition import runtime as repartition_runtime
 
-            self._repartition = broker_hook.for_broker(broker)
+            self._repartition = repartition_runtime.for_broker(broker)
             try:
                 asyncio.get_running_loop()
             except RuntimeError:

@@ -32,7 +32,7 @@ Example ``danube_broker.yml``::
     dispatch:
       max_unacked_messages: 10000
       cursor_flush_interval_ms: 1000
-    storage:                        # passed to danube.storage.StorageConfig.from_dict
+    storage:                        # danube.storage.config.StorageConfig (docs/storage.md)
       mode: local
     load_manager:
       load_report_interval_seconds: 30   # LoadReport to /system/load_reports; 0 = off
@@ -44,18 +44,34 @@ start; ``auto_create_topics: false`` refuses producers on a topic nobody created
 loads unchanged: its keys are honoured or mapped (danube.server.config_danube), and a key this
 broker cannot honour is a warning naming it; a key neither project knows is an error.  The
 ``auth`` block: danube.security.settings (docs/security.md).
+
+Every section is a frozen dataclass loaded by the one loader, ``danube.settings.load_section``:
+a wrong key or value is a :class:`~danube.settings.ConfigError` whose sentence names its key path
+(``http2.max_frame_size: expected an integer in 16384..16777215, got 100``).  docs/broker.md,
+"Every setting", lists them all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from danube.broker.policies import DispatchSettings, FailurePolicy, TopicPolicies
+from danube.cluster.rebalancing.config import RebalancingConfig
+from danube.cluster.scoring import STRATEGIES
 from danube.errors import InvalidArgumentError
+from danube.metadata import keys
+from danube.routing.repartition.model import DEFAULT_ADOPTION_TIMEOUT_MS
+from danube.routing.scalable.config import ScalableTopicsConfig
+from danube.schema.compat import JSON_SCHEMA_RULES, normalize_json_schema_rule
 from danube.security.settings import AuthSettings, refuse_if_world_readable
+from danube.server import config_danube
+from danube.server.h2grpc.limits import H2Limits
+from danube.settings import ConfigError, check_settings, check_value, load_fields, load_section, setting
+from danube.storage.config import StorageConfig
 
 log = logging.getLogger(__name__)
 
@@ -67,99 +83,109 @@ GRPC_SERVER_ALIASES = {"h2": "native"}
 _DANUBE_IGNORED = {"schema_registry", "proxy", "raft", "cluster"}
 # Keys whose values are secrets: a config file holding one must not be readable by everyone.
 _SECRET_KEYS = {"secret_key", "secret_access_key", "access_key", "password", "token"}
+_PORT_RANGE = {"minimum": 0, "maximum": 65535}
+
+
+def _port(default: int | None) -> Any:
+    return setting(default, minimum=0, maximum=65535)
+
+
+@dataclass(frozen=True)
+class PortsSection:
+    """``broker.ports`` (Danube's ``prometheus`` is read as ``prom``; ``raft`` is a warning)."""
+
+    client: int | None = _port(None)
+    admin: int | None = _port(None)
+    prom: int | None = _port(None)
+
+
+@dataclass(frozen=True)
+class BrokerSection:
+    """The ``broker:`` block of the file (Danube's layout)."""
+
+    host: str | None = None
+    advertised_addr: str | None = None  # Danube's advertised_listeners.broker_url lands here
+    ports: PortsSection = field(default_factory=PortsSection)
+
+
+@dataclass(frozen=True)
+class LoadManagerSection:
+    """``load_manager`` keys this broker honours; Danube's others are warnings."""
+
+    assignment_strategy: str | None = setting(None, choices=STRATEGIES)
+    load_report_interval_seconds: float | None = setting(None, minimum=0)
+    rebalancing: Any = None  # loaded with the strategy beside it (RebalancingConfig)
+
+
+@dataclass(frozen=True)
+class EtcdSection:
+    """``meta_store: {host, port}``: etcd, which turns cluster mode on."""
+
+    host: str | None = None
+    port: int | None = _port(None)
 
 
 @dataclass(frozen=True)
 class BrokerConfig:
     host: str = "127.0.0.1"
-    port: int = 6650
-    admin_port: int = 50051
-    metrics_port: int = 9040  # 0 disables the metrics endpoint
+    port: int = _port(6650)
+    admin_port: int = _port(50051)  # 0 turns the admin port off
+    metrics_port: int = _port(9040)  # 0 disables the metrics endpoint
     data_dir: str = "./danube-data"
-    sync: str = "always"
-    grpc_server: str = "native"  # which gRPC server serves the client port (docs/broker.md)
+    sync: str = setting("always", choices=SYNC_MODES)  # the WAL's storage.wal.sync
+    # which gRPC server serves the client port (docs/broker.md)
+    grpc_server: str = setting("native", choices=GRPC_SERVERS, aliases=GRPC_SERVER_ALIASES)
     broker_id: str = "standalone"
     advertised_addr: str | None = None
     policies: TopicPolicies = field(default_factory=TopicPolicies)
     failure_policy: FailurePolicy = field(default_factory=FailurePolicy)
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)
-    storage: Mapping[str, Any] = field(default_factory=dict)
+    # the ``storage:`` section; paths left to their defaults follow data_dir (storage_config())
+    storage: StorageConfig = field(default_factory=StorageConfig)
     # cluster mode (docs/cluster.md): etcd metadata, registration, leader, load manager
-    cluster: bool = False
-    etcd_url: str | None = None  # Danube's meta_store {host, port} or --etcd
+    cluster: bool = setting(False, in_file=False)  # meta_store: {host, port} or --etcd
+    etcd_url: str | None = setting(None, in_file=False)  # from meta_store {host, port} or --etcd
     cluster_name: str = "danube"
-    lease_ttl_seconds: int = 10  # the broker's etcd lease; it is fenced after 2/3 of it
+    # the broker's etcd lease; it is fenced after 2/3 of it
+    lease_ttl_seconds: int = setting(10, minimum=2)
     # Danube's proxy mode: a lookup of a topic owned elsewhere names this broker as connect_url and it
     # forwards Danube's calls to the owner, holding them through moves and failures (docs/cluster.md)
     client_proxy: bool = True
-    assignment_strategy: str = "fair"  # load_manager.assignment_strategy: fair | balanced | weighted_load
-    # load_manager.rebalancing: a danube.cluster.rebalancing.RebalancingConfig, checked at load
-    # (docs/rebalancing.md); None when the file has no such block (the defaults: disabled)
-    rebalancing: Any = None
-    # The native server's HTTP/2 limits (YAML section ``http2:``): H2Limits field names -> values,
-    # the rest keep their defaults (docs/broker.md, "The gRPC server on the client port").
-    http2_limits: Mapping[str, Any] = field(default_factory=dict)
-    load_report_interval_seconds: float = 30.0  # Danube's load_manager key; 0 = no load reports
-    # section ``scalable_topics:``: a danube.routing.scalable.config.ScalableTopicsConfig
-    # (docs/scalable-topics.md); None when the file has none (the defaults)
-    scalable_topics: Any = None
+    # load_manager.assignment_strategy
+    assignment_strategy: str = setting("fair", choices=STRATEGIES, in_file=False)
+    # load_manager.rebalancing (docs/rebalancing.md); None when the file has no such block (disabled)
+    rebalancing: RebalancingConfig | None = setting(None, in_file=False)
+    # The native server's HTTP/2 limits (``http2:``; docs/broker.md, "The gRPC server on the client port").
+    http2: H2Limits = field(default_factory=H2Limits)
+    # Danube's load_manager key (a top-level key is read too); 0 = no load reports
+    load_report_interval_seconds: float = setting(30.0, minimum=0)
+    # ``scalable_topics:`` (docs/scalable-topics.md); None when the file has none (the defaults)
+    scalable_topics: ScalableTopicsConfig | None = None
     auth: AuthSettings = field(default_factory=AuthSettings)  # Danube's auth block (docs/security.md)
     metadata_dir: str | None = None  # Danube's meta_store.data_dir; default: data_dir
     bootstrap_namespaces: tuple[str, ...] = ()  # created at start when missing
     auto_create_topics: bool = True  # false: a producer cannot create a topic (admin create only)
     # JSON Schema compatibility: danube (Danube's checker) | reader_writer (stricter; docs/schema-registry.md)
-    json_schema_rule: str = "danube"
+    json_schema_rule: str = setting("danube", choices=JSON_SCHEMA_RULES)
     # live repartition: how long a cutover waits for every broker and client to adopt the new
-    # partitioning before the old partitions are drained anyway (docs/repartition.md); None = the default
-    repartition_adoption_timeout_ms: int | None = None
+    # partitioning before the old partitions are drained anyway (docs/repartition.md)
+    repartition_adoption_timeout_ms: int = setting(DEFAULT_ADOPTION_TIMEOUT_MS, minimum=1)
 
     def __post_init__(self) -> None:
-        if self.sync not in SYNC_MODES:
-            raise InvalidArgumentError(f"sync must be one of {', '.join(SYNC_MODES)}, got {self.sync!r}")
-        if self.grpc_server in GRPC_SERVER_ALIASES:
-            object.__setattr__(self, "grpc_server", GRPC_SERVER_ALIASES[self.grpc_server])
-        if self.grpc_server not in GRPC_SERVERS:
-            raise InvalidArgumentError(
-                f"grpc_server must be one of {', '.join(GRPC_SERVERS)}, got {self.grpc_server!r}"
-            )
-        if self.http2_limits:
-            from danube.server.h2grpc.limits import H2Limits
-
-            try:
-                H2Limits.from_dict(self.http2_limits)
-            except (TypeError, ValueError) as exc:
-                raise InvalidArgumentError(f"http2: {exc}") from None
-        interval = self.load_report_interval_seconds
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 <= interval < float("inf"):
-            raise InvalidArgumentError(
-                f"load_report_interval_seconds must be a number of seconds >= 0 (0 = off), got {interval!r}"
-            )
-        for name in ("port", "admin_port", "metrics_port"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or not 0 <= value <= 65535:
-                raise InvalidArgumentError(f"{name} must be a port number 0-65535, got {value!r}")
+        check_settings(self)
         roles = {"client": self.port, "admin": self.admin_port, "metrics": self.metrics_port}
         taken: dict[int, str] = {}
         for role, value in roles.items():
             if value and value in taken:  # 0 turns the admin or metrics listener off
-                raise InvalidArgumentError(
+                raise ConfigError(
                     f"port {value} is given as both the {taken[value]} and the {role} port; each needs its own"
                 )
             taken[value] = role
 
     def check_cluster(self) -> None:
         """Cluster settings that only matter when ``cluster`` is on."""
-        from danube.cluster.scoring import STRATEGIES
-
-        if self.assignment_strategy not in STRATEGIES:
-            raise InvalidArgumentError(
-                f"load_manager.assignment_strategy must be one of {', '.join(STRATEGIES)}, "
-                f"got {self.assignment_strategy!r}"
-            )
-        if not isinstance(self.lease_ttl_seconds, int) or self.lease_ttl_seconds < 2:
-            raise InvalidArgumentError(f"lease_ttl_seconds must be an integer >= 2, got {self.lease_ttl_seconds!r}")
         if self.cluster and not self.etcd_url:
-            raise InvalidArgumentError("cluster mode needs etcd: --etcd http://HOST:PORT or meta_store: {host, port}")
+            raise ConfigError("cluster mode needs etcd: --etcd http://HOST:PORT or meta_store: {host, port}")
 
     @property
     def url_scheme(self) -> str:
@@ -178,13 +204,9 @@ class BrokerConfig:
     def metadata_path(self) -> str:
         return os.path.join(self.metadata_dir or self.data_dir, "metadata.db")
 
-    def storage_section(self) -> dict[str, Any]:
-        """The ``storage:`` section with the broker's sync policy applied to the WAL."""
-        section = dict(self.storage or {})
-        wal = dict(section.get("wal") or {})
-        wal["sync"] = self.sync
-        section["wal"] = wal
-        return section
+    def storage_config(self) -> StorageConfig:
+        """The ``storage:`` section under this broker's data directory, with its sync policy."""
+        return self.storage.with_data_dir(self.data_dir).with_sync(self.sync)
 
     # ------------------------------------------------------------ loading
 
@@ -207,129 +229,106 @@ class BrokerConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, base_dir: str | None = None) -> "BrokerConfig":
-        from danube.server import config_danube
+        """The whole file's mapping; relative paths in it are resolved against ``base_dir``."""
+        return load_section(cls, data, "", base_dir=base_dir)
 
+    @classmethod
+    def parse_section(cls, data: Mapping[str, Any], path: str = "", *, base_dir: str | None = None) -> "BrokerConfig":
+        """The loader's hook: the file's layout (Danube's: ``broker.ports``, ``meta_store``,
+        ``load_manager``) onto the fields; every key is checked by the one loader."""
         data = config_danube.translate(data)
         kw: dict[str, Any] = {}
-        broker = data.pop("broker", None) or {}
-        if not isinstance(broker, Mapping):
-            raise InvalidArgumentError("broker: expected a mapping")
-        if "host" in broker:
-            kw["host"] = str(broker["host"])
-        if "advertised_addr" in broker:
-            kw["advertised_addr"] = str(broker["advertised_addr"])
-        ports = broker.get("ports") or {}
+        broker = load_section(BrokerSection, data.pop("broker", None), "broker")
+        for name in ("host", "advertised_addr"):
+            if getattr(broker, name) is not None:
+                kw[name] = getattr(broker, name)
         for src, dst in (("client", "port"), ("admin", "admin_port"), ("prom", "metrics_port")):
-            if src in ports:
-                kw[dst] = _port(ports[src], f"broker.ports.{src}")
+            if getattr(broker.ports, src) is not None:
+                kw[dst] = getattr(broker.ports, src)
         for key, dst in (("broker_addr", "port"), ("admin_addr", "admin_port"), ("prom_exporter", "metrics_port")):
-            if key in data:
+            if key in data:  # Danube's older flat keys
                 host, port = _addr(data.pop(key), key)
                 kw[dst] = port
                 if key == "broker_addr" and host:
                     kw["host"] = host
-        for key in ("host", "broker_id", "advertised_addr"):
-            if key in data:
-                kw[key] = str(data.pop(key))
-        for key in ("port", "admin_port", "metrics_port"):
-            if key in data:
-                kw[key] = _port(data.pop(key), key)
-        if "data_dir" in data:
-            d = str(data.pop("data_dir"))
-            kw["data_dir"] = d if os.path.isabs(d) or base_dir is None else os.path.join(base_dir, d)
-        if "metadata_dir" in data:  # as Danube reads meta_store.data_dir: relative to the working directory,
-            kw["metadata_dir"] = str(data.pop("metadata_dir"))  # like storage.local_wal_root beside it
-        if "bootstrap_namespaces" in data:
-            kw["bootstrap_namespaces"] = _namespaces(data.pop("bootstrap_namespaces"))
-        if "auto_create_topics" in data:
-            value = data.pop("auto_create_topics")
-            if not isinstance(value, bool):
-                raise InvalidArgumentError(f"auto_create_topics must be true or false, got {value!r}")
-            kw["auto_create_topics"] = value
-        if "sync" in data:
-            kw["sync"] = str(data.pop("sync"))
-        if "grpc_server" in data:
-            kw["grpc_server"] = str(data.pop("grpc_server"))
-        if "http2" in data:
-            http2 = data.pop("http2") or {}
-            if not isinstance(http2, Mapping):
-                raise InvalidArgumentError("http2: expected a mapping of limit names to values")
-            kw["http2_limits"] = dict(http2)
-        if "policies" in data:
-            kw["policies"] = TopicPolicies.from_dict(data.pop("policies"))
-        if "failure_policy" in data:
-            kw["failure_policy"] = FailurePolicy.from_dict(data.pop("failure_policy"))
-        if "dispatch" in data:
-            kw["dispatch"] = DispatchSettings.from_dict(data.pop("dispatch"))
-        if "json_schema_rule" in data:
-            from danube.schema.compat import normalize_json_schema_rule
-
-            kw["json_schema_rule"] = normalize_json_schema_rule(str(data.pop("json_schema_rule")))
-        if "repartition_adoption_timeout_ms" in data:
-            value = data.pop("repartition_adoption_timeout_ms")
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InvalidArgumentError(
-                    f"repartition_adoption_timeout_ms must be a number of milliseconds > 0, got {value!r}"
-                )
-            kw["repartition_adoption_timeout_ms"] = value
-        if "auth" in data:
-            kw["auth"] = AuthSettings.from_dict(data.pop("auth"), base_dir=base_dir)
-        if "admin_tls" in data:
-            config_danube.admin_tls_warning(data.pop("admin_tls"), kw.get("auth", AuthSettings()).tls_enabled)
-        if "storage" in data:
-            storage = data.pop("storage") or {}
-            if not isinstance(storage, Mapping):
-                raise InvalidArgumentError("storage: expected a mapping")
-            kw["storage"] = dict(storage)
-        load_manager = data.pop("load_manager", None) or {}
-        if not isinstance(load_manager, Mapping):
-            raise InvalidArgumentError("load_manager: expected a mapping")
-        load_manager = dict(load_manager)
-        if "assignment_strategy" in load_manager:
-            kw["assignment_strategy"] = str(load_manager.pop("assignment_strategy"))
-        if "rebalancing" in load_manager:
-            from danube.cluster.rebalancing.config import RebalancingConfig
-
-            kw["rebalancing"] = RebalancingConfig.from_section(
-                load_manager.pop("rebalancing"), strategy=kw.get("assignment_strategy", cls.assignment_strategy)
-            )
-        if "scalable_topics" in data:
-            from danube.routing.scalable.config import ScalableTopicsConfig
-
-            kw["scalable_topics"] = ScalableTopicsConfig.from_section(data.pop("scalable_topics"))
-        if "cluster_name" in data:
-            kw["cluster_name"] = str(data.pop("cluster_name"))
+        admin_tls = data.pop("admin_tls", None)
+        storage = data.pop("storage", None)
+        auth = data.pop("auth", None)
+        load_manager = data.pop("load_manager", None)
         meta_store = data.pop("meta_store", None)
-        if meta_store is not None:  # etcd's {host, port} (Danube before its embedded Raft store): cluster mode
-            if not isinstance(meta_store, Mapping) or "host" not in meta_store or "port" not in meta_store:
-                raise InvalidArgumentError("meta_store: expected {host: ..., port: ...} (etcd)")
-            kw["etcd_url"] = f"http://{meta_store['host']}:{_port(meta_store['port'], 'meta_store.port')}"
-            kw["cluster"] = True
-        if "lease_ttl_seconds" in data:
-            kw["lease_ttl_seconds"] = int(data.pop("lease_ttl_seconds"))
-        if "client_proxy" in data:
-            value = data.pop("client_proxy")
-            if not isinstance(value, bool):
-                raise InvalidArgumentError(f"client_proxy must be true or false, got {value!r}")
-            kw["client_proxy"] = value
-        for where, section in (
-            ("load_manager.load_report_interval_seconds", load_manager),
-            ("load_report_interval_seconds", data),
-        ):
-            if "load_report_interval_seconds" in section:
-                kw["load_report_interval_seconds"] = _seconds(section.pop("load_report_interval_seconds"), where)
-        for key in sorted(load_manager):
-            log.warning("config key load_manager.%s is not honoured by this broker", key)
-        unknown = sorted(k for k in data if k not in _DANUBE_IGNORED)
-        if unknown:
-            raise InvalidArgumentError(f"unknown config key(s): {', '.join(unknown)}")
-        for key in sorted(data):
+        if isinstance(data.get("json_schema_rule"), str):  # "Reader-Writer" spells reader_writer too
+            with contextlib.suppress(InvalidArgumentError):  # else the loader names the choices
+                data["json_schema_rule"] = normalize_json_schema_rule(data["json_schema_rule"])
+        for key in sorted(k for k in data if k in _DANUBE_IGNORED):
+            data.pop(key)
             log.warning("config key %s is not honoured by this broker", key)
+        kw.update(load_fields(cls, data, ""))
+        if "data_dir" in kw and base_dir is not None and not os.path.isabs(kw["data_dir"]):
+            kw["data_dir"] = os.path.join(base_dir, kw["data_dir"])
+        # (metadata_dir stays relative to the working directory, as Danube reads meta_store.data_dir
+        # and storage.local_wal_root beside it)
+        if "bootstrap_namespaces" in kw:
+            kw["bootstrap_namespaces"] = _namespaces(kw["bootstrap_namespaces"])
+        if auth is not None:
+            kw["auth"] = AuthSettings.from_dict(auth, base_dir=base_dir)
+        if admin_tls is not None:
+            config_danube.admin_tls_warning(admin_tls, kw.get("auth", AuthSettings()).tls_enabled)
+        if storage is not None:
+            kw["storage"] = StorageConfig.from_dict(storage, data_dir=kw.get("data_dir", cls.data_dir))
+            sync = _one_sync(storage, kw.get("sync"))
+            if sync is not None:
+                kw["sync"] = sync
+        kw.update(_load_manager(load_manager))
+        if meta_store is not None:  # etcd's {host, port} (Danube before its embedded Raft store): cluster mode
+            etcd = load_section(EtcdSection, meta_store, "meta_store")
+            if etcd.host is None or etcd.port is None:
+                raise ConfigError("meta_store", "expected {host: ..., port: ...} (etcd)")
+            kw["etcd_url"] = f"http://{etcd.host}:{etcd.port}"
+            kw["cluster"] = True
         return cls(**kw)
 
     def with_overrides(self, **overrides: Any) -> "BrokerConfig":
         """Flags on top of the file: ``None`` means "not given"."""
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _load_manager(section: Any) -> dict[str, Any]:
+    """``load_manager``: the keys this broker honours; Danube's others are warnings."""
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        raise ConfigError("load_manager", f"expected a mapping of settings, got {section!r}")
+    section = dict(section)
+    known = {
+        k: section.pop(k)
+        for k in ("assignment_strategy", "load_report_interval_seconds", "rebalancing")
+        if k in section
+    }
+    for key in sorted(map(str, section)):
+        log.warning("config key load_manager.%s is not honoured by this broker", key)
+    values = load_fields(LoadManagerSection, known, "load_manager")
+    out: dict[str, Any] = {}
+    if values.get("assignment_strategy") is not None:
+        out["assignment_strategy"] = values["assignment_strategy"]
+    if values.get("load_report_interval_seconds") is not None:
+        out["load_report_interval_seconds"] = values["load_report_interval_seconds"]
+    if "rebalancing" in known:
+        strategy = out.get("assignment_strategy", BrokerConfig.assignment_strategy)
+        out["rebalancing"] = RebalancingConfig.from_dict(known["rebalancing"], strategy=strategy)
+    return out
+
+
+def _one_sync(storage: Any, sync: str | None) -> str | None:
+    """The WAL's sync policy is one setting: top-level ``sync`` or ``storage.wal.sync``."""
+    wal = storage.get("wal") if isinstance(storage, Mapping) else None
+    in_storage = wal.get("sync") if isinstance(wal, Mapping) else None
+    if in_storage is None:
+        return sync
+    if sync is not None and sync != in_storage:
+        raise ConfigError(
+            "storage.wal.sync", f"{in_storage!r} differs from sync {sync!r}; they are one setting, give one"
+        )
+    return in_storage
 
 
 def _holds_secrets(doc: Any) -> bool:
@@ -340,36 +339,14 @@ def _holds_secrets(doc: Any) -> bool:
     return False
 
 
-def _namespaces(value: Any) -> tuple[str, ...]:
-    from danube.metadata import keys
-
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise InvalidArgumentError(f"bootstrap_namespaces: expected a list of namespace names, got {value!r}")
-    return tuple(keys.check_namespace(v.strip("/")) for v in value)
-
-
-def _port(value: Any, where: str) -> int:
-    try:
-        port = int(value)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"{where}: expected a port number, got {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise InvalidArgumentError(f"{where}: port {port} is outside 0-65535")
-    return port
-
-
-def _seconds(value: Any, where: str) -> float:
-    if isinstance(value, bool):
-        raise InvalidArgumentError(f"{where}: expected a number of seconds, got {value!r}")
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"{where}: expected a number of seconds, got {value!r}") from None
-    if not 0 <= seconds < float("inf"):
-        raise InvalidArgumentError(f"{where}: must be >= 0 (0 = off), got {value!r}")
-    return seconds
+def _namespaces(value: tuple[str, ...]) -> tuple[str, ...]:
+    out = []
+    for i, name in enumerate(value):
+        try:
+            out.append(keys.check_namespace(name.strip("/")))
+        except InvalidArgumentError as exc:
+            raise ConfigError(f"bootstrap_namespaces[{i}]", str(exc)) from None
+    return tuple(out)
 
 
 def _addr(value: Any, where: str) -> tuple[str | None, int]:
@@ -378,6 +355,6 @@ def _addr(value: Any, where: str) -> tuple[str | None, int]:
         if text.startswith(prefix):
             text = text[len(prefix) :]
     host, sep, port = text.rpartition(":")
-    if not sep:
-        raise InvalidArgumentError(f"{where}: expected host:port, got {value!r}")
-    return (host or None), _port(port, where)
+    if not sep or not port.isdigit():
+        raise ConfigError(where, f"expected host:port, got {value!r}")
+    return (host or None), check_value(int(port), int, _PORT_RANGE, where)

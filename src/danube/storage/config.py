@@ -28,16 +28,19 @@ Example::
         access_key: ...
         secret_key: ...
 
-Every bad value raises :class:`danube.errors.InvalidArgumentError` naming the key.
+Loaded by the one settings loader (``danube.settings.load_section``; ``StorageConfig.from_dict``),
+whose hook :meth:`StorageConfig.parse_section` converts the units; every bad value raises
+:class:`StorageConfigError` naming the key.  Paths left to their defaults live under the broker's
+data directory (:meth:`StorageConfig.with_data_dir` moves them with it).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from danube.errors import InvalidArgumentError
+from danube.settings import ConfigError, check_settings, load_fields, load_section, setting
 from danube.storage.backends import DurableBackend, FilesystemBackend, S3Backend
 from danube.storage.paths import topic_dir
 
@@ -47,15 +50,18 @@ DURABLE_BACKENDS = ("s3",)
 _MIB = 1024 * 1024
 
 
-class StorageConfigError(InvalidArgumentError):
+class StorageConfigError(ConfigError):
     """The storage section of the configuration is invalid."""
 
 
 @dataclass(frozen=True)
 class LocalRetention:
-    time_minutes: float = 2880
-    size_mb: float = 20480
-    check_interval_minutes: float = 5
+    time_minutes: float = setting(2880.0, minimum=0)
+    size_mb: float = setting(20480.0, minimum=0)
+    check_interval_minutes: float = setting(5.0, minimum=0.0001)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
     @property
     def max_age_s(self) -> float:
@@ -102,6 +108,48 @@ class WalSettings:
 
 
 @dataclass(frozen=True)
+class WalKeys:
+    """``storage.wal`` as the file writes it (sizes in MiB and KiB); :meth:`settings` converts."""
+
+    sync: str = setting("always", choices=SYNC_MODES)
+    sync_interval_ms: int = setting(5, minimum=1)
+    max_file_mb: float = setting(64.0, minimum=4096 / _MIB)
+    max_file_age_seconds: float | None = setting(None, minimum=0.001)
+    cache_mb: float = setting(64.0, minimum=0)
+    page_cache_mb: float | None = setting(128.0, minimum=0)  # null: the OS decides
+    idle_close_seconds: float | None = setting(60.0, minimum=0.001)  # null: never
+    initial_file_kb: float = setting(256.0, minimum=4)
+    syncfs: bool = True
+
+    def settings(self) -> WalSettings:
+        return WalSettings(
+            sync=self.sync,
+            sync_interval_ms=self.sync_interval_ms,
+            max_file_bytes=int(self.max_file_mb * _MIB),
+            max_file_age_s=self.max_file_age_seconds,
+            cache_bytes=int(self.cache_mb * _MIB),
+            page_cache_bytes=None if self.page_cache_mb is None else int(self.page_cache_mb * _MIB),
+            idle_close_s=self.idle_close_seconds,
+            initial_file_bytes=int(self.initial_file_kb * 1024),
+            syncfs=self.syncfs,
+        )
+
+
+@dataclass(frozen=True)
+class StorageKeys:
+    """The ``storage:`` section's keys, checked by the one loader before :class:`StorageConfig` is built."""
+
+    mode: str = setting("local", choices=MODES)
+    local_wal_root: str | None = None  # default: <data_dir>/wal
+    metadata_prefix: str | None = None
+    local_retention: LocalRetention = field(default_factory=LocalRetention)
+    durable: Any = None  # its keys depend on the mode (_durable)
+    wal: WalKeys = field(default_factory=WalKeys)
+    export_interval_seconds: float = setting(300.0, minimum=0.01)
+    read_chunk_mb: float = setting(4.0, minimum=0.0625)
+
+
+@dataclass(frozen=True)
 class DurableSettings:
     backend: str  # "fs" or "s3"
     root: str  # a directory (fs) or "bucket[/prefix]" (s3)
@@ -131,6 +179,23 @@ class StorageConfig:
     wal: WalSettings = field(default_factory=WalSettings)
     export_interval_s: float = 300.0
     read_chunk_bytes: int = 4 * _MIB  # range-read size of the tiered reader
+    # the directory the defaulted paths (``derived``) were placed under
+    data_dir: str = field(default="./danube-data", compare=False)
+    derived: frozenset[str] = field(default=frozenset({"local_wal_root", "durable"}), compare=False, repr=False)
+
+    def with_data_dir(self, data_dir: str) -> "StorageConfig":
+        """The same settings with the paths that were left to their defaults under ``data_dir``."""
+        if data_dir == self.data_dir:
+            return self
+        changes: dict[str, Any] = {"data_dir": data_dir}
+        if "local_wal_root" in self.derived:
+            changes["local_wal_root"] = os.path.join(data_dir, "wal")
+        if "durable" in self.derived:
+            changes["durable"] = replace(self.durable, root=os.path.join(data_dir, "durable"))
+        return replace(self, **changes)
+
+    def with_sync(self, sync: str) -> "StorageConfig":
+        return self if sync == self.wal.sync else replace(self, wal=replace(self.wal, sync=sync))
 
     @property
     def exports_continuously(self) -> bool:
@@ -157,55 +222,45 @@ class StorageConfig:
     # ------------------------------------------------------------------ parsing
 
     @classmethod
-    def from_dict(cls, section: Mapping[str, Any] | None, *, data_dir: str = "./danube-data") -> "StorageConfig":
-        """Parse the ``storage:`` section; relative defaults live under ``data_dir``."""
-        section = {} if section is None else section
-        if not isinstance(section, Mapping):
-            raise StorageConfigError(f"storage: expected a mapping, got {type(section).__name__}")
-        known = {
-            "mode",
-            "local_wal_root",
-            "metadata_prefix",
-            "local_retention",
-            "durable",
-            "wal",
-            "export_interval_seconds",
-            "read_chunk_mb",
-        }
-        unknown = sorted(set(section) - known)
-        if unknown:
-            raise StorageConfigError(
-                f"storage: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
-            )
+    def from_dict(
+        cls, section: Mapping[str, Any] | None, *, data_dir: str = "./danube-data", path: str = "storage"
+    ) -> "StorageConfig":
+        """The ``storage:`` section; relative defaults live under ``data_dir``."""
+        if section is not None and not isinstance(section, Mapping):
+            raise StorageConfigError(path, f"expected a mapping, got {type(section).__name__}")
+        return load_section(cls, section, path, data_dir=data_dir)
 
-        mode = section.get("mode", "local")
-        if mode not in MODES:
-            raise StorageConfigError(f"storage.mode: {mode!r} is not one of {', '.join(MODES)}")
-
-        wal_root = _string(section, "local_wal_root", os.path.join(data_dir, "wal"))
-        prefix = section.get("metadata_prefix", "")
-        if prefix is None:
-            prefix = ""
-        if not isinstance(prefix, str):
-            raise StorageConfigError(f"storage.metadata_prefix: expected a string, got {prefix!r}")
-        prefix = prefix.rstrip("/")
+    @classmethod
+    def parse_section(
+        cls, section: Mapping[str, Any], path: str = "storage", *, data_dir: str = "./danube-data"
+    ) -> "StorageConfig":
+        """The loader's hook: the file's units (MiB, minutes) into the fields' (bytes, seconds)."""
+        try:
+            keys = StorageKeys(**load_fields(StorageKeys, section, path))
+        except StorageConfigError:
+            raise
+        except ConfigError as exc:  # one error class for the storage section, as before
+            raise StorageConfigError(exc.key, exc.problem) from None
+        if keys.local_wal_root == "":
+            raise StorageConfigError(f"{path}.local_wal_root", "expected a non-empty string, got ''")
+        prefix = (keys.metadata_prefix or "").rstrip("/")
         if prefix and not prefix.startswith("/"):
             prefix = "/" + prefix
-
-        retention = _retention(section.get("local_retention"))
-        wal = _wal(section.get("wal"))
-        durable = _durable(mode, section.get("durable"), data_dir)
-        interval = _number(section, "export_interval_seconds", 300.0, "storage.", minimum=0.01)
-        chunk_mb = _number(section, "read_chunk_mb", 4, "storage.", minimum=0.0625)
+        durable = _durable(keys.mode, keys.durable, data_dir)
+        derived = {"local_wal_root"} if keys.local_wal_root is None else set()
+        if keys.mode == "local" and not _mapping(keys.durable, "storage.durable").get("root"):
+            derived.add("durable")
         return cls(
-            mode=mode,
-            local_wal_root=wal_root,
+            data_dir=data_dir,
+            derived=frozenset(derived),
+            mode=keys.mode,
+            local_wal_root=keys.local_wal_root or os.path.join(data_dir, "wal"),
             metadata_prefix=prefix,
-            local_retention=retention,
+            local_retention=keys.local_retention,
             durable=durable,
-            wal=wal,
-            export_interval_s=float(interval),
-            read_chunk_bytes=int(chunk_mb * _MIB),
+            wal=keys.wal.settings(),
+            export_interval_s=keys.export_interval_seconds,
+            read_chunk_bytes=int(keys.read_chunk_mb * _MIB),
         )
 
 
@@ -218,26 +273,6 @@ def _string(section: Mapping[str, Any], key: str, default: str | None, where: st
     return value
 
 
-def _number(
-    section: Mapping[str, Any], key: str, default: float | None, where: str, *, minimum: float = 0.0
-) -> float | None:
-    value = section.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise StorageConfigError(f"{where}{key}: expected a number, got {value!r}")
-    if value < minimum:
-        raise StorageConfigError(f"{where}{key}: must be at least {minimum}, got {value!r}")
-    return value
-
-
-def _flag(section: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
-    value = section.get(key, default)
-    if not isinstance(value, bool):
-        raise StorageConfigError(f"{where}{key}: expected true or false, got {value!r}")
-    return value
-
-
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if value is None:
         return {}
@@ -247,67 +282,11 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 
 
 def _check_keys(section: Mapping[str, Any], known: set[str], where: str) -> None:
-    unknown = sorted(set(section) - known)
+    unknown = sorted(map(str, set(section) - known))
     if unknown:
         raise StorageConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}"
+            f"unknown key {where}.{unknown[0]}", f"not a setting (the settings here are {', '.join(sorted(known))})"
         )
-
-
-def _retention(value: Any) -> LocalRetention:
-    where = "storage.local_retention"
-    section = _mapping(value, where)
-    _check_keys(section, {"time_minutes", "size_mb", "check_interval_minutes"}, where)
-    return LocalRetention(
-        time_minutes=_number(section, "time_minutes", 2880, where + "."),
-        size_mb=_number(section, "size_mb", 20480, where + "."),
-        check_interval_minutes=_number(section, "check_interval_minutes", 5, where + ".", minimum=0.0001),
-    )
-
-
-def _wal(value: Any) -> WalSettings:
-    where = "storage.wal"
-    section = _mapping(value, where)
-    _check_keys(
-        section,
-        {
-            "sync",
-            "sync_interval_ms",
-            "max_file_mb",
-            "max_file_age_seconds",
-            "cache_mb",
-            "page_cache_mb",
-            "idle_close_seconds",
-            "initial_file_kb",
-            "syncfs",
-        },
-        where,
-    )
-    sync = section.get("sync", "always")
-    if sync not in SYNC_MODES:
-        raise StorageConfigError(f"{where}.sync: {sync!r} is not one of {', '.join(SYNC_MODES)}")
-    age = _number(section, "max_file_age_seconds", None, where + ".", minimum=0.001)
-    idle = (
-        None
-        if "idle_close_seconds" in section and section["idle_close_seconds"] is None
-        else float(_number(section, "idle_close_seconds", 60, where + ".", minimum=0.001))
-    )
-    return WalSettings(
-        sync=sync,
-        sync_interval_ms=int(_number(section, "sync_interval_ms", 5, where + ".", minimum=1)),
-        max_file_bytes=int(_number(section, "max_file_mb", 64, where + ".", minimum=4096 / _MIB) * _MIB),
-        max_file_age_s=None if age is None else float(age),
-        cache_bytes=int(_number(section, "cache_mb", 64, where + ".") * _MIB),
-        # an explicit null leaves the WAL's page cache to the OS
-        page_cache_bytes=(
-            None
-            if "page_cache_mb" in section and section["page_cache_mb"] is None
-            else int(_number(section, "page_cache_mb", 128, where + ".") * _MIB)
-        ),
-        idle_close_s=idle,
-        initial_file_bytes=int(_number(section, "initial_file_kb", 256, where + ".", minimum=4) * 1024),
-        syncfs=_flag(section, "syncfs", True, where + "."),
-    )
 
 
 def _durable(mode: str, value: Any, data_dir: str) -> DurableSettings:

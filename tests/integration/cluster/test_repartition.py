@@ -251,16 +251,15 @@ def test_every_subscription_type_through_grow_and_shrink_on_three_brokers(tmp_pa
     assert all(n > 0 for n in key_shared.by_consumer), key_shared.by_consumer  # both consumers took keys
 
 
-def test_a_subscription_nobody_consumes_holds_neither_a_grow_nor_a_shrink_and_keeps_its_order(tmp_path, monkeypatch):
+def test_a_subscription_nobody_consumes_holds_neither_a_grow_nor_a_shrink_and_keeps_its_order(tmp_path):
     """The grow, then the shrink, finalize although "idle" has no consumer and has not drained their
     sources: a pending hold per transition in the partitioning state keeps its gate (on every
     broker); its consumer, back after both, reads the retired partitions too and every key in
     publish order; the leader then drops the holds."""
-    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "2000")  # the idle window (brokers)
     from danube.metadata import keys as mkeys
     from danube.metadata.etcd import EtcdMetadataStore
 
-    with local_cluster(str(tmp_path)) as cluster:
+    with local_cluster(str(tmp_path), config=_adoption_timeout(tmp_path, 2000)) as cluster:  # the idle window
 
         async def run():
             store = EtcdMetadataStore(cluster.etcd.url)
@@ -289,6 +288,13 @@ def test_a_subscription_nobody_consumes_holds_neither_a_grow_nor_a_shrink_and_ke
         asyncio.run(asyncio.wait_for(run(), 240))
 
 
+def _adoption_timeout(tmp_path, ms: int) -> str:
+    """A broker config file that sets the repartition adoption timeout (every broker gets it)."""
+    path = tmp_path / "adoption.yml"
+    path.write_text(f"repartition_adoption_timeout_ms: {ms}\n")
+    return str(path)
+
+
 async def _none(values) -> bool:
     return not await values
 
@@ -310,9 +316,8 @@ def test_grow_while_a_broker_is_being_drained(tmp_path):
         assert not [t for t, b in assignments.items() if t.startswith(T) and b == "broker-3"], assignments
 
 
-def test_silent_client_waits_for_the_timeout_and_a_dead_brokers_label_is_ignored(tmp_path, monkeypatch):
-    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "8000")  # inherited by the brokers
-    with local_cluster(str(tmp_path)) as cluster:
+def test_silent_client_waits_for_the_timeout_and_a_dead_brokers_label_is_ignored(tmp_path):
+    with local_cluster(str(tmp_path), config=_adoption_timeout(tmp_path, 8000)) as cluster:
 
         async def run():
             from danube.metadata import keys as mkeys
@@ -360,12 +365,11 @@ def test_silent_client_waits_for_the_timeout_and_a_dead_brokers_label_is_ignored
 
 
 @pytest.mark.parametrize("part_1", ["unloaded", "never created"])
-def test_a_source_open_on_no_broker_is_opened_and_the_transition_finalizes(tmp_path, monkeypatch, part_1):
+def test_a_source_open_on_no_broker_is_opened_and_the_transition_finalizes(tmp_path, part_1):
     """Unloaded: the broker it was placed on opens it.  Never created: no broker owns it; the leader
     looks it up (the cluster's placement assigns it) and its owner records that nothing is there."""
     # nobody connected: no adoption label has a generation, so the (short) adoption timeout decides
-    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "2000")  # inherited by the brokers
-    with local_cluster(str(tmp_path)) as cluster:
+    with local_cluster(str(tmp_path), config=_adoption_timeout(tmp_path, 2000)) as cluster:
 
         async def run():
             from danube.metadata import keys as mkeys

@@ -17,7 +17,6 @@ from danube.server import batch_lane
 from danube.server.app import BrokerApp
 from danube.server.batch_lane import redelivery_counts_in_frame_order
 from danube.server.config import BrokerConfig
-from danube.storage.config import StorageConfig
 from danube.storage.factory import StorageFactory
 from tests.support.inprocess import served_broker
 
@@ -175,9 +174,7 @@ async def test_graceful_stop_refuses_new_batches_and_acks_the_stored_ones(tmp_pa
 
     # only the batch acked before the stop is stored
     metadata = EmbeddedMetadataStore(config.metadata_path)
-    factory = StorageFactory(
-        StorageConfig.from_dict(config.storage_section(), data_dir=config.data_dir), metadata, broker_id="test"
-    )
+    factory = StorageFactory(config.storage_config(), metadata, broker_id="test")
     try:
         storage = await factory.open_topic(T)
         assert storage.next_offset == 3

@@ -14,7 +14,6 @@ import yaml
 
 from danube.errors import InvalidArgumentError
 from danube.server.config import BrokerConfig
-from danube.storage.config import StorageConfig
 
 # Every key path Danube 0.15's five sample files set (lists are leaves).
 KEYS = {
@@ -199,7 +198,7 @@ def test_the_samples_cover_every_key_of_danubes_files():
 def test_each_sample_loads_and_its_storage_section_parses(tmp_path, name, caplog):
     caplog.set_level(logging.WARNING)
     cfg = _load(tmp_path, SAMPLES[name])
-    storage = StorageConfig.from_dict(cfg.storage_section(), data_dir=cfg.data_dir)
+    storage = cfg.storage_config()
     assert storage.mode == SAMPLES[name]["storage"]["mode"]
     assert "broker.ports.raft" in caplog.text  # the one key every sample has that nothing here honours
     assert ("storage.write_buffer" in caplog.text) == (name == "write_buffer")
@@ -220,7 +219,7 @@ def test_danube_keys_are_honoured_or_mapped(tmp_path, caplog):
         cfg.policies.max_consumers_per_subscription,
         cfg.policies.max_message_size,
     ) == (3, 6, 2 * 1024 * 1024)
-    storage = StorageConfig.from_dict(cfg.storage_section(), data_dir=cfg.data_dir)
+    storage = cfg.storage_config()
     assert storage.wal.max_file_bytes == 64 * 1024 * 1024  # wal.rotation.max_bytes
     assert storage.local_wal_root == "./river-data/wal" and storage.metadata_prefix == "/river"
     assert (storage.local_retention.time_minutes, storage.local_retention.size_mb) == (600, 1024)
@@ -248,7 +247,7 @@ def test_rotation_hours_advanced_and_s3_extras_map_or_warn(tmp_path, caplog):
         admin_tls=True,
     )
     cfg = _load(tmp_path, doc)
-    wal = StorageConfig.from_dict(cfg.storage_section(), data_dir=cfg.data_dir).wal
+    wal = cfg.storage_config().wal
     assert (wal.max_file_bytes, wal.max_file_age_s) == (8 * 1024 * 1024, 7200.0)
     assert cfg.broker_url == "http://broker-0.internal:6650"
     for key in (
@@ -275,7 +274,7 @@ def test_etcd_meta_store_still_means_cluster_mode():
         ({"storage": {"wal": {"rotation": {"max_bytes": -1}}}}, "storage.wal.rotation.max_bytes"),
         ({"meta_store": {"data_dir": "./m", "colour": 1}}, "meta_store"),
         ({"admin_tls": "on"}, "admin_tls"),
-        ({"colour": "blue"}, "unknown config key"),
+        ({"colour": "blue"}, "unknown key colour"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(doc, message):

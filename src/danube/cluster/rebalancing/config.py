@@ -34,12 +34,11 @@ error, so a typo does not silently leave rebalancing at its defaults.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from danube.cluster.scoring import AGGRESSIVENESS_THRESHOLDS, STRATEGIES
-from danube.errors import InvalidArgumentError
+from danube.settings import ConfigError, check_settings, load_fields, load_section, setting
 
 
 @dataclass(frozen=True)
@@ -60,38 +59,31 @@ PLANNERS = ("plan", "greedy")
 OSCILLATION_WINDOW_SECONDS = 3600.0
 RATE_WINDOW_SECONDS = 3600.0
 
-_KEYS = (
-    "enabled",
-    "aggressiveness",
-    "check_interval_seconds",
-    "max_moves_per_hour",
-    "cooldown_seconds",
-    "min_brokers_for_rebalance",
-    "min_topic_age_seconds",
-    "blacklist_topics",
-    "cv_threshold",
-    "planner",
-)
-
 
 @dataclass(frozen=True)
 class RebalancingConfig:
     enabled: bool = False
-    aggressiveness: str = "balanced"
-    check_interval_seconds: float = 300.0
-    max_moves_per_hour: int = 10
-    cooldown_seconds: float = 60.0
-    min_brokers_for_rebalance: int = 2
-    min_topic_age_seconds: float = 300.0
-    blacklist_topics: tuple[str, ...] = ()
-    cv_threshold: float = AGGRESSIVENESS_THRESHOLDS["balanced"]
-    planner: str = "plan"
+    aggressiveness: str = setting("balanced", choices=tuple(PRESETS))
+    check_interval_seconds: float = setting(300.0, minimum=0.001)
+    max_moves_per_hour: int = setting(10, minimum=0)
+    cooldown_seconds: float = setting(60.0, minimum=0)
+    min_brokers_for_rebalance: int = setting(2, minimum=2)
+    min_topic_age_seconds: float = setting(300.0, minimum=0)
+    blacklist_topics: tuple[str, ...] = ()  # exact names, or prefixes ending in '*'
+    cv_threshold: float = setting(AGGRESSIVENESS_THRESHOLDS["balanced"], above=0)
+    planner: str = setting("plan", choices=PLANNERS)
     # load_manager.assignment_strategy: the broker load score the balance is computed on
-    strategy: str = "balanced"
+    strategy: str = setting("balanced", choices=STRATEGIES, in_file=False)
     # hysteresis: once the CV reached the threshold the planner keeps going until it is under
     # target_ratio × threshold, so the CV does not hover (and moves do not flap) at the threshold
-    target_ratio: float = 0.9
-    explicit: frozenset = field(default=frozenset(), compare=False, repr=False)
+    target_ratio: float = setting(0.9, above=0, maximum=1, in_file=False)
+    explicit: frozenset = setting(frozenset(), in_file=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+        for i, pattern in enumerate(self.blacklist_topics):
+            if not pattern:
+                raise ConfigError(f"blacklist_topics[{i}]", "expected a topic name or a pattern ending in '*', got ''")
 
     @classmethod
     def for_aggressiveness(cls, aggressiveness: str = "balanced", **overrides: Any) -> "RebalancingConfig":
@@ -99,93 +91,37 @@ class RebalancingConfig:
         section = dict(overrides)
         strategy = section.pop("strategy", "balanced")
         section["aggressiveness"] = aggressiveness
-        return cls.from_section(section, strategy=strategy)
+        return cls.from_dict(section, strategy=strategy)
 
     @classmethod
-    def from_section(cls, section: Mapping[str, Any] | None, *, strategy: str = "balanced") -> "RebalancingConfig":
-        """Parse the ``rebalancing:`` mapping itself (``None`` → defaults)."""
-        where = "load_manager.rebalancing"
-        if section is None:
-            section = {}
-        if not isinstance(section, Mapping):
-            raise InvalidArgumentError(f"{where}: expected a mapping, got {type(section).__name__}")
-        unknown = sorted(set(section) - set(_KEYS))
-        if unknown:
-            raise InvalidArgumentError(
-                f"{where}: unknown key(s) {', '.join(map(str, unknown))}; expected {', '.join(_KEYS)}"
-            )
+    def from_dict(
+        cls, section: Mapping[str, Any] | None, *, strategy: str = "balanced", path: str = "load_manager.rebalancing"
+    ) -> "RebalancingConfig":
+        """The ``rebalancing:`` mapping itself (``None`` → defaults), through the one settings loader."""
+        return load_section(cls, section, path, strategy=strategy)
+
+    @classmethod
+    def parse_section(
+        cls, section: Mapping[str, Any], where: str, *, strategy: str = "balanced"
+    ) -> "RebalancingConfig":
+        """The loader's hook: the level's preset under the keys the file gives."""
+        values = load_fields(cls, section, where)  # unknown keys, types and ranges
         if strategy not in STRATEGIES:
-            raise InvalidArgumentError(
-                f"load_manager.assignment_strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}"
+            raise ConfigError(
+                "load_manager.assignment_strategy", f"expected one of {'|'.join(STRATEGIES)}, got {strategy!r}"
             )
-        level = section.get("aggressiveness", "balanced")
-        if level not in PRESETS:
-            raise InvalidArgumentError(f"{where}.aggressiveness must be one of {', '.join(PRESETS)}, got {level!r}")
-        preset = PRESETS[level]
+        preset = PRESETS[values.get("aggressiveness", "balanced")]
         kw: dict[str, Any] = {
-            "aggressiveness": level,
             "strategy": strategy,
             "cv_threshold": preset.cv_threshold,
             "check_interval_seconds": preset.check_interval_seconds,
             "max_moves_per_hour": preset.max_moves_per_hour,
             "cooldown_seconds": preset.cooldown_seconds,
         }
-        if "enabled" in section:
-            if not isinstance(section["enabled"], bool):
-                raise InvalidArgumentError(f"{where}.enabled must be true or false, got {section['enabled']!r}")
-            kw["enabled"] = section["enabled"]
-        for name, minimum in (
-            ("check_interval_seconds", 0.001),
-            ("cooldown_seconds", 0.0),
-            ("min_topic_age_seconds", 0.0),
-        ):
-            if name in section:
-                kw[name] = _number(section[name], f"{where}.{name}", minimum)
-        for name, minimum in (("max_moves_per_hour", 0), ("min_brokers_for_rebalance", 2)):
-            if name in section:
-                value = section[name]
-                if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                    raise InvalidArgumentError(f"{where}.{name} must be an integer >= {minimum}, got {value!r}")
-                kw[name] = value
-        if "cv_threshold" in section:
-            value = _number(section["cv_threshold"], f"{where}.cv_threshold", 0.0)
-            if value <= 0.0:
-                raise InvalidArgumentError(f"{where}.cv_threshold must be > 0, got {value!r}")
-            kw["cv_threshold"] = value
-        if "blacklist_topics" in section:
-            patterns = section["blacklist_topics"] or []
-            if isinstance(patterns, str) or not all(isinstance(p, str) and p for p in patterns):
-                raise InvalidArgumentError(
-                    f"{where}.blacklist_topics must be a list of topic names or "
-                    f"patterns ending in '*', got {patterns!r}"
-                )
-            kw["blacklist_topics"] = tuple(patterns)
-        if "planner" in section:
-            if section["planner"] not in PLANNERS:
-                raise InvalidArgumentError(
-                    f"{where}.planner must be one of {', '.join(PLANNERS)}, got {section['planner']!r}"
-                )
-            kw["planner"] = section["planner"]
-        return cls(explicit=frozenset(section), **kw)
-
-    @classmethod
-    def from_danube_config(cls, data: Mapping[str, Any] | None) -> "RebalancingConfig":
-        """From a whole danube_broker.yml mapping (its ``load_manager`` section; defaults if absent)."""
-        data = data or {}
-        if not isinstance(data, Mapping):
-            raise InvalidArgumentError("configuration: expected a mapping")
-        load_manager = data.get("load_manager") or {}
-        if not isinstance(load_manager, Mapping):
-            raise InvalidArgumentError("load_manager: expected a mapping")
-        strategy = load_manager.get("assignment_strategy", "balanced")
-        return cls.from_section(load_manager.get("rebalancing"), strategy=strategy)
-
-    @classmethod
-    def from_yaml(cls, path: str) -> "RebalancingConfig":
-        import yaml
-
-        with open(path, encoding="utf-8") as f:
-            return cls.from_danube_config(yaml.safe_load(f) or {})
+        try:
+            return cls(explicit=frozenset(section), **{**kw, **values})
+        except ConfigError as exc:
+            raise exc.under(where) from None
 
     @property
     def target_cv(self) -> float:
@@ -208,9 +144,3 @@ class RebalancingConfig:
             "planner": self.planner,
             "strategy": self.strategy,
         }
-
-
-def _number(value: Any, where: str, minimum: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < minimum:
-        raise InvalidArgumentError(f"{where} must be a number >= {minimum:g}, got {value!r}")
-    return float(value)

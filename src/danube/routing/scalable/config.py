@@ -5,65 +5,27 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from danube.errors import InvalidArgumentError
+from danube.settings import check_settings, load_section, setting
 
 
 @dataclass(frozen=True)
 class ScalableTopicsConfig:
     enabled: bool = True  # PIP-468's scalableTopicEnabled
-    session_grace_seconds: float = 30.0  # a disconnected ordered consumer keeps its segments this long
-    controller_lease_seconds: int = 10  # standalone broker: TTL of the controller election lease
-    auto_split_rate: float = 0.0  # msgs/s of one active segment that makes its leader split it; 0 = off
-    auto_split_interval_seconds: float = 10.0
-    max_segments: int = 64  # automatic splits stop at this many active segments
-    prune_interval_seconds: float = 30.0  # how often the leader looks for sealed segments to prune; 0 = never
-    sealed_retention_seconds: float = 3600.0  # a drained sealed segment is kept this long before it is pruned
+    # a disconnected ordered consumer keeps its segments this long
+    session_grace_seconds: float = setting(30.0, above=0)
+    controller_lease_seconds: int = setting(10, minimum=1, maximum=3600)  # standalone: the controller's lease TTL
+    # msgs/s of one active segment that makes its leader split it; 0 = off
+    auto_split_rate: float = setting(0.0, minimum=0)
+    auto_split_interval_seconds: float = setting(10.0, above=0)
+    max_segments: int = setting(64, minimum=1)  # automatic splits stop at this many active segments
+    # how often the leader looks for sealed segments to prune; 0 = never
+    prune_interval_seconds: float = setting(30.0, minimum=0)
+    # a drained sealed segment is kept this long before it is pruned
+    sealed_retention_seconds: float = setting(3600.0, minimum=0)
 
     def __post_init__(self) -> None:
-        if not self.session_grace_seconds > 0:
-            raise InvalidArgumentError("scalable_topics.session_grace_seconds must be > 0")
-        if not 1 <= self.controller_lease_seconds <= 3600:
-            raise InvalidArgumentError("scalable_topics.controller_lease_seconds must be 1-3600")
-        if self.auto_split_rate < 0 or not self.auto_split_interval_seconds > 0 or self.max_segments < 1:
-            raise InvalidArgumentError(
-                "scalable_topics: auto_split_rate >= 0, auto_split_interval_seconds > 0 and max_segments >= 1"
-            )
-        if self.prune_interval_seconds < 0 or self.sealed_retention_seconds < 0:
-            raise InvalidArgumentError(
-                "scalable_topics: prune_interval_seconds and sealed_retention_seconds must be >= 0"
-            )
+        check_settings(self)
 
     @classmethod
-    def from_section(cls, section: Any) -> "ScalableTopicsConfig":
-        if section is None:
-            return cls()
-        if not isinstance(section, Mapping):
-            raise InvalidArgumentError("scalable_topics: expected a mapping")
-        unknown = sorted(
-            set(section)
-            - {
-                "enabled",
-                "session_grace_seconds",
-                "controller_lease_seconds",
-                "auto_split_rate",
-                "auto_split_interval_seconds",
-                "max_segments",
-                "prune_interval_seconds",
-                "sealed_retention_seconds",
-            }
-        )
-        if unknown:
-            raise InvalidArgumentError(f"scalable_topics: unknown key(s): {', '.join(map(str, unknown))}")
-        try:
-            return cls(
-                enabled=bool(section.get("enabled", True)),
-                session_grace_seconds=float(section.get("session_grace_seconds", 30.0)),
-                controller_lease_seconds=int(section.get("controller_lease_seconds", 10)),
-                auto_split_rate=float(section.get("auto_split_rate", 0.0)),
-                auto_split_interval_seconds=float(section.get("auto_split_interval_seconds", 10.0)),
-                max_segments=int(section.get("max_segments", 64)),
-                prune_interval_seconds=float(section.get("prune_interval_seconds", 30.0)),
-                sealed_retention_seconds=float(section.get("sealed_retention_seconds", 3600.0)),
-            )
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgumentError(f"scalable_topics: {exc}") from None
+    def from_dict(cls, data: Mapping[str, Any] | None, path: str = "scalable_topics") -> "ScalableTopicsConfig":
+        return load_section(cls, data, path)

@@ -25,7 +25,7 @@ async def admin(tmp_path):
     await setup(store, {"a": 12, "b": 0, "c": 1})
     reports = Reports(store, clock)
     await reports.refresh()
-    cfg = RebalancingConfig.from_section({"enabled": False, "min_topic_age_seconds": 0}, strategy="fair")
+    cfg = RebalancingConfig.from_dict({"enabled": False, "min_topic_age_seconds": 0}, strategy="fair")
     rebalancer = Rebalancer(
         store, cfg, clock=clock, reports=reports, executor=Assigner(store, clock), reassignment_timeout_s=0.0
     )

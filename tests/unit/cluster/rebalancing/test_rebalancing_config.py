@@ -6,10 +6,11 @@ import pytest
 
 from danube.cluster.rebalancing.config import PRESETS, RebalancingConfig
 from danube.errors import InvalidArgumentError
+from danube.server.config import BrokerConfig
 
 
 def test_defaults_are_danubes():
-    c = RebalancingConfig.from_danube_config({})
+    c = RebalancingConfig.from_dict(None)
     assert (
         c.enabled,
         c.aggressiveness,
@@ -29,7 +30,7 @@ def test_defaults_are_danubes():
     [("conservative", 0.40, 600.0, 5), ("balanced", 0.30, 300.0, 10), ("aggressive", 0.20, 120.0, 20)],
 )
 def test_presets(level, threshold, interval, moves):
-    c = RebalancingConfig.from_section({"aggressiveness": level})
+    c = RebalancingConfig.from_dict({"aggressiveness": level})
     assert (c.cv_threshold, c.check_interval_seconds, c.max_moves_per_hour) == (threshold, interval, moves)
     assert c.cooldown_seconds == PRESETS[level].cooldown_seconds
 
@@ -50,7 +51,7 @@ def test_explicit_keys_win_over_the_preset():
             },
         }
     }
-    c = RebalancingConfig.from_danube_config(data)
+    c = BrokerConfig.from_dict(data).rebalancing
     assert c.enabled and c.cv_threshold == 0.20 and c.check_interval_seconds == 30.0
     assert (c.max_moves_per_hour, c.cooldown_seconds, c.min_brokers_for_rebalance, c.min_topic_age_seconds) == (
         3,
@@ -59,7 +60,7 @@ def test_explicit_keys_win_over_the_preset():
         0.0,
     )
     assert c.blacklist_topics == ("/system/*", "/analytics/logs") and c.strategy == "fair"
-    assert RebalancingConfig.from_section({"cv_threshold": 0.5}).cv_threshold == 0.5
+    assert RebalancingConfig.from_dict({"cv_threshold": 0.5}).cv_threshold == 0.5
 
 
 @pytest.mark.parametrize(
@@ -78,7 +79,7 @@ def test_explicit_keys_win_over_the_preset():
 )
 def test_bad_values_are_rejected(section, fragment):
     with pytest.raises(InvalidArgumentError, match=fragment):
-        RebalancingConfig.from_section(section)
+        RebalancingConfig.from_dict(section)
 
 
 def test_from_yaml(tmp_path):
@@ -88,14 +89,12 @@ def test_from_yaml(tmp_path):
         "  rebalancing:\n    enabled: true\n    aggressiveness: conservative\n"
         "    blacklist_topics: ['/system/*']\n"
     )
-    c = RebalancingConfig.from_yaml(str(path))
+    c = BrokerConfig.from_yaml(str(path)).rebalancing
     assert c.enabled and c.cv_threshold == 0.40 and c.strategy == "weighted_load"
     assert c.blacklist_topics == ("/system/*",)
 
 
 def test_the_broker_config_checks_the_block_at_load(tmp_path):
-    from danube.server.config import BrokerConfig
-
     assert BrokerConfig().rebalancing is None
     c = BrokerConfig.from_dict(
         {
@@ -108,5 +107,8 @@ def test_the_broker_config_checks_the_block_at_load(tmp_path):
     assert isinstance(c.rebalancing, RebalancingConfig)
     assert c.rebalancing.enabled and c.rebalancing.cv_threshold == 0.20 and c.rebalancing.strategy == "balanced"
     assert BrokerConfig.from_dict({"load_manager": {"rebalancing": {}}}).rebalancing.strategy == "fair"
-    with pytest.raises(InvalidArgumentError, match="load_manager.rebalancing: unknown key"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match="unknown key load_manager.rebalancing.enable: not a setting \\(did you mean enabled\\?\\)",
+    ):
         BrokerConfig.from_dict({"load_manager": {"rebalancing": {"enable": True}}})

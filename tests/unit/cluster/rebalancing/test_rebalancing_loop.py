@@ -87,7 +87,7 @@ async def setup(store, layout, states=None):
 
 
 def make(store, clock, reports, executor=None, **section):
-    cfg = RebalancingConfig.from_section(
+    cfg = RebalancingConfig.from_dict(
         {"enabled": True, "aggressiveness": "aggressive", "min_topic_age_seconds": 0, **section}, strategy="fair"
     )
     metrics = RebalancingMetrics()
@@ -273,7 +273,7 @@ async def test_with_the_cluster_view_and_reports_in_the_store(cluster):
     view = ClusterView(cluster)
     await view.start()
     try:
-        cfg = RebalancingConfig.from_section({"enabled": True, "min_topic_age_seconds": 0}, strategy="fair")
+        cfg = RebalancingConfig.from_dict({"enabled": True, "min_topic_age_seconds": 0}, strategy="fair")
         reb = Rebalancer(cluster, cfg, clock=clock, view=view, reassignment_timeout_s=5.0)
 
         async def load_manager():

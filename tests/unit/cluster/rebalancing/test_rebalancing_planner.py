@@ -22,7 +22,7 @@ def state_of(spec):
 
 
 def test_candidates_filter_and_order():
-    cfg = RebalancingConfig.from_section(
+    cfg = RebalancingConfig.from_dict(
         {"blacklist_topics": ["/system/*", "/d/pinned"], "cooldown_seconds": 60, "min_topic_age_seconds": 300}
     )
     now = 10_000.0

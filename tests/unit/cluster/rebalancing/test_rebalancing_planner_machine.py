@@ -32,7 +32,7 @@ class PlannerMachine(RuleBasedStateMachine):
         ages=st.randoms(),
     )
     def setup(self, brokers, max_moves, cooldown, min_age, threshold, loads, ages):
-        self.config = RebalancingConfig.from_section(
+        self.config = RebalancingConfig.from_dict(
             {
                 "max_moves_per_hour": max_moves,
                 "cooldown_seconds": cooldown,

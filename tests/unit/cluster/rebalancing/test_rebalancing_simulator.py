@@ -51,7 +51,7 @@ def test_check_safety_reports_violations():
     from danube.cluster.rebalancing.config import RebalancingConfig
     from danube.cluster.rebalancing.history import MoveRecord
 
-    cfg = RebalancingConfig.from_section(
+    cfg = RebalancingConfig.from_dict(
         {"max_moves_per_hour": 2, "cooldown_seconds": 60, "blacklist_topics": ["/system/*"]}
     )
     moves = [

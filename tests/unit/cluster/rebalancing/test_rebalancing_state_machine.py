@@ -49,7 +49,7 @@ class RebalancerMachine(RuleBasedStateMachine):
         topics=st.lists(st.tuples(st.floats(0.01, 5.0), st.integers(0, 4000)), min_size=8, max_size=40),
     )
     def setup(self, level, max_moves, cooldown, min_age, planner, topics):
-        self.config = RebalancingConfig.from_section(
+        self.config = RebalancingConfig.from_dict(
             {
                 "enabled": True,
                 "aggressiveness": level,

@@ -148,8 +148,7 @@ EVERY_TYPE = [
 
 
 @pytest.mark.parametrize("sub_type,consumers", EVERY_TYPE)
-async def test_grow_then_shrink_keeps_per_key_order(tmp_path, monkeypatch, sub_type, consumers):
-    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "30000")
+async def test_grow_then_shrink_keeps_per_key_order(tmp_path, sub_type, consumers):
     async with served_broker(
         tmp_path, add_services, sync="never", dispatch=DispatchSettings(cursor_flush_interval_ms=100)
     ) as (broker, channel):
@@ -370,12 +369,10 @@ async def _old_end(store: RepartitionStore, partition: int):
 
 
 @pytest.mark.parametrize("created", [True, False])
-async def test_a_source_open_nowhere_is_opened_by_its_owner_and_the_transition_finalizes(
-    tmp_path, monkeypatch, created
-):
-    # no client acks here: the (short) adoption timeout decides once drained
-    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "1000")
+async def test_a_source_open_nowhere_is_opened_by_its_owner_and_the_transition_finalizes(tmp_path, created):
     async with served_broker(tmp_path, add_services, sync="never") as (broker, channel):
+        # no client acks here: the (short) adoption timeout decides once drained
+        broker.repartition.finalizer.adoption_timeout_ms = 1000
         store = RepartitionStore(broker.metadata)
         await broker.metadata.put_json(keys.topic_partitions(T), 2)
         idle = f"{T}-part-1"
@@ -398,14 +395,14 @@ async def test_a_source_open_nowhere_is_opened_by_its_owner_and_the_transition_f
         assert (idle in broker.topics) == created  # reopened by its owner; a never-created one stays absent
 
 
-async def test_a_subscription_nobody_consumes_keeps_its_gate_past_the_finalize(tmp_path, monkeypatch):
+async def test_a_subscription_nobody_consumes_keeps_its_gate_past_the_finalize(tmp_path):
     """A grow finalizes although subscription "idle" (no consumer) has not drained its sources: the
     gate stays for it as a pending hold, so its consumer, back after the finalize, still gets every
     key in publish order across the old and the new partitions; then the hold is dropped."""
-    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "1000")  # also the idle window
     async with served_broker(
         tmp_path, add_services, sync="never", dispatch=DispatchSettings(cursor_flush_interval_ms=100)
     ) as (broker, channel):
+        broker.repartition.finalizer.adoption_timeout_ms = 1000  # also the idle window
         store = RepartitionStore(broker.metadata)
         async with live_run(channel, broker, 2) as run:
             idle = (
@@ -479,11 +476,10 @@ def route_of(key: str, partitions: int) -> int:
     return fnv1a_64(key.encode()) % partitions
 
 
-async def test_a_consumer_back_during_a_shrink_drains_the_shrunk_away_partitions(tmp_path, monkeypatch):
+async def test_a_consumer_back_during_a_shrink_drains_the_shrunk_away_partitions(tmp_path):
     """The partition count is already 2 when the consumer comes back in the middle of a shrink's
     drain: it attaches to the 4 partitions still live (the topology's live_partitions), drains
     the shrunk-away ones, every key in order, and the shrink finalizes."""
-    monkeypatch.setenv("DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS", "30000")
     async with served_broker(
         tmp_path, add_services, sync="never", dispatch=DispatchSettings(cursor_flush_interval_ms=100)
     ) as (broker, channel):

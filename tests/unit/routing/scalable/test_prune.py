@@ -215,11 +215,11 @@ async def test_the_loop_prunes_on_its_own(metadata):
 
 
 def test_config():
-    cfg = ScalableTopicsConfig.from_section({"prune_interval_seconds": 5, "sealed_retention_seconds": 0})
+    cfg = ScalableTopicsConfig.from_dict({"prune_interval_seconds": 5, "sealed_retention_seconds": 0})
     assert (cfg.prune_interval_seconds, cfg.sealed_retention_seconds) == (5.0, 0.0)
     default = ScalableTopicsConfig()
     assert (default.prune_interval_seconds, default.sealed_retention_seconds) == (30.0, 3600.0)
     with pytest.raises(InvalidArgumentError):
-        ScalableTopicsConfig.from_section({"sealed_retention_seconds": -1})
+        ScalableTopicsConfig.from_dict({"sealed_retention_seconds": -1})
     with pytest.raises(InvalidArgumentError):
-        ScalableTopicsConfig.from_section({"prune_interval_seconds": "often"})
+        ScalableTopicsConfig.from_dict({"prune_interval_seconds": "often"})

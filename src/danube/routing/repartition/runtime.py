@@ -1,4 +1,4 @@
-"""What the broker's edges consult for live repartition: one object per broker.
+"""The repartition runtime of a broker: what its edges consult for live repartition, one per broker.
 
 :func:`install` puts the broker's :class:`RepartitionRuntime` (the version fence, the topology hub
 and the delivery gates) in its ``repartition`` slot (``danube.broker.contracts.RepartitionHook``):
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from danube.errors import NotFoundError
@@ -30,28 +30,24 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# (the broker setting ``repartition_adoption_timeout_ms``; this variable overrides it, as tests do)
-ADOPTION_TIMEOUT_ENV = "DANUBE_REPARTITION_ADOPTION_TIMEOUT_MS"
-
 SWEEP_INTERVAL_S = 0.5
 GATE_INTERVAL_S = 0.1
 
 
 class RepartitionRuntime:
-    def __init__(self, broker: BrokerService, *, adoption_timeout_ms: int | None = None) -> None:
+    def __init__(self, broker: BrokerService, *, adoption_timeout_ms: int = DEFAULT_ADOPTION_TIMEOUT_MS) -> None:
         self.broker = broker
         self.store = RepartitionStore(broker.metadata)
         self.fence = PartitionFence(self.store, next_offset=self._next_offset, owner_url=self._owner_url)
         self.hub = TopologyHub(self.fence, owner_url=self._owner_url)
         self.reporter = AdoptionReporter(broker.metadata, broker.broker_id, self.hub.tracker)
-        timeout = adoption_timeout(adoption_timeout_ms)
         self.finalizer = Finalizer(
             self.store,
             lambda: self.fence.states,
             is_leader=self._is_leader,
             live_brokers=self._live_brokers,
             guard=self._guard,
-            adoption_timeout_ms=int(timeout),
+            adoption_timeout_ms=adoption_timeout_ms,  # the broker's repartition_adoption_timeout_ms
         )
         self.gates = DeliveryGates(broker, broker.metadata)
         self.fence.add_listener(lambda topic, state, revision: self.gates.install(topic, state))
@@ -173,7 +169,10 @@ class RepartitionRuntime:
                 else:
                     continue
                 task = self._opening[name] = asyncio.ensure_future(work)
-                task.add_done_callback(lambda _t, name=name: self._opening.pop(name, None))
+                task.add_done_callback(functools.partial(self._opened, name))
+
+    def _opened(self, name: str, _task: asyncio.Future) -> None:
+        self._opening.pop(name, None)
 
     def _owner(self, name: str) -> str | None:
         cluster = self.broker.cluster
@@ -240,16 +239,7 @@ class RepartitionRuntime:
                 self._admit_locks.pop(name, None)
 
 
-def adoption_timeout(setting: int | None) -> int:
-    """How long a cutover waits for every broker and client to adopt it (ms): the environment
-    variable, else the broker's setting, else the default."""
-    env = os.environ.get(ADOPTION_TIMEOUT_ENV)
-    if env:
-        return int(env)
-    return DEFAULT_ADOPTION_TIMEOUT_MS if setting is None else int(setting)
-
-
-def install(broker: BrokerService, *, adoption_timeout_ms: int | None = None) -> RepartitionRuntime:
+def install(broker: BrokerService, *, adoption_timeout_ms: int = DEFAULT_ADOPTION_TIMEOUT_MS) -> RepartitionRuntime:
     """Fill the broker's ``repartition`` slot with a new runtime (not started: the batch lane starts it)."""
     runtime = RepartitionRuntime(broker, adoption_timeout_ms=adoption_timeout_ms)
     broker.repartition = runtime
@@ -270,10 +260,8 @@ if TYPE_CHECKING:
 
 
 __all__ = [
-    "ADOPTION_TIMEOUT_ENV",
     "RepartitionRuntime",
     "StaleRoutingError",
-    "adoption_timeout",
     "for_broker",
     "install",
 ]

@@ -64,7 +64,7 @@ __all__ = [
 
 class TopicStorage(Protocol):
     """One topic's log on this broker: offsets stamped in order, consecutive from ``first_offset``
-    to ``next_offset - 1``, stored as whole frames (``danube.frames``), never re-encoded.
+    to ``next_offset - 1``, stored as whole frames (``danube.message_codec``), never re-encoded.
 
     Appends come from the broker's event loop, one at a time; reads may overlap them. A record
     becomes visible to subscribers only once :meth:`wait_durable` returned for it (the topic keeps

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from danube import frames, movetrace
+from danube import message_codec, movetrace
 from danube.broker.contracts import (
     Cluster,
     PeerChannels,
@@ -98,13 +98,13 @@ def check_deliverable(buf, producer: Producer) -> None:
     of its frames: routing key, attribute names and values must be UTF-8 and every frame must
     carry the publishing producer's id (or 0: not set).  One codec pass, no Python object per
     record."""
-    position, problem = frames.check_fields(buf, producer.id)
+    position, problem = message_codec.check_fields(buf, producer.id)
     if position >= 0:
-        index = len(frames.frame_positions(memoryview(buf)[:position]))
+        index = len(message_codec.frame_positions(memoryview(buf)[:position]))
         raise InvalidArgumentError(
             f"batch refused, nothing stored: frame {index} (byte {position}) cannot be delivered: "
-            f"{frames.FIELDS_PROBLEMS.get(problem, 'it is malformed')}"
-            + (f" (producer {producer.id} publishes it)" if problem == frames.FIELDS_WRONG_PRODUCER else "")
+            f"{message_codec.FIELDS_PROBLEMS.get(problem, 'it is malformed')}"
+            + (f" (producer {producer.id} publishes it)" if problem == message_codec.FIELDS_WRONG_PRODUCER else "")
         )
 
 
@@ -970,7 +970,7 @@ class BrokerService:
                     return
             producer_id = await self.create_producer(dlq, producer_name, reliable=True)
             buf = bytearray(
-                frames.encode_record(
+                message_codec.encode_record(
                     rec.payload,
                     publish_time=rec.publish_time,
                     producer_id=producer_id,

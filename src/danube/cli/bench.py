@@ -45,8 +45,8 @@ from danube.cli._client_common import (
 from danube.cli._machine import describe as describe_machine
 from danube.cli._machine import observe as observe_machine
 from danube.cli._process import spawned_broker
-from danube.frames import HEADER_SIZE as FRAME_HEADER_SIZE
-from danube.frames import MIN_BODY as FRAME_MIN_BODY
+from danube.message_codec import HEADER_SIZE as FRAME_HEADER_SIZE
+from danube.message_codec import MIN_BODY as FRAME_MIN_BODY
 from danube.processes import cpu_seconds, thread_count
 
 _STAMP = struct.Struct("<d")
@@ -233,7 +233,7 @@ async def _consume(consumer, seen: dict, latencies: list, config: BenchConfig, f
     (``latencies`` gets one array or list of samples per batch).  ``read_stamps`` comes from
     ``_stamp_reader``, made during setup: its numpy import takes a good 100 ms, which must not
     stall the first deliveries of the measured window."""
-    from danube import frames as frame_codec
+    from danube import message_codec as frame_codec
 
     decode_frame = frame_codec.decode_frame
     unpack = _STAMP.unpack_from

@@ -34,7 +34,7 @@ from typing import Any
 
 import grpc
 
-from danube import frames as frame_codec
+from danube import message_codec as frame_codec
 from danube.client.connection import BrokerConnection, Connections, RetryState, cancelled_call_error, retrying
 from danube.client.errors import from_batch_status, is_retriable
 from danube.client.health import PRODUCER, HealthWatch

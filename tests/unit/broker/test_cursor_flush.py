@@ -5,7 +5,7 @@ import contextlib
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.broker import BrokerService, DispatchSettings
 from danube.broker import service as service_mod
 from danube.metadata import keys
@@ -32,7 +32,7 @@ async def ack_one_each(broker, topics):
     for name in topics:
         pid = await broker.create_producer(name, "p", reliable=True)
         cid = await broker.subscribe(name, "s", "c")
-        await broker.publish(pid, bytearray(frames.encode_record(b"x", publish_time=1, producer_id=pid)))
+        await broker.publish(pid, bytearray(message_codec.encode_record(b"x", publish_time=1, producer_id=pid)))
         d = await asyncio.wait_for(broker.receive(cid, max_messages=10, max_bytes=1 << 20), 5)
         await broker.ack_ranges(cid, [(d.first_offset, d.last_offset)])
 
@@ -75,7 +75,7 @@ async def test_an_ack_wakes_a_receive_waiting_on_a_full_window(tmp_path):
         pid = await b.create_producer("/default/w", "p", reliable=True)
         cid = await b.subscribe("/default/w", "s", "c")
         for i in range(4):
-            await b.publish(pid, bytearray(frames.encode_record(b"m%d" % i, publish_time=1, producer_id=pid)))
+            await b.publish(pid, bytearray(message_codec.encode_record(b"m%d" % i, publish_time=1, producer_id=pid)))
         d = await asyncio.wait_for(b.receive(cid, max_messages=10, max_bytes=1 << 20), 5)
         assert (d.first_offset, d.last_offset) == (0, 1)  # the window is full now
         waiting = asyncio.ensure_future(b.receive(cid, max_messages=10, max_bytes=1 << 20))

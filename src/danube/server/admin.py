@@ -32,7 +32,6 @@ from danube.server.status import abort
 if TYPE_CHECKING:
     from danube.broker.service import BrokerService
     from danube.broker.topic import Topic
-    from danube.cluster.node import ClusterNode
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +258,7 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
         )
 
     async def GetLeaderBroker(self, request, context):
-        cluster = cast("ClusterNode | None", self.admin.broker.cluster)  # the view's leader: the node's view
+        cluster = self.admin.broker.cluster
         if cluster is not None:
             return pb.BrokerResponse(leader=str(cluster.view.leader or ""))
         return pb.BrokerResponse(leader=str(self.admin.broker.broker_id))
@@ -277,10 +276,10 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
         cluster = self.admin.broker.cluster
         if cluster is None:
             await _unimplemented(context, "UnloadBroker")
-        node = cast("ClusterNode", cluster)  # _unimplemented aborted the call without one
+        assert cluster is not None  # _unimplemented aborted the call without one
         try:
-            result = await node.drain(
-                request.broker_id or node.broker_id,
+            result = await cluster.drain(
+                request.broker_id or cluster.broker_id,
                 dry_run=request.dry_run,
                 caller=peers.caller_authorization(context),
                 include=tuple(request.namespaces_include),
@@ -295,9 +294,9 @@ class BrokerAdmin(pb_grpc.BrokerAdminServicer):
         cluster = self.admin.broker.cluster
         if cluster is None:
             await _unimplemented(context, "ActivateBroker")
-        node = cast("ClusterNode", cluster)  # _unimplemented aborted the call without one
+        assert cluster is not None  # _unimplemented aborted the call without one
         try:
-            await node.activate(request.broker_id)
+            await cluster.activate(request.broker_id)
         except DanubeError as exc:
             await abort(context, exc)
         return pb.ActivateBrokerResponse(success=True)
@@ -440,7 +439,7 @@ class TopicAdmin(pb_grpc.TopicAdminServicer):
         )
 
     async def UnloadTopic(self, request, context):
-        cluster = cast("ClusterNode | None", self.admin.broker.cluster)
+        cluster = self.admin.broker.cluster
         if cluster is not None:  # cluster mode: the owner moves it, wherever the request arrived
             try:
                 last = await cluster.unload_anywhere(request.name, caller=peers.caller_authorization(context))

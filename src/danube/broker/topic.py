@@ -33,6 +33,14 @@ class DeliveryGate(Protocol):
     def readable(self, sub: Subscription, readable_next: int) -> int: ...
 
 
+SYSTEM_PREFIX = "/system/"
+
+
+def is_system_topic(name: str) -> bool:
+    """Topics the broker itself writes (load reports): ``/system/<name>``."""
+    return isinstance(name, str) and name.startswith(SYSTEM_PREFIX)
+
+
 def partition_of(topic: str) -> tuple[str, int] | None:
     """``/ns/t-part-3`` → ``("/ns/t", 3)``; None for a plain topic."""
     m = PARTITION_RE.match(topic)

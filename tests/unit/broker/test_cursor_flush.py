@@ -7,7 +7,7 @@ import pytest
 
 from danube import message_codec
 from danube.broker import BrokerService, DispatchSettings
-from danube.broker import service as service_mod
+from danube.broker import service_cursors
 from danube.metadata import keys
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.storage.config import StorageConfig
@@ -38,7 +38,7 @@ async def ack_one_each(broker, topics):
 
 
 async def test_many_moved_cursors_are_one_transaction_each_chunk(broker, monkeypatch):
-    monkeypatch.setattr(service_mod, "CURSORS_PER_TXN", 8)
+    monkeypatch.setattr(service_cursors, "CURSORS_PER_TXN", 8)
     topics = [f"/default/c{i}" for i in range(20)]
     await ack_one_each(broker, topics)
     before = await broker.metadata.revision()

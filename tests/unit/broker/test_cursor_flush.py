@@ -6,8 +6,7 @@ import contextlib
 import pytest
 
 from danube import message_codec
-from danube.broker import BrokerService, DispatchSettings
-from danube.broker import service_cursors
+from danube.broker import BrokerService, DispatchSettings, service_cursors
 from danube.metadata import keys
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.storage.config import StorageConfig

@@ -37,7 +37,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 _DISPATCH = r"""
 import asyncio, json, sys, tempfile, time
 import uvloop
-from danube import frames
+from danube import message_codec
 from danube.broker import BrokerService, DispatchSettings
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.storage.config import StorageConfig

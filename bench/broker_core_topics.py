@@ -28,7 +28,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
-from danube import frames  # noqa: E402
+from danube import message_codec  # noqa: E402
 from danube.broker import BrokerService, DispatchSettings  # noqa: E402
 from danube.metadata.embedded import EmbeddedMetadataStore  # noqa: E402
 from danube.storage.config import StorageConfig  # noqa: E402
@@ -44,7 +44,7 @@ async def run(topics: int, sync: str, per_call: int, messages: int, profile: boo
         names = [f"/default/core-{i}" for i in range(topics)]
         pids = [await broker.create_producer(n, f"p{i}", reliable=True) for i, n in enumerate(names)]
         cids = [await broker.subscribe(n, "s", f"c{i}") for i, n in enumerate(names)]
-        payload = bytes(frames.encode_payloads([b"x" * 100] * per_call))
+        payload = bytes(message_codec.encode_payloads([b"x" * 100] * per_call))
         calls = -(-messages // per_call) // topics
         total = calls * topics * per_call
         got = 0

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import timeit
 
-import danube.frames as f
+import danube.message_codec as f
 from danube import _native
 from danube.wal import Wal
 

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from danube import _native, frames
+from danube import _native, message_codec
 from danube.wal import Wal
 
 try:
@@ -215,13 +215,13 @@ def validate_gbps(seconds=0.5):
     """validate (checksums, lengths, offsets) of a 1 MiB buffer of 1 KiB records, GB/s."""
     payload = os.urandom(1024)
     count = (1 << 20) // (1024 + 38)
-    buf = frames.encode_payloads([payload] * count, base_offset=0)
+    buf = message_codec.encode_payloads([payload] * count, base_offset=0)
     best = float("inf")
     t_end = time.perf_counter() + seconds
     while time.perf_counter() < t_end:
         t = time.perf_counter()
         for _ in range(20):
-            frames.validate(buf)
+            message_codec.validate(buf)
         best = min(best, (time.perf_counter() - t) / 20)
     return len(buf) / best / 1e9
 
@@ -231,7 +231,7 @@ def fanout(d, readers, records=200_000, batch=1000):
     them all.  Readers count bytes (every frame here is 138 bytes), so the figure is the
     WAL's cost of delivering the views, not the readers' own work on them."""
     payloads = [b"x" * 100] * batch
-    frame_bytes = frames.HEADER_SIZE + frames.MIN_BODY + 100
+    frame_bytes = message_codec.HEADER_SIZE + message_codec.MIN_BODY + 100
 
     async def run():
         with Wal.open(d, sync="never", max_file_bytes=256 << 20) as wal:
@@ -271,7 +271,7 @@ def rotation_latency(d, sync, batches=6000, frames_per_batch=8, payload=400, max
     rotations: small files (256 KiB: a rotation every ~75 calls), 8 x 400 B frames a call,
     ``await wait_durable`` every ``durable_every`` calls like a broker acking producers.
     Returns percentiles over all calls and over the calls that rotated."""
-    template = frames.encode_payloads([os.urandom(payload)] * frames_per_batch, base_offset=0)
+    template = message_codec.encode_payloads([os.urandom(payload)] * frames_per_batch, base_offset=0)
 
     async def run():
         all_ns, rot_ns = [], []
@@ -305,7 +305,7 @@ def wait_durable_latency(d, sync="interval", interval_ms=5.0, waits=600, busy=Fa
     import random
 
     rng = random.Random(7)
-    template = frames.encode_payloads([os.urandom(400)], base_offset=0)
+    template = message_codec.encode_payloads([os.urandom(400)], base_offset=0)
 
     async def run():
         out = []

@@ -33,7 +33,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from danube import frames  # noqa: E402
+from danube import message_codec  # noqa: E402
 from danube.metadata.embedded import EmbeddedMetadataStore  # noqa: E402
 from danube.storage import StorageConfig, StorageFactory  # noqa: E402
 
@@ -64,7 +64,7 @@ async def run_once(mode: str, durable: dict, interval: float, seconds: float, mb
     store = EmbeddedMetadataStore(os.path.join(work, "metadata.db"))
     factory = StorageFactory(cfg, store, broker_id="bench", background=True)
     storage = await factory.open_topic("/bench/busy")
-    batch = frames.encode_payloads([b"x" * RECORD] * BATCH)
+    batch = message_codec.encode_payloads([b"x" * RECORD] * BATCH)
     period = BATCH * RECORD / (mb_per_s * 1e6)
     acks: list[tuple[int, float]] = []
     covered: dict[int, float] = {}

@@ -151,7 +151,7 @@ def micro() -> dict:
     """Per-message cost of each validator on ~100 B payloads (µs), in this process."""
     import timeit
 
-    from danube import frames
+    from danube import message_codec
     from danube._pure import avrocheck as pure_check
     from danube.schema.types import parse
     from danube.schema.validation import avro_program, payload_validator
@@ -162,7 +162,7 @@ def micro() -> dict:
         core_check = None
     batch = payloads()
     n = len(batch)
-    buf = bytearray(frames.encode_payloads(batch, attributes={"danube.schema": "1:1"}))
+    buf = bytearray(message_codec.encode_payloads(batch, attributes={"danube.schema": "1:1"}))
     avro = parse("avro", json.dumps(SCHEMA))
     prog = avro_program(avro)
     from fastavro import schemaless_reader

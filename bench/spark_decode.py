@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 
-from danube import _native, frames
+from danube import _native, message_codec
 from danube.processes import cpu_seconds
 from danube.spark import planning
 from danube.spark.reading import read_partition
@@ -67,8 +67,8 @@ def make_segments(root: str, total_bytes: int, payload_size: int, segment_bytes:
             attrs = {"source": "bench", "seq": str(n)} if n % 8 == 0 else None
             payload = rng.randbytes(payload_size)
             records.append((1_700_000_000_000 + n, 7, key, attrs, payload))
-            size += frames.HEADER_SIZE + frames.MIN_BODY + payload_size + (len(key) if key else 0)
-        data = frames.encode_records(records, base_offset=offset)
+            size += message_codec.HEADER_SIZE + message_codec.MIN_BODY + payload_size + (len(key) if key else 0)
+        data = message_codec.encode_records(records, base_offset=offset)
         seg.write_segment(backend, TOPIC, data)
         offset += len(records)
         written += len(data)
@@ -224,7 +224,7 @@ def main() -> int:
         impl = "compiled" if _native.extensions_loaded().get("frame") else "pure-Python"
         print(
             f"{len(descs)} segments, {records} records, {mb:.1f} MB, payload {args.payload} B, "
-            f"codec {impl} (crc32c {frames.crc32c_implementation()})"
+            f"codec {impl} (crc32c {message_codec.crc32c_implementation()})"
         )
 
         def baseline():

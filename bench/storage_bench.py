@@ -44,7 +44,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "src"))
 
-from danube import _native, frames  # noqa: E402
+from danube import _native, message_codec  # noqa: E402
 from danube.metadata.embedded import EmbeddedMetadataStore  # noqa: E402
 from danube.processes import cpu_seconds, free_port, stop_process, wait_for_port  # noqa: E402
 from danube.storage.backends import FilesystemBackend, S3Backend  # noqa: E402
@@ -63,7 +63,7 @@ def _fill_wal(path: str, total_bytes: int, segment_bytes: int, payload: int) -> 
     batch_payloads = [os.urandom(payload) for _ in range(max(1, (256 * 1024) // payload))]
     written = 0
     while written < total_bytes:
-        buf = bytearray(frames.encode_payloads(batch_payloads, publish_time=int(time.time() * 1000)))
+        buf = bytearray(message_codec.encode_payloads(batch_payloads, publish_time=int(time.time() * 1000)))
         wal.append_frames(buf)
         written += len(buf)
     wal.rotate()
@@ -87,8 +87,8 @@ def _read_local_files(files, chunk: int = 4 * MB) -> int:
             pos, expected = info.data_start, info.first_offset
             while pos < info.size:
                 data = os.pread(fd, min(chunk, info.size - pos), pos)
-                _count, end_pos, _first, last, reason, _ = frames.scan(data, 0, expected, 0)
-                if reason not in (frames.SCAN_END, frames.SCAN_TORN) or end_pos == 0:
+                _count, end_pos, _first, last, reason, _ = message_codec.scan(data, 0, expected, 0)
+                if reason not in (message_codec.SCAN_END, message_codec.SCAN_TORN) or end_pos == 0:
                     raise RuntimeError(f"{info.path}: frame check failed at byte {pos + end_pos}")
                 pos += end_pos
                 total += end_pos
@@ -272,7 +272,7 @@ def main() -> int:
             {
                 "args": vars(args),
                 "extensions": _native.extensions_loaded(),
-                "crc32c": frames.crc32c_implementation(),
+                "crc32c": message_codec.crc32c_implementation(),
                 "results": results,
             },
             f,

@@ -24,7 +24,7 @@ import statistics
 import tempfile
 import time
 
-from danube import frames
+from danube import message_codec
 from danube.wal import Wal
 
 BATCH = [b"\x00" * 100] * 2300
@@ -35,7 +35,7 @@ STEADY_AFTER = 192 << 20
 
 def write(path: str, mib: int, page_cache_bytes) -> list[float]:
     """Append ``mib`` MiB through a fresh WAL; the seconds of each append past STEADY_AFTER."""
-    batch = frames.encode_payloads(BATCH, publish_time=1)
+    batch = message_codec.encode_payloads(BATCH, publish_time=1)
     took = []
     with Wal.open(path, sync="always", page_cache_bytes=page_cache_bytes) as wal:
         for _ in range((mib << 20) // len(batch)):

@@ -33,9 +33,9 @@ def pytest_report_header(config):
 def _compiled_core_really_loaded():
     if os.environ.get("DANUBE_NO_EXTENSIONS", "") not in ("", "0"):
         # the run that tests the twins (ci/test.sh's second run) must really be using them
-        from danube import _native, frames
+        from danube import _native, message_codec
 
-        assert frames._impl.__name__ == "danube._pure.frame"
+        assert message_codec._impl.__name__ == "danube._pure.frame"
         for name in COMPILED_MODULES:
             assert _native.load(name).__name__ == f"danube._pure.{name}"
         yield
@@ -52,7 +52,7 @@ def _compiled_core_really_loaded():
         "compiled danube._core modules did not load (build with `pip install -e .` or set "
         "DANUBE_NO_EXTENSIONS=1 to test the pure-Python twins): " + "; ".join(missing)
     )
-    import danube.frames
+    import danube.message_codec
 
-    assert danube.frames._impl.__name__ == "danube._core.frame"
+    assert danube.message_codec._impl.__name__ == "danube._core.frame"
     yield

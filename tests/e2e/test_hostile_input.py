@@ -18,7 +18,7 @@ import time
 import grpc
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.client import DanubeClient, SubType
 from danube.errors import InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as bpb
@@ -109,7 +109,11 @@ def raw_frame(key: bytes | None, attrs=(), *, producer_id: int = 0, payload: byt
         body += struct.pack("<H", len(name)) + name + struct.pack("<I", len(value)) + value
     body += payload
     len_field = struct.pack("<I", len(body))
-    return struct.pack("<QI", 0, frames.crc32c(bytes(body), frames.crc32c(len_field))) + len_field + bytes(body)
+    return (
+        struct.pack("<QI", 0, message_codec.crc32c(bytes(body), message_codec.crc32c(len_field)))
+        + len_field
+        + bytes(body)
+    )
 
 
 # ---------------------------------------------------------------- names: danube-client
@@ -262,7 +266,7 @@ def _publish_raw(broker, producer_id: int | None, buf: bytes) -> bpb.PublishAck:
     ids=["key", "attribute-name", "attribute-value", "producer-id"],
 )
 def test_a_poison_frame_is_refused_whole_and_the_topic_stays_readable(client_python, broker, box, tmp_path, bad):
-    first = _publish_raw(broker, None, frames.encode_payloads([b"m0"], publish_time=1))
+    first = _publish_raw(broker, None, message_codec.encode_payloads([b"m0"], publish_time=1))
     assert first.status.code == 0 and first.count == 1, first
     ready = tmp_path / "subscribed"
     proc = dc.start_script(
@@ -281,11 +285,11 @@ def test_a_poison_frame_is_refused_whole_and_the_topic_stays_readable(client_pyt
     while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)  # subscribed (a new subscription starts at the latest offset)
     before = tree(box)
-    good = frames.encode_payloads([b"m1"], publish_time=1)
+    good = message_codec.encode_payloads([b"m1"], publish_time=1)
     ack = _publish_raw(broker, first.producer_id, good + bad + good)
     assert ack.status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0], ack
     assert "batch refused, nothing stored: frame 1" in ack.status.message
-    ack = _publish_raw(broker, first.producer_id, frames.encode_payloads([b"m2", b"m3"], publish_time=1))
+    ack = _publish_raw(broker, first.producer_id, message_codec.encode_payloads([b"m2", b"m3"], publish_time=1))
     assert ack.status.code == 0 and (ack.first_offset, ack.last_offset) == (1, 2)
     out, err = proc.communicate(timeout=60)
     result = dc.parse_result("consume.py", proc.returncode, out, err)

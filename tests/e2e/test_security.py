@@ -317,7 +317,7 @@ def test_batch_lane_streams_are_checked_per_message(pki, secret_file, server):
     subscribing where it may not, too."""
     import grpc
 
-    from danube import frames
+    from danube import message_codec
     from danube.proto.danube_batch import batch_pb2 as bpb
     from danube.proto.danube_batch import batch_pb2_grpc as bgrpc
 
@@ -344,7 +344,7 @@ def test_batch_lane_streams_are_checked_per_message(pki, secret_file, server):
                     ),
                 )
 
-            frame = frames.encode_record(b"x", publish_time=1, producer_id=0, key=None, attributes=None)
+            frame = message_codec.encode_record(b"x", publish_time=1, producer_id=0, key=None, attributes=None)
 
             async def publish(channel, requests):
                 acks = []

@@ -8,7 +8,7 @@ import uuid
 import grpc
 import pytest
 
-from danube import frames as frame_codec
+from danube import message_codec as frame_codec
 from danube.client import DanubeClient, SubType
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc

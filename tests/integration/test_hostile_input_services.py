@@ -15,7 +15,7 @@ import struct
 import grpc
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.broker import FailurePolicy
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.timeout(60)
 def raw_frame(key: bytes | None, *, payload: bytes = b"p") -> bytes:
     body = struct.pack("<QQBBHH", 1, 0, 1 if key is not None else 0, 0, 0, len(key or b"")) + (key or b"") + payload
     len_field = struct.pack("<I", len(body))
-    return struct.pack("<QI", 0, frames.crc32c(body, frames.crc32c(len_field))) + len_field + body
+    return struct.pack("<QI", 0, message_codec.crc32c(body, message_codec.crc32c(len_field))) + len_field + body
 
 
 def add_all(server, broker) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from danube import frames as frame_codec
+from danube import message_codec as frame_codec
 from danube.errors import InvalidArgumentError, NotFoundError
 from danube.proto.danube import DanubeApi_pb2 as danube_pb
 from danube.proto.danube import DanubeApi_pb2_grpc as danube_grpc

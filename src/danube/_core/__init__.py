@@ -1,1 +1,1 @@
-"""Private compiled core (Cython). Import the public wrappers instead: danube.frames, danube.wal."""
+"""Private compiled core (Cython). Import the public wrappers instead: danube.message_codec, danube.wal."""

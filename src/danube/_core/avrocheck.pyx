@@ -6,7 +6,7 @@ Same functions and results as the twin ``danube._pure.avrocheck``:
 ``check_payload(prog, payload) -> -1 | bad position`` and
 ``check_frames(prog, frames) -> (-1, -1) | (bad frame index, position in its payload)``;
 ``check_attribute(frames, name, value) -> -1 | index of the first frame without it``.
-Frames must already have passed ``danube.frames.validate``.
+Frames must already have passed ``danube.message_codec.validate``.
 """
 
 from libc.stdint cimport int32_t, int64_t, uint64_t, uint8_t

@@ -5,7 +5,7 @@ program (``danube.schema.avro_program``), without decoding into objects.
 byte position where it goes wrong (``len(payload)`` when it ends early or has bytes left over).
 ``check_frames(prog, frames) -> (-1, -1)`` when every frame's payload passes, else
 ``(index of the first bad frame, position in its payload)``.  Frames must already be valid
-(``danube.frames.validate``); layout at the top of ``danube._pure.frame``.
+(``danube.message_codec.validate``); layout at the top of ``danube._pure.frame``.
 """
 
 from __future__ import annotations

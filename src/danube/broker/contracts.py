@@ -64,7 +64,7 @@ __all__ = [
 
 class TopicStorage(Protocol):
     """One topic's log on this broker: offsets stamped in order, consecutive from ``first_offset``
-    to ``next_offset - 1``, stored as whole frames (``danube.frames``), never re-encoded.
+    to ``next_offset - 1``, stored as whole frames (``danube.message_codec``), never re-encoded.
 
     Appends come from the broker's event loop, one at a time; reads may overlap them. A record
     becomes visible to subscribers only once :meth:`wait_durable` returned for it (the topic keeps
@@ -195,6 +195,10 @@ class ClusterView(Protocol):
     def unassigned(self) -> Collection[str]:
         """Topics waiting for the leader to place them."""
 
+    @property
+    def leader(self) -> str | None:
+        """The id of the cluster's leader as this broker last saw it; None between leaders."""
+
     def owner(self, topic: str) -> str | None:
         """The id of the broker ``topic`` is assigned to, if any."""
 
@@ -249,6 +253,26 @@ class Cluster(Protocol):
 
     async def unload(self, topic: str) -> int | None:
         """Unload ``topic`` from this broker so another one takes it over."""
+
+    async def unload_anywhere(self, topic: str, *, caller: str | None = None) -> int | None:
+        """Unload ``topic`` from its owner, wherever it is: here, or through the owner's admin port
+        as ``caller`` (an admin call's ``authorization`` header) or else as this broker."""
+
+    async def drain(
+        self,
+        broker_id: str,
+        *,
+        dry_run: bool = False,
+        include: tuple = (),
+        exclude: tuple = (),
+        timeout_s: float = 60.0,
+        caller: str | None = None,
+    ) -> dict:
+        """Move every topic off ``broker_id`` and keep new ones away from it until :meth:`activate`;
+        the moves it made (or would make, with ``dry_run``) as ``UnloadBrokerResponse`` fields."""
+
+    async def activate(self, broker_id: str) -> None:
+        """Let the leader place topics on ``broker_id`` again (after :meth:`drain`)."""
 
 
 class PeerChannels(Protocol):

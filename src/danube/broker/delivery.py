@@ -6,9 +6,9 @@ import bisect
 from types import MappingProxyType
 from typing import Mapping
 
-from danube import frames
+from danube import message_codec
 
-_HEADER = frames.HEADER_SIZE
+_HEADER = message_codec.HEADER_SIZE
 
 
 # What a fresh delivery's redelivery_counts is: shared, read-only, no dict per delivery.
@@ -52,13 +52,13 @@ NOTHING = Delivery(b"", -1, -1, 0)  # an interrupted receive
 def cut_frames(buf, max_messages: int, max_bytes: int) -> tuple[memoryview, int]:
     """The longest prefix of whole frames within both limits (always at least one frame).
 
-    The frame walk is one codec call (``frames.frame_positions``, compiled), so a
+    The frame walk is one codec call (``message_codec.frame_positions``, compiled), so a
     delivery costs no Python work per message."""
     view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
     n = len(view)
     if n < _HEADER:
         return view[:0], 0
-    positions = frames.frame_positions(view)
+    positions = message_codec.frame_positions(view)
     count = min(len(positions), max_messages)
     if count == 0:
         return view[:0], 0
@@ -72,7 +72,7 @@ def cut_frames(buf, max_messages: int, max_bytes: int) -> tuple[memoryview, int]
 
 def split_frames(buf) -> list[memoryview]:
     view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
-    positions = frames.frame_positions(view)
+    positions = message_codec.frame_positions(view)
     out = []
     for i, p in enumerate(positions):
         end = positions[i + 1] if i + 1 < len(positions) else len(view)

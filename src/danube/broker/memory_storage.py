@@ -13,7 +13,7 @@ import asyncio
 import bisect
 from typing import AsyncIterator
 
-from danube import frames
+from danube import message_codec
 from danube.errors import TopicSealedError
 
 
@@ -43,8 +43,8 @@ class MemoryTopicStorage:
                 retriable=True,
             )
         base = self.next_offset
-        frames.validate(buf)
-        count = frames.stamp_offsets(buf, base)
+        message_codec.validate(buf)
+        count = message_codec.stamp_offsets(buf, base)
         if count == 0:
             return base, base - 1
         self._firsts.append(base)
@@ -70,7 +70,7 @@ class MemoryTopicStorage:
         from_offset = max(from_offset, self.first_offset)
         i = bisect.bisect_right(self._firsts, from_offset) - 1
         chunk = memoryview(self._chunks[i])
-        pos = frames.find_offset(chunk, from_offset)
+        pos = message_codec.find_offset(chunk, from_offset)
         if pos < 0:
             return b""
         return chunk[pos:]
@@ -82,7 +82,7 @@ class MemoryTopicStorage:
         while not self._closed:
             data = self.read_frames_now(from_offset, max_bytes)
             if data:
-                _count, _first, last = frames.validate(data)
+                _count, _first, last = message_codec.validate(data)
                 from_offset = last + 1
                 yield data
             else:

@@ -1,7 +1,7 @@
 """Read what can be read of a record that cannot be delivered (for its dead-letter copy).
 
 A stored record whose routing key or attributes are not UTF-8 cannot be decoded by
-``danube.frames``; its dead-letter copy keeps the payload and publish time unchanged and
+``danube.message_codec``; its dead-letter copy keeps the payload and publish time unchanged and
 the text fields with each undecodable byte written as ``\\xNN`` (``backslashreplace``),
 so the copy itself is deliverable and nothing of the original is silently lost.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from danube import frames
+from danube import message_codec
 
 _BODY_FIXED = struct.Struct("<QQBBHH")  # publish_time, producer_id, flags, reserved, attr_count, key_len
 _U16 = struct.Struct("<H")
@@ -36,8 +36,8 @@ def salvage(frame) -> SalvagedRecord:
 
     Raises ``danube.errors.FrameFormatError`` when the frame's lengths do not hold together."""
     view = memoryview(frame).cast("B")
-    frames.validate(view)  # lengths, flags and checksum: the walk below may trust them
-    b = frames.HEADER_SIZE
+    message_codec.validate(view)  # lengths, flags and checksum: the walk below may trust them
+    b = message_codec.HEADER_SIZE
     (body_len,) = _U32.unpack_from(view, 12)
     end = b + body_len
     publish_time, producer_id, flags, _reserved, attr_count, key_len = _BODY_FIXED.unpack_from(view, b)

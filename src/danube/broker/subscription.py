@@ -22,7 +22,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from danube import frames
+from danube import message_codec
 from danube._tasks import wake
 from danube.broker.cursor import AckTracker, to_ranges
 from danube.broker.delivery import NOTHING, Delivery, cut_frames, frame_offset, split_frames
@@ -370,12 +370,12 @@ class Subscription:
         # Records stored before publish checked them (or by a broker that did not) may hold a
         # routing key or attribute no subscriber can decode: deliver up to such a record and
         # hand it to the failure policy, so the subscription never stalls on it.
-        bad, problem = frames.check_fields(view)
+        bad, problem = message_codec.check_fields(view)
         if bad > 0:
             view = view[:bad]
-            count = len(frames.frame_positions(view))
+            count = len(message_codec.frame_positions(view))
         elif bad == 0:
-            self.reject_fresh(frames.FIELDS_PROBLEMS.get(problem, "it is malformed"))
+            self.reject_fresh(message_codec.FIELDS_PROBLEMS.get(problem, "it is malformed"))
             return None, 0
         return view, count
 

@@ -13,7 +13,7 @@ import re
 import time
 from typing import Protocol
 
-from danube import frames
+from danube import message_codec
 from danube.broker.coalesce import PublishCoalescer
 from danube.broker.commits import CommitQueue
 from danube.broker.contracts import TopicStorage
@@ -31,6 +31,14 @@ class DeliveryGate(Protocol):
     """What a repartition installs on a target partition (danube.routing.repartition.gate)."""
 
     def readable(self, sub: Subscription, readable_next: int) -> int: ...
+
+
+SYSTEM_PREFIX = "/system/"
+
+
+def is_system_topic(name: str) -> bool:
+    """Topics the broker itself writes (load reports): ``/system/<name>``."""
+    return isinstance(name, str) and name.startswith(SYSTEM_PREFIX)
 
 
 def partition_of(topic: str) -> tuple[str, int] | None:
@@ -89,12 +97,12 @@ class Topic:
         if len(buf) == 0:
             raise InvalidArgumentError("empty batch: a publish needs at least one frame")
         limit = self.policies.max_message_size
-        if limit and len(buf) > limit + frames.HEADER_SIZE:
-            positions = frames.frame_positions(buf)
+        if limit and len(buf) > limit + message_codec.HEADER_SIZE:
+            positions = message_codec.frame_positions(buf)
             count = len(positions)
             positions.append(len(buf))
             for i in range(count):
-                size = positions[i + 1] - positions[i] - frames.HEADER_SIZE
+                size = positions[i + 1] - positions[i] - message_codec.HEADER_SIZE
                 if size > limit:
                     raise MessageTooLargeError(
                         f"message of {size} bytes exceeds the max_message_size of {limit} bytes on topic {self.name}"
@@ -148,7 +156,7 @@ class Topic:
     async def _publish_in_turn(self, producer: Producer, buf: bytearray, started: float) -> tuple[int, int]:
         gate = self.publish_gate
         if gate is not None:
-            await gate.turn(len(frames.frame_positions(buf)))
+            await gate.turn(len(message_codec.frame_positions(buf)))
         # (no await between the turn and the append: delayed publishes keep their order)
         first, last = self.append(buf)
         return await self.commits.add(producer, first, last, len(buf), started)

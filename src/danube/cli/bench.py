@@ -17,6 +17,9 @@ batches queued behind each other; the producer's in-flight window grows by the
 same factor, so as many messages may be in flight as with full batches.
 Both processes freeze the objects that exist after setup (``gc.freeze``) and
 raise the gen-0 threshold, so collections stay short during the run.
+
+This module runs the producers and reports; the settings and the result are in ``bench_config.py``,
+the consumer process in ``bench_consumers.py``.
 """
 
 from __future__ import annotations
@@ -24,15 +27,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import json
-import struct
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 from danube.cli._client_common import (
     EXIT_FAILED,
@@ -45,359 +44,19 @@ from danube.cli._client_common import (
 from danube.cli._machine import describe as describe_machine
 from danube.cli._machine import observe as observe_machine
 from danube.cli._process import spawned_broker
-from danube.frames import HEADER_SIZE as FRAME_HEADER_SIZE
-from danube.frames import MIN_BODY as FRAME_MIN_BODY
+from danube.cli.bench_config import (
+    STAMP,
+    BenchConfig,
+    BenchResult,
+    bench_clients,
+    bench_topics,
+    connection_shares,
+    percentiles,
+)
+from danube.cli.bench_consumers import ConsumerProcess, build_consumers, consume, flatten, quiet_gc, stamp_reader
 from danube.processes import cpu_seconds, thread_count
 
-_STAMP = struct.Struct("<d")
-
-
-@dataclass
-class BenchConfig:
-    service_url: str | None = None
-    spawn_broker: bool = False
-    sync: str = "interval"
-    data_dir: str | None = None
-    topic: str | None = None
-    producers: int = 1
-    consumers: int = 1
-    message_size: int = 100
-    batch_size: int = 1000
-    rate: float = 0.0
-    duration: float = 10.0
-    reliable: bool = True
-    subscription_type: str | None = None
-    max_in_flight: int = 8
-    max_batch_bytes: int = 1024 * 1024
-    linger_ms: float = 1.0
-    pace_ms: float = 2.0  # with a rate: one send_batch call per pace_ms (at most batch_size messages)
-    progress: bool = True
-    drain_timeout: float = 30.0
-    consumer_process: bool = True  # consumers in a child process (False: in the bench's event loop)
-    topics: int = 1  # producers and consumers spread round-robin over this many topics
-    connections: int = 0  # client connections, shared round-robin (0: one per process)
-    broker_pid: int | None = None  # read the broker's CPU time from /proc (set when spawned)
-
-
-def bench_topics(config: BenchConfig, base: str) -> list[str]:
-    """The topics of a run: ``base`` itself, or ``base-0`` .. ``base-<N-1>`` with ``--topics N``."""
-    return [base] if config.topics <= 1 else [f"{base}-{i}" for i in range(config.topics)]
-
-
-def _clients(config: BenchConfig, count: int, share: float) -> list:
-    """Client connections for ``count`` producers or consumers: this side's ``share`` of
-    ``--connections`` (one when not given), at most one per producer/consumer."""
-    from danube.client import DanubeClient
-
-    n = 1 if config.connections <= 0 else max(1, min(count, round(config.connections * share)))
-    return [DanubeClient.builder().service_url(config.service_url).build() for _ in range(n)]
-
-
-def _connection_shares(config: BenchConfig) -> tuple[float, float]:
-    total = config.producers + config.consumers
-    return config.producers / total, config.consumers / total
-
-
-@dataclass
-class BenchResult:
-    config: dict
-    sent: int = 0
-    acked: int = 0
-    delivered: int = 0
-    elapsed_s: float = 0.0
-    publish_rate: float = 0.0  # acked messages / s
-    end_to_end_rate: float = 0.0  # delivered messages / s
-    publish_mb_s: float = 0.0
-    ack_latency_ms: dict = field(default_factory=dict)
-    deliver_latency_ms: dict = field(default_factory=dict)
-    calls_per_s: float = 0.0  # send_batch calls / s
-    messages_per_call: int = 0
-    machine: dict = field(default_factory=dict)  # load, CPU steal and pressure over the measured window
-    broker_cpu_s: float | None = None  # the broker's user+system CPU over the run (with a broker pid)
-    broker_cpu_us_per_msg: float | None = None  # ... per acked message
-    broker_cpu_us_per_call: float | None = None  # ... per send_batch call
-    broker_threads: int | None = None  # the broker's threads at the end of the run
-    errors: list = field(default_factory=list)
-
-
-def percentiles(samples: list[float]) -> dict:
-    """p50/p90/p99/p99.9/max in milliseconds (samples in seconds)."""
-    if not samples:
-        return {}
-    data = sorted(samples)
-    n = len(data)
-
-    def at(q: float) -> float:
-        return round(data[min(n - 1, int(q * n))] * 1000, 3)
-
-    return {
-        "count": n,
-        "p50": at(0.50),
-        "p90": at(0.90),
-        "p99": at(0.99),
-        "p999": at(0.999),
-        "max": round(data[-1] * 1000, 3),
-        "mean": round(sum(data) / n * 1000, 3),
-    }
-
-
-# ------------------------------------------------------------ the workload
-
-# payload position in a frame without key or attributes: the header, then the fixed body fields
-_PAYLOAD_AT = FRAME_HEADER_SIZE + FRAME_MIN_BODY
-_GC_THRESHOLD = (100_000, 50, 100)  # gen-0 collections every 100k allocations instead of 700
-_TARGET_POLL_S = 0.010  # how often the consumer process looks for the parent's final count
-
-
-@contextlib.contextmanager
-def _quiet_gc():
-    """Setup's objects frozen out of collections, gen 0 collected rarely; restored afterwards."""
-    old = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*_GC_THRESHOLD)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-        gc.unfreeze()
-
-
-def _loop_factory():
-    try:
-        import uvloop
-
-        return uvloop.new_event_loop
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        return None
-
-
-def _build_consumers(clients, config: BenchConfig, topic: str, sub_type: str) -> list:
-    topics = bench_topics(config, topic)
-    return [
-        clients[i % len(clients)]
-        .new_consumer()
-        .with_topic(topics[i % len(topics)])
-        .with_consumer_name(f"bench-c{i}")
-        .with_subscription("bench")
-        .with_subscription_type(sub_type)
-        .with_reliable(config.reliable)
-        .with_receive_credit(max(10_000, 4 * config.batch_size), 16 * 1024 * 1024)
-        .build()
-        for i in range(config.consumers)
-    ]
-
-
-def _stamp_reader(size: int):
-    """``read(frames, count, now)``: publish->deliver of every message of a batch, or None when the
-    batch is not ``count`` frames without key or attributes whose payloads are ``size`` bytes (each
-    payload starts with its send time).  The stamps are read as one strided numpy view: no
-    per-message Python work in the consumer process, which shares the 2 cores with the broker and
-    the producer.  None without numpy (the caller then reads frame by frame)."""
-    try:
-        import numpy
-    except ImportError:  # pragma: no cover - numpy comes with the test/spark extras
-        return lambda frames, count, now: None
-    frame_len = _PAYLOAD_AT + size
-    body_len = frame_len - 16
-
-    def field(frames, count: int, dtype: str, at: int):
-        return numpy.ndarray((count,), dtype=dtype, buffer=frames, offset=at, strides=(frame_len,))
-
-    def read(frames, count: int, now: float):
-        if count < 1 or len(frames) != count * frame_len:
-            return None
-        # Every header at i * frame_len names a body of this length (so the frames are exactly
-        # there), with no routing key (flags 0) and no attributes: the payload is at 38.
-        if not (
-            (field(frames, count, "<u4", 12) == body_len).all()
-            and (field(frames, count, "u1", 32) == 0).all()
-            and (field(frames, count, "<u2", 34) == 0).all()
-        ):
-            return None
-        return now - field(frames, count, "<f8", _PAYLOAD_AT)
-
-    return read
-
-
-def _flatten(samples: list) -> list[float]:
-    """The per-batch sample arrays/lists as one list of floats."""
-    out: list[float] = []
-    for part in samples:
-        out.extend(part.tolist() if hasattr(part, "tolist") else part)
-    return out
-
-
-async def _consume(consumer, seen: dict, latencies: list, config: BenchConfig, finished, read_stamps) -> None:
-    """Receives and acks until ``finished()``; one publish->deliver sample per message
-    (``latencies`` gets one array or list of samples per batch).  ``read_stamps`` comes from
-    ``_stamp_reader``, made during setup: its numpy import takes a good 100 ms, which must not
-    stall the first deliveries of the measured window."""
-    from danube import frames as frame_codec
-
-    decode_frame = frame_codec.decode_frame
-    unpack = _STAMP.unpack_from
-    perf = time.perf_counter
-    stamped = config.message_size >= _STAMP.size
-    size = config.message_size
-    while True:
-        batch = await consumer.receive_batch(timeout=0.05)
-        if batch is None:
-            if finished():
-                return
-            continue
-        now = perf()
-        if stamped:
-            frames = batch.frames
-            samples = read_stamps(frames, batch.count, now)
-            if samples is None:
-                first, _ = decode_frame(frames, 0)
-                if first.routing_key is not None or first.attributes or len(first.payload) != size:
-                    samples = []  # a topic shared with other producers (--topic): decode every frame
-                    pos = 0
-                    for _ in range(batch.count):
-                        record, pos = decode_frame(frames, pos)
-                        if len(record.payload) == size:
-                            samples.append(now - unpack(record.payload)[0])
-                else:  # frames of one size only (no key, no attributes): read the stamps in place
-                    samples = [now - unpack(frames, p + _PAYLOAD_AT)[0] for p in frame_codec.frame_positions(frames)]
-            latencies.append(samples)
-        seen["delivered"] += batch.count
-        seen["last"] = now
-        await consumer.ack_batch(batch)
-        if finished():
-            return
-
-
-def _consumer_child(conn_fd: int, counter_fd: int) -> None:
-    """Entry point of the consumer process: subscribe, say "ready", consume until told the acked count."""
-    import mmap
-    from multiprocessing.connection import Connection
-
-    from danube import _allocator
-
-    _allocator.tune()  # like every danube command's process (started with -c, not through main)
-
-    conn = Connection(conn_fd)
-    delivered = _Counter(mmap.mmap(counter_fd, 8))
-    config, topic, sub_type = conn.recv()
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        try:
-            answer = runner.run(_consumer_child_main(conn, delivered, config, topic, sub_type))
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which owns the outcome
-            answer = {"error": f"consumer process: {exc!r}"}
-    conn.send(answer)
-    conn.close()
-
-
-class _Counter:
-    """One int64 in a shared mapping: the delivered count the parent's progress bar shows."""
-
-    _CELL = struct.Struct("<q")
-
-    def __init__(self, mapping) -> None:
-        self._map = mapping
-
-    @property
-    def value(self) -> int:
-        return self._CELL.unpack_from(self._map)[0]
-
-    @value.setter
-    def value(self, n: int) -> None:
-        self._CELL.pack_into(self._map, 0, n)
-
-
-async def _consumer_child_main(conn, delivered, config: BenchConfig, topic: str, sub_type: str) -> dict:
-    clients = _clients(config, config.consumers, _connection_shares(config)[1])
-    consumers = _build_consumers(clients, config, topic, sub_type)
-    seen = {"delivered": 0, "last": 0.0}
-    latencies: list[float] = []
-    target: list = [None, 0.0]  # acked count to reach, when it was announced
-    next_poll = [0.0]
-
-    def finished() -> bool:
-        delivered.value = seen["delivered"]
-        if target[0] is None:
-            # The parent announces the count once, when producing ends: a poll of the pipe (a
-            # select call) after every batch is CPU the broker's two cores need, so look every 10 ms.
-            now = time.perf_counter()
-            if now < next_poll[0]:
-                return False
-            next_poll[0] = now + _TARGET_POLL_S
-            if not conn.poll():
-                return False
-            target[0], target[1] = conn.recv(), now
-        return seen["delivered"] >= target[0] or time.perf_counter() - target[1] > config.drain_timeout
-
-    read_stamps = _stamp_reader(config.message_size)
-    try:
-        await asyncio.gather(*(c.subscribe() for c in consumers))
-        with _quiet_gc():
-            conn.send("ready")
-            await asyncio.gather(*(_consume(c, seen, latencies, config, finished, read_stamps) for c in consumers))
-    finally:
-        for c in consumers:
-            with contextlib.suppress(Exception):
-                await c.close()
-        for client in clients:
-            await client.close()
-    return {"delivered": seen["delivered"], "last": seen["last"], "latencies": _flatten(latencies)}
-
-
-class _ConsumerProcess:
-    """The consumers in a child interpreter (a fresh one: no fork of grpc's threads, no re-import of the
-    caller's __main__), talking over a socket pair; stopped by its own handle."""
-
-    def __init__(self, config: BenchConfig, topic: str, sub_type: str) -> None:
-        import mmap
-        import socket
-        from multiprocessing.connection import Connection
-
-        ours, theirs = socket.socketpair()
-        counter_file = tempfile.TemporaryFile()
-        counter_file.write(b"\x00" * 8)
-        counter_file.flush()
-        self._counter_file = counter_file
-        self.delivered = _Counter(mmap.mmap(counter_file.fileno(), 8))
-        fds = (theirs.fileno(), counter_file.fileno())
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", f"from danube.cli.bench import _consumer_child; _consumer_child{fds}"], pass_fds=fds
-        )
-        theirs.close()
-        self._conn = Connection(ours.detach())
-        self._conn.send((config, topic, sub_type))
-
-    async def _receive(self, timeout: float):
-        if not await asyncio.to_thread(self._conn.poll, timeout):
-            raise RuntimeError(f"the consumer process did not answer within {timeout:.0f}s")
-        return self._conn.recv()
-
-    async def ready(self, consumers: int) -> None:
-        # subscribing takes a metadata write each: allow for a thousand topics on a busy machine
-        answer = await self._receive(max(60.0, 0.6 * consumers))
-        if answer != "ready":
-            raise RuntimeError(
-                answer.get("error", "the consumer process failed")
-                if isinstance(answer, dict)
-                else f"unexpected answer {answer!r}"
-            )
-
-    async def finish(self, acked: int, drain_timeout: float) -> dict:
-        self._conn.send(acked)
-        return await self._receive(drain_timeout + 30)
-
-    def stop(self) -> None:
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._conn.close()
-        self._counter_file.close()
+__all__ = ["BenchConfig", "BenchResult", "bench_topics", "format_result", "percentiles", "register", "run", "run_bench"]
 
 
 def messages_per_call(config: BenchConfig) -> int:
@@ -419,19 +78,19 @@ async def run_bench(config: BenchConfig) -> BenchResult:
     result = BenchResult(config={**asdict(config), "topic": topic, "subscription_type": sub_type})
     per_call = messages_per_call(config)
     result.messages_per_call = per_call
-    producer_share = _connection_shares(config)[0]
-    clients = _clients(config, config.producers, producer_share if config.consumer_process else 1.0)
+    producer_share = connection_shares(config)[0]
+    clients = bench_clients(config, config.producers, producer_share if config.consumer_process else 1.0)
     ack_lat: list[float] = []
     deliver_lat: list[float] = []
     counts = {"sent": 0, "acked": 0, "calls": 0}
     seen = {"delivered": 0, "last": 0.0}
     producing_done = asyncio.Event()
     perf = time.perf_counter
-    pad = b"\x00" * max(0, config.message_size - _STAMP.size)
+    pad = b"\x00" * max(0, config.message_size - STAMP.size)
 
-    child = _ConsumerProcess(config, topic, sub_type) if config.consumer_process else None
-    consumers = [] if child else _build_consumers(clients, config, topic, sub_type)
-    read_stamps = None if child else _stamp_reader(config.message_size)
+    child = ConsumerProcess(config, topic, sub_type) if config.consumer_process else None
+    consumers = [] if child else build_consumers(clients, config, topic, sub_type)
+    read_stamps = None if child else stamp_reader(config.message_size)
     # Paced calls are smaller: more of them in flight, so the messages in flight stay as many as at full size.
     in_flight = config.max_in_flight * -(-config.batch_size // per_call)
     producers = []
@@ -461,8 +120,8 @@ async def run_bench(config: BenchConfig) -> BenchResult:
         sent = 0
         while perf() < deadline:
             t0 = perf()  # the messages are handed to the client now; everything after counts
-            if config.message_size >= _STAMP.size:
-                payload = _STAMP.pack(t0) + pad
+            if config.message_size >= STAMP.size:
+                payload = STAMP.pack(t0) + pad
             else:
                 payload = b"\x00" * config.message_size
             await window.acquire()
@@ -518,9 +177,9 @@ async def run_bench(config: BenchConfig) -> BenchResult:
         else:
             await asyncio.gather(*(c.subscribe() for c in consumers))
         await asyncio.gather(*(p.create() for p in producers))
-        with _quiet_gc(), observe_machine() as result.machine:
+        with quiet_gc(), observe_machine() as result.machine:
             consumer_tasks = [
-                asyncio.ensure_future(_consume(c, seen, deliver_lat, config, in_process_finished, read_stamps))
+                asyncio.ensure_future(consume(c, seen, deliver_lat, config, in_process_finished, read_stamps))
                 for c in consumers
             ]
             cpu_start = cpu_seconds(config.broker_pid)
@@ -563,7 +222,7 @@ async def run_bench(config: BenchConfig) -> BenchResult:
             result.broker_cpu_us_per_msg = round(result.broker_cpu_s * 1e6 / max(1, counts["acked"]), 2)
             result.broker_cpu_us_per_call = round(result.broker_cpu_s * 1e6 / max(1, counts["calls"]), 2)
             result.broker_threads = thread_count(config.broker_pid)
-        result.deliver_latency_ms = percentiles(deliver_lat if child else _flatten(deliver_lat))
+        result.deliver_latency_ms = percentiles(deliver_lat if child else flatten(deliver_lat))
     finally:
         for p in producers:
             with contextlib.suppress(Exception):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from danube import frames as frame_codec
+from danube import message_codec as frame_codec
 from danube.schema.tag import SCHEMA_ATTR, parse_schema_value
 
 
@@ -112,7 +112,7 @@ class MessageBatch:
         return rest, skipped
 
     def records(self):
-        """Zero-copy ``danube.frames.Record``s (payloads are memoryviews into ``frames``)."""
+        """Zero-copy ``danube.message_codec.Record``s (payloads are memoryviews into ``frames``)."""
         return frame_codec.iter_records(self.frames)
 
     def payloads(self) -> list[bytes]:

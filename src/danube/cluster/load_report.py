@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Protocol
 
-from danube import frames
+from danube import message_codec
 from danube._tasks import cancel_and_wait
 from danube.errors import InvalidArgumentError
 
@@ -346,7 +346,7 @@ def encode_report(report: LoadReport, *, publish_time_ms: int | None = None) -> 
     """One unstamped frame: JSON payload, routing key = broker id (so compaction keeps the latest per broker)."""
     publish_time = int(time.time() * 1000) if publish_time_ms is None else publish_time_ms
     return bytearray(
-        frames.encode_record(
+        message_codec.encode_record(
             report.to_json(),
             offset=0,
             publish_time=publish_time,

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from danube import frames as frame_codec
+from danube import message_codec as frame_codec
 from danube.errors import DanubeError
 from danube.metadata import keys
 from danube.schema.errors import SchemaViolationError

@@ -2,7 +2,7 @@
 
 Each request carries a whole batch of frames as one ``bytes`` field.  The
 service does no per-message work: it checks the whole buffer with one call to
-the codec (``danube.frames.validate``), hands the bytearray to
+the codec (``danube.message_codec.validate``), hands the bytearray to
 ``BrokerService.publish`` (which stamps offsets in place, appends and waits for
 durability), and on the way out hands the broker's frame buffers to gRPC as
 they are.  Errors of one batch are answered in that batch's ack and the stream
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, AsyncIterator, cast
 
 import grpc
 
-from danube import frames as frame_codec
+from danube import message_codec as frame_codec
 from danube._tasks import wake
 from danube.broker.acks import AckBatcher
 from danube.errors import DanubeError, InvalidArgumentError

@@ -1,6 +1,6 @@
 """Danube's client protocol (package ``danube``) over the broker: the slow, compatible lane.
 
-Each unary ``SendMessage`` becomes one frame (``danube.frames.encode_record``)
+Each unary ``SendMessage`` becomes one frame (``danube.message_codec.encode_record``)
 handed to ``BrokerService.publish_one``, which stores the calls arriving together
 on a topic as one batch; each delivered frame becomes one
 ``StreamMessage``.  Nothing else in the broker sees a per-message object.
@@ -13,7 +13,7 @@ import logging
 
 import grpc
 
-from danube import frames
+from danube import message_codec
 from danube.broker.service import BrokerService
 from danube.broker.subscription import StreamSupersededError
 from danube.errors import DanubeError, InvalidArgumentError, NotServedHereError, quote
@@ -37,7 +37,7 @@ _SUB_TYPES = {
 STREAM_BATCH_MESSAGES = 64
 STREAM_BATCH_BYTES = 4 * 1024 * 1024
 _CLOSED_BACKOFF_S = 1.0
-_encode_record = frames.encode_record
+_encode_record = message_codec.encode_record
 _MessageResponse = pb.MessageResponse
 
 
@@ -204,16 +204,16 @@ def _decodable_records(broker: BrokerService, consumer_id: int, buf) -> list:
     policy (logged with its offset) and the others are delivered.  The whole batch is decoded in
     one codec call unless it holds such a record."""
     try:
-        return frames.decode_batch(buf)
+        return message_codec.decode_batch(buf)
     except _CONVERSION_ERRORS:
         pass
     view = memoryview(buf).cast("B")
-    positions = frames.frame_positions(view)
+    positions = message_codec.frame_positions(view)
     records = []
     for i, pos in enumerate(positions):
         end = positions[i + 1] if i + 1 < len(positions) else len(view)
         try:
-            records.append(frames.decode_frame(view[pos:end], 0)[0])
+            records.append(message_codec.decode_frame(view[pos:end], 0)[0])
         except _CONVERSION_ERRORS as exc:
             offset = int.from_bytes(view[pos : pos + 8], "little")
             broker.reject_delivery(consumer_id, offset, f"it cannot be decoded: {type(exc).__name__}: {exc}")

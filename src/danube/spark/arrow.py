@@ -2,8 +2,8 @@
 
 Reading turns a buffer of whole frames into one ``pyarrow.RecordBatch`` through
 ``danube._core.arrowcols`` (Arrow buffers filled in C) or, without the compiled
-core, its pure-Python twin built on ``danube.frames.decode_columns``.  Writing turns Arrow batches back into frames with
-``danube.frames.encode_records``.
+core, its pure-Python twin built on ``danube.message_codec.decode_columns``.  Writing turns Arrow batches back into frames with
+``danube.message_codec.encode_records``.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def frames_to_batch(topic: str, buf, columns: tuple[str, ...] = COLUMNS) -> pa.R
     """A RecordBatch of ``columns`` (default: all, :data:`ARROW_SCHEMA`) from a buffer of whole frames.
 
     The compiled ``danube._core.arrowcols`` fills Arrow buffers in C (no Python object
-    per record); its twin goes through ``frames.decode_columns``.  Every frame is checked
+    per record); its twin goes through ``message_codec.decode_columns``.  Every frame is checked
     whichever columns are asked for; strings of the columns built are UTF-8-validated by
     Arrow.  Building a column is zero-copy over the decoded buffers.
     """
@@ -187,7 +187,7 @@ def check_writable_schema(names_and_types: list[tuple[str, str]]) -> None:
 
 
 def batch_to_records(batch: pa.RecordBatch, *, default_publish_time_ms: int | None = None) -> list[tuple]:
-    """``(publish_time_ms, producer_id, key, attributes, payload)`` tuples for ``frames.encode_records``."""
+    """``(publish_time_ms, producer_id, key, attributes, payload)`` tuples for ``message_codec.encode_records``."""
     n = batch.num_rows
     names = batch.schema.names
     now_ms = int(time.time() * 1000) if default_publish_time_ms is None else default_publish_time_ms

@@ -35,7 +35,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from danube import frames
+from danube import message_codec
 from danube.errors import InvalidArgumentError, StorageError
 from danube.metadata import keys
 from danube.spark import arrow, planning, schema_decode
@@ -250,8 +250,8 @@ class DanubeWriter(DataSourceArrowWriter):
             if batch.num_rows == 0:
                 continue
             # relative offsets; the commit step stamps the final ones
-            encoded = frames.encode_records(arrow.batch_to_records(batch), base_offset=0)
-            positions = frames.frame_positions(encoded) + [len(encoded)]
+            encoded = message_codec.encode_records(arrow.batch_to_records(batch), base_offset=0)
+            positions = message_codec.frame_positions(encoded) + [len(encoded)]
             i, n = 0, len(positions) - 1
             while i < n:
                 j = bisect.bisect_right(positions, positions[i] + limit - len(buf)) - 1
@@ -289,7 +289,7 @@ class DanubeWriter(DataSourceArrowWriter):
         for message in staged:
             for piece in message.pieces:
                 data = bytearray(backend.get(piece.key))
-                stamped = frames.stamp_offsets(data, base)
+                stamped = message_codec.stamp_offsets(data, base)
                 if stamped != piece.count:
                     raise StorageError(
                         f"staged file {piece.key} holds {stamped} frames, expected {piece.count}", retriable=False

@@ -14,7 +14,7 @@ from __future__ import annotations
 import mmap
 import os
 
-from danube import _native, frames
+from danube import _native, message_codec
 from danube.errors import StorageError
 from danube.metadata.keys import is_valid_name
 from danube.spark.planning import ReadOptions, SegmentRead, _chunk_bounds
@@ -48,7 +48,9 @@ def _scan(path: str, index_every: int) -> tuple[int, int, int, int, list] | None
         if size <= _walfile.FILE_HEADER_SIZE:
             return None
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
-            count, end_pos, first, last, _reason, index = frames.scan(view, _walfile.FILE_HEADER_SIZE, -1, index_every)
+            count, end_pos, first, last, _reason, index = message_codec.scan(
+                view, _walfile.FILE_HEADER_SIZE, -1, index_every
+            )
     if count == 0:
         return None
     return count, end_pos, first, last, [(int(o), int(p)) for o, p in index]

@@ -29,7 +29,7 @@ import asyncio
 import logging
 from typing import Any, Callable
 
-from danube import frames
+from danube import message_codec
 from danube.errors import CorruptFrameError, StorageError
 from danube.storage.backends import DurableBackend
 from danube.storage.catalog import SegmentCatalog
@@ -178,13 +178,13 @@ class SegmentExporter:
             if not len(chunk):
                 break
             try:
-                count, first, last = frames.validate(chunk, pos, True)
+                count, first, last = message_codec.validate(chunk, pos, True)
             except CorruptFrameError as exc:
                 raise StorageError(
                     f"{self.topic}: WAL frames at offset {pos} failed validation before export: {exc}", retriable=False
                 ) from exc
             if last > end:
-                chunk = memoryview(chunk)[: frames.find_offset(chunk, end + 1)]
+                chunk = memoryview(chunk)[: message_codec.find_offset(chunk, end + 1)]
                 last = end
             parts.append(bytes(chunk))
             size += len(chunk)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import xxhash
 
-from danube import frames
+from danube import message_codec
 from danube.errors import CorruptFrameError, SegmentCorruptError, StorageError
 from danube.metadata.keys import split_topic
 from danube.storage.backends import DurableBackend
@@ -88,8 +88,8 @@ def describe_frames(
     topic: str, data, *, created_at: int | None = None, index_every: int = DEFAULT_INDEX_EVERY
 ) -> SegmentDescriptor:
     """Validate ``data`` (consecutive whole frames) and build its descriptor."""
-    count, end_pos, first, last, reason, index = frames.scan(data, 0, -1, index_every)
-    if count == 0 or end_pos != len(data) or reason not in (frames.SCAN_END,):
+    count, end_pos, first, last, reason, index = message_codec.scan(data, 0, -1, index_every)
+    if count == 0 or end_pos != len(data) or reason not in (message_codec.SCAN_END,):
         raise CorruptFrameError(
             "segment content is not a whole run of consecutive frames",
             position=end_pos,
@@ -98,7 +98,7 @@ def describe_frames(
             actual_crc=None,
         )
     mv = memoryview(data).cast("B")
-    times = [_PUBLISH_TIME.unpack_from(mv, p + frames.HEADER_SIZE)[0] for p in frames.frame_positions(mv)]
+    times = [_PUBLISH_TIME.unpack_from(mv, p + message_codec.HEADER_SIZE)[0] for p in message_codec.frame_positions(mv)]
     start, end = first, last
     return SegmentDescriptor(
         segment_id=f"{start:020d}-{end:020d}",
@@ -153,7 +153,7 @@ def verify_segment(desc: SegmentDescriptor, data) -> None:
     if actual != desc.etag:
         offset = None
         try:
-            frames.validate(data, desc.start_offset, True)
+            message_codec.validate(data, desc.start_offset, True)
         except CorruptFrameError as exc:
             offset = exc.offset if exc.offset is not None else desc.start_offset
         raise SegmentCorruptError(

@@ -4,7 +4,7 @@
 keeping ``prefetch`` reads in flight (the next range of this segment or the
 first range of the next one) on worker threads.  Every range is checked before
 a byte of it is handed out: frame checksums, lengths and the consecutive offset
-sequence (``frames.scan``), the object's size, and, when a segment is read from
+sequence (``message_codec.scan``), the object's size, and, when a segment is read from
 its first byte to its last, its etag.  A failure is a
 :class:`SegmentCorruptError` naming the segment and offset; nothing is skipped.
 
@@ -36,7 +36,7 @@ from typing import AsyncIterator, Callable, Iterator, NamedTuple
 
 import xxhash
 
-from danube import frames
+from danube import message_codec
 from danube.errors import OffsetOutOfRangeError, SegmentCorruptError
 from danube.storage.backends import DurableBackend
 from danube.storage.catalog import SegmentCatalog
@@ -50,7 +50,7 @@ def split_frames(buf, max_bytes: int) -> list:
     mv = memoryview(buf)
     if len(mv) <= max_bytes:
         return [mv]
-    positions = frames.frame_positions(mv)
+    positions = message_codec.frame_positions(mv)
     pieces = []
     start = 0
     while start < len(mv):
@@ -71,7 +71,7 @@ def split_frames_at(buf, marks: list[tuple[int, int]], last_offset: int, max_byt
     """``split_frames`` for a checked buffer whose scan noted some frame starts: ``(piece, its last offset)``.
 
     ``marks`` are ascending ``(position, offset)`` pairs of frames inside ``buf``
-    (the worker's ``frames.scan`` index) and ``last_offset`` the offset of its
+    (the worker's ``message_codec.scan`` index) and ``last_offset`` the offset of its
     last frame.  Pieces are cut at the last mark that keeps them within
     ``max_bytes``, so the event loop neither walks every frame header to cut
     nor to tell where each piece ends.  A stretch with no mark close enough is
@@ -228,7 +228,7 @@ class DurableHistoryReader:
             if len(data) != job.end - job.start:
                 return _Fetched(data, 0, 0, -1, -1, -1, None, [])
             note_every = 0 if len(data) <= max_bytes else max(max_bytes // 8, 1)
-            count, end_pos, first, last, reason, index = frames.scan(data, 0, job.first, note_every)
+            count, end_pos, first, last, reason, index = message_codec.scan(data, 0, job.first, note_every)
             etag = None
             if chain is not None:
                 etag = chain.update_after(previous, data, done, job.end == desc.size)
@@ -310,9 +310,9 @@ class DurableHistoryReader:
                 data = memoryview(got.data)
                 lo, hi = 0, len(data)
                 if job.first < from_offset:
-                    lo = frames.find_offset(data, from_offset)
+                    lo = message_codec.find_offset(data, from_offset)
                 if job.last > until:
-                    hi = frames.find_offset(data, until + 1, lo)
+                    hi = message_codec.find_offset(data, until + 1, lo)
                 marks = [(pos - lo, off) for pos, off in got.marks if lo < pos < hi]
                 for part in split_frames_at(data[lo:hi], marks, min(job.last, until), max_bytes):
                     yield part
@@ -338,11 +338,11 @@ class DurableHistoryReader:
                 expected=desc.size,
                 actual=job.start + len(got.data),
             )
-        if got.reason != frames.SCAN_END or got.end_pos != len(got.data) or got.last != job.last:
+        if got.reason != message_codec.SCAN_END or got.end_pos != len(got.data) or got.last != job.last:
             bad = job.first + got.count
             detail = "frame checksum, length or offset sequence check failed"
             try:
-                frames.validate(memoryview(got.data)[got.end_pos :], bad, True)
+                message_codec.validate(memoryview(got.data)[got.end_pos :], bad, True)
             except Exception as exc:  # noqa: BLE001 - only used to enrich the message
                 detail = str(exc)
             raise self._corrupt(desc, f"corrupt frame ({detail})", bad)
@@ -412,4 +412,4 @@ _OFFSET = struct.Struct("<Q")
 
 def _last_offset(buf) -> int:
     """Offset of the last frame of a whole-frame buffer (headers only; the data was checked upstream)."""
-    return _OFFSET.unpack_from(buf, frames.frame_positions(buf)[-1])[0]
+    return _OFFSET.unpack_from(buf, message_codec.frame_positions(buf)[-1])[0]

@@ -12,7 +12,7 @@ One writer thread, any number of concurrent readers.  See ``docs/wal.md``.
 """
 
 from danube.errors import CorruptFrameError, OffsetOutOfRangeError, WalClosedError, WalError
-from danube.frames import Record
+from danube.message_codec import Record
 from danube.wal.checkpoint import Checkpoint
 from danube.wal.files import WalFileInfo
 from danube.wal.log import Wal

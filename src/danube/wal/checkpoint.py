@@ -15,7 +15,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from danube import frames
+from danube import message_codec
 from danube.wal.files import CHECKPOINT_NAME, fsync_directory
 
 FORMAT = "danube-wal-ckpt-v1"
@@ -36,7 +36,7 @@ class Checkpoint:
             "rotated": [[seq, *self.rotated[seq]] for seq in sorted(self.rotated)],
         }
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-        body["crc"] = frames.crc32c(canonical)
+        body["crc"] = message_codec.crc32c(canonical)
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode() + b"\n"
 
     @classmethod
@@ -44,7 +44,7 @@ class Checkpoint:
         obj = json.loads(data)
         crc = obj.pop("crc")
         canonical = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
-        if obj.get("format") != FORMAT or frames.crc32c(canonical) != crc:
+        if obj.get("format") != FORMAT or message_codec.crc32c(canonical) != crc:
             raise ValueError("checkpoint checksum or format mismatch")
         rotated = {int(r[0]): (int(r[1]), int(r[2]), int(r[3])) for r in obj["rotated"]}
         return cls(first_offset=int(obj["first_offset"]), next_seq=int(obj["next_seq"]), rotated=rotated)

@@ -17,7 +17,7 @@ import time
 from bisect import bisect_right
 from typing import Any, AsyncIterator, Callable, Iterator
 
-from danube import _native, frames
+from danube import _native, message_codec
 from danube.errors import OffsetOutOfRangeError, TooManyOpenFilesError, WalBusyError, WalClosedError
 from danube.wal.checkpoint import Checkpoint, write_checkpoint
 from danube.wal.files import LOCK_NAME, WalFileInfo, fsync_directory
@@ -34,7 +34,7 @@ _walfile = _native.load("walfile")
 _ring = _native.load("ring")
 log = logging.getLogger("danube.wal")
 
-Record = frames.Record
+Record = message_codec.Record
 DEFAULT_READ_BYTES = 1 << 20
 PREFAULT_BYTES = 4 << 20
 
@@ -493,7 +493,7 @@ class Wal:
             view = self.read_frames(pos, DEFAULT_READ_BYTES)
             if not len(view):
                 break
-            for record in frames.iter_records(view):
+            for record in message_codec.iter_records(view):
                 out.append(record)
                 if max_records is not None and len(out) >= max_records:
                     break
@@ -507,7 +507,7 @@ class Wal:
             view = self.read_frames(pos, max_bytes)
             if not len(view):
                 return
-            for record in frames.iter_records(view):
+            for record in message_codec.iter_records(view):
                 yield record
             pos = record.offset + 1
 
@@ -546,7 +546,7 @@ class Wal:
     async def tail(self, from_offset: int | None = None) -> AsyncIterator[Record]:
         """Yield records from ``from_offset`` (default: the end), following live appends."""
         async for view in self.tail_frames(from_offset):
-            for record in frames.iter_records(view):
+            for record in message_codec.iter_records(view):
                 yield record
 
     # ------------------------------------------------------------ closing

@@ -19,7 +19,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from danube import _native, frames
+from danube import _native, message_codec
 from danube.errors import WalError
 from danube.wal.checkpoint import Checkpoint, read_checkpoint
 from danube.wal.files import list_segment_files, segment_file_name
@@ -158,8 +158,8 @@ def _never_written(path: str) -> bool:
 
 
 _REASONS = {
-    frames.SCAN_END: "end of file",
-    frames.SCAN_ZERO: "end of data",
-    frames.SCAN_TORN: "torn frame",
-    frames.SCAN_CORRUPT: "corrupt frame",
+    message_codec.SCAN_END: "end of file",
+    message_codec.SCAN_ZERO: "end of data",
+    message_codec.SCAN_TORN: "torn frame",
+    message_codec.SCAN_CORRUPT: "corrupt frame",
 }

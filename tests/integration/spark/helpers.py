@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from danube import frames
+from danube import message_codec
 from danube.storage import segment as seg
 
 
@@ -23,7 +23,7 @@ def write_history(backend, topic: str, segments, **record_kwargs):
     descriptors, rows = [], []
     for base, count in segments:
         records = make_records(base, count, **record_kwargs)
-        data = frames.encode_records(records, base_offset=base)
+        data = message_codec.encode_records(records, base_offset=base)
         descriptors.append(seg.write_segment(backend, topic, data))
         rows.extend(expected_row(topic, base + i, r) for i, r in enumerate(records))
     return descriptors, rows

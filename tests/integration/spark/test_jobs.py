@@ -11,7 +11,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.cli import main as cli_main
 from danube.cluster.load_report import LOAD_REPORTS_TOPIC, LoadReport, SystemLoad, TopicLoad, encode_report
 from danube.spark.jobs import load_stats, reprocess
@@ -180,8 +180,8 @@ def write_reports(root, reports):
     for r in reports:
         buf += encode_report(r, publish_time_ms=r.timestamp * 1000)
     data = bytearray(buf)
-    frames.stamp_offsets(data, 0)
-    half = frames.frame_positions(data)[len(reports) // 2]
+    message_codec.stamp_offsets(data, 0)
+    half = message_codec.frame_positions(data)[len(reports) // 2]
     seg.write_segment(backend, LOAD_REPORTS_TOPIC, bytes(data[:half]))
     seg.write_segment(backend, LOAD_REPORTS_TOPIC, bytes(data[half:]))
 

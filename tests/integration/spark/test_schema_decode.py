@@ -9,7 +9,7 @@ import json
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
-from danube import frames
+from danube import message_codec
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.schema.registry import SchemaRegistry
 from danube.schema.validation import schema_attributes
@@ -98,8 +98,8 @@ def test_two_version_avro_topic_reads_into_typed_columns(spark, tmp_path):
     ]
     root = str(tmp_path / "durable")
     backend = FilesystemBackend(root)
-    seg.write_segment(backend, TOPIC, frames.encode_records(first, base_offset=0))
-    seg.write_segment(backend, TOPIC, frames.encode_records(second, base_offset=3))
+    seg.write_segment(backend, TOPIC, message_codec.encode_records(first, base_offset=0))
+    seg.write_segment(backend, TOPIC, message_codec.encode_records(second, base_offset=3))
 
     df = (
         spark.read.format("danube")

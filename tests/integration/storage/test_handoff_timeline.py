@@ -13,7 +13,7 @@ import contextlib
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.metadata import keys
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.storage import StorageConfig, StorageFactory
@@ -55,7 +55,9 @@ async def _phase(name: str, seconds: float = 30):
 async def _produce(storage, messages):
     last = None
     for i in messages:
-        first, last = storage.append_frames(bytearray(frames.encode_payloads([_message(i)], publish_time=1000 + i)))
+        first, last = storage.append_frames(
+            bytearray(message_codec.encode_payloads([_message(i)], publish_time=1000 + i))
+        )
         assert first == i, "offsets continue without a gap"
     await storage.wait_durable(last)
 
@@ -65,7 +67,7 @@ async def _consume(storage, start, through):
 
     async def run():
         async for piece in storage.tail_frames(start, 700):
-            for record in frames.iter_records(piece):
+            for record in message_codec.iter_records(piece):
                 got.append((record.offset, bytes(record.payload)))
                 if record.offset >= through:
                     return
@@ -100,7 +102,7 @@ async def test_seal_and_resume_keep_one_offset_space(mode, tmp_path, request):
         assert history[0].start_offset == 0 and history[-1].end_offset == 21
         assert all(x.end_offset + 1 == y.start_offset for x, y in zip(history, history[1:]))
         with pytest.raises(Exception, match="sealed"):
-            a.append_frames(bytearray(frames.encode_payloads([b"late write"])))
+            a.append_frames(bytearray(message_codec.encode_payloads([b"late write"])))
 
         # T5: B loads the topic from the sealed state: next offset 22, sealed marker cleared.
         async with _phase("B: open_topic"):
@@ -121,7 +123,7 @@ async def test_seal_and_resume_keep_one_offset_space(mode, tmp_path, request):
 
         # read_frames agrees with the tail across the boundary
         below = await b.read_frames(20, 1 << 20)
-        assert [r.offset for r in frames.iter_records(below)] == [20, 21]
+        assert [r.offset for r in message_codec.iter_records(below)] == [20, 21]
 
         # B seals too: the durable history is now 0..27, still one offset space.
         async with _phase("B: seal"):

@@ -175,9 +175,9 @@ async def test_opens_are_refused_while_the_storage_is_deleted(tmp_path):
     factory = StorageFactory(config, metadata, broker_id="b1", background=False)
     try:
         storage = await factory.open_topic(DOOMED)
-        from danube import frames
+        from danube import message_codec
 
-        storage.append_frames(bytearray(frames.encode_payloads([b"old"] * 3, publish_time=1)))
+        storage.append_frames(bytearray(message_codec.encode_payloads([b"old"] * 3, publish_time=1)))
         await storage.wait_durable(2)
         with pytest.raises(StorageError, match="still open") as still_open:
             await factory.delete_topic(DOOMED)  # not unloaded: refused, nothing removed

@@ -21,14 +21,14 @@ TWINS = ["frame", "ring", "walfile", "arrowcols", "avrocheck", "h2codec"]
 
 def test_twins_import_no_compiled_module():
     # a fresh interpreter with the compiled core available (not forced off): importing
-    # the twins must still load neither danube._core nor danube.frames (which would
+    # the twins must still load neither danube._core nor danube.message_codec (which would
     # pick the compiled codec)
     env = {k: v for k, v in os.environ.items() if k != "DANUBE_NO_EXTENSIONS"}
     code = (
         "import sys\n"
         + "".join(f"import danube._pure.{name}\n" for name in TWINS)
         + "print(' '.join(sorted(m for m in sys.modules if m.startswith('danube._core')"
-        " or m in ('danube.frames', 'danube._native'))))\n"
+        " or m in ('danube.message_codec', 'danube._native'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == []

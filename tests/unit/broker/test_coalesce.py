@@ -5,7 +5,7 @@ import contextlib
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.broker import BrokerService, DispatchSettings, TopicPolicies
 from danube.errors import MessageTooLargeError, NotFoundError, TopicSealedError
 from danube.metadata.embedded import EmbeddedMetadataStore
@@ -35,14 +35,14 @@ async def broker(request, tmp_path):
 
 
 def frame(text: str, producer_id: int, key: str | None = None) -> bytes:
-    return frames.encode_record(text.encode(), publish_time=1, producer_id=producer_id, key=key)
+    return message_codec.encode_record(text.encode(), publish_time=1, producer_id=producer_id, key=key)
 
 
 async def read_all(broker, cid, count, timeout=5.0):
     got = []
     while len(got) < count:
         d = await asyncio.wait_for(broker.receive(cid, max_messages=1000, max_bytes=1 << 20), timeout)
-        got += [(r.offset, r.producer_id, bytes(r.payload).decode()) for r in frames.iter_records(d.frames)]
+        got += [(r.offset, r.producer_id, bytes(r.payload).decode()) for r in message_codec.iter_records(d.frames)]
     return got
 
 

@@ -6,7 +6,7 @@ import contextlib
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.broker import BrokerService, DispatchSettings
 from danube.errors import InvalidArgumentError
 from danube.metadata.embedded import EmbeddedMetadataStore
@@ -30,7 +30,9 @@ async def broker(request, tmp_path):
 
 
 def batch(texts, producer_id: int) -> bytearray:
-    return bytearray(b"".join(frames.encode_record(t.encode(), publish_time=1, producer_id=producer_id) for t in texts))
+    return bytearray(
+        b"".join(message_codec.encode_record(t.encode(), publish_time=1, producer_id=producer_id) for t in texts)
+    )
 
 
 async def test_batches_are_appended_in_call_order_and_answered_with_their_offsets(broker):
@@ -50,7 +52,7 @@ async def test_batches_are_appended_in_call_order_and_answered_with_their_offset
     got = []
     while len(got) < 100:
         d = await asyncio.wait_for(broker.receive(cid, max_messages=1000, max_bytes=1 << 20), 5)
-        got += [bytes(r.payload).decode() for r in frames.iter_records(d.frames)]
+        got += [bytes(r.payload).decode() for r in message_codec.iter_records(d.frames)]
     assert got == [x for i in range(50) for x in (f"a{i}", f"b{i}")]
     assert broker._publishing == 0
 

@@ -5,9 +5,8 @@ import contextlib
 
 import pytest
 
-from danube import frames
-from danube.broker import BrokerService, DispatchSettings
-from danube.broker import service as service_mod
+from danube import message_codec
+from danube.broker import BrokerService, DispatchSettings, service_cursors
 from danube.metadata import keys
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.storage.config import StorageConfig
@@ -32,13 +31,13 @@ async def ack_one_each(broker, topics):
     for name in topics:
         pid = await broker.create_producer(name, "p", reliable=True)
         cid = await broker.subscribe(name, "s", "c")
-        await broker.publish(pid, bytearray(frames.encode_record(b"x", publish_time=1, producer_id=pid)))
+        await broker.publish(pid, bytearray(message_codec.encode_record(b"x", publish_time=1, producer_id=pid)))
         d = await asyncio.wait_for(broker.receive(cid, max_messages=10, max_bytes=1 << 20), 5)
         await broker.ack_ranges(cid, [(d.first_offset, d.last_offset)])
 
 
 async def test_many_moved_cursors_are_one_transaction_each_chunk(broker, monkeypatch):
-    monkeypatch.setattr(service_mod, "CURSORS_PER_TXN", 8)
+    monkeypatch.setattr(service_cursors, "CURSORS_PER_TXN", 8)
     topics = [f"/default/c{i}" for i in range(20)]
     await ack_one_each(broker, topics)
     before = await broker.metadata.revision()
@@ -75,7 +74,7 @@ async def test_an_ack_wakes_a_receive_waiting_on_a_full_window(tmp_path):
         pid = await b.create_producer("/default/w", "p", reliable=True)
         cid = await b.subscribe("/default/w", "s", "c")
         for i in range(4):
-            await b.publish(pid, bytearray(frames.encode_record(b"m%d" % i, publish_time=1, producer_id=pid)))
+            await b.publish(pid, bytearray(message_codec.encode_record(b"m%d" % i, publish_time=1, producer_id=pid)))
         d = await asyncio.wait_for(b.receive(cid, max_messages=10, max_bytes=1 << 20), 5)
         assert (d.first_offset, d.last_offset) == (0, 1)  # the window is full now
         waiting = asyncio.ensure_future(b.receive(cid, max_messages=10, max_bytes=1 << 20))

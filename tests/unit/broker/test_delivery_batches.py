@@ -5,10 +5,10 @@ import asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from danube import frames
+from danube import message_codec
 from danube.broker.subscription import cut_frames
 
-H = frames.HEADER_SIZE
+H = message_codec.HEADER_SIZE
 
 
 def reference_cut(buf, max_messages, max_bytes):
@@ -30,10 +30,10 @@ def reference_cut(buf, max_messages, max_bytes):
     max_bytes=st.integers(1, 20_000),
 )
 def test_cut_frames_matches_the_frame_by_frame_definition(sizes, max_messages, max_bytes):
-    buf = frames.encode_records([(1, 2, None, None, b"p" * n) for n in sizes])
+    buf = message_codec.encode_records([(1, 2, None, None, b"p" * n) for n in sizes])
     view, count = cut_frames(buf, max_messages, max_bytes)
     assert (len(view), count) == reference_cut(buf, max_messages, max_bytes)
-    assert frames.validate(view)[0] == count
+    assert message_codec.validate(view)[0] == count
 
 
 def test_cut_frames_of_an_empty_buffer_is_empty():
@@ -47,7 +47,7 @@ async def test_ack_ranges_moves_the_cursor_without_expanding_offsets(make_broker
     b = await make_broker()
     pid = await b.create_producer("/default/acks", "p", reliable=True)
     cid = await b.subscribe("/default/acks", "s", "c")
-    await b.publish(pid, bytearray(frames.encode_payloads([b"x"] * 5000)))
+    await b.publish(pid, bytearray(message_codec.encode_payloads([b"x"] * 5000)))
     got = 0
     while got < 5000:
         d = await asyncio.wait_for(b.receive(cid, max_messages=5000, max_bytes=1 << 20), 2)

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.broker.dispatch import DISPATCHERS, SUB_TYPES
 from danube.broker.dispatch.exclusive import ExclusiveDispatcher
 from danube.broker.dispatch.failover import FailoverDispatcher
@@ -16,11 +16,11 @@ T = "/default/dispatch"
 
 
 def batch(payloads, key=None):
-    return bytearray(frames.encode_payloads([p.encode() for p in payloads], key=key))
+    return bytearray(message_codec.encode_payloads([p.encode() for p in payloads], key=key))
 
 
 def payloads(delivery):
-    return [bytes(r.payload).decode() for r in frames.iter_records(delivery.frames)]
+    return [bytes(r.payload).decode() for r in message_codec.iter_records(delivery.frames)]
 
 
 async def receive(broker, cid, timeout=2.0):

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.broker import FailurePolicy
 from tests.unit.broker.conftest import stop
 
@@ -13,11 +13,11 @@ T = "/default/topic"
 
 
 def batch(payloads, key=None, producer_id=0):
-    return bytearray(frames.encode_payloads([p.encode() for p in payloads], key=key, producer_id=producer_id))
+    return bytearray(message_codec.encode_payloads([p.encode() for p in payloads], key=key, producer_id=producer_id))
 
 
 def payloads(delivery):
-    return [bytes(r.payload).decode() for r in frames.iter_records(delivery.frames)]
+    return [bytes(r.payload).decode() for r in message_codec.iter_records(delivery.frames)]
 
 
 async def receive(broker, cid, timeout=2.0):
@@ -72,7 +72,7 @@ async def test_dead_letter_carries_danubes_attributes(make_broker):
         if "/default/dlq" in b.topics and b.topics["/default/dlq"].storage.next_offset == 1:
             break
         await asyncio.sleep(0.02)
-    rec = frames.decode_batch(await b.topics["/default/dlq"].storage.read_frames(0, 1 << 20))[0]
+    rec = message_codec.decode_batch(await b.topics["/default/dlq"].storage.read_frames(0, 1 << 20))[0]
     attrs = dict(rec.attributes)
     assert bytes(rec.payload) == b"bad"
     assert {

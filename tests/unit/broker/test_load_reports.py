@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.cluster.load_report import LOAD_REPORTS_TOPIC, REPORT_ATTRIBUTES, LoadReport, LoadReporter
 from danube.errors import FrameFormatError, InvalidArgumentError, NotFoundError
 from tests.unit.broker.conftest import stop
@@ -25,7 +25,7 @@ async def _reports(broker, cid, want, timeout=10.0):
         remaining = deadline - loop.time()
         assert remaining > 0, f"no matching load report in {timeout} s; saw {seen[-3:]}"
         d = await asyncio.wait_for(broker.receive(cid, max_messages=100, max_bytes=1 << 20), remaining)
-        records = list(frames.iter_records(d.frames))
+        records = list(message_codec.iter_records(d.frames))
         await broker.ack(cid, [r.offset for r in records])
         for r in records:
             assert r.routing_key == broker.broker_id
@@ -57,7 +57,7 @@ async def test_reports_carry_the_broker_id_and_per_topic_counters(make_broker):
         await b.subscribe(T, "s", "slow")  # never acks: its backlog is what was published
         # a report that saw the topic before anything was published: the baseline of its rates
         await _reports(b, reader, lambda rep: _topic(rep, T) is not None)
-        await b.publish(pid, bytearray(frames.encode_payloads([b"x" * 100] * 50)))
+        await b.publish(pid, bytearray(message_codec.encode_payloads([b"x" * 100] * 50)))
 
         seen = await _reports(b, reader, lambda rep: _topic(rep, T).backlog_messages == 50)
         assert {rep.broker_id for rep in seen} == {"broker-7"}
@@ -78,7 +78,7 @@ async def test_reports_carry_the_broker_id_and_per_topic_counters(make_broker):
 async def test_stats_are_keyed_by_topic_with_the_reporter_counter_names(broker):
     pid = await broker.create_producer(T, "p", reliable=True)
     await broker.subscribe(T, "s", "c")
-    data = bytearray(frames.encode_payloads([b"a", b"bb"]))
+    data = bytearray(message_codec.encode_payloads([b"a", b"bb"]))
     nbytes = len(data)
     await broker.publish(pid, data)
     stats = broker.stats()
@@ -95,25 +95,25 @@ async def test_stats_are_keyed_by_topic_with_the_reporter_counter_names(broker):
 
 
 async def test_publish_system_creates_a_reliable_topic_without_a_producer(broker):
-    frames_buf = bytearray(frames.encode_payloads([b"one", b"two"], key="k"))
+    frames_buf = bytearray(message_codec.encode_payloads([b"one", b"two"], key="k"))
     assert await broker.publish_system("/system/things", frames_buf) == (0, 1)
     t = broker.topics["/system/things"]
     assert t.reliable and t.producers == {}
-    assert await broker.publish_system("/system/things", bytes(frames.encode_payloads([b"three"]))) == (2, 2)
+    assert await broker.publish_system("/system/things", bytes(message_codec.encode_payloads([b"three"]))) == (2, 2)
     cid = await broker.subscribe("/system/things", "s", "c", reliable=None)
     assert cid and broker.stats().topics["/system/things"].messages_in_total == 3
 
 
 async def test_publish_system_rejects_other_topics_and_bad_frames(broker):
     with pytest.raises(InvalidArgumentError, match="not a system topic"):
-        await broker.publish_system("/default/t", bytearray(frames.encode_payloads([b"x"])))
+        await broker.publish_system("/default/t", bytearray(message_codec.encode_payloads([b"x"])))
     with pytest.raises(NotFoundError):
         await broker.subscribe("/default/t", "s", "c", reliable=None)  # nothing was created
-    bad = bytearray(frames.encode_payloads([b"x"]))
+    bad = bytearray(message_codec.encode_payloads([b"x"]))
     bad[-1] ^= 0xFF
     with pytest.raises(FrameFormatError):
         await broker.publish_system("/system/things", bad)
-    assert await broker.publish_system("/system/things", bytearray(frames.encode_payloads([b"ok"]))) == (0, 0)
+    assert await broker.publish_system("/system/things", bytearray(message_codec.encode_payloads([b"ok"]))) == (0, 0)
 
 
 async def test_the_broker_does_not_report_on_itself(make_broker):

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.broker import FailurePolicy
 from danube.errors import InvalidArgumentError
 from tests.unit.broker.conftest import stop
@@ -28,15 +28,19 @@ def raw_frame(key: bytes | None, attrs=(), *, producer_id: int = 0, payload: byt
         body += struct.pack("<H", len(name)) + name + struct.pack("<I", len(value)) + value
     body += payload
     len_field = struct.pack("<I", len(body))
-    return struct.pack("<QI", 0, frames.crc32c(bytes(body), frames.crc32c(len_field))) + len_field + bytes(body)
+    return (
+        struct.pack("<QI", 0, message_codec.crc32c(bytes(body), message_codec.crc32c(len_field)))
+        + len_field
+        + bytes(body)
+    )
 
 
 def good(*payloads: str) -> bytes:
-    return frames.encode_payloads([p.encode() for p in payloads], publish_time=1)
+    return message_codec.encode_payloads([p.encode() for p in payloads], publish_time=1)
 
 
 def texts(delivery) -> list[str]:
-    return [bytes(r.payload).decode() for r in frames.iter_records(delivery.frames)]
+    return [bytes(r.payload).decode() for r in message_codec.iter_records(delivery.frames)]
 
 
 async def receive(broker, cid, timeout=3.0):
@@ -71,10 +75,12 @@ async def test_publish_refuses_the_whole_batch_before_storing_anything(broker, b
 
 async def test_a_frame_carrying_the_publishers_own_id_is_accepted(broker):
     pid = await broker.create_producer(T, "p", reliable=True)
-    buf = frames.encode_payloads([b"a", b"b"], producer_id=pid) + frames.encode_payloads([b"c"], producer_id=0)
+    buf = message_codec.encode_payloads([b"a", b"b"], producer_id=pid) + message_codec.encode_payloads(
+        [b"c"], producer_id=0
+    )
     assert await broker.publish(pid, bytearray(buf)) == (0, 2)
     with pytest.raises(InvalidArgumentError, match="producer id"):
-        await broker.publish(pid, bytearray(frames.encode_payloads([b"d"], producer_id=pid + 1)))
+        await broker.publish(pid, bytearray(message_codec.encode_payloads([b"d"], producer_id=pid + 1)))
 
 
 async def test_a_stored_poison_record_is_dropped_and_delivery_goes_on(make_broker):
@@ -127,7 +133,7 @@ async def test_a_stored_poison_record_goes_to_the_dead_letter_topic_readable(mak
         if dlq is not None and dlq.storage.next_offset == 1:
             break
         await asyncio.sleep(0.02)
-    rec = frames.decode_batch(await b.topics["/default/poison-dlq"].storage.read_frames(0, 1 << 20))[0]
+    rec = message_codec.decode_batch(await b.topics["/default/poison-dlq"].storage.read_frames(0, 1 << 20))[0]
     assert bytes(rec.payload) == b"kept"
     assert rec.routing_key == "ke\\xffy" and rec.attributes["a"] == "\\xfe"
     assert rec.attributes["x-original-topic-offset"] == "0" and rec.attributes["x-original-topic"] == T
@@ -139,7 +145,7 @@ async def test_a_key_shared_subscription_skips_a_stored_poison_record(make_broke
     pid = await b.create_producer(T, "p", reliable=True)
     cid = await b.subscribe(T, "s", "c", sub_type="key_shared")
     store_below_the_check(b, T, raw_frame(b"\x80"))
-    await b.publish(pid, bytearray(frames.encode_payloads([b"m1"], key="k")))
+    await b.publish(pid, bytearray(message_codec.encode_payloads([b"m1"], key="k")))
     assert texts(await receive(b, cid)) == ["m1"]
     await stop(b)
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.broker import TopicPolicies
 from danube.broker.ratelimit import PublishGate, TokenBucket
 from danube.errors import InvalidArgumentError
@@ -23,11 +23,11 @@ class FakeClock:
 
 
 def batch(texts, producer_id=0):
-    return bytearray(frames.encode_payloads([t.encode() for t in texts], producer_id=producer_id))
+    return bytearray(message_codec.encode_payloads([t.encode() for t in texts], producer_id=producer_id))
 
 
 def texts(delivery):
-    return [bytes(r.payload).decode() for r in frames.iter_records(delivery.frames)]
+    return [bytes(r.payload).decode() for r in message_codec.iter_records(delivery.frames)]
 
 
 # ------------------------------------------------------------------ the bucket
@@ -128,7 +128,7 @@ async def test_single_message_publishes_are_limited_too(make_broker):
     started = time.monotonic()
     offsets = await asyncio.gather(
         *(
-            b.publish_one(pid, frames.encode_record(f"m{i}".encode(), publish_time=1, producer_id=pid))
+            b.publish_one(pid, message_codec.encode_record(f"m{i}".encode(), publish_time=1, producer_id=pid))
             for i in range(120)
         )
     )

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.broker import FailurePolicy, TopicPolicies
 from danube.errors import (
     AlreadyExistsError,
@@ -22,14 +22,14 @@ T = "/default/topic"
 
 def batch(payloads, key=None, producer_id=0):
     return bytearray(
-        frames.encode_payloads(
+        message_codec.encode_payloads(
             [p if isinstance(p, bytes) else p.encode() for p in payloads], key=key, producer_id=producer_id
         )
     )
 
 
 def payloads(delivery):
-    return [bytes(r.payload).decode() for r in frames.iter_records(delivery.frames)]
+    return [bytes(r.payload).decode() for r in message_codec.iter_records(delivery.frames)]
 
 
 async def receive(broker, cid, n=100, timeout=2.0):
@@ -160,7 +160,7 @@ async def test_key_shared_same_key_same_consumer(broker):
         try:
             while True:
                 d = await receive(broker, cid, timeout=0.3)
-                for r in frames.iter_records(d.frames):
+                for r in message_codec.iter_records(d.frames):
                     assert seen.setdefault(r.routing_key, cid) == cid
         except asyncio.TimeoutError:
             pass
@@ -224,7 +224,7 @@ async def test_poison_dead_letter_topic(make_broker):
         if "/default/dlq" in b.topics and b.topics["/default/dlq"].storage.next_offset == 1:
             break
         await asyncio.sleep(0.02)
-    rec = frames.decode_batch(await b.topics["/default/dlq"].storage.read_frames(0, 1 << 20))[0]
+    rec = message_codec.decode_batch(await b.topics["/default/dlq"].storage.read_frames(0, 1 << 20))[0]
     assert bytes(rec.payload) == b"bad" and rec.attributes["x-original-topic"] == T
     await stop(b)
 

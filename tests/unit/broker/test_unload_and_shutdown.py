@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.broker import DispatchSettings
 from danube.errors import NotServedHereError
 from danube.metadata import keys
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(30)
 
 
 def batch(*payloads):
-    return bytearray(frames.encode_payloads([p.encode() for p in payloads]))
+    return bytearray(message_codec.encode_payloads([p.encode() for p in payloads]))
 
 
 async def receive(broker, cid, n=100):
@@ -120,7 +120,7 @@ async def test_acks_and_nacks_on_a_stopping_broker_are_refused_and_earlier_ones_
     b = await make_broker()
     assert await b.metadata.get_json(keys.subscription_cursor(T, "s")) == 1
     d = await receive(b, cid)
-    assert [bytes(r.payload) for r in frames.iter_records(d.frames)] == [b"c"]
+    assert [bytes(r.payload) for r in message_codec.iter_records(d.frames)] == [b"c"]
     await stop(b)
 
 
@@ -133,7 +133,7 @@ async def test_shutdown_refuses_new_publishes_and_lets_in_flight_ones_finish(bro
         await broker.publish(pid, batch("late"))
     assert info.value.retriable
     with pytest.raises(NotServedHereError, match="shutting down"):
-        await broker.publish_one(pid, bytearray(frames.encode_payloads([b"late"])))
+        await broker.publish_one(pid, bytearray(message_codec.encode_payloads([b"late"])))
     assert await broker.drain_publishes(5.0)
     assert in_flight.done() and in_flight.result() == (0, 1)
     assert broker.topics[T].storage.next_offset == 2  # nothing of the refused batches was stored

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from danube import frames as frame_codec
+from danube import message_codec as frame_codec
 from danube.client.acked import AckedOffsets
 from danube.client.messages import MessageBatch
 

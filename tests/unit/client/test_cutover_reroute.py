@@ -12,20 +12,22 @@ import asyncio
 import types
 
 from danube.client.connection import RetryPolicy
-from danube.client.producer import _FRAME_OVERHEAD, Producer, _Batch, _PartitionProducer
+from danube.client.producer import Producer
+from danube.client.producer_batch import FRAME_OVERHEAD, Batch
+from danube.client.producer_stream import PartitionProducer
 from danube.client.routing import PartitionRouter, partition_topic
 
 
 def _producer(partitions: int, max_batch_bytes: int) -> Producer:
     client = types.SimpleNamespace(retry=RetryPolicy())
     producer = Producer(client, "/ns/t", "p", partitions=partitions, max_batch_bytes=max_batch_bytes)
-    producer._parts = [_PartitionProducer(producer, partition_topic("/ns/t", i)) for i in range(partitions)]
+    producer._parts = [PartitionProducer(producer, partition_topic("/ns/t", i)) for i in range(partitions)]
     producer._router = PartitionRouter(partitions)
     producer.partitioning_version = 2
     return producer
 
 
-def _queued(part: _PartitionProducer) -> list[_Batch]:
+def _queued(part: PartitionProducer) -> list[Batch]:
     out = []
     while not part._to_send.empty():
         _, batch = part._to_send.get_nowait()
@@ -38,12 +40,12 @@ def test_a_rerouted_backlog_is_split_at_max_batch_bytes_keeping_per_key_order():
         loop = asyncio.get_running_loop()
         payload = b"p" * 100
         per_batch = 20
-        producer = _producer(4, max_batch_bytes=per_batch * (len(payload) + _FRAME_OVERHEAD))
+        producer = _producer(4, max_batch_bytes=per_batch * (len(payload) + FRAME_OVERHEAD))
         keys = [f"k{i % 37}" for i in range(3000)]
         futures = [loop.create_future() for _ in keys]
         # the old routing's backlog, as the cutover hands it over: several batches, in order
         for lo in range(0, len(keys), 500):
-            batch = _Batch([payload] * 500, keys[lo : lo + 500], [None] * 500, futures[lo : lo + 500])
+            batch = Batch([payload] * 500, keys[lo : lo + 500], [None] * 500, futures[lo : lo + 500])
             producer._reroute(batch)
         for part in producer._parts:
             part.seal()

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from danube import frames as frame_codec
+from danube import message_codec as frame_codec
 from danube.client import DanubeClient, SubType
 from danube.errors import ClientError, InvalidArgumentError, NotFoundError
 from tests.support.fake_broker import FakeBroker, start_fake_server

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.cluster import load_report as lr
 from danube.cluster.load_report import LoadReport, LoadReporter, ResourceMonitor, SystemLoad, TopicLoad
 from danube.errors import InvalidArgumentError
@@ -161,7 +161,7 @@ class ProtocolBroker:
         if self.calls <= self.fail_first:
             raise RuntimeError("storage not ready")
         assert isinstance(frame_batch, bytearray)
-        count, _first, _last = frames.validate(frame_batch)
+        count, _first, _last = message_codec.validate(frame_batch)
         assert count == 1
         self.published.append((topic, bytes(frame_batch)))
         return self.calls, self.calls
@@ -183,7 +183,7 @@ async def test_reporter_publishes_json_frames_periodically_and_survives_failures
     assert len(broker.published) >= 3
     for topic, raw in broker.published:
         assert topic == "/system/load_reports"
-        (record,) = list(frames.iter_records(raw))
+        (record,) = list(message_codec.iter_records(raw))
         assert record.routing_key == "broker-7"
         assert record.attributes == {"content-type": "application/json", "type": "LoadReport"}
         report = LoadReport.from_json(bytes(record.payload))
@@ -191,7 +191,7 @@ async def test_reporter_publishes_json_frames_periodically_and_survives_failures
         assert [t.topic_name for t in report.topics] == ["/default/orders"]
         assert {s.resource for s in report.resources_usage} == set(lr.RESOURCE_TYPES)
         assert abs(record.publish_time / 1000 - report.timestamp) < 5
-    last = LoadReport.from_json(bytes(next(frames.iter_records(broker.published[-1][1])).payload))
+    last = LoadReport.from_json(bytes(next(message_codec.iter_records(broker.published[-1][1])).payload))
     assert last.topics[0].message_rate > 0  # derived from the growing counter
 
 
@@ -201,5 +201,5 @@ async def test_report_once_returns_the_published_report():
     report = await reporter.report_once()
     assert report.broker_id == "override"
     assert isinstance(report.topics[0], TopicLoad)
-    (record,) = list(frames.iter_records(broker.published[0][1]))
+    (record,) = list(message_codec.iter_records(broker.published[0][1]))
     assert LoadReport.from_json(bytes(record.payload)) == report

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.broker import BrokerService
 from danube.cluster.node import ClusterNode
 from danube.errors import NotServedHereError, TopicSealedError
@@ -18,7 +18,7 @@ from tests.support.waiting import async_wait_until
 
 
 def batch(payloads, producer_id):
-    return bytearray(frames.encode_payloads([p.encode() for p in payloads], producer_id=producer_id))
+    return bytearray(message_codec.encode_payloads([p.encode() for p in payloads], producer_id=producer_id))
 
 
 @pytest.fixture
@@ -138,10 +138,10 @@ async def test_past_the_ttl_topics_stay_readable_and_reopen_when_the_lease_is_re
     with pytest.raises(NotServedHereError, match=f"writes to {topic} are refused"):
         await broker.create_producer(topic, "p2", reliable=True)
     # the attached consumer reads every stored message and its acks are accepted (in memory)
-    assert [r.payload for r in frames.iter_records(first.frames)] == [b"m0", b"m1", b"m2"]
+    assert [r.payload for r in message_codec.iter_records(first.frames)] == [b"m0", b"m1", b"m2"]
     rest = await broker.receive(cid, max_messages=100, max_bytes=1 << 20)
-    assert [r.offset for r in frames.iter_records(rest.frames)] == list(range(3, 10))
-    assert [r.payload for r in frames.iter_records(rest.frames)] == [f"m{i}".encode() for i in range(3, 10)]
+    assert [r.offset for r in message_codec.iter_records(rest.frames)] == list(range(3, 10))
+    assert [r.payload for r in message_codec.iter_records(rest.frames)] == [f"m{i}".encode() for i in range(3, 10)]
     await broker.ack(cid, range(3, 10))
     await broker.flush_cursors(force=True)
     assert await store.get_json(keys.subscription_cursor(topic, "s")) == 2  # not written while read-only
@@ -155,7 +155,7 @@ async def test_past_the_ttl_topics_stay_readable_and_reopen_when_the_lease_is_re
     assert broker.topics[topic] is t and not t.storage.read_only
     assert await broker.publish(pid, batch(["n10"], pid)) == (10, 10)
     after = await broker.receive(cid, max_messages=100, max_bytes=1 << 20)
-    assert [(r.offset, r.payload) for r in frames.iter_records(after.frames)] == [(10, b"n10")]
+    assert [(r.offset, r.payload) for r in message_codec.iter_records(after.frames)] == [(10, b"n10")]
     assert await store.get_json(keys.subscription_cursor(topic, "s")) == 9
 
 

@@ -8,7 +8,7 @@ import random
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from danube import frames
+from danube import message_codec
 from danube._pure import avrocheck as pure
 from danube.schema.avro_program import compile_avro
 
@@ -118,11 +118,11 @@ def test_check_frames_names_the_bad_message(checker):
     r = random.Random(7)
     good = [encode(parse_schema(doc), make(r)) for _ in range(20)]
     attrs = {"danube.schema": "1:1"}
-    buf = frames.encode_records([(1, 2, "key" if i % 2 else None, attrs, p) for i, p in enumerate(good)])
+    buf = message_codec.encode_records([(1, 2, "key" if i % 2 else None, attrs, p) for i, p in enumerate(good)])
     assert checker.check_frames(prog, buf) == (-1, -1)
     bad = list(good)
     bad[13] = good[13][:-1]
-    buf = frames.encode_records([(1, 2, None, attrs, p) for p in bad])
+    buf = message_codec.encode_records([(1, 2, None, attrs, p) for p in bad])
     index, pos = checker.check_frames(prog, buf)
     assert index == 13 and pos >= 0
 
@@ -132,7 +132,7 @@ def test_check_attribute_finds_the_first_untagged_message(checker):
     good = {"x": "1", "danube.schema": "12:3"}
     args = (b"danube.schema", b"12:3")
     records = [(1, 2, "k" if i % 2 else None, dict(good), b"p") for i in range(10)]
-    assert checker.check_attribute(frames.encode_records(records), *args) == -1
+    assert checker.check_attribute(message_codec.encode_records(records), *args) == -1
     for i, attrs in (
         (4, {"danube.schema": "12"}),  # no version
         (7, {"x": "2", "danube.schema": "12:2"}),  # another version
@@ -142,4 +142,4 @@ def test_check_attribute_finds_the_first_untagged_message(checker):
     ):
         bad = list(records)
         bad[i] = (1, 2, None, attrs, b"p")
-        assert checker.check_attribute(frames.encode_records(bad), *args) == i
+        assert checker.check_attribute(message_codec.encode_records(bad), *args) == i

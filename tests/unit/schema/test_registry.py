@@ -8,7 +8,7 @@ import json
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
-from danube import frames
+from danube import message_codec
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.schema.errors import IncompatibleSchemaError, InvalidSchemaError, SchemaNotFoundError, SchemaViolationError
 from danube.schema.registry import SchemaRegistry
@@ -113,7 +113,7 @@ async def test_gate_enforce_and_payload_validation(registry):
     await gate.refresh()
     good = avro_payload(USER_V1, {"id": 1, "name": "ann"})
     attrs = schema_attributes(v1.schema_id, 1)
-    batch = bytearray(frames.encode_payloads([good, good], attributes=attrs))
+    batch = bytearray(message_codec.encode_payloads([good, good], attributes=attrs))
     gate.check_batch("/default/users", v1.schema_id, 1, batch)
     gate.check_batch("/default/users-part-3", v1.schema_id, 1, batch)  # a partition follows its topic
     with pytest.raises(SchemaViolationError, match="no schema id"):
@@ -122,7 +122,7 @@ async def test_gate_enforce_and_payload_validation(registry):
         gate.check_batch("/default/users", v1.schema_id + 100, 1, batch)
     with pytest.raises(SchemaViolationError, match="version 7"):
         gate.check_batch("/default/users", v1.schema_id, 7, batch)
-    bad = bytearray(frames.encode_payloads([good, b"\xff\xff\xff"], attributes=attrs))
+    bad = bytearray(message_codec.encode_payloads([good, b"\xff\xff\xff"], attributes=attrs))
     gate.check_batch("/default/users", v1.schema_id, 1, bad)  # ids only: passes
     await registry.update_topic_policy("/default/users", "enforce", payload_validation=True)
     await gate.refresh()
@@ -136,7 +136,7 @@ async def test_gate_enforce_and_payload_validation(registry):
     gate.check_batch("/default/users", v1.schema_id, 1, bad)  # warn: let through, counted
     assert gate.warnings == 1
     gate.check_batch("/default/other", None, None, bad)  # no config: nothing checked
-    no_attrs = bytearray(frames.encode_payloads([good]))
+    no_attrs = bytearray(message_codec.encode_payloads([good]))
     await registry.update_topic_policy("/default/users", "enforce")
     await gate.refresh()
     with pytest.raises(SchemaViolationError, match=SCHEMA_ATTR):

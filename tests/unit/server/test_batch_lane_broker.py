@@ -8,7 +8,7 @@ import asyncio
 import grpc
 import pytest
 
-from danube import frames as frame_codec
+from danube import message_codec as frame_codec
 from danube.broker import FailurePolicy
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.proto.danube_batch import batch_pb2 as pb

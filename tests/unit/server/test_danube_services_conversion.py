@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from danube import frames
+from danube import message_codec
 from danube.server.danube_services import _decodable_records
 
 
@@ -18,26 +18,26 @@ class RecordingBroker:
 
 def stamped(buf: bytes, base: int) -> bytearray:
     out = bytearray(buf)
-    frames.stamp_offsets(out, base)
+    message_codec.stamp_offsets(out, base)
     return out
 
 
 def poison_frame() -> bytes:
     body = struct.pack("<QQBBHH", 1, 0, 1, 0, 0, 2) + b"\xff\xfe" + b"payload"
     len_field = struct.pack("<I", len(body))
-    return struct.pack("<QI", 0, frames.crc32c(body, frames.crc32c(len_field))) + len_field + body
+    return struct.pack("<QI", 0, message_codec.crc32c(body, message_codec.crc32c(len_field))) + len_field + body
 
 
 def test_a_clean_delivery_is_decoded_whole():
     broker = RecordingBroker()
-    buf = stamped(frames.encode_payloads([b"a", b"b"]), 10)
+    buf = stamped(message_codec.encode_payloads([b"a", b"b"]), 10)
     assert [bytes(r.payload) for r in _decodable_records(broker, 7, buf)] == [b"a", b"b"]
     assert broker.rejected == []
 
 
 def test_an_undecodable_record_is_rejected_with_its_offset_and_the_others_are_kept():
     broker = RecordingBroker()
-    buf = stamped(frames.encode_payloads([b"a"]) + poison_frame() + frames.encode_payloads([b"c"]), 10)
+    buf = stamped(message_codec.encode_payloads([b"a"]) + poison_frame() + message_codec.encode_payloads([b"c"]), 10)
     records = _decodable_records(broker, 7, buf)
     assert [(r.offset, bytes(r.payload)) for r in records] == [(10, b"a"), (12, b"c")]
     assert [(cid, offset) for cid, offset, _ in broker.rejected] == [(7, 11)]

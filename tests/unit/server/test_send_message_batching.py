@@ -6,7 +6,7 @@ import asyncio
 import grpc
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.broker import TopicPolicies
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
@@ -60,5 +60,5 @@ async def test_concurrent_send_message_calls_are_batched_and_all_stored(served):
     got = []
     while len(got) < 150:
         d = await asyncio.wait_for(broker.receive(cid, max_messages=1000, max_bytes=1 << 20), 5)
-        got += [bytes(r.payload).decode() for r in frames.iter_records(d.frames)]
+        got += [bytes(r.payload).decode() for r in message_codec.iter_records(d.frames)]
     assert sorted(got) == sorted(f"m{i}" for i in range(150))

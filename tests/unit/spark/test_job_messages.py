@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.cli import main as cli_main
 from danube.cluster.load_report import LOAD_REPORTS_TOPIC
 from danube.spark.jobs import common, load_stats
@@ -29,7 +29,9 @@ def test_load_stats_with_nothing_exported_says_why_and_writes_nothing(tmp_path, 
 
 def test_the_newest_exported_offset_is_named_when_the_range_holds_nothing(tmp_path, capsys):
     root = tmp_path / "durable"
-    seg.write_segment(FilesystemBackend(str(root)), "/default/t", frames.encode_payloads([b"x"] * 5, base_offset=0))
+    seg.write_segment(
+        FilesystemBackend(str(root)), "/default/t", message_codec.encode_payloads([b"x"] * 5, base_offset=0)
+    )
     code = cli_main.main(
         [
             "spark",
@@ -62,8 +64,10 @@ def test_data_dir_fills_both_roots_and_a_missing_root_is_a_sentence(tmp_path):
 def test_system_topics_are_read_from_every_brokers_history(tmp_path):
     backend = FilesystemBackend(str(tmp_path))
     for broker in ("b-1", "b-2"):
-        seg.write_segment(backend, f"{LOAD_REPORTS_TOPIC}.{broker}", frames.encode_payloads([b"r"], base_offset=0))
-    seg.write_segment(backend, "/system/other.b-1", frames.encode_payloads([b"r"], base_offset=0))
+        seg.write_segment(
+            backend, f"{LOAD_REPORTS_TOPIC}.{broker}", message_codec.encode_payloads([b"r"], base_offset=0)
+        )
+    seg.write_segment(backend, "/system/other.b-1", message_codec.encode_payloads([b"r"], base_offset=0))
     parser = argparse.ArgumentParser()
     load_stats.add_arguments(parser)
     args = parser.parse_args(["--root", str(tmp_path), "--output", "o"])

@@ -7,7 +7,7 @@ import datetime
 import pyarrow as pa
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.errors import InvalidArgumentError, SegmentCorruptError
 from danube.spark import arrow, planning
 from danube.spark.reading import read_batches, read_partition
@@ -61,7 +61,7 @@ def write_topic(backend, topic=TOPIC, segments=((0, 50), (50, 50), (100, 400))):
     descs = []
     for base, count in segments:
         records = make_records(base, count)
-        data = frames.encode_records(records, base_offset=base)
+        data = message_codec.encode_records(records, base_offset=base)
         descs.append(seg.write_segment(backend, topic, data, index_every=2048))
         written.extend((base + i, *r) for i, r in enumerate(records))
     return descs, written
@@ -212,7 +212,7 @@ def test_overlapping_reexport_is_not_read_twice(tmp_path):
     _, written = write_topic(backend, segments=((0, 50), (50, 50)))
     # a later export covering 40..79 (e.g. after a handoff) overlaps both
     records = [r[1:] for r in written[40:80]]
-    seg.write_segment(backend, TOPIC, frames.encode_records(records, base_offset=40))
+    seg.write_segment(backend, TOPIC, message_codec.encode_records(records, base_offset=40))
     options = planning.ReadOptions.parse({"path": str(tmp_path), "topic": TOPIC})
     _, batches = read_all(options, backend)
     assert [r[0] for r in rows_of(batches)] == list(range(100))
@@ -223,7 +223,7 @@ def test_all_topics_under_a_root_and_incomplete_uploads_ignored(tmp_path):
     write_topic(backend, "/a/one", ((0, 5),))
     write_topic(backend, "/b/two", ((0, 7),))
     # a data object without its sidecar: an unfinished upload
-    backend.put(seg.segment_key("/b/two", 7, 9), frames.encode_records(make_records(7, 3), base_offset=7))
+    backend.put(seg.segment_key("/b/two", 7, 9), message_codec.encode_records(make_records(7, 3), base_offset=7))
     options = planning.ReadOptions.parse({"path": str(tmp_path)})
     _, batches = read_all(options, backend)
     topics = [t for b in batches for t in b.column("topic").to_pylist()]

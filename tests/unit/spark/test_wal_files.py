@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.errors import StorageError
 from danube.spark import planning
 from danube.spark.reading import read_partition
@@ -38,7 +38,7 @@ def test_durable_segments_then_the_wal_files_without_overlap(tmp_path):
     # offsets 0..119 exported (the export ends inside a WAL file)
     with Wal.open(path, max_file_bytes=8192, initial_file_bytes=8192, sync="never") as wal:
         data = b"".join(bytes(wal.read_frames(o, 1 << 20)) for o in (0,))
-    cut = frames.find_offset(data, 120)
+    cut = message_codec.find_offset(data, 120)
     seg.write_segment(backend, TOPIC, data[:cut])
     options = planning.ReadOptions.parse({"path": str(durable), "topic": TOPIC, "walRoot": str(wal_root)})
     reads, got = rows(options, backend, wal_root)
@@ -60,7 +60,7 @@ def test_all_topics_of_a_wal_root_and_a_gap_is_an_error(tmp_path):
     options = planning.ReadOptions.parse({"path": str(durable), "walRoot": str(wal_root)})
     _, got = rows(options, backend, wal_root)
     assert [r["offset"] for r in got] == list(range(500, 550)), "a topic with no durable segment"
-    seg.write_segment(backend, TOPIC, frames.encode_payloads([b"x"] * 10, base_offset=0))
+    seg.write_segment(backend, TOPIC, message_codec.encode_payloads([b"x"] * 10, base_offset=0))
     with pytest.raises(StorageError, match="10..499 are neither in durable segments nor in the WAL"):
         planning.plan_all(options, backend)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.storage import StorageConfig, StorageFactory
 from tests.support.s3 import s3_bucket, s3_server  # noqa: F401
@@ -31,7 +31,7 @@ async def append(storage, start_hint: int, count: int, size: int = 200) -> tuple
     """Append ``count`` one-frame batches; return (first, last) offsets."""
     first = last = None
     for i in range(count):
-        buf = bytearray(frames.encode_payloads([payload(start_hint + i, size)]))
+        buf = bytearray(message_codec.encode_payloads([payload(start_hint + i, size)]))
         f, last = storage.append_frames(buf)
         first = f if first is None else first
     await storage.wait_durable(last)
@@ -39,7 +39,7 @@ async def append(storage, start_hint: int, count: int, size: int = 200) -> tuple
 
 
 def offsets_of(buf) -> list[int]:
-    return [r.offset for r in frames.iter_records(buf)]
+    return [r.offset for r in message_codec.iter_records(buf)]
 
 
 async def read_all(storage, from_offset: int, until: int, max_bytes: int = 4096) -> list:
@@ -50,7 +50,7 @@ async def read_all(storage, from_offset: int, until: int, max_bytes: int = 4096)
 
     async def run():
         async for piece in storage.tail_frames(from_offset, max_bytes):
-            for record in frames.iter_records(piece):
+            for record in message_codec.iter_records(piece):
                 out.append(record)
                 if record.offset >= until:
                     return

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.errors import StorageError
 from danube.storage.backends import FilesystemBackend, S3Backend
 from danube.storage.catalog import SegmentCatalog
@@ -70,8 +70,8 @@ def _one_segment(tmp_path, backend_cls, min_range: int):
     backend = backend_cls(str(tmp_path / "seg"))
     backend.min_range_bytes = min_range
     catalog = SegmentCatalog(None, "", TOPIC)
-    buf = bytearray(frames.encode_payloads([b"m" * 300 for _ in range(60)]))
-    frames.stamp_offsets(buf, 0)
+    buf = bytearray(message_codec.encode_payloads([b"m" * 300 for _ in range(60)]))
+    message_codec.stamp_offsets(buf, 0)
     catalog._append(write_segment(backend, TOPIC, bytes(buf), index_every=512))
     return backend, catalog, len(buf)
 

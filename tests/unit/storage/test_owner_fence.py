@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.errors import StorageError, TopicSealedError
 from danube.metadata import keys
 from danube.storage.owner_fence import epoch_key, read_epoch_file
@@ -46,7 +46,7 @@ async def _read_all(storage) -> list[tuple[int, bytes]]:
         view = await storage.read_frames(out[-1][0] + 1 if out else 0, 4096)
         if not len(view):
             return out
-        out += [(r.offset, bytes(r.payload[:10])) for r in frames.iter_records(view)]
+        out += [(r.offset, bytes(r.payload[:10])) for r in message_codec.iter_records(view)]
 
 
 async def test_a_read_only_owner_keeps_reading_while_the_next_owner_continues_the_wal(tmp_path, factories):
@@ -60,7 +60,7 @@ async def test_a_read_only_owner_keeps_reading_while_the_next_owner_continues_th
         TopicSealedError,
         match="read-only on this broker: broker-a cannot reach the metadata store; publish refused, nothing stored",
     ) as info:
-        old.append_frames(bytearray(frames.encode_payloads([b"zombie"])))
+        old.append_frames(bytearray(message_codec.encode_payloads([b"zombie"])))
     assert info.value.retriable
     with pytest.raises(StorageError, match="read-only"):
         await old.seal()

@@ -105,7 +105,7 @@ async def test_sealed_empty_topic_resumes_at_zero(tmp_path, factories):
 
 
 async def test_writes_after_seal_are_refused(tmp_path, factories):
-    from danube import frames
+    from danube import message_codec
 
     cfg = make_config(tmp_path)
     storage = await factories(cfg).open_topic(TOPIC)
@@ -113,4 +113,4 @@ async def test_writes_after_seal_are_refused(tmp_path, factories):
     assert await storage.seal() == 2
     assert await storage.seal() == 2, "seal is idempotent"
     with pytest.raises(TopicSealedError):
-        storage.append_frames(bytearray(frames.encode_payloads([b"late"])))
+        storage.append_frames(bytearray(message_codec.encode_payloads([b"late"])))

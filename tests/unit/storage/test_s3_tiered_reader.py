@@ -12,7 +12,7 @@ import asyncio
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.errors import SegmentCorruptError
 from danube.storage.backends import S3Backend
 from danube.storage.catalog import SegmentCatalog
@@ -24,8 +24,8 @@ SEGMENTS = ((0, 40), (40, 55), (95, 30))  # (first offset, frame count)
 
 
 def _frames(first: int, count: int, fill: bytes = b"s") -> bytes:
-    buf = bytearray(frames.encode_payloads([fill * (100 + (first + i) % 7 * 90) for i in range(count)]))
-    frames.stamp_offsets(buf, first)
+    buf = bytearray(message_codec.encode_payloads([fill * (100 + (first + i) % 7 * 90) for i in range(count)]))
+    message_codec.stamp_offsets(buf, first)
     return bytes(buf)
 
 
@@ -72,8 +72,8 @@ def test_flipped_byte_in_an_s3_object_names_segment_and_offset(s3_history):
     backend, catalog, descs, client = s3_history
     desc = descs[1]
     data = bytearray(backend.get(desc.data_key))
-    third = frames.frame_positions(data)[3]
-    data[third + frames.HEADER_SIZE + 20] ^= 0x40  # inside the 4th frame's body
+    third = message_codec.frame_positions(data)[3]
+    data[third + message_codec.HEADER_SIZE + 20] ^= 0x40  # inside the 4th frame's body
     _replace_object(client, backend, desc.data_key, bytes(data))
     with pytest.raises(SegmentCorruptError) as info:
         asyncio.run(_drain(DurableHistoryReader(backend, catalog)))

@@ -7,7 +7,7 @@ import asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from danube import frames
+from danube import message_codec
 from danube.storage.tiered_reader import DurableHistoryReader, split_frames
 from tests.unit.storage.conftest import TOPIC, append, make_config, offsets_of, payload, read_all
 
@@ -79,8 +79,8 @@ def test_stream_is_exact_for_any_chunking(tmp_path_factory, chunk, start, max_by
     sizes = [10, 700, 3, 1500, 64]
     offset = 0
     for n in (17, 25, 22):
-        buf = bytearray(frames.encode_payloads([b"v" * sizes[(offset + i) % 5] for i in range(n)]))
-        frames.stamp_offsets(buf, offset)
+        buf = bytearray(message_codec.encode_payloads([b"v" * sizes[(offset + i) % 5] for i in range(n)]))
+        message_codec.stamp_offsets(buf, offset)
         catalog._append(write_segment(backend, TOPIC, bytes(buf), index_every=512))
         offset += n
     reader = DurableHistoryReader(backend, catalog, chunk_bytes=chunk, prefetch=prefetch)
@@ -96,7 +96,7 @@ def test_stream_is_exact_for_any_chunking(tmp_path_factory, chunk, start, max_by
 
 
 def test_split_frames_respects_max_bytes():
-    buf = frames.encode_payloads([b"x" * n for n in (10, 100, 1000, 5, 5, 5)])
+    buf = message_codec.encode_payloads([b"x" * n for n in (10, 100, 1000, 5, 5, 5)])
     for limit in (1, 50, 200, 1100, 5000):
         pieces = split_frames(buf, limit)
         assert b"".join(bytes(p) for p in pieces) == bytes(buf)
@@ -114,9 +114,9 @@ def test_split_frames_at_marks_is_exact(sizes, every, max_bytes):
     """Cut at the scan's marks (or frame by frame between distant marks): same bytes, right last offsets."""
     from danube.storage.tiered_reader import split_frames_at
 
-    buf = bytearray(frames.encode_payloads([b"y" * n for n in sizes]))
-    frames.stamp_offsets(buf, 1000)
-    _count, _end, _first, last, _reason, index = frames.scan(buf, 0, 1000, every)
+    buf = bytearray(message_codec.encode_payloads([b"y" * n for n in sizes]))
+    message_codec.stamp_offsets(buf, 1000)
+    _count, _end, _first, last, _reason, index = message_codec.scan(buf, 0, 1000, every)
     pieces = split_frames_at(buf, [(pos, off) for off, pos in index], last, max_bytes)
     assert b"".join(bytes(p) for p, _ in pieces) == bytes(buf)
     for piece, piece_last in pieces:

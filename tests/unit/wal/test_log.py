@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.errors import (
     CorruptFrameError,
     FrameFormatError,
@@ -38,15 +38,15 @@ def test_append_read_round_trip(open_wal):
 def test_append_frames_stamps_in_place(open_wal):
     wal = open_wal()
     wal.append(b"x")
-    buf = bytearray(frames.encode_payloads([b"a", b"b"], producer_id=7))
+    buf = bytearray(message_codec.encode_payloads([b"a", b"b"], producer_id=7))
     assert wal.append_frames(buf) == (1, 2)
-    assert [r.offset for r in frames.iter_records(buf)] == [1, 2]  # the caller's buffer was stamped
+    assert [r.offset for r in message_codec.iter_records(buf)] == [1, 2]  # the caller's buffer was stamped
     assert bytes(wal.read_frames(1, 1 << 20)) == bytes(buf)
 
 
 def test_append_batch_accepts_read_only_frames(open_wal):
     wal = open_wal()
-    encoded = frames.encode_payloads([b"a", b"b", b"c"])
+    encoded = message_codec.encode_payloads([b"a", b"b", b"c"])
     assert wal.append_batch(encoded) == (0, 2)
     assert [r.offset for r in wal.read(0)] == [0, 1, 2]
 
@@ -54,7 +54,7 @@ def test_append_batch_accepts_read_only_frames(open_wal):
 def test_bad_frames_are_rejected_without_touching_the_log(open_wal):
     wal = open_wal()
     wal.append(b"keep")
-    bad = bytearray(frames.encode_payloads([b"a", b"b"]))
+    bad = bytearray(message_codec.encode_payloads([b"a", b"b"]))
     bad[-1] ^= 0xFF
     with pytest.raises(CorruptFrameError):
         wal.append_frames(bad)
@@ -69,10 +69,10 @@ def test_read_frames_limits_and_zero_copy(open_wal):
     wal.append_batch([b"p" * 100] * 50)
     view = wal.read_frames(0, 500)
     assert isinstance(view, memoryview)
-    count, first, last = frames.validate(view)
+    count, first, last = message_codec.validate(view)
     assert first == 0 and count == last + 1 and len(view) <= 500
     one = wal.read_frames(10, 1)  # at least one whole frame even when over budget
-    assert frames.validate(one)[0] == 1
+    assert message_codec.validate(one)[0] == 1
     assert len(wal.read_frames(50, 1000)) == 0
 
 
@@ -188,7 +188,7 @@ async def test_tail_wakes_on_appends_from_another_thread(open_wal):
 
     async def follow():
         async for view in wal.tail_frames(0, 1 << 16):
-            got.extend(r.offset for r in frames.iter_records(view))
+            got.extend(r.offset for r in message_codec.iter_records(view))
             if len(got) >= 300:
                 return
 
@@ -225,7 +225,7 @@ async def test_fanout_readers_share_the_same_bytes(open_wal):
     async def reader(i):
         async for view in wal.tail_frames(0):
             views[i].append(view)
-            if sum(frames.validate(v)[0] for v in views[i]) >= 20:
+            if sum(message_codec.validate(v)[0] for v in views[i]) >= 20:
                 return
 
     tasks = [asyncio.create_task(reader(i)) for i in range(4)]

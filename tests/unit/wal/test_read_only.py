@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.errors import WalBusyError, WalClosedError
 from danube.wal import Wal
 
@@ -55,7 +55,7 @@ def test_stop_writing_frees_the_directory_and_keeps_the_stored_offsets_readable(
             with pytest.raises(WalClosedError):
                 old.append(b"zombie")
             with pytest.raises(WalClosedError):
-                old.append_frames(bytearray(frames.encode_payloads([b"zombie"])))
+                old.append_frames(bytearray(message_codec.encode_payloads([b"zombie"])))
             with pytest.raises(WalClosedError, match="read-only"):
                 old.prune_through(500)
             with pytest.raises(WalClosedError, match="read-only"):

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.errors import CorruptFrameError, OffsetOutOfRangeError, WalError
 from danube.wal import Wal
 from danube.wal.files import list_segment_files
@@ -24,8 +24,8 @@ def _write(path, n=10, **options):
 
 def _frame_positions(path):
     data = open(path, "rb").read()
-    count, end, *_ = frames.scan(data, HEADER)
-    return frames.frame_positions(data[HEADER:end])
+    count, end, *_ = message_codec.scan(data, HEADER)
+    return message_codec.frame_positions(data[HEADER:end])
 
 
 def _patch(path, pos, data):

@@ -189,9 +189,9 @@ async def test_offset_in_a_just_rotated_file_is_synced_before_it_counts_as_durab
 
 
 def _frame(i):
-    from danube import frames
+    from danube import message_codec
 
-    return frames.encode_payloads([b"%06d" % i + b"." * 194])
+    return message_codec.encode_payloads([b"%06d" % i + b"." * 194])
 
 
 def test_prune_waits_for_the_file_to_be_final(open_wal, tmp_path):

@@ -32,9 +32,9 @@ async def _append_and_wait_all(logs, rounds=5):
 
 
 def _frames(payload: bytes) -> bytearray:
-    from danube import frames
+    from danube import message_codec
 
-    return bytearray(frames.encode_payloads([payload, payload]))
+    return bytearray(message_codec.encode_payloads([payload, payload]))
 
 
 @pytest.mark.parametrize("syncfs_min_logs", [4, 0], ids=["syncfs", "per-file"])

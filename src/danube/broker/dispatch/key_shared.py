@@ -24,7 +24,7 @@ import asyncio
 from collections import deque
 from typing import TYPE_CHECKING, Collection
 
-from danube import frames
+from danube import message_codec
 from danube.broker.delivery import Delivery, frame_offset, split_frames
 from danube.broker.keyshared import HashRing
 
@@ -126,7 +126,7 @@ class KeySharedDispatcher:
     # ------------------------------------------------------------ routing
 
     def _route_key(self, view: memoryview) -> str:
-        rec, _ = frames.decode_frame(view, 0)
+        rec, _ = message_codec.decode_frame(view, 0)
         assert rec is not None  # a whole frame (cut by the storage read)
         if rec.routing_key is not None:
             return rec.routing_key

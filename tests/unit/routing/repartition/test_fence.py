@@ -7,7 +7,7 @@ import asyncio
 
 import grpc
 
-from danube import frames as frame_codec
+from danube import message_codec as frame_codec
 from danube.metadata import keys
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc

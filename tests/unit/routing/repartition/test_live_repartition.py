@@ -11,7 +11,7 @@ import contextlib
 import grpc
 import pytest
 
-from danube import frames
+from danube import message_codec
 from danube.broker.policies import DispatchSettings
 from danube.client import DanubeClient, SubType
 from danube.metadata import keys
@@ -195,7 +195,7 @@ async def test_a_retired_partition_keeps_what_a_client_that_still_counts_it_publ
         store = RepartitionStore(broker.metadata)
         await broker.metadata.put_json(keys.topic_partitions(T), 4)
         plain = await broker.create_producer(f"{T}-part-3", "plain", reliable=True)
-        await broker.publish(plain, bytearray(frames.encode_payloads([b"before"])))
+        await broker.publish(plain, bytearray(message_codec.encode_payloads([b"before"])))
         broker.repartition.finalizer.adoption_timeout_ms = 0  # no client acks here
         await store.repartition(T, 2, now_ms=0)
         await async_wait_until(
@@ -207,7 +207,7 @@ async def test_a_retired_partition_keeps_what_a_client_that_still_counts_it_publ
             timeout=20,
         )
         assert await broker.metadata.get(keys.topic_terminated(f"{T}-part-3")) is None
-        await broker.publish(plain, bytearray(frames.encode_payloads([b"after"])))
+        await broker.publish(plain, bytearray(message_codec.encode_payloads([b"after"])))
         assert broker.topics[f"{T}-part-3"].storage.next_offset == 2
         assert await broker.partitions(T) == [f"{T}-part-{i}" for i in range(4)]
         stub = pb_grpc.BatchLaneStub(channel)
@@ -218,7 +218,7 @@ async def test_a_retired_partition_keeps_what_a_client_that_still_counts_it_publ
         consumer = consumer_for(client, "c", "late", SubType.Exclusive)
         await consumer.subscribe()  # a new subscription: from the latest
         assert len(consumer._parts) == 4
-        await broker.publish(plain, bytearray(frames.encode_payloads([b"later"])))
+        await broker.publish(plain, bytearray(message_codec.encode_payloads([b"later"])))
         m = await asyncio.wait_for(consumer.__aiter__().__anext__(), 10)
         assert (m.payload, m.topic) == (b"later", f"{T}-part-3")
         await consumer.close()
@@ -379,7 +379,7 @@ async def test_a_source_open_nowhere_is_opened_by_its_owner_and_the_transition_f
         for p in (0, 1) if created else (0,):  # not created: part-1 never existed
             producer = await broker.create_producer(f"{T}-part-{p}", "plain", reliable=True)
             for i in range(3 + p):
-                await broker.publish(producer, bytearray(frames.encode_payloads([f"m{i}".encode()])))
+                await broker.publish(producer, bytearray(message_codec.encode_payloads([f"m{i}".encode()])))
         if created:
             await broker.unload_topic(idle)  # sealed at offset 3: open on no broker
         assert idle not in broker.topics

@@ -10,7 +10,7 @@ from google.protobuf.internal import encoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from danube import frames as codec
+from danube import message_codec as codec
 from danube.errors import InvalidArgumentError
 from danube.proto.danube import DanubeApi_pb2 as danube_pb
 from danube.proto.danube_batch import batch_pb2 as batch_pb

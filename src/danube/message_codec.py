@@ -1,9 +1,11 @@
-"""Public frame codec: encode, validate, decode batches in the native frame format.
+"""The message codec: messages (records) encoded, validated and decoded in the native frame format.
+
+One format end to end: what a producer sends, what the WAL stores, what a durable segment holds
+and what Spark decodes. Not to be confused with ``danube.server.h2grpc.frames`` (HTTP/2 frames).
 
 The byte layout is documented at the top of ``danube/_pure/frame.py`` (the one
 description; the compiled codec's field positions are in ``danube/_core/frame.pxd``).
-This module exposes whichever implementation
-``danube._native`` selected.
+This module exposes whichever implementation ``danube._native`` selected.
 """
 
 from __future__ import annotations

@@ -1,0 +1,278 @@
+"""`danube bench`: the consumers, in a child process of their own (or in the caller's loop).
+
+The child interpreter subscribes, says "ready", consumes until the parent tells it how many
+messages were acked, and answers with the delivered count and every publish->deliver latency; the
+delivered count is also kept in a shared cell for the parent's progress line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+from danube.cli.bench_config import STAMP, BenchConfig, bench_clients, bench_topics, connection_shares
+from danube.message_codec import HEADER_SIZE as FRAME_HEADER_SIZE
+from danube.message_codec import MIN_BODY as FRAME_MIN_BODY
+
+# payload position in a frame without key or attributes: the header, then the fixed body fields
+_PAYLOAD_AT = FRAME_HEADER_SIZE + FRAME_MIN_BODY
+_GC_THRESHOLD = (100_000, 50, 100)  # gen-0 collections every 100k allocations instead of 700
+_TARGET_POLL_S = 0.010  # how often the consumer process looks for the parent's final count
+
+
+@contextlib.contextmanager
+def quiet_gc():
+    """Setup's objects frozen out of collections, gen 0 collected rarely; restored afterwards."""
+    old = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*_GC_THRESHOLD)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+        gc.unfreeze()
+
+
+def _loop_factory():
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        return None
+
+
+def build_consumers(clients, config: BenchConfig, topic: str, sub_type: str) -> list:
+    topics = bench_topics(config, topic)
+    return [
+        clients[i % len(clients)]
+        .new_consumer()
+        .with_topic(topics[i % len(topics)])
+        .with_consumer_name(f"bench-c{i}")
+        .with_subscription("bench")
+        .with_subscription_type(sub_type)
+        .with_reliable(config.reliable)
+        .with_receive_credit(max(10_000, 4 * config.batch_size), 16 * 1024 * 1024)
+        .build()
+        for i in range(config.consumers)
+    ]
+
+
+def stamp_reader(size: int):
+    """``read(frames, count, now)``: publish->deliver of every message of a batch, or None when the
+    batch is not ``count`` frames without key or attributes whose payloads are ``size`` bytes (each
+    payload starts with its send time).  The stamps are read as one strided numpy view: no
+    per-message Python work in the consumer process, which shares the 2 cores with the broker and
+    the producer.  None without numpy (the caller then reads frame by frame)."""
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover - numpy comes with the test/spark extras
+        return lambda frames, count, now: None
+    frame_len = _PAYLOAD_AT + size
+    body_len = frame_len - 16
+
+    def field(frames, count: int, dtype: str, at: int):
+        return numpy.ndarray((count,), dtype=dtype, buffer=frames, offset=at, strides=(frame_len,))
+
+    def read(frames, count: int, now: float):
+        if count < 1 or len(frames) != count * frame_len:
+            return None
+        # Every header at i * frame_len names a body of this length (so the frames are exactly
+        # there), with no routing key (flags 0) and no attributes: the payload is at 38.
+        if not (
+            (field(frames, count, "<u4", 12) == body_len).all()
+            and (field(frames, count, "u1", 32) == 0).all()
+            and (field(frames, count, "<u2", 34) == 0).all()
+        ):
+            return None
+        return now - field(frames, count, "<f8", _PAYLOAD_AT)
+
+    return read
+
+
+def flatten(samples: list) -> list[float]:
+    """The per-batch sample arrays/lists as one list of floats."""
+    out: list[float] = []
+    for part in samples:
+        out.extend(part.tolist() if hasattr(part, "tolist") else part)
+    return out
+
+
+async def consume(consumer, seen: dict, latencies: list, config: BenchConfig, finished, read_stamps) -> None:
+    """Receives and acks until ``finished()``; one publish->deliver sample per message
+    (``latencies`` gets one array or list of samples per batch).  ``read_stamps`` comes from
+    ``stamp_reader``, made during setup: its numpy import takes a good 100 ms, which must not
+    stall the first deliveries of the measured window."""
+    from danube import message_codec as frame_codec
+
+    decode_frame = frame_codec.decode_frame
+    unpack = STAMP.unpack_from
+    perf = time.perf_counter
+    stamped = config.message_size >= STAMP.size
+    size = config.message_size
+    while True:
+        batch = await consumer.receive_batch(timeout=0.05)
+        if batch is None:
+            if finished():
+                return
+            continue
+        now = perf()
+        if stamped:
+            frames = batch.frames
+            samples = read_stamps(frames, batch.count, now)
+            if samples is None:
+                first, _ = decode_frame(frames, 0)
+                if first.routing_key is not None or first.attributes or len(first.payload) != size:
+                    samples = []  # a topic shared with other producers (--topic): decode every frame
+                    pos = 0
+                    for _ in range(batch.count):
+                        record, pos = decode_frame(frames, pos)
+                        if len(record.payload) == size:
+                            samples.append(now - unpack(record.payload)[0])
+                else:  # frames of one size only (no key, no attributes): read the stamps in place
+                    samples = [now - unpack(frames, p + _PAYLOAD_AT)[0] for p in frame_codec.frame_positions(frames)]
+            latencies.append(samples)
+        seen["delivered"] += batch.count
+        seen["last"] = now
+        await consumer.ack_batch(batch)
+        if finished():
+            return
+
+
+def consumer_child(conn_fd: int, counter_fd: int) -> None:
+    """Entry point of the consumer process: subscribe, say "ready", consume until told the acked count."""
+    import mmap
+    from multiprocessing.connection import Connection
+
+    from danube import _allocator
+
+    _allocator.tune()  # like every danube command's process (started with -c, not through main)
+
+    conn = Connection(conn_fd)
+    delivered = _Counter(mmap.mmap(counter_fd, 8))
+    config, topic, sub_type = conn.recv()
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        try:
+            answer = runner.run(_consumer_child_main(conn, delivered, config, topic, sub_type))
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent, which owns the outcome
+            answer = {"error": f"consumer process: {exc!r}"}
+    conn.send(answer)
+    conn.close()
+
+
+class _Counter:
+    """One int64 in a shared mapping: the delivered count the parent's progress bar shows."""
+
+    _CELL = struct.Struct("<q")
+
+    def __init__(self, mapping) -> None:
+        self._map = mapping
+
+    @property
+    def value(self) -> int:
+        return self._CELL.unpack_from(self._map)[0]
+
+    @value.setter
+    def value(self, n: int) -> None:
+        self._CELL.pack_into(self._map, 0, n)
+
+
+async def _consumer_child_main(conn, delivered, config: BenchConfig, topic: str, sub_type: str) -> dict:
+    clients = bench_clients(config, config.consumers, connection_shares(config)[1])
+    consumers = build_consumers(clients, config, topic, sub_type)
+    seen = {"delivered": 0, "last": 0.0}
+    latencies: list[float] = []
+    target: list = [None, 0.0]  # acked count to reach, when it was announced
+    next_poll = [0.0]
+
+    def finished() -> bool:
+        delivered.value = seen["delivered"]
+        if target[0] is None:
+            # The parent announces the count once, when producing ends: a poll of the pipe (a
+            # select call) after every batch is CPU the broker's two cores need, so look every 10 ms.
+            now = time.perf_counter()
+            if now < next_poll[0]:
+                return False
+            next_poll[0] = now + _TARGET_POLL_S
+            if not conn.poll():
+                return False
+            target[0], target[1] = conn.recv(), now
+        return seen["delivered"] >= target[0] or time.perf_counter() - target[1] > config.drain_timeout
+
+    read_stamps = stamp_reader(config.message_size)
+    try:
+        await asyncio.gather(*(c.subscribe() for c in consumers))
+        with quiet_gc():
+            conn.send("ready")
+            await asyncio.gather(*(consume(c, seen, latencies, config, finished, read_stamps) for c in consumers))
+    finally:
+        for c in consumers:
+            with contextlib.suppress(Exception):
+                await c.close()
+        for client in clients:
+            await client.close()
+    return {"delivered": seen["delivered"], "last": seen["last"], "latencies": flatten(latencies)}
+
+
+class ConsumerProcess:
+    """The consumers in a child interpreter (a fresh one: no fork of grpc's threads, no re-import of the
+    caller's __main__), talking over a socket pair; stopped by its own handle."""
+
+    def __init__(self, config: BenchConfig, topic: str, sub_type: str) -> None:
+        import mmap
+        import socket
+        from multiprocessing.connection import Connection
+
+        ours, theirs = socket.socketpair()
+        counter_file = tempfile.TemporaryFile()
+        counter_file.write(b"\x00" * 8)
+        counter_file.flush()
+        self._counter_file = counter_file
+        self.delivered = _Counter(mmap.mmap(counter_file.fileno(), 8))
+        fds = (theirs.fileno(), counter_file.fileno())
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", f"from danube.cli.bench_consumers import consumer_child; consumer_child{fds}"],
+            pass_fds=fds,
+        )
+        theirs.close()
+        self._conn = Connection(ours.detach())
+        self._conn.send((config, topic, sub_type))
+
+    async def _receive(self, timeout: float):
+        if not await asyncio.to_thread(self._conn.poll, timeout):
+            raise RuntimeError(f"the consumer process did not answer within {timeout:.0f}s")
+        return self._conn.recv()
+
+    async def ready(self, consumers: int) -> None:
+        # subscribing takes a metadata write each: allow for a thousand topics on a busy machine
+        answer = await self._receive(max(60.0, 0.6 * consumers))
+        if answer != "ready":
+            raise RuntimeError(
+                answer.get("error", "the consumer process failed")
+                if isinstance(answer, dict)
+                else f"unexpected answer {answer!r}"
+            )
+
+    async def finish(self, acked: int, drain_timeout: float) -> dict:
+        self._conn.send(acked)
+        return await self._receive(drain_timeout + 30)
+
+    def stop(self) -> None:
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._conn.close()
+        self._counter_file.close()

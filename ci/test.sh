@@ -16,5 +16,7 @@ python setup.py --quiet build_ext --inplace
 python -m pytest "$@"
 # The pure-Python twins on their own, as aiokafka tests itself without its extensions: the unit
 # suite again with the compiled core switched off (danube._native loads danube._pure.*; the suite
-# checks it did).  About 2 min on the 2-core VM (92-105 s measured).
-DANUBE_NO_EXTENSIONS=1 python -m pytest tests/unit -q
+# checks it did), and the integration tests that run a broker or a client in this process, which
+# drive the codec and the WAL end to end.
+DANUBE_NO_EXTENSIONS=1 python -m pytest -q tests/unit tests/integration/client tests/integration/server \
+    tests/integration/routing/repartition tests/integration/storage/test_s3_tiered_reader.py

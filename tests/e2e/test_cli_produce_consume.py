@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.broker import running_broker
 from tests.support.ports import free_port
-from tests.support.processes import wait_until
+from tests.support.waiting import wait_until
 
 DANUBE = [sys.executable, "-m", "danube.cli.main"]
 
@@ -306,7 +306,7 @@ def test_broker_logs_grpcs_defaults_when_untuned(monkeypatch):
     monkeypatch.delenv("DANUBE_MALLOC_TUNING", raising=False)
     with running_broker("--sync", "interval") as b:
         # the line comes just after the port opens: give it a moment
-        wait_until(lambda: "GRPC_EXPERIMENTS=" in b.log(), message="the broker's start-up line")
+        wait_until(lambda: "GRPC_EXPERIMENTS=" in b.log(), what="the broker's start-up line")
         log = b.log()
     assert "GRPC_EXPERIMENTS=(grpc's defaults)" in log
     # the broker process tunes glibc malloc for its large per-batch buffers (danube/_allocator.py)

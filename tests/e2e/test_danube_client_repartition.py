@@ -19,7 +19,8 @@ import pytest
 
 from tests.support import danube_client_venv as dc
 from tests.support.broker import running_broker
-from tests.support.processes import stop_process, wait_until
+from tests.support.processes import stop_process
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -73,7 +74,7 @@ def finish(proc, timeout=120) -> dict:
 def start_consumer(broker, tmp_path, name: str, *args: str):
     ready = tmp_path / f"ready-{name}"
     proc = dc.start_script("consume.py", broker.url, T, "s", "--name", name, "--ready-file", str(ready), *args)
-    wait_until(lambda: ready.exists() or proc.poll() is not None, timeout=60, message=f"{name} subscribed")
+    wait_until(lambda: ready.exists() or proc.poll() is not None, timeout=60, what=f"{name} subscribed")
     assert proc.poll() is None, finish(proc)
     return proc
 
@@ -112,13 +113,13 @@ def test_a_danube_client_publishes_through_grow_and_shrink_and_a_resubscribed_co
         time.sleep(1.5)
         assert admin(broker, "topics", "repartition", T, "--partitions", "4")["partitioning_version"] == 1
         four = produce(broker, "four", 4, 1500)  # built for 4
-        wait_until(lambda: partitioning(broker)["marker"] is None, timeout=60, message="grow finalized")
+        wait_until(lambda: partitioning(broker)["marker"] is None, timeout=60, what="grow finalized")
         assert admin(broker, "topics", "repartition", T, "--partitions", "2")["partitioning_version"] == 2
         # the shrink drains once a consumer of "s" read the shrunk-away partitions: the first
         # consumer never attached to them; it goes, and the same subscription comes back
         early = finish(first)
         again = start_consumer(broker, tmp_path, "again", "--idle-timeout", "6")
-        wait_until(lambda: partitioning(broker)["marker"] is None, timeout=60, message="shrink finalized")
+        wait_until(lambda: partitioning(broker)["marker"] is None, timeout=60, what="shrink finalized")
         assert four.poll() is None, "the producer built for 4 partitions must still publish after the finalize"
         info = partitioning(broker)
         assert info["partitions"] == 2 and info["retired"] == [2, 3]

@@ -20,6 +20,7 @@ from danube.errors import DanubeError
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
 from tests.support.broker import running_broker
+from tests.support.waiting import async_wait_until
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -137,9 +138,10 @@ def test_full_wal_file_system_refuses_publishes_and_recovers(tmp_path):
                 await producer.create()
                 # as large as the refused messages (a smaller one may fit what the active WAL file still has)
                 sending = asyncio.ensure_future(producer.send_and_wait(b"after-fu" + payload))
-                await asyncio.sleep(1.5)
+                await async_wait_until(  # it was refused and sent again
+                    lambda: producer._parts[0].reconnects >= 1 or sending.done(), 30, "the send refused and retried"
+                )
                 assert not sending.done(), sending  # held by the client's retries, not failed
-                assert producer._parts[0].reconnects >= 1  # it was refused and sent again
                 os.remove(filler)
                 offset = await asyncio.wait_for(sending, 60)
                 await producer.close()

@@ -22,6 +22,7 @@ import grpc
 from danube.client import DanubeClient, SubType
 from danube.proto.danube_admin import admin_pb2, admin_pb2_grpc
 from tests.support.broker import running_broker
+from tests.support.waiting import async_wait_until
 
 TOPIC = "/default/redelivery_after_move"
 WINDOW = 64  # the consumer's receive credit: messages in flight between broker and application
@@ -101,11 +102,11 @@ async def test_redelivery_after_a_move_is_bounded_by_the_consumers_window(tmp_pa
                     await asyncio.sleep(0.001)  # slower than the producer: the window stays full
 
             async def wait_for(predicate, timeout: float, what: str):
-                deadline = time.monotonic() + timeout
-                while not predicate():
-                    assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
+                def reached():  # the consumer's own failure ends the wait with its error
                     assert not consuming.done(), consuming.exception() if not consuming.cancelled() else "cancelled"
-                    await asyncio.sleep(0.02)
+                    return predicate()
+
+                await async_wait_until(reached, timeout, what, interval=0.02)
 
             consuming = asyncio.ensure_future(consume())
             producing = asyncio.ensure_future(produce())

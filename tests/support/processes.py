@@ -8,8 +8,6 @@ import signal
 import subprocess
 from typing import Iterator, Sequence
 
-from tests.support import waiting
-
 
 def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> int | None:
     """SIGTERM, then SIGKILL after ``timeout``; return the exit code."""
@@ -46,7 +44,3 @@ def running(
         stop_process(proc, stop_timeout)
         if log_path:
             log.close()
-
-
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05, message: str = "condition") -> None:
-    waiting.wait_until(predicate, timeout, message, interval)

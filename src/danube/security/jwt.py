@@ -10,6 +10,7 @@ and a JSON parse.  Failures are never cached and always say why.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import jwt as pyjwt
 
@@ -59,11 +60,19 @@ def parse_duration(text: str) -> int:
 
 class TokenVerifier:
     def __init__(
-        self, secret_key: str, *, issuer: str | None = None, leeway_s: float = 0.0, cache_entries: int = CACHE_ENTRIES
+        self,
+        secret_key: str,
+        *,
+        issuer: str | None = None,
+        leeway_s: float = 0.0,
+        cache_entries: int = CACHE_ENTRIES,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """``clock`` is the wall clock expiry is judged by (tests move it instead of waiting)."""
         self._key = secret_key
         self._issuer = issuer
         self._leeway = leeway_s
+        self._clock = clock
         self._cache: dict[str, tuple[str, float]] = {}  # token -> (subject, expiry)
         self._cache_entries = cache_entries
         self.verified = 0  # tokens checked cryptographically (cache misses), for tests and benchmarks
@@ -75,13 +84,13 @@ class TokenVerifier:
         """The token's subject, or AuthenticationError saying what is wrong with it."""
         hit = self._cache.get(token)
         if hit is not None:
-            if hit[1] > time.time():
+            if hit[1] > self._clock():
                 return hit[0]
             del self._cache[token]
         subject, expiry = self._verify(token)
         cache = self._cache
         if len(cache) >= self._cache_entries:
-            now = time.time()
+            now = self._clock()
             for key in [k for k, (_, exp) in cache.items() if exp <= now]:
                 del cache[key]
             if len(cache) >= self._cache_entries:
@@ -97,11 +106,7 @@ class TokenVerifier:
                 token, self._key, algorithms=[ALGORITHM], issuer=self._issuer, leeway=self._leeway, options=options
             )
         except pyjwt.ExpiredSignatureError:
-            expired = _unverified_exp(token)
-            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expired)) if expired else "an earlier time"
-            raise AuthenticationError(
-                f"the token expired at {when}; get a new one (danube admin security tokens create)"
-            ) from None
+            raise _expired(_unverified_exp(token)) from None
         except pyjwt.InvalidSignatureError:
             raise AuthenticationError(
                 "the token's signature does not verify: it was forged or signed with another secret key"
@@ -119,7 +124,15 @@ class TokenVerifier:
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             raise AuthenticationError("the token's subject is empty")
-        return subject, float(claims["exp"]) + self._leeway
+        expiry = float(claims["exp"]) + self._leeway
+        if expiry <= self._clock():  # pyjwt judged by the system clock; an injected one may be later
+            raise _expired(float(claims["exp"]))
+        return subject, expiry
+
+
+def _expired(exp: float | None) -> AuthenticationError:
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(exp)) if exp else "an earlier time"
+    return AuthenticationError(f"the token expired at {when}; get a new one (danube admin security tokens create)")
 
 
 def _unverified_exp(token: str) -> float | None:

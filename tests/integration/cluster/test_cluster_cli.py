@@ -8,12 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.support.cluster import lookup
 from tests.support.etcd import requires_etcd
+from tests.support.waiting import wait_until
 
 pytestmark = [requires_etcd, pytest.mark.timeout(180)]
 
@@ -68,10 +68,7 @@ def test_cluster_up_prints_one_json_line_and_stops_everything_on_sigterm(tmp_pat
         assert len(answers) == 1 and answers <= {b["url"] for b in info["brokers"]}
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-        deadline = time.monotonic() + 10
-        while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert all(_gone(p) for p in pids), pids
+        wait_until(lambda: all(_gone(p) for p in pids), 10, f"every process of the cluster gone: {pids}", 0.1)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -4,7 +4,6 @@ the topic and follows the Redirect (its own venv, scripts run as subprocesses)."
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -12,6 +11,7 @@ from tests.support import danube_client_venv as dc
 from tests.support.cluster import local_cluster, lookup
 from tests.support.etcd import requires_etcd
 from tests.support.processes import stop_process
+from tests.support.waiting import wait_until
 
 pytestmark = [requires_etcd, pytest.mark.timeout(240)]
 
@@ -36,11 +36,12 @@ def test_danube_client_follows_redirects_to_the_owner(client_python, tmp_path):
             "consume.py", others[0], topic, "sub", "--count", "10", "--idle-timeout", "20", "--ready-file", str(ready)
         )
         try:
-            deadline = time.monotonic() + 60
-            while not ready.exists():
+
+            def subscribed():
                 assert consumer.poll() is None, consumer.communicate()
-                assert time.monotonic() < deadline, "consumer not subscribed"
-                time.sleep(0.1)
+                return ready.exists()
+
+            wait_until(subscribed, 60, "the consumer subscribed", 0.1)
             sent = dc.run_script("produce.py", others[1], topic, "--count", "10", "--reliable")["sent"]
             out, err = consumer.communicate(timeout=60)
         except BaseException:

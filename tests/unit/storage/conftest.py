@@ -1,4 +1,5 @@
-"""Helpers for storage tests: real WALs in temp dirs, the embedded metadata store, real backends."""
+"""Helpers for storage tests: real WALs in temp dirs, the embedded metadata store, file-system backends
+(the S3 ones, against a moto server, are in tests/integration/storage)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import pytest
 from danube import message_codec
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.storage import StorageConfig, StorageFactory
-from tests.support.s3 import s3_bucket, s3_server  # noqa: F401
 
 TOPIC = "/default/reliable_topic"
 

@@ -8,6 +8,7 @@ import shutil
 
 from danube.wal import Wal
 from danube.wal.files import list_segment_files
+from tests.support.waiting import wait_until
 
 KiB, MiB = 1024, 1024 * 1024
 
@@ -48,13 +49,8 @@ def test_spare_after_rotation_reserves_what_the_old_file_needed(tmp_path):
         while not wal.rotated_files():
             wal.append_batch([b"y" * 1000] * 50)
         wal.finish_rotations()
-        import time
-
-        deadline = time.monotonic() + 10
-        while wal._keeper._spare is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        spare = wal._keeper._spare
-        assert spare is not None and spare.capacity == 1 * MiB  # a hot log's spare: reserved whole
+        spare = wait_until(lambda: wal._keeper._spare, 10, "the keeper's spare file", 0.01)
+        assert spare.capacity == 1 * MiB  # a hot log's spare: reserved whole
 
 
 def test_a_record_bigger_than_the_reservation(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from danube.wal import Wal
 from danube.wal import sync as sync_mod
 from danube.wal.sync import SyncGroup
-from tests.support.processes import wait_until
+from tests.support.waiting import wait_until
 
 
 def _open_logs(tmp_path, n, group, **options):
@@ -85,13 +85,13 @@ def test_interval_syncs_appends_nobody_waits_for_and_idle_logs_cost_no_rounds(tm
     try:
         for wal in logs:
             wal.append(b"unwaited")  # no wait_durable: the append hook tells the group
-        wait_until(lambda: all(wal.durable_offset == 0 for wal in logs), 10, 0.01, "every log synced")
-        wait_until(lambda: not group._urgent and not any(group._paced.values()), 10, 0.01, "nothing pending")
+        wait_until(lambda: all(wal.durable_offset == 0 for wal in logs), 10, "every log synced", 0.01)
+        wait_until(lambda: not group._urgent and not any(group._paced.values()), 10, "nothing pending", 0.01)
         rounds = group.rounds
         time.sleep(0.3)  # sixty intervals of nothing to sync
         assert group.rounds == rounds
         logs[2].append(b"again")
-        wait_until(lambda: logs[2].durable_offset == 1, 10, 0.01, "the new append synced")
+        wait_until(lambda: logs[2].durable_offset == 1, 10, "the new append synced", 0.01)
         assert group.rounds > rounds
     finally:
         for wal in logs:

@@ -7,6 +7,7 @@ import pytest
 from danube.cluster.load_report import LOAD_REPORTS_TOPIC
 from danube.server.app import BrokerApp
 from danube.server.config import BrokerConfig
+from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -28,10 +29,9 @@ async def test_the_app_runs_the_load_reporter_of_its_broker(tmp_path):
     try:
         reporter = app.load_reporter
         assert reporter is not None and reporter.running and reporter.broker_id == app.broker.broker_id
-        for _ in range(250):
-            if LOAD_REPORTS_TOPIC in app.broker.topics and reporter.reports_published:
-                break
-            await asyncio.sleep(0.02)
+        await async_wait_until(
+            lambda: LOAD_REPORTS_TOPIC in app.broker.topics and reporter.reports_published, 20, "a first load report"
+        )
         assert app.broker.topics[LOAD_REPORTS_TOPIC].reliable and reporter.reports_published >= 1
     finally:
         await app.stop()

@@ -14,8 +14,7 @@ from danube.cluster.rebalancing import Rebalancer, RebalancingConfig
 from danube.metadata import keys
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.server.admin import add_to_server
-
-from .test_rebalancing_loop import Assigner, Clock, Reports, setup  # noqa: F401
+from tests.unit.cluster.rebalancing.test_rebalancing_loop import Assigner, Clock, Reports, setup  # noqa: F401
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from danube.client.consumer import _TIMEOUT, _Inbox
+from danube.client.consumer_inbox import TIMEOUT, Inbox
 
 
 class _NoReprFuture(asyncio.Future):
@@ -19,7 +19,7 @@ def _no_repr_futures(loop: asyncio.AbstractEventLoop) -> None:
 
 async def test_a_woken_getter_takes_the_item_and_leaves_no_waiter():
     _no_repr_futures(asyncio.get_running_loop())
-    inbox = _Inbox()
+    inbox = Inbox()
     getter = asyncio.ensure_future(inbox.get(timeout=5))
     await asyncio.sleep(0)
     assert len(inbox._waiters) == 1
@@ -30,8 +30,8 @@ async def test_a_woken_getter_takes_the_item_and_leaves_no_waiter():
 
 async def test_a_timed_out_getter_leaves_no_waiter():
     _no_repr_futures(asyncio.get_running_loop())
-    inbox = _Inbox()
-    assert await inbox.get(timeout=0.01) is _TIMEOUT
+    inbox = Inbox()
+    assert await inbox.get(timeout=0.01) is TIMEOUT
     assert not inbox._waiters
     inbox.put_nowait("b")
     assert await inbox.get(timeout=0.01) == "b"
@@ -39,7 +39,7 @@ async def test_a_timed_out_getter_leaves_no_waiter():
 
 async def test_a_cancelled_getter_leaves_the_item_for_the_next():
     _no_repr_futures(asyncio.get_running_loop())
-    inbox = _Inbox()
+    inbox = Inbox()
     first = asyncio.ensure_future(inbox.get())
     second = asyncio.ensure_future(inbox.get())
     await asyncio.sleep(0)

@@ -24,7 +24,6 @@ ALLOWED: dict[str, str] = {
     "wal/log.py": "not split yet: the WAL's append, read and rotation paths",
     "cluster/node.py": "not split yet: the cluster node's ownership, moves and drain",
     "_pure/wal/segment.py": "the pure twin of _core/wal/segment.pyx, kept one to one with it",
-    "cluster/simulator.py": "not split yet: the load-manager simulator",
     "_core/frame.pyx": "not split yet: the compiled codec (its cdef helpers are shared across the module)",
     "_core/wal/segment.pyx": "not split yet: the compiled WAL segment file",
 }

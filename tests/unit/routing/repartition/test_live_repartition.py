@@ -17,8 +17,8 @@ from danube.client import DanubeClient, SubType
 from danube.metadata import keys
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
-from danube.routing.repartition.fence import StaleRoutingError
 from danube.routing.repartition.store import RepartitionStore
+from danube.routing.repartition.version_fence import StaleRoutingError
 from danube.server import batch_lane, danube_services
 from tests.support.inprocess import served_broker
 from tests.support.waiting import async_wait_until

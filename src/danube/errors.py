@@ -244,7 +244,12 @@ class FencedError(DanubeError):
     """A batch carried a stale partitioning version (the version fence of live repartition).
 
     The other two fences refuse with other classes: a broker whose cluster lease is not renewed
-    with NotServedHereError, an old owner of a shared WAL with TopicSealedError."""
+    with NotServedHereError, an old owner of a shared WAL with TopicSealedError.
+
+    Clients and the gateway raise it for every FAILED_PRECONDITION they receive (the code's first
+    class in ``danube.status_codes``), so there it also stands for the admin API's refusals sent
+    with that code: a namespace that still has topics, a call only the cluster leader answers, a
+    partition deleted on its own."""
 
     retriable = True
 

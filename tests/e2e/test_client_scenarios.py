@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from danube.client import DanubeClient, SubType
-from danube.client.routing import fnv1a_64
+from danube.client.partition_router import fnv1a_64
 from danube.errors import AlreadyExistsError, ClientError, InvalidArgumentError, NotFoundError
 from tests.support.broker import running_broker
 

@@ -145,7 +145,7 @@ async def test_partitioned_topic_by_key(client):
         await producer.send(b"%d" % i, key=f"k{i % 5}")
     await producer.flush()
     got = await collect(consumer, 30)
-    from danube.client.routing import fnv1a_64
+    from danube.client.partition_router import fnv1a_64
 
     for m in got:
         assert m.topic == f"{topic}-part-{fnv1a_64(m.routing_key.encode()) % 3}"

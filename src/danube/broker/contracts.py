@@ -249,7 +249,7 @@ class Cluster(Protocol):
         """Why ``what`` cannot be done while the metadata store is out of reach."""
 
     def write_refusal(self, topic: str | None = None) -> str:
-        """Why a write is refused while this broker is fenced."""
+        """Why a write is refused while this broker's cluster lease is stale."""
 
     async def unload(self, topic: str) -> int | None:
         """Unload ``topic`` from this broker so another one takes it over."""

@@ -13,7 +13,7 @@ a base class in a module of its own, its methods moved there whole:
 - ``service_consume.py`` (``Consuming``): subscriptions, consumers, receive, ack and nack;
 - ``service_dead_letters.py`` (``DeadLetters``): moving a message to its dead-letter topic;
 - ``service_cursors.py`` (``CursorPersistence``): writing cursors to the metadata store;
-- ``service_topic_states.py`` (``TopicStates``): unload, read-only while fenced, terminate;
+- ``service_topic_states.py`` (``TopicStates``): unload, read-only while writes are refused, terminate;
 - ``registrations.py``: the ids and names of producers and consumers.
 """
 
@@ -63,8 +63,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["BrokerService", "LookupResult", "Delivery", "SYSTEM_PREFIX", "is_system_topic"]
 
-# how long a metadata read is tried while the broker is fenced (it most likely cannot reach the store)
-FENCED_READ_TIMEOUT_S = 2.0
+# how long a metadata read is tried while the broker refuses writes (it most likely cannot reach the store)
+REFUSED_WRITES_READ_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -106,10 +106,10 @@ class BrokerService(Publishing, Consuming, DeadLetters, CursorPersistence, Topic
         self.metrics_url: str | None = None  # where this broker's metrics are scraped, advertised in ListBrokers
         # Danube's auto_create_topics: false leaves creating topics to the admin API (system topics excepted)
         self.auto_create_topics = True
-        self._fenced = False  # cluster lease not renewed in time: no writes (danube.cluster.membership)
+        self._writes_refused = False  # cluster lease not renewed in time: no writes (danube.cluster.membership)
         # cluster mode: whether the lease was renewed recently enough to write, asked at every
         # publish; a process stopped (SIGSTOP, a long pause) past its lease wakes up with its
-        # requests queued before the timer that sets _fenced has run
+        # requests queued before the timer that sets _writes_refused has run
         self.lease_fresh: Callable[[], bool] | None = None
         self.topics: dict[str, Topic] = {}
         self._opening: dict[str, asyncio.Lock] = {}
@@ -213,8 +213,8 @@ class BrokerService(Publishing, Consuming, DeadLetters, CursorPersistence, Topic
         for topic in list(self.topics.values()):
             try:
                 # a graceful stop puts every committed message in durable history (not when
-                # fenced: the topic may have another owner by now)
-                await topic.storage.close(export=not self._fenced)
+                # refusing writes: the topic may have another owner by now)
+                await topic.storage.close(export=not self._writes_refused)
             except Exception:  # noqa: BLE001 - close the others anyway
                 log.exception("closing storage of %s failed", topic.name)
         self.topics.clear()
@@ -230,27 +230,27 @@ class BrokerService(Publishing, Consuming, DeadLetters, CursorPersistence, Topic
             return await self.cluster.lookup(topic)
         return LookupResult("connect", self.broker_url, self.broker_url)
 
-    # ------------------------------------------------------------ cluster fence
+    # ------------------------------------------------------------ writes refused (stale cluster lease)
 
-    def fence(self, reason: str) -> None:
+    def refuse_writes(self, reason: str) -> None:
         """Stop accepting publishes (the cluster lease may expire soon; danube.cluster.membership)."""
-        self._fenced = True
+        self._writes_refused = True
         log.warning("broker %s refuses publishes: %s", self.broker_id, reason)
 
-    def unfence(self) -> None:
-        self._fenced = False
+    def allow_writes(self) -> None:
+        self._writes_refused = False
 
     async def partitions(self, topic: str) -> list[str]:
         keys.split_topic(topic)
-        if not self.fenced():
+        if not self.writes_refused():
             return await self._partitions(topic)
         # cut off from the metadata store (most likely): a short try, then the reason, not a wait
         # for the store's whole retry budget and the client's deadline
         try:
-            async with asyncio.timeout(FENCED_READ_TIMEOUT_S):
+            async with asyncio.timeout(REFUSED_WRITES_READ_TIMEOUT_S):
                 return await self._partitions(topic)
         except (TimeoutError, MetadataError) as exc:
-            raise self.fenced_error(None, f"the partitions of {topic} cannot be read") from exc
+            raise self.writes_refused_error(None, f"the partitions of {topic} cannot be read") from exc
 
     async def _partitions(self, topic: str) -> list[str]:
         count = await self.metadata.get_json(keys.topic_partitions(topic))

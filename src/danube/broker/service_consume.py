@@ -42,8 +42,8 @@ class Consuming:
         ) -> None: ...
         def _served(self, topic: Topic) -> Topic: ...
         async def _topic(self, name: str, *, reliable: bool | None, create: bool) -> Topic: ...
-        def fenced(self) -> bool: ...
-        def fenced_error(self, topic: str | None = None, what: str | None = None) -> NotServedHereError: ...
+        def writes_refused(self) -> bool: ...
+        def writes_refused_error(self, topic: str | None = None, what: str | None = None) -> NotServedHereError: ...
 
     # ------------------------------------------------------------ consumers
 
@@ -79,8 +79,8 @@ class Consuming:
                 if not c.active:
                     sub.activate(c)
                 return c.id
-        if self.fenced():
-            raise self.fenced_error(topic)  # a new consumer is registered in the metadata store
+        if self.writes_refused():
+            raise self.writes_refused_error(topic)  # a new consumer is registered in the metadata store
         sub.check_can_join(consumer_name)
         limit = t.policies.max_consumers_per_subscription
         if limit and len(sub.active_consumers()) >= limit:
@@ -128,8 +128,8 @@ class Consuming:
                     f"subscription '{name}' on {t.name} is {sub.sub_type}; it cannot be used as {sub_type}"
                 )
             return sub
-        if self.fenced():
-            raise self.fenced_error(t.name)  # a new subscription is written to the metadata store
+        if self.writes_refused():
+            raise self.writes_refused_error(t.name)  # a new subscription is written to the metadata store
         limit = t.policies.max_subscriptions_per_topic
         if limit and len(t.subscriptions) >= limit:
             raise PolicyViolationError(

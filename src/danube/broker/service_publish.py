@@ -1,5 +1,5 @@
 """BrokerService's producers and publishing: create a producer, publish a batch (the per-message
-hot paths), refuse writes while shutting down or fenced.
+hot paths), refuse writes while shutting down or while the cluster lease is stale.
 
 A base class of :class:`~danube.broker.service.BrokerService` (``broker/service.py``), which
 holds the state; its methods are moved here whole.
@@ -49,7 +49,7 @@ class Publishing:
         _closed_ids: set[tuple[str, int]]
         _dormant: dict[tuple[str, int], Registration]
         _draining: bool
-        _fenced: bool
+        _writes_refused: bool
         _producers: dict[int, Producer]
         _published: asyncio.Event
         _publishing: int
@@ -78,8 +78,8 @@ class Publishing:
         for p in t.producers.values():
             if p.name == producer_name:
                 return p.id
-        if self.fenced() and not is_system_topic(topic):
-            raise self.fenced_error(topic)  # a new producer is registered in the metadata store
+        if self.writes_refused() and not is_system_topic(topic):
+            raise self.writes_refused_error(topic)  # a new producer is registered in the metadata store
         for p in t.producers.values():
             if p.access_mode == "exclusive" or access_mode == "exclusive":
                 raise AlreadyExistsError(
@@ -152,7 +152,7 @@ class Publishing:
         (``danube.broker.coalesce``); one producer's messages keep their order.
 
         The per-call path: the checks of ``_check_accepting`` and ``_publish_done`` are inlined."""
-        if self._draining or self._fenced or (self.lease_fresh is not None and not self.lease_fresh()):
+        if self._draining or self._writes_refused or (self.lease_fresh is not None and not self.lease_fresh()):
             self._check_accepting(producer_id)
         self._publishing += 1
         try:
@@ -170,7 +170,7 @@ class Publishing:
         appended now (errors raise here), the future resolves to (first, last) once durable.
         None when the producer is not loaded here yet (a restart): the caller awaits
         :meth:`publish`, which loads it."""
-        if self._draining or self.fenced():
+        if self._draining or self.writes_refused():
             self._check_accepting(producer_id)
         producer = self._producers.get(producer_id)
         if producer is None or producer.closed:
@@ -189,16 +189,16 @@ class Publishing:
     def _check_accepting(self, producer_id: int | None = None) -> None:
         if self._draining:
             raise NotServedHereError("broker shutting down: publish refused, send it again to the topic's new owner")
-        if self.fenced():
-            raise self.fenced_error(self.producer_topic(producer_id) if producer_id is not None else None)
+        if self.writes_refused():
+            raise self.writes_refused_error(self.producer_topic(producer_id) if producer_id is not None else None)
 
-    def fenced(self) -> bool:
+    def writes_refused(self) -> bool:
         """Whether writes are refused because the cluster lease is not renewed (cluster mode)."""
-        return self._fenced or (self.lease_fresh is not None and not self.lease_fresh())
+        return self._writes_refused or (self.lease_fresh is not None and not self.lease_fresh())
 
-    def fenced_error(self, topic: str | None = None, what: str | None = None) -> NotServedHereError:
+    def writes_refused_error(self, topic: str | None = None, what: str | None = None) -> NotServedHereError:
         """The refusal of a write (a publish, a new topic, producer or subscription) to ``topic``, or
-        of ``what`` (a metadata read), while fenced: UNAVAILABLE, saying why and until when."""
+        of ``what`` (a metadata read), while writes are refused: UNAVAILABLE, saying why and until when."""
         if self.cluster is not None:
             return NotServedHereError(self.cluster.unreachable(what) if what else self.cluster.write_refusal(topic))
         return NotServedHereError("broker fenced (cluster lease not renewed): publish refused, look the topic up again")

@@ -1,4 +1,4 @@
-"""BrokerService's topic states: unload (seal and let go), read-only while the cluster fence holds,
+"""BrokerService's topic states: unload (seal and let go), read-only while writes are refused,
 terminate (no more publishes).
 
 A base class of :class:`~danube.broker.service.BrokerService` (``broker/service.py``), which
@@ -94,13 +94,13 @@ class TopicStates:
             log.info("topic %s unloaded%s", topic, f" (sealed at offset {last})" if last is not None else "")
             return last
 
-    # ------------------------------------------------------------ read-only topics (the cluster fence)
+    # ------------------------------------------------------------ read-only topics (writes refused)
 
     async def make_read_only(self, topic: str, reason: str) -> int | None:
         """Stop writing ``topic`` here and give its WAL up (writer and lock, so the next owner can
         open it) while its consumers go on reading every stored offset; their acks are kept in
         memory (the cursor flush skips the topic).  Publishes are refused before they reach the
-        storage (``fenced_error``); the storage refuses them too, with ``reason``.  Returns the
+        storage (``writes_refused_error``); the storage refuses them too, with ``reason``.  Returns the
         last offset stored, None when ``topic`` is not a reliable topic served here.  Undone by
         :meth:`reopen_for_writing`; a topic the broker lost goes with ``unload_topic(topic,
         local=True, seal=False, flush=False)``."""

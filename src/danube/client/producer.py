@@ -33,9 +33,9 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from danube.client.connection import Connections
+from danube.client.partition_router import PartitionRouter, partition_topic
 from danube.client.producer_batch import Batch, offsets_of
 from danube.client.producer_stream import ACCESS_MODES, PartitionProducer
-from danube.client.routing import PartitionRouter, partition_topic
 from danube.client.schema import SchemaInfo, SchemaRegistryClient
 from danube.errors import ClientError, InvalidArgumentError
 from danube.schema.tag import schema_attributes

@@ -632,14 +632,14 @@ class ClusterNode:
         read-only, which releases its WAL (writer and lock) so the topic's next owner can open it
         — a broker cut off from etcd cannot learn that it lost the topic — while consumers go on
         reading what was stored."""
-        self.broker.fence(reason)
+        self.broker.refuse_writes(reason)
         self._spawn(self._read_only_when_lease_may_expire())
 
     def unfence(self) -> None:
         """The lease was renewed: it never expired, so nobody else was given this broker's topics;
         the read-only ones are opened for writing again.  (A lost lease closes them first:
         ``_lease_lost`` runs before the re-registration unfences.)"""
-        self.broker.unfence()
+        self.broker.allow_writes()
         if any(t.read_only for t in self.broker.topics.values()):
             self._spawn(self._reopen_read_only())
 

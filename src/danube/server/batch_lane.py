@@ -29,8 +29,8 @@ from danube.server.h2grpc.wire import Encoded, varint
 
 if TYPE_CHECKING:
     from danube.broker.service import BrokerService
-    from danube.routing.repartition.fence import StaleRoutingError
     from danube.routing.repartition.runtime import RepartitionRuntime
+    from danube.routing.repartition.version_fence import StaleRoutingError
     from danube.schema.validation import SchemaGate
 
 log = logging.getLogger(__name__)

@@ -127,7 +127,7 @@ async def test_partitioned_producer_routes_by_key(served):
     for _ in range(6):
         await producer.send(b"u")
     await producer.flush()
-    from danube.client.routing import fnv1a_64
+    from danube.client.partition_router import fnv1a_64
 
     for i, name in enumerate(producer.partitions):
         records = frame_codec.decode_batch(bytes(broker.topics[name].log))

@@ -12,10 +12,10 @@ import asyncio
 import types
 
 from danube.client.connection import RetryPolicy
+from danube.client.partition_router import PartitionRouter, partition_topic
 from danube.client.producer import Producer
 from danube.client.producer_batch import FRAME_OVERHEAD, Batch
 from danube.client.producer_stream import PartitionProducer
-from danube.client.routing import PartitionRouter, partition_topic
 
 
 def _producer(partitions: int, max_batch_bytes: int) -> Producer:

@@ -63,14 +63,14 @@ async def test_a_fenced_broker_refuses_publishes_and_new_topics(node):
     broker = node.broker
     await broker.lookup("/default/f")
     pid = await broker.create_producer("/default/f", "p", reliable=True)
-    broker.fence("test")
+    broker.refuse_writes("test")
     node.membership.fenced = True
     with pytest.raises(NotServedHereError, match="b1 cannot reach the metadata store .*writes to /default/f are"):
         await broker.publish(pid, batch(["x"], pid))
     await broker.lookup("/default/g")
     with pytest.raises(NotServedHereError, match="cannot reach the metadata store .*writes to /default/g are"):
         await broker.create_producer("/default/g", "p", reliable=True)
-    broker.unfence()
+    broker.allow_writes()
     node.membership.fenced = False
     assert await broker.publish(pid, batch(["y"], pid)) == (0, 0)
 
@@ -79,7 +79,7 @@ async def test_a_fenced_broker_answers_a_partitions_read_it_cannot_make_with_the
     from danube.broker import service
 
     broker = node.broker
-    broker.fence("test")
+    broker.refuse_writes("test")
     node.membership.fenced = True
     assert await broker.partitions("/default/pp") == ["/default/pp"]  # the store answers: as usual
 
@@ -87,14 +87,14 @@ async def test_a_fenced_broker_answers_a_partitions_read_it_cannot_make_with_the
         await asyncio.sleep(3600)
 
     monkeypatch.setattr(broker.metadata, "get_json", unreachable)
-    monkeypatch.setattr(service, "FENCED_READ_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(service, "REFUSED_WRITES_READ_TIMEOUT_S", 0.2)
     with pytest.raises(
         NotServedHereError,
         match="broker b1 cannot reach the metadata store \\(etcd\\) for \\d+ s "
         ".*: the partitions of /default/pp cannot be read until it is back",
     ):
         await asyncio.wait_for(broker.partitions("/default/pp"), 5)
-    broker.unfence()
+    broker.allow_writes()
     node.membership.fenced = False
 
 

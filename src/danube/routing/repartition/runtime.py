@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 from danube.errors import NotFoundError
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.routing.repartition.controller import AdoptionReporter, Finalizer
-from danube.routing.repartition.fence import NeedsCatchUp, PartitionFence, StaleRoutingError
 from danube.routing.repartition.gate import DeliveryGates
 from danube.routing.repartition.model import CUTOVER, DEFAULT_ADOPTION_TIMEOUT_MS
 from danube.routing.repartition.store import RepartitionStore, readable_partitions
 from danube.routing.repartition.topology import TopologyHub
+from danube.routing.repartition.version_fence import NeedsCatchUp, StaleRoutingError, VersionFence
 
 if TYPE_CHECKING:
     from danube.broker.contracts import RepartitionHook
@@ -38,7 +38,7 @@ class RepartitionRuntime:
     def __init__(self, broker: BrokerService, *, adoption_timeout_ms: int = DEFAULT_ADOPTION_TIMEOUT_MS) -> None:
         self.broker = broker
         self.store = RepartitionStore(broker.metadata)
-        self.fence = PartitionFence(self.store, next_offset=self._next_offset, owner_url=self._owner_url)
+        self.fence = VersionFence(self.store, next_offset=self._next_offset, owner_url=self._owner_url)
         self.hub = TopologyHub(self.fence, owner_url=self._owner_url)
         self.reporter = AdoptionReporter(broker.metadata, broker.broker_id, self.hub.tracker)
         self.finalizer = Finalizer(
@@ -212,7 +212,7 @@ class RepartitionRuntime:
     # ------------------------------------------------------------ the batch lane's publish hook
 
     async def admit(self, name: str, version: int):
-        """The fence for one batch (see PartitionFence.admit); waits for the first snapshot once.
+        """The fence for one batch (see VersionFence.admit); waits for the first snapshot once.
 
         A stream's batches are appended in the order they arrive only if each reaches the broker's
         publish in that order: one that must wait (the fence reads a newer state from the store)

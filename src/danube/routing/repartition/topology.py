@@ -18,8 +18,8 @@ import itertools
 from typing import Any, Callable, Iterable
 
 from danube.proto.danube_batch import batch_pb2 as pb
-from danube.routing.repartition.fence import PartitionFence
 from danube.routing.repartition.model import PartitioningState
+from danube.routing.repartition.version_fence import VersionFence
 
 
 class AdoptionTracker:
@@ -60,7 +60,7 @@ class TopologyStream:
 
 
 class TopologyHub:
-    def __init__(self, fence: PartitionFence, *, owner_url: Callable[[str], str | None]) -> None:
+    def __init__(self, fence: VersionFence, *, owner_url: Callable[[str], str | None]) -> None:
         self.fence = fence
         self._owner_url = owner_url
         self.tracker = AdoptionTracker()

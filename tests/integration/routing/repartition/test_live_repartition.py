@@ -17,8 +17,8 @@ from danube.client import DanubeClient, SubType
 from danube.metadata import keys
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
-from danube.routing.repartition.fence import StaleRoutingError
 from danube.routing.repartition.store import RepartitionStore
+from danube.routing.repartition.version_fence import StaleRoutingError
 from danube.server import batch_lane, danube_services
 from tests.support.inprocess import served_broker
 from tests.support.waiting import async_wait_until
@@ -299,9 +299,7 @@ async def test_stale_publish_is_refused_and_rerouted_never_stored(tmp_path):
         assert producer.partitioning_version == 0
         # the producer does not hear the push (its listener is removed): its next publish is stale
         client.topology().cache.unlisten(T, producer._on_route)
-        key = next(
-            k for k in KEYS if k and __import__("danube.client.routing", fromlist=["x"]).fnv1a_64(k.encode()) % 4 >= 2
-        )
+        key = next(k for k in KEYS if k and route_of(k, 4) >= 2)
         await producer.send_and_wait(b"before", key=key)
         await store.repartition(T, 4, now_ms=0)
         await async_wait_until(
@@ -314,8 +312,8 @@ async def test_stale_publish_is_refused_and_rerouted_never_stored(tmp_path):
         offset = await producer.send_and_wait(b"after", key=key)
         assert broker.repartition.fence.refused == 1
         assert producer.partitioning_version == 1 and offset == 0  # re-routed to its new partition
-        new = f"{T}-part-{__import__('danube.client.routing', fromlist=['x']).fnv1a_64(key.encode()) % 4}"
-        old = f"{T}-part-{__import__('danube.client.routing', fromlist=['x']).fnv1a_64(key.encode()) % 2}"
+        new = f"{T}-part-{route_of(key, 4)}"
+        old = f"{T}-part-{route_of(key, 2)}"
         assert broker.topics[old].storage.next_offset == 1  # the stale batch was not stored
         assert broker.topics[new].storage.next_offset == 1
         await producer.close()
@@ -471,7 +469,7 @@ async def test_a_subscription_nobody_consumes_keeps_its_gate_past_the_finalize(t
 
 
 def route_of(key: str, partitions: int) -> int:
-    from danube.client.routing import fnv1a_64
+    from danube.client.partition_router import fnv1a_64
 
     return fnv1a_64(key.encode()) % partitions
 

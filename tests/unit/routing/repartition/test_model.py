@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from danube.client.routing import PartitionRouter
+from danube.client.partition_router import PartitionRouter
 from danube.routing.repartition.model import (
     CUTOVER,
     GROW,

@@ -1,7 +1,7 @@
 """The version fence: an owner refuses a batch routed under a stale partitioning version.
 
-The broker keeps one :class:`PartitionFence`; the batch lane asks it once per batch
-(:meth:`PartitionFence.admit`: one dict lookup on the partition's name when the request carries a
+The broker keeps one :class:`VersionFence`; the batch lane asks it once per batch
+(:meth:`VersionFence.admit`: one dict lookup on the partition's name when the request carries a
 version, nothing when it carries none — Danube's lane is covered by lookups).  The fence follows
 every partitioning state with one watch (``RepartitionStore.watch``) and, when a cutover reaches a
 partition this broker serves, records that partition's offsets (model: ``old_end`` of a source
@@ -72,7 +72,7 @@ class _Entry:
         self.pending_start = False
 
 
-class PartitionFence:
+class VersionFence:
     def __init__(
         self,
         store: RepartitionStore,

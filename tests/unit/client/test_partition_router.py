@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from danube.client.consumer import offset_ranges
-from danube.client.routing import PartitionRouter, fnv1a_64, partition_topic
+from danube.client.partition_router import PartitionRouter, fnv1a_64, partition_topic
 
 
 def test_fnv1a_64_known_vectors():

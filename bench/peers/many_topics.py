@@ -577,6 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--message-size", type=int, default=100)
     ap.add_argument("--only", action="append", choices=SYSTEMS, help="run only these (repeatable)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    ap.add_argument("--json-out", default=None, help="where the JSON goes (default bench/out/many-topics-peers-*.json)")
     args = ap.parse_args(argv)
     if args.topics < 2 or args.rate <= 0 or args.duration <= 0 or args.message_size < STAMP.size:
         ap.error("--topics must be at least 2, --rate and --duration positive, --message-size at least 8")
@@ -605,8 +606,8 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     for s in skipped:
         print(f"skipped {s}")
-    os.makedirs(OUT_DIR, exist_ok=True)
-    path = os.path.join(OUT_DIR, f"many-topics-peers-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    path = args.json_out or os.path.join(OUT_DIR, f"many-topics-peers-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump({"args": vars(args), "rows": rows, "skipped": skipped}, f, indent=2)
     print(f"JSON: {os.path.relpath(path)}")

@@ -18,15 +18,28 @@ from bench.peers.common import PeerResult, free_port, paced_chunk, payload, perc
 STREAM, SUBJECT = "BENCH", "bench.events"
 
 
+# What the server does about fsync: nats-server 2.9 (Debian bookworm's) has no setting for it and
+# syncs its file store on its own timer; ``jetstream { sync_interval: always }`` (fsync before each
+# ack, danube's sync=always) arrived in 2.10.  Each sync mode therefore runs the same server.
+SYNC_NOTE = "file storage, no per-write fsync (nats-server 2.9 has no sync_interval setting)"
+
+
 @contextlib.contextmanager
-def nats_server():
+def nats_server_process():
+    """(url, server pid) of a JetStream server with file storage in a temporary directory."""
     port = free_port()
     store = tempfile.mkdtemp(prefix="nats-bench-")
     try:
-        with server_process(["nats-server", "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", store], port):
-            yield f"nats://127.0.0.1:{port}"
+        with server_process(["nats-server", "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", store], port) as proc:
+            yield f"nats://127.0.0.1:{port}", proc.pid
     finally:
         shutil.rmtree(store, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def nats_server():
+    with nats_server_process() as (url, _pid):
+        yield url
 
 
 async def run(

@@ -17,8 +17,14 @@ from bench.peers.common import PeerResult, free_port, paced_chunk, payload, perc
 STREAM, GROUP = "bench", "bench-group"
 
 
+# danube's sync modes and Redis's AOF policies that mean the same: fsync before answering, about
+# once a second, never (left to the kernel).
+APPENDFSYNC = {"always": "always", "interval": "everysec", "never": "no"}
+
+
 @contextlib.contextmanager
-def redis_server():
+def redis_server_process(appendfsync: str = "everysec"):
+    """(url, server pid) of a redis-server with an append-only file in a temporary directory."""
     port = free_port()
     data = tempfile.mkdtemp(prefix="redis-bench-")
     cmd = [
@@ -32,7 +38,7 @@ def redis_server():
         "--appendonly",
         "yes",
         "--appendfsync",
-        "everysec",
+        appendfsync,
         "--save",
         "",
         "--protected-mode",
@@ -41,10 +47,16 @@ def redis_server():
         "no",
     ]
     try:
-        with server_process(cmd, port):
-            yield f"redis://127.0.0.1:{port}"
+        with server_process(cmd, port) as proc:
+            yield f"redis://127.0.0.1:{port}", proc.pid
     finally:
         shutil.rmtree(data, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def redis_server():
+    with redis_server_process("everysec") as (url, _pid):
+        yield url
 
 
 async def run(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from danube.errors import InvalidArgumentError
+from danube.routing.scalable.contracts import StepHook
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,10 @@ class ScalableTopicsConfig:
     max_segments: int = 64  # automatic splits stop at this many active segments
     prune_interval_seconds: float = 30.0  # how often the leader looks for sealed segments to prune; 0 = never
     sealed_retention_seconds: float = 3600.0  # a drained sealed segment is kept this long before it is pruned
+    # debugging: "package.module:function", an async function awaited with the name of each step a
+    # split, merge or prune passes (contracts.STEPS, PRUNE_STEP): where fault-injection tests make a
+    # broker process die; empty (the default) in normal operation
+    step_hook: str = ""
 
     def __post_init__(self) -> None:
         if not self.session_grace_seconds > 0:
@@ -32,6 +38,28 @@ class ScalableTopicsConfig:
             raise InvalidArgumentError(
                 "scalable_topics: prune_interval_seconds and sealed_retention_seconds must be >= 0"
             )
+
+        if self.step_hook:
+            module, _, name = self.step_hook.partition(":")
+            if not module or not name:
+                raise InvalidArgumentError(
+                    f"scalable_topics.step_hook must be 'package.module:function', not {self.step_hook!r}"
+                )
+
+    def load_step_hook(self) -> StepHook | None:
+        """The function ``step_hook`` names (None when empty); a clear error when it cannot be loaded."""
+        if not self.step_hook:
+            return None
+        module, _, name = self.step_hook.partition(":")
+        try:
+            hook = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            raise InvalidArgumentError(
+                f"scalable_topics.step_hook {self.step_hook!r} cannot be loaded: {exc}"
+            ) from None
+        if not callable(hook):
+            raise InvalidArgumentError(f"scalable_topics.step_hook {self.step_hook!r} is not a function")
+        return hook
 
     @classmethod
     def from_section(cls, section: Any) -> "ScalableTopicsConfig":
@@ -50,6 +78,7 @@ class ScalableTopicsConfig:
                 "max_segments",
                 "prune_interval_seconds",
                 "sealed_retention_seconds",
+                "step_hook",
             }
         )
         if unknown:
@@ -64,6 +93,7 @@ class ScalableTopicsConfig:
                 max_segments=int(section.get("max_segments", 64)),
                 prune_interval_seconds=float(section.get("prune_interval_seconds", 30.0)),
                 sealed_retention_seconds=float(section.get("sealed_retention_seconds", 3600.0)),
+                step_hook=str(section.get("step_hook") or ""),
             )
         except (TypeError, ValueError) as exc:
             raise InvalidArgumentError(f"scalable_topics: {exc}") from None

@@ -108,12 +108,8 @@ class SegmentPruner:
                 if now - since < self.sealed_retention or any(p in layout.segments for p in seg.parent_ids):
                     continue  # kept for the retention; or its parents go first (maybe in this look)
                 target = layout.prune_segment(sid)
-                record = {
-                    "op": "prune",
-                    "segmentId": sid,
-                    "segmentTopic": segment_topic_name(ctl.topic, seg),
-                    "fromEpoch": target.epoch,
-                }
+                segment_topic = segment_topic_name(ctl.topic, seg)
+                record = {"op": "prune", "segmentId": sid, "segmentTopic": segment_topic, "fromEpoch": target.epoch}
                 ok = await ctl.store.cas_layout(
                     ctl.topic,
                     version,
@@ -132,7 +128,7 @@ class SegmentPruner:
                     target.epoch,
                 )
                 self._drained_since.pop(sid, None)
-                self._pruned[record["segmentTopic"]] = now
+                self._pruned[segment_topic] = now
                 layout = target
                 ctl.layout = target
                 await ctl.subscriptions.notify(target)

@@ -59,8 +59,6 @@ from danube.routing.scalable.subscriptions import ScalableSubscriptions
 
 log = logging.getLogger(__name__)
 
-LeaseSource = LeaseHolder  # the broker's lease (its Membership, or the service's own LeaseKeeper)
-
 __all__ = [
     "DEFAULT_GRACE_SECONDS",
     "PRUNE_STEP",
@@ -108,6 +106,9 @@ async def delete_scalable_topic(store: ScalableTopicStore, ops: SegmentOps, topi
 
 
 class ScalableTopicController:
+    """One broker's part in one scalable topic: a candidate in its election and, while leading,
+    the only one that changes its layout, prunes it and keeps its subscriptions (module docstring)."""
+
     def __init__(
         self,
         topic: str,
@@ -190,21 +191,19 @@ class ScalableTopicController:
         return await self.election.campaign()
 
     async def _elected(self) -> None:
-        """Recover and restore first (the election publishes the leader only after this)."""
-        await self._on_elected()  # on failure the election loop retries (the key is still ours)
-        self.auto_splitter.elected()
-        self.pruner.elected()
-
-    async def _deposed(self) -> None:
-        self.subscriptions.close_all()
-
-    async def _on_elected(self) -> None:
-        """Finish or undo an interrupted operation, then restore every consumer session."""
+        """Finish or undo an interrupted operation, restore every consumer session, start the periodic
+        jobs; the election publishes this leader only after it (on failure it retries: the key is
+        still ours)."""
         async with self.op_lock:
             await self._recover()
             stored = await self.store.require(self.topic)
             self.layout = stored.layout
             await self.subscriptions.restore()
+        self.auto_splitter.elected()
+        self.pruner.elected()
+
+    async def _deposed(self) -> None:
+        self.subscriptions.close_all()
 
     def check_leader(self) -> None:
         if not self.is_leader:

@@ -14,6 +14,9 @@ later keepalive succeeds on the same lease, ``on_unfence`` is called.  When the
 lease is gone (expired or revoked), the broker stays fenced, calls
 ``on_lease_lost`` and registers again under a new lease (its topics were or
 will be reassigned by the leader; the node unloads them before unfencing).
+
+The keepalive loop itself is the project's one lease keeper
+(``danube.metadata.lease.LeaseKeeper``); this module adds the registration and the fence.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from typing import Awaitable, Callable, Protocol
 from danube._tasks import cancel_and_wait
 from danube.errors import MetadataError
 from danube.metadata import keys
-from danube.metadata.store import Compare, LeaseNotFoundError, MetadataStore, Op
+from danube.metadata.lease import LeaseKeeper
+from danube.metadata.store import Compare, MetadataStore, Op
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +44,7 @@ class Fence(Protocol):
     def unfence(self) -> None: ...
 
 
-class Membership:
+class Membership(LeaseKeeper):
     def __init__(
         self,
         store: MetadataStore,
@@ -52,31 +56,21 @@ class Membership:
         fence_after_s: float | None = None,
         on_lease_lost: Callable[[], Awaitable[None]] | None = None,
         on_reregistered: Callable[[], Awaitable[None]] | None = None,
-        clock=time.monotonic,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if lease_ttl_s < 2:
             raise ValueError("lease_ttl_s must be >= 2")
-        self.store = store
+        super().__init__(store, lease_ttl_s=lease_ttl_s, name=f"broker {broker_id}", clock=clock)
         self.broker_id = broker_id
         self.info = dict(info, broker_id=broker_id)
-        self.lease_ttl_s = int(lease_ttl_s)
         self.fence_after_s = fence_after_s if fence_after_s is not None else self.lease_ttl_s * 2.0 / 3.0
-        self.keepalive_interval_s = self.lease_ttl_s / 3.0
         self._fence = fence
         self._on_lease_lost = on_lease_lost
         self._on_reregistered = on_reregistered
-        self._clock = clock
-        self.lease_id = 0
-        self.fenced = False
-        self.last_ok_sent = 0.0  # monotonic send time of the last successful keepalive / grant
-        self._task: asyncio.Task | None = None
         self._watchdog: asyncio.Task | None = None
         self.registrations = 0  # how many times this broker registered (1 + re-registrations)
-        self.lease_changed = asyncio.Event()
 
-    async def register(self) -> int:
-        """Grant a lease and write the registration; a live registration of the same id is an error."""
-        sent = self._clock()
+    async def _take_lease(self) -> int:
         lease = await self.store.grant_lease(self.lease_ttl_s)
         key = keys.broker_register(self.broker_id)
         value = json.dumps(dict(self.info, registered_at=time.time()), sort_keys=True).encode()
@@ -87,12 +81,13 @@ class Membership:
                 f"broker id {self.broker_id} is already registered (another broker is alive "
                 "with this id, or the previous lease has not expired yet)"
             )
-        self.lease_id = lease
-        self.last_ok_sent = sent
         self.registrations += 1
-        self.lease_changed.set()
         log.info("broker %s registered under lease %x (ttl %d s)", self.broker_id, lease, self.lease_ttl_s)
         return lease
+
+    async def register(self) -> int:
+        """Grant a lease and write the registration; a live registration of the same id is an error."""
+        return await self.acquire()
 
     async def register_waiting(self, timeout: float) -> int:
         """:meth:`register`, retrying while a previous registration of this id is still leased."""
@@ -107,21 +102,13 @@ class Membership:
                 await asyncio.sleep(0.5)
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._task = loop.create_task(self._keepalive_loop(), name=f"membership-{self.broker_id}")
-        self._watchdog = loop.create_task(self._fence_watchdog(), name=f"fence-{self.broker_id}")
+        super().start()
+        self._watchdog = asyncio.get_running_loop().create_task(self._fence_watchdog(), name=f"fence-{self.broker_id}")
 
     async def stop(self, *, revoke: bool = True) -> None:
-        await cancel_and_wait(self._task)
         await cancel_and_wait(self._watchdog)
-        self._task = self._watchdog = None
-        if revoke and self.lease_id:
-            try:
-                await self.store.revoke_lease(self.lease_id)
-            except MetadataError:
-                log.warning(
-                    "could not revoke lease %x at shutdown; it expires in %d s", self.lease_id, self.lease_ttl_s
-                )
+        self._watchdog = None
+        await super().stop(revoke=revoke)
 
     # ------------------------------------------------------------ fencing
 
@@ -161,43 +148,17 @@ class Membership:
             else:
                 await asyncio.sleep(min(0.1, deadline - now))
 
-    # ------------------------------------------------------------ keepalive
+    # ------------------------------------------------------------ the lease keeper's events
 
-    async def _keepalive_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.keepalive_interval_s)
-            sent = self._clock()
-            try:
-                async with asyncio.timeout(self.lease_ttl_s):  # (wait_for may swallow a cancel on 3.11)
-                    await self.store.keepalive(self.lease_id)
-            except LeaseNotFoundError:
-                await self._lease_lost()
-                continue
-            except (MetadataError, TimeoutError) as exc:
-                log.warning("lease keepalive of broker %s failed: %s", self.broker_id, exc)
-                continue
-            self.last_ok_sent = max(self.last_ok_sent, sent)
-            self._clear_fence()
+    def _renewed(self) -> None:
+        self._clear_fence()
 
-    async def _lease_lost(self) -> None:
-        self._set_fenced(f"lease {self.lease_id:x} expired")
-        old = self.lease_id
-        self.lease_id = 0
+    async def _lost(self, old_lease: int) -> None:
+        self._set_fenced(f"lease {old_lease:x} expired")
         if self._on_lease_lost is not None:
-            try:
-                await self._on_lease_lost()
-            except Exception:  # noqa: BLE001 - re-registering matters more
-                log.exception("lease-lost handler of broker %s failed", self.broker_id)
-        while True:
-            try:
-                await self.register()
-                break
-            except MetadataError as exc:
-                log.warning("broker %s cannot re-register after losing lease %x: %s", self.broker_id, old, exc)
-                await asyncio.sleep(0.5)
+            await self._on_lease_lost()  # a failure is logged by the keeper: re-registering matters more
+
+    async def _reacquired(self) -> None:
         self._clear_fence()
         if self._on_reregistered is not None:
-            try:
-                await self._on_reregistered()
-            except Exception:  # noqa: BLE001
-                log.exception("re-registration handler of broker %s failed", self.broker_id)
+            await self._on_reregistered()

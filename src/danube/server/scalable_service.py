@@ -1,141 +1,45 @@
-"""Scalable topics on the client port (proto/danube_scalable/scalable.proto; docs/scalable-topics.md).
+"""Scalable topics on a broker (proto/danube_scalable/scalable.proto; docs/scalable-topics.md).
 
 :class:`ScalableTopicService` is PIP-468's per-broker singleton: it keeps one
 :class:`~danube.routing.scalable.controller.ScalableTopicController` per scalable topic this
 broker was asked about (each takes part in that topic's election), serves DAG watch sessions
 from the metadata store, and forwards what only the controller leader may do (split, merge,
-subscriptions, consumer registration answers NotLeaderError with the leader's URL) to the
-leader over this same service.  Segment terminations go to the broker serving the segment.
+subscriptions; consumer registration answers NotLeaderError with the leader's URL) to the
+leader over this same service.  Segment operations go to the broker serving the segment
+(``scalable_forwarding``); the gRPC servicer is ``scalable_servicer``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import json
 import logging
-from typing import TYPE_CHECKING, Any, AsyncIterator, cast
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from danube._tasks import cancel_and_wait
-from danube.client.errors import from_rpc_error
 from danube.cluster import peers
-from danube.errors import DanubeError, NotServedHereError
-from danube.metadata import keys
-from danube.metadata.store import LeaseNotFoundError
+from danube.errors import DanubeError
+from danube.metadata.election import LeaseHolder
+from danube.metadata.lease import LeaseKeeper
 from danube.model.segment_layout import SegmentLayout, segment_topic_name
-from danube.proto.danube_admin import admin_pb2 as admin_pb
-from danube.proto.danube_admin import admin_pb2_grpc as admin_grpc
 from danube.proto.danube_scalable import scalable_pb2 as pb
 from danube.proto.danube_scalable import scalable_pb2_grpc as pb_grpc
+from danube.routing.scalable.config import ScalableTopicsConfig
+from danube.routing.scalable.contracts import DEFAULT_GRACE_SECONDS, STREAM, StepHook
 from danube.routing.scalable.controller import (
-    DEFAULT_GRACE_SECONDS,
-    STREAM,
-    NotLeaderError,
     ScalableTopicController,
     create_scalable_topic,
     delete_scalable_topic,
 )
-from danube.routing.scalable.segments import BrokerSegmentOps
 from danube.routing.scalable.store import ScalableTopicStore, TopicSnapshot
-from danube.server import status as status_map
-from danube.server.admin import _FORWARDED as ADMIN_FORWARDED
+from danube.server.scalable_forwarding import ForwardingSegmentOps
+from danube.server.scalable_servicer import ScalableTopicsServicer
 
 if TYPE_CHECKING:
     from danube.broker.service import BrokerService
-    from danube.cluster.node import ClusterNode
 
 log = logging.getLogger(__name__)
-
-_abort = status_map.abort
-
-
-class OwnLease:
-    """A lease of the scalable topic service's own, kept alive (a standalone broker has no membership)."""
-
-    def __init__(self, metadata: Any, ttl: int = 10) -> None:
-        self.metadata = metadata
-        self.ttl = ttl
-        self.lease_id = 0
-        self.fenced = False
-        self._task: asyncio.Task | None = None
-
-    async def start(self) -> None:
-        self.lease_id = await self.metadata.grant_lease(self.ttl)
-        self._task = asyncio.get_running_loop().create_task(self._keepalive(), name="scalable-lease")
-
-    async def _keepalive(self) -> None:
-        while True:
-            await asyncio.sleep(self.ttl / 3)
-            try:
-                await self.metadata.keepalive(self.lease_id)
-            except LeaseNotFoundError:
-                self.lease_id = await self.metadata.grant_lease(self.ttl)
-            except Exception as exc:  # noqa: BLE001 - keep renewing
-                log.warning("scalable topics lease renewal: %s", exc)
-
-    async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-        if self.lease_id:
-            with contextlib.suppress(Exception):
-                await self.metadata.revoke_lease(self.lease_id)
-
-
-class ForwardingSegmentOps(BrokerSegmentOps):
-    """BrokerSegmentOps whose owner-only calls go to the broker serving the segment."""
-
-    def __init__(self, broker: BrokerService, service: "ScalableTopicService") -> None:
-        super().__init__(broker)
-        self.service = service
-
-    async def _owner(self, topic: str) -> str:
-        result = await self.broker.lookup(topic)
-        return result.broker_url if result.kind != "connect" else ""
-
-    async def terminate_segment(self, topic: str) -> None:
-        if self.broker.cluster is None:
-            return await super().terminate_segment(topic)
-        owner = await self._owner(topic)
-        if not owner or owner == self.broker.broker_url:
-            return await super().terminate_segment(topic)
-        await self.metadata.put(keys.topic_terminated(topic), b"1")  # the owner's open reads it, should it move
-        await self.service.remote(owner).TerminateSegment(pb.SegmentRequest(segment_topic=topic), timeout=30)
-
-    async def delete_segment(self, topic: str) -> None:
-        """At the broker the cluster assigned the segment to (its admin port's DeleteTopic, which
-        deletes the stored data there too); here when it is this broker's or nobody's."""
-        cluster = self.broker.cluster
-        owner = cluster.view.owner(topic) if cluster is not None else None
-        node = cast("ClusterNode", cluster)  # read only with an owner, so in cluster mode
-        if owner is None or str(owner) == str(node.broker_id):
-            return await super().delete_segment(topic)
-        admin_url = (node.view.registered.get(owner) or {}).get("admin_url")
-        if not admin_url:
-            raise NotServedHereError(f"segment {topic} is owned by broker {owner}, which has no admin port")
-        try:
-            async with peers.for_broker(self.broker).channel(admin_url) as channel:  # as this broker
-                await admin_grpc.TopicAdminStub(channel).DeleteTopic(
-                    admin_pb.TopicRequest(name=topic), timeout=60, metadata=((ADMIN_FORWARDED, "1"),)
-                )
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() != grpc.StatusCode.NOT_FOUND:  # gone already: deleted
-                raise from_rpc_error(exc) from exc
-
-    async def backlog(self, topic: str, subscription: str) -> int:
-        stats = await self.segment_stats(topic)
-        return int(stats.get("subscriptions", {}).get(subscription, {}).get("backlog", 0))
-
-    async def segment_stats(self, topic: str) -> dict[str, Any]:
-        if self.broker.cluster is not None and topic not in self.broker.topics:
-            owner = await self._owner(topic)
-            if owner and owner != self.broker.broker_url:
-                reply = await self.service.remote(owner).SegmentStats(
-                    pb.SegmentRequest(segment_topic=topic), timeout=30, metadata=_FORWARDED_CALL
-                )
-                return dict(json.loads(reply.json))
-        return await super().segment_stats(topic)
 
 
 class ScalableTopicService:
@@ -144,20 +48,25 @@ class ScalableTopicService:
         broker: BrokerService,
         *,
         broker_url: str | None = None,
-        lease: Any = None,
+        lease: LeaseHolder | None = None,
         grace_seconds: float = DEFAULT_GRACE_SECONDS,
         lease_ttl: int = 10,
         auto_split: dict[str, Any] | None = None,
         prune: dict[str, Any] | None = None,
+        step_hook: StepHook | None = None,
     ) -> None:
+        """``lease``: what the controllers campaign with (default: the cluster membership's lease, or
+        on a standalone broker a lease of the service's own of ``lease_ttl`` seconds).
+        ``step_hook``: awaited at each split, merge and prune step (fault-injection tests)."""
         self.broker = broker
         self.metadata = broker.metadata
         self.broker_url = broker_url or broker.broker_url
         self.store = ScalableTopicStore(self.metadata)
-        self.ops = ForwardingSegmentOps(broker, self)
+        self.ops = ForwardingSegmentOps(broker, self.remote)
         self.grace_seconds = grace_seconds
         self._lease = lease
-        self._own_lease: OwnLease | None = None
+        self._own_lease: LeaseKeeper | None = None
+        self._step_hook = step_hook
         self.lease_ttl = lease_ttl
         self.auto_split = auto_split or {}  # ScalableTopicController auto_split_* / max_segments options
         self.prune = prune or {}  # ScalableTopicController prune_interval / sealed_retention
@@ -173,16 +82,16 @@ class ScalableTopicService:
 
     # ------------------------------------------------------------ controllers
 
-    async def _lease_source(self) -> Any:
+    async def _lease_source(self) -> LeaseHolder:
         if self._lease is None:
-            cluster = self.broker.cluster
-            membership = getattr(cluster, "membership", None)
+            membership: LeaseHolder | None = getattr(self.broker.cluster, "membership", None)  # a ClusterNode's
             if membership is not None:
                 self._lease = membership
             else:
-                self._own_lease = OwnLease(self.metadata, self.lease_ttl)
-                await self._own_lease.start()
-                self._lease = self._own_lease
+                own = LeaseKeeper(self.metadata, lease_ttl_s=self.lease_ttl, name="scalable topics")
+                await own.acquire()
+                own.start()
+                self._own_lease = self._lease = own
         return self._lease
 
     async def controller(self, topic: str) -> ScalableTopicController:
@@ -199,7 +108,7 @@ class ScalableTopicService:
                         await self._lease_source(),
                         self.broker_url,
                         grace_seconds=self.grace_seconds,
-                        step_hook=_crash_hook(),
+                        step_hook=self._step_hook,
                         **self.auto_split,
                         **self.prune,
                     )
@@ -346,208 +255,6 @@ class ScalableTopicService:
         return dag
 
 
-_FORWARDED_KEY = "x-danube-scalable-forwarded"
-_FORWARDED_CALL = ((_FORWARDED_KEY, "1"),)
-
-
-def _forwarded_call(context) -> bool:
-    """The call came from another broker's ForwardingSegmentOps (answered here, never forwarded again)."""
-    try:
-        return any(k == _FORWARDED_KEY for k, _v in (context.invocation_metadata() or ()))
-    except Exception:  # noqa: BLE001 - no metadata: a client's call
-        return False
-
-
-CRASH_ENV = "DANUBE_TEST_SCALABLE_CRASH"
-
-
-def _crash_hook() -> Any:
-    """Fault injection for tests only: ``DANUBE_TEST_SCALABLE_CRASH=STEP:FLAGFILE`` makes the first
-    broker process of the cluster that reaches split/merge step STEP (controller.STEPS) and creates
-    FLAGFILE exit at once (os._exit), as if killed there.  Unset in normal operation."""
-    import os
-
-    spec = os.environ.get(CRASH_ENV)
-    if not spec or ":" not in spec:
-        return None
-    step, flag = spec.split(":", 1)
-
-    async def hook(name: str) -> None:
-        if name != step:
-            return
-        try:
-            os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return  # someone crashed here already: this is the leader that completes the operation
-        log.error("%s: exiting at split/merge step %s", CRASH_ENV, step)
-        os._exit(137)
-
-    return hook
-
-
-def _layout_reply(layout: SegmentLayout, controller_url: str = "") -> pb.LayoutResponse:
-    return pb.LayoutResponse(metadata_json=layout.to_json().decode(), controller_broker_url=controller_url)
-
-
-class ScalableTopicsServicer(pb_grpc.ScalableTopicsServicer):
-    def __init__(self, service: ScalableTopicService) -> None:
-        self.service = service
-
-    async def WatchTopic(self, request, context) -> AsyncIterator[pb.ScalableTopicUpdate]:
-        try:
-            keys.split_topic(request.topic)
-            await self.service.store.require(request.topic)
-            async for snap in self.service.store.watch(request.topic):
-                yield pb.ScalableTopicUpdate(session_id=request.session_id, dag=await self.service.dag(snap))
-        except DanubeError as exc:
-            await _abort(context, exc)
-
-    async def RegisterConsumer(self, request, context) -> AsyncIterator[pb.AssignmentUpdate]:
-        try:
-            ctl = await self.service.controller(request.topic)
-            if not ctl.is_leader:
-                err = NotLeaderError(f"the controller leader of {request.topic} is {ctl.leader_url}", ctl.leader_url)
-                err.owner_url = ctl.leader_url  # type: ignore[attr-defined]
-                raise err
-            queue: asyncio.Queue = asyncio.Queue()
-            first = await ctl.register_consumer(
-                request.subscription, request.consumer_name, request.consumer_id, queue.put_nowait
-            )
-        except DanubeError as exc:
-            await _abort(context, exc)
-            return
-        try:
-            yield pb.AssignmentUpdate(assignment_json=json.dumps(first.to_json()))
-            while True:
-                get = asyncio.ensure_future(queue.get())
-                lost = asyncio.ensure_future(ctl.changed.wait())
-                done, _ = await asyncio.wait({get, lost}, return_when=asyncio.FIRST_COMPLETED)
-                if get in done:
-                    lost.cancel()
-                    yield pb.AssignmentUpdate(assignment_json=json.dumps(get.result().to_json()))
-                else:
-                    get.cancel()
-                    ctl.changed.clear()
-                    if not ctl.is_leader:
-                        await context.abort(
-                            grpc.StatusCode.UNAVAILABLE,
-                            f"controller leadership of {request.topic} moved to {ctl.leader_url}",
-                        )
-        finally:
-            ctl.consumer_disconnected(request.subscription, request.consumer_name)
-
-    async def SegmentDrained(self, request, context) -> pb.DeletedResponse:
-        try:
-            ctl = await self.service.controller(request.topic)
-            if not ctl.is_leader:
-                return await self.service.remote(ctl.leader_url).SegmentDrained(request, timeout=30)
-            return pb.DeletedResponse(deleted=await ctl.segment_drained(request.subscription, request.segment_id))
-        except DanubeError as exc:
-            await _abort(context, exc)
-            raise
-
-    async def CreateScalableTopic(self, request, context) -> pb.LayoutResponse:
-        try:
-            layout = await self.service.create(request.topic, request.num_segments or 1)
-            return _layout_reply(layout, await self.service.store.controller_url(request.topic))
-        except DanubeError as exc:
-            await _abort(context, exc)
-            raise
-
-    async def GetScalableTopic(self, request, context) -> pb.LayoutResponse:
-        try:
-            stored = await self.service.store.require(request.topic)
-            return _layout_reply(stored.layout, await self.service.store.controller_url(request.topic))
-        except DanubeError as exc:
-            await _abort(context, exc)
-            raise
-
-    async def DescribeScalableTopic(self, request, context) -> pb.JsonResponse:
-        try:
-            return pb.JsonResponse(json=json.dumps(await self.service.describe(request.topic)))
-        except DanubeError as exc:
-            await _abort(context, exc)
-            raise
-
-    async def ListScalableTopics(self, request, context) -> pb.ListScalableTopicsResponse:
-        try:
-            return pb.ListScalableTopicsResponse(topics=await self.service.store.list(request.namespace or "default"))
-        except DanubeError as exc:
-            await _abort(context, exc)
-            raise
-
-    async def DeleteScalableTopic(self, request, context) -> pb.DeletedResponse:
-        try:
-            return pb.DeletedResponse(deleted=await self.service.delete(request.topic))
-        except DanubeError as exc:
-            await _abort(context, exc)
-            raise
-
-    async def SplitSegment(self, request, context) -> pb.LayoutResponse:
-        try:
-            return _layout_reply(await self.service.split(request.topic, request.segment_id), self.service.broker_url)
-        except DanubeError as exc:
-            await _abort(context, exc)
-            raise
-
-    async def MergeSegments(self, request, context) -> pb.LayoutResponse:
-        try:
-            layout = await self.service.merge(request.topic, request.segment_id1, request.segment_id2)
-            return _layout_reply(layout, self.service.broker_url)
-        except DanubeError as exc:
-            await _abort(context, exc)
-            raise
-
-    async def CreateSubscription(self, request, context) -> pb.DeletedResponse:
-        try:
-            created = await self.service.create_subscription(
-                request.topic, request.subscription, request.type or STREAM
-            )
-            return pb.DeletedResponse(deleted=created)
-        except DanubeError as exc:
-            await _abort(context, exc)
-            raise
-
-    async def DeleteSubscription(self, request, context) -> pb.DeletedResponse:
-        try:
-            return pb.DeletedResponse(
-                deleted=await self.service.delete_subscription(request.topic, request.subscription)
-            )
-        except DanubeError as exc:
-            await _abort(context, exc)
-            raise
-
-    async def ListSubscriptions(self, request, context) -> pb.JsonResponse:
-        try:
-            return pb.JsonResponse(json=json.dumps(await self.service.subscriptions(request.topic)))
-        except DanubeError as exc:
-            await _abort(context, exc)
-            raise
-
-    async def TerminateSegment(self, request, context) -> pb.JsonResponse:
-        try:
-            keys.split_topic(request.segment_topic)
-            await BrokerSegmentOps.terminate_segment(self.service.ops, request.segment_topic)
-            return pb.JsonResponse(json=json.dumps({"terminated": True}))
-        except DanubeError as exc:
-            await _abort(context, exc)
-            raise
-
-    async def SegmentStats(self, request, context) -> pb.JsonResponse:
-        """A client's call (a queue consumer checking a sealed segment's backlog) may reach any
-        broker: forwarded to the owner once; a forwarded call is answered here."""
-        try:
-            keys.split_topic(request.segment_topic)
-            if _forwarded_call(context):
-                stats = await BrokerSegmentOps.segment_stats(self.service.ops, request.segment_topic)
-            else:
-                stats = await self.service.ops.segment_stats(request.segment_topic)
-            return pb.JsonResponse(json=json.dumps(stats))
-        except DanubeError as exc:
-            await _abort(context, exc)
-            raise
-
-
 def add_to_server(server: grpc.aio.Server, broker: BrokerService, **options: Any) -> ScalableTopicService:
     """Registers the scalable topics service on ``server`` (called by danube.server.app)."""
     service = ScalableTopicService(broker, **options)
@@ -561,10 +268,10 @@ def add_servicer(server: grpc.aio.Server, service: ScalableTopicService) -> None
     pb_grpc.add_ScalableTopicsServicer_to_server(ScalableTopicsServicer(service), server)
 
 
-def attach(server: grpc.aio.Server, broker: BrokerService, config: Any = None) -> ScalableTopicService | None:
+def attach(
+    server: grpc.aio.Server, broker: BrokerService, config: ScalableTopicsConfig | None = None
+) -> ScalableTopicService | None:
     """The broker app's hook: the service per the ``scalable_topics:`` section (None when disabled)."""
-    from danube.routing.scalable.config import ScalableTopicsConfig
-
     cfg = config if config is not None else ScalableTopicsConfig()
     if not cfg.enabled:
         return None
@@ -579,6 +286,7 @@ def attach(server: grpc.aio.Server, broker: BrokerService, config: Any = None) -
             "max_segments": cfg.max_segments,
         },
         prune={"prune_interval": cfg.prune_interval_seconds, "sealed_retention": cfg.sealed_retention_seconds},
+        step_hook=cfg.load_step_hook(),
     )
 
 

@@ -14,6 +14,7 @@ import json
 
 import grpc
 import pytest
+import yaml
 
 from danube.client import DanubeClient
 from danube.client.scalable import QUEUE, STREAM, ScalableConsumer, ScalableProducer
@@ -22,6 +23,7 @@ from danube.metadata.etcd import EtcdMetadataStore
 from danube.model.segment_layout import SegmentLayout
 from danube.proto.danube_scalable import scalable_pb2 as pb
 from danube.proto.danube_scalable import scalable_pb2_grpc as pb_grpc
+from tests.support import scalable_crash
 from tests.support.cluster import local_cluster
 from tests.support.etcd import requires_etcd
 
@@ -239,9 +241,10 @@ async def crash_scenario(cluster) -> None:
 
 
 def test_a_leader_dead_after_sealing_the_parent_is_completed_by_the_next(tmp_path, monkeypatch):
-    from danube.server.scalable_service import CRASH_ENV
-
-    monkeypatch.setenv(CRASH_ENV, f"parents_terminated:{tmp_path / 'crashed'}")
-    with local_cluster(str(tmp_path / "cluster")) as cluster:
+    config, env = scalable_crash.broker_config("parents_terminated", str(tmp_path / "crashed"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "broker.yaml").write_text(yaml.safe_dump(config))
+    with local_cluster(str(tmp_path / "cluster"), config=str(tmp_path / "broker.yaml")) as cluster:
         asyncio.run(crash_scenario(cluster))
     assert (tmp_path / "crashed").exists()

@@ -20,3 +20,21 @@ def test_section_defaults_and_values():
         BrokerConfig.from_dict({"scalable_topics": {"session_grace_seconds": 0}})
     with pytest.raises(InvalidArgumentError):
         BrokerConfig.from_dict({"scalable_topics": [1]})
+
+
+def test_step_hook_names_a_function_and_a_bad_one_is_a_clear_error():
+    assert ScalableTopicsConfig().load_step_hook() is None  # off by default
+    cfg = BrokerConfig.from_dict(
+        {"scalable_topics": {"step_hook": "tests.support.scalable_crash:exit_at_step"}}
+    ).scalable_topics
+    from tests.support.scalable_crash import exit_at_step
+
+    assert cfg.load_step_hook() is exit_at_step
+    with pytest.raises(InvalidArgumentError, match="package.module:function"):
+        BrokerConfig.from_dict({"scalable_topics": {"step_hook": "no_colon"}})
+    with pytest.raises(InvalidArgumentError, match="cannot be loaded"):
+        ScalableTopicsConfig(step_hook="tests.support.no_such_module:hook").load_step_hook()
+    with pytest.raises(InvalidArgumentError, match="cannot be loaded"):
+        ScalableTopicsConfig(step_hook="tests.support.scalable_crash:no_such_function").load_step_hook()
+    with pytest.raises(InvalidArgumentError, match="not a function"):
+        ScalableTopicsConfig(step_hook="tests.support.scalable_crash:ENV").load_step_hook()

@@ -220,7 +220,7 @@ async def test_a_deleted_topic_ends_the_election(metadata):
     a = await controller(metadata, ops, "http://a:1")
     b = await controller(metadata, ops, "http://b:1")
     await delete_scalable_topic(store, ops, T)  # deletes the controller key too: b campaigns, finds no topic
-    await async_wait_until(lambda: b._task is not None and b._task.done())
+    await async_wait_until(lambda: not b.election.running)
     assert await metadata.get(keys.scalable_controller(T)) is None
     await a.stop()
     await b.stop()

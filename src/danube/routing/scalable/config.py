@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from danube.errors import InvalidArgumentError
+from danube.routing.scalable.contracts import StepHook
 from danube.settings import check_settings, load_section, setting
 
 
@@ -22,9 +25,34 @@ class ScalableTopicsConfig:
     prune_interval_seconds: float = setting(30.0, minimum=0)
     # a drained sealed segment is kept this long before it is pruned
     sealed_retention_seconds: float = setting(3600.0, minimum=0)
+    # debugging: "package.module:function", an async function awaited with the name of each step a
+    # split, merge or prune passes (contracts.STEPS, PRUNE_STEP): where fault-injection tests make a
+    # broker process die; empty (the default) in normal operation
+    step_hook: str = ""
 
     def __post_init__(self) -> None:
         check_settings(self)
+        if self.step_hook:
+            module, _, name = self.step_hook.partition(":")
+            if not module or not name:
+                raise InvalidArgumentError(
+                    f"scalable_topics.step_hook must be 'package.module:function', not {self.step_hook!r}"
+                )
+
+    def load_step_hook(self) -> StepHook | None:
+        """The function ``step_hook`` names (None when empty); a clear error when it cannot be loaded."""
+        if not self.step_hook:
+            return None
+        module, _, name = self.step_hook.partition(":")
+        try:
+            hook = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            raise InvalidArgumentError(
+                f"scalable_topics.step_hook {self.step_hook!r} cannot be loaded: {exc}"
+            ) from None
+        if not callable(hook):
+            raise InvalidArgumentError(f"scalable_topics.step_hook {self.step_hook!r} is not a function")
+        return hook
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "scalable_topics") -> "ScalableTopicsConfig":

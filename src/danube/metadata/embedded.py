@@ -26,7 +26,7 @@ import secrets
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncGenerator, Sequence
 
 from danube.errors import MetadataError
 from danube.metadata.store import (
@@ -350,7 +350,7 @@ class EmbeddedMetadataStore(MetadataStore):
             if not remaining:
                 return
 
-    async def watch(self, prefix: str, *, start_revision: int | None = None) -> AsyncIterator[WatchEvent]:
+    async def watch(self, prefix: str, *, start_revision: int | None = None) -> AsyncGenerator[WatchEvent, None]:
         queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
         entry = (prefix, queue, asyncio.get_running_loop())
         await self._run(self._subscribe, entry, start_revision)

@@ -174,6 +174,7 @@ class Peers:
             from danube.security import tls
 
             t = self.settings.tls
+            assert t is not None, "channel credentials are built only when settings.tls_enabled"
             if t.verify_client:
                 self._credentials = tls.channel_credentials(t.ca_file, t.cert_file, t.key_file)
             else:

@@ -26,7 +26,7 @@ import secrets
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncGenerator, Sequence
 
 from danube.errors import MetadataError
 from danube.metadata.store import (
@@ -55,14 +55,13 @@ class EmbeddedMetadataStore(MetadataStore):
         # (prefix, queue, loop); touched only on the sqlite thread
         self._watchers: list[tuple[str, asyncio.Queue, asyncio.AbstractEventLoop]] = []
         self._closed = False
-        self._conn: sqlite3.Connection | None = None
         self._revision = 0
         self._compacted = 0  # history holds revisions > _compacted
         self._writes_since_prune = 0
         self._sweeper: asyncio.Task | None = None
-        self._executor.submit(self._open).result()
+        self._conn: sqlite3.Connection = self._executor.submit(self._open).result()
 
-    def _open(self) -> None:
+    def _open(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
@@ -91,7 +90,7 @@ class EmbeddedMetadataStore(MetadataStore):
             self._compacted = int(meta.get("compacted", 0))
         except sqlite3.Error as exc:
             raise MetadataError(f"cannot open metadata store at {self._path}: {exc}") from exc
-        self._conn = conn
+        return conn
 
     async def _run(self, fn, *args):
         if self._closed:
@@ -351,7 +350,7 @@ class EmbeddedMetadataStore(MetadataStore):
             if not remaining:
                 return
 
-    async def watch(self, prefix: str, *, start_revision: int | None = None) -> AsyncIterator[WatchEvent]:
+    async def watch(self, prefix: str, *, start_revision: int | None = None) -> AsyncGenerator[WatchEvent, None]:
         queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
         entry = (prefix, queue, asyncio.get_running_loop())
         await self._run(self._subscribe, entry, start_revision)
@@ -374,8 +373,7 @@ class EmbeddedMetadataStore(MetadataStore):
         conn = self._conn
 
         def _close() -> None:
-            if conn is not None:
-                conn.close()
+            conn.close()
 
         await asyncio.get_running_loop().run_in_executor(self._executor, _close)
         self._executor.shutdown(wait=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncGenerator, Sequence
 from urllib.parse import urlparse
 
 import grpc
@@ -317,7 +317,7 @@ class EtcdMetadataStore(MetadataStore):
 
     # ------------------------------------------------------------ watches
 
-    async def watch(self, prefix: str, *, start_revision: int | None = None) -> AsyncIterator[WatchEvent]:
+    async def watch(self, prefix: str, *, start_revision: int | None = None) -> AsyncGenerator[WatchEvent, None]:
         """Follows ``prefix``; on a broken stream it re-creates the watch from the revision after
         the last event delivered (or after the revision the watch started at)."""
         _, _, watch_stub = self._stubs()

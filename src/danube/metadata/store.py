@@ -26,7 +26,7 @@ from __future__ import annotations
 import abc
 import json
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncGenerator, Sequence
 
 from danube.errors import MetadataError
 
@@ -193,9 +193,9 @@ class MetadataStore(abc.ABC):
     async def delete_prefix(self, prefix: str) -> int: ...
 
     @abc.abstractmethod
-    def watch(self, prefix: str, *, start_revision: int | None = None) -> AsyncIterator[WatchEvent]:
+    def watch(self, prefix: str, *, start_revision: int | None = None) -> AsyncGenerator[WatchEvent, None]:
         """Events for keys under ``prefix`` from now on (or from ``start_revision``, inclusive),
-        until the iterator is closed."""
+        until the generator is closed (``aclose``)."""
 
     # ------------------------------------------------------------ revisions, transactions, leases
 

@@ -371,6 +371,8 @@ class SchemaRegistry:
         v = await self.version(subject, version)
         key = keys.schema_version(subject, v.version)
         kv = await self.metadata.get(key)
+        if kv is None:  # removed by another writer since it was read just above
+            raise SchemaNotFoundError(f"schema subject {subject!r} has no version {version}")
         rec = json.loads(kv.value)
         rec["deleted"] = True
         rec["deleted_at"] = _now_ms()

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import tempfile
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,8 @@ class ParsedSchema:
     canonical: bytes
     parsed: Any = None  # fastavro schema | JSON document | (pool, FileDescriptorSet)
     named: dict = field(default_factory=dict)  # Avro named types by full name
+    # The compiled payload checker of an Avro schema, built on first use (validation.avro_program).
+    _avro_program: array | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def fingerprint(self) -> str:

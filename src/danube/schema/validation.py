@@ -35,6 +35,7 @@ import io
 import json
 import logging
 import time
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -158,9 +159,9 @@ def _avrocheck():
     return _native.load("avrocheck")
 
 
-def avro_program(p: ParsedSchema):
+def avro_program(p: ParsedSchema) -> array:
     """The compiled checker program of an Avro schema (cached on the parsed schema)."""
-    prog = getattr(p, "_avro_program", None)
+    prog = p._avro_program
     if prog is None:
         from danube.schema.avro_program import compile_avro
 
@@ -366,23 +367,25 @@ class SchemaGate:
                 self.warnings,
             )
 
-    def _check_ids(self, rule: _Rule, schema_id, schema_version) -> bool:
+    def _check_ids(self, rule: _Rule, schema_id: int | None, schema_version: int | None) -> tuple[int, int] | None:
+        """``(schema_id, schema_version)`` when the publish carries the topic's schema, else None
+        (after a warning, or SchemaViolationError under ``enforce``)."""
         if schema_id is None:
             self._violation(rule, "the publish carries no schema id (produce with the topic's schema subject)")
-            return False
+            return None
         if rule.schema_id is None or schema_id != rule.schema_id:
             self._violation(
                 rule, f"schema id {schema_id} is not the topic's (subject {rule.subject!r} has id {rule.schema_id})"
             )
-            return False
+            return None
         if schema_version is None or schema_version not in rule.versions:
             self._violation(
                 rule,
                 f"schema version {schema_version} is not a live version of subject "
                 f"{rule.subject!r} (live: {sorted(rule.versions)})",
             )
-            return False
-        return True
+            return None
+        return schema_id, schema_version
 
     def _validator(self, rule: _Rule, version: int) -> Callable:
         v = rule.validators.get(version)
@@ -395,9 +398,11 @@ class SchemaGate:
         rule = self.rule(topic)
         if rule is None or rule.policy == "none":
             return
-        if not self._check_ids(rule, schema_id, schema_version):
+        ids = self._check_ids(rule, schema_id, schema_version)
+        if ids is None:
             return
         if rule.payload_validation:
+            schema_version = ids[1]
             try:
                 self._validator(rule, schema_version)(payload)
             except ValueError as exc:
@@ -408,8 +413,10 @@ class SchemaGate:
         rule = self.rule(topic)
         if rule is None or rule.policy == "none":
             return
-        if not self._check_ids(rule, schema_id, schema_version):
+        ids = self._check_ids(rule, schema_id, schema_version)
+        if ids is None:
             return
+        schema_id, schema_version = ids
         # every message must carry the batch's schema (consumers and Spark decode by it): one
         # compiled pass over the frames' attributes
         bad = _avrocheck().check_attribute(frames_buf, _SCHEMA_NAME, schema_value(schema_id, schema_version).encode())

@@ -100,10 +100,15 @@ class TokenVerifier:
 
     def _verify(self, token: str) -> tuple[str, float]:
         self.verified += 1
-        options = {"require": ["exp", "sub"]}
         try:
+            # the options as a literal in the call: newer PyJWT types them as a TypedDict, 2.8 as a dict
             claims = pyjwt.decode(
-                token, self._key, algorithms=[ALGORITHM], issuer=self._issuer, leeway=self._leeway, options=options
+                token,
+                self._key,
+                algorithms=[ALGORITHM],
+                issuer=self._issuer,
+                leeway=self._leeway,
+                options={"require": ["exp", "sub"]},
             )
         except pyjwt.ExpiredSignatureError:
             raise _expired(_unverified_exp(token)) from None

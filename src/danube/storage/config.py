@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, overload
 
 from danube.settings import ConfigError, check_settings, load_fields, load_section, setting
 from danube.storage.backends import DurableBackend, FilesystemBackend, S3Backend
@@ -264,6 +264,10 @@ class StorageConfig:
         )
 
 
+@overload
+def _string(section: Mapping[str, Any], key: str, default: str, where: str = ...) -> str: ...
+@overload
+def _string(section: Mapping[str, Any], key: str, default: None, where: str = ...) -> str | None: ...
 def _string(section: Mapping[str, Any], key: str, default: str | None, where: str = "storage.") -> str | None:
     value = section.get(key, default)
     if value is None:

@@ -32,7 +32,7 @@ import bisect
 import collections
 import struct
 import threading
-from typing import AsyncIterator, Callable, Iterator, NamedTuple
+from typing import AsyncGenerator, AsyncIterator, Callable, Iterator, NamedTuple
 
 import xxhash
 
@@ -105,9 +105,9 @@ def split_frames_at(buf, marks: list[tuple[int, int]], last_offset: int, max_byt
 
 
 class _Range(NamedTuple):
-    """Bytes ``[start, end)`` of segment ``index``: whole frames, offsets ``first``..``last``."""
+    """Bytes ``[start, end)`` of segment ``segment``: whole frames, offsets ``first``..``last``."""
 
-    index: int
+    segment: int  # the catalog's index of the segment
     start: int
     end: int
     first: int
@@ -116,7 +116,7 @@ class _Range(NamedTuple):
 
 class _Fetched(NamedTuple):
     data: bytes
-    count: int
+    frame_count: int  # frames that scanned good
     end_pos: int
     first: int
     last: int
@@ -223,7 +223,7 @@ class DurableHistoryReader:
         ``max_bytes`` without walking every frame header itself.
         """
         try:
-            desc = self.catalog.at(job.index)
+            desc = self.catalog.at(job.segment)
             data = self.backend.get_self_checked(desc.data_key, job.start, job.end)
             if len(data) != job.end - job.start:
                 return _Fetched(data, 0, 0, -1, -1, -1, None, [])
@@ -244,7 +244,7 @@ class DurableHistoryReader:
         max_bytes: int = DEFAULT_CHUNK,
         chunk_bytes: int | None = None,
         prefetch: int | None = None,
-    ) -> AsyncIterator[memoryview]:
+    ) -> AsyncGenerator[memoryview, None]:
         """Whole-frame buffers holding offsets ``from_offset`` .. ``until_offset`` (default: durable end)."""
         pieces = self.stream_with_last_offsets(
             from_offset, until_offset, max_bytes=max_bytes, chunk_bytes=chunk_bytes, prefetch=prefetch
@@ -263,7 +263,7 @@ class DurableHistoryReader:
         max_bytes: int = DEFAULT_CHUNK,
         chunk_bytes: int | None = None,
         prefetch: int | None = None,
-    ) -> AsyncIterator[tuple[memoryview, int]]:
+    ) -> AsyncGenerator[tuple[memoryview, int], None]:
         """``stream``, each piece with the offset of its last frame."""
         end_offset = self.catalog.end_offset
         until = end_offset if until_offset is None else min(until_offset, end_offset)
@@ -275,22 +275,23 @@ class DurableHistoryReader:
         plan = self._plan(from_offset, until, chunk_bytes)
         inflight: collections.deque = collections.deque()
         chains: list[_HashChain] = []
-        state = {"chain": None, "previous": None}
+        # the etag chain of the segment being launched, and the previous range's done event
+        chain: _HashChain | None = None
+        previous: threading.Event | None = None
 
         def launch() -> bool:
+            nonlocal chain, previous
             job = next(plan, None)
             if job is None:
                 return False
             if job.start == 0:  # a segment read from its first byte is checked against its etag
-                state["chain"], state["previous"] = _HashChain(), None
-                chains.append(state["chain"])
-            elif job.first == from_offset or state["chain"] is None:
-                state["chain"], state["previous"] = None, None
+                chain, previous = _HashChain(), None
+                chains.append(chain)
+            elif job.first == from_offset or chain is None:
+                chain, previous = None, None
             done = threading.Event()
-            task = asyncio.ensure_future(
-                asyncio.to_thread(self._fetch, job, state["chain"], state["previous"], done, max_bytes)
-            )
-            state["previous"] = done
+            task = asyncio.ensure_future(asyncio.to_thread(self._fetch, job, chain, previous, done, max_bytes))
+            previous = done
             inflight.append((job, task))
             return True
 
@@ -301,7 +302,7 @@ class DurableHistoryReader:
                 job, task = inflight.popleft()
                 got = await task
                 launch()
-                desc = self.catalog.at(job.index)
+                desc = self.catalog.at(job.segment)
                 self._check(desc, job, got)
                 if got.etag is not None and got.etag != desc.etag:
                     raise self._corrupt(
@@ -319,8 +320,8 @@ class DurableHistoryReader:
                 if job.last >= until:
                     return
         finally:
-            for chain in chains:
-                chain.stopped = True
+            for started in chains:
+                started.stopped = True
             for _job, task in inflight:
                 task.cancel()
             for _job, task in inflight:
@@ -339,7 +340,7 @@ class DurableHistoryReader:
                 actual=job.start + len(got.data),
             )
         if got.reason != message_codec.SCAN_END or got.end_pos != len(got.data) or got.last != job.last:
-            bad = job.first + got.count
+            bad = job.first + got.frame_count
             detail = "frame checksum, length or offset sequence check failed"
             try:
                 message_codec.validate(memoryview(got.data)[got.end_pos :], bad, True)
@@ -366,7 +367,7 @@ async def chained_tail(
     wal_tail: Callable[[int, int], AsyncIterator],
     from_offset: int,
     max_bytes: int,
-) -> AsyncIterator:
+) -> AsyncGenerator[memoryview, None]:
     """Durable history below the hot WAL's start, then the hot WAL (following live appends).
 
     ``hot_start()`` is re-read at each switch: retention may move the WAL's start

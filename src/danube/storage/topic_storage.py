@@ -15,7 +15,7 @@ import asyncio
 import errno
 import logging
 import time
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from danube import movetrace
 from danube._tasks import cancel_and_wait
@@ -35,6 +35,9 @@ from danube.storage.paths import remove_topic_dir
 from danube.storage.recovery import RecoveryStart, write_sealed_state
 from danube.storage.retention import RetentionEnforcer
 from danube.storage.tiered_reader import DurableHistoryReader, chained_tail
+
+if TYPE_CHECKING:
+    from danube.storage.owner_fence import OwnerFence
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +92,8 @@ class TopicStorage:
         self._listening = False  # the WAL listeners are registered (once: a failed seal restarts)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
-        self.on_closed = None  # set by the factory
-        self.owner_fence = None  # danube.storage.owner_fence.OwnerFence (shared_fs), set by the factory
+        self.on_closed: Callable[[TopicStorage], None] | None = None  # set by the factory
+        self.owner_fence: OwnerFence | None = None  # shared_fs only, set by the factory
 
     def __repr__(self) -> str:
         return f"<TopicStorage {self.topic} {self.config.mode} {self.first_offset}..{self.next_offset - 1}>"

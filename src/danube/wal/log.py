@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from bisect import bisect_right
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any, AsyncGenerator, Callable, Iterator
 
 from danube import _native, message_codec
 from danube.errors import OffsetOutOfRangeError, TooManyOpenFilesError, WalBusyError, WalClosedError
@@ -30,11 +30,14 @@ from danube.wal.rotation import file_info as _info
 from danube.wal.sync import Syncer
 from danube.wal.tail import AppendNotifier
 
+if TYPE_CHECKING:
+    # the one Record class: the compiled codec re-exports the pure twin's (frame.pyi)
+    from danube._pure.frame import Record
+
 _walfile = _native.load("walfile")
 _ring = _native.load("ring")
 log = logging.getLogger("danube.wal")
 
-Record = message_codec.Record
 DEFAULT_READ_BYTES = 1 << 20
 PREFAULT_BYTES = 4 << 20
 
@@ -141,11 +144,18 @@ class Wal:
         self._last_use = ((self._writer.next_offset, self._reads), time.monotonic())
         # The per-record hot path is the writer's own method unless every append must wait for disk.
         if options.sync is not SyncPolicy.ALWAYS:
-            self.append = self._writer.append
-            self.append_frames = self._writer.append_frames
+            self._route_appends(self._writer)
         else:
             self.__dict__.pop("append", None)
             self.__dict__.pop("append_frames", None)
+
+    def _route_appends(self, writer: Any) -> None:
+        """``append`` and ``append_frames`` call ``writer``'s own methods (no wrapper per record):
+        the instance's entries shadow the class's methods (under sync=always ``_open_state`` pops
+        them, so the class's, which wait for the disk, are called)."""
+        shadows = self.__dict__
+        shadows["append"] = writer.append
+        shadows["append_frames"] = writer.append_frames
 
     @classmethod
     def open(cls, path: str | os.PathLike, **options) -> "Wal":
@@ -240,8 +250,9 @@ class Wal:
 
     def _trim_page_cache(self) -> None:
         """After a sync, on the thread that synced: drop what lies behind the page-cache window."""
-        if not self._closing:
-            self.page_cache.trim(self._segments)
+        cache = self.page_cache  # None once the log stops writing or suspends
+        if cache is not None and not self._closing:
+            cache.trim(self._segments)
 
     def _check_open(self) -> None:
         if self._closed or self._closing:
@@ -516,13 +527,14 @@ class Wal:
 
     async def tail_frames(
         self, from_offset: int | None = None, max_bytes: int = DEFAULT_READ_BYTES
-    ) -> AsyncIterator[memoryview]:
+    ) -> AsyncGenerator[memoryview, None]:
         """Yield frame batches from ``from_offset`` (default: the end), following live appends.
 
         Every reader gets views of the same bytes (no copy per reader).  Ends when the WAL closes.
         """
         pos = self.next_offset if from_offset is None else from_offset
         notifier = self._notifier
+        assert notifier is not None, "set by _open_state, which __init__ runs"
         read_cached = self._ring.read_counted  # frames and their count, no walk over them (the ring
         while not self._closed:  # object lives as long as the WAL, across suspends)
             got = read_cached(pos, max_bytes)
@@ -543,7 +555,7 @@ class Wal:
     def _next_offset_fn(self) -> int:
         return self._writer.next_offset
 
-    async def tail(self, from_offset: int | None = None) -> AsyncIterator[Record]:
+    async def tail(self, from_offset: int | None = None) -> AsyncGenerator[Record, None]:
         """Yield records from ``from_offset`` (default: the end), following live appends."""
         async for view in self.tail_frames(from_offset):
             for record in message_codec.iter_records(view):
@@ -607,8 +619,7 @@ class Wal:
                 self.page_cache = None
                 self._generation += 1
                 self.suspend_count += 1
-                self.append = dormant.append
-                self.append_frames = dormant.append_frames
+                self._route_appends(dormant)
         finally:
             self._closing = False
         return True
@@ -636,8 +647,7 @@ class Wal:
                 self._segments = []
                 self._rotated = []
                 self._seg_firsts = firsts
-                self.append = dormant.append
-                self.append_frames = dormant.append_frames
+                self._route_appends(dormant)
                 raise
             self._dormant = None
             self.resume_count += 1
@@ -682,11 +692,13 @@ class Wal:
     def close(self) -> None:
         """Sync (unless sync='never'), finish rotated files, stop background work, release the
         files. Idempotent."""
+        notifier = self._notifier
+        assert notifier is not None, "set by _open_state, which __init__ runs"
         with self._admin_lock:
             if self._read_only and not self._closed:
                 # stop_writing did the rest (and gave the directory up): only the mappings go
                 self._closed = True
-                self._notifier.close()
+                notifier.close()
                 self._ring.reset(self._writer.next_offset)
                 for s in self._segments:
                     s.close()
@@ -708,7 +720,7 @@ class Wal:
                 try:
                     self._syncer.close()
                     self._closed = True
-                    self._notifier.close()
+                    notifier.close()
                     # the cache references the file mappings: drop it so they are unmapped now
                     # (views readers still hold keep theirs alive)
                     self._ring.reset(self._writer.next_offset)

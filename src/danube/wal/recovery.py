@@ -18,12 +18,17 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from danube import _native, message_codec
 from danube.errors import WalError
 from danube.wal.checkpoint import Checkpoint, read_checkpoint
 from danube.wal.files import list_segment_files, segment_file_name
 from danube.wal.options import SyncPolicy, WalOptions
+
+if TYPE_CHECKING:
+    # the API both twins of the WAL file share (walfile.pyi), whichever _native loads
+    from danube._core.walfile import SegmentFile
 
 _walfile = _native.load("walfile")
 log = logging.getLogger("danube.wal")
@@ -41,8 +46,8 @@ class RecoveryReport:
 
 @dataclass
 class RecoveredLog:
-    rotated: list  # SegmentFile, read-only, oldest first
-    active: object  # SegmentFile, writable
+    rotated: list[SegmentFile]  # read-only, oldest first
+    active: SegmentFile  # writable
     checkpoint: Checkpoint
     report: RecoveryReport
     changed: bool = True  # the checkpoint on disk differs from ``checkpoint`` (write it)
@@ -61,7 +66,7 @@ def recover(directory: str, options: WalOptions) -> RecoveredLog:
             os.unlink(path)
         else:
             files.append((seq, path))
-    segments = []
+    segments: list[SegmentFile] = []
     index_every = options.index_every_bytes
     try:
         for i, (seq, path) in enumerate(files):

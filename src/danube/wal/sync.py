@@ -394,6 +394,9 @@ class Syncer:
         fut = loop.create_future()
         with self._waiters_lock:
             self._waiters.append((offset, loop, fut))
+        # sync=never returned above (its durable offset is the appended end; callers wait for offsets
+        # they appended), and only sync=never logs have no group
+        assert self._group is not None, "a sync=never log waited for an offset not appended"
         self._group.request(self)
         if offset <= self._durable:
             self._resolve_waiters()
@@ -481,10 +484,12 @@ class Syncer:
         if self._watch is not None:
             self._watch(self._appended_since)
         if self._appended() > self._durable and not self._closing:
+            assert self._group is not None, "sync=interval logs have a sync group"
             self._group.request(self)
 
     def _appended_since(self) -> None:
         if not self._closing:
+            assert self._group is not None, "sync=interval logs have a sync group"
             self._group.request(self)
 
     def _run_chore(self) -> None:

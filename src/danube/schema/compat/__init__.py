@@ -16,6 +16,8 @@ JSON Schema has two rules (``JSON_SCHEMA_RULES``): ``danube`` (the default, Danu
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from danube.schema.errors import InvalidSchemaError
 from danube.schema.types import ParsedSchema, normalize_mode
 
@@ -32,18 +34,24 @@ def normalize_json_schema_rule(rule: str | None) -> str:
     return r
 
 
-def _reader_check(schema_type: str, json_rule: str):
+def _reader_check(schema_type: str, json_rule: str) -> Callable[[ParsedSchema, ParsedSchema], list[str]] | None:
+    # The checker modules are imported on first use, as before: a broker that only meets one
+    # schema type never loads the others.
     if schema_type == "avro":
-        from danube.schema.compat import avro as mod
-    elif schema_type == "json_schema":
+        from danube.schema.compat import avro
+
+        return avro.can_read
+    if schema_type == "json_schema":
         if json_rule != "reader_writer":
             return None
-        from danube.schema.compat import json_schema_reader_writer as mod
-    elif schema_type == "protobuf":
-        from danube.schema.compat import protobuf as mod
-    else:
-        return None
-    return mod.can_read
+        from danube.schema.compat import json_schema_reader_writer
+
+        return json_schema_reader_writer.can_read
+    if schema_type == "protobuf":
+        from danube.schema.compat import protobuf
+
+        return protobuf.can_read
+    return None
 
 
 def check(latest: ParsedSchema, new: ParsedSchema, mode: str, json_rule: str = DEFAULT_JSON_SCHEMA_RULE) -> list[str]:

@@ -238,13 +238,13 @@ class BrokerConfig:
         ``load_manager``) onto the fields; every key is checked by the one loader."""
         data = config_danube.translate(data)
         kw: dict[str, Any] = {}
-        broker = load_section(BrokerSection, data.pop("broker", None), "broker")
+        broker_section = load_section(BrokerSection, data.pop("broker", None), "broker")
         for name in ("host", "advertised_addr"):
-            if getattr(broker, name) is not None:
-                kw[name] = getattr(broker, name)
+            if getattr(broker_section, name) is not None:
+                kw[name] = getattr(broker_section, name)
         for src, dst in (("client", "port"), ("admin", "admin_port"), ("prom", "metrics_port")):
-            if getattr(broker.ports, src) is not None:
-                kw[dst] = getattr(broker.ports, src)
+            if getattr(broker_section.ports, src) is not None:
+                kw[dst] = getattr(broker_section.ports, src)
         for key, dst in (("broker_addr", "port"), ("admin_addr", "admin_port"), ("prom_exporter", "metrics_port")):
             if key in data:  # Danube's older flat keys
                 host, port = _addr(data.pop(key), key)

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection, Protocol
 if TYPE_CHECKING:
     from danube.broker.delivery import Delivery
     from danube.broker.subscription import Consumer
+    from danube.metadata.election import LeaseHolder
 
 __all__ = [
     "TopicStorage",
@@ -234,6 +235,10 @@ class Cluster(Protocol):
     @property
     def election(self) -> Election:
         """The leader election this broker takes part in."""
+
+    @property
+    def membership(self) -> LeaseHolder:
+        """This broker's cluster lease (its registration); other leases of the broker's may ride on it."""
 
     @property
     def client_proxy(self) -> Any:

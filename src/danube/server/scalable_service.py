@@ -84,9 +84,9 @@ class ScalableTopicService:
 
     async def _lease_source(self) -> LeaseHolder:
         if self._lease is None:
-            membership: LeaseHolder | None = getattr(self.broker.cluster, "membership", None)  # a ClusterNode's
-            if membership is not None:
-                self._lease = membership
+            cluster = self.broker.cluster
+            if cluster is not None:
+                self._lease = cluster.membership
             else:
                 own = LeaseKeeper(self.metadata, lease_ttl_s=self.lease_ttl, name="scalable topics")
                 await own.acquire()

@@ -9,6 +9,7 @@ from danube.errors import AlreadyExistsError, NotFoundError
 from danube.metadata import keys
 from danube.model.segment_layout import SegmentLayout
 from danube.routing.scalable.store import ScalableTopicStore
+from tests.support.waiting import async_wait_until
 
 T = "/default/orders"
 
@@ -57,7 +58,7 @@ async def test_watch_delivers_every_layout_and_the_controller(metadata):
                 return
 
     task = asyncio.create_task(watch())
-    await asyncio.sleep(0.2)
+    await async_wait_until(lambda: seen, what="the watch's first snapshot")  # before any change
     one = stored.layout.split_segment(0)
     assert await store.cas_layout(T, stored.version, one)
     await metadata.put(keys.scalable_controller(T), b"http://127.0.0.1:1")

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 # Whole request messages a streaming handler may leave unread before the stream's
 # flow-control window stops being reopened (the client then waits: backpressure).
 UNREAD_MESSAGES_BEFORE_BACKPRESSURE = 4
+_OK = grpc.StatusCode.OK
 # What a finished call's reader becomes: its partial message is dropped with it.
 _SPENT_READER = wire.MessageReader(0)
 
@@ -161,16 +162,12 @@ class ServerCall:
                 self._wake()
         buffered = self._reader.pending + self._queued_bytes
         delta = buffered - self._buffered
-        server = connection._server
         if delta:
             self._buffered = buffered
-            connection.buffered += delta
-            server.buffered_total += delta
+            connection.hold(delta)
         if len(self._messages) > UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
             self._held_credit += flow_controlled
-        elif (
-            connection.buffered > connection.max_buffered or server.buffered_total > server.max_buffered_total
-        ) and not connection.favours(self):
+        elif connection.over_budget() and not connection.favours(self):
             self._held_credit += flow_controlled
             connection.starve(self)
         else:
@@ -208,7 +205,7 @@ class ServerCall:
     def on_reset(self) -> None:
         """The client cancelled the call (RST_STREAM) or the connection is gone."""
         if not self._finished:
-            observe = self._connection._server.on_status
+            observe = self._connection.status_observer
             if observe is not None:
                 observe(self.method, grpc.StatusCode.CANCELLED)
         self._cancelled = True
@@ -231,7 +228,17 @@ class ServerCall:
                 behaviour = handler.unary_unary if not handler.request_streaming else handler.stream_unary
                 response = await behaviour(request, self)
                 if not self._finished:
-                    await self._send_message(self._serialize(response))
+                    data = self._serialize(response)
+                    if (
+                        not self._headers_sent
+                        and self._code is _OK
+                        and not self._details
+                        and not self._trailing_metadata
+                        and self._connection.send_whole_answer(self.stream_id, data)
+                    ):
+                        self._answered()
+                        return
+                    await self._send_message(data)
             else:
                 behaviour = handler.unary_stream if not handler.request_streaming else handler.stream_stream
                 result = behaviour(request, self)
@@ -283,7 +290,7 @@ class ServerCall:
         if self._finished:
             return
         self._finished = True
-        observe = self._connection._server.on_status
+        observe = self._connection.status_observer
         if observe is not None:
             observe(self.method, code)
         self._connection.send_status(
@@ -294,6 +301,16 @@ class ServerCall:
             trailers_only=not self._headers_sent,
             reset_after=not self._remote_ended,
         )
+
+    def _answered(self) -> None:
+        """``_finish`` for a call whose headers, message and OK trailers went out at once."""
+        self._finished = True
+        self._headers_sent = True
+        observe = self._connection.status_observer
+        if observe is not None:
+            observe(self.method, _OK)
+        if not self._remote_ended:
+            self._connection.stop_stream(self.stream_id)
 
     def _fail_early(self, code: grpc.StatusCode, details: str) -> None:
         """A bad request seen while reading it: answer the status, stop the handler."""
@@ -309,12 +326,7 @@ class ServerCall:
         size = len(data)
         self._queued_bytes -= size
         self._buffered -= size
-        connection = self._connection
-        connection.buffered -= size
-        server = connection._server
-        server.buffered_total -= size
-        if connection._starved or connection._favoured is not None or server.starved or server.window_starved:
-            connection.unbuffered(self)
+        self._connection.release(self, size)
         return data
 
     @property
@@ -356,7 +368,7 @@ class ServerCall:
         self._reader = _SPENT_READER
         if self._buffered:
             size, self._buffered, self._queued_bytes = self._buffered, 0, 0
-            self._connection.unbuffer(self, size)
+            self._connection.release(self, size)
         self._connection.forget(self.stream_id)
         if self._done_callbacks:
             callbacks, self._done_callbacks = self._done_callbacks, []

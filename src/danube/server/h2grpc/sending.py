@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 _FLUSH_NOW_BYTES = 256 * 1024
 # A writer waiting on the server-wide bound looks again this often even without news.
 _GLOBAL_RECHECK_S = 0.2
+# A response's headers and the trailers of a call that ended OK: the same for every call.
+RESPONSE_BLOCK = frames.encode_header_block([(b":status", b"200"), (b"content-type", b"application/grpc")])
+OK_TRAILERS_BLOCK = frames.encode_header_block([(b"grpc-status", b"0")])
+_END_HEADERS = frames.END_HEADERS
+_END_TRAILERS = frames.END_HEADERS | frames.END_STREAM
 
 
 class SendSide:
@@ -77,18 +82,7 @@ class SendSide:
             and total <= self._send_window
             and server.send_queued <= server.max_send_queued_total
         ):
-            stream.send_window -= total
-            self._send_window -= total
-            out = self._out
-            out.append(frames.frame_header(frames.DATA, 0, stream_id, total))
-            out.append(wire.message_prefix(length))
-            if encoded:
-                out.extend(data)
-            else:
-                out.append(data)
-            self._out_bytes += total
-            self.progress += 1
-            self._schedule_flush()
+            self._write_data(stream, stream_id, data, encoded, length, total)
             return
         pieces = collections.deque([wire.message_prefix(length)])
         if encoded:
@@ -157,19 +151,55 @@ class SendSide:
             or server.send_queued > server.max_send_queued_total
         ):
             return False
+        self._write_data(stream, stream_id, data, encoded, length, total)
+        return True
+
+    def send_whole_answer(self, stream_id: int, data) -> bool:
+        """A unary call's whole answer when it ended OK: response headers, the message in one DATA
+        frame and the OK trailers, queued at once (True) when the message fits the windows and the
+        send-queue bounds.  False, nothing sent, when the caller must go the long way
+        (``send_message``, then the status), or the stream is gone."""
+        encoded = type(data) is wire.Encoded
+        length = data.length if encoded else len(data)
+        total = wire.PREFIX_SIZE + length
+        stream = self._streams.get(stream_id)
+        server = self._server
+        if (
+            stream is None
+            or stream.local_closed
+            or total > self._frame_limit
+            or self._write_paused
+            or self._out_bytes >= self._send_limit
+            or total > stream.send_window
+            or total > self._send_window
+            or server.send_queued > server.max_send_queued_total
+        ):
+            return False
+        frame = frames.frame
+        self._out.append(frame(frames.HEADERS, _END_HEADERS, stream_id, RESPONSE_BLOCK))
+        self._write_data(stream, stream_id, data, encoded, length, total)
+        self._out.append(frame(frames.HEADERS, _END_TRAILERS, stream_id, OK_TRAILERS_BLOCK))
+        stream.local_closed = True
+        if stream.remote_closed:
+            del self._streams[stream_id]
+            server.open_streams -= 1
+        return True
+
+    def _write_data(self, stream, stream_id: int, data, encoded: bool, length: int, total: int) -> None:
+        """A whole message as one DATA frame, its room in the windows and bounds already checked."""
         stream.send_window -= total
         self._send_window -= total
         out = self._out
-        out.append(frames.frame_header(frames.DATA, 0, stream_id, total))
-        out.append(wire.message_prefix(length))
+        out.append(frames.data_header(stream_id, length))
         if encoded:
             out.extend(data)
         else:
             out.append(data)
         self._out_bytes += total
         self.progress += 1
-        self._schedule_flush()
-        return True
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
 
     def _may_queue(self) -> bool:
         """Whether a writer may frame more now: the connection is under its bound, and the server

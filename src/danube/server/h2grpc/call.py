@@ -112,17 +112,20 @@ class ServerCall:
         self._headers_sent = False
         self._finished = False
         self._cancelled = False
-        self._code = grpc.StatusCode.OK
+        self._code = _OK
         self._details = ""
         self._trailing_metadata: tuple = ()
         self._deadline_hit = False
-        self._done_callbacks: list = []
+        self._done_callbacks: list | None = None
         self._sink: Callable[[Any], None] | None = (
             None  # set_message_sink: request messages go to this callback as they arrive
         )
-        loop = connection.loop
-        self._deadline = None if timeout is None else loop.time() + timeout
-        self._deadline_timer = None if timeout is None else loop.call_at(cast(float, self._deadline), self._on_deadline)
+        if timeout is None:
+            self._deadline = self._deadline_timer = None
+        else:
+            loop = connection.loop
+            self._deadline = deadline = loop.time() + timeout
+            self._deadline_timer = loop.call_at(deadline, self._on_deadline)
 
     # ------------------------------------------------------------ from the connection
 
@@ -149,6 +152,7 @@ class ServerCall:
         except wire.CompressedMessage as exc:
             self._fail_early(grpc.StatusCode.UNIMPLEMENTED, str(exc))
             return
+        queue = self._messages
         if messages:
             connection.progress += 1
             if self._sink is not None:
@@ -157,22 +161,23 @@ class ServerCall:
                     connection.return_credit(self.stream_id, flow_controlled)
                     return
             else:
-                self._messages.extend(messages)
+                queue.extend(messages)
                 self._queued_bytes += sum(map(len, messages)) if len(messages) > 1 else len(messages[0])
-                self._wake()
+                if self._waiter is not None:
+                    self._wake()
         buffered = self._reader.pending + self._queued_bytes
         delta = buffered - self._buffered
         if delta:
             self._buffered = buffered
             connection.hold(delta)
-        if len(self._messages) > UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
+        if len(queue) > UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
             self._held_credit += flow_controlled
         elif connection.over_budget() and not connection.favours(self):
             self._held_credit += flow_controlled
             connection.starve(self)
         else:
             connection.return_credit(self.stream_id, flow_controlled)
-        if not self.streaming_request and self._task is None and len(self._messages) > 1:
+        if len(queue) > 1 and self._task is None and not self._handler.request_streaming:
             self._fail_early(grpc.StatusCode.INTERNAL, "a unary call got more than one request message")
 
     def on_remote_end(self) -> None:
@@ -182,10 +187,11 @@ class ServerCall:
         if self._reader.pending:
             self._fail_early(grpc.StatusCode.INTERNAL, "the request stream ended inside a message")
             return
-        self._wake()
+        if self._waiter is not None:
+            self._wake()
         if self._sink is not None:
             self._sink(grpc.aio.EOF)
-        if self._task is None and not self.streaming_request:
+        if self._task is None and not self._handler.request_streaming:
             if len(self._messages) != 1:
                 self._fail_early(
                     grpc.StatusCode.INTERNAL,
@@ -371,7 +377,7 @@ class ServerCall:
             self._connection.release(self, size)
         self._connection.forget(self.stream_id)
         if self._done_callbacks:
-            callbacks, self._done_callbacks = self._done_callbacks, []
+            callbacks, self._done_callbacks = self._done_callbacks, None
             for callback in callbacks:
                 try:
                     callback(self)
@@ -520,6 +526,8 @@ class ServerCall:
     def add_done_callback(self, callback) -> None:
         if self._finished and self._task is not None and self._task.done():
             callback(self)
+        elif self._done_callbacks is None:
+            self._done_callbacks = [callback]
         else:
             self._done_callbacks.append(callback)
 

@@ -40,6 +40,17 @@ PAUSED_FOR_BUDGET = 1
 PAUSED_FOR_BACKLOG = 2
 _PAUSE_READING_ABOVE = 64 * 1024  # bytes left in the read buffer after a read's budget
 _HEADER_FRAMES = (frames.HEADERS, frames.CONTINUATION)
+# Module constants, not attribute lookups, on the per-frame path.
+_DATA = frames.DATA
+_HEADERS = frames.HEADERS
+_WINDOW_UPDATE = frames.WINDOW_UPDATE
+_CONTINUATION = frames.CONTINUATION
+_END_STREAM = frames.END_STREAM
+_END_HEADERS = frames.END_HEADERS
+_PADDED = frames.PADDED
+_PRIORITY_FLAG = frames.PRIORITY_FLAG
+_unpadded = frames.unpadded
+_parse_u32 = frames.parse_u32
 
 
 class Stream:
@@ -84,6 +95,7 @@ class FrameDispatch:
     _frame_limit: int
     _pending_window_delta: int
     _more_scheduled: bool
+    _window_waiters: list
     _read_paused: int
     _write_paused: bool
     _broken: bool
@@ -127,13 +139,13 @@ class FrameDispatch:
             if not self._handshake_done and parsed:
                 self._on_first_frame(parsed[0])
             for kind, flags, stream_id, payload in parsed:
-                if self._continuing is not None and kind != frames.CONTINUATION:
+                if self._continuing is not None and kind != _CONTINUATION:
                     raise FrameError(frames.PROTOCOL_ERROR, "a header block was interrupted by another frame")
-                if kind == frames.DATA:
+                if kind == _DATA:
                     self._on_data(flags, stream_id, payload)
-                elif kind == frames.HEADERS:
+                elif kind == _HEADERS:
                     self._on_headers(flags, stream_id, payload)
-                elif kind == frames.WINDOW_UPDATE:
+                elif kind == _WINDOW_UPDATE:
                     self._on_window_update(stream_id, payload)
                 elif kind == frames.PING:
                     self._on_ping(flags, stream_id, payload)
@@ -216,22 +228,21 @@ class FrameDispatch:
             self.return_credit(stream_id, size)
             self._reset_call(stream_id, frames.FLOW_CONTROL_ERROR)
             return
-        data = frames.unpadded(payload, flags)
         call = self._calls.get(stream_id)
         if call is not None:
-            call.on_data(data, size)
+            call.on_data(_unpadded(payload, flags) if flags & _PADDED else payload, size)
             if self._starved and self._recv_window < self._recv_target // 4:
                 self._shed()
         else:
             self.return_credit(stream_id, size)
-        if flags & frames.END_STREAM:
+        if flags & _END_STREAM:
             self._remote_end(stream_id, stream)
 
     def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id == 0:
             raise FrameError(frames.PROTOCOL_ERROR, "HEADERS on stream 0")
-        block = frames.unpadded(payload, flags)
-        if flags & frames.PRIORITY_FLAG:
+        block = _unpadded(payload, flags) if flags & _PADDED else payload
+        if flags & _PRIORITY_FLAG:
             if len(block) < 5:
                 raise FrameError(frames.FRAME_SIZE_ERROR, "HEADERS too short for its priority fields")
             if int.from_bytes(block[:4], "big") & 0x7FFFFFFF == stream_id:
@@ -245,7 +256,7 @@ class FrameDispatch:
                 "a header block over twice the header list size limit",
                 limit="max_header_list_size",
             )
-        if flags & frames.END_HEADERS:
+        if flags & _END_HEADERS:
             self._on_header_block(stream_id, flags, block)
         else:
             self._continuing = (stream_id, flags, [block])
@@ -301,7 +312,7 @@ class FrameDispatch:
                 f"(after stream {self._last_stream_id}; client streams are odd)",
             )
         self._last_stream_id = stream_id
-        ended = bool(flags & frames.END_STREAM)
+        ended = bool(flags & _END_STREAM)
         limits = self._limits
         server = self._server
         open_here = len(self._streams)
@@ -324,8 +335,10 @@ class FrameDispatch:
         self._streams[stream_id] = stream
         server.open_streams += 1
         self._on_request(stream_id, headers, summary, ended)
-        if ended and stream_id in self._calls:
-            self._calls[stream_id].on_remote_end()
+        if ended:
+            call = self._calls.get(stream_id)
+            if call is not None:
+                call.on_remote_end()
 
     def _on_priority(self, stream_id: int, payload: bytes) -> None:
         """PRIORITY is advisory and this server does not prioritise; only its form is checked."""
@@ -337,7 +350,7 @@ class FrameDispatch:
             self._reset_call(stream_id, frames.PROTOCOL_ERROR)
 
     def _on_window_update(self, stream_id: int, payload: bytes) -> None:
-        increment = frames.parse_u32(payload, "WINDOW_UPDATE") & 0x7FFFFFFF
+        increment = _parse_u32(payload, "WINDOW_UPDATE") & 0x7FFFFFFF
         if stream_id == 0:
             if increment == 0:
                 raise FrameError(frames.PROTOCOL_ERROR, "a connection WINDOW_UPDATE of 0")
@@ -361,7 +374,8 @@ class FrameDispatch:
             if stream.send_window > frames.MAX_WINDOW:
                 self._reset_call(stream_id, frames.FLOW_CONTROL_ERROR)
                 return
-        self._wake_writers()
+        if self._window_waiters:
+            self._wake_writers()
 
     def _on_ping(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id != 0:

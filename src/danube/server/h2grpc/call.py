@@ -12,7 +12,7 @@ import collections
 import inspect
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc.aio import AbortError
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 # flow-control window stops being reopened (the client then waits: backpressure).
 UNREAD_MESSAGES_BEFORE_BACKPRESSURE = 4
 _OK = grpc.StatusCode.OK
+_Encoded = wire.Encoded
 # What a finished call's reader becomes: its partial message is dropped with it.
 _SPENT_READER = wire.MessageReader(0)
 
@@ -280,7 +281,7 @@ class ServerCall:
             raise AbortError() from exc
 
     def _serialize(self, response):
-        if type(response) is wire.Encoded:
+        if type(response) is _Encoded:
             return response
         serializer = self._handler.response_serializer
         return response if serializer is None else serializer(response)
@@ -422,7 +423,9 @@ class ServerCall:
             sink(grpc.aio.EOF)
 
     def _to_sink(self, messages: list) -> None:
-        sink = cast("Callable[[Any], None]", self._sink)  # called once a sink is set
+        sink = self._sink
+        if sink is None:  # only called once a sink is set
+            return
         for data in messages:
             if self._finished:
                 return

@@ -38,6 +38,9 @@ _GLOBAL_RECHECK_S = 0.2
 RESPONSE_BLOCK = frames.encode_header_block([(b":status", b"200"), (b"content-type", b"application/grpc")])
 OK_TRAILERS_BLOCK = frames.encode_header_block([(b"grpc-status", b"0")])
 _END_HEADERS = frames.END_HEADERS
+_Encoded = wire.Encoded
+_PREFIX_SIZE = wire.PREFIX_SIZE
+_data_header = frames.data_header
 _END_TRAILERS = frames.END_HEADERS | frames.END_STREAM
 
 
@@ -67,9 +70,9 @@ class SendSide:
     async def send_message(self, stream_id: int, data) -> None:
         """One length-prefixed message (bytes, or ``wire.Encoded`` parts sent as they are), within
         the stream's and the connection's window and the send-queue bounds."""
-        encoded = type(data) is wire.Encoded
+        encoded = type(data) is _Encoded
         length = data.length if encoded else len(data)
-        total = wire.PREFIX_SIZE + length
+        total = _PREFIX_SIZE + length
         stream = self._streams.get(stream_id)
         if stream is None or stream.local_closed:
             raise asyncio.CancelledError("the client closed the stream")
@@ -135,9 +138,9 @@ class SendSide:
         """``send_message`` when it can finish without waiting (the message fits the windows and
         the send-queue bounds, in one frame): queued for this turn's write, True.  False, nothing
         done, when the caller must await ``send_message`` instead (or the stream is gone)."""
-        encoded = type(data) is wire.Encoded
+        encoded = type(data) is _Encoded
         length = data.length if encoded else len(data)
-        total = wire.PREFIX_SIZE + length
+        total = _PREFIX_SIZE + length
         stream = self._streams.get(stream_id)
         server = self._server
         if (
@@ -159,9 +162,9 @@ class SendSide:
         frame and the OK trailers, queued at once (True) when the message fits the windows and the
         send-queue bounds.  False, nothing sent, when the caller must go the long way
         (``send_message``, then the status), or the stream is gone."""
-        encoded = type(data) is wire.Encoded
+        encoded = type(data) is _Encoded
         length = data.length if encoded else len(data)
-        total = wire.PREFIX_SIZE + length
+        total = _PREFIX_SIZE + length
         stream = self._streams.get(stream_id)
         server = self._server
         if (
@@ -190,7 +193,7 @@ class SendSide:
         stream.send_window -= total
         self._send_window -= total
         out = self._out
-        out.append(frames.data_header(stream_id, length))
+        out.append(_data_header(stream_id, length))
         if encoded:
             out.extend(data)
         else:

@@ -289,13 +289,15 @@ class FrameDispatch:
 
     def _on_header_block(self, stream_id: int, flags: int, block: bytes) -> None:
         headers, summary = self._header_decoder.decode_request(block)  # always: it keeps the HPACK state in step
-        if len(headers) > self._limits.max_header_count:
+        limits = self._limits
+        if len(headers) > limits.max_header_count:
             raise FrameError(
                 frames.ENHANCE_YOUR_CALM,
-                f"a header block of {len(headers)} headers (at most {self._limits.max_header_count})",
+                f"a header block of {len(headers)} headers (at most {limits.max_header_count})",
                 limit="max_header_count",
             )
-        stream = self._streams.get(stream_id)
+        streams = self._streams
+        stream = streams.get(stream_id)
         if stream is not None:
             if stream.remote_closed:
                 self._reset_call(stream_id, frames.STREAM_CLOSED)
@@ -313,9 +315,8 @@ class FrameDispatch:
             )
         self._last_stream_id = stream_id
         ended = bool(flags & _END_STREAM)
-        limits = self._limits
         server = self._server
-        open_here = len(self._streams)
+        open_here = len(streams)
         if (
             self._going_away
             or open_here >= limits.max_concurrent_streams
@@ -332,7 +333,7 @@ class FrameDispatch:
             self._apply_window_delta()
         stream = Stream(self._peer_initial_window, limits.stream_window)
         stream.remote_closed = ended
-        self._streams[stream_id] = stream
+        streams[stream_id] = stream
         server.open_streams += 1
         self._on_request(stream_id, headers, summary, ended)
         if ended:

@@ -41,6 +41,8 @@ _END_HEADERS = frames.END_HEADERS
 _Encoded = wire.Encoded
 _PREFIX_SIZE = wire.PREFIX_SIZE
 _data_header = frames.data_header
+_frame = frames.frame
+_HEADERS = frames.HEADERS
 _END_TRAILERS = frames.END_HEADERS | frames.END_STREAM
 
 
@@ -70,23 +72,11 @@ class SendSide:
     async def send_message(self, stream_id: int, data) -> None:
         """One length-prefixed message (bytes, or ``wire.Encoded`` parts sent as they are), within
         the stream's and the connection's window and the send-queue bounds."""
+        if self._send_whole(stream_id, data) is not None:
+            return
         encoded = type(data) is _Encoded
         length = data.length if encoded else len(data)
         total = _PREFIX_SIZE + length
-        stream = self._streams.get(stream_id)
-        if stream is None or stream.local_closed:
-            raise asyncio.CancelledError("the client closed the stream")
-        server = self._server
-        if (
-            total <= self._frame_limit
-            and not self._write_paused
-            and self._out_bytes < self._send_limit
-            and total <= stream.send_window
-            and total <= self._send_window
-            and server.send_queued <= server.max_send_queued_total
-        ):
-            self._write_data(stream, stream_id, data, encoded, length, total)
-            return
         pieces = collections.deque([wire.message_prefix(length)])
         if encoded:
             pieces.extend(memoryview(part).cast("B") for part in data)
@@ -138,30 +128,30 @@ class SendSide:
         """``send_message`` when it can finish without waiting (the message fits the windows and
         the send-queue bounds, in one frame): queued for this turn's write, True.  False, nothing
         done, when the caller must await ``send_message`` instead (or the stream is gone)."""
-        encoded = type(data) is _Encoded
-        length = data.length if encoded else len(data)
-        total = _PREFIX_SIZE + length
-        stream = self._streams.get(stream_id)
-        server = self._server
-        if (
-            stream is None
-            or stream.local_closed
-            or total > self._frame_limit
-            or self._write_paused
-            or self._out_bytes >= self._send_limit
-            or total > stream.send_window
-            or total > self._send_window
-            or server.send_queued > server.max_send_queued_total
-        ):
-            return False
-        self._write_data(stream, stream_id, data, encoded, length, total)
-        return True
+        return self._send_whole(stream_id, data) is not None
 
     def send_whole_answer(self, stream_id: int, data) -> bool:
         """A unary call's whole answer when it ended OK: response headers, the message in one DATA
-        frame and the OK trailers, queued at once (True) when the message fits the windows and the
-        send-queue bounds.  False, nothing sent, when the caller must go the long way
-        (``send_message``, then the status), or the stream is gone."""
+        frame and the OK trailers, queued at once (True) when the message fits as ``send_now``
+        needs.  False, nothing sent, when the caller must go the long way (``send_message``, then
+        the status), or the stream is gone."""
+        out = self._out
+        out.append(_frame(_HEADERS, _END_HEADERS, stream_id, RESPONSE_BLOCK))
+        stream = self._send_whole(stream_id, data)
+        if stream is None:
+            out.pop()
+            return False
+        out.append(_frame(_HEADERS, _END_TRAILERS, stream_id, OK_TRAILERS_BLOCK))
+        stream.local_closed = True
+        if stream.remote_closed:
+            del self._streams[stream_id]
+            self._server.open_streams -= 1
+        return True
+
+    def _send_whole(self, stream_id: int, data):
+        """The one place a message goes out as a single DATA frame: when it fits the stream's and
+        the connection's windows, the peer's frame size and the send-queue bounds, it is queued
+        for this turn's write and its stream returned; else None, nothing done."""
         encoded = type(data) is _Encoded
         length = data.length if encoded else len(data)
         total = _PREFIX_SIZE + length
@@ -177,19 +167,7 @@ class SendSide:
             or total > self._send_window
             or server.send_queued > server.max_send_queued_total
         ):
-            return False
-        frame = frames.frame
-        self._out.append(frame(frames.HEADERS, _END_HEADERS, stream_id, RESPONSE_BLOCK))
-        self._write_data(stream, stream_id, data, encoded, length, total)
-        self._out.append(frame(frames.HEADERS, _END_TRAILERS, stream_id, OK_TRAILERS_BLOCK))
-        stream.local_closed = True
-        if stream.remote_closed:
-            del self._streams[stream_id]
-            server.open_streams -= 1
-        return True
-
-    def _write_data(self, stream, stream_id: int, data, encoded: bool, length: int, total: int) -> None:
-        """A whole message as one DATA frame, its room in the windows and bounds already checked."""
+            return None
         stream.send_window -= total
         self._send_window -= total
         out = self._out
@@ -203,6 +181,7 @@ class SendSide:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
+        return stream
 
     def _may_queue(self) -> bool:
         """Whether a writer may frame more now: the connection is under its bound, and the server

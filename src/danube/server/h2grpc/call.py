@@ -158,7 +158,8 @@ class ServerCall:
             connection.progress += 1
             if self._sink is not None:
                 self._to_sink(messages)  # taken at once: nothing queued, nothing to wake
-                if self._finished:
+                if self._finished or (not self._buffered and not self._reader.pending):
+                    # Taken whole, nothing held: the window goes back at once, whatever the budget.
                     connection.return_credit(self.stream_id, flow_controlled)
                     return
             else:

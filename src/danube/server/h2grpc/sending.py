@@ -72,7 +72,7 @@ class SendSide:
     async def send_message(self, stream_id: int, data) -> None:
         """One length-prefixed message (bytes, or ``wire.Encoded`` parts sent as they are), within
         the stream's and the connection's window and the send-queue bounds."""
-        if self._send_whole(stream_id, data) is not None:
+        if self._send_whole(stream_id, data):
             return
         encoded = type(data) is _Encoded
         length = data.length if encoded else len(data)
@@ -124,12 +124,6 @@ class SendSide:
         self.progress += 1
         self._schedule_flush()
 
-    def send_now(self, stream_id: int, data) -> bool:
-        """``send_message`` when it can finish without waiting (the message fits the windows and
-        the send-queue bounds, in one frame): queued for this turn's write, True.  False, nothing
-        done, when the caller must await ``send_message`` instead (or the stream is gone)."""
-        return self._send_whole(stream_id, data) is not None
-
     def send_whole_answer(self, stream_id: int, data) -> bool:
         """A unary call's whole answer when it ended OK: response headers, the message in one DATA
         frame and the OK trailers, queued at once (True) when the message fits as ``send_now``
@@ -137,21 +131,21 @@ class SendSide:
         the status), or the stream is gone."""
         out = self._out
         out.append(_frame(_HEADERS, _END_HEADERS, stream_id, RESPONSE_BLOCK))
-        stream = self._send_whole(stream_id, data)
-        if stream is None:
+        if not self._send_whole(stream_id, data):
             out.pop()
             return False
         out.append(_frame(_HEADERS, _END_TRAILERS, stream_id, OK_TRAILERS_BLOCK))
+        stream = self._streams[stream_id]
         stream.local_closed = True
         if stream.remote_closed:
             del self._streams[stream_id]
             self._server.open_streams -= 1
         return True
 
-    def _send_whole(self, stream_id: int, data):
+    def _send_whole(self, stream_id: int, data) -> bool:
         """The one place a message goes out as a single DATA frame: when it fits the stream's and
         the connection's windows, the peer's frame size and the send-queue bounds, it is queued
-        for this turn's write and its stream returned; else None, nothing done."""
+        for this turn's write (True); else False, nothing done."""
         encoded = type(data) is _Encoded
         length = data.length if encoded else len(data)
         total = _PREFIX_SIZE + length
@@ -167,7 +161,7 @@ class SendSide:
             or total > self._send_window
             or server.send_queued > server.max_send_queued_total
         ):
-            return None
+            return False
         stream.send_window -= total
         self._send_window -= total
         out = self._out
@@ -181,7 +175,13 @@ class SendSide:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
-        return stream
+        return True
+
+    # ``send_message`` when it can finish without waiting (the message fits the windows and the
+    # send-queue bounds, in one frame): queued for this turn's write, True.  False, nothing done,
+    # when the caller must await ``send_message`` instead (or the stream is gone).  The same
+    # method, under the name calls use: no extra call per streamed message.
+    send_now = _send_whole
 
     def _may_queue(self) -> bool:
         """Whether a writer may frame more now: the connection is under its bound, and the server

@@ -3,12 +3,16 @@
     python bench/h2_calls.py [--before /tmp/before/src] [--pure] [--calls 20000] [--per-read 8] [--rounds 3]
     python bench/h2_calls.py --callgrind [--pure] [--before /tmp/before/src]
     python bench/h2_calls.py --codec
+    python bench/h2_calls.py --stream ...       (messages on one bidi stream instead of calls)
+    python bench/h2_calls.py --profile [--stream] (cProfile of the counted part, this tree)
 
 No sockets and no broker: one ``GrpcConnection`` on a transport that drops what it is given, fed
 reads that each carry ``--per-read`` whole calls the way a gRPC client pipelines them (HEADERS
 with an HPACK block that indexes after the first call, DATA with one ``--message-size``-byte
 message and END_STREAM, and a connection WINDOW_UPDATE giving back the previous response's
-bytes), answered by an echo handler.  What is measured is the process CPU time of the reads and
+bytes), answered by an echo handler.  With ``--stream``, one bidi call instead, each read carrying
+``--per-read`` request messages and the window for the previous answers, each message answered
+at once from a message sink with ``write_nowait`` (as a consumer stream is fed).  What is measured is the process CPU time of the reads and
 of the event loop turns that answer them, per call: frame parsing, the gRPC message cut, the
 stream bookkeeping, HPACK, the handler task and the response's frames.  Each round runs the
 trees in a fresh interpreter (``PYTHONPATH``), alternating which goes first; ``--pure`` adds this
@@ -38,7 +42,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 
 
-def child(calls: int, per_read: int, message_size: int, skip_idle: bool = False) -> dict:
+def child(
+    calls: int, per_read: int, message_size: int, skip_idle: bool = False, profile: bool = False, stream: bool = False
+) -> dict:
     import asyncio
 
     import grpc
@@ -80,13 +86,33 @@ def child(calls: int, per_read: int, message_size: int, skip_idle: bool = False)
     async def echo(request: bytes, context) -> bytes:
         return request
 
+    async def echo_stream(requests, context) -> None:
+        # As a consumer stream answers: each request message is taken by a sink in the read, and
+        # its answer written at once (write_nowait), no task woken per message.
+        ended = asyncio.get_running_loop().create_future()
+
+        def sink(message) -> None:
+            if message is grpc.aio.EOF:
+                ended.set_result(None)
+            elif not context.write_nowait(message):
+                raise AssertionError("the stream's answer had to wait for flow control")
+
+        context.set_message_sink(sink)
+        await ended
+
     import uvloop
 
     loop = uvloop.new_event_loop()  # as the broker runs
     asyncio.set_event_loop(loop)
     server = H2Server(H2Limits(handshake_timeout=0, idle_timeout=0))
     server.loop = loop
-    server.add_registered_method_handlers("t.T", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
+    server.add_registered_method_handlers(
+        "t.T",
+        {
+            "Echo": grpc.unary_unary_rpc_method_handler(echo),
+            "EchoStream": grpc.stream_stream_rpc_method_handler(echo_stream),
+        },
+    )
     connection = GrpcConnection(server)
     transport = DropTransport()
     connection.connection_made(transport)
@@ -104,10 +130,28 @@ def child(calls: int, per_read: int, message_size: int, skip_idle: bool = False)
     body = wire.message_prefix(message_size) + bytes(message_size)
     reads = []
     stream_id = 1
-    for _ in range(0, calls, per_read):
+    if stream:
+        # One bidi call; then each read carries --per-read request messages in DATA frames, and
+        # window given back for the previous read's answers, on the stream and the connection.
+        stream_headers = [(n, b"/t.T/EchoStream" if n == b":path" else v) for n, v in headers]
+        opening = frames.frame(frames.HEADERS, frames.END_HEADERS, 1, encoder.encode(stream_headers))
+        given = per_read * (len(body) + 64)
+        for i in range(0, calls, per_read):
+            read = bytearray(opening if i == 0 else b"")
+            for _ in range(per_read):
+                read += frames.frame(frames.DATA, 0, 1, body)
+            read += frames.window_update(0, given) + frames.window_update(1, given)
+            reads.append(bytes(read))
+    # Once every header is in the encoder's table, each block is the same few index bytes: the
+    # repeated block is reused, so the client's HPACK encoding is no part of what is counted.
+    block, steady = b"", False
+    for _ in range(0, 0 if stream else calls, per_read):
         read = bytearray()
         for _ in range(per_read):
-            read += frames.frame(frames.HEADERS, frames.END_HEADERS, stream_id, encoder.encode(headers))
+            if not steady:
+                previous, block = block, encoder.encode(headers)
+                steady = block == previous
+            read += frames.frame(frames.HEADERS, frames.END_HEADERS, stream_id, block)
             read += frames.frame(frames.DATA, frames.END_STREAM, stream_id, body)
             read += frames.window_update(0, len(body) + 64)
             stream_id += 2
@@ -124,20 +168,35 @@ def child(calls: int, per_read: int, message_size: int, skip_idle: bool = False)
     reads = reads[50:]
     done = len(reads) * per_read
     start_written = transport.written
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     start = time.process_time()
     loop.run_until_complete(drive(reads))
     cpu = time.process_time() - start
+    if profiler is not None:
+        import pstats
+
+        profiler.disable()
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(35)
     # the empty loop turns' cost, to subtract
     start_idle = time.process_time()
     if not skip_idle:
         loop.run_until_complete(drive(reads, idle=True))
     idle = time.process_time() - start_idle
     answered = transport.written - start_written
+    if stream:  # the client ends its stream: the handler returns
+        connection.data_received(frames.frame(frames.DATA, frames.END_STREAM, 1, b""))
+        loop.run_until_complete(drive([b""], idle=True))
     assert not connection._broken and answered > done * message_size, "the calls were not answered"
     loop.close()
     loaded = _native.extensions_loaded()
     codec = "compiled" if loaded.get("h2codec") else "pure twin" if "h2codec" in loaded else "none (Python)"
-    return {"codec": codec, "us_per_call": round((cpu - idle) * 1e6 / done, 2), "calls": done}
+    key = "us_per_message" if stream else "us_per_call"
+    return {"codec": codec, key: round((cpu - idle) * 1e6 / done, 2), "calls": done}
 
 
 def codec_times() -> None:
@@ -180,11 +239,15 @@ def main() -> None:
     ap.add_argument("--pure", action="store_true", help="also run this tree on the pure-Python twins")
     ap.add_argument("--callgrind", action="store_true", help="count instructions per call (valgrind)")
     ap.add_argument("--codec", action="store_true", help="time the codec alone, compiled against pure")
+    ap.add_argument("--stream", action="store_true", help="messages on one bidi stream instead of unary calls")
+    ap.add_argument("--profile", action="store_true", help="cProfile this tree's counted calls (to stderr)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--skip-idle", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(args.calls, args.per_read, args.message_size, args.skip_idle)))
+    if args.child or args.profile:
+        print(
+            json.dumps(child(args.calls, args.per_read, args.message_size, args.skip_idle, args.profile, args.stream))
+        )
         return
     if args.codec:
         codec_times()
@@ -215,6 +278,7 @@ def main() -> None:
                         str(args.per_read),
                         "--message-size",
                         str(args.message_size),
+                        *(["--stream"] if args.stream else []),
                     ],
                     capture_output=True,
                     text=True,
@@ -224,7 +288,8 @@ def main() -> None:
                 with open(out_file) as f:
                     totals.append(next(int(line.split()[1]) for line in f if line.startswith("totals:")))
                 os.unlink(out_file)
-            print(f"{name:<14} {(totals[1] - totals[0]) / 800:10,.0f} instructions/call", flush=True)
+            unit = "message" if args.stream else "call"
+            print(f"{name:<14} {(totals[1] - totals[0]) / 800:10,.0f} instructions/{unit}", flush=True)
         return
     for i in range(args.rounds):
         for name, tree, env in trees if i % 2 == 0 else list(reversed(trees)):
@@ -239,6 +304,7 @@ def main() -> None:
                     str(args.per_read),
                     "--message-size",
                     str(args.message_size),
+                    *(["--stream"] if args.stream else []),
                 ],
                 capture_output=True,
                 text=True,
@@ -246,10 +312,11 @@ def main() -> None:
                 env={**os.environ, "PYTHONPATH": tree, **env},
             )
             row = {"tree": name, "round": i + 1, **json.loads(out.stdout)}
-            got[name].append(row["us_per_call"])
+            got[name].append(row["us_per_message" if args.stream else "us_per_call"])
             print(json.dumps(row), flush=True)
     for name, values in got.items():
-        print(f"{name:<14} median {statistics.median(values):7.2f} us/call  (rounds {values})")
+        unit = "message" if args.stream else "call"
+        print(f"{name:<14} median {statistics.median(values):7.2f} us/{unit}  (rounds {values})")
 
 
 if __name__ == "__main__":

@@ -230,6 +230,22 @@ def message_prefix(uint32_t length):
     return out
 
 
+def data_header(uint32_t stream_id, Py_ssize_t length):
+    if length < 0:
+        raise OverflowError(f"a frame payload of {length + GRPC_PREFIX_SIZE} bytes is outside 0..2^24-1")
+    check_length(length + GRPC_PREFIX_SIZE)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, H2_HEADER_SIZE + GRPC_PREFIX_SIZE)
+    cdef unsigned char* p = <unsigned char*>PyBytes_AS_STRING(out)
+    put_header(p, length + GRPC_PREFIX_SIZE, 0, 0, stream_id)
+    p += H2_HEADER_SIZE
+    p[0] = 0
+    p[1] = <unsigned char>(length >> 24)
+    p[2] = <unsigned char>(length >> 16)
+    p[3] = <unsigned char>(length >> 8)
+    p[4] = <unsigned char>length
+    return out
+
+
 cdef Py_ssize_t split_messages(const unsigned char* buf, Py_ssize_t n, Py_ssize_t limit, list out) except -1:
     cdef Py_ssize_t start = 0
     cdef Py_ssize_t length

@@ -23,6 +23,8 @@ PROTOCOL_ERROR = 0x1
 FRAME_SIZE_ERROR = 0x6
 
 _HEADER = struct.Struct(">HBBBL")
+_DATA_HEADER = struct.Struct(">HBBBLBL")
+_MAX_LENGTH = 0xFFFFFF  # what a frame header's 24-bit length carries
 _U32 = struct.Struct(">L")
 _SETTING = struct.Struct(">HL")
 _STREAM_MASK = 0x7FFFFFFF
@@ -126,6 +128,15 @@ def parse_u32(payload: bytes, what: str) -> int:
 def message_prefix(length: int) -> bytes:
     """The five bytes in front of an uncompressed message of ``length`` bytes."""
     return b"\x00" + length.to_bytes(4, "big")
+
+
+def data_header(stream_id: int, length: int) -> bytes:
+    """The 14 bytes in front of a message of ``length`` bytes sent whole in one DATA frame (no
+    flags): the frame header, then the message's prefix."""
+    total = length + PREFIX_SIZE
+    if length < 0 or total > _MAX_LENGTH:
+        raise OverflowError(f"a frame payload of {total} bytes is outside 0..2^24-1")
+    return _DATA_HEADER.pack(total >> 8, total & 0xFF, 0, 0, stream_id, 0, length)
 
 
 class MessageReader:

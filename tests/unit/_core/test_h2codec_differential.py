@@ -157,6 +157,11 @@ def test_encoders_write_the_same_bytes(kind, flags, stream_id, payload, length):
     assert compiled.frame(kind, flags, stream_id, bytearray(payload)) == pure.frame(kind, flags, stream_id, payload)
     assert compiled.frame_header(kind, flags, stream_id, length) == pure.frame_header(kind, flags, stream_id, length)
     assert compiled.message_prefix(length * 200) == pure.message_prefix(length * 200)
+    message_length = max(0, length - 5)
+    assert compiled.data_header(stream_id, message_length) == pure.data_header(stream_id, message_length)
+    assert pure.data_header(stream_id, message_length) == (
+        pure.frame_header(0, 0, stream_id, message_length + 5) + pure.message_prefix(message_length)
+    )
 
 
 @pytest.mark.parametrize("args", [(256, 0, 1, 0), (0, 0, 2**32, 0), (0, 0, -1, 0), (0, 0, 1, 2**24), (0, 0, 1, -1)])
@@ -168,6 +173,9 @@ def test_out_of_range_header_fields_are_refused_by_both(args):
         for codec in (pure, compiled):
             with pytest.raises(OverflowError):
                 codec.message_prefix(length)
+    for length in (-1, -5, 2**24 - 5, 2**40):
+        assert outcome(compiled.data_header, 1, length) == outcome(pure.data_header, 1, length)
+        assert outcome(pure.data_header, 1, length)[0] == "error"
 
 
 # ------------------------------------------------------------------ gRPC messages

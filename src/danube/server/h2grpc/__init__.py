@@ -3,7 +3,10 @@
 Modules: ``frames`` (HTTP/2 frames, byte by byte), ``headers`` (HPACK decoding of request
 headers, with a memo), ``wire`` (gRPC's message framing and header values), ``call`` (one
 call: its messages, handler task and status; also the handler's context), ``connection``
-(one client connection: HTTP/2 streams, flow control, errors, writes), ``server``
+(one client connection: its life, and what calls use), with its mixins ``dispatch`` (frames
+from the client, stream states, stream and connection errors), ``sending`` (DATA within flow
+control, the send-queue bounds) and ``budget`` (receive windows; ``RequestBudget``, the
+server-wide request budget), ``server``
 (listening sockets, registration, graceful stop, server-wide limits), ``limits``
 (``H2Limits``: every bound against hostile peers, with its default).
 """

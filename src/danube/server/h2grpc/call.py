@@ -12,7 +12,7 @@ import collections
 import inspect
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc.aio import AbortError
@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 # Whole request messages a streaming handler may leave unread before the stream's
 # flow-control window stops being reopened (the client then waits: backpressure).
 UNREAD_MESSAGES_BEFORE_BACKPRESSURE = 4
+_OK = grpc.StatusCode.OK
+_Encoded = wire.Encoded
 # What a finished call's reader becomes: its partial message is dropped with it.
 _SPENT_READER = wire.MessageReader(0)
 
@@ -111,17 +113,20 @@ class ServerCall:
         self._headers_sent = False
         self._finished = False
         self._cancelled = False
-        self._code = grpc.StatusCode.OK
+        self._code = _OK
         self._details = ""
         self._trailing_metadata: tuple = ()
         self._deadline_hit = False
-        self._done_callbacks: list = []
+        self._done_callbacks: list | None = None
         self._sink: Callable[[Any], None] | None = (
             None  # set_message_sink: request messages go to this callback as they arrive
         )
-        loop = connection.loop
-        self._deadline = None if timeout is None else loop.time() + timeout
-        self._deadline_timer = None if timeout is None else loop.call_at(cast(float, self._deadline), self._on_deadline)
+        if timeout is None:
+            self._deadline = self._deadline_timer = None
+        else:
+            loop = connection.loop
+            self._deadline = deadline = loop.time() + timeout
+            self._deadline_timer = loop.call_at(deadline, self._on_deadline)
 
     # ------------------------------------------------------------ from the connection
 
@@ -148,34 +153,33 @@ class ServerCall:
         except wire.CompressedMessage as exc:
             self._fail_early(grpc.StatusCode.UNIMPLEMENTED, str(exc))
             return
+        queue = self._messages
         if messages:
             connection.progress += 1
             if self._sink is not None:
                 self._to_sink(messages)  # taken at once: nothing queued, nothing to wake
-                if self._finished:
+                if self._finished or (not self._buffered and not self._reader.pending):
+                    # Taken whole, nothing held: the window goes back at once, whatever the budget.
                     connection.return_credit(self.stream_id, flow_controlled)
                     return
             else:
-                self._messages.extend(messages)
+                queue.extend(messages)
                 self._queued_bytes += sum(map(len, messages)) if len(messages) > 1 else len(messages[0])
-                self._wake()
+                if self._waiter is not None:
+                    self._wake()
         buffered = self._reader.pending + self._queued_bytes
         delta = buffered - self._buffered
-        server = connection._server
         if delta:
             self._buffered = buffered
-            connection.buffered += delta
-            server.buffered_total += delta
-        if len(self._messages) > UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
+            connection.hold(delta)
+        if len(queue) > UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
             self._held_credit += flow_controlled
-        elif (
-            connection.buffered > connection.max_buffered or server.buffered_total > server.max_buffered_total
-        ) and not connection.favours(self):
+        elif connection.over_budget() and not connection.favours(self):
             self._held_credit += flow_controlled
             connection.starve(self)
         else:
             connection.return_credit(self.stream_id, flow_controlled)
-        if not self.streaming_request and self._task is None and len(self._messages) > 1:
+        if len(queue) > 1 and self._task is None and not self._handler.request_streaming:
             self._fail_early(grpc.StatusCode.INTERNAL, "a unary call got more than one request message")
 
     def on_remote_end(self) -> None:
@@ -185,10 +189,11 @@ class ServerCall:
         if self._reader.pending:
             self._fail_early(grpc.StatusCode.INTERNAL, "the request stream ended inside a message")
             return
-        self._wake()
+        if self._waiter is not None:
+            self._wake()
         if self._sink is not None:
             self._sink(grpc.aio.EOF)
-        if self._task is None and not self.streaming_request:
+        if self._task is None and not self._handler.request_streaming:
             if len(self._messages) != 1:
                 self._fail_early(
                     grpc.StatusCode.INTERNAL,
@@ -208,7 +213,7 @@ class ServerCall:
     def on_reset(self) -> None:
         """The client cancelled the call (RST_STREAM) or the connection is gone."""
         if not self._finished:
-            observe = self._connection._server.on_status
+            observe = self._connection.status_observer
             if observe is not None:
                 observe(self.method, grpc.StatusCode.CANCELLED)
         self._cancelled = True
@@ -231,7 +236,17 @@ class ServerCall:
                 behaviour = handler.unary_unary if not handler.request_streaming else handler.stream_unary
                 response = await behaviour(request, self)
                 if not self._finished:
-                    await self._send_message(self._serialize(response))
+                    data = self._serialize(response)
+                    if (
+                        not self._headers_sent
+                        and self._code is _OK
+                        and not self._details
+                        and not self._trailing_metadata
+                        and self._connection.send_whole_answer(self.stream_id, data)
+                    ):
+                        self._answered()
+                        return
+                    await self._send_message(data)
             else:
                 behaviour = handler.unary_stream if not handler.request_streaming else handler.stream_stream
                 result = behaviour(request, self)
@@ -267,7 +282,7 @@ class ServerCall:
             raise AbortError() from exc
 
     def _serialize(self, response):
-        if type(response) is wire.Encoded:
+        if type(response) is _Encoded:
             return response
         serializer = self._handler.response_serializer
         return response if serializer is None else serializer(response)
@@ -283,7 +298,7 @@ class ServerCall:
         if self._finished:
             return
         self._finished = True
-        observe = self._connection._server.on_status
+        observe = self._connection.status_observer
         if observe is not None:
             observe(self.method, code)
         self._connection.send_status(
@@ -294,6 +309,16 @@ class ServerCall:
             trailers_only=not self._headers_sent,
             reset_after=not self._remote_ended,
         )
+
+    def _answered(self) -> None:
+        """``_finish`` for a call whose headers, message and OK trailers went out at once."""
+        self._finished = True
+        self._headers_sent = True
+        observe = self._connection.status_observer
+        if observe is not None:
+            observe(self.method, _OK)
+        if not self._remote_ended:
+            self._connection.stop_stream(self.stream_id)
 
     def _fail_early(self, code: grpc.StatusCode, details: str) -> None:
         """A bad request seen while reading it: answer the status, stop the handler."""
@@ -309,12 +334,7 @@ class ServerCall:
         size = len(data)
         self._queued_bytes -= size
         self._buffered -= size
-        connection = self._connection
-        connection.buffered -= size
-        server = connection._server
-        server.buffered_total -= size
-        if connection._starved or connection._favoured is not None or server.starved or server.window_starved:
-            connection.unbuffered(self)
+        self._connection.release(self, size)
         return data
 
     @property
@@ -356,10 +376,10 @@ class ServerCall:
         self._reader = _SPENT_READER
         if self._buffered:
             size, self._buffered, self._queued_bytes = self._buffered, 0, 0
-            self._connection.unbuffer(self, size)
+            self._connection.release(self, size)
         self._connection.forget(self.stream_id)
         if self._done_callbacks:
-            callbacks, self._done_callbacks = self._done_callbacks, []
+            callbacks, self._done_callbacks = self._done_callbacks, None
             for callback in callbacks:
                 try:
                     callback(self)
@@ -404,7 +424,9 @@ class ServerCall:
             sink(grpc.aio.EOF)
 
     def _to_sink(self, messages: list) -> None:
-        sink = cast("Callable[[Any], None]", self._sink)  # called once a sink is set
+        sink = self._sink
+        if sink is None:  # only called once a sink is set
+            return
         for data in messages:
             if self._finished:
                 return
@@ -508,6 +530,8 @@ class ServerCall:
     def add_done_callback(self, callback) -> None:
         if self._finished and self._task is not None and self._task.done():
             callback(self)
+        elif self._done_callbacks is None:
+            self._done_callbacks = [callback]
         else:
             self._done_callbacks.append(callback)
 

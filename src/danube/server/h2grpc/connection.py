@@ -1,6 +1,7 @@
 """One client connection: HTTP/2 (``frames.py``, ``headers.py``) on an event-loop transport.
 
-This module dispatches the peer's frames and keeps the streams' states; the send side
+This module holds the connection's life (handshake, timers, pauses, closing) and what calls
+and the server use; the peer's frames and the streams' states (``dispatch.py``), the send side
 (``sending.py``: DATA within the windows, the send-queue bounds) and the receive side
 (``budget.py``: window granted from the server-wide request budget) are mixins of the
 same class, so the hot path has no extra indirection.
@@ -32,36 +33,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 
-from danube.errors import DanubeError
-from danube.server import status as status_map
 from danube.server.h2grpc import frames, wire
 from danube.server.h2grpc.budget import ReceiveBudget
 from danube.server.h2grpc.call import ServerCall
+from danube.server.h2grpc.dispatch import PAUSED_FOR_BACKLOG, FrameDispatch, Stream
 from danube.server.h2grpc.frames import FrameError
 from danube.server.h2grpc.headers import HeaderBlockDecoder
-from danube.server.h2grpc.sending import SendSide
-from danube.server.rpc_counts import UNKNOWN_METHOD
+from danube.server.h2grpc.sending import OK_TRAILERS_BLOCK, RESPONSE_BLOCK, SendSide
 
 if TYPE_CHECKING:
     from danube.server.h2grpc.server import H2Server
 
 log = logging.getLogger(__name__)
 
-_RESPONSE_HEADERS = [(b":status", b"200"), (b"content-type", b"application/grpc")]
-_RESPONSE_BLOCK = frames.encode_header_block(_RESPONSE_HEADERS)
-_OK_TRAILERS_BLOCK = frames.encode_header_block([(b"grpc-status", b"0")])
 # How long a connection closed for an error may take to send its GOAWAY before it is aborted.
 _LINGER_S = 2.0
-# Why reading is paused (bits): the per-read frame budget ran out, or replies are piling up
-# for a peer that does not read.
-_PAUSED_FOR_BUDGET = 1
-_PAUSE_READING_ABOVE = 64 * 1024  # bytes left in the read buffer after a read's budget
-_PAUSED_FOR_BACKLOG = 2
-_HEADER_FRAMES = (frames.HEADERS, frames.CONTINUATION)
 
 
 def _header_pairs(metadata) -> list[tuple[bytes, bytes]]:
@@ -69,20 +60,7 @@ def _header_pairs(metadata) -> list[tuple[bytes, bytes]]:
     return [(key.encode("ascii"), value if isinstance(value, bytes) else value.encode()) for key, value in metadata]
 
 
-class _Stream:
-    """HTTP/2 state of one stream: its windows and which sides have ended."""
-
-    __slots__ = ("local_closed", "recv_unacked", "recv_window", "remote_closed", "send_window")
-
-    def __init__(self, send_window: int, recv_window: int) -> None:
-        self.send_window = send_window
-        self.recv_window = recv_window
-        self.recv_unacked = 0
-        self.remote_closed = False
-        self.local_closed = False
-
-
-class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
+class GrpcConnection(FrameDispatch, SendSide, ReceiveBudget, asyncio.Protocol):
     # What tests and the server read: the request bytes this connection's calls hold for
     # unfinished or unread messages, and how many control frames wait for a paused socket.
     buffered: int
@@ -90,13 +68,14 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
 
     def __init__(self, server: H2Server) -> None:
         self._server = server
+        self._budget = server.budget
         # The server makes connections once it listens, its loop set (some unit tests make one without).
         self.loop = cast(asyncio.AbstractEventLoop, server.loop)
         limits = server.limits
         self._limits = limits
         self._transport: asyncio.Transport | None = None
         self._calls: dict[int, ServerCall] = {}
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, Stream] = {}
         self._buffer = bytearray()
         self._preface_seen = False
         self._header_decoder = HeaderBlockDecoder(limits.max_header_list_size)
@@ -190,7 +169,7 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
                 ]
             )
         )
-        self._server.recv_windows += self._recv_window
+        self._budget.windows += self._recv_window
         if self._recv_target > frames.DEFAULT_WINDOW:
             self._recv_unacked = self._recv_target - frames.DEFAULT_WINDOW
             self.grant_window()
@@ -201,84 +180,6 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
             return
         self._buffer += data
         self._process()
-
-    def _process(self) -> None:
-        """Handles the whole frames in the buffer, up to ``max_frames_per_read`` of them; with
-        more left, reading pauses and the rest waits for the next loop iteration."""
-        buffer = self._buffer
-        limits = self._limits
-        parsed = ()
-        try:
-            if not self._preface_seen and not self._read_preface():
-                return
-            parsed, used = frames.parse_frames(
-                buffer,
-                limits.max_frame_size,
-                limits.max_frames_per_read,
-                limits.max_requests_per_read,
-                limits.max_header_bytes_per_read,
-            )
-            if used:
-                del buffer[:used]
-            if not self._handshake_done and parsed:
-                self._on_first_frame(parsed[0])
-            for kind, flags, stream_id, payload in parsed:
-                if self._continuing is not None and kind != frames.CONTINUATION:
-                    raise FrameError(frames.PROTOCOL_ERROR, "a header block was interrupted by another frame")
-                if kind == frames.DATA:
-                    self._on_data(flags, stream_id, payload)
-                elif kind == frames.HEADERS:
-                    self._on_headers(flags, stream_id, payload)
-                elif kind == frames.WINDOW_UPDATE:
-                    self._on_window_update(stream_id, payload)
-                elif kind == frames.PING:
-                    self._on_ping(flags, stream_id, payload)
-                elif kind == frames.SETTINGS:
-                    self._on_settings(flags, stream_id, payload)
-                elif kind == frames.RST_STREAM:
-                    self._on_rst_stream(stream_id, payload)
-                elif kind == frames.CONTINUATION:
-                    self._on_continuation(flags, stream_id, payload)
-                elif kind == frames.GOAWAY:
-                    self._on_goaway(stream_id, payload)
-                elif kind == frames.PRIORITY:
-                    self._on_priority(stream_id, payload)
-                elif kind == frames.PUSH_PROMISE:
-                    raise FrameError(frames.PROTOCOL_ERROR, "a client must not send PUSH_PROMISE")
-                # Unknown frame types are ignored, as HTTP/2 asks.
-            if self.control_queued > limits.max_queued_control_frames:
-                raise FrameError(
-                    frames.ENHANCE_YOUR_CALM,
-                    f"over {limits.max_queued_control_frames} control frames queued for a peer that does not read",
-                    limit="max_queued_control_frames",
-                )
-            if self._pending_window_delta:
-                self._apply_window_delta()
-        except FrameError as exc:
-            self._connection_error(exc.code, str(exc), exc.limit)
-            return
-        if len(parsed) >= limits.max_frames_per_read or (
-            parsed and parsed[-1][0] in _HEADER_FRAMES and len(buffer) >= frames.HEADER_SIZE
-        ):
-            # The read's budget (frames, or requests: HEADERS cost a decode and maybe a call)
-            # may be spent: let the loop serve the others, then go on.  Reading pauses only when
-            # much is left over, so the buffer stays bounded whatever the peer sends.
-            if len(buffer) > _PAUSE_READING_ABOVE:
-                self._pause_reading(_PAUSED_FOR_BUDGET)
-            if not self._more_scheduled:
-                self._more_scheduled = True
-                self.loop.call_soon(self._process_more)
-        if self.control_queued and self._write_paused:
-            self._pause_reading(_PAUSED_FOR_BACKLOG)
-        self._flush()
-
-    def _process_more(self) -> None:
-        self._more_scheduled = False
-        if self._broken or self._transport is None:
-            return
-        self._process()
-        if not self._more_scheduled:
-            self._resume_reading(_PAUSED_FOR_BUDGET)
 
     def connection_lost(self, exc) -> None:
         self._lost = True
@@ -296,9 +197,9 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         self._calls.clear()
         if self._admitted:
             self._server.open_streams -= len(self._streams)
-            self._server.recv_windows -= self._recv_window
+            self._budget.windows -= self._recv_window
             self._recv_window = 0
-            self._server.window_starved.discard(self)
+            self._budget.window_starved.discard(self)
         self._streams.clear()
         self._starved.clear()
         self._favoured = None
@@ -322,7 +223,7 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
     def resume_writing(self) -> None:
         self._write_paused = False
         self.control_queued = 0
-        self._resume_reading(_PAUSED_FOR_BACKLOG)
+        self._resume_reading(PAUSED_FOR_BACKLOG)
         if self._stall_timer is not None:
             self._stall_timer.cancel()
             self._stall_timer = None
@@ -333,17 +234,6 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
             self._drain_waiter.set_result(None)
 
     # ------------------------------------------------------------ frames from the client
-
-    def _read_preface(self) -> bool:
-        buffer = self._buffer
-        size = min(len(buffer), len(frames.PREFACE))
-        if buffer[:size] != frames.PREFACE[:size]:
-            raise FrameError(frames.PROTOCOL_ERROR, "the connection does not start with the HTTP/2 preface")
-        if size < len(frames.PREFACE):
-            return False
-        del buffer[:size]
-        self._preface_seen = True
-        return True
 
     def _on_first_frame(self, first: tuple) -> None:
         kind, flags = first[0], first[1]
@@ -408,332 +298,12 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
                 return
         self._idle_timer = self.loop.call_later(self._limits.idle_timeout / 4, self._idle_check)
 
-    def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
-        if stream_id == 0:
-            raise FrameError(frames.PROTOCOL_ERROR, "DATA on stream 0")
-        size = len(payload)
-        self._recv_window -= size
-        self._server.recv_windows -= size
-        if self._recv_window < 0:
-            raise FrameError(frames.FLOW_CONTROL_ERROR, "DATA beyond the connection's flow-control window")
-        stream = self._streams.get(stream_id)
-        if stream is None or stream.remote_closed:
-            if stream_id > self._last_stream_id:
-                raise FrameError(frames.PROTOCOL_ERROR, f"DATA on stream {stream_id}, which was never opened")
-            self.return_credit(stream_id, size)  # a call already over: give the window back, drop the bytes
-            if stream is not None:  # DATA after the client's END_STREAM
-                self._reset_call(stream_id, frames.STREAM_CLOSED)
-            return
-        stream.recv_window -= size
-        if stream.recv_window < 0:
-            self.return_credit(stream_id, size)
-            self._reset_call(stream_id, frames.FLOW_CONTROL_ERROR)
-            return
-        data = frames.unpadded(payload, flags)
-        call = self._calls.get(stream_id)
-        if call is not None:
-            call.on_data(data, size)
-            if self._starved and self._recv_window < self._recv_target // 4:
-                self._shed()
-        else:
-            self.return_credit(stream_id, size)
-        if flags & frames.END_STREAM:
-            self._remote_end(stream_id, stream)
-
-    def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
-        if stream_id == 0:
-            raise FrameError(frames.PROTOCOL_ERROR, "HEADERS on stream 0")
-        block = frames.unpadded(payload, flags)
-        if flags & frames.PRIORITY_FLAG:
-            if len(block) < 5:
-                raise FrameError(frames.FRAME_SIZE_ERROR, "HEADERS too short for its priority fields")
-            if int.from_bytes(block[:4], "big") & 0x7FFFFFFF == stream_id:
-                # A stream error in RFC 9113 5.3.1, which an endpoint may treat as a connection error
-                # (5.4.1): simpler than decoding a block only to keep the HPACK state in step.
-                raise FrameError(frames.PROTOCOL_ERROR, f"stream {stream_id} depends on itself")
-            block = block[5:]
-        if len(block) > self._max_block:
-            raise FrameError(
-                frames.ENHANCE_YOUR_CALM,
-                "a header block over twice the header list size limit",
-                limit="max_header_list_size",
-            )
-        if flags & frames.END_HEADERS:
-            self._on_header_block(stream_id, flags, block)
-        else:
-            self._continuing = (stream_id, flags, [block])
-            self._continuing_bytes = len(block)
-            self._continuing_frames = 0
-
-    def _on_continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
-        continuing = self._continuing
-        if continuing is None or continuing[0] != stream_id:
-            raise FrameError(frames.PROTOCOL_ERROR, "CONTINUATION without a header block to continue")
-        continuing[2].append(payload)
-        self._continuing_bytes += len(payload)
-        self._continuing_frames += 1
-        limits = self._limits
-        if self._continuing_bytes > limits.max_header_list_size * 2:
-            raise FrameError(
-                frames.ENHANCE_YOUR_CALM,
-                "a header block over twice the header list size limit",
-                limit="max_header_list_size",
-            )
-        if self._continuing_frames > limits.max_continuation_frames:
-            raise FrameError(
-                frames.ENHANCE_YOUR_CALM,
-                f"a header block in more than {limits.max_continuation_frames} CONTINUATION frames",
-                limit="max_continuation_frames",
-            )
-        if flags & frames.END_HEADERS:
-            self._continuing = None
-            self._on_header_block(stream_id, continuing[1], b"".join(continuing[2]))
-
-    def _on_header_block(self, stream_id: int, flags: int, block: bytes) -> None:
-        headers = self._header_decoder.decode(block)  # always: it keeps the HPACK state in step
-        if len(headers) > self._limits.max_header_count:
-            raise FrameError(
-                frames.ENHANCE_YOUR_CALM,
-                f"a header block of {len(headers)} headers (at most {self._limits.max_header_count})",
-                limit="max_header_count",
-            )
-        stream = self._streams.get(stream_id)
-        if stream is not None:
-            if stream.remote_closed:
-                self._reset_call(stream_id, frames.STREAM_CLOSED)
-                return
-            # Trailers from the client: gRPC has no use for them beyond the end of the stream.
-            if not flags & frames.END_STREAM:
-                raise FrameError(frames.PROTOCOL_ERROR, "trailers without END_STREAM")
-            self._remote_end(stream_id, stream)
-            return
-        if stream_id <= self._last_stream_id or not stream_id & 1:
-            raise FrameError(
-                frames.PROTOCOL_ERROR,
-                f"a client cannot open stream {stream_id} "
-                f"(after stream {self._last_stream_id}; client streams are odd)",
-            )
-        self._last_stream_id = stream_id
-        ended = bool(flags & frames.END_STREAM)
-        limits = self._limits
-        server = self._server
-        open_here = len(self._streams)
-        if (
-            self._going_away
-            or open_here >= limits.max_concurrent_streams
-            or (
-                server.open_streams >= limits.max_streams_total
-                and open_here * server.connections >= limits.max_streams_total
-            )
-        ):
-            # Past max_streams_total only a connection under its fair share opens streams, so a
-            # few busy peers cannot lock out the rest (the total stays under twice the limit).
-            self._refuse(stream_id)
-            return
-        if self._pending_window_delta:
-            self._apply_window_delta()
-        stream = _Stream(self._peer_initial_window, limits.stream_window)
-        stream.remote_closed = ended
-        self._streams[stream_id] = stream
-        server.open_streams += 1
-        self._on_request(stream_id, headers, ended)
-        if ended and stream_id in self._calls:
-            self._calls[stream_id].on_remote_end()
-
-    def _on_priority(self, stream_id: int, payload: bytes) -> None:
-        """PRIORITY is advisory and this server does not prioritise; only its form is checked."""
-        if stream_id == 0:
-            raise FrameError(frames.PROTOCOL_ERROR, "PRIORITY on stream 0")
-        if len(payload) != 5:
-            self._reset_call(stream_id, frames.FRAME_SIZE_ERROR)
-        elif int.from_bytes(payload[:4], "big") & 0x7FFFFFFF == stream_id:
-            self._reset_call(stream_id, frames.PROTOCOL_ERROR)
-
-    def _on_window_update(self, stream_id: int, payload: bytes) -> None:
-        increment = frames.parse_u32(payload, "WINDOW_UPDATE") & 0x7FFFFFFF
-        if stream_id == 0:
-            if increment == 0:
-                raise FrameError(frames.PROTOCOL_ERROR, "a connection WINDOW_UPDATE of 0")
-            self._send_window += increment
-            if self._send_window > frames.MAX_WINDOW:
-                raise FrameError(frames.FLOW_CONTROL_ERROR, "the connection's window went over 2^31-1")
-        else:
-            if self._pending_window_delta:
-                self._apply_window_delta()
-            stream = self._streams.get(stream_id)
-            if stream is None:
-                if stream_id > self._last_stream_id:
-                    raise FrameError(
-                        frames.PROTOCOL_ERROR, f"WINDOW_UPDATE on stream {stream_id}, which was never opened"
-                    )
-                return  # a stream that is over: a late update is harmless
-            if increment == 0:
-                self._reset_call(stream_id, frames.PROTOCOL_ERROR)
-                return
-            stream.send_window += increment
-            if stream.send_window > frames.MAX_WINDOW:
-                self._reset_call(stream_id, frames.FLOW_CONTROL_ERROR)
-                return
-        self._wake_writers()
-
-    def _on_ping(self, flags: int, stream_id: int, payload: bytes) -> None:
-        if stream_id != 0:
-            raise FrameError(frames.PROTOCOL_ERROR, "PING on a stream")
-        if len(payload) != 8:
-            raise FrameError(frames.FRAME_SIZE_ERROR, f"a PING payload must be 8 bytes, got {len(payload)}")
-        if not flags & frames.ACK:
-            self._queue_control(frames.frame(frames.PING, frames.ACK, 0, payload))
-
-    def _on_settings(self, flags: int, stream_id: int, payload: bytes) -> None:
-        if stream_id != 0:
-            raise FrameError(frames.PROTOCOL_ERROR, "SETTINGS on a stream")
-        if flags & frames.ACK:
-            if payload:
-                raise FrameError(frames.FRAME_SIZE_ERROR, "a SETTINGS ACK with a payload")
-            return
-        limit = self._limits.max_settings_entries
-        if len(payload) > 6 * limit:
-            raise FrameError(
-                frames.ENHANCE_YOUR_CALM,
-                f"a SETTINGS frame of {len(payload) // 6} entries (at most {limit})",
-                limit="max_settings_entries",
-            )
-        window = None
-        for key, value in frames.parse_settings(payload):
-            if key == frames.INITIAL_WINDOW_SIZE:
-                if value > frames.MAX_WINDOW:
-                    raise FrameError(frames.FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value} is over 2^31-1")
-                window = value
-            elif key == frames.MAX_FRAME_SIZE:
-                if not frames.DEFAULT_MAX_FRAME_SIZE <= value <= 16777215:
-                    raise FrameError(
-                        frames.PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value} is outside 16384..16777215"
-                    )
-                self._peer_max_frame_size = value
-                self._frame_limit = min(value, self._limits.max_send_frame_bytes)
-            elif key == frames.ENABLE_PUSH and value > 1:
-                raise FrameError(frames.PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value} is not 0 or 1")
-            # HEADER_TABLE_SIZE bounds an encoder table this server does not use; the others
-            # describe the client as a server, which it is not here.
-        if window is not None and window != self._peer_initial_window:
-            if self._streams:  # applied to them at the end of this read (_apply_window_delta)
-                self._pending_window_delta += window - self._peer_initial_window
-            self._peer_initial_window = window
-        self._queue_control(frames.SETTINGS_ACK)
-        self._wake_writers()
-
-    def _apply_window_delta(self) -> None:
-        delta, self._pending_window_delta = self._pending_window_delta, 0
-        for stream in self._streams.values():
-            stream.send_window += delta
-            if stream.send_window > frames.MAX_WINDOW:
-                # RFC 9113 6.9.2: a SETTINGS change that takes a window past 2^31-1 is a
-                # connection error.
-                raise FrameError(
-                    frames.FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE took a stream's window over 2^31-1"
-                )
-
-    def _on_rst_stream(self, stream_id: int, payload: bytes) -> None:
-        frames.parse_u32(payload, "RST_STREAM")
-        if stream_id == 0:
-            raise FrameError(frames.PROTOCOL_ERROR, "RST_STREAM on stream 0")
-        if stream_id > self._last_stream_id:
-            raise FrameError(frames.PROTOCOL_ERROR, f"RST_STREAM on stream {stream_id}, which was never opened")
-        stream = self._streams.pop(stream_id, None)
-        call = self._calls.get(stream_id)
-        if stream is not None:
-            self._server.open_streams -= 1
-        if call is not None:
-            call.on_reset()
-        if stream is not None or call is not None:
-            self._charge_reset("the client reset")
-
-    def _on_goaway(self, stream_id: int, payload: bytes) -> None:
-        if stream_id != 0:
-            raise FrameError(frames.PROTOCOL_ERROR, "GOAWAY on a stream")
-        code = int.from_bytes(payload[4:8], "big") if len(payload) >= 8 else frames.NO_ERROR
-        log.debug("client %s sent GOAWAY (error code %d)", self.peer, code)
-        self._going_away = True
-        self._close_if_idle()
-
-    def _remote_end(self, stream_id: int, stream: _Stream) -> None:
-        stream.remote_closed = True
-        if stream.local_closed and self._streams.get(stream_id) is stream:
-            del self._streams[stream_id]
-            self._server.open_streams -= 1
-        call = self._calls.get(stream_id)
-        if call is not None:
-            call.on_remote_end()
-
-    # ------------------------------------------------------------ requests
-
-    def _on_request(self, stream_id: int, headers: list, ended: bool) -> None:
-        method = path = content_type = timeout_value = None
-        for name, value in headers:
-            if name == b":path":
-                path = value
-            elif name == b":method":
-                method = value
-            elif name == b"content-type":
-                content_type = value
-            elif name == b"grpc-timeout":
-                timeout_value = value
-        if method != b"POST":
-            self._plain_http_answer(stream_id, b"405")
-            return
-        if content_type is None or not content_type.startswith(b"application/grpc"):
-            self._plain_http_answer(stream_id, b"415")
-            return
-        path_text = (path or b"").decode("utf-8", "replace")
-        handler = self._server.find_handler(path_text, headers)
-        if handler is None:
-            if self._server.on_status is not None:  # not by its path: client input is no label
-                self._server.on_status(UNKNOWN_METHOD, grpc.StatusCode.UNIMPLEMENTED)
-            self.send_status(
-                stream_id,
-                grpc.StatusCode.UNIMPLEMENTED,
-                f"Method not found: {path_text}",
-                (),
-                trailers_only=True,
-                reset_after=not ended,
-            )
-            return
-        timeout = None
-        if timeout_value is not None:
-            try:
-                timeout = wire.parse_timeout(timeout_value)
-            except DanubeError as exc:
-                if self._server.on_status is not None:
-                    self._server.on_status(path_text, status_map.status_for(exc))
-                self.send_status(
-                    stream_id,
-                    status_map.status_for(exc),
-                    status_map.message_for(exc),
-                    (),
-                    trailers_only=True,
-                    reset_after=not ended,
-                )
-                return
-        call = ServerCall(
-            self,
-            stream_id,
-            path_text,
-            handler,
-            headers,
-            receive_limit=self._limits.max_receive_message_length,
-            timeout=timeout,
-        )
-        self._calls[stream_id] = call
-        if handler.request_streaming:
-            call.start()
-
-    def _plain_http_answer(self, stream_id: int, status: bytes) -> None:
-        self._send_headers(stream_id, frames.encode_header_block([(b":status", status)]), end_stream=True)
-        stream = self._streams.get(stream_id)
-        if stream is not None and not stream.remote_closed:
-            self._reset(stream_id, frames.NO_ERROR)
-
     # ------------------------------------------------------------ used by calls
+
+    @property
+    def status_observer(self) -> Callable[[str, Any], None] | None:
+        """Called with (method path, status code) for every call answered, or None."""
+        return self._server.on_status
 
     def forget(self, stream_id: int) -> None:
         self._calls.pop(stream_id, None)
@@ -744,7 +314,7 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
             self.loop.call_soon(self._close_if_idle)
 
     def send_response_headers(self, stream_id: int, metadata: tuple = ()) -> None:
-        block = _RESPONSE_BLOCK
+        block = RESPONSE_BLOCK
         if metadata:
             block += frames.encode_header_block(_header_pairs(metadata))
         self._send_headers(stream_id, block, end_stream=False)
@@ -762,19 +332,24 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
         """The call's end: ``grpc-status`` (and message) in trailers, or trailers-only when no
         response headers went out."""
         if code is grpc.StatusCode.OK and not details and not trailing and not trailers_only:
-            block = _OK_TRAILERS_BLOCK
+            block = OK_TRAILERS_BLOCK
         else:
             headers = [(b"grpc-status", str(code.value[0]).encode())]
             if details:
                 headers.append((b"grpc-message", wire.encode_status_message(details)))
             block = frames.encode_header_block(headers + _header_pairs(trailing))
             if trailers_only:
-                block = _RESPONSE_BLOCK + block
+                block = RESPONSE_BLOCK + block
         if not self._send_headers(stream_id, block, end_stream=True):
             return
         if reset_after:
             # The client is still sending: tell it to stop (the status above stands).
             self._reset(stream_id, frames.NO_ERROR)
+
+    def stop_stream(self, stream_id: int) -> None:
+        """A call answered while its client still sends: RST_STREAM NO_ERROR tells it to stop
+        (the answer stands)."""
+        self._reset(stream_id, frames.NO_ERROR)
 
     # ------------------------------------------------------------ server shutdown
 
@@ -845,44 +420,6 @@ class GrpcConnection(SendSide, ReceiveBudget, asyncio.Protocol):
             self._server.open_streams -= 1
         self._queue_control(frames.rst_stream(stream_id, code))
         self._schedule_flush()
-
-    def _reset_call(self, stream_id: int, code: int) -> None:
-        """A stream error caused by the client: RST_STREAM, and the call is cancelled."""
-        log.info("resetting stream %d from %s: HTTP/2 error code %d", stream_id, self.peer, code)
-        self._reset(stream_id, code)
-        call = self._calls.get(stream_id)
-        if call is not None:
-            call.on_reset()
-        self._charge_reset("a stream error")
-
-    def _refuse(self, stream_id: int) -> None:
-        """A stream over a stream limit (or after GOAWAY): RST_STREAM REFUSED_STREAM."""
-        self._queue_control(frames.rst_stream(stream_id, frames.REFUSED_STREAM))
-        if self._going_away:
-            return  # the client raced our GOAWAY: nothing to hold against it
-        limits = self._limits
-        if len(self._streams) >= limits.max_concurrent_streams:
-            self._server.trip("max_concurrent_streams", self.peer, f"stream {stream_id} refused")
-        else:
-            self._server.trip("max_streams_total", self.peer, f"stream {stream_id} refused")
-        self._charge_reset("a refused stream")
-
-    def _charge_reset(self, what: str) -> None:
-        """One stream reset against the reset budget (a token bucket): past it, GOAWAY
-        ENHANCE_YOUR_CALM (HTTP/2 Rapid Reset, CVE-2023-44487)."""
-        limits = self._limits
-        now = self.loop.time()
-        tokens = self._reset_tokens + (now - self._reset_stamp) * limits.resets_per_second
-        if tokens > limits.reset_burst:
-            tokens = limits.reset_burst
-        self._reset_stamp = now
-        self._reset_tokens = tokens - 1
-        if tokens < 1:
-            raise FrameError(
-                frames.ENHANCE_YOUR_CALM,
-                f"too many stream resets ({what}): over {limits.reset_burst} at once or {limits.resets_per_second}/s",
-                limit="reset_burst",
-            )
 
     def _queue_control(self, data: bytes) -> None:
         """A reply the peer's frames caused (PING or SETTINGS ACK, RST_STREAM): counted while

@@ -87,6 +87,8 @@ FrameError = _codec.FrameError
 parse_frames = _codec.parse_frames
 frame = _codec.frame
 frame_header = _codec.frame_header
+# A DATA frame's header and the gRPC prefix of the one whole message it carries (14 bytes).
+data_header = _codec.data_header
 unpadded = _codec.unpadded
 parse_settings = _codec.parse_settings
 parse_u32 = _codec.parse_u32

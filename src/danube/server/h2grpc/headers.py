@@ -5,7 +5,8 @@ HPACK encoder sends them as references into the connection's dynamic table, so t
 block bytes repeat too.  Decoding such a block reads the table without changing it,
 so its result can be reused for as long as the table stays as it was.  The memo keeps
 only blocks whose decoding left the table untouched, and forgets everything as soon
-as any block changes the table.
+as any block changes the table.  Each memo entry also keeps what the server reads of a request
+(``RequestSummary``), so a repeated block costs one dict lookup, not a scan of its headers.
 
 "Changes the table" is told by a counter the table itself bumps on every insertion
 and every size change (evictions only happen through those two).  Comparing the
@@ -50,21 +51,43 @@ class _CountingTable(hpack.table.HeaderTable):
         hpack.table.HeaderTable.maxsize.fset(self, newmax)  # type: ignore[attr-defined]  # a property: hpack's stubs say overload
 
 
+# :method, :path (as text), content-type and grpc-timeout of a request (None when absent).
+RequestSummary = tuple[bytes | None, str, bytes | None, bytes | None]
+
+
+def summarize(headers: list[tuple[bytes, bytes]]) -> RequestSummary:
+    method = path = content_type = timeout = None
+    for name, value in headers:
+        if name == b":path":
+            path = value
+        elif name == b":method":
+            method = value
+        elif name == b"content-type":
+            content_type = value
+        elif name == b"grpc-timeout":
+            timeout = value
+    return method, (path or b"").decode("utf-8", "replace"), content_type, timeout
+
+
 class HeaderBlockDecoder:
     __slots__ = ("_decoder", "_memo", "_table")
 
     def __init__(self, max_header_list_size: int) -> None:
         self._decoder = hpack.Decoder(max_header_list_size=max_header_list_size)
         self._table = self._decoder.header_table = _CountingTable()
-        self._memo: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self._memo: dict[bytes, tuple[list[tuple[bytes, bytes]], RequestSummary]] = {}
 
     def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
         """The ``(name, value)`` byte pairs of ``block``; FrameError(COMPRESSION_ERROR) when
         it does not decode, FrameError(ENHANCE_YOUR_CALM) when it decodes to more than the
         header list size limit (either way the connection cannot go on: its HPACK state is lost)."""
-        headers = self._memo.get(block)
-        if headers is not None:
-            return headers
+        return self.decode_request(block)[0]
+
+    def decode_request(self, block: bytes) -> tuple[list[tuple[bytes, bytes]], RequestSummary]:
+        """``decode``, with the block's ``RequestSummary``."""
+        known = self._memo.get(block)
+        if known is not None:
+            return known
         table = self._table
         before = table.changes
         try:
@@ -76,11 +99,12 @@ class HeaderBlockDecoder:
         except hpack.exceptions.HPACKError as exc:
             raise FrameError(COMPRESSION_ERROR, f"a header block does not decode: {exc}") from exc
         headers = [(name, value) for name, value in decoded]
+        known = (headers, summarize(headers))
         if table.changes != before:
             self._memo.clear()
         elif len(self._memo) < _MEMO_ENTRIES and len(block) <= _MEMO_BLOCK_BYTES:
-            self._memo[block] = headers
-        return headers
+            self._memo[block] = known
+        return known
 
     def clear(self) -> None:
         self._memo.clear()

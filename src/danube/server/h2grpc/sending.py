@@ -34,6 +34,16 @@ if TYPE_CHECKING:
 _FLUSH_NOW_BYTES = 256 * 1024
 # A writer waiting on the server-wide bound looks again this often even without news.
 _GLOBAL_RECHECK_S = 0.2
+# A response's headers and the trailers of a call that ended OK: the same for every call.
+RESPONSE_BLOCK = frames.encode_header_block([(b":status", b"200"), (b"content-type", b"application/grpc")])
+OK_TRAILERS_BLOCK = frames.encode_header_block([(b"grpc-status", b"0")])
+_END_HEADERS = frames.END_HEADERS
+_Encoded = wire.Encoded
+_PREFIX_SIZE = wire.PREFIX_SIZE
+_data_header = frames.data_header
+_frame = frames.frame
+_HEADERS = frames.HEADERS
+_END_TRAILERS = frames.END_HEADERS | frames.END_STREAM
 
 
 class SendSide:
@@ -62,34 +72,11 @@ class SendSide:
     async def send_message(self, stream_id: int, data) -> None:
         """One length-prefixed message (bytes, or ``wire.Encoded`` parts sent as they are), within
         the stream's and the connection's window and the send-queue bounds."""
-        encoded = type(data) is wire.Encoded
-        length = data.length if encoded else len(data)
-        total = wire.PREFIX_SIZE + length
-        stream = self._streams.get(stream_id)
-        if stream is None or stream.local_closed:
-            raise asyncio.CancelledError("the client closed the stream")
-        server = self._server
-        if (
-            total <= self._frame_limit
-            and not self._write_paused
-            and self._out_bytes < self._send_limit
-            and total <= stream.send_window
-            and total <= self._send_window
-            and server.send_queued <= server.max_send_queued_total
-        ):
-            stream.send_window -= total
-            self._send_window -= total
-            out = self._out
-            out.append(frames.frame_header(frames.DATA, 0, stream_id, total))
-            out.append(wire.message_prefix(length))
-            if encoded:
-                out.extend(data)
-            else:
-                out.append(data)
-            self._out_bytes += total
-            self.progress += 1
-            self._schedule_flush()
+        if self._send_whole(stream_id, data):
             return
+        encoded = type(data) is _Encoded
+        length = data.length if encoded else len(data)
+        total = _PREFIX_SIZE + length
         pieces = collections.deque([wire.message_prefix(length)])
         if encoded:
             pieces.extend(memoryview(part).cast("B") for part in data)
@@ -137,13 +124,31 @@ class SendSide:
         self.progress += 1
         self._schedule_flush()
 
-    def send_now(self, stream_id: int, data) -> bool:
-        """``send_message`` when it can finish without waiting (the message fits the windows and
-        the send-queue bounds, in one frame): queued for this turn's write, True.  False, nothing
-        done, when the caller must await ``send_message`` instead (or the stream is gone)."""
-        encoded = type(data) is wire.Encoded
+    def send_whole_answer(self, stream_id: int, data) -> bool:
+        """A unary call's whole answer when it ended OK: response headers, the message in one DATA
+        frame and the OK trailers, queued at once (True) when the message fits as ``send_now``
+        needs.  False, nothing sent, when the caller must go the long way (``send_message``, then
+        the status), or the stream is gone."""
+        out = self._out
+        out.append(_frame(_HEADERS, _END_HEADERS, stream_id, RESPONSE_BLOCK))
+        if not self._send_whole(stream_id, data):
+            out.pop()
+            return False
+        out.append(_frame(_HEADERS, _END_TRAILERS, stream_id, OK_TRAILERS_BLOCK))
+        stream = self._streams[stream_id]
+        stream.local_closed = True
+        if stream.remote_closed:
+            del self._streams[stream_id]
+            self._server.open_streams -= 1
+        return True
+
+    def _send_whole(self, stream_id: int, data) -> bool:
+        """The one place a message goes out as a single DATA frame: when it fits the stream's and
+        the connection's windows, the peer's frame size and the send-queue bounds, it is queued
+        for this turn's write (True); else False, nothing done."""
+        encoded = type(data) is _Encoded
         length = data.length if encoded else len(data)
-        total = wire.PREFIX_SIZE + length
+        total = _PREFIX_SIZE + length
         stream = self._streams.get(stream_id)
         server = self._server
         if (
@@ -160,16 +165,23 @@ class SendSide:
         stream.send_window -= total
         self._send_window -= total
         out = self._out
-        out.append(frames.frame_header(frames.DATA, 0, stream_id, total))
-        out.append(wire.message_prefix(length))
+        out.append(_data_header(stream_id, length))
         if encoded:
             out.extend(data)
         else:
             out.append(data)
         self._out_bytes += total
         self.progress += 1
-        self._schedule_flush()
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
         return True
+
+    # ``send_message`` when it can finish without waiting (the message fits the windows and the
+    # send-queue bounds, in one frame): queued for this turn's write, True.  False, nothing done,
+    # when the caller must await ``send_message`` instead (or the stream is gone).  The same
+    # method, under the name calls use: no extra call per streamed message.
+    send_now = _send_whole
 
     def _may_queue(self) -> bool:
         """Whether a writer may frame more now: the connection is under its bound, and the server

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from danube import _allocator
 from danube.server.h2grpc import wire
+from danube.server.h2grpc.budget import RequestBudget
 from danube.server.h2grpc.connection import GrpcConnection
 from danube.server.h2grpc.limits import H2Limits, ServerLimits
 
@@ -48,19 +49,13 @@ class H2Server:
     def __init__(self, limits: H2Limits | None = None) -> None:
         self.limits = limits or H2Limits()
         self.max_connections = _connection_cap(self.limits.max_connections)
-        # Over all connections: open streams, request bytes buffered, connections whose calls
-        # hold window back for the buffer budget, and how often each limit tripped.
+        # Over all connections: open streams, and the request budget (request bytes buffered,
+        # connection windows open, the connections waiting for room; budget.py).
         self.open_streams = 0
-        self.buffered_total = 0
-        self.max_buffered_total = self.limits.max_buffered_bytes_total
-        self.starved: set[GrpcConnection] = set()
+        self.budget = RequestBudget(self.limits.max_buffered_bytes_total)
         # Response bytes the connections' transports hold for their sockets (as last looked at),
         # and the writers waiting for that total to go down.
         self.send_queued = 0
-        # Connection windows open over all connections (what peers may send before the server
-        # reads it), and the connections owed window the budget had no room for.
-        self.recv_windows = 0
-        self.window_starved: set[GrpcConnection] = set()
         self.max_send_queued_total = self.limits.max_send_queued_bytes_total
         self._send_waiters: list[asyncio.Future] = []
         self._per_peer: collections.Counter[str] = collections.Counter()
@@ -275,11 +270,11 @@ class H2Server:
 
     def connection_closed(self, connection: GrpcConnection) -> None:
         self._release(connection)
-        self.starved.discard(connection)
-        self.window_starved.discard(connection)
+        budget = self.budget
+        budget.forget(connection)
         self.wake_senders()
-        if self.window_starved:
-            self.feed_windows()
+        if budget.window_starved:
+            budget.feed_windows()
         if self._trim_due and self._trim_handle is None and self.loop is not None:
             wait = max(0.5, self._trimmed_at + _TRIM_EVERY_S - time.monotonic())
             self._trim_handle = self.loop.call_later(wait, self._trim)
@@ -291,30 +286,25 @@ class H2Server:
         self._trimmed_at = time.monotonic()
         if self.loop is not None and not self.loop.is_closed():
             self.loop.run_in_executor(None, _allocator.trim)
-        if self.starved and self.buffered_total <= self.limits.max_buffered_bytes_total:
-            self.feed_starved()
+        if self.budget.starved and not self.budget.over:
+            self.budget.feed_starved()
 
     @property
     def connections(self) -> int:
         return len(self._connections)
 
-    def starving(self, connection: GrpcConnection) -> None:
-        self.starved.add(connection)
+    # What tests and metrics read of the request budget.
+    @property
+    def buffered_total(self) -> int:
+        return self.budget.held
 
-    def feed_windows(self) -> None:
-        """The budget has room again: connections owed window get it, as far as it goes."""
-        starved, self.window_starved = self.window_starved, set()
-        for connection in starved:
-            connection.grant_window()
+    @property
+    def recv_windows(self) -> int:
+        return self.budget.windows
 
-    def feed_starved(self) -> None:
-        """The server-wide buffer budget has room again: every connection whose calls held window
-        back gives it back (those still over their own budget keep holding)."""
-        starved, self.starved = self.starved, set()
-        for connection in starved:
-            connection.feed_starved()
-            if connection._starved:
-                self.starved.add(connection)
+    @property
+    def starved(self) -> set[GrpcConnection]:
+        return self.budget.starved
 
     # ------------------------------------------------------------ the send-side bound
 

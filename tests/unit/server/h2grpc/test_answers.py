@@ -1,0 +1,178 @@
+"""What a call's answer puts on the wire, on a fake transport: a unary call that ends OK answers
+headers, message and trailers in one go; one that cannot (a window too small, trailing metadata,
+a status other than OK) answers the long way with the same meaning; a stream answers each
+request message from its message sink."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import hpack
+import pytest
+
+from danube.server.h2grpc import H2Limits, H2Server, frames, wire
+from danube.server.h2grpc.connection import GrpcConnection
+from tests.unit.server.h2grpc.test_connection_fuzz import FakeTransport
+
+LIMITS = H2Limits(handshake_timeout=0, idle_timeout=0)
+REQUEST_HEADERS = [
+    (b":method", b"POST"),
+    (b":scheme", b"http"),
+    (b":authority", b"x"),
+    (b"content-type", b"application/grpc"),
+]
+
+
+async def echo(request: bytes, context) -> bytes:
+    return request
+
+
+async def echo_with_trailer(request: bytes, context) -> bytes:
+    context.set_trailing_metadata((("x-seen", str(len(request))),))
+    return request
+
+
+async def echo_not_found(request: bytes, context) -> bytes:
+    context.set_code(grpc.StatusCode.NOT_FOUND)
+    context.set_details("no such thing")
+    return request
+
+
+async def echo_stream(requests, context) -> None:
+    ended = asyncio.get_running_loop().create_future()
+
+    def sink(message) -> None:
+        if message is grpc.aio.EOF:
+            ended.set_result(None)
+        elif not context.write_nowait(message):
+            raise AssertionError("the answer had to wait")
+
+    context.set_message_sink(sink)
+    await ended
+
+
+class Peer:
+    """A client's side of one connection: what it sends, and the frames it got back."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, client_settings=()) -> None:
+        self.loop = loop
+        self.server = H2Server(LIMITS)
+        self.server.loop = loop
+        self.statuses: list[tuple[str, grpc.StatusCode]] = []
+        self.server.on_status = lambda method, code: self.statuses.append((method, code))
+        self.server.add_registered_method_handlers(
+            "t.T",
+            {
+                "Echo": grpc.unary_unary_rpc_method_handler(echo),
+                "Trailer": grpc.unary_unary_rpc_method_handler(echo_with_trailer),
+                "NotFound": grpc.unary_unary_rpc_method_handler(echo_not_found),
+                "Stream": grpc.stream_stream_rpc_method_handler(echo_stream),
+            },
+        )
+        self.connection = GrpcConnection(self.server)
+        self.transport = FakeTransport(self.connection)
+        self.connection.connection_made(self.transport)
+        self.encoder = hpack.Encoder()
+        self.decoder = hpack.Decoder()
+        self.send(frames.PREFACE + frames.settings(list(client_settings)))
+        self.read = 0
+
+    def send(self, data: bytes) -> None:
+        self.connection.data_received(data)
+        for _ in range(4):
+            self.loop.run_until_complete(asyncio.sleep(0))
+
+    def open(self, stream_id: int, method: str, end_stream: bool = False) -> bytes:
+        headers = [*REQUEST_HEADERS, (b":path", f"/t.T/{method}".encode())]
+        flags = frames.END_HEADERS | (frames.END_STREAM if end_stream else 0)
+        return frames.frame(frames.HEADERS, flags, stream_id, self.encoder.encode(headers))
+
+    def frames_since(self) -> list[tuple[int, int, int, object]]:
+        """The frames written since the last look; header blocks decoded."""
+        data = bytearray(self.transport.written[self.read :])
+        parsed, used = frames.parse_frames(data, 1 << 24)
+        assert used == len(data), "the server wrote a partial frame"
+        self.read += used
+        out = []
+        for kind, flags, stream_id, payload in parsed:
+            if kind == frames.HEADERS:
+                payload = [(bytes(n), bytes(v)) for n, v in self.decoder.decode(payload, raw=True)]
+            out.append((kind, flags, stream_id, payload))
+        return out
+
+
+@pytest.fixture
+def loop():
+    loop = asyncio.new_event_loop()
+    yield loop
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.close()
+
+
+def message(body: bytes) -> bytes:
+    return wire.message_prefix(len(body)) + body
+
+
+def test_a_unary_call_that_ends_ok_is_answered_in_three_frames_at_once(loop):
+    peer = Peer(loop)
+    peer.frames_since()  # the server's SETTINGS and window
+    peer.send(peer.open(1, "Echo") + frames.frame(frames.DATA, frames.END_STREAM, 1, message(b"hello")))
+    answer = [f for f in peer.frames_since() if f[2] == 1]
+    assert answer == [
+        (frames.HEADERS, frames.END_HEADERS, 1, [(b":status", b"200"), (b"content-type", b"application/grpc")]),
+        (frames.DATA, 0, 1, message(b"hello")),
+        (frames.HEADERS, frames.END_HEADERS | frames.END_STREAM, 1, [(b"grpc-status", b"0")]),
+    ]
+    assert peer.statuses == [("/t.T/Echo", grpc.StatusCode.OK)]
+    assert not peer.connection._streams and peer.server.open_streams == 0
+    assert not peer.connection.busy and peer.server.buffered_total == 0
+
+
+def test_an_answer_over_the_stream_window_waits_for_window_then_ends_the_same(loop):
+    peer = Peer(loop, client_settings=[(frames.INITIAL_WINDOW_SIZE, 8)])
+    peer.frames_since()
+    body = bytes(range(40))
+    peer.send(peer.open(1, "Echo") + frames.frame(frames.DATA, frames.END_STREAM, 1, message(body)))
+    first = [f for f in peer.frames_since() if f[2] == 1]
+    assert [f[0] for f in first] == [frames.HEADERS, frames.DATA]  # 8 bytes: the window
+    assert len(first[1][3]) == 8
+    peer.send(frames.window_update(1, 1000))
+    rest = [f for f in peer.frames_since() if f[2] == 1]
+    assert b"".join([first[1][3], *(f[3] for f in rest if f[0] == frames.DATA)]) == message(body)
+    assert rest[-1] == (frames.HEADERS, frames.END_HEADERS | frames.END_STREAM, 1, [(b"grpc-status", b"0")])
+    assert peer.statuses == [("/t.T/Echo", grpc.StatusCode.OK)]
+    assert peer.server.open_streams == 0
+
+
+def test_trailing_metadata_and_other_statuses_go_the_long_way_with_their_trailers(loop):
+    peer = Peer(loop)
+    peer.frames_since()
+    peer.send(peer.open(1, "Trailer") + frames.frame(frames.DATA, frames.END_STREAM, 1, message(b"abc")))
+    peer.send(peer.open(3, "NotFound") + frames.frame(frames.DATA, frames.END_STREAM, 3, message(b"x")))
+    written = peer.frames_since()
+    trailer = [f for f in written if f[2] == 1]
+    assert trailer[1] == (frames.DATA, 0, 1, message(b"abc"))
+    assert trailer[-1][3] == [(b"grpc-status", b"0"), (b"x-seen", b"3")]
+    not_found = [f for f in written if f[2] == 3]
+    assert not_found[-1][3] == [(b"grpc-status", b"5"), (b"grpc-message", b"no such thing")]
+    assert peer.statuses == [("/t.T/Trailer", grpc.StatusCode.OK), ("/t.T/NotFound", grpc.StatusCode.NOT_FOUND)]
+    assert peer.server.open_streams == 0
+
+
+def test_a_stream_answers_each_message_from_its_sink_in_order(loop):
+    peer = Peer(loop)
+    peer.frames_since()
+    bodies = [f"m{i}".encode() * (i + 1) for i in range(6)]
+    peer.send(peer.open(1, "Stream") + b"".join(frames.frame(frames.DATA, 0, 1, message(b)) for b in bodies[:3]))
+    peer.send(b"".join(frames.frame(frames.DATA, 0, 1, message(b)) for b in bodies[3:]))
+    data = [f[3] for f in peer.frames_since() if f[2] == 1 and f[0] == frames.DATA]
+    assert data == [message(b) for b in bodies]  # one whole message per DATA frame
+    peer.send(frames.frame(frames.DATA, frames.END_STREAM, 1, b""))
+    last = peer.frames_since()
+    assert last[-1] == (frames.HEADERS, frames.END_HEADERS | frames.END_STREAM, 1, [(b"grpc-status", b"0")])
+    assert peer.server.open_streams == 0 and peer.server.buffered_total == 0

@@ -169,6 +169,10 @@ class Dispatcher(Protocol):
         """The next delivery for ``consumer`` (at most ``max_messages``, about ``max_bytes``),
         tracked as delivered; None when there is nothing for it now."""
 
+    def fetch_now(self, consumer: Consumer, max_messages: int, max_bytes: int, now: float) -> Delivery | None | object:
+        """``fetch`` without an await, called only while no read holds ``read_lock``;
+        ``danube.broker.delivery.MUST_AWAIT`` when only ``fetch`` can answer."""
+
     def forget(self, offsets: Collection[int]) -> None:
         """``offsets`` were taken back (nack, ack timeout): drop any copy waiting for a consumer."""
 

@@ -48,6 +48,10 @@ class Delivery:
 
 NOTHING = Delivery(b"", -1, -1, 0)  # an interrupted receive
 
+# What a fetch without an await answers when only the awaited fetch can decide (a storage read
+# that must wait, a redelivery, key routing).
+MUST_AWAIT = object()
+
 
 def cut_frames(buf, max_messages: int, max_bytes: int) -> tuple[memoryview, int]:
     """The longest prefix of whole frames within both limits (always at least one frame).

@@ -33,7 +33,7 @@ from danube.broker.policies import DispatchSettings, FailurePolicy, TopicPolicie
 from danube.broker.producer import ACCESS_MODES, Producer
 from danube.broker.salvage import salvage
 from danube.broker.stats import BrokerStats, MetricsSink
-from danube.broker.subscription import Consumer, Delivery, Subscription, cut_frames
+from danube.broker.subscription import Consumer, Delivery, Push, Subscription, cut_frames
 from danube.broker.topic import Topic, partition_of
 from danube.errors import (
     AlreadyExistsError,
@@ -726,14 +726,16 @@ class BrokerService:
         max_bytes: int,
         stream: int | None = None,
         interrupt: asyncio.Future | None = None,
+        push: Push | None = None,
     ) -> Delivery:
         """Wait for the next delivery; ``stream`` (from :meth:`open_stream`) ends superseded streams.
 
-        ``interrupt``: a future whose completion ends the wait with an empty delivery (count 0)."""
+        ``interrupt``: a future whose completion ends the wait with an empty delivery (count 0).
+        ``push``: deliveries written by the caller's callback while it waits (``Subscription.receive``)."""
         consumer = self._consumers.get(consumer_id)
         if consumer is None or consumer.closed:
             consumer = await self._consumer(consumer_id)
-        return await consumer.subscription.receive(consumer, max_messages, max_bytes, stream, interrupt)
+        return await consumer.subscription.receive(consumer, max_messages, max_bytes, stream, interrupt, push)
 
     async def open_stream(self, consumer_id: int) -> int:
         """A receive stream starts for the consumer; an older stream of it stops (StreamSupersededError)

@@ -111,6 +111,7 @@ def run_once(src: str, duration: float, rate: int, pace_ms: int, sync: str, shap
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", help="an older tree's src directory (its core built in place)")
+    parser.add_argument("--this", default=THIS_SRC, help="the src directory measured as 'this' (default this tree's)")
     parser.add_argument("--rate", type=int, default=2000, help="messages per second (default 2000)")
     parser.add_argument("--pace-ms", type=int, default=100, help="one send_batch call per interval (default 100)")
     parser.add_argument("--short", type=float, default=4.0, help="short run, seconds (default 4)")
@@ -129,7 +130,7 @@ def main() -> None:
     print(f"{args.topics} topic(s), {args.rate} msgs/s, one call per {args.pace_ms} ms per producer", flush=True)
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
-    trees = [("this", THIS_SRC)] + ([("before", os.path.abspath(args.before))] if args.before else [])
+    trees = [("this", os.path.abspath(args.this))] + ([("before", os.path.abspath(args.before))] if args.before else [])
     for label, src in trees:
         short_ir, short_msgs = run_once(src, args.short, args.rate, args.pace_ms, args.sync, shape)
         long_ir, long_msgs = run_once(src, args.long, args.rate, args.pace_ms, args.sync, shape)

@@ -202,11 +202,11 @@ class Subscription:
         here instead, in this turn and without waking its task: its delivery is taken without an
         await and handed to ``push``.  It is woken only when that cannot be done (the storage must
         be awaited, a read is in progress, a redelivery is due, its stream cannot write now)."""
-        waiters = self._waiters
-        if not waiters:
-            return
         if self._pushing:  # a push pass is running (a record it met was rejected): it wakes them after
             self._renotify = True
+            return
+        waiters = self._waiters
+        if not waiters:
             return
         self._waiters = []
         if len(waiters) > 1:

@@ -434,7 +434,8 @@ class _PartitionConsumer:
         stream = self.stream
         self._stream_subscribed = False
         self._conn = conn
-        call = conn.batch_lane.Consume(requests())
+        lane = conn.open_consume_lane()
+        call = lane.batch_lane.Consume(requests())
         self._call = call
         try:
             async for response in call:
@@ -468,6 +469,7 @@ class _PartitionConsumer:
                     )
         finally:
             self._call = None
+            conn.close_consume_lane(lane)
 
     async def close(self) -> None:
         self._closing = True

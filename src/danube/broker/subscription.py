@@ -20,12 +20,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from danube import frames
 from danube._tasks import wake
 from danube.broker.cursor import AckTracker, to_ranges
-from danube.broker.delivery import MUST_AWAIT, NOTHING, Delivery, cut_frames, frame_offset, split_frames
+from danube.broker.delivery import MUST_AWAIT, NOTHING, Delivery, MustAwait, cut_frames, frame_offset, split_frames
 from danube.broker.dispatch import SUB_TYPES, make_dispatcher
 from danube.broker.keyshared import KeyFilter
 from danube.broker.policies import DispatchSettings, FailurePolicy
@@ -129,7 +129,7 @@ class Subscription:
         self._turns = 0  # deliveries made; a consumer's last_turn says when it was last served
         # Waiting receives that take deliveries by push: waiter -> [push, max messages, max bytes,
         # stream epoch, its timer]
-        self._push: dict[asyncio.Future, list] = {}
+        self._push: dict[asyncio.Future, list[Any]] = {}
         self._pushing = False  # a push pass is running (notify must not start another)
         self._renotify = False  # notify was called during the pass
         self.read_lock = asyncio.Lock()  # one storage read (and routing) at a time
@@ -254,7 +254,7 @@ class Subscription:
         self._waiters.extend(idle)
         return woken
 
-    def _push_one(self, consumer: Consumer, waiter: asyncio.Future, entry: list) -> object:
+    def _push_one(self, consumer: Consumer, waiter: asyncio.Future, entry: list[Any]) -> str:
         """One delivery to a push receive: ``_PUSHED`` (written, it has credit left), ``_IDLE``
         (nothing for it now) or ``_DONE`` (its receive was resolved or woken)."""
         push, max_messages, max_bytes, epoch = entry[0], entry[1], entry[2], entry[3]
@@ -282,7 +282,7 @@ class Subscription:
             self._rearm(waiter, entry)
         return _PUSHED
 
-    def _rearm(self, waiter: asyncio.Future, entry: list) -> None:
+    def _rearm(self, waiter: asyncio.Future, entry: list[Any]) -> None:
         """A push receive stays waiting: its timer fires by the next redelivery or ack deadline
         (a delivery, a nack or a take-back may have brought one forward)."""
         due = self._next_timer()
@@ -296,7 +296,7 @@ class Subscription:
                 timer.cancel()
             entry[4] = loop.call_later(due, wake, waiter)
 
-    def _take_now(self, consumer: Consumer, max_messages: int, max_bytes: int):
+    def _take_now(self, consumer: Consumer, max_messages: int, max_bytes: int) -> Delivery | None | MustAwait:
         """The next delivery for ``consumer`` without an await: a Delivery, None (nothing for it),
         or ``MUST_AWAIT`` (the awaited fetch must decide).  The caller checked that no read holds
         ``read_lock``: the loop serializes the rest."""
@@ -355,14 +355,12 @@ class Subscription:
                 waiter = loop.create_future()
                 self._waiters.append((consumer, waiter))
                 token_due = None  # throttled by the dispatch rate: when the next token is due
-                entry = None
+                entry: list[Any] | None = None
                 try:
                     limit = self.dispatch_limit
                     if limit is None:
                         delivery = (
-                            MUST_AWAIT
-                            if self.read_lock.locked()
-                            else self._take_now(consumer, max_messages, max_bytes)
+                            MUST_AWAIT if self.read_lock.locked() else self._take_now(consumer, max_messages, max_bytes)
                         )
                         if delivery is MUST_AWAIT:
                             delivery = await self._fetch(consumer, max_messages, max_bytes)
@@ -412,7 +410,7 @@ class Subscription:
         interrupt: asyncio.Future | None,
         loop: asyncio.AbstractEventLoop,
         token_due: float | None = None,
-        entry: list | None = None,
+        entry: list[Any] | None = None,
     ) -> None:
         """Until ``waiter`` is woken (notify), the next redelivery timer or ``token_due`` (seconds)
         is due, or ``interrupt`` is done.  A push receive's ``entry`` holds the timer (a push
@@ -517,7 +515,9 @@ class Subscription:
         data = await self.topic.read_frames(self.next_read, max_bytes)
         return self._cut_fresh(data, min(max_messages, visible), max_bytes)
 
-    def read_fresh_now(self, max_messages: int, max_bytes: int):
+    def read_fresh_now(
+        self, max_messages: int, max_bytes: int
+    ) -> tuple[memoryview, int] | tuple[None, int] | MustAwait:
         """:meth:`read_fresh` without an await: ``MUST_AWAIT`` when the storage cannot answer at
         once (history on disk, a sealed storage); the caller then takes the awaited path."""
         visible = self._visible()
@@ -588,7 +588,9 @@ class Subscription:
             return None
         return self._track_fresh(consumer, view, count, now)
 
-    def deliver_fresh_now(self, consumer: Consumer, max_messages: int, max_bytes: int, now: float):
+    def deliver_fresh_now(
+        self, consumer: Consumer, max_messages: int, max_bytes: int, now: float
+    ) -> Delivery | None | MustAwait:
         """:meth:`deliver_fresh` without an await: a Delivery, None, or ``MUST_AWAIT`` when the
         storage cannot answer at once."""
         window = self.window()

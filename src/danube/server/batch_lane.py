@@ -579,7 +579,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             """A fresh delivery written in the turn that made it available, while this handler
             waits in its receive (so nothing of this stream is being written); None when it must
             go the awaited way (news to attend to first, or the stream cannot take it now)."""
-            if interrupt[0].done() or delivery.redelivery_counts:
+            if write_nowait is None or interrupt[0].done() or delivery.redelivery_counts:
                 return None
             frames = delivery.frames
             count = delivery.count

@@ -25,7 +25,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Collection
 
 from danube import frames
-from danube.broker.delivery import MUST_AWAIT, Delivery, frame_offset, split_frames
+from danube.broker.delivery import MUST_AWAIT, Delivery, MustAwait, frame_offset, split_frames
 from danube.broker.keyshared import HashRing
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ class KeySharedDispatcher:
 
     # ------------------------------------------------------------ receive
 
-    def fetch_now(self, consumer: Consumer, max_messages: int, max_bytes: int, now: float) -> object:
+    def fetch_now(self, consumer: Consumer, max_messages: int, max_bytes: int, now: float) -> MustAwait:
         """Routing reads and splits a batch among the consumers' queues: always the awaited fetch."""
         return MUST_AWAIT
 

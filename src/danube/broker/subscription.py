@@ -279,7 +279,13 @@ class Subscription:
             return _DONE
         entry[1], entry[2] = room
         if self.reliable:
-            self._rearm(waiter, entry)
+            timer = entry[4]
+            # (a timer due before this delivery's ack deadline stands: it looks again when it fires)
+            if (
+                timer is None
+                or timer.when() - asyncio.get_running_loop().time() > self.failure_policy.ack_timeout_ms / 1000
+            ):
+                self._rearm(waiter, entry)
         return _PUSHED
 
     def _rearm(self, waiter: asyncio.Future, entry: list[Any]) -> None:

@@ -3,7 +3,11 @@
 Dispatch is pull-driven: a consumer's ``receive`` takes the next deliverable
 frames for it, reading them from its topic (the same bytes the WAL holds, never
 re-encoded).  Waiting receivers are woken when the topic appends, when an ack
-opens the window, or when a redelivery timer is due.
+opens the window, or when a redelivery timer is due.  A receive whose stream can
+write at once (``push``) is not woken for fresh frames the storage has at hand:
+``notify`` takes them for it without an await or the read lock (the event loop
+serializes it; the lock guards only reads that await) and hands them to the
+stream, so a small batch costs no task wake-up and no coroutine chain.
 
 What differs between subscription types — who may join, who may receive, what
 a receive takes (exclusive, shared, failover, key_shared) — is the subscription's
@@ -239,6 +243,10 @@ class Subscription:
                         idle.append(item)
                 pending = more
                 if not pending:
+                    break
+                if self.next_read >= self.topic.readable_next:  # nothing fresh left for another round
+                    idle.extend(pending)
+                    pending = []
                     break
                 if len(pending) > 1:
                     self.dispatcher.order_waiters(pending)

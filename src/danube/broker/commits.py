@@ -8,10 +8,6 @@ keep coming.  So a 2-message call costs a future, not a task with its coroutine 
 wait that covers several calls wakes the subscriptions once, not once per call.  Nothing is
 held back: a batch is appended as soon as it arrives (unlike ``coalesce``, which joins single
 messages), so batch order and offsets are exactly those of the appends.
-
-When the storage says the batch is durable already (sync=never, memory) and nothing waits before
-it, it is committed in the caller's turn, no waiter task at all: the subscriptions are woken (and
-waiting streams written, see ``Subscription.notify``) from the publish itself.
 """
 
 from __future__ import annotations
@@ -42,27 +38,10 @@ class CommitQueue:
         durable and visible to subscribers, or fails as the storage's wait failed."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
+        self._pending.append((producer, first, last, nbytes, started, fut))
         if self._waiting is None:
-            durable_now = getattr(self.topic.storage, "durable_now", None)
-            if durable_now is not None and durable_now(last):  # (sync=never, memory): no wait to make
-                self._commit(producer, first, last, nbytes, started, fut)
-                self.topic.notify_subscriptions()
-                return fut
-            self._pending.append((producer, first, last, nbytes, started, fut))
             self._waiting = loop.create_task(self._run())
-        else:
-            self._pending.append((producer, first, last, nbytes, started, fut))
         return fut
-
-    def _commit(
-        self, producer: "Producer | None", first: int, last: int, nbytes: int, started: float, fut: asyncio.Future
-    ) -> None:
-        self.topic.committed(last - first + 1, nbytes, last, started, notify=False)
-        if producer is not None:
-            producer.messages_in += last - first + 1
-            producer.bytes_in += nbytes
-        if not fut.done():
-            fut.set_result((first, last))
 
     async def _run(self) -> None:
         topic = self.topic
@@ -85,7 +64,13 @@ class CommitQueue:
                         raise
                     continue
                 while pending and pending[0][2] <= target:
-                    self._commit(*pending.popleft())
+                    producer, first, last, nbytes, started, fut = pending.popleft()
+                    topic.committed(last - first + 1, nbytes, last, started, notify=False)
+                    if producer is not None:
+                        producer.messages_in += last - first + 1
+                        producer.bytes_in += nbytes
+                    if not fut.done():
+                        fut.set_result((first, last))
                 topic.notify_subscriptions()
         finally:
             self._waiting = None

@@ -63,9 +63,6 @@ class MemoryTopicStorage:
     async def wait_durable(self, offset: int) -> None:
         return None
 
-    def durable_now(self, offset: int) -> bool:
-        return True
-
     def read_frames_now(self, from_offset: int, max_bytes: int) -> memoryview | bytes:
         """Whole frames from ``from_offset`` (at least one if any), up to about ``max_bytes``."""
         if from_offset >= self.next_offset or not self._chunks:

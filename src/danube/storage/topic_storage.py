@@ -312,11 +312,6 @@ class TopicStorage:
                 self._writable = False
                 raise
 
-    def durable_now(self, offset: int) -> bool:
-        """Whether ``offset`` is durable already (``wait_durable`` would not wait): at once under
-        sync=never.  False under an owner fence (shared_fs): that check is the awaited path's."""
-        return self.fence is None and offset <= self.wal.durable_offset
-
     # ------------------------------------------------------------------ reads
 
     async def read_frames(self, from_offset: int, max_bytes: int) -> bytes | memoryview:

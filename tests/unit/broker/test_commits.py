@@ -33,23 +33,18 @@ def batch(texts, producer_id: int) -> bytearray:
     return bytearray(b"".join(frames.encode_record(t.encode(), publish_time=1, producer_id=producer_id) for t in texts))
 
 
-async def test_batches_are_appended_in_call_order_and_answered_with_their_offsets(broker, request):
-    sync = request.node.callspec.params["broker"]
+async def test_batches_are_appended_in_call_order_and_answered_with_their_offsets(broker):
     pid = await broker.create_producer(T, "p", reliable=True)
     cid = await broker.subscribe(T, "s", "c")
     topic = broker.topics[T]
-    # one loop turn: 50 two-message calls, each appended now
+    # one loop turn: 50 two-message calls, each appended now, none answered yet
     futures = [broker.publish_nowait(pid, batch([f"a{i}", f"b{i}"], pid)) for i in range(50)]
     assert topic.storage.next_offset == 100
-    if sync == "always":  # none answered yet, nothing visible before it is durable
-        assert not any(f.done() for f in futures)
-        assert topic.readable_next == 0
-    else:  # durable as appended: committed in the caller's turn, without a waiter
-        assert all(f.done() for f in futures)
-        assert topic.readable_next == 100
+    assert not any(f.done() for f in futures)
+    assert topic.readable_next == 0  # nothing visible before it is durable
     answers = await asyncio.gather(*futures)
     assert answers == [(2 * i, 2 * i + 1) for i in range(50)]
-    assert topic.commits.waits < 50 if sync == "always" else topic.commits.waits == 0  # one waiter covered many calls
+    assert topic.commits.waits < 50  # one waiter covered many calls
     assert topic.readable_next == 100
     assert broker._producers[pid].messages_in == 100
     got = []
@@ -88,7 +83,6 @@ async def test_a_failed_durability_wait_fails_the_batches_it_covered_and_the_nex
         await real(offset)
 
     storage.wait_durable = failing
-    storage.durable_now = lambda offset: False  # (under sync=never the wait is skipped: it cannot fail there)
     first = [broker.publish_nowait(pid, batch([f"m{i}"], pid)) for i in range(3)]
     results = await asyncio.gather(*first, return_exceptions=True)
     assert all(isinstance(r, OSError) for r in results)

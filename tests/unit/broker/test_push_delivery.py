@@ -225,18 +225,3 @@ async def test_every_message_arrives_once_in_order_over_many_small_batches(broke
     assert got == expected
     assert pushed[0] > 0  # (most of them were pushed)
 
-
-async def test_under_sync_never_the_publish_itself_writes_the_waiting_stream(broker):
-    """Durable as appended: the batch is committed in the publishing call's turn and the waiting
-    stream written from there, with no durability waiter task in between."""
-    pid = await broker.create_producer(T, "p", reliable=True)
-    cid = await broker.subscribe(T, "s", "c", sub_type="exclusive")
-    stream = Stream(10)
-    task = start(broker, cid, stream)
-    await waiting(broker, T, "s")
-    fut = broker.publish_nowait(pid, batch("a", "b"))
-    assert fut.done() and fut.result() == (0, 1)
-    assert stream.written == [(0, 1, ["a", "b"])]
-    assert broker.topics[T].commits.waits == 0
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)

@@ -224,4 +224,3 @@ async def test_every_message_arrives_once_in_order_over_many_small_batches(broke
         await asyncio.gather(consumer, return_exceptions=True)
     assert got == expected
     assert pushed[0] > 0  # (most of them were pushed)
-

@@ -7,6 +7,11 @@ of a shared machine move with its load; instruction counts do not.
 
     python bench/callgrind_per_message.py                          # this tree
     python bench/callgrind_per_message.py --before /tmp/old/src    # and an older tree (core built in place)
+    python bench/callgrind_per_message.py --topics 100 --batch 2   # many topics, 2 messages per publish call
+
+With ``--topics N`` the bench spreads N producers and N consumers over N topics (``--connections``
+client connections); ``--batch B`` sets the rate so that each producer's call carries B messages
+(rate = N * B per ``--pace-ms``), the small-batch shape where per-call costs dominate.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from danube.processes import free_port, stop_process, wait_for_port  # noqa: E40
 THIS_SRC = os.path.abspath(os.path.join(HERE, "..", "src"))
 
 
-def run_once(src: str, duration: float, rate: int, pace_ms: int, sync: str) -> tuple[int, int]:
+def run_once(src: str, duration: float, rate: int, pace_ms: int, sync: str, shape: list[str]) -> tuple[int, int]:
     """(instructions the broker ran, messages delivered) for one run."""
     port = free_port()
     work = tempfile.mkdtemp(prefix="danube-cg-")
@@ -81,6 +86,7 @@ def run_once(src: str, duration: float, rate: int, pace_ms: int, sync: str) -> t
                 "1000",
                 "--topic",
                 "/default/callgrind",
+                *shape,
                 "--no-progress",
                 "--json",
             ],
@@ -105,18 +111,29 @@ def run_once(src: str, duration: float, rate: int, pace_ms: int, sync: str) -> t
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", help="an older tree's src directory (its core built in place)")
+    parser.add_argument("--this", default=THIS_SRC, help="the src directory measured as 'this' (default this tree's)")
     parser.add_argument("--rate", type=int, default=2000, help="messages per second (default 2000)")
     parser.add_argument("--pace-ms", type=int, default=100, help="one send_batch call per interval (default 100)")
     parser.add_argument("--short", type=float, default=4.0, help="short run, seconds (default 4)")
     parser.add_argument("--long", type=float, default=12.0, help="long run, seconds (default 12)")
     parser.add_argument("--sync", default="interval", choices=["always", "interval", "never"])
+    parser.add_argument("--topics", type=int, default=1, help="topics, each with a producer and a consumer (default 1)")
+    parser.add_argument("--connections", type=int, default=8, help="client connections with --topics > 1 (default 8)")
+    parser.add_argument("--batch", type=int, help="messages per publish call: sets --rate to topics * batch per pace")
     args = parser.parse_args()
+    if args.batch:
+        args.rate = args.topics * args.batch * 1000 // args.pace_ms
+    shape: list[str] = []
+    if args.topics > 1:
+        n = str(args.topics)
+        shape = ["--topics", n, "--producers", n, "--consumers", n, "--connections", str(args.connections)]
+    print(f"{args.topics} topic(s), {args.rate} msgs/s, one call per {args.pace_ms} ms per producer", flush=True)
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
-    trees = [("this", THIS_SRC)] + ([("before", os.path.abspath(args.before))] if args.before else [])
+    trees = [("this", os.path.abspath(args.this))] + ([("before", os.path.abspath(args.before))] if args.before else [])
     for label, src in trees:
-        short_ir, short_msgs = run_once(src, args.short, args.rate, args.pace_ms, args.sync)
-        long_ir, long_msgs = run_once(src, args.long, args.rate, args.pace_ms, args.sync)
+        short_ir, short_msgs = run_once(src, args.short, args.rate, args.pace_ms, args.sync, shape)
+        long_ir, long_msgs = run_once(src, args.long, args.rate, args.pace_ms, args.sync, shape)
         per_msg = (long_ir - short_ir) / max(1, long_msgs - short_msgs)
         print(
             f"{label}: {short_ir:,} instructions ({short_msgs:,} msgs), {long_ir:,} ({long_msgs:,} msgs): "

@@ -121,3 +121,35 @@ async def test_many_consumers_on_one_connection_receive_in_order_and_their_acks_
     finally:
         await consuming.close()
         await producing.close()
+
+
+async def test_more_consumers_than_one_connection_carries_all_subscribe_and_receive(broker):
+    """The broker allows 256 concurrent streams per HTTP/2 connection and the transport holds a
+    stream past that until another ends: consumers beyond it get another channel instead of
+    waiting forever for their subscription."""
+    base = f"/default/wide-{uuid.uuid4().hex[:8]}"
+    n = 300
+    topics = [f"{base}-{i}" for i in range(n)]
+    consuming = client_for(broker)
+    producing = client_for(broker)
+    try:
+        consumers = [
+            consuming.new_consumer()
+            .with_topic(t)
+            .with_consumer_name("c")
+            .with_subscription("s")
+            .with_reliable(False)
+            .build()
+            for t in topics
+        ]
+        await asyncio.wait_for(asyncio.gather(*(c.subscribe() for c in consumers)), 60)
+        assert consuming.connection().channels > 1
+        for i in (0, n - 1):  # the first consumer's channel and the last one's
+            async with producing.new_producer().with_topic(topics[i]).with_name("p").with_reliable(False).build() as p:
+                await (await p.send_batch([b"m%d" % i]))
+            (m,) = (await asyncio.wait_for(consumers[i].receive_batch(), 15)).messages()
+            assert m.payload == b"m%d" % i
+        await asyncio.gather(*(c.close() for c in consumers))
+    finally:
+        await consuming.close()
+        await producing.close()

@@ -100,7 +100,8 @@ class FakeBroker:
     def health(self, client_type, id) -> bool:
         return id in (self.consumers if client_type == "consumer" else self.producers)
 
-    async def receive(self, consumer_id, *, max_messages, max_bytes, interrupt=None) -> Delivery:
+    async def receive(self, consumer_id, *, max_messages, max_bytes, interrupt=None, push=None) -> Delivery:
+        # (``push`` is an offer the broker may ignore: the fake always returns its deliveries)
         consumer = self.consumers.get(consumer_id)
         if consumer is None:
             raise NotFoundError(f"consumer {consumer_id} not found")

@@ -45,7 +45,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection, Protocol
 
 if TYPE_CHECKING:
-    from danube.broker.delivery import Delivery
+    from danube.broker.delivery import Delivery, MustAwait
     from danube.broker.subscription import Consumer
     from danube.metadata.election import LeaseHolder
 
@@ -169,6 +169,12 @@ class Dispatcher(Protocol):
     async def fetch(self, consumer: Consumer, max_messages: int, max_bytes: int, now: float) -> Delivery | None:
         """The next delivery for ``consumer`` (at most ``max_messages``, about ``max_bytes``),
         tracked as delivered; None when there is nothing for it now."""
+
+    def fetch_now(
+        self, consumer: Consumer, max_messages: int, max_bytes: int, now: float
+    ) -> Delivery | None | MustAwait:
+        """``fetch`` without an await, called only while no read holds ``read_lock``;
+        ``danube.broker.delivery.MUST_AWAIT`` when only ``fetch`` can answer."""
 
     def forget(self, offsets: Collection[int]) -> None:
         """``offsets`` were taken back (nack, ack timeout): drop any copy waiting for a consumer."""

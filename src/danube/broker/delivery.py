@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import bisect
+import enum
 from types import MappingProxyType
-from typing import Mapping
+from typing import Final, Mapping
 
 from danube import message_codec
 
@@ -47,6 +48,16 @@ class Delivery:
 
 
 NOTHING = Delivery(b"", -1, -1, 0)  # an interrupted receive
+
+
+class MustAwait(enum.Enum):
+    """What a fetch without an await answers when only the awaited fetch can decide (a storage
+    read that must wait, a redelivery, key routing)."""
+
+    MUST_AWAIT = "must await"
+
+
+MUST_AWAIT: Final = MustAwait.MUST_AWAIT
 
 
 def cut_frames(buf, max_messages: int, max_bytes: int) -> tuple[memoryview, int]:

@@ -17,7 +17,7 @@ from danube.broker.keyshared import KeyFilter
 from danube.broker.policies import DispatchSettings, FailurePolicy
 from danube.broker.registrations import Registration, check_name, new_id
 from danube.broker.stats import MetricsSink
-from danube.broker.subscription import Consumer, Delivery, Subscription
+from danube.broker.subscription import Consumer, Delivery, Push, Subscription
 from danube.broker.topic import Topic
 from danube.errors import InvalidArgumentError, NotFoundError, NotServedHereError, PolicyViolationError
 from danube.metadata import keys
@@ -206,14 +206,16 @@ class Consuming:
         max_bytes: int,
         stream: int | None = None,
         interrupt: asyncio.Future | None = None,
+        push: Push | None = None,
     ) -> Delivery:
         """Wait for the next delivery; ``stream`` (from :meth:`open_stream`) ends superseded streams.
 
-        ``interrupt``: a future whose completion ends the wait with an empty delivery (count 0)."""
+        ``interrupt``: a future whose completion ends the wait with an empty delivery (count 0).
+        ``push``: deliveries written by the caller's callback while it waits (``Subscription.receive``)."""
         consumer = self._consumers.get(consumer_id)
         if consumer is None or consumer.closed:
             consumer = await self._consumer(consumer_id)
-        return await consumer.subscription.receive(consumer, max_messages, max_bytes, stream, interrupt)
+        return await consumer.subscription.receive(consumer, max_messages, max_bytes, stream, interrupt, push)
 
     async def open_stream(self, consumer_id: int) -> int:
         """A receive stream starts for the consumer; an older stream of it stops (StreamSupersededError)

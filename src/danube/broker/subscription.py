@@ -3,7 +3,11 @@
 Dispatch is pull-driven: a consumer's ``receive`` takes the next deliverable
 frames for it, reading them from its topic (the same bytes the WAL holds, never
 re-encoded).  Waiting receivers are woken when the topic appends, when an ack
-opens the window, or when a redelivery timer is due.
+opens the window, or when a redelivery timer is due.  A receive whose stream can
+write at once (``push``) is not woken for fresh frames the storage has at hand:
+``notify`` takes them for it without an await or the read lock (the event loop
+serializes it; the lock guards only reads that await) and hands them to the
+stream, so a small batch costs no task wake-up and no coroutine chain.
 
 What differs between subscription types — who may join, who may receive, what
 a receive takes (exclusive, shared, failover, key_shared) — is the subscription's
@@ -20,12 +24,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from danube import message_codec
 from danube._tasks import wake
 from danube.broker.cursor import AckTracker, to_ranges
-from danube.broker.delivery import NOTHING, Delivery, cut_frames, frame_offset, split_frames
+from danube.broker.delivery import MUST_AWAIT, NOTHING, Delivery, MustAwait, cut_frames, frame_offset, split_frames
 from danube.broker.dispatch import SUB_TYPES, make_dispatcher
 from danube.broker.keyshared import KeyFilter
 from danube.broker.policies import DispatchSettings, FailurePolicy
@@ -38,6 +42,17 @@ if TYPE_CHECKING:
     from danube.broker.topic import Topic
 
 log = logging.getLogger(__name__)
+
+# A push callback: given a delivery, writes it and returns the stream's remaining (messages, bytes)
+# credit, or None when it could not write it now.
+Push = Callable[[Delivery], "tuple[int, int] | None"]
+
+# Rounds of one push pass: consumers with credit left take another delivery while rounds deliver
+# (a backlog larger than one read); beyond, their receives are woken and go on reading.
+_PUSH_ROUNDS = 8
+_PUSHED = "pushed"
+_IDLE = "idle"
+_DONE = "done"
 
 # Early acks kept per subscription at most (beyond: not recorded; those messages are delivered again).
 _MAX_EARLY_ACKS = 65_536
@@ -116,6 +131,11 @@ class Subscription:
         # Receives waiting for something to deliver, with their consumers.
         self._waiters: list[tuple[Consumer, asyncio.Future]] = []
         self._turns = 0  # deliveries made; a consumer's last_turn says when it was last served
+        # Waiting receives that take deliveries by push: waiter -> [push, max messages, max bytes,
+        # stream epoch, its timer]
+        self._push: dict[asyncio.Future, list[Any]] = {}
+        self._pushing = False  # a push pass is running (notify must not start another)
+        self._renotify = False  # notify was called during the pass
         self.read_lock = asyncio.Lock()  # one storage read (and routing) at a time
         self._dead_letter = dead_letter
         self._reasons: dict[int, str] = {}  # offset -> the reason its last nack gave
@@ -180,14 +200,134 @@ class Subscription:
         self.consumers.pop(consumer.id, None)
 
     def notify(self) -> None:
-        """Something may be deliverable now: wake every waiting receive."""
+        """Something may be deliverable now: wake every waiting receive.
+
+        A receive that waits with a ``push`` callback (a stream that can write at once) is served
+        here instead, in this turn and without waking its task: its delivery is taken without an
+        await and handed to ``push``.  It is woken only when that cannot be done (the storage must
+        be awaited, a read is in progress, a redelivery is due, its stream cannot write now)."""
+        if self._pushing:  # a push pass is running (a record it met was rejected): it wakes them after
+            self._renotify = True
+            return
         waiters = self._waiters
-        if waiters:
-            self._waiters = []
-            if len(waiters) > 1:
-                self.dispatcher.order_waiters(waiters)  # woken receivers fetch in this order
-            for _, waiter in waiters:
-                wake(waiter)
+        if not waiters:
+            return
+        self._waiters = []
+        if len(waiters) > 1:
+            self.dispatcher.order_waiters(waiters)  # woken receivers fetch in this order
+        if self._push and not self.read_lock.locked():
+            waiters = self._push_pass(waiters)
+        for _, waiter in waiters:
+            wake(waiter)
+
+    def _push_pass(self, waiters: list[tuple[Consumer, asyncio.Future]]) -> list[tuple[Consumer, asyncio.Future]]:
+        """Serves the push receives among ``waiters`` (in their order, a round at a time while
+        rounds deliver, so shared consumers take turns); returns the waiters to wake."""
+        pushes = self._push
+        woken: list[tuple[Consumer, asyncio.Future]] = []
+        idle: list[tuple[Consumer, asyncio.Future]] = []
+        pending = waiters
+        self._pushing = True
+        try:
+            for _round in range(_PUSH_ROUNDS):
+                more: list[tuple[Consumer, asyncio.Future]] = []
+                for item in pending:
+                    entry = pushes.get(item[1])
+                    if entry is None:
+                        woken.append(item)
+                        continue
+                    outcome = self._push_one(item[0], item[1], entry)
+                    if outcome is _PUSHED:
+                        more.append(item)
+                    elif outcome is _IDLE:
+                        idle.append(item)
+                pending = more
+                if not pending:
+                    break
+                if self.next_read >= self.topic.readable_next:  # nothing fresh left for another round
+                    idle.extend(pending)
+                    pending = []
+                    break
+                if len(pending) > 1:
+                    self.dispatcher.order_waiters(pending)
+            else:
+                woken.extend(pending)  # still delivering: their tasks go on reading
+                pending = []
+        finally:
+            self._pushing = False
+        idle.extend(pending)
+        if self._renotify:  # something changed under the pass: every receive looks again itself
+            self._renotify = False
+            return woken + idle
+        self._waiters.extend(idle)
+        return woken
+
+    def _push_one(self, consumer: Consumer, waiter: asyncio.Future, entry: list[Any]) -> str:
+        """One delivery to a push receive: ``_PUSHED`` (written, it has credit left), ``_IDLE``
+        (nothing for it now) or ``_DONE`` (its receive was resolved or woken)."""
+        push, max_messages, max_bytes, epoch = entry[0], entry[1], entry[2], entry[3]
+        if waiter.done() or consumer.closed or not consumer.active or (epoch is not None and epoch != consumer.epoch):
+            wake(waiter)
+            return _DONE
+        delivery = self._take_now(consumer, max_messages, max_bytes)
+        if delivery is None:
+            if self.reliable:  # (a nack or a taken-back delivery may be due sooner than its timer)
+                self._rearm(waiter, entry)
+            return _IDLE
+        if delivery is MUST_AWAIT:
+            wake(waiter)
+            return _DONE
+        self._count(consumer, delivery)
+        room = push(delivery)
+        if room is None:  # not written: the receive returns it and its stream writes it
+            waiter.set_result(delivery)
+            return _DONE
+        if room[0] <= 0 or room[1] <= 0:
+            waiter.set_result(NOTHING)  # out of credit: the stream waits for more
+            return _DONE
+        entry[1], entry[2] = room
+        if self.reliable:
+            timer = entry[4]
+            # (a timer due before this delivery's ack deadline stands: it looks again when it fires)
+            if (
+                timer is None
+                or timer.when() - asyncio.get_running_loop().time() > self.failure_policy.ack_timeout_ms / 1000
+            ):
+                self._rearm(waiter, entry)
+        return _PUSHED
+
+    def _rearm(self, waiter: asyncio.Future, entry: list[Any]) -> None:
+        """A push receive stays waiting: its timer fires by the next redelivery or ack deadline
+        (a delivery, a nack or a take-back may have brought one forward)."""
+        due = self._next_timer()
+        if due is None:
+            return
+        due = max(due, 0.001)
+        loop = asyncio.get_running_loop()
+        timer = entry[4]
+        if timer is None or timer.when() > loop.time() + due + 0.001:
+            if timer is not None:
+                timer.cancel()
+            entry[4] = loop.call_later(due, wake, waiter)
+
+    def _take_now(self, consumer: Consumer, max_messages: int, max_bytes: int) -> Delivery | None | MustAwait:
+        """The next delivery for ``consumer`` without an await: a Delivery, None (nothing for it),
+        or ``MUST_AWAIT`` (the awaited fetch must decide).  The caller checked that no read holds
+        ``read_lock``: the loop serializes the rest."""
+        if self.dispatch_limit is not None:
+            return MUST_AWAIT
+        now = time.monotonic()
+        if self.reliable:
+            self._expire(now)
+        return self.dispatcher.fetch_now(consumer, max_messages, max_bytes, now)
+
+    def _count(self, consumer: Consumer, delivery: Delivery) -> None:
+        self._turns += 1
+        consumer.last_turn = self._turns
+        consumer.messages_out += delivery.count
+        size = len(delivery.frames)
+        consumer.bytes_out += size
+        self.metrics.delivered(self.topic.name, self.name, delivery.count, size)
 
     # ------------------------------------------------------------ receive
 
@@ -198,12 +338,19 @@ class Subscription:
         max_bytes: int,
         epoch: int | None = None,
         interrupt: asyncio.Future | None = None,
+        push: Push | None = None,
     ) -> Delivery:
         """The next delivery for ``consumer``, waiting until there is one.
 
         With ``interrupt``: once that future is done while the receive waits (never after
         it took messages), an empty delivery (``count`` 0) is returned, so a stream can
-        attend to other work without a second task waiting beside the receive."""
+        attend to other work without a second task waiting beside the receive.
+
+        With ``push``: while the receive waits, deliveries are handed to ``push(delivery)``
+        as they become available (see :meth:`notify`), without waking the receive's task.
+        ``push`` returns the stream's remaining ``(messages, bytes)`` credit once it wrote the
+        delivery, or None when it could not write it now: the receive then returns it.  Out
+        of credit, the receive returns an empty delivery."""
         max_messages = max(1, int(max_messages))
         max_bytes = max(1, int(max_bytes))
         loop = asyncio.get_running_loop()
@@ -222,10 +369,15 @@ class Subscription:
                 waiter = loop.create_future()
                 self._waiters.append((consumer, waiter))
                 token_due = None  # throttled by the dispatch rate: when the next token is due
+                entry: list[Any] | None = None
                 try:
                     limit = self.dispatch_limit
                     if limit is None:
-                        delivery = await self._fetch(consumer, max_messages, max_bytes)
+                        delivery = (
+                            MUST_AWAIT if self.read_lock.locked() else self._take_now(consumer, max_messages, max_bytes)
+                        )
+                        if delivery is MUST_AWAIT:
+                            delivery = await self._fetch(consumer, max_messages, max_bytes)
                     else:
                         allowed = limit.available()
                         if allowed:
@@ -237,18 +389,24 @@ class Subscription:
                             # wait for 10 ms worth of tokens, not one: fewer, larger deliveries
                             token_due = limit.wait_time(min(max_messages, max(1, int(limit.rate / 100))))
                     if delivery is not None:
-                        self._turns += 1
-                        consumer.last_turn = self._turns
-                        consumer.messages_out += delivery.count
-                        consumer.bytes_out += len(delivery.frames)
-                        self.metrics.delivered(self.topic.name, self.name, delivery.count, len(delivery.frames))
+                        self._count(consumer, delivery)
                         return delivery
                     if interrupt is not None and interrupt.done():
                         return NOTHING
-                    await self._wait(waiter, interrupt, loop, token_due)
+                    if push is not None and limit is None:
+                        entry = [push, max_messages, max_bytes, epoch, None]
+                        self._push[waiter] = entry
+                    await self._wait(waiter, interrupt, loop, token_due, entry)
+                    got = waiter.result()
+                    if got is not None:
+                        return got  # taken by a push the stream could not write (or NOTHING: no credit)
                     if interrupt is not None and interrupt.done():
                         return NOTHING
+                    if entry is not None:  # pushes spent some of the credit
+                        max_messages, max_bytes = entry[1], entry[2]
                 finally:
+                    if entry is not None:
+                        del self._push[waiter]
                     if not waiter.done():
                         waiter.cancel()
                     waiters = self._waiters  # (notify empties it; a timer or an interrupt does not)
@@ -266,13 +424,17 @@ class Subscription:
         interrupt: asyncio.Future | None,
         loop: asyncio.AbstractEventLoop,
         token_due: float | None = None,
+        entry: list[Any] | None = None,
     ) -> None:
         """Until ``waiter`` is woken (notify), the next redelivery timer or ``token_due`` (seconds)
-        is due, or ``interrupt`` is done."""
+        is due, or ``interrupt`` is done.  A push receive's ``entry`` holds the timer (a push
+        delivery may bring it forward)."""
         timeout = self._next_timer()
         if token_due is not None:
             timeout = token_due if timeout is None else min(timeout, token_due)
         timer = None if timeout is None else loop.call_later(max(timeout, 0.001), wake, waiter)
+        if entry is not None:
+            entry[4] = timer
 
         def on_interrupt(_future) -> None:
             wake(waiter)
@@ -282,6 +444,8 @@ class Subscription:
         try:
             await waiter
         finally:
+            if entry is not None:
+                timer = entry[4]
             if timer is not None:
                 timer.cancel()
             if interrupt is not None:
@@ -330,8 +494,9 @@ class Subscription:
             self._blocked_logged = True
         return True
 
-    async def read_fresh(self, max_messages: int, max_bytes: int) -> tuple[memoryview, int] | tuple[None, int]:
-        """Fresh frames from next_read: (view, count) or (None, 0); next_read is left to the caller."""
+    def _visible(self) -> int:
+        """How many fresh messages from next_read subscribers may see now (skipping early acks and
+        what the topic no longer holds first)."""
         topic = self.topic
         if self.early_acks:
             self._skip_early()
@@ -354,11 +519,31 @@ class Subscription:
         readable = topic.readable_next
         if topic.delivery_gate is not None:  # a repartition holds moved keys (danube.routing.repartition.gate)
             readable = topic.delivery_gate.readable(self, readable)
-        visible = readable - self.next_read
+        return readable - self.next_read
+
+    async def read_fresh(self, max_messages: int, max_bytes: int) -> tuple[memoryview, int] | tuple[None, int]:
+        """Fresh frames from next_read: (view, count) or (None, 0); next_read is left to the caller."""
+        visible = self._visible()
         if visible <= 0:
             return None, 0
-        max_messages = min(max_messages, visible)
-        data = await topic.read_frames(self.next_read, max_bytes)
+        data = await self.topic.read_frames(self.next_read, max_bytes)
+        return self._cut_fresh(data, min(max_messages, visible), max_bytes)
+
+    def read_fresh_now(
+        self, max_messages: int, max_bytes: int
+    ) -> tuple[memoryview, int] | tuple[None, int] | MustAwait:
+        """:meth:`read_fresh` without an await: ``MUST_AWAIT`` when the storage cannot answer at
+        once (history on disk, a sealed storage); the caller then takes the awaited path."""
+        visible = self._visible()
+        if visible <= 0:
+            return None, 0
+        read_now = getattr(self.topic.storage, "read_frames_now", None)
+        data = None if read_now is None else read_now(self.next_read, max_bytes)
+        if data is None:
+            return MUST_AWAIT
+        return self._cut_fresh(data, min(max_messages, visible), max_bytes)
+
+    def _cut_fresh(self, data, max_messages: int, max_bytes: int) -> tuple[memoryview, int] | tuple[None, int]:
         if not data:
             return None, 0
         view, count = cut_frames(data, max_messages, max_bytes)
@@ -415,6 +600,25 @@ class Subscription:
         view, count = await self.read_fresh(min(max_messages, window), max_bytes)
         if view is None:
             return None
+        return self._track_fresh(consumer, view, count, now)
+
+    def deliver_fresh_now(
+        self, consumer: Consumer, max_messages: int, max_bytes: int, now: float
+    ) -> Delivery | None | MustAwait:
+        """:meth:`deliver_fresh` without an await: a Delivery, None, or ``MUST_AWAIT`` when the
+        storage cannot answer at once."""
+        window = self.window()
+        if window <= 0:
+            return None
+        read = self.read_fresh_now(min(max_messages, window), max_bytes)
+        if read is MUST_AWAIT:
+            return MUST_AWAIT
+        view, count = read
+        if view is None:
+            return None
+        return self._track_fresh(consumer, view, count, now)
+
+    def _track_fresh(self, consumer: Consumer, view: memoryview, count: int, now: float) -> Delivery:
         first = self.next_read
         last = first + count - 1
         self.next_read = last + 1

@@ -177,23 +177,70 @@ def cancelled_call_error(message: str) -> ClientError:
     return ClientError(message, retriable=True)
 
 
+# Consume streams one channel (one HTTP/2 connection) carries at most.  A broker advertises
+# SETTINGS_MAX_CONCURRENT_STREAMS (256 on ours, 100 is common elsewhere) and the transport holds a
+# stream past it until another ends: consumer streams never end, so the next consumer on that
+# connection would wait forever for its subscription.  Past this many, consumers get a channel of
+# their own (opened as needed), leaving the first connection room for producers, lookups and
+# health checks.
+CONSUME_STREAMS_PER_CHANNEL = 96
+
+
+class _StreamLane:
+    """A channel carrying consumer streams, and how many it carries now."""
+
+    __slots__ = ("channel", "batch_lane", "streams")
+
+    def __init__(self, channel: grpc.aio.Channel, batch_lane: batch_grpc.BatchLaneStub) -> None:
+        self.channel = channel
+        self.batch_lane = batch_lane
+        self.streams = 0
+
+
 class BrokerConnection:
-    """One channel to one broker with the stubs the client uses on it."""
+    """One channel to one broker with the stubs the client uses on it (and more channels for
+    consumer streams beyond ``CONSUME_STREAMS_PER_CHANNEL``)."""
 
     def __init__(self, address: str, security: ClientSecurity | None = None) -> None:
         self.address = address
-        # TLS, mTLS and JWT (danube.client.security), or None for plain text
-        self.channel = (
-            security.channel(address, _CHANNEL_OPTIONS)
-            if security is not None
-            else grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
-        )
+        self._security = security
+        self.channel = self._open_channel()
         self.discovery = danube_grpc.DiscoveryStub(self.channel)
         self.batch_lane = batch_grpc.BatchLaneStub(self.channel)
         self.health = danube_grpc.HealthCheckStub(self.channel)
+        self._lanes = [_StreamLane(self.channel, self.batch_lane)]
+
+    def _open_channel(self) -> grpc.aio.Channel:
+        # TLS, mTLS and JWT (danube.client.security), or None for plain text
+        if self._security is not None:
+            return self._security.channel(self.address, _CHANNEL_OPTIONS)
+        return grpc.aio.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
+
+    def open_consume_lane(self) -> _StreamLane:
+        """A channel with room for one more consumer stream (its ``batch_lane`` stub); give it
+        back with :meth:`close_consume_lane` when the stream ends."""
+        for lane in self._lanes:
+            if lane.streams < CONSUME_STREAMS_PER_CHANNEL:
+                break
+        else:
+            channel = self._open_channel()
+            lane = _StreamLane(channel, batch_grpc.BatchLaneStub(channel))
+            self._lanes.append(lane)
+        lane.streams += 1
+        return lane
+
+    def close_consume_lane(self, lane: _StreamLane) -> None:
+        lane.streams -= 1
+
+    @property
+    def channels(self) -> int:
+        """Channels (connections) open to this broker."""
+        return len(self._lanes)
 
     async def close(self) -> None:
-        await self.channel.close()
+        lanes, self._lanes = self._lanes, []
+        for lane in lanes:
+            await lane.channel.close()
 
 
 class Connections:

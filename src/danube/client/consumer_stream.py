@@ -257,7 +257,8 @@ class PartitionConsumer:
         stream = self.stream
         self._stream_subscribed = False
         self._conn = conn
-        call = conn.batch_lane.Consume(requests())
+        lane = conn.open_consume_lane()
+        call = lane.batch_lane.Consume(requests())
         self._call = call
         try:
             async for response in call:
@@ -291,6 +292,7 @@ class PartitionConsumer:
                     )
         finally:
             self._call = None
+            conn.close_consume_lane(lane)
 
     async def close(self) -> None:
         self._closing = True

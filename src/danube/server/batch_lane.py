@@ -572,6 +572,26 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
             set_sink(control)
         else:
             reader = asyncio.ensure_future(read_control())
+
+        write_nowait = getattr(context, "write_nowait", None)
+
+        def push(delivery) -> tuple[int, int] | None:
+            """A fresh delivery written in the turn that made it available, while this handler
+            waits in its receive (so nothing of this stream is being written); None when it must
+            go the awaited way (news to attend to first, or the stream cannot take it now)."""
+            if write_nowait is None or interrupt[0].done() or delivery.redelivery_counts:
+                return None
+            frames = delivery.frames
+            count = delivery.count
+            if not write_nowait(
+                _encoded_batch(frames, _batch_fields(delivery.first_offset, delivery.last_offset, count))
+            ):
+                return None
+            credit[0] -= count
+            credit[1] -= len(frames)
+            return credit[0], credit[1]
+
+        pusher = push if encoded and write_nowait is not None else None
         try:
             while True:
                 while not errors.empty():
@@ -585,7 +605,7 @@ class BatchLaneService(pb_grpc.BatchLaneServicer):
                     continue
                 try:
                     delivery = await self._broker.receive(
-                        consumer_id, max_messages=credit[0], max_bytes=credit[1], interrupt=interrupt[0]
+                        consumer_id, max_messages=credit[0], max_bytes=credit[1], interrupt=interrupt[0], push=pusher
                     )
                 except DanubeError as exc:
                     await _abort(context, exc)

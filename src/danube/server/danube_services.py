@@ -136,6 +136,8 @@ class ConsumerService(pb_grpc.ConsumerServiceServicer):
         # On the native server a message is written as its fields plus the payload's own buffer
         # (the stored frame's bytes, shared by every stream delivering it), not as a copy per stream.
         encoded = getattr(context, "sends_encoded", False)
+        # (queued for this turn's socket write when the stream can take it now: no await per message)
+        write_nowait = getattr(context, "write_nowait", None)
         try:
             try:
                 stream = await broker.open_stream(consumer_id)
@@ -157,7 +159,8 @@ class ConsumerService(pb_grpc.ConsumerServiceServicer):
                                 f"it cannot become a StreamMessage: {type(exc).__name__}: {quote(str(exc))}",
                             )
                             continue
-                        await context.write(msg)
+                        if write_nowait is None or not write_nowait(msg):
+                            await context.write(msg)
             except StreamSupersededError:
                 return  # the client opened a newer stream for this consumer
             except NotServedHereError as exc:

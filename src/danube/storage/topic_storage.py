@@ -352,6 +352,17 @@ class TopicStorage:
             next_offset=self.next_offset,
         )
 
+    def read_frames_now(self, from_offset: int, max_bytes: int) -> bytes | memoryview | None:
+        """:meth:`read_frames` when it needs no await (the hot WAL, read in place); None when it
+        does (durable history, a sealed storage, an offset pruned meanwhile): the caller awaits
+        :meth:`read_frames` then."""
+        if from_offset < self.hot_start or self.sealed_offset is not None:
+            return None
+        try:
+            return self.wal.read_frames(from_offset, max_bytes)
+        except OffsetOutOfRangeError:
+            return None
+
     def tail_frames(self, from_offset: int, max_bytes: int) -> AsyncIterator[bytes | memoryview]:
         """Frames from ``from_offset`` onwards: durable history, then the hot WAL, following live appends.
 

@@ -25,7 +25,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Collection
 
 from danube import message_codec
-from danube.broker.delivery import Delivery, frame_offset, split_frames
+from danube.broker.delivery import MUST_AWAIT, Delivery, MustAwait, frame_offset, split_frames
 from danube.broker.keyshared import HashRing
 
 if TYPE_CHECKING:
@@ -169,6 +169,10 @@ class KeySharedDispatcher:
         return len(parts)
 
     # ------------------------------------------------------------ receive
+
+    def fetch_now(self, consumer: Consumer, max_messages: int, max_bytes: int, now: float) -> MustAwait:
+        """Routing reads and splits a batch among the consumers' queues: always the awaited fetch."""
+        return MUST_AWAIT
 
     async def fetch(self, consumer: Consumer, max_messages: int, max_bytes: int, now: float) -> Delivery | None:
         sub = self.sub

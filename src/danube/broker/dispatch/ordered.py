@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Collection
 
+from danube.broker.delivery import MUST_AWAIT, MustAwait
+
 if TYPE_CHECKING:
     from danube.broker.delivery import Delivery
     from danube.broker.subscription import Consumer, Subscription
@@ -61,3 +63,15 @@ class OrderedDispatcher:
                 if delivery is not None:
                     return delivery
             return await sub.deliver_fresh(consumer, self.fresh_limit(max_messages), max_bytes, now)
+
+    def fetch_now(
+        self, consumer: Consumer, max_messages: int, max_bytes: int, now: float
+    ) -> Delivery | None | MustAwait:
+        """``fetch`` without an await or the read lock (no read holds it): fresh frames the
+        storage has at hand; ``MUST_AWAIT`` when a redelivery is due or the storage must wait."""
+        if not self.may_receive(consumer):
+            return None
+        sub = self.sub
+        if sub.reliable and sub.tracker.has_ready(now):
+            return MUST_AWAIT
+        return sub.deliver_fresh_now(consumer, self.fresh_limit(max_messages), max_bytes, now)

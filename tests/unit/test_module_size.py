@@ -20,7 +20,6 @@ ALLOWED: dict[str, str] = {
     "broker/subscription.py": "the delivery hot path, reworked by the delivery performance work under way",
     "server/batch_lane.py": "the batch lane's hot path, reworked by the delivery performance work under way",
     "wal/log.py": "not split yet: the WAL's append, read and rotation paths",
-    "cluster/node.py": "not split yet: the cluster node's ownership, moves and drain",
     "_pure/wal/segment.py": "the pure twin of _core/wal/segment.pyx, kept one to one with it",
     "_core/frame.pyx": "not split yet: the compiled codec (its cdef helpers are shared across the module)",
     "_core/wal/segment.pyx": "not split yet: the compiled WAL segment file",

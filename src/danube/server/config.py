@@ -59,6 +59,8 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+import yaml
+
 from danube.broker.policies import DispatchSettings, FailurePolicy, TopicPolicies
 from danube.cluster.rebalancing.config import RebalancingConfig
 from danube.cluster.scoring import STRATEGIES
@@ -212,8 +214,6 @@ class BrokerConfig:
 
     @classmethod
     def from_yaml(cls, path: str) -> "BrokerConfig":
-        import yaml
-
         try:
             with open(path, encoding="utf-8") as f:
                 data = yaml.safe_load(f) or {}

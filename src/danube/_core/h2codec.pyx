@@ -219,14 +219,17 @@ def parse_u32(payload, what):
 
 # ------------------------------------------------------------------ gRPC messages
 
-def message_prefix(uint32_t length):
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, GRPC_PREFIX_SIZE)
-    cdef unsigned char* p = <unsigned char*>PyBytes_AS_STRING(out)
-    p[0] = 0
+cdef inline void put_prefix(unsigned char* p, uint32_t length) noexcept nogil:
+    p[0] = 0  # not compressed
     p[1] = <unsigned char>(length >> 24)
     p[2] = <unsigned char>(length >> 16)
     p[3] = <unsigned char>(length >> 8)
     p[4] = <unsigned char>length
+
+
+def message_prefix(uint32_t length):
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, GRPC_PREFIX_SIZE)
+    put_prefix(<unsigned char*>PyBytes_AS_STRING(out), length)
     return out
 
 
@@ -237,12 +240,7 @@ def data_header(uint32_t stream_id, Py_ssize_t length):
     cdef bytes out = PyBytes_FromStringAndSize(NULL, H2_HEADER_SIZE + GRPC_PREFIX_SIZE)
     cdef unsigned char* p = <unsigned char*>PyBytes_AS_STRING(out)
     put_header(p, length + GRPC_PREFIX_SIZE, 0, 0, stream_id)
-    p += H2_HEADER_SIZE
-    p[0] = 0
-    p[1] = <unsigned char>(length >> 24)
-    p[2] = <unsigned char>(length >> 16)
-    p[3] = <unsigned char>(length >> 8)
-    p[4] = <unsigned char>length
+    put_prefix(p + H2_HEADER_SIZE, <uint32_t>length)
     return out
 
 

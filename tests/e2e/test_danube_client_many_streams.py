@@ -137,10 +137,12 @@ def test_a_configured_limit_is_advertised_and_a_stream_past_it_refused(client_py
             assert time.monotonic() < deadline, broker.log()
             time.sleep(0.05)
 
-        # 9 consumers hold all 8 streams and one more waits: nothing can be sent any more.
+        # 9 consumers hold all 8 streams and one more waits: sends and acks wait behind it for good
+        # (which of them got a stream before the receive streams took them all is a race).
         result = many_consumers(broker, topics=3, subscriptions=3, seconds=8)
-        assert result["subscribed"] == 9 and result["error"] == "sending: not done within 8.0s", result
-        assert result["complete"] == 0
+        assert result["subscribed"] == 9, result
+        assert result["error"] in ("sending: not done within 8.0s", "receiving: not done within 8.0s"), result
+        assert result["complete"] < 9
         # the client never went past the limit: the only refusal is the raw client's
         assert sum("max_concurrent_streams" in line for line in h2_trips(broker.log())) == 1
 
@@ -151,8 +153,8 @@ def test_at_the_old_limit_of_256_the_same_client_stalls(client_python, tmp_path)
     with running_broker("--sync", "never", "--config", config_with_limit(tmp_path, 256)) as broker:
         result = many_consumers(broker, topics=100, subscriptions=3, seconds=20)
         assert result["subscribed"] == 300
-        assert result["error"] == "sending: not done within 20.0s", result
-        assert result["complete"] == 0
+        assert result["error"] in ("sending: not done within 20.0s", "receiving: not done within 20.0s"), result
+        assert result["complete"] < 300
         assert h2_trips(broker.log()) == []  # held by the client, never refused
 
 

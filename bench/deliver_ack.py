@@ -1,6 +1,6 @@
 """The broker's delivery and ack path in one process, without the network: per 2-message call.
 
-    python bench/deliver_ack.py [--topics 100] [--calls 40000] [--profile]
+    python bench/deliver_ack.py [--topics 100] [--calls 40000] [--publish-only] [--profile]
 
 A BrokerService over local storage (sync never) with ``--topics`` topics, each with one
 producer and one exclusive consumer whose receive waits with a push callback (as a batch-lane
@@ -8,7 +8,9 @@ Consume stream does).  Each call publishes 2 messages to the next topic (round r
 commit wakes the subscription, which pushes the delivery to the callback; the callback's acks
 go through an ``AckBatcher`` (as a stream's ack requests do) and are applied at the turn's end.
 Prints the CPU time per call of the whole loop, and the wall time per call of the subscription
-side alone (the commit's ``notify_subscriptions`` plus the ack flushes).  ``--profile`` prints cProfile's top.
+side alone (the commit's ``notify_subscriptions`` plus the ack flushes).  ``--publish-only``: the
+same calls with no consumer (what delivery and acks add is the difference; under callgrind that
+difference is free of the machine's load).  ``--profile`` prints cProfile's top.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from danube.storage.config import StorageConfig  # noqa: E402
 from danube.storage.factory import StorageFactory  # noqa: E402
 
 
-async def run(topics: int, calls: int, profile: bool) -> None:
+async def run(topics: int, calls: int, profile: bool, publish_only: bool = False) -> None:
     with tempfile.TemporaryDirectory() as data:
         metadata = EmbeddedMetadataStore(os.path.join(data, "metadata.db"))
         config = StorageConfig.from_dict({"wal": {"sync": "never"}}, data_dir=data)
@@ -79,6 +81,8 @@ async def run(topics: int, calls: int, profile: bool) -> None:
         for i in range(topics):
             name = f"/default/many-{i}"
             producers.append(await broker.create_producer(name, f"p{i}", reliable=True))
+            if publish_only:
+                continue
             cid = await broker.subscribe(name, "s", f"c{i}", sub_type="exclusive")
 
             def push(delivery, cid=cid):
@@ -105,7 +109,7 @@ async def run(topics: int, calls: int, profile: bool) -> None:
             profiler.disable()
         cpu = time.thread_time() - started
         n = (calls + window - 1) // window * window
-        assert delivered[0] == 2 * n, (delivered[0], n)
+        assert delivered[0] == (0 if publish_only else 2 * n), (delivered[0], n)
         print(
             f"topics {topics}  calls {n}  whole loop {cpu / n * 1e6:.2f} us/call (CPU)  "
             f"subscription side {spent[0] / n * 1e6:.2f} us/call (wall)"
@@ -123,9 +127,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--topics", type=int, default=100)
     ap.add_argument("--calls", type=int, default=40_000)
+    ap.add_argument("--publish-only", action="store_true", help="no consumers: the publish side alone")
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
-    asyncio.run(run(args.topics, args.calls, args.profile))
+    asyncio.run(run(args.topics, args.calls, args.profile, args.publish_only))
 
 
 if __name__ == "__main__":

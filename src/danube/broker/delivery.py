@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import enum
 import struct
 from types import MappingProxyType
@@ -11,6 +10,7 @@ from typing import Final, Mapping
 from danube import message_codec
 
 _HEADER = message_codec.HEADER_SIZE
+_frames_within = message_codec.frames_within
 _OFFSET = struct.Struct("<Q").unpack_from  # a frame's offset: its first 8 bytes, little-endian
 
 
@@ -65,21 +65,10 @@ MUST_AWAIT: Final = MustAwait.MUST_AWAIT
 def cut_frames(buf, max_messages: int, max_bytes: int) -> tuple[memoryview, int]:
     """The longest prefix of whole frames within both limits (always at least one frame).
 
-    The frame walk is one codec call (``message_codec.frame_positions``, compiled), so a
+    The frame walk is one codec call (``message_codec.frames_within``, compiled), so a
     delivery costs no Python work per message."""
     view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
-    n = len(view)
-    if n < _HEADER:
-        return view[:0], 0
-    positions = message_codec.frame_positions(view)
-    count = min(len(positions), max_messages)
-    if count == 0:
-        return view[:0], 0
-    end = positions[count] if count < len(positions) else n
-    if end > max_bytes and count > 1:
-        # positions[k] is where the first k frames end: keep the most that end within max_bytes
-        count = max(1, bisect.bisect_right(positions, max_bytes, 1, count) - 1)
-        end = positions[count]
+    end, count = _frames_within(view, max_messages, max_bytes)
     return view[:end], count
 
 

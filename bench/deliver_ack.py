@@ -1,10 +1,10 @@
 """The broker's delivery and ack path in one process, without the network: per 2-message call.
 
-    python bench/deliver_ack.py [--topics 100] [--calls 40000] [--publish-only] [--profile]
+    python bench/deliver_ack.py [--topics 100] [--calls 40000] [--batch 2] [--publish-only] [--profile]
 
 A BrokerService over local storage (sync never) with ``--topics`` topics, each with one
 producer and one exclusive consumer whose receive waits with a push callback (as a batch-lane
-Consume stream does).  Each call publishes 2 messages to the next topic (round robin); the
+Consume stream does).  Each call publishes ``--batch`` messages to the next topic (round robin); the
 commit wakes the subscription, which pushes the delivery to the callback; the callback's acks
 go through an ``AckBatcher`` (as a stream's ack requests do) and are applied at the turn's end.
 Prints the CPU time per call of the whole loop, and the wall time per call of the subscription
@@ -36,14 +36,16 @@ from danube.storage.config import StorageConfig  # noqa: E402
 from danube.storage.factory import StorageFactory  # noqa: E402
 
 
-async def run(topics: int, calls: int, profile: bool, publish_only: bool = False) -> None:
+async def run(topics: int, calls: int, profile: bool, publish_only: bool = False, batch: int = 2) -> None:
     with tempfile.TemporaryDirectory() as data:
         metadata = EmbeddedMetadataStore(os.path.join(data, "metadata.db"))
         config = StorageConfig.from_dict({"wal": {"sync": "never"}}, data_dir=data)
         broker = BrokerService(
             metadata,
             StorageFactory(config, metadata, broker_id="bench"),
-            dispatch=DispatchSettings(),
+            # (cursors persisted every 5 s, the longest: under callgrind, where a call takes 50x
+            # longer, the per-second work would otherwise weigh on every call)
+            dispatch=DispatchSettings(cursor_flush_interval_ms=5_000),
             failure_policy=FailurePolicy(),
             policies=TopicPolicies(),
         )
@@ -94,7 +96,7 @@ async def run(topics: int, calls: int, profile: bool, publish_only: bool = False
                 asyncio.ensure_future(broker.receive(cid, max_messages=1 << 30, max_bytes=1 << 40, push=push))
             )
         await asyncio.sleep(0.05)
-        buf = bytes(message_codec.encode_payloads([b"x" * 100, b"y" * 100]))
+        buf = bytes(message_codec.encode_payloads([b"x" * 100] * batch))
         profiler = cProfile.Profile() if profile else None
         window = topics  # calls in flight at once (one per topic)
         started = time.thread_time()  # (CPU time of this thread: other processes do not count)
@@ -109,7 +111,10 @@ async def run(topics: int, calls: int, profile: bool, publish_only: bool = False
             profiler.disable()
         cpu = time.thread_time() - started
         n = (calls + window - 1) // window * window
-        assert delivered[0] == (0 if publish_only else 2 * n), (delivered[0], n)
+        assert delivered[0] == (0 if publish_only else batch * n), (delivered[0], n)
+        for topic in broker.topics.values():  # every delivery acked: the cursor at the end
+            for sub in topic.subscriptions.values():
+                assert sub.tracker.unacked == 0 and sub.cursor == topic.readable_next - 1, (sub.name, sub.cursor)
         print(
             f"topics {topics}  calls {n}  whole loop {cpu / n * 1e6:.2f} us/call (CPU)  "
             f"subscription side {spent[0] / n * 1e6:.2f} us/call (wall)"
@@ -127,10 +132,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--topics", type=int, default=100)
     ap.add_argument("--calls", type=int, default=40_000)
+    ap.add_argument("--batch", type=int, default=2, help="messages per call")
     ap.add_argument("--publish-only", action="store_true", help="no consumers: the publish side alone")
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
-    asyncio.run(run(args.topics, args.calls, args.profile, args.publish_only))
+    asyncio.run(run(args.topics, args.calls, args.profile, args.publish_only, args.batch))
 
 
 if __name__ == "__main__":

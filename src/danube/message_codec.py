@@ -34,6 +34,7 @@ validate = _impl.validate
 scan = _impl.scan
 stamp_offsets = _impl.stamp_offsets
 frame_positions = _impl.frame_positions
+frames_within = _impl.frames_within
 find_offset = _impl.find_offset
 routing_keys = _impl.routing_keys
 decode_columns = _impl.decode_columns
@@ -76,6 +77,7 @@ __all__ = [
     "scan",
     "stamp_offsets",
     "frame_positions",
+    "frames_within",
     "find_offset",
     "routing_keys",
     "decode_columns",

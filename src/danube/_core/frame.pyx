@@ -473,6 +473,31 @@ def frame_positions(buf):
         PyBuffer_Release(&view)
 
 
+def frames_within(buf, Py_ssize_t max_messages, Py_ssize_t max_bytes):
+    """``(end, count)``: the longest prefix of whole frames within both limits, always at least
+    one frame when the buffer starts with one (a delivery's cut: no list of positions)."""
+    cdef Py_buffer view
+    cdef Py_ssize_t pos = 0, nxt, n, count = 0
+    cdef const unsigned char* b
+    cdef uint32_t body_len
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        b = <const unsigned char*>view.buf
+        n = view.len
+        while count < max_messages and pos + FRAME_HEADER_SIZE <= n:
+            body_len = ld32(b + pos + FRAME_BODY_LEN_AT)
+            if body_len < FRAME_MIN_BODY or n - pos - FRAME_HEADER_SIZE < <Py_ssize_t>body_len:
+                raise FrameFormatError(f"invalid body length {body_len} at position {pos}")
+            nxt = pos + FRAME_HEADER_SIZE + body_len
+            if count and nxt > max_bytes:
+                break
+            pos = nxt
+            count += 1
+        return pos, count
+    finally:
+        PyBuffer_Release(&view)
+
+
 def find_offset(buf, offset, Py_ssize_t start=0):
     """Byte position of the frame holding ``offset`` (searching from ``start``), or -1."""
     cdef Py_buffer view

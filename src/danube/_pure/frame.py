@@ -428,6 +428,23 @@ def frame_positions(buf) -> list[int]:
     return out
 
 
+def frames_within(buf, max_messages: int, max_bytes: int) -> tuple[int, int]:
+    """``(end, count)``: the longest prefix of whole frames within both limits, always at least
+    one frame when the buffer starts with one (a delivery's cut: no list of positions)."""
+    mv = memoryview(buf).cast("B")
+    pos, n, count = 0, len(mv), 0
+    while count < max_messages and pos + HEADER_SIZE <= n:
+        (body_len,) = _U32.unpack_from(mv, pos + 12)
+        if body_len < MIN_BODY or pos + HEADER_SIZE + body_len > n:
+            raise FrameFormatError(f"invalid body length {body_len} at position {pos}")
+        nxt = pos + HEADER_SIZE + body_len
+        if count and nxt > max_bytes:
+            break
+        pos = nxt
+        count += 1
+    return pos, count
+
+
 def find_offset(buf, offset: int, start: int = 0) -> int:
     """Byte position of the frame holding ``offset`` (searching from ``start``), or -1."""
     _check_start(start, "start")

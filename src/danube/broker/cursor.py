@@ -63,7 +63,9 @@ class AckTracker:
         self._runs: dict[int, Run] = {}
         self._firsts: list[int] = []
         # Runs in delivery order; with one ack timeout per subscription that is deadline order.
-        self._order: deque[Run] = deque()
+        # Its first run is always live (a dropped run leaves from the front at once), so the next
+        # ack deadline is one look at ``order[0]``, with no clean-up on the way.
+        self.order: deque[Run] = deque()
         self._ready: list[tuple[float, int]] = []  # heap (ready_at, offset) waiting for redelivery
         self._waiting: set[int] = set()  # offsets in _ready (not yet redelivered)
         self.attempts: dict[int, int] = {}  # offset -> redeliveries so far
@@ -80,7 +82,7 @@ class AckTracker:
             self._firsts.append(first)
         else:
             bisect.insort(self._firsts, first)
-        self._order.append(run)
+        self.order.append(run)
         self.unacked += run.remaining
 
     def _find(self, offset: int) -> Run | None:
@@ -92,8 +94,15 @@ class AckTracker:
 
     def _drop_run(self, run: Run) -> None:
         del self._runs[run.first]
-        i = bisect.bisect_left(self._firsts, run.first)
-        del self._firsts[i]
+        firsts = self._firsts
+        if firsts[0] == run.first:  # (acks come mostly in delivery order)
+            del firsts[0]
+        else:
+            del firsts[bisect.bisect_left(firsts, run.first)]
+        run.remaining = 0  # (dead: it may still sit in ``order`` behind a live run)
+        order = self.order
+        while order and order[0].remaining == 0:
+            order.popleft()
 
     def _settle(self, run: Run, lo: int, hi: int) -> int:
         """Mark [lo, hi] (inside the run) settled; return how many were outstanding."""
@@ -116,30 +125,44 @@ class AckTracker:
     def ack_ranges(self, ranges: list[tuple[int, int]]) -> int:
         """Ack inclusive ranges; unknown or already acked offsets are ignored. Returns newly acked count."""
         acked = 0
+        runs = self._runs
         for lo, hi in ranges:
-            if hi <= self.cursor:
+            run = runs.get(lo)
+            if run is not None and run.last == hi and run.settled is None:
+                # one whole delivery (the usual ack): no search
+                acked += run.remaining
+                self.unacked -= run.remaining
+                self._drop_run(run)
+            elif hi <= self.cursor:
                 continue
-            lo = max(lo, self.cursor + 1)
-            i = max(bisect.bisect_right(self._firsts, lo) - 1, 0)
-            while i < len(self._firsts):
-                run = self._runs[self._firsts[i]]
-                if run.first > hi:
-                    break
-                if run.last < lo:
-                    i += 1
-                    continue
-                n = self._settle(run, max(lo, run.first), min(hi, run.last))
-                acked += n
-                self.unacked -= n
-                if run.first in self._runs:
-                    i += 1
+            else:
+                acked += self._ack_range(max(lo, self.cursor + 1), hi)
             if self._waiting:
                 for o in [o for o in self._waiting if lo <= o <= hi]:
                     self._waiting.discard(o)  # a late ack of a message queued for redelivery
                     acked += 1
-            for o in [o for o in self.blocked if lo <= o <= hi]:
-                self.blocked.discard(o)
-                acked += 1
+            if self.blocked:
+                for o in [o for o in self.blocked if lo <= o <= hi]:
+                    self.blocked.discard(o)
+                    acked += 1
+        return acked
+
+    def _ack_range(self, lo: int, hi: int) -> int:
+        """Ack [lo, hi] (above the cursor) in whichever runs it touches; returns how many."""
+        acked = 0
+        i = max(bisect.bisect_right(self._firsts, lo) - 1, 0)
+        while i < len(self._firsts):
+            run = self._runs[self._firsts[i]]
+            if run.first > hi:
+                break
+            if run.last < lo:
+                i += 1
+                continue
+            n = self._settle(run, max(lo, run.first), min(hi, run.last))
+            acked += n
+            self.unacked -= n
+            if run.first in self._runs:
+                i += 1
         return acked
 
     def take_back(self, offset: int) -> int | None:
@@ -164,26 +187,20 @@ class AckTracker:
                 self._drop_run(run)
         return out
 
-    def _live(self, run: Run) -> bool:
-        return run.remaining > 0 and self._runs.get(run.first) is run
-
     def expired(self, now: float) -> list[int]:
         """Take back every in-flight offset whose ack timeout passed."""
         out: list[int] = []
-        order = self._order
+        order = self.order
         while order and order[0].deadline <= now:
-            run = order.popleft()
-            if self._live(run):
-                offsets = run.outstanding()
-                out.extend(offsets)
-                self.unacked -= len(offsets)
-                self._drop_run(run)
+            run = order[0]  # (live: dropping it pops it and the dead runs behind it)
+            offsets = run.outstanding()
+            out.extend(offsets)
+            self.unacked -= len(offsets)
+            self._drop_run(run)
         return out
 
     def next_deadline(self) -> float | None:
-        order = self._order
-        while order and not self._live(order[0]):
-            order.popleft()
+        order = self.order
         return order[0].deadline if order else None
 
     # ------------------------------------------------------------ redelivery
@@ -214,6 +231,8 @@ class AckTracker:
         return self._ready[0][0] if self._ready else None
 
     def has_ready(self, now: float) -> bool:
+        if not self._ready:
+            return False
         t = self.next_ready()
         return t is not None and t <= now
 
@@ -229,6 +248,8 @@ class AckTracker:
         return next(o for o in range(run.first, run.last + 1) if o not in run.settled)
 
     def lowest_unacked(self) -> int | None:
+        if not (self._waiting or self.blocked or self.parked):
+            return self.lowest_in_flight()
         candidates = []
         low = self.lowest_in_flight()
         if low is not None:
@@ -247,7 +268,8 @@ class AckTracker:
         target = (next_unread if low is None else min(low, next_unread)) - 1
         if target > self.cursor:
             self.cursor = target
-            for o in [o for o in self.attempts if o <= target]:
-                del self.attempts[o]
+            if self.attempts:
+                for o in [o for o in self.attempts if o <= target]:
+                    del self.attempts[o]
             return True
         return False

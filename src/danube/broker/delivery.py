@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import bisect
 import enum
+import struct
 from types import MappingProxyType
 from typing import Final, Mapping
 
 from danube import message_codec
 
 _HEADER = message_codec.HEADER_SIZE
+_frames_within = message_codec.frames_within
+_OFFSET = struct.Struct("<Q").unpack_from  # a frame's offset: its first 8 bytes, little-endian
 
 
 # What a fresh delivery's redelivery_counts is: shared, read-only, no dict per delivery.
@@ -63,21 +65,10 @@ MUST_AWAIT: Final = MustAwait.MUST_AWAIT
 def cut_frames(buf, max_messages: int, max_bytes: int) -> tuple[memoryview, int]:
     """The longest prefix of whole frames within both limits (always at least one frame).
 
-    The frame walk is one codec call (``message_codec.frame_positions``, compiled), so a
+    The frame walk is one codec call (``message_codec.frames_within``, compiled), so a
     delivery costs no Python work per message."""
     view = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
-    n = len(view)
-    if n < _HEADER:
-        return view[:0], 0
-    positions = message_codec.frame_positions(view)
-    count = min(len(positions), max_messages)
-    if count == 0:
-        return view[:0], 0
-    end = positions[count] if count < len(positions) else n
-    if end > max_bytes and count > 1:
-        # positions[k] is where the first k frames end: keep the most that end within max_bytes
-        count = max(1, bisect.bisect_right(positions, max_bytes, 1, count) - 1)
-        end = positions[count]
+    end, count = _frames_within(view, max_messages, max_bytes)
     return view[:end], count
 
 
@@ -92,4 +83,5 @@ def split_frames(buf) -> list[memoryview]:
 
 
 def frame_offset(view) -> int:
-    return int.from_bytes(view[0:8], "little")
+    # (unpack_from reads the buffer in place: no 8-byte view and no bytes copy per delivery)
+    return _OFFSET(view)[0]

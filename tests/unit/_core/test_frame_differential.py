@@ -62,6 +62,8 @@ def assert_same_everywhere(buf, start=0, expected=-1):
         ("decode_columns", (buf,), {}),
         ("decode_frame", (buf, start), {}),
         ("frame_positions", (buf,), {}),
+        ("frames_within", (buf, 3, 100), {}),
+        ("frames_within", (buf, 1 << 30, len(buf)), {}),
         ("routing_keys", (buf,), {}),
         ("find_offset", (buf, expected, start), {}),
         ("crc32c", (buf,), {}),

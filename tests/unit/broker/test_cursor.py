@@ -72,3 +72,50 @@ def test_cursor_is_always_last_contiguous_acked(acks, run):
             expected += 1
         assert t.cursor == expected
     assert t.unacked == 50 - len(acked)
+
+
+def test_an_ack_of_one_whole_delivery_and_a_range_over_several_count_the_same():
+    t = AckTracker(cursor=-1)
+    for first in range(0, 12, 3):
+        t.delivered(first, first + 2, 1, 100.0)
+    assert t.ack_ranges([(3, 5)]) == 3  # one whole delivery
+    assert t.ack_ranges([(3, 5)]) == 0  # again: nothing new
+    assert t.ack_ranges([(0, 8)]) == 6  # over several, part of it acked already
+    assert t.ack_ranges([(9, 9), (10, 11)]) == 3
+    assert t.advance(12) and t.cursor == 11 and t.unacked == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["ack", "nack", "leave", "expire"]), st.integers(0, 39)), max_size=60))
+def test_the_next_deadline_is_the_oldest_live_delivery(ops):
+    """Dropped deliveries leave the deadline queue from its front: the next deadline is always the
+    first live delivery's, and the queue holds no dead run at its front."""
+    t = AckTracker(cursor=-1)
+    deadlines = {}
+    for i, first in enumerate(range(0, 40, 4)):
+        t.delivered(first, first + 3, consumer_id=i % 2, deadline=float(i))
+        deadlines[first] = float(i)
+    live = {first: set(range(first, first + 4)) for first in deadlines}
+    for op, offset in ops:
+        first = offset - offset % 4
+        if op == "ack":
+            t.ack_ranges([(offset, offset)])
+            live[first].discard(offset)
+        elif op == "nack":
+            t.take_back(offset)
+            live[first].discard(offset)
+        elif op == "leave":
+            t.take_back_consumer(offset % 2)
+            for f in live:
+                if (f // 4) % 2 == offset % 2:
+                    live[f].clear()
+        else:
+            now = deadlines[first]
+            t.expired(now)
+            for f in live:
+                if deadlines[f] <= now:
+                    live[f].clear()
+        remaining = [deadlines[f] for f in sorted(live) if live[f]]
+        assert t.next_deadline() == (remaining[0] if remaining else None)
+        assert not t.order or t.order[0].remaining > 0
+        assert t.unacked == sum(len(s) for s in live.values())

@@ -224,3 +224,27 @@ async def test_every_message_arrives_once_in_order_over_many_small_batches(broke
         await asyncio.gather(consumer, return_exceptions=True)
     assert got == expected
     assert pushed[0] > 0  # (most of them were pushed)
+
+
+async def test_a_push_receive_behind_what_a_non_reliable_topic_holds_skips_to_the_oldest_held(make_broker):
+    from danube.broker import DispatchSettings
+
+    broker = await make_broker(dispatch=DispatchSettings(cursor_flush_interval_ms=50, non_reliable_buffer_bytes=1))
+    try:
+        pid = await broker.create_producer(T, "p", reliable=False)
+        cid = await broker.subscribe(T, "s", "c", sub_type="exclusive", reliable=False)
+        stream = Stream(2)
+        task = start(broker, cid, stream)
+        await waiting(broker, T, "s")
+        await broker.publish(pid, batch("a", "b"))
+        assert (await asyncio.wait_for(task, 2)).count == 0  # out of credit
+        for i in range(5):  # the in-memory history keeps only the newest batch
+            await broker.publish(pid, batch(f"x{i}"))
+        topic = broker.topics[T]
+        assert topic.subscriptions["s"].next_read == 2 < topic.first_offset == 6
+        more = Stream(100)
+        delivery = await asyncio.wait_for(start(broker, cid, more), 2)
+        assert (delivery.first_offset, texts(delivery.frames)) == (6, ["x4"])
+        assert more.written == []  # (taken by the awaited read, which skipped what was lost)
+    finally:
+        await stop(broker)

@@ -180,8 +180,9 @@ class ServerCall:
             else:
                 queue.extend(messages)
                 self._queued_bytes += sum(map(len, messages)) if len(messages) > 1 else len(messages[0])
-                if self._waiter is not None:
-                    self._wake()
+                waiter = self._waiter
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
         buffered = self._reader.pending + self._queued_bytes
         delta = buffered - self._buffered
         if delta:

@@ -480,13 +480,20 @@ class ServerCall:
         return self._next_message()
 
     def _next_message(self):
-        """The next queued request message (there is one), its credit given back if it was held."""
-        data = self._take()
-        if self._held_credit and len(self._messages) <= UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
-            if self._connection.over_budget():
-                self._connection.starve(self)
+        """The next queued request message (there is one), its credit given back if it was held
+        (``_take`` inline: a streamed request's path)."""
+        messages = self._messages
+        data = messages.popleft()
+        size = len(data)
+        self._queued_bytes -= size
+        self._buffered -= size
+        connection = self._connection
+        connection.release(self, size)
+        if self._held_credit and len(messages) <= UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
+            if connection.over_budget():
+                connection.starve(self)
             else:
-                self._connection.return_credit(self.stream_id, self._held_credit)
+                connection.return_credit(self.stream_id, self._held_credit)
                 self._held_credit = 0
         return self._deserialize(data)
 

@@ -124,9 +124,9 @@ async def test_many_consumers_on_one_connection_receive_in_order_and_their_acks_
 
 
 async def test_more_consumers_than_one_connection_carries_all_subscribe_and_receive(broker):
-    """The broker allows 256 concurrent streams per HTTP/2 connection and the transport holds a
-    stream past that until another ends: consumers beyond it get another channel instead of
-    waiting forever for their subscription."""
+    """A broker limits the concurrent streams of an HTTP/2 connection and the transport holds a
+    stream past that until another ends: consumers past a share of it get another channel instead
+    of waiting forever for their subscription."""
     base = f"/default/wide-{uuid.uuid4().hex[:8]}"
     n = 300
     topics = [f"{base}-{i}" for i in range(n)]

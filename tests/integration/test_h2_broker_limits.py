@@ -27,6 +27,7 @@ from danube.proto.danube_admin import admin_pb2 as admin_pb
 from danube.proto.danube_admin import admin_pb2_grpc as admin_grpc
 from danube.server.h2grpc import frames, wire
 from tests.support.broker import running_broker
+from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc")
 
@@ -294,7 +295,7 @@ async def test_unfinished_uploads_over_many_connections_hold_at_most_the_budget(
 
 
 async def test_streams_opened_over_many_connections_are_capped():
-    """102,400 open streams over 100 connections took 915 MiB; now each connection gets 256 and
+    """102,400 open streams over 100 connections took 915 MiB; now each connection gets 4,096 and
     the broker as a whole about 16,384 (its fair-share rule), and RSS stays small."""
     with running_broker() as broker:
         async with health_calls(broker.target):
@@ -305,7 +306,7 @@ async def test_streams_opened_over_many_connections_are_capped():
                     reader, writer = await asyncio.open_connection("127.0.0.1", broker.port)
                     encoder = hpack.Encoder()
                     out = [frames.PREFACE, frames.settings([])]
-                    for i in range(1024):
+                    for i in range(1024 if peers else 5000):  # the first peer goes past its own limit
                         out.append(
                             frames.frame(
                                 frames.HEADERS,
@@ -325,6 +326,10 @@ async def test_streams_opened_over_many_connections_are_capped():
                         )
                     writer.write(b"".join(out))
                     await writer.drain()
+                    if not peers:  # its own limit trips before the broker's total does
+                        await async_wait_until(
+                            lambda: "h2 limit max_concurrent_streams tripped" in broker.log(), timeout=30
+                        )
                     peers.append((reader, writer))
                 await asyncio.sleep(1.0)
                 grown = rss(broker.proc.pid) - before

@@ -158,6 +158,29 @@ async def test_resets_within_the_rate_are_fine():
         assert not server.trips
 
 
+async def test_streams_held_a_while_may_all_be_reset_at_once_but_fresh_ones_are_charged():
+    """A client closing every subscription it holds resets more streams at once than the burst
+    (2,000 from one danube-client ended its connection with ENHANCE_YOUR_CALM); the same resets
+    right after the opens are Rapid Reset and still cut off."""
+    limits = H2Limits(reset_burst=20, resets_per_second=1)
+    async with serving(limits) as (server, address):
+        async with raw_connection(address) as conn:
+            conn.send(*(conn.headers(2 * i + 1, ECHO) for i in range(60)))  # requests never finished
+            await async_wait_until(lambda: server.open_streams == 60, timeout=5, interval=0.02)
+            await asyncio.sleep(1.2)
+            conn.send(*(frames.rst_stream(2 * i + 1, frames.CANCEL) for i in range(60)))
+            conn.send(frames.frame(frames.PING, 0, 0, b"stillok!"))
+            got = await conn.until(lambda f: f[0] == frames.PING)
+            assert (frames.PING, frames.ACK, 0, b"stillok!") in got
+            assert goaway_code(got) is None and not server.trips
+            await async_wait_until(lambda: server.open_streams == 0, timeout=5, interval=0.02)
+        async with raw_connection(address) as conn:
+            conn.send(*(conn.headers(2 * i + 1, ECHO) + frames.rst_stream(2 * i + 1, frames.CANCEL) for i in range(60)))
+            got = await read_until_closed(conn.reader)
+            assert goaway_code(got) == frames.ENHANCE_YOUR_CALM
+            assert server.trips["reset_burst"] == 1
+
+
 async def test_empty_continuation_frames_are_counted_not_just_their_bytes():
     """43.7 M empty CONTINUATION frames were accepted (+11 MiB/s); the 17th now ends it."""
     async with serving() as (server, address), health_calls(address), raw_connection(address) as conn:
@@ -406,9 +429,9 @@ async def test_messages_larger_than_the_budget_arrive_or_fail_fast_never_hang():
 
 
 async def test_open_streams_are_capped_per_connection_and_in_all():
-    """102,400 open streams over 100 connections took 915 MiB; now 256 a connection (advertised)
-    and, past max_streams_total, only connections under their fair share open more."""
-    limits = H2Limits(max_streams_total=1000)
+    """102,400 open streams over 100 connections took 915 MiB; now a per-connection limit
+    (advertised) and, past max_streams_total, only connections under their fair share open more."""
+    limits = H2Limits(max_concurrent_streams=256, max_streams_total=1000)
     async with serving(limits) as (server, address), health_calls(address):
         async with contextlib.AsyncExitStack() as stack:
             conns = [await stack.enter_async_context(raw_connection(address)) for _ in range(10)]
@@ -425,6 +448,16 @@ async def test_open_streams_are_capped_per_connection_and_in_all():
             assert server.trips["max_concurrent_streams"] + server.trips["max_streams_total"] > 0
             await asyncio.sleep(0.5)  # the health calls go on meanwhile
         await async_wait_until(lambda: server.open_streams == 0 and server.connections == 1, timeout=5, interval=0.02)
+
+
+async def test_the_advertised_stream_limit_is_never_more_than_the_servers_total():
+    """No connection ever holds more than max_streams_total (the fair-share rule refuses it), so
+    a client is told the smaller number and holds its calls instead of having them refused."""
+    async with serving(H2Limits(max_streams_total=100)) as (server, address), raw_connection(address) as conn:
+        first = await conn.until(lambda f: f[0] == frames.SETTINGS)
+        advertised = dict(frames.parse_settings(next(p for k, fl, _, p in first if k == frames.SETTINGS)))
+        assert advertised[frames.MAX_CONCURRENT_STREAMS] == 100
+        assert server.limits.max_concurrent_streams == 4096
 
 
 async def test_connections_past_the_cap_make_room_by_evicting_silent_then_idle_ones():

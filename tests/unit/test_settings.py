@@ -123,6 +123,10 @@ def test_sections_built_in_code_are_checked_the_same_way():
             "unknown key http2.max_frame_sizee: not a setting (did you mean max_frame_size?)",
         ),
         ({"http2": {"idle_timeout": "long"}}, "http2.idle_timeout: expected a number >= 0, got 'long'"),
+        (
+            {"http2": {"max_concurrent_streams": 0}},
+            "http2.max_concurrent_streams: expected an integer in 1..2147483647, got 0",
+        ),
         ({"http2": 5}, "http2: expected a mapping of settings, got 5"),
         ({"broker": {"ports": {"client": 70000}}}, "broker.ports.client: expected an integer in 0..65535, got 70000"),
         ({"broker": {"hots": "h"}}, "unknown key broker.hots: not a setting (did you mean host?)"),

@@ -178,7 +178,7 @@ def cancelled_call_error(message: str) -> ClientError:
 
 
 # Consume streams one channel (one HTTP/2 connection) carries at most.  A broker advertises
-# SETTINGS_MAX_CONCURRENT_STREAMS (256 on ours, 100 is common elsewhere) and the transport holds a
+# SETTINGS_MAX_CONCURRENT_STREAMS (4,096 on ours by default, 100 is common elsewhere) and the transport holds a
 # stream past it until another ends: consumer streams never end, so the next consumer on that
 # connection would wait forever for its subscription.  Past this many, consumers get a channel of
 # their own (opened as needed), leaving the first connection room for producers, lookups and

@@ -163,7 +163,8 @@ class GrpcConnection(FrameDispatch, SendSide, ReceiveBudget, asyncio.Protocol):
         self._queue(
             frames.settings(
                 [
-                    (frames.MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
+                    # No connection gets more than the server's total (the fair-share rule).
+                    (frames.MAX_CONCURRENT_STREAMS, min(limits.max_concurrent_streams, limits.max_streams_total)),
                     (frames.INITIAL_WINDOW_SIZE, limits.stream_window),
                     (frames.MAX_FRAME_SIZE, limits.max_frame_size),
                     (frames.MAX_HEADER_LIST_SIZE, limits.max_header_list_size),

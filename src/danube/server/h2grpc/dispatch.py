@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 PAUSED_FOR_BUDGET = 1
 PAUSED_FOR_BACKLOG = 2
 _PAUSE_READING_ABOVE = 64 * 1024  # bytes left in the read buffer after a read's budget
+# A client's RST_STREAM on a stream it opened less than this long before costs a reset token.
+_HELD_STREAM_S = 1.0
 _HEADER_FRAMES = (frames.HEADERS, frames.CONTINUATION)
 # Module constants, not attribute lookups, on the per-frame path.
 _DATA = frames.DATA
@@ -56,9 +58,10 @@ _parse_u32 = frames.parse_u32
 class Stream:
     """HTTP/2 state of one stream: its windows and which sides have ended."""
 
-    __slots__ = ("local_closed", "recv_unacked", "recv_window", "remote_closed", "send_window")
+    __slots__ = ("local_closed", "opened", "recv_unacked", "recv_window", "remote_closed", "send_window")
 
-    def __init__(self, send_window: int, recv_window: int) -> None:
+    def __init__(self, send_window: int, recv_window: int, opened: float) -> None:
+        self.opened = opened  # loop time: a client's reset of a young stream is charged
         self.send_window = send_window
         self.recv_window = recv_window
         self.recv_unacked = 0
@@ -347,7 +350,7 @@ class FrameDispatch:
             return
         if self._pending_window_delta:
             self._apply_window_delta()
-        stream = Stream(self._peer_initial_window, limits.stream_window)
+        stream = Stream(self._peer_initial_window, limits.stream_window, self.loop.time())
         stream.remote_closed = ended
         streams[stream_id] = stream
         server.open_streams += 1
@@ -463,7 +466,11 @@ class FrameDispatch:
             self._server.open_streams -= 1
         if call is not None:
             call.on_reset()
-        if stream is not None or call is not None:
+        # Only a reset soon after the open is Rapid Reset's pattern; a client may end at once
+        # every stream it has held for a while (closing all its subscriptions).
+        if (call is not None and stream is None) or (
+            stream is not None and self.loop.time() - stream.opened < _HELD_STREAM_S
+        ):
             self._charge_reset("the client reset")
 
     def _on_goaway(self, stream_id: int, payload: bytes) -> None:

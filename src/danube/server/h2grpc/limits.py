@@ -29,7 +29,11 @@ class H2Limits:
     # ---- what is advertised in SETTINGS, and the windows
     max_receive_message_length: int = setting(64 * MiB, minimum=1)  # larger request messages: RESOURCE_EXHAUSTED
     # SETTINGS_MAX_CONCURRENT_STREAMS; streams past it are refused (RST_STREAM REFUSED_STREAM).
-    max_concurrent_streams: int = setting(256, minimum=1, maximum=_MAX_WINDOW)
+    # Danube's server advertises no limit, and a danube-client carries every call to a broker
+    # on one connection, each consumer holding a stream for good: a client past this limit has
+    # its further calls held by its transport forever.  Finite all the same, so that one peer
+    # cannot take max_streams_total alone; a connection never holds more than that anyway.
+    max_concurrent_streams: int = setting(4096, minimum=1, maximum=_MAX_WINDOW)
     # Per-stream and connection receive windows: large enough that a client publishing
     # batches of a few MiB is never waiting on WINDOW_UPDATE round trips.
     stream_window: int = setting(8 * MiB, minimum=1, maximum=_MAX_WINDOW)
@@ -49,9 +53,10 @@ class H2Limits:
     # ---- per connection, against hostile peers
     max_continuation_frames: int = setting(16, minimum=1)  # CONTINUATION frames in one header block
     max_settings_entries: int = setting(32, minimum=1)  # entries in one SETTINGS frame (nghttp2's default)
-    # Stream resets (the client's RST_STREAM on an open stream, streams refused, streams reset
-    # for the client's errors): a token bucket of reset_burst tokens refilled at resets_per_second
-    # (HTTP/2 Rapid Reset, CVE-2023-44487).
+    # Stream resets (the client's RST_STREAM on a stream it opened under a second before,
+    # streams refused, streams reset for the client's errors): a token bucket of reset_burst
+    # tokens refilled at resets_per_second (HTTP/2 Rapid Reset, CVE-2023-44487).  A client
+    # closing streams it held longer (all its subscriptions at once) is not resetting rapidly.
     reset_burst: int = setting(1000, minimum=1)
     resets_per_second: int = setting(100, minimum=1)
     # Control frames (PING and SETTINGS ACKs, RST_STREAM) queued for a peer that does not read:

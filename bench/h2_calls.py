@@ -4,6 +4,7 @@
     python bench/h2_calls.py --callgrind [--pure] [--before /tmp/before/src]
     python bench/h2_calls.py --codec
     python bench/h2_calls.py --stream ...       (messages on one bidi stream instead of calls)
+    python bench/h2_calls.py --stream --iterate ... (the handler reads and writes them itself)
     python bench/h2_calls.py --profile [--stream] (cProfile of the counted part, this tree)
 
 No sockets and no broker: one ``GrpcConnection`` on a transport that drops what it is given, fed
@@ -12,7 +13,9 @@ with an HPACK block that indexes after the first call, DATA with one ``--message
 message and END_STREAM, and a connection WINDOW_UPDATE giving back the previous response's
 bytes), answered by an echo handler.  With ``--stream``, one bidi call instead, each read carrying
 ``--per-read`` request messages and the window for the previous answers, each message answered
-at once from a message sink with ``write_nowait`` (as a consumer stream is fed).  What is measured is the process CPU time of the reads and
+at once from a message sink with ``write_nowait`` (as a consumer stream is fed); with ``--iterate`` too,
+the handler's task reads them with ``async for`` and answers each with ``await context.write`` (as
+the publish stream reads batches and writes acks).  What is measured is the process CPU time of the reads and
 of the event loop turns that answer them, per call: frame parsing, the gRPC message cut, the
 stream bookkeeping, HPACK, the handler task and the response's frames.  Each round runs the
 trees in a fresh interpreter (``PYTHONPATH``), alternating which goes first; ``--pure`` adds this
@@ -43,7 +46,13 @@ SRC = os.path.join(os.path.dirname(HERE), "src")
 
 
 def child(
-    calls: int, per_read: int, message_size: int, skip_idle: bool = False, profile: bool = False, stream: bool = False
+    calls: int,
+    per_read: int,
+    message_size: int,
+    skip_idle: bool = False,
+    profile: bool = False,
+    stream: bool = False,
+    iterate: bool = False,
 ) -> dict:
     import asyncio
 
@@ -100,6 +109,11 @@ def child(
         context.set_message_sink(sink)
         await ended
 
+    async def echo_iterate(requests, context) -> None:
+        # As the publish stream answers: its task reads the request messages and writes each answer.
+        async for request in requests:
+            await context.write(request)
+
     import uvloop
 
     loop = uvloop.new_event_loop()  # as the broker runs
@@ -111,6 +125,7 @@ def child(
         {
             "Echo": grpc.unary_unary_rpc_method_handler(echo),
             "EchoStream": grpc.stream_stream_rpc_method_handler(echo_stream),
+            "EchoIterate": grpc.stream_stream_rpc_method_handler(echo_iterate),
         },
     )
     connection = GrpcConnection(server)
@@ -133,7 +148,8 @@ def child(
     if stream:
         # One bidi call; then each read carries --per-read request messages in DATA frames, and
         # window given back for the previous read's answers, on the stream and the connection.
-        stream_headers = [(n, b"/t.T/EchoStream" if n == b":path" else v) for n, v in headers]
+        path = b"/t.T/EchoIterate" if iterate else b"/t.T/EchoStream"
+        stream_headers = [(n, path if n == b":path" else v) for n, v in headers]
         opening = frames.frame(frames.HEADERS, frames.END_HEADERS, 1, encoder.encode(stream_headers))
         given = per_read * (len(body) + 64)
         for i in range(0, calls, per_read):
@@ -240,13 +256,24 @@ def main() -> None:
     ap.add_argument("--callgrind", action="store_true", help="count instructions per call (valgrind)")
     ap.add_argument("--codec", action="store_true", help="time the codec alone, compiled against pure")
     ap.add_argument("--stream", action="store_true", help="messages on one bidi stream instead of unary calls")
+    ap.add_argument("--iterate", action="store_true", help="with --stream: read by the handler's task, not a sink")
     ap.add_argument("--profile", action="store_true", help="cProfile this tree's counted calls (to stderr)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--skip-idle", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child or args.profile:
         print(
-            json.dumps(child(args.calls, args.per_read, args.message_size, args.skip_idle, args.profile, args.stream))
+            json.dumps(
+                child(
+                    args.calls,
+                    args.per_read,
+                    args.message_size,
+                    args.skip_idle,
+                    args.profile,
+                    args.stream or args.iterate,
+                    args.iterate,
+                )
+            )
         )
         return
     if args.codec:
@@ -278,7 +305,8 @@ def main() -> None:
                         str(args.per_read),
                         "--message-size",
                         str(args.message_size),
-                        *(["--stream"] if args.stream else []),
+                        *(["--stream"] if args.stream or args.iterate else []),
+                        *(["--iterate"] if args.iterate else []),
                     ],
                     capture_output=True,
                     text=True,
@@ -288,7 +316,7 @@ def main() -> None:
                 with open(out_file) as f:
                     totals.append(next(int(line.split()[1]) for line in f if line.startswith("totals:")))
                 os.unlink(out_file)
-            unit = "message" if args.stream else "call"
+            unit = "message" if args.stream or args.iterate else "call"
             print(f"{name:<14} {(totals[1] - totals[0]) / 800:10,.0f} instructions/{unit}", flush=True)
         return
     for i in range(args.rounds):
@@ -304,7 +332,8 @@ def main() -> None:
                     str(args.per_read),
                     "--message-size",
                     str(args.message_size),
-                    *(["--stream"] if args.stream else []),
+                    *(["--stream"] if args.stream or args.iterate else []),
+                    *(["--iterate"] if args.iterate else []),
                 ],
                 capture_output=True,
                 text=True,
@@ -312,10 +341,10 @@ def main() -> None:
                 env={**os.environ, "PYTHONPATH": tree, **env},
             )
             row = {"tree": name, "round": i + 1, **json.loads(out.stdout)}
-            got[name].append(row["us_per_message" if args.stream else "us_per_call"])
+            got[name].append(row["us_per_message" if args.stream or args.iterate else "us_per_call"])
             print(json.dumps(row), flush=True)
     for name, values in got.items():
-        unit = "message" if args.stream else "call"
+        unit = "message" if args.stream or args.iterate else "call"
         print(f"{name:<14} median {statistics.median(values):7.2f} us/{unit}  (rounds {values})")
 
 

@@ -244,6 +244,35 @@ def data_header(uint32_t stream_id, Py_ssize_t length):
     return out
 
 
+def frame_message(list out, uint32_t stream_id, data, Py_ssize_t stream_window, Py_ssize_t connection_window,
+                  Py_ssize_t frame_limit):
+    # The length is summed here, not by ``Encoded.length``: a Python property per message sent.
+    cdef Py_ssize_t length = 0
+    cdef Py_ssize_t total
+    cdef bint parts = isinstance(data, tuple)
+    cdef bytes header
+    cdef unsigned char* p
+    if parts:
+        for part in <tuple>data:
+            length += len(part)
+    else:
+        length = len(data)
+    total = length + GRPC_PREFIX_SIZE
+    if total > stream_window or total > connection_window or total > frame_limit:
+        return 0
+    check_length(total)
+    header = PyBytes_FromStringAndSize(NULL, H2_HEADER_SIZE + GRPC_PREFIX_SIZE)
+    p = <unsigned char*>PyBytes_AS_STRING(header)
+    put_header(p, total, 0, 0, stream_id)
+    put_prefix(p + H2_HEADER_SIZE, <uint32_t>length)
+    out.append(header)
+    if parts:
+        out.extend(<tuple>data)
+    else:
+        out.append(data)
+    return total
+
+
 cdef Py_ssize_t split_messages(const unsigned char* buf, Py_ssize_t n, Py_ssize_t limit, list out) except -1:
     cdef Py_ssize_t start = 0
     cdef Py_ssize_t length

@@ -139,6 +139,24 @@ def data_header(stream_id: int, length: int) -> bytes:
     return _DATA_HEADER.pack(total >> 8, total & 0xFF, 0, 0, stream_id, 0, length)
 
 
+def frame_message(out: list, stream_id: int, data, stream_window: int, connection_window: int, frame_limit: int) -> int:
+    """One message sent whole in one DATA frame: when its frame payload fits both windows and the
+    frame size, the frame's header and prefix (``data_header``) then the message (bytes, or a
+    tuple of buffers sent one after the other: ``wire.Encoded``) are appended to ``out``, and
+    the payload's size is returned; else 0 and ``out`` is left as it was."""
+    parts = isinstance(data, tuple)
+    length = sum(map(len, data)) if parts else len(data)
+    total = length + PREFIX_SIZE
+    if total > stream_window or total > connection_window or total > frame_limit:
+        return 0
+    out.append(data_header(stream_id, length))
+    if parts:
+        out.extend(data)
+    else:
+        out.append(data)
+    return total
+
+
 class MessageReader:
     """Cuts a stream's DATA payload into whole messages, whatever the DATA frame boundaries."""
 

@@ -178,6 +178,35 @@ def test_out_of_range_header_fields_are_refused_by_both(args):
         assert outcome(pure.data_header, 1, length)[0] == "error"
 
 
+@SETTINGS
+@given(
+    STREAM_IDS.filter(lambda sid: sid < 2**32),
+    st.one_of(st.binary(max_size=300), st.lists(st.binary(max_size=100), max_size=4)),
+    st.integers(-10, 400),
+    st.integers(-10, 400),
+    st.integers(0, 400),
+)
+def test_frame_message_appends_the_same_frame_or_nothing(stream_id, body, stream_window, connection_window, limit):
+    data = tuple(memoryview(part) for part in body) if isinstance(body, list) else body
+    outs = ([b"before"], [b"before"])
+    results = [
+        outcome(codec.frame_message, out, stream_id, data, stream_window, connection_window, limit)
+        for codec, out in zip((pure, compiled), outs)
+    ]
+    assert results[0] == results[1]
+    wire = [b"".join(out) for out in outs]
+    assert wire[0] == wire[1]
+    whole = b"".join(body) if isinstance(body, list) else body
+    total = len(whole) + 5
+    if total <= min(stream_window, connection_window, limit):
+        assert results[0] == ("ok", total)
+        assert wire[0] == b"before" + pure.data_header(stream_id, len(whole)) + whole
+        if isinstance(data, tuple):  # the parts themselves are queued, not copies
+            assert len(outs[1]) == 2 + len(data) and all(a is b for a, b in zip(outs[1][2:], data))
+    else:
+        assert results[0] == ("ok", 0) and outs[1] == [b"before"]  # nothing appended
+
+
 # ------------------------------------------------------------------ gRPC messages
 
 

@@ -24,6 +24,7 @@ from danube.server.h2grpc import frames
 if TYPE_CHECKING:
     from danube.server.h2grpc.call import ServerCall
     from danube.server.h2grpc.connection import GrpcConnection
+    from danube.server.h2grpc.dispatch import Stream
     from danube.server.h2grpc.limits import H2Limits
     from danube.server.h2grpc.server import H2Server
 
@@ -90,6 +91,7 @@ class ReceiveBudget:
     _recv_unacked: int
     _recv_target: int
     _recv_moved: int
+    _stream_window_half: int
     _streams: dict
     _lost: bool
     # Defined by SendSide, the connection's other half.
@@ -108,9 +110,16 @@ class ReceiveBudget:
         if stream is None or stream.remote_closed:
             return
         stream.recv_unacked += size
-        if stream.recv_window <= self._limits.stream_window // 2:
-            self._queue(frames.window_update(stream_id, stream.recv_unacked))
-            stream.recv_window += stream.recv_unacked
+        if stream.recv_window <= self._stream_window_half:
+            self._stream_credit_due(stream_id, stream)
+
+    def _stream_credit_due(self, stream_id: int, stream: Stream) -> None:
+        """Half of ``stream``'s receive window is spent: the credit its call gave back goes to
+        the peer (unless the stream has ended meanwhile: no frame on a closed stream)."""
+        owed = stream.recv_unacked
+        if owed and not stream.remote_closed and self._streams.get(stream_id) is stream:
+            self._queue(frames.window_update(stream_id, owed))
+            stream.recv_window += owed
             stream.recv_unacked = 0
             self._schedule_flush()
 

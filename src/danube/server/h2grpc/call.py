@@ -45,7 +45,10 @@ class RequestIterator:
         return self
 
     async def __anext__(self):
-        message = await self._call.read()
+        call = self._call
+        if call._messages:  # one coroutine less per message when it is already here
+            return call._next_message()
+        message = await call.read()
         if message is grpc.aio.EOF:
             raise StopAsyncIteration
         return message
@@ -137,50 +140,65 @@ class ServerCall:
     def start(self) -> None:
         self._task = self._connection.loop.create_task(self._run())
 
-    def on_data(self, data: bytes, flow_controlled: int) -> None:
-        """DATA for this stream.  Its flow-control credit goes back at once unless a streaming
-        handler has fallen behind, or the connection's calls hold more request bytes than its
-        buffer budget; then it goes back as the handler reads (or the budget frees up)."""
-        connection = self._connection
+    def on_data(self, data: bytes, flow_controlled: int) -> bool:
+        """DATA for this stream; whether its flow-control credit goes back now (the connection
+        gives it back, True).  It does unless a streaming handler has fallen behind, or the
+        connection's calls hold more request bytes than its buffer budget; then the call holds
+        it and gives it back as the handler reads (or the budget frees up)."""
         if self._finished:
-            connection.return_credit(self.stream_id, flow_controlled)
-            return
+            return True
+        reader = self._reader
         try:
-            messages = self._reader.feed(data)
+            messages = reader.feed(data)
         except wire.MessageTooLarge as exc:
             self._fail_early(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-            return
+            return True  # refused, not held
         except wire.CompressedMessage as exc:
             self._fail_early(grpc.StatusCode.UNIMPLEMENTED, str(exc))
-            return
+            return True
+        connection = self._connection
         queue = self._messages
         if messages:
             connection.progress += 1
-            if self._sink is not None:
-                self._to_sink(messages)  # taken at once: nothing queued, nothing to wake
-                if self._finished or (not self._buffered and not self._reader.pending):
-                    # Taken whole, nothing held: the window goes back at once, whatever the budget.
-                    connection.return_credit(self.stream_id, flow_controlled)
-                    return
+            sink = self._sink
+            if sink is not None:
+                # Taken at once, in the connection's read: nothing queued, nothing to wake (the
+                # work of ``_to_sink``, inline on every DATA frame's path).
+                parse = self._handler.request_deserializer
+                for message in messages:
+                    if self._finished:
+                        break
+                    if parse is not None:
+                        try:
+                            message = parse(message)
+                        except Exception as exc:  # noqa: BLE001 - bad bytes from the client
+                            self._unparsable(exc)
+                            break
+                    sink(message)
+                if self._finished or (not self._buffered and not reader.pending):
+                    return True  # taken whole, nothing held: whatever the budget
             else:
                 queue.extend(messages)
                 self._queued_bytes += sum(map(len, messages)) if len(messages) > 1 else len(messages[0])
-                if self._waiter is not None:
-                    self._wake()
+                waiter = self._waiter
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
         buffered = self._reader.pending + self._queued_bytes
         delta = buffered - self._buffered
         if delta:
             self._buffered = buffered
             connection.hold(delta)
+        give = False
         if len(queue) > UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
             self._held_credit += flow_controlled
         elif connection.over_budget() and not connection.favours(self):
             self._held_credit += flow_controlled
             connection.starve(self)
         else:
-            connection.return_credit(self.stream_id, flow_controlled)
+            give = True
         if len(queue) > 1 and self._task is None and not self._handler.request_streaming:
             self._fail_early(grpc.StatusCode.INTERNAL, "a unary call got more than one request message")
+        return give
 
     def on_remote_end(self) -> None:
         self._remote_ended = True
@@ -252,7 +270,8 @@ class ServerCall:
                 result = behaviour(request, self)
                 if inspect.isasyncgen(result):
                     async for response in result:
-                        await self.write(response)
+                        if not self.write_nowait(response):
+                            await self.write(response)
                 else:
                     await result
             self._finish(self._code, self._details)
@@ -280,6 +299,13 @@ class ServerCall:
             self._code = grpc.StatusCode.INTERNAL
             self._details = f"cannot parse the request of {self.method}: {exc}"
             raise AbortError() from exc
+
+    def _unparsable(self, exc: Exception) -> None:
+        """A request message its deserializer refused, taken outside the handler (by a sink):
+        the call ends INTERNAL, as ``_deserialize`` ends it inside."""
+        self._code = grpc.StatusCode.INTERNAL
+        self._details = f"cannot parse the request of {self.method}: {exc}"
+        self._fail_early(self._code, self._details)
 
     def _serialize(self, response):
         if type(response) is _Encoded:
@@ -427,14 +453,16 @@ class ServerCall:
         sink = self._sink
         if sink is None:  # only called once a sink is set
             return
-        for data in messages:
+        parse = self._handler.request_deserializer
+        for message in messages:
             if self._finished:
                 return
-            try:
-                message = self._deserialize(data)
-            except AbortError:
-                self._fail_early(self._code, self._details)
-                return
+            if parse is not None:
+                try:
+                    message = parse(message)
+                except Exception as exc:  # noqa: BLE001 - bad bytes from the client
+                    self._unparsable(exc)
+                    return
             sink(message)
 
     # ------------------------------------------------------------ grpc.aio.ServicerContext
@@ -449,19 +477,35 @@ class ServerCall:
                 await self._waiter
             finally:
                 self._waiter = None
-        data = self._take()
-        if self._held_credit and len(self._messages) <= UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
-            if self._connection.over_budget():
-                self._connection.starve(self)
+        return self._next_message()
+
+    def _next_message(self):
+        """The next queued request message (there is one), its credit given back if it was held
+        (``_take`` inline: a streamed request's path)."""
+        messages = self._messages
+        data = messages.popleft()
+        size = len(data)
+        self._queued_bytes -= size
+        self._buffered -= size
+        connection = self._connection
+        connection.release(self, size)
+        if self._held_credit and len(messages) <= UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
+            if connection.over_budget():
+                connection.starve(self)
             else:
-                self._connection.return_credit(self.stream_id, self._held_credit)
+                connection.return_credit(self.stream_id, self._held_credit)
                 self._held_credit = 0
         return self._deserialize(data)
 
     async def write(self, message) -> None:
         if self._finished:
             raise asyncio.InvalidStateError(f"{self.method}: the call is already over")
-        await self._send_message(self._serialize(message))
+        data = self._serialize(message)
+        # What fits now is queued without the awaited path's two coroutines (``send_message``
+        # tries the same first).
+        if self._headers_sent and self._connection.send_now(self.stream_id, data):
+            return
+        await self._send_message(data)
 
     def write_nowait(self, message) -> bool:
         """``write`` from a callback: True when the message is queued for this turn's socket
@@ -469,12 +513,14 @@ class ServerCall:
         queue (the caller then awaits ``write``, keeping its messages in order)."""
         if self._finished:
             return False
-        connection = self._connection
-        data = self._serialize(message)
+        if type(message) is not _Encoded:
+            serializer = self._handler.response_serializer
+            if serializer is not None:
+                message = serializer(message)
         if not self._headers_sent:
             self._headers_sent = True
-            connection.send_response_headers(self.stream_id)
-        return connection.send_now(self.stream_id, data)
+            self._connection.send_response_headers(self.stream_id)
+        return self._connection.send_now(self.stream_id, message)
 
     async def send_initial_metadata(self, initial_metadata) -> None:
         if not self._headers_sent:

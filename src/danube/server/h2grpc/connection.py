@@ -92,6 +92,7 @@ class GrpcConnection(FrameDispatch, SendSide, ReceiveBudget, asyncio.Protocol):
         self._recv_unacked = 0
         self._recv_target = max(frames.DEFAULT_WINDOW, min(limits.initial_connection_window, limits.connection_window))
         self._recv_moved = 0  # window granted since the target last grew
+        self._stream_window_half = limits.stream_window // 2  # a stream's WINDOW_UPDATE goes out below it
         # ... and what we may send it (its SETTINGS and WINDOW_UPDATEs).
         self._send_window = frames.DEFAULT_WINDOW
         self._peer_initial_window = frames.DEFAULT_WINDOW

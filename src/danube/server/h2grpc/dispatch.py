@@ -98,6 +98,8 @@ class FrameDispatch:
     _frame_limit: int
     _pending_window_delta: int
     _more_scheduled: bool
+    _flush_scheduled: bool
+    _out: list
     _window_waiters: list
     _read_paused: int
     _write_paused: bool
@@ -119,6 +121,10 @@ class FrameDispatch:
     _wake_writers: Callable[[], None]
     _shed: Callable[[], None]
     return_credit: Callable[[int, int], None]
+    grant_window: Callable[[], None]
+    _stream_credit_due: Callable[[int, Stream], None]
+    _recv_unacked: int
+    _stream_window_half: int
     send_status: Callable[..., None]
 
     def _process(self) -> None:
@@ -189,7 +195,11 @@ class FrameDispatch:
                 self.loop.call_soon(self._process_more)
         if self.control_queued and self._write_paused:
             self._pause_reading(PAUSED_FOR_BACKLOG)
-        self._flush()
+        if self._out and not self._flush_scheduled:
+            # Not written now: what the calls this read woke write in their turns joins it in
+            # one socket write (the flush is queued behind their wake-ups).
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
 
     def _process_more(self) -> None:
         self._more_scheduled = False
@@ -232,12 +242,18 @@ class FrameDispatch:
             self._reset_call(stream_id, frames.FLOW_CONTROL_ERROR)
             return
         call = self._calls.get(stream_id)
-        if call is not None:
-            call.on_data(_unpadded(payload, flags) if flags & _PADDED else payload, size)
-            if self._starved and self._recv_window < self._recv_target // 4:
-                self._shed()
-        else:
-            self.return_credit(stream_id, size)
+        if call is None or call.on_data(_unpadded(payload, flags) if flags & _PADDED else payload, size):
+            if size:
+                # The credit goes back now: ``return_credit`` inline, this being every DATA
+                # frame's path (WINDOW_UPDATEs still go out only once half a window is spent).
+                self._recv_unacked += size
+                if self._recv_window <= self._recv_target // 2:
+                    self.grant_window()
+                stream.recv_unacked += size
+                if stream.recv_window <= self._stream_window_half:
+                    self._stream_credit_due(stream_id, stream)
+        if call is not None and self._starved and self._recv_window < self._recv_target // 4:
+            self._shed()
         if flags & _END_STREAM:
             self._remote_end(stream_id, stream)
 

@@ -89,6 +89,9 @@ frame = _codec.frame
 frame_header = _codec.frame_header
 # A DATA frame's header and the gRPC prefix of the one whole message it carries (14 bytes).
 data_header = _codec.data_header
+# That header and the message itself appended to a send list when the message fits the windows
+# and the frame size (its payload size returned, else 0): a message's send in one codec call.
+frame_message = _codec.frame_message
 unpadded = _codec.unpadded
 parse_settings = _codec.parse_settings
 parse_u32 = _codec.parse_u32

@@ -40,7 +40,7 @@ OK_TRAILERS_BLOCK = frames.encode_header_block([(b"grpc-status", b"0")])
 _END_HEADERS = frames.END_HEADERS
 _Encoded = wire.Encoded
 _PREFIX_SIZE = wire.PREFIX_SIZE
-_data_header = frames.data_header
+_frame_message = frames.frame_message
 _frame = frames.frame
 _HEADERS = frames.HEADERS
 _END_TRAILERS = frames.END_HEADERS | frames.END_STREAM
@@ -146,30 +146,17 @@ class SendSide:
         """The one place a message goes out as a single DATA frame: when it fits the stream's and
         the connection's windows, the peer's frame size and the send-queue bounds, it is queued
         for this turn's write (True); else False, nothing done."""
-        encoded = type(data) is _Encoded
-        length = data.length if encoded else len(data)
-        total = _PREFIX_SIZE + length
         stream = self._streams.get(stream_id)
+        if stream is None or stream.local_closed or self._write_paused or self._out_bytes >= self._send_limit:
+            return False
         server = self._server
-        if (
-            stream is None
-            or stream.local_closed
-            or total > self._frame_limit
-            or self._write_paused
-            or self._out_bytes >= self._send_limit
-            or total > stream.send_window
-            or total > self._send_window
-            or server.send_queued > server.max_send_queued_total
-        ):
+        if server.send_queued > server.max_send_queued_total:
+            return False
+        total = _frame_message(self._out, stream_id, data, stream.send_window, self._send_window, self._frame_limit)
+        if not total:
             return False
         stream.send_window -= total
         self._send_window -= total
-        out = self._out
-        out.append(_data_header(stream_id, length))
-        if encoded:
-            out.extend(data)
-        else:
-            out.append(data)
         self._out_bytes += total
         self.progress += 1
         if not self._flush_scheduled:

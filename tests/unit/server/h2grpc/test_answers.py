@@ -52,6 +52,12 @@ async def echo_stream(requests, context) -> None:
     await ended
 
 
+def strict(data: bytes) -> bytes:
+    if data.startswith(b"bad"):
+        raise ValueError("not a message")
+    return data
+
+
 class Peer:
     """A client's side of one connection: what it sends, and the frames it got back."""
 
@@ -68,6 +74,7 @@ class Peer:
                 "Trailer": grpc.unary_unary_rpc_method_handler(echo_with_trailer),
                 "NotFound": grpc.unary_unary_rpc_method_handler(echo_not_found),
                 "Stream": grpc.stream_stream_rpc_method_handler(echo_stream),
+                "Strict": grpc.stream_stream_rpc_method_handler(echo_stream, request_deserializer=strict),
             },
         )
         self.connection = GrpcConnection(self.server)
@@ -176,3 +183,42 @@ def test_a_stream_answers_each_message_from_its_sink_in_order(loop):
     last = peer.frames_since()
     assert last[-1] == (frames.HEADERS, frames.END_HEADERS | frames.END_STREAM, 1, [(b"grpc-status", b"0")])
     assert peer.server.open_streams == 0 and peer.server.buffered_total == 0
+
+
+def connection_credit(peer: Peer) -> int:
+    """The connection's receive window plus the credit owed back to the peer: constant while every
+    byte received is either given back or held by a call."""
+    return peer.connection._recv_window + peer.connection._recv_unacked
+
+
+def test_a_message_the_sink_cannot_parse_ends_the_stream_internal_after_those_before_it(loop):
+    peer = Peer(loop)
+    peer.frames_since()
+    credit = connection_credit(peer)
+    bodies = [b"one", b"two", b"bad one", b"three"]
+    peer.send(peer.open(1, "Strict") + frames.frame(frames.DATA, 0, 1, b"".join(message(b) for b in bodies)))
+    written = [f for f in peer.frames_since() if f[2] == 1]
+    assert [f[3] for f in written if f[0] == frames.DATA] == [message(b"one"), message(b"two")]
+    trailers = [f for f in written if f[0] == frames.HEADERS][-1]
+    assert trailers[1] & frames.END_STREAM
+    assert written[-1] == (frames.RST_STREAM, 0, 1, (frames.NO_ERROR).to_bytes(4, "big"))  # the client still sends
+    assert (b"grpc-status", b"13") in trailers[3]
+    assert (b"grpc-message", b"cannot parse the request of /t.T/Strict: not a message") in trailers[3]
+    assert peer.statuses == [("/t.T/Strict", grpc.StatusCode.INTERNAL)]
+    assert connection_credit(peer) == credit  # the frame's window went back with the call
+    assert peer.server.open_streams == 0 and peer.server.buffered_total == 0
+
+
+def test_a_refused_message_gives_its_connection_window_back(loop):
+    peer = Peer(loop)
+    peer.frames_since()
+    credit = connection_credit(peer)
+    compressed = b"\x01" + (3).to_bytes(4, "big") + b"abc"
+    peer.send(peer.open(1, "Stream") + frames.frame(frames.DATA, 0, 1, compressed))
+    trailers = [f for f in peer.frames_since() if f[2] == 1 and f[0] == frames.HEADERS][-1]
+    assert (b"grpc-status", b"12") in trailers[3]
+    assert peer.statuses == [("/t.T/Stream", grpc.StatusCode.UNIMPLEMENTED)]
+    assert connection_credit(peer) == credit
+    # the next call on the connection has the whole window
+    peer.send(peer.open(3, "Echo") + frames.frame(frames.DATA, frames.END_STREAM, 3, message(b"hi")))
+    assert [f for f in peer.frames_since() if f[2] == 3][1] == (frames.DATA, 0, 3, message(b"hi"))

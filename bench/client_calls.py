@@ -146,12 +146,16 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--message-size", type=int, default=100)
-    ap.add_argument("--in-flight", type=int, default=8)
+    ap.add_argument(
+        "--in-flight", type=int, default=None, help="max_in_flight per producer (default: as danube bench sets it)"
+    )
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--profile", default=None, help="py-spy raw output prefix: FILE-this.txt, FILE-base.txt (round 0)")
     ap.add_argument("--native", action="store_true", help="py-spy with native frames")
     args = ap.parse_args()
+    if args.in_flight is None:  # danube bench: --max-in-flight 8 times the calls a --batch-size 1000 is cut into
+        args.in_flight = 8 * -(-1000 // args.per_call)
     if args.child:
         _child(args)
         return

@@ -2,8 +2,8 @@
 
 Both have exactly one waiter, the stream's writer, so they keep a counter or a deque and at most
 one future: ``asyncio.Queue`` and ``asyncio.Semaphore`` cost a getter loop, a waiter deque and
-(``Semaphore.locked``) a generator scan per call, which showed in the profile of many small
-publish calls.
+(``Semaphore.locked``) a generator scan per call, and ``Event.wait``/``get_running_loop`` a
+``getpid`` system call, which showed in the profile of many small publish calls.
 
 Batches queued behind the one being written go out in the same request (their frames joined,
 one sequence, one ack) as long as they were routed under the same partitioning version and the
@@ -23,14 +23,21 @@ from typing import Any
 from danube.client.producer_batch import Batch
 
 
+def _running_loop(owner: "SendQueue | Window") -> asyncio.AbstractEventLoop:
+    # kept: asyncio.get_running_loop() asks the kernel for the pid on every call (CPython 3.11)
+    owner._loop = loop = asyncio.get_running_loop()
+    return loop
+
+
 class SendQueue:
     """FIFO of ``(sequence, batch)`` and markers, read by one task."""
 
-    __slots__ = ("_items", "_waiter")
+    __slots__ = ("_items", "_waiter", "_loop")
 
     def __init__(self) -> None:
         self._items: deque[Any] = deque()
         self._waiter: asyncio.Future | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the reader's, once it waited
 
     def put_nowait(self, item: Any) -> None:
         self._items.append(item)
@@ -51,7 +58,8 @@ class SendQueue:
     async def get(self) -> Any:
         items = self._items
         while not items:
-            self._waiter = asyncio.get_running_loop().create_future()
+            loop = self._loop or _running_loop(self)
+            self._waiter = loop.create_future()
             try:
                 await self._waiter
             finally:
@@ -62,11 +70,12 @@ class SendQueue:
 class Window:
     """At most ``size`` requests awaiting their ack; acquired by one task."""
 
-    __slots__ = ("free", "_waiter")
+    __slots__ = ("free", "_waiter", "_loop")
 
     def __init__(self, size: int) -> None:
         self.free = size
         self._waiter: asyncio.Future | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def release(self) -> None:
         self.free += 1
@@ -76,7 +85,8 @@ class Window:
 
     async def acquire(self) -> None:
         while self.free <= 0:
-            self._waiter = asyncio.get_running_loop().create_future()
+            loop = self._loop or _running_loop(self)
+            self._waiter = loop.create_future()
             try:
                 await self._waiter
             finally:

@@ -3,9 +3,10 @@
 Messages are collected per partition into an open batch that is sealed when it
 reaches ``max_batch_bytes`` or ``linger_ms`` after its first message, encoded
 once into the native frame format by the compiled codec and written to one
-bidirectional ``Publish`` stream.  At most ``max_in_flight`` batches per
-partition await their ack; more sealed batches wait in the client and, beyond
-a second window, ``send`` waits (back-pressure).
+bidirectional ``Publish`` stream.  At most ``max_in_flight`` requests per
+partition await their ack; more sealed batches wait in the client (those queued
+behind a request being written go out with it, up to ``max_batch_bytes``) and,
+beyond 2 x ``max_in_flight`` unacked batches, ``send`` waits (back-pressure).
 
 Acks arrive once a batch is durable and carry its offsets; ``send`` returns a
 future of the message's offset.  When the stream breaks with a retriable
@@ -34,7 +35,7 @@ from collections.abc import Mapping, Sequence
 
 from danube.client.connection import Connections
 from danube.client.partition_router import PartitionRouter, partition_topic
-from danube.client.producer_batch import Batch, offsets_of
+from danube.client.producer_batch import Batch
 from danube.client.producer_stream import ACCESS_MODES, PartitionProducer
 from danube.client.schema import SchemaInfo, SchemaRegistryClient
 from danube.errors import ClientError, InvalidArgumentError
@@ -227,9 +228,9 @@ class Producer:
         """``callback(batch_sent_at_perf_counter, first_offset, last_offset)`` on every ack (for bench)."""
         self._ack_listeners.append(callback)
 
-    def on_ack(self, batch: Batch, ack) -> None:
+    def on_ack(self, batch: Batch, first: int, last: int) -> None:
         for callback in self._ack_listeners:
-            callback(batch.sent_at, ack.first_offset, ack.last_offset)
+            callback(batch.sent_at, first, last)
 
     def _part(self, key: str | None) -> PartitionProducer:
         if self._router is None:
@@ -344,7 +345,9 @@ class Producer:
         else:
             part = self._part(batch.key)
             part.seal()
-            part._enqueue(Batch(batch.payloads, done=batch.done, key=batch.key, attrs=batch.attrs))
+            part._enqueue(
+                Batch(batch.payloads, done=batch.done, key=batch.key, attrs=batch.attrs, offsets=batch.offsets)
+            )
 
     async def send_and_wait(
         self, payload: bytes, key: str | None = None, attributes: Mapping[str, str] | None = None
@@ -355,9 +358,13 @@ class Producer:
         self, payloads: Sequence[bytes], key: str | None = None, attributes: Mapping[str, str] | None = None
     ) -> asyncio.Future:
         """Queues many messages sharing key and attributes (one partition); future of their offsets."""
-        futures = await (await self._routed(key)).add_batch(payloads, key, attributes)
-        if len(futures) == 1:  # one chunk (the usual case): no task, no gather
-            return offsets_of(futures[0])
+        part = self._part(key) if self._routable.is_set() else None
+        if part is None or not part._space.is_set():
+            part = await self._routed(key)
+        fut = part.add_batch_nowait(payloads, key, attributes)
+        if fut is not None:  # one batch (the usual case): its future is the offsets' future
+            return fut
+        futures = await part.add_batch(payloads, key, attributes)
 
         async def offsets() -> list[int]:
             out: list[int] = []

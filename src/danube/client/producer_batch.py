@@ -6,7 +6,6 @@ when the producer was re-created under a new id (a resend after a reconnect).
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from danube import message_codec as frame_codec
@@ -30,14 +29,18 @@ class Batch:
         "key",
         "attrs",
         "version",
+        "offsets",
     )
 
-    def __init__(self, payloads, keys=None, attributes=None, futures=None, done=None, key=None, attrs=None) -> None:
+    def __init__(
+        self, payloads, keys=None, attributes=None, futures=None, done=None, key=None, attrs=None, offsets=False
+    ) -> None:
         self.payloads = payloads
         self.keys = keys  # per-message keys (send path) or None
         self.attributes = attributes
         self.futures = futures  # per-message futures (send path) or None
-        self.done = done  # one future of (first, last) (send_batch path) or None
+        self.done = done  # one future for all (send_batch path) or None
+        self.offsets = offsets  # done gets the list of offsets, else the pair (first, last)
         self.key = key  # one key for all (send_batch path)
         self.attrs = attrs
         self.frames: bytes | None = None
@@ -72,7 +75,7 @@ class Batch:
                 if not fut.done():
                     fut.set_result(first + i)
         if self.done is not None and not self.done.done():
-            self.done.set_result((first, last))
+            self.done.set_result(list(range(first, last + 1)) if self.offsets else (first, last))
 
     def fail(self, error: BaseException) -> None:
         if self.futures is not None:
@@ -81,24 +84,3 @@ class Batch:
                     fut.set_exception(error)
         if self.done is not None and not self.done.done():
             self.done.set_exception(error)
-
-
-def offsets_of(chunk: asyncio.Future) -> asyncio.Future:
-    """A future of the offsets ``first..last`` once ``chunk`` (a future of ``(first, last)``) resolves."""
-    out = chunk.get_loop().create_future()
-
-    def done(f: asyncio.Future) -> None:
-        if out.done():
-            return
-        if f.cancelled():
-            out.cancel()
-            return
-        error = f.exception()
-        if error is not None:
-            out.set_exception(error)
-        else:
-            first, last = f.result()
-            out.set_result(list(range(first, last + 1)))
-
-    chunk.add_done_callback(done)
-    return out

@@ -3,7 +3,8 @@
 The stream-with-retry half of the producer (``danube.client.producer`` is the facade that routes
 messages to partitions and switches routing on a repartition). A partition collects messages into
 an open batch, seals it at ``max_batch_bytes`` or after ``linger_ms``, keeps at most
-``max_in_flight`` batches awaiting their ack, and when the stream breaks (or the broker moves the
+``max_in_flight`` requests awaiting their ack (a request carries the batches queued behind its
+first, ``producer_queue.py``), and when the stream breaks (or the broker moves the
 topic) drains it, re-creates the producer and resends the unacked batches in order.
 """
 
@@ -12,9 +13,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -22,6 +22,7 @@ from danube.client.connection import BrokerConnection, RetryState, cancelled_cal
 from danube.client.errors import from_batch_status, is_retriable
 from danube.client.health import PRODUCER, HealthWatch
 from danube.client.producer_batch import FRAME_OVERHEAD, Batch
+from danube.client.producer_queue import SendQueue, Window, coalesce
 from danube.errors import ClientError, DanubeError
 from danube.proto.danube_batch import batch_pb2 as pb
 
@@ -66,8 +67,8 @@ class PartitionProducer:
         self._linger_handle: asyncio.TimerHandle | None = None
         self._sequence = itertools.count(1)
         self._unacked: dict[int, Batch] = {}  # sequence -> batch, in send order
-        self._to_send: asyncio.Queue[Any] = asyncio.Queue()  # (sequence, batch), _STOP or _WAKE
-        self._window = asyncio.Semaphore(owner.max_in_flight)
+        self._to_send = SendQueue()  # (sequence, batch), _STOP or _WAKE
+        self._window = Window(owner.max_in_flight)
         self._space = asyncio.Event()
         self._space.set()
         self._idle = asyncio.Event()
@@ -150,6 +151,22 @@ class PartitionProducer:
                 self.seal()
             else:
                 self._linger_handle = self._loop.call_later(self.owner.linger_s, self.seal)
+        return fut
+
+    def add_batch_nowait(
+        self, payloads: Sequence, key: str | None, attributes: Mapping[str, str] | None
+    ) -> asyncio.Future | None:
+        """``payloads`` as one batch when they fit in one and the window has room: a future of
+        their offsets (a list); None when ``add_batch`` must chunk them or wait."""
+        self._check_usable()
+        if not payloads or not self._space.is_set():
+            return None
+        if sum(map(len, payloads)) + len(payloads) * FRAME_OVERHEAD >= self.owner.max_batch_bytes:
+            return None
+        self.seal()
+        fut = self._loop.create_future()
+        attrs = dict(attributes) if attributes else None
+        self._enqueue(Batch(list(payloads), done=fut, key=key, attrs=attrs, offsets=True))
         return fut
 
     async def add_batch(
@@ -280,88 +297,112 @@ class PartitionProducer:
 
     def _requeue_unacked(self) -> None:
         """After a reconnect every unacked batch is sent again, in its original order."""
-        self._to_send = asyncio.Queue()
+        self._to_send = SendQueue()
         for seq in sorted(self._unacked):
             self._to_send.put_nowait((seq, self._unacked[seq]))
-        self._window = asyncio.Semaphore(self.owner.max_in_flight)
+        self._window = Window(self.owner.max_in_flight)
 
     async def _stream(self) -> None:
         to_send = self._to_send
         window = self._window
         producer_id = self.producer_id
-        stop, wake = _STOP, _WAKE
         unacked = self._unacked
         schema = self.owner.schema  # (schema id, version, frame attributes) or None
+        schema_attrs = None if schema is None else schema[2]
+        limit = self.owner.max_batch_bytes
+        # the requests that carry several batches: request sequence -> [(batch sequence, messages)]
+        merged: dict[int, list[tuple[int, int]]] = {}
 
-        async def requests():
-            while True:
-                item = await to_send.get()
-                if item is stop or self._draining:
-                    return
-                if item is wake:
-                    continue
-                seq, batch = item
-                await window.acquire()
-                if self._draining:
-                    return
-                if seq not in unacked:  # acked meanwhile by an earlier stream
-                    window.release()
-                    continue
-                batch.sent_at = time.perf_counter()
-                if schema is None:
-                    request = pb.PublishRequest(sequence=seq, producer_id=producer_id, frames=batch.encode(producer_id))
-                else:
-                    request = pb.PublishRequest(
-                        sequence=seq,
-                        producer_id=producer_id,
-                        schema_id=schema[0],
-                        schema_version=schema[1],
-                        frames=batch.encode(producer_id, schema[2]),
-                    )
-                if batch.version is not None:
-                    request.partitioning_version = batch.version
-                yield request
+        def encode(batch: Batch) -> bytes:
+            return batch.encode(producer_id, schema_attrs)
+
+        async def write_requests() -> None:
+            # call.write() from this task rather than a request iterator: one coroutine less
+            # between the queue and the gRPC write of every request
+            try:
+                while True:
+                    item = await to_send.get()
+                    if item is _STOP or self._draining:
+                        break
+                    if item is _WAKE:
+                        continue
+                    seq, batch = item
+                    await window.acquire()
+                    if self._draining:
+                        break
+                    if seq not in unacked:  # acked meanwhile by an earlier stream
+                        window.release()
+                        continue
+                    frames, members = coalesce(seq, batch, to_send, unacked, encode, limit)
+                    if members is not None:
+                        merged[seq] = members
+                    if schema is None:
+                        request = pb.PublishRequest(sequence=seq, producer_id=producer_id, frames=frames)
+                    else:
+                        request = pb.PublishRequest(
+                            sequence=seq,
+                            producer_id=producer_id,
+                            schema_id=schema[0],
+                            schema_version=schema[1],
+                            frames=frames,
+                        )
+                    if batch.version is not None:
+                        request.partitioning_version = batch.version
+                    await call.write(request)
+                await call.done_writing()
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                return  # the call ended: its status reaches the reading side
+            except Exception:  # noqa: BLE001 - as a failing request iterator: the call is cancelled
+                log.exception("publish stream of %s: writing a request failed", self.topic)
+                call.cancel()
 
         self._draining = False
         self._drain_reason = None
         assert self._conn is not None, "created before streaming"
-        call = self._conn.batch_lane.Publish(requests())
+        call = self._conn.batch_lane.Publish()
         self._call = call
         self._streaming = True
+        writer = asyncio.ensure_future(write_requests())
         try:
             async for ack in call:
                 window.release()
-                batch = unacked.get(ack.sequence)
-                if batch is None:
-                    continue
-                if ack.HasField("status") and ack.status.code != 0:
-                    if ack.status.partitions and not self._closing:
-                        # routed under a stale partitioning version: nothing was stored; the
-                        # producer routes its messages again under the new version
+                members = merged.pop(ack.sequence, None) if merged else None
+                if members is None:
+                    batch = unacked.get(ack.sequence)
+                    if batch is None:
+                        continue
+                    if ack.HasField("status") and ack.status.code != 0:
+                        if not self._refused_or_failed([(ack.sequence, batch)], ack.status):
+                            continue
+                    else:
                         del unacked[ack.sequence]
-                        self.owner.refused(self, ack.sequence, batch, ack.status)
-                        self._after_ack()
-                        continue
-                    error = from_batch_status(ack.status.code, ack.status.message, ack.status.retriable)
-                    if (_follows_topic(error) or error.retriable) and not self._closing:
-                        # the batch stays unacked: resent after the budget's backoff and a re-create
-                        # (a full WAL disk, RESOURCE_EXHAUSTED, may be freed meanwhile); it fails only
-                        # once the retry budget is spent
-                        self.request_reconnect(error)
-                        continue
-                    del unacked[ack.sequence]
-                    batch.fail(error)
+                        self._retry.reset()
+                        self.owner.on_ack(batch, ack.first_offset, ack.last_offset)
+                        batch.resolve(ack.first_offset, ack.last_offset)
                 else:
-                    del unacked[ack.sequence]
-                    self._retry.reset()
-                    self.owner.on_ack(batch, ack)
-                    batch.resolve(ack.first_offset, ack.last_offset)
+                    batches = [(seq, unacked[seq]) for seq, _ in members if seq in unacked]
+                    if not batches:
+                        continue
+                    if ack.HasField("status") and ack.status.code != 0:
+                        if not self._refused_or_failed(batches, ack.status):
+                            continue
+                    else:
+                        self._retry.reset()
+                        first = ack.first_offset
+                        for seq, count in members:
+                            batch = unacked.pop(seq, None)
+                            if batch is not None:
+                                self.owner.on_ack(batch, first, first + count - 1)
+                                batch.resolve(first, first + count - 1)
+                            first += count
                 self._after_ack()
                 if self._closing and not unacked and self._to_send.empty():
-                    to_send.put_nowait(stop)
+                    to_send.put_nowait(_STOP)
         except asyncio.CancelledError:
             raise cancelled_call_error(f"publish stream of {self.topic} was cancelled by the client") from None
         finally:
+            if not writer.done():
+                writer.cancel()
             self._call = None
             self._streaming = False
             if self._drain_timer is not None:
@@ -371,6 +412,28 @@ class PartitionProducer:
             raise self._drain_reason or ClientError("publish stream drained for a reconnect", retriable=True)
         if unacked and not self._closing:
             raise ClientError("publish stream ended with unacked batches", retriable=True)
+
+    def _refused_or_failed(self, batches: list[tuple[int, Batch]], status) -> bool:
+        """A request answered with an error status, for its batches (in order); False when they
+        stay unacked for a reconnect (nothing settled)."""
+        if status.partitions and not self._closing:
+            # routed under a stale partitioning version: nothing was stored; the producer
+            # routes its messages again under the new version
+            for seq, batch in batches:
+                del self._unacked[seq]
+                self.owner.refused(self, seq, batch, status)
+            return True
+        error = from_batch_status(status.code, status.message, status.retriable)
+        if (_follows_topic(error) or error.retriable) and not self._closing:
+            # the batches stay unacked: resent after the budget's backoff and a re-create
+            # (a full WAL disk, RESOURCE_EXHAUSTED, may be freed meanwhile); they fail only
+            # once the retry budget is spent
+            self.request_reconnect(error)
+            return False
+        for seq, batch in batches:
+            del self._unacked[seq]
+            batch.fail(error)
+        return True
 
     def _after_ack(self) -> None:
         if len(self._unacked) < 2 * self.owner.max_in_flight:

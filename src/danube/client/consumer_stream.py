@@ -224,14 +224,14 @@ class PartitionConsumer:
         call = lane.batch_lane.Consume()
         self._call = call
         writer = asyncio.ensure_future(self._write(call))
-        deliver, topic, index = owner.deliver, self.topic, self.index
+        topic, index = self.topic, self.index
         try:
             async for response in call:
                 kind = response.WhichOneof("kind")
                 if kind == "batch":
                     b = response.batch
                     counts = b.redelivery_counts
-                    deliver(
+                    owner.deliver(
                         MessageBatch(
                             topic,
                             index,

@@ -67,9 +67,9 @@ async def test_redelivery_after_a_move_is_bounded_by_the_consumers_window(tmp_pa
             wire: list[int] = []  # every offset the broker delivered, in order, redeliveries included
             deliver = consumer.deliver
 
-            async def counting_deliver(batch):
+            def counting_deliver(batch):
                 wire.extend(batch.offsets())
-                await deliver(batch)
+                deliver(batch)
 
             consumer.deliver = counting_deliver
             await consumer.subscribe()  # creates the topic; the subscription starts before any message

@@ -24,6 +24,7 @@ from danube.message_codec import MIN_BODY as FRAME_MIN_BODY
 _PAYLOAD_AT = FRAME_HEADER_SIZE + FRAME_MIN_BODY
 _GC_THRESHOLD = (100_000, 50, 100)  # gen-0 collections every 100k allocations instead of 700
 _TARGET_POLL_S = 0.010  # how often the consumer process looks for the parent's final count
+_STRUCT_FRAMES = 64  # batches up to this many frames have their stamps read by struct, larger ones by numpy
 
 
 @contextlib.contextmanager
@@ -68,24 +69,49 @@ def build_consumers(clients, config: BenchConfig, topic: str, sub_type: str) -> 
 def stamp_reader(size: int):
     """``read(frames, count, now)``: publish->deliver of every message of a batch, or None when the
     batch is not ``count`` frames without key or attributes whose payloads are ``size`` bytes (each
-    payload starts with its send time).  The stamps are read as one strided numpy view: no
-    per-message Python work in the consumer process, which shares the 2 cores with the broker and
-    the producer.  None without numpy (the caller then reads frame by frame)."""
+    payload starts with its send time).  No Python work per message in the consumer process, which
+    shares the 2 cores with the broker and the producer: a small batch is read by one precompiled
+    ``struct`` unpack of all its frames (numpy's fixed cost per call is larger than a few frames'
+    worth), a large one as strided numpy views."""
+    if size < STAMP.size:  # no stamps to read (the caller does not ask)
+        return lambda frames, count, now: None
+    frame_len = _PAYLOAD_AT + size
+    body_len = frame_len - FRAME_HEADER_SIZE
+    # One frame: body_len at 12, flags at 32, attribute count at 34, key length at 36, the stamp at 38.
+    frame_fields = f"12xI16xBxH2xd{size - STAMP.size}x"
+    assert struct.calcsize("<" + frame_fields) == frame_len
+    unpackers: dict[int, struct.Struct] = {}
+    read_many = _numpy_stamps(frame_len, body_len)
+
+    def read(frames, count: int, now: float):
+        if count < 1 or len(frames) != count * frame_len:
+            return None
+        if count > _STRUCT_FRAMES and read_many is not None:
+            return read_many(frames, count, now)
+        unpacker = unpackers.get(count)
+        if unpacker is None:
+            unpacker = unpackers[count] = struct.Struct("<" + frame_fields * count)
+        fields = unpacker.unpack_from(frames)
+        # Every header names a body of this length (so the frames are exactly there), with no
+        # routing key (flags 0) and no attributes: the payload follows the fixed body fields.
+        if fields[0::4].count(body_len) != count or fields[1::4].count(0) != count or fields[2::4].count(0) != count:
+            return None
+        return [now - stamp for stamp in fields[3::4]]
+
+    return read
+
+
+def _numpy_stamps(frame_len: int, body_len: int):
+    """The stamps of a large batch as strided numpy views (None without numpy)."""
     try:
         import numpy
     except ImportError:  # pragma: no cover - numpy comes with the test/spark extras
-        return lambda frames, count, now: None
-    frame_len = _PAYLOAD_AT + size
-    body_len = frame_len - 16
+        return None
 
     def field(frames, count: int, dtype: str, at: int):
         return numpy.ndarray((count,), dtype=dtype, buffer=frames, offset=at, strides=(frame_len,))
 
     def read(frames, count: int, now: float):
-        if count < 1 or len(frames) != count * frame_len:
-            return None
-        # Every header at i * frame_len names a body of this length (so the frames are exactly
-        # there), with no routing key (flags 0) and no attributes: the payload is at 38.
         if not (
             (field(frames, count, "<u4", 12) == body_len).all()
             and (field(frames, count, "u1", 32) == 0).all()
@@ -105,11 +131,14 @@ def flatten(samples: list) -> list[float]:
     return out
 
 
-async def consume(consumer, seen: dict, latencies: list, config: BenchConfig, finished, read_stamps) -> None:
-    """Receives and acks until ``finished()``; one publish->deliver sample per message
-    (``latencies`` gets one array or list of samples per batch).  ``read_stamps`` comes from
-    ``stamp_reader``, made during setup: its numpy import takes a good 100 ms, which must not
-    stall the first deliveries of the measured window."""
+async def consume(
+    consumer, seen: dict, latencies: list, config: BenchConfig, finished, read_stamps, poll_s: float | None = 0.05
+) -> None:
+    """Receives and acks until ``finished()`` (asked after every batch, and every ``poll_s`` without
+    one); one publish->deliver sample per message (``latencies`` gets one array or list of samples
+    per batch).  With ``poll_s`` None it waits for batches without a timer and runs until cancelled.
+    ``read_stamps`` comes from ``stamp_reader``, made during setup: its numpy import takes a good
+    100 ms, which must not stall the first deliveries of the measured window."""
     from danube import message_codec as frame_codec
 
     decode_frame = frame_codec.decode_frame
@@ -118,7 +147,7 @@ async def consume(consumer, seen: dict, latencies: list, config: BenchConfig, fi
     stamped = config.message_size >= STAMP.size
     size = config.message_size
     while True:
-        batch = await consumer.receive_batch(timeout=0.05)
+        batch = await consumer.receive_batch(timeout=poll_s)
         if batch is None:
             if finished():
                 return
@@ -142,7 +171,7 @@ async def consume(consumer, seen: dict, latencies: list, config: BenchConfig, fi
         seen["delivered"] += batch.count
         seen["last"] = now
         await consumer.ack_batch(batch)
-        if finished():
+        if poll_s is not None and finished():
             return
 
 
@@ -190,20 +219,13 @@ async def _consumer_child_main(conn, delivered, config: BenchConfig, topic: str,
     seen = {"delivered": 0, "last": 0.0}
     latencies: list[float] = []
     target: list = [None, 0.0]  # acked count to reach, when it was announced
-    next_poll = [0.0]
 
     def finished() -> bool:
         delivered.value = seen["delivered"]
         if target[0] is None:
-            # The parent announces the count once, when producing ends: a poll of the pipe (a
-            # select call) after every batch is CPU the broker's two cores need, so look every 10 ms.
-            now = time.perf_counter()
-            if now < next_poll[0]:
-                return False
-            next_poll[0] = now + _TARGET_POLL_S
             if not conn.poll():
                 return False
-            target[0], target[1] = conn.recv(), now
+            target[0], target[1] = conn.recv(), time.perf_counter()
         return seen["delivered"] >= target[0] or time.perf_counter() - target[1] > config.drain_timeout
 
     read_stamps = stamp_reader(config.message_size)
@@ -211,7 +233,26 @@ async def _consumer_child_main(conn, delivered, config: BenchConfig, topic: str,
         await asyncio.gather(*(c.subscribe() for c in consumers))
         with quiet_gc():
             conn.send("ready")
-            await asyncio.gather(*(consume(c, seen, latencies, config, finished, read_stamps) for c in consumers))
+            # The consumers wait for batches without timers and never ask whether the run is over: one
+            # task looks every 10 ms (the parent announces the count once, when producing ends; a
+            # timeout per wait, or a poll of the pipe per batch, is CPU the broker's two cores need).
+            tasks = [
+                asyncio.ensure_future(consume(c, seen, latencies, config, finished, read_stamps, poll_s=None))
+                for c in consumers
+            ]
+            ended: list = []  # a consumer's task ends early only when it failed
+            for t in tasks:
+                t.add_done_callback(ended.append)
+            try:
+                while not ended and not finished():
+                    await asyncio.sleep(_TARGET_POLL_S)
+            finally:
+                for t in tasks:
+                    t.cancel()
+                outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+            for outcome in outcomes:
+                if isinstance(outcome, Exception):
+                    raise outcome
     finally:
         for c in consumers:
             with contextlib.suppress(Exception):

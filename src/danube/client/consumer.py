@@ -267,7 +267,7 @@ class Consumer:
 
     # ------------------------------------------------------------ delivery (called by the streams)
 
-    async def deliver(self, batch: MessageBatch) -> None:
+    def deliver(self, batch: MessageBatch) -> None:
         self._queue.put_nowait(batch)
 
     def deliver_error(self, error: BaseException) -> None:

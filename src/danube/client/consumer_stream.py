@@ -18,6 +18,7 @@ import grpc
 
 from danube.client.acked import AckedOffsets
 from danube.client.connection import BrokerConnection, RetryState, cancelled_call_error, retrying
+from danube.client.consumer_outbox import END, Outbox
 from danube.client.errors import from_batch_status, is_retriable
 from danube.client.health import CONSUMER, HealthWatch
 from danube.client.messages import MessageBatch
@@ -36,24 +37,26 @@ SUB_TYPES = {
     "key_shared": pb.KEY_SHARED_SUBSCRIPTION,
 }
 
-# Ends a partition's request stream (put on its outgoing queue by close()) and the consumer's inbox.
-END = object()
+
+def merged_ranges(offsets: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted, merged ``(first, last)`` pairs covering ``offsets``."""
+    ranges: list[tuple[int, int]] = []
+    first = last = -2
+    for offset in sorted(set(offsets)):
+        if offset == last + 1:
+            last = offset
+            continue
+        if first >= 0:
+            ranges.append((first, last))
+        first = last = offset
+    if first >= 0:
+        ranges.append((first, last))
+    return ranges
 
 
 def offset_ranges(offsets: Iterable[int]) -> list[pb.OffsetRange]:
     """Sorted, merged ``[first, last]`` ranges covering ``offsets``."""
-    ranges: list[pb.OffsetRange] = []
-    first = last = None
-    for offset in sorted(set(offsets)):
-        if last is not None and offset == last + 1:
-            last = offset
-            continue
-        if first is not None:
-            ranges.append(pb.OffsetRange(first=first, last=last))
-        first = last = offset
-    if first is not None:
-        ranges.append(pb.OffsetRange(first=first, last=last))
-    return ranges
+    return [pb.OffsetRange(first=first, last=last) for first, last in merged_ranges(offsets)]
 
 
 class PartitionConsumer:
@@ -62,7 +65,8 @@ class PartitionConsumer:
         self.index = index
         self.topic = topic
         self.consumer_id = -1
-        self._outgoing: asyncio.Queue = asyncio.Queue()
+        # a run of acks covering a quarter of the receive window goes out without waiting for the linger
+        self._outbox = Outbox(owner.ack_linger_s, max(1, owner.receive_messages // 4))
         self._owed = [0, 0]  # credit (messages, bytes) taken by the application, not yet granted
         self._subscribed = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task | None = None
@@ -116,21 +120,18 @@ class PartitionConsumer:
         owed[1] += nbytes
         o = self.owner
         if 2 * owed[0] >= o.receive_messages or 2 * owed[1] >= o.receive_bytes:
-            self._outgoing.put_nowait(pb.ConsumeRequest(credit=pb.Credit(messages=owed[0], bytes=owed[1])))
+            self._outbox.push(pb.ConsumeRequest(credit=pb.Credit(messages=owed[0], bytes=owed[1])))
             owed[0] = owed[1] = 0
 
     def ack(self, offsets: Iterable[int]) -> None:
-        ranges = offset_ranges(offsets)
-        if ranges:
-            for r in ranges:
-                self.acked.add_range(r.first, r.last)
-            self._outgoing.put_nowait(pb.ConsumeRequest(ack=pb.AckBatch(consumer_id=0, ranges=ranges)))
+        add, outbox = self.acked.add_range, self._outbox
+        for first, last in merged_ranges(offsets):
+            add(first, last)
+            outbox.ack(first, last)
 
     def ack_range(self, first: int, last: int) -> None:
         self.acked.add_range(first, last)
-        self._outgoing.put_nowait(
-            pb.ConsumeRequest(ack=pb.AckBatch(consumer_id=0, ranges=[pb.OffsetRange(first=first, last=last)]))
-        )
+        self._outbox.ack(first, last)
 
     def unseen(self, batch: MessageBatch) -> MessageBatch | None:
         """``batch`` without redeliveries of messages already acked (those are acked again)."""
@@ -140,8 +141,8 @@ class PartitionConsumer:
         rest, skipped = batch.without(acked)
         if skipped:
             log.debug("dropping %d redelivered message(s) of %s already acked", len(skipped), self.topic)
-            ranges = offset_ranges(skipped)
-            self._outgoing.put_nowait(pb.ConsumeRequest(ack=pb.AckBatch(consumer_id=0, ranges=ranges)))
+            for first, last in merged_ranges(skipped):
+                self._outbox.ack(first, last)
         return rest
 
     def nack(self, offset: int, delay_ms: int | None, reason: str | None) -> None:
@@ -150,7 +151,7 @@ class PartitionConsumer:
             request.delay_ms = delay_ms
         if reason is not None:
             request.reason = reason
-        self._outgoing.put_nowait(pb.ConsumeRequest(nack=request))
+        self._outbox.push(pb.ConsumeRequest(nack=request))
 
     async def _run(self) -> None:
         """Keeps one Consume stream open; re-subscribes after retriable failures."""
@@ -208,72 +209,37 @@ class PartitionConsumer:
 
     async def _stream(self, conn: BrokerConnection) -> None:
         owner = self.owner
-        outgoing: asyncio.Queue = asyncio.Queue()
-        # Acks and nacks not yet written by a broken stream go out on the new one.
-        while not self._outgoing.empty():
-            item = self._outgoing.get_nowait()
-            if item is not END and item.WhichOneof("kind") in ("ack", "nack"):
-                outgoing.put_nowait(item)
-        self._outgoing = outgoing
-        self._owed = [0, 0]  # a new stream starts with the whole window
-        outgoing.put_nowait(
+        # What a broken stream did not write (acks, nacks) goes out on this one; it starts with the whole window.
+        self._outbox.restart(
             pb.ConsumeRequest(credit=pb.Credit(messages=owner.receive_messages, bytes=owner.receive_bytes))
         )
-
-        linger = owner.ack_linger_s
-
-        async def requests():
-            yield pb.ConsumeRequest(subscribe=self.spec())
-            carry = None
-            while True:
-                item = carry if carry is not None else await outgoing.get()
-                carry = None
-                if item is END:
-                    return
-                if item.WhichOneof("kind") == "ack":
-                    if linger and outgoing.empty():
-                        # Each request is a gRPC read and an ack pass on the broker: acks of the
-                        # next few batches join this one instead of following one by one.
-                        try:
-                            await asyncio.sleep(linger)
-                        except BaseException:  # the stream ended: the next one sends this ack
-                            outgoing.put_nowait(item)
-                            raise
-                    # Acks queued meanwhile (and while the previous write was in flight) go out as one.
-                    ranges = item.ack.ranges
-                    while not outgoing.empty():
-                        following = outgoing.get_nowait()
-                        if following is END or following.WhichOneof("kind") != "ack":
-                            carry = following
-                            break
-                        for r in following.ack.ranges:
-                            if ranges and ranges[-1].last + 1 == r.first:
-                                ranges[-1].last = r.last
-                            else:
-                                ranges.append(r)
-                yield item
-
+        self._owed = [0, 0]
         self.stream += 1
         stream = self.stream
         self._stream_subscribed = False
         self._conn = conn
         lane = conn.open_consume_lane()
-        call = lane.batch_lane.Consume(requests())
+        # Written with call.write() by a task of ours rather than through a request iterator: no
+        # async generator and no queue between the acks and the write.
+        call = lane.batch_lane.Consume()
         self._call = call
+        writer = asyncio.ensure_future(self._write(call))
+        topic, index = self.topic, self.index
         try:
             async for response in call:
                 kind = response.WhichOneof("kind")
                 if kind == "batch":
                     b = response.batch
-                    await owner.deliver(
+                    counts = b.redelivery_counts
+                    owner.deliver(
                         MessageBatch(
-                            self.topic,
-                            self.index,
+                            topic,
+                            index,
                             b.frames,
                             b.first_offset,
                             b.last_offset,
                             b.count,
-                            list(b.redelivery_counts),
+                            list(counts) if counts else None,
                             stream,
                         )
                     )
@@ -293,12 +259,29 @@ class PartitionConsumer:
         finally:
             self._call = None
             conn.close_consume_lane(lane)
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
+
+    async def _write(self, call) -> None:
+        """The stream's requests: subscribe, then what the outbox releases; half-closes at END."""
+        outbox = self._outbox
+        try:
+            await call.write(pb.ConsumeRequest(subscribe=self.spec()))
+            while True:
+                request = await outbox.next()
+                if request is None:
+                    await call.done_writing()
+                    return
+                await call.write(request)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
+            # The call ended: its reader sees why (and re-subscribes); what was not written stays queued.
+            log.debug("consume stream of %s stopped writing: %r", self.topic, exc)
 
     async def close(self) -> None:
         self._closing = True
         health, self._health = self._health, None
         await self.owner.client.unwatch(health)
-        self._outgoing.put_nowait(END)
+        self._outbox.push(END)
         if self._task is None:
             return
         try:

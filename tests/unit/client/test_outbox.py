@@ -1,0 +1,178 @@
+"""A partition consumer's outbox: acks merge into runs that linger, everything keeps its order,
+a new stream keeps acks and nacks but not old credit, and one ticker serves many outboxes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from danube.client.consumer_outbox import END, Outbox, _Ticker
+from danube.proto.danube_batch import batch_pb2 as pb
+
+
+def _ranges(request: pb.ConsumeRequest) -> list[tuple[int, int]]:
+    assert request.WhichOneof("kind") == "ack"
+    return [(r.first, r.last) for r in request.ack.ranges]
+
+
+def _credit(messages: int) -> pb.ConsumeRequest:
+    return pb.ConsumeRequest(credit=pb.Credit(messages=messages, bytes=1))
+
+
+def _nack(offset: int) -> pb.ConsumeRequest:
+    return pb.ConsumeRequest(nack=pb.NackRequest(offset=offset))
+
+
+async def _taken(outbox: Outbox, timeout: float = 5.0):
+    return await asyncio.wait_for(outbox.next(), timeout)
+
+
+async def test_acks_wait_for_the_linger_and_go_out_as_one_merged_request():
+    loop = asyncio.get_running_loop()
+    outbox = Outbox(0.2, max_messages=1000)
+    started = loop.time()
+    outbox.ack(0, 1)
+    outbox.ack(2, 4)  # touches the first: merged
+    outbox.ack(10, 10)
+    assert not outbox._ready()
+    request = await _taken(outbox)
+    assert loop.time() - started >= 0.2 * 3 / 4  # held for the linger (give or take a quarter)
+    assert _ranges(request) == [(0, 4), (10, 10)]
+    assert len(outbox) == 0
+
+
+async def test_without_linger_an_ack_is_ready_at_once():
+    outbox = Outbox(0.0, max_messages=1000)
+    outbox.ack(5, 5)
+    assert outbox._ready()
+    assert _ranges(await _taken(outbox, 0.5)) == [(5, 5)]
+
+
+async def test_a_run_covering_max_messages_goes_out_without_waiting():
+    outbox = Outbox(60.0, max_messages=10)
+    outbox.ack(0, 4)
+    assert not outbox._ready()
+    outbox.ack(5, 9)
+    assert _ranges(await _taken(outbox, 0.5)) == [(0, 9)]
+
+
+async def test_a_request_behind_a_lingering_run_takes_it_along_in_order():
+    outbox = Outbox(60.0, max_messages=1000)
+    outbox.ack(0, 0)
+    outbox.push(_nack(7))
+    outbox.ack(1, 1)  # after the nack: a run of its own, still lingering
+    assert _ranges(await _taken(outbox, 0.5)) == [(0, 0)]
+    assert (await _taken(outbox, 0.5)).nack.offset == 7
+    assert not outbox._ready()
+    outbox.push(END)
+    assert _ranges(await _taken(outbox, 0.5)) == [(1, 1)]  # close sends what still lingers
+    assert await _taken(outbox, 0.5) is None
+    assert await _taken(outbox, 0.5) is None  # END stays: every writer after it stops too
+
+
+async def test_a_new_stream_keeps_acks_and_nacks_and_gets_the_whole_window_after_them():
+    outbox = Outbox(60.0, max_messages=1000)
+    outbox.push(_credit(3))  # the old stream's grant: void on the new one
+    outbox.ack(0, 2)
+    outbox.push(_nack(9))
+    outbox.restart(_credit(100))
+    taken = [await _taken(outbox, 0.5) for _ in range(3)]
+    assert _ranges(taken[0]) == [(0, 2)]
+    assert taken[1].nack.offset == 9
+    assert taken[2].credit.messages == 100
+    assert len(outbox) == 0
+
+
+async def test_a_cancelled_writer_leaves_its_request_queued_for_the_next():
+    outbox = Outbox(60.0, max_messages=1000)
+    writer = asyncio.ensure_future(outbox.next())
+    await asyncio.sleep(0)
+    outbox.push(_nack(1))  # wakes the writer, which is cancelled before it runs
+    writer.cancel()
+    await asyncio.gather(writer, return_exceptions=True)
+    assert (await _taken(outbox, 0.5)).nack.offset == 1
+
+
+class _FakeLoop:
+    """A clock the test moves, and the one timer a ticker keeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[tuple[float, object]] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback):
+        self.timers.append((when, callback))
+        return object()
+
+    def run_until(self, t: float) -> None:
+        self.now = t
+        due = [timer for timer in self.timers if timer[0] <= t]
+        self.timers = [timer for timer in self.timers if timer[0] > t]
+        for _, callback in due:
+            callback()
+
+
+async def test_one_ticker_releases_each_run_after_its_linger_with_one_timer_for_many():
+    fake = _FakeLoop()
+    ticker = _Ticker(fake, 0.4)
+    boxes = [Outbox(0.4, max_messages=1000) for _ in range(4)]
+    for box in boxes:
+        box._ticker = ticker
+    for i, start in enumerate((0.0, 0.05, 0.1, 0.3)):
+        fake.now = start
+        boxes[i].ack(i, i)
+    assert len(fake.timers) == 1  # one timer, for the first run
+    fake.run_until(0.4)
+    # due within a quarter of the linger: the first three go in this firing, the last waits
+    assert [box._ready() for box in boxes] == [True, True, True, False]
+    assert len(fake.timers) == 1  # re-armed for the last run
+    fake.run_until(0.7)
+    assert boxes[3]._ready()
+    assert not fake.timers
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("ack"), st.integers(0, 50), st.integers(0, 3)),
+            st.tuples(st.just("nack"), st.integers(0, 50), st.just(0)),
+        ),
+        max_size=30,
+    )
+)
+def test_every_ack_goes_out_once_in_the_order_given(ops):
+    async def run() -> list:
+        outbox = Outbox(60.0, max_messages=10**9)
+        for kind, at, length in ops:
+            if kind == "ack":
+                outbox.ack(at, at + length)
+            else:
+                outbox.push(_nack(at))
+        outbox.push(END)
+        out = []
+        while (request := await _taken(outbox, 0.5)) is not None:
+            out.append(request)
+        return out
+
+    requests = asyncio.run(run())
+    # expected: consecutive acks form one request (their offsets in order), each nack its own
+    expected: list = []
+    for kind, at, length in ops:
+        if kind == "nack":
+            expected.append(("nack", at))
+        elif expected and expected[-1][0] == "ack":
+            expected[-1][1].extend(range(at, at + length + 1))
+        else:
+            expected.append(("ack", list(range(at, at + length + 1))))
+    got = []
+    for request in requests:
+        if request.WhichOneof("kind") == "nack":
+            got.append(("nack", request.nack.offset))
+        else:
+            got.append(("ack", [o for first, last in _ranges(request) for o in range(first, last + 1)]))
+    assert got == expected

@@ -27,6 +27,7 @@ from danube.metadata import keys
 from danube.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
+check_fields = message_codec.check_fields
 
 
 def check_deliverable(buf, producer: Producer) -> None:
@@ -170,12 +171,14 @@ class Publishing:
         appended now (errors raise here), the future resolves to (first, last) once durable.
         None when the producer is not loaded here yet (a restart): the caller awaits
         :meth:`publish`, which loads it."""
-        if self._draining or self.writes_refused():
-            self._check_accepting(producer_id)
+        if self._draining or self._writes_refused or (self.lease_fresh is not None and not self.lease_fresh()):
+            self._check_accepting(producer_id)  # (``writes_refused``, inlined: the per-call path)
         producer = self._producers.get(producer_id)
         if producer is None or producer.closed:
             return None
-        check_deliverable(frames_buf, producer)
+        position, _problem = check_fields(frames_buf, producer_id)
+        if position >= 0:
+            check_deliverable(frames_buf, producer)  # raises, naming the frame and the problem
         fut = producer.topic.publish_nowait(producer, frames_buf)
         self._publishing += 1
         fut.add_done_callback(self._publish_answered)

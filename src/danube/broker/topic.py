@@ -143,15 +143,20 @@ class Topic:
         here, nothing stored), the future resolves to (first, last) once durable
         (``danube.broker.commits``).  Under a publish rate limit, a task waits for its turn."""
         started = time.perf_counter()
+        size = len(buf)
         if producer is None:
-            if len(buf) == 0:
+            if size == 0:
                 raise InvalidArgumentError("empty batch: a publish needs at least one frame")
         else:
-            self.check_sizes(buf)
+            limit = self.policies.max_message_size
+            if size == 0 or (limit and size > limit + message_codec.HEADER_SIZE):
+                self.check_sizes(buf)  # (what raises; a batch below the limit needs no frame walk)
             if self.publish_gate is not None:
                 return asyncio.ensure_future(self._publish_in_turn(producer, buf, started))
-        first, last = self.append(buf)
-        return self.commits.add(producer, first, last, len(buf), started)
+        if self.terminated:
+            raise TopicTerminatedError.of(self.name)
+        first, last = self.storage.append_frames(buf)  # (``append``, inlined: the per-call path)
+        return self.commits.add(producer, first, last, size, started)
 
     async def _publish_in_turn(self, producer: Producer, buf: bytearray, started: float) -> tuple[int, int]:
         gate = self.publish_gate

@@ -303,6 +303,11 @@ class TopicStorage:
             f"({exc.strerror}); accepted again once space is freed"
         )
 
+    def durable_now(self, offset: int) -> bool:
+        """Whether :meth:`wait_durable` would return for ``offset`` without waiting (a commit then
+        needs no task): covered by the sync policy already, and no owner fence to check."""
+        return self.owner_fence is None and offset <= self.wal.durable_offset
+
     async def wait_durable(self, offset: int) -> None:
         try:
             await self.wal.wait_durable(offset)

@@ -85,6 +85,7 @@ async def test_a_failed_durability_wait_fails_the_batches_it_covered_and_the_nex
         await real(offset)
 
     storage.wait_durable = failing
+    storage.durable_now = lambda offset: False  # every commit waits (under sync=never too)
     first = [broker.publish_nowait(pid, batch([f"m{i}"], pid)) for i in range(3)]
     results = await asyncio.gather(*first, return_exceptions=True)
     assert all(isinstance(r, OSError) for r in results)

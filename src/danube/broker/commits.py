@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -71,18 +72,27 @@ class CommitQueue:
             self._fail(target, exc)
 
     def _commit(self, target: int) -> None:
-        """Every pending batch through ``target`` is durable: visible, counted and answered."""
+        """Every pending batch through ``target`` is durable: visible, counted and answered
+        (made visible at once, the publish latency observed per batch)."""
         topic = self.topic
         pending = self._pending
+        published = topic.metrics.published
+        name = topic.name
+        now = time.perf_counter()
+        messages = nbytes_all = 0
         while pending and pending[0][2] <= target:
             producer, first, last, nbytes, started, fut = pending.popleft()
-            topic.committed(last - first + 1, nbytes, last, started, notify=False)
+            count = last - first + 1
+            messages += count
+            nbytes_all += nbytes
+            published(name, count, nbytes, (now - started) * 1000)
             if producer is not None:
-                producer.messages_in += last - first + 1
+                producer.messages_in += count
                 producer.bytes_in += nbytes
             if not fut.done():
                 fut.set_result((first, last))
-        topic.notify_subscriptions()
+        if messages:
+            topic.made_visible(messages, nbytes_all, target)
 
     def _fail(self, target: int, exc: BaseException) -> None:
         pending = self._pending

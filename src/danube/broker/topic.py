@@ -119,13 +119,18 @@ class Topic:
 
     def committed(self, count: int, nbytes: int, last: int, started: float, *, notify: bool = True) -> None:
         """``count`` messages ending at ``last`` are durable: visible to subscribers from now on."""
+        self.made_visible(count, nbytes, last, notify=notify)
+        self.metrics.published(self.name, count, nbytes, (time.perf_counter() - started) * 1000)
+
+    def made_visible(self, count: int, nbytes: int, last: int, *, notify: bool = True) -> None:
+        """:meth:`committed` without the publish latency, which the caller observed itself (per
+        batch, several batches made visible at once: ``danube.broker.commits``)."""
         if last + 1 > self.readable_next:
             self.readable_next = last + 1
         self.messages_in += count
         self.bytes_in += nbytes
         if notify:
             self.notify_subscriptions()
-        self.metrics.published(self.name, count, nbytes, (time.perf_counter() - started) * 1000)
 
     def notify_subscriptions(self) -> None:
         for sub in self.subscriptions.values():

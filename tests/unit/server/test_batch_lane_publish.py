@@ -82,7 +82,9 @@ async def broker(request, tmp_path):
     metadata = EmbeddedMetadataStore(str(tmp_path / "metadata.db"))
     config = StorageConfig.from_dict({"wal": {"sync": request.param}}, data_dir=str(tmp_path))
     b = BrokerService(
-        metadata, StorageFactory(config, metadata, broker_id="test"), dispatch=DispatchSettings(cursor_flush_interval_ms=50)
+        metadata,
+        StorageFactory(config, metadata, broker_id="test"),
+        dispatch=DispatchSettings(cursor_flush_interval_ms=50),
     )
     await b.start()
     yield b

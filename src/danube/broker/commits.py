@@ -1,14 +1,13 @@
 """Appended frame batches of one topic waiting to become durable.
 
 A batch-lane publish is appended at once, in the caller's turn of the event loop, and gets a
-future instead of a task of its own.  The first batch of a turn schedules one callback
-(``call_soon``) for the topic: when the storage says the last batch appended is already
-durable (``sync=never``, memory topics, a sync that ran meanwhile), it makes every batch
-visible (in offset order), answers their futures and wakes the subscriptions once, all in that
-callback, with no task and no await; otherwise the topic's one waiter task asks the storage for
-the durability of the last batch appended and does the same, going on while batches keep
-coming.  So a 2-message call costs a future and a share of one callback, and a wait that covers
-several calls wakes the subscriptions once, not once per call.  Nothing is held back: a batch is
+future instead of a task of its own.  When the storage calls the batch durable already
+(``sync=never``, memory topics), the first such batch of a turn schedules one callback
+(``call_soon``) for the topic, which makes every batch visible (in offset order), answers their
+futures and wakes the subscriptions once, with no task and no await; otherwise the topic's one
+waiter task asks the storage for the durability of the last batch appended and does the same,
+going on while batches keep coming.  So a 2-message call costs a future and a share of one
+callback, and a commit that covers several calls wakes the subscriptions once, not once per call.  Nothing is held back: a batch is
 appended as soon as it arrives (unlike ``coalesce``, which joins single messages), so batch
 order and offsets are exactly those of the appends.  Batches become visible in a later turn than
 the one that appended them, never in the appending turn.
@@ -48,14 +47,17 @@ class CommitQueue:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         self._pending.append((producer, first, last, nbytes, started, fut))
-        if not self._scheduled and self._waiting is None:  # (a waiting task takes it on its next round)
-            self._scheduled = True
-            loop.call_soon(self._settle)
+        if not self._scheduled and self._waiting is None:  # (else a callback or the task takes it)
+            if self.topic.storage.durable_now(last):
+                self._scheduled = True
+                loop.call_soon(self._settle)
+            else:  # the sync is asked for at once, as before there was a callback
+                self._waiting = loop.create_task(self._run())
         return fut
 
     def _settle(self) -> None:
-        """The turn after the first append: commit at once what is durable already, else start
-        the waiter task."""
+        """The turn after an append that was durable at once: commit what is durable, else (a
+        later batch of the turn is not) start the waiter task."""
         self._scheduled = False
         pending = self._pending
         if self._waiting is not None or not pending:

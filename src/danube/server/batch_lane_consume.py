@@ -203,19 +203,20 @@ class ConsumeLane:
                 return
             try:
                 kind = request.WhichOneof("kind")
-                if kind == "credit":
+                if kind == "ack":  # (the most frequent: one per delivery)
+                    ack = request.ack
+                    target = ack.consumer_id or consumer_id
+                    pairs, _named = ack_pairs(ack.ranges)
+                    if pairs and tasks:  # behind a nack still being applied: in order, after it
+                        later(self._ack_loading(target, pairs))
+                    elif pairs:
+                        acks.add(target, pairs, ack_failed)
+                elif kind == "credit":
                     grant_was_needed = credit[0] <= 0 or credit[1] <= 0
                     credit[0] += request.credit.messages
                     credit[1] += request.credit.bytes
                     if grant_was_needed:
                         poke()
-                elif kind == "ack":
-                    target = request.ack.consumer_id or consumer_id
-                    pairs, _named = ack_pairs(request.ack.ranges)
-                    if pairs and tasks:  # behind a nack still being applied: in order, after it
-                        later(self._ack_loading(target, pairs))
-                    elif pairs:
-                        acks.add(target, pairs, ack_failed)
                 elif kind == "nack":
                     target = request.nack.consumer_id or consumer_id
                     acks.flush_consumer(target)  # the acks it sent before come first

@@ -7,10 +7,11 @@ future instead of a task of its own.  When the storage calls the batch durable a
 futures and wakes the subscriptions once, with no task and no await; otherwise the topic's one
 waiter task asks the storage for the durability of the last batch appended and does the same,
 going on while batches keep coming.  So a 2-message call costs a future and a share of one
-callback, and a commit that covers several calls wakes the subscriptions once, not once per call.  Nothing is held back: a batch is
-appended as soon as it arrives (unlike ``coalesce``, which joins single messages), so batch
-order and offsets are exactly those of the appends.  Batches become visible in a later turn than
-the one that appended them, never in the appending turn.
+callback, and a commit that covers several calls wakes the subscriptions once, not once per
+call.  Nothing is held back: a batch is appended as soon as it arrives (unlike ``coalesce``,
+which joins single messages), so batch order and offsets are exactly those of the appends.
+Batches become visible in a later turn than the one that appended them, never in the appending
+turn.
 """
 
 from __future__ import annotations

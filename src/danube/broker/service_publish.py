@@ -27,7 +27,6 @@ from danube.metadata import keys
 from danube.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
-check_fields = message_codec.check_fields
 
 
 def check_deliverable(buf, producer: Producer) -> None:
@@ -176,9 +175,7 @@ class Publishing:
         producer = self._producers.get(producer_id)
         if producer is None or producer.closed:
             return None
-        position, _problem = check_fields(frames_buf, producer_id)
-        if position >= 0:
-            check_deliverable(frames_buf, producer)  # raises, naming the frame and the problem
+        check_deliverable(frames_buf, producer)
         fut = producer.topic.publish_nowait(producer, frames_buf)
         self._publishing += 1
         fut.add_done_callback(self._publish_answered)

@@ -28,7 +28,6 @@ from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
 from danube.server import status as status_map
 from danube.server.batch_lane_consume import ConsumeLane
 from danube.server.batch_lane_publish import MAX_STREAM_IN_FLIGHT, PublishLane
-from danube.server.batch_lane_wire import encoded_batch as _encoded_batch
 from danube.server.batch_lane_wire import redelivery_counts_in_frame_order
 
 if TYPE_CHECKING:
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_STREAM_IN_FLIGHT",
     "BatchLaneService",
-    "_encoded_batch",
     "add_to_server",
     "redelivery_counts_in_frame_order",
 ]

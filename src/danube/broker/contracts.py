@@ -86,6 +86,9 @@ class TopicStorage(Protocol):
         ``FrameFormatError``/``CorruptFrameError`` before anything is stored, and
         ``TopicSealedError`` once the storage is sealed or closed."""
 
+    def durable_now(self, offset: int) -> bool:
+        """Whether :meth:`wait_durable` for ``offset`` (appended already) would return at once."""
+
     async def wait_durable(self, offset: int) -> None:
         """Return once ``offset`` is durable under the storage's sync policy (at once in memory)."""
 

@@ -60,6 +60,9 @@ class MemoryTopicStorage:
         self._appended = asyncio.Event()
         return base, self.next_offset - 1
 
+    def durable_now(self, offset: int) -> bool:
+        return True
+
     async def wait_durable(self, offset: int) -> None:
         return None
 

@@ -170,8 +170,8 @@ class Publishing:
         appended now (errors raise here), the future resolves to (first, last) once durable.
         None when the producer is not loaded here yet (a restart): the caller awaits
         :meth:`publish`, which loads it."""
-        if self._draining or self.writes_refused():
-            self._check_accepting(producer_id)
+        if self._draining or self._writes_refused or (self.lease_fresh is not None and not self.lease_fresh()):
+            self._check_accepting(producer_id)  # (``writes_refused``, inlined: the per-call path)
         producer = self._producers.get(producer_id)
         if producer is None or producer.closed:
             return None

@@ -119,13 +119,18 @@ class Topic:
 
     def committed(self, count: int, nbytes: int, last: int, started: float, *, notify: bool = True) -> None:
         """``count`` messages ending at ``last`` are durable: visible to subscribers from now on."""
+        self.made_visible(count, nbytes, last, notify=notify)
+        self.metrics.published(self.name, count, nbytes, (time.perf_counter() - started) * 1000)
+
+    def made_visible(self, count: int, nbytes: int, last: int, *, notify: bool = True) -> None:
+        """:meth:`committed` without the publish latency, which the caller observed itself (per
+        batch, several batches made visible at once: ``danube.broker.commits``)."""
         if last + 1 > self.readable_next:
             self.readable_next = last + 1
         self.messages_in += count
         self.bytes_in += nbytes
         if notify:
             self.notify_subscriptions()
-        self.metrics.published(self.name, count, nbytes, (time.perf_counter() - started) * 1000)
 
     def notify_subscriptions(self) -> None:
         for sub in self.subscriptions.values():
@@ -143,15 +148,18 @@ class Topic:
         here, nothing stored), the future resolves to (first, last) once durable
         (``danube.broker.commits``).  Under a publish rate limit, a task waits for its turn."""
         started = time.perf_counter()
+        size = len(buf)
         if producer is None:
-            if len(buf) == 0:
+            if size == 0:
                 raise InvalidArgumentError("empty batch: a publish needs at least one frame")
         else:
-            self.check_sizes(buf)
+            limit = self.policies.max_message_size
+            if size == 0 or (limit and size > limit + message_codec.HEADER_SIZE):
+                self.check_sizes(buf)  # (what raises; a batch below the limit needs no frame walk)
             if self.publish_gate is not None:
                 return asyncio.ensure_future(self._publish_in_turn(producer, buf, started))
         first, last = self.append(buf)
-        return self.commits.add(producer, first, last, len(buf), started)
+        return self.commits.add(producer, first, last, size, started)
 
     async def _publish_in_turn(self, producer: Producer, buf: bytearray, started: float) -> tuple[int, int]:
         gate = self.publish_gate

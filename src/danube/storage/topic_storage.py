@@ -35,6 +35,7 @@ from danube.storage.paths import remove_topic_dir
 from danube.storage.recovery import RecoveryStart, write_sealed_state
 from danube.storage.retention import RetentionEnforcer
 from danube.storage.tiered_reader import DurableHistoryReader, chained_tail
+from danube.wal.options import SyncPolicy
 
 if TYPE_CHECKING:
     from danube.storage.owner_fence import OwnerFence
@@ -94,6 +95,7 @@ class TopicStorage:
         self._task: asyncio.Task | None = None
         self.on_closed: Callable[[TopicStorage], None] | None = None  # set by the factory
         self.owner_fence: OwnerFence | None = None  # shared_fs only, set by the factory
+        self._sync_never = getattr(getattr(wal, "options", None), "sync", None) is SyncPolicy.NEVER
 
     def __repr__(self) -> str:
         return f"<TopicStorage {self.topic} {self.config.mode} {self.first_offset}..{self.next_offset - 1}>"
@@ -302,6 +304,14 @@ class TopicStorage:
             f"topic {self.topic}: {what}: the file system of its WAL ({self.wal_dir}) is full "
             f"({exc.strerror}); accepted again once space is freed"
         )
+
+    def durable_now(self, offset: int) -> bool:
+        """Whether :meth:`wait_durable` would return for ``offset`` (appended already) without
+        waiting (a commit then needs no task): covered by the sync policy, no owner fence to check."""
+        if self.owner_fence is not None:
+            return False
+        # sync=never covers whatever was appended: no need to ask the log
+        return self._sync_never or offset <= self.wal.durable_offset
 
     async def wait_durable(self, offset: int) -> None:
         try:

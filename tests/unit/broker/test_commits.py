@@ -85,6 +85,7 @@ async def test_a_failed_durability_wait_fails_the_batches_it_covered_and_the_nex
         await real(offset)
 
     storage.wait_durable = failing
+    storage.durable_now = lambda offset: False  # every commit waits (under sync=never too)
     first = [broker.publish_nowait(pid, batch([f"m{i}"], pid)) for i in range(3)]
     results = await asyncio.gather(*first, return_exceptions=True)
     assert all(isinstance(r, OSError) for r in results)
@@ -92,3 +93,20 @@ async def test_a_failed_durability_wait_fails_the_batches_it_covered_and_the_nex
     assert await broker.publish_nowait(pid, batch(["after"], pid)) == (3, 3)
     assert topic.readable_next == 4
     assert broker._publishing == 0
+
+
+async def test_a_batch_durable_at_once_is_committed_in_the_next_turn_without_a_waiter_task(broker):
+    pid = await broker.create_producer(T, "p", reliable=True)
+    topic = broker.topics[T]
+    storage = topic.storage
+    futures = [broker.publish_nowait(pid, batch([f"m{i}"], pid)) for i in range(3)]
+    if not storage.durable_now(2):  # sync=always: not durable before its sync, the waiter task waits
+        assert await asyncio.gather(*futures) == [(0, 0), (1, 1), (2, 2)]
+        return
+    tasks_before = asyncio.all_tasks()
+    assert topic.readable_next == 0  # never visible in the turn that appended it
+    await asyncio.sleep(0)  # the turn after: one callback committed all three
+    assert all(f.done() for f in futures) and [f.result() for f in futures] == [(0, 0), (1, 1), (2, 2)]
+    assert topic.readable_next == 3
+    assert topic.commits.waits == 1 and topic.commits._waiting is None
+    assert asyncio.all_tasks() <= tasks_before  # no task was made for it

@@ -14,7 +14,7 @@ from danube import message_codec as codec
 from danube.errors import InvalidArgumentError
 from danube.proto.danube import DanubeApi_pb2 as danube_pb
 from danube.proto.danube_batch import batch_pb2 as batch_pb
-from danube.server import batch_lane
+from danube.server import batch_lane_wire
 from danube.server import danube_services as services
 from danube.server.h2grpc import wire
 
@@ -127,7 +127,7 @@ def test_an_encoded_stream_message_parses_as_the_serialized_one(payload, attribu
 def test_an_encoded_consume_batch_parses_as_the_serialized_one(frames, counts):
     batch = batch_pb.ConsumeBatch(first_offset=5, last_offset=9, count=5, redelivery_counts=counts)
     view = memoryview(frames)
-    encoded = batch_lane._encoded_batch(view, batch.SerializeToString())
+    encoded = batch_lane_wire.encoded_batch(view, batch.SerializeToString())
     assert encoded.length == len(encoded.tobytes()) and encoded[1] is view
     batch.frames = frames
     assert batch_pb.ConsumeResponse.FromString(encoded.tobytes()) == batch_pb.ConsumeResponse(batch=batch)

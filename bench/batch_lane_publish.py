@@ -1,0 +1,216 @@
+"""CPU per call of the batch lane's publish path alone, in one process: no sockets, no HTTP/2.
+
+    python bench/batch_lane_publish.py [--before /tmp/before/src] [--topics 100] [--calls 300]
+        [--sync never] [--rounds 3] [--profile]
+    python bench/batch_lane_publish.py --callgrind [--before /tmp/before/src] [--topics 20]
+
+A real ``BrokerService`` (local WAL at ``--sync``, sqlite metadata in a temporary directory) and
+its ``BatchLaneService``; ``--topics`` Publish streams, one producer and topic each, each stream
+fed through a stand-in for the native server's call (requests queued and the handler's reader
+woken as ``h2grpc.ServerCall`` does; acks taken by ``write_nowait``).  Each turn of the event loop
+feeds one 2-message ``PublishRequest`` to every stream, the shape of the many-topics bench (one
+small call per topic at a time).  What is measured is the process CPU time from the first feed to
+the last ack, per call: the handler's read and answer, the publish checks, the WAL append, the
+commit and the ack's serialization; no subscriptions, so no delivery.  Each round runs each tree
+in a fresh interpreter (``PYTHONPATH``), alternating which goes first.
+
+``--callgrind`` counts instructions instead (valgrind's callgrind): each tree runs 20 and then 60
+calls per topic after the same warm-up, and the difference of the two totals over the 40 extra
+calls per topic is the instructions per call, the interpreter's start, the broker's and the
+warm-up cancelling out.  The count does not move with the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(HERE), "src")
+
+
+def child(topics: int, calls: int, sync: str, profile: bool) -> dict:
+    import asyncio
+    import collections
+    import tempfile
+    import time
+
+    import grpc
+    import uvloop
+
+    from danube import message_codec
+    from danube.broker import BrokerService, DispatchSettings
+    from danube.metadata.embedded import EmbeddedMetadataStore
+    from danube.proto.danube_batch import batch_pb2 as pb
+    from danube.server import batch_lane
+    from danube.storage.config import StorageConfig
+    from danube.storage.factory import StorageFactory
+
+    class Call:
+        """What the Publish handler uses of ``h2grpc.ServerCall``."""
+
+        sends_encoded = True
+
+        def __init__(self) -> None:
+            self.messages: collections.deque = collections.deque()
+            self.waiter: asyncio.Future | None = None
+            self.ended = False
+            self.acks = 0
+
+        def feed(self, message) -> None:
+            self.messages.append(message)
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result(None)
+
+        def end(self) -> None:
+            self.ended = True
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result(None)
+
+        def __aiter__(self):
+            return self
+
+        async def __anext__(self):
+            while not self.messages:
+                if self.ended:
+                    raise StopAsyncIteration
+                self.waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await self.waiter
+                finally:
+                    self.waiter = None
+            message = self.messages.popleft()
+            if message is grpc.aio.EOF:
+                raise StopAsyncIteration
+            return message
+
+        def write_nowait(self, message) -> bool:
+            self.acks += 1
+            return True
+
+    async def main() -> dict:
+        data = tempfile.mkdtemp(prefix="lane-bench-")
+        metadata = EmbeddedMetadataStore(os.path.join(data, "metadata.db"))
+        config = StorageConfig.from_dict({"wal": {"sync": sync}}, data_dir=data)
+        broker = BrokerService(
+            metadata,
+            StorageFactory(config, metadata, broker_id="bench"),
+            dispatch=DispatchSettings(cursor_flush_interval_ms=1000),
+        )
+        await broker.start()
+        service = batch_lane.BatchLaneService(broker)
+        frames = message_codec.encode_payloads([b"x" * 100, b"y" * 100], publish_time=1, producer_id=0)
+        streams = []
+        for i in range(topics):
+            pid = await broker.create_producer(f"/default/lane-{i}", "p", reliable=True)
+            call = Call()
+
+            async def drive(call=call):
+                async for _ack in service.Publish(call, call):
+                    call.acks += 1
+
+            streams.append((call, pid, asyncio.ensure_future(drive())))
+        sequence = 0
+
+        async def run(n: int) -> None:
+            nonlocal sequence
+            want = streams[0][0].acks + n
+            for _ in range(n):
+                sequence += 1
+                for call, pid, _task in streams:
+                    call.feed(pb.PublishRequest(sequence=sequence, producer_id=pid, frames=frames))
+                await asyncio.sleep(0)
+            while any(call.acks < want for call, _pid, _task in streams):
+                await asyncio.sleep(0 if sync == "never" else 0.001)
+
+        await run(50)  # warm-up: files, caches, the first acks
+        profiler = None
+        if profile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+        t0 = time.process_time()
+        await run(calls)
+        cpu = time.process_time() - t0
+        if profiler is not None:
+            import pstats
+
+            profiler.disable()
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+        for call, _pid, _task in streams:
+            call.end()
+        await asyncio.gather(*(task for _call, _pid, task in streams))
+        await broker.stop()
+        await metadata.close()
+        return {"us_per_call": cpu / (calls * topics) * 1e6}
+
+    return uvloop.run(main())
+
+
+def run_tree(tree: str, args) -> float:
+    cmd = [sys.executable, __file__, "--child", "--topics", str(args.topics), "--calls", str(args.calls)]
+    cmd += ["--sync", args.sync]
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": tree}, timeout=300)
+    if out.returncode != 0:
+        raise SystemExit(f"{tree}: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])["us_per_call"]
+
+
+def instructions_per_call(tree: str, args) -> float:
+    totals = []
+    for calls in (20, 60):
+        out_file = f"/tmp/batch_lane_publish-{os.getpid()}.callgrind"
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}", sys.executable, __file__]
+        cmd += ["--child", "--topics", str(args.topics), "--calls", str(calls), "--sync", args.sync]
+        subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": tree})
+        with open(out_file) as f:
+            totals.append(next(int(line.split()[1]) for line in f if line.startswith("totals:")))
+        os.unlink(out_file)
+    return (totals[1] - totals[0]) / (40 * args.topics)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--before", default=None, help="src dir of the tree to compare with")
+    ap.add_argument("--topics", type=int, default=100)
+    ap.add_argument("--calls", type=int, default=300, help="calls per topic")
+    ap.add_argument("--sync", default="never", choices=["never", "interval", "always"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--profile", action="store_true", help="cProfile of this tree's counted part (stderr)")
+    ap.add_argument("--callgrind", action="store_true", help="count instructions per call (valgrind)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.topics, args.calls, args.sync, args.profile)))
+        return
+    if args.profile:
+        sys.path.insert(0, SRC)
+        print(json.dumps(child(args.topics, args.calls, args.sync, True)))
+        return
+    trees = [("after", SRC)] + ([("before", os.path.abspath(args.before))] if args.before else [])
+    if args.callgrind:
+        counted: dict[str, float] = {}
+        for name, tree in trees:
+            counted[name] = instructions_per_call(tree, args)
+            print(f"{name}: {counted[name]:,.0f} instructions per call ({args.topics} topics, sync={args.sync})")
+        if args.before:
+            print(f"after/before: {counted['after'] / counted['before']:.2f}")
+        return
+    got: dict[str, list[float]] = {name: [] for name, _ in trees}
+    for r in range(args.rounds):
+        for name, tree in trees if r % 2 == 0 else list(reversed(trees)):
+            got[name].append(run_tree(tree, args))
+            print(f"round {r + 1} {name}: {got[name][-1]:.1f} us per call", flush=True)
+    for name, values in got.items():
+        print(f"{name}: median {statistics.median(values):.1f} us per call ({args.topics} topics, sync={args.sync})")
+    if args.before:
+        print(f"after/before: {statistics.median(got['after']) / statistics.median(got['before']):.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""The batch lane's producer side (``danube.server.batch_lane``): CreateProducer and the Publish
+stream, which reads batches and answers each with its ack once the batch is durable."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, AsyncIterator, Callable, cast
+
+from danube.errors import DanubeError, InvalidArgumentError
+from danube.proto.danube_batch import batch_pb2 as pb
+from danube.server import status as status_map
+from danube.server.batch_lane_wire import batch_status, encoded_ack, refused_ack, validate_frames
+
+if TYPE_CHECKING:
+    from danube.broker.service import BrokerService
+    from danube.routing.repartition.runtime import RepartitionRuntime
+    from danube.schema.validation import SchemaGate
+
+log = logging.getLogger(__name__)
+
+# Batches of one Publish stream being stored at once (the client's in-flight window
+# normally keeps below this; beyond it the stream stops reading, which pushes back).
+MAX_STREAM_IN_FLIGHT = 64
+
+_ACCESS_MODES = {pb.SHARED: "shared", pb.EXCLUSIVE: "exclusive"}
+_PublishAck = pb.PublishAck
+
+
+def _message_ack(sequence: int, producer_id: int, first: int, last: int) -> pb.PublishAck:
+    return _PublishAck(
+        sequence=sequence, producer_id=producer_id, first_offset=first, last_offset=last, count=last - first + 1
+    )
+
+
+class PublishLane:
+    """A base class of :class:`~danube.server.batch_lane.BatchLaneService`, which holds the state."""
+
+    if TYPE_CHECKING:
+        _broker: BrokerService
+        _schema: SchemaGate | None
+        _publish_nowait: Callable[[int, bytearray], asyncio.Future | None] | None
+        _repartition: RepartitionRuntime | None
+
+    async def _create_producer(self, spec: pb.ProducerSpec) -> int:
+        if spec.access_mode not in _ACCESS_MODES:
+            raise InvalidArgumentError(f"unknown producer access mode {spec.access_mode}")
+        if not spec.producer_name:
+            raise InvalidArgumentError("producer_name must not be empty")
+        if spec.schema_subject and self._schema is not None:  # as Danube's CreateProducer with schema_ref
+            await self._schema.on_create_producer(spec.topic, spec.schema_subject)
+        return await self._broker.create_producer(
+            spec.topic,
+            spec.producer_name,
+            access_mode=_ACCESS_MODES[spec.access_mode],
+            reliable=spec.reliable,
+        )
+
+    async def CreateProducer(self, request, context):
+        try:
+            producer_id = await self._create_producer(request)
+        except DanubeError as exc:
+            await status_map.abort(context, exc)
+        return pb.CreateProducerResponse(producer_id=producer_id)
+
+    async def _publish_one(self, request: pb.PublishRequest, created: dict) -> pb.PublishAck:
+        ack = pb.PublishAck(sequence=request.sequence)
+        try:
+            which = request.WhichOneof("producer")
+            if which == "create":
+                spec = request.create
+                key = (spec.topic, spec.producer_name, spec.access_mode, spec.reliable)
+                producer_id = created.get(key)
+                if producer_id is None:
+                    producer_id = created[key] = await self._create_producer(spec)
+            elif which == "producer_id":
+                producer_id = request.producer_id
+            else:
+                raise InvalidArgumentError("publish request names no producer (producer_id or create)")
+            ack.producer_id = producer_id
+            buf = validate_frames(request.frames)
+            if self._schema is not None and self._schema.active:
+                await self._check_schema(producer_id, request, buf)
+            version = request.partitioning_version if request.HasField("partitioning_version") else None
+            if version is not None and self._repartition is not None:  # docs/repartition.md: the fence
+                first, last = await self._publish_fenced(producer_id, buf, version)
+            else:
+                first, last = await self._broker.publish(producer_id, buf, partitioning_version=version)
+            ack.first_offset = first
+            ack.last_offset = last
+            ack.count = last - first + 1
+        except DanubeError as exc:
+            ack.status.CopyFrom(batch_status(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug fails this batch, not the stream
+            log.exception("publish of batch %d failed", request.sequence)
+            ack.status.CopyFrom(batch_status(exc))
+        return ack
+
+    async def _producer_topic(self, producer_id: int) -> str | None:
+        """The producer's topic; a producer not loaded yet (broker restart) is loaded to learn it."""
+        topic = self._broker.producer_topic(producer_id)
+        if topic is None:
+            await self._broker.producer(producer_id)
+            topic = self._broker.producer_topic(producer_id)
+        return topic
+
+    async def _publish_fenced(self, producer_id: int, buf: bytearray, version: int) -> tuple[int, int]:
+        """A batch routed under partitioning ``version``: refused (StaleRoutingError, nothing stored)
+        when its partition's version is newer; one dict lookup per batch otherwise."""
+        name = await self._producer_topic(producer_id)
+        repartition = cast("RepartitionRuntime", self._repartition)  # Publish calls this only with one
+        epoch = await repartition.admit(name, version) if name is not None else None
+        if epoch is None:
+            return await self._broker.publish(producer_id, buf, partitioning_version=version)
+        try:
+            first, last = await self._broker.publish(producer_id, buf, partitioning_version=version)
+            repartition.fence.stored(cast(str, name), epoch, first)  # an epoch is admitted for a name
+            return first, last
+        finally:
+            epoch.done()
+
+    async def _check_schema(self, producer_id: int, request: pb.PublishRequest, buf: bytearray) -> None:
+        """The topic's schema policy for one batch (docs/schema-registry.md): ids once per batch,
+        payloads one by one only when the topic validates payloads."""
+        topic = await self._producer_topic(producer_id)
+        if topic is not None:
+            cast("SchemaGate", self._schema).check_batch(  # Publish calls this only with an active gate
+                topic,
+                request.schema_id if request.HasField("schema_id") else None,
+                request.schema_version if request.HasField("schema_version") else None,
+                buf,
+            )
+
+    def _publish_now(self, request: pb.PublishRequest) -> pb.PublishAck | asyncio.Future | None:
+        """The per-call path: a batch naming a loaded producer, with no schema check and no
+        partitioning version, is validated and appended in the reader's turn; returns the future
+        of its durability, or its ack when it was refused (nothing stored).  None when the batch
+        needs the general path (``_publish_one`` in a task)."""
+        publish_nowait = self._publish_nowait
+        if (
+            publish_nowait is None
+            or request.WhichOneof("producer") != "producer_id"
+            or request.HasField("partitioning_version")
+            or (self._schema is not None and self._schema.active)
+        ):
+            return None
+        try:
+            return publish_nowait(request.producer_id, validate_frames(request.frames))
+        except Exception as exc:  # noqa: BLE001 - refused (or a bug): this batch, not the stream
+            if not isinstance(exc, DanubeError):
+                log.exception("publish of batch %d failed", request.sequence)
+            return refused_ack(request.sequence, request.producer_id, exc)
+
+    async def Publish(self, request_iterator, context) -> AsyncIterator[pb.PublishAck]:
+        """Reads batches and stores several at once; each ack goes out when its batch is durable.
+
+        Batches are handed to the broker in arrival order: on the per-call path each is
+        appended as it is read; a batch that needs a task (a producer to create or load, a
+        schema or partitioning check) is read only after the tasks before it, which start in
+        the order they were created, and the per-call path waits while such tasks are pending.
+        On the native server an ack of the per-call path is written by the callback that
+        learns its batch is durable (``write_nowait``) while this handler is not writing.
+        """
+        loop = asyncio.get_running_loop()
+        answers: deque = deque()  # acks for this handler to send, in order, then ``reading_done``
+        reading_done = object()
+        created: dict = {}
+        tasks: set[asyncio.Task] = set()
+        make_ack = encoded_ack if getattr(context, "sends_encoded", False) else _message_ack
+        write_nowait = getattr(context, "write_nowait", None)
+        publish_now = self._publish_now
+        in_flight = 0  # batches read and not answered yet
+        room: asyncio.Future | None = None  # the reader's, while it waits for in_flight to drop
+        idle: asyncio.Future | None = None  # this handler's, while it waits for an answer (not writing)
+
+        def queue(ack) -> None:
+            answers.append(ack)
+            if idle is not None and not idle.done():
+                idle.set_result(None)
+
+        def settle() -> None:
+            nonlocal in_flight
+            in_flight -= 1
+            if room is not None and not room.done():
+                room.set_result(None)
+
+        def answered(sequence: int, producer_id: int, fut: asyncio.Future) -> None:
+            try:
+                if fut.cancelled():
+                    return  # the broker is stopping: as a cancelled store, no ack
+                exc = fut.exception()
+                if exc is None:
+                    first, last = fut.result()
+                    ack = make_ack(sequence, producer_id, first, last)
+                else:
+                    if not isinstance(exc, DanubeError):
+                        log.error("publish of batch %d failed", sequence, exc_info=exc)
+                    ack = refused_ack(sequence, producer_id, exc)
+                # written now while the handler waits with nothing queued before it; else in turn
+                if idle is None or answers or write_nowait is None or not write_nowait(ack):
+                    queue(ack)
+            finally:
+                settle()
+
+        async def store(request):
+            try:
+                queue(await self._publish_one(request, created))
+            finally:
+                settle()
+
+        async def at_most(limit: int) -> None:
+            nonlocal room
+            while in_flight > limit:
+                room = loop.create_future()
+                try:
+                    await room
+                finally:
+                    room = None
+
+        async def read_requests():
+            nonlocal in_flight
+            try:
+                async for request in request_iterator:
+                    if in_flight >= MAX_STREAM_IN_FLIGHT:
+                        await at_most(MAX_STREAM_IN_FLIGHT - 1)
+                    in_flight += 1
+                    now = None if tasks else publish_now(request)
+                    if now is None:
+                        task = asyncio.ensure_future(store(request))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+                    elif type(now) is _PublishAck:
+                        queue(now)
+                        settle()
+                    else:
+                        now.add_done_callback(functools.partial(answered, request.sequence, request.producer_id))
+                await at_most(0)
+            finally:
+                queue(reading_done)
+
+        reader = asyncio.ensure_future(read_requests())
+        try:
+            while True:
+                while not answers:
+                    idle = loop.create_future()
+                    try:
+                        await idle
+                    finally:
+                        idle = None
+                item = answers.popleft()
+                if item is reading_done:
+                    break
+                yield item
+            await reader  # surfaces a broken request stream
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()

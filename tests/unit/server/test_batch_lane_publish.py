@@ -1,0 +1,194 @@
+"""The batch lane's Publish handler over a real BrokerService (local WAL, sqlite metadata) with a
+stand-in for the native server's call: request messages fed as the connection reads them,
+answers written from callbacks (``write_nowait``) or yielded by the handler."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+
+import grpc
+import pytest
+
+from danube import message_codec
+from danube.broker import BrokerService, DispatchSettings
+from danube.metadata.embedded import EmbeddedMetadataStore
+from danube.proto.danube_batch import batch_pb2 as pb
+from danube.server import batch_lane
+from danube.server.batch_lane_wire import encoded_ack
+from danube.server.h2grpc.wire import Encoded
+from danube.storage.config import StorageConfig
+from danube.storage.factory import StorageFactory
+from tests.support.waiting import async_wait_until
+
+pytestmark = pytest.mark.timeout(60)
+T = "/default/lane-publish"
+
+
+class FakeCall:
+    """What the Publish handler uses of ``h2grpc.ServerCall``: ``read`` (as its request
+    iterator), ``write_nowait`` and ``sends_encoded``; ``feed`` is the connection's read."""
+
+    sends_encoded = True
+
+    def __init__(self, *, writable: bool = True) -> None:
+        self.messages: collections.deque = collections.deque()
+        self.waiter: asyncio.Future | None = None
+        self.ended = False
+        self.writable = writable
+        self.written: list = []  # by write_nowait, then by the handler's yields (in send order)
+        self.read_count = 0
+
+    def feed(self, request: pb.PublishRequest) -> None:
+        self.messages.append(request)
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    def end(self) -> None:
+        self.ended = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        while not self.messages:
+            if self.ended:
+                raise StopAsyncIteration
+            self.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        self.read_count += 1
+        return self.messages.popleft()
+
+    def write_nowait(self, message) -> bool:
+        if self.writable:
+            self.written.append(message)
+        return self.writable
+
+
+def decoded(message) -> pb.PublishAck:
+    if type(message) is Encoded:
+        return pb.PublishAck.FromString(message.tobytes())
+    return message
+
+
+@pytest.fixture(params=["never", "always"])
+async def broker(request, tmp_path):
+    metadata = EmbeddedMetadataStore(str(tmp_path / "metadata.db"))
+    config = StorageConfig.from_dict({"wal": {"sync": request.param}}, data_dir=str(tmp_path))
+    b = BrokerService(
+        metadata,
+        StorageFactory(config, metadata, broker_id="test"),
+        dispatch=DispatchSettings(cursor_flush_interval_ms=50),
+    )
+    await b.start()
+    yield b
+    with contextlib.suppress(Exception):
+        await b.stop()
+        await metadata.close()
+
+
+def frames(n: int, producer_id: int = 0) -> bytes:
+    return message_codec.encode_payloads([b"m%d" % i for i in range(n)], publish_time=1, producer_id=producer_id)
+
+
+async def run_stream(service, call: FakeCall) -> asyncio.Task:
+    async def drive():
+        async for answer in service.Publish(call, call):
+            call.written.append(answer)
+
+    return asyncio.ensure_future(drive())
+
+
+async def test_acks_follow_the_batches_in_order_with_their_offsets(broker):
+    service = batch_lane.BatchLaneService(broker)
+    pid = await broker.create_producer(T, "p", reliable=True)
+    call = FakeCall()
+    task = await run_stream(service, call)
+    for seq in range(1, 21):
+        call.feed(pb.PublishRequest(sequence=seq, producer_id=pid, frames=frames(2)))
+        if seq % 7 == 0:
+            await asyncio.sleep(0)  # some batches read one by one, some several per turn
+    await async_wait_until(lambda: len(call.written) == 20, what="20 acks")
+    call.end()
+    await asyncio.wait_for(task, 10)
+    acks = [decoded(a) for a in call.written]
+    assert [a.sequence for a in acks] == list(range(1, 21))
+    assert [(a.first_offset, a.last_offset, a.count) for a in acks] == [(2 * i, 2 * i + 1, 2) for i in range(20)]
+    assert all(a.producer_id == pid and not a.HasField("status") for a in acks)
+    assert broker.topics[T].readable_next == 40
+
+
+async def test_a_refused_batch_is_answered_with_its_status_and_the_stream_goes_on(broker):
+    service = batch_lane.BatchLaneService(broker)
+    pid = await broker.create_producer(T, "p", reliable=True)
+    other = await broker.create_producer("/default/other", "q", reliable=True)
+    call = FakeCall()
+    task = await run_stream(service, call)
+    call.feed(pb.PublishRequest(sequence=1, producer_id=pid, frames=frames(1, producer_id=other)))  # not its id
+    call.feed(pb.PublishRequest(sequence=2, producer_id=pid, frames=b""))
+    call.feed(pb.PublishRequest(sequence=3, producer_id=pid, frames=frames(3)))
+    call.end()
+    await asyncio.wait_for(task, 10)
+    acks = {a.sequence: a for a in map(decoded, call.written)}
+    assert sorted(acks) == [1, 2, 3]
+    assert acks[1].status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "frame 0" in acks[1].status.message and acks[1].producer_id == pid
+    assert acks[2].status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "empty batch" in acks[2].status.message
+    assert not acks[3].HasField("status") and (acks[3].first_offset, acks[3].last_offset) == (0, 2)
+
+
+async def test_acks_wait_in_the_handler_when_the_stream_cannot_take_them_now(broker):
+    service = batch_lane.BatchLaneService(broker)
+    pid = await broker.create_producer(T, "p", reliable=True)
+    call = FakeCall(writable=False)  # write_nowait refuses: every ack is yielded by the handler
+    task = await run_stream(service, call)
+    for seq in range(1, 6):
+        call.feed(pb.PublishRequest(sequence=seq, producer_id=pid, frames=frames(1)))
+    call.end()
+    await asyncio.wait_for(task, 10)
+    assert [decoded(a).sequence for a in call.written] == [1, 2, 3, 4, 5]
+
+
+async def test_the_reader_stops_at_the_in_flight_limit_until_batches_are_answered(broker):
+    service = batch_lane.BatchLaneService(broker)
+    pid = await broker.create_producer(T, "p", reliable=True)
+    storage = broker.topics[T].storage
+    gate = asyncio.Event()
+    real_wait = storage.wait_durable
+
+    async def held(offset):
+        await gate.wait()
+        await real_wait(offset)
+
+    storage.durable_now = lambda offset: False  # every commit waits for the gate
+    storage.wait_durable = held
+    call = FakeCall()
+    task = await run_stream(service, call)
+    limit = batch_lane.MAX_STREAM_IN_FLIGHT
+    for seq in range(1, limit + 11):
+        call.feed(pb.PublishRequest(sequence=seq, producer_id=pid, frames=frames(1)))
+    # one batch past the limit is read and held; the rest waits in the stream (backpressure)
+    await async_wait_until(lambda: call.read_count == limit + 1, what="the reader to reach the limit")
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert call.read_count == limit + 1 and call.written == []
+    assert storage.next_offset == limit
+    gate.set()
+    call.end()
+    await asyncio.wait_for(task, 10)
+    assert [decoded(a).sequence for a in call.written] == list(range(1, limit + 11))
+
+
+def test_the_encoded_ack_is_what_protobuf_serializes():
+    for sequence, producer_id, first, last in [(0, 0, 0, 0), (1, 7, 0, 1), (2**40, 2**63 - 1, 10**9, 10**9 + 999)]:
+        ack = encoded_ack(sequence, producer_id, first, last)
+        assert pb.PublishAck.FromString(ack.tobytes()) == pb.PublishAck(
+            sequence=sequence, producer_id=producer_id, first_offset=first, last_offset=last, count=last - first + 1
+        )

@@ -109,8 +109,8 @@ class BenchResult:
     consumer_core_max: float | None = None  # the busiest consumer process while producing, in cores
     machine_busy_pct: float | None = None  # all the machine's CPUs while producing (100 = every core busy)
     offered_rate: float = 0.0  # --rate (0: as fast as possible)
-    sent_rate: float = 0.0  # messages handed to send_batch / s
-    limited_by: str | None = None  # "client", "broker" or None (see bench_cpu.verdict)
+    sent_rate: float = 0.0  # messages handed to send_batch / s while making calls (until --duration ends)
+    limited_by: str | None = None  # "client", "broker", "machine" or None (see bench_cpu.verdict)
     limit: str = ""  # the verdict in one sentence
     errors: list = field(default_factory=list)
 

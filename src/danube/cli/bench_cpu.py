@@ -133,26 +133,39 @@ def verdict(
     machine_busy: float | None,
     client_cores: float,
     broker_cores: float | None,
+    cores: int | None = None,
 ) -> tuple[str | None, str]:
-    """(what limited the run, one plain sentence): "client" when the bench's own processes were the
-    bottleneck, "broker" when the load was not offered or delivered without the client being busy,
-    None when the run did what it was asked (or, as fast as possible, nothing was CPU-bound)."""
-    cores = f"the bench client used {client_cores:.2f} cores" + (
-        f" beside the broker's {broker_cores:.2f}" if broker_cores is not None else ""
+    """(what limited the run, one plain sentence).  "client": a bench process was CPU-bound, or the
+    machine's CPUs were saturated with the bench client using at least as much of them as every other
+    process (the broker aside); "machine": saturated by other processes; "broker": the load was not
+    offered or delivered with neither; None: the run did what it was asked (as fast as possible: no
+    process was CPU-bound).  ``cores`` is the machine's CPU count (``os.cpu_count()`` when None)."""
+    cores = cores or os.cpu_count() or 1
+    used = f"the bench client used {client_cores:.2f} cores" + (
+        f", the broker {broker_cores:.2f}" if broker_cores is not None else ""
     )
-    saturated = machine_busy is not None and machine_busy >= MACHINE_SATURATED_PCT
-    busy = f"the machine's CPUs were {machine_busy:.0f}% busy" if machine_busy is not None else ""
+    saturated = ""
+    if machine_busy is not None and machine_busy >= MACHINE_SATURATED_PCT:
+        others = machine_busy / 100 * cores - client_cores - (broker_cores or 0.0)
+        busy = (
+            f"the machine's {cores} CPUs were {machine_busy:.0f}% busy ({used}, other processes {max(0.0, others):.2f})"
+        )
+        saturated = "client" if client_cores >= others else "machine"
+
+    def blame_saturation(short: str) -> tuple[str, str]:
+        if saturated == "client":
+            return "client", f"the client was a limit: {short} while {busy}; these are not the broker's limits"
+        return "machine", f"the machine was the limit: {short} while {busy}; measure again on a quieter machine"
+
     if offered_rate > 0 and sent_rate < SHORT_OF_OFFERED * offered_rate:
-        short = f"the bench sent {sent_rate:,.0f} of the {offered_rate:,.0f} msg/s offered"
+        short = f"the bench made calls for {sent_rate:,.0f} of the {offered_rate:,.0f} msg/s offered"
         if producer_core >= CLIENT_BOUND_CORE:
             return "client", (
                 f"the client was the limit: {short} while its busiest producer process used "
-                f"{producer_core:.0%} of a core ({cores}); try --client-processes"
+                f"{producer_core:.0%} of a core ({used}); try --client-processes"
             )
         if saturated:
-            return "client", (
-                f"the client was a limit: {short} while {busy} and {cores}; these figures are not the broker's limit"
-            )
+            return blame_saturation(short)
         return "broker", (
             f"{short} without being CPU-bound (busiest producer process at {producer_core:.0%} of a core): "
             "the producers waited for the broker's acks (their in-flight window was full)"
@@ -164,8 +177,11 @@ def verdict(
                 f"the client was the limit: {short} while the busiest consumer process used {consumer_core:.0%} of a core"
             )
         if saturated:
-            return "client", f"the client was a limit: {short} while {busy} and {cores}"
-        return "broker", f"{short}; the consumer processes were not CPU-bound ({consumer_core:.0%} of a core at most)"
+            return blame_saturation(short)
+        return "broker", (
+            f"the broker was the limit: {short}, with every call made on time and no bench process "
+            f"CPU-bound (busiest consumer process at {consumer_core:.0%} of a core)"
+        )
     if offered_rate <= 0 and max(producer_core, consumer_core) >= CLIENT_BOUND_CORE:
         which = "producer" if producer_core >= consumer_core else "consumer"
         return "client", (

@@ -44,16 +44,18 @@ class PartResult:
     calls: int = 0
     delivered: int = 0
     start: float = 0.0  # perf_counter when producing started
-    produced_end: float = 0.0  # ... and ended (every call answered)
+    sent_end: float = 0.0  # ... when the last call was made
+    produced_end: float = 0.0  # ... when every call was answered
     last: float = 0.0  # ... of the last delivery
     ack_latencies: array = field(default_factory=lambda: array("d"))  # seconds, one per call
     deliver_latencies: array = field(default_factory=lambda: array("d"))  # seconds, one per message
     errors: list = field(default_factory=list)
     producer_cpu_s: float = 0.0  # this process, producing until the last delivery
     consumer_cpu_s: float = 0.0  # its consumer process, same window
-    producer_core: float = 0.0  # this process while producing, in cores
-    consumer_core: float = 0.0  # its consumer process while producing, in cores
-    machine_busy_pct: float | None = None  # the machine's CPUs while producing
+    # while making calls (until the deadline; the wait for the last acks is not counted):
+    producer_core: float = 0.0  # this process, in cores
+    consumer_core: float = 0.0  # its consumer process, in cores
+    machine_busy_pct: float | None = None  # the machine's CPUs
 
 
 def messages_per_call(config: BenchConfig) -> int:
@@ -120,10 +122,12 @@ async def run_part(config: BenchConfig, topic: str, sub_type: str, gate: Gate, p
             start = perf()
             if progress is not None:
                 progress_task = asyncio.ensure_future(progress(lambda: pacer.acked, delivered, producing_done))
-            await pacer.run(start, start + config.duration)
+            await pacer.produce(start, start + config.duration)
+            part.sent_end = perf()
+            mark1 = bench_cpu.mark(config.broker_pid)
+            await pacer.settle()
             producing_done.set()
             part.produced_end = perf()
-            mark1 = bench_cpu.mark(config.broker_pid)
             if child:
                 answer = await child.finish(pacer.acked, config.drain_timeout)
                 if "error" in answer:
@@ -139,7 +143,7 @@ async def run_part(config: BenchConfig, topic: str, sub_type: str, gate: Gate, p
             for task in consumer_tasks:
                 task.cancel()
             await asyncio.gather(*consumer_tasks, *([progress_task] if progress_task else []), return_exceptions=True)
-        producing = bench_cpu.span(mark0, mark1, part.produced_end - start)
+        producing = bench_cpu.span(mark0, mark1, part.sent_end - start)
         whole = bench_cpu.span(mark0, mark2, perf() - start)
         part.start, part.last = start, seen["last"]
         part.sent, part.acked, part.calls, part.delivered = pacer.sent, pacer.acked, pacer.calls, seen["delivered"]
@@ -169,6 +173,7 @@ def merge(parts: list[PartResult], config: BenchConfig, result: BenchResult, coo
     calls, delivered = sum(p.calls for p in parts), sum(p.delivered for p in parts)
     start = min(p.start for p in parts)
     produced_s = max(max(p.produced_end for p in parts) - start, 1e-9)
+    sending_s = max(max(p.sent_end for p in parts) - start, 1e-9)
     e2e_s = max(max(p.last for p in parts) - start, 1e-9)
     for p in parts:
         result.errors.extend(p.errors)
@@ -179,7 +184,7 @@ def merge(parts: list[PartResult], config: BenchConfig, result: BenchResult, coo
     result.sent, result.acked, result.delivered = sent, acked, delivered
     result.elapsed_s = round(produced_s, 3)
     result.publish_rate = round(acked / produced_s, 1)
-    result.sent_rate = round(sent / produced_s, 1)
+    result.sent_rate = round(sent / sending_s, 1)
     result.publish_mb_s = round(acked * config.message_size / produced_s / 1e6, 2)
     result.end_to_end_rate = round(delivered / e2e_s, 1)
     result.calls, result.calls_per_s = calls, round(calls / produced_s, 1)

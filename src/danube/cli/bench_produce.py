@@ -89,16 +89,24 @@ class Pacer:
         self.sent += self.per_call
         self.calls += 1
 
-    async def run(self, start: float, deadline: float) -> None:
+    async def produce(self, start: float, deadline: float) -> None:
+        """Makes the calls until ``deadline``."""
         if self.rate_per_producer > 0:
             await self._paced(start, deadline)
         else:
             await self._flat_out(deadline)
+
+    async def settle(self) -> None:
+        """Seals the producers' open batches and waits until every call is answered."""
         await asyncio.gather(*(lane.producer.flush() for lane in self.lanes if not lane.failed))
         self.wake = asyncio.Event()
         while self.in_flight > 0:
             self.wake.clear()
             await self.wake.wait()
+
+    async def run(self, start: float, deadline: float) -> None:
+        await self.produce(start, deadline)
+        await self.settle()
 
     async def _paced(self, start: float, deadline: float) -> None:
         lanes = self.lanes

@@ -123,10 +123,12 @@ def summary(r: dict, offered: float) -> dict:
         "client_procs": r.get("client_processes"),
         "client_us_msg": r.get("client_cpu_us_per_msg"),
         "client_us_call": r.get("client_cpu_us_per_call"),
+        "client_cores": r.get("client_cores"),
         "producer_core": r.get("producer_core_max"),
         "consumer_core": r.get("consumer_core_max"),
         "machine_busy_pct": r.get("machine_busy_pct"),
         "limited_by": r.get("limited_by"),
+        "setup_s": r.get("setup_s"),
         "errors": (r.get("errors") or [])[:2],
     }
 

@@ -55,6 +55,8 @@ def test_two_producer_processes_merge_into_one_result_with_client_cpu():
     assert report["client_cpu_us_per_msg"] == pytest.approx(report["client_cpu_s"] * 1e6 / report["acked"], rel=0.01)
     assert report["broker_cpu_s"] > 0 and report["broker_cpu_us_per_msg"] > 0
     assert 0 < report["producer_core_max"] < 1.5 and 0 < report["consumer_core_max"] < 1.5
+    assert report["client_cores"] >= report["producer_core_max"]
+    assert report["setup_s"] > 0
     assert report["limited_by"] in (None, "client", "broker", "machine")
     assert bool(report["limit"]) == (report["limited_by"] is not None)
 

@@ -127,12 +127,14 @@ async def run_bench(config: BenchConfig) -> BenchResult:
     result.messages_per_call = messages_per_call(config)
     result.offered_rate = config.rate
     window = Window(config.broker_pid)
+    began = time.monotonic()
     if config.client_processes > 1:
         await run_split(config, topic, sub_type, result, window)
     else:
         part = await run_part(config, topic, sub_type, _LocalGate(window), _progress(config))
         merge([part], config, result)
     result.machine = window.machine
+    result.setup_s = round(window.opened_at - began, 2) if window.opened_at else 0.0
     if window.broker_cpu_s is not None:
         # from the start of producing until the last delivery: the broker's whole cost of the run
         result.broker_cpu_s = round(window.broker_cpu_s, 3)
@@ -148,7 +150,7 @@ async def run_bench(config: BenchConfig) -> BenchResult:
             producer_core=result.producer_core_max or 0.0,
             consumer_core=result.consumer_core_max or 0.0,
             machine_busy=result.machine_busy_pct,
-            client_cores=result.client_cpu_s / wall,
+            client_cores=result.client_cores or 0.0,
             broker_cores=None if result.broker_cpu_s is None else result.broker_cpu_s / wall,
         )
     return result
@@ -185,7 +187,10 @@ def format_result(result: BenchResult) -> str:
                 f"{name:<17} p50 {lat['p50']} ms  p90 {lat['p90']} ms  p99 {lat['p99']} ms  "
                 f"p99.9 {lat['p999']} ms  max {lat['max']} ms"
             )
-    lines.append(f"calls        {result.calls_per_s:>14,.0f} send_batch/s ({result.messages_per_call} msg each)")
+    lines.append(
+        f"calls        {result.calls_per_s:>14,.0f} send_batch/s ({result.messages_per_call} msg each), "
+        f"after {result.setup_s} s of setup"
+    )
     if result.broker_cpu_s is not None:
         lines.append(
             f"broker CPU   {result.broker_cpu_s:.2f} s: {result.broker_cpu_us_per_msg} us/msg, "
@@ -195,9 +200,9 @@ def format_result(result: BenchResult) -> str:
         lines.append(
             f"client CPU   {result.client_cpu_s:.2f} s: {result.client_cpu_us_per_msg} us/msg, "
             f"{result.client_cpu_us_per_call} us/call ({result.client_processes} producer process(es) "
-            f"{result.producer_cpu_s:.2f} s, consumer process(es) {result.consumer_cpu_s:.2f} s); while producing "
-            f"the busiest producer process used {result.producer_core_max:.0%} of a core, the busiest consumer "
-            f"process {result.consumer_core_max:.0%}"
+            f"{result.producer_cpu_s:.2f} s, consumer process(es) {result.consumer_cpu_s:.2f} s); while making "
+            f"calls the client used {result.client_cores:.2f} cores, its busiest producer process "
+            f"{result.producer_core_max:.0%} of a core, its busiest consumer process {result.consumer_core_max:.0%}"
             + (f", the machine's CPUs were {result.machine_busy_pct:.0f}% busy" if result.machine_busy_pct else "")
         )
     if result.offered_rate > 0:

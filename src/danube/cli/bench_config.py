@@ -105,10 +105,12 @@ class BenchResult:
     consumer_cpu_s: float | None = None
     client_cpu_us_per_msg: float | None = None  # ... per acked message
     client_cpu_us_per_call: float | None = None  # ... per send_batch call
+    client_cores: float | None = None  # every bench process together while making calls, in cores
     producer_core_max: float | None = None  # the busiest producer process while producing, in cores
     consumer_core_max: float | None = None  # the busiest consumer process while producing, in cores
     machine_busy_pct: float | None = None  # all the machine's CPUs while producing (100 = every core busy)
     offered_rate: float = 0.0  # --rate (0: as fast as possible)
+    setup_s: float = 0.0  # connecting, subscribing and creating producers, before the measured window
     sent_rate: float = 0.0  # messages handed to send_batch / s while making calls (until --duration ends)
     limited_by: str | None = None  # "client", "broker", "machine" or None (see bench_cpu.verdict)
     limit: str = ""  # the verdict in one sentence

@@ -54,6 +54,7 @@ class PartResult:
     consumer_cpu_s: float = 0.0  # its consumer process, same window
     # while making calls (until the deadline; the wait for the last acks is not counted):
     producer_core: float = 0.0  # this process, in cores
+    sending_cpu_s: float = 0.0  # this process and its consumer process
     consumer_core: float = 0.0  # its consumer process, in cores
     machine_busy_pct: float | None = None  # the machine's CPUs
 
@@ -92,7 +93,7 @@ async def run_part(config: BenchConfig, topic: str, sub_type: str, gate: Gate, p
     ]
     rate = config.rate / config.producers if config.rate > 0 else 0.0
     pacer = Pacer(producers, per_call, config.message_size, in_flight * 2, rate)
-    seen = {"delivered": 0, "last": 0.0}
+    seen: dict = {"delivered": 0, "last": 0.0}
     deliver_lat: list = []
     producing_done = asyncio.Event()
 
@@ -100,7 +101,7 @@ async def run_part(config: BenchConfig, topic: str, sub_type: str, gate: Gate, p
         return producing_done.is_set() and seen["delivered"] >= pacer.acked
 
     def delivered() -> int:
-        return child.delivered.value if child else seen["delivered"]
+        return child.delivered.value if child else int(seen["delivered"])
 
     consumer_tasks: list = []
     progress_task = None
@@ -145,12 +146,13 @@ async def run_part(config: BenchConfig, topic: str, sub_type: str, gate: Gate, p
             await asyncio.gather(*consumer_tasks, *([progress_task] if progress_task else []), return_exceptions=True)
         producing = bench_cpu.span(mark0, mark1, part.sent_end - start)
         whole = bench_cpu.span(mark0, mark2, perf() - start)
-        part.start, part.last = start, seen["last"]
-        part.sent, part.acked, part.calls, part.delivered = pacer.sent, pacer.acked, pacer.calls, seen["delivered"]
+        part.start, part.last = start, float(seen["last"])
+        part.sent, part.acked, part.calls, part.delivered = pacer.sent, pacer.acked, pacer.calls, int(seen["delivered"])
         part.ack_latencies = pacer.ack_latencies
         part.errors.extend(pacer.errors)
         part.producer_cpu_s, part.consumer_cpu_s = whole.own_s, whole.children_s
         part.producer_core, part.consumer_core = producing.own_core, producing.children_core_max
+        part.sending_cpu_s = producing.own_s + producing.children_s
         part.machine_busy_pct = bench_cpu.machine_busy_pct(mark0, mark1)
     finally:
         for p in producers:
@@ -199,6 +201,7 @@ def merge(parts: list[PartResult], config: BenchConfig, result: BenchResult, coo
     result.client_cpu_us_per_call = round(client * 1e6 / max(1, calls), 2)
     result.producer_core_max = round(max(p.producer_core for p in parts), 3)
     result.consumer_core_max = round(max(p.consumer_core for p in parts), 3)
+    result.client_cores = round(sum(p.sending_cpu_s for p in parts) / sending_s, 3)
     busy = [p.machine_busy_pct for p in parts if p.machine_busy_pct is not None]
     result.machine_busy_pct = max(busy) if busy else None
 

@@ -36,9 +36,10 @@ class Window:
         self.broker_cpu_s: float | None = None
         self.own_cpu_s = 0.0
         self.wall_s = 0.0
+        self.opened_at = 0.0  # time.monotonic() when the window opened
 
     def open(self) -> None:
-        self._t0 = time.monotonic()
+        self._t0 = self.opened_at = time.monotonic()
         self._broker0 = cpu_seconds(self.broker_pid)
         self._own0 = cpu_seconds(os.getpid())
         self._load0, self._counters0 = _machine.load_average(), _machine.read_counters()

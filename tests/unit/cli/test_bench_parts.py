@@ -101,6 +101,7 @@ def test_merge_adds_client_cpu_and_keeps_the_busiest_process():
         _part(acked=1000, calls=500, producer_cpu_s=0.8, consumer_cpu_s=0.7, producer_core=0.40, consumer_core=0.3),
     ]
     parts[0].machine_busy_pct, parts[1].machine_busy_pct = 97.0, 99.0
+    parts[0].sending_cpu_s, parts[1].sending_cpu_s = 1.2, 0.8  # both sent for 2 s (100.0 to 102.0)
     result = BenchResult(config={})
     merge(parts, BenchConfig(), result, coordinator_cpu_s=0.1)
     assert result.client_processes == 2
@@ -110,6 +111,7 @@ def test_merge_adds_client_cpu_and_keeps_the_busiest_process():
     assert result.client_cpu_us_per_call == pytest.approx(3.1e6 / 1000)
     assert result.producer_core_max == pytest.approx(0.95) and result.consumer_core_max == pytest.approx(0.3)
     assert result.machine_busy_pct == 99.0
+    assert result.client_cores == pytest.approx(1.0)
 
 
 def test_more_processes_than_topics_is_refused_with_a_sentence():

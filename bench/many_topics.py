@@ -119,6 +119,7 @@ def summary(r: dict, offered: float) -> dict:
         "cpu_us_call": r.get("broker_cpu_us_per_call"),
         "calls_s": r.get("calls_per_s"),
         "threads": r.get("broker_threads"),
+        "broker_cores": r.get("broker_cores"),
         "sent_of_offered": round((r.get("sent_rate") or 0) / offered, 3),
         "client_procs": r.get("client_processes"),
         "client_us_msg": r.get("client_cpu_us_per_msg"),

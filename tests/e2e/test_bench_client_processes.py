@@ -57,6 +57,7 @@ def test_two_producer_processes_merge_into_one_result_with_client_cpu():
     per_msg = report["client_cpu_s"] * 1e6 / report["acked"]
     assert report["client_cpu_us_per_msg"] == pytest.approx(per_msg, rel=0.01), summary
     assert report["broker_cpu_s"] > 0 and report["broker_cpu_us_per_msg"] > 0, summary
+    assert 0 < report["broker_cores"] < 2.5, summary  # while calls were made
     assert 0 < report["producer_core_max"] < 1.5 and 0 < report["consumer_core_max"] < 1.5, summary
     assert report["client_cores"] >= report["producer_core_max"], summary
     assert report["setup_s"] > 0, summary

@@ -81,6 +81,9 @@ class _LocalGate:
         self._window.open()
         return time.perf_counter()
 
+    def sent(self) -> None:
+        self._window.sent()
+
     def drained(self) -> None:
         self._window.close()
 
@@ -141,8 +144,9 @@ async def run_bench(config: BenchConfig) -> BenchResult:
         result.broker_cpu_us_per_msg = round(window.broker_cpu_s * 1e6 / max(1, result.acked), 2)
         result.broker_cpu_us_per_call = round(window.broker_cpu_s * 1e6 / max(1, result.calls), 2)
         result.broker_threads = thread_count(config.broker_pid)
+        if window.broker_sending_cores is not None:
+            result.broker_cores = round(window.broker_sending_cores, 3)
     if result.client_cpu_s is not None and result.acked:
-        wall = max(window.wall_s, 1e-9)
         result.limited_by, result.limit = verdict(
             offered_rate=config.rate,
             sent_rate=result.sent_rate,
@@ -151,7 +155,7 @@ async def run_bench(config: BenchConfig) -> BenchResult:
             consumer_core=result.consumer_core_max or 0.0,
             machine_busy=result.machine_busy_pct,
             client_cores=result.client_cores or 0.0,
-            broker_cores=None if result.broker_cpu_s is None else result.broker_cpu_s / wall,
+            broker_cores=window.broker_sending_cores,
         )
     return result
 
@@ -195,6 +199,7 @@ def format_result(result: BenchResult) -> str:
         lines.append(
             f"broker CPU   {result.broker_cpu_s:.2f} s: {result.broker_cpu_us_per_msg} us/msg, "
             f"{result.broker_cpu_us_per_call} us/call, {result.broker_threads} threads"
+            + (f"; {result.broker_cores:.2f} cores while calls were made" if result.broker_cores is not None else "")
         )
     if result.client_cpu_s is not None:
         lines.append(

@@ -98,6 +98,7 @@ class BenchResult:
     broker_cpu_us_per_msg: float | None = None  # ... per acked message
     broker_cpu_us_per_call: float | None = None  # ... per send_batch call
     broker_threads: int | None = None  # the broker's threads at the end of the run
+    broker_cores: float | None = None  # the broker's CPU while calls were made, in cores
     client_processes: int = 1  # producer processes (each with its own consumer process)
     # The bench's own processes over the same window as the broker's CPU (producing until the last delivery)
     client_cpu_s: float | None = None  # producers + consumers (+ the parent of several producer processes)

@@ -33,6 +33,9 @@ class Gate(Protocol):
     async def ready(self) -> float:
         """Called once set up; returns the moment (perf_counter) to start producing."""
 
+    def sent(self) -> None:
+        """Called when the calls stop (the deadline), before waiting for their acks."""
+
     def drained(self) -> None:
         """Called when the measured window ends (every delivery in), before the clients close."""
 
@@ -126,6 +129,7 @@ async def run_part(config: BenchConfig, topic: str, sub_type: str, gate: Gate, p
             await pacer.produce(start, start + config.duration)
             part.sent_end = perf()
             mark1 = bench_cpu.mark(config.broker_pid)
+            gate.sent()
             await pacer.settle()
             producing_done.set()
             part.produced_end = perf()

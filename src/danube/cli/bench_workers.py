@@ -37,12 +37,19 @@ class Window:
         self.own_cpu_s = 0.0
         self.wall_s = 0.0
         self.opened_at = 0.0  # time.monotonic() when the window opened
+        self.broker_sending_cores: float | None = None  # the broker while calls were made
 
     def open(self) -> None:
         self._t0 = self.opened_at = time.monotonic()
         self._broker0 = cpu_seconds(self.broker_pid)
         self._own0 = cpu_seconds(os.getpid())
         self._load0, self._counters0 = _machine.load_average(), _machine.read_counters()
+
+    def sent(self) -> None:
+        """The calls stopped: the broker's cores while they were made."""
+        wall = time.monotonic() - self._t0
+        if self.broker_pid and wall > 0:
+            self.broker_sending_cores = (cpu_seconds(self.broker_pid) - self._broker0) / wall
 
     def close(self) -> None:
         self.wall_s = time.monotonic() - self._t0
@@ -109,6 +116,9 @@ class _PipeGate:
         if answer == "stop":
             raise _Stopped
         return float(answer[1])
+
+    def sent(self) -> None:
+        self._conn.send("sent")
 
     def drained(self) -> None:
         self._conn.send("drained")
@@ -207,10 +217,16 @@ async def run_split(config: BenchConfig, topic: str, sub_type: str, result: Benc
         start_at = time.perf_counter() + _START_MARGIN_S
         for w in workers:
             w.conn.send(("go", start_at))
-        run_s = config.duration + config.drain_timeout + 60
-        answers = await asyncio.gather(*(w.receive(run_s, "finish") for w in workers), return_exceptions=True)
+        answers = await asyncio.gather(
+            *(w.receive(config.duration + 60, "make its calls") for w in workers), return_exceptions=True
+        )
+        window.sent()
+        sent = [w for w, a in zip(workers, answers, strict=True) if a == "sent"]
+        result.errors.extend(_errors(answers, lambda a: a == "sent"))
+        run_s = config.drain_timeout + 60
+        answers = await asyncio.gather(*(w.receive(run_s, "finish") for w in sent), return_exceptions=True)
         window.close()
-        drained = [w for w, a in zip(workers, answers, strict=True) if a == "drained"]
+        drained = [w for w, a in zip(sent, answers, strict=True) if a == "drained"]
         result.errors.extend(_errors(answers, lambda a: a == "drained"))
         answers = await asyncio.gather(*(w.receive(60, "answer") for w in drained), return_exceptions=True)
         parts = [a for a in answers if isinstance(a, PartResult)]

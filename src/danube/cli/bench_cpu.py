@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from danube.processes import cpu_seconds
 
@@ -103,24 +103,6 @@ def machine_busy_pct(start: CpuMark, end: CpuMark) -> float | None:
         return None
     busy, total = end.machine[0] - start.machine[0], end.machine[1] - start.machine[1]
     return round(100.0 * busy / total, 1) if total > 0 else None
-
-
-@dataclass
-class ClientCpu:
-    """The client side of a run: producer processes and their consumer processes, with the figures
-    the verdict is drawn from."""
-
-    producer_s: float = 0.0  # over the whole measured window (producing and draining)
-    consumer_s: float = 0.0
-    coordinator_s: float = 0.0  # the parent of several producer processes
-    producer_core_max: float = 0.0  # the busiest producer process while producing, in cores
-    consumer_core_max: float = 0.0  # the busiest consumer process while producing, in cores
-    produce_s: float = 0.0  # CPU of every client process while producing (for cores used)
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def total_s(self) -> float:
-        return self.producer_s + self.consumer_s + self.coordinator_s
 
 
 def verdict(

@@ -2,6 +2,7 @@
 
     python bench/many_topics.py [--before /tmp/before/src] [--sync always interval never]
         [--topics 100] [--rate 25000] [--pace-ms 10] [--duration 5] [--connections 8]
+        [--shape pair|many|idle] [--client-processes 1 2]
 
 For each sync mode: a broker (``danube broker --sync S`` on free loopback ports, stopped by PID),
 then ``danube bench --service-url URL --broker-pid PID`` with 1 topic, and with ``--topics N
@@ -9,7 +10,10 @@ then ``danube bench --service-url URL --broker-pid PID`` with 1 topic, and with 
 same pair also runs on a broker from that source tree (its core built in place), alternating
 which tree goes first, so every ratio compares runs made minutes apart.  The bench client is
 always this tree's.  Prints delivered msgs/s, publish->deliver p99, the broker's CPU per message
-and per call, its threads, and the N-topic / 1-topic CPU ratio of each tree.
+and per call, its threads, the bench client's CPU per message and per call with its busiest producer
+and consumer process (in cores) and what limited the run (``limited_by``: the client, the broker, or
+nothing), and the N-topic / 1-topic CPU ratio of each tree.  ``--client-processes 1 2`` runs every
+N-topic shape once per number of bench producer processes.
 
 ``--shape many`` runs the other shape instead: ``--topics 1000`` topics at ``--rate`` in total
 (10 msgs/s each by default) from as many producers over 50 connections.
@@ -115,6 +119,17 @@ def summary(r: dict, offered: float) -> dict:
         "cpu_us_call": r.get("broker_cpu_us_per_call"),
         "calls_s": r.get("calls_per_s"),
         "threads": r.get("broker_threads"),
+        "broker_cores": r.get("broker_cores"),
+        "sent_of_offered": round((r.get("sent_rate") or 0) / offered, 3),
+        "client_procs": r.get("client_processes"),
+        "client_us_msg": r.get("client_cpu_us_per_msg"),
+        "client_us_call": r.get("client_cpu_us_per_call"),
+        "client_cores": r.get("client_cores"),
+        "producer_core": r.get("producer_core_max"),
+        "consumer_core": r.get("consumer_core_max"),
+        "machine_busy_pct": r.get("machine_busy_pct"),
+        "limited_by": r.get("limited_by"),
+        "setup_s": r.get("setup_s"),
         "errors": (r.get("errors") or [])[:2],
     }
 
@@ -129,6 +144,13 @@ def main() -> None:
     ap.add_argument("--pace-ms", type=float, default=10.0)
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--connections", type=int, default=None)
+    ap.add_argument(
+        "--client-processes",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="run each shape with each of these `danube bench --client-processes` (the 1-topic shape always with 1)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     trees = [("after", SRC)] + ([("before", os.path.abspath(args.before))] if args.before else [])
@@ -190,16 +212,26 @@ def main() -> None:
         order = trees if i % 2 == 0 else list(reversed(trees))
         for name, tree in order:
             for label, extra in shapes:
-                # setting up a thousand producers and consumers takes minutes on a busy 2-core VM
-                r = run_one(tree, sync, common + extra, timeout=args.duration + 150 + 1.0 * n)
-                row = {"tree": name, "sync": sync, "shape": label, **summary(r, rate)}
-                rows.append(row)
-                if not args.json:
-                    print(json.dumps(row), flush=True)
+                for procs in args.client_processes if label != "1 topic" else [1]:
+                    # setting up a thousand producers and consumers takes minutes on a busy 2-core VM
+                    r = run_one(
+                        tree,
+                        sync,
+                        common + extra + ["--client-processes", str(procs)],
+                        timeout=args.duration + 150 + 1.0 * n,
+                    )
+                    row = {"tree": name, "sync": sync, "shape": label, **summary(r, rate)}
+                    rows.append(row)
+                    if not args.json:
+                        print(json.dumps(row), flush=True)
     if args.shape == "pair":
         for sync in args.sync:
             for name, _ in trees:
-                got = {r["shape"]: r for r in rows if r["sync"] == sync and r["tree"] == name}
+                got = {
+                    r["shape"]: r
+                    for r in rows
+                    if r["sync"] == sync and r["tree"] == name and r["client_procs"] in (1, None)
+                }
                 one, many = got.get("1 topic"), got.get(f"{n} topics")
                 if one and many and one["cpu_us_msg"] and many["cpu_us_msg"]:
                     print(

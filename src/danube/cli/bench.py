@@ -18,15 +18,18 @@ same factor, so as many messages may be in flight as with full batches.
 Both processes freeze the objects that exist after setup (``gc.freeze``) and
 raise the gen-0 threshold, so collections stay short during the run.
 
-This module runs the producers and reports; the settings and the result are in ``bench_config.py``,
-the consumer process in ``bench_consumers.py``.
+The client's own CPU is reported beside the broker's (``bench_cpu.py``): on a small machine the bench's
+Python processes compete with the broker for the cores, and a run that did not offer its rate says so.
+``--client-processes N`` spreads the producers over N processes (``bench_workers.py``).
+
+This module reports; the settings and the result are in ``bench_config.py``, one process's producing
+in ``bench_parts.py`` and ``bench_produce.py``, the consumer process in ``bench_consumers.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import sys
 import time
@@ -36,123 +39,64 @@ from dataclasses import asdict
 from danube.cli._client_common import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_USAGE,
     SUBSCRIPTION_TYPES,
     non_negative_float,
     positive_int,
     run_async,
 )
 from danube.cli._machine import describe as describe_machine
-from danube.cli._machine import observe as observe_machine
 from danube.cli._process import spawned_broker
-from danube.cli.bench_config import (
-    STAMP,
-    BenchConfig,
-    BenchResult,
-    bench_clients,
-    bench_topics,
-    connection_shares,
-    percentiles,
-)
-from danube.cli.bench_consumers import ConsumerProcess, build_consumers, consume, flatten, quiet_gc, stamp_reader
-from danube.processes import cpu_seconds, thread_count
+from danube.cli.bench_config import BenchConfig, BenchResult, bench_topics, percentiles
+from danube.cli.bench_cpu import verdict
+from danube.cli.bench_parts import merge, messages_per_call, run_part
+from danube.cli.bench_workers import Window, run_split
+from danube.processes import thread_count
 
-__all__ = ["BenchConfig", "BenchResult", "bench_topics", "format_result", "percentiles", "register", "run", "run_bench"]
-
-
-def messages_per_call(config: BenchConfig) -> int:
-    """--batch-size as fast as possible; with --rate, one --pace-ms interval's worth (at most --batch-size)."""
-    if config.rate <= 0:
-        return config.batch_size
-    per_producer = config.rate / config.producers
-    return max(1, min(config.batch_size, round(per_producer * max(config.pace_ms, 0.1) / 1000)))
+__all__ = [
+    "BenchConfig",
+    "BenchResult",
+    "BenchUsageError",
+    "bench_topics",
+    "format_result",
+    "messages_per_call",
+    "percentiles",
+    "register",
+    "run",
+    "run_bench",
+]
 
 
-async def run_bench(config: BenchConfig) -> BenchResult:
-    """Runs the workload against ``config.service_url``; returns the measurements."""
-    topic = config.topic or f"/default/bench-{uuid.uuid4().hex[:8]}"
-    if config.topics > 1:  # every topic gets a producer and a consumer at least
-        config.producers = max(config.producers, config.topics)
-        config.consumers = max(config.consumers, config.topics)
-    topics = bench_topics(config, topic)
-    sub_type = config.subscription_type or ("shared" if config.consumers > len(topics) else "exclusive")
-    result = BenchResult(config={**asdict(config), "topic": topic, "subscription_type": sub_type})
-    per_call = messages_per_call(config)
-    result.messages_per_call = per_call
-    producer_share = connection_shares(config)[0]
-    clients = bench_clients(config, config.producers, producer_share if config.consumer_process else 1.0)
-    ack_lat: list[float] = []
-    deliver_lat: list[float] = []
-    counts = {"sent": 0, "acked": 0, "calls": 0}
-    seen = {"delivered": 0, "last": 0.0}
-    producing_done = asyncio.Event()
-    perf = time.perf_counter
-    pad = b"\x00" * max(0, config.message_size - STAMP.size)
+class BenchUsageError(ValueError):
+    """Settings that cannot make a run (the CLI exits 2 with this sentence)."""
 
-    child = ConsumerProcess(config, topic, sub_type) if config.consumer_process else None
-    consumers = [] if child else build_consumers(clients, config, topic, sub_type)
-    read_stamps = None if child else stamp_reader(config.message_size)
-    # Paced calls are smaller: more of them in flight, so the messages in flight stay as many as at full size.
-    in_flight = config.max_in_flight * -(-config.batch_size // per_call)
-    producers = []
-    for i in range(config.producers):
-        producer = (
-            clients[i % len(clients)]
-            .new_producer()
-            .with_topic(topics[i % len(topics)])
-            .with_name(f"bench-p{i}")
-            .with_reliable(config.reliable)
-            .with_linger_ms(config.linger_ms)
-            .with_max_batch_bytes(config.max_batch_bytes)
-            .with_max_in_flight(in_flight)
-            .build()
-        )
-        producers.append(producer)
 
-    def delivered() -> int:
-        return child.delivered.value if child else seen["delivered"]
+class _LocalGate:
+    """The one-process run: start at once; the measured window is this process's."""
 
-    def in_process_finished() -> bool:
-        return producing_done.is_set() and seen["delivered"] >= counts["acked"]
+    def __init__(self, window: Window) -> None:
+        self._window = window
 
-    async def produce(producer, deadline: float, per_producer_rate: float) -> None:
-        window = asyncio.Semaphore(in_flight * 2)
-        started = perf()
-        sent = 0
-        while perf() < deadline:
-            t0 = perf()  # the messages are handed to the client now; everything after counts
-            if config.message_size >= STAMP.size:
-                payload = STAMP.pack(t0) + pad
-            else:
-                payload = b"\x00" * config.message_size
-            await window.acquire()
-            fut = await producer.send_batch([payload] * per_call)
-            counts["sent"] += per_call
-            counts["calls"] += 1
-            sent += per_call
+    async def ready(self) -> float:
+        self._window.open()
+        return time.perf_counter()
 
-            def done(f, t0=t0, n=per_call):
-                window.release()
-                if f.cancelled() or f.exception() is not None:
-                    if not f.cancelled():
-                        result.errors.append(str(f.exception()))
-                    return
-                ack_lat.append(perf() - t0)
-                counts["acked"] += n
+    def sent(self) -> None:
+        self._window.sent()
 
-            fut.add_done_callback(done)
-            if per_producer_rate > 0:
-                delay = started + sent / per_producer_rate - perf()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-        await producer.flush()
-        while window._value < in_flight * 2:  # every callback ran
-            await asyncio.sleep(0.01)
+    def drained(self) -> None:
+        self._window.close()
 
-    async def progress(deadline: float, start: float) -> None:
-        if not config.progress:
-            return
+
+def _progress(config: BenchConfig):
+    if not config.progress:
+        return None
+
+    async def show(acked, delivered, done: asyncio.Event) -> None:
         from tqdm import tqdm
 
+        perf = time.perf_counter
+        start = perf()
         with tqdm(
             total=round(config.duration, 1),
             unit="s",
@@ -161,80 +105,71 @@ async def run_bench(config: BenchConfig) -> BenchResult:
             bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f}s {postfix}",
         ) as bar:
             last_n, last_t = 0, start
-            while not producing_done.is_set():
+            while not done.is_set():
                 await asyncio.sleep(0.5)
                 now = perf()
-                bar.n = round(min(now, deadline) - start, 1)
+                bar.n = round(min(now - start, config.duration), 1)
                 n = delivered()
                 rate = (n - last_n) / (now - last_t)
                 last_n, last_t = n, now
-                bar.set_postfix_str(f"acked {counts['acked']:,} delivered {n:,} ({rate:,.0f} msg/s)")
+                bar.set_postfix_str(f"acked {acked():,} delivered {n:,} ({rate:,.0f} msg/s)")
 
-    consumer_tasks: list = []
-    try:
-        if child:
-            await child.ready(config.consumers)
-        else:
-            await asyncio.gather(*(c.subscribe() for c in consumers))
-        await asyncio.gather(*(p.create() for p in producers))
-        with quiet_gc(), observe_machine() as result.machine:
-            consumer_tasks = [
-                asyncio.ensure_future(consume(c, seen, deliver_lat, config, in_process_finished, read_stamps))
-                for c in consumers
-            ]
-            cpu_start = cpu_seconds(config.broker_pid)
-            start = perf()
-            deadline = start + config.duration
-            progress_task = asyncio.ensure_future(progress(deadline, start))
-            per_rate = config.rate / config.producers if config.rate > 0 else 0.0
-            await asyncio.gather(*(produce(p, deadline, per_rate) for p in producers))
-            producing_done.set()
-            produced_s = perf() - start
-            if child:
-                answer = await child.finish(counts["acked"], config.drain_timeout)
-                if "error" in answer:
-                    result.errors.append(answer["error"])
-                seen["delivered"], seen["last"] = answer.get("delivered", 0), answer.get("last", 0.0)
-                deliver_lat = answer.get("latencies", [])
-            else:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.gather(*consumer_tasks), config.drain_timeout)
-            cpu_end = cpu_seconds(config.broker_pid)
-            if seen["delivered"] < counts["acked"]:
-                result.errors.append(
-                    f"only {seen['delivered']} of {counts['acked']} acked messages were "
-                    f"delivered within {config.drain_timeout}s"
-                )
-            for task in consumer_tasks:
-                task.cancel()
-            await asyncio.gather(*consumer_tasks, progress_task, return_exceptions=True)
-        e2e_s = max(seen["last"] - start, 1e-9)
-        result.sent, result.acked, result.delivered = counts["sent"], counts["acked"], seen["delivered"]
-        result.elapsed_s = round(produced_s, 3)
-        result.publish_rate = round(counts["acked"] / produced_s, 1)
-        result.publish_mb_s = round(counts["acked"] * config.message_size / produced_s / 1e6, 2)
-        result.end_to_end_rate = round(seen["delivered"] / e2e_s, 1)
-        result.calls_per_s = round(counts["calls"] / produced_s, 1)
-        result.ack_latency_ms = percentiles(ack_lat)
-        if config.broker_pid:
-            # from the start of producing until the last delivery: the broker's whole cost of the run
-            result.broker_cpu_s = round(cpu_end - cpu_start, 3)
-            result.broker_cpu_us_per_msg = round(result.broker_cpu_s * 1e6 / max(1, counts["acked"]), 2)
-            result.broker_cpu_us_per_call = round(result.broker_cpu_s * 1e6 / max(1, counts["calls"]), 2)
-            result.broker_threads = thread_count(config.broker_pid)
-        result.deliver_latency_ms = percentiles(deliver_lat if child else flatten(deliver_lat))
-    finally:
-        for p in producers:
-            with contextlib.suppress(Exception):
-                await p.close()
-        for c in consumers:
-            with contextlib.suppress(Exception):
-                await c.close()
-        for c in clients:
-            await c.close()
-        if child:
-            await asyncio.to_thread(child.stop)
+    return show
+
+
+async def run_bench(config: BenchConfig) -> BenchResult:
+    """Runs the workload against ``config.service_url``; returns the measurements."""
+    topic = config.topic or f"/default/bench-{uuid.uuid4().hex[:8]}"
+    if config.topics > 1:  # every topic gets a producer and a consumer at least
+        config.producers = max(config.producers, config.topics)
+        config.consumers = max(config.consumers, config.topics)
+    check_client_processes(config)
+    topics = bench_topics(config, topic)
+    sub_type = config.subscription_type or ("shared" if config.consumers > len(topics) else "exclusive")
+    result = BenchResult(config={**asdict(config), "topic": topic, "subscription_type": sub_type})
+    result.messages_per_call = messages_per_call(config)
+    result.offered_rate = config.rate
+    window = Window(config.broker_pid)
+    began = time.monotonic()
+    if config.client_processes > 1:
+        await run_split(config, topic, sub_type, result, window)
+    else:
+        part = await run_part(config, topic, sub_type, _LocalGate(window), _progress(config))
+        merge([part], config, result)
+    result.machine = window.machine
+    result.setup_s = round(window.opened_at - began, 2) if window.opened_at else 0.0
+    if window.broker_cpu_s is not None:
+        # from the start of producing until the last delivery: the broker's whole cost of the run
+        result.broker_cpu_s = round(window.broker_cpu_s, 3)
+        result.broker_cpu_us_per_msg = round(window.broker_cpu_s * 1e6 / max(1, result.acked), 2)
+        result.broker_cpu_us_per_call = round(window.broker_cpu_s * 1e6 / max(1, result.calls), 2)
+        result.broker_threads = thread_count(config.broker_pid)
+        if window.broker_sending_cores is not None:
+            result.broker_cores = round(window.broker_sending_cores, 3)
+    if result.client_cpu_s is not None and result.acked:
+        result.limited_by, result.limit = verdict(
+            offered_rate=config.rate,
+            sent_rate=result.sent_rate,
+            delivered_rate=result.end_to_end_rate,
+            producer_core=result.producer_core_max or 0.0,
+            consumer_core=result.consumer_core_max or 0.0,
+            machine_busy=result.machine_busy_pct,
+            client_cores=result.client_cores or 0.0,
+            broker_cores=window.broker_sending_cores,
+        )
     return result
+
+
+def check_client_processes(config: BenchConfig) -> None:
+    """--client-processes gives each producer process topics of its own: at most one per topic."""
+    n = config.client_processes
+    if n < 1:
+        raise BenchUsageError(f"--client-processes must be at least 1, got {n}")
+    if n > 1 and config.topics < n:
+        raise BenchUsageError(
+            f"--client-processes {n} needs at least {n} topics (each producer process owns its topics), "
+            f"got --topics {config.topics}"
+        )
 
 
 def format_result(result: BenchResult) -> str:
@@ -256,12 +191,32 @@ def format_result(result: BenchResult) -> str:
                 f"{name:<17} p50 {lat['p50']} ms  p90 {lat['p90']} ms  p99 {lat['p99']} ms  "
                 f"p99.9 {lat['p999']} ms  max {lat['max']} ms"
             )
-    lines.append(f"calls        {result.calls_per_s:>14,.0f} send_batch/s ({result.messages_per_call} msg each)")
+    lines.append(
+        f"calls        {result.calls_per_s:>14,.0f} send_batch/s ({result.messages_per_call} msg each), "
+        f"after {result.setup_s} s of setup"
+    )
     if result.broker_cpu_s is not None:
         lines.append(
             f"broker CPU   {result.broker_cpu_s:.2f} s: {result.broker_cpu_us_per_msg} us/msg, "
             f"{result.broker_cpu_us_per_call} us/call, {result.broker_threads} threads"
+            + (f"; {result.broker_cores:.2f} cores while calls were made" if result.broker_cores is not None else "")
         )
+    if result.client_cpu_s is not None:
+        lines.append(
+            f"client CPU   {result.client_cpu_s:.2f} s: {result.client_cpu_us_per_msg} us/msg, "
+            f"{result.client_cpu_us_per_call} us/call ({result.client_processes} producer process(es) "
+            f"{result.producer_cpu_s:.2f} s, consumer process(es) {result.consumer_cpu_s:.2f} s); while making "
+            f"calls the client used {result.client_cores:.2f} cores, its busiest producer process "
+            f"{result.producer_core_max:.0%} of a core, its busiest consumer process {result.consumer_core_max:.0%}"
+            + (f", the machine's CPUs were {result.machine_busy_pct:.0f}% busy" if result.machine_busy_pct else "")
+        )
+    if result.offered_rate > 0:
+        lines.append(
+            f"offered      {result.offered_rate:>14,.0f} msg/s, sent {result.sent_rate:,.0f} msg/s "
+            f"({result.sent_rate / result.offered_rate:.0%})"
+        )
+    if result.limit:
+        lines.append(f"limit: {result.limit}")
     if result.machine:
         lines.append(describe_machine(result.machine))
     for error in result.errors[:5]:
@@ -275,8 +230,9 @@ def register(subparsers) -> None:
         help="measure end-to-end throughput and latency",
         description="Run producers and consumers through the batch lane for --duration seconds and report "
         "throughput and latency percentiles (publish->ack, publish->deliver). Targets "
-        "--service-url, or starts its own broker with --spawn-broker. Exit 0 when every acked "
-        "message was delivered, 1 otherwise.",
+        "--service-url, or starts its own broker with --spawn-broker. Reports the CPU of the bench's own "
+        "processes per message and per call beside the broker's, and says when the client, not the broker, "
+        "was the limit. Exit 0 when every acked message was delivered, 1 otherwise.",
     )
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--service-url", default=None, help="broker URL (default http://127.0.0.1:6650)")
@@ -354,6 +310,14 @@ def register(subparsers) -> None:
         help="PID of the broker under test (on this machine): report its CPU per message and per "
         "call from /proc (automatic with --spawn-broker)",
     )
+    parser.add_argument(
+        "--client-processes",
+        type=positive_int,
+        default=1,
+        help="spread the producers, each with its topics, over N producer processes, each with its own "
+        "connections and consumer process, so the client is not one Python process's CPU; needs "
+        "--topics >= N; no progress bar with N > 1 (default 1)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
@@ -382,11 +346,17 @@ def _config_from_args(args) -> BenchConfig:
         topics=args.topics,
         connections=args.connections or 0,
         broker_pid=args.broker_pid,
+        client_processes=args.client_processes,
     )
 
 
 def run(args: argparse.Namespace) -> int:
     config = _config_from_args(args)
+    try:
+        check_client_processes(config)
+    except BenchUsageError as exc:
+        print(f"danube bench: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if args.no_progress:
         config.progress = False
     elif not args.json:

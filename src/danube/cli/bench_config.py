@@ -38,11 +38,30 @@ class BenchConfig:
     topics: int = 1  # producers and consumers spread round-robin over this many topics
     connections: int = 0  # client connections, shared round-robin (0: one per process)
     broker_pid: int | None = None  # read the broker's CPU time from /proc (set when spawned)
+    client_processes: int = 1  # producer processes, each with its topics, connections and consumer process
+    # In one of several producer processes: this process's topics are <topic>-<first_topic>.. (its slice)
+    first_topic: int | None = None
 
 
 def bench_topics(config: BenchConfig, base: str) -> list[str]:
-    """The topics of a run: ``base`` itself, or ``base-0`` .. ``base-<N-1>`` with ``--topics N``."""
+    """The topics of a run: ``base`` itself, or ``base-0`` .. ``base-<N-1>`` with ``--topics N``; in one of
+    several producer processes, its slice ``base-<first_topic>`` onwards."""
+    if config.first_topic is not None:
+        return [f"{base}-{config.first_topic + i}" for i in range(config.topics)]
     return [base] if config.topics <= 1 else [f"{base}-{i}" for i in range(config.topics)]
+
+
+def split(total: int, weights: list[int]) -> list[int]:
+    """``total`` split in proportion to ``weights``, summing to ``total`` (largest remainders first)."""
+    whole = sum(weights)
+    if whole <= 0:
+        return [0] * len(weights)
+    exact = [total * w / whole for w in weights]
+    out = [int(x) for x in exact]
+    by_remainder = sorted(range(len(weights)), key=lambda i: out[i] - exact[i])
+    for i in by_remainder[: total - sum(out)]:
+        out[i] += 1
+    return out
 
 
 def bench_clients(config: BenchConfig, count: int, share: float) -> list:
@@ -71,6 +90,7 @@ class BenchResult:
     publish_mb_s: float = 0.0
     ack_latency_ms: dict = field(default_factory=dict)
     deliver_latency_ms: dict = field(default_factory=dict)
+    calls: int = 0  # send_batch calls
     calls_per_s: float = 0.0  # send_batch calls / s
     messages_per_call: int = 0
     machine: dict = field(default_factory=dict)  # load, CPU steal and pressure over the measured window
@@ -78,6 +98,23 @@ class BenchResult:
     broker_cpu_us_per_msg: float | None = None  # ... per acked message
     broker_cpu_us_per_call: float | None = None  # ... per send_batch call
     broker_threads: int | None = None  # the broker's threads at the end of the run
+    broker_cores: float | None = None  # the broker's CPU while calls were made, in cores
+    client_processes: int = 1  # producer processes (each with its own consumer process)
+    # The bench's own processes over the same window as the broker's CPU (producing until the last delivery)
+    client_cpu_s: float | None = None  # producers + consumers (+ the parent of several producer processes)
+    producer_cpu_s: float | None = None
+    consumer_cpu_s: float | None = None
+    client_cpu_us_per_msg: float | None = None  # ... per acked message
+    client_cpu_us_per_call: float | None = None  # ... per send_batch call
+    client_cores: float | None = None  # every bench process together while making calls, in cores
+    producer_core_max: float | None = None  # the busiest producer process while producing, in cores
+    consumer_core_max: float | None = None  # the busiest consumer process while producing, in cores
+    machine_busy_pct: float | None = None  # all the machine's CPUs while producing (100 = every core busy)
+    offered_rate: float = 0.0  # --rate (0: as fast as possible)
+    setup_s: float = 0.0  # connecting, subscribing and creating producers, before the measured window
+    sent_rate: float = 0.0  # messages handed to send_batch / s while making calls (until --duration ends)
+    limited_by: str | None = None  # "client", "broker", "machine" or None (see bench_cpu.verdict)
+    limit: str = ""  # the verdict in one sentence
     errors: list = field(default_factory=list)
 
 

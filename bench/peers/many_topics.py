@@ -19,7 +19,7 @@ For each sync mode, 1 topic and then ``--topics`` topics, each system on a fresh
 The peers are driven the way ``danube bench`` drives danube: the producers in this process (one
 uvloop event loop), the consumers in a child process of their own; producer i writes topic
 i mod N, consumer j reads topic j mod N; each producer is paced to R/N msgs/s, one call every
-``--pace-ms`` carrying that interval's messages (``danube.cli.bench.messages_per_call``: 2 a call
+``--pace-ms`` carrying that interval's messages (``danube.cli.bench_parts.messages_per_call``: 2 a call
 at 25,000 msgs/s over 100 producers), each payload stamped with the call's ``perf_counter``;
 every delivered message is sampled.  Producers and consumers share the ``--connections`` as
 danube's do (NATS multiplexes; Redis has no multiplexing, so redis-py's pools open a connection
@@ -259,7 +259,8 @@ SIDES = {"nats": NatsSide, "redis": RedisSide}
 
 
 async def _child_main(spec: dict) -> dict:
-    from danube.cli.bench import _quiet_gc, percentiles
+    from danube.cli.bench_config import percentiles
+    from danube.cli.bench_consumers import quiet_gc
 
     shape = spec["shape"]
     n_cons = shape["consumers"]
@@ -302,7 +303,7 @@ async def _child_main(spec: dict) -> dict:
         raise RuntimeError(f"a consumer could not subscribe: {failed.exception()!r}")
     errors: list[str] = []
     try:
-        with _quiet_gc():
+        with quiet_gc():
             print("ready", flush=True)
             await read_target()
             for result in await asyncio.gather(*tasks, return_exceptions=True):
@@ -379,7 +380,9 @@ class ConsumerChild:
 
 async def run_peer(system: str, url: str, pid: int, shape: dict) -> dict:
     """One row: ``shape``'s producers here, its consumers in a child, ``pid``'s CPU over the run."""
-    from danube.cli.bench import BenchConfig, _quiet_gc, messages_per_call
+    from danube.cli.bench_config import BenchConfig
+    from danube.cli.bench_consumers import quiet_gc
+    from danube.cli.bench_parts import messages_per_call
 
     n_prod = shape["producers"]
     per_call = messages_per_call(
@@ -425,7 +428,7 @@ async def run_peer(system: str, url: str, pid: int, shape: dict) -> dict:
     row: dict = {"system": system, "messages_per_call": per_call}
     try:
         await child.ready()
-        with _quiet_gc(), observe() as machine:
+        with quiet_gc(), observe() as machine:
             cpu0 = cpu_seconds(pid)
             start = perf()
             deadline = start + shape["duration"]

@@ -63,9 +63,20 @@ async def test_concurrent_calls_share_appends_and_durability_waits(broker):
     assert broker._producers[pid].messages_in == 200
 
 
-async def test_calls_held_during_a_wait_become_one_batch(broker):
+async def test_calls_held_during_a_wait_become_one_batch(broker, monkeypatch):
     pid = await broker.create_producer(T, "p", reliable=True)
     topic = broker.topics[T]
+    # The first wait is held open until the later calls are queued: on a loaded machine a real
+    # interval syncer can finish it within the few loop turns below, and the later calls would
+    # then be batches of their own.
+    release = asyncio.Event()
+    real_wait = topic.storage.wait_durable
+
+    async def held_first_wait(offset: int) -> None:
+        await release.wait()
+        await real_wait(offset)
+
+    monkeypatch.setattr(topic.storage, "wait_durable", held_first_wait)
     first = [asyncio.ensure_future(broker.publish_one(pid, frame(f"a{i}", pid))) for i in range(10)]
     await asyncio.sleep(0)  # the first calls are appended as one batch; its wait starts
     await asyncio.sleep(0)
@@ -76,6 +87,7 @@ async def test_calls_held_during_a_wait_become_one_batch(broker):
     third = [asyncio.ensure_future(broker.publish_one(pid, frame(f"c{i}", pid))) for i in range(10)]
     await asyncio.sleep(0)
     assert c.batches == 1  # held while the first batch's durability wait runs
+    release.set()
     offsets = await asyncio.gather(*first, *second, *third)
     assert offsets == list(range(30))
     # everything held became one batch, with one append and one more durability wait

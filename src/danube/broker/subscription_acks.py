@@ -11,14 +11,11 @@ import time
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from danube.broker.cursor import to_ranges
+from danube.broker.subscription_state import SubscriptionState
 from danube.errors import NotServedHereError
 
 if TYPE_CHECKING:
-    from danube.broker.contracts import Dispatcher
-    from danube.broker.cursor import AckTracker
-    from danube.broker.policies import DispatchSettings, FailurePolicy
-    from danube.broker.stats import MetricsSink
-    from danube.broker.topic import Topic
+    pass
 
 log = logging.getLogger("danube.broker.subscription")
 
@@ -26,23 +23,10 @@ log = logging.getLogger("danube.broker.subscription")
 _MAX_EARLY_ACKS = 65_536
 
 
-class AckHandling:
-    if TYPE_CHECKING:  # what this part uses of the rest of Subscription
-        topic: Topic
-        name: str
-        reliable: bool
-        failure_policy: FailurePolicy
-        settings: DispatchSettings
-        metrics: MetricsSink
-        tracker: AckTracker
-        next_read: int
-        early_acks: set[int]
-        dispatcher: Dispatcher
-        dirty: bool
+class AckHandling(SubscriptionState):
+    if TYPE_CHECKING:  # what else this part uses of Subscription
         _dead_letter: Callable | None
         _reasons: dict[int, str]
-
-        def notify(self) -> None: ...
 
     def _check_served(self) -> None:
         # Once the topic is closed (unload, shutdown) its cursors are being persisted for the

@@ -13,14 +13,10 @@ from typing import TYPE_CHECKING
 from danube import message_codec
 from danube.broker.cursor import to_ranges
 from danube.broker.delivery import MUST_AWAIT, Delivery, MustAwait, cut_frames, frame_offset
+from danube.broker.subscription_state import SubscriptionState
 
 if TYPE_CHECKING:
-    from danube.broker.contracts import Dispatcher
-    from danube.broker.cursor import AckTracker
-    from danube.broker.policies import DispatchSettings, FailurePolicy
-    from danube.broker.stats import MetricsSink
     from danube.broker.subscription import Consumer
-    from danube.broker.topic import Topic
 
 log = logging.getLogger("danube.broker.subscription")
 
@@ -29,23 +25,11 @@ _UNLIMITED = 1 << 62  # the window of a non-reliable subscription
 _check_fields = message_codec.check_fields
 
 
-class FreshReads:
-    if TYPE_CHECKING:  # what this part uses of the rest of Subscription
-        topic: Topic
-        name: str
-        reliable: bool
-        failure_policy: FailurePolicy
-        settings: DispatchSettings
-        metrics: MetricsSink
-        tracker: AckTracker
-        next_read: int
-        early_acks: set[int]
-        dispatcher: Dispatcher
-        dirty: bool
+class FreshReads(SubscriptionState):
+    if TYPE_CHECKING:  # what else this part uses of Subscription
         read_lock: asyncio.Lock
         _blocked_logged: bool
 
-        def notify(self) -> None: ...
         def _visible(self) -> int: ...
         def _settle_early(self, first: int, last: int) -> None: ...
         def _poison(self, offset: int, problem: str | None = None, attempt: int | None = None) -> None: ...

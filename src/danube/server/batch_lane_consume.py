@@ -142,17 +142,20 @@ class ConsumeLane:
         def poke() -> None:
             wake(interrupt[0])
 
+        def grant(more: pb.Credit) -> None:
+            grant_was_needed = credit[0] <= 0 or credit[1] <= 0
+            credit[0] += more.messages
+            credit[1] += more.bytes
+            if grant_was_needed:
+                poke()
+
         async def read_control():
             try:
                 async for request in requests:
                     kind = request.WhichOneof("kind")
                     try:
                         if kind == "credit":
-                            grant_was_needed = credit[0] <= 0 or credit[1] <= 0
-                            credit[0] += request.credit.messages
-                            credit[1] += request.credit.bytes
-                            if grant_was_needed:
-                                poke()
+                            grant(request.credit)
                         elif kind == "ack":
                             await self._ack(request.ack.consumer_id or consumer_id, request.ack.ranges)
                         elif kind == "nack":
@@ -212,11 +215,7 @@ class ConsumeLane:
                     elif pairs:
                         acks.add(target, pairs, ack_failed)
                 elif kind == "credit":
-                    grant_was_needed = credit[0] <= 0 or credit[1] <= 0
-                    credit[0] += request.credit.messages
-                    credit[1] += request.credit.bytes
-                    if grant_was_needed:
-                        poke()
+                    grant(request.credit)
                 elif kind == "nack":
                     target = request.nack.consumer_id or consumer_id
                     acks.flush_consumer(target)  # the acks it sent before come first

@@ -42,8 +42,13 @@ def test_marks_count_this_process_and_its_children_but_not_an_excluded_one():
         end = bench_cpu.mark(exclude=excluded.pid)
         used = span(start, end, wall_s=2.0)
         assert used.own_s >= 0.08
-        assert 0.15 <= used.children_s <= 0.4  # the busy child only; the excluded one spun as much
-        assert used.children_core_max == pytest.approx(used.children_s / 2.0)
+        assert excluded.pid not in end.others  # it spun as much as the busy one but is not counted
+        # pytest may have other children of its own (a server of an earlier test still exiting),
+        # so the busy child's share is checked by its pid, and the totals only as bounds
+        busy_s = end.others[busy.pid] - start.others[busy.pid]
+        assert 0.15 <= busy_s <= 0.4
+        assert used.children_s >= busy_s
+        assert busy_s / 2.0 <= used.children_core_max + 1e-9 <= used.children_s / 2.0 + 2e-9
     finally:
         for proc in (busy, excluded):
             proc.kill()

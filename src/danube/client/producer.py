@@ -192,6 +192,12 @@ class Producer:
     def producer_ids(self) -> list[int]:
         return [p.producer_id for p in self._parts]
 
+    @property
+    def reconnects(self) -> int:
+        """Times a partition re-created itself and resent its unacked batches (each resend may
+        store a batch whose ack was lost a second time)."""
+        return sum(p.reconnects for p in self._parts)
+
     async def create(self) -> "Producer":
         if self._parts:
             return self

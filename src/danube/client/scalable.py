@@ -8,7 +8,8 @@ that follows splits and merges, and stream (ordered) / queue consumers.
   producer per segment topic.  When a layout seals a segment it holds new sends, waits for that
   segment's in-flight messages, re-sends those the sealed segment refused, in their original
   order, to the segments now covering their keys, then lets new sends through: a key's messages
-  keep their order across splits and merges, none lost, none stored twice.
+  keep their order across splits and merges, none lost, none stored twice (a refused resend of a
+  batch whose ack was lost is looked up in the sealed segment first, ``StoredMessages``).
 - :class:`ScalableConsumer` ``kind="stream"`` registers with the controller leader and consumes
   exactly its assigned segments (a child only once the controller says its parents are
   drained; it reports a sealed segment drained once its backlog is 0); ``kind="queue"`` attaches
@@ -23,6 +24,7 @@ import functools
 import itertools
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
@@ -160,7 +162,12 @@ class ScalableProducer:
         self._hold = asyncio.Event()
         self._hold.set()
         self._rerouting: set[asyncio.Task] = set()
+        # per segment: the highest offset acked to this producer and when its producer there was
+        # created (wall clock ms, as the frames' publish time): where its unacked messages can be
+        self._acked_offset: dict[int, int] = {}
+        self._since_ms: dict[int, int] = {}
         self.reroutes = 0  # messages re-sent after a seal (for tests and bench)
+        self.found_stored = 0  # messages a sealed segment had stored though their ack was lost
 
     @property
     def layout(self) -> SegmentLayout:
@@ -183,6 +190,7 @@ class ScalableProducer:
 
     async def _create(self, segment_id: int) -> Producer:
         seg = self.layout.segment(segment_id)
+        self._since_ms.setdefault(segment_id, int(time.time() * 1000))
         p = Producer(
             self.client,
             segment_topic_name(self.topic, seg),
@@ -236,7 +244,10 @@ class ScalableProducer:
         exc = inner.exception()
         if exc is None:
             self._outstanding.get(sid, {}).pop(entry.seq, None)
-            entry.outer.set_result((sid, inner.result()))
+            offset = inner.result()
+            if offset > self._acked_offset.get(sid, -1):
+                self._acked_offset[sid] = offset
+            entry.outer.set_result((sid, offset))
         elif _is_refusal(exc):
             entry.refused = True  # re-sent once the layout shows the segment sealed
             self._seal_seen(sid)
@@ -279,6 +290,8 @@ class ScalableProducer:
                 break
             await asyncio.sleep(0.005)  # every in-flight message: stored or refused
         entries = sorted(self._outstanding.pop(sid, {}).values(), key=lambda e: e.seq)
+        if producer is not None and producer.reconnects:
+            await self._settle_stored(sid, producer, entries, deadline)
         for entry in entries:
             if entry.outer.done():
                 continue
@@ -292,6 +305,52 @@ class ScalableProducer:
         if producer is not None:
             with contextlib.suppress(DanubeError, grpc.aio.AioRpcError):
                 await producer.close()
+
+    async def _settle_stored(self, sid: int, producer: Producer, entries: list[_Entry], deadline: float) -> None:
+        """Resolve the refused messages the sealed segment stored after all.
+
+        A refusal is definitive only for the attempt it answers: when the broker that stored a batch
+        died before its ack went out (a leader that sealed its own segment, a crash), the producer
+        resent the batch, and the new owner refused it as sealed.  The producer's messages are
+        appended in the order sent, so what the segment holds of them above the last acked offset
+        is the first ones of the refused (the rest were never stored): those keep their offsets
+        here and only the others go to the children."""
+        refused = [e for e in entries if not e.outer.done()]
+        if not refused or not all(e.refused for e in refused):
+            return  # nothing refused, or some never answered (they fail): the run is not known to be whole
+        request = pb.StoredMessagesRequest(
+            segment_topic=segment_topic_name(self.topic, self.layout.segment(sid)),
+            producer_id=producer.producer_ids[0],
+            after_offset=self._acked_offset.get(sid, -1),
+            since_publish_time=self._since_ms.get(sid, 0),
+        )
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                reply = await _stub(self.client).StoredMessages(request, timeout=max(1.0, deadline - loop.time()))
+                break
+            except grpc.aio.AioRpcError as exc:
+                err = from_rpc_error(exc)
+                if not err.retriable or loop.time() > deadline:
+                    # no answer: re-sent like refused ones (at-least-once rather than lost)
+                    log.warning("segment %d of %s: what it stored is unknown (%s); re-sending", sid, self.topic, err)
+                    return
+                await asyncio.sleep(0.1)
+        offsets = list(reply.offsets)
+        if len(offsets) > len(refused):  # not this producer's run alone (another with its name?)
+            log.warning(
+                "segment %d of %s holds %d unacked messages of producer %s, more than the %d it has unanswered; "
+                "re-sending them all",
+                sid,
+                self.topic,
+                len(offsets),
+                self.name,
+                len(refused),
+            )
+            return
+        for entry, offset in zip(refused, offsets):
+            self.found_stored += 1
+            entry.outer.set_result((sid, offset))
 
     async def flush(self) -> None:
         while True:

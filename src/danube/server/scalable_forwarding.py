@@ -2,8 +2,8 @@
 
 A scalable topic's controller leader may run on any broker, while each segment topic is served by
 the broker the cluster assigned it to.  :class:`ForwardingSegmentOps` is the controller's
-``SegmentOps`` here: what only a segment's owner can do (terminate it, read its stats, delete it
-with its stored data) goes to that owner over the ScalableTopics service (or its admin port's
+``SegmentOps`` here: what only a segment's owner can do (terminate it, read its stats or what a
+producer stored in it, delete it with its stored data) goes to that owner over the ScalableTopics service (or its admin port's
 DeleteTopic); a call forwarded so is marked, and answered where it lands, never forwarded again.
 """
 
@@ -97,3 +97,20 @@ class ForwardingSegmentOps(BrokerSegmentOps):
                 )
                 return dict(json.loads(reply.json))
         return await super().segment_stats(topic)
+
+    async def stored_messages(self, topic: str, producer_id: int, after_offset: int, since_ms: int) -> list[int]:
+        if self.broker.cluster is not None and topic not in self.broker.topics:
+            owner = await self._owner(topic)
+            if owner and owner != self.broker.broker_url:
+                reply = await self.remote(owner).StoredMessages(
+                    pb.StoredMessagesRequest(
+                        segment_topic=topic,
+                        producer_id=producer_id,
+                        after_offset=after_offset,
+                        since_publish_time=since_ms,
+                    ),
+                    timeout=30,
+                    metadata=FORWARDED_CALL,
+                )
+                return list(reply.offsets)
+        return await super().stored_messages(topic, producer_id, after_offset, since_ms)

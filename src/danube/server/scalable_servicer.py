@@ -189,3 +189,17 @@ class ScalableTopicsServicer(pb_grpc.ScalableTopicsServicer):
         except DanubeError as exc:
             await _abort(context, exc)
             raise
+
+    async def StoredMessages(self, request, context) -> pb.StoredMessagesResponse:
+        """A scalable producer's question (any broker): forwarded to the segment's owner once."""
+        try:
+            keys.split_topic(request.segment_topic)
+            args = (request.segment_topic, request.producer_id, request.after_offset, request.since_publish_time)
+            if forwarded_call(context):
+                offsets = await BrokerSegmentOps.stored_messages(self.service.ops, *args)
+            else:
+                offsets = await self.service.ops.stored_messages(*args)
+            return pb.StoredMessagesResponse(offsets=offsets)
+        except DanubeError as exc:
+            await _abort(context, exc)
+            raise

@@ -202,3 +202,21 @@ class SegmentRequest(_message.Message):
     subscriptions: _containers.ScalarMap[str, str]
     subscription: str
     def __init__(self, segment_topic: _Optional[str] = ..., subscriptions: _Optional[_Mapping[str, str]] = ..., subscription: _Optional[str] = ...) -> None: ...
+
+class StoredMessagesRequest(_message.Message):
+    __slots__ = ("segment_topic", "producer_id", "after_offset", "since_publish_time")
+    SEGMENT_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SINCE_PUBLISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    segment_topic: str
+    producer_id: int
+    after_offset: int
+    since_publish_time: int
+    def __init__(self, segment_topic: _Optional[str] = ..., producer_id: _Optional[int] = ..., after_offset: _Optional[int] = ..., since_publish_time: _Optional[int] = ...) -> None: ...
+
+class StoredMessagesResponse(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, offsets: _Optional[_Iterable[int]] = ...) -> None: ...

@@ -109,6 +109,11 @@ class ScalableTopicsStub:
                 request_serializer=danube__scalable_dot_scalable__pb2.SegmentRequest.SerializeToString,
                 response_deserializer=danube__scalable_dot_scalable__pb2.JsonResponse.FromString,
                 _registered_method=True)
+        self.StoredMessages = channel.unary_unary(
+                '/danube_scalable.ScalableTopics/StoredMessages',
+                request_serializer=danube__scalable_dot_scalable__pb2.StoredMessagesRequest.SerializeToString,
+                response_deserializer=danube__scalable_dot_scalable__pb2.StoredMessagesResponse.FromString,
+                _registered_method=True)
 
 
 class ScalableTopicsServicer:
@@ -208,6 +213,12 @@ class ScalableTopicsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StoredMessages(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ScalableTopicsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -285,6 +296,11 @@ def add_ScalableTopicsServicer_to_server(servicer, server):
                     servicer.SegmentStats,
                     request_deserializer=danube__scalable_dot_scalable__pb2.SegmentRequest.FromString,
                     response_serializer=danube__scalable_dot_scalable__pb2.JsonResponse.SerializeToString,
+            ),
+            'StoredMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.StoredMessages,
+                    request_deserializer=danube__scalable_dot_scalable__pb2.StoredMessagesRequest.FromString,
+                    response_serializer=danube__scalable_dot_scalable__pb2.StoredMessagesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -692,6 +708,33 @@ class ScalableTopics:
             '/danube_scalable.ScalableTopics/SegmentStats',
             danube__scalable_dot_scalable__pb2.SegmentRequest.SerializeToString,
             danube__scalable_dot_scalable__pb2.JsonResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StoredMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube_scalable.ScalableTopics/StoredMessages',
+            danube__scalable_dot_scalable__pb2.StoredMessagesRequest.SerializeToString,
+            danube__scalable_dot_scalable__pb2.StoredMessagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -14,10 +14,13 @@ a broker that opens the segment later (a move, a restart) reads the marker befor
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Mapping
 
+from danube import message_codec
+from danube.errors import InvalidArgumentError, NotServedHereError
 from danube.metadata import keys
 
 if TYPE_CHECKING:
@@ -59,6 +62,41 @@ class BrokerSegmentOps:
         await self.broker.terminate_topic(topic)
         if topic not in self.broker.topics and await self.metadata.get(keys.topic_delivery(topic)) is not None:
             await self.broker.topic(topic)
+
+    async def stored_messages(self, topic: str, producer_id: int, after_offset: int, since_ms: int) -> list[int]:
+        """The offsets of ``producer_id``'s messages stored in the sealed segment above
+        ``after_offset``, published (the producer's stamp) at ``since_ms`` or later.
+
+        Only a sealed segment's answer is final (nothing is appended after the seal), so an open
+        one is refused.  A producer's id is stable per (topic, producer name), so these are the
+        messages of that producer whose acks it never got: the scalable producer asks before it
+        re-sends a sealed segment's unanswered messages to the children (docs/scalable-topics.md)."""
+        if not await self.is_terminated(topic):
+            raise InvalidArgumentError(f"segment {topic} is not sealed: what it stores is not final yet")
+        served = self.broker.topics.get(topic)
+        if served is None:
+            served = await self.broker.topic(topic)  # NotServedHereError where a cluster places it elsewhere
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10.0
+        # batches appended before the seal may still wait for their durability; read what is final
+        while served.readable_next < served.storage.next_offset:
+            if loop.time() > deadline:
+                raise NotServedHereError(f"segment {topic}: stored messages are still being committed; ask again")
+            await asyncio.sleep(0.01)
+        end = served.readable_next
+        position = max(after_offset + 1, served.first_offset)
+        found: list[int] = []
+        while position < end:
+            buf = await served.read_frames(position, 1 << 20)
+            if not buf:
+                break
+            for record in message_codec.iter_records(buf):
+                if record.offset >= end:
+                    return found
+                if record.producer_id == producer_id and record.publish_time >= since_ms:
+                    found.append(record.offset)
+                position = record.offset + 1
+        return found
 
     async def is_terminated(self, topic: str) -> bool:
         return await self.metadata.get(keys.topic_terminated(topic)) is not None

@@ -204,6 +204,16 @@ def test_scalable_topic_calls_are_judged_on_their_topic(method, permission):
     assert listed(ListRequest, _Broker()) == "/default"
 
 
+def test_a_scalable_producer_may_ask_what_it_stored_in_a_segment_it_publishes_to():
+    rule, resolver = rule_for("/danube_scalable.ScalableTopics/StoredMessages")
+
+    class Request:
+        segment_topic = "/default/orders.seg.0000-ffff-0"
+
+    assert (rule, resolver(Request, _Broker())) == ("produce", "/default/orders.seg.0000-ffff-0")
+    assert Grant.parse("produce:/default/orders").covers(rule, Request.segment_topic)
+
+
 def test_identity_of_both_servers():
     assert identity_of({"x509_common_name": [b"client-1"]}) == "client-1"
     assert identity_of({"subject": ((("commonName", "c2"),),)}) == "c2"

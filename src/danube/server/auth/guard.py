@@ -117,6 +117,8 @@ RULES: dict[str, tuple[str | None, Resolver | None]] = {
     "/danube_scalable.ScalableTopics/RegisterConsumer": ("consume", lambda r, b: r.topic),
     "/danube_scalable.ScalableTopics/SegmentDrained": ("consume", lambda r, b: r.topic),
     "/danube_scalable.ScalableTopics/CreateSubscription": ("consume", lambda r, b: r.topic),
+    # what a producer stored in a sealed segment (its lost acks): asked by whoever publishes there
+    "/danube_scalable.ScalableTopics/StoredMessages": ("produce", lambda r, b: r.segment_topic),
     "/danube_scalable.ScalableTopics/CreateScalableTopic": ("admin", lambda r, b: r.topic),
     "/danube_scalable.ScalableTopics/DescribeScalableTopic": ("admin", lambda r, b: r.topic),
     "/danube_scalable.ScalableTopics/DeleteScalableTopic": ("admin", lambda r, b: r.topic),

@@ -88,14 +88,17 @@ class BrokerSegmentOps:
         found: list[int] = []
         while position < end:
             buf = await served.read_frames(position, 1 << 20)
-            if not buf:
-                break
+            start = position
             for record in message_codec.iter_records(buf):
+                if record.offset < start:
+                    continue
                 if record.offset >= end:
                     return found
                 if record.producer_id == producer_id and record.publish_time >= since_ms:
                     found.append(record.offset)
                 position = record.offset + 1
+            if position == start:  # nothing more to read
+                break
         return found
 
     async def is_terminated(self, topic: str) -> bool:

@@ -91,13 +91,11 @@ async def consume_role(args) -> dict:
         consumers = build(*a, **k)
         for c in consumers:
 
-            async def counted(timeout=None, receive=c.receive_batch):
-                batch = await receive(timeout)
-                if batch is not None:
-                    batches[0] += 1
-                return batch
+            def counted(batch, deliver=c.deliver):
+                batches[0] += 1
+                deliver(batch)
 
-            c.receive_batch = counted
+            c.deliver = counted
         return consumers
 
     bc.build_consumers = counted_consumers

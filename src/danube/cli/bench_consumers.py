@@ -131,6 +131,38 @@ def flatten(samples: list) -> list[float]:
     return out
 
 
+def batch_samples(config: BenchConfig, read_stamps):
+    """``samples(batch, now)``: the publish->deliver latencies of a batch's messages (an array or
+    a list), read by ``read_stamps`` (from ``stamp_reader``) when the batch has the bench's frames
+    only, else frame by frame; None when the run's messages carry no stamps."""
+    from danube import message_codec as frame_codec
+
+    if config.message_size < STAMP.size:
+        return None
+    decode_frame = frame_codec.decode_frame
+    unpack = STAMP.unpack_from
+    size = config.message_size
+
+    def samples(batch, now: float):
+        frames = batch.frames
+        found = read_stamps(frames, batch.count, now)
+        if found is not None:
+            return found
+        first, _ = decode_frame(frames, 0)
+        if first.routing_key is not None or first.attributes or len(first.payload) != size:
+            found = []  # a topic shared with other producers (--topic): decode every frame
+            pos = 0
+            for _ in range(batch.count):
+                record, pos = decode_frame(frames, pos)
+                if len(record.payload) == size:
+                    found.append(now - unpack(record.payload)[0])
+            return found
+        # frames of one size only (no key, no attributes): read the stamps in place
+        return [now - unpack(frames, p + _PAYLOAD_AT)[0] for p in frame_codec.frame_positions(frames)]
+
+    return samples
+
+
 async def consume(
     consumer, seen: dict, latencies: list, config: BenchConfig, finished, read_stamps, poll_s: float | None = 0.05
 ) -> None:
@@ -139,13 +171,8 @@ async def consume(
     per batch).  With ``poll_s`` None it waits for batches without a timer and runs until cancelled.
     ``read_stamps`` comes from ``stamp_reader``, made during setup: its numpy import takes a good
     100 ms, which must not stall the first deliveries of the measured window."""
-    from danube import message_codec as frame_codec
-
-    decode_frame = frame_codec.decode_frame
-    unpack = STAMP.unpack_from
     perf = time.perf_counter
-    stamped = config.message_size >= STAMP.size
-    size = config.message_size
+    samples = batch_samples(config, read_stamps)
     while True:
         batch = await consumer.receive_batch(timeout=poll_s)
         if batch is None:
@@ -153,26 +180,41 @@ async def consume(
                 return
             continue
         now = perf()
-        if stamped:
-            frames = batch.frames
-            samples = read_stamps(frames, batch.count, now)
-            if samples is None:
-                first, _ = decode_frame(frames, 0)
-                if first.routing_key is not None or first.attributes or len(first.payload) != size:
-                    samples = []  # a topic shared with other producers (--topic): decode every frame
-                    pos = 0
-                    for _ in range(batch.count):
-                        record, pos = decode_frame(frames, pos)
-                        if len(record.payload) == size:
-                            samples.append(now - unpack(record.payload)[0])
-                else:  # frames of one size only (no key, no attributes): read the stamps in place
-                    samples = [now - unpack(frames, p + _PAYLOAD_AT)[0] for p in frame_codec.frame_positions(frames)]
-            latencies.append(samples)
+        if samples is not None:
+            latencies.append(samples(batch, now))
         seen["delivered"] += batch.count
         seen["last"] = now
         await consumer.ack_batch(batch)
         if poll_s is not None and finished():
             return
+
+
+async def consume_all(consumers, seen: dict, latencies: list, config: BenchConfig, read_stamps) -> None:
+    """``consume`` for every consumer in one task, until cancelled: one wait (a ``ConsumerSet``)
+    for all of them, so the deliveries of a loop turn cost one task wake-up, not one per consumer."""
+    from danube.client.consumer_set import ConsumerSet
+
+    perf = time.perf_counter
+    samples = batch_samples(config, read_stamps)
+    add = latencies.append
+    group = ConsumerSet(consumers)
+    try:
+        while True:
+            ready = await group.receive()
+            if not ready:
+                raise RuntimeError("every consumer closed")
+            now = perf()
+            delivered = 0
+            for consumer, batches in ready:
+                for batch in batches:
+                    if samples is not None:
+                        add(samples(batch, now))
+                    delivered += batch.count
+                    await consumer.ack_batch(batch)
+            seen["delivered"] += delivered
+            seen["last"] = now
+    finally:
+        group.close()
 
 
 def consumer_child(conn_fd: int, counter_fd: int) -> None:
@@ -233,14 +275,12 @@ async def _consumer_child_main(conn, delivered, config: BenchConfig, topic: str,
         await asyncio.gather(*(c.subscribe() for c in consumers))
         with quiet_gc():
             conn.send("ready")
-            # The consumers wait for batches without timers and never ask whether the run is over: one
-            # task looks every 10 ms (the parent announces the count once, when producing ends; a
-            # timeout per wait, or a poll of the pipe per batch, is CPU the broker's two cores need).
-            tasks = [
-                asyncio.ensure_future(consume(c, seen, latencies, config, finished, read_stamps, poll_s=None))
-                for c in consumers
-            ]
-            ended: list = []  # a consumer's task ends early only when it failed
+            # One task reads every consumer, waiting for batches without timers and never asking
+            # whether the run is over: another looks every 10 ms (the parent announces the count once,
+            # when producing ends; a timeout per wait, or a poll of the pipe per batch, is CPU the
+            # broker's two cores need).
+            tasks = [asyncio.ensure_future(consume_all(consumers, seen, latencies, config, read_stamps))]
+            ended: list = []  # the consuming task ends early only when it failed
             for t in tasks:
                 t.add_done_callback(ended.append)
             try:

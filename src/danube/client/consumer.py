@@ -197,7 +197,7 @@ class Consumer:
         # last message), after the acks it queued meanwhile.  So what the broker delivered and has no
         # ack for stays within the receive credit (the redelivery bound of a move), not the credit
         # plus the batch the application is working through.
-        self._held: list[tuple[PartitionConsumer, MessageBatch]] = []
+        self._held: list[PartitionConsumer] = []  # their ``taken`` credit goes back at the next ask
         self._listening = False
         self._growing: asyncio.Future | None = None
 
@@ -329,13 +329,15 @@ class Consumer:
 
     def _give_back(self) -> None:
         """The application is done with the batches it took before: the streams that delivered
-        them get their credit back (a batch of an older stream has no credit on the current one)."""
+        them get their credit back (a new stream forgets what its predecessor's batches held)."""
         held = self._held
         if held:
             self._held = []
-            for owner, taken in held:
-                if taken._stream == owner.stream:
-                    owner.grant(taken.count, len(taken.frames))
+            for part in held:
+                taken = part.taken
+                if taken[0]:
+                    part.grant(taken[0], taken[1])
+                    taken[0] = taken[1] = 0
 
     def _accept(self, item: MessageBatch) -> MessageBatch | None:
         """A delivered batch as the application gets it (held until it asks for more), without the
@@ -348,7 +350,11 @@ class Consumer:
             if item._stream == part.stream:
                 part.grant(item.count, len(item.frames))
             return None
-        self._held.append((part, item))
+        if item._stream == part.stream:  # credit of an older stream is void on the current one
+            taken = part.taken
+            taken[0] += item.count
+            taken[1] += len(item.frames)
+            self._held.append(part)
         return rest
 
     async def batches(self) -> AsyncIterator[MessageBatch]:

@@ -67,7 +67,9 @@ class PartitionConsumer:
         self.consumer_id = -1
         # a run of acks covering a quarter of the receive window goes out without waiting for the linger
         self._outbox = Outbox(owner.ack_linger_s, max(1, owner.receive_messages // 4))
-        self._owed = [0, 0]  # credit (messages, bytes) taken by the application, not yet granted
+        self._owed = [0, 0]  # credit (messages, bytes) the application is done with, not yet granted
+        # credit (messages, bytes) of this stream's batches the application took and is working on
+        self.taken = [0, 0]
         self._subscribed = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task | None = None
         self._closing = False
@@ -221,6 +223,7 @@ class PartitionConsumer:
             pb.ConsumeRequest(credit=pb.Credit(messages=owner.receive_messages, bytes=owner.receive_bytes))
         )
         self._owed = [0, 0]
+        self.taken = [0, 0]
         self.stream += 1
         stream = self.stream
         self._stream_subscribed = False

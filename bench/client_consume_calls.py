@@ -10,7 +10,8 @@ one exclusive consumer per topic, and a producer process (``--producer-src``'s c
 call at the defaults).  The consumer process measures its own CPU (every thread, user + system)
 from 1 s after producing starts until it ends, and the batches and messages it delivered in that
 window.  Trees alternate which goes first in each round, so the ratio compares runs made
-seconds apart.  Prints one JSON line per run, then the median of each tree and the ratio.
+seconds apart.  Prints one JSON line per run (with the requests the consumers wrote per delivered
+batch: acks and credit grants), then the median of each tree and the ratio.
 """
 
 from __future__ import annotations
@@ -91,16 +92,24 @@ async def consume_role(args) -> dict:
         consumers = build(*a, **k)
         for c in consumers:
 
-            async def counted(timeout=None, receive=c.receive_batch):
-                batch = await receive(timeout)
-                if batch is not None:
-                    batches[0] += 1
-                return batch
+            def counted(batch, deliver=c.deliver):
+                batches[0] += 1
+                deliver(batch)
 
-            c.receive_batch = counted
+            c.deliver = counted
         return consumers
 
     bc.build_consumers = counted_consumers
+    import grpc.aio._call as aio_call
+
+    writes = [0]
+    write = aio_call._StreamRequestMixin.write
+
+    def counted_write(self, request):  # every request a consumer writes (acks, credit); no extra frame
+        writes[0] += 1
+        return write(self, request)
+
+    aio_call._StreamRequestMixin.write = counted_write
     config = _config(args)
     pipe = _Pipe()
     window: dict = {}
@@ -111,9 +120,14 @@ async def consume_role(args) -> dict:
             await asyncio.sleep(0.05)
         start_at = float(pipe.lines[0])
         await _sleep_until_wall(start_at + WARMUP_S)
-        cpu0, batches0, msgs0 = time.process_time(), batches[0], cell.value
+        cpu0, batches0, msgs0, writes0 = time.process_time(), batches[0], cell.value, writes[0]
         await _sleep_until_wall(start_at + config.duration)
-        window.update(cpu_s=time.process_time() - cpu0, batches=batches[0] - batches0, msgs=cell.value - msgs0)
+        window.update(
+            cpu_s=time.process_time() - cpu0,
+            batches=batches[0] - batches0,
+            msgs=cell.value - msgs0,
+            writes=writes[0] - writes0,
+        )
 
     measuring = asyncio.ensure_future(measure())
     answer = await bc._consumer_child_main(pipe, cell, config, args.topic, "exclusive")
@@ -247,6 +261,7 @@ def run_once(tree: str, args) -> dict:
         "consumer_us_per_msg": round(consumed["cpu_s"] * 1e6 / max(1, consumed["msgs"]), 1),
         "consumer_cores": round(consumed["cpu_s"] / window, 3),
         "msgs_per_batch": round(consumed["msgs"] / max(1, consumed["batches"]), 2),
+        "writes_per_batch": round(consumed["writes"] / max(1, consumed["batches"]), 3),
         "delivered_per_s": round(consumed["msgs"] / window),
         "p99_ms": None if consumed["p99_ms"] is None else round(consumed["p99_ms"], 1),
         "acked": produced["acked"],

@@ -70,17 +70,22 @@ def stamp_reader(size: int):
     """``read(frames, count, now)``: publish->deliver of every message of a batch, or None when the
     batch is not ``count`` frames without key or attributes whose payloads are ``size`` bytes (each
     payload starts with its send time).  No Python work per message in the consumer process, which
-    shares the 2 cores with the broker and the producer: a small batch is read by one precompiled
-    ``struct`` unpack of all its frames (numpy's fixed cost per call is larger than a few frames'
-    worth), a large one as strided numpy views."""
+    shares the 2 cores with the broker and the producer: a small batch's headers are checked by
+    strided byte slices (one per checked header byte, every frame at once) and its stamps read by
+    one precompiled ``struct`` unpack (numpy's fixed cost per call is larger than a few frames'
+    worth), a large one is read as strided numpy views."""
     if size < STAMP.size:  # no stamps to read (the caller does not ask)
         return lambda frames, count, now: None
     frame_len = _PAYLOAD_AT + size
     body_len = frame_len - FRAME_HEADER_SIZE
-    # One frame: body_len at 12, flags at 32, attribute count at 34, key length at 36, the stamp at 38.
-    frame_fields = f"12xI16xBxH2xd{size - STAMP.size}x"
-    assert struct.calcsize("<" + frame_fields) == frame_len
-    unpackers: dict[int, struct.Struct] = {}
+    # One frame: body_len (u32 little-endian) at 12, flags at 32, attribute count (u16) at 34, the
+    # stamp at 38: every header must name a body of this length (so the frames are exactly
+    # there), with no routing key (flags 0) and no attributes, so the payload follows the fixed
+    # body fields.
+    checked = [(12 + i, (body_len >> (8 * i)) & 0xFF) for i in range(4)] + [(32, 0), (34, 0), (35, 0)]
+    stamp_fields = f"{_PAYLOAD_AT}xd{size - STAMP.size}x"
+    assert struct.calcsize("<" + stamp_fields) == frame_len
+    by_count: dict[int, tuple[struct.Struct, list[tuple[int, bytes]]]] = {}
     read_many = _numpy_stamps(frame_len, body_len)
 
     def read(frames, count: int, now: float):
@@ -88,15 +93,17 @@ def stamp_reader(size: int):
             return None
         if count > _STRUCT_FRAMES and read_many is not None:
             return read_many(frames, count, now)
-        unpacker = unpackers.get(count)
-        if unpacker is None:
-            unpacker = unpackers[count] = struct.Struct("<" + frame_fields * count)
-        fields = unpacker.unpack_from(frames)
-        # Every header names a body of this length (so the frames are exactly there), with no
-        # routing key (flags 0) and no attributes: the payload follows the fixed body fields.
-        if fields[0::4].count(body_len) != count or fields[1::4].count(0) != count or fields[2::4].count(0) != count:
-            return None
-        return [now - stamp for stamp in fields[3::4]]
+        known = by_count.get(count)
+        if known is None:
+            known = by_count[count] = (
+                struct.Struct("<" + stamp_fields * count),
+                [(at, bytes((value,)) * count) for at, value in checked],
+            )
+        unpacker, expected = known
+        for at, want in expected:
+            if frames[at::frame_len] != want:
+                return None
+        return [now - stamp for stamp in unpacker.unpack_from(frames)]
 
     return read
 
@@ -131,6 +138,38 @@ def flatten(samples: list) -> list[float]:
     return out
 
 
+def batch_samples(config: BenchConfig, read_stamps):
+    """``samples(batch, now)``: the publish->deliver latencies of a batch's messages (an array or
+    a list), read by ``read_stamps`` (from ``stamp_reader``) when the batch has the bench's frames
+    only, else frame by frame; None when the run's messages carry no stamps."""
+    from danube import message_codec as frame_codec
+
+    if config.message_size < STAMP.size:
+        return None
+    decode_frame = frame_codec.decode_frame
+    unpack = STAMP.unpack_from
+    size = config.message_size
+
+    def samples(batch, now: float):
+        frames = batch.frames
+        found = read_stamps(frames, batch.count, now)
+        if found is not None:
+            return found
+        first, _ = decode_frame(frames, 0)
+        if first.routing_key is not None or first.attributes or len(first.payload) != size:
+            found = []  # a topic shared with other producers (--topic): decode every frame
+            pos = 0
+            for _ in range(batch.count):
+                record, pos = decode_frame(frames, pos)
+                if len(record.payload) == size:
+                    found.append(now - unpack(record.payload)[0])
+            return found
+        # frames of one size only (no key, no attributes): read the stamps in place
+        return [now - unpack(frames, p + _PAYLOAD_AT)[0] for p in frame_codec.frame_positions(frames)]
+
+    return samples
+
+
 async def consume(
     consumer, seen: dict, latencies: list, config: BenchConfig, finished, read_stamps, poll_s: float | None = 0.05
 ) -> None:
@@ -139,13 +178,8 @@ async def consume(
     per batch).  With ``poll_s`` None it waits for batches without a timer and runs until cancelled.
     ``read_stamps`` comes from ``stamp_reader``, made during setup: its numpy import takes a good
     100 ms, which must not stall the first deliveries of the measured window."""
-    from danube import message_codec as frame_codec
-
-    decode_frame = frame_codec.decode_frame
-    unpack = STAMP.unpack_from
     perf = time.perf_counter
-    stamped = config.message_size >= STAMP.size
-    size = config.message_size
+    samples = batch_samples(config, read_stamps)
     while True:
         batch = await consumer.receive_batch(timeout=poll_s)
         if batch is None:
@@ -153,26 +187,41 @@ async def consume(
                 return
             continue
         now = perf()
-        if stamped:
-            frames = batch.frames
-            samples = read_stamps(frames, batch.count, now)
-            if samples is None:
-                first, _ = decode_frame(frames, 0)
-                if first.routing_key is not None or first.attributes or len(first.payload) != size:
-                    samples = []  # a topic shared with other producers (--topic): decode every frame
-                    pos = 0
-                    for _ in range(batch.count):
-                        record, pos = decode_frame(frames, pos)
-                        if len(record.payload) == size:
-                            samples.append(now - unpack(record.payload)[0])
-                else:  # frames of one size only (no key, no attributes): read the stamps in place
-                    samples = [now - unpack(frames, p + _PAYLOAD_AT)[0] for p in frame_codec.frame_positions(frames)]
-            latencies.append(samples)
+        if samples is not None:
+            latencies.append(samples(batch, now))
         seen["delivered"] += batch.count
         seen["last"] = now
         await consumer.ack_batch(batch)
         if poll_s is not None and finished():
             return
+
+
+async def consume_all(consumers, seen: dict, latencies: list, config: BenchConfig, read_stamps) -> None:
+    """``consume`` for every consumer in one task, until cancelled: one wait (a ``ConsumerSet``)
+    for all of them, so the deliveries of a loop turn cost one task wake-up, not one per consumer."""
+    from danube.client.consumer_set import ConsumerSet
+
+    perf = time.perf_counter
+    samples = batch_samples(config, read_stamps)
+    add = latencies.append
+    group = ConsumerSet(consumers)
+    try:
+        while True:
+            ready = await group.receive()
+            if not ready:
+                raise RuntimeError("every consumer closed")
+            now = perf()
+            delivered = 0
+            for consumer, batches in ready:
+                for batch in batches:
+                    if samples is not None:
+                        add(samples(batch, now))
+                    delivered += batch.count
+                    await consumer.ack_batch(batch)
+            seen["delivered"] += delivered
+            seen["last"] = now
+    finally:
+        group.close()
 
 
 def consumer_child(conn_fd: int, counter_fd: int) -> None:
@@ -233,14 +282,12 @@ async def _consumer_child_main(conn, delivered, config: BenchConfig, topic: str,
         await asyncio.gather(*(c.subscribe() for c in consumers))
         with quiet_gc():
             conn.send("ready")
-            # The consumers wait for batches without timers and never ask whether the run is over: one
-            # task looks every 10 ms (the parent announces the count once, when producing ends; a
-            # timeout per wait, or a poll of the pipe per batch, is CPU the broker's two cores need).
-            tasks = [
-                asyncio.ensure_future(consume(c, seen, latencies, config, finished, read_stamps, poll_s=None))
-                for c in consumers
-            ]
-            ended: list = []  # a consumer's task ends early only when it failed
+            # One task reads every consumer, waiting for batches without timers and never asking
+            # whether the run is over: another looks every 10 ms (the parent announces the count once,
+            # when producing ends; a timeout per wait, or a poll of the pipe per batch, is CPU the
+            # broker's two cores need).
+            tasks = [asyncio.ensure_future(consume_all(consumers, seen, latencies, config, read_stamps))]
+            ended: list = []  # the consuming task ends early only when it failed
             for t in tasks:
                 t.add_done_callback(ended.append)
             try:

@@ -5,6 +5,7 @@ See docs/client.md.  The client uses only the frame codec and the protocol stubs
 
 from danube.client.client import DanubeClient, DanubeClientBuilder, RetryPolicy
 from danube.client.consumer import Consumer, ConsumerBuilder, SubType
+from danube.client.consumer_set import ConsumerSet
 from danube.client.messages import Message, MessageBatch
 from danube.client.partition_router import fnv1a_64, partition_topic
 from danube.client.producer import Producer, ProducerBuilder
@@ -17,6 +18,7 @@ __all__ = [
     "ProducerBuilder",
     "Consumer",
     "ConsumerBuilder",
+    "ConsumerSet",
     "SubType",
     "Message",
     "MessageBatch",

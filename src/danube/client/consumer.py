@@ -48,8 +48,11 @@ class SubType:
     KeyShared = "key_shared"
 
 
-# Acks wait this long for the ones after them; the broker then reads one request for several batches.
-DEFAULT_ACK_LINGER_MS = 5.0
+# Acks wait this long for the ones after them, so a consumer that gets a small batch every few
+# milliseconds writes one ack request per ten or more of them (each request is a gRPC write here
+# and a read and an ack pass on the broker); as long as Pulsar's default ack grouping, and far
+# below any ack timeout (30 s by default).  Sooner when they cover a quarter of the receive credit.
+DEFAULT_ACK_LINGER_MS = 100.0
 MAX_ACK_LINGER_MS = 1000.0
 
 
@@ -194,7 +197,7 @@ class Consumer:
         # last message), after the acks it queued meanwhile.  So what the broker delivered and has no
         # ack for stays within the receive credit (the redelivery bound of a move), not the credit
         # plus the batch the application is working through.
-        self._held: list[tuple[PartitionConsumer, MessageBatch]] = []
+        self._held: list[PartitionConsumer] = []  # their ``taken`` credit goes back at the next ask
         self._listening = False
         self._growing: asyncio.Future | None = None
 
@@ -282,10 +285,7 @@ class Consumer:
         Messages the message iterator took from a batch but did not yield yet stay with it."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        held, self._held = self._held, []
-        for owner, taken in held:  # the application is done with what it took before
-            if taken._stream == owner.stream:  # the stream that delivered it gets its credit back
-                owner.grant(taken.count, len(taken.frames))
+        self._give_back()
         while True:
             if not self._queue.empty():
                 item = self._queue.get_nowait()
@@ -300,16 +300,62 @@ class Consumer:
                 if self._error is not None:
                     raise self._error
                 raise StopAsyncIteration
-            part = self._parts[item._partition] if item._partition < len(self._parts) else None
-            if part is None:
-                return item
-            rest = part.unseen(item)
-            if rest is None:  # every message was already acked (and acked again): its credit goes back now
-                if item._stream == part.stream:
-                    part.grant(item.count, len(item.frames))
-                continue  # wait for the next batch
-            self._held.append((part, item))
-            return rest
+            batch = self._accept(item)
+            if batch is not None:
+                return batch
+
+    def receive_ready(self) -> list[MessageBatch] | None:
+        """Every batch delivered and not taken yet, without waiting (``[]`` when there is none);
+        ``None`` once the consumer is closed; raises the error that ended it.
+
+        Like ``receive_batch``, the call means the application is done with the batches it took
+        before: their credit goes back."""
+        self._give_back()
+        queue = self._queue
+        taken: list[MessageBatch] = []
+        while not queue.empty():
+            item = queue.get_nowait()
+            if item is END:
+                queue.put_back(END)  # stays: every later call ends too
+                if taken:
+                    return taken
+                if self._error is not None:
+                    raise self._error
+                return None
+            batch = self._accept(item)
+            if batch is not None:
+                taken.append(batch)
+        return taken
+
+    def _give_back(self) -> None:
+        """The application is done with the batches it took before: the streams that delivered
+        them get their credit back (a new stream forgets what its predecessor's batches held)."""
+        held = self._held
+        if held:
+            self._held = []
+            for part in held:
+                taken = part.taken
+                if taken[0]:
+                    part.grant(taken[0], taken[1])
+                    taken[0] = taken[1] = 0
+
+    def _accept(self, item: MessageBatch) -> MessageBatch | None:
+        """A delivered batch as the application gets it (held until it asks for more), without the
+        redeliveries of what it acked already; None when nothing is left of it."""
+        part = self._parts[item._partition] if item._partition < len(self._parts) else None
+        if part is None:
+            return item
+        rest = part.unseen(item)
+        if rest is None:  # every message was already acked (and acked again): its credit goes back now
+            if item._stream == part.stream:
+                part.grant(item.count, len(item.frames))
+            return None
+        if item._stream == part.stream:  # credit of an older stream is void on the current one
+            taken = part.taken
+            taken[0] += item.count
+            taken[1] += len(item.frames)
+            self._held.append(part)
+        return rest
 
     async def batches(self) -> AsyncIterator[MessageBatch]:
         while True:
@@ -363,6 +409,12 @@ class Consumer:
 
     async def nack(self, message: Message, *, delay_ms: int | None = None, reason: str | None = None) -> None:
         self._partition_of(message).nack(message.offset, delay_ms, reason)
+
+    async def flush(self) -> None:
+        """Sends the acks and nacks that linger now and returns once every partition's stream has
+        written what was queued (a stream that breaks meanwhile writes it on its successor);
+        raises ``ClientError`` if the consumer closes or gives up first."""
+        await asyncio.gather(*(p.flush() for p in self._parts))
 
     async def close(self) -> None:
         if self._listening:

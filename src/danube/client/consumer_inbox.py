@@ -1,13 +1,16 @@
 """The consumer's inbox: delivered batches waiting for the application to ask for them.
 
 Every partition's stream puts its batches here (``danube.client.consumer_stream``); the consumer
-(``danube.client.consumer``) takes them in delivery order, waiting with an optional timeout.
+(``danube.client.consumer``) takes them in delivery order, waiting with an optional timeout.  A
+listener (the ``ConsumerSet`` that waits on many consumers at once) is told of every item put, so
+one waiter serves many inboxes.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Callable
 
 from danube._tasks import wake
 
@@ -21,18 +24,27 @@ class Inbox:
     Waiter futures and a timer instead of ``asyncio.wait_for(queue.get())``, which
     creates a task for every call that has to wait."""
 
-    __slots__ = ("_items", "_waiters")
+    __slots__ = ("_items", "_waiters", "listener")
 
     def __init__(self) -> None:
         self._items: deque = deque()
         self._waiters: deque[asyncio.Future] = deque()
+        self.listener: Callable[[], None] | None = None  # told of every item put
 
     def empty(self) -> bool:
         return not self._items
 
     def put_nowait(self, item) -> None:
         self._items.append(item)
-        self._wake_next()
+        if self._waiters:
+            self._wake_next()
+        listener = self.listener
+        if listener is not None:
+            listener()
+
+    def put_back(self, item) -> None:
+        """``item`` first again, telling no one (it was taken and is handed back)."""
+        self._items.appendleft(item)
 
     def get_nowait(self):
         return self._items.popleft()

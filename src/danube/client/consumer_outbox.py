@@ -12,7 +12,8 @@ ack, and the writes of many streams go out in the same loop turn (the transport 
 together).
 
 The outbox outlives its streams: what a broken stream did not write goes out on the next one
-(credit grants excepted: a new stream starts with the whole window).
+(credit grants excepted: a new stream starts with the whole window).  ``flush()`` releases what
+lingers and queues a marker the writer resolves once everything before it is written.
 """
 
 from __future__ import annotations
@@ -36,6 +37,15 @@ class _AckRun:
         self.ranges: list[list[int]] = []
         self.due = False  # released by the ticker (or sent early, behind a later request)
         self.messages = 0
+
+
+class _Flushed:
+    """A marker in the queue: its future is resolved when the writer reaches it."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future) -> None:
+        self.future = future
 
 
 class _Ticker:
@@ -140,17 +150,39 @@ class Outbox:
         """For a new stream: the old stream's credit grants are void, its acks and nacks still go
         out (before the new stream's whole-window ``credit``)."""
         kept = deque(
-            item for item in self._items if type(item) is _AckRun or item is END or not item.HasField("credit")
+            item
+            for item in self._items
+            if type(item) is _AckRun or type(item) is _Flushed or item is END or not item.HasField("credit")
         )
         kept.append(credit)
         self._items = kept
 
     def _release(self) -> None:
         self._ticking = False
+        self._all_due()
+
+    def _all_due(self) -> None:
         for item in self._items:
             if type(item) is _AckRun:
                 item.due = True
         self._wake()
+
+    def flush(self) -> asyncio.Future:
+        """Sends what lingers now; the future is done once everything queued so far is written
+        (on this stream or, if it breaks, on the next one)."""
+        future = asyncio.get_running_loop().create_future()
+        if not self._items:
+            future.set_result(None)
+            return future
+        self._items.append(_Flushed(future))
+        self._all_due()
+        return future
+
+    def abandon(self, error: BaseException) -> None:
+        """No writer will come (the consumer closed or gave up): flushes waiting fail with ``error``."""
+        for item in self._items:
+            if type(item) is _Flushed and not item.future.done():
+                item.future.set_exception(error)
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -165,18 +197,27 @@ class Outbox:
         return type(first) is not _AckRun or first.due or len(items) > 1
 
     async def next(self) -> pb.ConsumeRequest | None:
-        """The next request to write, once one may go out; None at END (which stays queued)."""
-        while not self._ready():
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await waiter
-            finally:
-                if self._waiter is waiter:
-                    self._waiter = None
-        items = self._items
-        if items[0] is END:
-            return None
-        item = items.popleft()
-        if type(item) is _AckRun:
-            return ack_request(item.ranges)
-        return item
+        """The next request to write, once one may go out; None at END (which stays queued).
+
+        The writer asks for the next request only once the previous one is written, so a flush
+        marker at the head means everything before it is written."""
+        while True:
+            while not self._ready():
+                waiter = self._waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await waiter
+                finally:
+                    if self._waiter is waiter:
+                        self._waiter = None
+            items = self._items  # restart() may have replaced it meanwhile
+            item = items[0]
+            if item is END:
+                return None
+            items.popleft()
+            kind = type(item)
+            if kind is _AckRun:
+                return ack_request(item.ranges)
+            if kind is not _Flushed:
+                return item
+            if not item.future.done():
+                item.future.set_result(None)

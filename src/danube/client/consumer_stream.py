@@ -67,7 +67,9 @@ class PartitionConsumer:
         self.consumer_id = -1
         # a run of acks covering a quarter of the receive window goes out without waiting for the linger
         self._outbox = Outbox(owner.ack_linger_s, max(1, owner.receive_messages // 4))
-        self._owed = [0, 0]  # credit (messages, bytes) taken by the application, not yet granted
+        self._owed = [0, 0]  # credit (messages, bytes) the application is done with, not yet granted
+        # credit (messages, bytes) of this stream's batches the application took and is working on
+        self.taken = [0, 0]
         self._subscribed = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task | None = None
         self._closing = False
@@ -79,6 +81,7 @@ class PartitionConsumer:
         self.acked = AckedOffsets()
         self.stream = 0  # number of the current Consume stream
         self.resubscribes = 0  # times the consumer re-subscribed (for tests and stats)
+        self._closed_error: ClientError | None = None  # set once no writer will come again
 
     def spec(self) -> pb.SubscribeSpec:
         o = self.owner
@@ -145,6 +148,11 @@ class PartitionConsumer:
                 self._outbox.ack(first, last)
         return rest
 
+    async def flush(self) -> None:
+        if self._closed_error is not None:
+            raise self._closed_error
+        await self._outbox.flush()
+
     def nack(self, offset: int, delay_ms: int | None, reason: str | None) -> None:
         request = pb.NackRequest(consumer_id=0, offset=offset)
         if delay_ms is not None:
@@ -172,6 +180,7 @@ class PartitionConsumer:
                 return
             health, self._health = self._health, None
             self.owner.client.unwatch_nowait(health)
+            self._stop_writing(ClientError(f"consumer {self.owner.name} on {self.topic} gave up: {error}"))
             self.owner.deliver_error(error)
 
     async def _consume(self) -> None:
@@ -214,6 +223,7 @@ class PartitionConsumer:
             pb.ConsumeRequest(credit=pb.Credit(messages=owner.receive_messages, bytes=owner.receive_bytes))
         )
         self._owed = [0, 0]
+        self.taken = [0, 0]
         self.stream += 1
         stream = self.stream
         self._stream_subscribed = False
@@ -282,7 +292,9 @@ class PartitionConsumer:
         health, self._health = self._health, None
         await self.owner.client.unwatch(health)
         self._outbox.push(END)
+        closed = ClientError(f"consumer {self.owner.name} on {self.topic} closed before writing its acks")
         if self._task is None:
+            self._stop_writing(closed)
             return
         try:
             await asyncio.wait_for(asyncio.shield(self._task), timeout=2)
@@ -293,3 +305,9 @@ class PartitionConsumer:
             if call is not None:
                 call.cancel()
             self._task.cancel()
+        self._stop_writing(closed)
+
+    def _stop_writing(self, error: ClientError) -> None:
+        """No stream will write again: flushes still waiting fail with ``error`` (later ones at once)."""
+        self._closed_error = error
+        self._outbox.abandon(error)

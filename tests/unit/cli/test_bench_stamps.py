@@ -5,6 +5,8 @@ both refuse a batch that is not plain frames of the bench's size."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from danube import message_codec as frame_codec
 from danube.cli import bench_consumers
@@ -50,3 +52,31 @@ def test_without_numpy_large_batches_are_read_by_struct(monkeypatch):
     count = 300
     frames = frame_codec.encode_payloads(_payloads([1.5] * count))
     assert stamp_reader(SIZE)(frames, count, 2.0) == [0.5] * count
+
+
+_frame = st.tuples(
+    st.floats(0, 1e6, allow_nan=False),
+    st.one_of(st.none(), st.text("ab", min_size=0, max_size=3)),  # a routing key, empty or not
+    st.one_of(st.none(), st.dictionaries(st.just("a"), st.text("b", max_size=2), max_size=1)),
+    st.integers(-3, 3),  # payload size off the bench's by this much
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_frame, min_size=1, max_size=6), st.integers(-1, 1))
+def test_a_batch_is_read_exactly_when_every_frame_is_a_plain_bench_frame(frames, count_off):
+    """Batches mixing keys, attributes and payload sizes (some the same total length as plain
+    ones): the reader gives every stamp exactly when all frames are plain and of the bench's size,
+    else None."""
+    records = [
+        (0, 0, key, attributes, STAMP.pack(t) + b"\x00" * (SIZE - STAMP.size + off))
+        for t, key, attributes, off in frames
+    ]
+    buf = frame_codec.encode_records(records)
+    count = len(frames) + count_off
+    plain = count_off == 0 and all(key is None and not attrs and off == 0 for _, key, attrs, off in frames)
+    samples = stamp_reader(SIZE)(buf, count, 2e6)
+    if plain:
+        assert samples == [2e6 - t for t, _, _, _ in frames]
+    else:
+        assert samples is None

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from danube.client.consumer_outbox import END, Outbox, _Ticker
@@ -176,3 +177,105 @@ def test_every_ack_goes_out_once_in_the_order_given(ops):
         else:
             got.append(("ack", [o for first, last in _ranges(request) for o in range(first, last + 1)]))
     assert got == expected
+
+
+async def test_a_flush_sends_what_lingers_and_is_done_once_the_writer_is_past_it():
+    outbox = Outbox(60.0, max_messages=1000)
+    outbox.ack(0, 3)
+    flushed = outbox.flush()
+    outbox.ack(4, 4)  # after the flush: lingers on its own
+    assert not flushed.done()
+    assert _ranges(await _taken(outbox, 0.5)) == [(0, 3)]  # released by the flush
+    assert not flushed.done()  # the writer has not written it yet: it asks for the next only after
+    writer = asyncio.ensure_future(outbox.next())
+    await asyncio.sleep(0)
+    assert flushed.done()
+    assert not writer.done()  # (4, 4) still lingers
+    writer.cancel()
+    await asyncio.gather(writer, return_exceptions=True)
+
+
+async def test_a_flush_of_an_empty_outbox_is_done_at_once():
+    assert Outbox(60.0, max_messages=1000).flush().done()
+
+
+async def test_a_flush_outlives_a_broken_stream_and_fails_when_no_writer_comes():
+    outbox = Outbox(60.0, max_messages=1000)
+    outbox.ack(0, 0)
+    kept = outbox.flush()
+    outbox.restart(_credit(100))  # the next stream writes the ack, then the flush is done
+    assert _ranges(await _taken(outbox, 0.5)) == [(0, 0)]
+    assert (await _taken(outbox, 0.5)).credit.messages == 100
+    assert kept.done() and kept.exception() is None
+    outbox.ack(1, 1)
+    abandoned = outbox.flush()
+    outbox.abandon(RuntimeError("closed"))
+    with pytest.raises(RuntimeError, match="closed"):
+        await abandoned
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("ack"), st.integers(0, 50), st.integers(0, 3)),
+            st.tuples(st.just("nack"), st.integers(0, 50), st.just(0)),
+            st.tuples(st.just("flush"), st.just(0), st.just(0)),
+            st.tuples(st.just("write"), st.just(0), st.just(0)),
+        ),
+        max_size=30,
+    )
+)
+def test_a_flush_is_done_exactly_when_everything_queued_before_it_was_taken(ops):
+    """Acks, nacks and flushes interleaved with writes: a flush is done once every ack and nack
+    queued before it was handed to the writer and the writer came back for more, never before."""
+
+    async def run() -> None:
+        outbox = Outbox(60.0, max_messages=10**9)
+        queued: list[int] = []  # offsets acked or nacked so far, in order
+        written: list[int] = []
+        flushes: list[tuple[int, asyncio.Future]] = []  # (how many were queued before it, future)
+
+        def check() -> None:
+            for before, future in flushes:
+                # done only if all queued before it were written; pending ones must not be done
+                if future.done():
+                    assert len(written) >= before
+
+        async def write() -> bool:
+            """The writer asks for a request and writes what it gets in a few loop turns; False at END."""
+            writer = asyncio.ensure_future(outbox.next())
+            for _ in range(3):
+                await asyncio.sleep(0)
+            if not writer.done():  # nothing may go out yet: the writer keeps waiting (cancelled here)
+                writer.cancel()
+                await asyncio.gather(writer, return_exceptions=True)
+                return True
+            request = writer.result()
+            if request is None:
+                return False
+            if request.WhichOneof("kind") == "nack":
+                written.append(request.nack.offset)
+            else:
+                written.extend(o for first, last in _ranges(request) for o in range(first, last + 1))
+            return True
+
+        for kind, at, length in ops:
+            if kind == "ack":
+                outbox.ack(at, at + length)
+                queued.extend(range(at, at + length + 1))
+            elif kind == "nack":
+                outbox.push(_nack(at))
+                queued.append(at)
+            elif kind == "flush":
+                flushes.append((len(queued), outbox.flush()))
+            else:
+                await write()
+            check()
+        outbox.push(END)  # close: everything goes out, every flush is passed
+        while await write():
+            check()
+        assert written == queued
+        assert all(future.done() for _, future in flushes)
+
+    asyncio.run(run())

@@ -123,9 +123,9 @@ window_steps = st.one_of(
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 70000), st.lists(window_steps, max_size=25))
 def test_no_writer_waits_while_the_window_could_serve_it_and_all_are_answered_in_the_end(initial, script):
-    loop = asyncio.new_event_loop()
+    own_loop = asyncio.new_event_loop()
     try:
-        peer = reading_peer(loop, [(frames.INITIAL_WINDOW_SIZE, initial)])
+        peer = reading_peer(own_loop, [(frames.INITIAL_WINDOW_SIZE, initial)])
         connection = peer.connection
         sizes: dict[int, int] = {}
         reset: set[int] = set()
@@ -159,7 +159,7 @@ def test_no_writer_waits_while_the_window_could_serve_it_and_all_are_answered_in
         assert not connection._window_waiters and not connection._stream_waiters
         assert not connection.busy
     finally:
-        for task in asyncio.all_tasks(loop):
+        for task in asyncio.all_tasks(own_loop):
             task.cancel()
-        loop.run_until_complete(asyncio.sleep(0))
-        loop.close()
+        own_loop.run_until_complete(asyncio.sleep(0))
+        own_loop.close()

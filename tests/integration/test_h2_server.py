@@ -124,9 +124,31 @@ async def sink_echo(request_iterator, context):
         yield item
 
 
+async def paused_sum(request_iterator, context) -> bytes:
+    """Takes requests by a sink that pauses after the first one and resumes 1.5 s later: the
+    client must wait meanwhile, as for a handler that does not read."""
+    loop = asyncio.get_running_loop()
+    ended = loop.create_future()
+    sizes: list[int] = []
+
+    def on_message(message) -> None:
+        if message is grpc.aio.EOF:
+            ended.set_result(None)
+            return
+        sizes.append(len(message))
+        if len(sizes) == 1:
+            context.pause_messages()
+            loop.call_later(1.5, context.resume_messages)
+
+    context.set_message_sink(on_message)
+    await ended
+    return b"%d,%d" % (len(sizes), sum(sizes))
+
+
 def _handlers():
     return {
         "SinkEcho": grpc.stream_stream_rpc_method_handler(sink_echo),
+        "PausedSum": grpc.stream_unary_rpc_method_handler(paused_sum),
         "Echo": grpc.unary_unary_rpc_method_handler(echo),
         "Meta": grpc.unary_unary_rpc_method_handler(meta),
         "BigMeta": grpc.unary_unary_rpc_method_handler(big_meta),
@@ -266,6 +288,28 @@ async def test_a_handler_that_does_not_read_pushes_back_on_the_client():
         writer = asyncio.ensure_future(write_all())
         await asyncio.sleep(1.0)
         # The handler has read nothing yet: the stream's 8 MiB window plus the few whole
+        # messages let through, not all 48 MiB.
+        assert written < 30
+        await writer
+        assert await call == b"48,%d" % (48 * len(chunk))
+
+
+async def test_a_paused_message_sink_pushes_back_on_the_client_until_it_resumes():
+    async with serving() as (_, address), channel_to(address) as channel:
+        call = method(channel, "PausedSum", "stream_unary")()
+        chunk = b"z" * (1024 * 1024)
+        written = 0
+
+        async def write_all():
+            nonlocal written
+            for _ in range(48):
+                await call.write(chunk)
+                written += 1
+            await call.done_writing()
+
+        writer = asyncio.ensure_future(write_all())
+        await asyncio.sleep(1.0)
+        # Paused after the first message: the stream's 8 MiB window plus the few whole
         # messages let through, not all 48 MiB.
         assert written < 30
         await writer

@@ -9,6 +9,8 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, AsyncIterator, Callable, cast
 
+import grpc
+
 from danube.errors import DanubeError, InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.server import status as status_map
@@ -161,7 +163,9 @@ class PublishLane:
         schema or partitioning check) is read only after the tasks before it, which start in
         the order they were created, and the per-call path waits while such tasks are pending.
         On the native server an ack of the per-call path is written by the callback that
-        learns its batch is durable (``write_nowait``) while this handler is not writing.
+        learns its batch is durable (``write_nowait``) while this handler is not writing, and
+        batches are taken by a message sink in the connection's read (no task woken per
+        batch), which pauses while ``MAX_STREAM_IN_FLIGHT`` batches are being stored.
         """
         loop = asyncio.get_running_loop()
         answers: deque = deque()  # acks for this handler to send, in order, then ``reading_done``
@@ -173,6 +177,10 @@ class PublishLane:
         publish_now = self._publish_now
         in_flight = 0  # batches read and not answered yet
         room: asyncio.Future | None = None  # the reader's, while it waits for in_flight to drop
+        # the native server's call hands batches to a sink that can pause (grpc.aio's cannot)
+        by_sink = all(hasattr(context, name) for name in ("set_message_sink", "pause_messages", "resume_messages"))
+        paused = False  # the sink's: MAX_STREAM_IN_FLIGHT batches are being stored
+        sink_ended = False  # the sink got the end of the request stream
         idle: asyncio.Future | None = None  # this handler's, while it waits for an answer (not writing)
 
         def queue(ack) -> None:
@@ -181,10 +189,15 @@ class PublishLane:
                 idle.set_result(None)
 
         def settle() -> None:
-            nonlocal in_flight
+            nonlocal in_flight, paused
             in_flight -= 1
             if room is not None and not room.done():
                 room.set_result(None)
+            if paused and in_flight < MAX_STREAM_IN_FLIGHT:
+                paused = False
+                context.resume_messages()
+            elif sink_ended and not in_flight:
+                queue(reading_done)
 
         def answered(sequence: int, producer_id: int, fut: asyncio.Future) -> None:
             try:
@@ -219,28 +232,48 @@ class PublishLane:
                 finally:
                     room = None
 
-        async def read_requests():
+        def take(request) -> None:
             nonlocal in_flight
+            in_flight += 1
+            now = None if tasks else publish_now(request)
+            if now is None:
+                task = asyncio.ensure_future(store(request))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            elif type(now) is _PublishAck:
+                queue(now)
+                settle()
+            else:
+                now.add_done_callback(functools.partial(answered, request.sequence, request.producer_id))
+
+        def sink(request) -> None:
+            """A batch handed over in the connection's read; ``take`` cannot raise."""
+            nonlocal paused, sink_ended
+            if request is grpc.aio.EOF:
+                sink_ended = True
+                if not in_flight:
+                    queue(reading_done)
+                return
+            take(request)
+            if in_flight >= MAX_STREAM_IN_FLIGHT and not paused:
+                paused = True
+                context.pause_messages()
+
+        async def read_requests():
             try:
                 async for request in request_iterator:
                     if in_flight >= MAX_STREAM_IN_FLIGHT:
                         await at_most(MAX_STREAM_IN_FLIGHT - 1)
-                    in_flight += 1
-                    now = None if tasks else publish_now(request)
-                    if now is None:
-                        task = asyncio.ensure_future(store(request))
-                        tasks.add(task)
-                        task.add_done_callback(tasks.discard)
-                    elif type(now) is _PublishAck:
-                        queue(now)
-                        settle()
-                    else:
-                        now.add_done_callback(functools.partial(answered, request.sequence, request.producer_id))
+                    take(request)
                 await at_most(0)
             finally:
                 queue(reading_done)
 
-        reader = asyncio.ensure_future(read_requests())
+        if by_sink:
+            reader = None
+            context.set_message_sink(sink)
+        else:
+            reader = asyncio.ensure_future(read_requests())
         try:
             while True:
                 while not answers:
@@ -253,8 +286,10 @@ class PublishLane:
                 if item is reading_done:
                     break
                 yield item
-            await reader  # surfaces a broken request stream
+            if reader is not None:
+                await reader  # surfaces a broken request stream
         finally:
-            reader.cancel()
+            if reader is not None:
+                reader.cancel()
             for task in list(tasks):
                 task.cancel()

@@ -1,6 +1,7 @@
 """The batch lane's Publish handler over a real BrokerService (local WAL, sqlite metadata) with a
-stand-in for the native server's call: request messages fed as the connection reads them,
-answers written from callbacks (``write_nowait``) or yielded by the handler."""
+stand-in for the native server's call: request messages fed as the connection reads them (read by
+the handler's request iterator, or taken by its message sink, which pauses at the in-flight
+limit), answers written from callbacks (``write_nowait``) or yielded by the handler."""
 
 from __future__ import annotations
 
@@ -71,6 +72,51 @@ class FakeCall:
         return self.writable
 
 
+class SinkCall(FakeCall):
+    """As ``h2grpc.ServerCall`` hands messages to a handler's sink: each at once as it is fed
+    unless the sink paused, then in order on ``resume_messages``; the end after the last."""
+
+    def __init__(self, *, writable: bool = True) -> None:
+        super().__init__(writable=writable)
+        self.sink = None
+        self.paused = False
+        self.eof_sent = False
+
+    def set_message_sink(self, sink) -> None:
+        self.sink = sink
+        self._drain()
+
+    def pause_messages(self) -> None:
+        self.paused = True
+
+    def resume_messages(self) -> None:
+        self.paused = False
+        self._drain()
+
+    def feed(self, request: pb.PublishRequest) -> None:
+        self.messages.append(request)
+        self._drain()
+
+    def end(self) -> None:
+        self.ended = True
+        self._drain()
+
+    def _drain(self) -> None:
+        if self.sink is None:
+            return
+        while self.messages and not self.paused:
+            self.read_count += 1
+            self.sink(self.messages.popleft())
+        if self.ended and not self.messages and not self.paused and not self.eof_sent:
+            self.eof_sent = True
+            self.sink(grpc.aio.EOF)
+
+
+@pytest.fixture(params=["iterator", "sink"])
+def make_call(request):
+    return FakeCall if request.param == "iterator" else SinkCall
+
+
 def decoded(message) -> pb.PublishAck:
     if type(message) is Encoded:
         return pb.PublishAck.FromString(message.tobytes())
@@ -105,10 +151,10 @@ async def run_stream(service, call: FakeCall) -> asyncio.Task:
     return asyncio.ensure_future(drive())
 
 
-async def test_acks_follow_the_batches_in_order_with_their_offsets(broker):
+async def test_acks_follow_the_batches_in_order_with_their_offsets(broker, make_call):
     service = batch_lane.BatchLaneService(broker)
     pid = await broker.create_producer(T, "p", reliable=True)
-    call = FakeCall()
+    call = make_call()
     task = await run_stream(service, call)
     for seq in range(1, 21):
         call.feed(pb.PublishRequest(sequence=seq, producer_id=pid, frames=frames(2)))
@@ -124,11 +170,11 @@ async def test_acks_follow_the_batches_in_order_with_their_offsets(broker):
     assert broker.topics[T].readable_next == 40
 
 
-async def test_a_refused_batch_is_answered_with_its_status_and_the_stream_goes_on(broker):
+async def test_a_refused_batch_is_answered_with_its_status_and_the_stream_goes_on(broker, make_call):
     service = batch_lane.BatchLaneService(broker)
     pid = await broker.create_producer(T, "p", reliable=True)
     other = await broker.create_producer("/default/other", "q", reliable=True)
-    call = FakeCall()
+    call = make_call()
     task = await run_stream(service, call)
     call.feed(pb.PublishRequest(sequence=1, producer_id=pid, frames=frames(1, producer_id=other)))  # not its id
     call.feed(pb.PublishRequest(sequence=2, producer_id=pid, frames=b""))
@@ -144,10 +190,10 @@ async def test_a_refused_batch_is_answered_with_its_status_and_the_stream_goes_o
     assert not acks[3].HasField("status") and (acks[3].first_offset, acks[3].last_offset) == (0, 2)
 
 
-async def test_acks_wait_in_the_handler_when_the_stream_cannot_take_them_now(broker):
+async def test_acks_wait_in_the_handler_when_the_stream_cannot_take_them_now(broker, make_call):
     service = batch_lane.BatchLaneService(broker)
     pid = await broker.create_producer(T, "p", reliable=True)
-    call = FakeCall(writable=False)  # write_nowait refuses: every ack is yielded by the handler
+    call = make_call(writable=False)  # write_nowait refuses: every ack is yielded by the handler
     task = await run_stream(service, call)
     for seq in range(1, 6):
         call.feed(pb.PublishRequest(sequence=seq, producer_id=pid, frames=frames(1)))
@@ -156,7 +202,7 @@ async def test_acks_wait_in_the_handler_when_the_stream_cannot_take_them_now(bro
     assert [decoded(a).sequence for a in call.written] == [1, 2, 3, 4, 5]
 
 
-async def test_the_reader_stops_at_the_in_flight_limit_until_batches_are_answered(broker):
+async def test_the_reader_stops_at_the_in_flight_limit_until_batches_are_answered(broker, make_call):
     service = batch_lane.BatchLaneService(broker)
     pid = await broker.create_producer(T, "p", reliable=True)
     storage = broker.topics[T].storage
@@ -169,16 +215,18 @@ async def test_the_reader_stops_at_the_in_flight_limit_until_batches_are_answere
 
     storage.durable_now = lambda offset: False  # every commit waits for the gate
     storage.wait_durable = held
-    call = FakeCall()
+    call = make_call()
     task = await run_stream(service, call)
     limit = batch_lane.MAX_STREAM_IN_FLIGHT
     for seq in range(1, limit + 11):
         call.feed(pb.PublishRequest(sequence=seq, producer_id=pid, frames=frames(1)))
-    # one batch past the limit is read and held; the rest waits in the stream (backpressure)
-    await async_wait_until(lambda: call.read_count == limit + 1, what="the reader to reach the limit")
+    # the iterator reads one batch past the limit and holds it, the sink pauses at the limit;
+    # the rest waits in the stream (backpressure)
+    taken = limit + 1 if make_call is FakeCall else limit
+    await async_wait_until(lambda: call.read_count == taken, what="the reader to reach the limit")
     for _ in range(5):
         await asyncio.sleep(0)
-    assert call.read_count == limit + 1 and call.written == []
+    assert call.read_count == taken and call.written == []
     assert storage.next_offset == limit
     gate.set()
     call.end()

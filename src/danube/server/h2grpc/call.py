@@ -84,6 +84,9 @@ class ServerCall:
         "_queued_bytes",
         "_buffered",
         "_sink",
+        "_sink_paused",
+        "_sink_busy",
+        "_sink_ended",
     )
 
     def __init__(
@@ -124,6 +127,9 @@ class ServerCall:
         self._sink: Callable[[Any], None] | None = (
             None  # set_message_sink: request messages go to this callback as they arrive
         )
+        self._sink_paused = False  # pause_messages: they wait in _messages meanwhile
+        self._sink_busy = False  # inside a delivery to the sink (a resume from it only lifts the pause)
+        self._sink_ended = False  # the sink got grpc.aio.EOF
         if timeout is None:
             self._deadline = self._deadline_timer = None
         else:
@@ -161,23 +167,37 @@ class ServerCall:
         if messages:
             connection.progress += 1
             sink = self._sink
-            if sink is not None:
+            if sink is not None and not self._sink_paused and not queue:
                 # Taken at once, in the connection's read: nothing queued, nothing to wake (the
-                # work of ``_to_sink``, inline on every DATA frame's path).
+                # work of ``_drain_to_sink``, inline on every DATA frame's path).  A sink that
+                # pauses leaves the rest of the read queued, in order, as a handler's unread
+                # messages are.
                 parse = self._handler.request_deserializer
-                for message in messages:
-                    if self._finished:
-                        break
-                    if parse is not None:
-                        try:
-                            message = parse(message)
-                        except Exception as exc:  # noqa: BLE001 - bad bytes from the client
-                            self._unparsable(exc)
+                taken = 0
+                self._sink_busy = True
+                try:
+                    for message in messages:
+                        if self._finished or self._sink_paused:
                             break
-                    sink(message)
-                if self._finished or (not self._buffered and not reader.pending):
-                    return True  # taken whole, nothing held: whatever the budget
-            else:
+                        taken += 1
+                        if parse is not None:
+                            try:
+                                message = parse(message)
+                            except Exception as exc:  # noqa: BLE001 - bad bytes from the client
+                                self._unparsable(exc)
+                                break
+                        sink(message)
+                finally:
+                    self._sink_busy = False
+                if self._finished:
+                    return True
+                if taken == len(messages):
+                    if not self._buffered and not reader.pending:
+                        return True  # taken whole, nothing held: whatever the budget
+                    messages = ()
+                else:
+                    messages = messages[taken:]
+            if messages:
                 queue.extend(messages)
                 self._queued_bytes += sum(map(len, messages)) if len(messages) > 1 else len(messages[0])
                 waiter = self._waiter
@@ -210,7 +230,7 @@ class ServerCall:
         if self._waiter is not None:
             self._wake()
         if self._sink is not None:
-            self._sink(grpc.aio.EOF)
+            self._drain_to_sink()  # the end, once the messages before it are taken
         if self._task is None and not self._handler.request_streaming:
             if len(self._messages) != 1:
                 self._fail_early(
@@ -376,6 +396,8 @@ class ServerCall:
     def waits_on_server(self) -> bool:
         """Whether the call's progress is up to its handler, not to the peer: the request is whole
         and the handler runs (a subscription on a quiet topic, a slow unary call)."""
+        if self._sink_paused and not self._finished:
+            return True  # messages wait for the handler to take them again
         return self._remote_ended and not self._finished and self._task is not None and not self._task.done()
 
     def shed(self) -> None:
@@ -433,37 +455,63 @@ class ServerCall:
     def set_message_sink(self, sink) -> None:
         """From now on each request message is handed to ``sink(message)`` as soon as its DATA
         is read (those already waiting first, in order), and ``sink(grpc.aio.EOF)`` once the
-        client ends its stream: a streaming handler whose requests are small control messages
-        (a consumer's credits and acks) handles them in the connection's read, without a task
-        woken per message.  Messages are taken at once, so their window goes back at once.
-        The sink must not raise; ``read`` is not used afterwards."""
+        client ends its stream: a streaming handler handles its requests in the connection's
+        read, without a task woken per message.  A sink that cannot take more for now calls
+        ``pause_messages`` (from inside the sink or anywhere on the loop): later messages wait
+        in the call, in order, and past a few of them the stream's flow-control window stops
+        being given back, so the client waits as for a handler that does not read; then
+        ``resume_messages`` hands them over.  The sink must not raise; ``read`` is not used
+        afterwards."""
         self._sink = sink
-        if self._messages:
-            messages = []
-            while self._messages:
-                messages.append(self._take())
-            if self._held_credit:
-                held, self._held_credit = self._held_credit, 0
-                self._connection.return_credit(self.stream_id, held)
-            self._to_sink(messages)
-        if self._remote_ended and not self._finished:
-            sink(grpc.aio.EOF)
+        self._drain_to_sink()
 
-    def _to_sink(self, messages: list) -> None:
+    def pause_messages(self) -> None:
+        """Request messages wait in the call until ``resume_messages`` (see ``set_message_sink``)."""
+        self._sink_paused = True
+
+    def resume_messages(self) -> None:
+        """Hands the messages that waited to the sink at once, in order, until it pauses again,
+        then the end of the stream if the client sent it.  Called from inside the sink, it only
+        lifts the pause: the delivery under way goes on."""
+        self._sink_paused = False
+        if not self._sink_busy:
+            self._drain_to_sink()
+
+    def _drain_to_sink(self) -> None:
         sink = self._sink
-        if sink is None:  # only called once a sink is set
+        if sink is None or self._sink_busy or self._finished:
             return
+        messages = self._messages
         parse = self._handler.request_deserializer
-        for message in messages:
-            if self._finished:
-                return
-            if parse is not None:
-                try:
-                    message = parse(message)
-                except Exception as exc:  # noqa: BLE001 - bad bytes from the client
-                    self._unparsable(exc)
+        self._sink_busy = True
+        try:
+            while messages and not self._sink_paused:
+                data = messages.popleft()
+                size = len(data)
+                self._queued_bytes -= size
+                self._buffered -= size
+                connection = self._connection
+                connection.release(self, size)
+                if self._held_credit and len(messages) <= UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
+                    if connection.over_budget():
+                        connection.starve(self)
+                    else:
+                        connection.return_credit(self.stream_id, self._held_credit)
+                        self._held_credit = 0
+                if parse is not None:
+                    try:
+                        data = parse(data)
+                    except Exception as exc:  # noqa: BLE001 - bad bytes from the client
+                        self._unparsable(exc)
+                        return
+                sink(data)
+                if self._finished:
                     return
-            sink(message)
+            if not messages and not self._sink_paused and self._remote_ended and not self._sink_ended:
+                self._sink_ended = True
+                sink(grpc.aio.EOF)
+        finally:
+            self._sink_busy = False
 
     # ------------------------------------------------------------ grpc.aio.ServicerContext
 

@@ -32,6 +32,7 @@ operations, nothing more.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
@@ -108,7 +109,11 @@ class GrpcConnection(FrameDispatch, SendSide, ReceiveBudget, asyncio.Protocol):
         self._frame_limit = min(frames.DEFAULT_MAX_FRAME_SIZE, limits.max_send_frame_bytes)
         self._blocked: set[int] = set()  # streams whose writer waits on the peer
         self._flush_scheduled = False
-        self._window_waiters: list[asyncio.Future] = []
+        # Writers waiting for window (sending.py): for the connection's, in line, with the window
+        # promised to those woken that have not run yet; for their stream's, by stream.
+        self._window_waiters: collections.deque[tuple[asyncio.Future, int, int]] = collections.deque()
+        self._window_promised = 0
+        self._stream_waiters: dict[int, list[asyncio.Future]] = {}
         self._drain_waiter: asyncio.Future | None = None
         self._write_paused = False
         self._going_away = False

@@ -12,6 +12,7 @@ connection error raises ``FrameError``, which ``_process`` turns into GOAWAY.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
@@ -100,7 +101,8 @@ class FrameDispatch:
     _more_scheduled: bool
     _flush_scheduled: bool
     _out: list
-    _window_waiters: list
+    _window_waiters: collections.deque
+    _stream_waiters: dict
     _read_paused: int
     _write_paused: bool
     _broken: bool
@@ -119,6 +121,8 @@ class FrameDispatch:
     _resume_reading: Callable[[int], None]
     _flush: Callable[[], None]
     _wake_writers: Callable[[], None]
+    _pass_window: Callable[[], None]
+    _wake_stream_writers: Callable[[int], None]
     _shed: Callable[[], None]
     return_credit: Callable[[int, int], None]
     grant_window: Callable[[], None]
@@ -377,6 +381,8 @@ class FrameDispatch:
             self._send_window += increment
             if self._send_window > frames.MAX_WINDOW:
                 raise FrameError(frames.FLOW_CONTROL_ERROR, "the connection's window went over 2^31-1")
+            if self._window_waiters:
+                self._pass_window()
         else:
             if self._pending_window_delta:
                 self._apply_window_delta()
@@ -394,8 +400,8 @@ class FrameDispatch:
             if stream.send_window > frames.MAX_WINDOW:
                 self._reset_call(stream_id, frames.FLOW_CONTROL_ERROR)
                 return
-        if self._window_waiters:
-            self._wake_writers()
+            if self._stream_waiters:
+                self._wake_stream_writers(stream_id)
 
     def _on_ping(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id != 0:

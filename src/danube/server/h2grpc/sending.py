@@ -61,7 +61,9 @@ class SendSide:
     _write_paused: bool
     _lost: bool
     _flush_scheduled: bool
-    _window_waiters: list
+    _window_waiters: collections.deque
+    _window_promised: int
+    _stream_waiters: dict
     _drain_waiter: asyncio.Future | None
     _blocked: set
     _transport: asyncio.Transport | None
@@ -93,12 +95,14 @@ class SendSide:
                     raise asyncio.CancelledError("the client closed the stream")
                 if not self._may_queue():
                     self._blocked.add(stream_id)
+                    if self._window_waiters:
+                        self._pass_window()
                     await self._send_room()
                     continue
                 size = min(total - sent, stream.send_window, self._send_window, self._frame_limit)
                 if size <= 0:
                     self._blocked.add(stream_id)
-                    await self._wait_for_window()
+                    await self._wait_for_window(stream_id, stream.send_window <= 0, total - sent)
                     continue
                 stream.send_window -= size
                 self._send_window -= size
@@ -121,6 +125,8 @@ class SendSide:
                     self._flush()
         finally:
             self._blocked.discard(stream_id)
+            if self._window_waiters:
+                self._pass_window()  # what this writer was woken for and did not use
         self.progress += 1
         self._schedule_flush()
 
@@ -194,17 +200,73 @@ class SendSide:
 
     # ------------------------------------------------------------ flow control
 
-    async def _wait_for_window(self) -> None:
+    # A writer out of window waits on its stream's window (woken by that stream's WINDOW_UPDATE)
+    # or on the connection's, in line: a connection WINDOW_UPDATE wakes only as many writers as
+    # it can serve a frame each, so a peer cannot make each of its updates (however small) wake
+    # every stream's writer.  A woken writer is promised up to a frame of the window until it
+    # runs; the window it leaves unused goes to the next in line (``_pass_window``).
+
+    async def _wait_for_window(self, stream_id: int, on_stream: bool, remaining: int) -> None:
         self._flush()
         waiter = self.loop.create_future()
-        self._window_waiters.append(waiter)
-        await waiter
+        if on_stream:
+            self._stream_waiters.setdefault(stream_id, []).append(waiter)
+            if self._window_waiters:
+                self._pass_window()
+        else:
+            entry = (waiter, stream_id, remaining)
+            self._window_waiters.append(entry)
+        try:
+            await waiter
+        finally:
+            if waiter.done() and not waiter.cancelled():
+                self._window_promised -= waiter.result()
+            elif on_stream:
+                waiting = self._stream_waiters.get(stream_id)
+                if waiting is not None and waiter in waiting:
+                    waiting.remove(waiter)
+                    if not waiting:
+                        del self._stream_waiters[stream_id]
+            else:
+                try:
+                    self._window_waiters.remove(entry)
+                except ValueError:
+                    pass
+
+    def _pass_window(self) -> None:
+        """Wakes the writers waiting for the connection's window, in order, as many as the window
+        not yet promised serves (a frame each at most; a writer whose stream has no window is
+        woken at no charge: it goes on to wait on its stream)."""
+        waiters = self._window_waiters
+        available = self._send_window - self._window_promised
+        streams = self._streams
+        limit = self._frame_limit
+        while waiters and available > 0:
+            waiter, stream_id, remaining = waiters.popleft()
+            if waiter.done():
+                continue
+            stream = streams.get(stream_id)
+            charge = 0 if stream is None else max(0, min(limit, stream.send_window, remaining, available))
+            self._window_promised += charge
+            available -= charge
+            waiter.set_result(charge)
+
+    def _wake_stream_writers(self, stream_id: int) -> None:
+        for waiter in self._stream_waiters.pop(stream_id, ()):
+            if not waiter.done():
+                waiter.set_result(0)
 
     def _wake_writers(self) -> None:
-        waiters, self._window_waiters = self._window_waiters, []
-        for waiter in waiters:
+        """Every waiting writer looks again (the streams' windows all moved, or the connection is gone)."""
+        waiting, self._stream_waiters = self._stream_waiters, {}
+        for waiters in waiting.values():
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(0)
+        waiters, self._window_waiters = self._window_waiters, collections.deque()
+        for waiter, _, _ in waiters:
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(0)
 
     async def _drained(self) -> None:
         self._flush()

@@ -1,7 +1,7 @@
 """What a call's answer puts on the wire, on a fake transport: a unary call that ends OK answers
 headers, message and trailers in one go; one that cannot (a window too small, trailing metadata,
 a status other than OK) answers the long way with the same meaning; a stream answers each
-request message from its message sink."""
+request message from its message sink, which may pause and resume taking them (backpressure)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def strict(data: bytes) -> bytes:
 class Peer:
     """A client's side of one connection: what it sends, and the frames it got back."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, client_settings=()) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, client_settings=(), handlers=None) -> None:
         self.loop = loop
         self.server = H2Server(LIMITS)
         self.server.loop = loop
@@ -75,6 +75,7 @@ class Peer:
                 "NotFound": grpc.unary_unary_rpc_method_handler(echo_not_found),
                 "Stream": grpc.stream_stream_rpc_method_handler(echo_stream),
                 "Strict": grpc.stream_stream_rpc_method_handler(echo_stream, request_deserializer=strict),
+                **(handlers or {}),
             },
         )
         self.connection = GrpcConnection(self.server)
@@ -222,3 +223,110 @@ def test_a_refused_message_gives_its_connection_window_back(loop):
     # the next call on the connection has the whole window
     peer.send(peer.open(3, "Echo") + frames.frame(frames.DATA, frames.END_STREAM, 3, message(b"hi")))
     assert [f for f in peer.frames_since() if f[2] == 3][1] == (frames.DATA, 0, 3, message(b"hi"))
+
+
+class PausingSink:
+    """A handler taking its requests by sink that pauses once it holds ``room`` of them untaken
+    (as the publish stream does with batches being stored): ``take`` lets some go and resumes."""
+
+    def __init__(self, room: int, deserializer=None) -> None:
+        self.room = room
+        self.got: list = []
+        self.held: list = []
+        self.context = None
+        self.handler = grpc.stream_stream_rpc_method_handler(self._run, request_deserializer=deserializer)
+        self.resume_inside = False  # resume from inside the sink (a batch settled at once)
+
+    async def _run(self, requests, context) -> None:
+        self.context = context
+        ended = asyncio.get_running_loop().create_future()
+
+        def sink(message) -> None:
+            self.got.append(message)
+            if message is grpc.aio.EOF:
+                ended.set_result(None)
+                return
+            self.held.append(message)
+            if len(self.held) >= self.room:
+                context.pause_messages()
+                if self.resume_inside:
+                    self.held.clear()
+                    context.resume_messages()
+
+        context.set_message_sink(sink)
+        await ended
+
+    def take(self) -> None:
+        self.held.clear()
+        self.context.resume_messages()
+
+
+def data_frames(stream_id: int, bodies, end: bool = False) -> bytes:
+    out = b"".join(frames.frame(frames.DATA, 0, stream_id, message(b)) for b in bodies)
+    return out + (frames.frame(frames.DATA, frames.END_STREAM, stream_id, b"") if end else b"")
+
+
+def test_a_paused_sink_gets_the_messages_that_waited_in_order_then_the_end(loop):
+    pausing = PausingSink(room=2)
+    peer = Peer(loop, handlers={"Pause": pausing.handler})
+    bodies = [b"m%d" % i for i in range(7)]
+    # one read: the sink pauses after the second message, the rest of the read waits
+    peer.send(peer.open(1, "Pause") + data_frames(1, bodies[:5]))
+    assert pausing.got == bodies[:2]
+    assert peer.connection._calls[1].waits_on_server  # the idle check does not blame the peer
+    peer.send(data_frames(1, bodies[5:], end=True))  # more, and the end: they wait too
+    assert pausing.got == bodies[:2]
+    pausing.take()
+    assert pausing.got == bodies[:4]
+    pausing.take()
+    assert pausing.got == bodies[:6]  # paused again: the last message and the end wait
+    pausing.take()
+    assert pausing.got == [*bodies, grpc.aio.EOF]
+    peer.send(b"")
+    last = peer.frames_since()[-1]
+    assert last[:3] == (frames.HEADERS, frames.END_HEADERS | frames.END_STREAM, 1)
+    assert (b"grpc-status", b"0") in last[3]  # trailers-only: the handler wrote nothing
+    assert peer.server.open_streams == 0 and peer.server.buffered_total == 0
+
+
+def test_a_sink_resumed_from_inside_itself_keeps_taking_the_same_read_in_order(loop):
+    pausing = PausingSink(room=1)
+    pausing.resume_inside = True
+    peer = Peer(loop, handlers={"Pause": pausing.handler})
+    bodies = [b"m%d" % i for i in range(5)]
+    peer.send(peer.open(1, "Pause") + data_frames(1, bodies, end=True))
+    assert pausing.got == [*bodies, grpc.aio.EOF]
+    assert peer.server.buffered_total == 0
+
+
+def test_a_paused_sink_holds_the_stream_window_back_until_it_takes_its_messages(loop):
+    pausing = PausingSink(room=1)
+    peer = Peer(loop, handlers={"Pause": pausing.handler})
+    credit = connection_credit(peer)
+    body = bytes(100)
+    peer.send(peer.open(1, "Pause") + data_frames(1, [body] * 8))
+    assert pausing.got == [body]
+    call = peer.connection._calls[1]
+    assert call.buffered == 7 * len(body) and peer.server.buffered_total == call.buffered
+    # past the few unread messages a handler may leave, their window is not given back
+    assert connection_credit(peer) < credit
+    for _ in range(7):
+        pausing.take()
+    assert pausing.got == [body] * 8
+    assert connection_credit(peer) == credit and peer.server.buffered_total == 0  # all of it back once taken
+
+
+def test_a_message_that_waited_and_cannot_be_parsed_ends_the_stream_internal(loop):
+    pausing = PausingSink(room=1, deserializer=strict)
+    peer = Peer(loop, handlers={"Pause": pausing.handler})
+    peer.frames_since()
+    credit = connection_credit(peer)
+    peer.send(peer.open(1, "Pause") + data_frames(1, [b"one", b"bad", b"two"]))
+    assert pausing.got == [b"one"]
+    pausing.take()
+    assert pausing.got == [b"one"]
+    peer.send(b"")  # the loop turns that write the answer
+    trailers = [f for f in peer.frames_since() if f[2] == 1 and f[0] == frames.HEADERS][-1]
+    assert (b"grpc-status", b"13") in trailers[3]
+    assert peer.statuses == [("/t.T/Pause", grpc.StatusCode.INTERNAL)]
+    assert connection_credit(peer) == credit and peer.server.buffered_total == 0

@@ -49,6 +49,26 @@ async def collect(request_iterator, context) -> bytes:
     return b"".join([m async for m in request_iterator])
 
 
+async def paced(request_iterator, context) -> bytes:
+    """Takes its messages by sink, pausing after every second one until a later loop turn."""
+    loop = asyncio.get_running_loop()
+    ended = loop.create_future()
+    got: list[bytes] = []
+
+    def sink(message) -> None:
+        if message is grpc.aio.EOF:
+            ended.set_result(None)
+            return
+        got.append(message)
+        if len(got) % 2 == 0:
+            context.pause_messages()
+            loop.call_soon(context.resume_messages)
+
+    context.set_message_sink(sink)
+    await ended
+    return b"".join(got)
+
+
 class FakeTransport(asyncio.Transport):
     def __init__(self, protocol) -> None:
         super().__init__()
@@ -112,6 +132,7 @@ ENCODER_HEADERS = [
         (b"content-type", b"application/grpc"),
         (b"grpc-timeout", b"1m"),
     ],
+    [(b":method", b"POST"), (b":path", b"/t.T/Paced"), (b"content-type", b"application/grpc")],
     [(b":method", b"GET"), (b":path", b"/")],
     [(b":method", b"POST"), (b":path", b"/t.T/Nope"), (b"content-type", b"application/grpc"), (b"x-big", b"v" * 3000)],
 ]
@@ -159,6 +180,7 @@ def test_data_received_survives_any_frames_and_stays_within_its_limits(preface_o
             {
                 "Echo": grpc.unary_unary_rpc_method_handler(echo),
                 "Collect": grpc.stream_unary_rpc_method_handler(collect),
+                "Paced": grpc.stream_unary_rpc_method_handler(paced),
             },
         )
         connection = GrpcConnection(server)

@@ -69,7 +69,7 @@ class AckTracker:
         # Heap (ready_at, offset) of offsets waiting for redelivery; an entry whose offset was acked
         # meanwhile leaves lazily, so empty means none waits (what the push fast path looks at).
         self.redeliveries: list[tuple[float, int]] = []
-        self._waiting: set[int] = set()  # offsets in _ready (not yet redelivered)
+        self._waiting: set[int] = set()  # offsets in redeliveries (not yet redelivered)
         self.attempts: dict[int, int] = {}  # offset -> redeliveries so far
         self.blocked: set[int] = set()  # poison messages held under the block policy
         # messages held back, undelivered, behind a blocked message of their key (key shared)

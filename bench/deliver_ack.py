@@ -1,6 +1,7 @@
 """The broker's delivery and ack path in one process, without the network: per 2-message call.
 
     python bench/deliver_ack.py [--topics 100] [--calls 40000] [--batch 2] [--publish-only] [--profile]
+    python bench/deliver_ack.py --before /other/tree/src [--runs 3] ...   # both trees in turn
 
 A BrokerService over local storage (sync never) with ``--topics`` topics, each with one
 producer and one exclusive consumer whose receive waits with a push callback (as a batch-lane
@@ -10,7 +11,11 @@ go through an ``AckBatcher`` (as a stream's ack requests do) and are applied at 
 Prints the CPU time per call of the whole loop, and the wall time per call of the subscription
 side alone (the commit's ``notify_subscriptions`` plus the ack flushes).  ``--publish-only``: the
 same calls with no consumer (what delivery and acks add is the difference; under callgrind that
-difference is free of the machine's load).  ``--profile`` prints cProfile's top.
+difference is free of the machine's load).  ``--profile`` prints cProfile's top (``SORT=ncalls``
+``TOP=60`` in the environment: by another key, more rows).  ``--before SRC`` runs the bench of
+this tree against the broker of another tree's ``src`` and of this one in turn and prints both;
+with ``--callgrind`` it counts instructions instead (``--calls`` and twice as many, with and
+without consumers: the delivery and ack path's instructions per call, whatever the load).
 """
 
 from __future__ import annotations
@@ -25,13 +30,16 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
+# (--src DIR: the tree whose broker runs; set by --before for its runs of the other tree)
+SRC = sys.argv[sys.argv.index("--src") + 1] if "--src" in sys.argv else os.path.join(os.path.dirname(HERE), "src")
+sys.path.insert(0, SRC)
 
 from danube import message_codec  # noqa: E402
 from danube.broker import BrokerService, DispatchSettings, FailurePolicy, TopicPolicies  # noqa: E402
 from danube.broker.acks import AckBatcher  # noqa: E402
 from danube.broker.topic import Topic  # noqa: E402
 from danube.metadata.embedded import EmbeddedMetadataStore  # noqa: E402
+from danube.server.metrics import PrometheusMetrics  # noqa: E402
 from danube.storage.config import StorageConfig  # noqa: E402
 from danube.storage.factory import StorageFactory  # noqa: E402
 
@@ -48,6 +56,7 @@ async def run(topics: int, calls: int, profile: bool, publish_only: bool = False
             dispatch=DispatchSettings(cursor_flush_interval_ms=5_000),
             failure_policy=FailurePolicy(),
             policies=TopicPolicies(),
+            metrics=PrometheusMetrics(),  # (the server's sink: its counters cost what they cost there)
         )
         await broker.start()
         spent = [0.0]
@@ -87,9 +96,13 @@ async def run(topics: int, calls: int, profile: bool, publish_only: bool = False
                 continue
             cid = await broker.subscribe(name, "s", f"c{i}", sub_type="exclusive")
 
-            def push(delivery, cid=cid):
-                delivered[0] += delivery.count
-                acks.add(cid, [(delivery.first_offset, delivery.last_offset)], on_error)
+            def push(*args, cid=cid):
+                if len(args) == 1:  # (an older tree's push hands a Delivery)
+                    d = args[0]
+                    args = (d.frames, d.first_offset, d.last_offset, d.count)
+                _frames, first, last, count = args
+                delivered[0] += count
+                acks.add(cid, [(first, last)], on_error)
                 return 1 << 30, 1 << 40
 
             receives.append(
@@ -125,7 +138,76 @@ async def run(topics: int, calls: int, profile: bool, publish_only: bool = False
         await broker.stop()
         await metadata.close()
         if profiler is not None:
-            pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+            pstats.Stats(profiler).sort_stats(os.environ.get("SORT", "tottime")).print_stats(
+                int(os.environ.get("TOP", "30"))
+            )
+
+
+def compare(args: argparse.Namespace, rest: list[str]) -> None:
+    """Runs this tree and the ``--before`` tree in turn, ``--runs`` times each, as subprocesses
+    (each imports its own tree), and prints their figures side by side."""
+    import re
+    import subprocess
+
+    figures: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
+    for _ in range(args.runs):
+        for label, src in (("before", args.before), ("after", SRC)):
+            env = {**os.environ, "PYTHONPATH": src}
+            out = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), *rest, "--src", src],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            m = re.search(r"whole loop ([0-9.]+) us/call .*subscription side ([0-9.]+) us/call", out)
+            assert m, out
+            figures[label].append((float(m.group(1)), float(m.group(2))))
+            print(f"{label:6} {out.strip()}", flush=True)
+    for label, runs in figures.items():
+        print(
+            f"{label:6} median whole loop {sorted(r[0] for r in runs)[len(runs) // 2]:.2f} us/call  "
+            f"subscription side {sorted(r[1] for r in runs)[len(runs) // 2]:.2f} us/call"
+        )
+
+
+def instructions(src: str, rest: list[str]) -> int:
+    """Instructions one run of this bench made under callgrind (whatever the machine's load)."""
+    import re
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as work:
+        out = os.path.join(work, "callgrind.out")
+        subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no", sys.executable]
+            + [os.path.abspath(__file__), *rest, "--src", src],
+            env={**os.environ, "PYTHONPATH": src},
+            check=True,
+            capture_output=True,
+        )
+        with open(out) as f:
+            totals = re.search(r"^summary:\s+(\d+)", f.read(), re.M)
+    assert totals, "callgrind wrote no summary"
+    return int(totals.group(1))
+
+
+def compare_instructions(args: argparse.Namespace) -> None:
+    """Instructions per call of delivery and ack (a run with consumers less one without, each
+    the difference of ``--calls`` and twice as many calls: start-up and shutdown cancel out), for
+    the ``--before`` tree and this one."""
+    n = args.calls
+    base = ["--topics", str(args.topics), "--batch", str(args.batch)]
+    for label, src in (("before", args.before), ("after", SRC)):
+        per: dict[str, float] = {}
+        for shape, extra in (("whole", []), ("publish only", ["--publish-only"])):
+            short = instructions(src, base + ["--calls", str(n)] + extra)
+            long = instructions(src, base + ["--calls", str(2 * n)] + extra)
+            per[shape] = (long - short) / n
+        print(
+            f"{label:6} instructions per call: whole loop {per['whole']:,.0f}  publish only "
+            f"{per['publish only']:,.0f}  delivery and ack {per['whole'] - per['publish only']:,.0f}",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -135,7 +217,21 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2, help="messages per call")
     ap.add_argument("--publish-only", action="store_true", help="no consumers: the publish side alone")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--before", metavar="SRC", help="another tree's src: run both in turn and compare")
+    ap.add_argument("--runs", type=int, default=3, help="runs of each tree with --before")
+    ap.add_argument(
+        "--callgrind", action="store_true", help="with --before: instructions per call (callgrind), not times"
+    )
+    ap.add_argument("--src", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.before and args.callgrind:
+        compare_instructions(args)
+        return
+    if args.before:
+        rest = ["--topics", str(args.topics), "--calls", str(args.calls), "--batch", str(args.batch)]
+        rest += ["--publish-only"] if args.publish_only else []
+        compare(args, rest)
+        return
     asyncio.run(run(args.topics, args.calls, args.profile, args.publish_only, args.batch))
 
 

@@ -31,8 +31,9 @@ class AckBatcher:
 
     def __init__(self, apply: Apply) -> None:
         self._apply = apply
-        # consumer id -> (its ranges this turn, the error callbacks of the streams that sent them)
-        self._pending: dict[int, tuple[list[tuple[int, int]], list[OnError]]] = {}
+        # consumer id -> [its ranges this turn, then the error callbacks of the streams that sent
+        # them] (one list per consumer and turn: usually one stream, so one callback)
+        self._pending: dict[int, list] = {}
         self._scheduled = False
         self.flushes = 0  # turns that applied acks (for tests and stats)
         self.applied = 0  # apply calls made
@@ -42,11 +43,11 @@ class AckBatcher:
         turn's flush; ``on_error(exc, consumer_id, ranges)`` hears if applying them fails."""
         entry = self._pending.get(consumer_id)
         if entry is None:
-            self._pending[consumer_id] = (ranges, [on_error])
+            self._pending[consumer_id] = [ranges, on_error]
         else:
             entry[0].extend(ranges)
-            if on_error not in entry[1]:
-                entry[1].append(on_error)
+            if on_error != entry[1] and on_error not in entry[2:]:
+                entry.append(on_error)
         if not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
@@ -64,17 +65,25 @@ class AckBatcher:
             return
         self._pending = {}
         self.flushes += 1
+        self.applied += len(pending)
+        apply = self._apply
         for consumer_id, entry in pending.items():
-            self._run(consumer_id, entry)
+            try:
+                apply(consumer_id, entry[0])
+            except Exception as exc:  # noqa: BLE001 - each sender hears it; the others' acks go on
+                self._report(exc, consumer_id, entry)
 
-    def _run(self, consumer_id: int, entry: tuple[list[tuple[int, int]], list[OnError]]) -> None:
-        ranges, callbacks = entry
+    def _run(self, consumer_id: int, entry: list) -> None:
         self.applied += 1
         try:
-            self._apply(consumer_id, ranges)
+            self._apply(consumer_id, entry[0])
         except Exception as exc:  # noqa: BLE001 - each sender hears it; the others' acks go on
-            for on_error in callbacks:
-                try:
-                    on_error(exc, consumer_id, ranges)
-                except Exception:  # noqa: BLE001 - a broken callback must not stop the flush
-                    log.exception("reporting an ack error for consumer %d failed", consumer_id)
+            self._report(exc, consumer_id, entry)
+
+    def _report(self, exc: Exception, consumer_id: int, entry: list) -> None:
+        ranges = entry[0]
+        for on_error in entry[1:]:
+            try:
+                on_error(exc, consumer_id, ranges)
+            except Exception:  # noqa: BLE001 - a broken callback must not stop the flush
+                log.exception("reporting an ack error for consumer %d failed", consumer_id)

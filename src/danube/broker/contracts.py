@@ -150,6 +150,12 @@ class Dispatcher(Protocol):
         """Whether an ack may make deliverable what was held back for it (beyond the unacked
         window, which the subscription watches itself): waiting receivers are woken on acks."""
 
+    @property
+    def solo_in_order(self) -> bool:
+        """Whether, while the subscription has one consumer, that consumer (active) may receive
+        and takes fresh frames in offset order from the read position with no limit of the
+        type's own: the subscription may then push them to it without asking the dispatcher."""
+
     def check_join(self, consumer_name: str) -> None:
         """Raise ``AlreadyExistsError`` when a consumer of this name may not become active now."""
 

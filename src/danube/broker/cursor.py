@@ -66,8 +66,10 @@ class AckTracker:
         # Its first run is always live (a dropped run leaves from the front at once), so the next
         # ack deadline is one look at ``order[0]``, with no clean-up on the way.
         self.order: deque[Run] = deque()
-        self._ready: list[tuple[float, int]] = []  # heap (ready_at, offset) waiting for redelivery
-        self._waiting: set[int] = set()  # offsets in _ready (not yet redelivered)
+        # Heap (ready_at, offset) of offsets waiting for redelivery; an entry whose offset was acked
+        # meanwhile leaves lazily, so empty means none waits (what the push fast path looks at).
+        self.redeliveries: list[tuple[float, int]] = []
+        self._waiting: set[int] = set()  # offsets in redeliveries (not yet redelivered)
         self.attempts: dict[int, int] = {}  # offset -> redeliveries so far
         self.blocked: set[int] = set()  # poison messages held under the block policy
         # messages held back, undelivered, behind a blocked message of their key (key shared)
@@ -77,6 +79,9 @@ class AckTracker:
 
     def delivered(self, first: int, last: int, consumer_id: int, deadline: float) -> None:
         run = Run(first, last, consumer_id, deadline)
+        old = self._runs.get(first)
+        if old is not None:  # its first offset was taken back and goes out again: it starts later
+            self._trim_front(old)
         self._runs[first] = run
         if not self._firsts or first > self._firsts[-1]:
             self._firsts.append(first)
@@ -84,6 +89,22 @@ class AckTracker:
             bisect.insort(self._firsts, first)
         self.order.append(run)
         self.unacked += run.remaining
+
+    def _trim_front(self, run: Run) -> None:
+        """``run`` (live) now starts at its lowest outstanding offset: its settled front leaves it,
+        so a redelivery of its first offset gets a run of its own under that key."""
+        settled = run.settled or set()
+        first = run.first
+        while first in settled:
+            first += 1
+        del self._runs[run.first]
+        firsts = self._firsts
+        del firsts[bisect.bisect_left(firsts, run.first)]
+        bisect.insort(firsts, first)
+        left = {o for o in settled if o > first}
+        run.settled = left or None
+        run.first = first
+        self._runs[first] = run
 
     def _find(self, offset: int) -> Run | None:
         i = bisect.bisect_right(self._firsts, offset) - 1
@@ -147,6 +168,39 @@ class AckTracker:
                     acked += 1
         return acked
 
+    def ack_oldest(self, lo: int, hi: int, next_unread: int) -> int:
+        """:meth:`ack_ranges` of ``[(lo, hi)]`` followed by :meth:`advance`, in one call, when that
+        range is exactly the oldest delivery still in flight, untouched, and nothing waits for
+        redelivery, is blocked or parked (a consumer acking each delivery in turn).  Returns how
+        many it acked, or -1 when it is not that case (nothing changed: take the general way)."""
+        firsts = self._firsts
+        if not firsts or firsts[0] != lo or self._waiting or self.blocked or self.parked:
+            return -1
+        runs = self._runs
+        run = runs[lo]
+        if run.last != hi or run.settled is not None:
+            return -1
+        n = run.remaining
+        self.unacked -= n
+        del runs[lo]
+        del firsts[0]
+        run.remaining = 0
+        order = self.order
+        while order and order[0].remaining == 0:
+            order.popleft()
+        # the cursor: below what is now the oldest in flight, or below next_unread
+        if firsts:
+            low = firsts[0] if runs[firsts[0]].settled is None else self.lowest_in_flight()
+            if low is not None and low < next_unread:
+                next_unread = low
+        target = next_unread - 1
+        if target > self.cursor:
+            self.cursor = target
+            if self.attempts:
+                for o in [o for o in self.attempts if o <= target]:
+                    del self.attempts[o]
+        return n
+
     def _ack_range(self, lo: int, hi: int) -> int:
         """Ack [lo, hi] (above the cursor) in whichever runs it touches; returns how many."""
         acked = 0
@@ -209,12 +263,12 @@ class AckTracker:
         if offset <= self.cursor or offset in self._waiting:
             return
         self._waiting.add(offset)
-        heapq.heappush(self._ready, (ready_at, offset))
+        heapq.heappush(self.redeliveries, (ready_at, offset))
 
     def pop_ready(self, now: float, limit: int) -> list[int]:
         out: list[int] = []
-        while self._ready and self._ready[0][0] <= now and len(out) < limit:
-            _, offset = heapq.heappop(self._ready)
+        while self.redeliveries and self.redeliveries[0][0] <= now and len(out) < limit:
+            _, offset = heapq.heappop(self.redeliveries)
             if offset in self._waiting:
                 self._waiting.discard(offset)
                 out.append(offset)
@@ -226,12 +280,12 @@ class AckTracker:
             self.schedule(o, 0.0)
 
     def next_ready(self) -> float | None:
-        while self._ready and self._ready[0][1] not in self._waiting:
-            heapq.heappop(self._ready)
-        return self._ready[0][0] if self._ready else None
+        while self.redeliveries and self.redeliveries[0][1] not in self._waiting:
+            heapq.heappop(self.redeliveries)
+        return self.redeliveries[0][0] if self.redeliveries else None
 
     def has_ready(self, now: float) -> bool:
-        if not self._ready:
+        if not self.redeliveries:
             return False
         t = self.next_ready()
         return t is not None and t <= now

@@ -18,6 +18,12 @@ class MetricsSink:
 
     def acked(self, topic: str, subscription: str, count: int) -> None: ...
 
+    def subscription_counts(self, topic: str, subscription: str) -> list[int] | None:
+        """The subscription's ``[messages delivered, bytes delivered, messages acked]``, a list the
+        broker adds to in place instead of calling :meth:`delivered` and :meth:`acked` (it asks
+        once, when the subscription is made); None (this sink): it calls them."""
+        return None
+
     def redelivered(self, topic: str, subscription: str, count: int) -> None: ...
 
     def dropped(self, topic: str, subscription: str, count: int, reason: str) -> None: ...

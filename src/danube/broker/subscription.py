@@ -111,6 +111,9 @@ class Subscription(PushDelivery, FreshReads, AckHandling):
         self.failure_policy = failure_policy
         self.settings = settings
         self.metrics = metrics
+        # the sink's [messages out, bytes out, acked] of this subscription, bumped in place (no
+        # call per delivery or ack); None: the sink is called
+        self._counts = metrics.subscription_counts(topic.name, name)
         self.tracker = AckTracker(cursor)
         self.next_read = cursor + 1
         # Acks of stored offsets not delivered here yet: a consumer acking what the topic's previous

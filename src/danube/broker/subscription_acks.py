@@ -27,6 +27,7 @@ class AckHandling(SubscriptionState):
     if TYPE_CHECKING:  # what else this part uses of Subscription
         _dead_letter: Callable | None
         _reasons: dict[int, str]
+        _counts: list[int] | None
 
     def _check_served(self) -> None:
         # Once the topic is closed (unload, shutdown) its cursors are being persisted for the
@@ -52,8 +53,24 @@ class AckHandling(SubscriptionState):
             if order[0].deadline <= now:
                 self._expire_due(now)
         was_full = tracker.unacked >= self.settings.max_unacked_messages
-        n = tracker.ack_ranges(ranges)
         next_read = self.next_read
+        if len(ranges) == 1 and not self._reasons:
+            # the usual ack, of the oldest delivery in flight: acked and the cursor moved in one call
+            cursor = tracker.cursor
+            lo, hi = ranges[0]
+            n = tracker.ack_oldest(lo, hi, next_read)
+            if n > 0:
+                counts = self._counts
+                if counts is None:
+                    self.metrics.acked(self.topic.name, self.name, n)
+                else:
+                    counts[2] += n
+                if tracker.cursor != cursor:
+                    self.dirty = True
+                if was_full or self.dispatcher.acks_release:
+                    self.notify()
+                return n
+        n = tracker.ack_ranges(ranges)
         for _lo, hi in ranges:
             if hi >= next_read:  # (acks of what was delivered here end below next_read)
                 n += self._note_early(ranges)
@@ -63,7 +80,11 @@ class AckHandling(SubscriptionState):
                 for o in [o for o in self._reasons if lo <= o <= hi]:
                     del self._reasons[o]
         if n:
-            self.metrics.acked(self.topic.name, self.name, n)
+            counts = self._counts
+            if counts is None:
+                self.metrics.acked(self.topic.name, self.name, n)
+            else:
+                counts[2] += n
             if tracker.advance(next_read):
                 self.dirty = True
             # Receivers wait on an ack only when the unacked window was full, or when the

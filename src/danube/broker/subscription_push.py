@@ -16,21 +16,24 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Callable
 
+from danube import message_codec
 from danube._tasks import wake
-from danube.broker.delivery import MUST_AWAIT, NOTHING, Delivery, MustAwait
+from danube.broker.delivery import FRAME_OFFSET, MUST_AWAIT, NOTHING, Delivery, MustAwait
 
 if TYPE_CHECKING:
     from danube.broker.contracts import Dispatcher
     from danube.broker.cursor import AckTracker
-    from danube.broker.policies import FailurePolicy
+    from danube.broker.policies import DispatchSettings, FailurePolicy
     from danube.broker.ratelimit import TokenBucket
     from danube.broker.stats import MetricsSink
     from danube.broker.subscription import Consumer
     from danube.broker.topic import Topic
 
-# A push callback: given a delivery, writes it and returns the stream's remaining (messages, bytes)
-# credit, or None when it could not write it now.
-Push = Callable[[Delivery], "tuple[int, int] | None"]
+# A push callback: given a fresh delivery (its frames, first and last offset, and count: offsets
+# consecutive, none a redelivery), writes it and returns the stream's remaining (messages, bytes)
+# credit, or None when it could not write it now.  (Its parts, not a Delivery: the delivery a
+# stream writes at once needs no object; one is made only when the receive must return it.)
+Push = Callable[["memoryview | bytes", int, int, int], "tuple[int, int] | None"]
 
 # Rounds of one push pass: consumers with credit left take another delivery while rounds deliver
 # (a backlog larger than one read); beyond, their receives are woken and go on reading.
@@ -40,6 +43,10 @@ _IDLE = "idle"
 _DONE = "done"
 
 _NEVER = float("inf")
+
+_monotonic = time.monotonic
+_frames_within = message_codec.frames_within
+_check_fields = message_codec.check_fields
 
 
 class PushEntry:
@@ -68,11 +75,16 @@ class PushDelivery:
         name: str
         reliable: bool
         failure_policy: FailurePolicy
+        settings: DispatchSettings
         metrics: MetricsSink
         tracker: AckTracker
         next_read: int
+        early_acks: set[int]
         dispatcher: Dispatcher
         dispatch_limit: TokenBucket | None
+        consumers: dict[int, Consumer]
+        _counts: list[int] | None
+        _blocked_logged: bool
         read_lock: asyncio.Lock
         _waiters: list[tuple[Consumer, asyncio.Future]]
         _push: dict[asyncio.Future, PushEntry]
@@ -99,8 +111,10 @@ class PushDelivery:
         self._waiters = []
         if len(waiters) > 1:
             self.dispatcher.order_waiters(waiters)  # woken receivers fetch in this order
-        if self._push and not self.read_lock.locked():
-            waiters = self._push_pass(waiters)
+            if self._push and not self.read_lock.locked():
+                waiters = self._push_pass(waiters)
+        elif self._push and not self.read_lock.locked():
+            waiters = self._push_single(waiters)
         for _, waiter in waiters:
             wake(waiter)
 
@@ -108,8 +122,6 @@ class PushDelivery:
         """Serves the push receives among ``waiters`` (in their order, a round at a time while
         rounds deliver, so shared consumers take turns); returns the waiters to wake."""
         pushes = self._push
-        if len(waiters) == 1:
-            return self._push_single(waiters)
         woken: list[tuple[Consumer, asyncio.Future]] = []
         idle: list[tuple[Consumer, asyncio.Future]] = []
         pending = waiters
@@ -156,10 +168,15 @@ class PushDelivery:
         if entry is None:
             return waiters
         outcome: str | None = None
+        # One consumer of a type that then delivers fresh frames in offset order with no rule of
+        # its own (exclusive, failover, shared): the plain case may take the fast path.
+        plain = len(self.consumers) == 1 and self.dispatcher.solo_in_order
         self._pushing = True
         try:
             for _round in range(_PUSH_ROUNDS):
-                outcome = self._push_one(consumer, waiter, entry)
+                outcome = self._push_fresh(consumer, waiter, entry) if plain else None
+                if outcome is None:
+                    outcome = self._push_one(consumer, waiter, entry)
                 if outcome is not _PUSHED:
                     break
                 if self.next_read >= self.topic.readable_next:  # nothing fresh left for another round
@@ -178,6 +195,88 @@ class PushDelivery:
         if outcome is _IDLE:
             self._waiters.append(waiters[0])
         return []
+
+    def _push_fresh(self, consumer: Consumer, waiter: asyncio.Future, entry: PushEntry) -> str | None:
+        """:meth:`_push_one` in the plain case, inline: the receive's stream is current, nothing is
+        due for redelivery or blocked, no early ack, gate or rate limit, and the fresh frames from
+        the read position are in the storage's memory and decodable.  ``_PUSHED`` or ``_DONE`` as
+        :meth:`_push_one`; None when it is not the plain case (then nothing was changed, and
+        :meth:`_push_one` decides).  The caller checked that its consumer is the subscription's
+        only one and that the dispatcher adds no rule of its own (``solo_in_order``)."""
+        epoch = entry.epoch
+        if (
+            waiter.done()
+            or consumer.closed
+            or not consumer.active
+            or (epoch is not None and epoch != consumer.epoch)
+            or self.dispatch_limit is not None
+            or self.early_acks
+        ):
+            return None
+        topic = self.topic
+        next_read = self.next_read
+        visible = topic.readable_next - next_read
+        if visible <= 0 or topic.delivery_gate is not None:
+            return None
+        now = _monotonic()
+        reliable = self.reliable
+        tracker = self.tracker
+        if reliable:
+            order = tracker.order
+            if tracker.blocked or tracker.redeliveries or (order and order[0].deadline <= now):
+                return None
+            window = self.settings.max_unacked_messages - tracker.unacked
+            if window <= 0:
+                return None
+            self._blocked_logged = False  # (as a read that finds the subscription unblocked)
+            if window < visible:
+                visible = window
+        read_now = getattr(topic.storage, "read_frames_now", None)
+        max_bytes = entry.max_bytes
+        data = None if read_now is None else read_now(next_read, max_bytes)
+        if not data or FRAME_OFFSET(data)[0] != next_read:
+            return None
+        max_messages = entry.max_messages
+        if visible < max_messages:
+            max_messages = visible
+        view = data if type(data) is memoryview else memoryview(data).cast("B")
+        end, count = _frames_within(view, max_messages, max_bytes)
+        if count == 0:
+            return None
+        view = view[:end]
+        if _check_fields(view)[0] >= 0:  # a record no subscriber can decode: the general path
+            return None
+        # Tracked and counted as _track_fresh and _count do.
+        last = next_read + count - 1
+        self.next_read = last + 1
+        timeout = self.failure_policy.ack_timeout_ms / 1000
+        if reliable:
+            tracker.delivered(next_read, last, consumer.id, now + timeout)
+        else:
+            tracker.cursor = last
+        self._turns = turns = self._turns + 1
+        consumer.last_turn = turns
+        consumer.messages_out += count
+        consumer.bytes_out += end
+        counts = self._counts
+        if counts is None:
+            self.metrics.delivered(topic.name, self.name, count, end)
+        else:
+            counts[0] += count
+            counts[1] += end
+        room = entry.push(view, next_read, last, count)
+        if room is None:  # not written: the receive returns it and its stream writes it
+            waiter.set_result(Delivery(view, next_read, last, count))
+            return _DONE
+        messages, nbytes = room
+        if messages <= 0 or nbytes <= 0:
+            waiter.set_result(NOTHING)  # out of credit: the stream waits for more
+            return _DONE
+        entry.max_messages = messages
+        entry.max_bytes = nbytes
+        if reliable and entry.fires_at - now > timeout:
+            self._rearm(waiter, entry)
+        return _PUSHED
 
     def _push_one(self, consumer: Consumer, waiter: asyncio.Future, entry: PushEntry) -> str:
         """One delivery to a push receive: ``_PUSHED`` (written, it has credit left), ``_IDLE``
@@ -204,7 +303,7 @@ class PushDelivery:
             wake(waiter)
             return _DONE
         self._count(consumer, delivery)
-        room = entry.push(delivery)
+        room = entry.push(delivery.frames, delivery.first_offset, delivery.last_offset, delivery.count)
         if room is None:  # not written: the receive returns it and its stream writes it
             waiter.set_result(delivery)
             return _DONE
@@ -252,4 +351,9 @@ class PushDelivery:
         size = len(delivery.frames)
         consumer.messages_out += count
         consumer.bytes_out += size
-        self.metrics.delivered(self.topic.name, self.name, count, size)
+        counts = self._counts
+        if counts is None:
+            self.metrics.delivered(self.topic.name, self.name, count, size)
+        else:
+            counts[0] += count
+            counts[1] += size

@@ -235,24 +235,21 @@ class ConsumeLane:
             reader = asyncio.ensure_future(read_control())
 
         write_nowait = getattr(context, "write_nowait", None)
+        pusher = None
+        if encoded and write_nowait is not None:
+            write = write_nowait
 
-        def push(delivery) -> tuple[int, int] | None:
-            """A fresh delivery written in the turn that made it available, while this handler
-            waits in its receive (so nothing of this stream is being written); None when it must
-            go the awaited way (news to attend to first, or the stream cannot take it now)."""
-            if write_nowait is None or interrupt[0].done() or delivery.redelivery_counts:
-                return None
-            frames = delivery.frames
-            count = delivery.count
-            if not write_nowait(
-                encoded_batch(frames, batch_fields(delivery.first_offset, delivery.last_offset, count))
-            ):
-                return None
-            credit[0] -= count
-            credit[1] -= len(frames)
-            return credit[0], credit[1]
+            def push(frames, first: int, last: int, count: int) -> tuple[int, int] | None:
+                """A fresh delivery written in the turn that made it available, while this handler
+                waits in its receive (so nothing of this stream is being written); None when it must
+                go the awaited way (news to attend to first, or the stream cannot take it now)."""
+                if interrupt[0].done() or not write(encoded_batch(frames, batch_fields(first, last, count))):
+                    return None
+                credit[0] -= count
+                credit[1] -= len(frames)
+                return credit[0], credit[1]
 
-        pusher = push if encoded and write_nowait is not None else None
+            pusher = push
         try:
             while True:
                 while not errors.empty():

@@ -121,6 +121,10 @@ class PrometheusMetrics(MetricsSink):
         row[0] += count
         row[1] += nbytes
 
+    def subscription_counts(self, topic: str, subscription: str) -> list[int]:
+        # (a row stays once made, so the subscription may keep it)
+        return self._subscription(topic, subscription)
+
     def acked(self, topic: str, subscription: str, count: int) -> None:
         subs = self._subscriptions.get(topic)
         row = subs.get(subscription) if subs is not None else None

@@ -119,3 +119,82 @@ def test_the_next_deadline_is_the_oldest_live_delivery(ops):
         assert t.next_deadline() == (remaining[0] if remaining else None)
         assert not t.order or t.order[0].remaining > 0
         assert t.unacked == sum(len(s) for s in live.values())
+
+
+def _state(t: AckTracker):
+    runs = {f: (r.first, r.last, r.consumer_id, r.remaining, sorted(r.settled or ())) for f, r in t._runs.items()}
+    return (t.cursor, t.unacked, runs, list(t._firsts), [r.first for r in t.order], dict(t.attempts))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=8),
+    steps=st.lists(
+        st.tuples(st.sampled_from(["ack", "take_back", "schedule", "block", "attempt"]), st.integers(0, 40)),
+        max_size=6,
+    ),
+    probe=st.tuples(st.integers(0, 40), st.integers(0, 3)),
+    tail=st.integers(0, 3),
+)
+def test_acking_the_oldest_delivery_in_one_call_is_the_same_as_ack_ranges_then_advance(sizes, steps, probe, tail):
+    """``ack_oldest`` (the usual ack) leaves the tracker as ``ack_ranges`` plus ``advance`` do,
+    or, when the range is not the oldest untouched delivery, changes nothing and says so (-1)."""
+    import copy
+
+    t = AckTracker(cursor=-1)
+    first = 0
+    for i, n in enumerate(sizes):
+        t.delivered(first, first + n - 1, consumer_id=i % 2, deadline=100.0 + i)
+        first += n
+    next_unread = first + tail  # (fresh messages not delivered yet)
+    for what, o in steps:
+        if what == "ack":
+            t.ack_ranges([(o, o)])
+        elif what == "take_back" and t.take_back(o) is not None:
+            t.schedule(o, ready_at=5.0)
+        elif what == "schedule":
+            t.pop_ready(now=10.0, limit=1)  # (a redelivery popped: its offset waits nowhere)
+        elif what == "block" and t.take_back(o) is not None:
+            t.blocked.add(o)
+        elif what == "attempt":
+            t.attempts[o] = 1
+        t.advance(next_unread)
+    # mostly a delivery's first offset (the oldest one first), sometimes any offset
+    pick, extra = probe
+    firsts = t._firsts
+    lo = firsts[pick % 3 % len(firsts)] if firsts and pick < 30 else pick
+    run = t._runs.get(lo)
+    hi = run.last if run is not None and extra == 0 else lo + extra
+    expected = copy.deepcopy(t)
+    before = _state(t)
+    n = t.ack_oldest(lo, hi, next_unread)
+    if n < 0:
+        assert _state(t) == before
+        return
+    want = expected.ack_ranges([(lo, hi)])
+    expected.advance(next_unread)
+    assert n == want > 0
+    assert _state(t) == _state(expected)
+
+
+def test_the_oldest_delivery_acked_in_one_call_moves_the_cursor_to_the_next_one_in_flight():
+    t = AckTracker(cursor=-1)
+    t.delivered(0, 1, 1, 100.0)
+    t.delivered(2, 4, 1, 100.0)
+    assert t.ack_oldest(2, 4, 5) == -1  # not the oldest
+    assert t.ack_oldest(0, 0, 5) == -1  # not a whole delivery
+    assert t.ack_oldest(0, 1, 5) == 2 and t.cursor == 1 and t.unacked == 3
+    assert t.ack_oldest(2, 4, 5) == 3 and t.cursor == 4  # (up to the next offset to read)
+    assert t.unacked == 0 and not t.order
+
+
+def test_the_first_message_of_a_delivery_taken_back_and_delivered_again_is_tracked_apart():
+    t = AckTracker(cursor=-1)
+    t.delivered(0, 2, 1, 100.0)
+    assert t.take_back(0) == 1  # (a nack of the delivery's first message)
+    t.delivered(0, 0, 2, 200.0)  # its redelivery, to another consumer
+    assert t.unacked == 3 and t.lowest_in_flight() == 0
+    assert t.take_back_consumer(1) == [1, 2] and t.unacked == 1
+    t.delivered(1, 2, 2, 300.0)
+    assert t.ack_ranges([(0, 2)]) == 3 and t.unacked == 0
+    assert t.advance(3) and t.cursor == 2

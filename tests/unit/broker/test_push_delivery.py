@@ -32,12 +32,13 @@ class Stream:
         self.writable = writable
         self.written: list[tuple[int, int, list[str]]] = []
 
-    def __call__(self, delivery):
+    def __call__(self, frames, first: int, last: int, count: int):
         if not self.writable:
             return None
-        self.written.append((delivery.first_offset, delivery.last_offset, texts(delivery.frames)))
-        self.credit[0] -= delivery.count
-        self.credit[1] -= len(delivery.frames)
+        assert count == last - first + 1 == len(texts(frames))  # consecutive offsets, as many frames
+        self.written.append((first, last, texts(frames)))
+        self.credit[0] -= count
+        self.credit[1] -= len(frames)
         return self.credit[0], self.credit[1]
 
     def payloads(self) -> list[str]:
@@ -199,12 +200,12 @@ async def test_every_message_arrives_once_in_order_over_many_small_batches(broke
             stream = Stream(7)
             stream.written = written = []  # type: ignore[misc]
 
-            def push(delivery, stream=stream, written=written):
-                room = stream(delivery)
+            def push(frames, first, last, count, stream=stream, written=written):
+                room = stream(frames, first, last, count)
                 got.extend(written.pop()[2])
                 pushed[0] += 1
                 if reliable:
-                    broker.topics[T].subscriptions["s"].ack_ranges([(delivery.first_offset, delivery.last_offset)])
+                    broker.topics[T].subscriptions["s"].ack_ranges([(first, last)])
                 return room
 
             d = await broker.receive(cid, max_messages=7, max_bytes=1 << 20, push=push)

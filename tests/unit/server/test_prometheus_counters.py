@@ -48,3 +48,19 @@ def test_counts_survive_the_topic_closing_as_labelled_counters_do():
     m.topic_closed("/default/a")
     m.published("/default/a", 1, 10, 1.0)
     assert samples(m)[("danube_topic_messages_in_total", (("topic", "/default/a"),))] == 3
+
+
+def test_a_subscriptions_counts_added_to_in_place_are_exported_with_the_calls():
+    m = PrometheusMetrics()
+    row = m.subscription_counts("/default/a", "s")  # (what a subscription keeps and adds to)
+    row[0] += 2
+    row[1] += 20
+    row[2] += 2
+    m.delivered("/default/a", "s", 1, 5)
+    m.acked("/default/a", "s", 1)
+    assert m.subscription_counts("/default/a", "s") is row
+    got = samples(m)
+    s = (("subscription", "s"), ("topic", "/default/a"))
+    assert got[("danube_consumer_messages_out_total", s)] == 3
+    assert got[("danube_consumer_bytes_out_total", s)] == 25
+    assert got[("danube_subscription_acks_total", s)] == 3

@@ -38,6 +38,7 @@ class KeySharedDispatcher:
     sub_type = "key_shared"
     takes_key_filters = True
     acks_release = True  # a key's next messages wait until its earlier ones are acked
+    solo_in_order = False  # (routes by key, even to one consumer)
 
     __slots__ = ("sub", "ring", "_queues", "_keys", "_blocked_keys", "_parked", "_whole_block", "_joined_at")
 

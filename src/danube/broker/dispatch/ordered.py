@@ -21,6 +21,9 @@ class OrderedDispatcher:
     takes_key_filters = False
     blocks_per_key = False  # a blocked poison message stalls the subscription: order is the promise
     acks_release = False  # nothing waits on an ack but the unacked window
+    # With one consumer, may_receive is true for it while it is active and fresh_limit takes
+    # nothing off: the subscription may push fresh frames to it without asking (subscription_push)
+    solo_in_order = True
 
     __slots__ = ("sub",)
 

@@ -39,6 +39,9 @@ _STOP = object()
 _WAKE = object()
 
 
+# Requests of less than a quarter of max_batch_bytes in flight at once (at most max_in_flight).
+SMALL_REQUESTS_IN_FLIGHT = 4
+
 # How long a draining stream may take to answer its in-flight batches before it is cancelled.
 DRAIN_TIMEOUT_S = 10.0
 
@@ -310,6 +313,7 @@ class PartitionProducer:
         schema = self.owner.schema  # (schema id, version, frame attributes) or None
         schema_attrs = None if schema is None else schema[2]
         limit = self.owner.max_batch_bytes
+        small = limit // 4
         # the requests that carry several batches: request sequence -> [(batch sequence, messages)]
         merged: dict[int, list[tuple[int, int]]] = {}
 
@@ -327,6 +331,11 @@ class PartitionProducer:
                     if item is _WAKE:
                         continue
                     seq, batch = item
+                    if len(encode(batch)) < small:
+                        # acks of small requests would queue behind each other in the client
+                        # (grpc reads one message per event-loop round trip); the batches
+                        # queued meanwhile go out merged into the next request instead
+                        await window.below(SMALL_REQUESTS_IN_FLIGHT)
                     await window.acquire()
                     if self._draining:
                         break

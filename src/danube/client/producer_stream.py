@@ -40,7 +40,7 @@ _WAKE = object()
 
 
 # Requests of less than a quarter of max_batch_bytes in flight at once (at most max_in_flight).
-SMALL_REQUESTS_IN_FLIGHT = 4
+SMALL_REQUESTS_IN_FLIGHT = 2
 
 # How long a draining stream may take to answer its in-flight batches before it is cancelled.
 DRAIN_TIMEOUT_S = 10.0

@@ -4,9 +4,12 @@ Messages are collected per partition into an open batch that is sealed when it
 reaches ``max_batch_bytes`` or ``linger_ms`` after its first message, encoded
 once into the native frame format by the compiled codec and written to one
 bidirectional ``Publish`` stream.  At most ``max_in_flight`` requests per
-partition await their ack; more sealed batches wait in the client (those queued
-behind a request being written go out with it, up to ``max_batch_bytes``) and,
-beyond 2 x ``max_in_flight`` unacked batches, ``send`` waits (back-pressure).
+partition await their ack, and at most two small ones (under a quarter of
+``max_batch_bytes``: the client reads one ack per event-loop round trip, so
+more only queue their acks); more sealed batches wait in the client (those
+queued behind a request being written go out with it, up to
+``max_batch_bytes``) and, beyond 2 x ``max_in_flight`` unacked batches,
+``send`` waits (back-pressure).
 
 Acks arrive once a batch is durable and carry its offsets; ``send`` returns a
 future of the message's offset.  When the stream breaks with a retriable

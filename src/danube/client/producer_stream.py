@@ -3,8 +3,8 @@
 The stream-with-retry half of the producer (``danube.client.producer`` is the facade that routes
 messages to partitions and switches routing on a repartition). A partition collects messages into
 an open batch, seals it at ``max_batch_bytes`` or after ``linger_ms``, keeps at most
-``max_in_flight`` requests awaiting their ack (a request carries the batches queued behind its
-first, ``producer_queue.py``), and when the stream breaks (or the broker moves the
+``max_in_flight`` requests awaiting their ack, two when they are small (a request carries the
+batches queued behind its first, ``producer_queue.py``), and when the stream breaks (or the broker moves the
 topic) drains it, re-creates the producer and resends the unacked batches in order.
 """
 

@@ -172,7 +172,7 @@ class Producer:
         self._requested_partitions = partitions
         self._parts: list[PartitionProducer] = []
         self._router: PartitionRouter | None = None
-        self._ack_listeners: list = []
+        self.ack_listeners: list = []  # see add_ack_listener
         self.schema_ref: tuple[str, int | None, int | None] | None = None  # (subject, version, min_version)
         self.schema: tuple[int, int, dict] | None = None  # resolved on create(): (id, version, attributes)
         self.schema_info: SchemaInfo | None = None  # once resolved
@@ -229,10 +229,10 @@ class Producer:
 
     def add_ack_listener(self, callback) -> None:
         """``callback(batch_sent_at_perf_counter, first_offset, last_offset)`` on every ack (for bench)."""
-        self._ack_listeners.append(callback)
+        self.ack_listeners.append(callback)
 
     def on_ack(self, batch: Batch, first: int, last: int) -> None:
-        for callback in self._ack_listeners:
+        for callback in self.ack_listeners:
             callback(batch.sent_at, first, last)
 
     def _part(self, key: str | None) -> PartitionProducer:

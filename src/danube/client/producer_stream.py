@@ -314,6 +314,7 @@ class PartitionProducer:
         schema_attrs = None if schema is None else schema[2]
         limit = self.owner.max_batch_bytes
         small = limit // 4
+        listeners = self.owner.ack_listeners  # the list itself: listeners added later are seen
         # the requests that carry several batches: request sequence -> [(batch sequence, messages)]
         merged: dict[int, list[tuple[int, int]]] = {}
 
@@ -386,24 +387,27 @@ class PartitionProducer:
                     else:
                         del unacked[ack.sequence]
                         self._retry.reset()
-                        self.owner.on_ack(batch, ack.first_offset, ack.last_offset)
+                        if listeners:
+                            self.owner.on_ack(batch, ack.first_offset, ack.last_offset)
                         batch.resolve(ack.first_offset, ack.last_offset)
-                else:
+                elif ack.HasField("status") and ack.status.code != 0:
                     batches = [(seq, unacked[seq]) for seq, _ in members if seq in unacked]
-                    if not batches:
+                    if not batches or not self._refused_or_failed(batches, ack.status):
                         continue
-                    if ack.HasField("status") and ack.status.code != 0:
-                        if not self._refused_or_failed(batches, ack.status):
-                            continue
-                    else:
-                        self._retry.reset()
-                        first = ack.first_offset
-                        for seq, count in members:
-                            batch = unacked.pop(seq, None)
-                            if batch is not None:
+                else:
+                    first = ack.first_offset
+                    settled = False
+                    for seq, count in members:
+                        batch = unacked.pop(seq, None)
+                        if batch is not None:
+                            settled = True
+                            if listeners:
                                 self.owner.on_ack(batch, first, first + count - 1)
-                                batch.resolve(first, first + count - 1)
-                            first += count
+                            batch.resolve(first, first + count - 1)
+                        first += count
+                    if not settled:  # every one acked meanwhile by an earlier stream
+                        continue
+                    self._retry.reset()
                 self._after_ack()
                 if self._closing and not unacked and self._to_send.empty():
                     to_send.put_nowait(_STOP)

@@ -92,6 +92,7 @@ async def _drive(args: argparse.Namespace) -> dict:
         "calls_per_s": round(calls / wall, 1),
         "cpu_s": round(cpu, 3),
         "cpu_us_per_call": round(cpu * 1e6 / max(1, calls), 1),
+        "ack_p50_ms": round(ack_lat[int(0.5 * (len(ack_lat) - 1))] * 1000, 2) if ack_lat else None,
         "ack_p99_ms": round(ack_lat[int(0.99 * (len(ack_lat) - 1))] * 1000, 2) if ack_lat else None,
         "acked_calls": len(ack_lat),
         "errors": errors[:3],
@@ -179,6 +180,7 @@ def main() -> None:
         summary[name] = {
             "cpu_us_per_call": round(sum(x["cpu_us_per_call"] for x in ok) / len(ok), 1) if ok else None,
             "calls_per_s": round(sum(x["calls_per_s"] for x in ok) / len(ok), 1) if ok else None,
+            "ack_p50_ms": max((x.get("ack_p50_ms") or 0) for x in ok) if ok else None,
             "ack_p99_ms": max((x["ack_p99_ms"] or 0) for x in ok) if ok else None,
         }
     if summary["this"]["cpu_us_per_call"] and summary["base"]["cpu_us_per_call"]:

@@ -4,9 +4,12 @@ Messages are collected per partition into an open batch that is sealed when it
 reaches ``max_batch_bytes`` or ``linger_ms`` after its first message, encoded
 once into the native frame format by the compiled codec and written to one
 bidirectional ``Publish`` stream.  At most ``max_in_flight`` requests per
-partition await their ack; more sealed batches wait in the client (those queued
-behind a request being written go out with it, up to ``max_batch_bytes``) and,
-beyond 2 x ``max_in_flight`` unacked batches, ``send`` waits (back-pressure).
+partition await their ack, and at most two small ones (under a quarter of
+``max_batch_bytes``: the client reads one ack per event-loop round trip, so
+more only queue their acks); more sealed batches wait in the client (those
+queued behind a request being written go out with it, up to
+``max_batch_bytes``) and, beyond 2 x ``max_in_flight`` unacked batches,
+``send`` waits (back-pressure).
 
 Acks arrive once a batch is durable and carry its offsets; ``send`` returns a
 future of the message's offset.  When the stream breaks with a retriable
@@ -169,7 +172,7 @@ class Producer:
         self._requested_partitions = partitions
         self._parts: list[PartitionProducer] = []
         self._router: PartitionRouter | None = None
-        self._ack_listeners: list = []
+        self.ack_listeners: list = []  # see add_ack_listener
         self.schema_ref: tuple[str, int | None, int | None] | None = None  # (subject, version, min_version)
         self.schema: tuple[int, int, dict] | None = None  # resolved on create(): (id, version, attributes)
         self.schema_info: SchemaInfo | None = None  # once resolved
@@ -232,10 +235,10 @@ class Producer:
 
     def add_ack_listener(self, callback) -> None:
         """``callback(batch_sent_at_perf_counter, first_offset, last_offset)`` on every ack (for bench)."""
-        self._ack_listeners.append(callback)
+        self.ack_listeners.append(callback)
 
     def on_ack(self, batch: Batch, first: int, last: int) -> None:
-        for callback in self._ack_listeners:
+        for callback in self.ack_listeners:
             callback(batch.sent_at, first, last)
 
     def _part(self, key: str | None) -> PartitionProducer:

@@ -70,12 +70,22 @@ class SendQueue:
 class Window:
     """At most ``size`` requests awaiting their ack; acquired by one task."""
 
-    __slots__ = ("free", "_waiter", "_loop")
+    __slots__ = ("free", "size", "_waiter", "_loop")
 
     def __init__(self, size: int) -> None:
-        self.free = size
+        self.free = self.size = size
         self._waiter: asyncio.Future | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def below(self, limit: int) -> None:
+        """Waits until fewer than ``limit`` requests await their ack."""
+        while self.size - self.free >= limit:
+            loop = self._loop or _running_loop(self)
+            self._waiter = loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
 
     def release(self) -> None:
         self.free += 1

@@ -3,8 +3,8 @@
 The stream-with-retry half of the producer (``danube.client.producer`` is the facade that routes
 messages to partitions and switches routing on a repartition). A partition collects messages into
 an open batch, seals it at ``max_batch_bytes`` or after ``linger_ms``, keeps at most
-``max_in_flight`` requests awaiting their ack (a request carries the batches queued behind its
-first, ``producer_queue.py``), and when the stream breaks (or the broker moves the
+``max_in_flight`` requests awaiting their ack, two when they are small (a request carries the
+batches queued behind its first, ``producer_queue.py``), and when the stream breaks (or the broker moves the
 topic) drains it, re-creates the producer and resends the unacked batches in order.
 """
 
@@ -38,6 +38,9 @@ _STOP = object()
 # Wakes the request generator so it notices the stream is draining.
 _WAKE = object()
 
+
+# Requests of less than a quarter of max_batch_bytes in flight at once (at most max_in_flight).
+SMALL_REQUESTS_IN_FLIGHT = 2
 
 # How long a draining stream may take to answer its in-flight batches before it is cancelled.
 DRAIN_TIMEOUT_S = 10.0
@@ -310,6 +313,8 @@ class PartitionProducer:
         schema = self.owner.schema  # (schema id, version, frame attributes) or None
         schema_attrs = None if schema is None else schema[2]
         limit = self.owner.max_batch_bytes
+        small = limit // 4
+        listeners = self.owner.ack_listeners  # the list itself: listeners added later are seen
         # the requests that carry several batches: request sequence -> [(batch sequence, messages)]
         merged: dict[int, list[tuple[int, int]]] = {}
 
@@ -327,6 +332,11 @@ class PartitionProducer:
                     if item is _WAKE:
                         continue
                     seq, batch = item
+                    if len(encode(batch)) < small:
+                        # acks of small requests would queue behind each other in the client
+                        # (grpc reads one message per event-loop round trip); the batches
+                        # queued meanwhile go out merged into the next request instead
+                        await window.below(SMALL_REQUESTS_IN_FLIGHT)
                     await window.acquire()
                     if self._draining:
                         break
@@ -377,24 +387,27 @@ class PartitionProducer:
                     else:
                         del unacked[ack.sequence]
                         self._retry.reset()
-                        self.owner.on_ack(batch, ack.first_offset, ack.last_offset)
+                        if listeners:
+                            self.owner.on_ack(batch, ack.first_offset, ack.last_offset)
                         batch.resolve(ack.first_offset, ack.last_offset)
-                else:
+                elif ack.HasField("status") and ack.status.code != 0:
                     batches = [(seq, unacked[seq]) for seq, _ in members if seq in unacked]
-                    if not batches:
+                    if not batches or not self._refused_or_failed(batches, ack.status):
                         continue
-                    if ack.HasField("status") and ack.status.code != 0:
-                        if not self._refused_or_failed(batches, ack.status):
-                            continue
-                    else:
-                        self._retry.reset()
-                        first = ack.first_offset
-                        for seq, count in members:
-                            batch = unacked.pop(seq, None)
-                            if batch is not None:
+                else:
+                    first = ack.first_offset
+                    settled = False
+                    for seq, count in members:
+                        batch = unacked.pop(seq, None)
+                        if batch is not None:
+                            settled = True
+                            if listeners:
                                 self.owner.on_ack(batch, first, first + count - 1)
-                                batch.resolve(first, first + count - 1)
-                            first += count
+                            batch.resolve(first, first + count - 1)
+                        first += count
+                    if not settled:  # every one acked meanwhile by an earlier stream
+                        continue
+                    self._retry.reset()
                 self._after_ack()
                 if self._closing and not unacked and self._to_send.empty():
                     to_send.put_nowait(_STOP)

@@ -18,7 +18,7 @@ from danube.client.connection import RetryPolicy
 from danube.client.producer import Producer
 from danube.client.producer_batch import FRAME_OVERHEAD, Batch
 from danube.client.producer_queue import SendQueue, Window, coalesce
-from danube.client.producer_stream import PartitionProducer
+from danube.client.producer_stream import SMALL_REQUESTS_IN_FLIGHT, PartitionProducer
 from danube.errors import DanubeError
 from danube.proto.danube_batch import batch_pb2 as pb
 
@@ -65,9 +65,11 @@ class FakeCall:
         return ack
 
 
-def _partition(max_batch_bytes: int = 256 * 1024) -> tuple[Producer, PartitionProducer, FakeCall]:
+def _partition(
+    max_batch_bytes: int = 256 * 1024, max_in_flight: int = 4
+) -> tuple[Producer, PartitionProducer, FakeCall]:
     client = types.SimpleNamespace(retry=RetryPolicy())
-    producer = Producer(client, "/ns/t", "p", max_batch_bytes=max_batch_bytes, max_in_flight=4)
+    producer = Producer(client, "/ns/t", "p", max_batch_bytes=max_batch_bytes, max_in_flight=max_in_flight)
     part = PartitionProducer(producer, "/ns/t")
     call = FakeCall()
     part.producer_id = PRODUCER_ID
@@ -121,6 +123,51 @@ def test_a_lone_batch_goes_out_alone_and_the_next_one_is_not_held_back():
         call.answer(pb.PublishAck(sequence=2, first_offset=8, last_offset=9, count=2))
         call.answer(pb.PublishAck(sequence=1, first_offset=7, last_offset=7, count=1))
         assert await asyncio.gather(first, second) == [[7], [8, 9]]
+        call.answer(None)
+        await asyncio.wait_for(stream, 5)
+
+    asyncio.run(scenario())
+
+
+def test_small_requests_in_flight_are_few_and_the_batches_behind_them_merge_into_the_next():
+    async def scenario():
+        _, part, call = _partition(max_in_flight=100)
+        stream = asyncio.ensure_future(part._stream())
+        futures = []
+        for i in range(SMALL_REQUESTS_IN_FLIGHT):
+            futures.append(part.add_batch_nowait([b"s%d" % i], None, None))
+            await _written(call, i + 1)  # each written alone: the window has room
+        held = [part.add_batch_nowait([b"h%d" % i], None, None) for i in range(5)]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert len(call.requests) == SMALL_REQUESTS_IN_FLIGHT  # max_in_flight would allow more
+        call.answer(pb.PublishAck(sequence=1, first_offset=0, last_offset=0, count=1))
+        await _written(call, SMALL_REQUESTS_IN_FLIGHT + 1)
+        merged = call.requests[-1]
+        assert _payloads(merged) == [b"h%d" % i for i in range(5)]  # one request, one ack for all five
+        offset = 1
+        for request in call.requests[1:]:
+            n = len(_payloads(request))
+            call.answer(pb.PublishAck(sequence=request.sequence, first_offset=offset, last_offset=offset + n - 1))
+            offset += n
+        assert await asyncio.gather(*futures, *held) == [[i] for i in range(SMALL_REQUESTS_IN_FLIGHT + 5)]
+        call.answer(None)
+        await asyncio.wait_for(stream, 5)
+
+    asyncio.run(scenario())
+
+
+def test_large_requests_fill_the_whole_window():
+    async def scenario():
+        payload = b"x" * 600
+        _, part, call = _partition(max_batch_bytes=1000, max_in_flight=6)  # over a quarter: large; two don't fit
+        futures = [part.add_batch_nowait([payload], None, None) for _ in range(6)]
+        stream = asyncio.ensure_future(part._stream())
+        await _written(call, 6)
+        assert [len(_payloads(r)) for r in call.requests] == [1] * 6
+        for i, request in enumerate(call.requests):
+            call.answer(pb.PublishAck(sequence=request.sequence, first_offset=i, last_offset=i))
+        assert await asyncio.gather(*futures) == [[i] for i in range(6)]
         call.answer(None)
         await asyncio.wait_for(stream, 5)
 

@@ -18,6 +18,7 @@ import grpc
 from grpc.aio import AbortError
 
 from danube.server.h2grpc import wire
+from danube.server.h2grpc.context import RequestIterator, ServicerContextPart
 
 if TYPE_CHECKING:
     from danube.server.h2grpc.connection import GrpcConnection
@@ -33,28 +34,7 @@ _Encoded = wire.Encoded
 _SPENT_READER = wire.MessageReader(0)
 
 
-class RequestIterator:
-    """The request stream of a client-streaming or bidi call, as grpc.aio hands it over."""
-
-    __slots__ = ("_call",)
-
-    def __init__(self, call: "ServerCall") -> None:
-        self._call = call
-
-    def __aiter__(self) -> "RequestIterator":
-        return self
-
-    async def __anext__(self):
-        call = self._call
-        if call._messages:  # one coroutine less per message when it is already here
-            return call._next_message()
-        message = await call.read()
-        if message is grpc.aio.EOF:
-            raise StopAsyncIteration
-        return message
-
-
-class ServerCall:
+class ServerCall(ServicerContextPart):
     # Handlers may write ``wire.Encoded`` responses (grpc.aio's context has no such attribute).
     sends_encoded = True
 
@@ -64,7 +44,6 @@ class ServerCall:
         "method",
         "_handler",
         "_headers",
-        "_metadata",
         "_reader",
         "_messages",
         "_waiter",
@@ -73,13 +52,9 @@ class ServerCall:
         "_task",
         "_headers_sent",
         "_finished",
-        "_code",
-        "_details",
-        "_trailing_metadata",
         "_deadline",
         "_deadline_timer",
         "_deadline_hit",
-        "_done_callbacks",
         "_cancelled",
         "_queued_bytes",
         "_buffered",
@@ -583,57 +558,3 @@ class ServerCall:
         if trailing_metadata:
             self._trailing_metadata = tuple(trailing_metadata)
         raise AbortError()
-
-    def set_code(self, code: grpc.StatusCode) -> None:
-        self._code = code
-
-    def set_details(self, details: str) -> None:
-        self._details = details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
-
-    def set_trailing_metadata(self, trailing_metadata) -> None:
-        self._trailing_metadata = tuple(trailing_metadata)
-
-    def trailing_metadata(self) -> tuple:
-        return self._trailing_metadata
-
-    def invocation_metadata(self) -> tuple:
-        if self._metadata is None:
-            self._metadata = wire.metadata_from_headers(self._headers)
-        return self._metadata
-
-    def peer(self) -> str:
-        return self._connection.peer
-
-    def time_remaining(self) -> float | None:
-        if self._deadline is None:
-            return None
-        return max(0.0, self._deadline - self._connection.loop.time())
-
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def done(self) -> bool:
-        return self._finished
-
-    def add_done_callback(self, callback) -> None:
-        if self._finished and self._task is not None and self._task.done():
-            callback(self)
-        elif self._done_callbacks is None:
-            self._done_callbacks = [callback]
-        else:
-            self._done_callbacks.append(callback)
-
-    def set_compression(self, compression) -> None:
-        """Accepted and ignored: responses are always sent uncompressed."""
-
-    def disable_next_message_compression(self) -> None:
-        """Accepted and ignored: responses are always sent uncompressed."""
-
-    def auth_context(self) -> dict:
-        return {}

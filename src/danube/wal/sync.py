@@ -41,6 +41,7 @@ import asyncio
 import logging
 import threading
 import time
+from functools import partial
 from typing import Any, Callable
 
 from danube.errors import WalClosedError
@@ -49,6 +50,9 @@ from danube.wal.options import SyncPolicy
 from danube.wal.workers import WorkerPool
 
 log = logging.getLogger("danube.wal")
+
+# called with None once an offset is durable, or with the error that keeps it from becoming so
+DurableCallback = Callable[[BaseException | None], object]
 
 
 class IntervalBudget:
@@ -225,7 +229,7 @@ class SyncGroup:
         ready: list = []
         for syncer in logs:
             ready.extend(syncer._take_ready())
-        resolve_futures(ready, None)
+        call_back(ready, None)
         self.round_latency.record((time.perf_counter() - started) * 1000.0)
         for syncer in logs:
             syncer._after_round()
@@ -343,7 +347,7 @@ class Syncer:
         self._lock = threading.Lock()
         self.lock = self._lock  # held during every fdatasync of appended data
         self._closing = False
-        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, DurableCallback]] = []
         self._waiters_lock = threading.Lock()
         self._error: BaseException | None = None
         self._synced_in_round = False
@@ -383,6 +387,28 @@ class Syncer:
             self._run_chore()
         return self._durable
 
+    def when_durable(self, offset: int, callback: "DurableCallback") -> None:
+        """Call ``callback(None)`` on the running event loop once ``offset`` is durable, or
+        ``callback(error)`` once it cannot become durable (the log closed, an I/O error).  Never
+        called before this returns.  A round answers every callback it covered on one loop with
+        one hand-off, so a caller with its own bookkeeping (a topic's commits) needs no future and
+        no task per wait."""
+        loop = asyncio.get_running_loop()
+        if offset <= self.durable_offset:
+            loop.call_soon(callback, None)
+            return
+        if self._closing or self._error is not None:
+            loop.call_soon(callback, self._error or WalClosedError("the WAL is closed"))
+            return
+        with self._waiters_lock:
+            self._waiters.append((offset, loop, callback))
+        # sync=never returned above (its durable offset is the appended end; callers wait for offsets
+        # they appended), and only sync=never logs have no group
+        assert self._group is not None, "a sync=never log waited for an offset not appended"
+        self._group.request(self)
+        if offset <= self._durable:  # a round finished between the check and the request
+            self._resolve_waiters()
+
     async def wait_durable(self, offset: int) -> None:
         if offset <= self.durable_offset:
             return
@@ -390,16 +416,8 @@ class Syncer:
             raise WalClosedError("the WAL is closed")
         if self._error is not None:
             raise self._error
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        with self._waiters_lock:
-            self._waiters.append((offset, loop, fut))
-        # sync=never returned above (its durable offset is the appended end; callers wait for offsets
-        # they appended), and only sync=never logs have no group
-        assert self._group is not None, "a sync=never log waited for an offset not appended"
-        self._group.request(self)
-        if offset <= self._durable:
-            self._resolve_waiters()
+        fut = asyncio.get_running_loop().create_future()
+        self.when_durable(offset, partial(_set, fut))
         await fut
 
     # ------------------------------------------------------------ the group's side
@@ -459,12 +477,12 @@ class Syncer:
         self._synced_in_round = True
 
     def _take_ready(self) -> list:
-        """The waiters the round covered, as ``(loop, future)`` pairs (removed from the log)."""
+        """The waiters the round covered, as ``(loop, callback)`` pairs (removed from the log)."""
         if not self._waiters:
             return []
         durable = self._durable
         with self._waiters_lock:
-            ready = [(loop, fut) for offset, loop, fut in self._waiters if offset <= durable]
+            ready = [(loop, fn) for offset, loop, fn in self._waiters if offset <= durable]
             if ready:
                 self._waiters = [w for w in self._waiters if w[0] > durable]
         return ready
@@ -504,12 +522,13 @@ class Syncer:
     def _resolve_waiters(self) -> None:
         ready = self._take_ready()
         if ready:
-            resolve_futures(ready, None)
+            call_back(ready, None)
 
     def _fail_waiters(self, exc: BaseException) -> None:
         with self._waiters_lock:
             waiters, self._waiters = self._waiters, []
-        resolve_futures(((loop, fut) for _offset, loop, fut in waiters), exc)
+        if waiters:
+            call_back([(loop, fn) for _offset, loop, fn in waiters], exc)
 
     def close(self) -> None:
         """A last sync (policies other than never); then the group forgets this log."""
@@ -536,6 +555,34 @@ def _set(fut: asyncio.Future, exc: BaseException | None) -> None:
 def _set_all(futures: list[asyncio.Future], exc: BaseException | None) -> None:
     for fut in futures:
         _set(fut, exc)
+
+
+def _call_all(callbacks: list["DurableCallback"], exc: BaseException | None) -> None:
+    for fn in callbacks:
+        try:
+            fn(exc)
+        except Exception:  # noqa: BLE001 - one waiter's bug must not keep the others waiting
+            log.exception("WAL: a durability callback failed")
+
+
+def call_back(waiters: list, exc: BaseException | None) -> None:
+    """Call ``(loop, callback)`` pairs with ``exc`` from any thread, each on its loop in a later
+    turn (never inside the caller's): one hand-off per event loop, not one per callback (each
+    ``call_soon_threadsafe`` wakes the loop through its self-pipe)."""
+    if not waiters:
+        return
+    by_loop: dict[asyncio.AbstractEventLoop, list[DurableCallback]] = {}
+    for loop, fn in waiters:
+        by_loop.setdefault(loop, []).append(fn)
+    running = asyncio._get_running_loop()
+    for loop, callbacks in by_loop.items():
+        try:
+            if running is loop:
+                loop.call_soon(_call_all, callbacks, exc)
+            else:
+                loop.call_soon_threadsafe(_call_all, callbacks, exc)
+        except RuntimeError:  # the waiters' loop is closed; nobody is left to call
+            pass
 
 
 def resolve_futures(waiters, exc: BaseException | None) -> None:

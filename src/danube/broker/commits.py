@@ -59,7 +59,7 @@ class CommitQueue:
                 self._scheduled = True
                 loop.call_soon(self._settle)
             else:  # the sync is asked for at once
-                self._wait(last)
+                self._wait(last, loop)
         return fut
 
     def _settle(self) -> None:
@@ -71,18 +71,17 @@ class CommitQueue:
             return
         target = pending[-1][2]
         if not self.topic.storage.durable_now(target):
-            self._wait(target)
+            self._wait(target, asyncio.get_running_loop())
             return
         self.waits += 1
         self._commit_or_fail(target)
 
-    def _wait(self, target: int) -> None:
+    def _wait(self, target: int, loop: asyncio.AbstractEventLoop) -> None:
         """Ask the storage to call :meth:`_durable` once ``target`` is durable."""
         self._waiting_for = target
         self.waits += 1
         storage = self.topic.storage
         when_durable = getattr(storage, "when_durable", None)
-        loop = asyncio.get_running_loop()
         if when_durable is None:
             loop.create_task(self._wait_task(storage, target))
             return
@@ -122,7 +121,7 @@ class CommitQueue:
                 self.waits += 1
                 self._commit_or_fail(last)
             else:
-                self._wait(last)
+                self._wait(last, asyncio.get_running_loop())
 
     def _commit_or_fail(self, target: int) -> None:
         try:

@@ -109,16 +109,23 @@ class SyncGroup:
         _EVERY_GROUP.add(self)
 
     def request(self, syncer: "Syncer") -> None:
-        """``syncer`` has something to sync (any thread).  Asked once per log per round, from the
-        event loop mostly: a request while a round is in flight only notes the log (the round's
-        end looks again), and only one that finds the thread asleep wakes it."""
+        """``syncer`` has something to sync (any thread).  Asked about once per log per round,
+        from the event loop mostly: a request while a round is in flight only notes the log (the
+        round's end looks again), and only one that changes when the sleeping thread must wake
+        wakes it (an ``interval`` log joining others of its interval already has their turn)."""
         with self._lock:
             if syncer.policy is SyncPolicy.ALWAYS:
                 self._urgent[syncer] = None
+                wake = True
             else:
-                self._paced.setdefault(syncer.interval_s, {})[syncer] = None
+                paced = self._paced.get(syncer.interval_s)
+                if paced is None:
+                    paced = self._paced[syncer.interval_s] = {}
+                wake = not paced
+                paced[syncer] = None
             if self._sleeping:
-                self._cond.notify()
+                if wake:
+                    self._cond.notify()
             elif self._thread is None:  # first use (or a forked child: see _forget_threads)
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()

@@ -1,11 +1,12 @@
 """Appended frame batches of one topic waiting to become durable.
 
 A batch-lane publish is appended at once, in the caller's turn of the event loop, and gets a
-future instead of a task of its own.  When the storage calls the batch durable already
-(``sync=never``, memory topics), the first such batch of a turn schedules one callback
-(``call_soon``) for the topic, which makes every batch visible (in offset order), answers their
-futures and wakes the subscriptions once, with no task and no await.  Otherwise the topic asks
-the storage once for the durability of the last batch appended (``when_durable``) and is called
+future instead of a task of its own.  The first batch of a turn with no durability wait out
+schedules one callback (``call_soon``) for the topic, after the turn's appends.  When the storage
+calls the last batch durable already (``sync=never``, memory topics), it makes every batch
+visible (in offset order), answers their futures and wakes the subscriptions once, with no task
+and no await.  Otherwise the topic asks the storage once for the durability of the last batch
+appended (``when_durable``: one wait for all of the turn's batches) and is called
 back on the loop when the sync covering it is done -- the WAL's group commit answers every
 topic of a round with one hand-off to the loop, so a commit costs a callback, not a task, a
 future and a chain of coroutines; batches appended while that sync is in flight are asked for
@@ -55,16 +56,15 @@ class CommitQueue:
         fut = loop.create_future()
         self._pending.append((producer, first, last, nbytes, started, fut))
         if not self._scheduled and self._waiting_for is None:  # (else a callback or a wait takes it)
-            if self.topic.storage.durable_now(last):
-                self._scheduled = True
-                loop.call_soon(self._settle)
-            else:  # the sync is asked for at once
-                self._wait(last, loop)
+            # once the turn's appends are done: one wait covers them all, and the sync threads
+            # are not woken while the loop is still appending
+            self._scheduled = True
+            loop.call_soon(self._settle)
         return fut
 
     def _settle(self) -> None:
-        """The turn after an append that was durable at once: commit what is durable, else (a
-        later batch of the turn is not) wait for it."""
+        """The turn after the first append with no wait out: commit what is durable already,
+        else ask for the last batch appended."""
         self._scheduled = False
         pending = self._pending
         if self._waiting_for is not None or not pending:

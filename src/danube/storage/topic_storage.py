@@ -15,6 +15,7 @@ import asyncio
 import errno
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from danube import movetrace
@@ -318,6 +319,28 @@ class TopicStorage:
             await self.wal.wait_durable(offset)
         except OSError as exc:
             raise self._disk_error(exc, "not made durable") from exc
+        self._check_fence()
+
+    def when_durable(self, offset: int, callback: Callable[[BaseException | None], object]) -> None:
+        """:meth:`wait_durable` as a callback on the running event loop: ``callback(None)`` once
+        ``offset`` is durable (and this broker still owns the WAL), ``callback(error)`` with the
+        error :meth:`wait_durable` would raise; never called before this returns."""
+        self.wal.when_durable(offset, partial(self._durable_reached, callback))
+
+    def _durable_reached(self, callback: Callable[[BaseException | None], object], exc: BaseException | None) -> None:
+        if exc is None:
+            try:
+                self._check_fence()
+            except Exception as failed:  # noqa: BLE001 - handed to the caller, as wait_durable raises it
+                exc = failed
+        elif isinstance(exc, OSError):
+            error = self._disk_error(exc, "not made durable")
+            if error is not exc:
+                error.__cause__ = exc
+            exc = error
+        callback(exc)
+
+    def _check_fence(self) -> None:
         if self.owner_fence is not None:
             try:
                 self.owner_fence.check()  # ack nothing once another broker took the WAL over

@@ -26,7 +26,7 @@ from danube.wal.options import SyncPolicy, WalOptions
 from danube.wal.pagecache import PageCacheWindow
 from danube.wal.recovery import RecoveryReport, recover
 from danube.wal.rotation import FileKeeper
-from danube.wal.sync import Syncer
+from danube.wal.sync import DurableCallback, Syncer
 from danube.wal.tail import AppendNotifier
 
 _walfile = _native.load("walfile")
@@ -315,16 +315,30 @@ class Wal(WalReading, WalRotation, WalSuspension):
 
     async def wait_durable(self, offset: int) -> None:
         """Resolve once ``offset`` is covered by the sync policy (never blocks the event loop)."""
+        self._check_appended(offset, "wait_durable")
+        if self._dormant is not None and offset <= self.durable_offset:
+            return
+        await self._syncer.wait_durable(offset)
+
+    def when_durable(self, offset: int, callback: DurableCallback) -> None:
+        """:meth:`wait_durable` as a callback: ``callback(None)`` on the running event loop once
+        ``offset`` is covered by the sync policy, ``callback(error)`` if it cannot be; never
+        called before this returns.  Cheaper than a future awaited by a task when the caller
+        keeps its own state (``danube.broker.commits``)."""
+        self._check_appended(offset, "when_durable")
+        if self._dormant is not None and offset <= self.durable_offset:
+            asyncio.get_running_loop().call_soon(callback, None)
+            return
+        self._syncer.when_durable(offset, callback)
+
+    def _check_appended(self, offset: int, what: str) -> None:
         if offset >= self.next_offset:
             raise OffsetOutOfRangeError(
-                "wait_durable for an offset not appended yet",
+                f"{what} for an offset not appended yet",
                 offset=offset,
                 first_offset=self.first_offset,
                 next_offset=self.next_offset,
             )
-        if self._dormant is not None and offset <= self.durable_offset:
-            return
-        await self._syncer.wait_durable(offset)
 
     # ------------------------------------------------------------ read-only and closing
 

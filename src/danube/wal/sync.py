@@ -33,6 +33,11 @@ Why the allowance: a writer that appends once per interval (a paced producer, a
 waits out most of an interval.  With one interval of slack it is synced at once,
 and the budget is the same (measurements: docs/benchmarks.md,
 "Half-rate point, pacing, interval syncer, glibc malloc").
+
+Waiters are callbacks (:meth:`Syncer.when_durable`; ``wait_durable`` is one around a future): a
+topic's commit queue registers one per round and is called on its loop with no task or future
+of its own.  Here: one log's part (:class:`Syncer`); the rounds: ``danube.wal.sync_group``; the
+hand-off to event loops: ``danube.wal.handoff``.
 """
 
 from __future__ import annotations
@@ -41,274 +46,40 @@ import asyncio
 import logging
 import threading
 import time
+from functools import partial
 from typing import Any, Callable
 
 from danube.errors import WalClosedError
 from danube.wal.flushstats import FlushLatency
+from danube.wal.handoff import DurableCallback, _set, call_back, resolve_futures
 from danube.wal.options import SyncPolicy
-from danube.wal.workers import WorkerPool
+from danube.wal.sync_group import (
+    _BUSY,
+    BUSY_PAUSE_S,
+    MIN_LOGS_PER_WORKER,
+    ROUND_WORKERS,
+    SYNCFS_MIN_LOGS,
+    IntervalBudget,
+    SyncGroup,
+    default_sync_group,
+    process_sync_groups,
+)
+
+__all__ = [
+    "BUSY_PAUSE_S",
+    "MIN_LOGS_PER_WORKER",
+    "ROUND_WORKERS",
+    "SYNCFS_MIN_LOGS",
+    "DurableCallback",
+    "IntervalBudget",
+    "SyncGroup",
+    "Syncer",
+    "default_sync_group",
+    "process_sync_groups",
+    "resolve_futures",
+]
 
 log = logging.getLogger("danube.wal")
-
-
-class IntervalBudget:
-    """When ``sync=interval`` may start its next sync: one per interval on an even schedule, and
-    at most one interval ahead of it (see the module docstring for why)."""
-
-    def __init__(self, interval_s: float, now: float) -> None:
-        self.interval_s = interval_s
-        self._on_schedule = now  # when the next sync falls due on the even schedule
-
-    def earliest_start(self) -> float:
-        return self._on_schedule - self.interval_s
-
-    def started(self, now: float) -> None:
-        # an idle stretch does not bank syncs: the schedule restarts from now
-        self._on_schedule = max(self._on_schedule, now) + self.interval_s
-
-
-# A round of this many logs or more on one file system syncs the file system once (syncfs(2))
-# instead of each log's files: one journal commit instead of one per file (0 turns it off).
-SYNCFS_MIN_LOGS = 4
-# Worker threads a round spreads per-file fdatasyncs over (besides the group's own thread), when
-# syncfs is off or unavailable.
-ROUND_WORKERS = 3
-# Logs per worker below which a round syncs on the group's thread alone (a hand-off costs more).
-MIN_LOGS_PER_WORKER = 4
-# A round whose every log was locked by someone else waits this long before the next one.
-BUSY_PAUSE_S = 0.0005
-
-
-def _load_syncfs() -> Callable[[int], None] | None:
-    """``syncfs(fd)``, or None where it cannot be trusted: not Linux, or a kernel before 5.8 (which
-    did not report writeback errors from syncfs: an I/O error would pass for durable)."""
-    import ctypes
-    import os
-
-    if not hasattr(os, "uname") or os.uname().sysname != "Linux":
-        return None
-    try:
-        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
-        libc = ctypes.CDLL(None, use_errno=True)
-        call = libc.syncfs
-    except (ValueError, OSError, AttributeError):
-        return None
-    if (major, minor) < (5, 8):
-        return None
-    call.argtypes = [ctypes.c_int]
-
-    def syncfs(fd: int) -> None:
-        if call(fd) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
-
-    return syncfs
-
-
-_syncfs = _load_syncfs()
-
-
-class SyncGroup:
-    """Group commit across logs: one thread runs rounds that sync every log with something to
-    sync and answer all their waiters together.  Threads start on first use.
-
-    ``syncfs_min_logs``: a round with at least this many logs on one file system makes them
-    durable with one ``syncfs`` of it (which also writes back whatever else is dirty there: give
-    the WAL a file system of its own, or 0 to sync each log's files)."""
-
-    def __init__(
-        self, workers: int = ROUND_WORKERS, *, syncfs_min_logs: int = SYNCFS_MIN_LOGS, name: str = "danube-wal-sync"
-    ) -> None:
-        self.workers = workers
-        self.syncfs_min_logs = syncfs_min_logs if _syncfs is not None else 0
-        self.name = name
-        self._cond = threading.Condition()
-        self._urgent: dict[Syncer, None] = {}  # sync=always logs asked to sync now
-        self._paced: dict[float, dict[Syncer, None]] = {}  # sync=interval logs, by interval
-        self._budgets: dict[float, IntervalBudget] = {}
-        self._thread: threading.Thread | None = None
-        self._pool: WorkerPool | None = None  # made on the first round that needs one
-        self._syncfs_failed = False
-        self.rounds = 0  # rounds run (tests, stats, the metrics page)
-        self.synced_logs = 0  # logs in them
-        self.fs_syncs = 0  # syncfs calls made for them
-        self.round_latency = FlushLatency()  # a round's length, from its first sync to its waiters answered
-
-    def request(self, syncer: "Syncer") -> None:
-        """``syncer`` has something to sync (any thread)."""
-        with self._cond:
-            if syncer.policy is SyncPolicy.ALWAYS:
-                self._urgent[syncer] = None
-            else:
-                self._paced.setdefault(syncer.interval_s, {})[syncer] = None
-            thread = self._thread
-            if thread is None or not thread.is_alive():  # first use (or a forked child)
-                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                self._thread.start()
-            self._cond.notify()
-
-    def forget(self, syncer: "Syncer") -> None:
-        with self._cond:
-            self._urgent.pop(syncer, None)
-            paced = self._paced.get(syncer.interval_s)
-            if paced is not None:
-                paced.pop(syncer, None)
-
-    def _next_round(self) -> list["Syncer"]:
-        """Wait until a round is due; the logs it covers."""
-        with self._cond:
-            while True:
-                now = time.monotonic()
-                due = bool(self._urgent)
-                wait: float | None = None
-                for interval, logs in self._paced.items():
-                    if not logs:
-                        continue
-                    budget = self._budgets.get(interval)
-                    if budget is None:
-                        budget = self._budgets[interval] = IntervalBudget(interval, now)
-                    start = budget.earliest_start()
-                    if start <= now:
-                        budget.started(now)
-                        due = True
-                    else:
-                        wait = start - now if wait is None else min(wait, start - now)
-                if due:
-                    break
-                self._cond.wait(wait)
-            due_logs = list(self._urgent)
-            self._urgent.clear()
-            for paced in self._paced.values():
-                due_logs.extend(paced)
-                paced.clear()
-        return due_logs
-
-    def _run(self) -> None:
-        while True:
-            logs = self._next_round()
-            try:
-                self._round(logs)
-            except BaseException:  # noqa: BLE001 - the thread serves every log: it must go on
-                log.exception("WAL: a sync round failed")
-
-    def _round(self, logs: list["Syncer"]) -> None:
-        started = time.perf_counter()
-        rest = logs
-        busy: list[Syncer] = []
-        if self.syncfs_min_logs and len(logs) >= self.syncfs_min_logs:
-            rest = self._sync_file_systems(logs, busy)
-        workers = min(self.workers, len(rest) // MIN_LOGS_PER_WORKER)
-        if workers <= 0:
-            _sync_all(rest, busy)
-        else:
-            if self._pool is None:
-                self._pool = WorkerPool(self.workers, self.name)
-            share = workers + 1
-            left = [share - 1]
-            done = threading.Condition()
-
-            def chunk(logs: list[Syncer]) -> None:
-                try:
-                    _sync_all(logs, busy)
-                finally:
-                    with done:
-                        left[0] -= 1
-                        done.notify()
-
-            for i in range(1, share):
-                self._pool.submit(chunk, rest[i::share])
-            _sync_all(rest[0::share], busy)
-            with done:
-                done.wait_for(lambda: left[0] == 0)
-        self.rounds += 1
-        self.synced_logs += len(logs)
-        ready: list = []
-        for syncer in logs:
-            ready.extend(syncer._take_ready())
-        resolve_futures(ready, None)
-        self.round_latency.record((time.perf_counter() - started) * 1000.0)
-        for syncer in logs:
-            syncer._after_round()
-        if busy:
-            # A log whose lock someone holds (its file thread finishing a rotated file, a blocking
-            # sync) goes to the next round rather than every other log waiting for it now; a
-            # round of nothing but such logs pauses a moment before trying again.
-            if len(busy) == len(logs):
-                time.sleep(BUSY_PAUSE_S)
-            for syncer in busy:
-                self.request(syncer)
-
-    def _sync_file_systems(self, logs: list["Syncer"], busy: list["Syncer"]) -> list["Syncer"]:
-        """One syncfs per file system for the logs that allow it (each held under its lock from
-        the moment its target offset is read until it is marked durable); the others are returned
-        to be synced file by file."""
-        rest: list[Syncer] = []
-        held: dict[int, tuple[int, list[tuple[Syncer, int]]]] = {}
-        try:
-            for syncer in logs:
-                prepared = syncer._fs_prepare()
-                if prepared is None:
-                    rest.append(syncer)
-                elif prepared is _BUSY:
-                    busy.append(syncer)
-                else:
-                    dev, fd, target = prepared
-                    held.setdefault(dev, (fd, []))[1].append((syncer, target))
-            for fd, items in held.values():
-                if len(items) < self.syncfs_min_logs:
-                    for syncer, _target in items:
-                        syncer._sync_locked()
-                    continue
-                try:
-                    started = time.perf_counter()
-                    _syncfs(fd)  # type: ignore[misc]  # not None: syncfs_min_logs is 0 without it
-                    took_ms = (time.perf_counter() - started) * 1000.0
-                    self.fs_syncs += 1
-                except OSError as exc:
-                    # Another file's writeback error on this file system fails syncfs too: each log's
-                    # own fdatasync then tells whose data it was.
-                    if not self._syncfs_failed:
-                        self._syncfs_failed = True
-                        log.warning("WAL: syncfs failed (%s); syncing this round's logs file by file", exc)
-                    for syncer, _target in items:
-                        syncer._sync_locked()
-                    continue
-                for syncer, target in items:
-                    syncer._fs_synced(target, took_ms)
-        finally:
-            for _fd, items in held.values():
-                for syncer, _target in items:
-                    syncer._lock.release()
-        return rest
-
-
-_BUSY = object()
-
-
-def _sync_all(logs: list["Syncer"], busy: list["Syncer"]) -> None:
-    for syncer in logs:
-        if not syncer._round_sync():
-            busy.append(syncer)  # list.append: safe from the round's worker threads
-
-
-_GROUPS: dict[bool, SyncGroup] = {}
-_GROUPS_LOCK = threading.Lock()
-
-
-def process_sync_groups() -> list[SyncGroup]:
-    """The process-wide groups made so far (the broker's metrics page reports their rounds)."""
-    with _GROUPS_LOCK:
-        return list(_GROUPS.values())
-
-
-def default_sync_group(syncfs: bool = True) -> SyncGroup:
-    """The process-wide group every log joins unless it is given one (``Wal.open(sync_group=)``);
-    ``syncfs=False``: the process-wide one whose rounds sync each log's files."""
-    with _GROUPS_LOCK:
-        group = _GROUPS.get(syncfs)
-        if group is None:
-            group = _GROUPS[syncfs] = SyncGroup(syncfs_min_logs=SYNCFS_MIN_LOGS if syncfs else 0)
-        return group
 
 
 class Syncer:
@@ -343,7 +114,7 @@ class Syncer:
         self._lock = threading.Lock()
         self.lock = self._lock  # held during every fdatasync of appended data
         self._closing = False
-        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, DurableCallback]] = []
         self._waiters_lock = threading.Lock()
         self._error: BaseException | None = None
         self._synced_in_round = False
@@ -383,6 +154,28 @@ class Syncer:
             self._run_chore()
         return self._durable
 
+    def when_durable(self, offset: int, callback: "DurableCallback") -> None:
+        """Call ``callback(None)`` on the running event loop once ``offset`` is durable, or
+        ``callback(error)`` once it cannot become durable (the log closed, an I/O error).  Never
+        called before this returns.  A round answers every callback it covered on one loop with
+        one hand-off, so a caller with its own bookkeeping (a topic's commits) needs no future and
+        no task per wait."""
+        loop = asyncio.get_running_loop()
+        if offset <= self.durable_offset:
+            loop.call_soon(callback, None)
+            return
+        if self._closing or self._error is not None:
+            loop.call_soon(callback, self._error or WalClosedError("the WAL is closed"))
+            return
+        with self._waiters_lock:
+            self._waiters.append((offset, loop, callback))
+        # sync=never returned above (its durable offset is the appended end; callers wait for offsets
+        # they appended), and only sync=never logs have no group
+        assert self._group is not None, "a sync=never log waited for an offset not appended"
+        self._group.request(self)
+        if offset <= self._durable:  # a round finished between the check and the request
+            self._resolve_waiters()
+
     async def wait_durable(self, offset: int) -> None:
         if offset <= self.durable_offset:
             return
@@ -390,16 +183,8 @@ class Syncer:
             raise WalClosedError("the WAL is closed")
         if self._error is not None:
             raise self._error
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        with self._waiters_lock:
-            self._waiters.append((offset, loop, fut))
-        # sync=never returned above (its durable offset is the appended end; callers wait for offsets
-        # they appended), and only sync=never logs have no group
-        assert self._group is not None, "a sync=never log waited for an offset not appended"
-        self._group.request(self)
-        if offset <= self._durable:
-            self._resolve_waiters()
+        fut = asyncio.get_running_loop().create_future()
+        self.when_durable(offset, partial(_set, fut))
         await fut
 
     # ------------------------------------------------------------ the group's side
@@ -459,12 +244,12 @@ class Syncer:
         self._synced_in_round = True
 
     def _take_ready(self) -> list:
-        """The waiters the round covered, as ``(loop, future)`` pairs (removed from the log)."""
+        """The waiters the round covered, as ``(loop, callback)`` pairs (removed from the log)."""
         if not self._waiters:
             return []
         durable = self._durable
         with self._waiters_lock:
-            ready = [(loop, fut) for offset, loop, fut in self._waiters if offset <= durable]
+            ready = [(loop, fn) for offset, loop, fn in self._waiters if offset <= durable]
             if ready:
                 self._waiters = [w for w in self._waiters if w[0] > durable]
         return ready
@@ -504,12 +289,13 @@ class Syncer:
     def _resolve_waiters(self) -> None:
         ready = self._take_ready()
         if ready:
-            resolve_futures(ready, None)
+            call_back(ready, None)
 
     def _fail_waiters(self, exc: BaseException) -> None:
         with self._waiters_lock:
             waiters, self._waiters = self._waiters, []
-        resolve_futures(((loop, fut) for _offset, loop, fut in waiters), exc)
+        if waiters:
+            call_back([(loop, fn) for _offset, loop, fn in waiters], exc)
 
     def close(self) -> None:
         """A last sync (policies other than never); then the group forgets this log."""
@@ -523,33 +309,3 @@ class Syncer:
         if self._group is not None:
             self._group.forget(self)
         self._fail_waiters(WalClosedError("the WAL was closed before the offset became durable"))
-
-
-def _set(fut: asyncio.Future, exc: BaseException | None) -> None:
-    if not fut.done():
-        if exc is None:
-            fut.set_result(None)
-        else:
-            fut.set_exception(exc)
-
-
-def _set_all(futures: list[asyncio.Future], exc: BaseException | None) -> None:
-    for fut in futures:
-        _set(fut, exc)
-
-
-def resolve_futures(waiters, exc: BaseException | None) -> None:
-    """Resolve ``(loop, future)`` pairs from any thread: one hand-off per event loop, not one per
-    future (each ``call_soon_threadsafe`` wakes the loop through its self-pipe)."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
-    for loop, fut in waiters:
-        by_loop.setdefault(loop, []).append(fut)
-    running = asyncio._get_running_loop()
-    for loop, futures in by_loop.items():
-        try:
-            if running is loop:
-                _set_all(futures, exc)
-            else:
-                loop.call_soon_threadsafe(_set_all, futures, exc)
-        except RuntimeError:  # the waiters' loop is closed; nobody is left to wake
-            pass

@@ -75,24 +75,79 @@ async def test_a_failed_durability_wait_fails_the_batches_it_covered_and_the_nex
     pid = await broker.create_producer(T, "p", reliable=True)
     topic = broker.topics[T]
     storage = topic.storage
-    real = storage.wait_durable
+    real = storage.when_durable
     calls = []
 
-    async def failing(offset):
+    def failing(offset, callback):
         calls.append(offset)
         if len(calls) == 1:
-            raise OSError("disk gone")
-        await real(offset)
+            asyncio.get_running_loop().call_soon(callback, OSError("disk gone"))
+            return
+        real(offset, callback)
 
-    storage.wait_durable = failing
+    storage.when_durable = failing
     storage.durable_now = lambda offset: False  # every commit waits (under sync=never too)
     first = [broker.publish_nowait(pid, batch([f"m{i}"], pid)) for i in range(3)]
     results = await asyncio.gather(*first, return_exceptions=True)
     assert all(isinstance(r, OSError) for r in results)
+    assert calls == [2]  # one wait for the whole turn, asked for after its appends
     assert topic.readable_next == 0  # not made visible
     assert await broker.publish_nowait(pid, batch(["after"], pid)) == (3, 3)
     assert topic.readable_next == 4
     assert broker._publishing == 0
+
+
+async def test_a_wait_refused_at_once_fails_its_batches_in_a_later_turn(broker):
+    pid = await broker.create_producer(T, "p", reliable=True)
+    topic = broker.topics[T]
+    storage = topic.storage
+    real = storage.when_durable
+    refused = []
+
+    def refusing(offset, callback):
+        if not refused:
+            refused.append(offset)
+            raise OSError("the log is closed")
+        real(offset, callback)
+
+    storage.when_durable = refusing
+    storage.durable_now = lambda offset: False
+    fut = broker.publish_nowait(pid, batch(["x"], pid))
+    assert not fut.done()  # never answered inside the publish call
+    with pytest.raises(OSError):
+        await fut
+    assert await broker.publish_nowait(pid, batch(["y"], pid)) == (1, 1)
+
+
+async def test_a_storage_without_when_durable_is_waited_for_by_a_task(broker):
+    # the storage contract's own wait (an extension's storage) still commits, one wait per round
+    pid = await broker.create_producer(T, "p", reliable=True)
+    topic = broker.topics[T]
+    storage = topic.storage
+    waited = []
+    real_wait = storage.wait_durable
+
+    class ContractOnly:  # the contract's methods only, delegating to the real storage
+        def __getattr__(self, name):
+            if name == "when_durable":
+                raise AttributeError(name)
+            return getattr(storage, name)
+
+        def durable_now(self, offset):
+            return False
+
+        async def wait_durable(self, offset):
+            waited.append(offset)
+            await real_wait(offset)
+
+    topic.storage = ContractOnly()
+    try:
+        futures = [broker.publish_nowait(pid, batch([f"m{i}"], pid)) for i in range(4)]
+        assert await asyncio.gather(*futures) == [(i, i) for i in range(4)]
+        assert waited == [3]  # one wait for the turn's four batches
+        assert topic.readable_next == 4
+    finally:
+        topic.storage = storage
 
 
 async def test_a_batch_durable_at_once_is_committed_in_the_next_turn_without_a_waiter_task(broker):
@@ -108,5 +163,5 @@ async def test_a_batch_durable_at_once_is_committed_in_the_next_turn_without_a_w
     await asyncio.sleep(0)  # the turn after: one callback committed all three
     assert all(f.done() for f in futures) and [f.result() for f in futures] == [(0, 0), (1, 1), (2, 2)]
     assert topic.readable_next == 3
-    assert topic.commits.waits == 1 and topic.commits._waiting is None
+    assert topic.commits.waits == 1 and topic.commits._waiting_for is None
     assert asyncio.all_tasks() <= tasks_before  # no task was made for it

@@ -206,15 +206,17 @@ async def test_the_reader_stops_at_the_in_flight_limit_until_batches_are_answere
     service = batch_lane.BatchLaneService(broker)
     pid = await broker.create_producer(T, "p", reliable=True)
     storage = broker.topics[T].storage
-    gate = asyncio.Event()
-    real_wait = storage.wait_durable
+    real_when_durable = storage.when_durable
+    held_waits: list = []  # durability waits asked for before the gate opens
 
-    async def held(offset):
-        await gate.wait()
-        await real_wait(offset)
+    def held(offset, callback):
+        if held_waits is None:
+            real_when_durable(offset, callback)
+        else:
+            held_waits.append((offset, callback))
 
     storage.durable_now = lambda offset: False  # every commit waits for the gate
-    storage.wait_durable = held
+    storage.when_durable = held
     call = make_call()
     task = await run_stream(service, call)
     limit = batch_lane.MAX_STREAM_IN_FLIGHT
@@ -228,7 +230,9 @@ async def test_the_reader_stops_at_the_in_flight_limit_until_batches_are_answere
         await asyncio.sleep(0)
     assert call.read_count == taken and call.written == []
     assert storage.next_offset == limit
-    gate.set()
+    waits, held_waits = held_waits, None  # the gate opens
+    for offset, callback in waits:
+        real_when_durable(offset, callback)
     call.end()
     await asyncio.wait_for(task, 10)
     assert [decoded(a).sequence for a in call.written] == list(range(1, limit + 11))

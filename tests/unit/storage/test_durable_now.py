@@ -3,6 +3,8 @@ commit callback, ``danube.broker.commits``) — only when ``wait_durable`` would
 
 from __future__ import annotations
 
+import asyncio
+
 from danube import message_codec
 from tests.unit.storage.conftest import TOPIC, make_config
 
@@ -32,3 +34,13 @@ async def test_a_storage_with_an_owner_fence_always_waits(tmp_path, factories):
     assert storage.owner_fence is not None
     _first, last = storage.append_frames(_batch())
     assert not storage.durable_now(last)
+
+
+async def test_when_durable_calls_back_on_the_loop_once_synced(tmp_path, factories):
+    storage = await factories(make_config(tmp_path, "local")).open_topic(TOPIC)
+    _first, last = storage.append_frames(_batch())
+    answered = asyncio.get_running_loop().create_future()
+    storage.when_durable(last, answered.set_result)
+    assert not answered.done()  # never called inside when_durable
+    assert await asyncio.wait_for(answered, 10) is None
+    assert storage.durable_now(last)

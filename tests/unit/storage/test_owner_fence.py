@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from danube import message_codec
@@ -26,6 +28,10 @@ async def test_a_new_owner_continues_the_shared_wal_and_fences_the_old_one(tmp_p
     # the old owner (still running, cut off) acks nothing and writes nothing any more
     with pytest.raises(TopicSealedError):
         await old.wait_durable(9)
+    answered = asyncio.get_running_loop().create_future()
+    old.when_durable(9, answered.set_result)  # the commit queue's way: the callback hears it too
+    assert not answered.done()  # never called before when_durable returns
+    assert isinstance(await asyncio.wait_for(answered, 10), TopicSealedError)
     with pytest.raises(TopicSealedError):
         old.append_frames(bytearray(b""))
     assert await append(new, 10, 5) == (10, 14)

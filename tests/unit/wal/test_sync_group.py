@@ -4,13 +4,14 @@ no thread per log, nothing done for idle logs."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
 import pytest
 
 from danube.wal import Wal
-from danube.wal import sync as sync_mod
+from danube.wal import sync_group as sync_mod
 from danube.wal.sync import SyncGroup
 from tests.support.waiting import wait_until
 
@@ -143,6 +144,33 @@ def test_a_log_whose_lock_is_taken_does_not_hold_up_the_others(tmp_path, syncfs_
 
     try:
         asyncio.run(run())
+    finally:
+        for wal in logs:
+            wal.close()
+
+
+def _child_syncs(path, group) -> None:
+    wal = Wal.open(path, sync_group=group, sync="always")
+    _first, last = wal.append_frames(_frames(b"child"))
+    asyncio.run(asyncio.wait_for(wal.wait_durable(last), 20))
+    wal.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork(2) only")
+def test_a_forked_child_starts_its_own_group_thread(tmp_path):
+    import multiprocessing
+
+    group = SyncGroup(name="danube-wal-test-fork")
+    logs = _open_logs(tmp_path, 1, group, sync="always")
+    try:
+        asyncio.run(_append_and_wait_all(logs, rounds=1))  # the parent's group thread runs
+        child = multiprocessing.get_context("fork").Process(target=_child_syncs, args=(tmp_path / "child", group))
+        child.start()
+        child.join(60)
+        if child.is_alive():
+            child.kill()
+            child.join()
+        assert child.exitcode == 0  # its waiter was answered: the group started a thread there
     finally:
         for wal in logs:
             wal.close()

@@ -177,8 +177,12 @@ class PublishLane:
         publish_now = self._publish_now
         in_flight = 0  # batches read and not answered yet
         room: asyncio.Future | None = None  # the reader's, while it waits for in_flight to drop
-        # the native server's call hands batches to a sink that can pause (grpc.aio's cannot)
-        by_sink = all(hasattr(context, name) for name in ("set_message_sink", "pause_messages", "resume_messages"))
+        # the native server's call hands batches to a sink that can pause (grpc.aio's cannot);
+        # a sink bypasses the request iterator, so only when that is the call's own: a wrapper
+        # (the auth guard's per-message permission check) must see every request
+        by_sink = getattr(request_iterator, "call", None) is context and all(
+            hasattr(context, name) for name in ("set_message_sink", "pause_messages", "resume_messages")
+        )
         paused = False  # the sink's: MAX_STREAM_IN_FLIGHT batches are being stored
         sink_ended = False  # the sink got the end of the request stream
         idle: asyncio.Future | None = None  # this handler's, while it waits for an answer (not writing)

@@ -78,6 +78,7 @@ class SinkCall(FakeCall):
 
     def __init__(self, *, writable: bool = True) -> None:
         super().__init__(writable=writable)
+        self.call = self  # as the call's own request iterator names its call (a wrapper does not)
         self.sink = None
         self.paused = False
         self.eof_sent = False
@@ -94,11 +95,11 @@ class SinkCall(FakeCall):
         self._drain()
 
     def feed(self, request: pb.PublishRequest) -> None:
-        self.messages.append(request)
+        super().feed(request)  # read by iteration while no sink is set
         self._drain()
 
     def end(self) -> None:
-        self.ended = True
+        super().end()
         self._drain()
 
     def _drain(self) -> None:
@@ -244,3 +245,31 @@ def test_the_encoded_ack_is_what_protobuf_serializes():
         assert pb.PublishAck.FromString(ack.tobytes()) == pb.PublishAck(
             sequence=sequence, producer_id=producer_id, first_offset=first, last_offset=last, count=last - first + 1
         )
+
+
+async def test_a_wrapped_request_iterator_sees_every_batch_even_when_the_call_offers_a_sink(broker):
+    """A wrapper around the call's iterator (the auth guard's per-message permission check) must
+    see every request: the handler then reads through it and does not take batches by sink."""
+    service = batch_lane.BatchLaneService(broker)
+    pid = await broker.create_producer(T, "p", reliable=True)
+    call = SinkCall()
+    seen: list[int] = []
+
+    async def checked():
+        async for request in call:
+            seen.append(request.sequence)
+            yield request
+
+    async def drive():
+        async for answer in service.Publish(checked(), call):
+            call.written.append(answer)
+
+    task = asyncio.ensure_future(drive())
+    for seq in range(1, 6):
+        call.feed(pb.PublishRequest(sequence=seq, producer_id=pid, frames=frames(1)))
+    await async_wait_until(lambda: len(call.written) == 5, what="5 acks")
+    call.end()
+    await asyncio.wait_for(task, 10)
+    assert call.sink is None
+    assert seen == [1, 2, 3, 4, 5]
+    assert [decoded(a).sequence for a in call.written] == [1, 2, 3, 4, 5]

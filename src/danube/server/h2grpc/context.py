@@ -23,16 +23,18 @@ if TYPE_CHECKING:
 class RequestIterator:
     """The request stream of a client-streaming or bidi call, as grpc.aio hands it over."""
 
-    __slots__ = ("_call",)
+    # ``call`` is public so a handler can tell its call's own iterator from a wrapper around it
+    # (the auth guard's per-message check) before it takes messages by sink instead
+    __slots__ = ("call",)
 
     def __init__(self, call: "ServerCall") -> None:
-        self._call = call
+        self.call = call
 
     def __aiter__(self) -> "RequestIterator":
         return self
 
     async def __anext__(self):
-        call = self._call
+        call = self.call
         if call._messages:  # one coroutine less per message when it is already here
             return call._next_message()
         message = await call.read()

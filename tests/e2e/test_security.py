@@ -328,6 +328,8 @@ def test_batch_lane_streams_are_checked_per_message(pki, secret_file, server):
         for args in (
             ("roles", "create", "app", "--permission", "produce:/default/*"),
             ("bindings", "create", "--subject", "alice", "--role", "app"),
+            ("roles", "create", "reader", "--permission", "consume:/default/*"),
+            ("bindings", "create", "--subject", "bob", "--role", "reader"),
         ):
             done = admin(broker, pki, admin_token, "security", *args)
             assert done.returncode == 0, done.stderr
@@ -390,7 +392,27 @@ def test_batch_lane_streams_are_checked_per_message(pki, secret_file, server):
                 async for _ in call:
                     pass
             assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED and "'consume'" in info.value.details()
-            for channel in (ops, alice):
+
+            def subscribe(topic):
+                return bpb.ConsumeRequest(subscribe=bpb.SubscribeSpec(topic=topic, subscription="s", consumer_name="c"))
+
+            # an ack inside a permitted Consume stream naming another principal's consumer is
+            # checked too: the stream ends PERMISSION_DENIED instead of acking on /private/t
+            private_stream = bgrpc.BatchLaneStub(ops).Consume()
+            await private_stream.write(subscribe("/private/t"))
+            private_consumer = (await asyncio.wait_for(private_stream.read(), 10)).subscribed.consumer_id
+            assert private_consumer
+            bob = channel_for("bob")
+            call = bgrpc.BatchLaneStub(bob).Consume()
+            await call.write(subscribe("/default/t"))
+            assert (await asyncio.wait_for(call.read(), 10)).subscribed.consumer_id
+            foreign_ack = bpb.AckBatch(consumer_id=private_consumer, ranges=[bpb.OffsetRange(first=0, last=0)])
+            await call.write(bpb.ConsumeRequest(ack=foreign_ack))
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await asyncio.wait_for(call.read(), 10)
+            assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED and "'consume'" in info.value.details()
+            private_stream.cancel()
+            for channel in (ops, alice, bob):
                 await channel.close()
 
         asyncio.run(main())

@@ -170,7 +170,11 @@ class ConsumeLane:
                 poke()
 
         acks = self._acks
-        set_sink = getattr(context, "set_message_sink", None)
+        # a sink bypasses the request iterator, so only when that is the call's own: a wrapper (the
+        # auth guard's check of an ack or nack naming another consumer) must see every request
+        set_sink = (
+            getattr(context, "set_message_sink", None) if getattr(request_iterator, "call", None) is context else None
+        )
         tasks: set[asyncio.Task] = set()
 
         def report(exc: BaseException) -> None:

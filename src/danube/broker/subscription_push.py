@@ -19,15 +19,11 @@ from typing import TYPE_CHECKING, Callable
 from danube import message_codec
 from danube._tasks import wake
 from danube.broker.delivery import FRAME_OFFSET, MUST_AWAIT, NOTHING, Delivery, MustAwait
+from danube.broker.subscription_state import SubscriptionState
 
 if TYPE_CHECKING:
-    from danube.broker.contracts import Dispatcher
-    from danube.broker.cursor import AckTracker
-    from danube.broker.policies import DispatchSettings, FailurePolicy
     from danube.broker.ratelimit import TokenBucket
-    from danube.broker.stats import MetricsSink
     from danube.broker.subscription import Consumer
-    from danube.broker.topic import Topic
 
 # A push callback: given a fresh delivery (its frames, first and last offset, and count: offsets
 # consecutive, none a redelivery), writes it and returns the stream's remaining (messages, bytes)
@@ -69,18 +65,8 @@ class PushEntry:
         self.fires_at = fires_at if timer is not None else _NEVER
 
 
-class PushDelivery:
-    if TYPE_CHECKING:  # what this part uses of the rest of Subscription
-        topic: Topic
-        name: str
-        reliable: bool
-        failure_policy: FailurePolicy
-        settings: DispatchSettings
-        metrics: MetricsSink
-        tracker: AckTracker
-        next_read: int
-        early_acks: set[int]
-        dispatcher: Dispatcher
+class PushDelivery(SubscriptionState):
+    if TYPE_CHECKING:  # what this part uses of the rest of Subscription, beyond SubscriptionState
         dispatch_limit: TokenBucket | None
         consumers: dict[int, Consumer]
         _counts: list[int] | None
@@ -268,15 +254,7 @@ class PushDelivery:
         if room is None:  # not written: the receive returns it and its stream writes it
             waiter.set_result(Delivery(view, next_read, last, count))
             return _DONE
-        messages, nbytes = room
-        if messages <= 0 or nbytes <= 0:
-            waiter.set_result(NOTHING)  # out of credit: the stream waits for more
-            return _DONE
-        entry.max_messages = messages
-        entry.max_bytes = nbytes
-        if reliable and entry.fires_at - now > timeout:
-            self._rearm(waiter, entry)
-        return _PUSHED
+        return self._pushed(waiter, entry, room, now, reliable and entry.fires_at - now > timeout)
 
     def _push_one(self, consumer: Consumer, waiter: asyncio.Future, entry: PushEntry) -> str:
         """One delivery to a push receive: ``_PUSHED`` (written, it has credit left), ``_IDLE``
@@ -307,14 +285,20 @@ class PushDelivery:
         if room is None:  # not written: the receive returns it and its stream writes it
             waiter.set_result(delivery)
             return _DONE
+        rearm = reliable and entry.fires_at - now > self.failure_policy.ack_timeout_ms / 1000
+        return self._pushed(waiter, entry, room, now, rearm)
+
+    def _pushed(self, waiter: asyncio.Future, entry: PushEntry, room: tuple[int, int], now: float, rearm: bool) -> str:
+        """After a delivery its stream wrote: ``_PUSHED`` while the consumer has credit left,
+        else ``_DONE`` (its stream waits for more).  ``rearm``: the entry's timer is due after this
+        delivery's ack deadline (an earlier one stands: it looks again when it fires)."""
         messages, nbytes = room
         if messages <= 0 or nbytes <= 0:
             waiter.set_result(NOTHING)  # out of credit: the stream waits for more
             return _DONE
         entry.max_messages = messages
         entry.max_bytes = nbytes
-        # (a timer due before this delivery's ack deadline stands: it looks again when it fires)
-        if reliable and entry.fires_at - now > self.failure_policy.ack_timeout_ms / 1000:
+        if rearm:
             self._rearm(waiter, entry)
         return _PUSHED
 

@@ -461,18 +461,7 @@ class ServerCall(ServicerContextPart):
         self._sink_busy = True
         try:
             while messages and not self._sink_paused:
-                data = messages.popleft()
-                size = len(data)
-                self._queued_bytes -= size
-                self._buffered -= size
-                connection = self._connection
-                connection.release(self, size)
-                if self._held_credit and len(messages) <= UNREAD_MESSAGES_BEFORE_BACKPRESSURE:
-                    if connection.over_budget():
-                        connection.starve(self)
-                    else:
-                        connection.return_credit(self.stream_id, self._held_credit)
-                        self._held_credit = 0
+                data = self._take_queued()
                 if parse is not None:
                     try:
                         data = parse(data)
@@ -503,8 +492,12 @@ class ServerCall(ServicerContextPart):
         return self._next_message()
 
     def _next_message(self):
-        """The next queued request message (there is one), its credit given back if it was held
-        (``_take`` inline: a streamed request's path)."""
+        """The next queued request message (there is one), parsed."""
+        return self._deserialize(self._take_queued())
+
+    def _take_queued(self) -> bytes:
+        """The next queued request message's bytes (there is one), its credit given back if it
+        was held (``_take`` inline: a streamed request's path, by iterator or by sink)."""
         messages = self._messages
         data = messages.popleft()
         size = len(data)
@@ -518,7 +511,7 @@ class ServerCall(ServicerContextPart):
             else:
                 connection.return_credit(self.stream_id, self._held_credit)
                 self._held_credit = 0
-        return self._deserialize(data)
+        return data
 
     async def write(self, message) -> None:
         if self._finished:

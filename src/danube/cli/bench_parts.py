@@ -200,7 +200,9 @@ def merge(parts: list[PartResult], config: BenchConfig, result: BenchResult, coo
     result.producer_cpu_s = round(sum(p.producer_cpu_s for p in parts), 3)
     result.consumer_cpu_s = round(sum(p.consumer_cpu_s for p in parts), 3)
     client = sum(p.producer_cpu_s + p.consumer_cpu_s for p in parts) + coordinator_cpu_s
-    result.client_cpu_s = round(client, 3)
+    # never below its printed parts: rounded apart, their sum can exceed the rounded whole by 0.001
+    # when the coordinator's own share is near zero
+    result.client_cpu_s = max(round(client, 3), result.producer_cpu_s + result.consumer_cpu_s)
     result.client_cpu_us_per_msg = round(client * 1e6 / max(1, acked), 2)
     result.client_cpu_us_per_call = round(client * 1e6 / max(1, calls), 2)
     result.producer_core_max = round(max(p.producer_core for p in parts), 3)

@@ -121,3 +121,12 @@ def test_more_processes_than_topics_is_refused_with_a_sentence():
         check_client_processes(BenchConfig(client_processes=0))
     check_client_processes(BenchConfig(topics=3, client_processes=3))
     check_client_processes(BenchConfig(topics=1, client_processes=1))
+
+
+def test_merged_client_cpu_is_never_below_its_rounded_parts():
+    # 0.1236 + 0.1236 rounds to 0.247 whole, but the parts print as 0.124 and 0.124
+    parts = [_part(acked=10, calls=5, producer_cpu_s=0.1236, consumer_cpu_s=0.1236, sending_cpu_s=0.1)]
+    result = BenchResult(config={})
+    merge(parts, BenchConfig(), result, coordinator_cpu_s=0.0)
+    assert result.producer_cpu_s == 0.124 and result.consumer_cpu_s == 0.124
+    assert result.client_cpu_s >= result.producer_cpu_s + result.consumer_cpu_s

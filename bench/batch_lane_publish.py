@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
 
 
-def child(topics: int, calls: int, sync: str, profile: bool) -> dict:
+def child(topics: int, calls: int, sync: str, profile: bool, h2: bool = False) -> dict:
     import asyncio
     import collections
     import tempfile
@@ -102,8 +102,10 @@ def child(topics: int, calls: int, sync: str, profile: bool) -> dict:
             dispatch=DispatchSettings(cursor_flush_interval_ms=1000),
         )
         await broker.start()
-        service = batch_lane.BatchLaneService(broker)
         frames = message_codec.encode_payloads([b"x" * 100, b"y" * 100], publish_time=1, producer_id=0)
+        if h2:
+            return await through_h2(broker, metadata, frames)
+        service = batch_lane.BatchLaneService(broker)
         streams = []
         for i in range(topics):
             pid = await broker.create_producer(f"/default/lane-{i}", "p", reliable=True)
@@ -149,12 +151,135 @@ def child(topics: int, calls: int, sync: str, profile: bool) -> dict:
         await metadata.close()
         return {"us_per_call": cpu / (calls * topics) * 1e6}
 
+    async def through_h2(broker, metadata, frames) -> dict:
+        """The native server's whole publish half: each turn, every connection gets one read
+        with a DATA frame (one 2-message PublishRequest) per stream and the window given back
+        for the previous answers, as the many-topics bench's clients send them."""
+        import hpack
+
+        from danube.server.h2grpc import H2Limits, H2Server
+        from danube.server.h2grpc import frames as h2
+        from danube.server.h2grpc import wire
+        from danube.server.h2grpc.connection import GrpcConnection
+
+        class DropTransport(asyncio.Transport):
+            def __init__(self) -> None:
+                super().__init__()
+                self.written = 0
+
+            def get_extra_info(self, name, default=None):
+                return ("127.0.0.1", 5555) if name == "peername" else default
+
+            def write(self, data) -> None:
+                self.written += len(data)
+
+            def get_write_buffer_size(self) -> int:
+                return 0
+
+            def is_closing(self) -> bool:
+                return False
+
+            def pause_reading(self) -> None:
+                pass
+
+            def resume_reading(self) -> None:
+                pass
+
+            def close(self) -> None:
+                pass
+
+            def abort(self) -> None:
+                pass
+
+        server = H2Server(H2Limits(handshake_timeout=0, idle_timeout=0))
+        server.loop = asyncio.get_running_loop()
+        batch_lane.add_to_server(server, broker)
+        connections = []
+        for _ in range(min(8, topics)):
+            connection = GrpcConnection(server)
+            transport = DropTransport()
+            connection.connection_made(transport)
+            connection.data_received(h2.PREFACE + h2.settings([]))
+            connections.append((connection, transport, hpack.Encoder(), []))
+        headers = [
+            (b":method", b"POST"),
+            (b":scheme", b"http"),
+            (b":path", b"/danube_batch.BatchLane/Publish"),
+            (b":authority", b"broker"),
+            (b"content-type", b"application/grpc"),
+            (b"te", b"trailers"),
+        ]
+        topic_objects = []
+        for i in range(topics):
+            pid = await broker.create_producer(f"/default/lane-{i}", "p", reliable=True)
+            connection, _transport, encoder, streams = connections[i % len(connections)]
+            stream_id = 2 * len(streams) + 1
+            connection.data_received(h2.frame(h2.HEADERS, h2.END_HEADERS, stream_id, encoder.encode(headers)))
+            streams.append((stream_id, pid))
+            topic_objects.append(broker._producers[pid].topic)
+        sequence = 0
+
+        def read_for(streams) -> bytes:
+            read = bytearray()
+            for stream_id, pid in streams:
+                body = pb.PublishRequest(sequence=sequence, producer_id=pid, frames=frames).SerializeToString()
+                read += h2.frame(h2.DATA, 0, stream_id, wire.message_prefix(len(body)) + body)
+            given = 64 * len(streams)
+            read += h2.window_update(0, given)
+            for stream_id, _pid in streams:
+                read += h2.window_update(stream_id, 64)
+            return bytes(read)
+
+        def prepare(n: int) -> list:
+            nonlocal sequence
+            reads = []
+            for _ in range(n):
+                sequence += 1
+                reads.append([read_for(streams) for _c, _t, _e, streams in connections])
+            return reads
+
+        async def run(reads: list) -> None:
+            n = len(reads)
+            want = topic_objects[0].readable_next + 2 * n
+            for turn in reads:
+                for (connection, _t, _e, _s), read in zip(connections, turn):
+                    connection.data_received(read)
+                await asyncio.sleep(0)
+            while any(t.readable_next < want for t in topic_objects):
+                await asyncio.sleep(0 if sync == "never" else 0.001)
+            for _ in range(3):  # the acks' writes and the flush
+                await asyncio.sleep(0)
+
+        await run(prepare(50))
+        reads = prepare(calls)  # built before the count starts: the client's work
+        written = sum(t.written for _c, t, _e, _s in connections)
+        profiler = None
+        if profile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+        t0 = time.process_time()
+        await run(reads)
+        cpu = time.process_time() - t0
+        if profiler is not None:
+            import pstats
+
+            profiler.disable()
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(40)
+        acked = sum(t.written for _c, t, _e, _s in connections) - written
+        assert acked >= calls * topics * 20, f"the publishes were not acked ({acked} bytes written)"
+        assert not any(c._broken for c, _t, _e, _s in connections)
+        await broker.stop()
+        await metadata.close()
+        return {"us_per_call": cpu / (calls * topics) * 1e6}
+
     return uvloop.run(main())
 
 
 def run_tree(tree: str, args) -> float:
     cmd = [sys.executable, __file__, "--child", "--topics", str(args.topics), "--calls", str(args.calls)]
-    cmd += ["--sync", args.sync]
+    cmd += ["--sync", args.sync] + (["--h2"] if args.h2 else [])
     out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": tree}, timeout=300)
     if out.returncode != 0:
         raise SystemExit(f"{tree}: {out.stderr[-2000:]}")
@@ -167,6 +292,7 @@ def instructions_per_call(tree: str, args) -> float:
         out_file = f"/tmp/batch_lane_publish-{os.getpid()}.callgrind"
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}", sys.executable, __file__]
         cmd += ["--child", "--topics", str(args.topics), "--calls", str(calls), "--sync", args.sync]
+        cmd += ["--h2"] if args.h2 else []
         subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": tree})
         with open(out_file) as f:
             totals.append(next(int(line.split()[1]) for line in f if line.startswith("totals:")))
@@ -183,14 +309,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="cProfile of this tree's counted part (stderr)")
     ap.add_argument("--callgrind", action="store_true", help="count instructions per call (valgrind)")
+    ap.add_argument("--h2", action="store_true", help="through the native HTTP/2 server (8 connections)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.topics, args.calls, args.sync, args.profile)))
+        print(json.dumps(child(args.topics, args.calls, args.sync, args.profile, args.h2)))
         return
     if args.profile:
         sys.path.insert(0, SRC)
-        print(json.dumps(child(args.topics, args.calls, args.sync, True)))
+        print(json.dumps(child(args.topics, args.calls, args.sync, True, args.h2)))
         return
     trees = [("after", SRC)] + ([("before", os.path.abspath(args.before))] if args.before else [])
     if args.callgrind:

@@ -273,6 +273,58 @@ def frame_message(list out, uint32_t stream_id, data, Py_ssize_t stream_window, 
     return total
 
 
+MAX_FIELDS = 15
+cdef object _U64_MAX = 2**64 - 1
+
+
+cdef Py_ssize_t put_fields(unsigned char* p, tuple fields) except -1:
+    # The varint fields into p (room for MAX_FIELDS * 11 bytes); the bytes written.
+    cdef Py_ssize_t n = 0
+    cdef unsigned long long value
+    cdef unsigned char number = 0
+    for item in fields:
+        number += 1
+        if type(item) is not int or item < 0 or item > _U64_MAX:
+            raise ValueError(f"field {number}: {item!r} is not a uint64")
+        value = item
+        if value:
+            p[n] = number << 3
+            n += 1
+            while value >= 0x80:
+                p[n] = <unsigned char>((value & 0x7F) | 0x80)
+                n += 1
+                value >>= 7
+            p[n] = <unsigned char>value
+            n += 1
+    return n
+
+
+cdef inline int check_fields(tuple fields) except -1:
+    if len(fields) > MAX_FIELDS:
+        raise ValueError(f"{len(fields)} fields (at most {MAX_FIELDS})")
+    return 0
+
+
+def uint_fields(fields):
+    cdef unsigned char buf[15 * 11]
+    check_fields(fields)
+    return PyBytes_FromStringAndSize(<const char*>buf, put_fields(buf, fields))
+
+
+def frame_fields(list out, uint32_t stream_id, tuple fields, Py_ssize_t stream_window, Py_ssize_t connection_window,
+                 Py_ssize_t frame_limit):
+    cdef unsigned char buf[H2_HEADER_SIZE + GRPC_PREFIX_SIZE + 15 * 11]
+    check_fields(fields)
+    cdef Py_ssize_t length = put_fields(buf + H2_HEADER_SIZE + GRPC_PREFIX_SIZE, fields)
+    cdef Py_ssize_t total = length + GRPC_PREFIX_SIZE
+    if total > stream_window or total > connection_window or total > frame_limit:
+        return 0
+    put_header(buf, total, 0, 0, stream_id)
+    put_prefix(buf + H2_HEADER_SIZE, <uint32_t>length)
+    out.append(PyBytes_FromStringAndSize(<const char*>buf, H2_HEADER_SIZE + total))
+    return total
+
+
 cdef Py_ssize_t split_messages(const unsigned char* buf, Py_ssize_t n, Py_ssize_t limit, list out) except -1:
     cdef Py_ssize_t start = 0
     cdef Py_ssize_t length

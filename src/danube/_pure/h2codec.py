@@ -157,6 +157,45 @@ def frame_message(out: list, stream_id: int, data, stream_window: int, connectio
     return total
 
 
+_U64_MAX = 2**64 - 1
+MAX_FIELDS = 15  # field numbers with a one-byte protobuf tag
+
+
+def uint_fields(fields) -> bytes:
+    """A protobuf message of unsigned varint fields numbered 1, 2, ... in order, one per item of
+    ``fields`` (a tuple of ints), each omitted when 0 as proto3 serializes it: what a message of
+    uint64 fields serializes to, without a message object.  ValueError for more than
+    ``MAX_FIELDS`` fields or a value that is no uint64."""
+    if len(fields) > MAX_FIELDS:
+        raise ValueError(f"{len(fields)} fields (at most {MAX_FIELDS})")
+    out = bytearray()
+    number = 0
+    for value in fields:
+        number += 1
+        if type(value) is not int or value < 0 or value > _U64_MAX:
+            raise ValueError(f"field {number}: {value!r} is not a uint64")
+        if value:
+            out.append(number << 3)
+            while value >= 0x80:
+                out.append((value & 0x7F) | 0x80)
+                value >>= 7
+            out.append(value)
+    return bytes(out)
+
+
+def frame_fields(out: list, stream_id: int, fields, stream_window: int, connection_window: int, frame_limit: int) -> int:
+    """``frame_message`` of ``uint_fields(fields)`` as one buffer: the DATA frame's header, the
+    message's prefix and the message appended to ``out`` as a single bytes object (a small
+    answer, such as an ack, costs one allocation); the payload's size, or 0 with ``out`` left
+    as it was when it does not fit."""
+    message = uint_fields(fields)
+    total = len(message) + PREFIX_SIZE
+    if total > stream_window or total > connection_window or total > frame_limit:
+        return 0
+    out.append(data_header(stream_id, len(message)) + message)
+    return total
+
+
 class MessageReader:
     """Cuts a stream's DATA payload into whole messages, whatever the DATA frame boundaries."""
 

@@ -11,10 +11,13 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable, cast
 
 import grpc
 
+from danube import message_codec as frame_codec
 from danube.errors import DanubeError, InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.server import status as status_map
 from danube.server.batch_lane_wire import batch_status, encoded_ack, refused_ack, validate_frames
+from danube.server.h2grpc.frames import uint_fields
+from danube.server.h2grpc.wire import Encoded
 
 if TYPE_CHECKING:
     from danube.broker.service import BrokerService
@@ -29,6 +32,8 @@ MAX_STREAM_IN_FLIGHT = 64
 
 _ACCESS_MODES = {pb.SHARED: "shared", pb.EXCLUSIVE: "exclusive"}
 _PublishAck = pb.PublishAck
+_EOF = grpc.aio.EOF
+validate = frame_codec.validate
 
 
 def _message_ack(sequence: int, producer_id: int, first: int, last: int) -> pb.PublishAck:
@@ -135,26 +140,6 @@ class PublishLane:
                 buf,
             )
 
-    def _publish_now(self, request: pb.PublishRequest) -> pb.PublishAck | asyncio.Future | None:
-        """The per-call path: a batch naming a loaded producer, with no schema check and no
-        partitioning version, is validated and appended in the reader's turn; returns the future
-        of its durability, or its ack when it was refused (nothing stored).  None when the batch
-        needs the general path (``_publish_one`` in a task)."""
-        publish_nowait = self._publish_nowait
-        if (
-            publish_nowait is None
-            or request.WhichOneof("producer") != "producer_id"
-            or request.HasField("partitioning_version")
-            or (self._schema is not None and self._schema.active)
-        ):
-            return None
-        try:
-            return publish_nowait(request.producer_id, validate_frames(request.frames))
-        except Exception as exc:  # noqa: BLE001 - refused (or a bug): this batch, not the stream
-            if not isinstance(exc, DanubeError):
-                log.exception("publish of batch %d failed", request.sequence)
-            return refused_ack(request.sequence, request.producer_id, exc)
-
     async def Publish(self, request_iterator, context) -> AsyncIterator[pb.PublishAck]:
         """Reads batches and stores several at once; each ack goes out when its batch is durable.
 
@@ -174,7 +159,10 @@ class PublishLane:
         tasks: set[asyncio.Task] = set()
         make_ack = encoded_ack if getattr(context, "sends_encoded", False) else _message_ack
         write_nowait = getattr(context, "write_nowait", None)
-        publish_now = self._publish_now
+        # the native server's: an ack is a message of uint64 fields, encoded and framed at once
+        write_fields = getattr(context, "write_fields_nowait", None)
+        publish_nowait = self._publish_nowait
+        schema = self._schema
         in_flight = 0  # batches read and not answered yet
         room: asyncio.Future | None = None  # the reader's, while it waits for in_flight to drop
         # the native server's call hands batches to a sink that can pause (grpc.aio's cannot);
@@ -210,7 +198,14 @@ class PublishLane:
                 exc = fut.exception()
                 if exc is None:
                     first, last = fut.result()
-                    ack = make_ack(sequence, producer_id, first, last)
+                    if write_fields is None:
+                        ack = make_ack(sequence, producer_id, first, last)
+                    else:
+                        # PublishAck's fields 1-5 in order (test_batch_lane_publish checks the bytes)
+                        fields = (sequence, producer_id, first, last, last - first + 1)
+                        if idle is not None and not answers and write_fields(fields):
+                            return
+                        ack = Encoded((uint_fields(fields),))
                 else:
                     if not isinstance(exc, DanubeError):
                         log.error("publish of batch %d failed", sequence, exc_info=exc)
@@ -237,29 +232,47 @@ class PublishLane:
                     room = None
 
         def take(request) -> None:
-            nonlocal in_flight
-            in_flight += 1
-            now = None if tasks else publish_now(request)
-            if now is None:
-                task = asyncio.ensure_future(store(request))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-            elif type(now) is _PublishAck:
-                queue(now)
-                settle()
-            else:
-                now.add_done_callback(functools.partial(answered, request.sequence, request.producer_id))
-
-        def sink(request) -> None:
-            """A batch handed over in the connection's read; ``take`` cannot raise."""
-            nonlocal paused, sink_ended
-            if request is grpc.aio.EOF:
+            """A batch read (by the iterator, or handed over in the connection's read when this is
+            the message sink); cannot raise.  The per-call path: a batch naming a loaded producer,
+            with no schema check and no partitioning version and no task before it, is validated
+            and appended now, its ack written when the broker's future says it is durable (or at
+            once when it is refused, nothing stored); any other batch goes to ``store`` in a task."""
+            nonlocal in_flight, paused, sink_ended
+            if request is _EOF:  # only the sink gets it
                 sink_ended = True
                 if not in_flight:
                     queue(reading_done)
                 return
-            take(request)
-            if in_flight >= MAX_STREAM_IN_FLIGHT and not paused:
+            in_flight += 1
+            if (
+                tasks
+                or publish_nowait is None
+                or request.WhichOneof("producer") != "producer_id"
+                or request.HasField("partitioning_version")
+                or (schema is not None and schema.active)
+            ):
+                now = None
+            else:
+                producer_id = request.producer_id
+                try:
+                    frames = request.frames
+                    if not frames:
+                        raise InvalidArgumentError("empty batch: a publish request needs at least one frame")
+                    validate(frames)
+                    now = publish_nowait(producer_id, bytearray(frames))  # a writable copy, stamped in place
+                except Exception as exc:  # noqa: BLE001 - refused (or a bug): this batch, not the stream
+                    if not isinstance(exc, DanubeError):
+                        log.exception("publish of batch %d failed", request.sequence)
+                    queue(refused_ack(request.sequence, producer_id, exc))
+                    settle()
+                    return
+                if now is not None:
+                    now.add_done_callback(functools.partial(answered, request.sequence, producer_id))
+            if now is None:  # a producer to create or load, a check that awaits: in turn, in a task
+                task = asyncio.ensure_future(store(request))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            if by_sink and in_flight >= MAX_STREAM_IN_FLIGHT and not paused:
                 paused = True
                 context.pause_messages()
 
@@ -275,7 +288,7 @@ class PublishLane:
 
         if by_sink:
             reader = None
-            context.set_message_sink(sink)
+            context.set_message_sink(take)
         else:
             reader = asyncio.ensure_future(read_requests())
         try:

@@ -538,6 +538,17 @@ class ServerCall(ServicerContextPart):
             self._connection.send_response_headers(self.stream_id)
         return self._connection.send_now(self.stream_id, message)
 
+    def write_fields_nowait(self, fields: tuple) -> bool:
+        """``write_nowait`` of a response that is a message of unsigned varint fields numbered 1,
+        2, ... in order (``frames.uint_fields``; the handler knows its response type has this
+        form), encoded and framed in one codec call: no message object, no serializer."""
+        if self._finished:
+            return False
+        if not self._headers_sent:
+            self._headers_sent = True
+            self._connection.send_response_headers(self.stream_id)
+        return self._connection.send_fields_now(self.stream_id, fields)
+
     async def send_initial_metadata(self, initial_metadata) -> None:
         if not self._headers_sent:
             self._headers_sent = True

@@ -92,6 +92,11 @@ data_header = _codec.data_header
 # That header and the message itself appended to a send list when the message fits the windows
 # and the frame size (its payload size returned, else 0): a message's send in one codec call.
 frame_message = _codec.frame_message
+# A message of unsigned varint fields 1, 2, ... (a protobuf message of uint64 fields, zeros
+# omitted), alone, and framed as ``frame_message`` frames it but into one buffer: a small
+# answer (an ack) without a message object and with one allocation.
+uint_fields = _codec.uint_fields
+frame_fields = _codec.frame_fields
 unpadded = _codec.unpadded
 parse_settings = _codec.parse_settings
 parse_u32 = _codec.parse_u32

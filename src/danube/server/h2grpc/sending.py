@@ -41,6 +41,7 @@ _END_HEADERS = frames.END_HEADERS
 _Encoded = wire.Encoded
 _PREFIX_SIZE = wire.PREFIX_SIZE
 _frame_message = frames.frame_message
+_frame_fields = frames.frame_fields
 _frame = frames.frame
 _HEADERS = frames.HEADERS
 _END_TRAILERS = frames.END_HEADERS | frames.END_STREAM
@@ -159,6 +160,27 @@ class SendSide:
         if server.send_queued > server.max_send_queued_total:
             return False
         total = _frame_message(self._out, stream_id, data, stream.send_window, self._send_window, self._frame_limit)
+        if not total:
+            return False
+        stream.send_window -= total
+        self._send_window -= total
+        self._out_bytes += total
+        self.progress += 1
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+        return True
+
+    def send_fields_now(self, stream_id: int, fields: tuple) -> bool:
+        """``send_now`` of a message of unsigned varint fields (``frames.uint_fields``: an ack),
+        encoded and framed by one codec call into one buffer, with the same windows and bounds."""
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.local_closed or self._write_paused or self._out_bytes >= self._send_limit:
+            return False
+        server = self._server
+        if server.send_queued > server.max_send_queued_total:
+            return False
+        total = _frame_fields(self._out, stream_id, fields, stream.send_window, self._send_window, self._frame_limit)
         if not total:
             return False
         stream.send_window -= total

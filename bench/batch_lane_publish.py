@@ -157,9 +157,8 @@ def child(topics: int, calls: int, sync: str, profile: bool, h2: bool = False) -
         for the previous answers, as the many-topics bench's clients send them."""
         import hpack
 
-        from danube.server.h2grpc import H2Limits, H2Server
+        from danube.server.h2grpc import H2Limits, H2Server, wire
         from danube.server.h2grpc import frames as h2
-        from danube.server.h2grpc import wire
         from danube.server.h2grpc.connection import GrpcConnection
 
         class DropTransport(asyncio.Transport):

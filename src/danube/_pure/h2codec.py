@@ -183,7 +183,9 @@ def uint_fields(fields) -> bytes:
     return bytes(out)
 
 
-def frame_fields(out: list, stream_id: int, fields, stream_window: int, connection_window: int, frame_limit: int) -> int:
+def frame_fields(
+    out: list, stream_id: int, fields, stream_window: int, connection_window: int, frame_limit: int
+) -> int:
     """``frame_message`` of ``uint_fields(fields)`` as one buffer: the DATA frame's header, the
     message's prefix and the message appended to ``out`` as a single bytes object (a small
     answer, such as an ack, costs one allocation); the payload's size, or 0 with ``out`` left

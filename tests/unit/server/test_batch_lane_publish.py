@@ -1,7 +1,8 @@
 """The batch lane's Publish handler over a real BrokerService (local WAL, sqlite metadata) with a
 stand-in for the native server's call: request messages fed as the connection reads them (read by
 the handler's request iterator, or taken by its message sink, which pauses at the in-flight
-limit), answers written from callbacks (``write_nowait``) or yielded by the handler."""
+limit), answers written from callbacks (``write_nowait``, or ``write_fields_nowait`` given the ack's
+fields) or yielded by the handler."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import contextlib
 
 import grpc
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from danube import message_codec
 from danube.broker import BrokerService, DispatchSettings
@@ -18,6 +21,7 @@ from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.server import batch_lane
 from danube.server.batch_lane_wire import encoded_ack
+from danube.server.h2grpc.frames import uint_fields
 from danube.server.h2grpc.wire import Encoded
 from danube.storage.config import StorageConfig
 from danube.storage.factory import StorageFactory
@@ -113,9 +117,17 @@ class SinkCall(FakeCall):
             self.sink(grpc.aio.EOF)
 
 
-@pytest.fixture(params=["iterator", "sink"])
+class FieldsCall(SinkCall):
+    """A sink call that also takes an ack as its fields (``ServerCall.write_fields_nowait``), which
+    the codec encodes: what the native server offers."""
+
+    def write_fields_nowait(self, fields: tuple) -> bool:
+        return self.write_nowait(Encoded((uint_fields(fields),)))
+
+
+@pytest.fixture(params=["iterator", "sink", "fields"])
 def make_call(request):
-    return FakeCall if request.param == "iterator" else SinkCall
+    return {"iterator": FakeCall, "sink": SinkCall, "fields": FieldsCall}[request.param]
 
 
 def decoded(message) -> pb.PublishAck:
@@ -245,6 +257,22 @@ def test_the_encoded_ack_is_what_protobuf_serializes():
         assert pb.PublishAck.FromString(ack.tobytes()) == pb.PublishAck(
             sequence=sequence, producer_id=producer_id, first_offset=first, last_offset=last, count=last - first + 1
         )
+
+
+@given(
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 2**63),
+    st.one_of(st.integers(1, 300), st.integers(1, 2**32 - 1)),
+)
+def test_an_ack_as_fields_is_byte_for_byte_what_protobuf_serializes(sequence, producer_id, first, count):
+    # the handler hands write_fields_nowait (sequence, producer_id, first, last, count): PublishAck's
+    # fields 1-5 in order (uint64 and, for count, uint32: the same varint), so the codec's
+    # encoding must be protobuf's for every value
+    last = first + count - 1
+    assert uint_fields((sequence, producer_id, first, last, count)) == pb.PublishAck(
+        sequence=sequence, producer_id=producer_id, first_offset=first, last_offset=last, count=count
+    ).SerializeToString()
 
 
 async def test_a_wrapped_request_iterator_sees_every_batch_even_when_the_call_offers_a_sink(broker):

@@ -270,9 +270,8 @@ def test_an_ack_as_fields_is_byte_for_byte_what_protobuf_serializes(sequence, pr
     # fields 1-5 in order (uint64 and, for count, uint32: the same varint), so the codec's
     # encoding must be protobuf's for every value
     last = first + count - 1
-    assert uint_fields((sequence, producer_id, first, last, count)) == pb.PublishAck(
-        sequence=sequence, producer_id=producer_id, first_offset=first, last_offset=last, count=count
-    ).SerializeToString()
+    ack = pb.PublishAck(sequence=sequence, producer_id=producer_id, first_offset=first, last_offset=last, count=count)
+    assert uint_fields((sequence, producer_id, first, last, count)) == ack.SerializeToString()
 
 
 async def test_a_wrapped_request_iterator_sees_every_batch_even_when_the_call_offers_a_sink(broker):

@@ -158,7 +158,9 @@ class Topic:
                 self.check_sizes(buf)  # (what raises; a batch below the limit needs no frame walk)
             if self.publish_gate is not None:
                 return asyncio.ensure_future(self._publish_in_turn(producer, buf, started))
-        first, last = self.append(buf)
+        if self.terminated:  # (``append``, inline: the per-call path)
+            raise TopicTerminatedError.of(self.name)
+        first, last = self.storage.append_frames(buf)
         return self.commits.add(producer, first, last, size, started)
 
     async def _publish_in_turn(self, producer: Producer, buf: bytearray, started: float) -> tuple[int, int]:

@@ -185,8 +185,11 @@ class GrpcConnection(FrameDispatch, SendSide, ReceiveBudget, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._broken:
             return
-        self._buffer += data
-        self._process()
+        if self._buffer or not self._preface_seen:
+            self._buffer += data
+            self._process()
+        else:
+            self._process(data)
 
     def connection_lost(self, exc) -> None:
         self._lost = True

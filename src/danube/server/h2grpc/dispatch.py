@@ -131,9 +131,11 @@ class FrameDispatch:
     _stream_window_half: int
     send_status: Callable[..., None]
 
-    def _process(self) -> None:
+    def _process(self, data: bytes | None = None) -> None:
         """Handles the whole frames in the buffer, up to ``max_frames_per_read`` of them; with
-        more left, reading pauses and the rest waits for the next loop iteration."""
+        more left, reading pauses and the rest waits for the next loop iteration.  ``data``: a
+        read that arrived with the buffer empty, parsed where it is (what it leaves over is
+        buffered), so a read of whole frames is not copied into the buffer and out again."""
         buffer = self._buffer
         limits = self._limits
         parsed = ()
@@ -141,14 +143,17 @@ class FrameDispatch:
             if not self._preface_seen and not self._read_preface():
                 return
             parsed, used = frames.parse_frames(
-                buffer,
+                buffer if data is None else data,
                 limits.max_frame_size,
                 limits.max_frames_per_read,
                 limits.max_requests_per_read,
                 limits.max_header_bytes_per_read,
             )
-            if used:
-                del buffer[:used]
+            if data is None:
+                if used:
+                    del buffer[:used]
+            elif used < len(data):
+                buffer += data[used:]
             if not self._handshake_done and parsed:
                 self._on_first_frame(parsed[0])
             for kind, flags, stream_id, payload in parsed:

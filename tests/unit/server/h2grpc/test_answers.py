@@ -186,6 +186,35 @@ def test_a_stream_answers_each_message_from_its_sink_in_order(loop):
     assert peer.server.open_streams == 0 and peer.server.buffered_total == 0
 
 
+def test_an_answer_given_as_fields_is_one_frame_within_the_window_or_not_sent(loop):
+    """``write_fields_nowait``: the message protobuf would write for uint64 fields 1, 2, ...,
+    in one DATA frame while it fits the stream's window; False and nothing queued when not."""
+    sent: list[bool] = []
+
+    async def fields_stream(requests, context) -> None:
+        ended = asyncio.get_running_loop().create_future()
+
+        def sink(message) -> None:
+            if message is grpc.aio.EOF:
+                ended.set_result(None)
+            else:
+                sent.append(context.write_fields_nowait((len(message), 0, 300)))
+
+        context.set_message_sink(sink)
+        await ended
+
+    handlers = {"Fields": grpc.stream_stream_rpc_method_handler(fields_stream)}
+    peer = Peer(loop, client_settings=[(frames.INITIAL_WINDOW_SIZE, 12)], handlers=handlers)
+    peer.frames_since()
+    peer.send(peer.open(1, "Fields") + frames.frame(frames.DATA, 0, 1, message(b"abc") + message(b"de")))
+    data = [f[3] for f in peer.frames_since() if f[2] == 1 and f[0] == frames.DATA]
+    assert data == [message(b"\x08\x03\x18\xac\x02")]  # field 1 = 3, field 2 left out (0), field 3 = 300
+    assert sent == [True, False]  # 10 bytes of a 12-byte window: the second did not fit
+    peer.send(frames.window_update(1, 100) + frames.frame(frames.DATA, 0, 1, message(b"f")))
+    data = [f[3] for f in peer.frames_since() if f[2] == 1 and f[0] == frames.DATA]
+    assert data == [message(b"\x08\x01\x18\xac\x02")] and sent == [True, False, True]
+
+
 def connection_credit(peer: Peer) -> int:
     """The connection's receive window plus the credit owed back to the peer: constant while every
     byte received is either given back or held by a call."""

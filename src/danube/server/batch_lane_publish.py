@@ -166,10 +166,11 @@ class PublishLane:
         in_flight = 0  # batches read and not answered yet
         room: asyncio.Future | None = None  # the reader's, while it waits for in_flight to drop
         # the native server's call hands batches to a sink that can pause (grpc.aio's cannot);
-        # a sink bypasses the request iterator, so only when that is the call's own: a wrapper
-        # (the auth guard's per-message permission check) must see every request
-        by_sink = getattr(request_iterator, "call", None) is context and all(
-            hasattr(context, name) for name in ("set_message_sink", "pause_messages", "resume_messages")
+        # the sink is installed through the request iterator, so a wrapper that must see every
+        # request (the auth guard's per-message permission check) checks what it hands over
+        take_by_sink = getattr(request_iterator, "take_by_sink", None)
+        by_sink = take_by_sink is not None and all(
+            hasattr(context, name) for name in ("pause_messages", "resume_messages")
         )
         paused = False  # the sink's: MAX_STREAM_IN_FLIGHT batches are being stored
         sink_ended = False  # the sink got the end of the request stream
@@ -286,9 +287,9 @@ class PublishLane:
             finally:
                 queue(reading_done)
 
-        if by_sink:
+        if by_sink and take_by_sink is not None:
             reader = None
-            context.set_message_sink(take)
+            take_by_sink(take)
         else:
             reader = asyncio.ensure_future(read_requests())
         try:

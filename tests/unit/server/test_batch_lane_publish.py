@@ -91,6 +91,9 @@ class SinkCall(FakeCall):
         self.sink = sink
         self._drain()
 
+    def take_by_sink(self, sink) -> None:  # as the call's own request iterator offers it
+        self.set_message_sink(sink)
+
     def pause_messages(self) -> None:
         self.paused = True
 

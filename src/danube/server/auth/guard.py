@@ -286,22 +286,47 @@ class CallGuard:
 
             return handler._replace(unary_stream=unary_stream)
 
-        def checked_requests(principal: str, requests, denied: list):
+        def checked_requests(principal: str, requests, denied: list, context):
             seen: set = set()
+
+            def refused(request) -> DanubeError | None:
+                need = stream_rule(request, broker, seen) if stream_rule is not None else None
+                if need is not None:
+                    try:
+                        guard.check(principal, need[0], need[1])
+                    except DanubeError as exc:
+                        return exc
+                return None
 
             async def gen():
                 async for request in requests:
-                    if stream_rule is not None:
-                        need = stream_rule(request, broker, seen)
-                        if need is not None:
-                            try:
-                                guard.check(principal, need[0], need[1])
-                            except DanubeError as exc:
-                                denied.append(exc)
-                                raise _Denied() from None
+                    exc = refused(request)
+                    if exc is not None:
+                        denied.append(exc)
+                        raise _Denied()
                     yield request
 
-            return gen()
+            take_by_sink = getattr(requests, "take_by_sink", None)
+            fail_now = getattr(context, "fail_now", None)
+            if take_by_sink is None or fail_now is None:
+                return gen()
+
+            def checked_take_by_sink(sink) -> None:
+                """The native server's sink, with every request checked before it is handed
+                over: a refused one ends the call with its status, and nothing after it is read."""
+
+                def checked(request) -> None:
+                    exc = None if request is grpc.aio.EOF else refused(request)
+                    if exc is None:
+                        sink(request)
+                        return
+                    denied.append(exc)
+                    _log_refusal(method, context, exc)
+                    fail_now(status_map.status_for(exc), status_map.message_for(exc))
+
+                take_by_sink(checked)
+
+            return _CheckedRequests(gen(), checked_take_by_sink)
 
         async def start(request_iterator, context):
             try:
@@ -311,7 +336,7 @@ class CallGuard:
             except DanubeError as exc:
                 await refuse(context, exc)
             denied: list = []
-            return checked_requests(principal, request_iterator, denied), denied
+            return checked_requests(principal, request_iterator, denied, context), denied
 
         if not handler.response_streaming:
             behaviour = handler.stream_unary
@@ -339,6 +364,20 @@ class CallGuard:
                 await refuse(context, denied[0])
 
         return handler._replace(stream_stream=stream_stream)
+
+
+class _CheckedRequests:
+    """The guard's checked request stream, read by iteration or taken by a sink (``take_by_sink``,
+    as the native server's own request iterator offers it); each way every request is checked."""
+
+    __slots__ = ("_requests", "take_by_sink")
+
+    def __init__(self, requests, take_by_sink: Callable[[Callable[[Any], None]], None]) -> None:
+        self._requests = requests
+        self.take_by_sink = take_by_sink
+
+    def __aiter__(self):
+        return self._requests
 
 
 async def _run_streaming(result, context, denied: list | None = None) -> None:

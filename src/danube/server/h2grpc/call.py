@@ -440,6 +440,12 @@ class ServerCall(ServicerContextPart):
         self._sink = sink
         self._drain_to_sink()
 
+    def fail_now(self, code: grpc.StatusCode, details: str) -> None:
+        """Ends the call with ``code`` from outside its handler (a sink that refuses a request:
+        the auth guard's per-message check): the status goes out, no later request reaches the
+        sink, and the handler is cancelled."""
+        self._fail_early(code, details)
+
     def pause_messages(self) -> None:
         """Request messages wait in the call until ``resume_messages`` (see ``set_message_sink``)."""
         self._sink_paused = True

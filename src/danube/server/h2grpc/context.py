@@ -33,6 +33,12 @@ class RequestIterator:
     def __aiter__(self) -> "RequestIterator":
         return self
 
+    def take_by_sink(self, sink: "Callable[[Any], None]") -> None:
+        """From now on the requests go to ``sink`` as they arrive (``ServerCall.set_message_sink``)
+        instead of through this iterator.  Offered by the iterator, not only by the call, so a
+        wrapper that must see every request (the auth guard's check) offers its own or none."""
+        self.call.set_message_sink(sink)
+
     async def __anext__(self):
         call = self.call
         if call._messages:  # one coroutine less per message when it is already here

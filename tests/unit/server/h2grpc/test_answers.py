@@ -10,6 +10,8 @@ import asyncio
 import grpc
 import hpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from danube.server.h2grpc import H2Limits, H2Server, frames, wire
 from danube.server.h2grpc.connection import GrpcConnection
@@ -213,6 +215,29 @@ def test_an_answer_given_as_fields_is_one_frame_within_the_window_or_not_sent(lo
     peer.send(frames.window_update(1, 100) + frames.frame(frames.DATA, 0, 1, message(b"f")))
     data = [f[3] for f in peer.frames_since() if f[2] == 1 and f[0] == frames.DATA]
     assert data == [message(b"\x08\x01\x18\xac\x02")] and sent == [True, False, True]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.binary(min_size=0, max_size=40), min_size=1, max_size=8), st.lists(st.integers(0, 400), max_size=6))
+def test_a_stream_cut_into_reads_anywhere_is_answered_the_same(bodies, cuts):
+    # a read is parsed where it is when nothing waits in the buffer, and only what it leaves over
+    # (a frame cut short) is buffered: every way of cutting the bytes gives the same answers
+    loop = asyncio.new_event_loop()
+    try:
+        peer = Peer(loop)
+        peer.frames_since()
+        wire_bytes = peer.open(1, "Stream") + b"".join(frames.frame(frames.DATA, 0, 1, message(b)) for b in bodies)
+        points = sorted({min(c, len(wire_bytes)) for c in cuts} | {0, len(wire_bytes)})
+        for start, end in zip(points, points[1:]):
+            peer.send(wire_bytes[start:end])
+        data = [f[3] for f in peer.frames_since() if f[2] == 1 and f[0] == frames.DATA]
+        assert data == [message(b) for b in bodies]
+        assert not peer.connection._buffer and not peer.connection._broken
+    finally:
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
 
 
 def connection_credit(peer: Peer) -> int:

@@ -1,8 +1,16 @@
-"""CPU per call of the batch lane's publish path alone, in one process: no sockets, no HTTP/2.
+"""CPU per call of the batch lane's publish path alone, in one process: no sockets (and, without
+``--h2``, no HTTP/2).
 
     python bench/batch_lane_publish.py [--before /tmp/before/src] [--topics 100] [--calls 300]
-        [--sync never] [--rounds 3] [--profile]
-    python bench/batch_lane_publish.py --callgrind [--before /tmp/before/src] [--topics 20]
+        [--sync never] [--rounds 3] [--profile] [--h2]
+    python bench/batch_lane_publish.py --callgrind [--before /tmp/before/src] [--topics 20] [--h2]
+
+``--h2`` feeds the native HTTP/2 server instead of a stand-in call: the lane registered on an
+``H2Server``, 8 ``GrpcConnection``s on a transport that drops what it is given, the streams
+spread over them; each turn every connection gets one read with a DATA frame (one 2-message
+``PublishRequest``) per stream and the window for the previous acks.  It counts the whole
+publish half of a call: frame parsing, the gRPC message cut, the sink, the handler, the append,
+the commit and the ack's framing.
 
 A real ``BrokerService`` (local WAL at ``--sync``, sqlite metadata in a temporary directory) and
 its ``BatchLaneService``; ``--topics`` Publish streams, one producer and topic each, each stream

@@ -225,6 +225,9 @@ def test_token_supplier_keeps_a_long_lived_producer_working(client_python, pki, 
             write_token()
 
     with running_broker(*tls_args(pki), "--jwt-secret-file", secret_file, "--super-admin", "ops") as broker:
+        # A broker slow to start (a loaded machine) can outlive the first 3-s token: the client
+        # must begin with a fresh one, as a supplier's user would have it.
+        write_token()
         thread = threading.Thread(target=refresher, daemon=True)
         thread.start()
         try:

@@ -93,9 +93,10 @@ class WalReading:
 
     def read_hot(self, from_offset: int, max_bytes: int, floor: int = 0):
         """:meth:`read_frames` for a reader at the live end (a consumer taking fresh frames): None
-        instead of :class:`OffsetOutOfRangeError` (``from_offset`` below the oldest offset held or
-        below ``floor``, or pruned meanwhile), so a caller that has another way for those offsets
-        asks once, without a try of its own; frames still in the cache cost no other call."""
+        instead of :class:`OffsetOutOfRangeError`, and for ``from_offset`` below the log's start
+        (even when the cache still holds it) or below ``floor``, so a caller that has another way
+        for those offsets asks once, without a try of its own; frames still in the cache cost no
+        other call."""
         firsts = self._seg_firsts
         if from_offset < firsts[0] or from_offset < floor:
             return None

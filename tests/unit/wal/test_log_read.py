@@ -1,5 +1,6 @@
 """``Wal.read_hot``: a consumer's read at the live end answers as ``read_frames`` does, with None
-where that raises ``OffsetOutOfRangeError`` or the offset is below the caller's floor."""
+where that raises ``OffsetOutOfRangeError`` or the offset is below the log's start or the
+caller's floor."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from danube.errors import OffsetOutOfRangeError, WalClosedError
 
 
 def _expected(wal, offset: int, max_bytes: int, floor: int):
-    if offset < floor:
+    # below the log's start the cache may still hold a pruned offset, which read_frames answers
+    # from: read_hot leaves those to the caller's other way, as it leaves those below its floor
+    if offset < floor or offset < wal.first_offset:
         return None
     try:
         return bytes(wal.read_frames(offset, max_bytes))

@@ -170,21 +170,44 @@ class AckTracker:
 
     def ack_oldest(self, lo: int, hi: int, next_unread: int) -> int:
         """:meth:`ack_ranges` of ``[(lo, hi)]`` followed by :meth:`advance`, in one call, when that
-        range is exactly the oldest delivery still in flight, untouched, and nothing waits for
-        redelivery, is blocked or parked (a consumer acking each delivery in turn).  Returns how
-        many it acked, or -1 when it is not that case (nothing changed: take the general way)."""
+        range is exactly the oldest deliveries still in flight (one, or several back to back: a
+        client merges the acks of consecutive deliveries into one range), untouched, and nothing
+        waits for redelivery, is blocked or parked (a consumer acking its deliveries in turn).
+        Returns how many it acked, or -1 when it is not that case (nothing changed: take the
+        general way)."""
         firsts = self._firsts
         if not firsts or firsts[0] != lo or self._waiting or self.blocked or self.parked:
             return -1
         runs = self._runs
         run = runs[lo]
-        if run.last != hi or run.settled is not None:
+        if run.settled is not None:
             return -1
-        n = run.remaining
+        if run.last == hi:  # (the usual case: one delivery)
+            n = run.remaining
+            del runs[lo]
+            del firsts[0]
+            run.remaining = 0
+        else:
+            # The runs it covers must be whole, back to back from lo, the last ending at hi: looked
+            # over before anything changes, so that -1 leaves the tracker as it was.
+            n = 0
+            taken = 0
+            expect = lo
+            for first in firsts:
+                run = runs[first]
+                if first != expect or run.settled is not None or run.last > hi:
+                    return -1
+                n += run.remaining
+                taken += 1
+                if run.last == hi:
+                    break
+                expect = run.last + 1
+            else:
+                return -1
+            for first in firsts[:taken]:
+                runs.pop(first).remaining = 0
+            del firsts[:taken]
         self.unacked -= n
-        del runs[lo]
-        del firsts[0]
-        run.remaining = 0
         order = self.order
         while order and order[0].remaining == 0:
             order.popleft()

@@ -54,22 +54,47 @@ class AckHandling(SubscriptionState):
                 self._expire_due(now)
         was_full = tracker.unacked >= self.settings.max_unacked_messages
         next_read = self.next_read
-        if len(ranges) == 1 and not self._reasons:
-            # the usual ack, of the oldest delivery in flight: acked and the cursor moved in one call
-            cursor = tracker.cursor
-            lo, hi = ranges[0]
-            n = tracker.ack_oldest(lo, hi, next_read)
-            if n > 0:
-                counts = self._counts
-                if counts is None:
-                    self.metrics.acked(self.topic.name, self.name, n)
-                else:
-                    counts[2] += n
-                if tracker.cursor != cursor:
-                    self.dirty = True
-                if was_full or self.dispatcher.acks_release:
-                    self.notify()
-                return n
+        cursor = tracker.cursor
+        fast = 0
+        if not self._reasons:
+            # the usual acks, of the oldest deliveries in flight in turn: each range acked and the
+            # cursor moved in one call; the first range that is not that case, and those after it,
+            # go the general way
+            taken = 0
+            for lo, hi in ranges:
+                n = tracker.ack_oldest(lo, hi, next_read)
+                if n < 0:
+                    break
+                fast += n
+                taken += 1
+            if taken == len(ranges):
+                if fast:
+                    self._acked(fast, tracker.cursor != cursor, was_full)
+                return fast
+            if taken:
+                ranges = ranges[taken:]
+        n = self._ack_general(ranges, next_read) + fast
+        if n:
+            self._acked(n, tracker.cursor != cursor, was_full)
+        return n
+
+    def _acked(self, n: int, moved: bool, was_full: bool) -> None:
+        counts = self._counts
+        if counts is None:
+            self.metrics.acked(self.topic.name, self.name, n)
+        else:
+            counts[2] += n
+        if moved:
+            self.dirty = True
+        # Receivers wait on an ack only when the unacked window was full, or when the
+        # dispatcher holds messages back until earlier ones are acked (key_shared): a wake
+        # for every ack would cost each consumer's stream a futile fetch per ack otherwise.
+        if was_full or self.dispatcher.acks_release:
+            self.notify()
+
+    def _ack_general(self, ranges: list[tuple[int, int]], next_read: int) -> int:
+        """Ranges in any order, overlaps allowed, early acks noted; the cursor advanced."""
+        tracker = self.tracker
         n = tracker.ack_ranges(ranges)
         for _lo, hi in ranges:
             if hi >= next_read:  # (acks of what was delivered here end below next_read)
@@ -80,18 +105,7 @@ class AckHandling(SubscriptionState):
                 for o in [o for o in self._reasons if lo <= o <= hi]:
                     del self._reasons[o]
         if n:
-            counts = self._counts
-            if counts is None:
-                self.metrics.acked(self.topic.name, self.name, n)
-            else:
-                counts[2] += n
-            if tracker.advance(next_read):
-                self.dirty = True
-            # Receivers wait on an ack only when the unacked window was full, or when the
-            # dispatcher holds messages back until earlier ones are acked (key_shared): a wake
-            # for every ack would cost each consumer's stream a futile fetch per ack otherwise.
-            if was_full or self.dispatcher.acks_release:
-                self.notify()
+            tracker.advance(next_read)
         return n
 
     def _note_early(self, ranges: list[tuple[int, int]]) -> int:

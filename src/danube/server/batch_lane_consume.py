@@ -15,9 +15,9 @@ from danube.proto.danube_batch import batch_pb2 as pb
 from danube.server import status as status_map
 from danube.server.batch_lane_wire import (
     ack_pairs,
-    batch_fields,
     batch_status,
     encoded_batch,
+    encoded_delivery,
     redelivery_counts_in_frame_order,
 )
 from danube.server.h2grpc.wire import Encoded
@@ -247,7 +247,7 @@ class ConsumeLane:
                 """A fresh delivery written in the turn that made it available, while this handler
                 waits in its receive (so nothing of this stream is being written); None when it must
                 go the awaited way (news to attend to first, or the stream cannot take it now)."""
-                if interrupt[0].done() or not write(encoded_batch(frames, batch_fields(first, last, count))):
+                if interrupt[0].done() or not write(encoded_delivery(frames, first, last, count)):
                     return None
                 credit[0] -= count
                 credit[1] -= len(frames)
@@ -279,9 +279,7 @@ class ConsumeLane:
                 credit[1] -= len(frames)
                 redelivered = delivery.redelivery_counts
                 if encoded and not redelivered:  # a fresh delivery: no message object
-                    yield encoded_batch(
-                        frames, batch_fields(delivery.first_offset, delivery.last_offset, delivery.count)
-                    )
+                    yield encoded_delivery(frames, delivery.first_offset, delivery.last_offset, delivery.count)
                     continue
                 batch = pb.ConsumeBatch(
                     first_offset=delivery.first_offset,

@@ -389,12 +389,10 @@ class TopicStorage:
         """:meth:`read_frames` when it needs no await (the hot WAL, read in place); None when it
         does (durable history, a sealed storage, an offset pruned meanwhile): the caller awaits
         :meth:`read_frames` then."""
-        if from_offset < self.hot_start or self.sealed_offset is not None:
+        if self.sealed_offset is not None:
             return None
-        try:
-            return self.wal.read_frames(from_offset, max_bytes)
-        except OffsetOutOfRangeError:
-            return None
+        # (one call: the WAL checks its own start and the cutover, what hot_start would)
+        return self.wal.read_hot(from_offset, max_bytes, self.cutover)
 
     def tail_frames(self, from_offset: int, max_bytes: int) -> AsyncIterator[bytes | memoryview]:
         """Frames from ``from_offset`` onwards: durable history, then the hot WAL, following live appends.

@@ -91,6 +91,24 @@ class WalReading:
                 return self.read_frames(from_offset, max_bytes)
             raise self._range_error(from_offset, "offset pruned while reading") from None
 
+    def read_hot(self, from_offset: int, max_bytes: int, floor: int = 0):
+        """:meth:`read_frames` for a reader at the live end (a consumer taking fresh frames): None
+        instead of :class:`OffsetOutOfRangeError`, and for ``from_offset`` below the log's start
+        (even when the cache still holds it) or below ``floor``, so a caller that has another way
+        for those offsets asks once, without a try of its own; frames still in the cache cost no
+        other call."""
+        firsts = self._seg_firsts
+        if from_offset < firsts[0] or from_offset < floor:
+            return None
+        if not self._closed:
+            view = self._ring.read(from_offset, max_bytes)
+            if view is not None:
+                return view
+        try:
+            return self.read_frames(from_offset, max_bytes)
+        except OffsetOutOfRangeError:
+            return None
+
     def read(self, from_offset: int, max_records: int | None = None) -> list[Record]:
         """Records from ``from_offset`` to the end (or ``max_records`` of them)."""
         out: list[Record] = []

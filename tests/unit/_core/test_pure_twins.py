@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-TWINS = ["frame", "ring", "walfile", "arrowcols", "avrocheck", "h2codec"]
+TWINS = ["frame", "ring", "walfile", "arrowcols", "avrocheck", "h2codec", "pbwire"]
 
 
 def test_twins_import_no_compiled_module():

@@ -164,7 +164,13 @@ def test_acking_the_oldest_delivery_in_one_call_is_the_same_as_ack_ranges_then_a
     firsts = t._firsts
     lo = firsts[pick % 3 % len(firsts)] if firsts and pick < 30 else pick
     run = t._runs.get(lo)
-    hi = run.last if run is not None and extra == 0 else lo + extra
+    if run is not None and extra == 0:
+        hi = run.last
+    elif run is not None and pick % 2 and lo in firsts:  # several deliveries acked as one range
+        ahead = firsts[min(firsts.index(lo) + extra, len(firsts) - 1)]
+        hi = t._runs[ahead].last - (pick % 4 == 3)  # (sometimes short of a whole delivery)
+    else:
+        hi = lo + extra
     expected = copy.deepcopy(t)
     before = _state(t)
     n = t.ack_oldest(lo, hi, next_unread)
@@ -186,6 +192,24 @@ def test_the_oldest_delivery_acked_in_one_call_moves_the_cursor_to_the_next_one_
     assert t.ack_oldest(0, 1, 5) == 2 and t.cursor == 1 and t.unacked == 3
     assert t.ack_oldest(2, 4, 5) == 3 and t.cursor == 4  # (up to the next offset to read)
     assert t.unacked == 0 and not t.order
+
+
+def test_consecutive_deliveries_acked_as_one_range_are_acked_in_one_call():
+    t = AckTracker(cursor=-1)
+    t.delivered(0, 1, 1, 100.0)
+    t.delivered(2, 4, 1, 100.0)
+    t.delivered(5, 5, 1, 100.0)
+    assert t.ack_oldest(0, 3, 6) == -1  # ends inside a delivery
+    assert t.ack_oldest(0, 6, 6) == -1  # beyond what is in flight
+    assert t.ack_ranges([(3, 3)]) == 1
+    assert t.ack_oldest(0, 5, 6) == -1  # a delivery in the range was partly acked already
+    assert t.unacked == 5 and t.cursor == -1
+    t2 = AckTracker(cursor=-1)
+    t2.delivered(0, 1, 1, 100.0)
+    t2.delivered(2, 4, 1, 100.0)
+    t2.delivered(5, 5, 1, 100.0)
+    assert t2.ack_oldest(0, 4, 8) == 5 and t2.cursor == 4 and t2.unacked == 1 and len(t2.order) == 1
+    assert t2.ack_oldest(5, 5, 8) == 1 and t2.cursor == 7 and not t2.order
 
 
 def test_the_first_message_of_a_delivery_taken_back_and_delivered_again_is_tracked_apart():

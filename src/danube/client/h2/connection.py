@@ -451,18 +451,21 @@ class H2Connection(asyncio.Protocol):
         self._keepalive = None
         if self.closed:
             return
+        limits = self.limits
+        delay = limits.keepalive_s
         if self._heard:
             self._heard = self._pinged = False
         elif self._pinged:
             self._connection_error(
-                frames.NO_ERROR, f"the server sent nothing for {2 * self.limits.keepalive_s:g} s, not even a PING ACK"
+                frames.NO_ERROR, f"the server did not answer a PING within {limits.keepalive_timeout_s:g} s"
             )
             return
         else:
             self._pinged = True
             self._out.append(frames.ping(os.urandom(8)))
             self._schedule_flush()
-        self._keepalive = self.loop.call_later(self.limits.keepalive_s, self._keepalive_tick)
+            delay = limits.keepalive_timeout_s
+        self._keepalive = self.loop.call_later(delay, self._keepalive_tick)
 
     def _connection_error(self, code: int, reason: str) -> None:
         log.warning("HTTP/2 connection to %s: %s (error code %d); closing it", self.authority, reason, code)

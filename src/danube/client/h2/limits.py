@@ -24,8 +24,9 @@ class H2ClientLimits:
     max_send_message: int = 64 * MiB
     # Control replies (PING and SETTINGS ACKs) queued while the peer does not read ours.
     max_control_backlog: int = 1000
-    # A connection silent this long gets a PING; silent as long again after it, it is dead.
+    # A connection silent this long gets a PING; silent for keepalive_timeout_s after it, it is dead.
     keepalive_s: float = 10.0
+    keepalive_timeout_s: float = 5.0
     connect_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:

@@ -73,7 +73,9 @@ class Peer:
 
     def headers(self, stream_id: int, pairs, *, end_stream: bool = False) -> bytes:
         block = self.encoder.encode(pairs)
-        return frames.frame(frames.HEADERS, frames.END_HEADERS | (frames.END_STREAM if end_stream else 0), stream_id, block)
+        return frames.frame(
+            frames.HEADERS, frames.END_HEADERS | (frames.END_STREAM if end_stream else 0), stream_id, block
+        )
 
     def response_headers(self, stream_id: int) -> bytes:
         return self.headers(stream_id, [(":status", "200"), ("content-type", "application/grpc")])

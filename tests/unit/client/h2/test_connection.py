@@ -80,7 +80,9 @@ async def test_trailers_only_answer_and_non_grpc_http_status():
     second = peer.call()
     await turn()
     peer.feed(
-        peer.headers(1, [(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "5")], end_stream=True)
+        peer.headers(
+            1, [(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "5")], end_stream=True
+        )
         + peer.headers(3, [(":status", "503"), ("content-type", "text/plain")])
     )
     with pytest.raises(grpc.aio.AioRpcError) as one:
@@ -210,3 +212,15 @@ async def test_streams_wait_for_the_peers_concurrency_limit():
     assert await first.read_batch() == []
     await turn()
     assert second.stream_id == 3
+
+
+async def test_a_silent_server_is_pinged_then_dropped():
+    peer = Peer(H2ClientLimits(keepalive_s=0.05, keepalive_timeout_s=0.05))
+    call = await opened(peer)
+    await asyncio.sleep(0.12)  # one quiet tick: a PING goes out
+    assert [p for kind, flags, _, p in peer.sent() if kind == frames.PING and not flags]
+    await asyncio.sleep(0.15)  # no answer
+    assert peer.conn.closed
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await call.read()
+    assert raised.value.code() == grpc.StatusCode.UNAVAILABLE and "PING" in raised.value.details()

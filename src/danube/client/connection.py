@@ -218,6 +218,7 @@ class BrokerConnection:
         self.discovery = danube_grpc.DiscoveryStub(self.channel)
         self.health = danube_grpc.HealthCheckStub(self.channel)
         stub = batch_grpc.BatchLaneStub(self.channel)
+        self.batch_lane: H2BatchLane | batch_grpc.BatchLaneStub
         if self.transport == "h2":
             self.stream_channel: grpc.aio.Channel | H2Channel = H2Channel(address)
             self.batch_lane = H2BatchLane(self.stream_channel, stub)

@@ -14,7 +14,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -81,7 +81,7 @@ class PartitionProducer:
         self._failure: BaseException | None = None
         self._closing = False
         self._conn: BrokerConnection | None = None
-        self._call = None
+        self._call: Any = None  # the Publish call (grpc.aio's or the h2 transport's)
         self._streaming = False  # a Publish stream is open (a reconnect may be requested)
         self._draining = False  # that stream takes no new batches; it ends after its acks
         self._drain_reason: BaseException | None = None

@@ -27,9 +27,10 @@ _PREFIX = frames.PREFIX_SIZE
 class Connection(Protocol):
     """What a call needs of its connection (``connection.H2Connection``)."""
 
-    usable: bool
-    closed: bool
-    write_paused: bool
+    @property
+    def usable(self) -> bool: ...
+    @property
+    def write_paused(self) -> bool: ...
 
     def has_room(self) -> bool: ...
     def open_stream(self, stream: Any, block: bytes) -> None: ...

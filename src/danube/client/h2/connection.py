@@ -335,7 +335,7 @@ class H2Connection(asyncio.Protocol):
 
     def _header_block(self, stream_id: int, flags: int, block: bytes) -> None:
         try:  # every block is decoded, even a finished stream's: the HPACK table is the connection's
-            headers = self._decoder.decode(block, raw=True)
+            headers = list(self._decoder.decode(block, raw=True))
         except _HPACK_ERRORS as exc:
             raise FrameError(frames.COMPRESSION_ERROR, f"a response header block does not decode: {exc}") from None
         stream = self._known(stream_id, "HEADERS")

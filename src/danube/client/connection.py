@@ -29,7 +29,7 @@ from danube.client.h2.lane import TRANSPORTS, H2BatchLane, default_transport
 from danube.client.health import DEFAULT_INTERVAL_S, ClientType, HealthWatch, Target
 from danube.client.security import ClientSecurity
 from danube.client.topology import TopologyWatch
-from danube.errors import ClientError, DanubeError, NotServedHereError
+from danube.errors import ClientError, DanubeError, InvalidArgumentError, NotServedHereError
 from danube.proto.danube import DanubeApi_pb2 as danube_pb
 from danube.proto.danube import DanubeApi_pb2_grpc as danube_grpc
 from danube.proto.danube_batch import batch_pb2_grpc as batch_grpc
@@ -212,7 +212,7 @@ class BrokerConnection:
         self._security = security
         transport = transport or default_transport()
         if transport not in TRANSPORTS:
-            raise ValueError(f"transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
+            raise InvalidArgumentError(f"transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
         self.transport = "grpc" if security is not None else transport
         self.channel = self._open_channel()
         self.discovery = danube_grpc.DiscoveryStub(self.channel)

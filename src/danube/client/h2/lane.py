@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from danube.client.h2.channel import H2Channel
+from danube.errors import InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as batch_grpc
 
@@ -22,7 +23,7 @@ def default_transport() -> str:
     """``h2`` unless ``DANUBE_CLIENT_TRANSPORT`` says ``grpc``."""
     value = os.environ.get(TRANSPORT_ENV, "").strip().lower() or "h2"
     if value not in TRANSPORTS:
-        raise ValueError(f"{TRANSPORT_ENV}={value!r}: expected one of {', '.join(TRANSPORTS)}")
+        raise InvalidArgumentError(f"{TRANSPORT_ENV}={value!r}: expected one of {', '.join(TRANSPORTS)}")
     return value
 
 

@@ -94,6 +94,8 @@ class H2StreamCall:
             raise asyncio.InvalidStateError("RPC already finished" if self._code is not None else "done writing")
         if self._conn is None:
             await self._opened()
+            if self._code is not None:  # it never opened (no connection) or was cancelled meanwhile
+                raise asyncio.InvalidStateError("RPC already finished")
         data = self._serialize(request)
         if len(data) > self._max_send:
             self._abandon(

@@ -7,6 +7,7 @@ import pytest
 from danube.client import DanubeClient
 from danube.client.connection import BrokerConnection
 from danube.client.h2.lane import H2BatchLane
+from danube.client.security import with_token
 from danube.errors import InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2_grpc as batch_grpc
 
@@ -34,8 +35,6 @@ async def test_a_bad_choice_is_a_clear_error(monkeypatch):
 
 
 async def test_secured_connections_stay_on_grpc(tmp_path):
-    from danube.client.security import with_token
-
     conn = BrokerConnection("127.0.0.1:1", with_token(None, "t"), "h2")
     assert conn.transport == "grpc" and isinstance(conn.batch_lane, batch_grpc.BatchLaneStub)
     await conn.close()

@@ -10,9 +10,12 @@ import pytest
 
 from danube.client.connection import broker_url_of
 from danube.client.h2 import frames
+from danube.client.h2.channel import H2Channel
+from danube.client.h2.lane import H2BatchLane
 from danube.client.h2.limits import H2ClientLimits
 from danube.client.h2.reading import batch_reader
 from danube.proto.danube_batch import batch_pb2 as pb
+from tests.support.ports import free_port
 from tests.unit.client.h2.peer import Peer, ack, messages_bytes, turn
 
 
@@ -224,3 +227,14 @@ async def test_a_silent_server_is_pinged_then_dropped():
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await call.read()
     assert raised.value.code() == grpc.StatusCode.UNAVAILABLE and "PING" in raised.value.details()
+
+
+async def test_a_call_whose_connection_cannot_be_made_fails_unavailable():
+    channel = H2Channel(f"127.0.0.1:{free_port()}")  # nothing listens there
+    call = H2BatchLane(channel, None).Publish()  # type: ignore[arg-type]
+    with pytest.raises(asyncio.InvalidStateError):
+        await call.write(pb.PublishRequest())
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await call.read_batch()
+    assert raised.value.code() == grpc.StatusCode.UNAVAILABLE and "failed to connect" in raised.value.details()
+    await channel.close()

@@ -269,7 +269,12 @@ class H2StreamCall:
 
     async def _opened(self) -> None:
         if not self._opening.done():
-            await asyncio.shield(self._opening)
+            try:
+                await asyncio.shield(self._opening)
+            except asyncio.CancelledError:
+                if not self._opening.cancelled():
+                    raise  # the waiting task itself is cancelled
+                # else the call was cancelled while it opened: the caller sees its status
 
     def _writable(self) -> bool:
         return self._code is None and not self._local_closed

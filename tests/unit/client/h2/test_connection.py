@@ -238,3 +238,17 @@ async def test_a_call_whose_connection_cannot_be_made_fails_unavailable():
         await call.read_batch()
     assert raised.value.code() == grpc.StatusCode.UNAVAILABLE and "failed to connect" in raised.value.details()
     await channel.close()
+
+
+async def test_a_call_cancelled_before_its_stream_opened_ends_its_writer_cleanly():
+    peer = Peer()
+    peer.feed(peer.settings([(frames.MAX_CONCURRENT_STREAMS, 0)]))  # no stream may open yet
+    call = peer.call()
+    writing = asyncio.ensure_future(call.write(pb.PublishRequest()))
+    await turn()
+    assert call.cancel() and call.stream_id == 0
+    with pytest.raises(asyncio.InvalidStateError):
+        await writing
+    assert await call.code() == grpc.StatusCode.CANCELLED
+    await turn()
+    assert not [f for f in peer.sent() if f[0] == frames.HEADERS]

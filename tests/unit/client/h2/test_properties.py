@@ -125,6 +125,45 @@ def test_hostile_bytes_end_the_connection_with_a_reason_and_bounded_buffers(garb
     asyncio.run(scenario())
 
 
+_HOSTILE_FRAMES = st.lists(
+    st.tuples(
+        st.integers(0, 11),  # every frame type, and one unknown
+        st.integers(0, 255),
+        st.sampled_from([0, 1, 2, 3, 7]),
+        st.binary(max_size=40),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sent=_HOSTILE_FRAMES)
+def test_well_framed_hostile_frames_either_work_or_end_the_connection_with_a_reason(sent):
+    # well-framed, so they reach the per-type handling (random bytes mostly stop at the frame size)
+    async def scenario():
+        peer = Peer(_LIMITS)
+        peer.feed(peer.settings())
+        call = peer.call()
+        await turn()
+        for kind, flags, stream_id, payload in sent:
+            peer.feed(frames.frame(kind, flags, stream_id, payload))
+            assert len(peer.conn._buffer) <= frames.HEADER_SIZE + _LIMITS.max_frame_size
+            assert peer.conn._continuing is None or peer.conn._continuing[3] <= _LIMITS.max_header_block
+        await turn()
+        if peer.conn.closed:
+            goaway = [p for kind, _, _, p in peer.sent() if kind == frames.GOAWAY]
+            assert goaway and frames.parse_goaway(goaway[0])[2], "GOAWAY says why"
+            assert call.done() and (await call.details())
+        if call.done():
+            code = await call.code()
+            assert code is not None
+            if code != grpc.StatusCode.OK:
+                assert await call.details()
+
+    asyncio.run(scenario())
+
+
 def test_a_header_block_over_the_limit_ends_the_connection():
     async def scenario():
         peer = Peer(H2ClientLimits(max_header_block=1000, keepalive_s=0))

@@ -74,10 +74,9 @@ class DanubeClientBuilder:
         return self
 
     def with_transport(self, transport: str) -> DanubeClientBuilder:
-        """What carries the producers' Publish and the consumers' Consume streams on plain-text
-        connections: ``"h2"`` (the client's own HTTP/2 transport, the default) or ``"grpc"``
-        (grpc.aio, as every other call).  Without this, ``DANUBE_CLIENT_TRANSPORT`` decides.
-        TLS and token connections always use grpc.aio."""
+        """What carries the producers' Publish and the consumers' Consume streams: ``"h2"`` (the client's own HTTP/2 transport, the default for plain text) or
+        ``"grpc"`` (grpc.aio, as every other call; the default with TLS or a token).  Without
+        this, ``DANUBE_CLIENT_TRANSPORT`` decides."""
         if transport not in TRANSPORTS:
             raise InvalidArgumentError(f"transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
         self._transport = transport

@@ -203,24 +203,24 @@ class BrokerConnection:
     """One channel to one broker with the stubs the client uses on it (and more channels for
     consumer streams beyond ``CONSUME_STREAMS_PER_CHANNEL``).
 
-    With the ``h2`` transport (the default for plain text) the batch lane's Publish and Consume
-    streams go over the client's own HTTP/2 connection (``danube.client.h2``), the other calls
-    over grpc.aio; with ``grpc``, or with TLS or a token, everything goes over grpc.aio."""
+    With the ``h2`` transport (the default for plain text, opt-in with TLS or a token) the batch
+    lane's Publish and Consume streams go over the client's own HTTP/2 connection
+    (``danube.client.h2``), the other calls over grpc.aio; with ``grpc`` everything does."""
 
     def __init__(self, address: str, security: ClientSecurity | None = None, transport: str | None = None) -> None:
         self.address = address
         self._security = security
-        transport = transport or default_transport()
+        transport = transport or default_transport(security is not None)
         if transport not in TRANSPORTS:
             raise InvalidArgumentError(f"transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
-        self.transport = "grpc" if security is not None else transport
+        self.transport = transport
         self.channel = self._open_channel()
         self.discovery = danube_grpc.DiscoveryStub(self.channel)
         self.health = danube_grpc.HealthCheckStub(self.channel)
         stub = batch_grpc.BatchLaneStub(self.channel)
         self.batch_lane: H2BatchLane | batch_grpc.BatchLaneStub
         if self.transport == "h2":
-            self.stream_channel: grpc.aio.Channel | H2Channel = H2Channel(address)
+            self.stream_channel: grpc.aio.Channel | H2Channel = H2Channel(address, security=security)
             self.batch_lane = H2BatchLane(self.stream_channel, stub)
         else:
             self.stream_channel = self.channel
@@ -241,7 +241,7 @@ class BrokerConnection:
                 break
         else:
             if self.transport == "h2":
-                h2 = H2Channel(self.address)
+                h2 = H2Channel(self.address, security=self._security)
                 lane = _StreamLane(h2, H2BatchLane(h2, batch_grpc.BatchLaneStub(self.channel)))
             else:
                 channel = self._open_channel()

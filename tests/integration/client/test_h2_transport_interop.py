@@ -11,8 +11,10 @@ import pytest
 from danube.client.connection import broker_url_of
 from danube.client.h2.channel import H2Channel
 from danube.client.h2.lane import H2BatchLane
+from danube.client.security import with_tls, with_token_supplier
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as batch_grpc
+from tests.support.certs import make_pki
 from tests.support.ports import free_port
 
 
@@ -70,3 +72,47 @@ async def test_an_error_status_carries_its_details_and_trailing_metadata(lane):
     assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
     assert raised.value.details() == "moved \u2192 elsewhere 100%"
     assert broker_url_of(raised.value) == "http://127.0.0.1:7777"
+
+
+class TokenEcho(batch_grpc.BatchLaneServicer):
+    """Ends each Publish call with the caller's authorization header in its trailers."""
+
+    async def Publish(self, request_iterator, context):
+        async for request in request_iterator:
+            yield pb.PublishAck(sequence=request.sequence)
+        seen = dict(context.invocation_metadata()).get("authorization", "")
+        context.set_trailing_metadata((("seen-authorization", seen),))
+
+
+async def test_tls_with_alpn_h2_a_token_per_call_and_an_untrusted_server_refused(tmp_path):
+    pki = make_pki(str(tmp_path))
+    server = grpc.aio.server()
+    batch_grpc.add_BatchLaneServicer_to_server(TokenEcho(), server)
+    port = free_port()
+    with open(pki.server.key, "rb") as key, open(pki.server.cert, "rb") as cert:
+        server.add_secure_port(f"127.0.0.1:{port}", grpc.ssl_server_credentials([(key.read(), cert.read())]))
+    await server.start()
+    tokens = iter(["first", "second"])
+    security = with_token_supplier(with_tls(None, pki.ca), lambda: next(tokens))
+    channel = H2Channel(f"127.0.0.1:{port}", security=security)
+    try:
+        lane = H2BatchLane(channel, None)  # type: ignore[arg-type]
+        seen = []
+        for seq in (1, 2):  # the supplier is asked for each call
+            call = lane.Publish()
+            await call.write(pb.PublishRequest(sequence=seq))
+            await call.done_writing()
+            assert [a.sequence for a in await call.read_batch()] == [seq]
+            assert await call.read_batch() == []
+            seen.append(dict(await call.trailing_metadata())["seen-authorization"])
+        assert seen == ["Bearer first", "Bearer second"]
+        # a client that trusts another CA does not talk to this server
+        untrusted = H2Channel(f"127.0.0.1:{port}", security=with_tls(None, pki.other_ca))
+        call = H2BatchLane(untrusted, None).Publish()  # type: ignore[arg-type]
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await call.read_batch()
+        assert raised.value.code() == grpc.StatusCode.UNAVAILABLE and "CERTIFICATE" in raised.value.details().upper()
+        await untrusted.close()
+    finally:
+        await channel.close()
+        await server.stop(None)

@@ -19,9 +19,12 @@ TRANSPORTS = ("h2", "grpc")
 TRANSPORT_ENV = "DANUBE_CLIENT_TRANSPORT"
 
 
-def default_transport() -> str:
-    """``h2`` unless ``DANUBE_CLIENT_TRANSPORT`` says ``grpc``."""
-    value = os.environ.get(TRANSPORT_ENV, "").strip().lower() or "h2"
+def default_transport(secured: bool = False) -> str:
+    """``DANUBE_CLIENT_TRANSPORT`` when set; else ``h2`` for plain text and ``grpc`` for TLS or
+    token connections (the client's own TLS is opt-in)."""
+    value = os.environ.get(TRANSPORT_ENV, "").strip().lower()
+    if not value:
+        return "grpc" if secured else "h2"
     if value not in TRANSPORTS:
         raise InvalidArgumentError(f"{TRANSPORT_ENV}={value!r}: expected one of {', '.join(TRANSPORTS)}")
     return value

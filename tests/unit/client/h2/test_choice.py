@@ -34,7 +34,11 @@ async def test_a_bad_choice_is_a_clear_error(monkeypatch):
         BrokerConnection("127.0.0.1:1")
 
 
-async def test_secured_connections_stay_on_grpc(tmp_path):
-    conn = BrokerConnection("127.0.0.1:1", with_token(None, "t"), "h2")
+async def test_secured_connections_use_grpc_unless_h2_is_asked_for(monkeypatch):
+    monkeypatch.delenv("DANUBE_CLIENT_TRANSPORT", raising=False)
+    conn = BrokerConnection("127.0.0.1:1", with_token(None, "t"))
     assert conn.transport == "grpc" and isinstance(conn.batch_lane, batch_grpc.BatchLaneStub)
+    await conn.close()
+    conn = BrokerConnection("127.0.0.1:1", with_token(None, "t"), "h2")
+    assert conn.transport == "h2" and isinstance(conn.batch_lane, H2BatchLane)
     await conn.close()

@@ -252,7 +252,8 @@ def test_token_supplier_keeps_a_long_lived_producer_working(client_python, pki, 
 # ---------------------------------------------------------------- danube.client (batch lane)
 
 
-def test_danube_client_batch_lane_with_tls_and_jwt(pki, secret_file):
+@pytest.mark.parametrize("transport", ["grpc", "h2"])
+def test_danube_client_batch_lane_with_tls_and_jwt(pki, secret_file, transport):
     from danube.client import DanubeClient, SubType
     from danube.errors import AuthenticationError, PermissionDeniedError
 
@@ -263,11 +264,16 @@ def test_danube_client_batch_lane_with_tls_and_jwt(pki, secret_file):
             .with_mtls(pki.ca, pki.client.cert, pki.client.key)
             .with_token(token)
             .with_retry(give_up_after_s=3)
+            .with_transport(transport)
             .build()
         )
         try:
             producer = client.new_producer().with_topic("/default/lane").with_name("p1").build()
             await producer.create()
+            # the streams on the client's own HTTP/2 over TLS, or on grpc.aio's
+            assert type(client.connection().batch_lane).__name__ == (
+                "H2BatchLane" if transport == "h2" else "BatchLaneStub"
+            )
             consumer = (
                 client.new_consumer()
                 .with_topic("/default/lane")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from danube.cli.bench import BenchConfig, bench_topics, format_result, run_bench
 from tests.support.broker import running_broker
+from tests.support.waiting import async_wait_until
 
 
 def test_topics_and_connections_spread_producers_and_consumers():
@@ -45,19 +48,22 @@ def _established_to(port: int) -> int:
     return count
 
 
-def test_every_client_has_a_connection_of_its_own():
+@pytest.mark.parametrize("transport, per_client", [("grpc", 1), ("h2", 2)])
+def test_every_client_has_a_connection_of_its_own(transport, per_client):
     # grpc shares one connection per address among a process's channels unless told not to: the
-    # bench's --connections was then one connection, whose stream limit held a thousand consumers
+    # bench's --connections was then one connection, whose stream limit held a thousand consumers.
+    # On the h2 transport a client has two: grpc.aio's for its unary calls, its own for its streams.
     from danube.client import DanubeClient
 
     async def run(url: str, port: int) -> int:
-        clients = [DanubeClient.builder().service_url(url).build() for _ in range(3)]
+        clients = [DanubeClient.builder().service_url(url).with_transport(transport).build() for _ in range(3)]
         producers = []
         try:
             for i, client in enumerate(clients):
                 producer = client.new_producer().with_topic(f"/default/own-conn-{i}").with_name(f"p{i}").build()
                 await producer.create()
                 producers.append(producer)
+            await async_wait_until(lambda: _established_to(port) >= 3 * per_client, 10, "the clients' connections")
             return _established_to(port)
         finally:
             for producer in producers:
@@ -66,4 +72,4 @@ def test_every_client_has_a_connection_of_its_own():
                 await client.close()
 
     with running_broker() as broker:
-        assert asyncio.run(run(broker.url, broker.port)) == 3
+        assert asyncio.run(run(broker.url, broker.port)) == 3 * per_client

@@ -23,6 +23,7 @@ from danube.client.connection import (
     address_of,
 )
 from danube.client.consumer import ConsumerBuilder
+from danube.client.h2.lane import TRANSPORTS
 from danube.client.health import DEFAULT_INTERVAL_S
 from danube.client.producer import ProducerBuilder
 from danube.client.security import (
@@ -44,6 +45,7 @@ class DanubeClientBuilder:
         self._retry = RetryPolicy()
         self._health_interval_s = DEFAULT_INTERVAL_S
         self._security: ClientSecurity | None = None
+        self._transport: str | None = None
 
     def service_url(self, url: str) -> DanubeClientBuilder:
         address_of(url)  # fail early on a bad URL
@@ -71,6 +73,15 @@ class DanubeClientBuilder:
         self._health_interval_s = float(seconds or 0.0)
         return self
 
+    def with_transport(self, transport: str) -> DanubeClientBuilder:
+        """What carries the producers' Publish and the consumers' Consume streams: ``"h2"`` (the client's own HTTP/2 transport, the default for plain text) or
+        ``"grpc"`` (grpc.aio, as every other call; the default with TLS or a token).  Without
+        this, ``DANUBE_CLIENT_TRANSPORT`` decides."""
+        if transport not in TRANSPORTS:
+            raise InvalidArgumentError(f"transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
+        self._transport = transport
+        return self
+
     # Security as in danube-client 0.5.0 (danube.client.security): TLS, mTLS, a JWT or a supplier of one.
     def with_tls(self, ca_cert_path: str) -> DanubeClientBuilder:
         self._security = with_tls(self._security, ca_cert_path)
@@ -94,6 +105,7 @@ class DanubeClientBuilder:
             retry=self._retry,
             health_check_interval_s=self._health_interval_s,
             security=self._security,
+            transport=self._transport,
         )
 
 

@@ -24,10 +24,12 @@ from urllib.parse import urlparse
 import grpc
 
 from danube.client.errors import from_rpc_error, is_retriable
+from danube.client.h2.channel import H2Channel
+from danube.client.h2.lane import TRANSPORTS, H2BatchLane, default_transport
 from danube.client.health import DEFAULT_INTERVAL_S, ClientType, HealthWatch, Target
 from danube.client.security import ClientSecurity
 from danube.client.topology import TopologyWatch
-from danube.errors import ClientError, DanubeError, NotServedHereError
+from danube.errors import ClientError, DanubeError, InvalidArgumentError, NotServedHereError
 from danube.proto.danube import DanubeApi_pb2 as danube_pb
 from danube.proto.danube import DanubeApi_pb2_grpc as danube_grpc
 from danube.proto.danube_batch import batch_pb2_grpc as batch_grpc
@@ -191,7 +193,7 @@ class _StreamLane:
 
     __slots__ = ("channel", "batch_lane", "streams")
 
-    def __init__(self, channel: grpc.aio.Channel, batch_lane: batch_grpc.BatchLaneStub) -> None:
+    def __init__(self, channel: grpc.aio.Channel | H2Channel, batch_lane) -> None:
         self.channel = channel
         self.batch_lane = batch_lane
         self.streams = 0
@@ -199,16 +201,31 @@ class _StreamLane:
 
 class BrokerConnection:
     """One channel to one broker with the stubs the client uses on it (and more channels for
-    consumer streams beyond ``CONSUME_STREAMS_PER_CHANNEL``)."""
+    consumer streams beyond ``CONSUME_STREAMS_PER_CHANNEL``).
 
-    def __init__(self, address: str, security: ClientSecurity | None = None) -> None:
+    With the ``h2`` transport (the default for plain text, opt-in with TLS or a token) the batch
+    lane's Publish and Consume streams go over the client's own HTTP/2 connection
+    (``danube.client.h2``), the other calls over grpc.aio; with ``grpc`` everything does."""
+
+    def __init__(self, address: str, security: ClientSecurity | None = None, transport: str | None = None) -> None:
         self.address = address
         self._security = security
+        transport = transport or default_transport(security is not None)
+        if transport not in TRANSPORTS:
+            raise InvalidArgumentError(f"transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
+        self.transport = transport
         self.channel = self._open_channel()
         self.discovery = danube_grpc.DiscoveryStub(self.channel)
-        self.batch_lane = batch_grpc.BatchLaneStub(self.channel)
         self.health = danube_grpc.HealthCheckStub(self.channel)
-        self._lanes = [_StreamLane(self.channel, self.batch_lane)]
+        stub = batch_grpc.BatchLaneStub(self.channel)
+        self.batch_lane: H2BatchLane | batch_grpc.BatchLaneStub
+        if self.transport == "h2":
+            self.stream_channel: grpc.aio.Channel | H2Channel = H2Channel(address, security=security)
+            self.batch_lane = H2BatchLane(self.stream_channel, stub)
+        else:
+            self.stream_channel = self.channel
+            self.batch_lane = stub
+        self._lanes = [_StreamLane(self.stream_channel, self.batch_lane)]
 
     def _open_channel(self) -> grpc.aio.Channel:
         # TLS, mTLS and JWT (danube.client.security), or None for plain text
@@ -223,8 +240,12 @@ class BrokerConnection:
             if lane.streams < CONSUME_STREAMS_PER_CHANNEL:
                 break
         else:
-            channel = self._open_channel()
-            lane = _StreamLane(channel, batch_grpc.BatchLaneStub(channel))
+            if self.transport == "h2":
+                h2 = H2Channel(self.address, security=self._security)
+                lane = _StreamLane(h2, H2BatchLane(h2, batch_grpc.BatchLaneStub(self.channel)))
+            else:
+                channel = self._open_channel()
+                lane = _StreamLane(channel, batch_grpc.BatchLaneStub(channel))
             self._lanes.append(lane)
         lane.streams += 1
         return lane
@@ -234,13 +255,15 @@ class BrokerConnection:
 
     @property
     def channels(self) -> int:
-        """Channels (connections) open to this broker."""
+        """Channels (connections) open to this broker for the client's streams."""
         return len(self._lanes)
 
     async def close(self) -> None:
         lanes, self._lanes = self._lanes, []
         for lane in lanes:
             await lane.channel.close()
+        if self.stream_channel is not self.channel:
+            await self.channel.close()
 
 
 class Connections:
@@ -253,9 +276,12 @@ class Connections:
         retry: RetryPolicy | None = None,
         health_check_interval_s: float = DEFAULT_INTERVAL_S,
         security: ClientSecurity | None = None,
+        transport: str | None = None,
     ) -> None:
         self.service_url = service_url
         self.security = security
+        # "h2" or "grpc" for the Publish and Consume streams (None: DANUBE_CLIENT_TRANSPORT, else h2)
+        self.transport = transport
         self.retry = retry or RetryPolicy()
         self.health_check_interval_s = health_check_interval_s
         self._service_address = address_of(service_url)
@@ -270,7 +296,7 @@ class Connections:
         address = address or self._service_address
         conn = self._connections.get(address)
         if conn is None:
-            conn = self._connections[address] = BrokerConnection(address, self.security)
+            conn = self._connections[address] = BrokerConnection(address, self.security, self.transport)
         return conn
 
     async def lookup(self, topic: str) -> BrokerConnection:

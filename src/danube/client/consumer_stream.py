@@ -20,6 +20,7 @@ from danube.client.acked import AckedOffsets
 from danube.client.connection import BrokerConnection, RetryState, cancelled_call_error, retrying
 from danube.client.consumer_outbox import END, Outbox
 from danube.client.errors import from_batch_status, is_retriable
+from danube.client.h2.reading import batch_reader
 from danube.client.health import CONSUMER, HealthWatch
 from danube.client.messages import MessageBatch
 from danube.errors import ClientError, DanubeError
@@ -236,36 +237,38 @@ class PartitionConsumer:
         writer = asyncio.ensure_future(self._write(call))
         topic, index = self.topic, self.index
         try:
-            async for response in call:
-                kind = response.WhichOneof("kind")
-                if kind == "batch":
-                    b = response.batch
-                    counts = b.redelivery_counts
-                    owner.deliver(
-                        MessageBatch(
-                            topic,
-                            index,
-                            b.frames,
-                            b.first_offset,
-                            b.last_offset,
-                            b.count,
-                            list(counts) if counts else None,
-                            stream,
+            read_responses = batch_reader(call)
+            while responses := await read_responses():
+                for response in responses:
+                    kind = response.WhichOneof("kind")
+                    if kind == "batch":
+                        b = response.batch
+                        counts = b.redelivery_counts
+                        owner.deliver(
+                            MessageBatch(
+                                topic,
+                                index,
+                                b.frames,
+                                b.first_offset,
+                                b.last_offset,
+                                b.count,
+                                list(counts) if counts else None,
+                                stream,
+                            )
                         )
-                    )
-                elif kind == "subscribed":
-                    self.consumer_id = response.subscribed.consumer_id
-                    self._stream_subscribed = True
-                    self._retry.reset()
-                    if stream > 1:
-                        self.resubscribes += 1
-                    if not self._subscribed.done():
-                        self._subscribed.set_result(self.consumer_id)
-                elif kind == "error":
-                    e = response.error
-                    log.warning(
-                        "ack/nack on %s failed: %s", self.topic, from_batch_status(e.code, e.message, e.retriable)
-                    )
+                    elif kind == "subscribed":
+                        self.consumer_id = response.subscribed.consumer_id
+                        self._stream_subscribed = True
+                        self._retry.reset()
+                        if stream > 1:
+                            self.resubscribes += 1
+                        if not self._subscribed.done():
+                            self._subscribed.set_result(self.consumer_id)
+                    elif kind == "error":
+                        e = response.error
+                        log.warning(
+                            "ack/nack on %s failed: %s", self.topic, from_batch_status(e.code, e.message, e.retriable)
+                        )
         finally:
             self._call = None
             conn.close_consume_lane(lane)

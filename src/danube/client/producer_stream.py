@@ -14,12 +14,13 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from danube.client.connection import BrokerConnection, RetryState, cancelled_call_error, retrying
 from danube.client.errors import from_batch_status, is_retriable
+from danube.client.h2.reading import batch_reader
 from danube.client.health import PRODUCER, HealthWatch
 from danube.client.producer_batch import FRAME_OVERHEAD, Batch
 from danube.client.producer_queue import SendQueue, Window, coalesce
@@ -80,7 +81,7 @@ class PartitionProducer:
         self._failure: BaseException | None = None
         self._closing = False
         self._conn: BrokerConnection | None = None
-        self._call = None
+        self._call: Any = None  # the Publish call (grpc.aio's or the h2 transport's)
         self._streaming = False  # a Publish stream is open (a reconnect may be requested)
         self._draining = False  # that stream takes no new batches; it ends after its acks
         self._drain_reason: BaseException | None = None
@@ -374,43 +375,45 @@ class PartitionProducer:
         self._streaming = True
         writer = asyncio.ensure_future(write_requests())
         try:
-            async for ack in call:
-                window.release()
-                members = merged.pop(ack.sequence, None) if merged else None
-                if members is None:
-                    batch = unacked.get(ack.sequence)
-                    if batch is None:
-                        continue
-                    if ack.HasField("status") and ack.status.code != 0:
-                        if not self._refused_or_failed([(ack.sequence, batch)], ack.status):
+            read_acks = batch_reader(call)
+            while acks := await read_acks():
+                for ack in acks:
+                    window.release()
+                    members = merged.pop(ack.sequence, None) if merged else None
+                    if members is None:
+                        batch = unacked.get(ack.sequence)
+                        if batch is None:
+                            continue
+                        if ack.HasField("status") and ack.status.code != 0:
+                            if not self._refused_or_failed([(ack.sequence, batch)], ack.status):
+                                continue
+                        else:
+                            del unacked[ack.sequence]
+                            self._retry.reset()
+                            if listeners:
+                                self.owner.on_ack(batch, ack.first_offset, ack.last_offset)
+                            batch.resolve(ack.first_offset, ack.last_offset)
+                    elif ack.HasField("status") and ack.status.code != 0:
+                        batches = [(seq, unacked[seq]) for seq, _ in members if seq in unacked]
+                        if not batches or not self._refused_or_failed(batches, ack.status):
                             continue
                     else:
-                        del unacked[ack.sequence]
+                        first = ack.first_offset
+                        settled = False
+                        for seq, count in members:
+                            batch = unacked.pop(seq, None)
+                            if batch is not None:
+                                settled = True
+                                if listeners:
+                                    self.owner.on_ack(batch, first, first + count - 1)
+                                batch.resolve(first, first + count - 1)
+                            first += count
+                        if not settled:  # every one acked meanwhile by an earlier stream
+                            continue
                         self._retry.reset()
-                        if listeners:
-                            self.owner.on_ack(batch, ack.first_offset, ack.last_offset)
-                        batch.resolve(ack.first_offset, ack.last_offset)
-                elif ack.HasField("status") and ack.status.code != 0:
-                    batches = [(seq, unacked[seq]) for seq, _ in members if seq in unacked]
-                    if not batches or not self._refused_or_failed(batches, ack.status):
-                        continue
-                else:
-                    first = ack.first_offset
-                    settled = False
-                    for seq, count in members:
-                        batch = unacked.pop(seq, None)
-                        if batch is not None:
-                            settled = True
-                            if listeners:
-                                self.owner.on_ack(batch, first, first + count - 1)
-                            batch.resolve(first, first + count - 1)
-                        first += count
-                    if not settled:  # every one acked meanwhile by an earlier stream
-                        continue
-                    self._retry.reset()
-                self._after_ack()
-                if self._closing and not unacked and self._to_send.empty():
-                    to_send.put_nowait(_STOP)
+                    self._after_ack()
+                    if self._closing and not unacked and self._to_send.empty():
+                        to_send.put_nowait(_STOP)
         except asyncio.CancelledError:
             raise cancelled_call_error(f"publish stream of {self.topic} was cancelled by the client") from None
         finally:

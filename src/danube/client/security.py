@@ -13,6 +13,7 @@ the identity it was opened with.
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from typing import Callable
 
@@ -64,6 +65,21 @@ class ClientSecurity:
         return grpc.composite_channel_credentials(
             ssl, grpc.metadata_call_credentials(_BearerToken(supplier), name="danube-jwt")
         )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The same TLS for the client's own HTTP/2 transport (``danube.client.h2``): the CA (or
+        the system's), the client certificate for mTLS, ALPN ``h2``, the server's name checked."""
+        context = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else ssl.create_default_context()
+        if self.cert_file and self.key_file:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        context.set_alpn_protocols(["h2"])
+        return context
+
+    def bearer(self) -> str | None:
+        """The token for a new call (the supplier is asked each time), or None."""
+        if self.token_supplier is not None:
+            return self.token_supplier()
+        return self.token
 
     def channel(self, address: str, options) -> grpc.aio.Channel:
         return grpc.aio.secure_channel(address, self.credentials(), options=options)

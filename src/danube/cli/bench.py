@@ -147,11 +147,12 @@ async def run_bench(config: BenchConfig) -> BenchResult:
         if window.broker_sending_cores is not None:
             result.broker_cores = round(window.broker_sending_cores, 3)
     if result.client_cpu_s is not None and result.acked:
+        # counted: a rate over a window ending with the last delivery is short by the tail latency
+        delivered_rate = config.rate * result.delivered / result.offered if result.offered else result.end_to_end_rate
         result.limited_by, result.limit = verdict(
             offered_rate=config.rate,
             sent_rate=result.sent_rate,
-            # counted: a rate over a window ending with the last delivery is short by the tail latency
-            delivered_rate=config.rate * result.delivered / result.offered if result.offered else result.end_to_end_rate,
+            delivered_rate=delivered_rate,
             producer_core=result.producer_core_max or 0.0,
             consumer_core=result.consumer_core_max or 0.0,
             machine_busy=result.machine_busy_pct,

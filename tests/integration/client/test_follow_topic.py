@@ -12,7 +12,7 @@ import asyncio
 import grpc
 import pytest
 
-from danube.client import DanubeClient, SubType
+from danube.client import DanubeClient, SubType, health
 from danube.server.app import BrokerApp
 from danube.server.config import BrokerConfig
 from tests.support.ports import free_port
@@ -44,7 +44,11 @@ def client_for(app: BrokerApp, *, health_s: float) -> DanubeClient:
 
 
 def health_tasks() -> list[asyncio.Task]:
-    return [t for t in asyncio.all_tasks() if "HealthWatch._run" in repr(t.get_coro()) and not t.done()]
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if t.get_name() == "danube-health-checker" and not t.done() and not t.cancelling()
+    ]
 
 
 async def test_producer_resends_after_unload_and_offsets_continue(app):
@@ -170,7 +174,8 @@ async def test_closing_producer_and_consumer_stops_health_checks(app):
         consumer = client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s").build()
         await producer.create()
         await consumer.subscribe()
-        assert len(health_tasks()) == 2
+        # one shared checker task for both watches
+        assert health.watching() == 2 and len(health_tasks()) == 1
         await asyncio.sleep(0.2)  # a few checks answered OK: nothing happened
         assert producer._parts[0].reconnects == 0 and consumer._parts[0].resubscribes == 0
         await producer.close()
@@ -184,9 +189,9 @@ async def test_client_close_stops_health_checks_of_unclosed_producers(app):
     client = client_for(app, health_s=0.05)
     producer = client.new_producer().with_topic(TOPIC).with_name("p").build()
     await producer.create()
-    assert len(health_tasks()) == 1
+    assert health.watching() == 1 and len(health_tasks()) == 1
     await client.close()
-    assert health_tasks() == []
+    assert health.watching() == 0 and health_tasks() == []
 
 
 def test_health_interval_and_retry_options_are_checked():

@@ -7,10 +7,11 @@ task and a timer per producer per call.  As fast as possible (no rate), the task
 with room one call per pass.  A producer whose in-flight window is full skips its turn and makes it up
 once an ack frees room, as the per-producer loops did.
 
-Every call the schedule places before the deadline is made, late if the loop fell behind (a busy
-client): ``offered`` counts them, ``lag_max`` says how late the latest call of a pass was, so a run
-that did not keep its schedule says so instead of sending fewer messages unnoticed.  Only calls owed
-by a producer whose window was still full at the deadline are not made.
+``offered`` counts the messages of the calls the schedule places before the deadline and
+``lag_max`` says how late the latest call of a pass came, so a run whose loop fell behind (a busy
+client) says so.  Calls still due at the deadline are not made: made then, all at once, they would
+be a burst the schedule never asked for, and the latency of the run's last messages would be the
+burst's.
 
 Each producer's calls are answered in call order (one stream per producer), so the send times of its
 calls in flight wait in a FIFO and one bound callback per producer takes them: no closure per call.
@@ -127,6 +128,8 @@ class Pacer:
         n = 0
         while True:
             now = perf()
+            if now >= deadline:
+                return
             if behind:  # calls owed by producers whose window was full: made up as room frees
                 still = []
                 for lane in behind:
@@ -151,9 +154,9 @@ class Pacer:
                     lane.owed += 1
             if made:
                 self.lag_max = max(self.lag_max, perf() - (start + (n - 1) * spacing))
-            if n >= total and (not behind or perf() >= deadline):
-                return  # the schedule is done; owed calls are waited for until the deadline only
-            pause = start + n * spacing - perf() if n < total else _TICK_S
+            if n >= total and not behind:
+                return
+            pause = start + n * spacing - perf()
             await asyncio.sleep(min(max(pause, _TICK_S), max(0.0, deadline - perf())))
 
     async def _flat_out(self, deadline: float) -> None:

@@ -108,14 +108,16 @@ class BusyProducer(FakeProducer):
         return await super().send_batch(payloads)
 
 
-def test_a_client_behind_its_schedule_makes_every_offered_call_and_says_how_late():
+def test_a_client_behind_its_schedule_sends_less_than_offered_and_says_how_late():
     producers = [BusyProducer(0.001, busy_s=0.002) for _ in range(4)]
     # 4 x 250 calls/s = one call per ms, but each takes 2 ms of the loop: half the pace at best
     pacer = Pacer(producers, per_call=1, message_size=16, window=1000, rate_per_producer=250.0)
     _run(pacer, 0.2)
     assert pacer.offered == 200  # calls at start + n ms for n < 200: the schedule of 0.2 s
-    assert pacer.sent == pacer.acked == pacer.offered  # made late, none dropped
-    assert pacer.lag_max >= 0.1  # the last calls came at least 0.2 s after their time (2 ms each)
+    # what the loop could make (a pass makes every call due when it began, even past the deadline), but
+    # no burst of the calls still due at the deadline
+    assert pacer.sent == pacer.acked < pacer.offered
+    assert pacer.lag_max >= 0.05  # the last calls came about 0.1 s after their time
     assert not pacer.errors
 
 

@@ -47,6 +47,10 @@ def test_two_producer_processes_merge_into_one_result_with_client_cpu():
     # every message made is acked and delivered once: no share counted twice, none lost
     assert report["sent"] == report["acked"] == report["delivered"], summary
     assert report["sent"] == pytest.approx(rate * duration, rel=0.25), summary
+    # counted, not inferred from rates: the schedule's messages, all made and none missing
+    assert report["offered"] == rate * duration == report["sent"], summary
+    assert report["missing"] == 0 and report["delivered_of_sent"] == 1.0, summary
+    assert report["pacer_lag_ms"] >= 0, summary
     # one sample per message, from every process
     assert report["deliver_latency_ms"]["count"] == report["delivered"], summary
     assert report["ack_latency_ms"]["count"] == report["calls"], summary  # one per send_batch call

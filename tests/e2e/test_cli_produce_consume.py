@@ -262,6 +262,9 @@ def test_bench_text_output_mentions_percentiles(broker):
     assert "end to end" in result.stdout and "publish->deliver" in result.stdout and "p99" in result.stdout
     assert "send_batch/s" in result.stdout and "broker CPU" not in result.stdout  # no pid given
     assert "machine: load average" in result.stdout and "CPU steal" in result.stdout
+    # delivery counted: the paced schedule's 20,000 messages, each made and delivered
+    assert "offered 20,000  sent 20,000" in result.stdout, result.stdout
+    assert "delivered    20,000 of 20,000 sent (100.00%), none missing" in result.stdout, result.stdout
 
 
 POLLER_IO = "-event_engine_client,-event_engine_listener"  # the tuning docs/benchmarks.md measures

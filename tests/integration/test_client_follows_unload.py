@@ -31,7 +31,11 @@ async def _unload(broker, topic: str) -> None:
 
 
 def _health_tasks() -> list[asyncio.Task]:
-    return [t for t in asyncio.all_tasks() if "HealthWatch._run" in repr(t.get_coro()) and not t.done()]
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if t.get_name() == "danube-health-checker" and not t.done() and not t.cancelling()
+    ]
 
 
 class Reader:

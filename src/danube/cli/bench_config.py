@@ -81,12 +81,16 @@ def connection_shares(config: BenchConfig) -> tuple[float, float]:
 @dataclass
 class BenchResult:
     config: dict
+    offered: int = 0  # messages the paced schedule placed within --duration (0 without --rate)
     sent: int = 0
     acked: int = 0
     delivered: int = 0
+    missing: int = 0  # sent but not delivered within the drain timeout
+    delivered_of_sent: float | None = None  # delivered / sent, counted (None when nothing was sent)
+    pacer_lag_ms: float = 0.0  # the most a paced call came after its scheduled time (a busy client)
     elapsed_s: float = 0.0
     publish_rate: float = 0.0  # acked messages / s
-    end_to_end_rate: float = 0.0  # delivered messages / s
+    end_to_end_rate: float = 0.0  # delivered messages / s, from the start to the last delivery
     publish_mb_s: float = 0.0
     ack_latency_ms: dict = field(default_factory=dict)
     deliver_latency_ms: dict = field(default_factory=dict)

@@ -42,6 +42,7 @@ class Gate(Protocol):
 
 @dataclass
 class PartResult:
+    offered: int = 0  # messages the schedule placed before the deadline (paced runs; 0 as fast as possible)
     sent: int = 0
     acked: int = 0
     calls: int = 0
@@ -60,6 +61,7 @@ class PartResult:
     sending_cpu_s: float = 0.0  # this process and its consumer process
     consumer_core: float = 0.0  # its consumer process, in cores
     machine_busy_pct: float | None = None  # the machine's CPUs
+    pacer_lag_s: float = 0.0  # the most a call came after its scheduled time
 
 
 def messages_per_call(config: BenchConfig) -> int:
@@ -152,6 +154,7 @@ async def run_part(config: BenchConfig, topic: str, sub_type: str, gate: Gate, p
         whole = bench_cpu.span(mark0, mark2, perf() - start)
         part.start, part.last = start, float(seen["last"])
         part.sent, part.acked, part.calls, part.delivered = pacer.sent, pacer.acked, pacer.calls, int(seen["delivered"])
+        part.offered, part.pacer_lag_s = pacer.offered, pacer.lag_max
         part.ack_latencies = pacer.ack_latencies
         part.errors.extend(pacer.errors)
         part.producer_cpu_s, part.consumer_cpu_s = whole.own_s, whole.children_s
@@ -188,6 +191,13 @@ def merge(parts: list[PartResult], config: BenchConfig, result: BenchResult, coo
             f"only {delivered} of {acked} acked messages were delivered within {config.drain_timeout}s"
         )
     result.sent, result.acked, result.delivered = sent, acked, delivered
+    # Counted, not a rate: every message made is either delivered (within the drain timeout after the
+    # last call) or missing.  A rate over a window that ends with the last delivery is below the offered
+    # rate by the tail latency even when nothing is lost.
+    result.offered = sum(p.offered for p in parts)
+    result.missing = max(0, sent - delivered)
+    result.delivered_of_sent = round(delivered / sent, 5) if sent else None
+    result.pacer_lag_ms = round(max(p.pacer_lag_s for p in parts) * 1000, 1)
     result.elapsed_s = round(produced_s, 3)
     result.publish_rate = round(acked / produced_s, 1)
     result.sent_rate = round(sent / sending_s, 1)

@@ -7,6 +7,12 @@ task and a timer per producer per call.  As fast as possible (no rate), the task
 with room one call per pass.  A producer whose in-flight window is full skips its turn and makes it up
 once an ack frees room, as the per-producer loops did.
 
+``offered`` counts the messages of the calls the schedule places before the deadline and
+``lag_max`` says how late the latest call of a pass came, so a run whose loop fell behind (a busy
+client) says so.  Calls still due at the deadline are not made: made then, all at once, they would
+be a burst the schedule never asked for, and the latency of the run's last messages would be the
+burst's.
+
 Each producer's calls are answered in call order (one stream per producer), so the send times of its
 calls in flight wait in a FIFO and one bound callback per producer takes them: no closure per call.
 """
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import math
 import time
 from array import array
 
@@ -63,6 +70,8 @@ class Pacer:
         self.calls = 0
         self.acked = 0
         self.in_flight = 0
+        self.offered = 0  # messages of the calls the schedule placed before the deadline (paced runs)
+        self.lag_max = 0.0  # seconds: the most a pass's last call came after its scheduled time
         self.ack_latencies = array("d")
         self.errors: list[str] = []
         self.wake: asyncio.Event | None = None
@@ -112,6 +121,8 @@ class Pacer:
         lanes = self.lanes
         count = len(lanes)
         spacing = self.per_call / self.rate_per_producer / count  # seconds between two calls of the schedule
+        total = max(0, math.ceil((deadline - start) / spacing))  # call n is due at start + n * spacing
+        self.offered = total * self.per_call
         perf = time.perf_counter
         behind: list[Lane] = []
         n = 0
@@ -128,7 +139,8 @@ class Pacer:
                     if lane.owed and not lane.failed:
                         still.append(lane)
                 behind = still
-            due = int((now - start) / spacing) + 1
+            due = min(total, int((now - start) / spacing) + 1)
+            made = n < due
             while n < due:
                 lane = lanes[n % count]
                 n += 1
@@ -140,8 +152,12 @@ class Pacer:
                     if not lane.owed:
                         behind.append(lane)
                     lane.owed += 1
+            if made:
+                self.lag_max = max(self.lag_max, perf() - (start + (n - 1) * spacing))
+            if n >= total and not behind:
+                return
             pause = start + n * spacing - perf()
-            await asyncio.sleep(min(max(pause, _TICK_S), deadline - perf()))
+            await asyncio.sleep(min(max(pause, _TICK_S), max(0.0, deadline - perf())))
 
     async def _flat_out(self, deadline: float) -> None:
         perf = time.perf_counter

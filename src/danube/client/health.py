@@ -1,17 +1,26 @@
 """Danube's client health check: how a producer or consumer notices its topic moved.
 
-Every ``interval_s`` the watch asks the broker that currently serves the
-producer or consumer ``HealthCheck(client type, id)``.  ``CLOSE`` means the
-broker dropped it (the topic was unloaded, moved or deleted), so the owner is
-told to look the topic up again and re-create itself there.  A failed check
-(broker unreachable) is not acted on here: the owner's stream fails too and
-its own reconnection handles that.
+Every ``interval_s`` the broker that currently serves a producer or consumer is asked
+``HealthCheck(client type, id)``.  ``CLOSE`` means the broker dropped it (the topic was unloaded,
+moved or deleted), so the owner is told to look the topic up again and re-create itself there.  A
+failed check (broker unreachable) is not acted on here: the owner's stream fails too and its own
+reconnection handles that.
+
+Every watch of one event loop and interval shares one :class:`HealthChecker`: one task and one timer
+that steps a wheel of ``interval_s / tick`` slots, checking one slot's watches per tick.  A new watch
+joins the least-filled slot, so the checks of a thousand producers created together are spread over
+the interval instead of a thousand calls arriving in one burst every interval (each burst a stall of
+the client's loop and the broker's), and a thousand producers cost one timer, not a thousand.  Each
+watch is still checked once per interval, within one interval of its start.  Danube's call names one
+producer or consumer, so the calls stay one per watch per interval.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -21,6 +30,8 @@ from danube.proto.danube import DanubeApi_pb2 as danube_pb
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 5.0
+TICK_S = 0.05  # the shared checker wakes at most this often
+MAX_SLOTS = 200
 
 ClientType = danube_pb.HealthCheckRequest.ClientType
 PRODUCER = danube_pb.HealthCheckRequest.Producer
@@ -37,8 +48,120 @@ class HasHealthStub(Protocol):
 Target = Callable[[], tuple[HasHealthStub | None, int]]
 
 
+class Wheel:
+    """Members spread over ``slots`` slots, one slot visited per tick: every member once per turn."""
+
+    def __init__(self, slots: int) -> None:
+        self._slots: list[dict[Any, None]] = [{} for _ in range(max(1, slots))]
+        self._where: dict[Any, int] = {}
+        self.cursor = 0  # the slot the next tick visits
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, member: Any) -> bool:
+        return member in self._where
+
+    @property
+    def slots(self) -> int:
+        return len(self._slots)
+
+    def add(self, member: Any) -> int:
+        """Puts ``member`` in a least-filled slot, the one visited last among those (its first
+        visit as close to a full turn away as the spreading allows); returns the slot."""
+        if member in self._where:
+            return self._where[member]
+        n = len(self._slots)
+        # the slot just visited (cursor - 1) comes last in the turn: search from it backwards
+        best = min(range(n), key=lambda k: (len(self._slots[(self.cursor - 1 - k) % n]), k))
+        slot = (self.cursor - 1 - best) % n
+        self._slots[slot][member] = None
+        self._where[member] = slot
+        return slot
+
+    def remove(self, member: Any) -> None:
+        slot = self._where.pop(member, None)
+        if slot is not None:
+            del self._slots[slot][member]
+
+    def advance(self) -> list:
+        """The members of the slot at the cursor; the cursor moves on."""
+        due = list(self._slots[self.cursor])
+        self.cursor = (self.cursor + 1) % len(self._slots)
+        return due
+
+    def loads(self) -> list[int]:
+        return [len(s) for s in self._slots]
+
+
+class HealthChecker:
+    """One task checking every watch of one event loop and interval (see the module docstring)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, interval_s: float) -> None:
+        self.loop = loop
+        self.interval_s = interval_s
+        slots = max(1, min(MAX_SLOTS, math.ceil(interval_s / TICK_S)))
+        self.tick_s = interval_s / slots
+        self.wheel = Wheel(slots)
+        self._task: asyncio.Task[None] | None = None
+        self._checks: set[asyncio.Future] = set()  # the calls of ticks still waiting for answers
+
+    def add(self, watch: HealthWatch) -> None:
+        self.wheel.add(watch)
+        if self._task is None or self._task.done():
+            self._task = self.loop.create_task(self._run(), name="danube-health-checker")
+
+    def remove(self, watch: HealthWatch) -> asyncio.Task[None] | None:
+        """Drops ``watch``; with no watch left, cancels the task and returns it (to be awaited)."""
+        self.wheel.remove(watch)
+        if len(self.wheel) or self._task is None:
+            return None
+        task, self._task = self._task, None
+        task.cancel()
+        for check in list(self._checks):
+            check.cancel()
+        by_interval = _CHECKERS.get(self.loop)
+        if by_interval is not None and by_interval.get(self.interval_s) is self:
+            del by_interval[self.interval_s]
+        return task
+
+    async def _run(self) -> None:
+        next_at = self.loop.time()
+        while len(self.wheel):
+            next_at = max(next_at + self.tick_s, self.loop.time() - self.interval_s)  # after a stall: one turn
+            await asyncio.sleep(max(0.0, next_at - self.loop.time()))
+            due = [w for w in self.wheel.advance() if not w.checking]
+            if due:
+                # not awaited here: a broker slow to answer must not hold back the next slots
+                check = asyncio.gather(*(w.check_and_react() for w in due), return_exceptions=True)
+                self._checks.add(check)
+                check.add_done_callback(self._checks.discard)
+
+
+_CHECKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, HealthChecker]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def checker_for(interval_s: float) -> HealthChecker:
+    """The running loop's checker for ``interval_s`` (created on first use, dropped when empty)."""
+    loop = asyncio.get_running_loop()
+    by_interval = _CHECKERS.get(loop)
+    if by_interval is None:
+        by_interval = _CHECKERS[loop] = {}
+    checker = by_interval.get(interval_s)
+    if checker is None:
+        checker = by_interval[interval_s] = HealthChecker(loop, interval_s)
+    return checker
+
+
+def watching() -> int:
+    """Watches the running loop's checkers hold (what a test asks after closing producers)."""
+    return sum(len(c.wheel) for c in _CHECKERS.get(asyncio.get_running_loop(), {}).values())
+
+
 class HealthWatch:
-    """One polling task per producer/consumer (per partition); ``stop()`` ends it."""
+    """One producer's or consumer's (per partition) place in the shared checker; ``stop()`` ends it."""
 
     def __init__(
         self, client_type: ClientType, target: Target, on_close: Callable[[], None], *, interval_s: float, what: str
@@ -46,26 +169,30 @@ class HealthWatch:
         self.client_type = client_type
         self.interval_s = interval_s
         self.what = what
+        self.checking = False  # a call of this watch is waiting for its answer
         self._target = target
         self._on_close = on_close
-        self._task: asyncio.Task[None] | None = None
+        self._checker: HealthChecker | None = None
 
     @property
     def running(self) -> bool:
-        return self._task is not None and not self._task.done()
+        return self._checker is not None
 
     def start(self) -> None:
-        if self._task is None and self.interval_s and self.interval_s > 0:
-            self._task = asyncio.ensure_future(self._run())
+        if self._checker is None and self.interval_s and self.interval_s > 0:
+            self._checker = checker_for(self.interval_s)
+            self._checker.add(self)
 
     def cancel(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
+        """Stops the watch from synchronous code: no check is made and no CLOSE acted on after this."""
+        checker, self._checker = self._checker, None
+        if checker is not None:
+            checker.remove(self)
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        checker, self._checker = self._checker, None
+        if checker is not None:
+            await cancel_and_wait(checker.remove(self))
 
     async def check_once(self) -> bool | None:
         """True: OK; False: CLOSE; None: could not ask (not connected, broker unreachable)."""
@@ -82,12 +209,16 @@ class HealthWatch:
             return None
         return answer.status != danube_pb.HealthCheckResponse.CLOSE
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            if await self.check_once() is False:
-                log.info("broker answered CLOSE for %s: looking the topic up again", self.what)
-                try:
-                    self._on_close()
-                except Exception:  # noqa: BLE001 - keep watching
-                    log.exception("reacting to CLOSE for %s failed", self.what)
+    async def check_and_react(self) -> None:
+        """One check; on CLOSE (unless stopped meanwhile) the owner is told."""
+        self.checking = True
+        try:
+            ok = await self.check_once()
+        finally:
+            self.checking = False
+        if ok is False and self._checker is not None:
+            log.info("broker answered CLOSE for %s: looking the topic up again", self.what)
+            try:
+                self._on_close()
+            except Exception:  # noqa: BLE001 - keep watching
+                log.exception("reacting to CLOSE for %s failed", self.what)

@@ -287,14 +287,19 @@ class DiscoveryService(pb_grpc.DiscoveryServicer):
         return pb.TopicPartitionsResponse(request_id=request.request_id, partitions=partitions)
 
 
+# Answers are serialized as they are returned and never changed: a thousand producers polling every
+# few seconds need no new message per call.
+_HEALTH_OK = pb.HealthCheckResponse(status=pb.HealthCheckResponse.OK)
+_HEALTH_CLOSE = pb.HealthCheckResponse(status=pb.HealthCheckResponse.CLOSE)
+
+
 class HealthCheckService(pb_grpc.HealthCheckServicer):
     def __init__(self, broker: BrokerService) -> None:
         self.broker = broker
 
     async def HealthCheck(self, request, context):
         kind = "producer" if request.client == pb.HealthCheckRequest.Producer else "consumer"
-        ok = self.broker.health(kind, request.id)
-        return pb.HealthCheckResponse(status=pb.HealthCheckResponse.OK if ok else pb.HealthCheckResponse.CLOSE)
+        return _HEALTH_OK if self.broker.health(kind, request.id) else _HEALTH_CLOSE
 
 
 def add_to_server(server: grpc.aio.Server, broker: BrokerService) -> None:

@@ -12,7 +12,7 @@ import asyncio
 import grpc
 import pytest
 
-from danube.client import DanubeClient, SubType
+from danube.client import DanubeClient, SubType, health
 from danube.server.app import BrokerApp
 from danube.server.config import BrokerConfig
 from tests.support.ports import free_port
@@ -44,7 +44,11 @@ def client_for(app: BrokerApp, *, health_s: float) -> DanubeClient:
 
 
 def health_tasks() -> list[asyncio.Task]:
-    return [t for t in asyncio.all_tasks() if "HealthWatch._run" in repr(t.get_coro()) and not t.done()]
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if t.get_name() == "danube-health-checker" and not t.done() and not t.cancelling()
+    ]
 
 
 async def test_producer_resends_after_unload_and_offsets_continue(app):
@@ -170,7 +174,8 @@ async def test_closing_producer_and_consumer_stops_health_checks(app):
         consumer = client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s").build()
         await producer.create()
         await consumer.subscribe()
-        assert len(health_tasks()) == 2
+        # one shared checker task for both watches
+        assert health.watching() == 2 and len(health_tasks()) == 1
         await asyncio.sleep(0.2)  # a few checks answered OK: nothing happened
         assert producer._parts[0].reconnects == 0 and consumer._parts[0].resubscribes == 0
         await producer.close()
@@ -184,9 +189,9 @@ async def test_client_close_stops_health_checks_of_unclosed_producers(app):
     client = client_for(app, health_s=0.05)
     producer = client.new_producer().with_topic(TOPIC).with_name("p").build()
     await producer.create()
-    assert len(health_tasks()) == 1
+    assert health.watching() == 1 and len(health_tasks()) == 1
     await client.close()
-    assert health_tasks() == []
+    assert health.watching() == 0 and health_tasks() == []
 
 
 def test_health_interval_and_retry_options_are_checked():
@@ -209,3 +214,42 @@ def test_a_write_racing_the_end_of_a_stream_is_retriable_other_internal_errors_a
     bug = AioRpcError(grpc.StatusCode.INTERNAL, Metadata(), Metadata(), details="internal error: KeyError: 3")
     assert is_retriable(lost) and from_rpc_error(lost).retriable
     assert not is_retriable(bug) and not from_rpc_error(bug).retriable
+
+
+async def test_one_shared_checker_tells_only_the_producers_and_consumers_of_the_unloaded_topic(app):
+    # Two clients in one loop, 12 producers and 6 consumers over 6 topics, all idle: one checker task
+    # serves them all, and only those on the unloaded topic hear CLOSE and re-create themselves.
+    clients = [client_for(app, health_s=0.2) for _ in range(2)]
+    topics = [f"{TOPIC}-{i}" for i in range(6)]
+    try:
+        producers = [
+            clients[i % 2].new_producer().with_topic(topics[i % 6]).with_name(f"p{i}").with_linger_ms(1).build()
+            for i in range(12)
+        ]
+        consumers = [
+            clients[i % 2]
+            .new_consumer()
+            .with_topic(topics[i])
+            .with_consumer_name(f"c{i}")
+            .with_subscription("s")
+            .build()
+            for i in range(6)
+        ]
+        await asyncio.gather(*(p.create() for p in producers))
+        await asyncio.gather(*(c.subscribe() for c in consumers))
+        assert health.watching() == 18 and len(health_tasks()) == 1
+        await app.broker.unload_topic(topics[2])
+        moved = [p for p in producers if p.topic == topics[2]]
+        await async_wait_until(
+            lambda: all(p._parts[0].reconnects == 1 for p in moved) and consumers[2]._parts[0].resubscribes == 1
+        )
+        await asyncio.sleep(0.5)  # two more rounds of checks: nobody else was told anything
+        assert all(p._parts[0].reconnects == 0 for p in producers if p not in moved)
+        assert all(c._parts[0].resubscribes == 0 for i, c in enumerate(consumers) if i != 2)
+        assert all(app.broker.health("producer", p.producer_ids[0]) for p in producers)
+        assert health.watching() == 18
+        await asyncio.gather(*(p.close() for p in producers), *(c.close() for c in consumers))
+        assert health.watching() == 0 and health_tasks() == []
+    finally:
+        for client in clients:
+            await client.close()

@@ -130,3 +130,25 @@ def test_merged_client_cpu_is_never_below_its_rounded_parts():
     merge(parts, BenchConfig(), result, coordinator_cpu_s=0.0)
     assert result.producer_cpu_s == 0.124 and result.consumer_cpu_s == 0.124
     assert result.client_cpu_s >= result.producer_cpu_s + result.consumer_cpu_s
+
+
+def test_merge_counts_offered_sent_and_missing_messages_rather_than_rates():
+    parts = [
+        _part(sent=500, acked=500, delivered=500, offered=500, pacer_lag_s=0.002),
+        _part(sent=480, acked=480, delivered=470, offered=500, pacer_lag_s=0.030, start=100.0, last=109.0),
+    ]
+    result = BenchResult(config={})
+    merge(parts, BenchConfig(drain_timeout=5), result)
+    assert (result.offered, result.sent, result.delivered, result.missing) == (1000, 980, 970, 10)
+    assert result.delivered_of_sent == pytest.approx(970 / 980, abs=1e-5)
+    assert result.pacer_lag_ms == pytest.approx(30.0)
+    assert "only 970 of 980 acked messages were delivered within 5s" in result.errors
+
+
+def test_nothing_missing_when_every_message_arrives_late():
+    # a long tail pulls the start-to-last-delivery rate down; the count shows nothing was lost
+    parts = [_part(sent=1000, acked=1000, delivered=1000, offered=1000, start=100.0, sent_end=101.0, last=102.0)]
+    result = BenchResult(config={})
+    merge(parts, BenchConfig(), result)
+    assert result.missing == 0 and result.delivered_of_sent == 1.0 and not result.errors
+    assert result.end_to_end_rate == pytest.approx(500.0)

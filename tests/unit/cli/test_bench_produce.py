@@ -94,3 +94,37 @@ def test_a_failing_producer_is_reported_and_the_others_go_on():
     _run(pacer, 0.3)
     assert pacer.errors == ["send_batch: producer closed"]
     assert len(good.batches) >= 20 and pacer.acked == len(good.batches)
+
+
+class BusyProducer(FakeProducer):
+    """Holds the event loop for ``busy_s`` on every call: a client too slow for its schedule."""
+
+    def __init__(self, ack_s: float, busy_s: float) -> None:
+        super().__init__(ack_s)
+        self.busy_s = busy_s
+
+    async def send_batch(self, payloads):
+        time.sleep(self.busy_s)  # the loop is busy: the calls fall behind the schedule
+        return await super().send_batch(payloads)
+
+
+def test_a_client_behind_its_schedule_sends_less_than_offered_and_says_how_late():
+    producers = [BusyProducer(0.001, busy_s=0.002) for _ in range(4)]
+    # 4 x 250 calls/s = one call per ms, but each takes 2 ms of the loop: half the pace at best
+    pacer = Pacer(producers, per_call=1, message_size=16, window=1000, rate_per_producer=250.0)
+    _run(pacer, 0.2)
+    assert pacer.offered == 200  # calls at start + n ms for n < 200: the schedule of 0.2 s
+    # what the loop could make (a pass makes every call due when it began, even past the deadline), but
+    # no burst of the calls still due at the deadline
+    assert pacer.sent == pacer.acked < pacer.offered
+    assert pacer.lag_max >= 0.05  # the last calls came about 0.1 s after their time
+    assert not pacer.errors
+
+
+def test_a_pacer_on_time_reports_a_small_lag_and_offers_rate_times_duration():
+    producers = [FakeProducer(0.001) for _ in range(5)]
+    pacer = Pacer(producers, per_call=2, message_size=16, window=16, rate_per_producer=40.0)
+    _run(pacer, 0.5)
+    # 5 producers x 40 msg/s x 0.5 s, in calls of 2 messages
+    assert pacer.offered == 100 and pacer.sent == pacer.acked == 100
+    assert pacer.lag_max < 0.25  # well inside the run even on a loaded machine

@@ -1,0 +1,184 @@
+"""The shared health check: one wheel and one task for every watch of a loop (fake stubs, no servers)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from danube.client import health
+from danube.client.health import PRODUCER, HealthWatch, Wheel
+from danube.proto.danube import DanubeApi_pb2 as danube_pb
+from tests.support.waiting import async_wait_until
+
+OK = danube_pb.HealthCheckResponse(status=danube_pb.HealthCheckResponse.OK)
+CLOSE = danube_pb.HealthCheckResponse(status=danube_pb.HealthCheckResponse.CLOSE)
+
+
+class FakeStub:
+    """A ``HealthCheckStub``: answers CLOSE for the ids in ``closed``, after ``delay_s`` (per id)."""
+
+    def __init__(self) -> None:
+        self.closed: set[int] = set()
+        self.delay_s: dict[int, float] = {}
+        self.calls: list[tuple[float, int]] = []  # (loop time, id)
+
+    async def HealthCheck(self, request, timeout):  # noqa: N802 - the gRPC method's name
+        self.calls.append((asyncio.get_running_loop().time(), request.id))
+        await asyncio.sleep(self.delay_s.get(request.id, 0.0))
+        return CLOSE if request.id in self.closed else OK
+
+
+class FakeConn:
+    def __init__(self, stub: FakeStub) -> None:
+        self.health = stub
+
+
+def _watches(stub: FakeStub, n: int, interval_s: float, closes: list[int]) -> list[HealthWatch]:
+    conn = FakeConn(stub)
+    return [
+        HealthWatch(PRODUCER, lambda i=i: (conn, i), lambda i=i: closes.append(i), interval_s=interval_s, what=f"p{i}")
+        for i in range(n)
+    ]
+
+
+ops = st.lists(st.tuples(st.sampled_from(["add", "remove", "tick"]), st.integers(0, 40)), max_size=300)
+
+
+@settings(max_examples=200, deadline=None)
+@given(slots=st.integers(1, 30), ops=ops)
+def test_every_member_is_visited_exactly_once_per_turn(slots, ops):
+    wheel = Wheel(slots)
+    members: set[int] = set()
+    for op, m in ops:
+        if op == "add":
+            wheel.add(m)
+            members.add(m)
+        elif op == "remove":
+            wheel.remove(m)
+            members.discard(m)
+        else:
+            wheel.advance()
+    assert len(wheel) == len(members) and all(m in wheel for m in members)
+    seen: list[int] = []
+    for _ in range(wheel.slots):
+        seen.extend(wheel.advance())
+    assert sorted(seen) == sorted(members)
+
+
+@settings(max_examples=200, deadline=None)
+@given(slots=st.integers(1, 30), n=st.integers(0, 200), ticks=st.lists(st.integers(0, 5), max_size=50))
+def test_members_added_between_ticks_spread_evenly(slots, n, ticks):
+    """However the adds fall between ticks, the slots' loads differ by one at most: no burst."""
+    wheel = Wheel(slots)
+    added = 0
+    for t in ticks or [0]:
+        for _ in range(t):
+            wheel.advance()
+        for _ in range(min(n - added, 7)):
+            wheel.add(added)
+            added += 1
+    while added < n:
+        wheel.add(added)
+        added += 1
+    loads = wheel.loads()
+    assert sum(loads) == n and max(loads) - min(loads) <= 1
+
+
+def test_a_lone_member_is_first_visited_a_full_turn_later():
+    wheel = Wheel(10)
+    for _ in range(3):
+        wheel.advance()
+    wheel.add("w")
+    visits = [i for i in range(10) if wheel.advance()]
+    assert visits == [9]  # the slot just visited: the last of the turn
+
+
+async def test_a_thousand_watches_share_one_task_and_are_checked_once_per_interval_spread_out():
+    stub, closes = FakeStub(), []
+    interval = 0.5
+    watches = _watches(stub, 1000, interval, closes)
+    before = len(asyncio.all_tasks())
+    for w in watches:
+        w.start()
+    checker = health.checker_for(interval)
+    batches: list[int] = []  # watches due per tick
+    advance = checker.wheel.advance
+
+    def counted() -> list:
+        due = advance()
+        batches.append(len(due))
+        return due
+
+    checker.wheel.advance = counted  # type: ignore[method-assign]
+    try:
+        assert health.watching() == 1000
+        assert len(asyncio.all_tasks()) == before + 1  # one checker task, not one per watch
+        await async_wait_until(lambda: len({i for _, i in stub.calls}) == 1000, timeout=10)
+        # the first turn asked each once; spread: no tick took more than its share of the watches
+        first_turn = stub.calls[:1000]
+        assert sorted(i for _, i in first_turn) == list(range(1000))
+        assert max(batches) == math.ceil(1000 / checker.wheel.slots) and checker.wheel.slots == 10
+        assert closes == []
+    finally:
+        for w in watches:
+            await w.stop()
+    assert health.watching() == 0
+    assert len(asyncio.all_tasks()) == before
+
+
+async def test_close_tells_the_owner_and_a_stopped_watch_is_not_told():
+    stub, closes = FakeStub(), []
+    watches = _watches(stub, 3, 0.1, closes)
+    stub.closed = {0, 1}
+    stub.delay_s[1] = 0.3  # CLOSE arrives after the watch was stopped
+    for w in watches:
+        w.start()
+    try:
+        await async_wait_until(lambda: any(i == 1 for _, i in stub.calls))
+        watches[1].cancel()  # its call is in flight
+        await async_wait_until(lambda: 0 in closes)
+        await asyncio.sleep(0.4)  # the stopped watch's CLOSE has come back by now
+        assert 1 not in closes and 2 not in closes
+        assert watches[0].running and not watches[1].running
+    finally:
+        for w in watches:
+            await w.stop()
+
+
+async def test_a_broker_slow_to_answer_does_not_hold_back_the_other_checks():
+    stub, closes = FakeStub(), []
+    watches = _watches(stub, 4, 0.2, closes)
+    stub.delay_s[0] = 10.0  # never answers within the test
+    for w in watches:
+        w.start()
+
+    def counts() -> dict[int, int]:
+        return {i: sum(1 for _, j in stub.calls if j == i) for i in range(4)}
+
+    try:
+        await async_wait_until(lambda: all(counts()[i] >= 3 for i in (1, 2, 3)))
+        assert counts()[0] == 1  # not asked again while its call waits
+    finally:
+        for w in watches:
+            await w.stop()
+    assert health.watching() == 0
+
+
+async def test_not_connected_or_no_id_yet_is_not_asked_and_interval_zero_never_starts():
+    stub = FakeStub()
+    conn = FakeConn(stub)
+    idle = HealthWatch(PRODUCER, lambda: (None, 3), lambda: None, interval_s=0.05, what="idle")
+    unsubscribed = HealthWatch(PRODUCER, lambda: (conn, -1), lambda: None, interval_s=0.05, what="unsubscribed")
+    off = HealthWatch(PRODUCER, lambda: (conn, 1), lambda: None, interval_s=0.0, what="off")
+    for w in (idle, unsubscribed, off):
+        w.start()
+    assert idle.running and unsubscribed.running and not off.running
+    await asyncio.sleep(0.15)
+    assert stub.calls == []
+    assert await idle.check_once() is None
+    await idle.stop()
+    await unsubscribed.stop()
+    assert health.watching() == 0

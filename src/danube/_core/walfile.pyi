@@ -79,6 +79,7 @@ class LogWriter:
     producer_id: int
     max_file_age_ms: int | None
     prefault_bytes: int
+    last_stored: bool
     def __init__(
         self,
         segment: SegmentFile,

@@ -253,12 +253,14 @@ class Wal(WalReading, WalRotation, WalSuspension):
 
     def _after_sync(self) -> None:
         """After a sync, on the thread that synced: make the active file's tail writable again in
-        this process's mapping (off the appending thread: see SegmentFile.rearm), and drop what
-        lies behind the page-cache window."""
+        this process's mapping (off the appending thread: see SegmentFile.rearm) unless the writer
+        pwrites (big batches never store through the mapping), and drop what lies behind the
+        page-cache window."""
         if self._closing:
             return
-        active = self._writer.segment  # None while suspended
-        if active is not None:
+        writer = self._writer
+        active = writer.segment  # None while suspended
+        if active is not None and writer.last_stored:
             active.rearm(REARM_AHEAD_BYTES)
         cache = self.page_cache  # None once the log stops writing or suspends
         if cache is not None:

@@ -306,3 +306,19 @@ def test_rearm_after_a_sync_spares_the_next_append_its_page_fault(tmp_path):
 
     assert faults_per_round(False) > 0.5  # control: a synced tail page faults on the next store
     assert faults_per_round(True) < 0.2
+
+
+@pytest.mark.parametrize("walfile,ring", PAIRS, ids=lambda m: getattr(m, "__name__", ""))
+def test_the_writer_tells_whether_its_last_append_went_through_the_mapping(tmp_path, walfile, ring):
+    """The WAL rearms the tail after a sync only for a writer that stores through the mapping;
+    the compiled one pwrites batches of 16 KiB and more (the pure one stores everything)."""
+    writer, seg = _writer(walfile, ring, tmp_path / "s.log", capacity=1 << 20)
+    assert writer.last_stored is False  # nothing appended yet
+    writer.append_frames(bytearray(pure_frame.encode_payloads([b"s" * 100])))
+    assert writer.last_stored is True
+    writer.append_payloads([b"b" * 1000] * 40)
+    assert writer.last_stored is (walfile is pure_walfile)
+    writer.append(b"one")
+    assert writer.last_stored is True
+    writer.close()
+    seg.close()

@@ -33,6 +33,10 @@ _walfile = _native.load("walfile")
 _ring = _native.load("ring")
 
 PREFAULT_BYTES = 4 << 20
+# After a sync (sync=always/interval), the sync thread faults the active file's tail page back in
+# writable, and the next page too when the write position is this close to its end: the next
+# append stores without a fault (see SegmentFile.rearm).
+REARM_AHEAD_BYTES = 1024
 
 __all__ = ["DEFAULT_READ_BYTES", "PREFAULT_BYTES", "Wal"]
 
@@ -126,7 +130,7 @@ class Wal(WalReading, WalRotation, WalSuspension):
             options.sync_interval_ms,
             self._appended,
             self._sync_files,
-            after_sync=self._trim_page_cache if self.page_cache is not None else None,
+            after_sync=self._after_sync,
             group=options.sync_group,
             watch_appends=self._notifier.watch,
             fs_target=self._fs_sync_target,
@@ -247,10 +251,19 @@ class Wal(WalReading, WalRotation, WalSuspension):
             return None
         return self._device, self._lock_fd
 
-    def _trim_page_cache(self) -> None:
-        """After a sync, on the thread that synced: drop what lies behind the page-cache window."""
+    def _after_sync(self) -> None:
+        """After a sync, on the thread that synced: make the active file's tail writable again in
+        this process's mapping (off the appending thread: see SegmentFile.rearm) unless the writer
+        pwrites (big batches never store through the mapping), and drop what lies behind the
+        page-cache window."""
+        if self._closing:
+            return
+        writer = self._writer
+        active = writer.segment  # None while suspended
+        if active is not None and writer.last_stored:
+            active.rearm(REARM_AHEAD_BYTES)
         cache = self.page_cache  # None once the log stops writing or suspends
-        if cache is not None and not self._closing:
+        if cache is not None:
             cache.trim(self._segments)
 
     def _check_open(self) -> None:

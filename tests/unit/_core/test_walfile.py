@@ -199,3 +199,126 @@ def test_drop_cache_empties_the_page_cache_and_keeps_every_byte(tmp_path, walfil
     writer.close()
     seg.close()
     assert seg.drop_cache(0, 1 << 20) == 0  # closed: nothing to drop, no error
+
+
+def _linux_populate_write() -> bool:
+    import platform
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    major, minor = (int(x) for x in platform.release().split(".")[:2])
+    return (major, minor) >= (5, 14)
+
+
+SYNC_OPS = st.lists(
+    st.tuples(st.sampled_from(["append", "sync", "rearm"]), st.integers(min_value=0, max_value=5000)),
+    min_size=1,
+    max_size=25,
+)
+
+
+@pytest.mark.skipif(core_walfile is None, reason="compiled walfile not built")
+@settings(max_examples=25, deadline=None)
+@given(ops=SYNC_OPS)
+def test_appends_around_syncs_and_rearms_write_identical_files_that_reopen(tmp_path_factory, ops):
+    """Rearming the tail after a sync changes no byte: both twins write the same file whatever
+    the syncs and rearms between appends, and it reopens with every record."""
+    d = tmp_path_factory.mktemp("rearm")
+    files = []
+    for walfile, ring in PAIRS:
+        path = d / f"{walfile.__name__}.log"
+        writer, seg = _writer(walfile, ring, path, capacity=1 << 18)
+        for kind, n in ops:
+            if kind == "append":
+                writer.append_frames(bytearray(pure_frame.encode_payloads([b"r" * (n % 900)] * (1 + n % 7))))
+            elif kind == "sync":
+                seg.sync()
+            else:
+                before = bytes(seg.view(0, seg.capacity))
+                seg.rearm(n)
+                assert bytes(seg.view(0, seg.capacity)) == before
+        seg.sync()
+        files.append((path, writer.next_offset, seg.write_pos))
+        seg.close()
+    (a, na, wa), (b, nb, wb) = files
+    assert (na, wa) == (nb, wb)
+    assert open(a, "rb").read() == open(b, "rb").read()
+    for walfile, _ring in PAIRS:
+        seg, report = walfile.SegmentFile.open(str(b), index_every=256, writable=True)
+        assert (seg.count, seg.write_pos, report) == (na, wa, (pure_frame.SCAN_ZERO, 0))
+        seg.close()
+
+
+@pytest.mark.skipif(not _linux_populate_write(), reason="MADV_POPULATE_WRITE needs Linux 5.14")
+@pytest.mark.parametrize("walfile,ring", PAIRS, ids=lambda m: getattr(m, "__name__", ""))
+def test_rearm_covers_the_tail_page_only_where_the_writer_may_write(tmp_path, walfile, ring):
+    page = 4096
+    writer, seg = _writer(walfile, ring, tmp_path / "s.log", capacity=4 * page)
+    assert seg.rearm() is True  # the header's page: the write position is inside it
+    fill = page - 64 - len(pure_frame.encode_payloads([b""]))
+    writer.append_frames(bytearray(pure_frame.encode_payloads([b"x" * fill])))
+    assert seg.write_pos == page  # the next append starts a fresh page
+    seg.sync()
+    assert seg.rearm() is False  # nothing of that page was written back
+    assert seg.rearm(ahead=64 * page) is True  # ahead of the writer: clamped to its capacity
+    assert os.path.getsize(tmp_path / "s.log") == 4 * page
+    writer.append_frames(bytearray(pure_frame.encode_payloads([b"y" * 10])))
+    seg.sync()
+    assert seg.rearm() is True
+    writer.close()
+    seg.close()
+    assert seg.rearm() is False  # closed: nothing to do, no error
+    ro, _report = walfile.SegmentFile.open(str(tmp_path / "s.log"), index_every=256)
+    assert ro.rearm() is False  # read-only mapping
+    assert [r.payload for r in pure_frame.iter_records(ro.read_frames(0, 1 << 20, 2))] == [
+        b"x" * fill,
+        b"y" * 10,
+    ]
+    ro.close()
+
+
+@pytest.mark.skipif(core_walfile is None or not _linux_populate_write(), reason="compiled, Linux 5.14+")
+def test_rearm_after_a_sync_spares_the_next_append_its_page_fault(tmp_path):
+    """The point of rearm: after a sync wrote the tail page back (and write-protected it), the
+    writer's next store into it takes no fault on the writer's thread."""
+    import resource
+
+    from tests.support.pagecache import page_cache_droppable
+
+    if not page_cache_droppable(tmp_path):
+        pytest.skip("tmpfs: no writeback, no write-protected pages")
+    batch = pure_frame.encode_payloads([b"z" * 100, b"z" * 100])
+
+    def faults_per_round(rearm: bool) -> float:
+        writer, seg = _writer(core_walfile, core_ring, tmp_path / f"f{rearm}.log", capacity=1 << 20)
+        writer.append_frames(bytearray(batch))
+        faults = 0
+        for _ in range(40):
+            seg.sync()
+            if rearm:
+                seg.rearm(1024)
+            before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+            writer.append_frames(bytearray(batch))
+            faults += resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+        seg.close()
+        return faults / 40
+
+    assert faults_per_round(False) > 0.5  # control: a synced tail page faults on the next store
+    assert faults_per_round(True) < 0.2
+
+
+@pytest.mark.parametrize("walfile,ring", PAIRS, ids=lambda m: getattr(m, "__name__", ""))
+def test_the_writer_tells_whether_its_last_append_went_through_the_mapping(tmp_path, walfile, ring):
+    """The WAL rearms the tail after a sync only for a writer that stores through the mapping;
+    the compiled one pwrites batches of 16 KiB and more (the pure one stores everything)."""
+    writer, seg = _writer(walfile, ring, tmp_path / "s.log", capacity=1 << 20)
+    assert writer.last_stored is False  # nothing appended yet
+    writer.append_frames(bytearray(pure_frame.encode_payloads([b"s" * 100])))
+    assert writer.last_stored is True
+    writer.append_payloads([b"b" * 1000] * 40)
+    assert writer.last_stored is (walfile is pure_walfile)
+    writer.append(b"one")
+    assert writer.last_stored is True
+    writer.close()
+    seg.close()

@@ -315,6 +315,47 @@ cdef class SegmentFile:
                 off += _PAGE
         self._prefaulted = end
 
+    def rearm(self, Py_ssize_t ahead=0):
+        """After a sync: take the write fault of the page holding the last frame's end (and of
+        those up to ``ahead`` bytes past the write position) now, on the calling thread, so the
+        writer's next store there does not; True when done.
+
+        Writeback write-protects every page it cleans, so the first store after each sync into
+        a partly filled page faults, and the fault dirties the inode too (a timestamp update in
+        the file system's journal): several microseconds, on the event loop, once per log per
+        round (``bench/append_after_sync.py``).  A sync thread can take it instead.  No byte
+        changes (MADV_POPULATE_WRITE only faults pages in): the page is dirty again, so the next
+        sync writes it again -- the writer fills it anyway unless the log goes idle.  Advisory:
+        False when the file is not mapped for writing, the kernel lacks MADV_POPULATE_WRITE or
+        refuses.  Any thread: the mapping is held by a buffer export while the GIL is released,
+        so closing the file meanwhile only defers the unmap."""
+        global _populate_write_ok
+        cdef Py_buffer pin
+        cdef Py_ssize_t pos = self.write_pos
+        cdef Py_ssize_t start, stop
+        cdef int rc
+        if self.base == NULL or not self.writable or not _populate_write_ok or self._mm is None:
+            return False
+        if pos % _PAGE == 0 and ahead <= 0:
+            return False  # the write position starts a fresh page: nothing there was written back
+        start = pos - pos % _PAGE
+        # never past the bytes the writer may fill (beyond them the file may be a hole)
+        stop = min(max(pos + ahead, start + 1), self.capacity)
+        stop = (stop + _PAGE - 1) // _PAGE * _PAGE
+        if stop <= start:
+            return False
+        PyObject_GetBuffer(self._mm, &pin, PyBUF_SIMPLE)
+        try:
+            with nogil:
+                rc = madvise(<unsigned char*>pin.buf + start, stop - start, MADV_POPULATE_WRITE)
+                if rc != 0:
+                    rc = c_errno
+        finally:
+            PyBuffer_Release(&pin)
+        if rc == EINVAL:
+            _populate_write_ok = False
+        return rc == 0
+
     def activate(self, uint64_t first_offset, created_ms=None):
         """Make a spare the next active file: write its header (into the mapping, no system call)."""
         if not self.spare or self.base == NULL:

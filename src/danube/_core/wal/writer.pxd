@@ -14,6 +14,7 @@ cdef class LogWriter:
     cdef int64_t _deadline_ms
     cdef unsigned char* _scratch    # pwrite staging buffer (SCRATCH_BYTES, cache-warm)
     cdef Py_ssize_t _scratch_cap
+    cdef readonly bint last_stored          # the last append was stored through the mapping, not pwritten
     cdef public Py_ssize_t prefault_bytes   # fault in this much ahead of the write position (0: off)
 
     cdef int64_t _deadline_for(self, SegmentFile segment) except? -1

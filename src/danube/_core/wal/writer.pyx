@@ -161,6 +161,7 @@ cdef class LogWriter:
         self.on_append = None
         self.closed = False
         self.prefault_bytes = 0
+        self.last_stored = False
         self._deadline_ms = self._deadline_for(segment)
 
     cdef int64_t _deadline_for(self, SegmentFile segment) except? -1:
@@ -270,6 +271,7 @@ cdef class LogWriter:
         seg.write_pos = pos + n
         seg._valid_end = pos + n
         seg.count += count
+        self.last_stored = n < PWRITE_MIN_BYTES  # the one size test every append path makes
         self.ring.append_ref(seg._mm, pos, n, first, count)
         self.next_offset = first + count
         if self.armed:

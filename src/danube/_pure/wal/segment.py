@@ -63,6 +63,7 @@ import errno
 import mmap
 import os
 import struct
+import sys
 import time
 from array import array
 from bisect import bisect_right
@@ -76,6 +77,11 @@ from danube.errors import (
     WalClosedError,
     WalError,
 )
+
+_PAGE = mmap.PAGESIZE
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform.startswith("linux") else None)
+# cleared when the kernel lacks MADV_POPULATE_WRITE (Linux < 5.14)
+_populate_write_ok = _MADV_POPULATE_WRITE is not None and hasattr(mmap.mmap, "madvise")
 
 _BODY_LEN_AT = 12  # a frame's body_len field (danube/_pure/frame.py)
 FILE_MAGIC = b"DNBWAL\x00\x01"
@@ -299,6 +305,32 @@ class SegmentFile:
             return
         for off in range(0, min(end, self.capacity), mmap.PAGESIZE):
             self._mm[off] = 0
+
+    def rearm(self, ahead: int = 0) -> bool:
+        """After a sync: take the write fault of the page holding the last frame's end (and of
+        those up to ``ahead`` bytes past the write position) now, so the writer's next store there
+        does not (the compiled docstring says why); True when done.  No byte changes."""
+        global _populate_write_ok
+        pos = self.write_pos
+        mm = self._mm
+        if mm is None or not self.writable or not _populate_write_ok:
+            return False
+        if pos % _PAGE == 0 and ahead <= 0:
+            return False  # the write position starts a fresh page: nothing there was written back
+        start = pos - pos % _PAGE
+        stop = min(max(pos + ahead, start + 1), self.capacity)
+        stop = (stop + _PAGE - 1) // _PAGE * _PAGE
+        if stop <= start:
+            return False
+        try:
+            mm.madvise(_MADV_POPULATE_WRITE, start, stop - start)
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                _populate_write_ok = False
+            return False
+        except ValueError:  # closed meanwhile
+            return False
+        return True
 
     def activate(self, first_offset: int, created_ms: int | None = None) -> None:
         """Make a spare the next active file: write its header (into the mapping, no system call)."""

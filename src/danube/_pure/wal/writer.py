@@ -36,6 +36,9 @@ class LogWriter:
         self.on_append = None
         self.closed = False
         self.prefault_bytes = 0  # compiled: faults pages in ahead of the writer; a no-op here
+        # the last append was stored through the mapping (always here; the compiled writer
+        # pwrites big batches)
+        self.last_stored = False
         self._deadline_ms = self._deadline_for(segment)
 
     def _deadline_for(self, segment) -> int:
@@ -68,6 +71,7 @@ class LogWriter:
         seg = self.segment
         pos = seg.write_frames(data, count)
         self.ring.append_from(seg._mm, pos, seg.write_pos - pos, first, count)  # no copy: the mapping itself
+        self.last_stored = True
         self.next_offset = first + count
         if self.armed:
             self.armed = False

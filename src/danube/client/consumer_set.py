@@ -21,17 +21,21 @@ from danube.client.messages import MessageBatch
 class ConsumerSet:
     """Subscribed consumers read together: ``await receive()`` gives ``(consumer, batches)`` pairs.
 
-    A consumer's batches are held (their credit does not go back) until the next ``receive``
-    that takes batches of that consumer again, as with ``Consumer.receive_batch``; ack them with
-    the consumer they came with.  A consumer that was closed leaves the set; one that failed
-    raises its error from every ``receive`` without batches of other consumers, until it is
-    removed."""
+    The batches a ``receive`` returns are held (their credit does not go back) until the set's
+    next ``receive``, as with ``Consumer.receive_batch``; ack them with the consumer they came
+    with.  A consumer that was closed leaves the set; one that failed raises its error from every
+    ``receive`` without batches of other consumers, until it is removed."""
 
     def __init__(self, consumers: Iterable[Consumer]) -> None:
         self._consumers = list(consumers)
         self._ready: deque[Consumer] = deque()
         self._marked: set[Consumer] = set()  # the consumers in _ready
         self._waiter: asyncio.Future | None = None
+        # Consumers whose batches the last receive returned: their credit goes back at the next
+        # receive, whether or not they have more by then.  (Given back only by a consumer's own
+        # next take, a reader that took a consumer's whole window at once would wait forever: the
+        # broker has no credit left to send the delivery that would make it take again.)
+        self._holding: list[Consumer] = []
         for consumer in self._consumers:
             if consumer._queue.listener is not None:
                 raise ValueError(f"consumer {consumer.name} already belongs to a consumer set")
@@ -61,6 +65,9 @@ class ConsumerSet:
         seconds without any, or once every consumer of the set is closed."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        holding, self._holding = self._holding, []
+        for consumer in holding:
+            consumer._give_back()
         while self._consumers:
             if not self._ready:
                 if deadline is not None and loop.time() >= deadline:
@@ -99,6 +106,7 @@ class ConsumerSet:
                 self.remove(consumer)
             elif batches:
                 taken.append((consumer, batches))
+                self._holding.append(consumer)
         if failed is not None and not taken:
             raise failed
         return taken

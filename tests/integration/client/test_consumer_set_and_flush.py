@@ -82,3 +82,32 @@ async def test_flush_writes_lingering_acks_without_waiting_for_the_linger(served
     await consumer.close()
     with pytest.raises(ClientError, match="closed"):
         await consumer.flush()
+
+
+async def test_a_reader_that_takes_the_whole_window_at_once_still_reads_everything(served):
+    """A reader slower than the deliveries finds the whole receive window waiting and takes it in
+    one receive: the broker, out of credit, sends nothing more until the set's next receive gives
+    the credit of those batches back."""
+    broker, client = served
+    topic = "/default/slow-reader"
+    consumer = (
+        client.new_consumer()
+        .with_topic(topic)
+        .with_consumer_name("c")
+        .with_subscription("s")
+        .with_receive_credit(10, 1 << 20)
+        .build()
+    )
+    await consumer.subscribe()
+    group = ConsumerSet([consumer])
+    await _publish(client, topic, [b"%d" % n for n in range(30)])
+    inbox = consumer._queue._items
+    await async_wait_until(lambda: sum(b.count for b in inbox) == 10, timeout=10, what="the whole window delivered")
+    got: list[bytes] = []
+    while len(got) < 30:
+        for member, batches in await asyncio.wait_for(group.receive(), 10):
+            for batch in batches:
+                got.extend(bytes(p) for p in batch.payloads())
+                await member.ack_batch(batch)
+    assert got == [b"%d" % n for n in range(30)]
+    await consumer.close()

@@ -5,6 +5,7 @@ closed or failed consumers are handled without taking the others down."""
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +18,7 @@ from danube.client.consumer_set import ConsumerSet
 from danube.client.consumer_stream import PartitionConsumer
 from danube.client.messages import MessageBatch
 from danube.errors import ClientError
+from danube.proto.danube_batch import batch_pb2 as pb
 
 
 def _consumer(name: str, **kwargs) -> Consumer:
@@ -91,7 +93,7 @@ async def test_a_failed_consumer_raises_after_the_others_batches_until_removed()
     assert await group.receive(timeout=1) == [(a, [a2])]
 
 
-async def test_credit_goes_back_when_the_next_receive_takes_that_consumer_again():
+async def test_credit_goes_back_at_the_next_receive_of_the_set():
     a = _consumer("a", receive_messages=10, receive_bytes=1 << 20)
     part = PartitionConsumer(a, 0, a.topic)
     a._parts = [part]
@@ -108,6 +110,25 @@ async def test_credit_goes_back_when_the_next_receive_takes_that_consumer_again(
     # five of ten messages owed: half the window, sent as one grant
     assert part._owed == [0, 0]
     assert [r.credit.messages for r in part._outbox._items] == [5]
+    # the next receive finds nothing of this consumer: the batch taken before is done all the same
+    assert await group.receive(timeout=0) == []
+    assert part._owed == [1, 1]
+
+
+async def test_a_reader_that_took_the_whole_window_at_once_gets_it_back_before_waiting():
+    """A slow reader finds the whole receive window in its inbox and takes it in one receive: the
+    broker has no credit left, so nothing arrives until the set's next receive gives it back."""
+    a = _consumer("a", receive_messages=10, receive_bytes=1 << 20)
+    part = PartitionConsumer(a, 0, a.topic)
+    a._parts = [part]
+    group = ConsumerSet([a])
+    for first in range(0, 10, 2):
+        a.deliver(_batch(first, 2))
+    ((_, batches),) = await group.receive(timeout=0)
+    assert sum(b.count for b in batches) == 10
+    assert len(part._outbox) == 0  # held while the application works on them
+    assert await group.receive(timeout=0.01) == []  # waits for more
+    assert [r.credit.messages for r in part._outbox._items] == [10]
 
 
 async def test_a_redelivery_of_what_was_acked_is_dropped_and_acked_again():
@@ -151,5 +172,65 @@ def test_every_batch_is_received_once_in_delivery_order(ops):
                 if op not in arrival:
                     arrival.append(op)
         assert received == delivered
+
+    asyncio.run(run())
+
+
+class _CreditModel:
+    """The broker's side of one consumer's credit: it delivers only within the credit the stream
+    has, and takes back what the consumer's outbox grants."""
+
+    def __init__(self, consumer: Consumer, part: PartitionConsumer) -> None:
+        self.consumer, self.part = consumer, part
+        self.credit = consumer.receive_messages
+        self.next_offset = 0
+
+    def collect_grants(self) -> None:
+        outbox = self.part._outbox
+        kept: deque = deque()
+        for item in outbox._items:
+            if isinstance(item, pb.ConsumeRequest) and item.HasField("credit"):
+                self.credit += item.credit.messages
+            else:
+                kept.append(item)
+        outbox._items = kept
+
+    def deliver(self, count: int) -> None:
+        count = min(count, self.credit)
+        if count:
+            self.consumer.deliver(_batch(self.next_offset, count))
+            self.next_offset += count
+            self.credit -= count
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    window=st.integers(1, 12),
+    ops=st.lists(st.one_of(st.integers(1, 12), st.just("receive")), max_size=40),
+)
+def test_a_set_that_waits_with_nothing_delivered_never_leaves_the_broker_without_credit(window, ops):
+    """Deliveries (each within the broker's credit) interleaved with receives that take and ack
+    everything: whenever a receive finds nothing to take (the reader waits), the credit the
+    broker holds is positive, so a delivery can still come (else the reader waits forever); it
+    never exceeds the window."""
+
+    async def run() -> None:
+        consumer = _consumer("a", receive_messages=window, receive_bytes=1 << 20)
+        part = PartitionConsumer(consumer, 0, consumer.topic)
+        consumer._parts = [part]
+        group = ConsumerSet([consumer])
+        broker = _CreditModel(consumer, part)
+        for op in ops + ["receive", "receive"]:
+            if op == "receive":
+                got = await group.receive(timeout=0)
+                for member, batches in got:
+                    for batch in batches:
+                        await member.ack_batch(batch)
+                broker.collect_grants()
+                assert broker.credit <= window  # no batch's credit went back twice
+                if not got:
+                    assert broker.credit > 0, "the reader waits for a delivery the broker cannot send"
+            else:
+                broker.deliver(op)
 
     asyncio.run(run())

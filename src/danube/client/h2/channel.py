@@ -47,7 +47,7 @@ class H2Channel:
     def stream_stream(
         self, path: str, request_serializer: Callable[[Any], bytes], response_deserializer: Callable[[bytes], Any]
     ) -> Callable[[], H2StreamCall]:
-        block = frames.literal_block(
+        block = frames.encode_header_block(
             [
                 (b":method", b"POST"),
                 (b":scheme", b"https" if self._ssl is not None else b"http"),
@@ -76,7 +76,7 @@ class H2Channel:
             raise rpc_error(grpc.StatusCode.UNAUTHENTICATED, f"the token supplier failed: {exc!r}") from exc
         if not token:
             return block
-        return block + frames.literal_block([(b"authorization", b"Bearer " + token.encode())])
+        return block + frames.encode_header_block([(b"authorization", b"Bearer " + token.encode())])
 
     async def connection(self) -> H2Connection:
         conn = self._conn

@@ -100,7 +100,7 @@ class H2Connection(asyncio.Protocol):
         stream.stream_id = stream_id
         stream.send_window = self.peer_initial_window
         self._streams[stream_id] = stream
-        self._out.append(frames.headers_frames(stream_id, block, self.send_frame_limit))
+        self._out.append(frames.headers_frames(stream_id, block, False, self.send_frame_limit))
         self._schedule_flush()
 
     def send_now(self, stream: Stream, data: bytes) -> bool:

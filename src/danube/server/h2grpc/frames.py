@@ -1,69 +1,15 @@
-"""HTTP/2 frames (RFC 9113 section 4 and 6) as this server reads and writes them.
-
-The byte layout of a frame and of the payloads this server looks into is the comment block at
-the top of ``danube/_core/h2codec.pyx``, the codec that parses and builds them (compiled, or its
-pure-Python twin ``danube/_pure/h2codec.py`` as ``danube._native`` picks).  Frame types, flags,
-SETTINGS identifiers and error codes are named below.
-
-The client's connection preface is the 24 bytes ``PREFACE`` followed by its SETTINGS.
-
-Header blocks this server writes use only two HPACK (RFC 7541) representations, so
-it keeps no encoder state: "indexed" (one byte 0x80 | static index) for a header
-that is in the static table name and value alike, and "literal without indexing,
-new name" for everything else:
-
-    0x00, name length (7-bit prefix integer, H=0), name, value length (same), value
-
-An N-bit prefix integer fits in the low N bits of its first byte when smaller than
-2^N - 1; otherwise those bits are all 1 and the rest, minus 2^N - 1, follows 7 bits
-at a time, least significant first, with 0x80 on every byte but the last.
+"""HTTP/2 frames as this server reads and writes them: the vocabulary both sides share
+(``danube.h2frames``, where the byte layouts and the header-block encoding are described) and what
+only a server writes, its answers' header blocks and the small answers framed in one codec call.
 """
 
 from __future__ import annotations
 
-import struct
+from functools import partial
 
-from danube import _native
-
-_codec = _native.load("h2codec")
-
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-HEADER_SIZE = _codec.HEADER_SIZE
-DEFAULT_MAX_FRAME_SIZE = 16384
-DEFAULT_WINDOW = 65535
-MAX_WINDOW = 2**31 - 1
-
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
-
-END_STREAM = 0x01
-ACK = 0x01
-END_HEADERS = 0x04
-PADDED = 0x08
-PRIORITY_FLAG = 0x20
-
-# SETTINGS identifiers
-HEADER_TABLE_SIZE = 0x1
-ENABLE_PUSH = 0x2
-MAX_CONCURRENT_STREAMS = 0x3
-INITIAL_WINDOW_SIZE = 0x4
-MAX_FRAME_SIZE = 0x5
-MAX_HEADER_LIST_SIZE = 0x6
-
-# Error codes (RFC 9113 section 7)
-NO_ERROR = 0x0
-PROTOCOL_ERROR = 0x1
-INTERNAL_ERROR = 0x2
-FLOW_CONTROL_ERROR = 0x3
-STREAM_CLOSED = 0x5
-FRAME_SIZE_ERROR = 0x6
-REFUSED_STREAM = 0x7
-CANCEL = 0x8
-COMPRESSION_ERROR = 0x9
-ENHANCE_YOUR_CALM = 0xB
-
-_U32 = struct.Struct(">L")
-_SETTING = struct.Struct(">HL")
-_GOAWAY = struct.Struct(">LL")
+from danube.h2frames import *  # noqa: F403 - the shared vocabulary, named here for the server's modules
+from danube.h2frames import _codec
+from danube.h2frames import encode_header_block as _encode_header_block
 
 # The HPACK static table entries (RFC 7541 appendix A) a gRPC server's answers can use.
 _STATIC_INDEXED = {
@@ -76,88 +22,11 @@ _STATIC_INDEXED = {
     (b":status", b"500"): 14,
 }
 
+# An answer's header block: ``:status`` by its static index, the rest as literals.
+encode_header_block = partial(_encode_header_block, static_indexed=_STATIC_INDEXED)
 
-# A frame that breaks HTTP/2 framing, or a peer past one of the server's limits (``limit`` names
-# it, see ``limits.H2Limits``): the connection ends with GOAWAY ``code``.  Defined by the codec,
-# which raises it from the compiled parser too.
-FrameError = _codec.FrameError
-
-# The whole frames at the start of a receive buffer, within the read's budgets, and the bytes they
-# took; the per-frame header and payload work of every read (see the codec for the contract).
-parse_frames = _codec.parse_frames
-frame = _codec.frame
-frame_header = _codec.frame_header
-# A DATA frame's header and the gRPC prefix of the one whole message it carries (14 bytes).
-data_header = _codec.data_header
-# That header and the message itself appended to a send list when the message fits the windows
-# and the frame size (its payload size returned, else 0): a message's send in one codec call.
-frame_message = _codec.frame_message
 # A message of unsigned varint fields 1, 2, ... (a protobuf message of uint64 fields, zeros
 # omitted), alone, and framed as ``frame_message`` frames it but into one buffer: a small
 # answer (an ack) without a message object and with one allocation.
 uint_fields = _codec.uint_fields
 frame_fields = _codec.frame_fields
-unpadded = _codec.unpadded
-parse_settings = _codec.parse_settings
-parse_u32 = _codec.parse_u32
-
-
-def settings(pairs: list[tuple[int, int]]) -> bytes:
-    return frame(SETTINGS, 0, 0, b"".join(_SETTING.pack(key, value) for key, value in pairs))
-
-
-SETTINGS_ACK = frame(SETTINGS, ACK, 0)
-
-
-def window_update(stream_id: int, increment: int) -> bytes:
-    return frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(increment))
-
-
-def rst_stream(stream_id: int, code: int) -> bytes:
-    return frame(RST_STREAM, 0, stream_id, _U32.pack(code))
-
-
-def goaway(last_stream_id: int, code: int, debug: bytes = b"") -> bytes:
-    return frame(GOAWAY, 0, 0, _GOAWAY.pack(last_stream_id, code) + debug)
-
-
-def _prefix_integer(value: int, bits: int, first: int) -> bytes:
-    limit = (1 << bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def encode_header_block(headers) -> bytes:
-    """An HPACK block of ``(name, value)`` byte pairs that needs no encoder state."""
-    out = []
-    for name, value in headers:
-        index = _STATIC_INDEXED.get((name, value))
-        if index is not None:
-            out.append(bytes((0x80 | index,)))
-            continue
-        out.append(b"\x00")
-        out.append(_prefix_integer(len(name), 7, 0))
-        out.append(name)
-        out.append(_prefix_integer(len(value), 7, 0))
-        out.append(value)
-    return b"".join(out)
-
-
-def headers_frames(stream_id: int, block: bytes, end_stream: bool, max_frame_size: int) -> bytes:
-    """HEADERS (and CONTINUATION frames when ``block`` is over ``max_frame_size``)."""
-    flags = END_STREAM if end_stream else 0
-    if len(block) <= max_frame_size:
-        return frame(HEADERS, flags | END_HEADERS, stream_id, block)
-    pieces = [block[i : i + max_frame_size] for i in range(0, len(block), max_frame_size)]
-    out = [frame(HEADERS, flags, stream_id, pieces[0])]
-    for piece in pieces[1:-1]:
-        out.append(frame(CONTINUATION, 0, stream_id, piece))
-    out.append(frame(CONTINUATION, END_HEADERS, stream_id, pieces[-1]))
-    return b"".join(out)

@@ -153,34 +153,23 @@ class SendSide:
         """The one place a message goes out as a single DATA frame: when it fits the stream's and
         the connection's windows, the peer's frame size and the send-queue bounds, it is queued
         for this turn's write (True); else False, nothing done."""
-        stream = self._streams.get(stream_id)
-        if stream is None or stream.local_closed or self._write_paused or self._out_bytes >= self._send_limit:
-            return False
-        server = self._server
-        if server.send_queued > server.max_send_queued_total:
-            return False
-        total = _frame_message(self._out, stream_id, data, stream.send_window, self._send_window, self._frame_limit)
-        if not total:
-            return False
-        stream.send_window -= total
-        self._send_window -= total
-        self._out_bytes += total
-        self.progress += 1
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
-        return True
+        return self._send_framed(_frame_message, stream_id, data)
 
     def send_fields_now(self, stream_id: int, fields: tuple) -> bool:
         """``send_now`` of a message of unsigned varint fields (``frames.uint_fields``: an ack),
         encoded and framed by one codec call into one buffer, with the same windows and bounds."""
+        return self._send_framed(_frame_fields, stream_id, fields)
+
+    def _send_framed(self, framer, stream_id: int, payload) -> bool:
+        """``framer`` (a codec call) appends ``payload`` as one DATA frame when the windows, the
+        frame size and the send-queue bounds allow; the windows and the turn's write follow."""
         stream = self._streams.get(stream_id)
         if stream is None or stream.local_closed or self._write_paused or self._out_bytes >= self._send_limit:
             return False
         server = self._server
         if server.send_queued > server.max_send_queued_total:
             return False
-        total = _frame_fields(self._out, stream_id, fields, stream.send_window, self._send_window, self._frame_limit)
+        total = framer(self._out, stream_id, payload, stream.send_window, self._send_window, self._frame_limit)
         if not total:
             return False
         stream.send_window -= total

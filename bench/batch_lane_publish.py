@@ -22,10 +22,10 @@ the last ack, per call: the handler's read and answer, the publish checks, the W
 commit and the ack's serialization; no subscriptions, so no delivery.  Each round runs each tree
 in a fresh interpreter (``PYTHONPATH``), alternating which goes first.
 
-``--callgrind`` counts instructions instead (valgrind's callgrind): each tree runs 20 and then 60
-calls per topic after the same warm-up, and the difference of the two totals over the 40 extra
-calls per topic is the instructions per call, the interpreter's start, the broker's and the
-warm-up cancelling out.  The count does not move with the machine's load.
+``--callgrind`` counts instructions instead (valgrind's callgrind) on the event loop's thread: each
+tree runs 20 and then 180 calls per topic after the same warm-up, and the difference of the two
+totals over the 160 extra calls per topic is the instructions per call, the interpreter's start,
+the broker's and the warm-up cancelling out.  The count hardly moves with the machine's load.
 """
 
 from __future__ import annotations
@@ -294,17 +294,25 @@ def run_tree(tree: str, args) -> float:
 
 
 def instructions_per_call(tree: str, args) -> float:
+    """The event loop's thread only (``--separate-threads``: the WAL's and the metadata store's
+    threads run on their own clocks, which made the count move by a few per cent from run to
+    run), with a fixed hash seed."""
     totals = []
-    for calls in (20, 60):
+    extra = 160  # calls per topic counted: a run's own noise (about 1M instructions) stays under 1%
+    for calls in (20, 20 + extra):
         out_file = f"/tmp/batch_lane_publish-{os.getpid()}.callgrind"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}", sys.executable, __file__]
-        cmd += ["--child", "--topics", str(args.topics), "--calls", str(calls), "--sync", args.sync]
-        cmd += ["--h2"] if args.h2 else []
-        subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": tree})
-        with open(out_file) as f:
+        cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out_file}"]
+        cmd += [sys.executable, __file__, "--child", "--topics", str(args.topics), "--calls", str(calls)]
+        cmd += ["--sync", args.sync] + (["--h2"] if args.h2 else [])
+        env = {**os.environ, "PYTHONPATH": tree, "PYTHONHASHSEED": "0"}
+        subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+        main_thread = f"{out_file}-01"
+        with open(main_thread) as f:
             totals.append(next(int(line.split()[1]) for line in f if line.startswith("totals:")))
-        os.unlink(out_file)
-    return (totals[1] - totals[0]) / (40 * args.topics)
+        for name in os.listdir("/tmp"):
+            if name.startswith(os.path.basename(out_file)):
+                os.unlink(os.path.join("/tmp", name))
+    return (totals[1] - totals[0]) / (extra * args.topics)
 
 
 def main() -> None:

@@ -144,7 +144,7 @@ class FakeBroker:
         self.ack_calls += 1
         self.acked[consumer_id].update(offsets)
 
-    def publish_nowait(self, producer_id, frames_buf):
+    def publish_nowait(self, producer_id, frames_buf, answer=None, tag=0):
         return None  # the batch lane then takes the awaited path (publish)
 
     def ack_ranges_now(self, consumer_id, ranges):

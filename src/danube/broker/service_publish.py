@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Callable
 
 from danube import message_codec
@@ -27,6 +28,7 @@ from danube.metadata import keys
 from danube.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
+_check_fields = message_codec.check_fields
 
 
 def check_deliverable(buf, producer: Producer) -> None:
@@ -165,26 +167,46 @@ class Publishing:
             if not self._publishing:
                 self._published.set()
 
-    def publish_nowait(self, producer_id: int, frames_buf: bytearray) -> asyncio.Future | None:
+    def publish_nowait(
+        self,
+        producer_id: int,
+        frames_buf: bytearray,
+        answer: Callable[[int, int, asyncio.Future], None] | None = None,
+        tag: int = 0,
+    ) -> asyncio.Future | None:
         """:meth:`publish` without a task per call (the batch lane's per-call path): checked and
         appended now (errors raise here), the future resolves to (first, last) once durable.
         None when the producer is not loaded here yet (a restart): the caller awaits
-        :meth:`publish`, which loads it."""
+        :meth:`publish`, which loads it.  ``answer``: called as ``answer(tag, producer_id,
+        future)`` once the future is done, from the one callback that also settles the broker's
+        count of publishes in flight (a second done-callback would cost a loop callback per call)."""
         if self._draining or self._writes_refused or (self.lease_fresh is not None and not self.lease_fresh()):
             self._check_accepting(producer_id)  # (``writes_refused``, inlined: the per-call path)
         producer = self._producers.get(producer_id)
         if producer is None or producer.closed:
             return None
-        check_deliverable(frames_buf, producer)
+        if _check_fields(frames_buf, producer.id)[0] >= 0:  # (``check_deliverable``'s test, inline)
+            check_deliverable(frames_buf, producer)
         fut = producer.topic.publish_nowait(producer, frames_buf)
         self._publishing += 1
-        fut.add_done_callback(self._publish_answered)
+        if answer is None:
+            fut.add_done_callback(self._publish_answered)
+        else:
+            fut.add_done_callback(partial(self._answer_published, answer, tag, producer_id))
         return fut
 
     def _publish_answered(self, _fut: asyncio.Future) -> None:
         self._publishing -= 1
         if not self._publishing:
             self._published.set()
+
+    def _answer_published(
+        self, answer: Callable[[int, int, asyncio.Future], None], tag: int, producer_id: int, fut: asyncio.Future
+    ) -> None:
+        self._publishing -= 1
+        if not self._publishing:
+            self._published.set()
+        answer(tag, producer_id, fut)
 
     def _check_accepting(self, producer_id: int | None = None) -> None:
         if self._draining:

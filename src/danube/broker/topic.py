@@ -130,7 +130,8 @@ class Topic:
         self.messages_in += count
         self.bytes_in += nbytes
         if notify:
-            self.notify_subscriptions()
+            for sub in self.subscriptions.values():  # (``notify_subscriptions``, inline: every commit's path)
+                sub.notify()
 
     def notify_subscriptions(self) -> None:
         for sub in self.subscriptions.values():

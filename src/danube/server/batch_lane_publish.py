@@ -4,7 +4,6 @@ stream, which reads batches and answers each with its ack once the batch is dura
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections import deque
 from typing import TYPE_CHECKING, AsyncIterator, Callable, cast
@@ -48,7 +47,8 @@ class PublishLane:
     if TYPE_CHECKING:
         _broker: BrokerService
         _schema: SchemaGate | None
-        _publish_nowait: Callable[[int, bytearray], asyncio.Future | None] | None
+        # (producer id, frames, answer, tag): ``answer(tag, producer_id, future)`` once it is done
+        _publish_nowait: Callable[..., asyncio.Future | None] | None
         _repartition: RepartitionRuntime | None
 
     async def _create_producer(self, spec: pb.ProducerSpec) -> int:
@@ -260,15 +260,14 @@ class PublishLane:
                     if not frames:
                         raise InvalidArgumentError("empty batch: a publish request needs at least one frame")
                     validate(frames)
-                    now = publish_nowait(producer_id, bytearray(frames))  # a writable copy, stamped in place
+                    # a writable copy, stamped in place; ``answered`` is called once it is durable
+                    now = publish_nowait(producer_id, bytearray(frames), answered, request.sequence)
                 except Exception as exc:  # noqa: BLE001 - refused (or a bug): this batch, not the stream
                     if not isinstance(exc, DanubeError):
                         log.exception("publish of batch %d failed", request.sequence)
                     queue(refused_ack(request.sequence, producer_id, exc))
                     settle()
                     return
-                if now is not None:
-                    now.add_done_callback(functools.partial(answered, request.sequence, producer_id))
             if now is None:  # a producer to create or load, a check that awaits: in turn, in a task
                 task = asyncio.ensure_future(store(request))
                 tasks.add(task)

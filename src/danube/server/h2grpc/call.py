@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from grpc.aio import AbortError
 
-from danube.server.h2grpc import wire
+from danube.server.h2grpc import frames, wire
 from danube.server.h2grpc.context import RequestIterator, ServicerContextPart
 
 if TYPE_CHECKING:
@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 UNREAD_MESSAGES_BEFORE_BACKPRESSURE = 4
 _OK = grpc.StatusCode.OK
 _Encoded = wire.Encoded
+# The codec's framers, handed to the connection's ``_send_framed`` straight from a write (no
+# ``send_now`` / ``send_fields_now`` frame in between on every streamed message and ack).
+_frame_message = frames.frame_message
+_frame_fields = frames.frame_fields
 # What a finished call's reader becomes: its partial message is dropped with it.
 _SPENT_READER = wire.MessageReader(0)
 
@@ -542,7 +546,7 @@ class ServerCall(ServicerContextPart):
         if not self._headers_sent:
             self._headers_sent = True
             self._connection.send_response_headers(self.stream_id)
-        return self._connection.send_now(self.stream_id, message)
+        return self._connection._send_framed(_frame_message, self.stream_id, message)
 
     def write_fields_nowait(self, fields: tuple) -> bool:
         """``write_nowait`` of a response that is a message of unsigned varint fields numbered 1,
@@ -553,7 +557,7 @@ class ServerCall(ServicerContextPart):
         if not self._headers_sent:
             self._headers_sent = True
             self._connection.send_response_headers(self.stream_id)
-        return self._connection.send_fields_now(self.stream_id, fields)
+        return self._connection._send_framed(_frame_fields, self.stream_id, fields)
 
     async def send_initial_metadata(self, initial_metadata) -> None:
         if not self._headers_sent:

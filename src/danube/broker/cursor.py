@@ -79,16 +79,17 @@ class AckTracker:
 
     def delivered(self, first: int, last: int, consumer_id: int, deadline: float) -> None:
         run = Run(first, last, consumer_id, deadline)
-        old = self._runs.get(first)
-        if old is not None:  # its first offset was taken back and goes out again: it starts later
-            self._trim_front(old)
-        self._runs[first] = run
-        if not self._firsts or first > self._firsts[-1]:
-            self._firsts.append(first)
+        firsts = self._firsts
+        if not firsts or first > firsts[-1]:  # (fresh frames: after every run in flight)
+            firsts.append(first)
         else:
-            bisect.insort(self._firsts, first)
+            old = self._runs.get(first)
+            if old is not None:  # its first offset was taken back and goes out again: it starts later
+                self._trim_front(old)
+            bisect.insort(firsts, first)
+        self._runs[first] = run
         self.order.append(run)
-        self.unacked += run.remaining
+        self.unacked += last - first + 1
 
     def _trim_front(self, run: Run) -> None:
         """``run`` (live) now starts at its lowest outstanding offset: its settled front leaves it,

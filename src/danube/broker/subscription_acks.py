@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("danube.broker.subscription")
 
+_monotonic = time.monotonic
+
 # Early acks kept per subscription at most (beyond: not recorded; those messages are delivered again).
 _MAX_EARLY_ACKS = 65_536
 
@@ -49,14 +51,32 @@ class AckHandling(SubscriptionState):
         tracker = self.tracker
         order = tracker.order
         if order:
-            now = time.monotonic()
+            now = _monotonic()
             if order[0].deadline <= now:
                 self._expire_due(now)
         was_full = tracker.unacked >= self.settings.max_unacked_messages
         next_read = self.next_read
         cursor = tracker.cursor
         fast = 0
-        if not self._reasons:
+        if len(ranges) == 1 and not self._reasons:
+            # (the usual ack: one range, the oldest deliveries in flight; ``_acked`` inline)
+            lo, hi = ranges[0]
+            fast = tracker.ack_oldest(lo, hi, next_read)
+            if fast > 0:
+                counts = self._counts
+                if counts is None:
+                    self.metrics.acked(self.topic.name, self.name, fast)
+                else:
+                    counts[2] += fast
+                if tracker.cursor != cursor:
+                    self.dirty = True
+                if was_full or self.dispatcher.acks_release:
+                    self.notify()
+                return fast
+            if fast == 0:
+                return 0
+            fast = 0
+        elif not self._reasons:
             # the usual acks, of the oldest deliveries in flight in turn: each range acked and the
             # cursor moved in one call; the first range that is not that case, and those after it,
             # go the general way

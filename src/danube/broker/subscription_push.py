@@ -94,13 +94,14 @@ class PushDelivery(SubscriptionState):
         waiters = self._waiters
         if not waiters:
             return
+        if len(waiters) == 1 and self._push and not self.read_lock.locked():
+            self._push_single(waiters[0])  # (one consumer per topic, the usual case)
+            return
         self._waiters = []
         if len(waiters) > 1:
             self.dispatcher.order_waiters(waiters)  # woken receivers fetch in this order
             if self._push and not self.read_lock.locked():
                 waiters = self._push_pass(waiters)
-        elif self._push and not self.read_lock.locked():
-            waiters = self._push_single(waiters)
         for _, waiter in waiters:
             wake(waiter)
 
@@ -146,17 +147,21 @@ class PushDelivery(SubscriptionState):
         self._waiters.extend(idle)
         return woken
 
-    def _push_single(self, waiters: list[tuple[Consumer, asyncio.Future]]) -> list[tuple[Consumer, asyncio.Future]]:
-        """:meth:`_push_pass` for one waiting receive (one consumer per topic, the usual case),
-        without the lists a round of several takes."""
-        consumer, waiter = waiters[0]
+    def _push_single(self, item: tuple[Consumer, asyncio.Future]) -> None:
+        """:meth:`_push_pass` for the one waiting receive (``item``, the only entry of ``_waiters``),
+        without the lists a round of several takes: it stays in ``_waiters`` while it has nothing
+        more to take, and is woken when its task must go on itself."""
+        consumer, waiter = item
         entry = self._push.get(waiter)
         if entry is None:
-            return waiters
+            self._waiters = []
+            wake(waiter)
+            return
         outcome: str | None = None
         # One consumer of a type that then delivers fresh frames in offset order with no rule of
         # its own (exclusive, failover, shared): the plain case may take the fast path.
         plain = len(self.consumers) == 1 and self.dispatcher.solo_in_order
+        topic = self.topic
         self._pushing = True
         try:
             for _round in range(_PUSH_ROUNDS):
@@ -165,22 +170,22 @@ class PushDelivery(SubscriptionState):
                     outcome = self._push_one(consumer, waiter, entry)
                 if outcome is not _PUSHED:
                     break
-                if self.next_read >= self.topic.readable_next:  # nothing fresh left for another round
+                if self.next_read >= topic.readable_next:  # nothing fresh left for another round
                     outcome = _IDLE
                     break
             else:
                 outcome = None  # still delivering: its task goes on reading
         finally:
             self._pushing = False
-        if outcome is None:
-            self._renotify = False
-            return waiters
         if self._renotify:  # something changed under the pass: the receive looks again itself
             self._renotify = False
-            return waiters if outcome is _IDLE else []
-        if outcome is _IDLE:
-            self._waiters.append(waiters[0])
-        return []
+            if outcome is _IDLE:
+                outcome = None
+        elif outcome is _IDLE:
+            return  # it stays waiting
+        self._waiters = []
+        if outcome is None:
+            wake(waiter)
 
     def _push_fresh(self, consumer: Consumer, waiter: asyncio.Future, entry: PushEntry) -> str | None:
         """:meth:`_push_one` in the plain case, inline: the receive's stream is current, nothing is
@@ -229,7 +234,8 @@ class PushDelivery(SubscriptionState):
         end, count = _frames_within(view, max_messages, max_bytes)
         if count == 0:
             return None
-        view = view[:end]
+        if end != len(view):
+            view = view[:end]
         if _check_fields(view)[0] >= 0:  # a record no subscriber can decode: the general path
             return None
         # Tracked and counted as _track_fresh and _count do.
@@ -254,7 +260,16 @@ class PushDelivery(SubscriptionState):
         if room is None:  # not written: the receive returns it and its stream writes it
             waiter.set_result(Delivery(view, next_read, last, count))
             return _DONE
-        return self._pushed(waiter, entry, room, now, reliable and entry.fires_at - now > timeout)
+        # (``_pushed``, inline)
+        messages, nbytes = room
+        if messages <= 0 or nbytes <= 0:
+            waiter.set_result(NOTHING)  # out of credit: the stream waits for more
+            return _DONE
+        entry.max_messages = messages
+        entry.max_bytes = nbytes
+        if reliable and entry.fires_at - now > timeout:
+            self._rearm(waiter, entry)
+        return _PUSHED
 
     def _push_one(self, consumer: Consumer, waiter: asyncio.Future, entry: PushEntry) -> str:
         """One delivery to a push receive: ``_PUSHED`` (written, it has credit left), ``_IDLE``

@@ -16,8 +16,10 @@ from danube.server import status as status_map
 from danube.server.batch_lane_wire import (
     ack_pairs,
     batch_status,
+    consume_batch_parts,
     encoded_batch,
     encoded_delivery,
+    new_encoded,
     redelivery_counts_in_frame_order,
 )
 from danube.server.h2grpc.wire import Encoded
@@ -213,7 +215,13 @@ class ConsumeLane:
                 if kind == "ack":  # (the most frequent: one per delivery)
                     ack = request.ack
                     target = ack.consumer_id or consumer_id
-                    pairs, _named = ack_pairs(ack.ranges)
+                    ranges = ack.ranges
+                    if len(ranges) == 1:  # (``ack_pairs``' usual case inline: no call per ack)
+                        r = ranges[0]
+                        first, last = r.first, r.last
+                        pairs = [(first, last)] if 0 <= last - first < 1_000_000 else ack_pairs(ranges)[0]
+                    else:
+                        pairs = ack_pairs(ranges)[0]
                     if pairs and tasks:  # behind a nack still being applied: in order, after it
                         later(self._ack_loading(target, pairs))
                     elif pairs:
@@ -247,11 +255,16 @@ class ConsumeLane:
                 """A fresh delivery written in the turn that made it available, while this handler
                 waits in its receive (so nothing of this stream is being written); None when it must
                 go the awaited way (news to attend to first, or the stream cannot take it now)."""
-                if interrupt[0].done() or not write(encoded_delivery(frames, first, last, count)):
+                if interrupt[0].done():
                     return None
-                credit[0] -= count
-                credit[1] -= len(frames)
-                return credit[0], credit[1]
+                # (``encoded_delivery`` inline: its two C calls, no Python frame per delivery)
+                if not write(new_encoded(Encoded, consume_batch_parts(frames, first, last, count))):
+                    return None
+                messages = credit[0] - count
+                nbytes = credit[1] - len(frames)
+                credit[0] = messages
+                credit[1] = nbytes
+                return messages, nbytes
 
             pusher = push
         try:

@@ -114,12 +114,14 @@ def batch_fields(first: int, last: int, count: int) -> bytes:
     return _ConsumeBatch(first_offset=first, last_offset=last, count=count).SerializeToString()
 
 
-_consume_batch = _native.load("pbwire").consume_batch
-_new_encoded = tuple.__new__
+# A fresh delivery's ConsumeResponse as its three parts (the compiled core), and the call that makes
+# them an ``Encoded`` without its ``__new__`` frame: the push path calls both inline.
+consume_batch_parts = _native.load("pbwire").consume_batch
+new_encoded = tuple.__new__
 
 
 def encoded_delivery(frames, first: int, last: int, count: int) -> Encoded:
     """A fresh delivery's ``ConsumeResponse``: the bytes of ``encoded_batch(frames,
     batch_fields(first, last, count))``, its fields written by the compiled core in one call
     (no protobuf message per delivery)."""
-    return _new_encoded(Encoded, _consume_batch(frames, first, last, count))
+    return new_encoded(Encoded, consume_batch_parts(frames, first, last, count))

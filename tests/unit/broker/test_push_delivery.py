@@ -79,6 +79,28 @@ async def test_a_waiting_stream_is_written_without_its_receive_returning(broker)
     assert texts(rest.frames) == ["i"] and rest.first_offset == 8
 
 
+async def test_a_lone_waiting_stream_stays_registered_once_across_pushes_and_acks(broker):
+    """The one push receive of a subscription stays in its waiters while it has nothing more to
+    take (not taken out and put back per notify): exactly once, whatever the pushes and acks."""
+    pid = await broker.create_producer(T, "p", reliable=True)
+    cid = await broker.subscribe(T, "s", "c", sub_type="exclusive")
+    stream = Stream(100)
+    task = start(broker, cid, stream)
+    await waiting(broker, T, "s")
+    sub = broker.topics[T].subscriptions["s"]
+    for i in range(5):
+        await broker.publish(pid, batch(f"m{i}"))
+        assert [c.id for c, _ in sub._waiters] == [cid]
+        await broker.ack_ranges(cid, [(i, i)])
+        assert [c.id for c, _ in sub._waiters] == [cid] and sub.cursor == i
+    assert stream.payloads() == [f"m{i}" for i in range(5)] and not task.done()
+    # out of credit: the receive returns empty and leaves the waiters
+    stream.credit[0] = 1
+    await broker.publish(pid, batch("last"))
+    assert (await asyncio.wait_for(task, 2)).count == 0
+    assert sub._waiters == []
+
+
 async def test_a_stream_that_cannot_write_gets_the_delivery_from_its_receive(broker):
     pid = await broker.create_producer(T, "p", reliable=True)
     cid = await broker.subscribe(T, "s", "c", sub_type="exclusive")

@@ -217,6 +217,7 @@ class BrokerConnection:
         self.channel = self._open_channel()
         self.discovery = danube_grpc.DiscoveryStub(self.channel)
         self.health = danube_grpc.HealthCheckStub(self.channel)
+        self.batch_health = True  # the batch lane's Health, until the broker answers UNIMPLEMENTED
         stub = batch_grpc.BatchLaneStub(self.channel)
         self.batch_lane: H2BatchLane | batch_grpc.BatchLaneStub
         if self.transport == "h2":

@@ -102,7 +102,7 @@ def ack_request(ranges) -> pb.ConsumeRequest:
 class Outbox:
     """The requests one partition consumer has not written yet, and the one writer waiting for them."""
 
-    __slots__ = ("_items", "_waiter", "_linger", "_max_messages", "_ticker", "_ticking")
+    __slots__ = ("_items", "_waiter", "_linger", "_max_messages", "_ticker", "_ticking", "_loop")
 
     def __init__(self, linger_s: float, max_messages: int) -> None:
         self._items: deque = deque()
@@ -111,6 +111,9 @@ class Outbox:
         self._max_messages = max_messages
         self._ticker: _Ticker | None = None  # its loop's, taken at the first ack
         self._ticking = False  # waiting on the ticker already
+        # the writer's loop, kept once it waited: asyncio.get_running_loop() asks the kernel for
+        # the pid on every call (CPython 3.11), and the writer waits once per request
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -203,7 +206,10 @@ class Outbox:
         marker at the head means everything before it is written."""
         while True:
             while not self._ready():
-                waiter = self._waiter = asyncio.get_running_loop().create_future()
+                loop = self._loop
+                if loop is None:
+                    loop = self._loop = asyncio.get_running_loop()
+                waiter = self._waiter = loop.create_future()
                 try:
                     await waiter
                 finally:

@@ -1,7 +1,8 @@
 """What one partition consumer sends on its ``Consume`` stream: credit, acks and nacks, in order.
 
 Acks wait as plain ``[first, last]`` pairs, merged while they wait, and become one ``AckBatch``
-request only when the stream's writer takes them: an ack costs no protobuf object of its own.
+request only when the stream's writer takes them, encoded to bytes directly
+(``requests_wire.ack_request``): an ack costs no protobuf object.
 An ack run lingers (so the acks of the next few batches join it) until the linger ticker of its
 event loop releases it, until it covers ``max_messages`` (acks held longer than that would hold
 deliveries back at the broker's unacked window), or until something queued after it (a credit
@@ -22,6 +23,7 @@ import asyncio
 import weakref
 from collections import deque
 
+from danube.client.requests_wire import ack_request
 from danube.proto.danube_batch import batch_pb2 as pb
 
 # Ends the stream's requests (put by close()): the writer half-closes after what is queued before it.
@@ -90,13 +92,6 @@ def _ticker(linger: float) -> _Ticker:
     if ticker is None:
         ticker = by_linger[linger] = _Ticker(loop, linger)
     return ticker
-
-
-def ack_request(ranges) -> pb.ConsumeRequest:
-    """One in-stream ack of ``[first, last]`` pairs (consumer 0: the stream's own consumer)."""
-    return pb.ConsumeRequest(
-        ack=pb.AckBatch(consumer_id=0, ranges=[pb.OffsetRange(first=f, last=last) for f, last in ranges])
-    )
 
 
 class Outbox:
@@ -199,8 +194,9 @@ class Outbox:
         first = items[0]
         return type(first) is not _AckRun or first.due or len(items) > 1
 
-    async def next(self) -> pb.ConsumeRequest | None:
-        """The next request to write, once one may go out; None at END (which stays queued).
+    async def next(self) -> pb.ConsumeRequest | bytes | None:
+        """The next request to write (an ack as its encoded bytes), once one may go out; None at
+        END (which stays queued).
 
         The writer asks for the next request only once the previous one is written, so a flush
         marker at the head means everything before it is written."""

@@ -110,6 +110,19 @@ class H2StreamCall:
         if conn.write_paused:
             await conn.drained()
 
+    def write_nowait(self, request: Any) -> bool:
+        """``write`` when it would not wait: True once ``request`` is queued for this loop turn's
+        socket write; False, nothing written, when ``write`` must be awaited instead (the stream
+        not open yet, a flow-control window or the frame size too small, the socket's buffer
+        full, the call over or the request too large: ``write`` waits, or raises what it does)."""
+        conn = self._conn
+        if conn is None or self._code is not None or self._local_closed or conn.write_paused:
+            return False
+        data = self._serialize(request)
+        if len(data) > self._max_send:
+            return False
+        return conn.send_now(self, data)
+
     async def done_writing(self) -> None:
         if self._code is not None or self._local_closed:
             return

@@ -155,6 +155,23 @@ async def test_writer_waits_for_window_update_and_never_exceeds_the_windows():
     assert frames.MessageReader(1000).feed(data) == [payload.SerializeToString()]
 
 
+async def test_write_nowait_writes_only_what_would_not_wait_and_never_part_of_a_message():
+    peer = Peer()
+    peer.feed(peer.settings([(frames.INITIAL_WINDOW_SIZE, 40)]))
+    call = peer.call()
+    assert not call.write_nowait(pb.PublishRequest(sequence=1))  # the stream is not open yet
+    await turn()
+    small, large = pb.PublishRequest(sequence=2), pb.PublishRequest(frames=b"x" * 100)
+    assert call.write_nowait(small)
+    assert not call.write_nowait(large)  # past the stream's window: nothing of it goes out
+    assert call.send_window == 40 - frames.PREFIX_SIZE - len(small.SerializeToString())
+    await turn()
+    data = b"".join(p for kind, _, _, p in peer.sent() if kind == frames.DATA)
+    assert frames.MessageReader(1000).feed(data) == [small.SerializeToString()]
+    assert call.cancel()
+    assert not call.write_nowait(small)  # over: write() raises, write_nowait leaves it to write()
+
+
 async def test_reading_messages_gives_the_stream_window_back():
     limits = H2ClientLimits(stream_window=65536, keepalive_s=0)
     peer = Peer(limits)

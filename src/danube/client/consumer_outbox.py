@@ -15,6 +15,11 @@ together).
 The outbox outlives its streams: what a broken stream did not write goes out on the next one
 (credit grants excepted: a new stream starts with the whole window).  ``flush()`` releases what
 lingers and queues a marker the writer resolves once everything before it is written.
+
+On the h2 transport a stream's writer lends the outbox its call's ``write_nowait``: while the
+writer waits, a request that becomes ready is written by whoever made it ready (the linger
+ticker, an ack past ``max_messages``, a credit grant) in the same order, and the writer's task is
+woken only for what has to wait.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 from danube.client.requests_wire import ack_request
 from danube.proto.danube_batch import batch_pb2 as pb
@@ -97,7 +104,7 @@ def _ticker(linger: float) -> _Ticker:
 class Outbox:
     """The requests one partition consumer has not written yet, and the one writer waiting for them."""
 
-    __slots__ = ("_items", "_waiter", "_linger", "_max_messages", "_ticker", "_ticking", "_loop")
+    __slots__ = ("_items", "_waiter", "_linger", "_max_messages", "_ticker", "_ticking", "_loop", "direct")
 
     def __init__(self, linger_s: float, max_messages: int) -> None:
         self._items: deque = deque()
@@ -109,6 +116,9 @@ class Outbox:
         # the writer's loop, kept once it waited: asyncio.get_running_loop() asks the kernel for
         # the pid on every call (CPython 3.11), and the writer waits once per request
         self._loop: asyncio.AbstractEventLoop | None = None
+        # the stream's ``write_nowait`` (h2 transport), set by its writer: while the writer waits,
+        # what becomes ready is written at once instead of waking the writer's task
+        self.direct: Callable[[Any], bool] | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -122,12 +132,16 @@ class Outbox:
         """Acks ``[first, last]``: joins the acks waiting at the end of the queue, or starts a run."""
         items = self._items
         run = items[-1] if items else None
+        wake = False
         if type(run) is not _AckRun:
             run = _AckRun()
             items.append(run)
             if not self._linger:
+                # the writer's task takes it: the acks of this loop turn join the run meanwhile
                 run.due = True
-                self._wake()
+                waiter = self._waiter
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
             elif not self._ticking:
                 self._ticking = True
                 ticker = self._ticker
@@ -141,7 +155,8 @@ class Outbox:
             ranges.append([first, last])
         run.messages += last - first + 1
         if run.messages >= self._max_messages and not run.due:
-            run.due = True
+            run.due = wake = True
+        if wake:  # once the run holds this ack: a lent write_nowait writes it now
             self._wake()
 
     def restart(self, credit: pb.ConsumeRequest) -> None:
@@ -185,7 +200,29 @@ class Outbox:
     def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
+            if self.direct is not None and self._write_direct(self.direct):
+                return
             waiter.set_result(None)
+
+    def _write_direct(self, write: Callable[[Any], bool]) -> bool:
+        """What ``next()`` would hand the waiting writer, written through ``write`` in the same
+        order: True when nothing ready is left; False when the writer must take the rest (the
+        end of the stream, or a request ``write`` could not write without waiting)."""
+        items = self._items
+        while self._ready():
+            item = items[0]
+            if item is END:
+                return False
+            kind = type(item)
+            if kind is _Flushed:
+                items.popleft()
+                if not item.future.done():
+                    item.future.set_result(None)
+                continue
+            if not write(ack_request(item.ranges) if kind is _AckRun else item):
+                return False
+            items.popleft()
+        return True
 
     def _ready(self) -> bool:
         items = self._items

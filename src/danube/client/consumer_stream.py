@@ -280,6 +280,7 @@ class PartitionConsumer:
         outbox = self._outbox
         try:
             await call.write(pb.ConsumeRequest(subscribe=self.spec()))
+            outbox.direct = getattr(call, "write_nowait", None)  # the h2 transport's call
             while True:
                 request = await outbox.next()
                 if request is None:
@@ -289,6 +290,8 @@ class PartitionConsumer:
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
             # The call ended: its reader sees why (and re-subscribes); what was not written stays queued.
             log.debug("consume stream of %s stopped writing: %r", self.topic, exc)
+        finally:
+            outbox.direct = None
 
     async def close(self) -> None:
         self._closing = True

@@ -17,8 +17,8 @@ Danube's call names one producer or consumer.  Against a broker with the batch l
 (one call naming many ids, answered with the ones it no longer serves) the due watches of one
 connection wait up to a quarter interval for each other (so a check may come that much later) and
 go out in one call: a thousand watches over 25 connections cost about 20 calls a second, not 200.
-A broker without it (answering UNIMPLEMENTED) is asked with Danube's ``HealthCheck`` per watch from
-then on.
+A broker without it (answering UNIMPLEMENTED, or PERMISSION_DENIED from an authorization that does
+not know it) is asked with Danube's ``HealthCheck`` per watch from then on.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ DEFAULT_INTERVAL_S = 5.0
 TICK_S = 0.05  # the shared checker wakes at most this often
 MAX_SLOTS = 200
 BATCH_WAIT = 0.25  # of the interval: how long a connection's due watches wait for each other
+_NO_BATCH_CALL = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED)
 
 ClientType = danube_pb.HealthCheckRequest.ClientType
 PRODUCER = danube_pb.HealthCheckRequest.Producer
@@ -189,8 +190,10 @@ class HealthChecker:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - unreachable broker, closed channel: the streams handle it
-            if isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                conn.batch_health = False  # an older broker: Danube's call per watch from now on
+            if isinstance(exc, grpc.aio.AioRpcError) and exc.code() in _NO_BATCH_CALL:
+                # an older broker (or one whose authorization does not know the call): Danube's
+                # call per watch from now on
+                conn.batch_health = False
                 for w, _ in waiting:
                     w.checking = False
                 await asyncio.gather(*(w.check_and_react() for w, _ in waiting), return_exceptions=True)

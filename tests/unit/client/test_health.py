@@ -6,6 +6,7 @@ import asyncio
 import math
 
 import grpc
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -189,16 +190,16 @@ async def test_not_connected_or_no_id_yet_is_not_asked_and_interval_zero_never_s
 class FakeBatchLane:
     """The batch lane's ``Health``: the ids in ``closed`` come back closed; or UNIMPLEMENTED."""
 
-    def __init__(self, closed: set[int], implemented: bool = True) -> None:
+    def __init__(self, closed: set[int], refusal: grpc.StatusCode | None = None) -> None:
         self.closed = closed
-        self.implemented = implemented
+        self.refusal = refusal
         self.calls: list[tuple[list[int], list[int]]] = []  # (producer ids, consumer ids)
 
     async def Health(self, request, timeout):  # noqa: N802 - the gRPC method's name
-        if not self.implemented:
+        if self.refusal is not None:
             from danube.client.h2.status import rpc_error
 
-            raise rpc_error(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            raise rpc_error(self.refusal, "not this call")
         self.calls.append((list(request.producer_ids), list(request.consumer_ids)))
         return batch_pb.HealthResponse(
             closed_producer_ids=[i for i in request.producer_ids if i in self.closed],
@@ -251,10 +252,11 @@ async def test_watches_of_one_connection_are_checked_together_by_the_batch_call(
     assert health.watching() == 0
 
 
-async def test_a_broker_without_the_batch_call_is_asked_per_watch_from_then_on():
+@pytest.mark.parametrize("refusal", [grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED])
+async def test_a_broker_without_the_batch_call_is_asked_per_watch_from_then_on(refusal):
     stub, closes = FakeStub(), []
     stub.closed = {1}
-    lane = FakeBatchLane(set(), implemented=False)
+    lane = FakeBatchLane(set(), refusal)
     conn = FakeBatchConn(stub, lane)
     watches = [
         HealthWatch(PRODUCER, lambda i=i: (conn, i), lambda i=i: closes.append(i), interval_s=0.1, what=f"p{i}")

@@ -394,6 +394,46 @@ class PartitionProducer:
                 log.exception("publish stream of %s: writing a request failed", self.topic)
                 call.cancel()
 
+        def take_acks(acks: list) -> None:
+            """Settles the batches of the acks that arrived (in order)."""
+            for ack in acks:
+                window.release()
+                members = merged.pop(ack.sequence, None) if merged else None
+                if members is None:
+                    batch = unacked.get(ack.sequence)
+                    if batch is None:
+                        continue
+                    if ack.HasField("status") and ack.status.code != 0:
+                        if not self._refused_or_failed([(ack.sequence, batch)], ack.status):
+                            continue
+                    else:
+                        del unacked[ack.sequence]
+                        self._retry.reset()
+                        if listeners:
+                            self.owner.on_ack(batch, ack.first_offset, ack.last_offset)
+                        batch.resolve(ack.first_offset, ack.last_offset)
+                elif ack.HasField("status") and ack.status.code != 0:
+                    batches = [(seq, unacked[seq]) for seq, _ in members if seq in unacked]
+                    if not batches or not self._refused_or_failed(batches, ack.status):
+                        continue
+                else:
+                    first = ack.first_offset
+                    settled = False
+                    for seq, count in members:
+                        batch = unacked.pop(seq, None)
+                        if batch is not None:
+                            settled = True
+                            if listeners:
+                                self.owner.on_ack(batch, first, first + count - 1)
+                            batch.resolve(first, first + count - 1)
+                        first += count
+                    if not settled:  # every one acked meanwhile by an earlier stream
+                        continue
+                    self._retry.reset()
+                self._after_ack()
+                if self._closing and not unacked and self._to_send.empty():
+                    to_send.put_nowait(_STOP)
+
         self._draining = False
         self._drain_reason = None
         assert self._conn is not None, "created before streaming"
@@ -405,44 +445,10 @@ class PartitionProducer:
             self._write_now = write_now
         try:
             read_acks = batch_reader(call)
-            while acks := await read_acks():
-                for ack in acks:
-                    window.release()
-                    members = merged.pop(ack.sequence, None) if merged else None
-                    if members is None:
-                        batch = unacked.get(ack.sequence)
-                        if batch is None:
-                            continue
-                        if ack.HasField("status") and ack.status.code != 0:
-                            if not self._refused_or_failed([(ack.sequence, batch)], ack.status):
-                                continue
-                        else:
-                            del unacked[ack.sequence]
-                            self._retry.reset()
-                            if listeners:
-                                self.owner.on_ack(batch, ack.first_offset, ack.last_offset)
-                            batch.resolve(ack.first_offset, ack.last_offset)
-                    elif ack.HasField("status") and ack.status.code != 0:
-                        batches = [(seq, unacked[seq]) for seq, _ in members if seq in unacked]
-                        if not batches or not self._refused_or_failed(batches, ack.status):
-                            continue
-                    else:
-                        first = ack.first_offset
-                        settled = False
-                        for seq, count in members:
-                            batch = unacked.pop(seq, None)
-                            if batch is not None:
-                                settled = True
-                                if listeners:
-                                    self.owner.on_ack(batch, first, first + count - 1)
-                                batch.resolve(first, first + count - 1)
-                            first += count
-                        if not settled:  # every one acked meanwhile by an earlier stream
-                            continue
-                        self._retry.reset()
-                    self._after_ack()
-                    if self._closing and not unacked and self._to_send.empty():
-                        to_send.put_nowait(_STOP)
+            if hasattr(call, "on_messages"):  # the h2 transport's call: acks taken as they arrive
+                call.on_messages = take_acks
+            while acks := await read_acks():  # with on_messages: until the call ends
+                take_acks(acks)
         except asyncio.CancelledError:
             raise cancelled_call_error(f"publish stream of {self.topic} was cancelled by the client") from None
         finally:

@@ -272,7 +272,7 @@ def test_danube_client_batch_lane_with_tls_and_jwt(pki, secret_file, transport):
             await producer.create()
             # the streams on the client's own HTTP/2 over TLS, or on grpc.aio's
             assert type(client.connection().batch_lane).__name__ == (
-                "H2BatchLane" if transport == "h2" else "BatchLaneStub"
+                "H2BatchLane" if transport == "h2" else "GrpcBatchLane"
             )
             consumer = (
                 client.new_consumer()

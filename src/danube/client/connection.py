@@ -25,7 +25,7 @@ import grpc
 
 from danube.client.errors import from_rpc_error, is_retriable
 from danube.client.h2.channel import H2Channel
-from danube.client.h2.lane import TRANSPORTS, H2BatchLane, default_transport
+from danube.client.h2.lane import TRANSPORTS, GrpcBatchLane, H2BatchLane, default_transport
 from danube.client.health import DEFAULT_INTERVAL_S, ClientType, HealthWatch, Target
 from danube.client.security import ClientSecurity
 from danube.client.topology import TopologyWatch
@@ -217,14 +217,15 @@ class BrokerConnection:
         self.channel = self._open_channel()
         self.discovery = danube_grpc.DiscoveryStub(self.channel)
         self.health = danube_grpc.HealthCheckStub(self.channel)
+        self.batch_health = True  # the batch lane's Health, until the broker answers UNIMPLEMENTED
         stub = batch_grpc.BatchLaneStub(self.channel)
-        self.batch_lane: H2BatchLane | batch_grpc.BatchLaneStub
+        self.batch_lane: H2BatchLane | GrpcBatchLane
         if self.transport == "h2":
             self.stream_channel: grpc.aio.Channel | H2Channel = H2Channel(address, security=security)
             self.batch_lane = H2BatchLane(self.stream_channel, stub)
         else:
             self.stream_channel = self.channel
-            self.batch_lane = stub
+            self.batch_lane = GrpcBatchLane(self.channel, stub)
         self._lanes = [_StreamLane(self.stream_channel, self.batch_lane)]
 
     def _open_channel(self) -> grpc.aio.Channel:
@@ -245,7 +246,7 @@ class BrokerConnection:
                 lane = _StreamLane(h2, H2BatchLane(h2, batch_grpc.BatchLaneStub(self.channel)))
             else:
                 channel = self._open_channel()
-                lane = _StreamLane(channel, batch_grpc.BatchLaneStub(channel))
+                lane = _StreamLane(channel, GrpcBatchLane(channel, batch_grpc.BatchLaneStub(channel)))
             self._lanes.append(lane)
         lane.streams += 1
         return lane

@@ -1,7 +1,8 @@
 """What one partition consumer sends on its ``Consume`` stream: credit, acks and nacks, in order.
 
 Acks wait as plain ``[first, last]`` pairs, merged while they wait, and become one ``AckBatch``
-request only when the stream's writer takes them: an ack costs no protobuf object of its own.
+request only when the stream's writer takes them, encoded to bytes directly
+(``requests_wire.ack_request``): an ack costs no protobuf object.
 An ack run lingers (so the acks of the next few batches join it) until the linger ticker of its
 event loop releases it, until it covers ``max_messages`` (acks held longer than that would hold
 deliveries back at the broker's unacked window), or until something queued after it (a credit
@@ -14,6 +15,11 @@ together).
 The outbox outlives its streams: what a broken stream did not write goes out on the next one
 (credit grants excepted: a new stream starts with the whole window).  ``flush()`` releases what
 lingers and queues a marker the writer resolves once everything before it is written.
+
+On the h2 transport a stream's writer lends the outbox its call's ``write_nowait``: while the
+writer waits, a request that becomes ready is written by whoever made it ready (the linger
+ticker, an ack past ``max_messages``, a credit grant) in the same order, and the writer's task is
+woken only for what has to wait.
 """
 
 from __future__ import annotations
@@ -21,7 +27,10 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
+from danube.client.requests_wire import ack_request
 from danube.proto.danube_batch import batch_pb2 as pb
 
 # Ends the stream's requests (put by close()): the writer half-closes after what is queued before it.
@@ -92,17 +101,10 @@ def _ticker(linger: float) -> _Ticker:
     return ticker
 
 
-def ack_request(ranges) -> pb.ConsumeRequest:
-    """One in-stream ack of ``[first, last]`` pairs (consumer 0: the stream's own consumer)."""
-    return pb.ConsumeRequest(
-        ack=pb.AckBatch(consumer_id=0, ranges=[pb.OffsetRange(first=f, last=last) for f, last in ranges])
-    )
-
-
 class Outbox:
     """The requests one partition consumer has not written yet, and the one writer waiting for them."""
 
-    __slots__ = ("_items", "_waiter", "_linger", "_max_messages", "_ticker", "_ticking")
+    __slots__ = ("_items", "_waiter", "_linger", "_max_messages", "_ticker", "_ticking", "_loop", "direct")
 
     def __init__(self, linger_s: float, max_messages: int) -> None:
         self._items: deque = deque()
@@ -111,6 +113,12 @@ class Outbox:
         self._max_messages = max_messages
         self._ticker: _Ticker | None = None  # its loop's, taken at the first ack
         self._ticking = False  # waiting on the ticker already
+        # the writer's loop, kept once it waited: asyncio.get_running_loop() asks the kernel for
+        # the pid on every call (CPython 3.11), and the writer waits once per request
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # the stream's ``write_nowait`` (h2 transport), set by its writer: while the writer waits,
+        # what becomes ready is written at once instead of waking the writer's task
+        self.direct: Callable[[Any], bool] | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -124,12 +132,16 @@ class Outbox:
         """Acks ``[first, last]``: joins the acks waiting at the end of the queue, or starts a run."""
         items = self._items
         run = items[-1] if items else None
+        wake = False
         if type(run) is not _AckRun:
             run = _AckRun()
             items.append(run)
             if not self._linger:
+                # the writer's task takes it: the acks of this loop turn join the run meanwhile
                 run.due = True
-                self._wake()
+                waiter = self._waiter
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
             elif not self._ticking:
                 self._ticking = True
                 ticker = self._ticker
@@ -143,7 +155,8 @@ class Outbox:
             ranges.append([first, last])
         run.messages += last - first + 1
         if run.messages >= self._max_messages and not run.due:
-            run.due = True
+            run.due = wake = True
+        if wake:  # once the run holds this ack: a lent write_nowait writes it now
             self._wake()
 
     def restart(self, credit: pb.ConsumeRequest) -> None:
@@ -187,7 +200,29 @@ class Outbox:
     def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
+            if self.direct is not None and self._write_direct(self.direct):
+                return
             waiter.set_result(None)
+
+    def _write_direct(self, write: Callable[[Any], bool]) -> bool:
+        """What ``next()`` would hand the waiting writer, written through ``write`` in the same
+        order: True when nothing ready is left; False when the writer must take the rest (the
+        end of the stream, or a request ``write`` could not write without waiting)."""
+        items = self._items
+        while self._ready():
+            item = items[0]
+            if item is END:
+                return False
+            kind = type(item)
+            if kind is _Flushed:
+                items.popleft()
+                if not item.future.done():
+                    item.future.set_result(None)
+                continue
+            if not write(ack_request(item.ranges) if kind is _AckRun else item):
+                return False
+            items.popleft()
+        return True
 
     def _ready(self) -> bool:
         items = self._items
@@ -196,14 +231,18 @@ class Outbox:
         first = items[0]
         return type(first) is not _AckRun or first.due or len(items) > 1
 
-    async def next(self) -> pb.ConsumeRequest | None:
-        """The next request to write, once one may go out; None at END (which stays queued).
+    async def next(self) -> pb.ConsumeRequest | bytes | None:
+        """The next request to write (an ack as its encoded bytes), once one may go out; None at
+        END (which stays queued).
 
         The writer asks for the next request only once the previous one is written, so a flush
         marker at the head means everything before it is written."""
         while True:
             while not self._ready():
-                waiter = self._waiter = asyncio.get_running_loop().create_future()
+                loop = self._loop
+                if loop is None:
+                    loop = self._loop = asyncio.get_running_loop()
+                waiter = self._waiter = loop.create_future()
                 try:
                     await waiter
                 finally:

@@ -236,39 +236,46 @@ class PartitionConsumer:
         self._call = call
         writer = asyncio.ensure_future(self._write(call))
         topic, index = self.topic, self.index
+
+        def take(responses: list) -> None:
+            """Deliveries, the subscription's answer and ack errors, in order."""
+            for response in responses:
+                kind = response.WhichOneof("kind")
+                if kind == "batch":
+                    b = response.batch
+                    counts = b.redelivery_counts
+                    owner.deliver(
+                        MessageBatch(
+                            topic,
+                            index,
+                            b.frames,
+                            b.first_offset,
+                            b.last_offset,
+                            b.count,
+                            list(counts) if counts else None,
+                            stream,
+                        )
+                    )
+                elif kind == "subscribed":
+                    self.consumer_id = response.subscribed.consumer_id
+                    self._stream_subscribed = True
+                    self._retry.reset()
+                    if stream > 1:
+                        self.resubscribes += 1
+                    if not self._subscribed.done():
+                        self._subscribed.set_result(self.consumer_id)
+                elif kind == "error":
+                    e = response.error
+                    log.warning(
+                        "ack/nack on %s failed: %s", self.topic, from_batch_status(e.code, e.message, e.retriable)
+                    )
+
         try:
             read_responses = batch_reader(call)
-            while responses := await read_responses():
-                for response in responses:
-                    kind = response.WhichOneof("kind")
-                    if kind == "batch":
-                        b = response.batch
-                        counts = b.redelivery_counts
-                        owner.deliver(
-                            MessageBatch(
-                                topic,
-                                index,
-                                b.frames,
-                                b.first_offset,
-                                b.last_offset,
-                                b.count,
-                                list(counts) if counts else None,
-                                stream,
-                            )
-                        )
-                    elif kind == "subscribed":
-                        self.consumer_id = response.subscribed.consumer_id
-                        self._stream_subscribed = True
-                        self._retry.reset()
-                        if stream > 1:
-                            self.resubscribes += 1
-                        if not self._subscribed.done():
-                            self._subscribed.set_result(self.consumer_id)
-                    elif kind == "error":
-                        e = response.error
-                        log.warning(
-                            "ack/nack on %s failed: %s", self.topic, from_batch_status(e.code, e.message, e.retriable)
-                        )
+            if hasattr(call, "on_messages"):  # the h2 transport's call: taken as they arrive
+                call.on_messages = take
+            while responses := await read_responses():  # with on_messages: until the call ends
+                take(responses)
         finally:
             self._call = None
             conn.close_consume_lane(lane)
@@ -280,6 +287,7 @@ class PartitionConsumer:
         outbox = self._outbox
         try:
             await call.write(pb.ConsumeRequest(subscribe=self.spec()))
+            outbox.direct = getattr(call, "write_nowait", None)  # the h2 transport's call
             while True:
                 request = await outbox.next()
                 if request is None:
@@ -289,6 +297,8 @@ class PartitionConsumer:
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
             # The call ended: its reader sees why (and re-subscribes); what was not written stays queued.
             log.debug("consume stream of %s stopped writing: %r", self.topic, exc)
+        finally:
+            outbox.direct = None
 
     async def close(self) -> None:
         self._closing = True

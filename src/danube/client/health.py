@@ -11,8 +11,14 @@ that steps a wheel of ``interval_s / tick`` slots, checking one slot's watches p
 joins the least-filled slot, so the checks of a thousand producers created together are spread over
 the interval instead of a thousand calls arriving in one burst every interval (each burst a stall of
 the client's loop and the broker's), and a thousand producers cost one timer, not a thousand.  Each
-watch is still checked once per interval, within one interval of its start.  Danube's call names one
-producer or consumer, so the calls stay one per watch per interval.
+watch is still checked once per interval, within one interval of its start.
+
+Danube's call names one producer or consumer.  Against a broker with the batch lane's ``Health``
+(one call naming many ids, answered with the ones it no longer serves) the due watches of one
+connection wait up to a quarter interval for each other (so a check may come that much later) and
+go out in one call: a thousand watches over 25 connections cost about 20 calls a second, not 200.
+A broker without it (answering UNIMPLEMENTED, or PERMISSION_DENIED from an authorization that does
+not know it) is asked with Danube's ``HealthCheck`` per watch from then on.
 """
 
 from __future__ import annotations
@@ -24,14 +30,19 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import grpc
+
 from danube._tasks import cancel_and_wait
 from danube.proto.danube import DanubeApi_pb2 as danube_pb
+from danube.proto.danube_batch import batch_pb2 as batch_pb
 
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 5.0
 TICK_S = 0.05  # the shared checker wakes at most this often
 MAX_SLOTS = 200
+BATCH_WAIT = 0.25  # of the interval: how long a connection's due watches wait for each other
+_NO_BATCH_CALL = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED)
 
 ClientType = danube_pb.HealthCheckRequest.ClientType
 PRODUCER = danube_pb.HealthCheckRequest.Producer
@@ -39,7 +50,8 @@ CONSUMER = danube_pb.HealthCheckRequest.Consumer
 
 
 class HasHealthStub(Protocol):
-    """A broker connection: its ``health`` is a ``HealthCheckStub``."""
+    """A broker connection: its ``health`` is a ``HealthCheckStub``; with a true ``batch_health``
+    its ``batch_lane`` has ``Health`` (set False once the broker answers UNIMPLEMENTED)."""
 
     health: Any
 
@@ -105,6 +117,11 @@ class HealthChecker:
         self.wheel = Wheel(slots)
         self._task: asyncio.Task[None] | None = None
         self._checks: set[asyncio.Future] = set()  # the calls of ticks still waiting for answers
+        # due watches of connections with the batch call, waiting for each other: connection ->
+        # (the tick the first came due, [(watch, the id it was due with)])
+        self._pending: dict[Any, tuple[int, list[tuple[HealthWatch, int]]]] = {}
+        self._ticks = 0
+        self._batch_ticks = max(1, int(slots * BATCH_WAIT))
 
     def add(self, watch: HealthWatch) -> None:
         self.wheel.add(watch)
@@ -120,6 +137,10 @@ class HealthChecker:
         task.cancel()
         for check in list(self._checks):
             check.cancel()
+        for _, waiting in self._pending.values():
+            for w, _ in waiting:
+                w.checking = False
+        self._pending.clear()
         by_interval = _CHECKERS.get(self.loop)
         if by_interval is not None and by_interval.get(self.interval_s) is self:
             del by_interval[self.interval_s]
@@ -130,12 +151,62 @@ class HealthChecker:
         while len(self.wheel):
             next_at = max(next_at + self.tick_s, self.loop.time() - self.interval_s)  # after a stall: one turn
             await asyncio.sleep(max(0.0, next_at - self.loop.time()))
-            due = [w for w in self.wheel.advance() if not w.checking]
-            if due:
+            self._ticks += 1
+            calls = []
+            for w in self.wheel.advance():
+                if w.checking:
+                    continue
+                conn, client_id = w.target()
+                if conn is None or client_id < 0:
+                    continue  # not connected, or no id yet: nothing to ask
+                if getattr(conn, "batch_health", False):
+                    w.checking = True
+                    pending = self._pending.get(conn)
+                    if pending is None:
+                        self._pending[conn] = (self._ticks, [(w, client_id)])
+                    else:
+                        pending[1].append((w, client_id))
+                else:
+                    calls.append(w.check_and_react())
+            for conn, (since, waiting) in list(self._pending.items()):
+                if self._ticks - since >= self._batch_ticks - 1:
+                    del self._pending[conn]
+                    calls.append(self._check_batch(conn, waiting))
+            if calls:
                 # not awaited here: a broker slow to answer must not hold back the next slots
-                check = asyncio.gather(*(w.check_and_react() for w in due), return_exceptions=True)
+                check = asyncio.gather(*calls, return_exceptions=True)
                 self._checks.add(check)
                 check.add_done_callback(self._checks.discard)
+
+    async def _check_batch(self, conn: Any, waiting: list[tuple[HealthWatch, int]]) -> None:
+        """One ``Health`` call for ``waiting`` (watches of ``conn``); Danube's call per watch once
+        the broker says it does not know the batch call."""
+        request = batch_pb.HealthRequest(
+            producer_ids=[i for w, i in waiting if w.client_type == PRODUCER],
+            consumer_ids=[i for w, i in waiting if w.client_type != PRODUCER],
+        )
+        try:
+            answer = await conn.batch_lane.Health(request, timeout=max(1.0, min(self.interval_s, 10.0)))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - unreachable broker, closed channel: the streams handle it
+            if isinstance(exc, grpc.aio.AioRpcError) and exc.code() in _NO_BATCH_CALL:
+                # an older broker (or one whose authorization does not know the call): Danube's
+                # call per watch from now on
+                conn.batch_health = False
+                for w, _ in waiting:
+                    w.checking = False
+                await asyncio.gather(*(w.check_and_react() for w, _ in waiting), return_exceptions=True)
+            else:
+                log.debug("health check of %d producers/consumers failed: %s", len(waiting), exc)
+            return
+        finally:
+            for w, _ in waiting:
+                w.checking = False
+        closed = {PRODUCER: set(answer.closed_producer_ids), CONSUMER: set(answer.closed_consumer_ids)}
+        for w, client_id in waiting:
+            if client_id in closed[PRODUCER if w.client_type == PRODUCER else CONSUMER]:
+                w.react_to_close()
 
 
 _CHECKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, HealthChecker]] = (
@@ -170,7 +241,7 @@ class HealthWatch:
         self.interval_s = interval_s
         self.what = what
         self.checking = False  # a call of this watch is waiting for its answer
-        self._target = target
+        self.target = target
         self._on_close = on_close
         self._checker: HealthChecker | None = None
 
@@ -196,7 +267,7 @@ class HealthWatch:
 
     async def check_once(self) -> bool | None:
         """True: OK; False: CLOSE; None: could not ask (not connected, broker unreachable)."""
-        conn, client_id = self._target()
+        conn, client_id = self.target()
         if conn is None or client_id < 0:
             return None
         request = danube_pb.HealthCheckRequest(request_id=0, client=self.client_type, id=client_id)
@@ -216,7 +287,12 @@ class HealthWatch:
             ok = await self.check_once()
         finally:
             self.checking = False
-        if ok is False and self._checker is not None:
+        if ok is False:
+            self.react_to_close()
+
+    def react_to_close(self) -> None:
+        """The broker answered CLOSE: the owner is told, unless the watch was stopped meanwhile."""
+        if self._checker is not None:
             log.info("broker answered CLOSE for %s: looking the topic up again", self.what)
             try:
                 self._on_close()

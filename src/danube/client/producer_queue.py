@@ -48,6 +48,11 @@ class SendQueue:
     def empty(self) -> bool:
         return not self._items
 
+    def idle(self) -> bool:
+        """The reader waits for an item (everything it took before is dealt with) and none is queued."""
+        waiter = self._waiter
+        return waiter is not None and not waiter.done() and not self._items
+
     def get_nowait(self) -> Any:
         return self._items.popleft()  # IndexError when empty
 

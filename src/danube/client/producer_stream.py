@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +90,9 @@ class PartitionProducer:
         self._retry = RetryState(owner.client.retry)
         self._stream_broke = False  # the next attempt re-creates the producer first
         self._health: HealthWatch | None = None
+        # while a stream whose call can write without waiting is open: writes a batch at once
+        # when the writer has nothing else to do (see _enqueue)
+        self._write_now: Any = None
         self.reconnects = 0  # times the producer re-created itself (for tests and stats)
 
     # ------------------------------------------------------------ lifecycle
@@ -248,7 +252,12 @@ class PartitionProducer:
         seq = next(self._sequence)
         self._unacked[seq] = batch
         self._idle.clear()
-        self._to_send.put_nowait((seq, batch))
+        write_now = self._write_now
+        # The writer waits for the queue with everything before written: a batch the windows have
+        # room for is written here, without waking the writer task (at a thousand producers of one
+        # small batch each, that wake-up was a good part of a message's cost); else it is queued.
+        if write_now is None or not self._to_send.idle() or not write_now(seq, batch):
+            self._to_send.put_nowait((seq, batch))
         if len(self._unacked) >= 2 * self.owner.max_in_flight:
             self._space.clear()
 
@@ -322,6 +331,36 @@ class PartitionProducer:
         def encode(batch: Batch) -> bytes:
             return batch.encode(producer_id, schema_attrs)
 
+        def request_for(seq: int, batch: Batch, frames: bytes) -> pb.PublishRequest:
+            if schema is None:
+                request = pb.PublishRequest(sequence=seq, producer_id=producer_id, frames=frames)
+            else:
+                request = pb.PublishRequest(
+                    sequence=seq,
+                    producer_id=producer_id,
+                    schema_id=schema[0],
+                    schema_version=schema[1],
+                    frames=frames,
+                )
+            if batch.version is not None:
+                request.partitioning_version = batch.version
+            return request
+
+        def write_now(seq: int, batch: Batch) -> bool:
+            """The writer's turn for one batch, done here when nothing has to wait: True once it
+            is written; False (nothing done) when the writer must take it."""
+            if self._draining:
+                return False
+            frames = encode(batch)
+            in_flight = window.size - window.free
+            if window.free <= 0 or (len(frames) < small and in_flight >= SMALL_REQUESTS_IN_FLIGHT):
+                return False
+            if not call.write_nowait(request_for(seq, batch, frames)):
+                return False
+            window.free -= 1
+            batch.sent_at = time.perf_counter()
+            return True
+
         async def write_requests() -> None:
             # call.write() from this task rather than a request iterator: one coroutine less
             # between the queue and the gRPC write of every request
@@ -347,25 +386,53 @@ class PartitionProducer:
                     frames, members = coalesce(seq, batch, to_send, unacked, encode, limit)
                     if members is not None:
                         merged[seq] = members
-                    if schema is None:
-                        request = pb.PublishRequest(sequence=seq, producer_id=producer_id, frames=frames)
-                    else:
-                        request = pb.PublishRequest(
-                            sequence=seq,
-                            producer_id=producer_id,
-                            schema_id=schema[0],
-                            schema_version=schema[1],
-                            frames=frames,
-                        )
-                    if batch.version is not None:
-                        request.partitioning_version = batch.version
-                    await call.write(request)
+                    await call.write(request_for(seq, batch, frames))
                 await call.done_writing()
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
                 return  # the call ended: its status reaches the reading side
             except Exception:  # noqa: BLE001 - as a failing request iterator: the call is cancelled
                 log.exception("publish stream of %s: writing a request failed", self.topic)
                 call.cancel()
+
+        def take_acks(acks: list) -> None:
+            """Settles the batches of the acks that arrived (in order)."""
+            for ack in acks:
+                window.release()
+                members = merged.pop(ack.sequence, None) if merged else None
+                if members is None:
+                    batch = unacked.get(ack.sequence)
+                    if batch is None:
+                        continue
+                    if ack.HasField("status") and ack.status.code != 0:
+                        if not self._refused_or_failed([(ack.sequence, batch)], ack.status):
+                            continue
+                    else:
+                        del unacked[ack.sequence]
+                        self._retry.reset()
+                        if listeners:
+                            self.owner.on_ack(batch, ack.first_offset, ack.last_offset)
+                        batch.resolve(ack.first_offset, ack.last_offset)
+                elif ack.HasField("status") and ack.status.code != 0:
+                    batches = [(seq, unacked[seq]) for seq, _ in members if seq in unacked]
+                    if not batches or not self._refused_or_failed(batches, ack.status):
+                        continue
+                else:
+                    first = ack.first_offset
+                    settled = False
+                    for seq, count in members:
+                        batch = unacked.pop(seq, None)
+                        if batch is not None:
+                            settled = True
+                            if listeners:
+                                self.owner.on_ack(batch, first, first + count - 1)
+                            batch.resolve(first, first + count - 1)
+                        first += count
+                    if not settled:  # every one acked meanwhile by an earlier stream
+                        continue
+                    self._retry.reset()
+                self._after_ack()
+                if self._closing and not unacked and self._to_send.empty():
+                    to_send.put_nowait(_STOP)
 
         self._draining = False
         self._drain_reason = None
@@ -374,49 +441,18 @@ class PartitionProducer:
         self._call = call
         self._streaming = True
         writer = asyncio.ensure_future(write_requests())
+        if getattr(call, "write_nowait", None) is not None:  # the h2 transport's call
+            self._write_now = write_now
         try:
             read_acks = batch_reader(call)
-            while acks := await read_acks():
-                for ack in acks:
-                    window.release()
-                    members = merged.pop(ack.sequence, None) if merged else None
-                    if members is None:
-                        batch = unacked.get(ack.sequence)
-                        if batch is None:
-                            continue
-                        if ack.HasField("status") and ack.status.code != 0:
-                            if not self._refused_or_failed([(ack.sequence, batch)], ack.status):
-                                continue
-                        else:
-                            del unacked[ack.sequence]
-                            self._retry.reset()
-                            if listeners:
-                                self.owner.on_ack(batch, ack.first_offset, ack.last_offset)
-                            batch.resolve(ack.first_offset, ack.last_offset)
-                    elif ack.HasField("status") and ack.status.code != 0:
-                        batches = [(seq, unacked[seq]) for seq, _ in members if seq in unacked]
-                        if not batches or not self._refused_or_failed(batches, ack.status):
-                            continue
-                    else:
-                        first = ack.first_offset
-                        settled = False
-                        for seq, count in members:
-                            batch = unacked.pop(seq, None)
-                            if batch is not None:
-                                settled = True
-                                if listeners:
-                                    self.owner.on_ack(batch, first, first + count - 1)
-                                batch.resolve(first, first + count - 1)
-                            first += count
-                        if not settled:  # every one acked meanwhile by an earlier stream
-                            continue
-                        self._retry.reset()
-                    self._after_ack()
-                    if self._closing and not unacked and self._to_send.empty():
-                        to_send.put_nowait(_STOP)
+            if hasattr(call, "on_messages"):  # the h2 transport's call: acks taken as they arrive
+                call.on_messages = take_acks
+            while acks := await read_acks():  # with on_messages: until the call ends
+                take_acks(acks)
         except asyncio.CancelledError:
             raise cancelled_call_error(f"publish stream of {self.topic} was cancelled by the client") from None
         finally:
+            self._write_now = None
             if not writer.done():
                 writer.cancel()
             self._call = None

@@ -10,8 +10,9 @@ goes on; errors map to gRPC codes only in ``danube.server.status``.
 
 The service is put together from one module per job: the producer side
 (``batch_lane_publish``: CreateProducer, Publish), the consumer side
-(``batch_lane_consume``: Consume, Ack, Nack) and what both put on the wire
-(``batch_lane_wire``); live routing (GetTopology, WatchTopology) is here.
+(``batch_lane_consume``: Consume, Ack, Nack), what both put on the wire
+(``batch_lane_wire``) and the many-ids health check (``batch_lane_health``: Health); live
+routing (GetTopology, WatchTopology) is here.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
 from danube.server import status as status_map
 from danube.server.batch_lane_consume import ConsumeLane
+from danube.server.batch_lane_health import HealthLane
 from danube.server.batch_lane_publish import MAX_STREAM_IN_FLIGHT, PublishLane
 from danube.server.batch_lane_wire import redelivery_counts_in_frame_order
 
@@ -41,7 +43,7 @@ __all__ = [
 ]
 
 
-class BatchLaneService(PublishLane, ConsumeLane, pb_grpc.BatchLaneServicer):
+class BatchLaneService(PublishLane, ConsumeLane, HealthLane, pb_grpc.BatchLaneServicer):
     def __init__(self, broker: BrokerService) -> None:
         self._broker = broker
         self._schema = broker.schema_gate  # danube.schema.validation.SchemaGate

@@ -88,6 +88,33 @@ async def test_health_close_re_creates_an_idle_producer(app):
         await client.close()
 
 
+async def test_the_batch_health_call_names_what_the_broker_no_longer_serves(app):
+    from danube.proto.danube_batch import batch_pb2 as batch_pb
+
+    client = client_for(app, health_s=0)
+    try:
+        producer = client.new_producer().with_topic(TOPIC).with_name("p").build()
+        consumer = client.new_consumer().with_topic(TOPIC).with_consumer_name("c").with_subscription("s").build()
+        await producer.create()
+        await consumer.subscribe()
+        (pid,), cid = producer.producer_ids, consumer._parts[0].consumer_id
+        conn = producer._parts[0]._conn
+        assert conn.batch_health
+
+        async def closed() -> tuple[list[int], list[int]]:
+            request = batch_pb.HealthRequest(producer_ids=[pid, 9999], consumer_ids=[cid, 8888])
+            answer = await conn.batch_lane.Health(request, timeout=5)
+            return list(answer.closed_producer_ids), list(answer.closed_consumer_ids)
+
+        assert await closed() == ([9999], [8888])  # unknown ids are closed, as HealthCheck answers
+        await app.broker.unload_topic(TOPIC)
+        assert await closed() == ([pid, 9999], [cid, 8888])
+        await producer.close()
+        await consumer.close()
+    finally:
+        await client.close()
+
+
 async def test_consumer_follows_unload_without_repeating_acked_messages(app):
     client = client_for(app, health_s=0.2)
     try:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import math
 
+import grpc
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from danube.client import health
-from danube.client.health import PRODUCER, HealthWatch, Wheel
+from danube.client.health import CONSUMER, PRODUCER, HealthWatch, Wheel
 from danube.proto.danube import DanubeApi_pb2 as danube_pb
+from danube.proto.danube_batch import batch_pb2 as batch_pb
 from tests.support.waiting import async_wait_until
 
 OK = danube_pb.HealthCheckResponse(status=danube_pb.HealthCheckResponse.OK)
@@ -182,3 +185,91 @@ async def test_not_connected_or_no_id_yet_is_not_asked_and_interval_zero_never_s
     await idle.stop()
     await unsubscribed.stop()
     assert health.watching() == 0
+
+
+class FakeBatchLane:
+    """The batch lane's ``Health``: the ids in ``closed`` come back closed; or UNIMPLEMENTED."""
+
+    def __init__(self, closed: set[int], refusal: grpc.StatusCode | None = None) -> None:
+        self.closed = closed
+        self.refusal = refusal
+        self.calls: list[tuple[list[int], list[int]]] = []  # (producer ids, consumer ids)
+
+    async def Health(self, request, timeout):  # noqa: N802 - the gRPC method's name
+        if self.refusal is not None:
+            from danube.client.h2.status import rpc_error
+
+            raise rpc_error(self.refusal, "not this call")
+        self.calls.append((list(request.producer_ids), list(request.consumer_ids)))
+        return batch_pb.HealthResponse(
+            closed_producer_ids=[i for i in request.producer_ids if i in self.closed],
+            closed_consumer_ids=[i for i in request.consumer_ids if i in self.closed],
+        )
+
+
+class FakeBatchConn(FakeConn):
+    def __init__(self, stub: FakeStub, lane: FakeBatchLane) -> None:
+        super().__init__(stub)
+        self.batch_lane = lane
+        self.batch_health = True
+
+
+async def test_watches_of_one_connection_are_checked_together_by_the_batch_call():
+    stub, closes = FakeStub(), []
+    interval = 0.5  # 10 slots: a connection's due watches wait 2 ticks for each other
+    lanes = [FakeBatchLane({3, 500}) for _ in range(4)]
+    conns = [FakeBatchConn(stub, lane) for lane in lanes]
+    watches = [
+        HealthWatch(
+            PRODUCER if i % 2 else CONSUMER,
+            lambda i=i: (conns[i % 4], i),
+            lambda i=i: closes.append(i),
+            interval_s=interval,
+            what=f"w{i}",
+        )
+        for i in range(1000)
+    ]
+    for w in watches:
+        w.start()
+    try:
+
+        def asked() -> list[int]:
+            return [i for lane in lanes for p, c in lane.calls for i in p + c]
+
+        await async_wait_until(lambda: len(set(asked())) == 1000, timeout=10)
+        assert sorted(asked()[:1000]) == list(range(1000))  # each once in the first turn
+        assert stub.calls == []  # no call per watch
+        # one call per connection every other tick at most, instead of one per watch
+        assert sum(len(lane.calls) for lane in lanes) <= 4 * 6
+        for lane, conn_index in zip(lanes, range(4), strict=True):
+            for producers, consumers in lane.calls:
+                assert all(i % 4 == conn_index and i % 2 for i in producers)
+                assert all(i % 4 == conn_index and not i % 2 for i in consumers)
+        await async_wait_until(lambda: sorted(set(closes)) == [3, 500])
+    finally:
+        for w in watches:
+            await w.stop()
+    assert health.watching() == 0
+
+
+@pytest.mark.parametrize("refusal", [grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED])
+async def test_a_broker_without_the_batch_call_is_asked_per_watch_from_then_on(refusal):
+    stub, closes = FakeStub(), []
+    stub.closed = {1}
+    lane = FakeBatchLane(set(), refusal)
+    conn = FakeBatchConn(stub, lane)
+    watches = [
+        HealthWatch(PRODUCER, lambda i=i: (conn, i), lambda i=i: closes.append(i), interval_s=0.1, what=f"p{i}")
+        for i in range(3)
+    ]
+    for w in watches:
+        w.start()
+    try:
+        await async_wait_until(lambda: closes == [1] or len(closes) > 1)
+        assert closes[:1] == [1] and set(closes) == {1}
+        assert conn.batch_health is False
+        await async_wait_until(lambda: len(stub.calls) >= 9)  # every watch, turn after turn
+        assert {i for _, i in stub.calls} == {0, 1, 2}
+    finally:
+        for w in watches:
+            await w.stop()

@@ -13,7 +13,9 @@ from danube.client.consumer_outbox import END, Outbox, _Ticker
 from danube.proto.danube_batch import batch_pb2 as pb
 
 
-def _ranges(request: pb.ConsumeRequest) -> list[tuple[int, int]]:
+def _ranges(request: bytes) -> list[tuple[int, int]]:
+    assert type(request) is bytes  # an ack is written as its encoded bytes
+    request = pb.ConsumeRequest.FromString(request)
     assert request.WhichOneof("kind") == "ack"
     return [(r.first, r.last) for r in request.ack.ranges]
 
@@ -172,7 +174,7 @@ def test_every_ack_goes_out_once_in_the_order_given(ops):
             expected.append(("ack", list(range(at, at + length + 1))))
     got = []
     for request in requests:
-        if request.WhichOneof("kind") == "nack":
+        if type(request) is not bytes and request.WhichOneof("kind") == "nack":
             got.append(("nack", request.nack.offset))
         else:
             got.append(("ack", [o for first, last in _ranges(request) for o in range(first, last + 1)]))
@@ -254,7 +256,7 @@ def test_a_flush_is_done_exactly_when_everything_queued_before_it_was_taken(ops)
             request = writer.result()
             if request is None:
                 return False
-            if request.WhichOneof("kind") == "nack":
+            if type(request) is not bytes and request.WhichOneof("kind") == "nack":
                 written.append(request.nack.offset)
             else:
                 written.extend(o for first, last in _ranges(request) for o in range(first, last + 1))
@@ -279,3 +281,34 @@ def test_a_flush_is_done_exactly_when_everything_queued_before_it_was_taken(ops)
         assert all(future.done() for _, future in flushes)
 
     asyncio.run(run())
+
+
+async def test_while_the_writer_waits_a_lent_write_nowait_writes_what_is_ready_in_order():
+    outbox = Outbox(60.0, max_messages=2)
+    written: list = []
+    blocked = False
+
+    def write_nowait(request) -> bool:
+        if blocked:
+            return False
+        written.append(request)
+        return True
+
+    outbox.direct = write_nowait
+    writer = asyncio.ensure_future(outbox.next())
+    await asyncio.sleep(0)  # the writer waits
+    outbox.ack(0, 1)  # max_messages: ready at once, written by this call
+    outbox.push(_nack(5))
+    flushed = outbox.flush()  # nothing left before it: done at once
+    assert [_ranges(written[0]), written[1].nack.offset] == [[(0, 1)], 5]
+    assert flushed.done() and not writer.done() and len(outbox) == 0
+    blocked = True  # the stream would have to wait: the writer takes it
+    outbox.ack(2, 3)
+    assert _ranges(await asyncio.wait_for(writer, 1)) == [(2, 3)]
+    blocked = False
+    writer = asyncio.ensure_future(outbox.next())
+    await asyncio.sleep(0)
+    outbox.ack(4, 4)  # lingers
+    outbox.push(END)  # makes the run go out (written here); the end is the writer's to see
+    assert await asyncio.wait_for(writer, 1) is None
+    assert _ranges(written[2]) == [(4, 4)] and len(written) == 3

@@ -306,3 +306,53 @@ def test_send_batch_too_big_for_one_batch_still_resolves_all_offsets_in_order():
         await asyncio.wait_for(stream, 5)
 
     asyncio.run(scenario())
+
+
+class NowaitCall(FakeCall):
+    """A call that can also write without waiting (as the h2 transport's), unless ``blocked``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocked = False
+        self.nowait: list[int] = []  # sequences written by write_nowait
+
+    def write_nowait(self, request: pb.PublishRequest) -> bool:
+        if self.blocked:
+            return False
+        self.nowait.append(request.sequence)
+        self.requests.append(request)
+        self.wrote.set()
+        return True
+
+
+def test_a_batch_the_window_has_room_for_is_written_by_the_call_that_queued_it():
+    async def scenario():
+        _, part, _ = _partition(max_in_flight=100)
+        call = NowaitCall()
+        part._conn.batch_lane.Publish = lambda: call
+        stream = asyncio.ensure_future(part._stream())
+        for _ in range(3):
+            await asyncio.sleep(0)  # the writer waits for the queue
+        first = part.add_batch_nowait([b"a"], None, None)
+        assert [r.sequence for r in call.requests] == [1] and call.nowait == [1]  # no loop turn needed
+        second = part.add_batch_nowait([b"b"], None, None)
+        held = [part.add_batch_nowait([b"h%d" % i], None, None) for i in range(2)]  # the small window is full
+        assert call.nowait == [1, 2] and len(call.requests) == 2
+        call.answer(pb.PublishAck(sequence=1, first_offset=0, last_offset=0))
+        await _written(call, 3)  # the writer took the queued two, merged
+        assert _payloads(call.requests[2]) == [b"h0", b"h1"] and call.nowait == [1, 2]
+        call.answer(pb.PublishAck(sequence=2, first_offset=1, last_offset=1))
+        call.answer(pb.PublishAck(sequence=3, first_offset=2, last_offset=3))
+        assert await asyncio.gather(first, second, *held) == [[0], [1], [2], [3]]
+        call.blocked = True  # a window or the socket would make it wait: the writer writes it
+        for _ in range(3):
+            await asyncio.sleep(0)
+        last = part.add_batch_nowait([b"z"], None, None)
+        await _written(call, 4)
+        assert call.requests[3].sequence == 5 and call.nowait == [1, 2]
+        call.answer(pb.PublishAck(sequence=5, first_offset=4, last_offset=4))
+        assert await last == [4]
+        call.answer(None)
+        await asyncio.wait_for(stream, 5)
+
+    asyncio.run(scenario())

@@ -171,6 +171,7 @@ def test_guard_principal_and_rules(tmp_path):
     assert rule_for("/danube_admin.TopicAdmin/UnloadTopic")[0] == "admin"
     assert rule_for("/some.Unknown/Method")[0] == "admin"  # default-deny: admins only
     assert rule_for("/danube.HealthCheck/HealthCheck") == (None, None)
+    assert rule_for("/danube_batch.BatchLane/Health") == (None, None)  # the same check for many ids
 
 
 @pytest.mark.parametrize(

@@ -4,12 +4,14 @@
 and async iteration behave as ``grpc.aio.StreamStreamCall``'s do for the client's streams; a
 failed call raises a real ``grpc.aio.AioRpcError``.  ``read_batch`` returns every response that
 has arrived, in one call: a stream's reader takes what one socket read brought in one loop turn
-instead of one message per turn.
+instead of one message per turn.  With ``on_messages`` set, the responses are handed to it in
+the socket read that brought them, and ``read_batch`` only waits for the call's end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -18,6 +20,8 @@ import grpc
 from danube.client.h2 import frames
 from danube.client.h2.limits import H2ClientLimits
 from danube.client.h2.status import EMPTY, http_status_problem, metadata_of, reset_code, rpc_error, status_of
+
+log = logging.getLogger(__name__)
 
 _OK = grpc.StatusCode.OK
 _CANCELLED = grpc.StatusCode.CANCELLED
@@ -74,6 +78,8 @@ class H2StreamCall:
         self._update_at = limits.stream_window // 4
         self._reader = frames.MessageReader(limits.max_message)
         self._messages: list[bytes] = []
+        # takes the responses as they arrive, on the connection's read (see on_data), when set
+        self.on_messages: Callable[[list], None] | None = None
         self._read_waiter: asyncio.Future | None = None
         self._done_waiter: asyncio.Future | None = None
         self._conn: Connection | None = None
@@ -109,6 +115,19 @@ class H2StreamCall:
             await conn.send(self, data, self._writable)
         if conn.write_paused:
             await conn.drained()
+
+    def write_nowait(self, request: Any) -> bool:
+        """``write`` when it would not wait: True once ``request`` is queued for this loop turn's
+        socket write; False, nothing written, when ``write`` must be awaited instead (the stream
+        not open yet, a flow-control window or the frame size too small, the socket's buffer
+        full, the call over or the request too large: ``write`` waits, or raises what it does)."""
+        conn = self._conn
+        if conn is None or self._code is not None or self._local_closed or conn.write_paused:
+            return False
+        data = self._serialize(request)
+        if len(data) > self._max_send:
+            return False
+        return conn.send_now(self, data)
 
     async def done_writing(self) -> None:
         if self._code is not None or self._local_closed:
@@ -208,11 +227,15 @@ class H2StreamCall:
                     grpc.StatusCode.INTERNAL, "the server sent a compressed message; none was asked for"
                 )
             if messages:
-                self._messages += messages
-                queued = sum(map(len, messages)) + _PREFIX * len(messages)
-                waiter = self._read_waiter
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(None)
+                handler = self.on_messages
+                if handler is not None and not self._messages:
+                    self._hand(handler, messages)
+                else:
+                    self._messages += messages
+                    queued = sum(map(len, messages)) + _PREFIX * len(messages)
+                    waiter = self._read_waiter
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(None)
         # what does not wait for a reader (padding, a message's first part) is given back now
         self._give_back(flow_length - queued)
         if end_stream:
@@ -294,6 +317,20 @@ class H2StreamCall:
                 await waiter
             finally:
                 self._read_waiter = None
+
+    def _hand(self, handler: Callable[[list], None], messages: list[bytes]) -> None:
+        """The responses to ``on_messages`` in the socket read that brought them (no reader's task
+        wakes up for them); the call ends INTERNAL when they do not parse or the handler fails."""
+        deserialize = self._deserialize
+        try:
+            responses = [deserialize(data) for data in messages]
+        except Exception as exc:  # noqa: BLE001 - a response that does not parse ends the call
+            return self._abandon(grpc.StatusCode.INTERNAL, f"a response from the server does not parse: {exc}")
+        try:
+            handler(responses)
+        except Exception as exc:  # noqa: BLE001 - the reader sees the call end with why
+            log.exception("handling the responses of stream %d failed", self.stream_id)
+            self._abandon(grpc.StatusCode.INTERNAL, f"handling the responses failed: {exc!r}")
 
     def _give_back(self, size: int) -> None:
         owed = self._owed + size

@@ -261,3 +261,19 @@ class TopologyStreamRequest(_message.Message):
     subscribe: TopologyRequest
     ack: TopologyAck
     def __init__(self, subscribe: _Optional[_Union[TopologyRequest, _Mapping]] = ..., ack: _Optional[_Union[TopologyAck, _Mapping]] = ...) -> None: ...
+
+class HealthRequest(_message.Message):
+    __slots__ = ("producer_ids", "consumer_ids")
+    PRODUCER_IDS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_IDS_FIELD_NUMBER: _ClassVar[int]
+    producer_ids: _containers.RepeatedScalarFieldContainer[int]
+    consumer_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, producer_ids: _Optional[_Iterable[int]] = ..., consumer_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class HealthResponse(_message.Message):
+    __slots__ = ("closed_producer_ids", "closed_consumer_ids")
+    CLOSED_PRODUCER_IDS_FIELD_NUMBER: _ClassVar[int]
+    CLOSED_CONSUMER_IDS_FIELD_NUMBER: _ClassVar[int]
+    closed_producer_ids: _containers.RepeatedScalarFieldContainer[int]
+    closed_consumer_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, closed_producer_ids: _Optional[_Iterable[int]] = ..., closed_consumer_ids: _Optional[_Iterable[int]] = ...) -> None: ...

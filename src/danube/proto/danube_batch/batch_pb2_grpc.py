@@ -69,6 +69,11 @@ class BatchLaneStub:
                 request_serializer=danube__batch_dot_batch__pb2.TopologyStreamRequest.SerializeToString,
                 response_deserializer=danube__batch_dot_batch__pb2.Topology.FromString,
                 _registered_method=True)
+        self.Health = channel.unary_unary(
+                '/danube_batch.BatchLane/Health',
+                request_serializer=danube__batch_dot_batch__pb2.HealthRequest.SerializeToString,
+                response_deserializer=danube__batch_dot_batch__pb2.HealthResponse.FromString,
+                _registered_method=True)
 
 
 class BatchLaneServicer:
@@ -117,6 +122,12 @@ class BatchLaneServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Health(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BatchLaneServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -154,6 +165,11 @@ def add_BatchLaneServicer_to_server(servicer, server):
                     servicer.WatchTopology,
                     request_deserializer=danube__batch_dot_batch__pb2.TopologyStreamRequest.FromString,
                     response_serializer=danube__batch_dot_batch__pb2.Topology.SerializeToString,
+            ),
+            'Health': grpc.unary_unary_rpc_method_handler(
+                    servicer.Health,
+                    request_deserializer=danube__batch_dot_batch__pb2.HealthRequest.FromString,
+                    response_serializer=danube__batch_dot_batch__pb2.HealthResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -345,6 +361,33 @@ class BatchLane:
             '/danube_batch.BatchLane/WatchTopology',
             danube__batch_dot_batch__pb2.TopologyStreamRequest.SerializeToString,
             danube__batch_dot_batch__pb2.Topology.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Health(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/danube_batch.BatchLane/Health',
+            danube__batch_dot_batch__pb2.HealthRequest.SerializeToString,
+            danube__batch_dot_batch__pb2.HealthResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -99,6 +99,7 @@ RULES: dict[str, tuple[str | None, Resolver | None]] = {
     "/danube.Discovery/TopicLookup": ("lookup", lambda r, b: r.topic),
     "/danube.Discovery/TopicPartitions": ("lookup", lambda r, b: r.topic),
     "/danube.HealthCheck/HealthCheck": (None, None),
+    "/danube_batch.BatchLane/Health": (None, None),  # HealthCheck for many ids: the same rule
     "/danube_batch.BatchLane/CreateProducer": ("produce", lambda r, b: r.topic),
     "/danube_batch.BatchLane/Ack": ("consume", lambda r, b: _consumer_topic(b, r.consumer_id)),
     "/danube_batch.BatchLane/Nack": ("consume", lambda r, b: _consumer_topic(b, r.consumer_id)),

@@ -6,10 +6,9 @@ import pytest
 
 from danube.client import DanubeClient
 from danube.client.connection import BrokerConnection
-from danube.client.h2.lane import H2BatchLane
+from danube.client.h2.lane import GrpcBatchLane, H2BatchLane
 from danube.client.security import with_token
 from danube.errors import InvalidArgumentError
-from danube.proto.danube_batch import batch_pb2_grpc as batch_grpc
 
 
 async def test_h2_is_the_default_and_the_environment_or_the_builder_can_choose_grpc(monkeypatch):
@@ -19,7 +18,7 @@ async def test_h2_is_the_default_and_the_environment_or_the_builder_can_choose_g
     await conn.close()
     monkeypatch.setenv("DANUBE_CLIENT_TRANSPORT", "grpc")
     conn = BrokerConnection("127.0.0.1:1")
-    assert conn.transport == "grpc" and isinstance(conn.batch_lane, batch_grpc.BatchLaneStub)
+    assert conn.transport == "grpc" and isinstance(conn.batch_lane, GrpcBatchLane)
     await conn.close()
     client = DanubeClient.builder().service_url("http://127.0.0.1:1").with_transport("h2").build()
     assert isinstance(client.connection().batch_lane, H2BatchLane)  # the builder wins over the environment
@@ -37,7 +36,7 @@ async def test_a_bad_choice_is_a_clear_error(monkeypatch):
 async def test_secured_connections_use_grpc_unless_h2_is_asked_for(monkeypatch):
     monkeypatch.delenv("DANUBE_CLIENT_TRANSPORT", raising=False)
     conn = BrokerConnection("127.0.0.1:1", with_token(None, "t"))
-    assert conn.transport == "grpc" and isinstance(conn.batch_lane, batch_grpc.BatchLaneStub)
+    assert conn.transport == "grpc" and isinstance(conn.batch_lane, GrpcBatchLane)
     await conn.close()
     conn = BrokerConnection("127.0.0.1:1", with_token(None, "t"), "h2")
     assert conn.transport == "h2" and isinstance(conn.batch_lane, H2BatchLane)

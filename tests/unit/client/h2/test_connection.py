@@ -155,6 +155,55 @@ async def test_writer_waits_for_window_update_and_never_exceeds_the_windows():
     assert frames.MessageReader(1000).feed(data) == [payload.SerializeToString()]
 
 
+async def test_write_nowait_writes_only_what_would_not_wait_and_never_part_of_a_message():
+    peer = Peer()
+    peer.feed(peer.settings([(frames.INITIAL_WINDOW_SIZE, 40)]))
+    call = peer.call()
+    assert not call.write_nowait(pb.PublishRequest(sequence=1))  # the stream is not open yet
+    await turn()
+    small, large = pb.PublishRequest(sequence=2), pb.PublishRequest(frames=b"x" * 100)
+    assert call.write_nowait(small)
+    assert not call.write_nowait(large)  # past the stream's window: nothing of it goes out
+    assert call.send_window == 40 - frames.PREFIX_SIZE - len(small.SerializeToString())
+    await turn()
+    data = b"".join(p for kind, _, _, p in peer.sent() if kind == frames.DATA)
+    assert frames.MessageReader(1000).feed(data) == [small.SerializeToString()]
+    assert call.cancel()
+    assert not call.write_nowait(small)  # over: write() raises, write_nowait leaves it to write()
+
+
+async def test_on_messages_takes_responses_in_the_read_that_brought_them_and_read_batch_waits_for_the_end():
+    peer = Peer()
+    call = await opened(peer)
+    taken: list = []
+    call.on_messages = lambda responses: taken.append([a.sequence for a in responses])
+    peer.feed(peer.response_headers(1) + frames.frame(frames.DATA, 0, 1, messages_bytes([ack(0), ack(1)])))
+    assert taken == [[0, 1]]  # no loop turn needed
+    reading = asyncio.ensure_future(call.read_batch())
+    await turn()
+    assert not reading.done()  # nothing queued for a reader: it waits for the end
+    peer.feed(frames.frame(frames.DATA, 0, 1, messages_bytes([ack(2)])) + peer.trailers(1))
+    assert taken == [[0, 1], [2]]
+    assert await asyncio.wait_for(reading, 1) == []
+    assert await call.code() == grpc.StatusCode.OK
+
+
+async def test_a_failing_on_messages_ends_the_call_internal():
+    peer = Peer()
+    call = await opened(peer)
+
+    def broken(responses) -> None:
+        raise RuntimeError("boom")
+
+    call.on_messages = broken
+    peer.feed(peer.response_headers(1) + frames.frame(frames.DATA, 0, 1, messages_bytes([ack(0)])))
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await call.read_batch()
+    assert raised.value.code() == grpc.StatusCode.INTERNAL and "boom" in raised.value.details()
+    await turn()
+    assert [f for f in peer.sent() if f[0] == frames.RST_STREAM]  # the server is told
+
+
 async def test_reading_messages_gives_the_stream_window_back():
     limits = H2ClientLimits(stream_window=65536, keepalive_s=0)
     peer = Peer(limits)

@@ -42,6 +42,8 @@ DEFAULT_INTERVAL_S = 5.0
 TICK_S = 0.05  # the shared checker wakes at most this often
 MAX_SLOTS = 200
 BATCH_WAIT = 0.25  # of the interval: how long a connection's due watches wait for each other
+# The broker refuses a Health call naming more ids than this (INVALID_ARGUMENT).
+HEALTH_IDS_PER_CALL = 65_536
 _NO_BATCH_CALL = (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED)
 
 ClientType = danube_pb.HealthCheckRequest.ClientType
@@ -171,7 +173,8 @@ class HealthChecker:
             for conn, (since, waiting) in list(self._pending.items()):
                 if self._ticks - since >= self._batch_ticks - 1:
                     del self._pending[conn]
-                    calls.append(self._check_batch(conn, waiting))
+                    for start in range(0, len(waiting), HEALTH_IDS_PER_CALL):
+                        calls.append(self._check_batch(conn, waiting[start : start + HEALTH_IDS_PER_CALL]))
             if calls:
                 # not awaited here: a broker slow to answer must not hold back the next slots
                 check = asyncio.gather(*calls, return_exceptions=True)

@@ -273,3 +273,23 @@ async def test_a_broker_without_the_batch_call_is_asked_per_watch_from_then_on(r
     finally:
         for w in watches:
             await w.stop()
+
+
+async def test_a_connection_with_more_due_watches_than_one_call_may_name_is_asked_in_several_calls(monkeypatch):
+    monkeypatch.setattr(health, "HEALTH_IDS_PER_CALL", 7)
+    stub, closes = FakeStub(), []
+    lane = FakeBatchLane({12})
+    conn = FakeBatchConn(stub, lane)
+    watches = [
+        HealthWatch(PRODUCER, lambda i=i: (conn, i), lambda i=i: closes.append(i), interval_s=0.1, what=f"p{i}")
+        for i in range(40)
+    ]
+    for w in watches:
+        w.start()
+    try:
+        await async_wait_until(lambda: {i for p, _ in lane.calls for i in p} == set(range(40)), timeout=10)
+        assert all(len(p) + len(c) <= 7 for p, c in lane.calls)
+        await async_wait_until(lambda: closes[:1] == [12])
+    finally:
+        for w in watches:
+            await w.stop()

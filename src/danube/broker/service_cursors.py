@@ -37,9 +37,10 @@ class CursorPersistence:
             return await self._flush_cursors(force, topic)
 
     async def _flush_cursors(self, force: bool, topic: Topic | None) -> int:
-        # Every moved cursor in one transaction (of at most CURSORS_PER_TXN keys): one metadata
-        # commit per flush, however many subscriptions moved, not one commit per subscription.
-        written = 0
+        # Every moved cursor in transactions of at most CURSORS_PER_TXN keys, all sent at once: one
+        # flush is one round trip however many subscriptions moved, and on a store that commits
+        # concurrent writes together (the embedded store) one sync, not one per chunk.
+        chunks: list[list[Subscription]] = []
         batch: list[Subscription] = []
         for t in [topic] if topic is not None else list(self.topics.values()):
             # a read-only topic's cursors wait until the broker knows it still owns the topic
@@ -50,10 +51,19 @@ class CursorPersistence:
                 if sub.dirty or force:
                     batch.append(sub)
                     if len(batch) >= CURSORS_PER_TXN:
-                        written += await self._write_cursors(batch)
+                        chunks.append(batch)
                         batch = []
         if batch:
-            written += await self._write_cursors(batch)
+            chunks.append(batch)
+        if len(chunks) <= 1:
+            return await self._write_cursors(chunks[0]) if chunks else 0
+        # a failed chunk keeps its own cursors dirty (retried next flush); the others are written
+        results = await asyncio.gather(*(self._write_cursors(c) for c in chunks), return_exceptions=True)
+        written = 0
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+            written += result
         return written
 
     async def _write_cursors(self, subs: list[Subscription]) -> int:

@@ -8,6 +8,7 @@ holds the state; its methods are moved here whole.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,11 @@ log = logging.getLogger(__name__)
 
 # Cursor writes per metadata transaction (etcd refuses more than --max-txn-ops, 128 by default).
 CURSORS_PER_TXN = 64
+
+# A flush names every moved cursor's key (about one per subscription per second at a thousand busy
+# topics), and building one validates both names: the keys are remembered instead.  The bound is
+# above the subscriptions a broker flushes in a round, so the cyclic walk stays in the cache.
+_cursor_key = functools.lru_cache(maxsize=1 << 16)(keys.subscription_cursor)
 
 
 class CursorPersistence:
@@ -70,7 +76,7 @@ class CursorPersistence:
         ops = []
         for sub in subs:
             sub.dirty = False
-            ops.append(Op.put_json(keys.subscription_cursor(sub.topic.name, sub.name), sub.cursor))
+            ops.append(Op.put_json(_cursor_key(sub.topic.name, sub.name), sub.cursor))
         try:
             if len(ops) == 1:
                 await self.metadata.put(ops[0].key, ops[0].value)

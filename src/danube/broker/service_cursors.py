@@ -8,6 +8,7 @@ holds the state; its methods are moved here whole.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,11 @@ log = logging.getLogger(__name__)
 
 # Cursor writes per metadata transaction (etcd refuses more than --max-txn-ops, 128 by default).
 CURSORS_PER_TXN = 64
+
+# A flush names every moved cursor's key (about one per subscription per second at a thousand busy
+# topics), and building one validates both names: the keys are remembered instead.  The bound is
+# above the subscriptions a broker flushes in a round, so the cyclic walk stays in the cache.
+_cursor_key = functools.lru_cache(maxsize=1 << 16)(keys.subscription_cursor)
 
 
 class CursorPersistence:
@@ -37,9 +43,10 @@ class CursorPersistence:
             return await self._flush_cursors(force, topic)
 
     async def _flush_cursors(self, force: bool, topic: Topic | None) -> int:
-        # Every moved cursor in one transaction (of at most CURSORS_PER_TXN keys): one metadata
-        # commit per flush, however many subscriptions moved, not one commit per subscription.
-        written = 0
+        # Every moved cursor in transactions of at most CURSORS_PER_TXN keys, all sent at once: one
+        # flush is one round trip however many subscriptions moved, and on a store that commits
+        # concurrent writes together (the embedded store) one sync, not one per chunk.
+        chunks: list[list[Subscription]] = []
         batch: list[Subscription] = []
         for t in [topic] if topic is not None else list(self.topics.values()):
             # a read-only topic's cursors wait until the broker knows it still owns the topic
@@ -50,17 +57,26 @@ class CursorPersistence:
                 if sub.dirty or force:
                     batch.append(sub)
                     if len(batch) >= CURSORS_PER_TXN:
-                        written += await self._write_cursors(batch)
+                        chunks.append(batch)
                         batch = []
         if batch:
-            written += await self._write_cursors(batch)
+            chunks.append(batch)
+        if len(chunks) <= 1:
+            return await self._write_cursors(chunks[0]) if chunks else 0
+        # a failed chunk keeps its own cursors dirty (retried next flush); the others are written
+        results = await asyncio.gather(*(self._write_cursors(c) for c in chunks), return_exceptions=True)
+        written = 0
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+            written += result
         return written
 
     async def _write_cursors(self, subs: list[Subscription]) -> int:
         ops = []
         for sub in subs:
             sub.dirty = False
-            ops.append(Op.put_json(keys.subscription_cursor(sub.topic.name, sub.name), sub.cursor))
+            ops.append(Op.put_json(_cursor_key(sub.topic.name, sub.name), sub.cursor))
         try:
             if len(ops) == 1:
                 await self.metadata.put(ops[0].key, ops[0].value)

@@ -1,7 +1,12 @@
 """Embedded MetadataStore on stdlib sqlite3 (standalone brokers; no etcd needed).
 
 All sqlite work runs on one dedicated thread so the event loop never blocks
-on a commit.  Durable: WAL journal, synchronous=FULL.
+on a commit.  Durable: WAL journal, synchronous=FULL, and a write is answered only
+once its commit is on disk.  Writes share commits (group commit): every write that
+arrives while the thread is busy waits in one queue, and the next round applies them
+all in one sqlite transaction, each in a savepoint of its own (a failing write is
+rolled back alone) and each still its own store revision, so a thousand producers
+registering together cost a few syncs, not a thousand.
 
 It implements etcd's model (see :mod:`danube.metadata.store`) so one
 conformance suite covers both stores:
@@ -24,9 +29,10 @@ import asyncio
 import os
 import secrets
 import sqlite3
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, AsyncGenerator, Sequence
+from typing import Any, AsyncGenerator, Callable, Sequence
 
 from danube.errors import MetadataError
 from danube.metadata.store import (
@@ -44,6 +50,24 @@ HISTORY_REVISIONS = 10_000
 SWEEP_INTERVAL_S = 0.2
 _END = "\U0010ffff"
 
+# one queued write: (body(revision, events) -> result, finish(result, revision) -> answer, future, loop)
+_Write = tuple[Callable[[int, list], Any], Callable[[Any, int], Any], asyncio.Future, asyncio.AbstractEventLoop]
+
+
+def _same(result: Any, revision: int) -> Any:
+    return result
+
+
+def _settle(answers: list[tuple[asyncio.Future, bool, Any]]) -> None:
+    # (future, ok, result or exception), on the future's loop; a caller that gave up (cancelled) is skipped
+    for fut, ok, value in answers:
+        if fut.done():
+            continue
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
 
 class EmbeddedMetadataStore(MetadataStore):
     def __init__(self, path: str, *, clock=time.time) -> None:
@@ -59,6 +83,15 @@ class EmbeddedMetadataStore(MetadataStore):
         self._compacted = 0  # history holds revisions > _compacted
         self._writes_since_prune = 0
         self._sweeper: asyncio.Task | None = None
+        # writes waiting for the next group commit; _round_queued: a round is submitted and has
+        # not yet taken the queue (so a new write needs no new round)
+        self._queue: list[_Write] = []
+        self._queue_lock = threading.Lock()
+        self._round_queued = False
+        # No lease expires before _lease_floor (a lower bound of every deadline; -inf: unknown),
+        # so the reads and writes before it skip the leases table; _lease_count leases exist then.
+        self._lease_floor = float("-inf")
+        self._lease_count = 0
         self._conn: sqlite3.Connection = self._executor.submit(self._open).result()
 
     def _open(self) -> sqlite3.Connection:
@@ -101,6 +134,29 @@ class EmbeddedMetadataStore(MetadataStore):
         except sqlite3.Error as exc:
             raise MetadataError(f"metadata store error: {exc}") from exc
 
+    async def _run_write(self, body: Callable[[int, list], Any], finish: Callable[[Any, int], Any] = _same):
+        """``body(revision, events)`` applied in the next group commit; answers
+        ``finish(result, revision)`` (the store's revision right after this write) once durable."""
+        if self._closed:
+            raise MetadataError("metadata store is closed", retriable=False)
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        with self._queue_lock:
+            self._queue.append((body, finish, fut, loop))
+            submit = not self._round_queued
+            self._round_queued = True
+        if submit:
+            try:
+                self._executor.submit(self._commit_round)
+            except RuntimeError:  # the executor shut down (closed meanwhile)
+                with self._queue_lock:
+                    self._round_queued = False
+                raise MetadataError("metadata store is closed", retriable=False) from None
+        try:
+            return await fut
+        except sqlite3.Error as exc:
+            raise MetadataError(f"metadata store error: {exc}") from exc
+
     # ------------------------------------------------------------ thread-side work
 
     def _row(self, key: str) -> KeyValue | None:
@@ -114,14 +170,86 @@ class EmbeddedMetadataStore(MetadataStore):
         ).fetchall()
         return [KeyValue(k, bytes(v), ver, mr, ls) for k, v, ver, mr, ls in rows]
 
-    def _write(self, body):
-        """Expired leases first, then :meth:`_commit` of ``body``."""
-        self._expire_leases()
-        return self._commit(body)
+    def _commit_round(self) -> None:
+        """One group commit: every queued write in one sqlite transaction (one sync), in queue
+        order, each in its own savepoint and each one revision when it changed anything."""
+        with self._queue_lock:
+            writes, self._queue = self._queue, []
+            self._round_queued = False
+        if not writes:
+            return
+        answers: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, bool, Any]]] = {}
+        try:
+            self._expire_leases()
+        except sqlite3.Error as exc:
+            for _body, _finish, fut, loop in writes:
+                answers.setdefault(loop, []).append((fut, False, exc))
+            self._answer(answers)
+            return
+        conn = self._conn
+        revision = self._revision
+        done: list[tuple[asyncio.Future, asyncio.AbstractEventLoop, bool, Any, list[WatchEvent]]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for body, finish, fut, loop in writes:
+                events: list[WatchEvent] = []
+                conn.execute("SAVEPOINT write")
+                try:
+                    result = body(revision + 1, events)
+                    if events:
+                        conn.executemany(
+                            "INSERT INTO log(revision, kind, key, value) VALUES (?, ?, ?, ?)",
+                            [(revision + 1, e.kind, e.key, e.value) for e in events],
+                        )
+                        revision += 1
+                    answer = finish(result, revision)
+                except Exception as exc:  # noqa: BLE001 - this write fails alone
+                    conn.execute("ROLLBACK TO write")
+                    conn.execute("RELEASE write")
+                    done.append((fut, loop, False, exc, []))
+                    continue
+                conn.execute("RELEASE write")
+                done.append((fut, loop, True, answer, events))
+            if revision != self._revision:
+                conn.execute("INSERT OR REPLACE INTO meta(name, value) VALUES ('revision', ?)", (revision,))
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            try:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            except sqlite3.Error:  # the connection is gone (closed meanwhile): nothing was committed
+                pass
+            failure = exc if isinstance(exc, Exception) else MetadataError("metadata commit interrupted")
+            for _body, _finish, fut, loop in writes:
+                answers.setdefault(loop, []).append((fut, False, failure))
+            self._answer(answers)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        written = revision - self._revision
+        self._revision = revision
+        for fut, loop, ok, value, events in done:
+            if events:
+                self._notify(events)
+            answers.setdefault(loop, []).append((fut, ok, value))
+        self._answer(answers)
+        if written:
+            self._writes_since_prune += written
+            if self._writes_since_prune >= 1000:
+                self._prune_history()
+
+    @staticmethod
+    def _answer(answers: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, bool, Any]]]) -> None:
+        for loop, batch in answers.items():  # one wake-up per loop, not one per write
+            try:
+                loop.call_soon_threadsafe(_settle, batch)
+            except RuntimeError:  # that loop is closed: nobody waits any more
+                pass
 
     def _commit(self, body):
-        """Run ``body(revision, events)`` in one sqlite transaction that is one store revision
-        (when it changed anything); events are sent to watchers after the commit."""
+        """Run ``body(revision, events)`` alone in one sqlite transaction that is one store revision
+        (when it changed anything); events are sent to watchers after the commit.  (Lease expiry's
+        revocations; the callers' writes go through :meth:`_commit_round`.)"""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         events: list[WatchEvent] = []
@@ -186,7 +314,9 @@ class EmbeddedMetadataStore(MetadataStore):
         events.extend(WatchEvent("delete", k, None, revision) for k in keys)
         return len(keys)
 
-    def _put(self, key: str, value: bytes, expected: int | None, lease: int) -> int | None:
+    # write bodies: each runs as body(revision, events) in a group commit (:meth:`_commit_round`)
+
+    def _put_body(self, key: str, value: bytes, expected: int | None, lease: int):
         def body(revision, events):
             if expected is not None:
                 row = self._conn.execute("SELECT version FROM kv WHERE key = ?", (key,)).fetchone()
@@ -194,15 +324,9 @@ class EmbeddedMetadataStore(MetadataStore):
                     return None
             return self._apply_put(revision, events, key, value, lease)
 
-        return self._write(body)
+        return body
 
-    def _delete(self, key: str) -> bool:
-        return self._write(lambda revision, events: self._apply_delete(revision, events, key)) > 0
-
-    def _delete_prefix(self, prefix: str) -> int:
-        return self._write(lambda revision, events: self._apply_delete_prefix(revision, events, prefix))
-
-    def _txn(self, compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]) -> TxnResult:
+    def _txn_body(self, compare: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op]):
         def body(revision, events):
             ok = all(c.holds(self._row(c.key)) for c in compare)
             results: list[Any] = []
@@ -220,10 +344,9 @@ class EmbeddedMetadataStore(MetadataStore):
                     results.append(self._prefix_rows(op.key))
                 else:
                     raise ValueError(f"unknown transaction op {op.kind!r}")
-            return ok, results, bool(events)
+            return ok, tuple(results)
 
-        ok, results, wrote = self._write(body)
-        return TxnResult(ok, self._revision, tuple(results))
+        return body
 
     def _read(self, fn, *args):
         self._expire_leases()
@@ -233,9 +356,11 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def _grant(self, ttl: int) -> int:
         lease_id = secrets.randbits(62) or 1
-        self._conn.execute(
-            "INSERT INTO leases(id, ttl, expires_at) VALUES (?, ?, ?)", (lease_id, ttl, self._clock() + ttl)
-        )
+        deadline = self._clock() + ttl
+        self._conn.execute("INSERT INTO leases(id, ttl, expires_at) VALUES (?, ?, ?)", (lease_id, ttl, deadline))
+        # (a keepalive only moves a deadline later, so the floor stays a lower bound without it)
+        self._lease_floor = min(self._lease_floor, deadline)
+        self._lease_count += 1
         return lease_id
 
     def _keepalive(self, lease_id: int) -> int:
@@ -250,19 +375,21 @@ class EmbeddedMetadataStore(MetadataStore):
         for (key,) in self._conn.execute("SELECT key FROM kv WHERE lease = ?", (lease_id,)).fetchall():
             self._apply_delete(revision, events, key)
         self._conn.execute("DELETE FROM leases WHERE id = ?", (lease_id,))
-
-    def _revoke(self, lease_id: int) -> None:
-        self._write(lambda revision, events: self._apply_revoke(revision, events, lease_id))
+        self._lease_floor = float("-inf")  # recounted on the next check (this may yet be rolled back)
 
     def _expire_leases(self) -> int:
         """Revoke every lease past its deadline (one revision each); returns how many leases remain."""
+        now = self._clock()
+        if now < self._lease_floor:
+            return self._lease_count
         conn = self._conn
-        expired = [
-            row[0] for row in conn.execute("SELECT id FROM leases WHERE expires_at <= ?", (self._clock(),)).fetchall()
-        ]
+        expired = [row[0] for row in conn.execute("SELECT id FROM leases WHERE expires_at <= ?", (now,)).fetchall()]
         for lease_id in expired:
             self._commit(lambda revision, events, lease_id=lease_id: self._apply_revoke(revision, events, lease_id))
-        return conn.execute("SELECT COUNT(*) FROM leases").fetchone()[0]
+        count, floor = conn.execute("SELECT COUNT(*), MIN(expires_at) FROM leases").fetchone()
+        self._lease_count = count
+        self._lease_floor = float("inf") if floor is None else floor
+        return count
 
     # watches (sqlite thread)
 
@@ -303,13 +430,13 @@ class EmbeddedMetadataStore(MetadataStore):
         return await self._run(self._read, lambda: self._revision)
 
     async def put(self, key: str, value: bytes, *, lease: int = 0) -> int:
-        return await self._run(self._put, key, bytes(value), None, int(lease))
+        return await self._run_write(self._put_body(key, bytes(value), None, int(lease)))
 
     async def put_if_version(self, key: str, value: bytes, expected_version: int) -> bool:
-        return await self._run(self._put, key, bytes(value), int(expected_version), 0) is not None
+        return await self._run_write(self._put_body(key, bytes(value), int(expected_version), 0)) is not None
 
     async def delete(self, key: str) -> bool:
-        return await self._run(self._delete, key)
+        return await self._run_write(lambda revision, events: self._apply_delete(revision, events, key) > 0)
 
     async def get_prefix(self, prefix: str) -> list[KeyValue]:
         return await self._run(self._read, self._prefix_rows, prefix)
@@ -318,12 +445,13 @@ class EmbeddedMetadataStore(MetadataStore):
         return await self._run(self._read, lambda: (self._prefix_rows(prefix), self._revision))
 
     async def delete_prefix(self, prefix: str) -> int:
-        return await self._run(self._delete_prefix, prefix)
+        return await self._run_write(lambda revision, events: self._apply_delete_prefix(revision, events, prefix))
 
     async def txn(
         self, compare: Sequence[Compare], success: Sequence[Op] = (), failure: Sequence[Op] = ()
     ) -> TxnResult:
-        return await self._run(self._txn, tuple(compare), tuple(success), tuple(failure))
+        body = self._txn_body(tuple(compare), tuple(success), tuple(failure))
+        return await self._run_write(body, lambda result, revision: TxnResult(result[0], revision, result[1]))
 
     async def grant_lease(self, ttl: int) -> int:
         ttl = int(ttl)
@@ -338,7 +466,8 @@ class EmbeddedMetadataStore(MetadataStore):
         return await self._run(self._keepalive, int(lease_id))
 
     async def revoke_lease(self, lease_id: int) -> None:
-        await self._run(self._revoke, int(lease_id))
+        lease_id = int(lease_id)
+        await self._run_write(lambda revision, events: self._apply_revoke(revision, events, lease_id))
 
     async def _sweep(self) -> None:
         while not self._closed:

@@ -87,3 +87,37 @@ async def test_an_ack_wakes_a_receive_waiting_on_a_full_window(tmp_path):
     finally:
         await b.stop()
         await metadata.close()
+
+
+async def test_a_flush_sends_its_chunks_together_and_a_failed_one_keeps_only_its_own_dirty(broker, monkeypatch):
+    monkeypatch.setattr(service_cursors, "CURSORS_PER_TXN", 4)
+    topics = [f"/default/g{i}" for i in range(10)]
+    await ack_one_each(broker, topics)
+    real_txn = broker.metadata.txn
+    in_flight = 0
+    most = 0
+    calls = 0
+
+    async def txn(compare, success, failure=()):
+        nonlocal in_flight, most, calls
+        calls += 1
+        call = calls
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            await asyncio.sleep(0.01)
+            if call == 2:
+                raise OSError("this chunk's write failed")
+            return await real_txn(compare, success, failure)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(broker.metadata, "txn", txn)
+    with pytest.raises(OSError):
+        await broker.flush_cursors()
+    assert calls == 3 and most == 3  # 4 + 4 + 2 cursors, the three writes under way at once
+    dirty = [n for n in topics if broker.topics[n].subscriptions["s"].dirty]
+    assert dirty == topics[4:8]  # the second chunk's, and only those
+    for name in topics[:4] + topics[8:]:
+        assert await broker.metadata.get_json(keys.subscription_cursor(name, "s")) == 0
+    assert await broker.flush_cursors() == 4

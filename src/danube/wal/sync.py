@@ -263,6 +263,12 @@ class Syncer:
                     self._run_chore()
         if self._watch is not None and not self._closing:
             self._arm()
+        elif self.policy is SyncPolicy.ALWAYS and not self._closing and self._appended() > self._durable:
+            # Appended while the round ran: the next round starts now rather than when the event
+            # loop, busy, gets round to this round's answers and asks again -- its waiter then
+            # finds the offset durable already, or just joins the round in flight.
+            assert self._group is not None, "sync=always logs have a sync group"
+            self._group.request(self)
 
     def _arm(self) -> None:
         """sync=interval: hear of the next append (and of one that came before the hook was set)."""

@@ -13,7 +13,7 @@ import pytest
 from danube.wal import Wal
 from danube.wal import sync_group as sync_mod
 from danube.wal.sync import SyncGroup
-from tests.support.waiting import wait_until
+from tests.support.waiting import async_wait_until, wait_until
 
 
 def _open_logs(tmp_path, n, group, **options):
@@ -172,5 +172,52 @@ def test_a_forked_child_starts_its_own_group_thread(tmp_path):
             child.join()
         assert child.exitcode == 0  # its waiter was answered: the group started a thread there
     finally:
+        for wal in logs:
+            wal.close()
+
+
+@pytest.mark.parametrize("syncfs_min_logs", [4, 0], ids=["syncfs", "per-file"])
+def test_always_the_next_round_starts_without_waiting_for_the_event_loop(tmp_path, syncfs_min_logs):
+    """sync=always: what was appended while a round ran is synced by the next round, which starts
+    as soon as that one ends -- not when the (busy) event loop gets to the round's answers and
+    asks again.  The loop here is kept busy throughout, as a loaded broker's is."""
+    group = SyncGroup(syncfs_min_logs=syncfs_min_logs, name="danube-wal-test-back-to-back")
+    logs = _open_logs(tmp_path, 4, group, sync="always")
+    entered = threading.Event()
+    release = threading.Event()
+    syncer = logs[0]._syncer
+    real_sync_files, real_fs_target = syncer._sync_files, syncer._fs_target
+
+    def gated_sync_files() -> None:
+        entered.set()
+        release.wait(10)
+        real_sync_files()
+
+    syncer._sync_files = gated_sync_files
+    syncer._fs_target = None  # this log syncs its own files: the gate holds the whole round
+
+    async def run() -> None:
+        answered: list[int] = []
+        firsts = [wal.append_frames(_frames(b"a"))[1] for wal in logs]
+        for wal, last in zip(logs, firsts):
+            wal.when_durable(last, lambda exc, last=last: answered.append(last))
+        # the loop stays busy from here on: no callback runs, nobody asks again
+        assert entered.wait(10), "the first round did not start"
+        seconds = [wal.append_frames(_frames(b"b"))[1] for wal in logs]
+        release.set()
+        wait_until(
+            lambda: all(wal.durable_offset >= last for wal, last in zip(logs, seconds)),
+            timeout=10,
+            what="the appends made during a round synced by the next one",
+        )
+        assert answered == []  # the answers are still queued for the loop
+        await async_wait_until(lambda: len(answered) == len(logs), 10, "the first waiters answered")
+        assert sorted(answered) == sorted(firsts)
+
+    try:
+        asyncio.run(run())
+        assert group.rounds >= 2
+    finally:
+        syncer._sync_files, syncer._fs_target = real_sync_files, real_fs_target
         for wal in logs:
             wal.close()

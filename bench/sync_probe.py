@@ -88,6 +88,8 @@ _orig_round = sync_group.SyncGroup._round
 
 
 def _round(self, logs):
+    if not samples.setdefault("sync_thread_tid", []):  # for strace -p
+        samples["sync_thread_tid"].append(threading.get_native_id())
     start = clock()
     if _last_round_end[0]:
         samples["round_gap_ms"].append((start - _last_round_end[0]) * 1000)

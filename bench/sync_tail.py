@@ -155,6 +155,8 @@ def main() -> None:
         f"round latency p99 <= {histogram_quantile(after, 'danube_wal_sync_round_latency_ms', 0.99)} ms"
     )
     for key, values in probe.items():
+        if key == "sync_thread_tid":
+            continue
         if key == "round_logs":
             print(f"  {key:<14} n {len(values):>6}  p50 {pct(values, 0.5)}  max {max(values, default=0)}")
             continue

@@ -9,6 +9,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from danube.wal import Wal
 from danube.wal import sync_group as sync_mod
@@ -221,3 +223,82 @@ def test_always_the_next_round_starts_without_waiting_for_the_event_loop(tmp_pat
         syncer._sync_files, syncer._fs_target = real_sync_files, real_fs_target
         for wal in logs:
             wal.close()
+
+
+_MODEL_GROUP = SyncGroup(syncfs_min_logs=0, name="danube-wal-test-model")
+
+
+class _FakeLog:
+    """What a Syncer needs of a log: its appended end, a sync of it, a one-shot append hook."""
+
+    def __init__(self) -> None:
+        self.appended = -1
+        self.synced: list[int] = []
+        self.hook = None
+        self.lock = threading.Lock()
+
+    def append(self, n: int) -> int:
+        with self.lock:
+            self.appended += n
+            hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        return self.appended
+
+    def sync_files(self) -> None:
+        self.synced.append(self.appended)
+
+    def watch(self, hook) -> None:
+        with self.lock:
+            self.hook = hook
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    policy=st.sampled_from(["always", "interval"]),
+    steps=st.lists(st.tuples(st.sampled_from(["append", "wait", "busy"]), st.integers(1, 3)), max_size=25),
+)
+def test_every_waiter_is_answered_after_its_offset_is_durable_and_nothing_is_left_unsynced(policy, steps):
+    """The group's rounds as a state machine, driven by any interleaving of appends, waits and a
+    busy event loop: a waiter is answered exactly once, on its loop, never inside the call that
+    registered it and only once its offset is durable; durable never passes appended; and under
+    interval what was appended ends up durable with nothing more asked (the append hook)."""
+    from danube.wal.options import SyncPolicy
+    from danube.wal.sync import Syncer
+
+    log = _FakeLog()
+    syncer = Syncer(
+        SyncPolicy(policy), 2.0, lambda: log.appended, log.sync_files, group=_MODEL_GROUP, watch_appends=log.watch
+    )
+    answered: list[tuple[int, int]] = []
+
+    async def run() -> None:
+        registering = [False]
+        waited: list[int] = []
+        for op, n in steps:
+            if op == "busy":
+                time.sleep(0.001 * n)  # the loop does not turn: answers queue up
+                continue
+            offset = log.append(n)
+            if op == "wait":
+                waited.append(offset)
+                registering[0] = True
+
+                def answer(exc, offset=offset) -> None:
+                    assert not registering[0] and exc is None
+                    answered.append((offset, syncer.durable_offset))
+
+                syncer.when_durable(offset, answer)
+                registering[0] = False
+            await asyncio.sleep(0)
+        await async_wait_until(lambda: len(answered) == len(waited), 10, "every waiter answered", 0.005)
+        assert sorted(o for o, _ in answered) == sorted(waited)
+
+    try:
+        asyncio.run(run())
+        assert all(durable >= offset for offset, durable in answered)
+        if policy == "interval":
+            wait_until(lambda: syncer.durable_offset == log.appended, 10, "everything appended synced", 0.005)
+        assert log.synced == sorted(log.synced) and all(-1 <= s <= log.appended for s in log.synced)
+    finally:
+        syncer.close()

@@ -19,8 +19,9 @@ import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
+# the tree under test comes from PYTHONPATH (bench/sync_tail.py --tree), else this one's
+if not os.environ.get("PYTHONPATH"):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
 from danube.wal import handoff, sync, sync_group  # noqa: E402
 
@@ -32,6 +33,7 @@ samples: dict[str, list[float]] = {
     "handoff_ms": [],  # handed to the loop -> the callback ran
     "syncfs_ms": [],  # each syncfs call
     "round_len_ms": [],  # each round, start -> waiters handed off
+    "chores_ms": [],  # a round's waiters handed off -> its end (the logs' after-sync chores)
     "round_gap_ms": [],  # a round's end -> the next round's start (when some log was waiting)
     "round_logs": [],  # logs per round
     "loop_lag_ms": [],  # lateness of a 1 ms timer on the broker's loop
@@ -74,7 +76,7 @@ _orig_call_back = handoff.call_back
 def call_back(waiters, exc):
     start = getattr(_current, "start", 0.0)
     if start:
-        now = clock()
+        now = _current.handed = clock()
         for _loop, fn in waiters:
             if isinstance(fn, _Timed):
                 fn.round_start = start
@@ -94,6 +96,7 @@ def _round(self, logs):
     if _last_round_end[0]:
         samples["round_gap_ms"].append((start - _last_round_end[0]) * 1000)
     _current.start = start
+    _current.handed = 0.0
     samples["round_logs"].append(len(logs))
     try:
         return _orig_round(self, logs)
@@ -102,6 +105,8 @@ def _round(self, logs):
         end = clock()
         _last_round_end[0] = end
         samples["round_len_ms"].append((end - start) * 1000)
+        if _current.handed:
+            samples["chores_ms"].append((end - _current.handed) * 1000)
 
 
 sync_group.SyncGroup._round = _round

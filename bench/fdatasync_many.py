@@ -62,9 +62,7 @@ def main() -> None:
     stop = threading.Event()
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         if args.other_syncs:
-            threading.Thread(
-                target=_other_committer, args=(os.path.join(d, "other"), args, stop), daemon=True
-            ).start()
+            threading.Thread(target=_other_committer, args=(os.path.join(d, "other"), args, stop), daemon=True).start()
         fds = []
         for i in range(args.files):
             fd = os.open(os.path.join(d, f"f{i}"), os.O_RDWR | os.O_CREAT, 0o644)

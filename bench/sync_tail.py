@@ -49,7 +49,7 @@ def scrape(port: int) -> str:
 def histogram_quantile(text: str, family: str, q: float) -> float:
     """Approximate quantile of a summed-over-labels Prometheus histogram (upper bound of the bucket)."""
     buckets: dict[float, float] = {}
-    for m in re.finditer(rf'^{family}_bucket\{{(.*?)\}} (\S+)$', text, re.M):
+    for m in re.finditer(rf"^{family}_bucket\{{(.*?)\}} (\S+)$", text, re.M):
         le = re.search(r'le="([^"]+)"', m.group(1)).group(1)
         bound = float("inf") if le == "+Inf" else float(le)
         buckets[bound] = buckets.get(bound, 0.0) + float(m.group(2))

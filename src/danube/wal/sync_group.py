@@ -173,12 +173,12 @@ class SyncGroup:
                     self._cond.wait(wait)
                 finally:
                     self._sleeping = False
-            due = self._urgent
+            due_logs = self._urgent
             self._urgent = {}
             for paced in self._paced.values():
-                due.update(paced)  # (a log may be in both: asked by its append hook, then waited on)
+                due_logs.update(paced)  # (a log may be in both: asked by its append hook, then waited on)
                 paced.clear()
-        return list(due)
+        return list(due_logs)
 
     def _run(self) -> None:
         while True:

@@ -302,3 +302,33 @@ def test_every_waiter_is_answered_after_its_offset_is_durable_and_nothing_is_lef
         assert log.synced == sorted(log.synced) and all(-1 <= s <= log.appended for s in log.synced)
     finally:
         syncer.close()
+
+
+def test_always_a_log_whose_sync_failed_does_not_start_round_after_round():
+    """Rounds run back to back only while syncs succeed: after an I/O error the waiters hear it
+    and the log is not synced again and again for appends nobody can be told about."""
+    from danube.wal.options import SyncPolicy
+    from danube.wal.sync import Syncer
+
+    group = SyncGroup(syncfs_min_logs=0, name="danube-wal-test-failed")
+    log = _FakeLog()
+    attempts: list[int] = []
+
+    def failing_sync() -> None:
+        attempts.append(log.appended)
+        log.append(1)  # more arrives while the (failing) round runs
+        raise OSError(5, "I/O error")
+
+    syncer = Syncer(SyncPolicy.ALWAYS, 5.0, lambda: log.appended, failing_sync, group=group)
+
+    async def run() -> BaseException | None:
+        fut = asyncio.get_running_loop().create_future()
+        syncer.when_durable(log.append(1), fut.set_result)
+        return await asyncio.wait_for(fut, 10)
+
+    try:
+        assert isinstance(asyncio.run(run()), OSError)
+        time.sleep(0.2)
+        assert len(attempts) == 1 and group.rounds == 1
+    finally:
+        syncer.close()

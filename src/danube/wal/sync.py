@@ -220,6 +220,10 @@ class Syncer:
             self._error = exc
             self._fail_waiters(exc)
 
+    def _unsynced(self) -> bool:
+        """Appended beyond the durable offset (read without the lock: a hint for the group)."""
+        return not self._closing and self._appended() > self._durable
+
     def _fs_prepare(self) -> Any:
         """For a syncfs round: ``(device, fd, target offset)`` with the lock held (the group
         releases it), None (lock not held) when this log must sync its own files, or ``_BUSY``

@@ -194,6 +194,9 @@ class SyncGroup:
         busy: list[Syncer] = []
         if self.syncfs_min_logs and len(logs) >= self.syncfs_min_logs:
             rest = self._sync_file_systems(logs, busy)
+        # A log asked for while the round before covered it has nothing left: it takes no share
+        # of the workers (a racy read is only a hint: a log appended to since is asked for again)
+        rest = [syncer for syncer in rest if syncer._unsynced()]
         workers = min(self.workers, len(rest) // MIN_LOGS_PER_WORKER)
         if workers <= 0:
             _sync_all(rest, busy)

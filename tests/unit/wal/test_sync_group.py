@@ -332,3 +332,25 @@ def test_always_a_log_whose_sync_failed_does_not_start_round_after_round():
         assert len(attempts) == 1 and group.rounds == 1
     finally:
         syncer.close()
+
+
+def test_a_round_spreads_only_logs_with_something_to_sync_over_its_workers(tmp_path):
+    """Logs asked for while the round before covered them have nothing left to sync: a round of
+    such logs starts no worker threads (each hand-off to a worker costs more than the no-op)."""
+    group = SyncGroup(syncfs_min_logs=0, name="danube-wal-test-nothing")
+    logs = _open_logs(tmp_path, 3 * 4 + 1, group, sync="always")
+    try:
+        for wal in logs:
+            wal.append(b"x")  # outside a loop: synced on this thread
+        assert all(wal.durable_offset == wal.next_offset - 1 for wal in logs)
+        group._round([wal._syncer for wal in logs])
+        assert group._pool is None and group.rounds == 1
+        # ... while a round with that many logs to sync does spread them
+        for wal in logs:
+            wal.append_frames(_frames(b"y"))
+        group._round([wal._syncer for wal in logs])
+        assert group._pool is not None
+        assert all(wal.durable_offset == wal.next_offset - 1 for wal in logs)
+    finally:
+        for wal in logs:
+            wal.close()

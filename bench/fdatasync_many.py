@@ -12,6 +12,10 @@ makes all of them durable, by one of:
 - ``syncfs``: one ``syncfs(2)`` of the file system (everything dirty on it, other writers' too).
 
 Prints the round time (p50/p99, ms) and the process CPU per round for each, interleaved.
+
+``--other-syncs N``: meanwhile a thread appends ``--other-bytes`` to another file on the same file
+system and fdatasyncs it N times a second, as the broker's embedded metadata store (sqlite,
+synchronous=FULL) does under load: what another committer costs each method.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import ctypes
 import os
 import statistics
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,6 +38,17 @@ def syncfs(fd: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
+def _other_committer(path: str, args, stop: threading.Event) -> None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    block = os.urandom(args.other_bytes)
+    pos = 0
+    while not stop.wait(1.0 / args.other_syncs):
+        os.pwrite(fd, block, pos)
+        pos = (pos + len(block)) % (64 << 20)  # sqlite's WAL file wraps too
+        os.fdatasync(fd)
+    os.close(fd)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=100)
@@ -40,8 +56,13 @@ def main() -> None:
     ap.add_argument("--bytes", type=int, default=256)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--threads", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--other-syncs", type=float, default=0.0)
+    ap.add_argument("--other-bytes", type=int, default=48 << 10)
     args = ap.parse_args()
+    stop = threading.Event()
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
+        if args.other_syncs:
+            threading.Thread(target=_other_committer, args=(os.path.join(d, "other"), args, stop), daemon=True).start()
         fds = []
         for i in range(args.files):
             fd = os.open(os.path.join(d, f"f{i}"), os.O_RDWR | os.O_CREAT, 0o644)
@@ -89,6 +110,7 @@ def main() -> None:
                 f"{name:<12} p50 {statistics.median(ts) * 1000:7.2f} ms  p99 "
                 f"{ts[int(len(ts) * 0.99)] * 1000:7.2f} ms  CPU {cpu[name] / args.rounds * 1e6:7.0f} us/round"
             )
+        stop.set()
         for fd in fds:
             os.close(fd)
         for pool in pools.values():

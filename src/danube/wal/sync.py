@@ -18,15 +18,19 @@ threads do not grow with the number of logs (measurements: docs/benchmarks.md,
 
 Cadence of the rounds.  ``always``: a round starts as soon as a waiter asks; a
 waiter arriving while a round is in flight is covered by the next, which starts
-right after.  ``interval``: a round for a log starts as soon as it has something
-to sync (a waiter, or an append beyond the durable offset: the writer tells the
-group once per round through its one-shot append hook, so an idle log costs
-nothing), on a budget of one round per interval: rounds keep to an even schedule
-of one per interval, and one may start up to one interval ahead of it.  Over any
-stretch of time there are at most two rounds more than whole intervals in it, and
-the next round is always allowed within one interval of the last one's start --
-so a waiter waits at most one interval plus one round.  A round started for any
-reason covers every log with something to sync, whatever its policy.
+right after -- and so is a log appended to while a round ran, asked for by the
+round itself rather than by the event loop once it gets to the round's answers (a
+busy loop would otherwise leave the group idle between rounds).  ``interval``: a
+log someone waits on is asked for as under ``always``, so an ``interval`` waiter is
+never answered later than an ``always`` one; a log with appends nobody waits on
+(the writer tells the group once per round through its one-shot append hook, so an
+idle log costs nothing) is synced on a budget of one round per interval: rounds
+keep to an even schedule of one per interval, and one may start up to one interval
+ahead of it.  Over any stretch of time there are at most two such rounds more than
+whole intervals in it, and the next is always allowed within one interval of the
+last one's start -- so an append is durable within one interval plus one round.  A
+round started for any reason covers every log with something to sync, whatever its
+policy.
 
 Why the allowance: a writer that appends once per interval (a paced producer, a
 5 ms linger) drifts against a strict start-to-start gap, and then every append
@@ -216,6 +220,10 @@ class Syncer:
             self._error = exc
             self._fail_waiters(exc)
 
+    def _unsynced(self) -> bool:
+        """Appended beyond the durable offset (read without the lock: a hint for the group)."""
+        return not self._closing and self._appended() > self._durable
+
     def _fs_prepare(self) -> Any:
         """For a syncfs round: ``(device, fd, target offset)`` with the lock held (the group
         releases it), None (lock not held) when this log must sync its own files, or ``_BUSY``
@@ -263,6 +271,17 @@ class Syncer:
                     self._run_chore()
         if self._watch is not None and not self._closing:
             self._arm()
+        elif (
+            self.policy is SyncPolicy.ALWAYS
+            and not self._closing
+            and self._error is None  # (a failed sync is not retried round after round)
+            and self._appended() > self._durable
+        ):
+            # Appended while the round ran: the next round starts now rather than when the event
+            # loop, busy, gets round to this round's answers and asks again -- its waiter then
+            # finds the offset durable already, or just joins the round in flight.
+            assert self._group is not None, "sync=always logs have a sync group"
+            self._group.request(self)
 
     def _arm(self) -> None:
         """sync=interval: hear of the next append (and of one that came before the hook was set)."""

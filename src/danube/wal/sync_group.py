@@ -96,7 +96,7 @@ class SyncGroup:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._sleeping = False  # the group's thread waits on _cond: a request must wake it
-        self._urgent: dict[Syncer, None] = {}  # sync=always logs asked to sync now
+        self._urgent: dict[Syncer, None] = {}  # logs asked to sync now (sync=always, or waited on)
         self._paced: dict[float, dict[Syncer, None]] = {}  # sync=interval logs, by interval
         self._budgets: dict[float, IntervalBudget] = {}
         self._thread: threading.Thread | None = None
@@ -114,7 +114,9 @@ class SyncGroup:
         round's end looks again), and only one that changes when the sleeping thread must wake
         wakes it (an ``interval`` log joining others of its interval already has their turn)."""
         with self._lock:
-            if syncer.policy is SyncPolicy.ALWAYS:
+            # A log someone waits on is urgent whatever its policy: an ``interval`` waiter is never
+            # answered later than an ``always`` one would be (the budget paces what nobody waits on)
+            if syncer.policy is SyncPolicy.ALWAYS or syncer.has_waiters():
                 self._urgent[syncer] = None
                 wake = True
             else:
@@ -171,12 +173,12 @@ class SyncGroup:
                     self._cond.wait(wait)
                 finally:
                     self._sleeping = False
-            due_logs = list(self._urgent)
-            self._urgent.clear()
+            due_logs = self._urgent
+            self._urgent = {}
             for paced in self._paced.values():
-                due_logs.extend(paced)
+                due_logs.update(paced)  # (a log may be in both: asked by its append hook, then waited on)
                 paced.clear()
-        return due_logs
+        return list(due_logs)
 
     def _run(self) -> None:
         while True:
@@ -192,6 +194,9 @@ class SyncGroup:
         busy: list[Syncer] = []
         if self.syncfs_min_logs and len(logs) >= self.syncfs_min_logs:
             rest = self._sync_file_systems(logs, busy)
+        # A log asked for while the round before covered it has nothing left: it takes no share
+        # of the workers (a racy read is only a hint: a log appended to since is asked for again)
+        rest = [syncer for syncer in rest if syncer._unsynced()]
         workers = min(self.workers, len(rest) // MIN_LOGS_PER_WORKER)
         if workers <= 0:
             _sync_all(rest, busy)

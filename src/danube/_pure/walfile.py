@@ -25,6 +25,7 @@ from danube._pure.wal.segment import (
     now_ms,
     parse_segment_file_name,
     preallocate,
+    rearm_many,
     segment_file_name,
 )
 from danube._pure.wal.writer import LogWriter
@@ -40,5 +41,6 @@ __all__ = [
     "now_ms",
     "parse_segment_file_name",
     "preallocate",
+    "rearm_many",
     "segment_file_name",
 ]

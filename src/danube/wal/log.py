@@ -22,7 +22,7 @@ from danube.wal.flushstats import FlushLatency
 from danube.wal.log_read import DEFAULT_READ_BYTES, WalReading
 from danube.wal.log_rotation import WalRotation
 from danube.wal.log_suspend import WalSuspension, _Dormant, _fd_error
-from danube.wal.options import SyncPolicy, WalOptions
+from danube.wal.options import REARM_AHEAD_BYTES, SyncPolicy, WalOptions
 from danube.wal.pagecache import PageCacheWindow
 from danube.wal.recovery import RecoveryReport, recover
 from danube.wal.rotation import FileKeeper
@@ -33,10 +33,6 @@ _walfile = _native.load("walfile")
 _ring = _native.load("ring")
 
 PREFAULT_BYTES = 4 << 20
-# After a sync (sync=always/interval), the sync thread faults the active file's tail page back in
-# writable, and the next page too when the write position is this close to its end: the next
-# append stores without a fault (see SegmentFile.rearm).
-REARM_AHEAD_BYTES = 1024
 
 __all__ = ["DEFAULT_READ_BYTES", "PREFAULT_BYTES", "Wal"]
 
@@ -251,17 +247,21 @@ class Wal(WalReading, WalRotation, WalSuspension):
             return None
         return self._device, self._lock_fd
 
-    def _after_sync(self) -> None:
+    def _after_sync(self, rearms: list | None = None) -> None:
         """After a sync, on the thread that synced: make the active file's tail writable again in
         this process's mapping (off the appending thread: see SegmentFile.rearm) unless the writer
         pwrites (big batches never store through the mapping), and drop what lies behind the
-        page-cache window."""
+        page-cache window.  With ``rearms`` (a sync round's list), the file goes there instead,
+        for the round to rearm with its other logs' files in one call."""
         if self._closing:
             return
         writer = self._writer
         active = writer.segment  # None while suspended
         if active is not None and writer.last_stored:
-            active.rearm(REARM_AHEAD_BYTES)
+            if rearms is None:
+                active.rearm(REARM_AHEAD_BYTES)
+            else:
+                rearms.append(active)
         cache = self.page_cache  # None once the log stops writing or suspends
         if cache is not None:
             cache.trim(self._segments)

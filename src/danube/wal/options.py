@@ -8,6 +8,11 @@ from typing import Any
 
 from danube.errors import InvalidArgumentError
 
+# After a sync (sync=always/interval), the sync thread faults the active file's tail page back in
+# writable, and the next page too when the write position is this close to its end: the next
+# append stores without a fault (see SegmentFile.rearm).
+REARM_AHEAD_BYTES = 1024
+
 MiB = 1024 * 1024
 
 

@@ -99,7 +99,7 @@ class Syncer:
         interval_ms: float,
         appended: Callable[[], int],
         sync_files: Callable[[], None],
-        after_sync: Callable[[], object] | None = None,
+        after_sync: Callable[..., object] | None = None,
         *,
         group: SyncGroup | None = None,
         watch_appends: Callable[[Callable[[], None]], None] | None = None,
@@ -262,13 +262,15 @@ class Syncer:
                 self._waiters = [w for w in self._waiters if w[0] > durable]
         return ready
 
-    def _after_round(self) -> None:
+    def _after_round(self, rearms: list | None = None) -> None:
+        """``rearms``: the round's list the chore adds its file to rearm to (the group rearms them
+        all at once), instead of rearming it itself."""
         if self._synced_in_round:
             self._synced_in_round = False
             # under the lock: close() (which takes it) may be closing the files the chore touches
             with self._lock:
                 if not self._closing:
-                    self._run_chore()
+                    self._run_chore(rearms)
         if self._watch is not None and not self._closing:
             self._arm()
         elif (
@@ -296,11 +298,14 @@ class Syncer:
             assert self._group is not None, "sync=interval logs have a sync group"
             self._group.request(self)
 
-    def _run_chore(self) -> None:
+    def _run_chore(self, rearms: list | None = None) -> None:
         if self._after_sync is None:
             return
         try:
-            self._after_sync()
+            if rearms is None:
+                self._after_sync()
+            else:
+                self._after_sync(rearms)
         except Exception:  # a chore must never fail a sync or its waiters: log it, stop it
             self._after_sync = None
             log.exception("WAL: the after-sync chore failed and is turned off (durability is unaffected)")

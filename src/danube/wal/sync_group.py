@@ -12,15 +12,17 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Callable
 
+from danube import _native
 from danube.wal.flushstats import FlushLatency
 from danube.wal.handoff import call_back
-from danube.wal.options import SyncPolicy
+from danube.wal.options import REARM_AHEAD_BYTES, SyncPolicy
 from danube.wal.workers import WorkerPool
 
 if TYPE_CHECKING:
     from danube.wal.sync import Syncer
 
 log = logging.getLogger("danube.wal")
+_walfile = _native.load("walfile")
 
 
 class IntervalBudget:
@@ -227,8 +229,16 @@ class SyncGroup:
             ready.extend(syncer._take_ready())
         call_back(ready, None)
         self.round_latency.record((time.perf_counter() - started) * 1000.0)
+        rearms: list = []
         for syncer in logs:
-            syncer._after_round()
+            syncer._after_round(rearms)
+        if rearms:
+            # every log's tail page in one call, with the GIL released once: one release per log
+            # meant one wait per log to get it back from a busy event loop, between rounds
+            try:
+                _walfile.rearm_many(rearms, REARM_AHEAD_BYTES)
+            except Exception:  # noqa: BLE001 - advisory: durability is unaffected
+                log.exception("WAL: rearming the round's tail pages failed")
         if busy:
             # A log whose lock someone holds (its file thread finishing a rotated file, a blocking
             # sync) goes to the next round rather than every other log waiting for it now; a

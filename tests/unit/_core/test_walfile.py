@@ -322,3 +322,29 @@ def test_the_writer_tells_whether_its_last_append_went_through_the_mapping(tmp_p
     assert writer.last_stored is True
     writer.close()
     seg.close()
+
+
+@pytest.mark.skipif(not _linux_populate_write(), reason="MADV_POPULATE_WRITE needs Linux 5.14")
+@pytest.mark.parametrize("walfile,ring", PAIRS, ids=lambda m: getattr(m, "__name__", ""))
+def test_rearm_many_rearms_each_file_as_rearm_would_and_changes_no_byte(tmp_path, walfile, ring):
+    """One call for a round's files: the ones rearm would do are counted, a closed or page-aligned
+    one is skipped, no byte changes, and the files reopen with every record."""
+    page = 4096
+    made = []
+    for i in range(5):
+        writer, seg = _writer(walfile, ring, tmp_path / f"{i}.log", capacity=4 * page)
+        writer.append_frames(bytearray(pure_frame.encode_payloads([b"y" * (100 + i)] * (i + 1))))
+        seg.sync()
+        made.append((writer, seg))
+    closed = made[4][1]
+    closed.close()
+    before = [bytes(seg.view(0, seg.capacity)) for _w, seg in made[:4]]
+    assert walfile.rearm_many([seg for _w, seg in made], 0) == 4
+    assert walfile.rearm_many([], 0) == 0
+    assert [bytes(seg.view(0, seg.capacity)) for _w, seg in made[:4]] == before
+    for i, (writer, seg) in enumerate(made[:4]):
+        count = seg.count
+        seg.close()
+        again, report = walfile.SegmentFile.open(str(tmp_path / f"{i}.log"), index_every=256, writable=True)
+        assert (again.count, report) == (count, (pure_frame.SCAN_ZERO, 0))
+        again.close()

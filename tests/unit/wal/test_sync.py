@@ -131,9 +131,9 @@ async def test_a_synced_log_rearms_its_tail_and_every_append_survives_reopen(tmp
     wal = Wal.open(tmp_path / "w", sync=sync)
     chore, threads = wal._syncer._after_sync, set()
 
-    def spy():
+    def spy(*rearms):
         threads.add(threading.get_ident())
-        chore()
+        chore(*rearms)
 
     wal._syncer._after_sync = spy
     try:
@@ -163,3 +163,38 @@ def test_the_after_sync_chore_skips_a_suspended_or_closing_log(tmp_path):
     wal._after_sync()  # closed
     with Wal.open(tmp_path / "w", sync="always") as again:
         assert [bytes(r.payload) for r in again.read(0)] == [b"a", b"b"]
+
+
+async def test_a_round_rearms_the_tail_pages_of_all_its_logs_in_one_call(tmp_path, monkeypatch):
+    """The group collects each synced log's active file and rearms them together (the compiled
+    call releases the GIL once for all), on its own thread, and every record survives reopen."""
+    import asyncio
+    import threading
+
+    from danube import message_codec
+    from danube.wal import Wal, sync_group
+
+    real = sync_group._walfile
+    calls: list[tuple[int, int]] = []  # (files, thread)
+
+    class Spy:
+        @staticmethod
+        def rearm_many(files, ahead):
+            calls.append((len(files), threading.get_ident()))
+            return real.rearm_many(files, ahead)
+
+    monkeypatch.setattr(sync_group, "_walfile", Spy)
+    group = sync_group.SyncGroup()
+    wals = [Wal.open(tmp_path / f"w{i}", sync="always", sync_group=group) for i in range(6)]
+    try:
+        for round_no in range(5):
+            lasts = [wal.append_frames(bytearray(message_codec.encode_payloads([b"%d" % round_no])))[1] for wal in wals]
+            await asyncio.gather(*(wal.wait_durable(last) for wal, last in zip(wals, lasts, strict=True)))
+    finally:
+        for wal in wals:
+            wal.close()
+    assert calls and max(n for n, _ in calls) >= 2  # several logs' files in one call
+    assert threading.get_ident() not in {t for _, t in calls}
+    for i in range(6):
+        with Wal.open(tmp_path / f"w{i}", sync="always") as again:
+            assert [bytes(r.payload) for r in again.read(0)] == [b"%d" % n for n in range(5)]

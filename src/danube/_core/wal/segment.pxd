@@ -37,4 +37,5 @@ cdef class SegmentFile:
     cdef int _index_sizes(self, Py_ssize_t pos, Py_ssize_t n, Py_ssize_t count, const Py_ssize_t* lens,
                           Py_ssize_t fixed) except -1
     cdef int _ensure_index(self) except -1
+    cdef int _rearm_range(self, Py_ssize_t ahead, Py_ssize_t* start, Py_ssize_t* stop) except -1
     cdef Py_ssize_t _position_of(self, uint64_t offset) except -2

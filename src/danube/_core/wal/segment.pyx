@@ -315,6 +315,19 @@ cdef class SegmentFile:
                 off += _PAGE
         self._prefaulted = end
 
+    cdef int _rearm_range(self, Py_ssize_t ahead, Py_ssize_t* start, Py_ssize_t* stop) except -1:
+        """1 with ``[start, stop)`` the pages :meth:`rearm` faults in, 0 when there is nothing to do."""
+        cdef Py_ssize_t pos = self.write_pos
+        if self.base == NULL or not self.writable or not _populate_write_ok or self._mm is None:
+            return 0
+        if pos % _PAGE == 0 and ahead <= 0:
+            return 0  # the write position starts a fresh page: nothing there was written back
+        start[0] = pos - pos % _PAGE
+        # never past the bytes the writer may fill (beyond them the file may be a hole)
+        stop[0] = min(max(pos + ahead, start[0] + 1), self.capacity)
+        stop[0] = (stop[0] + _PAGE - 1) // _PAGE * _PAGE
+        return 1 if stop[0] > start[0] else 0
+
     def rearm(self, Py_ssize_t ahead=0):
         """After a sync: take the write fault of the page holding the last frame's end (and of
         those up to ``ahead`` bytes past the write position) now, on the calling thread, so the
@@ -329,32 +342,7 @@ cdef class SegmentFile:
         False when the file is not mapped for writing, the kernel lacks MADV_POPULATE_WRITE or
         refuses.  Any thread: the mapping is held by a buffer export while the GIL is released,
         so closing the file meanwhile only defers the unmap."""
-        global _populate_write_ok
-        cdef Py_buffer pin
-        cdef Py_ssize_t pos = self.write_pos
-        cdef Py_ssize_t start, stop
-        cdef int rc
-        if self.base == NULL or not self.writable or not _populate_write_ok or self._mm is None:
-            return False
-        if pos % _PAGE == 0 and ahead <= 0:
-            return False  # the write position starts a fresh page: nothing there was written back
-        start = pos - pos % _PAGE
-        # never past the bytes the writer may fill (beyond them the file may be a hole)
-        stop = min(max(pos + ahead, start + 1), self.capacity)
-        stop = (stop + _PAGE - 1) // _PAGE * _PAGE
-        if stop <= start:
-            return False
-        PyObject_GetBuffer(self._mm, &pin, PyBUF_SIMPLE)
-        try:
-            with nogil:
-                rc = madvise(<unsigned char*>pin.buf + start, stop - start, MADV_POPULATE_WRITE)
-                if rc != 0:
-                    rc = c_errno
-        finally:
-            PyBuffer_Release(&pin)
-        if rc == EINVAL:
-            _populate_write_ok = False
-        return rc == 0
+        return rearm_many((self,), ahead) == 1
 
     def activate(self, uint64_t first_offset, created_ms=None):
         """Make a spare the next active file: write its header (into the mapping, no system call)."""
@@ -657,3 +645,50 @@ cdef class SegmentFile:
     def _raise_corrupt(self, offset):
         raise CorruptStoredFrameError("WAL file is corrupt before the requested offset", position=self._valid_end,
                                       offset=offset, expected_crc=None, actual_crc=None, path=self.path)
+
+
+def rearm_many(files, Py_ssize_t ahead=0):
+    """:meth:`SegmentFile.rearm` of several files (a sync round's logs) with the GIL released once
+    for all of them; how many were done.  One release per file meant one wait to get the GIL
+    back from a busy event loop per log, between back-to-back rounds (docs/wal.md)."""
+    global _populate_write_ok
+    cdef Py_ssize_t n = len(files)
+    cdef Py_ssize_t k = 0, i, done = 0
+    cdef Py_buffer* pins = NULL
+    cdef Py_ssize_t* ranges = NULL
+    cdef int* errs = NULL
+    cdef SegmentFile seg
+    if n == 0 or not _populate_write_ok:
+        return 0
+    pins = <Py_buffer*>malloc(n * sizeof(Py_buffer))
+    ranges = <Py_ssize_t*>malloc(2 * n * sizeof(Py_ssize_t))
+    errs = <int*>malloc(n * sizeof(int))
+    try:
+        if pins == NULL or ranges == NULL or errs == NULL:
+            raise MemoryError()
+        for f in files:
+            seg = <SegmentFile?>f
+            if k >= n or seg._rearm_range(ahead, &ranges[2 * k], &ranges[2 * k + 1]) == 0:
+                continue
+            # the buffer export holds the mapping while the GIL is released: a close meanwhile
+            # only defers the unmap
+            PyObject_GetBuffer(seg._mm, &pins[k], PyBUF_SIMPLE)
+            k += 1
+        with nogil:
+            for i in range(k):
+                errs[i] = 0
+                if madvise(<unsigned char*>pins[i].buf + ranges[2 * i], ranges[2 * i + 1] - ranges[2 * i],
+                           MADV_POPULATE_WRITE) != 0:
+                    errs[i] = c_errno
+        for i in range(k):
+            if errs[i] == 0:
+                done += 1
+            elif errs[i] == EINVAL:
+                _populate_write_ok = False
+        return done
+    finally:
+        for i in range(k):
+            PyBuffer_Release(&pins[i])
+        free(pins)
+        free(ranges)
+        free(errs)

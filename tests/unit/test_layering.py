@@ -28,7 +28,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("danube.broker",),  # topics, producers, subscriptions, dispatch
     ("danube.storage", "danube.schema", "danube.security"),  # WAL + durable segments; schemas; JWT/TLS/RBAC
     ("danube.metadata", "danube.wal"),  # the metadata store; the embeddable WAL
-    ("danube.message_codec", "danube.h2frames"),  # the frame codec; the HTTP/2 vocabulary both sides speak
+    (
+        "danube.message_codec",
+        "danube.h2frames",
+        "danube.protowire",
+    ),  # the frame codec; the HTTP/2 vocabulary and protobuf varint both sides speak
     ("danube._native",),  # picks the compiled module or its pure twin
     ("danube._core", "danube._pure"),  # compiled modules and their pure twins
     ("danube.model",),  # pure models the client and the broker side share
@@ -50,6 +54,7 @@ LAYERS: list[tuple[str, ...]] = [
 CLIENT_MAY_IMPORT = (
     "danube.message_codec",
     "danube.h2frames",
+    "danube.protowire",
     "danube._native",
     "danube._core",
     "danube._pure",

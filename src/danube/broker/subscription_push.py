@@ -260,16 +260,7 @@ class PushDelivery(SubscriptionState):
         if room is None:  # not written: the receive returns it and its stream writes it
             waiter.set_result(Delivery(view, next_read, last, count))
             return _DONE
-        # (``_pushed``, inline)
-        messages, nbytes = room
-        if messages <= 0 or nbytes <= 0:
-            waiter.set_result(NOTHING)  # out of credit: the stream waits for more
-            return _DONE
-        entry.max_messages = messages
-        entry.max_bytes = nbytes
-        if reliable and entry.fires_at - now > timeout:
-            self._rearm(waiter, entry)
-        return _PUSHED
+        return self._pushed(waiter, entry, room, now, reliable and entry.fires_at - now > timeout)
 
     def _push_one(self, consumer: Consumer, waiter: asyncio.Future, entry: PushEntry) -> str:
         """One delivery to a push receive: ``_PUSHED`` (written, it has credit left), ``_IDLE``

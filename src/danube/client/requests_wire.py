@@ -12,18 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
-
-
-def varint(value: int) -> bytes:
-    if value < 0x80:
-        return _ONE_BYTE[value]
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+from danube.protowire import varint
 
 
 def ack_request(ranges: Iterable[Sequence[int]]) -> bytes:

@@ -12,8 +12,9 @@ from danube import _native
 from danube import message_codec as frame_codec
 from danube.errors import InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
+from danube.protowire import varint
 from danube.server import status as status_map
-from danube.server.h2grpc.wire import Encoded, varint
+from danube.server.h2grpc.wire import Encoded
 
 if TYPE_CHECKING:
     from danube.routing.repartition.version_fence import StaleRoutingError
@@ -78,7 +79,6 @@ def redelivery_counts_in_frame_order(buf, by_offset) -> list[int]:
 
 
 _PublishAck = pb.PublishAck
-_ConsumeBatch = pb.ConsumeBatch
 
 
 def encoded_ack(sequence: int, producer_id: int, first: int, last: int) -> Encoded:
@@ -108,12 +108,6 @@ def encoded_batch(frames, rest: bytes) -> Encoded:
     return Encoded((_BATCH_TAG + varint(inner) + frames_head, frames, rest))
 
 
-def batch_fields(first: int, last: int, count: int) -> bytes:
-    """``ConsumeBatch``'s first_offset (2), last_offset (3) and count (4) as protobuf serializes
-    them, without its frames."""
-    return _ConsumeBatch(first_offset=first, last_offset=last, count=count).SerializeToString()
-
-
 # A fresh delivery's ConsumeResponse as its three parts (the compiled core), and the call that makes
 # them an ``Encoded`` without its ``__new__`` frame: the push path calls both inline.
 consume_batch_parts = _native.load("pbwire").consume_batch
@@ -121,7 +115,7 @@ new_encoded = tuple.__new__
 
 
 def encoded_delivery(frames, first: int, last: int, count: int) -> Encoded:
-    """A fresh delivery's ``ConsumeResponse``: the bytes of ``encoded_batch(frames,
-    batch_fields(first, last, count))``, its fields written by the compiled core in one call
-    (no protobuf message per delivery)."""
+    """A fresh delivery's ``ConsumeResponse``: the bytes of ``encoded_batch`` with ``ConsumeBatch``'s
+    offsets and count as protobuf serializes them, its fields written by the compiled core in one
+    call (no protobuf message per delivery)."""
     return new_encoded(Encoded, consume_batch_parts(frames, first, last, count))

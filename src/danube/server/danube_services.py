@@ -19,8 +19,9 @@ from danube.broker.subscription import StreamSupersededError
 from danube.errors import DanubeError, InvalidArgumentError, NotServedHereError, quote
 from danube.proto.danube import DanubeApi_pb2 as pb
 from danube.proto.danube import DanubeApi_pb2_grpc as pb_grpc
+from danube.protowire import varint
 from danube.schema.validation import SCHEMA_ATTR, schema_value, split_schema_attributes
-from danube.server.h2grpc.wire import Encoded, varint
+from danube.server.h2grpc.wire import Encoded
 from danube.server.status import abort
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import danube._pure.pbwire as pure
 from danube.proto.danube_batch import batch_pb2 as pb
-from danube.server.batch_lane_wire import batch_fields, encoded_batch, encoded_delivery
+from danube.server.batch_lane_wire import encoded_batch, encoded_delivery
 from danube.server.h2grpc.wire import Encoded
 
 try:
@@ -39,7 +39,10 @@ def test_a_delivery_is_written_as_protobuf_writes_it(frames, first, last, count)
             assert head + rest == b"\x12" + bytes((len(want),)) + b"\x0a\x00" + want[2:]
     # the batch lane's encoding: the same parts as before, the frames' buffer itself in the middle
     view = memoryview(frames)
-    new, old = encoded_delivery(view, first, last, count), encoded_batch(view, batch_fields(first, last, count))
+    new, old = (
+        encoded_delivery(view, first, last, count),
+        encoded_batch(view, pb.ConsumeBatch(first_offset=first, last_offset=last, count=count).SerializeToString()),
+    )
     assert type(new) is Encoded and new[1] is view
     assert [bytes(p) for p in new] == [bytes(p) for p in old]
 

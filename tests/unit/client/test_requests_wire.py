@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from danube.client.requests_wire import ack_request, passing_bytes, varint
+from danube.client.requests_wire import ack_request, passing_bytes
 from danube.proto.danube_batch import batch_pb2 as pb
 
 U64 = st.integers(0, 2**64 - 1)
@@ -23,11 +23,6 @@ def test_ack_request_is_what_protobuf_serializes(ranges):
     decoded = pb.ConsumeRequest.FromString(encoded)
     assert decoded.WhichOneof("kind") == "ack"
     assert [(r.first, r.last) for r in decoded.ack.ranges] == list(ranges)
-
-
-@given(value=U64)
-def test_varint_is_protobufs(value):
-    assert b"\x08" + varint(value) == pb.OffsetRange(first=value).SerializeToString() or value == 0
 
 
 def test_the_serializer_passes_bytes_and_serializes_messages():

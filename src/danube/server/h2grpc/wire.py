@@ -60,18 +60,6 @@ class Encoded(tuple):
         return b"".join(self)
 
 
-def varint(value: int) -> bytes:
-    """``value`` (>= 0) as a protobuf base-128 varint, for ``Encoded`` messages built by hand."""
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def parse_timeout(value: bytes) -> float:
     """Seconds from a ``grpc-timeout`` value; InvalidArgumentError when it is malformed."""
     digits, unit = value[:-1], value[-1:]

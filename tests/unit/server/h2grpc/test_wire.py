@@ -6,7 +6,6 @@ import itertools
 import urllib.parse
 
 import pytest
-from google.protobuf.internal import encoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,11 +96,6 @@ def test_status_messages_round_trip(message):
 
 
 # ---- messages written as Encoded parts (one shared payload buffer) read back as protobuf's own
-
-
-@given(st.integers(min_value=0, max_value=2**64 - 1))
-def test_varint_is_protobufs(value):
-    assert wire.varint(value) == encoder._VarintBytes(value)
 
 
 @settings(deadline=None)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from danube import movetrace
+from danube.broker.commits import CommitTurn
 from danube.broker.contracts import (
     Cluster,
     PeerChannels,
@@ -124,6 +125,9 @@ class BrokerService(Publishing, Consuming, DeadLetters, CursorPersistence, Topic
         self._draining = False  # shutdown began: no new publishes, in-flight ones finish
         self._publishing = 0  # publishes between receipt and their answer
         self._published = asyncio.Event()  # set whenever _publishing drops to 0
+        # every topic's commits of a loop turn in one callback; it settles _publishing for the
+        # publishes it answers by callback (danube.broker.commits)
+        self._commit_turn = CommitTurn(self._publishes_answered)
         self._flush_lock = asyncio.Lock()  # one cursor flush at a time: a stale write never lands last
 
     # ------------------------------------------------------------ lifecycle
@@ -315,7 +319,14 @@ class BrokerService(Publishing, Consuming, DeadLetters, CursorPersistence, Topic
                 storage = await self.storage_factory.open_topic(name)
             else:
                 storage = MemoryTopicStorage(name, max_bytes=self.dispatch.non_reliable_buffer_bytes)
-            topic = Topic(name, reliable=is_reliable, storage=storage, policies=policies, metrics=self.metrics)
+            topic = Topic(
+                name,
+                reliable=is_reliable,
+                storage=storage,
+                policies=policies,
+                metrics=self.metrics,
+                commit_turn=self._commit_turn,
+            )
             topic.terminated = terminated
             for reg in self._dormant.values():
                 if reg.kind == "producer" and reg.topic == name:

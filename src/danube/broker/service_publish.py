@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from functools import partial
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, cast
 
 from danube import message_codec
+from danube.broker.commits import Answer
 from danube.broker.contracts import Cluster
 from danube.broker.producer import ACCESS_MODES, Producer
 from danube.broker.registrations import Registration, check_name, new_id
@@ -171,15 +171,16 @@ class Publishing:
         self,
         producer_id: int,
         frames_buf: bytearray,
-        answer: Callable[[int, int, asyncio.Future], None] | None = None,
+        answer: Answer | None = None,
         tag: int = 0,
-    ) -> asyncio.Future | None:
+    ) -> asyncio.Future | bool | None:
         """:meth:`publish` without a task per call (the batch lane's per-call path): checked and
         appended now (errors raise here), the future resolves to (first, last) once durable.
         None when the producer is not loaded here yet (a restart): the caller awaits
-        :meth:`publish`, which loads it.  ``answer``: called as ``answer(tag, producer_id,
-        future)`` once the future is done, from the one callback that also settles the broker's
-        count of publishes in flight (a second done-callback would cost a loop callback per call)."""
+        :meth:`publish`, which loads it.  ``answer``: no future (True returned); the topic's
+        commit calls ``answer(tag, producer_id, first, last, error)`` once the batch is committed
+        (error None) or failed, and settles the broker's count of publishes in flight once per
+        commit (``danube.broker.commits``): no future, done-callback or loop callback per call."""
         if self._draining or self._writes_refused or (self.lease_fresh is not None and not self.lease_fresh()):
             self._check_accepting(producer_id)  # (``writes_refused``, inlined: the per-call path)
         producer = self._producers.get(producer_id)
@@ -187,12 +188,13 @@ class Publishing:
             return None
         if _check_fields(frames_buf, producer.id)[0] >= 0:  # (``check_deliverable``'s test, inline)
             check_deliverable(frames_buf, producer)
-        fut = producer.topic.publish_nowait(producer, frames_buf)
+        if answer is not None:
+            producer.topic.publish_nowait(producer, frames_buf, answer, tag)
+            self._publishing += 1  # (answered in a later callback, never inside this call)
+            return True
+        fut = cast(asyncio.Future, producer.topic.publish_nowait(producer, frames_buf))
         self._publishing += 1
-        if answer is None:
-            fut.add_done_callback(self._publish_answered)
-        else:
-            fut.add_done_callback(partial(self._answer_published, answer, tag, producer_id))
+        fut.add_done_callback(self._publish_answered)
         return fut
 
     def _publish_answered(self, _fut: asyncio.Future) -> None:
@@ -200,13 +202,11 @@ class Publishing:
         if not self._publishing:
             self._published.set()
 
-    def _answer_published(
-        self, answer: Callable[[int, int, asyncio.Future], None], tag: int, producer_id: int, fut: asyncio.Future
-    ) -> None:
-        self._publishing -= 1
+    def _publishes_answered(self, count: int) -> None:
+        """``count`` publishes were answered by their topic's commit (``CommitTurn.answered``)."""
+        self._publishing -= count
         if not self._publishing:
             self._published.set()
-        answer(tag, producer_id, fut)
 
     def _check_accepting(self, producer_id: int | None = None) -> None:
         if self._draining:

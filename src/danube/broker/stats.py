@@ -1,18 +1,31 @@
 """Counters the broker keeps and the hook the metrics exporter plugs into.
 
 The broker never imports prometheus; ``danube.server.metrics`` implements
-:class:`MetricsSink` and the broker calls it once per batch, never per message.
+:class:`MetricsSink` and the broker calls it once per commit or batch, never per message.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The publish latency histogram's upper bounds (ms); a last bucket catches the rest (+Inf).
+LATENCY_BUCKETS_MS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 250, 500, 1000, 5000)
+
 
 class MetricsSink:
     """No-op sink; the server replaces it with Prometheus counters."""
 
     def published(self, topic: str, count: int, nbytes: int, latency_ms: float) -> None: ...
+
+    def published_counts(self, topic: str) -> list | None:
+        """The topic's ``[messages, bytes, latency sum (ms), then one count per latency bucket of
+        LATENCY_BUCKETS_MS, +Inf last]``, a list the broker adds to in place once per commit
+        instead of calling :meth:`published` per batch (it asks once, when the topic is opened).
+        None: it calls :meth:`published` (a sink that overrides only that); this no-op sink
+        gives a row nobody reads."""
+        if type(self).published is not MetricsSink.published:
+            return None
+        return [0, 0, 0.0] + [0] * (len(LATENCY_BUCKETS_MS) + 1)
 
     def delivered(self, topic: str, subscription: str, count: int, nbytes: int) -> None: ...
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from typing import Protocol
+from typing import Protocol, cast
 
 from danube import message_codec
 from danube.broker.coalesce import PublishCoalescer
-from danube.broker.commits import CommitQueue
+from danube.broker.commits import Answer, CommitQueue, CommitTurn
 from danube.broker.contracts import TopicStorage
 from danube.broker.policies import TopicPolicies
 from danube.broker.producer import Producer
@@ -49,7 +49,14 @@ def partition_of(topic: str) -> tuple[str, int] | None:
 
 class Topic:
     def __init__(
-        self, name: str, *, reliable: bool, storage: TopicStorage, policies: TopicPolicies, metrics: MetricsSink
+        self,
+        name: str,
+        *,
+        reliable: bool,
+        storage: TopicStorage,
+        policies: TopicPolicies,
+        metrics: MetricsSink,
+        commit_turn: CommitTurn | None = None,
     ) -> None:
         self.name = name
         self.reliable = reliable
@@ -72,7 +79,9 @@ class Topic:
         # stored offsets are still delivered, acks kept in memory, nothing appended
         self.read_only = False
         self.coalescer = PublishCoalescer(self)  # single-message publishes (Danube's SendMessage)
-        self.commits = CommitQueue(self)  # appended batches waiting to be durable
+        # appended batches waiting to be durable; ``commit_turn``: the broker's, which settles
+        # every topic appended to in one loop callback per turn (None: the topic's own)
+        self.commits = CommitQueue(self, commit_turn)
         # max_publish_rate (messages/s, 0 = unlimited): publishes over it are delayed, not refused.
         rate = policies.max_publish_rate
         self.publish_gate = PublishGate(rate) if rate > 0 else None
@@ -142,12 +151,16 @@ class Topic:
 
         ``producer`` None: records the broker writes itself (system topics), which no producer
         sent, so no size policy, no rate gate and no producer counters."""
-        return await self.publish_nowait(producer, buf)
+        return await cast("asyncio.Future", self.publish_nowait(producer, buf))  # (no answer: a future)
 
-    def publish_nowait(self, producer: Producer | None, buf: bytearray) -> asyncio.Future:
+    def publish_nowait(
+        self, producer: Producer | None, buf: bytearray, answer: Answer | None = None, tag: int = 0
+    ) -> asyncio.Future | None:
         """:meth:`publish` without a task of its own: checked and appended now (errors raise
         here, nothing stored), the future resolves to (first, last) once durable
-        (``danube.broker.commits``).  Under a publish rate limit, a task waits for its turn."""
+        (``danube.broker.commits``).  With ``answer``: no future, None returned, and the commit
+        calls ``answer(tag, producer.id, first, last, error)`` once (``CommitQueue.add_answered``).
+        Under a publish rate limit, a task waits for its turn."""
         started = time.perf_counter()
         size = len(buf)
         if producer is None:
@@ -158,11 +171,18 @@ class Topic:
             if size == 0 or (limit and size > limit + message_codec.HEADER_SIZE):
                 self.check_sizes(buf)  # (what raises; a batch below the limit needs no frame walk)
             if self.publish_gate is not None:
-                return asyncio.ensure_future(self._publish_in_turn(producer, buf, started))
+                fut = asyncio.ensure_future(self._publish_in_turn(producer, buf, started))
+                if answer is None:
+                    return fut
+                self.commits.answer_when_done(producer, fut, answer, tag)
+                return None
         if self.terminated:  # (``append``, inline: the per-call path)
             raise TopicTerminatedError.of(self.name)
         first, last = self.storage.append_frames(buf)
-        return self.commits.add(producer, first, last, size, started)
+        if answer is None:
+            return self.commits.add(producer, first, last, size, started)
+        self.commits.add_answered(producer, first, last, size, started, answer, tag)
+        return None
 
     async def _publish_in_turn(self, producer: Producer, buf: bytearray, started: float) -> tuple[int, int]:
         gate = self.publish_gate

@@ -47,8 +47,9 @@ class PublishLane:
     if TYPE_CHECKING:
         _broker: BrokerService
         _schema: SchemaGate | None
-        # (producer id, frames, answer, tag): ``answer(tag, producer_id, future)`` once it is done
-        _publish_nowait: Callable[..., asyncio.Future | None] | None
+        # (producer id, frames, answer, tag): ``answer(tag, producer_id, first, last, error)`` once
+        # it is committed or failed; None: the producer is not loaded here (the awaited path)
+        _publish_nowait: Callable[..., object] | None
         _repartition: RepartitionRuntime | None
 
     async def _create_producer(self, spec: pb.ProducerSpec) -> int:
@@ -192,13 +193,9 @@ class PublishLane:
             elif sink_ended and not in_flight:
                 queue(reading_done)
 
-        def answered(sequence: int, producer_id: int, fut: asyncio.Future) -> None:
+        def answered(sequence: int, producer_id: int, first: int, last: int, exc: BaseException | None) -> None:
             try:
-                if fut.cancelled():
-                    return  # the broker is stopping: as a cancelled store, no ack
-                exc = fut.exception()
                 if exc is None:
-                    first, last = fut.result()
                     if write_fields is None:
                         ack = make_ack(sequence, producer_id, first, last)
                     else:
@@ -208,6 +205,8 @@ class PublishLane:
                             return
                         ack = Encoded((uint_fields(fields),))
                 else:
+                    if isinstance(exc, asyncio.CancelledError):
+                        return  # the broker is stopping: as a cancelled store, no ack
                     if not isinstance(exc, DanubeError):
                         log.error("publish of batch %d failed", sequence, exc_info=exc)
                     ack = refused_ack(sequence, producer_id, exc)
@@ -236,7 +235,7 @@ class PublishLane:
             """A batch read (by the iterator, or handed over in the connection's read when this is
             the message sink); cannot raise.  The per-call path: a batch naming a loaded producer,
             with no schema check and no partitioning version and no task before it, is validated
-            and appended now, its ack written when the broker's future says it is durable (or at
+            and appended now, its ack written when the broker's commit answers it (or at
             once when it is refused, nothing stored); any other batch goes to ``store`` in a task."""
             nonlocal in_flight, paused, sink_ended
             if request is _EOF:  # only the sink gets it

@@ -1,6 +1,6 @@
 """Prometheus metrics with Danube's names, served on the metrics port (9040 by default).
 
-Counters are bumped once per batch by the broker (``MetricsSink``); gauges
+Counters are bumped once per commit or batch by the broker (``MetricsSink``); gauges
 about topics, subscriptions and WALs are read from the broker at scrape time.
 """
 
@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from danube.broker.stats import MetricsSink
+from danube.broker.stats import LATENCY_BUCKETS_MS, MetricsSink
 from danube.server.rpc_counts import RpcCounts
 
 log = logging.getLogger(__name__)
@@ -42,10 +42,6 @@ METRIC_NAMES = [
     "danube_wal_sync_rounds_total",
     "danube_wal_sync_round_latency_ms",
 ]
-
-
-# The publish latency histogram's upper bounds (ms); a last bucket catches the rest (+Inf).
-LATENCY_BUCKETS_MS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 250, 500, 1000, 5000)
 
 
 class PrometheusMetrics(MetricsSink):
@@ -95,10 +91,17 @@ class PrometheusMetrics(MetricsSink):
 
     # ------------------------------------------------------------ MetricsSink
 
-    def published(self, topic: str, count: int, nbytes: int, latency_ms: float) -> None:
+    def published_counts(self, topic: str) -> list:
+        # (a row stays once made, so the topic's commit queue may keep it)
         row = self._published.get(topic)
         if row is None:
             row = self._published[topic] = [0, 0, 0.0] + [0] * (len(LATENCY_BUCKETS_MS) + 1)
+        return row
+
+    def published(self, topic: str, count: int, nbytes: int, latency_ms: float) -> None:
+        row = self._published.get(topic)
+        if row is None:
+            row = self.published_counts(topic)
         row[0] += count
         row[1] += nbytes
         row[2] += latency_ms

@@ -64,3 +64,38 @@ def test_a_subscriptions_counts_added_to_in_place_are_exported_with_the_calls():
     assert got[("danube_consumer_messages_out_total", s)] == 3
     assert got[("danube_consumer_bytes_out_total", s)] == 25
     assert got[("danube_subscription_acks_total", s)] == 3
+
+
+async def test_a_commit_adds_its_batches_to_the_topics_row_once_each_latency_observed():
+    import asyncio
+
+    from danube.broker.memory_storage import MemoryTopicStorage
+    from danube.broker.policies import TopicPolicies
+    from danube.broker.stats import MetricsSink
+    from danube.broker.topic import Topic
+    from danube.message_codec import encode_record
+
+    m = PrometheusMetrics()
+    topic = Topic(
+        "/default/a",
+        reliable=False,
+        storage=MemoryTopicStorage("/default/a", max_bytes=1 << 20),
+        policies=TopicPolicies(),
+        metrics=m,
+    )
+    frames = [bytearray(encode_record(b"x" * n, publish_time=1)) for n in (1, 2, 3)]
+    futures = [topic.publish_nowait(None, f) for f in frames]  # one turn: one commit of three batches
+    await asyncio.gather(*futures)
+    row = m.published_counts("/default/a")  # (what the topic's commit queue keeps and adds to)
+    assert row[:2] == [3, sum(len(f) for f in frames)]
+    assert sum(row[3:]) == 3  # one latency observation per batch
+    assert samples(m)[("danube_producer_send_latency_ms_count", (("topic", "/default/a"),))] == 3
+    m.published("/default/a", 1, 10, 1.0)
+    assert m.published_counts("/default/a") is row and row[0] == 4
+
+    class OnlyPublished(MetricsSink):  # a sink that overrides only the per-batch call is called per batch
+        def published(self, topic, count, nbytes, latency_ms):
+            pass
+
+    assert OnlyPublished().published_counts("/default/a") is None
+    assert MetricsSink().published_counts("/default/a") is not None  # the no-op sink's scratch row

@@ -82,17 +82,26 @@ class CommitTurn:
             asyncio.get_running_loop().call_soon(self._run)
 
     def _run(self) -> None:
+        """Each due topic: commit what is durable already, else ask its storage once for the last
+        batch appended (inline here, not a method call per topic: the per-turn path)."""
         self._scheduled = False
         due = self._due
         self._due = []  # (a queue made due by what this callback does goes to the next one)
         for queue in due:
+            queue._scheduled = False
+            pending = queue._pending
+            if queue._waiting_for is not None or not pending:
+                continue
+            target = pending[-1][2]
             try:
-                queue._settle()
-            except Exception as exc:  # noqa: BLE001 - a bug (the storage's durable_now): this topic's batches hear it
-                log.exception("commit of %s failed", queue.topic.name)
-                pending = queue._pending
-                if pending and queue._waiting_for is None:
-                    queue._fail(pending[-1][2], exc)
+                if not queue.topic.storage.durable_now(target):
+                    queue._wait(target, asyncio.get_running_loop())
+                    continue
+                queue.waits += 1
+                queue._commit(target)
+            except Exception as exc:  # noqa: BLE001 - a bug: this topic's batches hear it, not the loop
+                log.exception("commit of %s through offset %d failed", queue.topic.name, target)
+                queue._fail(target, exc)
 
 
 class CommitQueue:
@@ -150,20 +159,6 @@ class CommitQueue:
             answer(tag, producer.id if producer is not None else 0, first, last, exc)
         except Exception:  # noqa: BLE001 - the caller's bug: the other batches are still answered
             log.exception("answer of a publish to %s failed", self.topic.name)
-
-    def _settle(self) -> None:
-        """The turn after the first append with no wait out: commit what is durable already,
-        else ask for the last batch appended."""
-        self._scheduled = False
-        pending = self._pending
-        if self._waiting_for is not None or not pending:
-            return
-        target = pending[-1][2]
-        if not self.topic.storage.durable_now(target):
-            self._wait(target, asyncio.get_running_loop())
-            return
-        self.waits += 1
-        self._commit_or_fail(target)
 
     def _wait(self, target: int, loop: asyncio.AbstractEventLoop) -> None:
         """Ask the storage to call :meth:`_durable` once ``target`` is durable."""

@@ -303,3 +303,44 @@ def test_cancelled_waits_fail_every_pending_batch_of_their_topic() -> None:
         assert topic.readable_next == 0
     finally:
         loop.close()
+
+
+def test_a_failing_durability_check_fails_only_its_topics_batches_in_the_shared_turn() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        counted: list[int] = []
+        turn = CommitTurn(counted.append)
+        topics = []
+        for name in ("/default/broken", "/default/fine"):
+            storage = FakeStorage("instant", loop)
+            topics.append(
+                Topic(
+                    name,
+                    reliable=True,
+                    storage=storage,  # type: ignore[arg-type]
+                    policies=TopicPolicies(),
+                    metrics=PrometheusMetrics(),
+                    commit_turn=turn,
+                )
+            )
+
+        def broken(offset: int) -> bool:
+            raise RuntimeError("a bug in the storage")
+
+        topics[0].storage.durable_now = broken  # type: ignore[method-assign]
+        answers: list = []
+
+        async def publish() -> None:
+            for topic in topics:
+                topic.publish_nowait(None, bytearray([1, 0]), lambda *a: answers.append(a), len(answers))
+
+        loop.run_until_complete(publish())
+        loop.run_until_complete(asyncio.sleep(0))  # the one turn callback settles both topics
+        assert [(first, last, type(exc)) for _tag, _p, first, last, exc in answers] == [
+            (0, 0, RuntimeError),
+            (0, 0, type(None)),
+        ]
+        assert counted == [1, 1]
+        assert topics[0].readable_next == 0 and topics[1].readable_next == 1
+    finally:
+        loop.close()

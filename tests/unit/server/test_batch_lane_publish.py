@@ -20,6 +20,7 @@ from danube.broker import BrokerService, DispatchSettings
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.server import batch_lane
+from danube.server.batch_lane_publish import parse_request
 from danube.server.batch_lane_wire import encoded_ack
 from danube.server.h2grpc.frames import uint_fields
 from danube.server.h2grpc.wire import Encoded
@@ -46,7 +47,8 @@ class FakeCall:
         self.read_count = 0
 
     def feed(self, request: pb.PublishRequest) -> None:
-        self.messages.append(request)
+        # as the server hands it over: read from its bytes by Publish's deserializer
+        self.messages.append(parse_request(request.SerializeToString()))
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(None)
 

@@ -185,12 +185,13 @@ cdef int check_fields_frames(const unsigned char* buf, Py_ssize_t n, bint check_
 # A writable copy of a producer's batch that check_batch (danube/_core/frame.pyx) made after
 # checking it whole: lengths, checksums and layout as validate checks them, and the fields a
 # subscriber decodes as check_fields checks them for producer_id.  Only check_batch makes one
-# (the constructor refuses anyone else); the WAL writer appends it without validating its
+# (its constructor always refuses; check_batch allocates it bare, which its C-only fields
+# allow); the WAL writer appends it without validating its
 # frames again while its length is still nbytes (contract: check_batch's docstring).
 @cython.final
 cdef class CheckedFrames(bytearray):
     cdef readonly Py_ssize_t count             # frames
     cdef readonly Py_ssize_t nbytes            # the length checked
-    cdef readonly object producer_id           # the id the fields were checked for
+    cdef readonly uint64_t producer_id         # the id the fields were checked for
     cdef readonly Py_ssize_t fields_position   # check_fields' result for that id
     cdef readonly int fields_problem

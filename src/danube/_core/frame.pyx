@@ -1053,18 +1053,15 @@ def check_fields(buf, producer_id=None):
 
 # ---------------------------------------------------------------- check once (the publish path)
 
-cdef object _CHECKED_TOKEN = object()
-
-
 cdef class CheckedFrames(bytearray):
     """A batch ``check_batch`` checked whole (see frame.pxd and ``check_batch``)."""
 
     def __cinit__(self, *args, **kwargs):
-        if len(args) != 1 or args[0] is not _CHECKED_TOKEN or kwargs:
-            raise TypeError("CheckedFrames are made by check_batch only")
+        # check_batch allocates one without this (tp_alloc: the fields are C values, zeroed)
+        raise TypeError("CheckedFrames are made by check_batch only")
 
 
-def check_batch(buf, producer_id):
+def check_batch(buf, uint64_t producer_id):
     """A writable copy of a producer's batch (a :class:`CheckedFrames`), checked once for all
     the publish path asks of it: every length, checksum and layout exactly as :func:`validate`
     checks them (raising what it raises), then the fields as :func:`check_fields` checks them
@@ -1073,36 +1070,31 @@ def check_batch(buf, producer_id):
     without validating its frames again; anything else is validated there as before."""
     cdef Py_buffer view
     cdef ValidateResult res
-    cdef uint64_t expected
     cdef Py_ssize_t error_pos = -1
     cdef int status, problem = FIELDS_OK_STATUS
     cdef CheckedFrames out
-    if producer_id < 0 or producer_id > _U64_MAX:
-        raise OverflowError(f"producer_id {producer_id} does not fit in u64")
-    expected = producer_id
-    out = CheckedFrames.__new__(CheckedFrames, _CHECKED_TOKEN)
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
         if view.len >= NOGIL_BYTES:
             with nogil:
                 status = validate_frames(<const unsigned char*>view.buf, view.len, 0, 0, False, &res)
                 if status == FRAME_OK:
-                    problem = check_fields_frames(<const unsigned char*>view.buf, view.len, True, expected,
+                    problem = check_fields_frames(<const unsigned char*>view.buf, view.len, True, producer_id,
                                                   &error_pos)
         else:
             status = validate_frames(<const unsigned char*>view.buf, view.len, 0, 0, False, &res)
             if status == FRAME_OK:
-                problem = check_fields_frames(<const unsigned char*>view.buf, view.len, True, expected,
+                problem = check_fields_frames(<const unsigned char*>view.buf, view.len, True, producer_id,
                                               &error_pos)
-        if status == FRAME_OK:
-            PyByteArray_Resize(out, view.len)
-            memcpy(PyByteArray_AS_STRING(out), view.buf, view.len)
+        if status != FRAME_OK:
+            raise_validate_error(status, &res, -1)
+        out = <CheckedFrames>danube_alloc_tuple(CheckedFrames, 0)  # (tp_alloc: the bare object)
+        PyByteArray_Resize(out, view.len)
+        memcpy(PyByteArray_AS_STRING(out), view.buf, view.len)
+        out.count = res.count
+        out.nbytes = view.len
     finally:
         PyBuffer_Release(&view)
-    if status != FRAME_OK:
-        raise_validate_error(status, &res, -1)
-    out.count = res.count
-    out.nbytes = len(out)
     out.producer_id = producer_id
     out.fields_position = error_pos
     out.fields_problem = problem

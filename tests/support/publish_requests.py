@@ -100,7 +100,9 @@ def field(draw, depth: int = 0) -> bytes:
         return tag + draw(st.binary(min_size=4, max_size=4))
     if wire_type == 2:
         if number == 3 and draw(st.booleans()):
-            body = pb.ProducerSpec(topic=draw(st.text(max_size=8)), producer_name=draw(st.text(max_size=8))).SerializeToString()
+            body = pb.ProducerSpec(
+                topic=draw(st.text(max_size=8)), producer_name=draw(st.text(max_size=8))
+            ).SerializeToString()
         elif depth < 2 and draw(st.booleans()):
             body = b"".join(draw(st.lists(field(depth + 1), max_size=3)))
         else:

@@ -182,15 +182,16 @@ cdef enum:
 cdef int check_fields_frames(const unsigned char* buf, Py_ssize_t n, bint check_producer,
                              uint64_t producer_id, Py_ssize_t* error_pos) noexcept nogil
 
+
 # A writable copy of a producer's batch that check_batch (danube/_core/frame.pyx) made after
 # checking it whole: lengths, checksums and layout as validate checks them, and the fields a
 # subscriber decodes as check_fields checks them for producer_id.  Only check_batch makes one
 # (its constructor always refuses; check_batch allocates it bare, which its C-only fields
-# allow); the WAL writer appends it without validating its
-# frames again while its length is still nbytes (contract: check_batch's docstring).
+# allow); the WAL writer appends it without validating its frames again while its length is
+# still nbytes (contract: check_batch's docstring).
 @cython.final
 cdef class CheckedFrames(bytearray):
-    cdef readonly Py_ssize_t count             # frames
+    cdef readonly Py_ssize_t frame_count       # frames (not `count`: bytearray.count stays)
     cdef readonly Py_ssize_t nbytes            # the length checked
     cdef readonly uint64_t producer_id         # the id the fields were checked for
     cdef readonly Py_ssize_t fields_position   # check_fields' result for that id

@@ -1091,7 +1091,7 @@ def check_batch(buf, uint64_t producer_id):
         out = <CheckedFrames>danube_alloc_tuple(CheckedFrames, 0)  # (tp_alloc: the bare object)
         PyByteArray_Resize(out, view.len)
         memcpy(PyByteArray_AS_STRING(out), view.buf, view.len)
-        out.count = res.count
+        out.frame_count = res.count
         out.nbytes = view.len
     finally:
         PyBuffer_Release(&view)

@@ -574,12 +574,17 @@ _CHECKED_TOKEN = object()
 
 class CheckedFrames(bytearray):
     """A writable copy of a producer's batch that :func:`check_batch` made after checking it
-    whole; only ``check_batch`` makes one.  ``count`` frames, ``nbytes`` checked, and
+    whole; only ``check_batch`` makes one.  ``frame_count`` frames, ``nbytes`` checked, and
     :func:`check_fields`' result for ``producer_id`` (``fields_position``, ``fields_problem``).
     The WAL writer appends one without validating its frames again while its length is still
     ``nbytes``."""
 
-    __slots__ = ("count", "nbytes", "producer_id", "fields_position", "fields_problem")
+    __slots__ = ("frame_count", "nbytes", "producer_id", "fields_position", "fields_problem")
+    frame_count: int
+    nbytes: int
+    producer_id: int
+    fields_position: int
+    fields_problem: int
 
     def __new__(cls, *args, **kwargs):
         if cls is not CheckedFrames or len(args) != 1 or args[0] is not _CHECKED_TOKEN or kwargs:
@@ -606,7 +611,7 @@ def check_batch(buf, producer_id: int) -> CheckedFrames:
     position, problem = check_fields(buf, producer_id)
     out = CheckedFrames(_CHECKED_TOKEN)
     out += memoryview(buf).cast("B")
-    out.count = count
+    out.frame_count = count
     out.nbytes = len(out)
     out.producer_id = producer_id
     out.fields_position = position

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import partial
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from danube import message_codec
 from danube.broker.contracts import Cluster
@@ -196,9 +196,10 @@ class Publishing:
         producer = self._producers.get(producer_id)
         if producer is None or producer.closed:
             return None
-        if (  # (``fields_refused``, inline: the per-call path)
-            frames_buf.fields_position >= 0
-            if type(frames_buf) is _CheckedFrames and frames_buf.producer_id == producer.id
+        checked: Any = frames_buf  # (``fields_refused``, inline: the per-call path)
+        if (
+            checked.fields_position >= 0
+            if type(checked) is _CheckedFrames and checked.producer_id == producer.id
             else _check_fields(frames_buf, producer.id)[0] >= 0
         ):
             check_deliverable(frames_buf, producer)

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 def publish_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """The generated Publish handler with danube's own request reader as its deserializer."""
-    return handler._replace(request_deserializer=parse_request)  # type: ignore[attr-defined]
+    return handler._replace(request_deserializer=parse_request)
 
 
 def checked_frames(frames: bytes, producer_id: int) -> bytearray:

@@ -28,7 +28,7 @@ def outcome(codec, buf, producer_id):
     except Exception as exc:  # noqa: BLE001 - compared between the twins and with validate
         return type(exc).__name__, str(exc)
     assert type(out) is codec.CheckedFrames and isinstance(out, bytearray)
-    return bytes(out), out.count, out.nbytes, out.producer_id, out.fields_position, out.fields_problem
+    return bytes(out), out.frame_count, out.nbytes, out.producer_id, out.fields_position, out.fields_problem
 
 
 def expected(codec, buf, producer_id):
@@ -66,7 +66,7 @@ def test_one_check_answers_as_validate_then_check_fields_in_both_twins(specs, pr
 def test_a_big_batch_is_checked_and_copied_whole(codec):
     batch = codec.encode_payloads([b"x" * 1000] * 100, producer_id=3)  # past the no-GIL size
     out = codec.check_batch(batch, 3)
-    assert (bytes(out), out.count, out.fields_position) == (batch, 100, -1)
+    assert (bytes(out), out.frame_count, out.fields_position) == (batch, 100, -1)
     out[0] = 1  # writable: the broker stamps it in place
     assert batch[0] == 0
 

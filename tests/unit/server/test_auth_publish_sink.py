@@ -18,8 +18,8 @@ from danube.proto.danube_batch import batch_pb2 as pb
 from danube.security.jwt import TokenVerifier, issue_token
 from danube.security.rbac import Authorizer
 from danube.server import batch_lane
-from danube.server.batch_lane_publish import parse_request
 from danube.server.auth.guard import CallGuard
+from danube.server.batch_lane_publish import parse_request
 from danube.server.h2grpc import frames, wire
 from danube.storage.config import StorageConfig
 from danube.storage.factory import StorageFactory

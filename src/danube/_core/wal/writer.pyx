@@ -476,7 +476,7 @@ cdef class LogWriter:
             src = <unsigned char*>view.buf
             if type(buf) is CheckedFrames and (<CheckedFrames>buf).nbytes == n:
                 # validated whole by frame.check_batch, which alone makes one (the publish path)
-                res.count = (<CheckedFrames>buf).count
+                res.count = (<CheckedFrames>buf).frame_count
             elif n >= NOGIL_BYTES:
                 with nogil:
                     status = validate_frames(src, n, 0, 0, False, &res)

@@ -121,7 +121,7 @@ class LogWriter:
         """
         mv = memoryview(buf).cast("B")
         if type(buf) is frames.CheckedFrames and buf.nbytes == len(mv):
-            count = buf.count
+            count = buf.frame_count
         else:
             count, _f, _l = frames.validate(mv)
         if count == 0:

@@ -18,20 +18,20 @@ def read(data: bytes):
         return None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(data=requests())
 def test_a_request_protobuf_wrote_reads_as_protobuf_reads_it(data):
     assert reference(data) is not None
     assert read(data) == reference(data)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(data=hand_written())
 def test_fields_in_any_order_repeated_or_unknown_read_as_protobuf_reads_them(data):
     assert read(data) == reference(data)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(data=damaged())
 def test_damaged_bytes_are_refused_exactly_when_protobuf_refuses_them(data):
     assert read(data) == reference(data)

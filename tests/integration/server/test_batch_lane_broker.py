@@ -184,7 +184,7 @@ async def test_graceful_stop_refuses_new_batches_and_acks_the_stored_ones(tmp_pa
         await metadata.close()
 
 
-async def test_a_publish_request_that_does_not_parse_ends_its_call_internal_and_the_lane_serves_on(tmp_path):
+async def test_a_publish_request_that_does_not_parse_ends_its_call_as_before_and_the_lane_serves_on(tmp_path):
     """Publish's requests are read by danube's own reader (registered by add_to_server): bytes
     protobuf would refuse end the call as protobuf's DecodeError ended it (grpc.aio, whose request
     iterator raises: UNKNOWN; danube's own server: INTERNAL), saying what is wrong; nothing is stored."""

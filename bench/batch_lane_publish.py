@@ -16,7 +16,8 @@ A real ``BrokerService`` (local WAL at ``--sync``, sqlite metadata in a temporar
 its ``BatchLaneService``; ``--topics`` Publish streams, one producer and topic each, each stream
 fed through a stand-in for the native server's call (requests queued and the handler's reader
 woken as ``h2grpc.ServerCall`` does; acks taken by ``write_nowait``).  Each turn of the event loop
-feeds one 2-message ``PublishRequest`` to every stream, the shape of the many-topics bench (one
+feeds one 2-message ``PublishRequest`` to every stream (serialized, then read by the tree's own
+Publish deserializer, as its server would hand it over), the shape of the many-topics bench (one
 small call per topic at a time).  What is measured is the process CPU time from the first feed to
 the last ack, per call: the handler's read and answer, the publish checks, the WAL append, the
 commit and the ack's serialization; no subscriptions, so no delivery.  Each round runs each tree
@@ -54,7 +55,7 @@ def child(topics: int, calls: int, sync: str, profile: bool, h2: bool = False) -
     from danube.broker import BrokerService, DispatchSettings
     from danube.metadata.embedded import EmbeddedMetadataStore
     from danube.proto.danube_batch import batch_pb2 as pb
-    from danube.server import batch_lane
+    from danube.server import batch_lane, batch_lane_publish
     from danube.storage.config import StorageConfig
     from danube.storage.factory import StorageFactory
 
@@ -114,6 +115,8 @@ def child(topics: int, calls: int, sync: str, profile: bool, h2: bool = False) -
         if h2:
             return await through_h2(broker, metadata, frames)
         service = batch_lane.BatchLaneService(broker)
+        # what the tree's server hands the handler: the request read by Publish's deserializer
+        parse = getattr(batch_lane_publish, "parse_request", pb.PublishRequest.FromString)
         streams = []
         for i in range(topics):
             pid = await broker.create_producer(f"/default/lane-{i}", "p", reliable=True)
@@ -132,7 +135,8 @@ def child(topics: int, calls: int, sync: str, profile: bool, h2: bool = False) -
             for _ in range(n):
                 sequence += 1
                 for call, pid, _task in streams:
-                    call.feed(pb.PublishRequest(sequence=sequence, producer_id=pid, frames=frames))
+                    body = pb.PublishRequest(sequence=sequence, producer_id=pid, frames=frames).SerializeToString()
+                    call.feed(parse(body))
                 await asyncio.sleep(0)
             while any(call.acks < want for call, _pid, _task in streams):
                 await asyncio.sleep(0 if sync == "never" else 0.001)

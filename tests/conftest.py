@@ -21,7 +21,7 @@ settings.load_profile("danube")
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 # Every compiled module the build produces; the suite fails when one is missing.
-COMPILED_MODULES = ["frame", "walfile", "ring", "arrowcols", "avrocheck", "h2codec"]
+COMPILED_MODULES = ["frame", "walfile", "ring", "arrowcols", "avrocheck", "h2codec", "publish_request"]
 
 
 def pytest_report_header(config):

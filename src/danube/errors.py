@@ -198,6 +198,10 @@ class InvalidArgumentError(DanubeError):
     """A request is malformed (bad name, bad option value)."""
 
 
+class MalformedRequestError(InvalidArgumentError):
+    """A request's protobuf bytes do not parse (truncated, a length past the end, a bad wire type)."""
+
+
 class InvalidNameError(InvalidArgumentError):
     """A name (namespace, topic, subscription, consumer, producer) breaks the name rule
     of ``danube.metadata.keys``."""

@@ -39,6 +39,8 @@ find_offset = _impl.find_offset
 routing_keys = _impl.routing_keys
 decode_columns = _impl.decode_columns
 check_fields = _impl.check_fields
+check_batch = _impl.check_batch
+CheckedFrames = _impl.CheckedFrames
 FIELDS_OK = _impl.FIELDS_OK
 FIELDS_BAD_LAYOUT = _impl.FIELDS_BAD_LAYOUT
 FIELDS_KEY_NOT_UTF8 = _impl.FIELDS_KEY_NOT_UTF8
@@ -82,6 +84,8 @@ __all__ = [
     "routing_keys",
     "decode_columns",
     "check_fields",
+    "check_batch",
+    "CheckedFrames",
     "FIELDS_OK",
     "FIELDS_BAD_LAYOUT",
     "FIELDS_KEY_NOT_UTF8",

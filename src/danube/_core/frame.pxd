@@ -13,6 +13,7 @@
 # The functions are exported through the module's C-API capsule, so cimporting
 # modules need not link crc32c_impl.c themselves.
 
+cimport cython
 from libc.stdint cimport uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
@@ -180,3 +181,18 @@ cdef enum:
 # or the first failure; *error_pos is then the failing frame's position.
 cdef int check_fields_frames(const unsigned char* buf, Py_ssize_t n, bint check_producer,
                              uint64_t producer_id, Py_ssize_t* error_pos) noexcept nogil
+
+
+# A writable copy of a producer's batch that check_batch (danube/_core/frame.pyx) made after
+# checking it whole: lengths, checksums and layout as validate checks them, and the fields a
+# subscriber decodes as check_fields checks them for producer_id.  Only check_batch makes one
+# (its constructor always refuses; check_batch allocates it bare, which its C-only fields
+# allow); the WAL writer appends it without validating its frames again while its length is
+# still nbytes (contract: check_batch's docstring).
+@cython.final
+cdef class CheckedFrames(bytearray):
+    cdef readonly Py_ssize_t frame_count       # frames (not `count`: bytearray.count stays)
+    cdef readonly Py_ssize_t nbytes            # the length checked
+    cdef readonly uint64_t producer_id         # the id the fields were checked for
+    cdef readonly Py_ssize_t fields_position   # check_fields' result for that id
+    cdef readonly int fields_problem

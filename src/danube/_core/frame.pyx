@@ -16,6 +16,7 @@ without the GIL.  Encoders size the output first and fill it once.
 
 from cpython.buffer cimport (PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_CheckBuffer,
                              PyObject_GetBuffer)
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.memoryview cimport PyMemoryView_FromObject, PyMemoryView_GET_BUFFER
 from cpython.ref cimport Py_INCREF
@@ -23,6 +24,7 @@ from cpython.tuple cimport PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from libc.stdint cimport uint16_t, uint32_t, uint64_t, UINT64_MAX
 from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy
 
 from danube._core.le cimport ld16, ld32, ld64, st64
 
@@ -1047,3 +1049,53 @@ def check_fields(buf, producer_id=None):
     finally:
         PyBuffer_Release(&view)
     return error_pos, status
+
+
+# ---------------------------------------------------------------- check once (the publish path)
+
+cdef class CheckedFrames(bytearray):
+    """A batch ``check_batch`` checked whole (see frame.pxd and ``check_batch``)."""
+
+    def __cinit__(self, *args, **kwargs):
+        # check_batch allocates one without this (tp_alloc: the fields are C values, zeroed)
+        raise TypeError("CheckedFrames are made by check_batch only")
+
+
+def check_batch(buf, uint64_t producer_id):
+    """A writable copy of a producer's batch (a :class:`CheckedFrames`), checked once for all
+    the publish path asks of it: every length, checksum and layout exactly as :func:`validate`
+    checks them (raising what it raises), then the fields as :func:`check_fields` checks them
+    for ``producer_id``, whose result is kept on the copy (``fields_position``,
+    ``fields_problem``) for the broker to act on at its turn.  The WAL appends the copy
+    without validating its frames again; anything else is validated there as before."""
+    cdef Py_buffer view
+    cdef ValidateResult res
+    cdef Py_ssize_t error_pos = -1
+    cdef int status, problem = FIELDS_OK_STATUS
+    cdef CheckedFrames out
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        if view.len >= NOGIL_BYTES:
+            with nogil:
+                status = validate_frames(<const unsigned char*>view.buf, view.len, 0, 0, False, &res)
+                if status == FRAME_OK:
+                    problem = check_fields_frames(<const unsigned char*>view.buf, view.len, True, producer_id,
+                                                  &error_pos)
+        else:
+            status = validate_frames(<const unsigned char*>view.buf, view.len, 0, 0, False, &res)
+            if status == FRAME_OK:
+                problem = check_fields_frames(<const unsigned char*>view.buf, view.len, True, producer_id,
+                                              &error_pos)
+        if status != FRAME_OK:
+            raise_validate_error(status, &res, -1)
+        out = <CheckedFrames>danube_alloc_tuple(CheckedFrames, 0)  # (tp_alloc: the bare object)
+        PyByteArray_Resize(out, view.len)
+        memcpy(PyByteArray_AS_STRING(out), view.buf, view.len)
+        out.frame_count = res.count
+        out.nbytes = view.len
+    finally:
+        PyBuffer_Release(&view)
+    out.producer_id = producer_id
+    out.fields_position = error_pos
+    out.fields_problem = problem
+    return out

@@ -37,7 +37,7 @@ from libc.string cimport memcpy, memset
 from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
 
 from danube._core.frame cimport (
-    FRAME_BODY_FIXED_SIZE, FRAME_BODY_LEN_AT, FRAME_FIXED_SIZE, FRAME_FLAG_HAS_KEY, FRAME_HEADER_SIZE,
+    CheckedFrames, FRAME_BODY_FIXED_SIZE, FRAME_BODY_LEN_AT, FRAME_FIXED_SIZE, FRAME_FLAG_HAS_KEY, FRAME_HEADER_SIZE,
     FRAME_MAX_BODY, FRAME_OK, IndexEntry, Piece, ScanResult, ValidateResult, piece_body_len,
     raise_validate_error, scan_frames, stamp_frames, validate_frames, write_frame,
 )

@@ -565,3 +565,55 @@ def check_fields(buf, producer_id: int | None = None) -> tuple[int, int]:
             return pos, reason
         pos += HEADER_SIZE + body_len
     return -1, FIELDS_OK
+
+
+# ---------------------------------------------------------------- check once (the publish path)
+
+_CHECKED_TOKEN = object()
+
+
+class CheckedFrames(bytearray):
+    """A writable copy of a producer's batch that :func:`check_batch` made after checking it
+    whole; only ``check_batch`` makes one.  ``frame_count`` frames, ``nbytes`` checked, and
+    :func:`check_fields`' result for ``producer_id`` (``fields_position``, ``fields_problem``).
+    The WAL writer appends one without validating its frames again while its length is still
+    ``nbytes``."""
+
+    __slots__ = ("frame_count", "nbytes", "producer_id", "fields_position", "fields_problem")
+    frame_count: int
+    nbytes: int
+    producer_id: int
+    fields_position: int
+    fields_problem: int
+
+    def __new__(cls, *args, **kwargs):
+        if cls is not CheckedFrames or len(args) != 1 or args[0] is not _CHECKED_TOKEN or kwargs:
+            raise TypeError("CheckedFrames are made by check_batch only")
+        return bytearray.__new__(cls)
+
+    def __init__(self, *args, **kwargs) -> None:
+        bytearray.__init__(self)
+
+    def __init_subclass__(cls, **kwargs):
+        raise TypeError("CheckedFrames cannot be subclassed")
+
+
+def check_batch(buf, producer_id: int) -> CheckedFrames:
+    """A writable copy of a producer's batch, checked once for all the publish path asks of
+    it: every length, checksum and layout exactly as :func:`validate` checks them (raising
+    what it raises), then the fields as :func:`check_fields` checks them for ``producer_id``,
+    whose result is kept on the copy for the broker to act on at its turn.  The WAL appends
+    the copy without validating its frames again; anything else is validated there as
+    before."""
+    if not 0 <= producer_id <= _U64_MAX:
+        raise OverflowError(f"producer_id {producer_id} does not fit in u64")
+    count = validate(buf)[0]
+    position, problem = check_fields(buf, producer_id)
+    out = CheckedFrames(_CHECKED_TOKEN)
+    out += memoryview(buf).cast("B")
+    out.frame_count = count
+    out.nbytes = len(out)
+    out.producer_id = producer_id
+    out.fields_position = position
+    out.fields_problem = problem
+    return out

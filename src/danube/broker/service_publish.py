@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from danube import message_codec
 from danube.broker.commits import Answer
@@ -29,6 +29,16 @@ from danube.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
 _check_fields = message_codec.check_fields
+_CheckedFrames = message_codec.CheckedFrames
+
+
+def fields_refused(buf, producer_id: int) -> bool:
+    """Whether a frame of ``buf`` is one a subscriber could not decode (``check_deliverable``
+    says which and why).  A batch the batch lane checked whole for this producer
+    (``message_codec.check_batch``) carries the answer: its frames are not walked again."""
+    if type(buf) is _CheckedFrames and buf.producer_id == producer_id:
+        return buf.fields_position >= 0
+    return _check_fields(buf, producer_id)[0] >= 0
 
 
 def check_deliverable(buf, producer: Producer) -> None:
@@ -141,7 +151,8 @@ class Publishing:
             producer = await self._producer(producer_id)
             if not isinstance(frames_buf, bytearray):
                 frames_buf = bytearray(frames_buf)
-            check_deliverable(frames_buf, producer)
+            if fields_refused(frames_buf, producer.id):
+                check_deliverable(frames_buf, producer)
             return await producer.topic.publish(producer, frames_buf)
         finally:
             self._publish_done()
@@ -186,7 +197,12 @@ class Publishing:
         producer = self._producers.get(producer_id)
         if producer is None or producer.closed:
             return None
-        if _check_fields(frames_buf, producer.id)[0] >= 0:  # (``check_deliverable``'s test, inline)
+        checked: Any = frames_buf  # (``fields_refused``, inline: the per-call path)
+        if (
+            checked.fields_position >= 0
+            if type(checked) is _CheckedFrames and checked.producer_id == producer.id
+            else _check_fields(frames_buf, producer.id)[0] >= 0
+        ):
             check_deliverable(frames_buf, producer)
         if answer is not None:
             producer.topic.publish_nowait(producer, frames_buf, answer, tag)

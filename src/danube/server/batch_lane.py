@@ -29,7 +29,7 @@ from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
 from danube.server import status as status_map
 from danube.server.batch_lane_consume import ConsumeLane
 from danube.server.batch_lane_health import HealthLane
-from danube.server.batch_lane_publish import MAX_STREAM_IN_FLIGHT, PublishLane
+from danube.server.batch_lane_publish import MAX_STREAM_IN_FLIGHT, PublishLane, publish_handler
 from danube.server.batch_lane_wire import redelivery_counts_in_frame_order
 
 if TYPE_CHECKING:
@@ -103,8 +103,30 @@ class BatchLaneService(PublishLane, ConsumeLane, HealthLane, pb_grpc.BatchLaneSe
             hub.close(stream)
 
 
+class _Handlers:
+    """Stands in for a server while the generated function registers: keeps its handlers."""
+
+    def __init__(self) -> None:
+        self.handlers: dict = {}
+
+    def add_generic_rpc_handlers(self, _generic) -> None:
+        pass
+
+    def add_registered_method_handlers(self, _service: str, handlers: dict) -> None:
+        self.handlers = dict(handlers)
+
+
 def add_to_server(server: grpc.aio.Server, broker: BrokerService) -> BatchLaneService:
-    """Registers the batch lane on ``server`` (called by danube.server.app)."""
+    """Registers the batch lane on ``server`` (called by danube.server.app), as the generated
+    function does, but for Publish's requests, which danube's own reader parses."""
     service = BatchLaneService(broker)
-    pb_grpc.add_BatchLaneServicer_to_server(service, server)
+    taken = _Handlers()
+    pb_grpc.add_BatchLaneServicer_to_server(service, taken)
+    handlers = taken.handlers
+    handlers["Publish"] = publish_handler(handlers["Publish"])
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
+    server.add_registered_method_handlers(_SERVICE, handlers)
     return service
+
+
+_SERVICE = "danube_batch.BatchLane"

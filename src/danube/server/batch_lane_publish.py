@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable, cast
 
 import grpc
 
+from danube import _native
 from danube import message_codec as frame_codec
 from danube.errors import DanubeError, InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.server import status as status_map
-from danube.server.batch_lane_wire import batch_status, encoded_ack, refused_ack, validate_frames
+from danube.server.batch_lane_wire import batch_status, encoded_ack, refused_ack
 from danube.server.h2grpc.frames import uint_fields
 from danube.server.h2grpc.wire import Encoded
 
@@ -32,7 +33,27 @@ MAX_STREAM_IN_FLIGHT = 64
 _ACCESS_MODES = {pb.SHARED: "shared", pb.EXCLUSIVE: "exclusive"}
 _PublishAck = pb.PublishAck
 _EOF = grpc.aio.EOF
-validate = frame_codec.validate
+check_batch = frame_codec.check_batch
+# Publish's request deserializer (``publish_handler``): the request's fields in one call, read
+# as protobuf reads them; bytes protobuf would refuse raise MalformedRequestError and the call
+# ends INTERNAL, as it did with protobuf's parse
+parse_request = _native.load("publish_request").parse
+if TYPE_CHECKING:
+    from danube._core.publish_request import PublishRequest
+
+
+def publish_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """The generated Publish handler with danube's own request reader as its deserializer."""
+    return handler._replace(request_deserializer=parse_request)
+
+
+def checked_frames(frames: bytes, producer_id: int) -> bytearray:
+    """A batch's frames checked once for the whole publish path (``message_codec.check_batch``):
+    a writable copy the broker stamps in place, refused here (nothing stored) when empty or
+    when a frame's length, checksum or layout is bad."""
+    if not frames:
+        raise InvalidArgumentError("empty batch: a publish request needs at least one frame")
+    return check_batch(frames, producer_id)
 
 
 def _message_ack(sequence: int, producer_id: int, first: int, last: int) -> pb.PublishAck:
@@ -73,25 +94,24 @@ class PublishLane:
             await status_map.abort(context, exc)
         return pb.CreateProducerResponse(producer_id=producer_id)
 
-    async def _publish_one(self, request: pb.PublishRequest, created: dict) -> pb.PublishAck:
+    async def _publish_one(self, request: PublishRequest, created: dict) -> pb.PublishAck:
         ack = pb.PublishAck(sequence=request.sequence)
         try:
-            which = request.WhichOneof("producer")
-            if which == "create":
-                spec = request.create
+            spec = request.create
+            if spec is not None:
                 key = (spec.topic, spec.producer_name, spec.access_mode, spec.reliable)
                 producer_id = created.get(key)
                 if producer_id is None:
                     producer_id = created[key] = await self._create_producer(spec)
-            elif which == "producer_id":
+            elif request.producer_id is not None:
                 producer_id = request.producer_id
             else:
                 raise InvalidArgumentError("publish request names no producer (producer_id or create)")
             ack.producer_id = producer_id
-            buf = validate_frames(request.frames)
+            buf = checked_frames(request.frames, producer_id)
             if self._schema is not None and self._schema.active:
                 await self._check_schema(producer_id, request, buf)
-            version = request.partitioning_version if request.HasField("partitioning_version") else None
+            version = request.partitioning_version
             if version is not None and self._repartition is not None:  # docs/repartition.md: the fence
                 first, last = await self._publish_fenced(producer_id, buf, version)
             else:
@@ -129,15 +149,15 @@ class PublishLane:
         finally:
             epoch.done()
 
-    async def _check_schema(self, producer_id: int, request: pb.PublishRequest, buf: bytearray) -> None:
+    async def _check_schema(self, producer_id: int, request: PublishRequest, buf: bytearray) -> None:
         """The topic's schema policy for one batch (docs/schema-registry.md): ids once per batch,
         payloads one by one only when the topic validates payloads."""
         topic = await self._producer_topic(producer_id)
         if topic is not None:
             cast("SchemaGate", self._schema).check_batch(  # Publish calls this only with an active gate
                 topic,
-                request.schema_id if request.HasField("schema_id") else None,
-                request.schema_version if request.HasField("schema_version") else None,
+                request.schema_id,
+                request.schema_version,
                 buf,
             )
 
@@ -247,8 +267,8 @@ class PublishLane:
             if (
                 tasks
                 or publish_nowait is None
-                or request.WhichOneof("producer") != "producer_id"
-                or request.HasField("partitioning_version")
+                or request.producer_id is None
+                or request.partitioning_version is not None
                 or (schema is not None and schema.active)
             ):
                 now = None
@@ -258,9 +278,9 @@ class PublishLane:
                     frames = request.frames
                     if not frames:
                         raise InvalidArgumentError("empty batch: a publish request needs at least one frame")
-                    validate(frames)
-                    # a writable copy, stamped in place; ``answered`` is called once it is durable
-                    now = publish_nowait(producer_id, bytearray(frames), answered, request.sequence)
+                    # checked once (``checked_frames``), stamped in place; ``answered`` is called
+                    # once it is durable
+                    now = publish_nowait(producer_id, check_batch(frames, producer_id), answered, request.sequence)
                 except Exception as exc:  # noqa: BLE001 - refused (or a bug): this batch, not the stream
                     if not isinstance(exc, DanubeError):
                         log.exception("publish of batch %d failed", request.sequence)

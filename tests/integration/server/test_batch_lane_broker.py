@@ -182,3 +182,28 @@ async def test_graceful_stop_refuses_new_batches_and_acks_the_stored_ones(tmp_pa
     finally:
         await factory.close()
         await metadata.close()
+
+
+async def test_a_publish_request_that_does_not_parse_ends_its_call_as_before_and_the_lane_serves_on(tmp_path):
+    """Publish's requests are read by danube's own reader (registered by add_to_server): bytes
+    protobuf would refuse end the call as protobuf's DecodeError ended it (grpc.aio, whose request
+    iterator raises: UNKNOWN; danube's own server: INTERNAL), saying what is wrong; nothing is stored."""
+    async with served_broker(tmp_path, batch_lane.add_to_server, sync="never") as (broker, channel):
+        stub = pb_grpc.BatchLaneStub(channel)
+        pid = (await stub.CreateProducer(pb.ProducerSpec(topic="/default/raw", producer_name="p"))).producer_id
+        raw = channel.stream_stream("/danube_batch.BatchLane/Publish", None, pb.PublishAck.FromString)
+        good = pb.PublishRequest(sequence=1, producer_id=pid, frames=_frames(2)).SerializeToString()
+        for bad in (good[:-3], b"\x22" + b"\xff" * 9 + b"\x01", good + b"\x0e"):  # cut, huge length, wire type 6
+            call = raw()
+            await call.write(bad)
+            await call.done_writing()
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                _ = [ack async for ack in call]
+            assert info.value.code() == grpc.StatusCode.UNKNOWN
+            assert "malformed PublishRequest" in (info.value.details() or "")
+        assert broker.topics["/default/raw"].storage.next_offset == 0
+        call = raw()
+        await call.write(good)
+        await call.done_writing()
+        acks = [ack async for ack in call]
+        assert [(a.sequence, a.first_offset, a.last_offset) for a in acks] == [(1, 0, 1)]

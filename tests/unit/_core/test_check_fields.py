@@ -7,13 +7,12 @@ Python's own UTF-8 decoder.
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import danube._pure.frame as pure
+from tests.support.frames import raw_frame
 
 try:
     import danube._core.frame as compiled
@@ -42,21 +41,6 @@ RAW = st.one_of(
         ]
     ),
 )
-
-
-def raw_frame(
-    key: bytes | None, attrs: list[tuple[bytes, bytes]], *, producer_id: int = 0, payload: bytes = b"p"
-) -> bytes:
-    """A frame with any bytes as key and attributes (the codec's encoders take only text)."""
-    body = bytearray(
-        struct.pack("<QQBBHH", 0, producer_id, 1 if key is not None else 0, 0, len(attrs), len(key or b""))
-    )
-    body += key or b""
-    for name, value in attrs:
-        body += struct.pack("<H", len(name)) + name + struct.pack("<I", len(value)) + value
-    body += payload
-    len_field = struct.pack("<I", len(body))
-    return struct.pack("<QI", 0, pure.crc32c(bytes(body), pure.crc32c(len_field))) + len_field + bytes(body)
 
 
 def valid_utf8(data: bytes) -> bool:

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-TWINS = ["frame", "ring", "walfile", "arrowcols", "avrocheck", "h2codec", "pbwire"]
+TWINS = ["frame", "ring", "walfile", "arrowcols", "avrocheck", "h2codec", "pbwire", "publish_request"]
 
 
 def test_twins_import_no_compiled_module():

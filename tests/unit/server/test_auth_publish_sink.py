@@ -19,6 +19,7 @@ from danube.security.jwt import TokenVerifier, issue_token
 from danube.security.rbac import Authorizer
 from danube.server import batch_lane
 from danube.server.auth.guard import CallGuard
+from danube.server.batch_lane_publish import parse_request
 from danube.server.h2grpc import frames, wire
 from danube.storage.config import StorageConfig
 from danube.storage.factory import StorageFactory
@@ -65,7 +66,7 @@ def test_the_guard_checks_every_batch_the_publish_sink_takes(loop, tmp_path):
     service = batch_lane.BatchLaneService(broker)
     handler = grpc.stream_stream_rpc_method_handler(
         service.Publish,
-        request_deserializer=pb.PublishRequest.FromString,
+        request_deserializer=parse_request,  # Publish's, as batch_lane.add_to_server registers it
         response_serializer=pb.PublishAck.SerializeToString,
     )
     guarded = guard.wrap("/danube_batch.BatchLane/Publish", handler, lambda context: None)

@@ -17,14 +17,17 @@ from hypothesis import strategies as st
 
 from danube import message_codec
 from danube.broker import BrokerService, DispatchSettings
+from danube.broker.service_publish import check_deliverable
 from danube.metadata.embedded import EmbeddedMetadataStore
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.server import batch_lane
-from danube.server.batch_lane_wire import encoded_ack
+from danube.server.batch_lane_publish import parse_request
+from danube.server.batch_lane_wire import batch_status, encoded_ack
 from danube.server.h2grpc.frames import uint_fields
 from danube.server.h2grpc.wire import Encoded
 from danube.storage.config import StorageConfig
 from danube.storage.factory import StorageFactory
+from tests.support.frames import raw_frame
 from tests.support.waiting import async_wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -46,7 +49,8 @@ class FakeCall:
         self.read_count = 0
 
     def feed(self, request: pb.PublishRequest) -> None:
-        self.messages.append(request)
+        # as the server hands it over: read from its bytes by Publish's deserializer
+        self.messages.append(parse_request(request.SerializeToString()))
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(None)
 
@@ -303,3 +307,61 @@ async def test_a_wrapped_request_iterator_sees_every_batch_even_when_the_call_of
     assert call.sink is None
     assert seen == [1, 2, 3, 4, 5]
     assert [decoded(a).sequence for a in call.written] == [1, 2, 3, 4, 5]
+
+
+def bad_batches(producer_id: int, other: int) -> dict[str, bytes]:
+    """Batches the publish path refuses whole, each kind of check once (checked once, acted
+    on where each check was made before: the lane for lengths, checksums and layout, the broker
+    for what a subscriber decodes)."""
+    good = frames(2, producer_id=producer_id)
+    flipped = bytearray(good + frames(1))
+    flipped[-1] ^= 0xFF
+    bad_flags = bytearray(frames(1))
+    bad_flags[16 + 16] = 0x80  # the body's flags: an unknown bit (the checksum made to match)
+    bad_flags[8:12] = message_codec.crc32c(bytes(bad_flags[12:])).to_bytes(4, "little")
+    return {
+        "checksum": bytes(flipped),
+        "torn": good[:-3],
+        "layout": good + bytes(bad_flags),
+        "key not UTF-8": good + raw_frame(b"\xff\xfe", [], producer_id=producer_id),
+        "another producer's": good + frames(1, producer_id=other),
+    }
+
+
+def refusal_before(batch: bytes, producer) -> grpc.StatusCode:
+    """The ack status the checks gave one after the other (validate, then check_deliverable)."""
+    try:
+        message_codec.validate(batch)
+        check_deliverable(bytearray(batch), producer)
+    except Exception as exc:  # noqa: BLE001 - what the lane turns into the ack's status
+        return batch_status(exc)
+    raise AssertionError("a bad batch passed the checks")
+
+
+@pytest.mark.parametrize("path", ["per call", "in a task"])
+async def test_a_bad_frame_is_refused_as_the_separate_checks_refused_it_and_never_stored(broker, make_call, path):
+    service = batch_lane.BatchLaneService(broker)
+    spec = pb.ProducerSpec(topic=T, producer_name="p", reliable=True)
+    pid = await broker.create_producer(T, "p", reliable=True)
+    other = await broker.create_producer("/default/other", "q", reliable=True)
+    bad = bad_batches(pid, other)
+    call = make_call()
+    task = await run_stream(service, call)
+    for seq, batch in enumerate(bad.values(), start=1):
+        if path == "per call":
+            call.feed(pb.PublishRequest(sequence=seq, producer_id=pid, frames=batch))
+        else:  # a producer named by its spec: the batch goes through a task (_publish_one)
+            call.feed(pb.PublishRequest(sequence=seq, create=spec, frames=batch))
+    call.feed(pb.PublishRequest(sequence=99, producer_id=pid, frames=frames(3, producer_id=pid)))
+    call.end()
+    await asyncio.wait_for(task, 10)
+    acks = {a.sequence: a for a in map(decoded, call.written)}
+    producer = broker._producers[pid]
+    for seq, (kind, batch) in enumerate(bad.items(), start=1):
+        assert acks[seq].status == refusal_before(batch, producer), kind
+        assert acks[seq].status.code in (
+            grpc.StatusCode.INVALID_ARGUMENT.value[0],
+            grpc.StatusCode.DATA_LOSS.value[0],
+        ), kind
+    assert not acks[99].HasField("status") and (acks[99].first_offset, acks[99].last_offset) == (0, 2)
+    assert broker.topics[T].storage.next_offset == 3  # none of the bad batches' frames

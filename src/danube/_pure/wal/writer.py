@@ -116,10 +116,14 @@ class LogWriter:
         """Validate a frame batch, stamp it with the next offsets and append it; ``(first, last)``.
 
         A writable buffer is stamped in place (the caller sees the offsets); a
-        read-only one is stamped in the log's copy only.
+        read-only one is stamped in the log's copy only.  A ``CheckedFrames`` (the checked
+        copy ``frames.check_batch`` makes, and only it) is not validated again.
         """
         mv = memoryview(buf).cast("B")
-        count, _f, _l = frames.validate(mv)
+        if type(buf) is frames.CheckedFrames and buf.nbytes == len(mv):
+            count = buf.frame_count
+        else:
+            count, _f, _l = frames.validate(mv)
         if count == 0:
             raise ValueError("append_frames needs at least one frame")
         first = self.next_offset

@@ -143,11 +143,13 @@ def rule_for(method: str) -> tuple[str | None, Resolver | None]:
 
 # Streaming requests: each message's (permission, resource), or None when it names nothing new.
 def _publish_resource(request, broker, seen: set) -> tuple[str, str | None] | None:
-    which = request.WhichOneof("producer")
-    if which == "create":
-        key = ("t", request.create.topic)
-        resource = request.create.topic
-    elif which == "producer_id":
+    # the request's fields as danube's reader gives them (danube._core.publish_request):
+    # create and producer_id are None unless the oneof chose them
+    create = request.create
+    if create is not None:
+        key = ("t", create.topic)
+        resource = create.topic
+    elif request.producer_id is not None:
         key = ("p", request.producer_id)
         resource = None
     else:

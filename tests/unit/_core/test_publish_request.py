@@ -1,0 +1,51 @@
+"""The compiled reader of the batch lane's ``PublishRequest`` against its pure twin and
+protobuf's own parse: the same fields from any bytes protobuf reads, the same refusals."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import danube._pure.publish_request as pure
+from danube.errors import MalformedRequestError
+from tests.support.publish_requests import damaged, deep_groups, fields_of, hand_written, reference, requests
+
+compiled = pytest.importorskip("danube._core.publish_request")
+
+
+def both(data):
+    out = []
+    for impl in (compiled, pure):
+        try:
+            out.append(fields_of(impl.parse(data)))
+        except MalformedRequestError:
+            out.append(None)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.one_of(requests(), hand_written(), damaged(), st.binary(max_size=40)))
+def test_the_twins_and_protobuf_read_the_same_fields_or_all_refuse(data):
+    want = reference(data)
+    assert both(data) == [want, want]
+
+
+@settings(max_examples=50, deadline=None)
+@given(data=requests())
+def test_any_buffer_reads_as_its_bytes(data):
+    assert fields_of(compiled.parse(memoryview(data))) == fields_of(compiled.parse(bytearray(data))) == reference(data)
+
+
+def test_the_fields_are_plain_attributes_of_the_types_the_handler_expects():
+    request = compiled.parse(b"\x08\x07\x10\x09\x22\x02ab")
+    assert (request.sequence, request.producer_id, request.frames, request.create) == (7, 9, b"ab", None)
+    assert type(request.frames) is bytes and type(request.sequence) is int
+    with pytest.raises(AttributeError):
+        request.frames = b"other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("depth", [100, 101])
+def test_group_depth_is_refused_alike(depth):
+    data = deep_groups(depth)
+    assert both(data) == [reference(data)] * 2

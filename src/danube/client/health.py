@@ -126,7 +126,7 @@ class HealthChecker:
         # due watches of connections with the batch call, waiting for each other: broker (its
         # connections' ``broker_key``, else the connection) -> (the tick the first came due, the
         # connection that asks, [(watch, the id it was due with)])
-        self._pending: dict[Any, tuple[int, list[tuple[HealthWatch, int]]]] = {}
+        self._pending: dict[Any, tuple[int, Any, list[tuple[HealthWatch, int]]]] = {}
         self._ticks = 0
         self._batch_ticks = max(1, int(slots * BATCH_WAIT))
 
@@ -207,7 +207,7 @@ class HealthChecker:
                 conn.batch_health = False
                 for w, _ in waiting:
                     w.checking = False
-                    other = w.target()[0]
+                    other: Any = w.target()[0]
                     if other is not None:
                         other.batch_health = False
                 await asyncio.gather(*(w.check_and_react() for w, _ in waiting), return_exceptions=True)

@@ -311,7 +311,9 @@ async def test_watches_on_several_connections_to_one_broker_are_asked_in_one_cal
     conns = [KeyedBatchConn(stub, lanes[i], ("a:1", None)) for i in range(4)]
     conns.append(KeyedBatchConn(stub, lanes[4], ("b:1", None)))
     watches = [
-        HealthWatch(PRODUCER, lambda i=i: (conns[i % 5], i), lambda i=i: closes.append(i), interval_s=interval, what=f"p{i}")
+        HealthWatch(
+            PRODUCER, lambda i=i: (conns[i % 5], i), lambda i=i: closes.append(i), interval_s=interval, what=f"p{i}"
+        )
         for i in range(200)
     ]
     for w in watches:
@@ -336,9 +338,7 @@ async def test_watches_on_several_connections_to_one_broker_are_asked_in_one_cal
 
 async def test_a_broker_without_the_batch_call_turns_it_off_on_every_connection_that_asked():
     stub, closes = FakeStub(), []
-    conns = [
-        KeyedBatchConn(stub, FakeBatchLane(set(), grpc.StatusCode.UNIMPLEMENTED), ("a:1", None)) for _ in range(3)
-    ]
+    conns = [KeyedBatchConn(stub, FakeBatchLane(set(), grpc.StatusCode.UNIMPLEMENTED), ("a:1", None)) for _ in range(3)]
     stub.closed = {4}
     watches = [
         HealthWatch(PRODUCER, lambda i=i: (conns[i % 3], i), lambda i=i: closes.append(i), interval_s=0.1, what=f"p{i}")

@@ -112,14 +112,20 @@ class RetryState:
 
     def __init__(self, policy: RetryPolicy) -> None:
         self.policy = policy
+        self._fresh = False
         self.reset()
 
     def reset(self) -> None:
+        # called on every ack: nothing to do while no delay was taken since the last reset
+        if self._fresh:
+            return
+        self._fresh = True
         self.attempts = 0
         self._since: float | None = None
         self._delays = self.policy.delays()
 
     def next_delay(self) -> float | None:
+        self._fresh = False
         now = asyncio.get_running_loop().time()
         if self._since is None:
             self._since = now
@@ -218,6 +224,10 @@ class BrokerConnection:
         self.discovery = danube_grpc.DiscoveryStub(self.channel)
         self.health = danube_grpc.HealthCheckStub(self.channel)
         self.batch_health = True  # the batch lane's Health, until the broker answers UNIMPLEMENTED
+        # Connections with equal keys reach one broker as one caller: the health checker asks
+        # about all their producers and consumers in one call (plain text, or one client's
+        # credentials: another client's token may be authorized differently).
+        self.broker_key = (address, None if security is None else id(security))
         stub = batch_grpc.BatchLaneStub(self.channel)
         self.batch_lane: H2BatchLane | GrpcBatchLane
         if self.transport == "h2":

@@ -31,6 +31,7 @@ class ConsumerSet:
         self._ready: deque[Consumer] = deque()
         self._marked: set[Consumer] = set()  # the consumers in _ready
         self._waiter: asyncio.Future | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the reader's, once it asked
         # Consumers whose batches the last receive returned: their credit goes back at the next
         # receive, whether or not they have more by then.  (Given back only by a consumer's own
         # next take, a reader that took a consumer's whole window at once would wait forever: the
@@ -63,7 +64,9 @@ class ConsumerSet:
     async def receive(self, timeout: float | None = None) -> list[tuple[Consumer, list[MessageBatch]]]:
         """Every consumer's batches that arrived, waiting for the first; ``[]`` after ``timeout``
         seconds without any, or once every consumer of the set is closed."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:  # kept: asyncio.get_running_loop() asks the kernel for the pid (CPython 3.11)
+            loop = self._loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         holding, self._holding = self._holding, []
         for consumer in holding:

@@ -15,8 +15,12 @@ watch is still checked once per interval, within one interval of its start.
 
 Danube's call names one producer or consumer.  Against a broker with the batch lane's ``Health``
 (one call naming many ids, answered with the ones it no longer serves) the due watches of one
-connection wait up to a quarter interval for each other (so a check may come that much later) and
-go out in one call: a thousand watches over 25 connections cost about 20 calls a second, not 200.
+broker wait up to a quarter interval for each other (so a check may come that much later) and go
+out in one call on one of the connections to it: the broker knows its producers and consumers by
+id whichever connection asks, so a thousand watches over 25 clients' connections to one broker
+cost under one call a second, not 200 (one per watch) or 20 (one per connection).  Connections
+share a call only when they reach the broker with the same credentials (``broker_key``), so an
+authorization that tells callers apart sees each ask for its own.
 A broker without it (answering UNIMPLEMENTED, or PERMISSION_DENIED from an authorization that does
 not know it) is asked with Danube's ``HealthCheck`` per watch from then on.
 """
@@ -119,9 +123,10 @@ class HealthChecker:
         self.wheel = Wheel(slots)
         self._task: asyncio.Task[None] | None = None
         self._checks: set[asyncio.Future] = set()  # the calls of ticks still waiting for answers
-        # due watches of connections with the batch call, waiting for each other: connection ->
-        # (the tick the first came due, [(watch, the id it was due with)])
-        self._pending: dict[Any, tuple[int, list[tuple[HealthWatch, int]]]] = {}
+        # due watches of connections with the batch call, waiting for each other: broker (its
+        # connections' ``broker_key``, else the connection) -> (the tick the first came due, the
+        # connection that asks, [(watch, the id it was due with)])
+        self._pending: dict[Any, tuple[int, Any, list[tuple[HealthWatch, int]]]] = {}
         self._ticks = 0
         self._batch_ticks = max(1, int(slots * BATCH_WAIT))
 
@@ -139,7 +144,7 @@ class HealthChecker:
         task.cancel()
         for check in list(self._checks):
             check.cancel()
-        for _, waiting in self._pending.values():
+        for _, _, waiting in self._pending.values():
             for w, _ in waiting:
                 w.checking = False
         self._pending.clear()
@@ -163,16 +168,19 @@ class HealthChecker:
                     continue  # not connected, or no id yet: nothing to ask
                 if getattr(conn, "batch_health", False):
                     w.checking = True
-                    pending = self._pending.get(conn)
+                    # every connection of the loop to one broker (the clients of one process):
+                    # the broker knows its producers and consumers by id, whichever connection asks
+                    key = getattr(conn, "broker_key", conn)
+                    pending = self._pending.get(key)
                     if pending is None:
-                        self._pending[conn] = (self._ticks, [(w, client_id)])
+                        self._pending[key] = (self._ticks, conn, [(w, client_id)])
                     else:
-                        pending[1].append((w, client_id))
+                        pending[2].append((w, client_id))
                 else:
                     calls.append(w.check_and_react())
-            for conn, (since, waiting) in list(self._pending.items()):
+            for key, (since, conn, waiting) in list(self._pending.items()):
                 if self._ticks - since >= self._batch_ticks - 1:
-                    del self._pending[conn]
+                    del self._pending[key]
                     for start in range(0, len(waiting), HEALTH_IDS_PER_CALL):
                         calls.append(self._check_batch(conn, waiting[start : start + HEALTH_IDS_PER_CALL]))
             if calls:
@@ -195,10 +203,13 @@ class HealthChecker:
         except Exception as exc:  # noqa: BLE001 - unreachable broker, closed channel: the streams handle it
             if isinstance(exc, grpc.aio.AioRpcError) and exc.code() in _NO_BATCH_CALL:
                 # an older broker (or one whose authorization does not know the call): Danube's
-                # call per watch from now on
+                # call per watch from now on, on every connection these watches use
                 conn.batch_health = False
                 for w, _ in waiting:
                     w.checking = False
+                    other: Any = w.target()[0]
+                    if other is not None:
+                        other.batch_health = False
                 await asyncio.gather(*(w.check_and_react() for w, _ in waiting), return_exceptions=True)
             else:
                 log.debug("health check of %d producers/consumers failed: %s", len(waiting), exc)

@@ -166,15 +166,17 @@ class PartitionProducer:
     ) -> asyncio.Future | None:
         """``payloads`` as one batch when they fit in one and the window has room: a future of
         their offsets (a list); None when ``add_batch`` must chunk them or wait."""
-        self._check_usable()
+        if self._failure is not None or self._closing:
+            self._check_usable()
         if not payloads or not self._space.is_set():
             return None
         if sum(map(len, payloads)) + len(payloads) * FRAME_OVERHEAD >= self.owner.max_batch_bytes:
             return None
-        self.seal()
+        if self._payloads or self._linger_handle is not None:
+            self.seal()
         fut = self._loop.create_future()
         attrs = dict(attributes) if attributes else None
-        self._enqueue(Batch(list(payloads), done=fut, key=key, attrs=attrs, offsets=True))
+        self._enqueue(Batch(list(payloads), None, None, None, fut, key, attrs, True))
         return fut
 
     async def add_batch(
@@ -251,7 +253,9 @@ class PartitionProducer:
         batch.version = self.owner.partitioning_version
         seq = next(self._sequence)
         self._unacked[seq] = batch
-        self._idle.clear()
+        idle = self._idle
+        if idle.is_set():
+            idle.clear()
         write_now = self._write_now
         # The writer waits for the queue with everything before written: a batch the windows have
         # room for is written here, without waking the writer task (at a thousand producers of one
@@ -351,7 +355,7 @@ class PartitionProducer:
             is written; False (nothing done) when the writer must take it."""
             if self._draining:
                 return False
-            frames = encode(batch)
+            frames = batch.encode(producer_id, schema_attrs)
             in_flight = window.size - window.free
             if window.free <= 0 or (len(frames) < small and in_flight >= SMALL_REQUESTS_IN_FLIGHT):
                 return False
@@ -396,22 +400,25 @@ class PartitionProducer:
 
         def take_acks(acks: list) -> None:
             """Settles the batches of the acks that arrived (in order)."""
+            retry = self._retry
             for ack in acks:
                 window.release()
-                members = merged.pop(ack.sequence, None) if merged else None
+                sequence = ack.sequence
+                members = merged.pop(sequence, None) if merged else None
                 if members is None:
-                    batch = unacked.get(ack.sequence)
+                    batch = unacked.get(sequence)
                     if batch is None:
                         continue
                     if ack.HasField("status") and ack.status.code != 0:
-                        if not self._refused_or_failed([(ack.sequence, batch)], ack.status):
+                        if not self._refused_or_failed([(sequence, batch)], ack.status):
                             continue
                     else:
-                        del unacked[ack.sequence]
-                        self._retry.reset()
+                        del unacked[sequence]
+                        retry.reset()
+                        first, last = ack.first_offset, ack.last_offset
                         if listeners:
-                            self.owner.on_ack(batch, ack.first_offset, ack.last_offset)
-                        batch.resolve(ack.first_offset, ack.last_offset)
+                            self.owner.on_ack(batch, first, last)
+                        batch.resolve(first, last)
                 elif ack.HasField("status") and ack.status.code != 0:
                     batches = [(seq, unacked[seq]) for seq, _ in members if seq in unacked]
                     if not batches or not self._refused_or_failed(batches, ack.status):
@@ -429,7 +436,7 @@ class PartitionProducer:
                         first += count
                     if not settled:  # every one acked meanwhile by an earlier stream
                         continue
-                    self._retry.reset()
+                    retry.reset()
                 self._after_ack()
                 if self._closing and not unacked and self._to_send.empty():
                     to_send.put_nowait(_STOP)

@@ -293,3 +293,63 @@ async def test_a_connection_with_more_due_watches_than_one_call_may_name_is_aske
     finally:
         for w in watches:
             await w.stop()
+
+
+class KeyedBatchConn(FakeBatchConn):
+    """A connection to the broker named by ``broker_key`` (as ``BrokerConnection`` has one)."""
+
+    def __init__(self, stub: FakeStub, lane: FakeBatchLane, broker_key) -> None:
+        super().__init__(stub, lane)
+        self.broker_key = broker_key
+
+
+async def test_watches_on_several_connections_to_one_broker_are_asked_in_one_call():
+    stub, closes = FakeStub(), []
+    interval = 0.5
+    lanes = [FakeBatchLane({7, 20}) for _ in range(5)]
+    # four clients' connections to broker A (plain text), one to broker B
+    conns = [KeyedBatchConn(stub, lanes[i], ("a:1", None)) for i in range(4)]
+    conns.append(KeyedBatchConn(stub, lanes[4], ("b:1", None)))
+    watches = [
+        HealthWatch(
+            PRODUCER, lambda i=i: (conns[i % 5], i), lambda i=i: closes.append(i), interval_s=interval, what=f"p{i}"
+        )
+        for i in range(200)
+    ]
+    for w in watches:
+        w.start()
+    try:
+        await async_wait_until(lambda: sorted(set(closes)) == [7, 20], timeout=10)
+        await async_wait_until(
+            lambda: {i for lane in lanes for p, _ in lane.calls for i in p} == set(range(200)), timeout=10
+        )
+        calls_a = [p for lane in lanes[:4] for p, _ in lane.calls]
+        calls_b = lanes[4].calls
+        # broker A's ids travel together (never one call per connection), B's on B's connection
+        assert all(i % 5 != 4 for p in calls_a for i in p)
+        assert all(i % 5 == 4 for p, _ in calls_b for i in p)
+        assert any(len({i % 5 for i in p}) > 1 for p in calls_a)
+        assert stub.calls == []
+    finally:
+        for w in watches:
+            await w.stop()
+    assert health.watching() == 0
+
+
+async def test_a_broker_without_the_batch_call_turns_it_off_on_every_connection_that_asked():
+    stub, closes = FakeStub(), []
+    conns = [KeyedBatchConn(stub, FakeBatchLane(set(), grpc.StatusCode.UNIMPLEMENTED), ("a:1", None)) for _ in range(3)]
+    stub.closed = {4}
+    watches = [
+        HealthWatch(PRODUCER, lambda i=i: (conns[i % 3], i), lambda i=i: closes.append(i), interval_s=0.1, what=f"p{i}")
+        for i in range(6)
+    ]
+    for w in watches:
+        w.start()
+    try:
+        await async_wait_until(lambda: 4 in closes)
+        assert all(conn.batch_health is False for conn in conns)
+        assert sum(len(conn.batch_lane.calls) for conn in conns) == 0  # every batch call was refused
+    finally:
+        for w in watches:
+            await w.stop()

@@ -7,7 +7,7 @@ a protobuf message object per delivery.
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.object cimport PyObject, PyTypeObject
+from cpython.object cimport PyTypeObject
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New
 from libc.stdint cimport uint32_t, uint64_t

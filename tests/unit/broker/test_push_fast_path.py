@@ -79,7 +79,9 @@ async def play(
     """``data_dir``: the topic's storage is the broker's own (a WAL whose cache the fast path
     reads), not the in-memory one."""
     if data_dir is None:
-        return await _play(ops, MemoryTopicStorage(T, max_bytes=1 << 30), sub_type, reliable, window, credit, fast, calling)
+        return await _play(
+            ops, MemoryTopicStorage(T, max_bytes=1 << 30), sub_type, reliable, window, credit, fast, calling
+        )
     from danube.metadata.embedded import EmbeddedMetadataStore
     from danube.storage.config import StorageConfig
     from danube.storage.factory import StorageFactory

@@ -19,7 +19,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_FillInfo, PyO
 from libc.stdint cimport uint64_t
 from libc.stdlib cimport free, malloc, realloc
 
-from danube._core.frame cimport FRAME_BODY_LEN_AT, FRAME_HEADER_SIZE
+from danube._core.frame cimport FIELDS_OK_STATUS, FRAME_BODY_LEN_AT, FRAME_HEADER_SIZE, check_fields_frames
 from danube._core.le cimport ld32
 
 HEADER_SIZE = FRAME_HEADER_SIZE
@@ -280,6 +280,64 @@ cdef class FrameRing:
     def read_counted(self, uint64_t offset, Py_ssize_t max_bytes):
         """``read`` as ``(view, frame count)``; None when the ring does not hold ``offset``."""
         return self._read(offset, max_bytes)
+
+    def read_deliverable(self, uint64_t offset, Py_ssize_t max_messages, Py_ssize_t max_bytes):
+        """``(view, count)``: whole frames from ``offset``, at least one, at most ``max_messages``,
+        then up to ``max_bytes``, each one a subscriber can decode (``check_fields``); None when
+        the ring does not hold ``offset`` (or it is ``next_offset``), ``max_messages`` < 1, or a
+        frame of that cut fails the check."""
+        cdef list spans = self._spans
+        cdef Py_ssize_t lo, hi, mid, nspans, nb, b, start, end, nxt, limit, count
+        cdef Py_ssize_t error_pos = -1
+        cdef uint64_t off, stop
+        cdef const unsigned char* data
+        cdef _Span span
+        if max_messages < 1 or offset < self._first or offset >= self._next:
+            return None
+        nspans = len(spans)
+        span = <_Span>spans[nspans - 1]  # (newest first, as ``_read``)
+        if offset < span.first_offset:
+            lo, hi = 0, nspans - 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if (<_Span>spans[mid]).first_offset <= offset:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            span = <_Span>spans[lo]
+        stop = span.next_offset
+        if offset >= stop:
+            return None
+        nb = span.nbatches
+        lo, hi = 0, nb - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if span.batch_first[mid] <= offset:
+                lo = mid
+            else:
+                hi = mid - 1
+        b = lo
+        data = span.data
+        start = span.batch_pos[b]
+        off = span.batch_first[b]
+        while off < offset:
+            start += FRAME_HEADER_SIZE + ld32(data + start + FRAME_BODY_LEN_AT)
+            off += 1
+        # frame by frame: a delivery is cut by messages as well as bytes
+        limit = start + max_bytes
+        end = start + FRAME_HEADER_SIZE + ld32(data + start + FRAME_BODY_LEN_AT)
+        count = 1
+        off = offset + 1
+        while off < stop and count < max_messages:
+            nxt = end + FRAME_HEADER_SIZE + ld32(data + end + FRAME_BODY_LEN_AT)
+            if nxt > limit:
+                break
+            end = nxt
+            off += 1
+            count += 1
+        if check_fields_frames(data + start, end - start, False, 0, &error_pos) != FIELDS_OK_STATUS:
+            return None
+        return (memoryview(span)[start:end], count)
 
 
 def count_frames(buf):

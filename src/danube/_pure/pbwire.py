@@ -9,6 +9,10 @@ three number fields, each left out when zero, as proto3 does).  The bytes are pr
 serialization of that message (``tests/unit/_core/test_pbwire.py``), but for empty ``frames``
 (never a delivery), whose field is written all the same.  ``first`` and ``last``
 are uint64 and ``count`` uint32: a value out of range raises ``OverflowError``.
+
+``consume_batch_as(cls, frames, first, last, count)`` returns the same three parts as an
+instance of ``cls``, a subclass of tuple (the server's ``Encoded``: the compiled core makes it
+without an intermediate tuple); any other class raises ``TypeError``.
 """
 
 from __future__ import annotations
@@ -37,3 +41,9 @@ def consume_batch(frames, first: int, last: int, count: int) -> tuple[bytes, obj
     size = len(frames)
     frames_head = b"\x0a" + _varint(size)
     return b"\x12" + _varint(len(frames_head) + size + len(rest)) + frames_head, frames, rest
+
+
+def consume_batch_as(cls: type, frames, first: int, last: int, count: int):
+    if cls is tuple or not (isinstance(cls, type) and issubclass(cls, tuple)):
+        raise TypeError(f"{getattr(cls, '__name__', cls)} is not a subclass of tuple")
+    return tuple.__new__(cls, consume_batch(frames, first, last, count))

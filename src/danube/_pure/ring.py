@@ -33,7 +33,7 @@ from __future__ import annotations
 import struct
 from bisect import bisect_right
 
-from danube._pure.frame import HEADER_SIZE
+from danube._pure.frame import FIELDS_OK, HEADER_SIZE, check_fields, frames_within
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 _BODY_LEN = struct.Struct("<I")
@@ -205,6 +205,23 @@ class FrameRing:
             end = nxt
             off += 1
         return data[start:end], off - offset
+
+    def read_deliverable(self, offset: int, max_messages: int, max_bytes: int):
+        """``(view, count)``: whole frames from ``offset``, at least one, at most ``max_messages``,
+        then up to ``max_bytes``, each one a subscriber can decode (``check_fields``); None when
+        the ring does not hold ``offset`` (or it is ``next_offset``), ``max_messages`` < 1, or a
+        frame of that cut fails the check."""
+        if max_messages < 1 or offset >= self._next:
+            return None
+        got = self.read_counted(offset, max_bytes)
+        if got is None:
+            return None
+        view = got[0]
+        end, count = frames_within(view, max_messages, max_bytes)
+        view = view[:end]
+        if check_fields(view)[1] != FIELDS_OK:
+            return None
+        return view, count
 
 
 def count_frames(buf) -> int:

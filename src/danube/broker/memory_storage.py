@@ -78,6 +78,19 @@ class MemoryTopicStorage:
             return b""
         return chunk[pos:]
 
+    def read_deliverable_now(self, from_offset: int, max_messages: int, max_bytes: int):
+        """``(frames, count)`` from ``from_offset``, cut to ``max_messages`` and ``max_bytes`` (at
+        least one frame), each one a subscriber can decode; None otherwise (as the WAL's)."""
+        data = self.read_frames_now(from_offset, max_bytes)
+        if not data or max_messages < 1 or int.from_bytes(data[:8], "little") != from_offset:
+            return None
+        view = data if type(data) is memoryview else memoryview(data)
+        end, count = message_codec.frames_within(view, max_messages, max_bytes)
+        view = view[:end]
+        if message_codec.check_fields(view)[0] >= 0:
+            return None
+        return view, count
+
     async def read_frames(self, from_offset: int, max_bytes: int) -> memoryview | bytes:
         return self.read_frames_now(from_offset, max_bytes)
 

@@ -16,9 +16,8 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Callable
 
-from danube import message_codec
 from danube._tasks import wake
-from danube.broker.delivery import FRAME_OFFSET, MUST_AWAIT, NOTHING, Delivery, MustAwait
+from danube.broker.delivery import MUST_AWAIT, NOTHING, Delivery, MustAwait
 from danube.broker.subscription_state import SubscriptionState
 
 if TYPE_CHECKING:
@@ -41,8 +40,6 @@ _DONE = "done"
 _NEVER = float("inf")
 
 _monotonic = time.monotonic
-_frames_within = message_codec.frames_within
-_check_fields = message_codec.check_fields
 
 
 class PushEntry:
@@ -222,22 +219,16 @@ class PushDelivery(SubscriptionState):
             self._blocked_logged = False  # (as a read that finds the subscription unblocked)
             if window < visible:
                 visible = window
-        read_now = getattr(topic.storage, "read_frames_now", None)
-        max_bytes = entry.max_bytes
-        data = None if read_now is None else read_now(next_read, max_bytes)
-        if not data or FRAME_OFFSET(data)[0] != next_read:
-            return None
+        read_now = getattr(topic.storage, "read_deliverable_now", None)
         max_messages = entry.max_messages
         if visible < max_messages:
             max_messages = visible
-        view = data if type(data) is memoryview else memoryview(data).cast("B")
-        end, count = _frames_within(view, max_messages, max_bytes)
-        if count == 0:
+        # the frames cut to the limits and checked for decodability, in one compiled call
+        got = None if read_now is None else read_now(next_read, max_messages, entry.max_bytes)
+        if got is None:
             return None
-        if end != len(view):
-            view = view[:end]
-        if _check_fields(view)[0] >= 0:  # a record no subscriber can decode: the general path
-            return None
+        view, count = got
+        size = len(view)
         # Tracked and counted as _track_fresh and _count do.
         last = next_read + count - 1
         self.next_read = last + 1
@@ -249,18 +240,27 @@ class PushDelivery(SubscriptionState):
         self._turns = turns = self._turns + 1
         consumer.last_turn = turns
         consumer.messages_out += count
-        consumer.bytes_out += end
+        consumer.bytes_out += size
         counts = self._counts
         if counts is None:
-            self.metrics.delivered(topic.name, self.name, count, end)
+            self.metrics.delivered(topic.name, self.name, count, size)
         else:
             counts[0] += count
-            counts[1] += end
+            counts[1] += size
         room = entry.push(view, next_read, last, count)
         if room is None:  # not written: the receive returns it and its stream writes it
             waiter.set_result(Delivery(view, next_read, last, count))
             return _DONE
-        return self._pushed(waiter, entry, room, now, reliable and entry.fires_at - now > timeout)
+        # (``_pushed``, inline)
+        messages, nbytes = room
+        if messages <= 0 or nbytes <= 0:
+            waiter.set_result(NOTHING)  # out of credit: the stream waits for more
+            return _DONE
+        entry.max_messages = messages
+        entry.max_bytes = nbytes
+        if reliable and entry.fires_at - now > timeout:
+            self._rearm(waiter, entry)
+        return _PUSHED
 
     def _push_one(self, consumer: Consumer, waiter: asyncio.Future, entry: PushEntry) -> str:
         """One delivery to a push receive: ``_PUSHED`` (written, it has credit left), ``_IDLE``

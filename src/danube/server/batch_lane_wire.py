@@ -108,14 +108,14 @@ def encoded_batch(frames, rest: bytes) -> Encoded:
     return Encoded((_BATCH_TAG + varint(inner) + frames_head, frames, rest))
 
 
-# A fresh delivery's ConsumeResponse as its three parts (the compiled core), and the call that makes
-# them an ``Encoded`` without its ``__new__`` frame: the push path calls both inline.
-consume_batch_parts = _native.load("pbwire").consume_batch
-new_encoded = tuple.__new__
+_pbwire = _native.load("pbwire")
+# A fresh delivery's ConsumeResponse as an ``Encoded`` of its three parts in one compiled call (no
+# ``__new__`` frame, no tuple of parts copied): the push path calls it inline with ``Encoded``.
+consume_batch_as = _pbwire.consume_batch_as
 
 
 def encoded_delivery(frames, first: int, last: int, count: int) -> Encoded:
     """A fresh delivery's ``ConsumeResponse``: the bytes of ``encoded_batch`` with ``ConsumeBatch``'s
     offsets and count as protobuf serializes them, its fields written by the compiled core in one
     call (no protobuf message per delivery)."""
-    return new_encoded(Encoded, consume_batch_parts(frames, first, last, count))
+    return consume_batch_as(Encoded, frames, first, last, count)

@@ -394,6 +394,14 @@ class TopicStorage:
         # (one call: the WAL checks its own start and the cutover, what hot_start would)
         return self.wal.read_hot(from_offset, max_bytes, self.cutover)
 
+    def read_deliverable_now(self, from_offset: int, max_messages: int, max_bytes: int):
+        """A fresh delivery's ``(frames, count)`` from the hot WAL's cache, cut and checked in one
+        call (``Wal.read_deliverable``); None when not at hand that way (the caller's general
+        path reads them)."""
+        if self.sealed_offset is not None:
+            return None
+        return self.wal.read_deliverable(from_offset, max_messages, max_bytes, self.cutover)
+
     def tail_frames(self, from_offset: int, max_bytes: int) -> AsyncIterator[bytes | memoryview]:
         """Frames from ``from_offset`` onwards: durable history, then the hot WAL, following live appends.
 

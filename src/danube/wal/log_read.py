@@ -109,6 +109,16 @@ class WalReading:
         except OffsetOutOfRangeError:
             return None
 
+    def read_deliverable(self, from_offset: int, max_messages: int, max_bytes: int, floor: int = 0):
+        """A fresh delivery's frames in one call, for a reader at the live end: ``(view, count)``
+        from the cache, cut to ``max_messages`` and ``max_bytes`` (at least one frame), each one a
+        subscriber can decode; None whenever that is not at hand (the offsets are not in the
+        cache, are below the log's start or ``floor``, or a frame fails that check): the caller
+        then takes its general way, which reads and checks them itself."""
+        if from_offset < self._seg_firsts[0] or from_offset < floor or self._closed:
+            return None
+        return self._ring.read_deliverable(from_offset, max_messages, max_bytes)
+
     def read(self, from_offset: int, max_records: int | None = None) -> list[Record]:
         """Records from ``from_offset`` to the end (or ``max_records`` of them)."""
         out: list[Record] = []

@@ -52,3 +52,39 @@ def test_a_delivery_is_written_as_protobuf_writes_it(frames, first, last, count)
 def test_a_number_out_of_its_field_range_is_refused(impl, args):
     with pytest.raises(OverflowError):
         impl.consume_batch(b"x", *args)
+
+
+@settings(max_examples=200, deadline=None)
+@given(frames=FRAMES, first=U64, last=U64, count=U32)
+def test_a_delivery_made_as_the_servers_encoded_holds_the_same_parts(frames, first, last, count):
+    view = memoryview(frames)
+    for impl in IMPLS:
+        got = impl.consume_batch_as(Encoded, view, first, last, count)
+        assert type(got) is Encoded and len(got) == 3 and got[1] is view
+        assert list(got) == list(pure.consume_batch(view, first, last, count))
+        assert got.tobytes() == b"".join(pure.consume_batch(view, first, last, count))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_delivery_as_anything_but_a_tuple_subclass_is_refused(impl):
+    for cls in (tuple, list, bytes, int):
+        with pytest.raises(TypeError):
+            impl.consume_batch_as(cls, b"x", 1, 2, 1)
+    with pytest.raises(OverflowError):
+        impl.consume_batch_as(Encoded, b"x", -1, 2, 1)
+
+
+@pytest.mark.skipif(compiled is None, reason="the compiled core is not built")
+def test_the_compiled_delivery_holds_one_reference_to_the_shared_frames_and_frees_it():
+    import gc
+    import sys
+
+    frames = bytearray(b"y" * 64)
+    before = sys.getrefcount(frames)
+    made = [compiled.consume_batch_as(Encoded, frames, 5, 6, 2) for _ in range(1000)]
+    assert sys.getrefcount(frames) == before + 1000
+    parts = [compiled.consume_batch(frames, 5, 6, 2) for _ in range(1000)]
+    assert sys.getrefcount(frames) == before + 2000
+    del made, parts
+    gc.collect()
+    assert sys.getrefcount(frames) == before

@@ -53,3 +53,44 @@ def test_read_hot_of_a_closed_wal_raises_as_read_frames(open_wal):
     wal.close()
     with pytest.raises(WalClosedError):
         wal.read_hot(0, 1 << 20)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    batches=st.lists(st.integers(1, 20), min_size=1, max_size=30),
+    prune=st.integers(-1, 300),
+    floor=st.integers(0, 300),
+    max_messages=st.integers(0, 25),
+    max_bytes=st.sampled_from([1, 200, 1 << 20]),
+)
+def test_read_deliverable_is_read_frames_cut_to_the_limits_or_none(
+    open_wal, tmp_path, batches, prune, floor, max_messages, max_bytes
+):
+    from danube import message_codec
+
+    wal = open_wal(tmp_path / f"wal-{len(list(tmp_path.iterdir()))}", max_file_bytes=4096, cache_bytes=2048)
+    n = 0
+    for size in batches:
+        wal.append_batch([b"%06d" % i * 4 for i in range(n, n + size)])
+        n += size
+    if prune >= 0:
+        wal.prune_through(prune)
+    for offset in range(0, n + 2):
+        got = wal.read_deliverable(offset, max_messages, max_bytes, floor)
+        whole = _expected(wal, offset, max_bytes, floor)
+        if got is None:  # not at hand that way: never for the newest offsets, which the cache holds
+            assert not whole or max_messages == 0 or offset < wal._ring.first_offset, offset
+            continue
+        view, count = got
+        assert whole, offset
+        end, expected_count = message_codec.frames_within(whole, max_messages, max_bytes)
+        assert (bytes(view), count) == (whole[:end], expected_count), offset
+        assert [r.offset for r in message_codec.iter_records(view)] == list(range(offset, offset + count))
+
+
+def test_read_deliverable_of_a_closed_wal_is_none(open_wal):
+    wal = open_wal()
+    wal.append_batch([b"a", b"b"])
+    assert wal.read_deliverable(0, 5, 1 << 20)[1] == 2
+    wal.close()
+    assert wal.read_deliverable(0, 5, 1 << 20) is None  # (the caller's general path raises)

@@ -73,12 +73,13 @@ cdef Py_ssize_t _varint(const unsigned char* p, Py_ssize_t pos, Py_ssize_t end, 
 
 
 cdef Py_ssize_t _tag(const unsigned char* p, Py_ssize_t pos, Py_ssize_t end, uint32_t* field,
-                     int* wire_type) except -1:
+                     int* wire_type, bint in_group=False) except -1:
+    # field number 0: refused in a message, read inside a group being skipped (as upb does)
     cdef uint64_t tag
     cdef Py_ssize_t nxt = _varint(p, pos, end, 5, "tag", &tag)
     if tag > 0xFFFFFFFFu:
         _bad("tag above 2**32", pos)
-    if (tag >> 3) == 0:
+    if (tag >> 3) == 0 and not in_group:
         _bad("field number 0", pos)
     field[0] = <uint32_t>(tag >> 3)
     wire_type[0] = <int>(tag & 7)
@@ -114,7 +115,7 @@ cdef Py_ssize_t _skip(const unsigned char* p, Py_ssize_t pos, Py_ssize_t end, ui
         if depth >= max_depth:
             _bad(f"groups nested deeper than {max_depth}", pos)
         while True:
-            pos = _tag(p, pos, end, &inner, &inner_type)
+            pos = _tag(p, pos, end, &inner, &inner_type, True)
             if inner_type == 4:
                 if inner != field:
                     _bad(f"group {field} ended by field {inner}", pos)

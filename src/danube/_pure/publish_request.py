@@ -105,12 +105,13 @@ def _varint(data, pos: int, end: int, limit: int, what: str) -> tuple[int, int]:
         shift += 7
 
 
-def _tag(data, pos: int, end: int) -> tuple[int, int, int]:
-    """(field number, wire type, next position)."""
+def _tag(data, pos: int, end: int, in_group: bool = False) -> tuple[int, int, int]:
+    """(field number, wire type, next position).  Field number 0 is refused in a message, not
+    inside a group being skipped (protobuf's upb reads it there)."""
     tag, nxt = _varint(data, pos, end, 5, "tag")
     if tag > _MASK32:
         raise _bad("tag above 2**32", pos)
-    if tag >> 3 == 0:
+    if tag >> 3 == 0 and not in_group:
         raise _bad("field number 0", pos)
     return tag >> 3, tag & 7, nxt
 
@@ -139,7 +140,7 @@ def _skip(data, pos: int, end: int, field: int, wire_type: int, depth: int, max_
         if depth >= max_depth:
             raise _bad(f"groups nested deeper than {max_depth}", pos)
         while True:
-            inner, inner_type, pos = _tag(data, pos, end)
+            inner, inner_type, pos = _tag(data, pos, end, True)
             if inner_type == 4:
                 if inner != field:
                     raise _bad(f"group {field} ended by field {inner}", pos)

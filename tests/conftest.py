@@ -21,7 +21,7 @@ settings.load_profile("danube")
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 # Every compiled module the build produces; the suite fails when one is missing.
-COMPILED_MODULES = ["frame", "walfile", "ring", "arrowcols", "avrocheck", "h2codec", "publish_request"]
+COMPILED_MODULES = ["frame", "walfile", "ring", "arrowcols", "avrocheck", "h2codec", "pbwire", "publish_request"]
 
 
 def pytest_report_header(config):
@@ -40,6 +40,11 @@ def _compiled_core_really_loaded():
             assert _native.load(name).__name__ == f"danube._pure.{name}"
         yield
         return
+    # a module added to the build but not to the list would go unchecked
+    core_dir = os.path.join(os.path.dirname(__file__), os.pardir, "src", "danube", "_core")
+    if os.path.isdir(core_dir):
+        built = {f[: -len(".pyx")] for f in os.listdir(core_dir) if f.endswith(".pyx")}
+        assert built == set(COMPILED_MODULES), f"COMPILED_MODULES {sorted(COMPILED_MODULES)} != _core/*.pyx {sorted(built)}"
     missing = []
     for name in COMPILED_MODULES:
         try:

@@ -44,7 +44,9 @@ def _compiled_core_really_loaded():
     core_dir = os.path.join(os.path.dirname(__file__), os.pardir, "src", "danube", "_core")
     if os.path.isdir(core_dir):
         built = {f[: -len(".pyx")] for f in os.listdir(core_dir) if f.endswith(".pyx")}
-        assert built == set(COMPILED_MODULES), f"COMPILED_MODULES {sorted(COMPILED_MODULES)} != _core/*.pyx {sorted(built)}"
+        assert built == set(COMPILED_MODULES), (
+            f"COMPILED_MODULES {sorted(COMPILED_MODULES)} != _core/*.pyx {sorted(built)}"
+        )
     missing = []
     for name in COMPILED_MODULES:
         try:

@@ -34,7 +34,17 @@ def test_the_twins_and_protobuf_read_the_same_fields_or_all_refuse(data):
 # field number 0 inside a skipped group: upb reads it there (and refuses it in the message itself)
 @pytest.mark.parametrize(
     "hex_bytes",
-    ["08000b080005000000000c", "0b05000000000c", "0b03040c", "0b040c", "0b02000c", "0b8000000c", "0500000000", "0b000c", "0b030c"],
+    [
+        "08000b080005000000000c",
+        "0b05000000000c",
+        "0b03040c",
+        "0b040c",
+        "0b02000c",
+        "0b8000000c",
+        "0500000000",
+        "0b000c",
+        "0b030c",
+    ],
 )
 def test_field_number_zero_is_read_inside_a_skipped_group_and_refused_outside_it(hex_bytes):
     data = bytes.fromhex(hex_bytes)

@@ -34,4 +34,5 @@ cdef class FrameRing:
                         Py_ssize_t count) except -1
     cdef int _reset(self, uint64_t next_offset) except -1
     cdef int _evict(self) except -1
+    cdef _Span _frame_at(self, uint64_t offset, Py_ssize_t* batch, Py_ssize_t* start)
     cdef tuple _read(self, uint64_t offset, Py_ssize_t max_bytes)

@@ -199,20 +199,15 @@ cdef class FrameRing:
     def contains(self, uint64_t offset):
         return self._first <= offset < self._next
 
-    cdef tuple _read(self, uint64_t offset, Py_ssize_t max_bytes):
-        """``(view, count)``; None when not held."""
+    cdef _Span _frame_at(self, uint64_t offset, Py_ssize_t* batch, Py_ssize_t* start):
+        """The span holding ``offset`` (``_first`` <= offset < ``_next``), with the index of the
+        batch it is in and the position of its frame; None when no span holds it."""
         cdef list spans = self._spans
-        cdef Py_ssize_t lo, hi, mid, nspans, nb, b, start, end, nxt, limit
-        cdef uint64_t off, stop
+        cdef Py_ssize_t lo, hi, mid, nspans = len(spans), pos
+        cdef uint64_t off
         cdef const unsigned char* data
-        cdef _Span span
-        if offset == self._next:
-            return (_EMPTY, 0)
-        if offset < self._first or offset > self._next:
-            return None
-        nspans = len(spans)
         # newest span first: live readers almost always want it
-        span = <_Span>spans[nspans - 1]
+        cdef _Span span = <_Span>spans[nspans - 1]
         if offset < span.first_offset:
             lo, hi = 0, nspans - 1
             while lo < hi:
@@ -222,24 +217,41 @@ cdef class FrameRing:
                 else:
                     hi = mid - 1
             span = <_Span>spans[lo]
-        stop = span.next_offset
-        if offset >= stop:
+        if offset >= span.next_offset:
             return None
-        nb = span.nbatches
-        lo, hi = 0, nb - 1
+        lo, hi = 0, span.nbatches - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if span.batch_first[mid] <= offset:
                 lo = mid
             else:
                 hi = mid - 1
-        b = lo
         data = span.data
-        start = span.batch_pos[b]
-        off = span.batch_first[b]
+        pos = span.batch_pos[lo]
+        off = span.batch_first[lo]
         while off < offset:
-            start += FRAME_HEADER_SIZE + ld32(data + start + FRAME_BODY_LEN_AT)
+            pos += FRAME_HEADER_SIZE + ld32(data + pos + FRAME_BODY_LEN_AT)
             off += 1
+        batch[0] = lo
+        start[0] = pos
+        return span
+
+    cdef tuple _read(self, uint64_t offset, Py_ssize_t max_bytes):
+        """``(view, count)``; None when not held."""
+        cdef Py_ssize_t lo, hi, mid, nb, b, start, end, nxt, limit
+        cdef uint64_t off, stop
+        cdef const unsigned char* data
+        cdef _Span span
+        if offset == self._next:
+            return (_EMPTY, 0)
+        if offset < self._first or offset > self._next:
+            return None
+        span = self._frame_at(offset, &b, &start)
+        if span is None:
+            return None
+        stop = span.next_offset
+        nb = span.nbatches
+        data = span.data
         # whole batches first (their ends are known: no walk over the frames), then frames
         limit = start + max_bytes
         end = start + FRAME_HEADER_SIZE + ld32(data + start + FRAME_BODY_LEN_AT)
@@ -286,43 +298,18 @@ cdef class FrameRing:
         then up to ``max_bytes``, each one a subscriber can decode (``check_fields``); None when
         the ring does not hold ``offset`` (or it is ``next_offset``), ``max_messages`` < 1, or a
         frame of that cut fails the check."""
-        cdef list spans = self._spans
-        cdef Py_ssize_t lo, hi, mid, nspans, nb, b, start, end, nxt, limit, count
+        cdef Py_ssize_t b, start, end, nxt, limit, count
         cdef Py_ssize_t error_pos = -1
         cdef uint64_t off, stop
         cdef const unsigned char* data
         cdef _Span span
         if max_messages < 1 or offset < self._first or offset >= self._next:
             return None
-        nspans = len(spans)
-        span = <_Span>spans[nspans - 1]  # (newest first, as ``_read``)
-        if offset < span.first_offset:
-            lo, hi = 0, nspans - 1
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if (<_Span>spans[mid]).first_offset <= offset:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            span = <_Span>spans[lo]
-        stop = span.next_offset
-        if offset >= stop:
+        span = self._frame_at(offset, &b, &start)
+        if span is None:
             return None
-        nb = span.nbatches
-        lo, hi = 0, nb - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if span.batch_first[mid] <= offset:
-                lo = mid
-            else:
-                hi = mid - 1
-        b = lo
+        stop = span.next_offset
         data = span.data
-        start = span.batch_pos[b]
-        off = span.batch_first[b]
-        while off < offset:
-            start += FRAME_HEADER_SIZE + ld32(data + start + FRAME_BODY_LEN_AT)
-            off += 1
         # frame by frame: a delivery is cut by messages as well as bytes
         limit = start + max_bytes
         end = start + FRAME_HEADER_SIZE + ld32(data + start + FRAME_BODY_LEN_AT)

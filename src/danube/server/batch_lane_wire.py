@@ -41,14 +41,6 @@ def refused_ack(sequence: int, producer_id: int, exc: BaseException) -> pb.Publi
     return ack
 
 
-def validate_frames(frames: bytes) -> bytearray:
-    """One codec call over the whole batch; a writable copy for in-place stamping."""
-    if not frames:
-        raise InvalidArgumentError("empty batch: a publish request needs at least one frame")
-    frame_codec.validate(frames)
-    return bytearray(frames)
-
-
 def ack_pairs(ranges) -> tuple[list[tuple[int, int]], int]:
     """An ack request's ranges as (first, last) pairs, and how many offsets they name."""
     if len(ranges) == 1:  # (the usual ack: the client merges consecutive deliveries' acks)

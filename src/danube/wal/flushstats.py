@@ -25,6 +25,16 @@ class FlushLatency:
         self._counts[bisect_left(BUCKETS_MS, ms)] += 1
         self.sum_ms += ms
 
+    @staticmethod
+    def bucket(ms: float) -> int:
+        return bisect_left(BUCKETS_MS, ms)
+
+    def add(self, bucket: int, ms: float) -> None:
+        """:meth:`record` with the bucket of ``ms`` found already (a syncfs round: one sync's
+        time, recorded for each log it covered)."""
+        self._counts[bucket] += 1
+        self.sum_ms += ms
+
     @property
     def count(self) -> int:
         return sum(self._counts)

@@ -141,17 +141,18 @@ class Wal(WalReading, WalRotation, WalSuspension):
         )
         self._keeper.listeners = self._listeners
         self._last_use = ((self._writer.next_offset, self._reads), time.monotonic())
-        # The per-record hot path is the writer's own method unless every append must wait for disk.
+        # The per-record hot path is the writer's own method unless every append must wait for disk
+        # (``append_frames`` never waits: under sync=always too it is the writer's).
         if options.sync is not SyncPolicy.ALWAYS:
             self._route_appends(self._writer)
         else:
             self.__dict__.pop("append", None)
-            self.__dict__.pop("append_frames", None)
+            self.__dict__["append_frames"] = self._writer.append_frames
 
     def _route_appends(self, writer: Any) -> None:
         """``append`` and ``append_frames`` call ``writer``'s own methods (no wrapper per record):
         the instance's entries shadow the class's methods (under sync=always ``_open_state`` pops
-        them, so the class's, which wait for the disk, are called)."""
+        ``append``'s, so the class's, which waits for the disk, is called)."""
         shadows = self.__dict__
         shadows["append"] = writer.append
         shadows["append_frames"] = writer.append_frames
@@ -263,7 +264,8 @@ class Wal(WalReading, WalRotation, WalSuspension):
             else:
                 rearms.append(active)
         cache = self.page_cache  # None once the log stops writing or suspends
-        if cache is not None:
+        # (``cache.due``, inline: a round asks it of every log it synced)
+        if cache is not None and (active is None or active.seq != cache.due_seq or active.write_pos >= cache.due_pos):
             cache.trim(self._segments)
 
     def _check_open(self) -> None:
@@ -338,7 +340,8 @@ class Wal(WalReading, WalRotation, WalSuspension):
         ``offset`` is covered by the sync policy, ``callback(error)`` if it cannot be; never
         called before this returns.  Cheaper than a future awaited by a task when the caller
         keeps its own state (``danube.broker.commits``)."""
-        self._check_appended(offset, "when_durable")
+        if offset >= self._writer.next_offset:  # (``_check_appended``, inline: once per commit)
+            self._check_appended(offset, "when_durable")
         if self._dormant is not None and offset <= self.durable_offset:
             asyncio.get_running_loop().call_soon(callback, None)
             return

@@ -45,7 +45,16 @@ class PageCacheWindow:
         self.failed: OSError | None = None  # trimming stopped after this error
         self._dropped_to: dict[int, int] = {}  # segment seq -> file position dropped up to
         self._last: tuple[int, int] | None = None  # (seq, write_pos) of the active file at the last trim
+        # the next trim is due once the active file is another one or its head reaches this
+        # position (the caller's test before each call: most syncs move the head less than a step)
+        self.due_seq = -1
+        self.due_pos = 0
         self._busy = threading.Lock()
+
+    def due(self, active) -> bool:
+        """Whether :meth:`trim` may drop anything with ``active`` the active file (callers
+        inline it: it is asked after every sync)."""
+        return active.seq != self.due_seq or active.write_pos >= self.due_pos
 
     def trim(self, segments: Sequence) -> int:
         """Drop what lies more than the window behind the head; return the bytes dropped now."""
@@ -59,6 +68,7 @@ class PageCacheWindow:
             return 0
         try:
             self._last = (active.seq, active.write_pos)
+            self.due_seq, self.due_pos = active.seq, active.write_pos + self.step_bytes
             return self._trim(segments)
         except OSError as exc:  # the kernel or file system refuses: keep serving, stop trimming
             self.failed = exc

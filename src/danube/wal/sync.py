@@ -165,7 +165,7 @@ class Syncer:
         one hand-off, so a caller with its own bookkeeping (a topic's commits) needs no future and
         no task per wait."""
         loop = asyncio.get_running_loop()
-        if offset <= self.durable_offset:
+        if offset <= (self._durable if self._group is not None else self._appended()):  # (durable_offset)
             loop.call_soon(callback, None)
             return
         if self._closing or self._error is not None:
@@ -175,8 +175,13 @@ class Syncer:
             self._waiters.append((offset, loop, callback))
         # sync=never returned above (its durable offset is the appended end; callers wait for offsets
         # they appended), and only sync=never logs have no group
-        assert self._group is not None, "a sync=never log waited for an offset not appended"
-        self._group.request(self)
+        group = self._group
+        assert group is not None, "a sync=never log waited for an offset not appended"
+        # Already asked for (appended to while a round ran, or another wait this turn): the round
+        # that takes the request reads the appended offset after it, so it covers this one too --
+        # no lock and no wake-up per wait (a racy read: absent means ask, as before).
+        if self not in group._urgent:
+            group.request(self)
         if offset <= self._durable:  # a round finished between the check and the request
             self._resolve_waiters()
 
@@ -243,13 +248,42 @@ class Syncer:
             return None
         return where[0], where[1], target
 
-    def _fs_synced(self, target: int, took_ms: float) -> None:
+    def _fs_synced(self, target: int, took_ms: float, bucket: int, ready: list) -> None:
         """Everything through ``target`` was written back by a syncfs that took ``took_ms`` (the
-        lock is held)."""
-        self.latency.record(took_ms)
+        lock is held, and stays held until :meth:`_fs_after`), in latency bucket ``bucket``
+        (``FlushLatency.bucket``: found once per round); the waiters it covers go to ``ready`` as
+        ``(loop, callback)`` pairs."""
+        self.latency.add(bucket, took_ms)
         self.sync_count += 1
         self._durable = target
-        self._synced_in_round = True
+        if self._waiters:
+            with self._waiters_lock:
+                waiters = self._waiters
+                if len(waiters) == 1 and waiters[0][0] <= target:  # (a topic's commits: one wait out)
+                    self._waiters = []
+                    ready.append(waiters[0][1:])
+                    return
+                covered = [(loop, fn) for offset, loop, fn in waiters if offset <= target]
+                # (usually every one: a topic's commits have one wait out at a time)
+                self._waiters = [] if len(covered) == len(waiters) else [w for w in waiters if w[0] > target]
+                ready.extend(covered)
+
+    def _fs_after(self, rearms: list, again: list) -> None:
+        """After a syncfs round's answers, the lock still held from :meth:`_fs_prepare` (so the log
+        is not closing): the after-sync chore (its file to rearm goes to ``rearms``), and the log
+        goes to ``again`` when appended to meanwhile (sync=always) -- :meth:`_after_round` for the
+        syncfs path, without a second acquire of the lock."""
+        chore = self._after_sync
+        if chore is not None:
+            try:  # (``_run_chore``, inline: once per log per round)
+                chore(rearms)
+            except Exception:  # a chore must never fail a sync or its waiters: log it, stop it
+                self._after_sync = None
+                log.exception("WAL: the after-sync chore failed and is turned off (durability is unaffected)")
+        if self._watch is not None:
+            self._arm()
+        elif self.policy is SyncPolicy.ALWAYS and self._error is None and self._appended() > self._durable:
+            again.append(self)
 
     def _take_ready(self) -> list:
         """The waiters the round covered, as ``(loop, callback)`` pairs (removed from the log)."""
@@ -262,9 +296,10 @@ class Syncer:
                 self._waiters = [w for w in self._waiters if w[0] > durable]
         return ready
 
-    def _after_round(self, rearms: list | None = None) -> None:
+    def _after_round(self, rearms: list | None = None, again: list | None = None) -> None:
         """``rearms``: the round's list the chore adds its file to rearm to (the group rearms them
-        all at once), instead of rearming it itself."""
+        all at once), instead of rearming it itself; ``again``: the round's list of logs to ask
+        for again, instead of asking the group itself."""
         if self._synced_in_round:
             self._synced_in_round = False
             # under the lock: close() (which takes it) may be closing the files the chore touches
@@ -283,7 +318,10 @@ class Syncer:
             # loop, busy, gets round to this round's answers and asks again -- its waiter then
             # finds the offset durable already, or just joins the round in flight.
             assert self._group is not None, "sync=always logs have a sync group"
-            self._group.request(self)
+            if again is None:
+                self._group.request(self)
+            else:
+                again.append(self)
 
     def _arm(self) -> None:
         """sync=interval: hear of the next append (and of one that came before the hook was set)."""

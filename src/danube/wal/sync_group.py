@@ -194,44 +194,34 @@ class SyncGroup:
         started = time.perf_counter()
         rest = logs
         busy: list[Syncer] = []
-        if self.syncfs_min_logs and len(logs) >= self.syncfs_min_logs:
-            rest = self._sync_file_systems(logs, busy)
-        # A log asked for while the round before covered it has nothing left: it takes no share
-        # of the workers (a racy read is only a hint: a log appended to since is asked for again)
-        rest = [syncer for syncer in rest if syncer._unsynced()]
-        workers = min(self.workers, len(rest) // MIN_LOGS_PER_WORKER)
-        if workers <= 0:
-            _sync_all(rest, busy)
-        else:
-            if self._pool is None:
-                self._pool = WorkerPool(self.workers, self.name)
-            share = workers + 1
-            left = [share - 1]
-            done = threading.Condition()
-
-            def chunk(logs: list[Syncer]) -> None:
-                try:
-                    _sync_all(logs, busy)
-                finally:
-                    with done:
-                        left[0] -= 1
-                        done.notify()
-
-            for i in range(1, share):
-                self._pool.submit(chunk, rest[i::share])
-            _sync_all(rest[0::share], busy)
-            with done:
-                done.wait_for(lambda: left[0] == 0)
-        self.rounds += 1
-        self.synced_logs += len(logs)
-        ready: list = []
-        for syncer in logs:
-            ready.extend(syncer._take_ready())
-        call_back(ready, None)
-        self.round_latency.record((time.perf_counter() - started) * 1000.0)
+        ready: list = []  # the (loop, callback) pairs the round answers
+        held: list[Syncer] = []  # logs locked for a syncfs: released at the end of the round
+        fs_done: list[Syncer] = []  # those of them a syncfs made durable (waiters taken into ``ready``)
         rearms: list = []
-        for syncer in logs:
-            syncer._after_round(rearms)
+        again: list[Syncer] = []  # appended to while the round ran: the next round starts now
+        try:
+            if self.syncfs_min_logs and len(logs) >= self.syncfs_min_logs:
+                rest = self._sync_file_systems(logs, busy, held, fs_done, ready)
+            # A log asked for while the round before covered it has nothing left: it takes no share
+            # of the workers (a racy read is only a hint: a log appended to since is asked for again)
+            rest = [syncer for syncer in rest if syncer._unsynced()]
+            self._sync_rest(rest, busy)
+            self.rounds += 1
+            self.synced_logs += len(logs)
+            others = logs if not fs_done else [] if len(fs_done) == len(logs) else _without(logs, fs_done)
+            for syncer in others:
+                ready.extend(syncer._take_ready())
+            call_back(ready, None)
+            self.round_latency.record((time.perf_counter() - started) * 1000.0)
+            # The syncfs'd logs' chores run under the locks their sync held (one pass, no second
+            # acquire per log), after the answers: a waiter does not wait for another log's chore.
+            for syncer in fs_done:
+                syncer._fs_after(rearms, again)
+        finally:
+            for syncer in held:
+                syncer._lock.release()
+        for syncer in others:
+            syncer._after_round(rearms, again)
         if rearms:
             # every log's tail page in one call, with the GIL released once: one release per log
             # meant one wait per log to get it back from a busy event loop, between rounds
@@ -239,6 +229,10 @@ class SyncGroup:
                 _walfile.rearm_many(rearms, REARM_AHEAD_BYTES)
             except Exception:  # noqa: BLE001 - advisory: durability is unaffected
                 log.exception("WAL: rearming the round's tail pages failed")
+        if again:
+            with self._lock:  # (one acquire for them all; this is the thread it would wake)
+                for syncer in again:
+                    self._urgent[syncer] = None
         if busy:
             # A log whose lock someone holds (its file thread finishing a rotated file, a blocking
             # sync) goes to the next round rather than every other log waiting for it now; a
@@ -248,48 +242,88 @@ class SyncGroup:
             for syncer in busy:
                 self.request(syncer)
 
-    def _sync_file_systems(self, logs: list["Syncer"], busy: list["Syncer"]) -> list["Syncer"]:
-        """One syncfs per file system for the logs that allow it (each held under its lock from
-        the moment its target offset is read until it is marked durable); the others are returned
-        to be synced file by file."""
+    def _sync_rest(self, rest: list["Syncer"], busy: list["Syncer"]) -> None:
+        """Sync the logs a syncfs did not cover file by file, spread over the workers."""
+        workers = min(self.workers, len(rest) // MIN_LOGS_PER_WORKER)
+        if workers <= 0:
+            _sync_all(rest, busy)
+            return
+        if self._pool is None:
+            self._pool = WorkerPool(self.workers, self.name)
+        share = workers + 1
+        left = [share - 1]
+        done = threading.Condition()
+
+        def chunk(logs: list[Syncer]) -> None:
+            try:
+                _sync_all(logs, busy)
+            finally:
+                with done:
+                    left[0] -= 1
+                    done.notify()
+
+        for i in range(1, share):
+            self._pool.submit(chunk, rest[i::share])
+        _sync_all(rest[0::share], busy)
+        with done:
+            done.wait_for(lambda: left[0] == 0)
+
+    def _sync_file_systems(
+        self,
+        logs: list["Syncer"],
+        busy: list["Syncer"],
+        held: list["Syncer"],
+        fs_done: list["Syncer"],
+        ready: list,
+    ) -> list["Syncer"]:
+        """One syncfs per file system for the logs that allow it, each locked from the moment its
+        target offset is read (the locks go to ``held``: the caller releases them once the round
+        is done); those a syncfs covered go to ``fs_done``, their waiters to ``ready``.  The logs
+        returned are to be synced file by file."""
         rest: list[Syncer] = []
-        held: dict[int, tuple[int, list[tuple[Syncer, int]]]] = {}
-        try:
-            for syncer in logs:
-                prepared = syncer._fs_prepare()
-                if prepared is None:
-                    rest.append(syncer)
-                elif prepared is _BUSY:
-                    busy.append(syncer)
-                else:
-                    dev, fd, target = prepared
-                    held.setdefault(dev, (fd, []))[1].append((syncer, target))
-            for fd, items in held.values():
-                if len(items) < self.syncfs_min_logs:
-                    for syncer, _target in items:
-                        syncer._sync_locked()
-                    continue
-                try:
-                    started = time.perf_counter()
-                    _syncfs(fd)  # type: ignore[misc]  # not None: syncfs_min_logs is 0 without it
-                    took_ms = (time.perf_counter() - started) * 1000.0
-                    self.fs_syncs += 1
-                except OSError as exc:
-                    # Another file's writeback error on this file system fails syncfs too: each log's
-                    # own fdatasync then tells whose data it was.
-                    if not self._syncfs_failed:
-                        self._syncfs_failed = True
-                        log.warning("WAL: syncfs failed (%s); syncing this round's logs file by file", exc)
-                    for syncer, _target in items:
-                        syncer._sync_locked()
-                    continue
-                for syncer, target in items:
-                    syncer._fs_synced(target, took_ms)
-        finally:
-            for _fd, items in held.values():
+        by_fs: dict[int, tuple[int, list[tuple[Syncer, int]]]] = {}
+        for syncer in logs:
+            prepared = syncer._fs_prepare()
+            if prepared is None:
+                rest.append(syncer)
+            elif prepared is _BUSY:
+                busy.append(syncer)
+            else:
+                held.append(syncer)
+                dev, fd, target = prepared
+                on_fs = by_fs.get(dev)
+                if on_fs is None:
+                    on_fs = by_fs[dev] = (fd, [])
+                on_fs[1].append((syncer, target))
+        for fd, items in by_fs.values():
+            if len(items) < self.syncfs_min_logs:
                 for syncer, _target in items:
-                    syncer._lock.release()
+                    syncer._sync_locked()
+                continue
+            try:
+                started = time.perf_counter()
+                _syncfs(fd)  # type: ignore[misc]  # not None: syncfs_min_logs is 0 without it
+                took_ms = (time.perf_counter() - started) * 1000.0
+                self.fs_syncs += 1
+            except OSError as exc:
+                # Another file's writeback error on this file system fails syncfs too: each log's
+                # own fdatasync then tells whose data it was.
+                if not self._syncfs_failed:
+                    self._syncfs_failed = True
+                    log.warning("WAL: syncfs failed (%s); syncing this round's logs file by file", exc)
+                for syncer, _target in items:
+                    syncer._sync_locked()
+                continue
+            bucket = FlushLatency.bucket(took_ms)
+            for syncer, target in items:
+                syncer._fs_synced(target, took_ms, bucket, ready)
+                fs_done.append(syncer)
         return rest
+
+
+def _without(logs: list["Syncer"], some: list["Syncer"]) -> list["Syncer"]:
+    leave = set(some)
+    return [syncer for syncer in logs if syncer not in leave]
 
 
 _BUSY = object()

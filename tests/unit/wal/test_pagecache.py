@@ -120,3 +120,28 @@ def test_a_wal_keeps_only_its_window_cached_and_reads_back_everything(tmp_path, 
     records = wal.read(wal.first_offset)
     assert len(records) == batches * len(payloads)
     assert [r.payload for r in records[:1000]] == payloads and [r.payload for r in records[-1000:]] == payloads
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    keep=st.integers(0, 6 * MiB),
+    moves=st.lists(st.one_of(st.integers(1, 3 * MiB), st.just("rotate")), min_size=1, max_size=40),
+)
+def test_due_is_false_only_when_a_trim_would_drop_nothing(keep, moves):
+    """The sync path asks ``due`` before calling ``trim`` (a round asks it of every log): a log
+    that skips the call whenever it is not due drops exactly what one calling it every time does."""
+    always, asked = PageCacheWindow(keep), PageCacheWindow(keep)
+    segs_a, segs_b = [FakeSegment(0)], [FakeSegment(0)]
+    for move in moves:
+        for segs in (segs_a, segs_b):
+            if move == "rotate":
+                segs.append(FakeSegment(segs[-1].seq + 1))
+            else:
+                segs[-1].write_pos += move
+        dropped_a = always.trim(segs_a)
+        due = asked.due(segs_b[-1])
+        dropped_b = asked.trim(segs_b) if due else 0
+        assert dropped_a == dropped_b
+        if not due:
+            assert dropped_a == 0
+    assert [s.dropped for s in segs_a] == [s.dropped for s in segs_b]

@@ -230,9 +230,11 @@ class SyncGroup:
             except Exception:  # noqa: BLE001 - advisory: durability is unaffected
                 log.exception("WAL: rearming the round's tail pages failed")
         if again:
-            with self._lock:  # (one acquire for them all; this is the thread it would wake)
+            with self._lock:  # (one acquire for them all)
                 for syncer in again:
                     self._urgent[syncer] = None
+                if self._sleeping:  # (only when the round ran elsewhere than the group's thread)
+                    self._cond.notify()
         if busy:
             # A log whose lock someone holds (its file thread finishing a rotated file, a blocking
             # sync) goes to the next round rather than every other log waiting for it now; a

@@ -1,4 +1,4 @@
-"""What a sync round and a durability wait cost per log (issue 28: durability at many topics): a
+"""What a sync round and a durability wait cost per log (durability at many topics): a
 syncfs round locks each log once for its sync, answers and chore; a wait on a log already asked
 for asks the group nothing more; a sync=always log's appends are the writer's own method."""
 

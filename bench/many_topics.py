@@ -2,7 +2,7 @@
 
     python bench/many_topics.py [--before /tmp/before/src] [--sync always interval never]
         [--topics 100] [--rate 25000] [--pace-ms 10] [--duration 5] [--connections 8]
-        [--shape pair|many|idle] [--client-processes 1 2]
+        [--shape pair|many|idle] [--client-processes 1 2] [--syscalls]
 
 For each sync mode: a broker (``danube broker --sync S`` on free loopback ports, stopped by PID),
 then ``danube bench --service-url URL --broker-pid PID`` with 1 topic, and with ``--topics N
@@ -16,6 +16,10 @@ nothing), and the N-topic / 1-topic CPU ratio of each tree.  Delivery is counted
 by the schedule, sent, delivered and missing; ``delivered_per_s`` runs from the start to the last
 delivery, so it is below the offered rate by the tail latency even when nothing is missing.
 ``--client-processes 1 2`` runs every N-topic shape once per number of bench producer processes.
+``--syscalls`` also counts the broker's event-loop thread's read, write and epoll_pwait system calls
+while the calls are made (``perf stat`` on the syscall tracepoints, in 250 ms intervals, the setup
+left out) and prints them per call: how many frames each socket read and write carries, which the
+number of connections decides more than the broker's code (docs/benchmarks.md, session 19 (D)).
 
 ``--shape many`` runs the other shape instead: ``--topics 1000`` topics at ``--rate`` in total
 (10 msgs/s each by default) from as many producers over 50 connections.
@@ -31,8 +35,12 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(HERE), "src")
@@ -54,8 +62,65 @@ def _pythonpath(path: str):
             os.environ["PYTHONPATH"] = old
 
 
-def run_one(tree: str, sync: str, bench_args: list[str], timeout: float) -> dict:
+_SYSCALLS = ("read", "write", "epoll_pwait")
+
+
+def _start_syscall_count(pid: int) -> tuple[subprocess.Popen, str, float] | None:
+    """``perf stat`` on the syscall tracepoints of the broker's main (event-loop) thread, 250 ms
+    intervals to a CSV file; None without perf."""
+    if shutil.which("perf") is None:
+        return None
+    fd, path = tempfile.mkstemp(prefix="many-topics-perf-", suffix=".csv")
+    os.close(fd)
+    events = ",".join(f"syscalls:sys_enter_{name}" for name in _SYSCALLS)
+    cmd = ["perf", "stat", "-x", ",", "-I", "250", "-t", str(pid), "-e", events, "-o", path]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, path, time.monotonic()
+
+
+def _syscalls_per_call(counting, bench_started: float, duration: float, r: dict) -> dict:
+    """The loop thread's syscalls per call over the measured window: from the end of the setup
+    (the bench's ``setup_s``, counted from its own start, which comes up to a second after
+    ``bench_started``) to the deadline, less a second at the start and half a second at the end."""
+    proc, path, perf_started = counting
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=10)
+    try:
+        with open(path) as f:
+            lines = f.readlines()
+    finally:
+        os.unlink(path)
+    if not r.get("calls_per_s") or r.get("setup_s") is None:
+        return {}
+    begin = bench_started - perf_started + r["setup_s"] + 1.0
+    return per_call_counts(lines, begin, begin + duration - 1.5, r["calls_per_s"])
+
+
+def per_call_counts(lines: list[str], begin: float, end: float, calls_per_s: float, interval: float = 0.25) -> dict:
+    """``perf stat -x , -I`` lines (interval end, count, unit, event, ...): each syscall's count over
+    the intervals lying within [begin, end] seconds of perf's start, per call at ``calls_per_s``."""
+    counts = dict.fromkeys(_SYSCALLS, 0)
+    stamps = set()
+    for line in lines:
+        row = line.strip().split(",")
+        try:
+            stamp, count, event = float(row[0]), int(row[1]), row[3]
+        except (ValueError, IndexError):
+            continue  # comments, "<not counted>"
+        name = event.rpartition("sys_enter_")[2]
+        if name in counts and begin <= stamp - interval and stamp <= end:
+            counts[name] += count
+            stamps.add(stamp)
+    if not stamps:
+        return {}
+    calls = calls_per_s * interval * len(stamps)
+    return {f"{name}s_per_call": round(n / calls, 3) for name, n in counts.items()}
+
+
+def run_one(tree: str, sync: str, bench_args: list[str], timeout: float, syscalls: bool = False) -> dict:
     with _pythonpath(tree), spawned_broker(sync) as broker:
+        counting = _start_syscall_count(broker.proc.pid) if syscalls else None
+        bench_started = time.monotonic()
         cmd = [
             sys.executable,
             "-m",
@@ -74,11 +139,17 @@ def run_one(tree: str, sync: str, bench_args: list[str], timeout: float) -> dict
                 cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": SRC}
             )
         except subprocess.TimeoutExpired:
+            if counting is not None:
+                counting[0].kill()
             return {"errors": [f"bench did not finish within {timeout:.0f} s"]}
-    try:
-        return json.loads(out.stdout)
-    except json.JSONDecodeError:
-        return {"errors": [f"bench failed: {out.stderr[-500:]}"]}
+        try:
+            r = json.loads(out.stdout)
+        except json.JSONDecodeError:
+            r = {"errors": [f"bench failed: {out.stderr[-500:]}"]}
+        if counting is not None:
+            duration = float(bench_args[bench_args.index("--duration") + 1])
+            r["syscalls"] = _syscalls_per_call(counting, bench_started, duration, r)
+        return r
 
 
 async def _touch_topics(url: str, n: int) -> None:
@@ -140,6 +211,7 @@ def summary(r: dict, offered: float) -> dict:
         "machine_busy_pct": r.get("machine_busy_pct"),
         "limited_by": r.get("limited_by"),
         "setup_s": r.get("setup_s"),
+        **({"loop_syscalls_per_call": r["syscalls"]} if "syscalls" in r else {}),
         "errors": (r.get("errors") or [])[:2],
     }
 
@@ -160,6 +232,9 @@ def main() -> None:
         nargs="+",
         default=[1],
         help="run each shape with each of these `danube bench --client-processes` (the 1-topic shape always with 1)",
+    )
+    ap.add_argument(
+        "--syscalls", action="store_true", help="count the loop thread's read/write/epoll calls per call (perf)"
     )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -229,6 +304,7 @@ def main() -> None:
                         sync,
                         common + extra + ["--client-processes", str(procs)],
                         timeout=args.duration + 150 + 1.0 * n,
+                        syscalls=args.syscalls,
                     )
                     row = {"tree": name, "sync": sync, "shape": label, **summary(r, rate)}
                     rows.append(row)

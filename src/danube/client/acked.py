@@ -16,7 +16,7 @@ from typing import Iterable
 
 
 class AckedOffsets:
-    __slots__ = ("_firsts", "_lasts", "max_ranges")
+    __slots__ = ("_firsts", "_lasts", "max_ranges", "highest")
 
     def __init__(self, max_ranges: int = 10_000) -> None:
         if max_ranges < 1:
@@ -24,15 +24,13 @@ class AckedOffsets:
         self._firsts: list[int] = []
         self._lasts: list[int] = []
         self.max_ranges = max_ranges
+        # The highest acked offset remembered, -1 when none: an attribute kept by add_range (the
+        # delivery path reads it for every batch; a property would be a call each time)
+        self.highest = -1
 
     def __len__(self) -> int:
         """Number of ranges (not offsets)."""
         return len(self._firsts)
-
-    @property
-    def highest(self) -> int:
-        """The highest acked offset remembered, -1 when none."""
-        return self._lasts[-1] if self._lasts else -1
 
     def ranges(self) -> list[tuple[int, int]]:
         return list(zip(self._firsts, self._lasts))
@@ -62,6 +60,7 @@ class AckedOffsets:
                 last = max(last, lasts[hi - 1])
             firsts[lo:hi] = [first]
             lasts[lo:hi] = [last]
+        self.highest = lasts[-1]
         if len(firsts) > 2 * self.max_ranges:  # trimmed in bulk: amortised O(1)
             drop = len(firsts) - self.max_ranges
             del firsts[:drop]

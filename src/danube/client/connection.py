@@ -112,20 +112,21 @@ class RetryState:
 
     def __init__(self, policy: RetryPolicy) -> None:
         self.policy = policy
-        self._fresh = False
+        # True while no delay was taken since the last reset: the ack path skips reset() then
+        self.fresh = False
         self.reset()
 
     def reset(self) -> None:
         # called on every ack: nothing to do while no delay was taken since the last reset
-        if self._fresh:
+        if self.fresh:
             return
-        self._fresh = True
+        self.fresh = True
         self.attempts = 0
         self._since: float | None = None
         self._delays = self.policy.delays()
 
     def next_delay(self) -> float | None:
-        self._fresh = False
+        self.fresh = False
         now = asyncio.get_running_loop().time()
         if self._since is None:
             self._since = now

@@ -310,11 +310,13 @@ class Consumer:
 
         Like ``receive_batch``, the call means the application is done with the batches it took
         before: their credit goes back."""
-        self._give_back()
+        if self._held:
+            self._give_back()
         queue = self._queue
+        items = queue.items
         taken: list[MessageBatch] = []
-        while not queue.empty():
-            item = queue.get_nowait()
+        while items:
+            item = items.popleft()
             if item is END:
                 queue.put_back(END)  # stays: every later call ends too
                 if taken:
@@ -336,7 +338,11 @@ class Consumer:
             for part in held:
                 taken = part.taken
                 if taken[0]:
-                    part.grant(taken[0], taken[1])
+                    owed = part.owed  # part.grant(*taken) inline: sent once half a window is owed
+                    owed[0] += taken[0]
+                    owed[1] += taken[1]
+                    if 2 * owed[0] >= self.receive_messages or 2 * owed[1] >= self.receive_bytes:
+                        part.send_credit()
                     taken[0] = taken[1] = 0
 
     def _accept(self, item: MessageBatch) -> MessageBatch | None:
@@ -345,7 +351,11 @@ class Consumer:
         part = self._parts[item._partition] if item._partition < len(self._parts) else None
         if part is None:
             return item
-        rest = part.unseen(item)
+        first = item.first_offset
+        if first > part.acked.highest and item.last_offset - first + 1 == item.count:
+            rest: MessageBatch | None = item  # unseen()'s usual case, inline: fresh and contiguous
+        else:
+            rest = part.unseen(item)
         if rest is None:  # every message was already acked (and acked again): its credit goes back now
             if item._stream == part.stream:
                 part.grant(item.count, len(item.frames))
@@ -401,9 +411,14 @@ class Consumer:
 
     async def ack_batch(self, batch: MessageBatch) -> None:
         """Acks every message of a delivered batch (one offset range when contiguous)."""
-        part = self._partition_of(batch)
-        if batch.last_offset - batch.first_offset + 1 == batch.count:
-            part.ack_range(batch.first_offset, batch.last_offset)
+        parts = self._parts
+        if not parts:
+            raise ClientError("consumer not subscribed")
+        part = parts[batch._partition]
+        first, last = batch.first_offset, batch.last_offset
+        if last - first + 1 == batch.count:
+            part.acked.add_range(first, last)  # part.ack_range(first, last) inline
+            part._outbox.ack(first, last)
         else:
             part.ack(batch.offsets())
 

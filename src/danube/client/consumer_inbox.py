@@ -24,18 +24,18 @@ class Inbox:
     Waiter futures and a timer instead of ``asyncio.wait_for(queue.get())``, which
     creates a task for every call that has to wait."""
 
-    __slots__ = ("_items", "_waiters", "listener")
+    __slots__ = ("items", "_waiters", "listener")
 
     def __init__(self) -> None:
-        self._items: deque = deque()
+        self.items: deque = deque()  # read by Consumer.receive_ready directly (no call per batch)
         self._waiters: deque[asyncio.Future] = deque()
         self.listener: Callable[[], None] | None = None  # told of every item put
 
     def empty(self) -> bool:
-        return not self._items
+        return not self.items
 
     def put_nowait(self, item) -> None:
-        self._items.append(item)
+        self.items.append(item)
         if self._waiters:
             self._wake_next()
         listener = self.listener
@@ -44,16 +44,16 @@ class Inbox:
 
     def put_back(self, item) -> None:
         """``item`` first again, telling no one (it was taken and is handed back)."""
-        self._items.appendleft(item)
+        self.items.appendleft(item)
 
     def get_nowait(self):
-        return self._items.popleft()
+        return self.items.popleft()
 
     async def get(self, timeout: float | None = None):
         """The next item; ``TIMEOUT`` once ``timeout`` seconds passed without one."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        while not self._items:
+        while not self.items:
             if deadline is not None and loop.time() >= deadline:
                 return TIMEOUT
             waiter = loop.create_future()
@@ -62,7 +62,7 @@ class Inbox:
             try:
                 await waiter
             except BaseException:
-                if waiter.done() and not waiter.cancelled() and self._items:
+                if waiter.done() and not waiter.cancelled() and self.items:
                     self._wake_next()  # this waiter was woken for an item it will not take
                 raise
             finally:
@@ -74,7 +74,7 @@ class Inbox:
                 # deque.remove would format the future's repr into its ValueError on every wake-up
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
-        return self._items.popleft()
+        return self.items.popleft()
 
     def _wake_next(self) -> None:
         while self._waiters:

@@ -49,8 +49,13 @@ class ConsumerSet:
 
     def _listener(self, consumer: Consumer):
         def arrived() -> None:
-            if consumer not in self._marked:
-                self._mark(consumer)
+            marked = self._marked
+            if consumer not in marked:  # self._mark(consumer), inline: once per delivered batch
+                marked.add(consumer)
+                self._ready.append(consumer)
+                waiter = self._waiter
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
 
         return arrived
 

@@ -68,7 +68,7 @@ class PartitionConsumer:
         self.consumer_id = -1
         # a run of acks covering a quarter of the receive window goes out without waiting for the linger
         self._outbox = Outbox(owner.ack_linger_s, max(1, owner.receive_messages // 4))
-        self._owed = [0, 0]  # credit (messages, bytes) the application is done with, not yet granted
+        self.owed = [0, 0]  # credit (messages, bytes) the application is done with, not yet granted
         # credit (messages, bytes) of this stream's batches the application took and is working on
         self.taken = [0, 0]
         self._subscribed = asyncio.get_running_loop().create_future()
@@ -119,13 +119,18 @@ class PartitionConsumer:
         always keeps at least half of the window, and the stream carries one credit request
         per several batches instead of one per batch (each request is a gRPC write on both
         sides)."""
-        owed = self._owed
+        owed = self.owed
         owed[0] += messages
         owed[1] += nbytes
         o = self.owner
         if 2 * owed[0] >= o.receive_messages or 2 * owed[1] >= o.receive_bytes:
-            self._outbox.push(pb.ConsumeRequest(credit=pb.Credit(messages=owed[0], bytes=owed[1])))
-            owed[0] = owed[1] = 0
+            self.send_credit()
+
+    def send_credit(self) -> None:
+        """The credit owed, in one request (Consumer._give_back adds to ``owed`` as grant does)."""
+        owed = self.owed
+        self._outbox.push(pb.ConsumeRequest(credit=pb.Credit(messages=owed[0], bytes=owed[1])))
+        owed[0] = owed[1] = 0
 
     def ack(self, offsets: Iterable[int]) -> None:
         add, outbox = self.acked.add_range, self._outbox
@@ -223,7 +228,7 @@ class PartitionConsumer:
         self._outbox.restart(
             pb.ConsumeRequest(credit=pb.Credit(messages=owner.receive_messages, bytes=owner.receive_bytes))
         )
-        self._owed = [0, 0]
+        self.owed = [0, 0]
         self.taken = [0, 0]
         self.stream += 1
         stream = self.stream
@@ -239,12 +244,13 @@ class PartitionConsumer:
 
         def take(responses: list) -> None:
             """Deliveries, the subscription's answer and ack errors, in order."""
+            deliver = owner._queue.put_nowait  # owner.deliver, without its call per batch
             for response in responses:
                 kind = response.WhichOneof("kind")
                 if kind == "batch":
                     b = response.batch
                     counts = b.redelivery_counts
-                    owner.deliver(
+                    deliver(
                         MessageBatch(
                             topic,
                             index,

@@ -183,6 +183,7 @@ class Producer:
         self._refused: list[tuple[int, int, Batch]] = []
         self._routable = asyncio.Event()
         self._routable.set()
+        self._can_route = True  # == _routable.is_set(), read on every send instead of calling it
         self._cutover: asyncio.Future | None = None
         self.cutovers = 0  # routing switches made (for tests and stats)
         self._unyielded = 0  # messages queued by send() since it last let the event loop run
@@ -250,10 +251,10 @@ class Producer:
         """The partition for ``key`` once the producer may route (not during a cutover) and the
         partition has space, so the message is added under the routing it was routed with."""
         while True:
-            if not self._routable.is_set():
+            if not self._can_route:
                 await self._routable.wait()
             part = self._part(key)
-            if part._space.is_set() or part._failure is not None:
+            if part.has_space or part._failure is not None:
                 return part
             await part._space.wait()
 
@@ -261,9 +262,9 @@ class Producer:
         self, payload: bytes, key: str | None = None, attributes: Mapping[str, str] | None = None
     ) -> asyncio.Future:
         """Queues one message; returns a future of its offset (in its partition), set once durable."""
-        if self._routable.is_set():  # the usual case: no cutover, space in the partition's window
+        if self._can_route:  # the usual case: no cutover, space in the partition's window
             part = self._part(key)
-            if part._space.is_set():
+            if part.has_space:
                 fut = await part.add(payload, key, attributes)
             else:
                 fut = await (await self._routed(key)).add(payload, key, attributes)
@@ -299,13 +300,14 @@ class Producer:
     async def _run_cutover(self) -> None:
         """The cutover barrier: stop routing, let every batch routed under the old version be acked
         or refused, switch the router, route refused messages again first (in their order), go on."""
+        self._can_route = False
         self._routable.clear()
         try:
             while True:
                 for index, part in enumerate(self._parts):
                     part.seal()
                     self._refused.extend((index, seq, batch) for seq, batch in part.take_unsent())
-                await asyncio.gather(*(part._idle.wait() for part in self._parts))
+                await asyncio.gather(*(part.wait_idle() for part in self._parts))
                 assert self._target is not None
                 version, partitions = self._target
                 for i in range(len(self._parts), partitions):
@@ -336,6 +338,7 @@ class Producer:
             self._refused = []
             raise
         finally:
+            self._can_route = True
             self._routable.set()
 
     def _reroute(self, batch: Batch) -> None:
@@ -367,8 +370,12 @@ class Producer:
         self, payloads: Sequence[bytes], key: str | None = None, attributes: Mapping[str, str] | None = None
     ) -> asyncio.Future:
         """Queues many messages sharing key and attributes (one partition); future of their offsets."""
-        part = self._part(key) if self._routable.is_set() else None
-        if part is None or not part._space.is_set():
+        router = self._router
+        if router is not None and self._can_route:  # _part(key) inline
+            part = self._parts[0 if router.partitions == 1 else router.route(key)]
+            if not part.has_space:
+                part = await self._routed(key)
+        else:
             part = await self._routed(key)
         fut = part.add_batch_nowait(payloads, key, attributes)
         if fut is not None:  # one batch (the usual case): its future is the offsets' future

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from danube import message_codec as frame_codec
 from danube.client.connection import BrokerConnection, RetryState, cancelled_call_error, retrying
 from danube.client.errors import from_batch_status, is_retriable
 from danube.client.h2.reading import batch_reader
@@ -74,10 +75,16 @@ class PartitionProducer:
         self._unacked: dict[int, Batch] = {}  # sequence -> batch, in send order
         self._to_send = SendQueue()  # (sequence, batch), _STOP or _WAKE
         self._window = Window(owner.max_in_flight)
+        # A plain flag beside the event, kept equal to is_set(): the send and ack paths of every
+        # message test the flag (an attribute read) instead of calling is_set(), and set or clear
+        # the event only when the flag changes.  Both are always changed together.
         self._space = asyncio.Event()
         self._space.set()
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self.has_space = True
+        # Idle is "nothing unacked"; only a flush (or a cutover) waits for it, so the waiters are
+        # woken when the last batch is acked rather than an event set and cleared for every batch
+        # (each a Python call: a producer of one message per call goes idle after every ack).
+        self._idle_waiters: list[asyncio.Future] = []
         self._task: asyncio.Task | None = None
         self._failure: BaseException | None = None
         self._closing = False
@@ -147,7 +154,7 @@ class PartitionProducer:
 
     async def add(self, payload, key: str | None, attributes: Mapping[str, str] | None) -> asyncio.Future:
         self._check_usable()
-        if not self._space.is_set():
+        if not self.has_space:
             await self._space.wait()
             self._check_usable()
         fut = self._loop.create_future()
@@ -168,7 +175,7 @@ class PartitionProducer:
         their offsets (a list); None when ``add_batch`` must chunk them or wait."""
         if self._failure is not None or self._closing:
             self._check_usable()
-        if not payloads or not self._space.is_set():
+        if not payloads or not self.has_space:
             return None
         if sum(map(len, payloads)) + len(payloads) * FRAME_OVERHEAD >= self.owner.max_batch_bytes:
             return None
@@ -200,7 +207,7 @@ class PartitionProducer:
         return done
 
     async def _enqueue_chunk(self, payloads, key, attributes) -> asyncio.Future:
-        if not self._space.is_set():
+        if not self.has_space:
             await self._space.wait()
             self._check_usable()
         fut = self._loop.create_future()
@@ -253,16 +260,17 @@ class PartitionProducer:
         batch.version = self.owner.partitioning_version
         seq = next(self._sequence)
         self._unacked[seq] = batch
-        idle = self._idle
-        if idle.is_set():
-            idle.clear()
         write_now = self._write_now
         # The writer waits for the queue with everything before written: a batch the windows have
         # room for is written here, without waking the writer task (at a thousand producers of one
         # small batch each, that wake-up was a good part of a message's cost); else it is queued.
-        if write_now is None or not self._to_send.idle() or not write_now(seq, batch):
-            self._to_send.put_nowait((seq, batch))
+        # (SendQueue.idle() inline: the writer waits for an item and none is queued.)
+        to_send = self._to_send
+        waiter = to_send._waiter
+        if write_now is None or waiter is None or waiter.done() or to_send._items or not write_now(seq, batch):
+            to_send.put_nowait((seq, batch))
         if len(self._unacked) >= 2 * self.owner.max_in_flight:
+            self.has_space = False
             self._space.clear()
 
     def _check_usable(self) -> None:
@@ -332,6 +340,9 @@ class PartitionProducer:
         # the requests that carry several batches: request sequence -> [(batch sequence, messages)]
         merged: dict[int, list[tuple[int, int]]] = {}
 
+        encode_payloads = frame_codec.encode_payloads
+        wall_clock = time.time
+
         def encode(batch: Batch) -> bytes:
             return batch.encode(producer_id, schema_attrs)
 
@@ -355,11 +366,25 @@ class PartitionProducer:
             is written; False (nothing done) when the writer must take it."""
             if self._draining:
                 return False
-            frames = batch.encode(producer_id, schema_attrs)
+            if batch.keys is None and schema_attrs is None:  # Batch.encode's send_batch case, inline
+                frames = batch.frames = encode_payloads(
+                    batch.payloads,
+                    publish_time=int(wall_clock() * 1000),
+                    producer_id=producer_id,
+                    key=batch.key,
+                    attributes=batch.attrs,
+                )
+                batch.encoded_for = producer_id
+            else:
+                frames = batch.encode(producer_id, schema_attrs)
             in_flight = window.size - window.free
             if window.free <= 0 or (len(frames) < small and in_flight >= SMALL_REQUESTS_IN_FLIGHT):
                 return False
-            if not call.write_nowait(request_for(seq, batch, frames)):
+            if schema is None and batch.version is None:  # request_for's usual case, inline
+                request = pb.PublishRequest(sequence=seq, producer_id=producer_id, frames=frames)
+            else:
+                request = request_for(seq, batch, frames)
+            if not call.write_nowait(request):
                 return False
             window.free -= 1
             batch.sent_at = time.perf_counter()
@@ -402,7 +427,11 @@ class PartitionProducer:
             """Settles the batches of the acks that arrived (in order)."""
             retry = self._retry
             for ack in acks:
-                window.release()
+                # window.release() inline
+                window.free += 1
+                waiter = window._waiter
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
                 sequence = ack.sequence
                 members = merged.pop(sequence, None) if merged else None
                 if members is None:
@@ -414,11 +443,17 @@ class PartitionProducer:
                             continue
                     else:
                         del unacked[sequence]
-                        retry.reset()
+                        if not retry.fresh:
+                            retry.reset()
                         first, last = ack.first_offset, ack.last_offset
                         if listeners:
                             self.owner.on_ack(batch, first, last)
-                        batch.resolve(first, last)
+                        done = batch.done
+                        if batch.futures is None and done is not None:  # batch.resolve()'s send_batch case
+                            if not done.done():
+                                done.set_result(list(range(first, last + 1)) if batch.offsets else (first, last))
+                        else:
+                            batch.resolve(first, last)
                 elif ack.HasField("status") and ack.status.code != 0:
                     batches = [(seq, unacked[seq]) for seq, _ in members if seq in unacked]
                     if not batches or not self._refused_or_failed(batches, ack.status):
@@ -437,7 +472,12 @@ class PartitionProducer:
                     if not settled:  # every one acked meanwhile by an earlier stream
                         continue
                     retry.reset()
-                self._after_ack()
+                # _after_ack() inline
+                if not self.has_space and len(unacked) < 2 * self.owner.max_in_flight:
+                    self.has_space = True
+                    self._space.set()
+                if not unacked and self._idle_waiters:
+                    self._wake_idle()
                 if self._closing and not unacked and self._to_send.empty():
                     to_send.put_nowait(_STOP)
 
@@ -495,10 +535,24 @@ class PartitionProducer:
         return True
 
     def _after_ack(self) -> None:
-        if len(self._unacked) < 2 * self.owner.max_in_flight:
+        if not self.has_space and len(self._unacked) < 2 * self.owner.max_in_flight:
+            self.has_space = True
             self._space.set()
-        if not self._unacked:
-            self._idle.set()
+        if not self._unacked and self._idle_waiters:
+            self._wake_idle()
+
+    def _wake_idle(self) -> None:
+        waiters, self._idle_waiters = self._idle_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_idle(self) -> None:
+        """Until every batch enqueued is acked or failed (batches still open are not counted)."""
+        if self._unacked:  # woken once idle, as an event's wait: batches enqueued meanwhile do not count
+            waiter = self._loop.create_future()
+            self._idle_waiters.append(waiter)
+            await waiter
 
     def _fail_all(self, error: BaseException) -> None:
         self._failure = error
@@ -511,12 +565,13 @@ class PartitionProducer:
             if not fut.done():
                 fut.set_exception(error)
         self._payloads, self._keys, self._attributes, self._futures = [], [], [], []
+        self.has_space = True
         self._space.set()
-        self._idle.set()
+        self._wake_idle()
 
     async def flush(self) -> None:
         self.seal()
-        await self._idle.wait()
+        await self.wait_idle()
         if self._failure is not None:
             raise self._failure
 

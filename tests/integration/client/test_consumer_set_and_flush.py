@@ -101,7 +101,7 @@ async def test_a_reader_that_takes_the_whole_window_at_once_still_reads_everythi
     await consumer.subscribe()
     group = ConsumerSet([consumer])
     await _publish(client, topic, [b"%d" % n for n in range(30)])
-    inbox = consumer._queue._items
+    inbox = consumer._queue.items
     await async_wait_until(lambda: sum(b.count for b in inbox) == 10, timeout=10, what="the whole window delivered")
     got: list[bytes] = []
     while len(got) < 30:

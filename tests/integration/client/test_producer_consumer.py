@@ -336,7 +336,7 @@ async def test_credit_goes_back_in_half_window_steps_and_delivery_never_stalls(s
             await producer.send_and_wait(b"%d" % i)
             batch = await asyncio.wait_for(consumer.receive_batch(), 5)
             got += batch.payloads()
-            owed_seen.append(part._owed[0])
+            owed_seen.append(part.owed[0])
             await consumer.ack_batch(batch)
     assert got == [b"%d" % i for i in range(25)]
     # a batch's credit is owed once the application asks for the next batch (after its acks), and

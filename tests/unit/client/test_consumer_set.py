@@ -100,19 +100,19 @@ async def test_credit_goes_back_at_the_next_receive_of_the_set():
     group = ConsumerSet([a])
     a.deliver(_batch(0, 2))
     await group.receive(timeout=0)
-    assert part._owed == [0, 0]  # the application is still working on it
+    assert part.owed == [0, 0]  # the application is still working on it
     a.deliver(_batch(2, 3))
     await group.receive(timeout=0)
-    assert part._owed == [2, 2]  # the first batch is done: its credit is owed back
+    assert part.owed == [2, 2]  # the first batch is done: its credit is owed back
     assert len(part._outbox) == 0
     a.deliver(_batch(5, 1))
     await group.receive(timeout=0)
     # five of ten messages owed: half the window, sent as one grant
-    assert part._owed == [0, 0]
+    assert part.owed == [0, 0]
     assert [r.credit.messages for r in part._outbox._items] == [5]
     # the next receive finds nothing of this consumer: the batch taken before is done all the same
     assert await group.receive(timeout=0) == []
-    assert part._owed == [1, 1]
+    assert part.owed == [1, 1]
 
 
 async def test_a_reader_that_took_the_whole_window_at_once_gets_it_back_before_waiting():

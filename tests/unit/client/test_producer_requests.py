@@ -103,7 +103,8 @@ def test_batches_queued_behind_the_written_one_share_its_request_and_its_ack_is_
         offsets = await asyncio.gather(*futures)
         assert offsets == [[100], [101, 102], [103, 104, 105], [106, 107, 108, 109], list(range(110, 115))]
         assert acked == [(100, 100), (101, 102), (103, 105), (106, 109), (110, 114)]
-        assert not part._unacked and part._idle.is_set()
+        assert not part._unacked
+        await asyncio.wait_for(part.wait_idle(), 1)  # a flush would not wait
         call.answer(None)
         await asyncio.wait_for(stream, 5)
 

@@ -210,7 +210,11 @@ class H2StreamCall:
 
     # ------------------------------------------------------------ from the connection
 
-    def on_data(self, payload: bytes, flow_length: int, end_stream: bool) -> None:
+    def on_data(self, payload: bytes, flow_length: int, end_stream: int) -> None:
+        """A DATA frame's payload (unpadded) and the receive window it took; ``end_stream`` is
+        its END_STREAM flag (non-zero when set).  The usual case, whole messages handed to
+        ``on_messages``, runs without further calls of this class (one message per read at a
+        thousand producers: each call here is a share of a message's cost)."""
         self._recv_window -= flow_length
         if self._recv_window < 0:
             return self._protocol_error(frames.FLOW_CONTROL_ERROR, "the server sent past the stream's receive window")
@@ -229,7 +233,17 @@ class H2StreamCall:
             if messages:
                 handler = self.on_messages
                 if handler is not None and not self._messages:
-                    self._hand(handler, messages)
+                    try:
+                        responses = list(map(self._deserialize, messages))
+                    except Exception as exc:  # noqa: BLE001 - a response that does not parse ends the call
+                        return self._abandon(
+                            grpc.StatusCode.INTERNAL, f"a response from the server does not parse: {exc}"
+                        )
+                    try:
+                        handler(responses)
+                    except Exception as exc:  # noqa: BLE001 - the reader sees the call end with why
+                        log.exception("handling the responses of stream %d failed", self.stream_id)
+                        self._abandon(grpc.StatusCode.INTERNAL, f"handling the responses failed: {exc!r}")
                 else:
                     self._messages += messages
                     queued = sum(map(len, messages)) + _PREFIX * len(messages)
@@ -237,7 +251,12 @@ class H2StreamCall:
                     if waiter is not None and not waiter.done():
                         waiter.set_result(None)
         # what does not wait for a reader (padding, a message's first part) is given back now
-        self._give_back(flow_length - queued)
+        owed = self._owed + flow_length - queued
+        if owed >= self._update_at and not self._remote_closed and self._conn is not None:
+            self._recv_window += owed
+            self._conn.window_update(self.stream_id, owed)
+            owed = 0
+        self._owed = owed
         if end_stream:
             self._remote_end(grpc.StatusCode.INTERNAL, "the server ended the stream without a grpc-status")
 
@@ -317,20 +336,6 @@ class H2StreamCall:
                 await waiter
             finally:
                 self._read_waiter = None
-
-    def _hand(self, handler: Callable[[list], None], messages: list[bytes]) -> None:
-        """The responses to ``on_messages`` in the socket read that brought them (no reader's task
-        wakes up for them); the call ends INTERNAL when they do not parse or the handler fails."""
-        deserialize = self._deserialize
-        try:
-            responses = [deserialize(data) for data in messages]
-        except Exception as exc:  # noqa: BLE001 - a response that does not parse ends the call
-            return self._abandon(grpc.StatusCode.INTERNAL, f"a response from the server does not parse: {exc}")
-        try:
-            handler(responses)
-        except Exception as exc:  # noqa: BLE001 - the reader sees the call end with why
-            log.exception("handling the responses of stream %d failed", self.stream_id)
-            self._abandon(grpc.StatusCode.INTERNAL, f"handling the responses failed: {exc!r}")
 
     def _give_back(self, size: int) -> None:
         owed = self._owed + size

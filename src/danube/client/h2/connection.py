@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 FrameError = frames.FrameError
 _DATA = frames.DATA
 _END_STREAM = frames.END_STREAM
+_PADDED = frames.PADDED
 _frame_message = frames.frame_message
 _HPACK_ERRORS = (hpack.HPACKError, IndexError, ValueError)
 
@@ -72,7 +73,7 @@ class H2Connection(asyncio.Protocol):
         self._decoder = hpack.Decoder(max_header_list_size=limits.max_header_block)
         self._continuing: tuple[int, int, list, int] | None = None  # stream, flags, pieces, size
         self._waiters: list[asyncio.Future] = []  # writers and openers waiting for window/room
-        self._write_paused = False
+        self.write_paused = False  # the transport's buffer is full (an attribute: read on every write)
         self._control_backlog = 0
         self.going_away = False
         self.closed = False
@@ -168,12 +169,8 @@ class H2Connection(asyncio.Protocol):
 
     async def drained(self) -> None:
         """Until the socket takes what is queued for it, when the peer is slow to read."""
-        while self._write_paused and not self.closed:
+        while self.write_paused and not self.closed:
             await self.wait()
-
-    @property
-    def write_paused(self) -> bool:
-        return self._write_paused
 
     def wake(self) -> None:
         waiters, self._waiters = self._waiters, []
@@ -225,7 +222,27 @@ class H2Connection(asyncio.Protocol):
             for kind, flags, stream_id, payload in parsed:
                 if self.closed:
                     return
-                self._on_frame(kind, flags, stream_id, payload)
+                if kind != _DATA or self._continuing is not None or not self._settings_seen:
+                    self._on_frame(kind, flags, stream_id, payload)
+                    continue
+                # DATA, the frame of every message, taken here: no call per frame before its
+                # stream's (a DATA frame _on_frame gets breaks one of its first two rules)
+                length = len(payload)
+                self._recv_window -= length
+                if self._recv_window < 0:
+                    raise FrameError(frames.FLOW_CONTROL_ERROR, "the server sent past the connection's receive window")
+                self._recv_owed += length
+                if self._recv_owed >= self._recv_update_at:
+                    self._recv_window += self._recv_owed
+                    self.window_update(0, self._recv_owed)
+                    self._recv_owed = 0
+                stream = self._streams.get(stream_id)
+                if stream is None:
+                    self._known(stream_id, "DATA")  # raises for a stream the client never opened
+                    continue
+                stream.on_data(
+                    payload if not flags & _PADDED else frames.unpadded(payload, flags), length, flags & _END_STREAM
+                )
         except FrameError as exc:
             self._connection_error(exc.code, str(exc))
 
@@ -234,10 +251,10 @@ class H2Connection(asyncio.Protocol):
         self._end(rpc_error(grpc.StatusCode.UNAVAILABLE, f"the connection to {self.authority} was lost{reason}"))
 
     def pause_writing(self) -> None:
-        self._write_paused = True
+        self.write_paused = True
 
     def resume_writing(self) -> None:
-        self._write_paused = False
+        self.write_paused = False
         self._control_backlog = 0
         self.wake()
 
@@ -251,9 +268,8 @@ class H2Connection(asyncio.Protocol):
             raise FrameError(frames.PROTOCOL_ERROR, "a header block was interrupted by another frame")
         if not self._settings_seen and kind != frames.SETTINGS:
             raise FrameError(frames.PROTOCOL_ERROR, "the server's preface must start with SETTINGS")
-        if kind == _DATA:
-            self._on_data(flags, stream_id, payload)
-        elif kind == frames.HEADERS:
+        # DATA is taken by data_received: one that gets here broke a rule above
+        if kind == frames.HEADERS:
             self._on_headers(flags, stream_id, payload)
         elif kind == frames.CONTINUATION:
             self._on_continuation(flags, stream_id, payload)
@@ -284,20 +300,6 @@ class H2Connection(asyncio.Protocol):
         if stream is None and (stream_id == 0 or stream_id >= self._next_id or not stream_id & 1):
             raise FrameError(frames.PROTOCOL_ERROR, f"{what} on stream {stream_id}, which the client never opened")
         return stream
-
-    def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
-        length = len(payload)
-        self._recv_window -= length
-        if self._recv_window < 0:
-            raise FrameError(frames.FLOW_CONTROL_ERROR, "the server sent past the connection's receive window")
-        self._recv_owed += length
-        if self._recv_owed >= self._recv_update_at:
-            self._recv_window += self._recv_owed
-            self.window_update(0, self._recv_owed)
-            self._recv_owed = 0
-        stream = self._known(stream_id, "DATA")
-        if stream is not None:
-            stream.on_data(frames.unpadded(payload, flags), length, bool(flags & _END_STREAM))
 
     def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         payload = frames.unpadded(payload, flags)
@@ -423,7 +425,7 @@ class H2Connection(asyncio.Protocol):
 
     def _control(self, data: bytes) -> None:
         """A reply the peer's frames caused: bounded while the peer does not read ours."""
-        if self._write_paused:
+        if self.write_paused:
             self._control_backlog += 1
             if self._control_backlog > self.limits.max_control_backlog:
                 raise FrameError(

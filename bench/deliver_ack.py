@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import os
 import pstats
 import sys
@@ -131,6 +132,12 @@ async def run(topics: int, calls: int, profile: bool, publish_only: bool = False
             )
         await asyncio.sleep(0.05)
         buf = bytes(message_codec.encode_payloads([b"x" * 100] * batch))
+        # The start-up's objects out of the collector's way: a full collection walks them all
+        # (millions of instructions), and whether one falls inside the loop would otherwise swing
+        # the per-call count by more than delivery and ack cost (the loop's own garbage is still
+        # collected as the server's is).
+        gc.collect()
+        gc.freeze()
         profiler = cProfile.Profile() if profile else None
         window = topics  # calls in flight at once (one per topic)
         started = time.thread_time()  # (CPU time of this thread: other processes do not count)
@@ -202,7 +209,7 @@ def instructions(src: str, rest: list[str]) -> int:
         subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no", sys.executable]
             + [os.path.abspath(__file__), *rest, "--src", src],
-            env={**os.environ, "PYTHONPATH": src},
+            env={**os.environ, "PYTHONPATH": src, "PYTHONHASHSEED": "0"},  # (sets and dicts: alike every run)
             check=True,
             capture_output=True,
         )
@@ -229,6 +236,48 @@ def compare_instructions(args: argparse.Namespace) -> None:
             f"{per['publish only']:,.0f}  delivery and ack {per['whole'] - per['publish only']:,.0f}",
             flush=True,
         )
+
+
+def read_acks(count: int, way: str) -> None:
+    """Reads ``count`` stream ack requests (one range each, as a client acks a delivery) as a
+    Consume stream's control callback gets them: ``way`` "protobuf" (``ConsumeRequest`` parsed by
+    protobuf, its ``kind``, consumer id and range read from the message) or "pbwire" (the batch
+    lane's ``consume_request`` deserializer, the tree's own)."""
+    from danube.proto.danube_batch import batch_pb2 as pb
+    from danube.server.batch_lane_consume import AckRequest, consume_request  # (every way: the same imports)
+
+    datas = [
+        pb.ConsumeRequest(ack=pb.AckBatch(ranges=[pb.OffsetRange(first=o, last=o + 1)])).SerializeToString()
+        for o in range(1_000_000, 1_000_000 + 2 * count, 2)
+    ]
+    pairs = []
+    if way == "none":
+        return
+    if way == "protobuf":
+        parse = pb.ConsumeRequest.FromString
+        for data in datas:
+            request = parse(data)
+            if request.WhichOneof("kind") == "ack":
+                ack = request.ack
+                ranges = ack.ranges
+                if ack.consumer_id == 0 and len(ranges) == 1:
+                    r = ranges[0]
+                    pairs.append([(r.first, r.last)])
+    else:
+        for data in datas:
+            request = consume_request(data)
+            if type(request) is AckRequest and request.consumer_id == 0 and request.checked:
+                pairs.append(request.ranges)
+    assert len(pairs) == count
+
+
+def compare_ack_reads(args: argparse.Namespace) -> None:
+    """Instructions per ack request read, each way: a run reading ``--calls`` requests less one
+    that only makes them (``none``)."""
+    base = instructions(SRC, ["--read-acks", "none", "--calls", str(args.calls)])
+    for way in ("protobuf", "pbwire"):
+        spent = instructions(SRC, ["--read-acks", way, "--calls", str(args.calls)]) - base
+        print(f"{way:8} instructions per ack request read: {spent / args.calls:,.0f}", flush=True)
 
 
 def count_opcodes(topics: int, calls: int, batch: int) -> None:
@@ -290,7 +339,18 @@ def main() -> None:
     )
     ap.add_argument("--src", help=argparse.SUPPRESS)
     ap.add_argument("--opcodes", action="store_true", help="bytecodes per call that delivery and ack add")
+    ap.add_argument(
+        "--read-acks",
+        choices=("protobuf", "pbwire", "none", "compare"),
+        help="only read --calls ack requests one way (none: only make them); compare: instructions of each",
+    )
     args = ap.parse_args()
+    if args.read_acks == "compare":
+        compare_ack_reads(args)
+        return
+    if args.read_acks:
+        read_acks(args.calls, args.read_acks)
+        return
     if args.opcodes:
         count_opcodes(args.topics, args.calls, args.batch)
         return

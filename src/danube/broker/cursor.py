@@ -54,6 +54,9 @@ class Run:
         return [o for o in range(self.first, self.last + 1) if o not in settled]
 
 
+_new = object.__new__
+
+
 class AckTracker:
     """In-flight runs, the redelivery queue and the cursor of one subscription."""
 
@@ -78,7 +81,15 @@ class AckTracker:
     # ------------------------------------------------------------ delivery
 
     def delivered(self, first: int, last: int, consumer_id: int, deadline: float) -> None:
-        run = Run(first, last, consumer_id, deadline)
+        # (``Run(...)`` without its ``__init__``: a class call into a Python ``__init__`` is the
+        # dearest part of a small delivery's tracking; the fields are those ``__init__`` sets)
+        run = _new(Run)
+        run.first = first
+        run.last = last
+        run.consumer_id = consumer_id
+        run.deadline = deadline
+        run.settled = None
+        run.remaining = n = last - first + 1
         firsts = self._firsts
         if not firsts or first > firsts[-1]:  # (fresh frames: after every run in flight)
             firsts.append(first)
@@ -89,7 +100,7 @@ class AckTracker:
             bisect.insort(firsts, first)
         self._runs[first] = run
         self.order.append(run)
-        self.unacked += last - first + 1
+        self.unacked += n
 
     def _trim_front(self, run: Run) -> None:
         """``run`` (live) now starts at its lowest outstanding offset: its settled front leaves it,
@@ -221,9 +232,14 @@ class AckTracker:
         if target > self.cursor:
             self.cursor = target
             if self.attempts:
-                for o in [o for o in self.attempts if o <= target]:
-                    del self.attempts[o]
+                self.drop_attempts(target)
         return n
+
+    def drop_attempts(self, cursor: int) -> None:
+        """Forget the redelivery counts of offsets the cursor (now ``cursor``) moved over."""
+        attempts = self.attempts
+        for o in [o for o in attempts if o <= cursor]:
+            del attempts[o]
 
     def _ack_range(self, lo: int, hi: int) -> int:
         """Ack [lo, hi] (above the cursor) in whichever runs it touches; returns how many."""

@@ -54,14 +54,35 @@ class AckHandling(SubscriptionState):
             now = _monotonic()
             if order[0].deadline <= now:
                 self._expire_due(now)
-        was_full = tracker.unacked >= self.settings.max_unacked_messages
+        unacked = tracker.unacked
         next_read = self.next_read
         cursor = tracker.cursor
         fast = 0
         if len(ranges) == 1 and not self._reasons:
             # (the usual ack: one range, the oldest deliveries in flight; ``_acked`` inline)
             lo, hi = ranges[0]
-            fast = tracker.ack_oldest(lo, hi, next_read)
+            firsts = tracker._firsts
+            if (
+                len(firsts) == 1
+                and firsts[0] == lo
+                and not (tracker._waiting or tracker.blocked or tracker.parked)
+                and (run := tracker._runs[lo]).last == hi
+                and run.settled is None
+            ):
+                # (``tracker.ack_oldest`` inline in its commonest case: the one delivery in flight,
+                # acked whole; the tracker is then empty and the cursor goes up to next_read)
+                fast = run.remaining
+                run.remaining = 0
+                del tracker._runs[lo]
+                firsts.clear()
+                order.clear()  # (its runs: this one and dead ones behind it)
+                tracker.unacked = unacked - fast
+                if next_read - 1 > cursor:
+                    tracker.cursor = next_read - 1
+                    if tracker.attempts:
+                        tracker.drop_attempts(next_read - 1)
+            else:
+                fast = tracker.ack_oldest(lo, hi, next_read)
             if fast > 0:
                 counts = self._counts
                 if counts is None:
@@ -70,7 +91,7 @@ class AckHandling(SubscriptionState):
                     counts[2] += fast
                 if tracker.cursor != cursor:
                     self.dirty = True
-                if was_full or self.dispatcher.acks_release:
+                if unacked >= self.settings.max_unacked_messages or self.dispatcher.acks_release:
                     self.notify()
                 return fast
             if fast == 0:
@@ -89,13 +110,13 @@ class AckHandling(SubscriptionState):
                 taken += 1
             if taken == len(ranges):
                 if fast:
-                    self._acked(fast, tracker.cursor != cursor, was_full)
+                    self._acked(fast, tracker.cursor != cursor, unacked >= self.settings.max_unacked_messages)
                 return fast
             if taken:
                 ranges = ranges[taken:]
         n = self._ack_general(ranges, next_read) + fast
         if n:
-            self._acked(n, tracker.cursor != cursor, was_full)
+            self._acked(n, tracker.cursor != cursor, unacked >= self.settings.max_unacked_messages)
         return n
 
     def _acked(self, n: int, moved: bool, was_full: bool) -> None:

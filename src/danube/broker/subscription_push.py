@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Callable
 
 from danube._tasks import wake
+from danube.broker.cursor import Run
 from danube.broker.delivery import MUST_AWAIT, NOTHING, Delivery, MustAwait
 from danube.broker.subscription_state import SubscriptionState
 
@@ -40,6 +41,7 @@ _DONE = "done"
 _NEVER = float("inf")
 
 _monotonic = time.monotonic
+_new = object.__new__
 
 
 class PushEntry:
@@ -234,7 +236,23 @@ class PushDelivery(SubscriptionState):
         self.next_read = last + 1
         timeout = self.failure_policy.ack_timeout_ms / 1000
         if reliable:
-            tracker.delivered(next_read, last, consumer.id, now + timeout)
+            firsts = tracker._firsts
+            if not firsts or next_read > firsts[-1]:
+                # (``tracker.delivered`` of fresh frames, after every run in flight, inline: a
+                # new run at the end of the tracker's three indexes of them)
+                run = _new(Run)
+                run.first = next_read
+                run.last = last
+                run.consumer_id = consumer.id
+                run.deadline = now + timeout
+                run.settled = None
+                run.remaining = count
+                firsts.append(next_read)
+                tracker._runs[next_read] = run
+                tracker.order.append(run)
+                tracker.unacked += count
+            else:
+                tracker.delivered(next_read, last, consumer.id, now + timeout)
         else:
             tracker.cursor = last
         self._turns = turns = self._turns + 1

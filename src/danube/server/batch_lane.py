@@ -27,7 +27,7 @@ from danube.errors import DanubeError
 from danube.proto.danube_batch import batch_pb2 as pb
 from danube.proto.danube_batch import batch_pb2_grpc as pb_grpc
 from danube.server import status as status_map
-from danube.server.batch_lane_consume import ConsumeLane
+from danube.server.batch_lane_consume import ConsumeLane, consume_request
 from danube.server.batch_lane_health import HealthLane
 from danube.server.batch_lane_publish import MAX_STREAM_IN_FLIGHT, PublishLane, publish_handler
 from danube.server.batch_lane_wire import redelivery_counts_in_frame_order
@@ -118,12 +118,15 @@ class _Handlers:
 
 def add_to_server(server: grpc.aio.Server, broker: BrokerService) -> BatchLaneService:
     """Registers the batch lane on ``server`` (called by danube.server.app), as the generated
-    function does, but for Publish's requests, which danube's own reader parses."""
+    function does, but for Publish's requests and Consume's acks, which danube's own readers
+    parse."""
     service = BatchLaneService(broker)
     taken = _Handlers()
     pb_grpc.add_BatchLaneServicer_to_server(service, taken)
     handlers = taken.handlers
     handlers["Publish"] = publish_handler(handlers["Publish"])
+    # (Consume's acks read from their bytes by danube's reader; its other requests by protobuf)
+    handlers["Consume"] = handlers["Consume"]._replace(request_deserializer=consume_request)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
     server.add_registered_method_handlers(_SERVICE, handlers)
     return service

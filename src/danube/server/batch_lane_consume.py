@@ -1,5 +1,11 @@
 """The batch lane's consumer side (``danube.server.batch_lane``): the Consume stream (subscribe,
-then credits, acks and nacks in, batches out), and the unary Ack and Nack."""
+then credits, acks and nacks in, batches out), and the unary Ack and Nack.
+
+The Consume stream's requests are read by ``consume_request`` (``danube._core.pbwire``): an ack,
+the request a stream sends per delivery, comes as an ``AckRequest`` (its ranges already
+``(first, last)`` pairs, read from the bytes in one C walk); any other kind as protobuf's
+``ConsumeRequest``.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from typing import TYPE_CHECKING, AsyncIterator
 
 import grpc
 
+from danube import _native
 from danube._tasks import wake
 from danube.errors import DanubeError, InvalidArgumentError
 from danube.proto.danube_batch import batch_pb2 as pb
@@ -29,12 +36,29 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_pbwire = _native.load("pbwire")
+# The Consume call's request deserializer (``batch_lane.add_to_server``): an ack as an AckRequest.
+consume_request = _pbwire.consume_request
+AckRequest = _pbwire.AckRequest
+_MAX_ACK_SPAN = _pbwire.MAX_ACK_SPAN
+
 _SUB_TYPES = {
     pb.EXCLUSIVE_SUBSCRIPTION: "exclusive",
     pb.SHARED_SUBSCRIPTION: "shared",
     pb.FAILOVER_SUBSCRIPTION: "failover",
     pb.KEY_SHARED_SUBSCRIPTION: "key_shared",
 }
+
+
+def checked_pairs(request) -> list[tuple[int, int]]:
+    """An ``AckRequest``'s ranges, or the ``InvalidArgumentError`` ``ack_pairs`` raises for the
+    first range it refuses."""
+    for first, last in request.ranges:
+        if last < first:
+            raise InvalidArgumentError(f"ack range {first}..{last} ends before it starts")
+        if last - first >= _MAX_ACK_SPAN:
+            raise InvalidArgumentError(f"ack range {first}..{last} spans more than 1,000,000 offsets")
+    return request.ranges
 
 
 class _NotLoaded(Exception):
@@ -158,7 +182,12 @@ class ConsumeLane:
                         if kind == "credit":
                             grant(request.credit)
                         elif kind == "ack":
-                            await self._ack(request.ack.consumer_id or consumer_id, request.ack.ranges)
+                            if type(request) is AckRequest:
+                                pairs = checked_pairs(request)
+                                if pairs:
+                                    await self._broker.ack_ranges(request.consumer_id or consumer_id, pairs)
+                            else:
+                                await self._ack(request.ack.consumer_id or consumer_id, request.ack.ranges)
                         elif kind == "nack":
                             await self._nack(request.nack.consumer_id or consumer_id, request.nack)
                         else:
@@ -210,8 +239,16 @@ class ConsumeLane:
                 poke()
                 return
             try:
+                if type(request) is AckRequest:  # (the most frequent: one per delivery)
+                    target = request.consumer_id or consumer_id
+                    pairs = request.ranges if request.checked else checked_pairs(request)
+                    if pairs and tasks:  # behind a nack still being applied: in order, after it
+                        later(self._ack_loading(target, pairs))
+                    elif pairs:
+                        acks.add(target, pairs, ack_failed)
+                    return
                 kind = request.WhichOneof("kind")
-                if kind == "ack":  # (the most frequent: one per delivery)
+                if kind == "ack":  # (a request not read by consume_request)
                     ack = request.ack
                     target = ack.consumer_id or consumer_id
                     ranges = ack.ranges

@@ -214,6 +214,7 @@ class PublishLane:
                 queue(reading_done)
 
         def answered(sequence: int, producer_id: int, first: int, last: int, exc: BaseException | None) -> None:
+            nonlocal in_flight, paused
             try:
                 if exc is None:
                     if write_fields is None:
@@ -234,7 +235,15 @@ class PublishLane:
                 if idle is None or answers or write_nowait is None or not write_nowait(ack):
                     queue(ack)
             finally:
-                settle()
+                # (``settle``, inline: every answer's path)
+                in_flight -= 1
+                if room is not None and not room.done():
+                    room.set_result(None)
+                if paused and in_flight < MAX_STREAM_IN_FLIGHT:
+                    paused = False
+                    context.resume_messages()
+                elif sink_ended and not in_flight:
+                    queue(reading_done)
 
         async def store(request):
             try:
@@ -264,16 +273,16 @@ class PublishLane:
                     queue(reading_done)
                 return
             in_flight += 1
+            producer_id = request.producer_id
             if (
-                tasks
+                producer_id is None
+                or tasks
                 or publish_nowait is None
-                or request.producer_id is None
                 or request.partitioning_version is not None
                 or (schema is not None and schema.active)
             ):
                 now = None
             else:
-                producer_id = request.producer_id
                 try:
                     frames = request.frames
                     if not frames:

@@ -417,3 +417,36 @@ async def test_the_topic_checks_refuse_the_same_on_both_paths(tmp_path, make_cal
     finally:
         await broker.stop()
         await metadata.close()
+
+
+async def test_a_batch_checked_at_the_read_is_not_checked_again(broker, make_call, monkeypatch):
+    """``parse_request`` checks a batch naming its producer by id; the per-call path appends that
+    copy (no second check_batch), while a batch the read could not check is checked and refused
+    by the lane as before."""
+    from danube.server import batch_lane_publish
+
+    checked: list = []
+    real = batch_lane_publish.check_batch
+
+    def counting(frames, producer_id):
+        checked.append(bytes(frames))
+        return real(frames, producer_id)
+
+    monkeypatch.setattr(batch_lane_publish, "check_batch", counting)
+    service = batch_lane.BatchLaneService(broker)
+    pid = await broker.create_producer(T, "p", reliable=True)
+    call = make_call()
+    task = await run_stream(service, call)
+    good = frames(2, producer_id=pid)
+    call.feed(pb.PublishRequest(sequence=1, producer_id=pid, frames=good))
+    call.feed(pb.PublishRequest(sequence=2, producer_id=pid, frames=good[:-1]))  # torn
+    call.feed(pb.PublishRequest(sequence=3, producer_id=pid, frames=good))
+    call.end()
+    await asyncio.wait_for(task, 10)
+    acks = {a.sequence: a for a in map(decoded, call.written)}
+    assert checked == [good[:-1]]  # only the batch the read left unchecked
+    assert (acks[1].first_offset, acks[1].last_offset, acks[3].first_offset, acks[3].last_offset) == (0, 1, 2, 3)
+    with pytest.raises(Exception) as refused:
+        message_codec.validate(good[:-1])
+    assert acks[2].status == batch_status(refused.value)
+    assert broker.topics[T].storage.next_offset == 4

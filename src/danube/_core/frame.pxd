@@ -185,7 +185,8 @@ cdef int check_fields_frames(const unsigned char* buf, Py_ssize_t n, bint check_
 
 # A writable copy of a producer's batch that check_batch (danube/_core/frame.pyx) made after
 # checking it whole: lengths, checksums and layout as validate checks them, and the fields a
-# subscriber decodes as check_fields checks them for producer_id.  Only check_batch makes one
+# subscriber decodes as check_fields checks them for producer_id.  Only check_batch (and
+# checked_copy, below) makes one
 # (its constructor always refuses; check_batch allocates it bare, which its C-only fields
 # allow); the WAL writer appends it without validating its frames again while its length is
 # still nbytes (contract: check_batch's docstring).
@@ -196,3 +197,9 @@ cdef class CheckedFrames(bytearray):
     cdef readonly uint64_t producer_id         # the id the fields were checked for
     cdef readonly Py_ssize_t fields_position   # check_fields' result for that id
     cdef readonly int fields_problem
+
+# check_batch's copy of n bytes at buf for producer_id without raising: the CheckedFrames, or
+# None when a length, checksum or layout is bad (check_batch of the same bytes raises then).
+# For a reader that meets a batch inside a bigger buffer (publish_request.parse): one copy.
+# Unlike the rest of this file it makes a Python object: it needs the GIL.
+cdef object checked_copy(const unsigned char* buf, Py_ssize_t n, uint64_t producer_id)

@@ -1061,6 +1061,41 @@ cdef class CheckedFrames(bytearray):
         raise TypeError("CheckedFrames are made by check_batch only")
 
 
+cdef object _checked_copy(const unsigned char* buf, Py_ssize_t n, uint64_t producer_id, int* status,
+                          ValidateResult* res):
+    """check_batch's work on ``n`` bytes at ``buf``: the CheckedFrames, or None with the
+    failure in ``status`` and ``res`` when a length, checksum or layout is bad."""
+    cdef Py_ssize_t error_pos = -1
+    cdef int problem = FIELDS_OK_STATUS
+    cdef CheckedFrames out
+    if n >= NOGIL_BYTES:
+        with nogil:
+            status[0] = validate_frames(buf, n, 0, 0, False, res)
+            if status[0] == FRAME_OK:
+                problem = check_fields_frames(buf, n, True, producer_id, &error_pos)
+    else:
+        status[0] = validate_frames(buf, n, 0, 0, False, res)
+        if status[0] == FRAME_OK:
+            problem = check_fields_frames(buf, n, True, producer_id, &error_pos)
+    if status[0] != FRAME_OK:
+        return None
+    out = <CheckedFrames>danube_alloc_tuple(CheckedFrames, 0)  # (tp_alloc: the bare object)
+    PyByteArray_Resize(out, n)
+    memcpy(PyByteArray_AS_STRING(out), buf, n)
+    out.frame_count = res.count
+    out.nbytes = n
+    out.producer_id = producer_id
+    out.fields_position = error_pos
+    out.fields_problem = problem
+    return out
+
+
+cdef object checked_copy(const unsigned char* buf, Py_ssize_t n, uint64_t producer_id):
+    cdef ValidateResult res
+    cdef int status
+    return _checked_copy(buf, n, producer_id, &status, &res)
+
+
 def check_batch(buf, uint64_t producer_id):
     """A writable copy of a producer's batch (a :class:`CheckedFrames`), checked once for all
     the publish path asks of it: every length, checksum and layout exactly as :func:`validate`
@@ -1070,32 +1105,12 @@ def check_batch(buf, uint64_t producer_id):
     without validating its frames again; anything else is validated there as before."""
     cdef Py_buffer view
     cdef ValidateResult res
-    cdef Py_ssize_t error_pos = -1
-    cdef int status, problem = FIELDS_OK_STATUS
-    cdef CheckedFrames out
+    cdef int status = FRAME_OK
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
-        if view.len >= NOGIL_BYTES:
-            with nogil:
-                status = validate_frames(<const unsigned char*>view.buf, view.len, 0, 0, False, &res)
-                if status == FRAME_OK:
-                    problem = check_fields_frames(<const unsigned char*>view.buf, view.len, True, producer_id,
-                                                  &error_pos)
-        else:
-            status = validate_frames(<const unsigned char*>view.buf, view.len, 0, 0, False, &res)
-            if status == FRAME_OK:
-                problem = check_fields_frames(<const unsigned char*>view.buf, view.len, True, producer_id,
-                                              &error_pos)
-        if status != FRAME_OK:
+        out = _checked_copy(<const unsigned char*>view.buf, view.len, producer_id, &status, &res)
+        if out is None:
             raise_validate_error(status, &res, -1)
-        out = <CheckedFrames>danube_alloc_tuple(CheckedFrames, 0)  # (tp_alloc: the bare object)
-        PyByteArray_Resize(out, view.len)
-        memcpy(PyByteArray_AS_STRING(out), view.buf, view.len)
-        out.frame_count = res.count
-        out.nbytes = view.len
     finally:
         PyBuffer_Release(&view)
-    out.producer_id = producer_id
-    out.fields_position = error_pos
-    out.fields_problem = problem
     return out

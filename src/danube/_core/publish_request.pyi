@@ -6,7 +6,7 @@ class PublishRequest:
     sequence: int
     producer_id: int | None
     create: ProducerSpec | None
-    frames: bytes
+    frames: bytes | bytearray  # a CheckedFrames when checked at the read
     partitioning_version: int | None
     schema_id: int | None
     schema_version: int | None
@@ -15,7 +15,7 @@ class PublishRequest:
         sequence: int,
         producer_id: int | None,
         create: ProducerSpec | None,
-        frames: bytes,
+        frames: bytes | bytearray,
         partitioning_version: int | None,
         schema_id: int | None,
         schema_version: int | None,

@@ -8,11 +8,18 @@ and lengths of at most 5, groups nested at most 100 deep): the docstring of
 refuse the same bytes (``tests/unit/_core/test_publish_request.py`` runs both against
 protobuf).  Here the walk is one C loop; the handler then reads plain attributes instead of
 a protobuf message's fields through ``WhichOneof``/``HasField``.
+
+A request naming its producer by id gets its frames checked here, as the lane would check them
+for that producer (``frame.check_batch``): ``frames`` is then the checked copy
+(``CheckedFrames``), else the bytes (a batch the check refuses, an empty one, or one whose
+producer is created by the request), which the lane checks itself and refuses as before.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport uint32_t, uint64_t
+
+from danube._core.frame cimport checked_copy
 
 from danube.errors import MalformedRequestError
 from danube.proto.danube_batch import batch_pb2 as _pb
@@ -146,6 +153,8 @@ def parse(data):
     cdef int wire_type
     cdef uint64_t value
     cdef uint64_t sequence = 0
+    cdef uint64_t producer = 0
+    cdef Py_ssize_t frames_start = 0, frames_stop = -1  # the last frames field read (-1: none)
     cdef object producer_id = None
     cdef object create = None
     cdef object frames = b""
@@ -165,6 +174,7 @@ def parse(data):
                     sequence = value
                 elif field == 2:
                     producer_id = value
+                    producer = value
                     create = None
                 elif field == 5:
                     partitioning_version = value
@@ -175,7 +185,8 @@ def parse(data):
             elif wire_type == 2 and (field == 3 or field == 4):
                 stop = _length(p, pos, end, &start)
                 if field == 4:
-                    frames = PyBytes_FromStringAndSize(<const char*>p + start, stop - start)
+                    frames_start = start
+                    frames_stop = stop
                 else:
                     _check_message(p, start, stop, _MAX_GROUP_DEPTH - 1)
                     if create is None:
@@ -188,6 +199,13 @@ def parse(data):
                 pos = stop
             else:
                 pos = _skip(p, pos, end, field, wire_type, 0, _MAX_GROUP_DEPTH)
+        if frames_stop >= 0:
+            frames = None
+            if frames_stop > frames_start and producer_id is not None:
+                # checked here for the producer that publishes it: one copy, no check_batch call
+                frames = checked_copy(p + frames_start, frames_stop - frames_start, producer)
+            if frames is None:
+                frames = PyBytes_FromStringAndSize(<const char*>p + frames_start, frames_stop - frames_start)
     finally:
         PyBuffer_Release(&view)
     out = PublishRequest.__new__(PublishRequest)

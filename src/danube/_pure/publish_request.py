@@ -30,11 +30,17 @@ Anything else raises :class:`~danube.errors.MalformedRequestError`, as protobuf 
 ``DecodeError`` (the call ends INTERNAL, as for any request that does not parse).  A
 ``create`` is parsed by protobuf itself (a rare request: it names a producer to create), so
 its strings are checked for UTF-8 as protobuf checks them.
+
+A request naming its producer by id gets its frames checked for that producer, as the lane
+would check them (``frame.check_batch``): ``frames`` is then the checked copy
+(``CheckedFrames``), else the bytes (a batch the check refuses, an empty one, or one whose
+producer is created by the request), which the lane checks itself and refuses as before.
 """
 
 from __future__ import annotations
 
-from danube.errors import MalformedRequestError
+from danube._pure.frame import check_batch
+from danube.errors import CorruptFrameError, FrameFormatError, MalformedRequestError
 from danube.proto.danube_batch import batch_pb2 as _pb
 
 _MASK64 = (1 << 64) - 1
@@ -62,7 +68,7 @@ class PublishRequest:
         sequence: int,
         producer_id: int | None,
         create,
-        frames: bytes,
+        frames: bytes | bytearray,
         partitioning_version: int | None,
         schema_id: int | None,
         schema_version: int | None,
@@ -168,7 +174,7 @@ def parse(data) -> PublishRequest:
     sequence = 0
     producer_id = None
     create = None
-    frames = b""
+    frames: bytes | bytearray = b""
     partitioning_version = None
     schema_id = None
     schema_version = None
@@ -204,4 +210,9 @@ def parse(data) -> PublishRequest:
             pos = stop
         else:
             pos = _skip(data, pos, end, field, wire_type, 0, MAX_GROUP_DEPTH)
+    if frames and producer_id is not None:
+        try:
+            frames = check_batch(frames, producer_id)
+        except (CorruptFrameError, FrameFormatError):
+            pass  # the lane checks the bytes again and refuses them with this error
     return PublishRequest(sequence, producer_id, create, frames, partitioning_version, schema_id, schema_version)

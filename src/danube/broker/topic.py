@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 import time
 from typing import Protocol, cast
 
@@ -85,6 +86,10 @@ class Topic:
         # max_publish_rate (messages/s, 0 = unlimited): publishes over it are delayed, not refused.
         rate = policies.max_publish_rate
         self.publish_gate = PublishGate(rate) if rate > 0 else None
+        # a batch of 1 to this many bytes meets max_message_size without a frame walk (a frame
+        # is a header and its message; policies are frozen, so this holds for the topic's life)
+        limit = policies.max_message_size
+        self.sizes_ok_up_to = limit + message_codec.HEADER_SIZE if limit else sys.maxsize
 
     # ------------------------------------------------------------ producers
 
@@ -160,15 +165,17 @@ class Topic:
         here, nothing stored), the future resolves to (first, last) once durable
         (``danube.broker.commits``).  With ``answer``: no future, None returned, and the commit
         calls ``answer(tag, producer.id, first, last, error)`` once (``CommitQueue.add_answered``).
-        Under a publish rate limit, a task waits for its turn."""
+        Under a publish rate limit, a task waits for its turn.
+
+        ``BrokerService.publish_nowait`` does the common case of an answered publish itself (no
+        rate gate, a batch within ``sizes_ok_up_to``, not terminated): keep the two in step."""
         started = time.perf_counter()
         size = len(buf)
         if producer is None:
             if size == 0:
                 raise InvalidArgumentError("empty batch: a publish needs at least one frame")
         else:
-            limit = self.policies.max_message_size
-            if size == 0 or (limit and size > limit + message_codec.HEADER_SIZE):
+            if not 0 < size <= self.sizes_ok_up_to:
                 self.check_sizes(buf)  # (what raises; a batch below the limit needs no frame walk)
             if self.publish_gate is not None:
                 fut = asyncio.ensure_future(self._publish_in_turn(producer, buf, started))

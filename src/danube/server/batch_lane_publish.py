@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, AsyncIterator, Callable, cast
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, cast
 
 import grpc
 
@@ -34,6 +34,7 @@ _ACCESS_MODES = {pb.SHARED: "shared", pb.EXCLUSIVE: "exclusive"}
 _PublishAck = pb.PublishAck
 _EOF = grpc.aio.EOF
 check_batch = frame_codec.check_batch
+_CheckedFrames = frame_codec.CheckedFrames
 # Publish's request deserializer (``publish_handler``): the request's fields in one call, read
 # as protobuf reads them; bytes protobuf would refuse raise MalformedRequestError and the call
 # ends INTERNAL, as it did with protobuf's parse
@@ -47,10 +48,14 @@ def publish_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     return handler._replace(request_deserializer=parse_request)
 
 
-def checked_frames(frames: bytes, producer_id: int) -> bytearray:
+def checked_frames(frames: bytes | bytearray, producer_id: int) -> bytearray:
     """A batch's frames checked once for the whole publish path (``message_codec.check_batch``):
     a writable copy the broker stamps in place, refused here (nothing stored) when empty or
-    when a frame's length, checksum or layout is bad."""
+    when a frame's length, checksum or layout is bad.  Frames ``parse_request`` checked for
+    this producer already are that copy."""
+    checked: Any = frames
+    if type(checked) is _CheckedFrames and checked.producer_id == producer_id:
+        return checked
     if not frames:
         raise InvalidArgumentError("empty batch: a publish request needs at least one frame")
     return check_batch(frames, producer_id)
@@ -214,6 +219,7 @@ class PublishLane:
                 queue(reading_done)
 
         def answered(sequence: int, producer_id: int, first: int, last: int, exc: BaseException | None) -> None:
+            nonlocal in_flight, paused
             try:
                 if exc is None:
                     if write_fields is None:
@@ -234,7 +240,15 @@ class PublishLane:
                 if idle is None or answers or write_nowait is None or not write_nowait(ack):
                     queue(ack)
             finally:
-                settle()
+                # (``settle``, inline: every answer's path)
+                in_flight -= 1
+                if room is not None and not room.done():
+                    room.set_result(None)
+                if paused and in_flight < MAX_STREAM_IN_FLIGHT:
+                    paused = False
+                    context.resume_messages()
+                elif sink_ended and not in_flight:
+                    queue(reading_done)
 
         async def store(request):
             try:
@@ -264,23 +278,24 @@ class PublishLane:
                     queue(reading_done)
                 return
             in_flight += 1
+            producer_id = request.producer_id
             if (
-                tasks
+                producer_id is None
+                or tasks
                 or publish_nowait is None
-                or request.producer_id is None
                 or request.partitioning_version is not None
                 or (schema is not None and schema.active)
             ):
                 now = None
             else:
-                producer_id = request.producer_id
                 try:
                     frames = request.frames
-                    if not frames:
-                        raise InvalidArgumentError("empty batch: a publish request needs at least one frame")
-                    # checked once (``checked_frames``), stamped in place; ``answered`` is called
-                    # once it is durable
-                    now = publish_nowait(producer_id, check_batch(frames, producer_id), answered, request.sequence)
+                    if type(frames) is not _CheckedFrames:  # (checked by ``parse_request`` unless bad)
+                        if not frames:
+                            raise InvalidArgumentError("empty batch: a publish request needs at least one frame")
+                        frames = check_batch(frames, producer_id)  # raises what is wrong
+                    # checked once, stamped in place; ``answered`` is called once it is durable
+                    now = publish_nowait(producer_id, frames, answered, request.sequence)
                 except Exception as exc:  # noqa: BLE001 - refused (or a bug): this batch, not the stream
                     if not isinstance(exc, DanubeError):
                         log.exception("publish of batch %d failed", request.sequence)

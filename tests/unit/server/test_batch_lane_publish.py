@@ -365,3 +365,88 @@ async def test_a_bad_frame_is_refused_as_the_separate_checks_refused_it_and_neve
         ), kind
     assert not acks[99].HasField("status") and (acks[99].first_offset, acks[99].last_offset) == (0, 2)
     assert broker.topics[T].storage.next_offset == 3  # none of the bad batches' frames
+
+
+@pytest.mark.parametrize("path", ["per call", "in a task"])
+async def test_the_topic_checks_refuse_the_same_on_both_paths(tmp_path, make_call, path):
+    """The per-call path appends a batch without the topic's own publish call when nothing needs
+    it (no rate gate, within max_message_size's bytes, not terminated); what needs it is refused
+    with the status and message the topic gives, and a batch above the bytes whose messages are
+    each within the limit is stored."""
+    from danube.broker.policies import TopicPolicies
+    from danube.errors import MessageTooLargeError, TopicTerminatedError
+
+    metadata = EmbeddedMetadataStore(str(tmp_path / "metadata.db"))
+    config = StorageConfig.from_dict({"wal": {"sync": "never"}}, data_dir=str(tmp_path))
+    broker = BrokerService(
+        metadata,
+        StorageFactory(config, metadata, broker_id="test"),
+        policies=TopicPolicies(max_message_size=64),
+    )
+    await broker.start()
+    try:
+        service = batch_lane.BatchLaneService(broker)
+        spec = pb.ProducerSpec(topic=T, producer_name="p", reliable=True)
+        pid = await broker.create_producer(T, "p", reliable=True)
+        topic = broker.topics[T]
+        call = make_call()
+        task = await run_stream(service, call)
+
+        def feed(seq: int, batch: bytes) -> None:
+            if path == "per call":
+                call.feed(pb.PublishRequest(sequence=seq, producer_id=pid, frames=batch))
+            else:  # named by its spec: through a task (_publish_one)
+                call.feed(pb.PublishRequest(sequence=seq, create=spec, frames=batch))
+
+        small = [b"s" * 40, b"t" * 40]  # each within 64 bytes, together above 64 + a header
+        feed(1, message_codec.encode_payloads(small, publish_time=1, producer_id=pid))
+        too_large = message_codec.encode_payloads([b"x" * 65], publish_time=1, producer_id=pid)
+        feed(2, too_large)
+        await async_wait_until(lambda: len(call.written) == 2, what="2 acks")
+        topic.terminated = True
+        feed(3, frames(1, producer_id=pid))
+        call.end()
+        await asyncio.wait_for(task, 10)
+        acks = {a.sequence: a for a in map(decoded, call.written)}
+        assert not acks[1].HasField("status") and (acks[1].first_offset, acks[1].last_offset) == (0, 1)
+        with pytest.raises(MessageTooLargeError) as refused:
+            topic.check_sizes(too_large)  # what the topic's own publish call refuses it with
+        assert acks[2].status == batch_status(refused.value)
+        assert acks[3].status == batch_status(TopicTerminatedError.of(T))
+        assert topic.storage.next_offset == 2  # the refused batches stored nothing
+    finally:
+        await broker.stop()
+        await metadata.close()
+
+
+async def test_a_batch_checked_at_the_read_is_not_checked_again(broker, make_call, monkeypatch):
+    """``parse_request`` checks a batch naming its producer by id; the per-call path appends that
+    copy (no second check_batch), while a batch the read could not check is checked and refused
+    by the lane as before."""
+    from danube.server import batch_lane_publish
+
+    checked: list = []
+    real = batch_lane_publish.check_batch
+
+    def counting(frames, producer_id):
+        checked.append(bytes(frames))
+        return real(frames, producer_id)
+
+    monkeypatch.setattr(batch_lane_publish, "check_batch", counting)
+    service = batch_lane.BatchLaneService(broker)
+    pid = await broker.create_producer(T, "p", reliable=True)
+    call = make_call()
+    task = await run_stream(service, call)
+    good = frames(2, producer_id=pid)
+    call.feed(pb.PublishRequest(sequence=1, producer_id=pid, frames=good))
+    call.feed(pb.PublishRequest(sequence=2, producer_id=pid, frames=good[:-1]))  # torn
+    call.feed(pb.PublishRequest(sequence=3, producer_id=pid, frames=good))
+    call.end()
+    await asyncio.wait_for(task, 10)
+    acks = {a.sequence: a for a in map(decoded, call.written)}
+    assert checked == [good[:-1]]  # only the batch the read left unchecked
+    assert (acks[1].first_offset, acks[1].last_offset, acks[3].first_offset, acks[3].last_offset) == (0, 1, 2, 3)
+    with pytest.raises(Exception) as refused:
+        message_codec.validate(good[:-1])
+    assert acks[2].status == batch_status(refused.value)
+    assert broker.topics[T].storage.next_offset == 4

@@ -244,7 +244,7 @@ class PartitionConsumer:
 
         def take(responses: list) -> None:
             """Deliveries, the subscription's answer and ack errors, in order."""
-            deliver = owner._queue.put_nowait  # owner.deliver, without its call per batch
+            deliver = owner.deliver  # looked up per read: a wrapped or overridden deliver sees every batch
             for response in responses:
                 kind = response.WhichOneof("kind")
                 if kind == "batch":

@@ -63,8 +63,23 @@ async def _offsets(responses, n: int) -> list[int]:
     return got
 
 
+async def test_an_unreadable_first_request_ends_the_call_internal(broker):
+    broker, _server = broker
+    channel = grpc.aio.insecure_channel(broker.target)
+    try:
+        call = channel.stream_stream(
+            "/danube_batch.BatchLane/Consume", request_serializer=None, response_deserializer=None
+        )(iter([b"\x0a\x05\x0a"]))  # a subscribe field cut short
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            async for _ in call:
+                pass
+        assert info.value.code() == grpc.StatusCode.INTERNAL and "cannot parse" in info.value.details()
+    finally:
+        await channel.close()
+
+
 async def test_acks_in_every_encoding_are_applied_and_bad_bytes_end_the_call(broker):
-    broker, server = broker
+    broker, _server = broker
     topic = f"/default/acks-{uuid.uuid4().hex[:10]}"
     channel = grpc.aio.insecure_channel(broker.target)
     stub = pb_grpc.BatchLaneStub(channel)
@@ -83,14 +98,9 @@ async def test_acks_in_every_encoding_are_applied_and_bad_bytes_end_the_call(bro
         assert error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and "ends before it starts" in error.message
         # bytes no reader takes (an ack cut short): the call ends, nothing of them applied
         control.put_nowait(b"\x22\x06\x12\x04\x08\x04\x10")
-        if server == "native":
-            with pytest.raises(grpc.aio.AioRpcError) as info:
-                await asyncio.wait_for(responses.__anext__(), 10)
-            assert info.value.code() == grpc.StatusCode.INTERNAL and "cannot parse" in info.value.details()
-        else:  # (grpcio ends the call itself on a request its deserializer refuses, as it always did)
-            with pytest.raises((grpc.aio.AioRpcError, StopAsyncIteration)):
-                await asyncio.wait_for(responses.__anext__(), 10)
-            assert await call.code() == grpc.StatusCode.OK  # (its status for that: the same before)
+        with pytest.raises(grpc.aio.AioRpcError) as info:  # native and grpcio alike
+            await asyncio.wait_for(responses.__anext__(), 10)
+        assert info.value.code() == grpc.StatusCode.INTERNAL and "cannot parse" in info.value.details()
         control.put_nowait(None)
         # what was not acked (4..9) comes back to the subscription's next consumer
         call2, control2, responses2 = await _open(channel, topic)

@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, AsyncIterator
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from danube import _native
 from danube._tasks import wake
@@ -138,6 +139,8 @@ class ConsumeLane:
             first = await requests.__anext__()
         except StopAsyncIteration:
             return
+        except DecodeError as exc:  # (grpcio: see read_control)
+            await context.abort(grpc.StatusCode.INTERNAL, f"cannot parse the request of Consume: {exc}")
         kind = first.WhichOneof("kind")
         try:
             if kind == "subscribe":
@@ -174,6 +177,8 @@ class ConsumeLane:
             if grant_was_needed:
                 poke()
 
+        unreadable: list[Exception] = []  # a request its deserializer refused (grpcio hands that to us)
+
         async def read_control():
             try:
                 async for request in requests:
@@ -195,6 +200,10 @@ class ConsumeLane:
                     except DanubeError as exc:
                         errors.put_nowait(batch_status(exc))
                         poke()
+            except DecodeError as exc:
+                # The native server ends such a call INTERNAL before the handler sees the bytes;
+                # grpcio raises the deserializer's error here: end it the same way, not as a clean end
+                unreadable.append(exc)
             finally:
                 stream_ended.set()
                 poke()
@@ -308,6 +317,10 @@ class ConsumeLane:
                 while not errors.empty():
                     yield pb.ConsumeResponse(error=errors.get_nowait())
                 if stream_ended.is_set():
+                    if unreadable:
+                        await context.abort(
+                            grpc.StatusCode.INTERNAL, f"cannot parse the request of Consume: {unreadable[0]}"
+                        )
                     break  # the client half-closed: it is done with this stream
                 if interrupt[0].done():
                     interrupt[0] = loop.create_future()

@@ -167,7 +167,7 @@ class Topic:
         calls ``answer(tag, producer.id, first, last, error)`` once (``CommitQueue.add_answered``).
         Under a publish rate limit, a task waits for its turn.
 
-        ``BrokerService.publish_nowait`` does the common case of an answered publish itself (no
+        ``Publishing.publish_nowait`` (service_publish) does the common case of an answered publish itself (no
         rate gate, a batch within ``sizes_ok_up_to``, not terminated): keep the two in step."""
         started = time.perf_counter()
         size = len(buf)

@@ -43,6 +43,7 @@ class LostAck:
         def publish_nowait(producer, buf, answer=None, tag=0):
             committed = original(producer, buf)
             del topic.publish_nowait  # once
+            topic.sizes_ok_up_to = sizes_ok_up_to
             topic.terminated = True  # the seal follows this batch at once
 
             async def ack_lost():
@@ -57,6 +58,10 @@ class LostAck:
             return None
 
         topic.publish_nowait = publish_nowait
+        # The broker appends a batch within this bound itself, not through the topic's
+        # publish_nowait (the per-call fast path); 0 sends the next batch through the hook above
+        sizes_ok_up_to = topic.sizes_ok_up_to
+        topic.sizes_ok_up_to = 0
         await asyncio.wait_for(self.fired.wait(), 10)
 
 

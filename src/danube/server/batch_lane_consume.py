@@ -24,6 +24,7 @@ from danube.server import status as status_map
 from danube.server.batch_lane_wire import (
     ack_pairs,
     batch_status,
+    check_ack_range,
     consume_batch_as,
     encoded_batch,
     encoded_delivery,
@@ -41,7 +42,6 @@ _pbwire = _native.load("pbwire")
 # The Consume call's request deserializer (``batch_lane.add_to_server``): an ack as an AckRequest.
 consume_request = _pbwire.consume_request
 AckRequest = _pbwire.AckRequest
-_MAX_ACK_SPAN = _pbwire.MAX_ACK_SPAN
 
 _SUB_TYPES = {
     pb.EXCLUSIVE_SUBSCRIPTION: "exclusive",
@@ -55,10 +55,7 @@ def checked_pairs(request) -> list[tuple[int, int]]:
     """An ``AckRequest``'s ranges, or the ``InvalidArgumentError`` ``ack_pairs`` raises for the
     first range it refuses."""
     for first, last in request.ranges:
-        if last < first:
-            raise InvalidArgumentError(f"ack range {first}..{last} ends before it starts")
-        if last - first >= _MAX_ACK_SPAN:
-            raise InvalidArgumentError(f"ack range {first}..{last} spans more than 1,000,000 offsets")
+        check_ack_range(first, last)
     return request.ranges
 
 

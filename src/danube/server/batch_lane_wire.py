@@ -41,6 +41,14 @@ def refused_ack(sequence: int, producer_id: int, exc: BaseException) -> pb.Publi
     return ack
 
 
+def check_ack_range(first: int, last: int) -> None:
+    """The ``InvalidArgumentError`` for an ack range the broker does not take."""
+    if last < first:
+        raise InvalidArgumentError(f"ack range {first}..{last} ends before it starts")
+    if last - first >= 1_000_000:
+        raise InvalidArgumentError(f"ack range {first}..{last} spans more than 1,000,000 offsets")
+
+
 def ack_pairs(ranges) -> tuple[list[tuple[int, int]], int]:
     """An ack request's ranges as (first, last) pairs, and how many offsets they name."""
     if len(ranges) == 1:  # (the usual ack: the client merges consecutive deliveries' acks)
@@ -52,10 +60,7 @@ def ack_pairs(ranges) -> tuple[list[tuple[int, int]], int]:
     named = 0
     for r in ranges:
         first, last = r.first, r.last
-        if last < first:
-            raise InvalidArgumentError(f"ack range {first}..{last} ends before it starts")
-        if last - first >= 1_000_000:
-            raise InvalidArgumentError(f"ack range {first}..{last} spans more than 1,000,000 offsets")
+        check_ack_range(first, last)
         pairs.append((first, last))
         named += last - first + 1
     return pairs, named

@@ -257,16 +257,7 @@ class Syncer:
         self.sync_count += 1
         self._durable = target
         if self._waiters:
-            with self._waiters_lock:
-                waiters = self._waiters
-                if len(waiters) == 1 and waiters[0][0] <= target:  # (a topic's commits: one wait out)
-                    self._waiters = []
-                    ready.append(waiters[0][1:])
-                    return
-                covered = [(loop, fn) for offset, loop, fn in waiters if offset <= target]
-                # (usually every one: a topic's commits have one wait out at a time)
-                self._waiters = [] if len(covered) == len(waiters) else [w for w in waiters if w[0] > target]
-                ready.extend(covered)
+            self._take_ready(ready)
 
     def _fs_after(self, rearms: list, again: list) -> None:
         """After a syncfs round's answers, the lock still held from :meth:`_fs_prepare` (so the log
@@ -285,16 +276,22 @@ class Syncer:
         elif self.policy is SyncPolicy.ALWAYS and self._error is None and self._appended() > self._durable:
             again.append(self)
 
-    def _take_ready(self) -> list:
-        """The waiters the round covered, as ``(loop, callback)`` pairs (removed from the log)."""
+    def _take_ready(self, ready: list) -> None:
+        """The waiters the round covered go to ``ready`` as ``(loop, callback)`` pairs (removed
+        from the log)."""
         if not self._waiters:
-            return []
+            return
         durable = self._durable
         with self._waiters_lock:
-            ready = [(loop, fn) for offset, loop, fn in self._waiters if offset <= durable]
-            if ready:
-                self._waiters = [w for w in self._waiters if w[0] > durable]
-        return ready
+            waiters = self._waiters
+            if len(waiters) == 1 and waiters[0][0] <= durable:  # (a topic's commits: one wait out)
+                self._waiters = []
+                ready.append(waiters[0][1:])
+                return
+            covered = [(loop, fn) for offset, loop, fn in waiters if offset <= durable]
+            if covered:
+                self._waiters = [] if len(covered) == len(waiters) else [w for w in waiters if w[0] > durable]
+                ready.extend(covered)
 
     def _after_round(self, rearms: list | None = None, again: list | None = None) -> None:
         """``rearms``: the round's list the chore adds its file to rearm to (the group rearms them
@@ -349,7 +346,8 @@ class Syncer:
             log.exception("WAL: the after-sync chore failed and is turned off (durability is unaffected)")
 
     def _resolve_waiters(self) -> None:
-        ready = self._take_ready()
+        ready: list = []
+        self._take_ready(ready)
         if ready:
             call_back(ready, None)
 

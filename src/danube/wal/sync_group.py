@@ -210,7 +210,7 @@ class SyncGroup:
             self.synced_logs += len(logs)
             others = logs if not fs_done else [] if len(fs_done) == len(logs) else _without(logs, fs_done)
             for syncer in others:
-                ready.extend(syncer._take_ready())
+                syncer._take_ready(ready)
             call_back(ready, None)
             self.round_latency.record((time.perf_counter() - started) * 1000.0)
             # The syncfs'd logs' chores run under the locks their sync held (one pass, no second
